@@ -1,0 +1,67 @@
+package algorithm
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/sluice-rl/sluice/api/doorman"
+)
+
+// Kind names a capacity-division algorithm. The values are those of the wire
+// enum doorman.Algorithm_Kind, so a Kind converts to and from the wire
+// without a table.
+//
+// Source: doorman-wire.md, message Algorithm; doorman-design.md,
+// "Available algorithms".
+type Kind int32
+
+// The algorithms Sluice implements.
+const (
+	// NoAlgorithm grants every requester what it wants (gets = wants),
+	// ignoring capacity. It is what a resource without a template gets.
+	NoAlgorithm Kind = Kind(doorman.Algorithm_NO_ALGORITHM)
+	// Static grants gets = min(wants, capacity × subclients): capacity is a
+	// per-client cap, not a global one.
+	Static Kind = Kind(doorman.Algorithm_STATIC)
+	// ProportionalShare grants every subclient up to an equal share and
+	// splits what is left over in proportion to the excess demand.
+	ProportionalShare Kind = Kind(doorman.Algorithm_PROPORTIONAL_SHARE)
+	// FairShare grants a max-min fair share per subclient.
+	FairShare Kind = Kind(doorman.Algorithm_FAIR_SHARE)
+)
+
+// String returns the wire name of k (for example "FAIR_SHARE").
+func (k Kind) String() string {
+	if name, ok := doorman.Algorithm_Kind_name[int32(k)]; ok {
+		return name
+	}
+	return fmt.Sprintf("Kind(%d)", int32(k))
+}
+
+// Proto returns k as the wire enum.
+func (k Kind) Proto() doorman.Algorithm_Kind { return doorman.Algorithm_Kind(k) }
+
+// ParseKind parses an algorithm name. It accepts the wire names
+// (NO_ALGORITHM, STATIC, PROPORTIONAL_SHARE, FAIR_SHARE), case-insensitively,
+// and the design's CamelCase names (None, Static, ProportionalShare,
+// FairShare). It returns an error naming the accepted values otherwise.
+func ParseKind(s string) (Kind, error) {
+	norm := strings.ToUpper(strings.ReplaceAll(strings.ReplaceAll(s, "_", ""), "-", ""))
+	switch norm {
+	case "NOALGORITHM", "NONE":
+		return NoAlgorithm, nil
+	case "STATIC":
+		return Static, nil
+	case "PROPORTIONALSHARE":
+		return ProportionalShare, nil
+	case "FAIRSHARE":
+		return FairShare, nil
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want one of NO_ALGORITHM, STATIC, PROPORTIONAL_SHARE, FAIR_SHARE)", s)
+}
+
+// Valid reports whether k is one of the known algorithms.
+func (k Kind) Valid() bool {
+	_, ok := doorman.Algorithm_Kind_name[int32(k)]
+	return ok
+}
