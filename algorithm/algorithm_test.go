@@ -65,7 +65,7 @@ func TestAllocateTables(t *testing.T) {
 		},
 		{
 			name: "proportional weights subclients", kind: ProportionalShare, capacity: 100,
-			rs:   []Requester{{1000, 3}, {1000, 1}, {0, 1}},
+			rs: []Requester{{1000, 3}, {1000, 1}, {0, 1}},
 			// equal share 20; base 60, 20, 0; leftover 20 split by excess
 			// 940 : 980.
 			want: []float64{60 + 20*940.0/1920, 20 + 20*980.0/1920, 0},
