@@ -1,0 +1,268 @@
+package lease
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/algorithm"
+	"pgregory.net/rapid"
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
+	if !set {
+		_ = flag.Set("rapid.checks", "1000")
+	}
+	os.Exit(m.Run())
+}
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func params(kind algorithm.Kind, capacity float64) Params {
+	return Params{Kind: kind, Capacity: capacity, LeaseLength: 60 * time.Second, RefreshInterval: 16 * time.Second}
+}
+
+// pastLearning returns a resource whose learning mode is already over.
+func pastLearning(kind algorithm.Kind, capacity float64) *Resource {
+	return NewResource("r", params(kind, capacity), t0.Add(-time.Hour))
+}
+
+func f(x float64) *float64 { return &x }
+
+func TestDecideFairShareConverges(t *testing.T) {
+	r := pastLearning(algorithm.FairShare, 100)
+	now := t0
+	g := r.Decide(now, Request{Client: "a", Wants: 80})
+	if g.Capacity != 80 {
+		t.Fatalf("a alone gets %v, want 80", g.Capacity)
+	}
+	if want := now.Add(60 * time.Second); !g.Expiry.Equal(want) || g.RefreshInterval != 16*time.Second {
+		t.Fatalf("lease %v/%v", g.Expiry, g.RefreshInterval)
+	}
+	// b arrives: its fair share is 50 but a still holds 80.
+	if g := r.Decide(now, Request{Client: "b", Wants: 80}); g.Capacity != 20 {
+		t.Fatalf("b gets %v, want 20 (what is free)", g.Capacity)
+	}
+	if g := r.Decide(now.Add(time.Second), Request{Client: "a", Wants: 80}); g.Capacity != 50 {
+		t.Fatalf("a refreshes to %v, want 50", g.Capacity)
+	}
+	if g := r.Decide(now.Add(2*time.Second), Request{Client: "b", Wants: 80}); g.Capacity != 50 {
+		t.Fatalf("b refreshes to %v, want 50", g.Capacity)
+	}
+	if w, h, s, n := r.Totals(); w != 160 || h != 100 || s != 2 || n != 2 {
+		t.Fatalf("totals %v %v %v %v", w, h, s, n)
+	}
+	if got := r.SafeCapacity(); got != 50 {
+		t.Fatalf("dynamic safe capacity %v, want 100/2", got)
+	}
+}
+
+func TestLearningMode(t *testing.T) {
+	// Became master at t0: learning mode lasts the lease length (60 s).
+	r := NewResource("r", params(algorithm.FairShare, 100), t0)
+	now := t0.Add(10 * time.Second)
+	if !r.Learning(now) {
+		t.Fatal("not learning 10 s after winning")
+	}
+	if g := r.Decide(now, Request{Client: "old", Wants: 90, Has: f(70)}); g.Capacity != 70 || !g.Learning {
+		t.Fatalf("claimant gets %+v, want its claimed 70", g)
+	}
+	if g := r.Decide(now, Request{Client: "new", Wants: 90}); g.Capacity != 0 {
+		t.Fatalf("new client gets %v in learning mode, want 0", g.Capacity)
+	}
+	// A claim beyond what is free is cut to what is free.
+	if g := r.Decide(now, Request{Client: "greedy", Wants: 90, Has: f(50)}); g.Capacity != 30 {
+		t.Fatalf("greedy claimant gets %v, want 30", g.Capacity)
+	}
+	after := t0.Add(61 * time.Second)
+	if r.Learning(after) {
+		t.Fatal("still learning after the lease length")
+	}
+	// After learning mode the algorithm runs (others hold 70+30 until they refresh).
+	if g := r.Decide(after, Request{Client: "new", Wants: 90}); g.Capacity != 0 || g.Learning {
+		t.Fatalf("new gets %+v with nothing free", g)
+	}
+}
+
+func TestLearningModeDurationFromTemplate(t *testing.T) {
+	p := params(algorithm.FairShare, 100)
+	p.LearningModeDuration = 5 * time.Second
+	r := NewResource("r", p, t0)
+	if r.Learning(t0.Add(5*time.Second)) || !r.Learning(t0.Add(4*time.Second)) {
+		t.Fatal("learning_mode_duration not honoured")
+	}
+}
+
+func TestNoAlgorithmAndStaticIgnoreLearningAndCapacity(t *testing.T) {
+	r := NewResource("r", params(algorithm.NoAlgorithm, 10), t0)
+	if g := r.Decide(t0, Request{Client: "a", Wants: 50}); g.Capacity != 50 {
+		t.Fatalf("NO_ALGORITHM gets %v, want 50", g.Capacity)
+	}
+	r = NewResource("r", params(algorithm.Static, 10), t0)
+	if g := r.Decide(t0, Request{Client: "a", Wants: 50, Subclients: 3}); g.Capacity != 30 {
+		t.Fatalf("STATIC gets %v, want 3×10", g.Capacity)
+	}
+}
+
+func TestCleanupAndRelease(t *testing.T) {
+	r := pastLearning(algorithm.FairShare, 100)
+	r.Decide(t0, Request{Client: "a", Wants: 60})
+	r.Decide(t0.Add(30*time.Second), Request{Client: "b", Wants: 60})
+	r.Cleanup(t0.Add(60 * time.Second)) // a's lease ends at t0+60
+	if _, ok := r.Has("a"); ok {
+		t.Fatal("expired lease of a not cleaned up")
+	}
+	if _, h, _, n := r.Totals(); n != 1 || h != 40 {
+		t.Fatalf("after cleanup: %d leases, Σ has %v", n, h)
+	}
+	r.Release("b")
+	r.Release("nobody")
+	if _, h, _, n := r.Totals(); n != 0 || h != 0 {
+		t.Fatalf("after release: %d leases, Σ has %v", n, h)
+	}
+}
+
+func TestSafeCapacityAndMaxExpiry(t *testing.T) {
+	p := params(algorithm.FairShare, 100)
+	p.HasSafeCapacity, p.SafeCapacity = true, 7
+	p.MaxExpiry = t0.Add(20 * time.Second)
+	r := NewResource("r", p, t0.Add(-time.Hour))
+	g := r.Decide(t0, Request{Client: "a", Wants: 10})
+	if g.SafeCapacity != 7 {
+		t.Fatalf("safe capacity %v, want 7", g.SafeCapacity)
+	}
+	if !g.Expiry.Equal(p.MaxExpiry) {
+		t.Fatalf("expiry %v beyond the server's own lease %v", g.Expiry, p.MaxExpiry)
+	}
+	// The server's own lease is over: nothing is granted.
+	if g := r.Decide(t0.Add(21*time.Second), Request{Client: "a", Wants: 10}); g.Capacity != 0 {
+		t.Fatalf("granted %v past the server's own lease", g.Capacity)
+	}
+}
+
+func TestBands(t *testing.T) {
+	r := pastLearning(algorithm.FairShare, 100)
+	r.Decide(t0, Request{Client: "a", Wants: 10, Priority: 1})
+	r.Decide(t0, Request{Client: "b", Wants: 20, Priority: 1, Subclients: 4})
+	r.Decide(t0, Request{Client: "c", Wants: 5, Priority: 0})
+	got := r.Bands()
+	want := []Band{{Priority: 1, Clients: 5, Wants: 30}, {Priority: 0, Clients: 1, Wants: 5}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("bands %v, want %v", got, want)
+	}
+}
+
+// Property: the tree answers every Demand query exactly like the reference
+// slice implementation, through any sequence of inserts, updates, releases
+// and expiries.
+func TestPropertyTreeMatchesSlice(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		r := pastLearning(algorithm.FairShare, 1e9)
+		now := t0
+		ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+		steps := rapid.IntRange(1, 60).Draw(t, "steps")
+		for i := 0; i < steps; i++ {
+			id := rapid.SampledFrom(ids).Draw(t, "id")
+			switch rapid.IntRange(0, 5).Draw(t, "op") {
+			case 0:
+				r.Release(id)
+			case 1:
+				now = now.Add(time.Duration(rapid.IntRange(0, 70).Draw(t, "dt")) * time.Second)
+				r.Cleanup(now)
+			default:
+				r.Decide(now, Request{Client: id,
+					Wants:      float64(rapid.IntRange(0, 100).Draw(t, "wants")),
+					Subclients: int64(rapid.IntRange(1, 4).Draw(t, "sub"))})
+			}
+		}
+		var ref algorithm.Slice
+		for _, l := range r.Leases() {
+			ref = append(ref, algorithm.Requester{Wants: l.Wants, Subclients: float64(l.Subclients)})
+		}
+		tw, ts := r.tree.Totals()
+		rw, rs := ref.Totals()
+		if tw != rw || ts != rs || r.tree.count() != len(ref) {
+			t.Fatalf("totals tree (%v,%v,%d) slice (%v,%v,%d)", tw, ts, r.tree.count(), rw, rs, len(ref))
+		}
+		level := rapid.Float64Range(0, 120).Draw(t, "level")
+		bw, bs := r.tree.Below(level)
+		sw, ss := ref.Below(level)
+		if math.Abs(bw-sw) > 1e-9 || bs != ss {
+			t.Fatalf("Below(%v): tree (%v,%v) slice (%v,%v)", level, bw, bs, sw, ss)
+		}
+		capacity := rapid.Float64Range(0, 500).Draw(t, "capacity")
+		tl, sl := r.tree.WaterLevel(capacity), ref.WaterLevel(capacity)
+		if !(tl == sl || math.Abs(tl-sl) <= 1e-9*math.Max(1, sl)) {
+			t.Fatalf("WaterLevel(%v): tree %v slice %v", capacity, tl, sl)
+		}
+	})
+}
+
+// Property: at every moment, the unexpired leases of a sharing resource
+// add up to at most its capacity, through arrivals, changing wants,
+// releases, time passing and learning mode.
+func TestPropertyNeverOvercommits(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		kind := rapid.SampledFrom([]algorithm.Kind{algorithm.FairShare, algorithm.ProportionalShare}).Draw(t, "kind")
+		capacity := rapid.Float64Range(0, 1000).Draw(t, "capacity")
+		r := NewResource("r", params(kind, capacity), t0)
+		now := t0
+		ids := []string{"a", "b", "c", "d", "e", "f"}
+		steps := rapid.IntRange(1, 100).Draw(t, "steps")
+		for i := 0; i < steps; i++ {
+			id := rapid.SampledFrom(ids).Draw(t, "id")
+			switch rapid.IntRange(0, 6).Draw(t, "op") {
+			case 0:
+				r.Release(id)
+			case 1:
+				now = now.Add(time.Duration(rapid.IntRange(0, 30).Draw(t, "dt")) * time.Second)
+			default:
+				var has *float64
+				if rapid.Bool().Draw(t, "claims") {
+					has = f(rapid.Float64Range(0, 1000).Draw(t, "claim"))
+				}
+				wants := rapid.Float64Range(0, 500).Draw(t, "wants")
+				g := r.Decide(now, Request{Client: id, Wants: wants, Has: has, Subclients: int64(rapid.IntRange(1, 3).Draw(t, "sub"))})
+				if g.Capacity < 0 || (!g.Learning && g.Capacity > wants+1e-9) {
+					t.Fatalf("grant %v for wants %v", g.Capacity, wants)
+				}
+			}
+			r.Cleanup(now)
+			sum := 0.0
+			for _, l := range r.Leases() {
+				sum += l.Has
+			}
+			if sum > capacity+1e-6 {
+				t.Fatalf("Σ unexpired leases %v > capacity %v", sum, capacity)
+			}
+		}
+	})
+}
+
+// BenchmarkDecide measures one GetCapacity decision (a refresh by an
+// existing client with changing wants) on one resource with n clients.
+func BenchmarkDecide(b *testing.B) {
+	for _, kind := range []algorithm.Kind{algorithm.FairShare, algorithm.ProportionalShare} {
+		for _, n := range []int{10, 1000, 100000} {
+			b.Run(fmt.Sprintf("%v/clients=%d", kind, n), func(b *testing.B) {
+				r := pastLearning(kind, float64(n)*50)
+				ids := make([]string, n)
+				for i := range ids {
+					ids[i] = fmt.Sprintf("client-%d", i)
+					r.Decide(t0, Request{Client: ids[i], Wants: float64(i % 100)})
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; b.Loop(); i++ {
+					r.Decide(t0, Request{Client: ids[i%n], Wants: float64((i * 7) % 100)})
+				}
+			})
+		}
+	}
+}
