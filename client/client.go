@@ -1,0 +1,462 @@
+// Package client is Sluice's Go client library: it leases capacity for a
+// process's resources from a capacity server (Sluice or Doorman) and keeps
+// the leases fresh, so the process can enforce them locally with the
+// limiters of package ratelimit.
+//
+// One Client carries all of its resources in one bulk GetCapacity request,
+// sent at the smallest refresh interval among its leases and at once when a
+// resource is added or asks for a different capacity. It follows mastership
+// redirects, retries failures with capped exponential backoff and jitter,
+// and when a lease expires without renewal falls back to its mode:
+// pessimistic (0), optimistic (what it wants) or safe (the server's safe
+// capacity, the default).
+//
+// Source: doorman-design.md, "Client operation", "Client library",
+// "Optimistic, pessimistic and safe mode operation".
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+)
+
+// Mode is what a resource does when its lease has expired without renewal.
+//
+// Source: doorman-design.md, "Optimistic, pessimistic and safe mode
+// operation".
+type Mode int
+
+const (
+	// Safe uses the safe capacity the server last sent (the template's, or
+	// the server's capacity ÷ clients). It is the default. Before any
+	// answer from a server the safe capacity is unknown and counts as 0.
+	Safe Mode = iota
+	// Pessimistic behaves as if capacity 0 was granted.
+	Pessimistic
+	// Optimistic behaves as if what the resource wants was granted.
+	Optimistic
+)
+
+// String returns "safe", "pessimistic" or "optimistic".
+func (m Mode) String() string {
+	switch m {
+	case Safe:
+		return "safe"
+	case Pessimistic:
+		return "pessimistic"
+	case Optimistic:
+		return "optimistic"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// ParseMode parses "safe", "pessimistic" or "optimistic".
+func ParseMode(s string) (Mode, error) {
+	for _, m := range []Mode{Safe, Pessimistic, Optimistic} {
+		if strings.EqualFold(s, m.String()) {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown mode %q (want safe, pessimistic or optimistic)", s)
+}
+
+// Backoff limits for failed RPCs: the delay starts at MinBackoff, doubles
+// per failure up to MaxBackoff, with full jitter.
+const (
+	MinBackoff = 100 * time.Millisecond
+	MaxBackoff = 10 * time.Second
+)
+
+// DefaultRefreshInterval is how often a client asks when it holds no lease
+// that says otherwise.
+const DefaultRefreshInterval = 5 * time.Second
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithMode sets the fallback mode of every resource (default Safe).
+func WithMode(m Mode) Option { return func(c *Client) { c.mode = m } }
+
+// WithID sets the client id instead of the generated host:pid:n.
+func WithID(id string) Option { return func(c *Client) { c.id = id } }
+
+// WithHTTPClient sets the HTTP client used for RPCs (for TLS, say). It
+// must speak HTTP/2 for the gRPC protocol.
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.log = l } }
+
+// WithJSON makes the client speak Connect's JSON over HTTP/1.1 instead of
+// gRPC (for proxies that do not pass gRPC). Doorman servers need gRPC.
+func WithJSON() Option { return func(c *Client) { c.json = true } }
+
+// Client leases capacity for a set of resources from a capacity server.
+// It is safe for concurrent use. Close it to release its leases.
+type Client struct {
+	id    string
+	mode  Mode
+	http  *http.Client
+	log   *slog.Logger
+	json  bool
+	addrs []string
+
+	mu        sync.Mutex
+	addr      string // current master (or candidate) address
+	stub      doormanconnect.CapacityClient
+	resources map[string]*Resource
+	closed    bool
+
+	wake   chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+var clientSeq atomic.Int64
+
+// NewID returns a client id unique in this process and across hosts and
+// processes: host:pid:n.
+//
+// Source: doorman-design.md, "Client identifier".
+func NewID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return fmt.Sprintf("%s:%d:%d", host, os.Getpid(), clientSeq.Add(1))
+}
+
+// New returns a client of the server at addr (host:port, or several
+// separated by commas: it uses the first and moves on to the next when one
+// fails or redirects it). It starts the refresh loop; it does not wait for
+// the server.
+func New(addr string, opts ...Option) (*Client, error) {
+	var addrs []string
+	for _, a := range strings.Split(addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, errors.New("client: no server address")
+	}
+	c := &Client{
+		addrs:     addrs,
+		resources: make(map[string]*Resource),
+		wake:      make(chan struct{}, 1),
+		done:      make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.id == "" {
+		c.id = NewID()
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if c.http == nil {
+		tr := &http.Transport{}
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+		tr.Protocols.SetHTTP1(true)
+		c.http = &http.Client{Transport: tr}
+	}
+	c.setAddr(addrs[0])
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	go c.loop(ctx)
+	return c, nil
+}
+
+// ID returns the client id.
+func (c *Client) ID() string { return c.id }
+
+// Server returns the address the client currently talks to.
+func (c *Client) Server() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addr
+}
+
+func (c *Client) setAddr(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.setAddrLocked(addr)
+}
+
+func (c *Client) setAddrLocked(addr string) {
+	if addr == c.addr && c.stub != nil {
+		return
+	}
+	c.addr = addr
+	url := addr
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	var opts []connect.ClientOption
+	if !c.json {
+		opts = append(opts, connect.WithGRPC())
+	}
+	c.stub = doormanconnect.NewCapacityClient(c.http, url, opts...)
+}
+
+// Resource returns a handle on resource id asking for wants (priority 0).
+// It registers the resource and triggers a prompt request; until the
+// first lease arrives the resource's capacity is its fallback (see Mode).
+// It returns an error if the client is closed, the id is empty, wants is
+// negative or not finite, or the resource is already registered.
+func (c *Client) Resource(id string, wants float64) (*Resource, error) {
+	return c.ResourceWithPriority(id, wants, 0)
+}
+
+// ResourceWithPriority is Resource with a priority (higher is more
+// important; how it is used is up to the resource's algorithm).
+func (c *Client) ResourceWithPriority(id string, wants float64, priority int64) (*Resource, error) {
+	if id == "" {
+		return nil, errors.New("client: empty resource id")
+	}
+	if err := checkWants(wants); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if _, ok := c.resources[id]; ok {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("client: resource %q already registered", id)
+	}
+	r := &Resource{c: c, id: id, wants: wants, priority: priority, mode: c.mode}
+	c.resources[id] = r
+	c.mu.Unlock()
+	c.poke()
+	return r, nil
+}
+
+// ErrClosed is returned when using a closed client or released resource.
+var ErrClosed = errors.New("client: closed")
+
+func checkWants(w float64) error {
+	if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
+		return fmt.Errorf("client: wants %v must be finite and ≥ 0", w)
+	}
+	return nil
+}
+
+// poke makes the refresh loop send a request now.
+func (c *Client) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close releases every resource (one ReleaseCapacity RPC, best effort,
+// bounded by a 2 s timeout) and stops the refresh loop.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	ids := make([]string, 0, len(c.resources))
+	for id, r := range c.resources {
+		ids = append(ids, id)
+		r.markReleased()
+	}
+	c.resources = map[string]*Resource{}
+	c.mu.Unlock()
+	c.cancel()
+	<-c.done
+	if len(ids) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return c.release(ctx, ids)
+}
+
+func (c *Client) release(ctx context.Context, ids []string) error {
+	c.mu.Lock()
+	stub := c.stub
+	c.mu.Unlock()
+	_, err := stub.ReleaseCapacity(ctx, connect.NewRequest(&pb.ReleaseCapacityRequest{
+		ClientId: proto.String(c.id), ResourceId: ids,
+	}))
+	return err
+}
+
+// loop is the bottom half: it refreshes all leases in one bulk request
+// whenever the earliest refresh is due, a resource asks, or a retry is
+// due, and applies fallbacks when leases expire.
+func (c *Client) loop(ctx context.Context) {
+	defer close(c.done)
+	failures := 0
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-c.wake:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		}
+		next, err := c.refresh(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			failures++
+			next = backoff(failures)
+			c.log.Debug("sluice client: refresh failed", "client", c.id, "server", c.Server(), "err", err, "retry_in", next)
+			c.rotate()
+		} else {
+			failures = 0
+		}
+		// Do not sleep past a lease expiry: the fallback must apply then.
+		if exp, ok := c.nextExpiry(); ok {
+			if d := time.Until(exp); d < next {
+				next = max(d, 0)
+			}
+		}
+		timer.Reset(next)
+	}
+}
+
+// backoff returns the delay after n consecutive failures: capped
+// exponential with full jitter.
+func backoff(n int) time.Duration {
+	d := MinBackoff << min(n-1, 20)
+	if d > MaxBackoff || d <= 0 {
+		d = MaxBackoff
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// rotate moves to the next configured address after a failure.
+func (c *Client) rotate() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.addrs) < 2 {
+		return
+	}
+	i := 0
+	for j, a := range c.addrs {
+		if a == c.addr {
+			i = j + 1
+		}
+	}
+	c.setAddrLocked(c.addrs[i%len(c.addrs)])
+}
+
+func (c *Client) nextExpiry() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var exp time.Time
+	now := time.Now()
+	for _, r := range c.resources {
+		r.mu.Lock()
+		if r.hasLease && r.expiry.After(now) && (exp.IsZero() || r.expiry.Before(exp)) {
+			exp = r.expiry
+		}
+		r.mu.Unlock()
+	}
+	return exp, !exp.IsZero()
+}
+
+// refresh sends one bulk GetCapacity for every resource, following up to
+// a few mastership redirects, and returns when to refresh next.
+func (c *Client) refresh(ctx context.Context) (time.Duration, error) {
+	now := time.Now()
+	c.mu.Lock()
+	rs := make([]*Resource, 0, len(c.resources))
+	for _, r := range c.resources {
+		rs = append(rs, r)
+	}
+	c.mu.Unlock()
+	for _, r := range rs {
+		r.expire(now)
+	}
+	if len(rs) == 0 {
+		return DefaultRefreshInterval, nil
+	}
+	req := &pb.GetCapacityRequest{ClientId: proto.String(c.id)}
+	for _, r := range rs {
+		req.Resource = append(req.Resource, r.request(now))
+	}
+	for redirects := 0; ; redirects++ {
+		c.mu.Lock()
+		stub, addr := c.stub, c.addr
+		c.mu.Unlock()
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := stub.GetCapacity(rctx, connect.NewRequest(req))
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("GetCapacity to %s: %w", addr, err)
+		}
+		if m := resp.Msg.Mastership; m != nil {
+			master := m.GetMasterAddress()
+			if master == "" || master == addr || redirects >= 3 {
+				return 0, fmt.Errorf("GetCapacity to %s: not the master (master %q)", addr, master)
+			}
+			c.log.Debug("sluice client: following mastership redirect", "from", addr, "to", master)
+			c.setAddr(master)
+			continue
+		}
+		return c.apply(resp.Msg, rs, time.Now()), nil
+	}
+}
+
+// apply stores the leases of a response and returns when to refresh next:
+// the smallest refresh interval among the leases.
+func (c *Client) apply(resp *pb.GetCapacityResponse, rs []*Resource, now time.Time) time.Duration {
+	byID := make(map[string]*Resource, len(rs))
+	for _, r := range rs {
+		byID[r.id] = r
+	}
+	next := time.Duration(0)
+	for _, rr := range resp.GetResponse() {
+		r := byID[rr.GetResourceId()]
+		if r == nil {
+			continue
+		}
+		g := rr.GetGets()
+		ri := time.Duration(g.GetRefreshInterval()) * time.Second
+		if ri <= 0 {
+			ri = DefaultRefreshInterval
+		}
+		r.grant(g.GetCapacity(), time.Unix(g.GetExpiryTime(), 0), ri, rr.SafeCapacity, now)
+		if next == 0 || ri < next {
+			next = ri
+		}
+	}
+	if next == 0 {
+		next = DefaultRefreshInterval
+	}
+	return next
+}

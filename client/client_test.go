@@ -1,0 +1,227 @@
+package client_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluice-rl/sluice/client"
+	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/server"
+)
+
+const cfg = `
+resources:
+  - identifier_glob: fair
+    capacity: 100
+    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 1, learning_mode_duration: 0}
+  - identifier_glob: other
+    capacity: 10
+    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 30, learning_mode_duration: 0}
+  - identifier_glob: short
+    capacity: 100
+    safe_capacity: 7
+    algorithm: {kind: FAIR_SHARE, lease_length: 2, refresh_interval: 1, learning_mode_duration: 0}
+`
+
+type testServer struct {
+	*server.Server
+	addr     string
+	requests atomic.Int64 // GetCapacity RPCs
+	hs       *http.Server
+}
+
+func startServer(t *testing.T) *testServer {
+	t.Helper()
+	repo, err := config.Parse([]byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{addr: lis.Addr().String()}
+	ts.Server = server.New(server.Options{Address: ts.addr, Config: repo})
+	h := ts.Handler()
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	ts.hs = &http.Server{Protocols: p, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/GetCapacity") {
+			ts.requests.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	})}
+	go func() { _ = ts.hs.Serve(lis) }()
+	t.Cleanup(func() { ts.hs.Close() })
+	return ts
+}
+
+// eventually waits (up to 10 s) for cond to hold; it checks an outcome, not
+// a timing.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestLeaseAskAndBulk(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ts := startServer(t)
+	c, err := client.New(ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fair, err := c.Resource("fair", 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.Resource("other", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both leases", func() bool { return fair.Capacity() == 30 && other.Capacity() == 4 })
+	if _, err := c.Resource("fair", 1); err == nil {
+		t.Fatal("registering a resource twice succeeded")
+	}
+	// Both resources ride in one bulk request: the server holds a lease
+	// for each under the same client id.
+	for _, id := range []string{"fair", "other"} {
+		st, err := ts.Status(id)
+		if err != nil || len(st.Leases) != 1 || st.Leases[0].Client != c.ID() {
+			t.Fatalf("%s: %+v %v", id, st, err)
+		}
+	}
+	changes := fair.Changes()
+	if err := fair.Ask(60); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "new lease after Ask", func() bool { return fair.Capacity() == 60 })
+	select {
+	case v := <-changes:
+		if v != 60 {
+			t.Fatalf("change notification %v, want 60", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no change notification")
+	}
+	if err := fair.Ask(-1); err == nil {
+		t.Fatal("Ask(-1) succeeded")
+	}
+	// The refresh interval is the smallest among the leases (1 s, not
+	// 30 s): a few seconds see several bulk requests.
+	before := ts.requests.Load()
+	eventually(t, "refreshes at the 1 s interval", func() bool { return ts.requests.Load() >= before+2 })
+}
+
+func TestFairShareBetweenClients(t *testing.T) {
+	ts := startServer(t)
+	a, _ := client.New(ts.addr)
+	defer a.Close()
+	b, _ := client.New(ts.addr)
+	defer b.Close()
+	if a.ID() == b.ID() {
+		t.Fatalf("two clients share id %q", a.ID())
+	}
+	ra, _ := a.Resource("fair", 80)
+	rb, _ := b.Resource("fair", 80)
+	eventually(t, "fair shares 50/50", func() bool { return ra.Capacity() == 50 && rb.Capacity() == 50 })
+	// Release gives the capacity back to the other client.
+	if err := ra.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if ra.Capacity() != 0 {
+		t.Fatalf("released resource has capacity %v", ra.Capacity())
+	}
+	eventually(t, "b takes what a released", func() bool { return rb.Capacity() == 80 })
+}
+
+func TestFollowsMastershipRedirect(t *testing.T) {
+	master := startServer(t)
+	follower := startServer(t)
+	follower.SetMastership(false, master.addr)
+	c, _ := client.New(follower.addr)
+	defer c.Close()
+	r, _ := c.Resource("fair", 10)
+	eventually(t, "lease from the master", func() bool { return r.Capacity() == 10 })
+	if c.Server() != master.addr {
+		t.Fatalf("client talks to %s, want master %s", c.Server(), master.addr)
+	}
+}
+
+func TestFailsOverToNextAddress(t *testing.T) {
+	ts := startServer(t)
+	dead, _ := net.Listen("tcp", "127.0.0.1:0")
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	c, _ := client.New(deadAddr + "," + ts.addr)
+	defer c.Close()
+	r, _ := c.Resource("fair", 10)
+	eventually(t, "lease via the second address", func() bool { return r.Capacity() == 10 })
+}
+
+func TestFallbackModes(t *testing.T) {
+	for _, tt := range []struct {
+		mode client.Mode
+		want float64
+	}{
+		{client.Safe, 7},
+		{client.Pessimistic, 0},
+		{client.Optimistic, 30},
+	} {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			ts := startServer(t)
+			c, _ := client.New(ts.addr, client.WithMode(tt.mode))
+			defer c.Close()
+			r, _ := c.Resource("short", 30)
+			eventually(t, "first lease", func() bool { return r.Capacity() == 30 })
+			// The server goes away; the lease (2 s) runs out.
+			ts.hs.Close()
+			eventually(t, "fallback after expiry", func() bool {
+				_, _, _, ok := r.Lease()
+				return !ok && r.Capacity() == tt.want
+			})
+		})
+	}
+}
+
+func TestCloseReleases(t *testing.T) {
+	ts := startServer(t)
+	c, _ := client.New(ts.addr)
+	r, _ := c.Resource("fair", 10)
+	eventually(t, "lease", func() bool { return r.Capacity() == 10 })
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := ts.Status("fair")
+	if err == nil && len(st.Leases) != 0 {
+		t.Fatalf("leases after Close: %+v", st.Leases)
+	}
+	if _, err := c.Resource("x", 1); err == nil {
+		t.Fatal("Resource on a closed client succeeded")
+	}
+}
+
+func TestParseMode(t *testing.T) {
+	for _, s := range []string{"safe", "Pessimistic", "OPTIMISTIC"} {
+		if _, err := client.ParseMode(s); err != nil {
+			t.Errorf("ParseMode(%q): %v", s, err)
+		}
+	}
+	if _, err := client.ParseMode("yolo"); err == nil {
+		t.Error("ParseMode(yolo) succeeded")
+	}
+}

@@ -1,0 +1,449 @@
+// Package demo is `sluice demo`: Sluice's main job on an embedded default.
+// It starts on loopback a capacity server with an embedded configuration,
+// a real HTTP target that counts the requests it receives each second, and
+// several clients, each with its own Sluice client and its own connection,
+// each sending real HTTP requests to the target as fast as its lease
+// allows, with demand that changes during the run. It reports, per second,
+// the capacity, the sum of the leases and the requests the target saw, and
+// at the end the utilization, the worst overshoot and each client's share
+// next to its max-min fair share.
+package demo
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-rl/sluice/algorithm"
+	"github.com/sluice-rl/sluice/client"
+	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/ratelimit"
+	"github.com/sluice-rl/sluice/server"
+)
+
+//go:embed config.yaml
+var configYAML []byte
+
+// ResourceID is the resource the demo's clients share.
+const ResourceID = "demo/api"
+
+// Options configures a demo run.
+type Options struct {
+	// Duration of the run (default 30 s).
+	Duration time.Duration
+	// Clients is the number of clients (default 6, at least 1).
+	Clients int
+	// Out receives the per-second lines and the summary table; nil
+	// discards them.
+	Out io.Writer
+	// Logger for the server and clients (default: discard).
+	Logger *slog.Logger
+}
+
+// Second is one second of the run as the target saw it.
+type Second struct {
+	Second     int     `json:"second"`
+	Capacity   float64 `json:"capacity"`
+	SumLeases  float64 `json:"sum_leases"`
+	Demand     float64 `json:"demand"`
+	Requests   int64   `json:"requests"`
+	Counted    bool    `json:"counted"`
+	Overshoot  float64 `json:"overshoot_percent"`
+	Utilizatio float64 `json:"utilization"`
+}
+
+// ClientSummary is one client's outcome.
+type ClientSummary struct {
+	Name        string  `json:"name"`
+	ID          string  `json:"id"`
+	Profile     string  `json:"profile"`
+	MeanRPS     float64 `json:"mean_rps"`
+	MeanFairRPS float64 `json:"mean_fair_share_rps"`
+	Requests    int64   `json:"requests"`
+}
+
+// Summary is the outcome of a run. UtilizationMean is the mean, over the
+// seconds after the first lease round, of target requests ÷ min(capacity,
+// total demand); OvershootMaxPercent is the worst one-second excess of the
+// target's requests over capacity, in percent of capacity (0 if never
+// over).
+type Summary struct {
+	Capacity            float64         `json:"capacity"`
+	DurationSeconds     int             `json:"duration_seconds"`
+	UtilizationMean     float64         `json:"utilization_mean"`
+	OvershootMaxPercent float64         `json:"overshoot_max_percent"`
+	SecondsOver102      int             `json:"seconds_over_102_percent"`
+	Clients             []ClientSummary `json:"clients"`
+	Seconds             []Second        `json:"seconds"`
+}
+
+// profile is a client's demand over the run: wants (requests per second)
+// at elapsed fraction f of the run and second s; leave reports when it
+// releases its lease and stops.
+type profile struct {
+	name  string
+	wants func(f float64, s int) float64
+	leave float64 // fraction of the run at which it leaves; 0 = never
+}
+
+var profiles = []profile{
+	{name: "steady 300", wants: func(float64, int) float64 { return 300 }},
+	{name: "greedy 900", wants: func(float64, int) float64 { return 900 }},
+	{name: "idle, then bursts to 600", wants: func(f float64, _ int) float64 {
+		if f < 0.3 {
+			return 0
+		}
+		return 600
+	}},
+	{name: "250, leaves early", wants: func(float64, int) float64 { return 250 }, leave: 0.65},
+	{name: "small 60", wants: func(float64, int) float64 { return 60 }},
+	{name: "wave 150/450", wants: func(_ float64, s int) float64 {
+		if (s/5)%2 == 0 {
+			return 150
+		}
+		return 450
+	}},
+}
+
+// workersPerClient is how many goroutines of one client send requests
+// concurrently (sharing the client's limiter).
+const workersPerClient = 4
+
+// warmup is how many seconds at the start are not counted: the first lease
+// round.
+const warmup = 2
+
+// Run runs the demo until opts.Duration has passed or ctx is done, and
+// returns the summary.
+func Run(ctx context.Context, opts Options) (*Summary, error) {
+	if opts.Duration <= 0 {
+		opts.Duration = 30 * time.Second
+	}
+	if opts.Clients <= 0 {
+		opts.Clients = 6
+	}
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	repo, err := config.Parse(configYAML)
+	if err != nil {
+		return nil, fmt.Errorf("demo: embedded config: %w", err)
+	}
+	tmpl, _ := repo.Find(ResourceID)
+	capacity := tmpl.Capacity
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// The capacity server.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := server.New(server.Options{ID: lis.Addr().String(), Address: lis.Addr().String(), Config: repo, Logger: opts.Logger})
+	hs := &http.Server{Handler: srv.Handler(), Protocols: h2c()}
+	go func() { _ = hs.Serve(lis) }()
+	defer hs.Close()
+	go func() { _ = srv.Run(ctx, time.Second) }()
+
+	// The target: counts requests per second since start.
+	start := time.Now()
+	seconds := int(math.Ceil(opts.Duration.Seconds()))
+	counts := make([]atomic.Int64, seconds+2)
+	tlis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	target := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if s := int(time.Since(start) / time.Second); s >= 0 && s < len(counts) {
+			counts[s].Add(1)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	go func() { _ = target.Serve(tlis) }()
+	defer target.Close()
+	targetURL := "http://" + tlis.Addr().String() + "/"
+
+	// The clients.
+	runs := make([]*clientRun, opts.Clients)
+	var wg sync.WaitGroup
+	for i := range runs {
+		p := profiles[i%len(profiles)]
+		cr, err := startClient(ctx, i, p, lis.Addr().String(), targetURL, opts)
+		if err != nil {
+			return nil, err
+		}
+		runs[i] = cr
+		wg.Add(1)
+		go func() { defer wg.Done(); cr.run(ctx, start, opts.Duration) }()
+	}
+
+	sum := &Summary{Capacity: capacity, DurationSeconds: seconds}
+	fairTotals := make([]float64, len(runs))
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	fmt.Fprintf(opts.Out, "sluice demo: server %s, target %s, %d clients, capacity %.0f req/s on %q, %v\n",
+		lis.Addr(), tlis.Addr(), len(runs), capacity, ResourceID, opts.Duration)
+	fmt.Fprintf(opts.Out, "%4s %9s %10s %9s %9s %7s\n", "sec", "capacity", "Σ leases", "demand", "target", "util")
+	for s := 0; s < seconds; s++ {
+		select {
+		case <-ctx.Done():
+			cancel()
+			wg.Wait()
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+		// Second s is complete (requests arriving a little late still
+		// land in their own second's counter).
+		sec := Second{Second: s, Capacity: capacity, Requests: counts[s].Load(), Counted: s >= warmup}
+		reqs := make([]algorithm.Requester, len(runs))
+		for i, cr := range runs {
+			w := cr.wantsAt(s)
+			sec.Demand += w
+			reqs[i] = algorithm.Requester{Wants: w, Subclients: 1}
+			sec.SumLeases += cr.leased()
+		}
+		fair := algorithm.Allocate(algorithm.FairShare, capacity, reqs)
+		if sec.Counted {
+			for i := range fair {
+				fairTotals[i] += fair[i]
+			}
+		}
+		if want := math.Min(capacity, sec.Demand); want > 0 {
+			sec.Utilizatio = float64(sec.Requests) / want
+		} else {
+			sec.Utilizatio = 1
+		}
+		sec.Overshoot = math.Max(0, (float64(sec.Requests)-capacity)/capacity*100)
+		sum.Seconds = append(sum.Seconds, sec)
+		fmt.Fprintf(opts.Out, "%4d %9.0f %10.1f %9.0f %9d %6.1f%%\n", s, capacity, sec.SumLeases, sec.Demand, sec.Requests, sec.Utilizatio*100)
+	}
+	cancel()
+	wg.Wait()
+	for _, cr := range runs {
+		cr.close()
+	}
+
+	counted := 0
+	for _, sec := range sum.Seconds {
+		if !sec.Counted {
+			continue
+		}
+		counted++
+		sum.UtilizationMean += sec.Utilizatio
+		sum.OvershootMaxPercent = math.Max(sum.OvershootMaxPercent, sec.Overshoot)
+		if float64(sec.Requests) > 1.02*capacity {
+			sum.SecondsOver102++
+		}
+	}
+	if counted > 0 {
+		sum.UtilizationMean /= float64(counted)
+	}
+	for i, cr := range runs {
+		cs := ClientSummary{Name: fmt.Sprintf("client-%d", i+1), ID: cr.c.ID(), Profile: cr.p.name}
+		var n int64
+		for s := warmup; s < seconds && s < len(cr.sent); s++ {
+			n += cr.sent[s].Load()
+		}
+		cs.Requests = cr.total.Load()
+		if counted > 0 {
+			cs.MeanRPS = float64(n) / float64(counted)
+			cs.MeanFairRPS = fairTotals[i] / float64(counted)
+		}
+		sum.Clients = append(sum.Clients, cs)
+	}
+	return sum, nil
+}
+
+// PrintSummary writes the summary as a table.
+func PrintSummary(w io.Writer, s *Summary) {
+	fmt.Fprintf(w, "\nsummary over seconds %d..%d (after the first lease round):\n", warmup, s.DurationSeconds-1)
+	fmt.Fprintf(w, "  mean utilization      %.1f%%  (target requests/s ÷ min(capacity, demand))\n", s.UtilizationMean*100)
+	fmt.Fprintf(w, "  worst overshoot       %.2f%% of capacity %.0f  (%d seconds above 102%%)\n", s.OvershootMaxPercent, s.Capacity, s.SecondsOver102)
+	fmt.Fprintf(w, "  %-10s %-26s %10s %16s\n", "client", "demand", "mean req/s", "max-min fair req/s")
+	for _, c := range s.Clients {
+		fmt.Fprintf(w, "  %-10s %-26s %10.1f %16.1f\n", c.Name, c.Profile, c.MeanRPS, c.MeanFairRPS)
+	}
+}
+
+// PrintJSON writes the summary as one JSON object (without the
+// per-second series when brief is set).
+func PrintJSON(w io.Writer, s *Summary, brief bool) error {
+	out := *s
+	if brief {
+		out.Seconds = nil
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func h2c() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return p
+}
+
+// clientRun is one demo client: its Sluice client, resource, limiter and
+// HTTP client.
+type clientRun struct {
+	i       int
+	p       profile
+	c       *client.Client
+	res     *client.Resource
+	lim     *ratelimit.Limiter
+	http    *http.Client
+	url     string
+	mu      sync.Mutex
+	wants   float64
+	left    atomic.Bool
+	sent    []atomic.Int64
+	total   atomic.Int64
+	seconds int
+}
+
+func startClient(_ context.Context, i int, p profile, serverAddr, url string, opts Options) (*clientRun, error) {
+	c, err := client.New(serverAddr, client.WithLogger(opts.Logger))
+	if err != nil {
+		return nil, err
+	}
+	seconds := int(math.Ceil(opts.Duration.Seconds()))
+	cr := &clientRun{
+		i: i, p: p, c: c, url: url, seconds: seconds,
+		sent: make([]atomic.Int64, seconds+2),
+		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workersPerClient}},
+		wants: p.wants(0, 0),
+		// Almost no stored permits: the demo measures each second against
+		// capacity, and a client holding a second of permits could spend
+		// them in a burst.
+		lim: ratelimit.NewLimiter(0, 0.02),
+	}
+	res, err := c.Resource(ResourceID, cr.wants)
+	if err != nil {
+		return nil, err
+	}
+	cr.res = res
+	res.OnChange(func(float64) { cr.updateRate() })
+	return cr, nil
+}
+
+// updateRate sets the limiter to min(lease, wants): a client never sends
+// more than its lease, nor more than its workload.
+func (cr *clientRun) updateRate() {
+	cr.mu.Lock()
+	w := cr.wants
+	cr.mu.Unlock()
+	cr.lim.SetRate(math.Min(cr.res.Capacity(), w))
+}
+
+// wantsAt returns the client's demand during second s (0 once it left).
+func (cr *clientRun) wantsAt(s int) float64 {
+	if cr.gone(s) {
+		return 0
+	}
+	return cr.p.wants(float64(s)/float64(cr.seconds), s)
+}
+
+// gone reports whether the client has left by second s (it leaves at a
+// whole second, so each second has one demand).
+func (cr *clientRun) gone(s int) bool {
+	return cr.p.leave > 0 && s >= int(cr.p.leave*float64(cr.seconds))
+}
+
+func (cr *clientRun) leased() float64 {
+	if cr.left.Load() {
+		return 0
+	}
+	c, _, _, ok := cr.res.Lease()
+	if !ok {
+		return 0
+	}
+	return c
+}
+
+func (cr *clientRun) run(ctx context.Context, start time.Time, d time.Duration) {
+	var wg sync.WaitGroup
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for range workersPerClient {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if err := cr.lim.Wait(wctx); err != nil {
+					return
+				}
+				req, _ := http.NewRequestWithContext(wctx, http.MethodGet, cr.url, nil)
+				resp, err := cr.http.Do(req)
+				if err != nil {
+					if wctx.Err() != nil {
+						return
+					}
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if s := int(time.Since(start) / time.Second); s < len(cr.sent) {
+					cr.sent[s].Add(1)
+				}
+				cr.total.Add(1)
+			}
+		}()
+	}
+	// Follow the demand profile.
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			stop()
+			wg.Wait()
+			return
+		case <-t.C:
+		}
+		elapsed := time.Since(start)
+		s := int(elapsed / time.Second)
+		f := elapsed.Seconds() / d.Seconds()
+		if cr.gone(s) {
+			if !cr.left.Swap(true) {
+				stop()
+				rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				err := cr.res.Release(rctx)
+				cancel()
+				if err != nil && !errors.Is(err, context.Canceled) {
+					slog.Debug("demo: release", "err", err)
+				}
+				cr.lim.SetRate(0)
+			}
+			continue
+		}
+		w := cr.p.wants(f, s)
+		cr.mu.Lock()
+		changed := w != cr.wants
+		cr.wants = w
+		cr.mu.Unlock()
+		if changed {
+			_ = cr.res.Ask(w)
+			cr.updateRate()
+		}
+	}
+}
+
+func (cr *clientRun) close() {
+	_ = cr.c.Close()
+	cr.http.CloseIdleConnections()
+}

@@ -1,0 +1,510 @@
+// Package server is Sluice's capacity server: the RPC handlers of the
+// Doorman service doorman.Capacity over the lease core (package lease),
+// with locking, configuration, mastership and metrics. Transport is Connect:
+// one handler serves gRPC (what a Doorman client speaks), gRPC-Web and JSON
+// over HTTP (POST /doorman.Capacity/<Method>, Content-Type:
+// application/json) on the same port.
+//
+// Source: doorman-design.md, "Server operation"; doorman-wire.md.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-rl/sluice/algorithm"
+	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/lease"
+)
+
+// Limits on the size of a request. A request beyond them is rejected with
+// InvalidArgument.
+const (
+	MaxResourcesPerRequest = 10_000
+	MaxIDLength            = 1024
+	MaxBandsPerResource    = 1024
+	MaxRequestBytes        = 8 << 20
+)
+
+// Defaults for a resource that matches no template: it is granted what it
+// asks (NO_ALGORITHM, per doorman-design.md, "Root server configuration").
+const (
+	DefaultLeaseLength     = 60 * time.Second
+	DefaultRefreshInterval = 16 * time.Second
+)
+
+// Options configures a Server.
+type Options struct {
+	// ID identifies this server (as a client of its parent, and in logs).
+	ID string
+	// Address is the address clients should use to reach this server,
+	// reported in Discovery and mastership redirects.
+	Address string
+	// Config is the resource configuration; nil means no templates (every
+	// resource is granted what it asks).
+	Config *config.Repository
+	// Now returns the current time; nil means time.Now. Tests and the
+	// simulator pass a fake clock.
+	Now func() time.Time
+	// Logger receives structured logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Registry receives the server's metrics; nil means a new registry,
+	// served at /metrics by Handler.
+	Registry *prometheus.Registry
+}
+
+// Server is a capacity server. It is safe for concurrent use: a server-wide
+// RWMutex guards the resource map and mastership, and each resource has a
+// mutex of its own, so decisions on different resources run in parallel.
+type Server struct {
+	opts    Options
+	now     func() time.Time
+	log     *slog.Logger
+	metrics *metrics
+
+	mu          sync.RWMutex
+	cfg         *config.Repository
+	resources   map[string]*resource
+	isMaster    bool
+	masterAddr  string
+	masterSince time.Time
+
+	unmatchedMu     sync.Mutex
+	unmatchedLogged map[string]struct{}
+}
+
+type resource struct {
+	mu       sync.Mutex
+	store    *lease.Resource
+	template *config.Template // nil when no template matched
+}
+
+// New returns a standalone server: master from now on (Standalone
+// mastership; an election can change that with SetMastership).
+func New(opts Options) *Server {
+	s := &Server{
+		opts:            opts,
+		now:             opts.Now,
+		log:             opts.Logger,
+		cfg:             opts.Config,
+		resources:       make(map[string]*resource),
+		unmatchedLogged: make(map[string]struct{}),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if opts.Registry == nil {
+		s.opts.Registry = prometheus.NewRegistry()
+	}
+	s.metrics = newMetrics(s.opts.Registry, s)
+	s.isMaster = true
+	s.masterAddr = opts.Address
+	s.masterSince = s.now()
+	return s
+}
+
+// Registry returns the Prometheus registry the server's metrics live in.
+func (s *Server) Registry() *prometheus.Registry { return s.opts.Registry }
+
+// Handler returns an http.Handler that serves the Capacity service
+// (gRPC, gRPC-Web and JSON over HTTP) and /metrics. Serve it with
+// unencrypted HTTP/2 enabled so gRPC clients can connect without TLS.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	path, h := doormanconnect.NewCapacityHandler(s,
+		connect.WithReadMaxBytes(MaxRequestBytes),
+		connect.WithInterceptors(s.metrics.interceptor()),
+	)
+	mux.Handle(path, h)
+	mux.Handle("/metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// SetConfig installs a new resource configuration. Existing resources take
+// the new template's parameters at once; their outstanding leases are kept
+// and converge on the clients' next refreshes.
+func (s *Server) SetConfig(repo *config.Repository) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg = repo
+	for id, r := range s.resources {
+		r.mu.Lock()
+		t, ok := s.find(id)
+		if ok {
+			r.template = &t
+		} else {
+			r.template = nil
+		}
+		r.store.SetParams(paramsFor(r.template))
+		r.mu.Unlock()
+	}
+}
+
+// Config returns the configuration in force (nil if none).
+func (s *Server) Config() *config.Repository {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.cfg
+}
+
+// SetMastership tells the server whether it is the master and, if not, who
+// is. Winning mastership starts from an empty state in learning mode;
+// losing it drops all state at once.
+//
+// Source: doorman-design.md, "Master Election".
+func (s *Server) SetMastership(isMaster bool, masterAddr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if isMaster != s.isMaster {
+		s.resources = make(map[string]*resource)
+		if isMaster {
+			s.masterSince = s.now()
+		}
+	}
+	s.isMaster = isMaster
+	s.masterAddr = masterAddr
+	if isMaster && masterAddr == "" {
+		s.masterAddr = s.opts.Address
+	}
+}
+
+// IsMaster reports whether the server is the master and the master's
+// address.
+func (s *Server) IsMaster() (bool, string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.isMaster, s.masterAddr
+}
+
+func (s *Server) find(id string) (config.Template, bool) {
+	if s.cfg == nil {
+		return config.Template{}, false
+	}
+	return s.cfg.Find(id)
+}
+
+// paramsFor resolves a template (nil: no template) into lease parameters.
+func paramsFor(t *config.Template) lease.Params {
+	if t == nil {
+		return lease.Params{
+			Kind:            algorithm.NoAlgorithm,
+			Capacity:        math.Inf(1),
+			LeaseLength:     DefaultLeaseLength,
+			RefreshInterval: DefaultRefreshInterval,
+		}
+	}
+	return lease.Params{
+		Kind:                 t.Algorithm.Kind,
+		Capacity:             t.Capacity,
+		SafeCapacity:         t.SafeCapacity,
+		HasSafeCapacity:      t.HasSafeCapacity,
+		LeaseLength:          t.Algorithm.LeaseLength,
+		RefreshInterval:      t.Algorithm.RefreshInterval,
+		LearningModeDuration: t.Algorithm.LearningModeDuration,
+	}
+}
+
+// resource returns the state of resource id, creating it if needed, or
+// nil if this server is not the master. The caller holds no lock.
+func (s *Server) resource(id string) *resource {
+	s.mu.RLock()
+	r, ok := s.resources[id]
+	master := s.isMaster
+	s.mu.RUnlock()
+	if ok || !master {
+		return r
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.isMaster {
+		return nil
+	}
+	if r, ok := s.resources[id]; ok {
+		return r
+	}
+	r = &resource{}
+	if t, ok := s.find(id); ok {
+		r.template = &t
+	} else {
+		s.unmatched(id)
+	}
+	r.store = lease.NewResource(id, paramsFor(r.template), s.masterSince)
+	s.resources[id] = r
+	return r
+}
+
+// unmatched logs, once per resource id (up to a bound), that a resource
+// matched no template, and counts it.
+func (s *Server) unmatched(id string) {
+	s.metrics.unmatched.Inc()
+	s.unmatchedMu.Lock()
+	defer s.unmatchedMu.Unlock()
+	if _, seen := s.unmatchedLogged[id]; seen {
+		return
+	}
+	const maxLogged = 10_000
+	if len(s.unmatchedLogged) >= maxLogged {
+		return
+	}
+	s.unmatchedLogged[id] = struct{}{}
+	s.log.Warn("resource matches no template; granting what clients ask (NO_ALGORITHM)", "resource", id)
+}
+
+// mastership returns the redirect to put in a response when this server is
+// not the master, or nil when it is.
+func (s *Server) mastership() *pb.Mastership {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.isMaster {
+		return nil
+	}
+	m := &pb.Mastership{}
+	if s.masterAddr != "" {
+		m.MasterAddress = proto.String(s.masterAddr)
+	}
+	return m
+}
+
+// Discovery implements doorman.Capacity/Discovery. It always answers.
+func (s *Server) Discovery(_ context.Context, _ *connect.Request[pb.DiscoveryRequest]) (*connect.Response[pb.DiscoveryResponse], error) {
+	master, addr := s.IsMaster()
+	m := &pb.Mastership{}
+	if addr != "" {
+		m.MasterAddress = proto.String(addr)
+	}
+	return connect.NewResponse(&pb.DiscoveryResponse{Mastership: m, IsMaster: proto.Bool(master)}), nil
+}
+
+// GetCapacity implements doorman.Capacity/GetCapacity: a bulk request for
+// capacity from one client.
+//
+// Source: doorman-design.md, "Processing the GetCapacity RPC".
+func (s *Server) GetCapacity(_ context.Context, req *connect.Request[pb.GetCapacityRequest]) (*connect.Response[pb.GetCapacityResponse], error) {
+	if err := ValidateGetCapacity(req.Msg); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if m := s.mastership(); m != nil {
+		return connect.NewResponse(&pb.GetCapacityResponse{Mastership: m}), nil
+	}
+	client := req.Msg.GetClientId()
+	out := &pb.GetCapacityResponse{Response: make([]*pb.ResourceResponse, 0, len(req.Msg.GetResource()))}
+	for _, rr := range req.Msg.GetResource() {
+		lr := lease.Request{
+			Client:     client,
+			Priority:   rr.GetPriority(),
+			Wants:      rr.GetWants(),
+			Subclients: 1,
+		}
+		if h := rr.GetHas(); h != nil {
+			lr.Has = proto.Float64(h.GetCapacity())
+		}
+		g, ok := s.decide(rr.GetResourceId(), lr)
+		if !ok {
+			return connect.NewResponse(&pb.GetCapacityResponse{Mastership: s.mastershipOrUnknown()}), nil
+		}
+		out.Response = append(out.Response, &pb.ResourceResponse{
+			ResourceId:   proto.String(rr.GetResourceId()),
+			Gets:         wireLease(g),
+			SafeCapacity: proto.Float64(g.SafeCapacity),
+		})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// GetServerCapacity implements doorman.Capacity/GetServerCapacity: a
+// downstream server asks on behalf of its clients, summarised per priority
+// band. The bands are weighted by their client counts; the response pushes
+// the resource's algorithm and safe capacity down.
+func (s *Server) GetServerCapacity(_ context.Context, req *connect.Request[pb.GetServerCapacityRequest]) (*connect.Response[pb.GetServerCapacityResponse], error) {
+	if err := ValidateGetServerCapacity(req.Msg); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if m := s.mastership(); m != nil {
+		return connect.NewResponse(&pb.GetServerCapacityResponse{Mastership: m}), nil
+	}
+	server := req.Msg.GetServerId()
+	out := &pb.GetServerCapacityResponse{}
+	for _, rr := range req.Msg.GetResource() {
+		lr := lease.Request{Client: server, Priority: math.MinInt64}
+		for _, b := range rr.GetWants() {
+			lr.Wants += b.GetWants()
+			lr.Subclients += b.GetNumClients()
+			lr.Priority = max(lr.Priority, b.GetPriority())
+		}
+		if len(rr.GetWants()) == 0 {
+			lr.Priority, lr.Subclients = 0, 1
+		}
+		if h := rr.GetHas(); h != nil {
+			lr.Has = proto.Float64(h.GetCapacity())
+		}
+		g, ok := s.decide(rr.GetResourceId(), lr)
+		if !ok {
+			return connect.NewResponse(&pb.GetServerCapacityResponse{Mastership: s.mastershipOrUnknown()}), nil
+		}
+		p := s.paramsOf(rr.GetResourceId())
+		out.Response = append(out.Response, &pb.ServerCapacityResourceResponse{
+			ResourceId: proto.String(rr.GetResourceId()),
+			Gets:       wireLease(g),
+			Algorithm: &pb.Algorithm{
+				Kind:                 p.Kind.Proto().Enum(),
+				LeaseLength:          proto.Int64(int64(p.LeaseLength / time.Second)),
+				RefreshInterval:      proto.Int64(int64(p.RefreshInterval / time.Second)),
+				LearningModeDuration: proto.Int64(int64(p.LearningModeDuration / time.Second)),
+			},
+			SafeCapacity: proto.Float64(g.SafeCapacity),
+		})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// ReleaseCapacity implements doorman.Capacity/ReleaseCapacity: it drops
+// the client's leases on the listed resources.
+func (s *Server) ReleaseCapacity(_ context.Context, req *connect.Request[pb.ReleaseCapacityRequest]) (*connect.Response[pb.ReleaseCapacityResponse], error) {
+	if err := ValidateReleaseCapacity(req.Msg); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if m := s.mastership(); m != nil {
+		return connect.NewResponse(&pb.ReleaseCapacityResponse{Mastership: m}), nil
+	}
+	for _, id := range req.Msg.GetResourceId() {
+		s.mu.RLock()
+		r := s.resources[id]
+		s.mu.RUnlock()
+		if r == nil {
+			continue
+		}
+		r.mu.Lock()
+		r.store.Release(req.Msg.GetClientId())
+		r.mu.Unlock()
+	}
+	return connect.NewResponse(&pb.ReleaseCapacityResponse{}), nil
+}
+
+// decide runs one decision under the resource's lock. ok is false when the
+// server lost mastership meanwhile.
+func (s *Server) decide(id string, req lease.Request) (lease.Grant, bool) {
+	r := s.resource(id)
+	if r == nil {
+		return lease.Grant{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.store.Decide(s.now(), req), true
+}
+
+func (s *Server) paramsOf(id string) lease.Params {
+	s.mu.RLock()
+	r := s.resources[id]
+	s.mu.RUnlock()
+	if r == nil {
+		return paramsFor(nil)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.store.Params()
+}
+
+func (s *Server) mastershipOrUnknown() *pb.Mastership {
+	if m := s.mastership(); m != nil {
+		return m
+	}
+	return &pb.Mastership{}
+}
+
+func wireLease(g lease.Grant) *pb.Lease {
+	return &pb.Lease{
+		ExpiryTime:      proto.Int64(g.Expiry.Unix()),
+		RefreshInterval: proto.Int64(int64(math.Ceil(g.RefreshInterval.Seconds()))),
+		Capacity:        proto.Float64(g.Capacity),
+	}
+}
+
+// Sweep drops expired leases on every resource and forgets resources that
+// hold no lease (their state is rebuilt on the next request, so memory
+// stays bounded by the live leases). Run it periodically (Run does).
+func (s *Server) Sweep() {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, r := range s.resources {
+		r.mu.Lock()
+		r.store.Cleanup(now)
+		_, _, _, n := r.store.Totals()
+		r.mu.Unlock()
+		if n == 0 && !r.store.Learning(now) {
+			delete(s.resources, id)
+		}
+	}
+}
+
+// Run sweeps expired leases every interval until ctx is done.
+func (s *Server) Run(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			s.Sweep()
+		}
+	}
+}
+
+// ResourceStatus is a snapshot of one resource, for status pages and tests.
+type ResourceStatus struct {
+	ID           string
+	Template     string // identifier_glob of the matched template; "" if none
+	Algorithm    algorithm.Kind
+	Capacity     float64
+	SumHas       float64
+	SumWants     float64
+	Clients      int
+	Learning     bool
+	SafeCapacity float64
+	Leases       []lease.Lease
+}
+
+// Status returns a snapshot of resource id, with its leases.
+func (s *Server) Status(id string) (ResourceStatus, error) {
+	s.mu.RLock()
+	r := s.resources[id]
+	s.mu.RUnlock()
+	if r == nil {
+		return ResourceStatus{}, fmt.Errorf("resource %q: %w", id, ErrUnknownResource)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := s.now()
+	r.store.Cleanup(now)
+	p := r.store.Params()
+	w, h, _, n := r.store.Totals()
+	st := ResourceStatus{
+		ID: id, Algorithm: p.Kind, Capacity: p.Capacity, SumHas: h, SumWants: w, Clients: n,
+		Learning: r.store.Learning(now), SafeCapacity: r.store.SafeCapacity(), Leases: r.store.Leases(),
+	}
+	if r.template != nil {
+		st.Template = r.template.IdentifierGlob
+	}
+	return st, nil
+}
+
+// ErrUnknownResource is returned by Status for a resource the server holds
+// no state for.
+var ErrUnknownResource = errors.New("unknown resource")

@@ -1,0 +1,127 @@
+package server
+
+import (
+	"fmt"
+	"math"
+
+	pb "github.com/sluice-rl/sluice/api/doorman"
+)
+
+// ValidateGetCapacity checks a GetCapacity request and returns an error
+// naming the offending field: an empty or oversize client_id or
+// resource_id, wants or has.capacity that is NaN, ±Inf or negative, a
+// resource listed twice, or more than MaxResourcesPerRequest resources.
+// The server answers such a request with InvalidArgument.
+func ValidateGetCapacity(m *pb.GetCapacityRequest) error {
+	if err := checkID("client_id", m.GetClientId()); err != nil {
+		return err
+	}
+	rs := m.GetResource()
+	if len(rs) > MaxResourcesPerRequest {
+		return fmt.Errorf("resource: %d resources in one request, at most %d allowed", len(rs), MaxResourcesPerRequest)
+	}
+	seen := make(map[string]struct{}, len(rs))
+	for i, r := range rs {
+		field := fmt.Sprintf("resource[%d]", i)
+		if err := checkID(field+".resource_id", r.GetResourceId()); err != nil {
+			return err
+		}
+		if _, dup := seen[r.GetResourceId()]; dup {
+			return fmt.Errorf("%s.resource_id: %q appears more than once in the request", field, r.GetResourceId())
+		}
+		seen[r.GetResourceId()] = struct{}{}
+		if err := checkAmount(field+".wants", r.GetWants()); err != nil {
+			return err
+		}
+		if err := checkLease(field+".has", r.GetHas()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ValidateGetServerCapacity checks a GetServerCapacity request like
+// ValidateGetCapacity, and also every priority band: num_clients ≥ 1 and
+// wants finite and ≥ 0, at most MaxBandsPerResource bands.
+func ValidateGetServerCapacity(m *pb.GetServerCapacityRequest) error {
+	if err := checkID("server_id", m.GetServerId()); err != nil {
+		return err
+	}
+	rs := m.GetResource()
+	if len(rs) > MaxResourcesPerRequest {
+		return fmt.Errorf("resource: %d resources in one request, at most %d allowed", len(rs), MaxResourcesPerRequest)
+	}
+	seen := make(map[string]struct{}, len(rs))
+	for i, r := range rs {
+		field := fmt.Sprintf("resource[%d]", i)
+		if err := checkID(field+".resource_id", r.GetResourceId()); err != nil {
+			return err
+		}
+		if _, dup := seen[r.GetResourceId()]; dup {
+			return fmt.Errorf("%s.resource_id: %q appears more than once in the request", field, r.GetResourceId())
+		}
+		seen[r.GetResourceId()] = struct{}{}
+		if err := checkLease(field+".has", r.GetHas()); err != nil {
+			return err
+		}
+		if len(r.GetWants()) > MaxBandsPerResource {
+			return fmt.Errorf("%s.wants: %d priority bands, at most %d allowed", field, len(r.GetWants()), MaxBandsPerResource)
+		}
+		for j, b := range r.GetWants() {
+			bf := fmt.Sprintf("%s.wants[%d]", field, j)
+			if b.GetNumClients() < 1 {
+				return fmt.Errorf("%s.num_clients: %d, must be at least 1", bf, b.GetNumClients())
+			}
+			if err := checkAmount(bf+".wants", b.GetWants()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateReleaseCapacity checks a ReleaseCapacity request: client_id and
+// every resource_id non-empty and not oversize.
+func ValidateReleaseCapacity(m *pb.ReleaseCapacityRequest) error {
+	if err := checkID("client_id", m.GetClientId()); err != nil {
+		return err
+	}
+	if len(m.GetResourceId()) > MaxResourcesPerRequest {
+		return fmt.Errorf("resource_id: %d resources in one request, at most %d allowed", len(m.GetResourceId()), MaxResourcesPerRequest)
+	}
+	for i, id := range m.GetResourceId() {
+		if err := checkID(fmt.Sprintf("resource_id[%d]", i), id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkID(field, id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%s: must not be empty", field)
+	case len(id) > MaxIDLength:
+		return fmt.Errorf("%s: %d bytes, at most %d allowed", field, len(id), MaxIDLength)
+	}
+	return nil
+}
+
+func checkAmount(field string, v float64) error {
+	switch {
+	case math.IsNaN(v):
+		return fmt.Errorf("%s: NaN is not a capacity", field)
+	case math.IsInf(v, 0):
+		return fmt.Errorf("%s: %v is not a finite capacity", field, v)
+	case v < 0:
+		return fmt.Errorf("%s: %v, must not be negative", field, v)
+	}
+	return nil
+}
+
+func checkLease(field string, l *pb.Lease) error {
+	if l == nil {
+		return nil
+	}
+	return checkAmount(field+".capacity", l.GetCapacity())
+}
