@@ -41,18 +41,12 @@ type Params struct {
 	// seconds, > 0, ≤ LeaseLength).
 	RefreshInterval time.Duration
 	// LearningModeDuration is how long after winning mastership the
-	// resource stays in learning mode; 0 means LeaseLength.
+	// resource stays in learning mode (0: none). The configuration
+	// defaults it to the lease length.
 	LearningModeDuration time.Duration
 	// MaxExpiry, when not zero, caps every lease's expiry: a server never
 	// grants a lease that outlives its own lease from its parent.
 	MaxExpiry time.Time
-}
-
-func (p Params) learningDuration() time.Duration {
-	if p.LearningModeDuration > 0 {
-		return p.LearningModeDuration
-	}
-	return p.LeaseLength
 }
 
 // Request is one requester's ask for capacity on a resource.
@@ -140,7 +134,7 @@ func NewResource(id string, p Params, masterSince time.Time) *Resource {
 	return &Resource{
 		id:          id,
 		params:      p,
-		learningEnd: masterSince.Add(p.learningDuration()),
+		learningEnd: masterSince.Add(p.LearningModeDuration),
 		entries:     make(map[string]*entry),
 	}
 }

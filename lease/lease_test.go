@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 var t0 = time.Unix(1_700_000_000, 0)
 
 func params(kind algorithm.Kind, capacity float64) Params {
-	return Params{Kind: kind, Capacity: capacity, LeaseLength: 60 * time.Second, RefreshInterval: 16 * time.Second}
+	return Params{Kind: kind, Capacity: capacity, LeaseLength: 60 * time.Second, RefreshInterval: 16 * time.Second, LearningModeDuration: 60 * time.Second}
 }
 
 // pastLearning returns a resource whose learning mode is already over.

@@ -1,0 +1,351 @@
+// Package config is Sluice's resource repository: the YAML file of
+// resource templates a root server divides capacity by. Parsing is strict
+// (unknown fields are errors) and every validation error names the
+// template (index and glob) and the field. A Watcher reloads the file when
+// it changes and keeps the last good repository when a new one is bad.
+//
+// The YAML mirrors Doorman's ResourceRepository:
+//
+//	resources:
+//	  - identifier_glob: "db/*"
+//	    capacity: 1000
+//	    safe_capacity: 10        # optional
+//	    description: "…"         # optional
+//	    algorithm:
+//	      kind: FAIR_SHARE
+//	      lease_length: 60       # whole seconds
+//	      refresh_interval: 16   # whole seconds, ≤ lease_length
+//	      learning_mode_duration: 60   # optional; default lease_length
+//	      parameters: [{name: decay_factor, value: "0.5"}]
+//
+// Source: doorman-design.md, "Root server configuration"; doorman-wire.md,
+// ResourceTemplate.
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-rl/sluice/algorithm"
+	pb "github.com/sluice-rl/sluice/api/doorman"
+)
+
+// Template is one validated resource template.
+type Template struct {
+	// IdentifierGlob is the resource id or glob (path.Match syntax) the
+	// template applies to.
+	IdentifierGlob string
+	// Capacity is the capacity to divide (for Static: per client), ≥ 0.
+	Capacity float64
+	// SafeCapacity is the configured safe capacity when HasSafeCapacity.
+	SafeCapacity    float64
+	HasSafeCapacity bool
+	// Description is free text.
+	Description string
+	// Algorithm says how the capacity is divided.
+	Algorithm Algorithm
+	// Index is the template's position in the file (0-based).
+	Index int
+}
+
+// Algorithm is a template's algorithm with its durations resolved.
+type Algorithm struct {
+	Kind algorithm.Kind
+	// LeaseLength and RefreshInterval are whole seconds;
+	// RefreshInterval ≤ LeaseLength.
+	LeaseLength     time.Duration
+	RefreshInterval time.Duration
+	// LearningModeDuration is whole seconds; it is LeaseLength when the
+	// file does not set it, and may be 0 (no learning mode).
+	LearningModeDuration time.Duration
+	Parameters           []Parameter
+}
+
+// Parameter is a named algorithm parameter.
+type Parameter struct{ Name, Value string }
+
+// Param returns the value of parameter name.
+func (a Algorithm) Param(name string) (string, bool) {
+	for _, p := range a.Parameters {
+		if p.Name == name {
+			return p.Value, true
+		}
+	}
+	return "", false
+}
+
+// Repository is a parsed, validated set of templates. It is immutable and
+// safe for concurrent use.
+type Repository struct {
+	templates []Template
+	exact     map[string]int
+	globs     []int
+	hash      string
+}
+
+// Templates returns the templates in file order.
+func (r *Repository) Templates() []Template { return append([]Template(nil), r.templates...) }
+
+// Len returns the number of templates.
+func (r *Repository) Len() int { return len(r.templates) }
+
+// Hash returns the hex SHA-256 of the file the repository was parsed from.
+func (r *Repository) Hash() string { return r.hash }
+
+// Find returns the template for resource id: a template whose
+// identifier_glob equals id exactly, else the first template in file order
+// whose glob matches it. ok is false when none matches.
+//
+// Source: doorman-design.md, "Root server configuration" (two sweeps).
+func (r *Repository) Find(id string) (t Template, ok bool) {
+	if i, ok := r.exact[id]; ok {
+		return r.templates[i], true
+	}
+	for _, i := range r.globs {
+		if m, _ := path.Match(r.templates[i].IdentifierGlob, id); m {
+			return r.templates[i], true
+		}
+	}
+	return Template{}, false
+}
+
+// Proto returns the repository as Doorman's ResourceRepository message,
+// every required field set.
+func (r *Repository) Proto() *pb.ResourceRepository {
+	out := &pb.ResourceRepository{}
+	for _, t := range r.templates {
+		a := &pb.Algorithm{
+			Kind:                 t.Algorithm.Kind.Proto().Enum(),
+			LeaseLength:          proto.Int64(int64(t.Algorithm.LeaseLength / time.Second)),
+			RefreshInterval:      proto.Int64(int64(t.Algorithm.RefreshInterval / time.Second)),
+			LearningModeDuration: proto.Int64(int64(t.Algorithm.LearningModeDuration / time.Second)),
+		}
+		for _, p := range t.Algorithm.Parameters {
+			a.Parameters = append(a.Parameters, &pb.NamedParameter{Name: proto.String(p.Name), Value: proto.String(p.Value)})
+		}
+		pt := &pb.ResourceTemplate{
+			IdentifierGlob: proto.String(t.IdentifierGlob),
+			Capacity:       proto.Float64(t.Capacity),
+			Algorithm:      a,
+		}
+		if t.HasSafeCapacity {
+			pt.SafeCapacity = proto.Float64(t.SafeCapacity)
+		}
+		if t.Description != "" {
+			pt.Description = proto.String(t.Description)
+		}
+		out.Resources = append(out.Resources, pt)
+	}
+	return out
+}
+
+// Load reads and parses the file at path.
+func Load(file string) (*Repository, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	r, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return r, nil
+}
+
+// raw mirrors the YAML with pointers, so absent fields can be told apart.
+type rawRepo struct {
+	Resources []rawTemplate `yaml:"resources"`
+}
+
+type rawTemplate struct {
+	IdentifierGlob *string       `yaml:"identifier_glob"`
+	Capacity       *float64      `yaml:"capacity"`
+	SafeCapacity   *float64      `yaml:"safe_capacity"`
+	Description    *string       `yaml:"description"`
+	Algorithm      *rawAlgorithm `yaml:"algorithm"`
+}
+
+type rawAlgorithm struct {
+	Kind                 *string        `yaml:"kind"`
+	LeaseLength          *int64         `yaml:"lease_length"`
+	RefreshInterval      *int64         `yaml:"refresh_interval"`
+	LearningModeDuration *int64         `yaml:"learning_mode_duration"`
+	Parameters           []rawParameter `yaml:"parameters"`
+}
+
+type rawParameter struct {
+	Name  *string `yaml:"name"`
+	Value *string `yaml:"value"`
+}
+
+// MaxDuration bounds lease_length, refresh_interval and
+// learning_mode_duration (seconds): ten years.
+const MaxDuration = 10 * 365 * 24 * 3600
+
+// Parse parses and validates a YAML repository. An empty document is a
+// valid repository with no templates. It returns every problem found,
+// joined, each naming the template (index and glob) and the field, e.g.
+//
+//	resources[2] ("db/*"): algorithm.refresh_interval: 30 exceeds lease_length 10
+func Parse(data []byte) (*Repository, error) {
+	sum := sha256.Sum256(data)
+	repo := &Repository{exact: map[string]int{}, hash: hex.EncodeToString(sum[:])}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var raw rawRepo
+	if err := dec.Decode(&raw); err != nil {
+		if errors.Is(err, io.EOF) {
+			return repo, nil
+		}
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("config: more than one YAML document; want one")
+	}
+	var errs []error
+	seen := map[string]int{}
+	for i, rt := range raw.Resources {
+		t, err := rt.validate(i)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if j, dup := seen[t.IdentifierGlob]; dup {
+			errs = append(errs, fmt.Errorf("resources[%d] (%q): identifier_glob: duplicate of resources[%d]", i, t.IdentifierGlob, j))
+			continue
+		}
+		seen[t.IdentifierGlob] = i
+		repo.templates = append(repo.templates, t)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	for i, t := range repo.templates {
+		if strings.ContainsAny(t.IdentifierGlob, `*?[\`) {
+			repo.globs = append(repo.globs, i)
+		} else {
+			repo.exact[t.IdentifierGlob] = i
+		}
+	}
+	return repo, nil
+}
+
+func (rt rawTemplate) validate(i int) (Template, error) {
+	name := "?"
+	if rt.IdentifierGlob != nil {
+		name = *rt.IdentifierGlob
+	}
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("resources[%d] (%q): %s: %s", i, name, field, fmt.Sprintf(format, args...)))
+	}
+	t := Template{Index: i}
+	switch {
+	case rt.IdentifierGlob == nil || *rt.IdentifierGlob == "":
+		bad("identifier_glob", "required")
+	default:
+		if _, err := path.Match(*rt.IdentifierGlob, ""); err != nil {
+			bad("identifier_glob", "bad glob: %v", err)
+		}
+		t.IdentifierGlob = *rt.IdentifierGlob
+	}
+	switch {
+	case rt.Capacity == nil:
+		bad("capacity", "required")
+	case math.IsNaN(*rt.Capacity) || math.IsInf(*rt.Capacity, 0):
+		bad("capacity", "%v is not a finite number", *rt.Capacity)
+	case *rt.Capacity < 0:
+		bad("capacity", "%v is negative", *rt.Capacity)
+	default:
+		t.Capacity = *rt.Capacity
+	}
+	if rt.SafeCapacity != nil {
+		switch v := *rt.SafeCapacity; {
+		case math.IsNaN(v) || math.IsInf(v, 0):
+			bad("safe_capacity", "%v is not a finite number", v)
+		case v < 0:
+			bad("safe_capacity", "%v is negative", v)
+		default:
+			t.SafeCapacity, t.HasSafeCapacity = v, true
+		}
+	}
+	if rt.Description != nil {
+		t.Description = *rt.Description
+	}
+	a := rt.Algorithm
+	if a == nil {
+		bad("algorithm", "required")
+		return t, errors.Join(errs...)
+	}
+	if a.Kind == nil {
+		bad("algorithm.kind", "required")
+	} else if k, err := algorithm.ParseKind(*a.Kind); err != nil {
+		bad("algorithm.kind", "%v", err)
+	} else {
+		t.Algorithm.Kind = k
+	}
+	secs := func(field string, v *int64, min int64) (time.Duration, bool) {
+		switch {
+		case v == nil:
+			return 0, false
+		case *v < min:
+			bad(field, "%d seconds, must be at least %d", *v, min)
+		case *v > MaxDuration:
+			bad(field, "%d seconds, must be at most %d", *v, MaxDuration)
+		default:
+			return time.Duration(*v) * time.Second, true
+		}
+		return 0, false
+	}
+	if a.LeaseLength == nil {
+		bad("algorithm.lease_length", "required")
+	}
+	if a.RefreshInterval == nil {
+		bad("algorithm.refresh_interval", "required")
+	}
+	lease, okL := secs("algorithm.lease_length", a.LeaseLength, 1)
+	refresh, okR := secs("algorithm.refresh_interval", a.RefreshInterval, 1)
+	if okL && okR && refresh > lease {
+		bad("algorithm.refresh_interval", "%d exceeds lease_length %d", *a.RefreshInterval, *a.LeaseLength)
+	}
+	t.Algorithm.LeaseLength, t.Algorithm.RefreshInterval = lease, refresh
+	t.Algorithm.LearningModeDuration = lease
+	if a.LearningModeDuration != nil {
+		if d, ok := secs("algorithm.learning_mode_duration", a.LearningModeDuration, 0); ok {
+			t.Algorithm.LearningModeDuration = d
+		}
+	}
+	for j, p := range a.Parameters {
+		field := fmt.Sprintf("algorithm.parameters[%d]", j)
+		if p.Name == nil || *p.Name == "" {
+			bad(field+".name", "required")
+			continue
+		}
+		v := ""
+		if p.Value != nil {
+			v = *p.Value
+		}
+		if *p.Name == "decay_factor" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(f > 0 && f <= 1) {
+				bad(field+".value", "decay_factor %q must be a number in (0, 1]", v)
+			}
+		}
+		t.Algorithm.Parameters = append(t.Algorithm.Parameters, Parameter{Name: *p.Name, Value: v})
+	}
+	return t, errors.Join(errs...)
+}

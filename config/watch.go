@@ -1,0 +1,123 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// Watcher keeps a Repository loaded from a file and reloads it when the
+// file changes (fsnotify on the file's directory, so editors' rename-and-
+// replace and Kubernetes ConfigMap symlink swaps are seen) or when Reload
+// is called (on SIGHUP, say). A bad new file is reported to onError and the
+// last good repository keeps serving. It is safe for concurrent use.
+type Watcher struct {
+	path    string
+	onLoad  func(*Repository)
+	onError func(error)
+
+	mu      sync.Mutex
+	current *Repository
+}
+
+// Debounce is how long the watcher waits after a file event before it
+// reloads, so a burst of events (write, chmod, rename) causes one reload.
+const Debounce = 100 * time.Millisecond
+
+// NewWatcher loads the file at path once and returns a watcher holding it;
+// it returns the load error if that first load fails. onLoad is called
+// after every later successful reload that changed the file's content,
+// onError after every failed one; either may be nil.
+func NewWatcher(path string, onLoad func(*Repository), onError func(error)) (*Watcher, error) {
+	r, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	if onLoad == nil {
+		onLoad = func(*Repository) {}
+	}
+	if onError == nil {
+		onError = func(error) {}
+	}
+	return &Watcher{path: path, onLoad: onLoad, onError: onError, current: r}, nil
+}
+
+// Current returns the last good repository.
+func (w *Watcher) Current() *Repository {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.current
+}
+
+// Reload reads the file now. On success with new content it installs the
+// new repository and calls onLoad; on failure it calls onError, keeps the
+// last good repository and returns the error.
+func (w *Watcher) Reload() error {
+	r, err := Load(w.path)
+	if err != nil {
+		w.onError(err)
+		return err
+	}
+	w.mu.Lock()
+	changed := r.Hash() != w.current.Hash()
+	if changed {
+		w.current = r
+	}
+	w.mu.Unlock()
+	if changed {
+		w.onLoad(r)
+	}
+	return nil
+}
+
+// Run watches the file until ctx is done. It returns an error only if the
+// watch cannot be set up.
+func (w *Watcher) Run(ctx context.Context) error {
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("config: watching %s: %w", w.path, err)
+	}
+	defer fw.Close()
+	dir := filepath.Dir(w.path)
+	if err := fw.Add(dir); err != nil {
+		return fmt.Errorf("config: watching %s: %w", dir, err)
+	}
+	base := filepath.Base(w.path)
+	var timer *time.Timer
+	var fire <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			return nil
+		case ev, ok := <-fw.Events:
+			if !ok {
+				return nil
+			}
+			// The file itself, or (ConfigMaps) the ..data symlink swap.
+			if name := filepath.Base(ev.Name); name != base && name != "..data" {
+				continue
+			}
+			if timer == nil {
+				timer = time.NewTimer(Debounce)
+			} else {
+				timer.Reset(Debounce)
+			}
+			fire = timer.C
+		case err, ok := <-fw.Errors:
+			if !ok {
+				return nil
+			}
+			w.onError(fmt.Errorf("config: watching %s: %w", w.path, err))
+		case <-fire:
+			fire = nil
+			_ = w.Reload()
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/config"
+)
+
+const testConfig = `
+resources:
+  - identifier_glob: fair
+    capacity: 100
+    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 10, learning_mode_duration: 0}
+  - identifier_glob: "fixed/*"
+    capacity: 10
+    safe_capacity: 1
+    algorithm: {kind: STATIC, lease_length: 20, refresh_interval: 5}
+`
+
+func newTestServer(tb testing.TB) *Server {
+	tb.Helper()
+	repo, err := config.Parse([]byte(testConfig))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return New(Options{ID: "test", Address: "127.0.0.1:1", Config: repo})
+}
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+func getCap(t *testing.T, s *Server, client, resource string, wants float64) *pb.GetCapacityResponse {
+	t.Helper()
+	resp, err := s.GetCapacity(context.Background(), connect.NewRequest(&pb.GetCapacityRequest{
+		ClientId: proto.String(client),
+		Resource: []*pb.ResourceRequest{{ResourceId: proto.String(resource), Priority: proto.Int64(0), Wants: proto.Float64(wants)}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Msg
+}
+
+func TestMastershipRedirectAndReset(t *testing.T) {
+	s := newTestServer(t)
+	if got := getCap(t, s, "a", "fair", 30).GetResponse()[0].GetGets().GetCapacity(); got != 30 {
+		t.Fatalf("got %v", got)
+	}
+	s.SetMastership(false, "10.0.0.9:15000")
+	resp := getCap(t, s, "a", "fair", 30)
+	if len(resp.GetResponse()) != 0 || resp.GetMastership().GetMasterAddress() != "10.0.0.9:15000" {
+		t.Fatalf("non-master answered %v", resp)
+	}
+	d, _ := s.Discovery(context.Background(), connect.NewRequest(&pb.DiscoveryRequest{}))
+	if d.Msg.GetIsMaster() || d.Msg.GetMastership().GetMasterAddress() != "10.0.0.9:15000" {
+		t.Fatalf("discovery %v", d.Msg)
+	}
+	// Winning again starts from an empty state in learning mode (the
+	// lease length, 60 s): a newcomer gets 0.
+	s.SetMastership(true, "")
+	if _, err := s.Status("fair"); err == nil {
+		t.Fatal("state survived losing mastership")
+	}
+	st := getCap(t, s, "b", "fair", 30)
+	_ = st
+	status, _ := s.Status("fair")
+	if status.Learning {
+		// learning_mode_duration: 0 in the template: no learning.
+		t.Fatal("learning mode although the template sets learning_mode_duration 0")
+	}
+}
+
+func TestConfigReloadAppliesToExistingResources(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	repo, _ := config.Parse([]byte(testConfig))
+	s := New(Options{Config: repo, Now: clk.now})
+	getCap(t, s, "a", "fixed/x", 50)
+	next, err := config.Parse([]byte(`
+resources:
+  - identifier_glob: "fixed/*"
+    capacity: 20
+    algorithm: {kind: STATIC, lease_length: 20, refresh_interval: 5}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetConfig(next)
+	if got := getCap(t, s, "a", "fixed/x", 50).GetResponse()[0].GetGets().GetCapacity(); got != 20 {
+		t.Fatalf("after reload got %v, want 20", got)
+	}
+	// A resource no template matches is granted what it asks.
+	if got := getCap(t, s, "a", "unknown", 1234).GetResponse()[0].GetGets().GetCapacity(); got != 1234 {
+		t.Fatalf("unmatched got %v", got)
+	}
+}
+
+func TestSweepForgetsIdleResources(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	repo, _ := config.Parse([]byte(testConfig))
+	s := New(Options{Config: repo, Now: clk.now})
+	getCap(t, s, "a", "fixed/x", 5)
+	s.Sweep()
+	if _, err := s.Status("fixed/x"); err != nil {
+		t.Fatal("resource with a live lease was swept")
+	}
+	clk.t = clk.t.Add(21 * time.Second)
+	s.Sweep()
+	if _, err := s.Status("fixed/x"); err == nil {
+		t.Fatal("resource without leases kept after sweep")
+	}
+}
