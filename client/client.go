@@ -110,12 +110,13 @@ func WithJSON() Option { return func(c *Client) { c.json = true } }
 // Client leases capacity for a set of resources from a capacity server.
 // It is safe for concurrent use. Close it to release its leases.
 type Client struct {
-	id    string
-	mode  Mode
-	http  *http.Client
-	log   *slog.Logger
-	json  bool
-	addrs []string
+	id      string
+	mode    Mode
+	http    *http.Client
+	log     *slog.Logger
+	json    bool
+	addrs   []string
+	ownHTTP bool // c.http was made here: Close closes its connections
 
 	mu        sync.Mutex
 	addr      string // current master (or candidate) address
@@ -177,6 +178,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 		tr.Protocols.SetUnencryptedHTTP2(true)
 		tr.Protocols.SetHTTP1(true)
 		c.http = &http.Client{Transport: tr}
+		c.ownHTTP = true
 	}
 	c.setAddr(addrs[0])
 	ctx, cancel := context.WithCancel(context.Background())
@@ -287,6 +289,9 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	c.cancel()
 	<-c.done
+	if c.ownHTTP {
+		defer c.http.CloseIdleConnections()
+	}
 	if len(ids) == 0 {
 		return nil
 	}

@@ -30,6 +30,10 @@ resources:
     algorithm: {kind: FAIR_SHARE, lease_length: 2, refresh_interval: 1, learning_mode_duration: 0}
 `
 
+// TestMain checks that no test leaves goroutines behind (refresh loops,
+// connections) once clients are closed and servers stopped.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
 type testServer struct {
 	*server.Server
 	addr     string
@@ -78,7 +82,6 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func TestLeaseAskAndBulk(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ts := startServer(t)
 	c, err := client.New(ts.addr)
 	if err != nil {
