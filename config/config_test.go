@@ -79,7 +79,7 @@ func TestParseErrorsNameTemplateAndField(t *testing.T) {
 		{"unknown field", tmpl(`identifier_glob: a
     capacity: 1
     capacityy: 2
-    `+alg), []string{"capacityy", "not found"}},
+    ` + alg), []string{"capacityy", "not found"}},
 		{"missing glob", tmpl("capacity: 1\n    " + alg), []string{`resources[0] ("?")`, "identifier_glob: required"}},
 		{"bad glob", tmpl("identifier_glob: \"db/[\"\n    capacity: 1\n    " + alg), []string{`resources[0] ("db/[")`, "identifier_glob: bad glob"}},
 		{"negative capacity", tmpl("identifier_glob: a\n    capacity: -5\n    " + alg), []string{`("a")`, "capacity: -5 is negative"}},

@@ -324,8 +324,8 @@ func startClient(_ context.Context, i int, p profile, serverAddr, url string, op
 	seconds := int(math.Ceil(opts.Duration.Seconds()))
 	cr := &clientRun{
 		i: i, p: p, c: c, url: url, seconds: seconds,
-		sent: make([]atomic.Int64, seconds+2),
-		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workersPerClient}},
+		sent:  make([]atomic.Int64, seconds+2),
+		http:  &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workersPerClient}},
 		wants: p.wants(0, 0),
 		// Almost no stored permits: the demo measures each second against
 		// capacity, and a client holding a second of permits could spend

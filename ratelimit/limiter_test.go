@@ -236,8 +236,10 @@ func TestWaitSpacesCallers(t *testing.T) {
 
 func TestGauge(t *testing.T) {
 	g := NewGauge(2.7)
-	if !g.TryAcquire() || !g.TryAcquire() || g.TryAcquire() {
-		t.Fatal("capacity 2.7 must allow exactly 2 holders")
+	for i, want := range []bool{true, true, false} {
+		if got := g.TryAcquire(); got != want {
+			t.Fatalf("capacity 2.7, acquisition %d: %v, want %v (exactly 2 holders)", i+1, got, want)
+		}
 	}
 	g.SetCapacity(1)
 	g.Release()
