@@ -174,9 +174,12 @@ func New(addr string, opts ...Option) (*Client, error) {
 	}
 	if c.http == nil {
 		tr := &http.Transport{}
+		// gRPC needs HTTP/2 (prior knowledge on plaintext, ALPN on TLS);
+		// the JSON protocol works over either.
 		tr.Protocols = new(http.Protocols)
 		tr.Protocols.SetUnencryptedHTTP2(true)
-		tr.Protocols.SetHTTP1(true)
+		tr.Protocols.SetHTTP2(true)
+		tr.Protocols.SetHTTP1(c.json)
 		c.http = &http.Client{Transport: tr}
 		c.ownHTTP = true
 	}
@@ -246,7 +249,7 @@ func (c *Client) ResourceWithPriority(id string, wants float64, priority int64) 
 		c.mu.Unlock()
 		return nil, fmt.Errorf("client: resource %q already registered", id)
 	}
-	r := &Resource{c: c, id: id, wants: wants, priority: priority, mode: c.mode}
+	r := &Resource{c: c, id: id, wants: wants, priority: priority, mode: c.mode, changes: make(chan float64, 1)}
 	c.resources[id] = r
 	c.mu.Unlock()
 	c.poke()

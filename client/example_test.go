@@ -14,16 +14,22 @@ import (
 
 // startExampleServer runs a capacity server on loopback for the examples.
 func startExampleServer() (addr string, stop func()) {
-	repo, _ := config.Parse([]byte(`
+	repo, err := config.Parse([]byte(`
 resources:
   - identifier_glob: "db/*"
     capacity: 100
     algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5, learning_mode_duration: 0}
 `))
-	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Handler: server.New(server.Options{Config: repo}).Handler(), Protocols: p}
+	hs := &http.Server{Handler: server.New(server.Options{Address: lis.Addr().String(), Config: repo}).Handler(), Protocols: p}
 	go func() { _ = hs.Serve(lis) }()
 	return lis.Addr().String(), func() { hs.Close() }
 }

@@ -108,13 +108,9 @@ func (r *Resource) OnChange(f func(capacity float64)) {
 
 // Changes returns a channel that receives the new capacity after each
 // change; it holds only the latest value (a slow reader skips
-// intermediate ones).
+// intermediate ones). Changes made before the first call are kept, so
+// waiting for the first lease after Resource returns never misses it.
 func (r *Resource) Changes() <-chan float64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.changes == nil {
-		r.changes = make(chan float64, 1)
-	}
 	return r.changes
 }
 
