@@ -6,7 +6,7 @@
 // locking and transport; the simulator drives the same code on virtual time.
 //
 // One decision costs O(log n) in the number of clients on the resource:
-// the store keeps its leases in a balanced tree ordered by wants per
+// the store keeps its leases in an augmented B+tree ordered by wants per
 // subclient with running sums (wants, subclients, has), which is all the
 // algorithms of package algorithm need, and expiries in a heap.
 //
@@ -15,7 +15,6 @@
 package lease
 
 import (
-	"container/heap"
 	"math"
 	"sort"
 	"time"
@@ -93,25 +92,22 @@ type Lease struct {
 	LastRequest     time.Time
 }
 
-// entry is one requester's state; it is also its node in the tree.
+// entry is one requester's state. It is 128 bytes, two cache lines, with
+// what every decision reads in the first: a decision on a resource with
+// many clients is bound by memory latency, not arithmetic.
 type entry struct {
+	wants      float64
+	subclients float64
+	has        float64
+	key        float64 // wants / subclients when inserted in the tree
+	leaf       *node   // the tree leaf holding the entry
+	expSec     int64   // expiry, Unix seconds
+	filed      bool    // filed in the expiry index under expSec
+
 	id          string
 	priority    int64
-	wants       float64
-	subclients  float64
-	has         float64
-	expiry      time.Time
 	refresh     time.Duration
-	lastRequest time.Time
-
-	// tree fields
-	key                      float64
-	prio                     uint64
-	left, right              *entry
-	sumWants, sumSub, sumHas float64
-	count                    int
-
-	heapIndex int
+	lastRequest int64 // Unix nanoseconds
 }
 
 // Resource is the lease store of one resource. It is not safe for
@@ -122,7 +118,7 @@ type Resource struct {
 	learningEnd time.Time
 	entries     map[string]*entry
 	tree        tree
-	expiries    expiryHeap
+	expiries    expiries
 }
 
 // NewResource returns an empty store for resource id. masterSince is when
@@ -162,14 +158,12 @@ func (r *Resource) LearningEnd() time.Time { return r.learningEnd }
 //
 // Source: doorman-design.md, "Step 1: Cleanup step".
 func (r *Resource) Cleanup(now time.Time) {
-	for len(r.expiries) > 0 && !r.expiries[0].expiry.After(now) {
-		r.drop(r.expiries[0])
-	}
+	r.expiries.popExpired(now.Unix(), r.drop)
 }
 
 func (r *Resource) drop(e *entry) {
 	r.tree.remove(e)
-	heap.Remove(&r.expiries, e.heapIndex)
+	r.expiries.remove(e)
 	delete(r.entries, e.id)
 }
 
@@ -183,19 +177,19 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 	r.Cleanup(now)
 	sub := math.Max(float64(req.Subclients), 1)
 	e, ok := r.entries[req.Client]
-	if ok {
-		r.tree.remove(e)
-	} else {
-		e = &entry{id: req.Client}
+	switch {
+	case !ok:
+		e = &entry{id: req.Client, wants: req.Wants, subclients: sub}
 		r.entries[req.Client] = e
-		heap.Push(&r.expiries, e)
+		r.tree.insert(e)
+	case e.wants != req.Wants || e.subclients != sub:
+		// The requester's place in the order changes.
+		r.tree.remove(e)
+		e.wants, e.subclients = req.Wants, sub
+		r.tree.insert(e)
 	}
 	e.priority = req.Priority
-	e.wants = req.Wants
-	e.subclients = sub
-	othersHas := r.tree.sumHas() // e is out of the tree
-	e.has = 0
-	r.tree.insert(e)
+	othersHas := r.tree.hasExcept(e) // e's own lease is being replaced
 
 	p := r.params
 	learning := r.Learning(now)
@@ -211,35 +205,34 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 		gets = algorithm.Decide(p.Kind, p.Capacity, algorithm.Requester{Wants: req.Wants, Subclients: sub}, &r.tree, othersHas)
 	}
 
-	r.tree.remove(e)
-	e.has = gets
-	e.expiry = r.expiryAt(now)
+	r.tree.setHas(e, gets)
+	expiry := r.expiryAt(now)
 	e.refresh = p.RefreshInterval
-	e.lastRequest = now
-	r.tree.insert(e)
-	heap.Fix(&r.expiries, e.heapIndex)
-	if !e.expiry.After(now) {
+	e.lastRequest = now.UnixNano()
+	r.expiries.set(e, expiry.Unix())
+	if !expiry.After(now) {
 		// The server's own lease is gone: nothing can be granted.
 		r.drop(e)
 		gets = 0
 	}
 	return Grant{
 		Capacity:        gets,
-		Expiry:          e.expiry,
+		Expiry:          expiry,
 		RefreshInterval: p.RefreshInterval,
 		SafeCapacity:    r.SafeCapacity(),
 		Learning:        learning,
 	}
 }
 
-// expiryAt returns the expiry of a lease granted at now: now (whole
-// seconds) plus the lease length, no later than MaxExpiry.
+// expiryAt returns the expiry of a lease granted at now: now plus the
+// lease length, no later than MaxExpiry, rounded down to a whole second
+// (the wire carries whole seconds; rounding down never extends a lease).
 func (r *Resource) expiryAt(now time.Time) time.Time {
-	exp := now.Truncate(time.Second).Add(r.params.LeaseLength)
+	exp := now.Add(r.params.LeaseLength)
 	if m := r.params.MaxExpiry; !m.IsZero() && exp.After(m) {
 		exp = m
 	}
-	return exp
+	return exp.Truncate(time.Second)
 }
 
 func sharing(k algorithm.Kind) bool {
@@ -327,30 +320,7 @@ type Band struct {
 func (e *entry) lease() Lease {
 	return Lease{
 		Client: e.id, Priority: e.priority, Wants: e.wants, Has: e.has,
-		Subclients: int64(e.subclients), Expiry: e.expiry, RefreshInterval: e.refresh,
-		LastRequest: e.lastRequest,
+		Subclients: int64(e.subclients), Expiry: time.Unix(e.expSec, 0), RefreshInterval: e.refresh,
+		LastRequest: time.Unix(0, e.lastRequest),
 	}
-}
-
-// expiryHeap orders entries by expiry, earliest first.
-type expiryHeap []*entry
-
-func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].expiry.Before(h[j].expiry) }
-func (h expiryHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIndex = i
-	h[j].heapIndex = j
-}
-func (h *expiryHeap) Push(x any) {
-	e := x.(*entry)
-	e.heapIndex = len(*h)
-	*h = append(*h, e)
-}
-func (h *expiryHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return e
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluice-rl/sluice/algorithm"
 	"pgregory.net/rapid"
@@ -164,9 +165,14 @@ func TestBands(t *testing.T) {
 func TestPropertyTreeMatchesSlice(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		r := pastLearning(algorithm.FairShare, 1e9)
+		// Small nodes, so that splits, merges and deep trees happen.
+		r.tree.fanout = rapid.IntRange(3, 8).Draw(t, "fanout")
 		now := t0
-		ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
-		steps := rapid.IntRange(1, 60).Draw(t, "steps")
+		ids := make([]string, rapid.IntRange(1, 60).Draw(t, "clients"))
+		for i := range ids {
+			ids[i] = fmt.Sprint("c", i)
+		}
+		steps := rapid.IntRange(1, 300).Draw(t, "steps")
 		for i := 0; i < steps; i++ {
 			id := rapid.SampledFrom(ids).Draw(t, "id")
 			switch rapid.IntRange(0, 5).Draw(t, "op") {
@@ -179,6 +185,9 @@ func TestPropertyTreeMatchesSlice(t *testing.T) {
 				r.Decide(now, Request{Client: id,
 					Wants:      float64(rapid.IntRange(0, 100).Draw(t, "wants")),
 					Subclients: int64(rapid.IntRange(1, 4).Draw(t, "sub"))})
+			}
+			if msg := r.tree.check(); msg != "" {
+				t.Fatalf("after step %d: %s", i, msg)
 			}
 		}
 		var ref algorithm.Slice
@@ -245,24 +254,96 @@ func TestPropertyNeverOvercommits(t *testing.T) {
 	})
 }
 
-// BenchmarkDecide measures one GetCapacity decision (a refresh by an
-// existing client with changing wants) on one resource with n clients.
+// BenchmarkDecide measures one GetCapacity decision on one resource with
+// n clients, as a server sees them: the clients refresh in turn, each once
+// per refresh interval (so time advances by interval/n per decision and
+// every lease moves to a later expiry), and each refresh changes the
+// client's wants (so its place in the order moves too).
 func BenchmarkDecide(b *testing.B) {
 	for _, kind := range []algorithm.Kind{algorithm.FairShare, algorithm.ProportionalShare} {
 		for _, n := range []int{10, 1000, 100000} {
 			b.Run(fmt.Sprintf("%v/clients=%d", kind, n), func(b *testing.B) {
 				r := pastLearning(kind, float64(n)*50)
+				step := r.Params().RefreshInterval / time.Duration(n)
+				now := t0
 				ids := make([]string, n)
 				for i := range ids {
 					ids[i] = fmt.Sprintf("client-%d", i)
-					r.Decide(t0, Request{Client: ids[i], Wants: float64(i % 100)})
+					r.Decide(now, Request{Client: ids[i], Wants: float64(i % 100)})
+					now = now.Add(step)
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := 0; b.Loop(); i++ {
-					r.Decide(t0, Request{Client: ids[i%n], Wants: float64((i * 7) % 100)})
+					j, round := i%n, i/n+1
+					r.Decide(now, Request{Client: ids[j], Wants: float64((j + 7*round) % 100)})
+					now = now.Add(step)
+				}
+				if _, _, _, leases := r.Totals(); leases != n {
+					b.Fatalf("%d leases outstanding, want %d", leases, n)
 				}
 			})
 		}
 	}
+}
+
+// A large resource: 100 000 clients arrive, change their wants and leave
+// in a pseudo-random order; the tree stays consistent and shallow, and its
+// totals match a direct sum.
+func TestTreeLarge(t *testing.T) {
+	r := pastLearning(algorithm.FairShare, 1e6)
+	const n = 100000
+	x := uint64(1)
+	next := func() uint64 { x = splitmix(x); return x }
+	wants := map[string]float64{}
+	for i := 0; i < 3*n; i++ {
+		id := fmt.Sprint("c", next()%n)
+		if next()%10 == 0 {
+			r.Release(id)
+			delete(wants, id)
+			continue
+		}
+		w := float64(next() % 1000)
+		r.Decide(t0, Request{Client: id, Wants: w})
+		wants[id] = w
+	}
+	if msg := r.tree.check(); msg != "" {
+		t.Fatal(msg)
+	}
+	var sum float64
+	for _, w := range wants {
+		sum += w
+	}
+	got, _, _, leases := r.Totals()
+	if leases != len(wants) || math.Abs(got-sum) > 1e-6*sum {
+		t.Fatalf("totals: %v wants over %d leases, want %v over %d", got, leases, sum, len(wants))
+	}
+	depth := 0
+	for x := r.tree.root; !x.leaf; x = x.kids[0] {
+		depth++
+	}
+	if depth > 5 {
+		t.Fatalf("tree of %d leases is %d levels deep", leases, depth)
+	}
+	for id := range wants {
+		r.Release(id)
+	}
+	if r.tree.root != nil || len(r.entries) != 0 {
+		t.Fatal("tree not empty after releasing every lease")
+	}
+}
+
+// The entry layout comment promises two cache lines.
+func TestEntrySize(t *testing.T) {
+	if s := unsafe.Sizeof(entry{}); s > 128 {
+		t.Fatalf("entry is %d bytes, want ≤ 128", s)
+	}
+}
+
+// splitmix is the SplitMix64 step: a well-spread pseudo-random sequence.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
 }
