@@ -177,19 +177,23 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 	r.Cleanup(now)
 	sub := math.Max(float64(req.Subclients), 1)
 	e, ok := r.entries[req.Client]
+	var othersHas float64 // Σ has of every other lease: e's is being replaced
 	switch {
 	case !ok:
 		e = &entry{id: req.Client, wants: req.Wants, subclients: sub}
 		r.entries[req.Client] = e
 		r.tree.insert(e)
+		othersHas = r.tree.sumHas()
 	case e.wants != req.Wants || e.subclients != sub:
 		// The requester's place in the order changes.
 		r.tree.remove(e)
-		e.wants, e.subclients = req.Wants, sub
+		e.wants, e.subclients, e.has = req.Wants, sub, 0
 		r.tree.insert(e)
+		othersHas = r.tree.sumHas()
+	default:
+		othersHas = r.tree.hasExcept(e)
 	}
 	e.priority = req.Priority
-	othersHas := r.tree.hasExcept(e) // e's own lease is being replaced
 
 	p := r.params
 	learning := r.Learning(now)

@@ -21,7 +21,7 @@ const maxFanout = 32
 //
 // Σ has, which guards "never more than is free", is recomputed from a
 // node's slots whenever it changes, so floating-point error cannot
-// accumulate in it. Σ wants, Σ subclients and counts are adjusted by
+// accumulate in it (an entry that holds nothing changes no Σ has). Σ wants, Σ subclients and counts are adjusted by
 // deltas on the path of a change (they only steer how capacity is shared)
 // and recomputed whenever a node splits or merges.
 //
@@ -30,6 +30,11 @@ type tree struct {
 	root   *node
 	fanout int     // slots per node; 0 means maxFanout (tests use small ones)
 	spare  []*node // emptied nodes, reused by splits
+
+	// The root's totals, computed when first asked for after a change.
+	dirty           bool
+	wants, sub, has float64
+	entries         int
 }
 
 // node is a tree node. In a leaf, slot i is one entry; in an inner node,
@@ -99,23 +104,25 @@ func (e *entry) slot() int {
 
 // adjustUp updates the summaries of x's ancestors after e joined (sign
 // +1) or left (sign -1) the entries below x: Σ wants, Σ subclients and the
-// count change by e's, Σ has and the largest key are recomputed from the
-// node below.
+// count change by e's, the largest key and (unless e holds nothing) Σ has
+// are recomputed from the node below.
 func adjustUp(x *node, e *entry, sign int) {
 	dw, ds := float64(sign)*e.wants, float64(sign)*e.subclients
 	for p := x.parent; p != nil; x, p = p, p.parent {
-		p.adjust(x, dw, ds, sign)
+		p.adjust(x, dw, ds, sign, e.has != 0)
 	}
 }
 
 // adjust updates p's slot for child x by the given deltas.
-func (p *node) adjust(x *node, dw, ds float64, dc int) {
+func (p *node) adjust(x *node, dw, ds float64, dc int, has bool) {
 	i := x.pos
 	p.wants[i] += dw
 	p.sub[i] += ds
 	p.count[i] += dc
 	p.key[i] = x.key[x.n-1]
-	p.has[i] = sum(x.has[:x.n])
+	if has {
+		p.has[i] = sum(x.has[:x.n])
+	}
 }
 
 // sum returns Σ xs. It adds in four independent chains, which is several
@@ -189,6 +196,7 @@ func (x *node) renumber(from, to int) {
 
 // insert adds e, keyed by its current wants per subclient.
 func (t *tree) insert(e *entry) {
+	t.dirty = true
 	e.key = e.wants / e.subclients
 	if t.root == nil {
 		t.root = &node{leaf: true}
@@ -276,6 +284,7 @@ func (t *tree) remove(e *entry) {
 	// neighbour when both fit in three quarters of it; otherwise the
 	// sparse node stays next to a neighbour more than half full, which
 	// keeps the depth logarithmic. Only sparse nodes look at a neighbour.
+	t.dirty = true
 	dw, ds := -e.wants, -e.subclients
 	for p := x.parent; p != nil; x, p = p, p.parent {
 		i := x.pos
@@ -305,7 +314,7 @@ func (t *tree) remove(e *entry) {
 				continue
 			}
 		}
-		p.adjust(x, dw, ds, -1)
+		p.adjust(x, dw, ds, -1, e.has != 0)
 	}
 	// The root: drop an empty tree, collapse an inner root of one child.
 	for t.root != nil && !t.root.leaf && t.root.n == 1 {
@@ -322,6 +331,7 @@ func (t *tree) remove(e *entry) {
 // setHas records e's new has without moving it: one leaf slot changes and
 // the Σ has summaries above it are recomputed.
 func (t *tree) setHas(e *entry, has float64) {
+	t.dirty = true
 	e.has = has
 	x := e.leaf
 	x.has[e.slot()] = has
@@ -346,28 +356,32 @@ func (t *tree) hasExcept(e *entry) float64 {
 	}
 }
 
+// totals returns the sums over the whole tree, computing them once after
+// each change.
+func (t *tree) totals() (wants, sub, has float64, count int) {
+	if t.dirty {
+		t.dirty = false
+		t.wants, t.sub, t.has, t.entries = 0, 0, 0, 0
+		if t.root != nil {
+			t.wants, t.sub, t.has, t.entries = t.root.totals()
+		}
+	}
+	return t.wants, t.sub, t.has, t.entries
+}
+
 // Totals implements algorithm.Demand.
 func (t *tree) Totals() (wants, subclients float64) {
-	if t.root == nil {
-		return 0, 0
-	}
-	w, s, _, _ := t.root.totals()
+	w, s, _, _ := t.totals()
 	return w, s
 }
 
 func (t *tree) sumHas() float64 {
-	if t.root == nil {
-		return 0
-	}
-	_, _, h, _ := t.root.totals()
+	_, _, h, _ := t.totals()
 	return h
 }
 
 func (t *tree) count() int {
-	if t.root == nil {
-		return 0
-	}
-	_, _, _, c := t.root.totals()
+	_, _, _, c := t.totals()
 	return c
 }
 
@@ -454,7 +468,7 @@ func (t *tree) check() string {
 				return 0, "child with wrong parent or position"
 			}
 			w, s, h, n := c.totals()
-			if !near(w, x.wants[i]) || !near(s, x.sub[i]) || h != x.has[i] || n != x.count[i] ||
+			if !near(w, x.wants[i]) || !near(s, x.sub[i]) || !near(h, x.has[i]) || n != x.count[i] ||
 				c.key[c.n-1] != x.key[i] {
 				return 0, "inner slot out of sync with its child"
 			}
