@@ -253,13 +253,19 @@ func (r *Resource) Release(client string) {
 }
 
 // SafeCapacity returns the template's safe capacity, or else the capacity
-// divided by the number of clients (subclients) the store knows about.
+// divided by the number of clients (subclients) the store knows about;
+// +Inf for NO_ALGORITHM (the server then leaves the optional wire field
+// out).
 //
 // Source: doorman-design.md, "Optimistic, pessimistic and safe mode
 // operation".
 func (r *Resource) SafeCapacity() float64 {
 	if r.params.HasSafeCapacity {
 		return r.params.SafeCapacity
+	}
+	if r.params.Kind == algorithm.NoAlgorithm {
+		// Nothing is limited, so there is no share to compute.
+		return math.Inf(1)
 	}
 	_, sub := r.tree.Totals()
 	if sub < 1 {

@@ -199,6 +199,16 @@ func (s *Server) find(id string) (config.Template, bool) {
 	return s.cfg.Find(id)
 }
 
+// wireSafeCapacity returns the safe capacity for the wire, or nil (the
+// field is optional) when there is no finite one, as for a resource that
+// matches no template.
+func wireSafeCapacity(c float64) *float64 {
+	if math.IsInf(c, 0) || math.IsNaN(c) {
+		return nil
+	}
+	return proto.Float64(c)
+}
+
 // paramsFor resolves a template (nil: no template) into lease parameters.
 func paramsFor(t *config.Template) lease.Params {
 	if t == nil {
@@ -321,7 +331,7 @@ func (s *Server) GetCapacity(_ context.Context, req *connect.Request[pb.GetCapac
 		out.Response = append(out.Response, &pb.ResourceResponse{
 			ResourceId:   proto.String(rr.GetResourceId()),
 			Gets:         wireLease(g),
-			SafeCapacity: proto.Float64(g.SafeCapacity),
+			SafeCapacity: wireSafeCapacity(g.SafeCapacity),
 		})
 	}
 	return connect.NewResponse(out), nil
@@ -367,7 +377,7 @@ func (s *Server) GetServerCapacity(_ context.Context, req *connect.Request[pb.Ge
 				RefreshInterval:      proto.Int64(int64(p.RefreshInterval / time.Second)),
 				LearningModeDuration: proto.Int64(int64(p.LearningModeDuration / time.Second)),
 			},
-			SafeCapacity: proto.Float64(g.SafeCapacity),
+			SafeCapacity: wireSafeCapacity(g.SafeCapacity),
 		})
 	}
 	return connect.NewResponse(out), nil
