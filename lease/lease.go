@@ -15,7 +15,9 @@
 package lease
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -60,6 +62,11 @@ type Request struct {
 	// Subclients is the number of clients the requester stands for; values
 	// below 1 count as 1.
 	Subclients int64
+	// Bands, when not empty, replaces Priority, Wants and Subclients: a
+	// downstream server's demand, one band per priority its clients use
+	// (its PriorityBandAggregates). Bands with the same priority are
+	// merged; Clients below 1 count as 1.
+	Bands []Band
 	// Has is the capacity the requester claims to hold from an earlier
 	// lease, or nil if it holds none (new client, or its lease expired).
 	// Only learning mode uses it: otherwise the store trusts its own record.
@@ -83,7 +90,7 @@ type Grant struct {
 // Lease describes one outstanding lease, for status pages and tests.
 type Lease struct {
 	Client          string
-	Priority        int64
+	Priority        int64 // the highest band the requester asks in
 	Wants           float64
 	Has             float64
 	Subclients      int64
@@ -92,22 +99,33 @@ type Lease struct {
 	LastRequest     time.Time
 }
 
-// entry is one requester's state. It is 128 bytes, two cache lines, with
-// what every decision reads in the first: a decision on a resource with
-// many clients is bound by memory latency, not arithmetic.
+// entry is one requester's state and its part in its (highest) priority
+// band's tree; a requester asking in several bands (a downstream server)
+// has one more entry per further band, owned by the first. It is 128
+// bytes, two cache lines, with what every decision reads in the first: a
+// decision on a resource with many clients is bound by memory latency, not
+// arithmetic.
 type entry struct {
 	wants      float64
 	subclients float64
-	has        float64
+	has        float64 // the requester's whole lease (0 on further bands)
 	key        float64 // wants / subclients when inserted in the tree
 	leaf       *node   // the tree leaf holding the entry
 	expSec     int64   // expiry, Unix seconds
 	filed      bool    // filed in the expiry index under expSec
 
+	priority    int64 // the band
 	id          string
-	priority    int64
 	refresh     time.Duration
-	lastRequest int64 // Unix nanoseconds
+	lastRequest int64    // Unix nanoseconds
+	owner       *entry   // on further bands: the requester's first entry
+	more        []*entry // on the first entry: the further bands' entries
+}
+
+// band is the requesters of one priority, in a tree of their own.
+type band struct {
+	priority int64
+	tree     tree
 }
 
 // Resource is the lease store of one resource. It is not safe for
@@ -117,7 +135,8 @@ type Resource struct {
 	params      Params
 	learningEnd time.Time
 	entries     map[string]*entry
-	tree        tree
+	bands       []*band // by descending priority; never empty bands
+	fanout      int     // tree fanout for new bands (tests); 0: default
 	expiries    expiries
 }
 
@@ -162,9 +181,121 @@ func (r *Resource) Cleanup(now time.Time) {
 }
 
 func (r *Resource) drop(e *entry) {
-	r.tree.remove(e)
+	r.unplace(e)
 	r.expiries.remove(e)
 	delete(r.entries, e.id)
+}
+
+// band returns the band of priority p, creating it if create is set (nil
+// otherwise when it does not exist).
+func (r *Resource) band(p int64, create bool) *band {
+	i := 0
+	for i < len(r.bands) && r.bands[i].priority > p {
+		i++
+	}
+	if i < len(r.bands) && r.bands[i].priority == p {
+		return r.bands[i]
+	}
+	if !create {
+		return nil
+	}
+	b := &band{priority: p, tree: tree{fanout: r.fanout}}
+	r.bands = append(r.bands, nil)
+	copy(r.bands[i+1:], r.bands[i:])
+	r.bands[i] = b
+	return b
+}
+
+// place puts the requester's entries (e and e.more) into their bands'
+// trees.
+func (r *Resource) place(e *entry) {
+	r.band(e.priority, true).tree.insert(e)
+	for _, m := range e.more {
+		r.band(m.priority, true).tree.insert(m)
+	}
+}
+
+// unplace takes the requester's entries out of their trees, dropping bands
+// left empty.
+func (r *Resource) unplace(e *entry) {
+	r.removeFromBand(e)
+	for _, m := range e.more {
+		r.removeFromBand(m)
+	}
+}
+
+func (r *Resource) removeFromBand(e *entry) {
+	b := r.band(e.priority, false)
+	b.tree.remove(e)
+	if b.tree.root == nil {
+		for i, x := range r.bands {
+			if x == b {
+				r.bands = append(r.bands[:i], r.bands[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// parts returns the request's demand as bands sorted by descending
+// priority, with equal priorities merged and subclients at least 1.
+// buf is scratch space the result may use.
+func parts(req Request, buf []Band) []Band {
+	out := buf[:0]
+	if len(req.Bands) == 0 {
+		return append(out, Band{Priority: req.Priority, Clients: max(req.Subclients, 1), Wants: req.Wants})
+	}
+	for _, b := range req.Bands {
+		b.Clients = max(b.Clients, 1)
+		merged := false
+		for i := range out {
+			if out[i].Priority == b.Priority {
+				out[i].Clients += b.Clients
+				out[i].Wants += b.Wants
+				merged = true
+			}
+		}
+		if !merged {
+			out = append(out, b)
+		}
+	}
+	slices.SortFunc(out, func(a, b Band) int { return cmp.Compare(b.Priority, a.Priority) })
+	return out
+}
+
+// sameParts reports whether e's entries hold exactly ps.
+func sameParts(e *entry, ps []Band) bool {
+	if len(ps) != 1+len(e.more) {
+		return false
+	}
+	for i, p := range ps {
+		x := e
+		if i > 0 {
+			x = e.more[i-1]
+		}
+		if x.priority != p.Priority || x.wants != p.Wants || x.subclients != float64(p.Clients) {
+			return false
+		}
+	}
+	return true
+}
+
+// setParts makes e's entries hold ps (e takes the first band).
+func setParts(e *entry, ps []Band) {
+	e.priority, e.wants, e.subclients = ps[0].Priority, ps[0].Wants, float64(ps[0].Clients)
+	e.more = e.more[:0]
+	for _, p := range ps[1:] {
+		e.more = append(e.more, &entry{id: e.id, owner: e, priority: p.Priority, wants: p.Wants, subclients: float64(p.Clients)})
+	}
+}
+
+// sumHas returns Σ has over every band.
+func (r *Resource) sumHas() float64 {
+	var h float64
+	for _, b := range r.bands {
+		h += b.tree.sumHas()
+	}
+	return h
 }
 
 // Decide records req and returns the requester's new lease. It runs the
@@ -175,25 +306,34 @@ func (r *Resource) drop(e *entry) {
 // Source: doorman-design.md, "Processing the GetCapacity RPC", steps 1-4.
 func (r *Resource) Decide(now time.Time, req Request) Grant {
 	r.Cleanup(now)
-	sub := math.Max(float64(req.Subclients), 1)
+	var buf [4]Band
+	ps := parts(req, buf[:])
 	e, ok := r.entries[req.Client]
 	var othersHas float64 // Σ has of every other lease: e's is being replaced
 	switch {
 	case !ok:
-		e = &entry{id: req.Client, wants: req.Wants, subclients: sub}
+		e = &entry{id: req.Client}
+		setParts(e, ps)
 		r.entries[req.Client] = e
-		r.tree.insert(e)
-		othersHas = r.tree.sumHas()
-	case e.wants != req.Wants || e.subclients != sub:
+		r.place(e)
+		othersHas = r.sumHas()
+	case !sameParts(e, ps):
 		// The requester's place in the order changes.
-		r.tree.remove(e)
-		e.wants, e.subclients, e.has = req.Wants, sub, 0
-		r.tree.insert(e)
-		othersHas = r.tree.sumHas()
+		r.unplace(e)
+		e.has = 0
+		setParts(e, ps)
+		r.place(e)
+		othersHas = r.sumHas()
 	default:
-		othersHas = r.tree.hasExcept(e)
+		// Only e (the first entry) holds has.
+		for _, b := range r.bands {
+			if b.priority == e.priority {
+				othersHas += b.tree.hasExcept(e)
+			} else {
+				othersHas += b.tree.sumHas()
+			}
+		}
 	}
-	e.priority = req.Priority
 
 	p := r.params
 	learning := r.Learning(now)
@@ -205,11 +345,13 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 		if req.Has != nil {
 			gets = algorithm.Clamp(*req.Has, p.Capacity-othersHas)
 		}
+	case p.Kind == algorithm.FairShare && len(r.bands) > 1:
+		gets = algorithm.Clamp(algorithm.PriorityFairTarget(p.Capacity, r.algoParts(e), r.algoBands()), p.Capacity-othersHas)
 	default:
-		gets = algorithm.Decide(p.Kind, p.Capacity, algorithm.Requester{Wants: req.Wants, Subclients: sub}, &r.tree, othersHas)
+		gets = algorithm.Decide(p.Kind, p.Capacity, total(e), r.pooled(), othersHas)
 	}
 
-	r.tree.setHas(e, gets)
+	r.band(e.priority, false).tree.setHas(e, gets)
 	expiry := r.expiryAt(now)
 	e.refresh = p.RefreshInterval
 	e.lastRequest = now.UnixNano()
@@ -267,7 +409,7 @@ func (r *Resource) SafeCapacity() float64 {
 		// Nothing is limited, so there is no share to compute.
 		return math.Inf(1)
 	}
-	_, sub := r.tree.Totals()
+	_, sub := r.pooled().Totals()
 	if sub < 1 {
 		return r.params.Capacity
 	}
@@ -276,8 +418,12 @@ func (r *Resource) SafeCapacity() float64 {
 
 // Totals returns Σ wants, Σ has, Σ subclients and the number of leases.
 func (r *Resource) Totals() (wants, has, subclients float64, leases int) {
-	w, s := r.tree.Totals()
-	return w, r.tree.sumHas(), s, r.tree.count()
+	for _, b := range r.bands {
+		w, s := b.tree.Totals()
+		wants += w
+		subclients += s
+	}
+	return wants, r.sumHas(), subclients, len(r.entries)
 }
 
 // Has returns client's current lease, if it holds one.
@@ -299,38 +445,116 @@ func (r *Resource) Leases() []Lease {
 	return out
 }
 
-// Bands returns the store's demand summarised per priority band, the shape
-// a server sends its parent in GetServerCapacity. O(n).
+// Bands returns the store's demand summarised per priority band, highest
+// first: the shape a server sends its parent in GetServerCapacity. O(bands).
 func (r *Resource) Bands() []Band {
-	m := map[int64]*Band{}
-	for _, e := range r.entries {
-		b := m[e.priority]
-		if b == nil {
-			b = &Band{Priority: e.priority}
-			m[e.priority] = b
-		}
-		b.Clients += int64(e.subclients)
-		b.Wants += e.wants
+	out := make([]Band, 0, len(r.bands))
+	for _, b := range r.bands {
+		w, s := b.tree.Totals()
+		out = append(out, Band{Priority: b.priority, Clients: int64(math.Round(s)), Wants: w})
 	}
-	out := make([]Band, 0, len(m))
-	for _, b := range m {
-		out = append(out, *b)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Priority > out[j].Priority })
 	return out
 }
 
-// Band is the demand of one priority band.
+// Band is the demand of one priority band: Clients requesters (subclients)
+// wanting Wants in all.
 type Band struct {
 	Priority int64
 	Clients  int64
 	Wants    float64
 }
 
+// algoParts returns requester e's parts for the algorithms.
+func (r *Resource) algoParts(e *entry) []algorithm.Part {
+	out := make([]algorithm.Part, 0, 1+len(e.more))
+	out = append(out, algorithm.Part{Priority: e.priority, Requester: algorithm.Requester{Wants: e.wants, Subclients: e.subclients}})
+	for _, m := range e.more {
+		out = append(out, algorithm.Part{Priority: m.priority, Requester: algorithm.Requester{Wants: m.wants, Subclients: m.subclients}})
+	}
+	return out
+}
+
+// algoBands returns the bands for the algorithms, highest first.
+func (r *Resource) algoBands() []algorithm.PriorityBand {
+	out := make([]algorithm.PriorityBand, len(r.bands))
+	for i, b := range r.bands {
+		out[i] = algorithm.PriorityBand{Priority: b.priority, Demand: &b.tree}
+	}
+	return out
+}
+
+// total returns requester e's demand over all its bands.
+func total(e *entry) algorithm.Requester {
+	t := algorithm.Requester{Wants: e.wants, Subclients: e.subclients}
+	for _, m := range e.more {
+		t.Wants += m.wants
+		t.Subclients += m.subclients
+	}
+	return t
+}
+
+// pooled is the demand of every band together (for the algorithms that
+// ignore priority).
+func (r *Resource) pooled() algorithm.Demand {
+	if len(r.bands) == 1 {
+		return &r.bands[0].tree
+	}
+	return pooledDemand(r.bands)
+}
+
+// pooledDemand is the union of several bands' trees.
+type pooledDemand []*band
+
+func (d pooledDemand) Totals() (wants, subclients float64) {
+	for _, b := range d {
+		w, s := b.tree.Totals()
+		wants += w
+		subclients += s
+	}
+	return wants, subclients
+}
+
+func (d pooledDemand) Below(level float64) (wants, subclients float64) {
+	for _, b := range d {
+		w, s := b.tree.Below(level)
+		wants += w
+		subclients += s
+	}
+	return wants, subclients
+}
+
+// WaterLevel finds the level by bisection over the bands' Below sums: the
+// capacity used at level L, Σ min(wants_i, subclients_i × L), grows with L.
+// O(bands × log n × 100); no algorithm in use needs it on pooled bands.
+func (d pooledDemand) WaterLevel(capacity float64) float64 {
+	totalWants, totalSub := d.Totals()
+	if totalWants <= capacity {
+		return math.Inf(1)
+	}
+	used := func(level float64) float64 {
+		w, s := d.Below(level)
+		return w + level*(totalSub-s)
+	}
+	lo, hi := 0.0, 1.0
+	for used(hi) < capacity {
+		hi *= 2
+	}
+	for range 100 {
+		mid := (lo + hi) / 2
+		if used(mid) < capacity {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
 func (e *entry) lease() Lease {
+	t := total(e)
 	return Lease{
-		Client: e.id, Priority: e.priority, Wants: e.wants, Has: e.has,
-		Subclients: int64(e.subclients), Expiry: time.Unix(e.expSec, 0), RefreshInterval: e.refresh,
+		Client: e.id, Priority: e.priority, Wants: t.Wants, Has: e.has,
+		Subclients: int64(t.Subclients), Expiry: time.Unix(e.expSec, 0), RefreshInterval: e.refresh,
 		LastRequest: time.Unix(0, e.lastRequest),
 	}
 }

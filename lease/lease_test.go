@@ -166,7 +166,7 @@ func TestPropertyTreeMatchesSlice(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		r := pastLearning(algorithm.FairShare, 1e9)
 		// Small nodes, so that splits, merges and deep trees happen.
-		r.tree.fanout = rapid.IntRange(3, 8).Draw(t, "fanout")
+		r.fanout = rapid.IntRange(3, 8).Draw(t, "fanout")
 		now := t0
 		ids := make([]string, rapid.IntRange(1, 60).Draw(t, "clients"))
 		for i := range ids {
@@ -186,27 +186,33 @@ func TestPropertyTreeMatchesSlice(t *testing.T) {
 					Wants:      float64(rapid.IntRange(0, 100).Draw(t, "wants")),
 					Subclients: int64(rapid.IntRange(1, 4).Draw(t, "sub"))})
 			}
-			if msg := r.tree.check(); msg != "" {
-				t.Fatalf("after step %d: %s", i, msg)
+			if b := r.band(0, false); b != nil {
+				if msg := b.tree.check(); msg != "" {
+					t.Fatalf("after step %d: %s", i, msg)
+				}
 			}
 		}
 		var ref algorithm.Slice
 		for _, l := range r.Leases() {
 			ref = append(ref, algorithm.Requester{Wants: l.Wants, Subclients: float64(l.Subclients)})
 		}
-		tw, ts := r.tree.Totals()
+		tr := &tree{}
+		if b := r.band(0, false); b != nil {
+			tr = &b.tree
+		}
+		tw, ts := tr.Totals()
 		rw, rs := ref.Totals()
-		if tw != rw || ts != rs || r.tree.count() != len(ref) {
-			t.Fatalf("totals tree (%v,%v,%d) slice (%v,%v,%d)", tw, ts, r.tree.count(), rw, rs, len(ref))
+		if tw != rw || ts != rs || tr.count() != len(ref) {
+			t.Fatalf("totals tree (%v,%v,%d) slice (%v,%v,%d)", tw, ts, tr.count(), rw, rs, len(ref))
 		}
 		level := rapid.Float64Range(0, 120).Draw(t, "level")
-		bw, bs := r.tree.Below(level)
+		bw, bs := tr.Below(level)
 		sw, ss := ref.Below(level)
 		if math.Abs(bw-sw) > 1e-9 || bs != ss {
 			t.Fatalf("Below(%v): tree (%v,%v) slice (%v,%v)", level, bw, bs, sw, ss)
 		}
 		capacity := rapid.Float64Range(0, 500).Draw(t, "capacity")
-		tl, sl := r.tree.WaterLevel(capacity), ref.WaterLevel(capacity)
+		tl, sl := tr.WaterLevel(capacity), ref.WaterLevel(capacity)
 		if !(tl == sl || math.Abs(tl-sl) <= 1e-9*math.Max(1, sl)) {
 			t.Fatalf("WaterLevel(%v): tree %v slice %v", capacity, tl, sl)
 		}
@@ -237,7 +243,20 @@ func TestPropertyNeverOvercommits(t *testing.T) {
 					has = f(rapid.Float64Range(0, 1000).Draw(t, "claim"))
 				}
 				wants := rapid.Float64Range(0, 500).Draw(t, "wants")
-				g := r.Decide(now, Request{Client: id, Wants: wants, Has: has, Subclients: int64(rapid.IntRange(1, 3).Draw(t, "sub"))})
+				req := Request{Client: id, Wants: wants, Has: has, Subclients: int64(rapid.IntRange(1, 3).Draw(t, "sub")),
+					Priority: int64(rapid.IntRange(0, 2).Draw(t, "priority"))}
+				if rapid.Bool().Draw(t, "server") {
+					// A downstream server asking in several bands.
+					req.Bands = make([]Band, rapid.IntRange(1, 3).Draw(t, "bands"))
+					wants = 0
+					for j := range req.Bands {
+						req.Bands[j] = Band{Priority: int64(rapid.IntRange(0, 2).Draw(t, "band priority")),
+							Clients: int64(rapid.IntRange(1, 10).Draw(t, "band clients")),
+							Wants:   rapid.Float64Range(0, 300).Draw(t, "band wants")}
+						wants += req.Bands[j].Wants
+					}
+				}
+				g := r.Decide(now, req)
 				if g.Capacity < 0 || (!g.Learning && g.Capacity > wants+1e-9) {
 					t.Fatalf("grant %v for wants %v", g.Capacity, wants)
 				}
@@ -333,7 +352,7 @@ func TestTreeLarge(t *testing.T) {
 		r.Decide(t0, Request{Client: id, Wants: w})
 		wants[id] = w
 	}
-	if msg := r.tree.check(); msg != "" {
+	if msg := r.band(0, false).tree.check(); msg != "" {
 		t.Fatal(msg)
 	}
 	var sum float64
@@ -345,7 +364,7 @@ func TestTreeLarge(t *testing.T) {
 		t.Fatalf("totals: %v wants over %d leases, want %v over %d", got, leases, sum, len(wants))
 	}
 	depth := 0
-	for x := r.tree.root; !x.leaf; x = x.kids[0] {
+	for x := r.band(0, false).tree.root; !x.leaf; x = x.kids[0] {
 		depth++
 	}
 	if depth > 5 {
@@ -354,7 +373,7 @@ func TestTreeLarge(t *testing.T) {
 	for id := range wants {
 		r.Release(id)
 	}
-	if r.tree.root != nil || len(r.entries) != 0 {
+	if len(r.bands) != 0 || len(r.entries) != 0 {
 		t.Fatal("tree not empty after releasing every lease")
 	}
 }
@@ -372,4 +391,48 @@ func splitmix(x uint64) uint64 {
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
 	return x ^ (x >> 31)
+}
+
+// Strict priority through the store: a high-priority client is satisfied
+// before lower bands share the rest; a downstream server's bands count as
+// that many subclients at those priorities.
+func TestDecidePriorityBands(t *testing.T) {
+	r := pastLearning(algorithm.FairShare, 100)
+	now := t0
+	reqs := []Request{
+		{Client: "a", Priority: 1, Wants: 60},
+		{Client: "s", Bands: []Band{{Priority: 1, Clients: 1, Wants: 10}, {Priority: 0, Clients: 4, Wants: 100}}},
+		{Client: "b", Priority: 0, Wants: 50},
+	}
+	var got map[string]float64
+	for round := 0; round < 5; round++ { // refresh until the leases settle
+		got = map[string]float64{}
+		for _, q := range reqs {
+			got[q.Client] = r.Decide(now, q).Capacity
+		}
+		now = now.Add(time.Second)
+	}
+	// Band 1: a 60 + s 10 = 70 of 100. Band 0 shares the last 30 over
+	// 5 subclients (s has 4, b 1): 6 each, so s gets 24 more, b 6.
+	want := map[string]float64{"a": 60, "s": 34, "b": 6}
+	for c, w := range want {
+		if math.Abs(got[c]-w) > 1e-9 {
+			t.Fatalf("%s gets %v, want %v (all: %v)", c, got[c], w, got)
+		}
+	}
+	bands := r.Bands()
+	if len(bands) != 2 || bands[0] != (Band{Priority: 1, Clients: 2, Wants: 70}) || bands[1] != (Band{Priority: 0, Clients: 5, Wants: 150}) {
+		t.Fatalf("bands %+v", bands)
+	}
+	// The server drops its high band: its entry moves, nothing leaks.
+	r.Decide(now, Request{Client: "s", Bands: []Band{{Priority: 0, Clients: 4, Wants: 100}}})
+	if l, _ := r.Has("s"); l.Wants != 100 || l.Subclients != 4 || l.Priority != 0 {
+		t.Fatalf("server lease %+v", l)
+	}
+	r.Release("s")
+	r.Release("a")
+	r.Release("b")
+	if len(r.bands) != 0 {
+		t.Fatalf("%d bands left after every release", len(r.bands))
+	}
 }

@@ -339,8 +339,9 @@ func (s *Server) GetCapacity(_ context.Context, req *connect.Request[pb.GetCapac
 
 // GetServerCapacity implements doorman.Capacity/GetServerCapacity: a
 // downstream server asks on behalf of its clients, summarised per priority
-// band. The bands are weighted by their client counts; the response pushes
-// the resource's algorithm and safe capacity down.
+// band. Each band counts as num_clients subclients at its priority (see
+// algorithm.PriorityFairTarget); the response pushes the resource's
+// algorithm and safe capacity down.
 func (s *Server) GetServerCapacity(_ context.Context, req *connect.Request[pb.GetServerCapacityRequest]) (*connect.Response[pb.GetServerCapacityResponse], error) {
 	if err := ValidateGetServerCapacity(req.Msg); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
@@ -351,14 +352,10 @@ func (s *Server) GetServerCapacity(_ context.Context, req *connect.Request[pb.Ge
 	server := req.Msg.GetServerId()
 	out := &pb.GetServerCapacityResponse{}
 	for _, rr := range req.Msg.GetResource() {
-		lr := lease.Request{Client: server, Priority: math.MinInt64}
+		// Each band counts as that many subclients at its priority.
+		lr := lease.Request{Client: server, Subclients: 1}
 		for _, b := range rr.GetWants() {
-			lr.Wants += b.GetWants()
-			lr.Subclients += b.GetNumClients()
-			lr.Priority = max(lr.Priority, b.GetPriority())
-		}
-		if len(rr.GetWants()) == 0 {
-			lr.Priority, lr.Subclients = 0, 1
+			lr.Bands = append(lr.Bands, lease.Band{Priority: b.GetPriority(), Clients: b.GetNumClients(), Wants: b.GetWants()})
 		}
 		if h := rr.GetHas(); h != nil {
 			lr.Has = proto.Float64(h.GetCapacity())
