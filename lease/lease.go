@@ -46,7 +46,9 @@ type Params struct {
 	// defaults it to the lease length.
 	LearningModeDuration time.Duration
 	// MaxExpiry, when not zero, caps every lease's expiry: a server never
-	// grants a lease that outlives its own lease from its parent.
+	// grants a lease that outlives its own lease from its parent. Once it
+	// has passed, every grant is 0 with an expired lease, while the
+	// requesters' demand is still recorded.
 	MaxExpiry time.Time
 }
 
@@ -133,6 +135,7 @@ type band struct {
 type Resource struct {
 	id          string
 	params      Params
+	masterSince time.Time
 	learningEnd time.Time
 	entries     map[string]*entry
 	bands       []*band // by descending priority; never empty bands
@@ -149,6 +152,7 @@ func NewResource(id string, p Params, masterSince time.Time) *Resource {
 	return &Resource{
 		id:          id,
 		params:      p,
+		masterSince: masterSince,
 		learningEnd: masterSince.Add(p.LearningModeDuration),
 		entries:     make(map[string]*entry),
 	}
@@ -164,7 +168,11 @@ func (r *Resource) Params() Params { return r.params }
 // from the parent). Outstanding leases are kept; they converge to the new
 // capacity as clients refresh, and the "never more than is free" rule keeps
 // new grants within the new capacity.
-func (r *Resource) SetParams(p Params) { r.params = p }
+// Learning mode still ends LearningModeDuration after mastership began.
+func (r *Resource) SetParams(p Params) {
+	r.params = p
+	r.learningEnd = r.masterSince.Add(p.LearningModeDuration)
+}
 
 // Learning reports whether the resource is in learning mode at now.
 func (r *Resource) Learning(now time.Time) bool { return now.Before(r.learningEnd) }
@@ -351,16 +359,21 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 		gets = algorithm.Decide(p.Kind, p.Capacity, total(e), r.pooled(), othersHas)
 	}
 
-	r.band(e.priority, false).tree.setHas(e, gets)
 	expiry := r.expiryAt(now)
+	keep := expiry
+	if !expiry.After(now) {
+		// The server's own lease (MaxExpiry) is gone: nothing can be
+		// granted, and the requester gets an expired lease so that it falls
+		// back to its mode. The store keeps its demand for a lease length
+		// (holding nothing), so that the server can still ask its parent
+		// for capacity on its behalf.
+		gets = 0
+		keep = now.Add(p.LeaseLength).Truncate(time.Second)
+	}
+	r.band(e.priority, false).tree.setHas(e, gets)
 	e.refresh = p.RefreshInterval
 	e.lastRequest = now.UnixNano()
-	r.expiries.set(e, expiry.Unix())
-	if !expiry.After(now) {
-		// The server's own lease is gone: nothing can be granted.
-		r.drop(e)
-		gets = 0
-	}
+	r.expiries.set(e, keep.Unix())
 	return Grant{
 		Capacity:        gets,
 		Expiry:          expiry,

@@ -64,6 +64,15 @@ type Options struct {
 	// Registry receives the server's metrics; nil means a new registry,
 	// served at /metrics by Handler.
 	Registry *prometheus.Registry
+	// Parent, when not empty, makes this an intermediate server: it asks
+	// the node at these addresses (its tasks; any of them, the master is
+	// found with Discovery and redirects) for capacity on behalf of its
+	// requesters, and adopts the capacity, algorithm and safe capacity the
+	// parent pushes down; Config is then not used. Run starts the link.
+	Parent []string
+	// ParentHTTP is the HTTP client for the parent link; nil means one
+	// speaking gRPC over unencrypted HTTP/2.
+	ParentHTTP *http.Client
 }
 
 // Server is a capacity server. It is safe for concurrent use: a server-wide
@@ -84,12 +93,15 @@ type Server struct {
 
 	unmatchedMu     sync.Mutex
 	unmatchedLogged map[string]struct{}
+
+	parent *parentLink // nil at the root
 }
 
 type resource struct {
 	mu       sync.Mutex
 	store    *lease.Resource
 	template *config.Template // nil when no template matched
+	parent   parentLease      // intermediate servers: the lease from the parent
 }
 
 // New returns a standalone server: master from now on (Standalone
@@ -116,7 +128,22 @@ func New(opts Options) *Server {
 	s.isMaster = true
 	s.masterAddr = opts.Address
 	s.masterSince = s.now()
+	if len(opts.Parent) > 0 {
+		s.parent = newParentLink(s, opts.Parent, opts.ParentHTTP)
+	}
 	return s
+}
+
+// Intermediate reports whether the server gets its capacity from a parent.
+func (s *Server) Intermediate() bool { return s.parent != nil }
+
+// Parent returns the state of the link to the parent; ok is false at the
+// root.
+func (s *Server) Parent() (st ParentStatus, ok bool) {
+	if s.parent == nil {
+		return ParentStatus{}, false
+	}
+	return s.parent.status(), true
 }
 
 // Registry returns the Prometheus registry the server's metrics live in.
@@ -143,6 +170,9 @@ func (s *Server) SetConfig(repo *config.Repository) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cfg = repo
+	if s.parent != nil {
+		return // the parent pushes the parameters down
+	}
 	for id, r := range s.resources {
 		r.mu.Lock()
 		t, ok := s.find(id)
@@ -249,12 +279,17 @@ func (s *Server) resource(id string) *resource {
 		return r
 	}
 	r = &resource{}
-	if t, ok := s.find(id); ok {
-		r.template = &t
-	} else {
-		s.unmatched(id)
+	switch {
+	case s.parent != nil:
+		r.store = lease.NewResource(id, r.parent.params(), s.masterSince)
+	default:
+		if t, ok := s.find(id); ok {
+			r.template = &t
+		} else {
+			s.unmatched(id)
+		}
+		r.store = lease.NewResource(id, paramsFor(r.template), s.masterSince)
 	}
-	r.store = lease.NewResource(id, paramsFor(r.template), s.masterSince)
 	s.resources[id] = r
 	return r
 }
@@ -305,7 +340,7 @@ func (s *Server) Discovery(_ context.Context, _ *connect.Request[pb.DiscoveryReq
 // capacity from one client.
 //
 // Source: doorman-design.md, "Processing the GetCapacity RPC".
-func (s *Server) GetCapacity(_ context.Context, req *connect.Request[pb.GetCapacityRequest]) (*connect.Response[pb.GetCapacityResponse], error) {
+func (s *Server) GetCapacity(ctx context.Context, req *connect.Request[pb.GetCapacityRequest]) (*connect.Response[pb.GetCapacityResponse], error) {
 	if err := ValidateGetCapacity(req.Msg); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
@@ -324,7 +359,7 @@ func (s *Server) GetCapacity(_ context.Context, req *connect.Request[pb.GetCapac
 		if h := rr.GetHas(); h != nil {
 			lr.Has = proto.Float64(h.GetCapacity())
 		}
-		g, ok := s.decide(rr.GetResourceId(), lr)
+		g, ok := s.decide(ctx, rr.GetResourceId(), lr)
 		if !ok {
 			return connect.NewResponse(&pb.GetCapacityResponse{Mastership: s.mastershipOrUnknown()}), nil
 		}
@@ -342,7 +377,7 @@ func (s *Server) GetCapacity(_ context.Context, req *connect.Request[pb.GetCapac
 // band. Each band counts as num_clients subclients at its priority (see
 // algorithm.PriorityFairTarget); the response pushes the resource's
 // algorithm and safe capacity down.
-func (s *Server) GetServerCapacity(_ context.Context, req *connect.Request[pb.GetServerCapacityRequest]) (*connect.Response[pb.GetServerCapacityResponse], error) {
+func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.GetServerCapacityRequest]) (*connect.Response[pb.GetServerCapacityResponse], error) {
 	if err := ValidateGetServerCapacity(req.Msg); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
@@ -360,19 +395,23 @@ func (s *Server) GetServerCapacity(_ context.Context, req *connect.Request[pb.Ge
 		if h := rr.GetHas(); h != nil {
 			lr.Has = proto.Float64(h.GetCapacity())
 		}
-		g, ok := s.decide(rr.GetResourceId(), lr)
+		g, ok := s.decide(ctx, rr.GetResourceId(), lr)
 		if !ok {
 			return connect.NewResponse(&pb.GetServerCapacityResponse{Mastership: s.mastershipOrUnknown()}), nil
 		}
-		p := s.paramsOf(rr.GetResourceId())
+		p, params := s.paramsOf(rr.GetResourceId())
 		out.Response = append(out.Response, &pb.ServerCapacityResourceResponse{
 			ResourceId: proto.String(rr.GetResourceId()),
 			Gets:       wireLease(g),
 			Algorithm: &pb.Algorithm{
-				Kind:                 p.Kind.Proto().Enum(),
-				LeaseLength:          proto.Int64(int64(p.LeaseLength / time.Second)),
-				RefreshInterval:      proto.Int64(int64(p.RefreshInterval / time.Second)),
+				Kind:        p.Kind.Proto().Enum(),
+				LeaseLength: proto.Int64(int64(p.LeaseLength / time.Second)),
+				// The child refreshes with this server every
+				// p.RefreshInterval (Gets); its own requesters, one level
+				// further from the root, refresh 1/decay_factor as slowly.
+				RefreshInterval:      proto.Int64(int64(childInterval(p.RefreshInterval, p.LeaseLength, decayFactor(params)) / time.Second)),
 				LearningModeDuration: proto.Int64(int64(p.LearningModeDuration / time.Second)),
+				Parameters:           params,
 			},
 			SafeCapacity: wireSafeCapacity(g.SafeCapacity),
 		})
@@ -404,27 +443,47 @@ func (s *Server) ReleaseCapacity(_ context.Context, req *connect.Request[pb.Rele
 }
 
 // decide runs one decision under the resource's lock. ok is false when the
-// server lost mastership meanwhile.
-func (s *Server) decide(id string, req lease.Request) (lease.Grant, bool) {
+// server lost mastership meanwhile. On an intermediate server that holds no
+// lease from its parent for the resource yet, the request is recorded
+// first, so that the parent hears of its demand, and decided again once
+// the parent answered (waiting at most firstLeaseWait).
+func (s *Server) decide(ctx context.Context, id string, req lease.Request) (lease.Grant, bool) {
 	r := s.resource(id)
 	if r == nil {
 		return lease.Grant{}, false
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.store.Decide(s.now(), req), true
+	g := r.store.Decide(s.now(), req)
+	pending := s.parent != nil && !r.parent.ok
+	r.mu.Unlock()
+	if pending && s.waitFirstLease(ctx, r) {
+		r.mu.Lock()
+		g = r.store.Decide(s.now(), req)
+		r.mu.Unlock()
+	}
+	return g, true
 }
 
-func (s *Server) paramsOf(id string) lease.Params {
+// paramsOf returns resource id's parameters and algorithm parameters.
+func (s *Server) paramsOf(id string) (lease.Params, []*pb.NamedParameter) {
 	s.mu.RLock()
 	r := s.resources[id]
 	s.mu.RUnlock()
 	if r == nil {
-		return paramsFor(nil)
+		return paramsFor(nil), nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.store.Params()
+	if s.parent != nil {
+		return r.store.Params(), r.parent.algoParams
+	}
+	var params []*pb.NamedParameter
+	if r.template != nil {
+		for _, p := range r.template.Algorithm.Parameters {
+			params = append(params, &pb.NamedParameter{Name: proto.String(p.Name), Value: proto.String(p.Value)})
+		}
+	}
+	return r.store.Params(), params
 }
 
 func (s *Server) mastershipOrUnknown() *pb.Mastership {
@@ -460,8 +519,17 @@ func (s *Server) Sweep() {
 	}
 }
 
-// Run sweeps expired leases every interval until ctx is done.
+// Run sweeps expired leases every interval until ctx is done; on an
+// intermediate server it also runs the link to the parent.
 func (s *Server) Run(ctx context.Context, interval time.Duration) error {
+	if s.parent != nil {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			s.parent.run(ctx)
+		}()
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

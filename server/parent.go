@@ -1,0 +1,421 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-rl/sluice/algorithm"
+	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+	"github.com/sluice-rl/sluice/lease"
+)
+
+// DefaultDecayFactor is how much the refresh interval shrinks per level up
+// the server tree (toward the root) when a template does not set the
+// algorithm parameter decay_factor.
+//
+// Source: doorman-design.md, "Common algorithm parameters" (decay_factor)
+// and "Algorithms" (the refresh interval halves with every level).
+const DefaultDecayFactor = 0.5
+
+// Timing of the parent link.
+const (
+	// firstLeaseWait bounds how long a client's first request for a
+	// resource waits for this server's first lease from its parent.
+	firstLeaseWait = 2 * time.Second
+	// noLeaseRefresh is the refresh interval handed to clients while this
+	// server holds no lease from its parent: they come back soon.
+	noLeaseRefresh = time.Second
+	parentTimeout  = 5 * time.Second
+	minBackoff     = 100 * time.Millisecond
+	maxBackoff     = 5 * time.Second
+)
+
+// parentLease is what this server holds from its parent for one resource,
+// and what the parent pushed down with it.
+type parentLease struct {
+	ok         bool // a lease was received
+	capacity   float64
+	expiry     time.Time
+	refresh    time.Duration // when to ask the parent again
+	kind       algorithm.Kind
+	length     time.Duration // lease length for this server's requesters
+	interval   time.Duration // refresh interval for this server's requesters
+	learning   time.Duration
+	safe       float64
+	hasSafe    bool
+	algoParams []*pb.NamedParameter // pushed down with the algorithm
+	ready      chan struct{}        // closed when the first answer arrives
+}
+
+// params resolves the parent lease into lease parameters: the capacity,
+// algorithm and safe capacity the parent pushed down, and no lease beyond
+// the parent's. Without a lease the capacity is 0 and every grant expired.
+func (pl *parentLease) params() lease.Params {
+	if !pl.ok {
+		return lease.Params{
+			Kind:            algorithm.FairShare,
+			LeaseLength:     DefaultLeaseLength,
+			RefreshInterval: noLeaseRefresh,
+			MaxExpiry:       time.Unix(1, 0),
+		}
+	}
+	return lease.Params{
+		Kind:                 pl.kind,
+		Capacity:             pl.capacity,
+		SafeCapacity:         pl.safe,
+		HasSafeCapacity:      pl.hasSafe,
+		LeaseLength:          pl.length,
+		RefreshInterval:      pl.interval,
+		LearningModeDuration: pl.learning,
+		MaxExpiry:            pl.expiry,
+	}
+}
+
+// ParentStatus describes the link of an intermediate server to its parent.
+type ParentStatus struct {
+	// Addresses are the configured parent addresses.
+	Addresses []string
+	// Current is the address in use (the parent's master when known).
+	Current string
+	// LastOK is when the parent last answered; zero if never.
+	LastOK time.Time
+	// LastError is the last failure, "" after a success.
+	LastError string
+}
+
+// parentLink asks the parent node for capacity on behalf of this server's
+// requesters with GetServerCapacity, one bulk request for every resource,
+// on the parent's schedule (the shortest refresh interval among its
+// leases), following mastership redirects and failing over between the
+// configured addresses.
+//
+// Source: doorman-design.md, "Getting capacity for the server".
+type parentLink struct {
+	s     *Server
+	addrs []string
+	http  *http.Client
+	wake  chan struct{}
+
+	mu      sync.Mutex
+	addr    string
+	stub    doormanconnect.CapacityClient
+	lastOK  time.Time
+	lastErr string
+}
+
+func newParentLink(s *Server, addrs []string, hc *http.Client) *parentLink {
+	if hc == nil {
+		tr := &http.Transport{}
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+		tr.Protocols.SetHTTP2(true)
+		hc = &http.Client{Transport: tr}
+	}
+	l := &parentLink{s: s, addrs: addrs, http: hc, wake: make(chan struct{}, 1)}
+	l.use(addrs[0])
+	return l
+}
+
+func (l *parentLink) use(addr string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if addr == l.addr && l.stub != nil {
+		return
+	}
+	l.addr = addr
+	url := addr
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	l.stub = doormanconnect.NewCapacityClient(l.http, url, connect.WithGRPC())
+}
+
+func (l *parentLink) current() (string, doormanconnect.CapacityClient) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.addr, l.stub
+}
+
+// poke asks the loop to refresh now.
+func (l *parentLink) poke() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (l *parentLink) status() ParentStatus {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return ParentStatus{Addresses: append([]string(nil), l.addrs...), Current: l.addr, LastOK: l.lastOK, LastError: l.lastErr}
+}
+
+// run refreshes until ctx is done.
+func (l *parentLink) run(ctx context.Context) {
+	failures := 0
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-l.wake:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		}
+		next, err := l.refresh(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			failures++
+			next = backoff(failures)
+			l.mu.Lock()
+			l.lastErr = err.Error()
+			l.mu.Unlock()
+			l.s.log.Warn("parent refresh failed", "parent", l.addrs, "err", err, "retry_in", next)
+			l.failover(ctx)
+		} else {
+			failures = 0
+		}
+		timer.Reset(next)
+	}
+}
+
+func backoff(n int) time.Duration {
+	d := minBackoff << min(n-1, 20)
+	if d > maxBackoff || d <= 0 {
+		d = maxBackoff
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// failover finds the parent's master with Discovery, asking each
+// configured address in turn; if none answers it moves to the next address.
+func (l *parentLink) failover(ctx context.Context) {
+	cur, _ := l.current()
+	start := 0
+	for i, a := range l.addrs {
+		if a == cur {
+			start = i + 1
+		}
+	}
+	for k := range l.addrs {
+		a := l.addrs[(start+k)%len(l.addrs)]
+		master, err := discover(ctx, l.http, a)
+		if err == nil && master != "" {
+			l.use(master)
+			return
+		}
+	}
+	l.use(l.addrs[start%len(l.addrs)])
+}
+
+// discover asks the server at addr who the master is.
+func discover(ctx context.Context, hc *http.Client, addr string) (string, error) {
+	url := addr
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	stub := doormanconnect.NewCapacityClient(hc, url, connect.WithGRPC())
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := stub.Discovery(dctx, connect.NewRequest(&pb.DiscoveryRequest{}))
+	if err != nil {
+		return "", err
+	}
+	if resp.Msg.GetIsMaster() {
+		return addr, nil
+	}
+	return resp.Msg.GetMastership().GetMasterAddress(), nil
+}
+
+// refresh sends one GetServerCapacity for every resource this server holds
+// state for and returns when to refresh next.
+func (l *parentLink) refresh(ctx context.Context) (time.Duration, error) {
+	req, rs := l.s.serverRequest()
+	if len(req.Resource) == 0 {
+		return time.Second, nil
+	}
+	for redirects := 0; ; redirects++ {
+		addr, stub := l.current()
+		rctx, cancel := context.WithTimeout(ctx, parentTimeout)
+		resp, err := stub.GetServerCapacity(rctx, connect.NewRequest(req))
+		cancel()
+		if err != nil {
+			l.s.parentAnswered(rs, nil) // release first requests that wait
+			return 0, fmt.Errorf("GetServerCapacity to %s: %w", addr, err)
+		}
+		if m := resp.Msg.Mastership; m != nil {
+			master := m.GetMasterAddress()
+			if master == "" || master == addr || redirects >= 3 {
+				l.s.parentAnswered(rs, nil)
+				return 0, fmt.Errorf("GetServerCapacity to %s: not the master (master %q)", addr, master)
+			}
+			l.use(master)
+			continue
+		}
+		l.mu.Lock()
+		l.lastOK, l.lastErr = l.s.now(), ""
+		l.mu.Unlock()
+		return l.s.parentAnswered(rs, resp.Msg), nil
+	}
+}
+
+// serverRequest condenses this server's state into a GetServerCapacity
+// request: per resource, its demand per priority band and the lease it
+// holds from the parent.
+func (s *Server) serverRequest() (*pb.GetServerCapacityRequest, []*resource) {
+	now := s.now()
+	s.mu.RLock()
+	rs := make([]*resource, 0, len(s.resources))
+	ids := make([]string, 0, len(s.resources))
+	for id, r := range s.resources {
+		rs = append(rs, r)
+		ids = append(ids, id)
+	}
+	s.mu.RUnlock()
+	req := &pb.GetServerCapacityRequest{ServerId: proto.String(s.opts.ID)}
+	for i, r := range rs {
+		r.mu.Lock()
+		r.store.Cleanup(now)
+		rr := &pb.ServerCapacityResourceRequest{ResourceId: proto.String(ids[i])}
+		for _, b := range r.store.Bands() {
+			rr.Wants = append(rr.Wants, &pb.PriorityBandAggregate{
+				Priority: proto.Int64(b.Priority), NumClients: proto.Int64(b.Clients), Wants: proto.Float64(b.Wants),
+			})
+		}
+		if pl := r.parent; pl.ok && pl.expiry.After(now) {
+			rr.Has = &pb.Lease{
+				ExpiryTime:      proto.Int64(pl.expiry.Unix()),
+				RefreshInterval: proto.Int64(int64(pl.refresh / time.Second)),
+				Capacity:        proto.Float64(pl.capacity),
+			}
+		}
+		r.mu.Unlock()
+		req.Resource = append(req.Resource, rr)
+	}
+	return req, rs
+}
+
+// parentAnswered applies the parent's answer (nil: the request failed) and
+// returns when to refresh next: the shortest refresh interval the parent
+// asked for, and no later than the earliest expiry.
+func (s *Server) parentAnswered(rs []*resource, resp *pb.GetServerCapacityResponse) time.Duration {
+	now := s.now()
+	byID := map[string]*pb.ServerCapacityResourceResponse{}
+	for _, rr := range resp.GetResponse() {
+		byID[rr.GetResourceId()] = rr
+	}
+	next := time.Duration(math.MaxInt64)
+	for _, r := range rs {
+		r.mu.Lock()
+		if rr := byID[r.store.ID()]; rr != nil {
+			r.parent.adopt(rr)
+			r.store.SetParams(r.parent.params())
+		}
+		if r.parent.ok {
+			next = min(next, r.parent.refresh)
+			if until := r.parent.expiry.Sub(now); until > 0 {
+				next = min(next, until)
+			}
+		}
+		if r.parent.ready != nil {
+			close(r.parent.ready)
+			r.parent.ready = nil
+		}
+		r.mu.Unlock()
+	}
+	if next == time.Duration(math.MaxInt64) || next <= 0 {
+		next = time.Second
+	}
+	return next
+}
+
+// adopt records a lease from the parent and what it pushed down.
+func (pl *parentLease) adopt(rr *pb.ServerCapacityResourceResponse) {
+	g := rr.GetGets()
+	pl.ok = true
+	pl.capacity = math.Max(g.GetCapacity(), 0)
+	pl.expiry = time.Unix(g.GetExpiryTime(), 0)
+	pl.refresh = time.Duration(max(g.GetRefreshInterval(), 1)) * time.Second
+	if a := rr.GetAlgorithm(); a != nil {
+		pl.kind = algorithm.Kind(a.GetKind())
+		if !pl.kind.Valid() {
+			pl.kind = algorithm.NoAlgorithm
+		}
+		pl.length = time.Duration(max(a.GetLeaseLength(), 1)) * time.Second
+		pl.interval = time.Duration(max(a.GetRefreshInterval(), 1)) * time.Second
+		pl.learning = time.Duration(max(a.GetLearningModeDuration(), 0)) * time.Second
+		pl.algoParams = a.GetParameters()
+	} else if pl.length == 0 {
+		pl.kind = algorithm.FairShare
+		pl.length, pl.interval = DefaultLeaseLength, DefaultRefreshInterval
+	}
+	pl.safe, pl.hasSafe = rr.GetSafeCapacity(), rr.SafeCapacity != nil
+}
+
+// waitFirstLease waits, for a resource this intermediate server has no
+// lease for yet, until the parent answered once (or ctx ends, or
+// firstLeaseWait passes). It reports whether a lease is now held.
+func (s *Server) waitFirstLease(ctx context.Context, r *resource) bool {
+	r.mu.Lock()
+	if r.parent.ok {
+		r.mu.Unlock()
+		return true
+	}
+	if r.parent.ready == nil {
+		r.parent.ready = make(chan struct{})
+	}
+	ready := r.parent.ready
+	r.mu.Unlock()
+	s.parent.poke()
+	t := time.NewTimer(firstLeaseWait)
+	defer t.Stop()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.parent.ok
+}
+
+// decayFactor returns the template's decay_factor parameter, or the
+// default; values outside (0, 1] fall back to the default.
+func decayFactor(params []*pb.NamedParameter) float64 {
+	for _, p := range params {
+		if p.GetName() == "decay_factor" {
+			if f, err := strconv.ParseFloat(p.GetValue(), 64); err == nil && f > 0 && f <= 1 {
+				return f
+			}
+		}
+	}
+	return DefaultDecayFactor
+}
+
+// childInterval returns the refresh interval a child server should hand
+// its own requesters, given this server's: one level further from the root
+// the interval grows by 1/decay_factor (so it shrinks by decay_factor per
+// level up toward the root), in whole seconds, at most the lease length.
+func childInterval(own, leaseLength time.Duration, decay float64) time.Duration {
+	d := time.Duration(math.Ceil(own.Seconds()/decay)) * time.Second
+	return min(max(d, time.Second), leaseLength)
+}
