@@ -157,10 +157,18 @@ func TestTreeThreeLevels(t *testing.T) {
 			t.Fatalf("leaf lease to %s expires %v, after mid's lease %v", l.Client, l.Expiry, midExp)
 		}
 	}
-	// Priority bands reach the root: mid asks as 3 subclients.
-	rs, _ := root.Status("r")
-	if len(rs.Leases) != 1 || rs.Leases[0].Subclients != 3 || rs.Leases[0].Wants != 170 {
-		t.Fatalf("root sees %+v, want mid standing for 3 clients wanting 170", rs.Leases)
+	// The band aggregates reach the root (on mid's next refresh): mid asks
+	// as 3 subclients wanting 170.
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		rs, _ := root.Status("r")
+		if len(rs.Leases) == 1 && rs.Leases[0].Subclients == 3 && rs.Leases[0].Wants == 170 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("root sees %+v, want mid standing for 3 clients wanting 170", rs.Leases)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
