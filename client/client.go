@@ -34,6 +34,7 @@ import (
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+	"github.com/sluice-rl/sluice/internal/discovery"
 )
 
 // Mode is what a resource does when its lease has expired without renewal.
@@ -211,10 +212,7 @@ func (c *Client) setAddrLocked(addr string) {
 		return
 	}
 	c.addr = addr
-	url := addr
-	if !strings.Contains(url, "://") {
-		url = "http://" + url
-	}
+	url := discovery.URL(addr)
 	var opts []connect.ClientOption
 	if !c.json {
 		opts = append(opts, connect.WithGRPC())
@@ -342,7 +340,7 @@ func (c *Client) loop(ctx context.Context) {
 			failures++
 			next = backoff(failures)
 			c.log.Debug("sluice client: refresh failed", "client", c.id, "server", c.Server(), "err", err, "retry_in", next)
-			c.rotate()
+			c.rotate(ctx)
 		} else {
 			failures = 0
 		}
@@ -366,20 +364,19 @@ func backoff(n int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// rotate moves to the next configured address after a failure.
-func (c *Client) rotate() {
+// rotate moves, after a failure, to the master named by Discovery on the
+// configured addresses, or else to the next address.
+func (c *Client) rotate(ctx context.Context) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.addrs) < 2 {
+	addrs, cur := c.addrs, c.addr
+	c.mu.Unlock()
+	if len(addrs) < 2 {
 		return
 	}
-	i := 0
-	for j, a := range c.addrs {
-		if a == c.addr {
-			i = j + 1
-		}
-	}
-	c.setAddrLocked(c.addrs[i%len(c.addrs)])
+	next := discovery.Next(ctx, c.http, addrs, cur)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.setAddrLocked(next)
 }
 
 func (c *Client) nextExpiry() (time.Time, bool) {

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/sluice-rl/sluice/algorithm"
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+	"github.com/sluice-rl/sluice/internal/discovery"
 	"github.com/sluice-rl/sluice/lease"
 )
 
@@ -134,11 +134,7 @@ func (l *parentLink) use(addr string) {
 		return
 	}
 	l.addr = addr
-	url := addr
-	if !strings.Contains(url, "://") {
-		url = "http://" + url
-	}
-	l.stub = doormanconnect.NewCapacityClient(l.http, url, connect.WithGRPC())
+	l.stub = doormanconnect.NewCapacityClient(l.http, discovery.URL(addr), connect.WithGRPC())
 }
 
 func (l *parentLink) current() (string, doormanconnect.CapacityClient) {
@@ -206,44 +202,11 @@ func backoff(n int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// failover finds the parent's master with Discovery, asking each
-// configured address in turn; if none answers it moves to the next address.
+// failover moves to the parent's master, found with Discovery, or else
+// to the next address.
 func (l *parentLink) failover(ctx context.Context) {
 	cur, _ := l.current()
-	start := 0
-	for i, a := range l.addrs {
-		if a == cur {
-			start = i + 1
-		}
-	}
-	for k := range l.addrs {
-		a := l.addrs[(start+k)%len(l.addrs)]
-		master, err := discover(ctx, l.http, a)
-		if err == nil && master != "" {
-			l.use(master)
-			return
-		}
-	}
-	l.use(l.addrs[start%len(l.addrs)])
-}
-
-// discover asks the server at addr who the master is.
-func discover(ctx context.Context, hc *http.Client, addr string) (string, error) {
-	url := addr
-	if !strings.Contains(url, "://") {
-		url = "http://" + url
-	}
-	stub := doormanconnect.NewCapacityClient(hc, url, connect.WithGRPC())
-	dctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	resp, err := stub.Discovery(dctx, connect.NewRequest(&pb.DiscoveryRequest{}))
-	if err != nil {
-		return "", err
-	}
-	if resp.Msg.GetIsMaster() {
-		return addr, nil
-	}
-	return resp.Msg.GetMastership().GetMasterAddress(), nil
+	l.use(discovery.Next(ctx, l.http, l.addrs, cur))
 }
 
 // refresh sends one GetServerCapacity for every resource this server holds
