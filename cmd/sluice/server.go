@@ -27,10 +27,11 @@ func newServerCmd() *cobra.Command {
 		grace     time.Duration
 		logLevel  string
 		logFormat string
+		parents   []string
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
-		Short: "Run a capacity server (standalone root)",
+		Short: "Run a capacity server (a root, or with --parent an intermediate)",
 		Long: `server runs a Sluice capacity server: the Doorman service doorman.Capacity over
 gRPC, gRPC-Web and JSON over HTTP (POST /doorman.Capacity/<Method>) on one port,
 plus Prometheus metrics at /metrics.
@@ -60,9 +61,15 @@ gracefully: the listener closes and in-flight RPCs finish (up to --grace).`,
 				host, _ := os.Hostname()
 				id = fmt.Sprintf("%s:%d", host, os.Getpid())
 			}
-			srv := server.New(server.Options{ID: id, Address: addr, Logger: log})
+			srv := server.New(server.Options{ID: id, Address: addr, Logger: log, Parent: parents})
 
-			if cfgPath != "" {
+			switch {
+			case len(parents) > 0:
+				if cfgPath != "" {
+					log.Warn("--config is ignored with --parent: the parent pushes the configuration down")
+				}
+				log.Info("intermediate server", "parent", parents)
+			case cfgPath != "":
 				w, err := config.NewWatcher(cfgPath, func(r *config.Repository) {
 					srv.SetConfig(r)
 					srv.ConfigReloaded(nil)
@@ -91,7 +98,7 @@ gracefully: the listener closes and in-flight RPCs finish (up to --grace).`,
 						}
 					}
 				}()
-			} else {
+			default:
 				log.Warn("no --config: every resource is granted what it asks (NO_ALGORITHM)")
 			}
 
@@ -125,6 +132,7 @@ gracefully: the listener closes and in-flight RPCs finish (up to --grace).`,
 	f.DurationVar(&grace, "grace", 10*time.Second, "how long SIGTERM waits for in-flight RPCs")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	f.StringSliceVar(&parents, "parent", nil, "parent node addresses (host:port, comma-separated): run as an intermediate server that gets its capacity from them")
 	return cmd
 }
 
