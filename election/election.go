@@ -1,0 +1,296 @@
+// Package election decides which task of a Sluice node is its master.
+//
+// Each node of the server tree runs several tasks; exactly one of them, the
+// master, hands out capacity, and the others answer every capacity RPC with a
+// mastership redirect to it (doorman-design.md, "Master Election"). Standalone
+// makes a single task the master forever; Etcd elects one master among the
+// tasks campaigning on the same etcd key, with go.etcd.io/etcd/client/v3's
+// concurrency package.
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// Status is one task's view of its node's election.
+type Status struct {
+	// IsMaster is true while this task is the master.
+	IsMaster bool
+	// Master is the advertised address of the current master ("host:port"),
+	// this task's own when IsMaster; "" when no master is known.
+	Master string
+}
+
+// Election is one task's participation in its node's election.
+type Election interface {
+	// Run campaigns until ctx is done or Resign is called, calling report
+	// with every change of Status, from one goroutine at a time (the first
+	// call may come before Run returns, never after). It returns nil after
+	// Resign or ctx's end, and an error only for a misconfiguration it
+	// cannot recover from. Run must be called at most once.
+	Run(ctx context.Context, report func(Status)) error
+	// Resign gives up mastership (or candidacy) at once, so that another
+	// task takes over without waiting for a session to expire, and makes
+	// Run return. It is for a graceful stop; it is safe to call at any
+	// time, from any goroutine, more than once.
+	Resign(ctx context.Context) error
+}
+
+// Standalone returns an Election in which this task, at address addr, is
+// always the master: the default for a node with a single task.
+func Standalone(addr string) Election { return &standalone{addr: addr, stop: make(chan struct{})} }
+
+type standalone struct {
+	addr string
+	once sync.Once
+	stop chan struct{}
+}
+
+func (s *standalone) Run(ctx context.Context, report func(Status)) error {
+	report(Status{IsMaster: true, Master: s.addr})
+	select {
+	case <-ctx.Done():
+	case <-s.stop:
+	}
+	return nil
+}
+
+func (s *standalone) Resign(context.Context) error {
+	s.once.Do(func() { close(s.stop) })
+	return nil
+}
+
+// EtcdOptions configures an etcd election.
+type EtcdOptions struct {
+	// Key is the election's key prefix in etcd, e.g. "/sluice/root"; all
+	// tasks of one node use the same key. Required.
+	Key string
+	// Address is this task's advertised address, stored as its candidacy's
+	// value so that the others can redirect to it. Required.
+	Address string
+	// TTL is the etcd session (lease) TTL, rounded up to whole seconds; a
+	// master that cannot renew its session for this long loses mastership.
+	// Default 10 s; at least 1 s.
+	TTL time.Duration
+	// Logger receives the election's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Etcd returns an Election on etcd through cli, which the caller owns and
+// closes after Run has returned.
+//
+// The task campaigns under opts.Key with an etcd session of opts.TTL. It is
+// the master from the moment its campaign wins until its session is truly
+// gone: a failed renewal or a lost connection alone does not end
+// mastership, only the session's expiry does (the client library retries the
+// keep-alive until the lease's TTL has passed). It then reports non-master at
+// once, and campaigns again on a new session, backing off while etcd is
+// unreachable. Non-masters follow the current master's address with the
+// election's Observe.
+//
+// Errors: an empty Key or Address.
+func Etcd(cli *clientv3.Client, opts EtcdOptions) (Election, error) {
+	if opts.Key == "" {
+		return nil, errors.New("election: empty key")
+	}
+	if opts.Address == "" {
+		return nil, errors.New("election: empty address")
+	}
+	if opts.TTL <= 0 {
+		opts.TTL = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &etcdElection{cli: cli, opts: opts, stop: make(chan struct{})}, nil
+}
+
+type etcdElection struct {
+	cli  *clientv3.Client
+	opts EtcdOptions
+
+	once sync.Once
+	stop chan struct{} // closed by Resign
+
+	mu      sync.Mutex
+	session *concurrency.Session // current session, nil between sessions
+	leader  bool
+	report  func(Status)
+	last    Status
+	started bool
+}
+
+// ttlSeconds is the session TTL in whole seconds, rounded up, at least 1.
+func (e *etcdElection) ttlSeconds() int {
+	s := int((e.opts.TTL + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// setLeader records whether this task's campaign holds mastership and
+// reports the new status.
+func (e *etcdElection) setLeader(leader bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.leader = leader
+	if leader {
+		e.setLocked(Status{IsMaster: true, Master: e.opts.Address})
+	} else {
+		e.setLocked(Status{})
+	}
+}
+
+// setLocked records a new status and reports it if it changed. Holding mu
+// makes reports one at a time and in order.
+func (e *etcdElection) setLocked(st Status) {
+	if e.started && st == e.last {
+		return
+	}
+	e.started = true
+	e.last = st
+	e.report(st)
+}
+
+// observed records the master's address seen by Observe, unless this task
+// is the master or the address is its own (its own campaign is the source
+// of truth for those).
+func (e *etcdElection) observed(addr string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.leader || addr == e.opts.Address {
+		return
+	}
+	e.setLocked(Status{Master: addr})
+}
+
+func (e *etcdElection) Run(ctx context.Context, report func(Status)) error {
+	e.report = report
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-e.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	e.setLeader(false)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		won, err := e.term(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if won {
+			backoff = 100 * time.Millisecond
+		}
+		if err != nil {
+			e.opts.Logger.Warn("election: etcd session failed; retrying", "key", e.opts.Key, "err", err, "backoff", backoff)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	e.setLeader(false)
+	return nil
+}
+
+// term runs one etcd session: campaign, be master until the session ends,
+// and report non-master when it does. It reports whether it won.
+func (e *etcdElection) term(ctx context.Context) (won bool, err error) {
+	sess, err := concurrency.NewSession(e.cli, concurrency.WithTTL(e.ttlSeconds()), concurrency.WithContext(ctx))
+	if err != nil {
+		return false, fmt.Errorf("new session: %w", err)
+	}
+	el := concurrency.NewElection(sess, e.opts.Key)
+	e.mu.Lock()
+	e.session = sess
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.session = nil
+		e.mu.Unlock()
+		// Revoke the lease if the session may still live (Run's ctx ended
+		// without Resign, or campaigning failed), so that no stale
+		// candidacy blocks the others. Bounded: etcd may be gone.
+		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+		_, _ = e.cli.Revoke(rctx, sess.Lease())
+		rcancel()
+	}()
+
+	tctx, tcancel := context.WithCancel(ctx)
+	defer tcancel()
+	go func() {
+		select {
+		case <-sess.Done():
+			tcancel()
+		case <-tctx.Done():
+		}
+	}()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer tcancel()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		e.observe(tctx, el)
+	}()
+
+	if err := el.Campaign(tctx, e.opts.Address); err != nil {
+		return false, fmt.Errorf("campaign: %w", err)
+	}
+	e.opts.Logger.Info("election: won mastership", "key", e.opts.Key, "addr", e.opts.Address)
+	e.setLeader(true)
+	select {
+	case <-sess.Done():
+		e.setLeader(false)
+		e.opts.Logger.Warn("election: etcd session expired; mastership lost", "key", e.opts.Key)
+		return true, errors.New("session expired")
+	case <-ctx.Done():
+		e.setLeader(false)
+		return true, nil
+	}
+}
+
+// observe follows the master's address until ctx ends, restarting Observe
+// (whose channel closes on any etcd error) with a short pause.
+func (e *etcdElection) observe(ctx context.Context, el *concurrency.Election) {
+	for ctx.Err() == nil {
+		for resp := range el.Observe(ctx) {
+			if len(resp.Kvs) > 0 {
+				e.observed(string(resp.Kvs[0].Value))
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (e *etcdElection) Resign(ctx context.Context) error {
+	e.once.Do(func() { close(e.stop) })
+	e.mu.Lock()
+	sess := e.session
+	e.mu.Unlock()
+	if sess == nil {
+		return nil
+	}
+	// Revoking the session's lease deletes this task's candidacy key, as
+	// Election.Resign would, and also ends a campaign still waiting.
+	// Run's ending may have revoked it first: not found means done.
+	if _, err := e.cli.Revoke(ctx, sess.Lease()); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("election: resign: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,339 @@
+package election_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/sluice-rl/sluice/election"
+	"github.com/sluice-rl/sluice/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// The etcd client's and embedded server's process-wide loggers and
+		// gRPC's resolver keep goroutines for the life of the process.
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
+		goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver.(*EtcdServer).run"),
+	)
+}
+
+// candidate is one task campaigning in a test.
+type candidate struct {
+	addr   string
+	cli    *clientv3.Client
+	el     election.Election
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu      sync.Mutex
+	history []election.Status
+	changed chan struct{}
+}
+
+func newClient(t *testing.T, endpoint string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cli
+}
+
+// start runs an etcd election for addr under key with the given TTL; it is
+// stopped (Run's ctx canceled, client closed) in t.Cleanup.
+func start(t *testing.T, endpoint, key, addr string, ttl time.Duration) *candidate {
+	t.Helper()
+	c := &candidate{addr: addr, cli: newClient(t, endpoint), done: make(chan struct{}), changed: make(chan struct{}, 1)}
+	el, err := election.Etcd(c.cli, election.EtcdOptions{Key: key, Address: addr, TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.el = el
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	go func() {
+		defer close(c.done)
+		if err := el.Run(ctx, c.record); err != nil {
+			t.Errorf("%s: Run: %v", addr, err)
+		}
+	}()
+	t.Cleanup(c.stop)
+	return c
+}
+
+func (c *candidate) stop() {
+	c.cancel()
+	<-c.done
+	c.cli.Close()
+}
+
+func (c *candidate) record(st election.Status) {
+	c.mu.Lock()
+	c.history = append(c.history, st)
+	c.mu.Unlock()
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (c *candidate) status() election.Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.history) == 0 {
+		return election.Status{}
+	}
+	return c.history[len(c.history)-1]
+}
+
+// wasMasterSince reports whether the candidate reported anything but
+// mastership from report number i on.
+func (c *candidate) lostSince(i int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range c.history[i:] {
+		if !st.IsMaster {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *candidate) reports() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.history)
+}
+
+// waitFor polls cond every 20 ms until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > d {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// oneMaster waits until exactly one candidate is master and every other
+// reports its address, and returns it.
+func oneMaster(t *testing.T, d time.Duration, cs ...*candidate) *candidate {
+	t.Helper()
+	var m *candidate
+	waitFor(t, d, "one master, known to all", func() bool {
+		m = nil
+		for _, c := range cs {
+			if c.status().IsMaster {
+				if m != nil {
+					return false
+				}
+				m = c
+			}
+		}
+		if m == nil {
+			return false
+		}
+		for _, c := range cs {
+			if c.status().Master != m.addr {
+				return false
+			}
+		}
+		return true
+	})
+	return m
+}
+
+func TestStandalone(t *testing.T) {
+	el := election.Standalone("a:1")
+	got := make(chan election.Status, 1)
+	done := make(chan error)
+	go func() { done <- el.Run(context.Background(), func(s election.Status) { got <- s }) }()
+	if s := <-got; s != (election.Status{IsMaster: true, Master: "a:1"}) {
+		t.Fatalf("status %+v", s)
+	}
+	if err := el.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	_ = el.Resign(context.Background()) // twice is fine
+}
+
+func TestEtcdOptions(t *testing.T) {
+	if _, err := election.Etcd(nil, election.EtcdOptions{Address: "a:1"}); err == nil {
+		t.Error("empty key accepted")
+	}
+	if _, err := election.Etcd(nil, election.EtcdOptions{Key: "/k"}); err == nil {
+		t.Error("empty address accepted")
+	}
+}
+
+func TestEtcdOneMasterResignAndCrash(t *testing.T) {
+	etcd := testutil.StartEtcd(t)
+	const ttl = 3 * time.Second
+	a := start(t, etcd.Endpoint, "/sluice/test", "a:1", ttl)
+	m := oneMaster(t, 10*time.Second, a)
+	if m != a {
+		t.Fatal("the only candidate is not master")
+	}
+	b := start(t, etcd.Endpoint, "/sluice/test", "b:1", ttl)
+	c := start(t, etcd.Endpoint, "/sluice/test", "c:1", ttl)
+	if m := oneMaster(t, 10*time.Second, a, b, c); m != a {
+		t.Fatalf("newcomer %s took mastership from the incumbent", m.addr)
+	}
+
+	// A graceful resign hands over at once, not after the TTL.
+	began := time.Now()
+	if err := a.el.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m = oneMaster(t, 10*time.Second, b, c)
+	took := time.Since(began)
+	t.Logf("resign: %s master after %v", m.addr, took)
+	if took >= ttl {
+		t.Errorf("takeover after resign took %v, want well under the TTL %v", took, ttl)
+	}
+	if a.status().IsMaster {
+		t.Error("resigned task still reports mastership")
+	}
+
+	// A crash (client gone, no revoke): the others take over once the
+	// session's TTL has run out, and not before.
+	other := b
+	if m == b {
+		other = c
+	}
+	began = time.Now()
+	m.cli.Close() // keep-alives stop; the lease is left to expire
+	waitFor(t, 3*ttl, "takeover after crash", func() bool { return other.status().IsMaster })
+	took = time.Since(began)
+	t.Logf("crash: %s master after %v (TTL %v)", other.addr, took, ttl)
+	if took < ttl-time.Second {
+		t.Errorf("takeover after a crash took %v: before the crashed master's session (TTL %v) could have expired", took, ttl)
+	}
+	waitFor(t, 3*ttl, "crashed task reports the loss", func() bool { return !m.status().IsMaster })
+}
+
+// proxy is a TCP proxy to etcd that can cut every connection (a network
+// hiccup) for a while.
+type proxy struct {
+	lis    net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{lis: lis, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() {
+		lis.Close()
+		p.setCut(true)
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *proxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.lis.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		u, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns[c], p.conns[u] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(c, u)
+		go p.pipe(u, c)
+	}
+}
+
+func (p *proxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+}
+
+// setCut cuts (closing every open connection and refusing new ones) or
+// restores the network.
+func (p *proxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			c.Close()
+		}
+		clear(p.conns)
+	}
+}
+
+func TestEtcdHiccupKeepsMastership(t *testing.T) {
+	etcd := testutil.StartEtcd(t)
+	const ttl = 5 * time.Second
+	px := newProxy(t, etcd.Addr)
+	a := start(t, "http://"+px.lis.Addr().String(), "/sluice/hiccup", "a:1", ttl)
+	oneMaster(t, 10*time.Second, a)
+	b := start(t, etcd.Endpoint, "/sluice/hiccup", "b:1", ttl)
+	if m := oneMaster(t, 10*time.Second, a, b); m != a {
+		t.Fatal("wrong master")
+	}
+	mark := a.reports()
+
+	// A hiccup shorter than the TTL: every connection drops, renewals
+	// fail, and the master stays master.
+	px.setCut(true)
+	time.Sleep(time.Second)
+	px.setCut(false)
+	time.Sleep(ttl + time.Second)
+	if a.lostSince(mark) {
+		t.Fatalf("a 1 s network hiccup cost mastership (TTL %v); reports %v", ttl, a.history[mark:])
+	}
+	if b.status().IsMaster {
+		t.Fatal("the other candidate became master during a hiccup")
+	}
+
+	// A partition longer than the TTL: the session is truly gone, the
+	// master steps down, the other takes over.
+	px.setCut(true)
+	waitFor(t, 3*ttl, "master steps down when its session expires", func() bool { return !a.status().IsMaster })
+	waitFor(t, 3*ttl, "other takes over", func() bool { return b.status().IsMaster })
+	px.setCut(false)
+	if m := oneMaster(t, 5*ttl, a, b); m != b {
+		t.Fatal("after the partition heals the old master came back")
+	}
+}
