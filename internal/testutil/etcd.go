@@ -19,7 +19,7 @@ type Etcd struct {
 	Endpoint string
 	// Addr is the client address, "127.0.0.1:41234".
 	Addr string
-	srv      *embed.Etcd
+	srv  *embed.Etcd
 }
 
 // StartEtcd starts an embedded etcd (go.etcd.io/etcd/server/v3/embed) with
