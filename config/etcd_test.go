@@ -1,0 +1,102 @@
+package config
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/sluice-rl/sluice/internal/testutil"
+)
+
+func TestEtcdWatcher(t *testing.T) {
+	etcd := testutil.StartEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := context.Background()
+	const key = "/sluice/config"
+
+	if _, err := NewEtcdWatcher(ctx, cli, key, nil, nil); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("missing key: err %v", err)
+	}
+	put := func(v string) {
+		t.Helper()
+		if _, err := cli.Put(ctx, key, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("resources:\n  - {identifier_glob: a, capacity: -1}\n")
+	if _, err := NewEtcdWatcher(ctx, cli, key, nil, nil); err == nil || !strings.Contains(err.Error(), "capacity") {
+		t.Fatalf("bad value at start: err %v", err)
+	}
+
+	put(valid)
+	loads := make(chan *Repository, 10)
+	errs := make(chan error, 10)
+	w, err := NewEtcdWatcher(ctx, cli, key, func(r *Repository) { loads <- r }, func(err error) { errs <- err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tmpl, _ := w.Current().Find("db/replica-1"); tmpl.Capacity != 500 {
+		t.Fatalf("initial capacity %v", tmpl.Capacity)
+	}
+	// A change made before Run starts is not lost: the watch starts from
+	// the revision the first read saw.
+	put(strings.Replace(valid, "capacity: 500", "capacity: 600", 1))
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- w.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+
+	wantLoad := func(capacity float64) {
+		t.Helper()
+		select {
+		case r := <-loads:
+			if tmpl, _ := r.Find("db/replica-1"); tmpl.Capacity != capacity {
+				t.Fatalf("loaded capacity %v, want %v", tmpl.Capacity, capacity)
+			}
+		case err := <-errs:
+			t.Fatalf("error %v, want a load", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no load after the key changed")
+		}
+	}
+	wantError := func(substr string) {
+		t.Helper()
+		select {
+		case err := <-errs:
+			if !strings.Contains(err.Error(), substr) {
+				t.Fatalf("error %v, want %q", err, substr)
+			}
+		case r := <-loads:
+			t.Fatalf("loaded %v, want an error", r.Hash())
+		case <-time.After(10 * time.Second):
+			t.Fatal("no error after a bad value")
+		}
+	}
+	wantLoad(600)
+	put(strings.Replace(valid, "capacity: 500", "capacity: 700", 1))
+	wantLoad(700)
+	good := w.Current()
+
+	put("resources: [")
+	wantError("etcd:" + key)
+	if w.Current() != good {
+		t.Fatal("a bad value replaced the last good configuration")
+	}
+	if _, err := cli.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	wantError("deleted")
+	if w.Current() != good {
+		t.Fatal("deleting the key dropped the last good configuration")
+	}
+	put(valid)
+	wantLoad(500)
+}
