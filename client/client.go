@@ -317,6 +317,10 @@ func (c *Client) release(ctx context.Context, ids []string) error {
 func (c *Client) loop(ctx context.Context) {
 	defer close(c.done)
 	failures := 0
+	// interval is the refresh interval of the last answer: retries after a
+	// failure are never further apart than that, so that a failover is
+	// found while the leases still run.
+	interval := MaxBackoff
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -338,21 +342,30 @@ func (c *Client) loop(ctx context.Context) {
 		}
 		if err != nil {
 			failures++
-			next = backoff(failures)
+			next = min(backoff(failures), interval)
 			c.log.Debug("sluice client: refresh failed", "client", c.id, "server", c.Server(), "err", err, "retry_in", next)
 			c.rotate(ctx)
 		} else {
 			failures = 0
+			interval = max(min(next, MaxBackoff), MinBackoff)
 		}
-		// Do not sleep past a lease expiry: the fallback must apply then.
+		// Refresh a little before a lease expires, and never sleep past
+		// an expiry: the fallback must apply then.
 		if exp, ok := c.nextExpiry(); ok {
-			if d := time.Until(exp); d < next {
-				next = max(d, 0)
+			d := time.Until(exp)
+			if d > ExpiryMargin {
+				d -= ExpiryMargin
 			}
+			next = max(min(next, d), 0)
 		}
 		timer.Reset(next)
 	}
 }
+
+// ExpiryMargin is how long before a lease's expiry the client refreshes it
+// at the latest, so that a lease whose server could not extend it for a
+// while (its own parent was failing over) is renewed without a gap.
+const ExpiryMargin = 500 * time.Millisecond
 
 // backoff returns the delay after n consecutive failures: capped
 // exponential with full jitter.

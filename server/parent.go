@@ -39,6 +39,9 @@ const (
 	parentTimeout  = 5 * time.Second
 	minBackoff     = 100 * time.Millisecond
 	maxBackoff     = 5 * time.Second
+	// expiryMargin: the link refreshes at the latest this long before its
+	// earliest lease from the parent expires (as client.ExpiryMargin).
+	expiryMargin = 500 * time.Millisecond
 )
 
 // parentLease is what this server holds from its parent for one resource,
@@ -160,6 +163,10 @@ func (l *parentLink) status() ParentStatus {
 // run refreshes until ctx is done.
 func (l *parentLink) run(ctx context.Context) {
 	failures := 0
+	// interval is the refresh interval of the last answer: retries after a
+	// failure are never further apart than that, so that a parent's
+	// failover is found while the leases it gave still run.
+	interval := maxBackoff
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -181,7 +188,7 @@ func (l *parentLink) run(ctx context.Context) {
 		}
 		if err != nil {
 			failures++
-			next = backoff(failures)
+			next = min(backoff(failures), interval)
 			l.mu.Lock()
 			l.lastErr = err.Error()
 			l.mu.Unlock()
@@ -189,6 +196,7 @@ func (l *parentLink) run(ctx context.Context) {
 			l.failover(ctx)
 		} else {
 			failures = 0
+			interval = max(min(next, maxBackoff), minBackoff)
 		}
 		timer.Reset(next)
 	}
@@ -296,6 +304,9 @@ func (s *Server) parentAnswered(rs []*resource, resp *pb.GetServerCapacityRespon
 		if r.parent.ok {
 			next = min(next, r.parent.refresh)
 			if until := r.parent.expiry.Sub(now); until > 0 {
+				if until > expiryMargin {
+					until -= expiryMargin
+				}
 				next = min(next, until)
 			}
 		}

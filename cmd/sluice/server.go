@@ -9,12 +9,16 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -28,6 +32,10 @@ func newServerCmd() *cobra.Command {
 		logLevel  string
 		logFormat string
 		parents   []string
+		electKind string
+		endpoints []string
+		electKey  string
+		electTTL  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -38,8 +46,16 @@ plus Prometheus metrics at /metrics.
 
 The configuration file is reloaded when it changes and on SIGHUP; a bad new file
 is logged and counted (sluice_server_config_reloads_total{result="failed"}) and
-the last good configuration keeps serving. SIGTERM or SIGINT stop the server
-gracefully: the listener closes and in-flight RPCs finish (up to --grace).`,
+the last good configuration keeps serving. --config etcd:/KEY reads it from an
+etcd key instead (needs --etcd-endpoints) and follows its changes the same way.
+
+Each node of the tree may run several tasks (server processes) that elect one
+master with --election etcd; the others redirect every capacity RPC to it. The
+default, standalone, makes this process the master.
+
+SIGTERM or SIGINT stop the server gracefully: the listener closes, in-flight
+RPCs finish (up to --grace), and the election is resigned so that another task
+takes over at once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(cmd.ErrOrStderr(), logFormat, logLevel)
@@ -63,12 +79,63 @@ gracefully: the listener closes and in-flight RPCs finish (up to --grace).`,
 			}
 			srv := server.New(server.Options{ID: id, Address: addr, Logger: log, Parent: parents})
 
+			var cli *clientv3.Client
+			if electKind == "etcd" || strings.HasPrefix(cfgPath, "etcd:") {
+				if len(endpoints) == 0 {
+					lis.Close()
+					return errors.New("--etcd-endpoints is required with --election etcd or --config etcd:/KEY")
+				}
+				cli, err = clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: etcdLogger()})
+				if err != nil {
+					lis.Close()
+					return fmt.Errorf("etcd client: %w", err)
+				}
+				defer cli.Close()
+			}
+			var el election.Election
+			switch electKind {
+			case "standalone":
+				el = election.Standalone(addr)
+			case "etcd":
+				if electKey == "" {
+					lis.Close()
+					return errors.New("--election-key is required with --election etcd")
+				}
+				el, err = election.Etcd(cli, election.EtcdOptions{Key: electKey, Address: addr, TTL: electTTL, Logger: log})
+				if err != nil {
+					lis.Close()
+					return err
+				}
+				srv.SetMastership(false, "") // until the election says otherwise
+			default:
+				lis.Close()
+				return fmt.Errorf("--election: %q, want standalone or etcd", electKind)
+			}
+
 			switch {
 			case len(parents) > 0:
 				if cfgPath != "" {
 					log.Warn("--config is ignored with --parent: the parent pushes the configuration down")
 				}
 				log.Info("intermediate server", "parent", parents)
+			case strings.HasPrefix(cfgPath, "etcd:"):
+				key := strings.TrimPrefix(cfgPath, "etcd:")
+				gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
+				w, err := config.NewEtcdWatcher(gctx, cli, key, func(r *config.Repository) {
+					srv.SetConfig(r)
+					srv.ConfigReloaded(nil)
+					log.Info("configuration loaded", "etcd_key", key, "templates", r.Len(), "hash", r.Hash())
+				}, func(err error) {
+					srv.ConfigReloaded(err)
+					log.Error("configuration reload failed; keeping the last good configuration", "etcd_key", key, "err", err)
+				})
+				gcancel()
+				if err != nil {
+					lis.Close()
+					return err
+				}
+				srv.SetConfig(w.Current())
+				go func() { _ = w.Run(ctx) }()
 			case cfgPath != "":
 				w, err := config.NewWatcher(cfgPath, func(r *config.Repository) {
 					srv.SetConfig(r)
@@ -104,6 +171,18 @@ gracefully: the listener closes and in-flight RPCs finish (up to --grace).`,
 
 			hs := &http.Server{Handler: srv.Handler(), Protocols: h2c(), ReadHeaderTimeout: 10 * time.Second}
 			go func() { _ = srv.Run(ctx, time.Second) }()
+			// The election outlives the signal: it is resigned after the
+			// in-flight RPCs have finished.
+			ectx, ecancel := context.WithCancel(context.Background())
+			defer ecancel()
+			electionDone := make(chan struct{})
+			go func() {
+				defer close(electionDone)
+				_ = el.Run(ectx, func(st election.Status) {
+					srv.SetMastership(st.IsMaster, st.Master)
+					log.Info("mastership", "is_master", st.IsMaster, "master", st.Master)
+				})
+			}()
 			errc := make(chan error, 1)
 			go func() { errc <- hs.Serve(lis) }()
 			log.Info("sluice server listening", "addr", lis.Addr().String(), "id", id)
@@ -117,15 +196,21 @@ gracefully: the listener closes and in-flight RPCs finish (up to --grace).`,
 			log.Info("shutting down: closing the listener, finishing in-flight RPCs", "grace", grace)
 			sctx, cancel := context.WithTimeout(context.Background(), grace)
 			defer cancel()
-			if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("graceful shutdown: %w", err)
+			shutdownErr := hs.Shutdown(sctx)
+			if err := el.Resign(sctx); err != nil {
+				log.Warn("resigning the election", "err", err)
+			}
+			ecancel()
+			<-electionDone
+			if shutdownErr != nil && !errors.Is(shutdownErr, http.ErrServerClosed) {
+				return fmt.Errorf("graceful shutdown: %w", shutdownErr)
 			}
 			log.Info("stopped")
 			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfgPath, "config", "", "resource configuration file (YAML); empty: no templates")
+	f.StringVar(&cfgPath, "config", "", "resource configuration: a YAML file, or etcd:/KEY for an etcd key's value; empty: no templates")
 	f.StringVar(&listen, "listen", "127.0.0.1:15000", "address to listen on (host:port; port 0 picks a free one)")
 	f.StringVar(&advertise, "advertise", "", "address clients should use to reach this server (default: the listen address)")
 	f.StringVar(&id, "id", "", "server id (default host:pid)")
@@ -133,7 +218,23 @@ gracefully: the listener closes and in-flight RPCs finish (up to --grace).`,
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringSliceVar(&parents, "parent", nil, "parent node addresses (host:port, comma-separated): run as an intermediate server that gets its capacity from them")
+	f.StringVar(&electKind, "election", "standalone", "master election: standalone (always master) or etcd")
+	f.StringSliceVar(&endpoints, "etcd-endpoints", nil, "etcd endpoints (comma-separated URLs) for --election etcd and --config etcd:/KEY")
+	f.StringVar(&electKey, "election-key", "", "etcd key prefix the tasks of this node campaign on, e.g. /sluice/root")
+	f.DurationVar(&electTTL, "election-ttl", 10*time.Second, "etcd session TTL (whole seconds): how long a master that cannot reach etcd stays master")
 	return cmd
+}
+
+// etcdLogger is the etcd client's zap logger: errors only, to stderr (the
+// client logs every retried RPC at warn).
+func etcdLogger() *zap.Logger {
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(zap.ErrorLevel)
+	lg, err := cfg.Build()
+	if err != nil {
+		return zap.NewNop()
+	}
+	return lg
 }
 
 func h2c() *http.Protocols {
