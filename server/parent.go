@@ -230,13 +230,13 @@ func (l *parentLink) refresh(ctx context.Context) (time.Duration, error) {
 		resp, err := stub.GetServerCapacity(rctx, connect.NewRequest(req))
 		cancel()
 		if err != nil {
-			l.s.parentAnswered(rs, nil) // release first requests that wait
+			// First requests keep waiting (up to firstLeaseWait): the
+			// retry, soon and on another address, may reach the master.
 			return 0, fmt.Errorf("GetServerCapacity to %s: %w", addr, err)
 		}
 		if m := resp.Msg.Mastership; m != nil {
 			master := m.GetMasterAddress()
 			if master == "" || master == addr || redirects >= 3 {
-				l.s.parentAnswered(rs, nil)
 				return 0, fmt.Errorf("GetServerCapacity to %s: not the master (master %q)", addr, master)
 			}
 			l.use(master)

@@ -73,7 +73,13 @@ takes over at once.`,
 			if addr == "" {
 				addr = lis.Addr().String()
 			}
-			if id == "" {
+			switch {
+			case id != "":
+			case electKind == "etcd" && electKey != "":
+				// The tasks of one node are one requester to its parent, so
+				// a new master takes over its predecessor's lease there.
+				id = electKey
+			default:
 				host, _ := os.Hostname()
 				id = fmt.Sprintf("%s:%d", host, os.Getpid())
 			}
@@ -213,7 +219,7 @@ takes over at once.`,
 	f.StringVar(&cfgPath, "config", "", "resource configuration: a YAML file, or etcd:/KEY for an etcd key's value; empty: no templates")
 	f.StringVar(&listen, "listen", "127.0.0.1:15000", "address to listen on (host:port; port 0 picks a free one)")
 	f.StringVar(&advertise, "advertise", "", "address clients should use to reach this server (default: the listen address)")
-	f.StringVar(&id, "id", "", "server id (default host:pid)")
+	f.StringVar(&id, "id", "", "server id: the requester id toward the parent, and in logs (default: the --election-key with --election etcd, so that all tasks of a node are one requester; else host:pid)")
 	f.DurationVar(&grace, "grace", 10*time.Second, "how long SIGTERM waits for in-flight RPCs")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
