@@ -189,8 +189,12 @@ func TestEtcdOneMasterResignAndCrash(t *testing.T) {
 	if m != a {
 		t.Fatal("the only candidate is not master")
 	}
-	b := start(t, etcd.Endpoint, "/sluice/test", "b:1", ttl)
-	c := start(t, etcd.Endpoint, "/sluice/test", "c:1", ttl)
+	// b and c reach etcd through proxies, so that a crash can be made
+	// exact: cutting the proxy stops all traffic, as kill -9 would.
+	pb, pc := newProxy(t, etcd.Addr), newProxy(t, etcd.Addr)
+	b := start(t, "http://"+pb.lis.Addr().String(), "/sluice/test", "b:1", ttl)
+	c := start(t, "http://"+pc.lis.Addr().String(), "/sluice/test", "c:1", ttl)
+	proxyOf := map[*candidate]*proxy{b: pb, c: pc}
 	if m := oneMaster(t, 10*time.Second, a, b, c); m != a {
 		t.Fatalf("newcomer %s took mastership from the incumbent", m.addr)
 	}
@@ -210,14 +214,14 @@ func TestEtcdOneMasterResignAndCrash(t *testing.T) {
 		t.Error("resigned task still reports mastership")
 	}
 
-	// A crash (client gone, no revoke): the others take over once the
+	// A crash (no more traffic, no revoke): the others take over once the
 	// session's TTL has run out, and not before.
 	other := b
 	if m == b {
 		other = c
 	}
 	began = time.Now()
-	m.cli.Close() // keep-alives stop; the lease is left to expire
+	proxyOf[m].setCut(true)
 	waitFor(t, 3*ttl, "takeover after crash", func() bool { return other.status().IsMaster })
 	took = time.Since(began)
 	t.Logf("crash: %s master after %v (TTL %v)", other.addr, took, ttl)
