@@ -104,6 +104,23 @@ func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.log = l } }
 
+// WithDialer makes the client reach servers through dial instead of gRPC
+// over its HTTP client: the simulator passes in-process servers.
+func WithDialer(dial discovery.Dialer) Option { return func(c *Client) { c.dial = dial } }
+
+// WithClock sets the clock (default time.Now); leases, expiries and
+// fallbacks are judged by it.
+func WithClock(now func() time.Time) Option { return func(c *Client) { c.now = now } }
+
+// WithRand sets the source of the retry jitter (default the global
+// math/rand/v2 source), for deterministic simulations.
+func WithRand(r *rand.Rand) Option { return func(c *Client) { c.rand = r } }
+
+// WithManualRefresh starts no refresh goroutine: the caller calls Step
+// whenever the previous Step said, and after Ask (a simulator on virtual
+// time does this). Close then releases nothing.
+func WithManualRefresh() Option { return func(c *Client) { c.manual = true } }
+
 // WithJSON makes the client speak Connect's JSON over HTTP/1.1 instead of
 // gRPC (for proxies that do not pass gRPC). Doorman servers need gRPC.
 func WithJSON() Option { return func(c *Client) { c.json = true } }
@@ -118,6 +135,14 @@ type Client struct {
 	json    bool
 	addrs   []string
 	ownHTTP bool // c.http was made here: Close closes its connections
+	dial    discovery.Dialer
+	now     func() time.Time
+	rand    *rand.Rand // nil: the global source
+	manual  bool
+
+	// Refresh-loop state, used only by Step (one caller at a time).
+	failures int
+	interval time.Duration // refresh interval of the last answer
 
 	mu        sync.Mutex
 	addr      string // current master (or candidate) address
@@ -173,7 +198,10 @@ func New(addr string, opts ...Option) (*Client, error) {
 	if c.log == nil {
 		c.log = slog.Default()
 	}
-	if c.http == nil {
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.http == nil && c.dial == nil {
 		tr := &http.Transport{}
 		// gRPC needs HTTP/2 (prior knowledge on plaintext, ALPN on TLS);
 		// the JSON protocol works over either.
@@ -184,7 +212,16 @@ func New(addr string, opts ...Option) (*Client, error) {
 		c.http = &http.Client{Transport: tr}
 		c.ownHTTP = true
 	}
+	if c.dial == nil {
+		c.dial = discovery.HTTPDialer(c.http, c.json)
+	}
+	c.interval = MaxBackoff
 	c.setAddr(addrs[0])
+	if c.manual {
+		c.cancel = func() {}
+		close(c.done)
+		return c, nil
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	go c.loop(ctx)
@@ -212,12 +249,7 @@ func (c *Client) setAddrLocked(addr string) {
 		return
 	}
 	c.addr = addr
-	url := discovery.URL(addr)
-	var opts []connect.ClientOption
-	if !c.json {
-		opts = append(opts, connect.WithGRPC())
-	}
-	c.stub = doormanconnect.NewCapacityClient(c.http, url, opts...)
+	c.stub = c.dial(addr)
 }
 
 // Resource returns a handle on resource id asking for wants (priority 0).
@@ -293,7 +325,7 @@ func (c *Client) Close() error {
 	if c.ownHTTP {
 		defer c.http.CloseIdleConnections()
 	}
-	if len(ids) == 0 {
+	if len(ids) == 0 || c.manual {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -316,11 +348,6 @@ func (c *Client) release(ctx context.Context, ids []string) error {
 // due, and applies fallbacks when leases expire.
 func (c *Client) loop(ctx context.Context) {
 	defer close(c.done)
-	failures := 0
-	// interval is the refresh interval of the last answer: retries after a
-	// failure are never further apart than that, so that a failover is
-	// found while the leases still run.
-	interval := MaxBackoff
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -336,30 +363,46 @@ func (c *Client) loop(ctx context.Context) {
 				}
 			}
 		}
-		next, err := c.refresh(ctx)
+		next := c.Step(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil {
-			failures++
-			next = min(backoff(failures), interval)
-			c.log.Debug("sluice client: refresh failed", "client", c.id, "server", c.Server(), "err", err, "retry_in", next)
-			c.rotate(ctx)
-		} else {
-			failures = 0
-			interval = max(min(next, MaxBackoff), MinBackoff)
-		}
-		// Refresh a little before a lease expires, and never sleep past
-		// an expiry: the fallback must apply then.
-		if exp, ok := c.nextExpiry(); ok {
-			d := time.Until(exp)
-			if d > ExpiryMargin {
-				d -= ExpiryMargin
-			}
-			next = max(min(next, d), 0)
-		}
 		timer.Reset(next)
 	}
+}
+
+// Step is one turn of the refresh loop, at the client's clock: it applies
+// fallbacks to expired leases, refreshes every lease in one bulk request
+// (following mastership redirects; after a failure, it backs off and fails
+// over to the master named by Discovery), and returns how long until the
+// next turn is due: the shortest refresh interval granted, a little before
+// the earliest expiry (ExpiryMargin), or the backoff after a failure, never
+// longer than the last refresh interval. The background loop calls it; with
+// WithManualRefresh the caller does. Not for concurrent use.
+func (c *Client) Step(ctx context.Context) time.Duration {
+	next, err := c.refresh(ctx)
+	if ctx.Err() != nil {
+		return 0
+	}
+	if err != nil {
+		c.failures++
+		next = min(c.backoff(c.failures), c.interval)
+		c.log.Debug("sluice client: refresh failed", "client", c.id, "server", c.Server(), "err", err, "retry_in", next)
+		c.rotate(ctx)
+	} else {
+		c.failures = 0
+		c.interval = max(min(next, MaxBackoff), MinBackoff)
+	}
+	// Refresh a little before a lease expires, and never sleep past an
+	// expiry: the fallback must apply then.
+	if exp, ok := c.nextExpiry(); ok {
+		d := exp.Sub(c.now())
+		if d > ExpiryMargin {
+			d -= ExpiryMargin
+		}
+		next = max(min(next, d), 0)
+	}
+	return next
 }
 
 // ExpiryMargin is how long before a lease's expiry the client refreshes it
@@ -368,11 +411,14 @@ func (c *Client) loop(ctx context.Context) {
 const ExpiryMargin = 500 * time.Millisecond
 
 // backoff returns the delay after n consecutive failures: capped
-// exponential with full jitter.
-func backoff(n int) time.Duration {
+// exponential with jitter (between half and all of it).
+func (c *Client) backoff(n int) time.Duration {
 	d := MinBackoff << min(n-1, 20)
 	if d > MaxBackoff || d <= 0 {
 		d = MaxBackoff
+	}
+	if c.rand != nil {
+		return d/2 + time.Duration(c.rand.Int64N(int64(d/2+1)))
 	}
 	return d/2 + rand.N(d/2+1)
 }
@@ -386,7 +432,7 @@ func (c *Client) rotate(ctx context.Context) {
 	if len(addrs) < 2 {
 		return
 	}
-	next := discovery.Next(ctx, c.http, addrs, cur)
+	next := discovery.Next(ctx, c.dial, addrs, cur)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.setAddrLocked(next)
@@ -396,7 +442,7 @@ func (c *Client) nextExpiry() (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var exp time.Time
-	now := time.Now()
+	now := c.now()
 	for _, r := range c.resources {
 		r.mu.Lock()
 		if r.hasLease && r.expiry.After(now) && (exp.IsZero() || r.expiry.Before(exp)) {
@@ -410,7 +456,7 @@ func (c *Client) nextExpiry() (time.Time, bool) {
 // refresh sends one bulk GetCapacity for every resource, following up to
 // a few mastership redirects, and returns when to refresh next.
 func (c *Client) refresh(ctx context.Context) (time.Duration, error) {
-	now := time.Now()
+	now := c.now()
 	c.mu.Lock()
 	rs := make([]*Resource, 0, len(c.resources))
 	for _, r := range c.resources {
@@ -446,7 +492,7 @@ func (c *Client) refresh(ctx context.Context) (time.Duration, error) {
 			c.setAddr(master)
 			continue
 		}
-		return c.apply(resp.Msg, rs, time.Now()), nil
+		return c.apply(resp.Msg, rs, c.now()), nil
 	}
 }
 

@@ -48,7 +48,7 @@ func (r *Resource) Wants() float64 {
 func (r *Resource) Capacity() float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.effective(time.Now())
+	return r.effective(r.c.now())
 }
 
 // Lease returns the lease held (capacity, expiry, refresh interval) and
@@ -56,7 +56,7 @@ func (r *Resource) Capacity() float64 {
 func (r *Resource) Lease() (capacity float64, expiry time.Time, refresh time.Duration, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.hasLease || !r.expiry.After(time.Now()) {
+	if !r.hasLease || !r.expiry.After(r.c.now()) {
 		return 0, time.Time{}, 0, false
 	}
 	return r.capacity, r.expiry, r.refresh, true
@@ -100,7 +100,7 @@ func (r *Resource) effective(now time.Time) float64 {
 func (r *Resource) OnChange(f func(capacity float64)) {
 	r.mu.Lock()
 	r.listeners = append(r.listeners, f)
-	cur := r.effective(time.Now())
+	cur := r.effective(r.c.now())
 	r.current = cur
 	r.mu.Unlock()
 	f(cur)
@@ -151,7 +151,7 @@ func (r *Resource) Ask(wants float64) error {
 	}
 	changed := r.wants != wants
 	r.wants = wants
-	after := r.notifyLocked(time.Now())
+	after := r.notifyLocked(r.c.now())
 	r.mu.Unlock()
 	after()
 	if changed {
@@ -183,7 +183,7 @@ func (r *Resource) markReleased() bool {
 		return false
 	}
 	r.released = true
-	after := r.notifyLocked(time.Now())
+	after := r.notifyLocked(r.c.now())
 	r.mu.Unlock()
 	after()
 	return true

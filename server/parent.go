@@ -107,8 +107,12 @@ type ParentStatus struct {
 type parentLink struct {
 	s     *Server
 	addrs []string
-	http  *http.Client
+	dial  discovery.Dialer
 	wake  chan struct{}
+
+	// Loop state, used only by step (one caller at a time).
+	failures int
+	interval time.Duration // refresh interval of the last answer
 
 	mu      sync.Mutex
 	addr    string
@@ -117,15 +121,18 @@ type parentLink struct {
 	lastErr string
 }
 
-func newParentLink(s *Server, addrs []string, hc *http.Client) *parentLink {
-	if hc == nil {
-		tr := &http.Transport{}
-		tr.Protocols = new(http.Protocols)
-		tr.Protocols.SetUnencryptedHTTP2(true)
-		tr.Protocols.SetHTTP2(true)
-		hc = &http.Client{Transport: tr}
+func newParentLink(s *Server, addrs []string, hc *http.Client, dial discovery.Dialer) *parentLink {
+	if dial == nil {
+		if hc == nil {
+			tr := &http.Transport{}
+			tr.Protocols = new(http.Protocols)
+			tr.Protocols.SetUnencryptedHTTP2(true)
+			tr.Protocols.SetHTTP2(true)
+			hc = &http.Client{Transport: tr}
+		}
+		dial = discovery.HTTPDialer(hc, false)
 	}
-	l := &parentLink{s: s, addrs: addrs, http: hc, wake: make(chan struct{}, 1)}
+	l := &parentLink{s: s, addrs: addrs, dial: dial, wake: make(chan struct{}, 1), interval: maxBackoff}
 	l.use(addrs[0])
 	return l
 }
@@ -137,7 +144,7 @@ func (l *parentLink) use(addr string) {
 		return
 	}
 	l.addr = addr
-	l.stub = doormanconnect.NewCapacityClient(l.http, discovery.URL(addr), connect.WithGRPC())
+	l.stub = l.dial(addr)
 }
 
 func (l *parentLink) current() (string, doormanconnect.CapacityClient) {
@@ -162,11 +169,6 @@ func (l *parentLink) status() ParentStatus {
 
 // run refreshes until ctx is done.
 func (l *parentLink) run(ctx context.Context) {
-	failures := 0
-	// interval is the refresh interval of the last answer: retries after a
-	// failure are never further apart than that, so that a parent's
-	// failover is found while the leases it gave still run.
-	interval := maxBackoff
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -182,30 +184,60 @@ func (l *parentLink) run(ctx context.Context) {
 				}
 			}
 		}
-		next, err := l.refresh(ctx)
+		next := l.step(ctx)
 		if ctx.Err() != nil {
 			return
-		}
-		if err != nil {
-			failures++
-			next = min(backoff(failures), interval)
-			l.mu.Lock()
-			l.lastErr = err.Error()
-			l.mu.Unlock()
-			l.s.log.Warn("parent refresh failed", "parent", l.addrs, "err", err, "retry_in", next)
-			l.failover(ctx)
-		} else {
-			failures = 0
-			interval = max(min(next, maxBackoff), minBackoff)
 		}
 		timer.Reset(next)
 	}
 }
 
-func backoff(n int) time.Duration {
+// step is one turn of the link: one refresh, and on failure a backoff
+// (never longer than the last refresh interval, so that a parent's failover
+// is found while the leases it gave still run) and a failover. It returns
+// when the next turn is due. Not for concurrent use.
+func (l *parentLink) step(ctx context.Context) time.Duration {
+	next, err := l.refresh(ctx)
+	if ctx.Err() != nil {
+		return 0
+	}
+	if err != nil {
+		l.failures++
+		next = min(l.s.backoff(l.failures), l.interval)
+		l.mu.Lock()
+		l.lastErr = err.Error()
+		l.mu.Unlock()
+		l.s.log.Warn("parent refresh failed", "parent", l.addrs, "err", err, "retry_in", next)
+		l.failover(ctx)
+	} else {
+		l.failures = 0
+		l.interval = max(min(next, maxBackoff), minBackoff)
+	}
+	return next
+}
+
+// StepParent is one turn of an intermediate server's link to its parent,
+// for a caller that drives it (Options.ManualParent; the simulator): it
+// sends one GetServerCapacity for every resource held, applies the answer
+// (or, on failure, backs off and fails over to the parent's master), and
+// returns how long until the next turn is due. It returns 0 at the root.
+// Not for concurrent use with itself.
+func (s *Server) StepParent(ctx context.Context) time.Duration {
+	if s.parent == nil {
+		return 0
+	}
+	return s.parent.step(ctx)
+}
+
+// backoff returns the delay after n consecutive failures: capped
+// exponential with jitter (between half and all of it).
+func (s *Server) backoff(n int) time.Duration {
 	d := minBackoff << min(n-1, 20)
 	if d > maxBackoff || d <= 0 {
 		d = maxBackoff
+	}
+	if s.opts.Rand != nil {
+		return d/2 + time.Duration(s.opts.Rand.Int64N(int64(d/2+1)))
 	}
 	return d/2 + rand.N(d/2+1)
 }
@@ -214,7 +246,7 @@ func backoff(n int) time.Duration {
 // to the next address.
 func (l *parentLink) failover(ctx context.Context) {
 	cur, _ := l.current()
-	l.use(discovery.Next(ctx, l.http, l.addrs, cur))
+	l.use(discovery.Next(ctx, l.dial, l.addrs, cur))
 }
 
 // refresh sends one GetServerCapacity for every resource this server holds
@@ -359,6 +391,9 @@ func (s *Server) waitFirstLease(ctx context.Context, r *resource) bool {
 	}
 	ready := r.parent.ready
 	r.mu.Unlock()
+	if s.opts.ManualParent {
+		return false
+	}
 	s.parent.poke()
 	t := time.NewTimer(firstLeaseWait)
 	defer t.Stop()

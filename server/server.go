@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ import (
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/internal/discovery"
 	"github.com/sluice-rl/sluice/lease"
 )
 
@@ -73,6 +75,16 @@ type Options struct {
 	// ParentHTTP is the HTTP client for the parent link; nil means one
 	// speaking gRPC over unencrypted HTTP/2.
 	ParentHTTP *http.Client
+	// ParentDial, when set, replaces ParentHTTP: it returns the stub for a
+	// parent address (the simulator passes in-process servers).
+	ParentDial discovery.Dialer
+	// ManualParent makes the caller drive the parent link with StepParent
+	// (the simulator, on virtual time): Run does not start it, and a first
+	// request does not wait for the parent.
+	ManualParent bool
+	// Rand is the source of retry jitter; nil means math/rand/v2's global
+	// source. The simulator passes a seeded one.
+	Rand *rand.Rand
 }
 
 // Server is a capacity server. It is safe for concurrent use: a server-wide
@@ -129,7 +141,7 @@ func New(opts Options) *Server {
 	s.masterAddr = opts.Address
 	s.masterSince = s.now()
 	if len(opts.Parent) > 0 {
-		s.parent = newParentLink(s, opts.Parent, opts.ParentHTTP)
+		s.parent = newParentLink(s, opts.Parent, opts.ParentHTTP, opts.ParentDial)
 	}
 	return s
 }
@@ -522,7 +534,7 @@ func (s *Server) Sweep() {
 // Run sweeps expired leases every interval until ctx is done; on an
 // intermediate server it also runs the link to the parent.
 func (s *Server) Run(ctx context.Context, interval time.Duration) error {
-	if s.parent != nil {
+	if s.parent != nil && !s.opts.ManualParent {
 		done := make(chan struct{})
 		defer func() { <-done }()
 		go func() {

@@ -28,11 +28,28 @@ func URL(addr string) string {
 	return "http://" + addr
 }
 
+// Dialer returns a stub for the server at addr: over the network
+// (HTTPDialer), or in process (the simulator hands out *server.Server
+// values, which implement the same methods).
+type Dialer func(addr string) doormanconnect.CapacityClient
+
+// HTTPDialer returns a Dialer speaking gRPC (or, with json, Connect's JSON
+// protocol) through hc to http://addr, or to addr itself if it has a scheme.
+func HTTPDialer(hc *http.Client, json bool) Dialer {
+	var opts []connect.ClientOption
+	if !json {
+		opts = append(opts, connect.WithGRPC())
+	}
+	return func(addr string) doormanconnect.CapacityClient {
+		return doormanconnect.NewCapacityClient(hc, URL(addr), opts...)
+	}
+}
+
 // Ask asks the server at addr who the master is. It returns addr if that
 // server is the master, the master's address if it knows it, or "" if it
 // does not; err if the server could not be reached.
-func Ask(ctx context.Context, hc *http.Client, addr string) (string, error) {
-	stub := doormanconnect.NewCapacityClient(hc, URL(addr), connect.WithGRPC())
+func Ask(ctx context.Context, dial Dialer, addr string) (string, error) {
+	stub := dial(addr)
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	resp, err := stub.Discovery(ctx, connect.NewRequest(&pb.DiscoveryRequest{}))
@@ -49,7 +66,7 @@ func Ask(ctx context.Context, hc *http.Client, addr string) (string, error) {
 // of addrs in turn, starting after current, and returns the first master
 // one of them names; if none does, it returns the address after current.
 // It makes at most len(addrs) calls of at most Timeout each.
-func Next(ctx context.Context, hc *http.Client, addrs []string, current string) string {
+func Next(ctx context.Context, dial Dialer, addrs []string, current string) string {
 	start := 0
 	for i, a := range addrs {
 		if a == current {
@@ -58,7 +75,7 @@ func Next(ctx context.Context, hc *http.Client, addrs []string, current string) 
 	}
 	for k := range addrs {
 		a := addrs[(start+k)%len(addrs)]
-		if master, err := Ask(ctx, hc, a); err == nil && master != "" {
+		if master, err := Ask(ctx, dial, a); err == nil && master != "" {
 			return master
 		}
 		if ctx.Err() != nil {

@@ -38,15 +38,15 @@ func TestNextFindsTheMaster(t *testing.T) {
 	standby.SetMastership(false, master)
 	dead := "127.0.0.1:1" // nothing listens on port 1
 	hc := h2c()
-	if got := discovery.Next(context.Background(), hc, []string{dead, standbyAddr, master}, dead); got != master {
+	if got := discovery.Next(context.Background(), discovery.HTTPDialer(hc, false), []string{dead, standbyAddr, master}, dead); got != master {
 		t.Fatalf("Next after the dead address = %s, want the master %s", got, master)
 	}
-	if got, err := discovery.Ask(context.Background(), hc, master); err != nil || got != master {
+	if got, err := discovery.Ask(context.Background(), discovery.HTTPDialer(hc, false), master); err != nil || got != master {
 		t.Fatalf("Ask(master) = %q, %v", got, err)
 	}
 	// Nobody knows a master: move on to the next address.
 	standby.SetMastership(false, "")
-	if got := discovery.Next(context.Background(), hc, []string{dead, standbyAddr}, dead); got != standbyAddr {
+	if got := discovery.Next(context.Background(), discovery.HTTPDialer(hc, false), []string{dead, standbyAddr}, dead); got != standbyAddr {
 		t.Fatalf("Next with no master known = %s, want %s", got, standbyAddr)
 	}
 }
