@@ -80,7 +80,8 @@ type Options struct {
 	ParentDial discovery.Dialer
 	// ManualParent makes the caller drive the parent link with StepParent
 	// (the simulator, on virtual time): Run does not start it, and a first
-	// request does not wait for the parent.
+	// request, instead of waiting for the link, takes one turn of it
+	// inline (so the server must not be called concurrently).
 	ManualParent bool
 	// Rand is the source of retry jitter; nil means math/rand/v2's global
 	// source. The simulator passes a seeded one.
@@ -565,6 +566,9 @@ type ResourceStatus struct {
 	Clients      int
 	Learning     bool
 	SafeCapacity float64
+	// ParentExpiry is, at an intermediate server, when its lease from the
+	// parent for this resource ends; zero at the root or without a lease.
+	ParentExpiry time.Time
 	Leases       []lease.Lease
 }
 
@@ -588,6 +592,9 @@ func (s *Server) Status(id string) (ResourceStatus, error) {
 	}
 	if r.template != nil {
 		st.Template = r.template.IdentifierGlob
+	}
+	if s.parent != nil && r.parent.ok {
+		st.ParentExpiry = r.parent.expiry
 	}
 	return st, nil
 }

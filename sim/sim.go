@@ -1,0 +1,646 @@
+// Package sim is Sluice's simulator: a discrete-event simulation on virtual
+// time that drives Sluice's real code — servers (server.Server with the
+// lease store and algorithms), their links to their parents, and clients
+// (client.Client's refresh state machine) — in one process, with in-process
+// calls instead of the network and scripted mastership changes instead of
+// etcd. It measures what doorman-design.md's simulation measured
+// ("Convergence and shortfall"): utilization, shortfall and reconvergence.
+//
+// A run is deterministic for a given scenario and seed: time is virtual,
+// every random choice (demand, mishaps, retry jitter) comes from one seeded
+// source, and events at the same instant run in the order they were
+// scheduled.
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+	"github.com/sluice-rl/sluice/client"
+	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/server"
+)
+
+// ResourceID is the one resource every simulated client asks for.
+const ResourceID = "sim/resource"
+
+// epoch is virtual time zero: a fixed instant, so runs are reproducible.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Result is the outcome of one run.
+type Result struct {
+	Series Series
+	// Violations lists broken invariants (empty when all held): a lease
+	// outliving the grantor's own lease, or a server's outstanding leases
+	// above its capacity plus the shortfall bound (see Run).
+	Violations []string
+}
+
+// Options tune a run.
+type Options struct {
+	// Seed seeds every random choice.
+	Seed int64
+	// Duration, when > 0, replaces the scenario's duration (seconds).
+	Duration float64
+	// Progress, when set, is told how far the run is (virtual seconds).
+	Progress interface{ Update(done, total float64); Done() }
+}
+
+// Run simulates the scenario and returns its time series, sampled once per
+// virtual second, and the invariant violations seen. It checks, at every
+// grant, that no lease an intermediate server hands out outlives its own
+// lease from its parent; and at every sample, that the root's outstanding
+// leases never exceed its capacity and an intermediate's never exceed the
+// largest capacity it held during the last lease length (the shortfall
+// bound: what it handed out, it had when it did).
+//
+// Errors: an invalid scenario.
+func Run(sc Scenario, opts Options) (*Result, error) {
+	sc, err := sc.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if opts.Duration > 0 {
+		sc.Duration = opts.Duration
+	}
+	s, err := newSim(sc, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.run()
+	return &Result{Series: s.series, Violations: s.violations}, nil
+}
+
+// sim is one run.
+type sim struct {
+	sc    Scenario
+	opts  Options
+	rng   *rand.Rand
+	now   time.Time
+	queue events
+	seq   int64
+	ctx   context.Context
+	log   *slog.Logger
+
+	nodes   []*node // root first, parents before children
+	byName  map[string]*node
+	tasks   map[string]*task // by address
+	clients []*simClient
+	byID    map[string]*simClient
+	depth   int // levels of servers
+
+	series     Series
+	violations []string
+}
+
+type node struct {
+	name     string
+	depth    int // 0 at the root
+	parent   *node
+	tasks    []*task
+	master   int // index of the master task, -1 while there is none
+	outage   bool
+	capHist  []float64 // capacity held at each of the last lease-length seconds
+	children []*node
+}
+
+type task struct {
+	addr string
+	node *node
+	srv  *server.Server
+	down bool
+	gen  int // invalidates scheduled parent-link turns
+}
+
+type simClient struct {
+	name  string
+	node  *node
+	c     *client.Client
+	res   *client.Resource
+	base  float64 // wants before fluctuation
+	spike float64 // added to base while a spike lasts
+	gen   int     // invalidates scheduled refresh turns
+}
+
+func newSim(sc Scenario, opts Options) (*sim, error) {
+	s := &sim{
+		sc: sc, opts: opts,
+		rng:    rand.New(rand.NewPCG(uint64(opts.Seed), 0x5111ce)),
+		now:    epoch,
+		ctx:    context.Background(),
+		log:    slog.New(slog.DiscardHandler),
+		byName: map[string]*node{},
+		tasks:  map[string]*task{},
+		byID:   map[string]*simClient{},
+	}
+	learning := sc.LeaseLength
+	if sc.LearningModeDuration != nil {
+		learning = *sc.LearningModeDuration
+	}
+	cfg, err := config.Parse(fmt.Appendf(nil, `
+resources:
+  - identifier_glob: %q
+    capacity: %v
+    algorithm:
+      kind: %s
+      lease_length: %d
+      refresh_interval: %d
+      learning_mode_duration: %d
+      parameters: [{name: decay_factor, value: "%v"}]
+`, ResourceID, sc.Capacity, sc.Algorithm, int64(sc.LeaseLength), int64(sc.RefreshInterval), int64(learning), sc.DecayFactor))
+	if err != nil {
+		return nil, fmt.Errorf("scenario %q: %w", sc.Name, err)
+	}
+	var build func(n Node, parent *node, depth int)
+	build = func(n Node, parent *node, depth int) {
+		for _, e := range expand(n) {
+			nd := &node{name: e.Name, depth: depth, parent: parent}
+			s.nodes = append(s.nodes, nd)
+			s.byName[nd.name] = nd
+			s.depth = max(s.depth, depth+1)
+			if parent != nil {
+				parent.children = append(parent.children, nd)
+			}
+			for i := range sc.Tasks {
+				t := &task{addr: fmt.Sprintf("%s/task-%d", nd.name, i), node: nd}
+				o := server.Options{ID: nd.name, Address: t.addr, Now: s.clock, Logger: s.log, Rand: s.rng}
+				if parent == nil {
+					o.Config = cfg
+				} else {
+					for _, pt := range parent.tasks {
+						o.Parent = append(o.Parent, pt.addr)
+					}
+					o.ParentDial, o.ManualParent = s.dial, true
+				}
+				t.srv = server.New(o)
+				nd.tasks = append(nd.tasks, t)
+				s.tasks[t.addr] = t
+			}
+			for i := range e.Clients {
+				sc := &simClient{name: fmt.Sprintf("%s/c%d", nd.name, i+1), node: nd, base: e.Wants}
+				s.clients = append(s.clients, sc)
+				s.byID[sc.name] = sc
+			}
+			for _, c := range e.Children {
+				build(c, nd, depth+1)
+			}
+		}
+	}
+	build(sc.Root, nil, 0)
+	for i, ev := range sc.Events {
+		for _, c := range ev.Clients {
+			if s.byID[c] == nil {
+				return nil, fmt.Errorf("scenario %q: events[%d]: no client %q", sc.Name, i, c)
+			}
+		}
+	}
+	// The initial learning period ends when learning mode has ended at
+	// every level and the first leases after it have travelled down the
+	// deepest path: one refresh interval per level.
+	settle := 0.0
+	for d, ri := 0, sc.RefreshInterval; d < s.depth; d, ri = d+1, math.Min(math.Ceil(ri/sc.DecayFactor), sc.LeaseLength) {
+		settle += ri
+	}
+	s.series = Series{Scenario: sc.Name, Seed: opts.Seed, Capacity: sc.Capacity, LearningEnd: learning + settle}
+	s.series.Levels = []string{"clients"}
+	for d := s.depth - 1; d >= 0; d-- {
+		s.series.Levels = append(s.series.Levels, levelName(d, s.depth))
+	}
+	return s, nil
+}
+
+// levelName names the server level at depth d of a tree with depth levels.
+func levelName(d, depth int) string {
+	switch {
+	case d == 0:
+		return "root"
+	case d == depth-1:
+		return "leaf"
+	default:
+		return fmt.Sprintf("level%d", d)
+	}
+}
+
+func (s *sim) clock() time.Time { return s.now }
+
+// elapsed is the virtual time since the start, in seconds.
+func (s *sim) elapsed() float64 { return s.now.Sub(epoch).Seconds() }
+
+// at schedules f at virtual time t seconds from the start.
+func (s *sim) at(t float64, f func()) {
+	s.seq++
+	heap.Push(&s.queue, event{t: epoch.Add(time.Duration(t * float64(time.Second))), seq: s.seq, f: f})
+}
+
+// after schedules f d from now.
+func (s *sim) after(d time.Duration, f func()) {
+	s.seq++
+	heap.Push(&s.queue, event{t: s.now.Add(d), seq: s.seq, f: f})
+}
+
+func (s *sim) run() {
+	// Every node elects its first master at the start.
+	for _, nd := range s.nodes {
+		s.elect(nd, 0)
+	}
+	for _, t := range s.tasks {
+		if t.node.parent != nil {
+			s.scheduleLink(t, 0)
+		}
+	}
+	for _, c := range s.clients {
+		s.startClient(c)
+	}
+	if f := s.sc.Fluctuation; f.Every > 0 && f.Fraction > 0 {
+		for t := f.Every; t < s.sc.Duration; t += f.Every {
+			s.at(t, s.fluctuate)
+		}
+	}
+	for _, ev := range s.sc.Events {
+		s.at(ev.At, func() { s.apply(ev) })
+	}
+	if m := s.sc.Mishaps; m != nil {
+		for t := m.Every; t < s.sc.Duration; t += m.Every {
+			s.at(t, s.mishap)
+		}
+	}
+	for t := 0.0; t <= s.sc.Duration; t++ {
+		s.at(t, s.sample)
+	}
+	end := epoch.Add(time.Duration(s.sc.Duration * float64(time.Second)))
+	for s.queue.Len() > 0 {
+		ev := heap.Pop(&s.queue).(event)
+		if ev.t.After(end) {
+			break
+		}
+		s.now = ev.t
+		ev.f()
+	}
+	if s.opts.Progress != nil {
+		s.opts.Progress.Done()
+	}
+}
+
+// elect makes task i of nd its master (the others learn its address): it
+// starts afresh, in learning mode.
+func (s *sim) elect(nd *node, i int) {
+	nd.master, nd.outage = i, false
+	addr := nd.tasks[i].addr
+	for j, t := range nd.tasks {
+		if t.down {
+			// A crashed task restarts as a non-master, with no state.
+			t.down = false
+			if t.node.parent != nil {
+				s.scheduleLink(t, 0)
+			}
+		}
+		t.srv.SetMastership(j == i, addr)
+	}
+}
+
+// loseMaster crashes nd's master: its state is gone and it answers
+// nothing; the others know no master until the next election.
+func (s *sim) loseMaster(nd *node) {
+	if nd.master < 0 {
+		return
+	}
+	old := nd.tasks[nd.master]
+	old.down = true
+	old.gen++
+	old.srv.SetMastership(false, "")
+	nd.master, nd.outage = -1, true
+	for _, t := range nd.tasks {
+		if !t.down {
+			t.srv.SetMastership(false, "")
+		}
+	}
+}
+
+// successor picks a task other than the current (or crashed) master.
+func (s *sim) successor(nd *node) int {
+	var cands []int
+	for i, t := range nd.tasks {
+		if i != nd.master && !t.down {
+			cands = append(cands, i)
+		}
+	}
+	if len(cands) == 0 {
+		return max(nd.master, 0)
+	}
+	return cands[s.rng.IntN(len(cands))]
+}
+
+func (s *sim) scheduleLink(t *task, d time.Duration) {
+	t.gen++
+	gen := t.gen
+	s.after(d, func() {
+		if t.gen != gen || t.down {
+			return
+		}
+		next := t.srv.StepParent(s.ctx)
+		s.scheduleLink(t, max(next, 10*time.Millisecond))
+	})
+}
+
+func (s *sim) startClient(c *simClient) {
+	var addrs []string
+	for _, t := range c.node.tasks {
+		addrs = append(addrs, t.addr)
+	}
+	cl, err := client.New(strings.Join(addrs, ","), client.WithID(c.name), client.WithManualRefresh(),
+		client.WithClock(s.clock), client.WithDialer(s.dial), client.WithRand(s.rng), client.WithLogger(s.log))
+	if err != nil {
+		panic(err) // addresses are never empty
+	}
+	c.c = cl
+	c.res, err = cl.Resource(ResourceID, c.base)
+	if err != nil {
+		panic(err) // a fresh client, a valid id and wants
+	}
+	s.scheduleClient(c, 0)
+}
+
+func (s *sim) scheduleClient(c *simClient, d time.Duration) {
+	c.gen++
+	gen := c.gen
+	s.after(d, func() {
+		if c.gen != gen {
+			return
+		}
+		next := c.c.Step(s.ctx)
+		s.scheduleClient(c, max(next, 10*time.Millisecond))
+	})
+}
+
+// setWants changes a client's wants; as the real client does on Ask, it
+// refreshes at once.
+func (s *sim) setWants(c *simClient, w float64) {
+	w = math.Max(0, w)
+	if w == c.res.Wants() {
+		return
+	}
+	if err := c.res.Ask(w); err != nil {
+		panic(err) // finite and ≥ 0
+	}
+	s.scheduleClient(c, 0)
+}
+
+func (s *sim) fluctuate() {
+	f := s.sc.Fluctuation
+	for _, c := range s.clients {
+		factor := 1 + f.Fraction*(2*s.rng.Float64()-1)
+		s.setWants(c, (c.base+c.spike)*factor)
+	}
+}
+
+func (s *sim) apply(ev Event) {
+	switch ev.Kind {
+	case LoseMaster:
+		nd := s.byName[ev.Node]
+		s.mishapf("master of %s lost", nd.name)
+		s.loseMaster(nd)
+		if ev.For > 0 {
+			s.after(seconds(ev.For), func() { s.elect(nd, s.successor(nd)) })
+		}
+	case Elect:
+		nd := s.byName[ev.Node]
+		s.mishapf("new master of %s", nd.name)
+		s.elect(nd, s.successor(nd))
+	case SetWants:
+		s.mishapf("wants of %s set to %v", strings.Join(ev.Clients, ", "), ev.Wants)
+		for _, id := range ev.Clients {
+			c := s.byID[id]
+			c.base, c.spike = ev.Wants, 0
+			s.setWants(c, ev.Wants)
+		}
+	case Spike:
+		s.mishapf("wants of %s +%v", strings.Join(ev.Clients, ", "), ev.Wants)
+		for _, id := range ev.Clients {
+			s.spike(s.byID[id], ev.Wants, ev.For)
+		}
+	}
+}
+
+func (s *sim) spike(c *simClient, add, d float64) {
+	c.spike += add
+	s.setWants(c, c.res.Wants()+add)
+	if d > 0 {
+		s.after(seconds(d), func() {
+			c.spike -= add
+			s.setWants(c, c.res.Wants()-add)
+		})
+	}
+}
+
+// mishap is one random mishap of scenario seven.
+func (s *sim) mishap() {
+	m := s.sc.Mishaps
+	switch s.rng.IntN(3) {
+	case 0:
+		c := s.clients[s.rng.IntN(len(s.clients))]
+		s.mishapf("wants of %s +%v for %vs", c.name, m.Spike, m.SpikeSeconds)
+		s.spike(c, m.Spike, m.SpikeSeconds)
+	case 1:
+		nd := s.nodes[s.rng.IntN(len(s.nodes))]
+		if nd.outage {
+			return
+		}
+		s.mishapf("new master of %s", nd.name)
+		s.elect(nd, s.successor(nd))
+	case 2:
+		nd := s.nodes[s.rng.IntN(len(s.nodes))]
+		if nd.outage {
+			return
+		}
+		d := math.Round(s.rng.Float64() * m.MaxOutage)
+		s.mishapf("master of %s lost for %vs", nd.name, d)
+		s.loseMaster(nd)
+		s.after(seconds(d), func() { s.elect(nd, s.successor(nd)) })
+	}
+}
+
+func (s *sim) mishapf(format string, args ...any) {
+	s.series.Mishaps = append(s.series.Mishaps, Mishap{T: s.elapsed(), What: fmt.Sprintf(format, args...)})
+}
+
+func (s *sim) violation(format string, args ...any) {
+	if len(s.violations) < 100 {
+		s.violations = append(s.violations, fmt.Sprintf("t=%.1fs: ", s.elapsed())+fmt.Sprintf(format, args...))
+	}
+}
+
+// sample records the state of every level, and checks the outstanding
+// leases of every master against its capacity.
+func (s *sim) sample() {
+	now := s.now
+	levels := make([]Level, len(s.series.Levels))
+	for _, c := range s.clients {
+		levels[0].Wants += c.res.Wants()
+		if capacity, _, _, ok := c.res.Lease(); ok {
+			levels[0].Has += capacity
+			levels[0].Leases++
+		}
+	}
+	window := int(s.sc.LeaseLength) + 1
+	for _, nd := range s.nodes {
+		var st server.ResourceStatus
+		capacity := 0.0
+		if nd.master >= 0 {
+			t := nd.tasks[nd.master]
+			t.srv.Sweep()
+			var err error
+			st, err = t.srv.Status(ResourceID)
+			if err == nil {
+				switch {
+				case nd.parent == nil:
+					capacity = st.Capacity
+				case st.ParentExpiry.After(now):
+					capacity = st.Capacity
+				}
+			} else if nd.parent == nil {
+				capacity = s.sc.Capacity
+			}
+		}
+		nd.capHist = append(nd.capHist, capacity)
+		if len(nd.capHist) > window {
+			nd.capHist = nd.capHist[len(nd.capHist)-window:]
+		}
+		bound := capacity
+		if nd.parent != nil {
+			for _, c := range nd.capHist {
+				bound = math.Max(bound, c)
+			}
+		}
+		if st.SumHas > bound*(1+1e-9)+1e-9 {
+			s.violation("%s hands out %.2f with capacity %.2f (largest in the last lease length %.2f)", nd.name, st.SumHas, capacity, bound)
+		}
+		l := &levels[s.depth-nd.depth]
+		l.Wants += st.SumWants
+		l.Has += st.SumHas
+		l.Capacity += capacity
+		l.Leases += st.Clients
+	}
+	levels[0].Capacity = s.sc.Capacity
+	s.series.Samples = append(s.series.Samples, Sample{T: s.elapsed(), Levels: levels})
+	if s.opts.Progress != nil {
+		s.opts.Progress.Update(s.elapsed(), s.sc.Duration)
+	}
+}
+
+func seconds(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
+
+// dial returns the in-process stub of the task at addr.
+func (s *sim) dial(addr string) doormanconnect.CapacityClient {
+	return &stub{s: s, t: s.tasks[addr], addr: addr}
+}
+
+// stub calls a task's server in process; a crashed task is unavailable.
+// It checks every lease an intermediate hands out against its own lease.
+type stub struct {
+	s    *sim
+	t    *task
+	addr string
+}
+
+func (st *stub) down() error {
+	if st.t == nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("no task at %s", st.addr))
+	}
+	if st.t.down {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s is down", st.addr))
+	}
+	return nil
+}
+
+func (st *stub) Discovery(ctx context.Context, req *connect.Request[pb.DiscoveryRequest]) (*connect.Response[pb.DiscoveryResponse], error) {
+	if err := st.down(); err != nil {
+		return nil, err
+	}
+	return st.t.srv.Discovery(ctx, req)
+}
+
+func (st *stub) GetCapacity(ctx context.Context, req *connect.Request[pb.GetCapacityRequest]) (*connect.Response[pb.GetCapacityResponse], error) {
+	if err := st.down(); err != nil {
+		return nil, err
+	}
+	resp, err := st.t.srv.GetCapacity(ctx, req)
+	if err == nil {
+		for _, rr := range resp.Msg.GetResponse() {
+			st.check(req.Msg.GetClientId(), rr.GetGets())
+		}
+	}
+	return resp, err
+}
+
+func (st *stub) GetServerCapacity(ctx context.Context, req *connect.Request[pb.GetServerCapacityRequest]) (*connect.Response[pb.GetServerCapacityResponse], error) {
+	if err := st.down(); err != nil {
+		return nil, err
+	}
+	resp, err := st.t.srv.GetServerCapacity(ctx, req)
+	if err == nil {
+		for _, rr := range resp.Msg.GetResponse() {
+			st.check(req.Msg.GetServerId(), rr.GetGets())
+		}
+	}
+	return resp, err
+}
+
+func (st *stub) ReleaseCapacity(ctx context.Context, req *connect.Request[pb.ReleaseCapacityRequest]) (*connect.Response[pb.ReleaseCapacityResponse], error) {
+	if err := st.down(); err != nil {
+		return nil, err
+	}
+	return st.t.srv.ReleaseCapacity(ctx, req)
+}
+
+// check verifies that a lease granted by an intermediate task does not
+// outlive the task's own lease from its parent.
+func (st *stub) check(who string, g *pb.Lease) {
+	if st.t.node.parent == nil || g.GetCapacity() <= 0 {
+		return
+	}
+	rs, err := st.t.srv.Status(ResourceID)
+	if err != nil {
+		return
+	}
+	if exp := time.Unix(g.GetExpiryTime(), 0); rs.ParentExpiry.IsZero() || exp.After(rs.ParentExpiry) {
+		st.s.violation("%s granted %s %.2f until %v, beyond its own lease (until %v)", st.t.addr, who, g.GetCapacity(),
+			exp.Sub(epoch), rs.ParentExpiry.Sub(epoch))
+	}
+}
+
+// event is a scheduled callback; events is a min-heap by time, then by
+// scheduling order.
+type event struct {
+	t   time.Time
+	seq int64
+	f   func()
+}
+
+type events []event
+
+func (e events) Len() int { return len(e) }
+func (e events) Less(i, j int) bool {
+	if !e[i].t.Equal(e[j].t) {
+		return e[i].t.Before(e[j].t)
+	}
+	return e[i].seq < e[j].seq
+}
+func (e events) Swap(i, j int) { e[i], e[j] = e[j], e[i] }
+func (e *events) Push(x any)   { *e = append(*e, x.(event)) }
+func (e *events) Pop() any {
+	old := *e
+	x := old[len(old)-1]
+	*e = old[:len(old)-1]
+	return x
+}
+
