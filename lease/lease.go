@@ -71,8 +71,23 @@ type Request struct {
 	Bands []Band
 	// Has is the capacity the requester claims to hold from an earlier
 	// lease, or nil if it holds none (new client, or its lease expired).
-	// Only learning mode uses it: otherwise the store trusts its own record.
+	// Learning mode hands it back; outside learning mode the store trusts
+	// its own record, except for a Reserve requester.
 	Has *float64
+	// HasExpiry is when the claimed lease ends (zero: unknown). In learning
+	// mode, a claim the store cannot cover with a lease of its own (its
+	// MaxExpiry has passed: an intermediate server that has no lease from
+	// its parent yet) is handed back until HasExpiry, never later.
+	HasExpiry time.Time
+	// Reserve marks a downstream server whose Has is what it has handed
+	// out to its own requesters and that still runs (nil: it does not know
+	// yet, being in learning mode). The store then keeps min(Has, what it
+	// had booked for it) booked even when it grants less,
+	// so that capacity a child must take back from its clients is not
+	// handed to others before the child's clients have given it back: the
+	// child shrinks before the others grow, and the tree does not overshoot
+	// (doorman-design.md, "Shortfall"; the rule is Sluice's).
+	Reserve bool
 }
 
 // Grant is the outcome of a decision.
@@ -317,6 +332,10 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 	var buf [4]Band
 	ps := parts(req, buf[:])
 	e, ok := r.entries[req.Client]
+	var prevHas float64 // what was booked for the requester
+	if ok {
+		prevHas = e.has
+	}
 	var othersHas float64 // Σ has of every other lease: e's is being replaced
 	switch {
 	case !ok:
@@ -349,7 +368,8 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 	switch {
 	case learning && sharing(p.Kind):
 		// Hand back what the requester claims to hold (a new one gets 0),
-		// within what is free as far as the store knows.
+		// within what is free as far as the store knows; a claim that does
+		// not fit is handed back below, without being extended.
 		if req.Has != nil {
 			gets = algorithm.Clamp(*req.Has, p.Capacity-othersHas)
 		}
@@ -361,7 +381,21 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 
 	expiry := r.expiryAt(now)
 	keep := expiry
-	if !expiry.After(now) {
+	if learning && sharing(p.Kind) && req.Has != nil && gets < *req.Has && req.HasExpiry.After(now) {
+		// A claim the store cannot cover (a newly elected intermediate
+		// whose lease from its parent does not yet cover what its
+		// predecessor handed out) is handed back as it is, not extended:
+		// it was granted under a valid chain of leases and ends when it
+		// would have anyway; taking it away would not give the capacity
+		// back any sooner than the parent's booking (see Reserve) allows.
+		gets = *req.Has
+		expiry = req.HasExpiry
+		if lim := now.Add(p.LeaseLength); expiry.After(lim) {
+			expiry = lim
+		}
+		expiry = expiry.Truncate(time.Second)
+		keep = expiry
+	} else if !expiry.After(now) {
 		// The server's own lease (MaxExpiry) is gone: nothing can be
 		// granted, and the requester gets an expired lease so that it falls
 		// back to its mode. The store keeps its demand for a lease length
@@ -370,7 +404,17 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 		gets = 0
 		keep = now.Add(p.LeaseLength).Truncate(time.Second)
 	}
-	r.band(e.priority, false).tree.setHas(e, gets)
+	booked := gets
+	if req.Reserve {
+		// What the child still has outstanding stays booked; unknown (a
+		// child in learning mode) means all it had.
+		claim := math.Inf(1)
+		if req.Has != nil {
+			claim = *req.Has
+		}
+		booked = math.Max(gets, math.Min(claim, prevHas))
+	}
+	r.band(e.priority, false).tree.setHas(e, booked)
 	e.refresh = p.RefreshInterval
 	e.lastRequest = now.UnixNano()
 	r.expiries.set(e, keep.Unix())

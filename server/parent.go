@@ -71,6 +71,10 @@ func (pl *parentLease) params() lease.Params {
 			LeaseLength:     DefaultLeaseLength,
 			RefreshInterval: noLeaseRefresh,
 			MaxExpiry:       time.Unix(1, 0),
+			// Until the parent pushes its learning mode duration, assume
+			// the longest: a new master must not tell its parent that it
+			// has handed out only what the first few clients reported.
+			LearningModeDuration: DefaultLeaseLength,
 		}
 	}
 	return lease.Params{
@@ -304,11 +308,21 @@ func (s *Server) serverRequest() (*pb.GetServerCapacityRequest, []*resource) {
 				Priority: proto.Int64(b.Priority), NumClients: proto.Int64(b.Clients), Wants: proto.Float64(b.Wants),
 			})
 		}
-		if pl := r.parent; pl.ok && pl.expiry.After(now) {
+		// has is what this server has handed out and that still runs: its
+		// parent keeps that booked until it is given back (see
+		// lease.Request.Reserve). In learning mode it is not known yet
+		// (the predecessor's clients have not all reported), so it is left
+		// out and the parent keeps what it had booked.
+		if !r.store.Learning(now) {
+			_, outstanding, _, _ := r.store.Totals()
+			exp := now
+			if pl := r.parent; pl.ok && pl.expiry.After(now) {
+				exp = pl.expiry
+			}
 			rr.Has = &pb.Lease{
-				ExpiryTime:      proto.Int64(pl.expiry.Unix()),
-				RefreshInterval: proto.Int64(int64(pl.refresh / time.Second)),
-				Capacity:        proto.Float64(pl.capacity),
+				ExpiryTime:      proto.Int64(exp.Unix()),
+				RefreshInterval: proto.Int64(int64(max(r.parent.refresh, time.Second) / time.Second)),
+				Capacity:        proto.Float64(outstanding),
 			}
 		}
 		r.mu.Unlock()

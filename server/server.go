@@ -371,6 +371,7 @@ func (s *Server) GetCapacity(ctx context.Context, req *connect.Request[pb.GetCap
 		}
 		if h := rr.GetHas(); h != nil {
 			lr.Has = proto.Float64(h.GetCapacity())
+			lr.HasExpiry = time.Unix(h.GetExpiryTime(), 0)
 		}
 		g, ok := s.decide(ctx, rr.GetResourceId(), lr)
 		if !ok {
@@ -405,8 +406,12 @@ func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.
 		for _, b := range rr.GetWants() {
 			lr.Bands = append(lr.Bands, lease.Band{Priority: b.GetPriority(), Clients: b.GetNumClients(), Wants: b.GetWants()})
 		}
+		// A downstream server's has is what it has handed out and that
+		// still runs: it stays booked until its clients give it back.
+		lr.Reserve = true
 		if h := rr.GetHas(); h != nil {
 			lr.Has = proto.Float64(h.GetCapacity())
+			lr.HasExpiry = time.Unix(h.GetExpiryTime(), 0)
 		}
 		g, ok := s.decide(ctx, rr.GetResourceId(), lr)
 		if !ok {

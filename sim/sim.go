@@ -101,6 +101,7 @@ type sim struct {
 
 	series     Series
 	violations []string
+	onSample   func(*sim) // tests: called after every sample
 }
 
 type node struct {
@@ -532,6 +533,9 @@ func (s *sim) sample() {
 	}
 	levels[0].Capacity = s.sc.Capacity
 	s.series.Samples = append(s.series.Samples, Sample{T: s.elapsed(), Levels: levels})
+	if s.onSample != nil {
+		s.onSample(s)
+	}
 	if s.opts.Progress != nil {
 		s.opts.Progress.Update(s.elapsed(), s.sc.Duration)
 	}
