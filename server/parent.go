@@ -313,7 +313,16 @@ func (s *Server) serverRequest() (*pb.GetServerCapacityRequest, []*resource) {
 		// lease.Request.Reserve). In learning mode it is not known yet
 		// (the predecessor's clients have not all reported), so it is left
 		// out and the parent keeps what it had booked.
-		if !r.store.Learning(now) {
+		if s.opts.DoormanAllocation {
+			// Doorman: the lease held from the parent.
+			if pl := r.parent; pl.ok && pl.expiry.After(now) {
+				rr.Has = &pb.Lease{
+					ExpiryTime:      proto.Int64(pl.expiry.Unix()),
+					RefreshInterval: proto.Int64(int64(pl.refresh / time.Second)),
+					Capacity:        proto.Float64(pl.capacity),
+				}
+			}
+		} else if !r.store.Learning(now) {
 			_, outstanding, _, _ := r.store.Totals()
 			exp := now
 			if pl := r.parent; pl.ok && pl.expiry.After(now) {

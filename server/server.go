@@ -86,6 +86,13 @@ type Options struct {
 	// Rand is the source of retry jitter; nil means math/rand/v2's global
 	// source. The simulator passes a seeded one.
 	Rand *rand.Rand
+	// DoormanAllocation turns off Sluice's changes to Doorman's allocation
+	// across the tree, for comparison (the simulator's --allocation
+	// doorman): a parent does not keep a child's outstanding leases booked
+	// (lease.Request.Reserve), an intermediate reports its lease rather
+	// than what it handed out, and learning mode cuts claims to what is
+	// free instead of handing back those it cannot cover.
+	DoormanAllocation bool
 }
 
 // Server is a capacity server. It is safe for concurrent use: a server-wide
@@ -371,7 +378,9 @@ func (s *Server) GetCapacity(ctx context.Context, req *connect.Request[pb.GetCap
 		}
 		if h := rr.GetHas(); h != nil {
 			lr.Has = proto.Float64(h.GetCapacity())
-			lr.HasExpiry = time.Unix(h.GetExpiryTime(), 0)
+			if !s.opts.DoormanAllocation {
+				lr.HasExpiry = time.Unix(h.GetExpiryTime(), 0)
+			}
 		}
 		g, ok := s.decide(ctx, rr.GetResourceId(), lr)
 		if !ok {
@@ -408,10 +417,12 @@ func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.
 		}
 		// A downstream server's has is what it has handed out and that
 		// still runs: it stays booked until its clients give it back.
-		lr.Reserve = true
+		lr.Reserve = !s.opts.DoormanAllocation
 		if h := rr.GetHas(); h != nil {
 			lr.Has = proto.Float64(h.GetCapacity())
-			lr.HasExpiry = time.Unix(h.GetExpiryTime(), 0)
+			if !s.opts.DoormanAllocation {
+				lr.HasExpiry = time.Unix(h.GetExpiryTime(), 0)
+			}
 		}
 		g, ok := s.decide(ctx, rr.GetResourceId(), lr)
 		if !ok {

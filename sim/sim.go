@@ -52,6 +52,9 @@ type Options struct {
 	Seed int64
 	// Duration, when > 0, replaces the scenario's duration (seconds).
 	Duration float64
+	// Doorman runs the servers with Doorman's allocation across the tree
+	// (server.Options.DoormanAllocation), for comparison.
+	Doorman bool
 	// Progress, when set, is told how far the run is (virtual seconds).
 	Progress interface{ Update(done, total float64); Done() }
 }
@@ -174,7 +177,7 @@ resources:
 			}
 			for i := range sc.Tasks {
 				t := &task{addr: fmt.Sprintf("%s/task-%d", nd.name, i), node: nd}
-				o := server.Options{ID: nd.name, Address: t.addr, Now: s.clock, Logger: s.log, Rand: s.rng}
+				o := server.Options{ID: nd.name, Address: t.addr, Now: s.clock, Logger: s.log, Rand: s.rng, DoormanAllocation: opts.Doorman}
 				if parent == nil {
 					o.Config = cfg
 				} else {
