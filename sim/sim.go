@@ -257,9 +257,11 @@ func (s *sim) run() {
 	for _, nd := range s.nodes {
 		s.elect(nd, 0)
 	}
-	for _, t := range s.tasks {
-		if t.node.parent != nil {
-			s.scheduleLink(t, 0)
+	for _, nd := range s.nodes {
+		for _, t := range nd.tasks {
+			if nd.parent != nil {
+				s.scheduleLink(t, 0)
+			}
 		}
 	}
 	for _, c := range s.clients {

@@ -2,6 +2,7 @@
 //
 //	sluice server --config FILE --listen ADDR
 //	sluice demo [--duration D] [--clients N] [--json]
+//	sluice simulate [--scenario NAME|all|FILE] [--seed N] [--out DIR] [--json]
 package main
 
 import (
@@ -25,6 +26,6 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServerCmd(), newDemoCmd())
+	root.AddCommand(newServerCmd(), newDemoCmd(), newSimulateCmd())
 	return root
 }

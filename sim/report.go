@@ -1,0 +1,278 @@
+package sim
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"strconv"
+	"text/tabwriter"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// Summary is what a run measured, as doorman-design.md's simulation
+// reported it ("Convergence and shortfall"). Amounts are fractions or
+// percentages of the root's capacity as named; times are virtual seconds.
+type Summary struct {
+	Scenario        string  `json:"scenario"`
+	Seed            int64   `json:"seed"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	// UtilizationMean is the mean, over the samples after the initial
+	// learning period, of the clients' Σ has ÷ min(capacity, Σ wants)
+	// (0.985 is 98.5 %); samples with nothing to hand out are skipped.
+	UtilizationMean float64 `json:"utilization_mean"`
+	// OvershootMaxPercent is the worst of 100·(Σ has − capacity)/capacity
+	// over all samples; 0 if Σ has never exceeded the capacity.
+	OvershootMaxPercent float64 `json:"overshoot_max_percent"`
+	// OvershootMeanPercent is its mean over the samples above capacity.
+	OvershootMeanPercent float64 `json:"overshoot_mean_percent"`
+	// ShortfallEpisodes counts the runs of consecutive samples in which
+	// the clients' Σ has exceeded the capacity (Doorman's "shortfall").
+	ShortfallEpisodes int `json:"shortfall_episodes"`
+	// ShortfallSeconds is the time spent above capacity.
+	ShortfallSeconds float64 `json:"shortfall_seconds"`
+	// ReconvergeMaxSeconds is the longest time, over the mishaps, from a
+	// mishap until Σ has is back, for good, within 2 % of the steady
+	// allocation min(capacity, Σ wants): 0 if it never left; the time to
+	// the next mishap (or the end) if it is not back for at least 5
+	// samples by then.
+	ReconvergeMaxSeconds  float64 `json:"reconverge_max_seconds"`
+	ReconvergeMeanSeconds float64 `json:"reconverge_mean_seconds"`
+	// RunSeconds is the wall time of the run (set by the caller).
+	RunSeconds float64 `json:"run_seconds"`
+}
+
+// Reconvergence criteria: within this fraction of the steady allocation,
+// for this many consecutive samples.
+const (
+	reconvergeBand    = 0.02
+	reconvergeSamples = 5
+)
+
+// Summarize computes the Summary of a series. It does not modify s.
+func Summarize(s *Series) Summary {
+	sum := Summary{Scenario: s.Scenario, Seed: s.Seed}
+	if len(s.Samples) == 0 {
+		return sum
+	}
+	sum.DurationSeconds = s.Samples[len(s.Samples)-1].T
+	spacing := 1.0
+	if len(s.Samples) > 1 {
+		spacing = s.Samples[1].T - s.Samples[0].T
+	}
+	var util, nUtil, over float64
+	var nOver int
+	above := false
+	for _, smp := range s.Samples {
+		c := smp.Levels[0]
+		if smp.T >= s.LearningEnd {
+			if steady := math.Min(s.Capacity, c.Wants); steady > 0 {
+				util += c.Has / steady
+				nUtil++
+			}
+		}
+		if s.Capacity > 0 && c.Has > s.Capacity*(1+1e-9) {
+			pct := 100 * (c.Has - s.Capacity) / s.Capacity
+			sum.OvershootMaxPercent = math.Max(sum.OvershootMaxPercent, pct)
+			over += pct
+			nOver++
+			if !above {
+				sum.ShortfallEpisodes++
+			}
+			above = true
+		} else {
+			above = false
+		}
+	}
+	if nUtil > 0 {
+		sum.UtilizationMean = util / nUtil
+	}
+	if nOver > 0 {
+		sum.OvershootMeanPercent = over / float64(nOver)
+	}
+	sum.ShortfallSeconds = float64(nOver) * spacing
+	var total float64
+	for i, m := range s.Mishaps {
+		until := sum.DurationSeconds
+		if i+1 < len(s.Mishaps) {
+			until = s.Mishaps[i+1].T
+		}
+		d := reconverge(s, m.T, until)
+		sum.ReconvergeMaxSeconds = math.Max(sum.ReconvergeMaxSeconds, d)
+		total += d
+	}
+	if len(s.Mishaps) > 0 {
+		sum.ReconvergeMeanSeconds = total / float64(len(s.Mishaps))
+	}
+	return sum
+}
+
+// reconverge returns how long after from the clients' Σ has was last
+// outside reconvergeBand of the steady allocation min(capacity, Σ wants)
+// before until: 0 if it never left the band, and until − from if it was
+// still outside, or back for fewer than reconvergeSamples samples, at until.
+func reconverge(s *Series, from, until float64) float64 {
+	lastOut, back := math.Inf(-1), 0
+	for _, smp := range s.Samples {
+		if smp.T < from {
+			continue
+		}
+		if smp.T > until {
+			break
+		}
+		c := smp.Levels[0]
+		steady := math.Min(s.Capacity, c.Wants)
+		if math.Abs(c.Has-steady) > reconvergeBand*steady {
+			lastOut, back = smp.T, 0
+		} else {
+			back++
+		}
+	}
+	switch {
+	case math.IsInf(lastOut, -1):
+		return 0
+	case back < reconvergeSamples:
+		return until - from
+	}
+	// Back at the first sample after the last one outside the band.
+	for _, smp := range s.Samples {
+		if smp.T > lastOut {
+			return smp.T - from
+		}
+	}
+	return until - from
+}
+
+// WriteCSV writes the series as CSV: a column t (seconds), then for each
+// level L the columns L_wants, L_has, L_capacity, L_leases; one row per
+// sample.
+func WriteCSV(w io.Writer, s *Series) error {
+	cw := csv.NewWriter(w)
+	header := []string{"t"}
+	for _, l := range s.Levels {
+		header = append(header, l+"_wants", l+"_has", l+"_capacity", l+"_leases")
+	}
+	if err := cw.Write(header); err != nil {
+		return err
+	}
+	num := func(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
+	row := make([]string, 0, len(header))
+	for _, smp := range s.Samples {
+		row = append(row[:0], num(smp.T))
+		for _, l := range smp.Levels {
+			row = append(row, num(l.Wants), num(l.Has), num(l.Capacity), strconv.Itoa(l.Leases))
+		}
+		if err := cw.Write(row); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// WriteJSON writes the summaries as an indented JSON array.
+func WriteJSON(w io.Writer, sums []Summary) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(sums)
+}
+
+// WriteTable writes the summaries as an aligned text table.
+func WriteTable(w io.Writer, sums []Summary) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tutilization\tovershoot max\tovershoot mean\tshortfall episodes\treconverge max\trun time\t")
+	for _, s := range sums {
+		fmt.Fprintf(tw, "%s\t%.2f %%\t%.2f %%\t%.2f %%\t%d\t%.0f s\t%.2f s\t\n", s.Scenario, 100*s.UtilizationMean,
+			s.OvershootMaxPercent, s.OvershootMeanPercent, s.ShortfallEpisodes, s.ReconvergeMaxSeconds, s.RunSeconds)
+	}
+	return tw.Flush()
+}
+
+// maxPlotPoints bounds the points per line; longer series are thinned.
+const maxPlotPoints = 4000
+
+// Plot draws the series like doorman-design.md's figures: the clients' Σ
+// wants and Σ has, the root's capacity, and every server level's Σ
+// capacity over time, with a mark at each mishap; 10×5 inches, written as
+// PNG to pngPath and as SVG to svgPath (either may be "" to skip it).
+func Plot(s *Series, pngPath, svgPath string) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Scenario %s (seed %d)", s.Scenario, s.Seed)
+	p.X.Label.Text = "time (s)"
+	p.Y.Label.Text = "capacity (permits/s)"
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Add(plotter.NewGrid())
+
+	step := max(1, len(s.Samples)/maxPlotPoints)
+	line := func(name string, c color.Color, dashed bool, y func(Sample) float64) error {
+		var pts plotter.XYs
+		for i := 0; i < len(s.Samples); i += step {
+			pts = append(pts, plotter.XY{X: s.Samples[i].T, Y: y(s.Samples[i])})
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		l.Color = c
+		l.Width = vg.Points(1.2)
+		if dashed {
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(l)
+		p.Legend.Add(name, l)
+		return nil
+	}
+	if err := line("clients Σ wants", color.RGBA{R: 230, G: 140, B: 0, A: 255}, false, func(x Sample) float64 { return x.Levels[0].Wants }); err != nil {
+		return err
+	}
+	if err := line("clients Σ has", color.RGBA{B: 220, A: 255}, false, func(x Sample) float64 { return x.Levels[0].Has }); err != nil {
+		return err
+	}
+	if err := line("capacity", color.RGBA{R: 220, A: 255}, false, func(Sample) float64 { return s.Capacity }); err != nil {
+		return err
+	}
+	greys := []color.Color{color.RGBA{G: 150, A: 255}, color.RGBA{R: 120, G: 60, B: 160, A: 255}, color.RGBA{G: 120, B: 120, A: 255}, color.Gray{Y: 100}}
+	for i := 1; i < len(s.Levels); i++ {
+		i := i
+		if err := line(s.Levels[i]+" Σ capacity", greys[(i-1)%len(greys)], true, func(x Sample) float64 { return x.Levels[i].Capacity }); err != nil {
+			return err
+		}
+	}
+	if len(s.Mishaps) > 0 {
+		var pts plotter.XYs
+		for _, m := range s.Mishaps {
+			pts = append(pts, plotter.XY{X: m.T, Y: 0})
+		}
+		sc, err := plotter.NewScatter(pts)
+		if err != nil {
+			return err
+		}
+		sc.GlyphStyle.Shape = draw.TriangleGlyph{}
+		sc.GlyphStyle.Color = color.Black
+		sc.GlyphStyle.Radius = vg.Points(3)
+		p.Add(sc)
+		p.Legend.Add("mishap", sc)
+	}
+	// Head room above the highest line for the legend.
+	top := s.Capacity
+	for _, smp := range s.Samples {
+		top = math.Max(top, math.Max(smp.Levels[0].Wants, smp.Levels[0].Has))
+	}
+	p.Y.Min, p.Y.Max = 0, 1.4*top
+	for _, path := range []string{pngPath, svgPath} {
+		if path == "" {
+			continue
+		}
+		if err := p.Save(10*vg.Inch, 5*vg.Inch, path); err != nil {
+			return fmt.Errorf("plot %s: %w", path, err)
+		}
+	}
+	return nil
+}

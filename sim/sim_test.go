@@ -1,0 +1,184 @@
+package sim
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	pb "github.com/sluice-rl/sluice/api/doorman"
+	"google.golang.org/protobuf/proto"
+)
+
+// Every built-in scenario, shortened where it is long, keeps the invariants:
+// no lease outlives its grantor's lease, no server hands out more than its
+// capacity (the root) or than the largest capacity it held during the last
+// lease length (intermediates).
+func TestScenariosKeepInvariants(t *testing.T) {
+	for _, sc := range Builtin() {
+		t.Run(sc.Name, func(t *testing.T) {
+			opts := Options{Seed: 7}
+			if sc.Duration > 600 {
+				opts.Duration = 600
+			}
+			for _, doorman := range []bool{false, true} {
+				opts.Doorman = doorman
+				res, err := Run(sc, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(res.Violations) > 0 {
+					t.Fatalf("doorman=%v: %d violations, first: %v", doorman, len(res.Violations), res.Violations[0])
+				}
+				want := int(sc.Duration) + 1
+				if opts.Duration > 0 {
+					want = int(opts.Duration) + 1
+				}
+				if got := len(res.Series.Samples); got != want {
+					t.Fatalf("%d samples, want %d", got, want)
+				}
+			}
+		})
+	}
+}
+
+// The goals of issue 4, on the full scenarios: scenario seven (an hour of
+// mishaps) at ≥ 98 % mean utilization with ≤ 2 % worst overshoot, and
+// scenario five without any shortfall after learning; for several seeds.
+func TestAllocationGoals(t *testing.T) {
+	seven, _ := Lookup("seven")
+	five, _ := Lookup("five")
+	for _, seed := range []int64{1, 2, 3} {
+		res, err := Run(seven, Options{Seed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := Summarize(&res.Series)
+		t.Logf("seven seed %d: %+v", seed, sum)
+		if sum.UtilizationMean < 0.98 || sum.OvershootMaxPercent > 2 || len(res.Violations) > 0 {
+			t.Errorf("seven seed %d: utilization %.2f %%, worst overshoot %.2f %%, %d violations", seed, 100*sum.UtilizationMean, sum.OvershootMaxPercent, len(res.Violations))
+		}
+		res, err = Run(five, Options{Seed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum = Summarize(&res.Series)
+		if sum.ShortfallEpisodes != 0 || sum.UtilizationMean < 0.99 {
+			t.Errorf("five seed %d: %d shortfall episodes, utilization %.2f %%", seed, sum.ShortfallEpisodes, 100*sum.UtilizationMean)
+		}
+	}
+}
+
+// Sluice's allocation beats Doorman's on scenario seven, run on the same
+// code with the same seed.
+func TestSluiceBeatsDoorman(t *testing.T) {
+	seven, _ := Lookup("seven")
+	var util [2]float64
+	for i, doorman := range []bool{false, true} {
+		res, err := Run(seven, Options{Seed: 1, Doorman: doorman})
+		if err != nil {
+			t.Fatal(err)
+		}
+		util[i] = Summarize(&res.Series).UtilizationMean
+	}
+	t.Logf("seven: sluice %.2f %%, doorman %.2f %%", 100*util[0], 100*util[1])
+	if util[0] <= util[1] {
+		t.Fatalf("sluice %.4f ≤ doorman %.4f", util[0], util[1])
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	sc, _ := Lookup("seven")
+	a, err := Run(sc, Options{Seed: 3, Duration: 900})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Run(sc, Options{Seed: 3, Duration: 900})
+	if !reflect.DeepEqual(a.Series, b.Series) {
+		t.Fatal("two runs with the same seed differ")
+	}
+	c, _ := Run(sc, Options{Seed: 4, Duration: 900})
+	if reflect.DeepEqual(a.Series.Mishaps, c.Series.Mishaps) {
+		t.Fatal("different seeds, same mishaps")
+	}
+}
+
+// The checks can fail: a lease beyond the grantor's own lease is reported.
+func TestLeaseCheckCatchesOverlongLease(t *testing.T) {
+	sc, _ := Lookup("four")
+	sc.Duration = 100
+	s, err := newSim(sc, Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.run()
+	if len(s.violations) != 0 {
+		t.Fatalf("violations %v", s.violations)
+	}
+	leaf := s.byName["region"]
+	st := s.dial(leaf.tasks[leaf.master].addr).(*stub)
+	st.check("c", &pb.Lease{Capacity: proto.Float64(1), ExpiryTime: proto.Int64(s.now.Add(time.Hour).Unix()), RefreshInterval: proto.Int64(1)})
+	if len(s.violations) != 1 || !strings.Contains(s.violations[0], "beyond its own lease") {
+		t.Fatalf("violations %v", s.violations)
+	}
+}
+
+// A scenario written as YAML, as users write their own.
+func TestParseScenario(t *testing.T) {
+	sc, err := ParseScenario([]byte(`
+name: mine
+duration_seconds: 120
+capacity: 100
+root:
+  name: root
+  children:
+    - {name: leaf, count: 2, clients: 3, wants: 30}
+events:
+  - {at: 30, kind: lose_master, node: leaf-1, for_seconds: 10}
+  - {at: 60, kind: spike, clients: [leaf-2/c1], wants: 50, for_seconds: 20}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Tasks != 3 || sc.LeaseLength != 60 || sc.RefreshInterval != 2 || sc.Algorithm != "FAIR_SHARE" {
+		t.Fatalf("defaults not applied: %+v", sc)
+	}
+	res, err := Run(sc, Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Series.Mishaps) != 2 || len(res.Series.Levels) != 3 || len(res.Violations) != 0 {
+		t.Fatalf("mishaps %v levels %v violations %v", res.Series.Mishaps, res.Series.Levels, res.Violations)
+	}
+
+	for _, bad := range []struct{ yaml, want string }{
+		{"name: x\nduration_seconds: 10\ncapacity: 1\nroot: {name: r, clients: 1, wants: 1}\nbogus: 1\n", "bogus"},
+		{"name: x\nduration_seconds: 0\ncapacity: 1\nroot: {name: r, clients: 1, wants: 1}\n", "duration_seconds"},
+		{"name: x\nduration_seconds: 10\ncapacity: 1\nroot: {name: r}\n", "no clients"},
+		{"name: x\nduration_seconds: 10\ncapacity: 1\nroot: {name: r, clients: 1, wants: 1}\nevents: [{at: 1, kind: lose_master, node: nope}]\n", "not in the tree"},
+		{"name: x\nduration_seconds: 10\ncapacity: 1\nroot: {name: r, clients: 1, wants: 1}\nevents: [{at: 1, kind: explode}]\n", "kind"},
+		{"name: x\nduration_seconds: 10\ncapacity: 1\nroot: {name: r, clients: 1, wants: 1, children: [{name: r, clients: 1}]}\n", "used twice"},
+	} {
+		if _, err := ParseScenario([]byte(bad.yaml)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: err %v, want %q", bad.yaml, err, bad.want)
+		}
+	}
+	if _, err := Run(Scenario{Name: "x", Duration: 10, Capacity: 1, Root: Node{Name: "r", Clients: 1, Wants: 1},
+		Events: []Event{{At: 1, Kind: SetWants, Clients: []string{"r/c9"}}}}, Options{}); err == nil || !strings.Contains(err.Error(), "no client") {
+		t.Errorf("unknown client: err %v", err)
+	}
+}
+
+func FuzzParseScenario(f *testing.F) {
+	f.Add([]byte("name: x\nduration_seconds: 10\ncapacity: 1\nroot: {name: r, clients: 1, wants: 1}\n"))
+	f.Add([]byte("name: x\nroot: {name: r, count: 3, children: [{name: c, count: 2, clients: 2}]}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sc, err := ParseScenario(data)
+		if err != nil {
+			return
+		}
+		if sc.Name == "" || !(sc.Duration > 0) || sc.Tasks < 1 {
+			t.Fatalf("accepted an invalid scenario: %+v", sc)
+		}
+	})
+}
