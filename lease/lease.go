@@ -81,8 +81,9 @@ type Request struct {
 	HasExpiry time.Time
 	// Reserve marks a downstream server whose Has is what it has handed
 	// out to its own requesters and that still runs (nil: it does not know
-	// yet, being in learning mode). The store then keeps min(Has, what it
-	// had booked for it) booked even when it grants less,
+	// yet, being in learning mode: its demand then does not shrink either).
+	// The store keeps min(Has, what it had booked for it) booked even when
+	// it grants less,
 	// so that capacity a child must take back from its clients is not
 	// handed to others before the child's clients have given it back: the
 	// child shrinks before the others grow, and the tree does not overshoot
@@ -303,6 +304,24 @@ func sameParts(e *entry, ps []Band) bool {
 	return true
 }
 
+// fewerClients reports whether ps stands for fewer clients than e does.
+func fewerClients(ps []Band, e *entry) bool {
+	var n float64
+	for _, p := range ps {
+		n += float64(p.Clients)
+	}
+	return n < total(e).Subclients
+}
+
+// currentParts returns e's bands, highest priority first.
+func currentParts(e *entry, out []Band) []Band {
+	out = append(out, Band{Priority: e.priority, Clients: int64(e.subclients), Wants: e.wants})
+	for _, m := range e.more {
+		out = append(out, Band{Priority: m.priority, Clients: int64(m.subclients), Wants: m.wants})
+	}
+	return out
+}
+
 // setParts makes e's entries hold ps (e takes the first band).
 func setParts(e *entry, ps []Band) {
 	e.priority, e.wants, e.subclients = ps[0].Priority, ps[0].Wants, float64(ps[0].Clients)
@@ -332,6 +351,17 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 	var buf [4]Band
 	ps := parts(req, buf[:])
 	e, ok := r.entries[req.Client]
+	floored := math.Inf(1) // the reported wants, when the demand is floored
+	if ok && req.Reserve && req.Has == nil && fewerClients(ps, e) {
+		// A downstream server in learning mode has not heard from all its
+		// clients yet: until it has, its demand in the shares does not
+		// shrink (it is still granted no more than it asks).
+		floored = 0
+		for _, p := range ps {
+			floored += p.Wants
+		}
+		ps = currentParts(e, buf[:0])
+	}
 	var prevHas float64 // what was booked for the requester
 	if ok {
 		prevHas = e.has
@@ -378,6 +408,8 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 	default:
 		gets = algorithm.Decide(p.Kind, p.Capacity, total(e), r.pooled(), othersHas)
 	}
+
+	gets = math.Min(gets, floored)
 
 	expiry := r.expiryAt(now)
 	keep := expiry

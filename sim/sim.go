@@ -56,7 +56,10 @@ type Options struct {
 	// (server.Options.DoormanAllocation), for comparison.
 	Doorman bool
 	// Progress, when set, is told how far the run is (virtual seconds).
-	Progress interface{ Update(done, total float64); Done() }
+	Progress interface {
+		Update(done, total float64)
+		Done()
+	}
 }
 
 // Run simulates the scenario and returns its time series, sampled once per
@@ -652,4 +655,3 @@ func (e *events) Pop() any {
 	*e = old[:len(old)-1]
 	return x
 }
-
