@@ -56,10 +56,7 @@ type Options struct {
 	// (server.Options.DoormanAllocation), for comparison.
 	Doorman bool
 	// Progress, when set, is told how far the run is (virtual seconds).
-	Progress interface {
-		Update(done, total float64)
-		Done()
-	}
+	Progress Progress
 }
 
 // Run simulates the scenario and returns its time series, sampled once per
