@@ -266,10 +266,11 @@ var datacentres = Node{Name: "root", Children: []Node{{
 	}},
 }}}
 
-// Builtin returns the built-in scenarios, one to seven, as
-// doorman-design.md's simulation defined them: capacity 500, lease 60 s,
-// refresh interval 2 s at the root (4 s one level down, 8 s two levels
-// down), three tasks per node.
+// Builtin returns the built-in scenarios: one to seven as
+// doorman-design.md's simulation defined them (capacity 500, lease 60 s,
+// refresh interval 2 s at the root, 4 s one level down, 8 s two levels
+// down, three tasks per node), and eight, Sluice's own, in which demand
+// moves across the tree.
 func Builtin() []Scenario {
 	base := Scenario{Capacity: 500, LeaseLength: 60, RefreshInterval: 2, Tasks: 3, Fluctuation: fluctuating, Duration: 300}
 	one := base
@@ -294,7 +295,24 @@ func Builtin() []Scenario {
 	seven.Name, seven.Description = "seven", "as five for an hour, a random mishap every 60 s: a client's wants +100, a new election, or a master lost for 0–60 s"
 	seven.Duration = 3600
 	seven.Mishaps = &Mishaps{Every: 60, Spike: 100, SpikeSeconds: 120, MaxOutage: 60}
-	out := []Scenario{one, two, three, four, five, six, seven}
+	eight := five
+	eight.Name, eight.Description = "eight", "Sluice's own: as five for 900 s, with demand moving between datacentres every 120 s (shares shift across the tree)"
+	eight.Duration = 900
+	dc := func(name string) []string {
+		return []string{name + "/c1", name + "/c2", name + "/c3", name + "/c4", name + "/c5"}
+	}
+	eight.Events = []Event{
+		{At: 120, Kind: SetWants, Clients: append(dc("dc-1-1"), dc("dc-1-2")...), Wants: 2},
+		{At: 240, Kind: SetWants, Clients: append(dc("dc-1-1"), dc("dc-1-2")...), Wants: 40},
+		{At: 240, Kind: SetWants, Clients: append(dc("dc-2-1"), dc("dc-3-1")...), Wants: 2},
+		{At: 360, Kind: SetWants, Clients: append(dc("dc-2-1"), dc("dc-3-1")...), Wants: 60},
+		{At: 360, Kind: SetWants, Clients: dc("dc-1-1"), Wants: 1},
+		{At: 480, Kind: SetWants, Clients: append(dc("dc-1-1"), dc("dc-2-2")...), Wants: 80},
+		{At: 480, Kind: SetWants, Clients: append(dc("dc-2-1"), dc("dc-1-2")...), Wants: 1},
+		{At: 600, Kind: SetWants, Clients: append(dc("dc-1-1"), dc("dc-2-2")...), Wants: 1},
+		{At: 600, Kind: SetWants, Clients: append(dc("dc-2-1"), dc("dc-1-2")...), Wants: 90},
+	}
+	out := []Scenario{one, two, three, four, five, six, seven, eight}
 	for i := range out {
 		out[i], _ = out[i].withDefaults()
 	}
