@@ -18,7 +18,8 @@ type Progress interface {
 
 // NewProgress returns a progress bar drawn on w when w is a terminal, and
 // a Progress that does nothing otherwise (pipes, files, CI logs). The bar
-// redraws at most every 100 ms of wall time.
+// appears only once a run has taken more than a second, and redraws at
+// most every 100 ms of wall time.
 func NewProgress(w io.Writer, label string) Progress {
 	f, ok := w.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
@@ -36,11 +37,18 @@ type bar struct {
 	label string
 	w     io.Writer
 	b     *progressbar.ProgressBar
+	start time.Time
 	last  time.Time
 }
 
 func (b *bar) Update(done, total float64) {
 	if b.b == nil {
+		if b.start.IsZero() {
+			b.start = time.Now()
+		}
+		if time.Since(b.start) < time.Second {
+			return
+		}
 		b.b = progressbar.NewOptions64(int64(total),
 			progressbar.OptionSetWriter(b.w),
 			progressbar.OptionSetDescription(b.label),
