@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -47,6 +48,14 @@ type Scenario struct {
 	// Mishaps, when set, happen at random.
 	Mishaps *Mishaps `yaml:"mishaps"`
 }
+
+// Bounds on a scenario's tree, so that a bad file gets an error rather than
+// exhausting memory.
+const (
+	MaxNodes    = 10000
+	MaxClients  = 1000000
+	MaxDuration = 7 * 24 * 3600 // seconds
+)
 
 // Node is a node of the server tree (Tasks tasks electing a master) with
 // its clients and child nodes.
@@ -138,11 +147,11 @@ func (sc Scenario) withDefaults() (Scenario, error) {
 	if sc.Name == "" {
 		errs = append(errs, errors.New("name: required"))
 	}
-	if !(sc.Duration > 0) {
-		errs = append(errs, fmt.Errorf("duration_seconds: %v, must be > 0", sc.Duration))
+	if !(sc.Duration > 0 && sc.Duration <= MaxDuration) {
+		errs = append(errs, fmt.Errorf("duration_seconds: %v, must be in (0, %d]", sc.Duration, MaxDuration))
 	}
-	if !(sc.Capacity >= 0) {
-		errs = append(errs, fmt.Errorf("capacity: %v, must be ≥ 0", sc.Capacity))
+	if !(sc.Capacity >= 0) || math.IsInf(sc.Capacity, 0) {
+		errs = append(errs, fmt.Errorf("capacity: %v, must be finite and ≥ 0", sc.Capacity))
 	}
 	if sc.LeaseLength < 1 || sc.RefreshInterval < 1 || sc.RefreshInterval > sc.LeaseLength {
 		errs = append(errs, fmt.Errorf("lease_length %v, refresh_interval %v: need 1 ≤ refresh_interval ≤ lease_length", sc.LeaseLength, sc.RefreshInterval))
@@ -153,16 +162,23 @@ func (sc Scenario) withDefaults() (Scenario, error) {
 	if sc.Tasks < 1 || sc.Tasks > 100 {
 		errs = append(errs, fmt.Errorf("tasks: %d, must be 1…100", sc.Tasks))
 	}
-	if sc.Fluctuation.Fraction < 0 || sc.Fluctuation.Fraction > 1 || sc.Fluctuation.Every < 0 {
-		errs = append(errs, fmt.Errorf("fluctuation: every %v s, fraction %v: need every ≥ 0, 0 ≤ fraction ≤ 1", sc.Fluctuation.Every, sc.Fluctuation.Fraction))
+	if f := sc.Fluctuation; !(f.Fraction >= 0 && f.Fraction <= 1) || !(f.Every == 0 || f.Every >= 1) {
+		errs = append(errs, fmt.Errorf("fluctuation: every %v s, fraction %v: need every 0 (off) or ≥ 1, 0 ≤ fraction ≤ 1", f.Every, f.Fraction))
 	}
-	if m := sc.Mishaps; m != nil && !(m.Every > 0) {
-		errs = append(errs, fmt.Errorf("mishaps.every_seconds: %v, must be > 0", m.Every))
+	if m := sc.Mishaps; m != nil && (!(m.Every >= 1) || !(m.MaxOutage >= 0) || !(m.SpikeSeconds >= 0) || math.IsNaN(m.Spike) || math.IsInf(m.Spike, 0)) {
+		errs = append(errs, fmt.Errorf("mishaps: every %v s, max outage %v s, spike %v for %v s: need every ≥ 1 and the others finite, ≥ 0", m.Every, m.MaxOutage, m.Spike, m.SpikeSeconds))
 	}
 	names := map[string]bool{}
 	clients := 0
 	var walk func(n Node, path string)
 	walk = func(n Node, path string) {
+		if n.Count < 0 || n.Count > MaxNodes {
+			errs = append(errs, fmt.Errorf("node %q: count %d, must be 0…%d", n.Name, n.Count, MaxNodes))
+			return
+		}
+		if len(names)+max(n.Count, 1) > MaxNodes || clients > MaxClients {
+			return // reported once below
+		}
 		for _, e := range expand(n) {
 			if e.Name == "" {
 				errs = append(errs, fmt.Errorf("%s: node without a name", path))
@@ -171,8 +187,9 @@ func (sc Scenario) withDefaults() (Scenario, error) {
 				errs = append(errs, fmt.Errorf("node %q: name used twice", e.Name))
 			}
 			names[e.Name] = true
-			if e.Clients < 0 || e.Clients > 100000 || !(e.Wants >= 0) {
-				errs = append(errs, fmt.Errorf("node %q: clients %d, wants %v: need 0…100000 clients and wants ≥ 0", e.Name, e.Clients, e.Wants))
+			if e.Clients < 0 || e.Clients > MaxClients || !(e.Wants >= 0) || math.IsInf(e.Wants, 0) {
+				errs = append(errs, fmt.Errorf("node %q: clients %d, wants %v: need 0…%d clients and finite wants ≥ 0", e.Name, e.Clients, e.Wants, MaxClients))
+				continue
 			}
 			clients += e.Clients
 			for _, c := range e.Children {
@@ -184,7 +201,9 @@ func (sc Scenario) withDefaults() (Scenario, error) {
 		errs = append(errs, errors.New("root.count: the root cannot be replicated"))
 	}
 	walk(sc.Root, "root")
-	if clients == 0 {
+	if len(names) >= MaxNodes || clients > MaxClients {
+		errs = append(errs, fmt.Errorf("tree too large: at most %d nodes and %d clients", MaxNodes, MaxClients))
+	} else if clients == 0 {
 		errs = append(errs, errors.New("no clients"))
 	}
 	for i, ev := range sc.Events {
@@ -200,8 +219,8 @@ func (sc Scenario) withDefaults() (Scenario, error) {
 		default:
 			errs = append(errs, fmt.Errorf("events[%d]: kind %q, want %s, %s, %s or %s", i, ev.Kind, LoseMaster, Elect, SetWants, Spike))
 		}
-		if ev.At < 0 || ev.For < 0 {
-			errs = append(errs, fmt.Errorf("events[%d]: at %v, for %v: must be ≥ 0", i, ev.At, ev.For))
+		if !(ev.At >= 0) || !(ev.For >= 0) || math.IsInf(ev.At, 0) || math.IsInf(ev.For, 0) || math.IsNaN(ev.Wants) || math.IsInf(ev.Wants, 0) {
+			errs = append(errs, fmt.Errorf("events[%d]: at %v, for %v, wants %v: must be finite, at and for ≥ 0", i, ev.At, ev.For, ev.Wants))
 		}
 	}
 	if len(errs) > 0 {

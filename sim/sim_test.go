@@ -190,3 +190,15 @@ func FuzzParseScenario(f *testing.F) {
 		}
 	})
 }
+
+func TestParseScenarioBounds(t *testing.T) {
+	for _, y := range []string{
+		"name: x\nduration_seconds: 10\ncapacity: 1\nroot: {name: r, children: [{name: a, count: 1000, children: [{name: b, count: 1000, clients: 1}]}]}\n",
+		"name: x\nduration_seconds: 10\ncapacity: 1\nroot: {name: r, children: [{name: a, count: 1000000000, clients: 1}]}\n",
+		"name: x\nduration_seconds: 10\ncapacity: 1\nroot: {name: r, children: [{name: a, count: 100, clients: 100000}]}\n",
+	} {
+		if _, err := ParseScenario([]byte(y)); err == nil {
+			t.Errorf("accepted %q", y)
+		}
+	}
+}
