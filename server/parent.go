@@ -260,6 +260,24 @@ func (l *parentLink) refresh(ctx context.Context) (time.Duration, error) {
 	if len(req.Resource) == 0 {
 		return time.Second, nil
 	}
+	// At most MaxResourcesPerRequest resources per request: the parent
+	// rejects more.
+	next := time.Duration(math.MaxInt64)
+	for start := 0; start < len(rs); start += MaxResourcesPerRequest {
+		end := min(start+MaxResourcesPerRequest, len(rs))
+		part := &pb.GetServerCapacityRequest{ServerId: req.ServerId, Resource: req.Resource[start:end]}
+		d, err := l.send(ctx, part, rs[start:end])
+		if err != nil {
+			return 0, err
+		}
+		next = min(next, d)
+	}
+	return next, nil
+}
+
+// send sends one GetServerCapacity, following up to three mastership
+// redirects, and applies the answer.
+func (l *parentLink) send(ctx context.Context, req *pb.GetServerCapacityRequest, rs []*resource) (time.Duration, error) {
 	for redirects := 0; ; redirects++ {
 		addr, stub := l.current()
 		rctx, cancel := context.WithTimeout(ctx, parentTimeout)
@@ -400,39 +418,42 @@ func (pl *parentLease) adopt(rr *pb.ServerCapacityResourceResponse) {
 	pl.safe, pl.hasSafe = rr.GetSafeCapacity(), rr.SafeCapacity != nil
 }
 
-// waitFirstLease waits, for a resource this intermediate server has no
-// lease for yet, until the parent answered once (or ctx ends, or
-// firstLeaseWait passes). It reports whether a lease is now held.
-func (s *Server) waitFirstLease(ctx context.Context, r *resource) bool {
-	r.mu.Lock()
-	if r.parent.ok {
+// waitFirstLeases waits, for resources this intermediate server has no
+// lease for from its parent yet, until the parent link has answered for
+// all of them, ctx ends, or firstLeaseWait passes, whichever is first.
+func (s *Server) waitFirstLeases(ctx context.Context, rs []*resource) {
+	readies := make([]chan struct{}, 0, len(rs))
+	for _, r := range rs {
+		r.mu.Lock()
+		if !r.parent.ok {
+			if r.parent.ready == nil {
+				r.parent.ready = make(chan struct{})
+			}
+			readies = append(readies, r.parent.ready)
+		}
 		r.mu.Unlock()
-		return true
 	}
-	if r.parent.ready == nil {
-		r.parent.ready = make(chan struct{})
+	if len(readies) == 0 {
+		return
 	}
-	ready := r.parent.ready
-	r.mu.Unlock()
 	if s.opts.ManualParent {
 		// The caller drives the link and nothing runs concurrently (the
 		// simulator): take the turn the poke would trigger, inline.
 		s.parent.step(ctx)
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return r.parent.ok
+		return
 	}
 	s.parent.poke()
 	t := time.NewTimer(firstLeaseWait)
 	defer t.Stop()
-	select {
-	case <-ready:
-	case <-ctx.Done():
-	case <-t.C:
+	for _, ready := range readies {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.parent.ok
 }
 
 // decayFactor returns the template's decay_factor parameter, or the

@@ -114,7 +114,8 @@ type Server struct {
 	unmatchedMu     sync.Mutex
 	unmatchedLogged map[string]struct{}
 
-	parent *parentLink // nil at the root
+	parent  *parentLink // nil at the root
+	started time.Time   // wall time, for uptime
 }
 
 type resource struct {
@@ -144,6 +145,7 @@ func New(opts Options) *Server {
 	if opts.Registry == nil {
 		s.opts.Registry = prometheus.NewRegistry()
 	}
+	s.started = time.Now()
 	s.metrics = newMetrics(s.opts.Registry, s)
 	s.isMaster = true
 	s.masterAddr = opts.Address
@@ -225,6 +227,9 @@ func (s *Server) SetMastership(isMaster bool, masterAddr string) {
 		s.resources = make(map[string]*resource)
 		if isMaster {
 			s.masterSince = s.now()
+			s.metrics.elections.WithLabelValues("won").Inc()
+		} else {
+			s.metrics.elections.WithLabelValues("lost").Inc()
 		}
 	}
 	s.isMaster = isMaster
@@ -369,7 +374,9 @@ func (s *Server) GetCapacity(ctx context.Context, req *connect.Request[pb.GetCap
 	}
 	client := req.Msg.GetClientId()
 	out := &pb.GetCapacityResponse{Response: make([]*pb.ResourceResponse, 0, len(req.Msg.GetResource()))}
-	for _, rr := range req.Msg.GetResource() {
+	ids := make([]string, len(req.Msg.GetResource()))
+	lrs := make([]lease.Request, len(ids))
+	for i, rr := range req.Msg.GetResource() {
 		lr := lease.Request{
 			Client:     client,
 			Priority:   rr.GetPriority(),
@@ -382,12 +389,15 @@ func (s *Server) GetCapacity(ctx context.Context, req *connect.Request[pb.GetCap
 				lr.HasExpiry = time.Unix(h.GetExpiryTime(), 0)
 			}
 		}
-		g, ok := s.decide(ctx, rr.GetResourceId(), lr)
-		if !ok {
-			return connect.NewResponse(&pb.GetCapacityResponse{Mastership: s.mastershipOrUnknown()}), nil
-		}
+		ids[i], lrs[i] = rr.GetResourceId(), lr
+	}
+	grants, ok := s.decideAll(ctx, ids, lrs)
+	if !ok {
+		return connect.NewResponse(&pb.GetCapacityResponse{Mastership: s.mastershipOrUnknown()}), nil
+	}
+	for i, g := range grants {
 		out.Response = append(out.Response, &pb.ResourceResponse{
-			ResourceId:   proto.String(rr.GetResourceId()),
+			ResourceId:   proto.String(ids[i]),
 			Gets:         wireLease(g),
 			SafeCapacity: wireSafeCapacity(g.SafeCapacity),
 		})
@@ -409,7 +419,9 @@ func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.
 	}
 	server := req.Msg.GetServerId()
 	out := &pb.GetServerCapacityResponse{}
-	for _, rr := range req.Msg.GetResource() {
+	ids := make([]string, len(req.Msg.GetResource()))
+	lrs := make([]lease.Request, len(ids))
+	for i, rr := range req.Msg.GetResource() {
 		// Each band counts as that many subclients at its priority.
 		lr := lease.Request{Client: server, Subclients: 1}
 		for _, b := range rr.GetWants() {
@@ -424,13 +436,16 @@ func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.
 				lr.HasExpiry = time.Unix(h.GetExpiryTime(), 0)
 			}
 		}
-		g, ok := s.decide(ctx, rr.GetResourceId(), lr)
-		if !ok {
-			return connect.NewResponse(&pb.GetServerCapacityResponse{Mastership: s.mastershipOrUnknown()}), nil
-		}
-		p, params := s.paramsOf(rr.GetResourceId())
+		ids[i], lrs[i] = rr.GetResourceId(), lr
+	}
+	grants, ok := s.decideAll(ctx, ids, lrs)
+	if !ok {
+		return connect.NewResponse(&pb.GetServerCapacityResponse{Mastership: s.mastershipOrUnknown()}), nil
+	}
+	for i, g := range grants {
+		p, params := s.paramsOf(ids[i])
 		out.Response = append(out.Response, &pb.ServerCapacityResourceResponse{
-			ResourceId: proto.String(rr.GetResourceId()),
+			ResourceId: proto.String(ids[i]),
 			Gets:       wireLease(g),
 			Algorithm: &pb.Algorithm{
 				Kind:        p.Kind.Proto().Enum(),
@@ -471,26 +486,46 @@ func (s *Server) ReleaseCapacity(_ context.Context, req *connect.Request[pb.Rele
 	return connect.NewResponse(&pb.ReleaseCapacityResponse{}), nil
 }
 
-// decide runs one decision under the resource's lock. ok is false when the
-// server lost mastership meanwhile. On an intermediate server that holds no
-// lease from its parent for the resource yet, the request is recorded
-// first, so that the parent hears of its demand, and decided again once
-// the parent answered (waiting at most firstLeaseWait).
-func (s *Server) decide(ctx context.Context, id string, req lease.Request) (lease.Grant, bool) {
-	r := s.resource(id)
-	if r == nil {
-		return lease.Grant{}, false
-	}
-	r.mu.Lock()
-	g := r.store.Decide(s.now(), req)
-	pending := s.parent != nil && !r.parent.ok
-	r.mu.Unlock()
-	if pending && s.waitFirstLease(ctx, r) {
+// decideAll runs one decision per resource, each under its resource's
+// lock. ok is false when the server lost mastership meanwhile. On an
+// intermediate server, resources it holds no lease for from its parent yet
+// are recorded first, so that the parent hears of their demand, and decided
+// again once the parent answered: one wait of at most firstLeaseWait for
+// the whole request.
+func (s *Server) decideAll(ctx context.Context, ids []string, reqs []lease.Request) ([]lease.Grant, bool) {
+	grants := make([]lease.Grant, len(ids))
+	rs := make([]*resource, len(ids))
+	var pending []int
+	for i, id := range ids {
+		r := s.resource(id)
+		if r == nil {
+			return nil, false
+		}
+		rs[i] = r
 		r.mu.Lock()
-		g = r.store.Decide(s.now(), req)
+		grants[i] = r.store.Decide(s.now(), reqs[i])
+		if s.parent != nil && !r.parent.ok {
+			pending = append(pending, i)
+		}
 		r.mu.Unlock()
 	}
-	return g, true
+	if len(pending) == 0 {
+		return grants, true
+	}
+	waiting := make([]*resource, len(pending))
+	for j, i := range pending {
+		waiting[j] = rs[i]
+	}
+	s.waitFirstLeases(ctx, waiting)
+	for _, i := range pending {
+		r := rs[i]
+		r.mu.Lock()
+		if r.parent.ok {
+			grants[i] = r.store.Decide(s.now(), reqs[i])
+		}
+		r.mu.Unlock()
+	}
+	return grants, true
 }
 
 // paramsOf returns resource id's parameters and algorithm parameters.
