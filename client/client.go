@@ -32,8 +32,10 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/prometheus/client_golang/prometheus"
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+
 	"github.com/sluice-rl/sluice/internal/discovery"
 )
 
@@ -116,6 +118,16 @@ func WithClock(now func() time.Time) Option { return func(c *Client) { c.now = n
 // math/rand/v2 source), for deterministic simulations.
 func WithRand(r *rand.Rand) Option { return func(c *Client) { c.rand = r } }
 
+// WithRegisterer registers the client's Prometheus metrics with reg: RPCs
+// by method and code, their latency, and per resource (up to
+// MaxResourceSeries, the rest as "other") the capacity in use and the
+// time spent without a valid lease (in the fallback mode). It panics if
+// another client registered the same metrics with reg (use one registry,
+// or prometheus.WrapRegistererWith a distinguishing label, per client).
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(c *Client) { c.registerer = reg }
+}
+
 // WithManualRefresh starts no refresh goroutine: the caller calls Step
 // whenever the previous Step said, and after Ask (a simulator on virtual
 // time does this). Close then releases nothing.
@@ -128,17 +140,19 @@ func WithJSON() Option { return func(c *Client) { c.json = true } }
 // Client leases capacity for a set of resources from a capacity server.
 // It is safe for concurrent use. Close it to release its leases.
 type Client struct {
-	id      string
-	mode    Mode
-	http    *http.Client
-	log     *slog.Logger
-	json    bool
-	addrs   []string
-	ownHTTP bool // c.http was made here: Close closes its connections
-	dial    discovery.Dialer
-	now     func() time.Time
-	rand    *rand.Rand // nil: the global source
-	manual  bool
+	id         string
+	mode       Mode
+	http       *http.Client
+	log        *slog.Logger
+	json       bool
+	addrs      []string
+	ownHTTP    bool // c.http was made here: Close closes its connections
+	dial       discovery.Dialer
+	now        func() time.Time
+	registerer prometheus.Registerer
+	metrics    *clientMetrics
+	rand       *rand.Rand // nil: the global source
+	manual     bool
 
 	// Refresh-loop state, used only by Step (one caller at a time).
 	failures int
@@ -215,6 +229,10 @@ func New(addr string, opts ...Option) (*Client, error) {
 	if c.dial == nil {
 		c.dial = discovery.HTTPDialer(c.http, c.json)
 	}
+	if c.registerer != nil {
+		c.metrics = newClientMetrics(c)
+		c.registerer.MustRegister(c.metrics)
+	}
 	c.interval = MaxBackoff
 	c.setAddr(addrs[0])
 	if c.manual {
@@ -250,6 +268,9 @@ func (c *Client) setAddrLocked(addr string) {
 	}
 	c.addr = addr
 	c.stub = c.dial(addr)
+	if c.metrics != nil {
+		c.stub = c.metrics.wrap(c.stub)
+	}
 }
 
 // Resource returns a handle on resource id asking for wants (priority 0).
@@ -279,7 +300,7 @@ func (c *Client) ResourceWithPriority(id string, wants float64, priority int64) 
 		c.mu.Unlock()
 		return nil, fmt.Errorf("client: resource %q already registered", id)
 	}
-	r := &Resource{c: c, id: id, wants: wants, priority: priority, mode: c.mode, changes: make(chan float64, 1)}
+	r := &Resource{c: c, id: id, wants: wants, priority: priority, mode: c.mode, changes: make(chan float64, 1), fallbackSince: c.now()}
 	c.resources[id] = r
 	c.mu.Unlock()
 	c.poke()

@@ -31,6 +31,44 @@ type Resource struct {
 	current   float64 // effective capacity last reported
 	listeners []func(float64)
 	changes   chan float64
+
+	// Time without a valid lease (in the fallback mode), for metrics.
+	fallbackSince time.Time // zero while a lease is valid
+	fallbackTotal time.Duration
+}
+
+// fallbackTime reports how long the resource has been without a valid lease
+// in all, at now.
+func (r *Resource) fallbackTime(now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.fallbackTotal
+	since := r.fallbackSince
+	if since.IsZero() && r.hasLease && !r.expiry.After(now) {
+		since = r.expiry // ran out, not yet noticed by the refresh loop
+	}
+	if !since.IsZero() && now.After(since) {
+		d += now.Sub(since)
+	}
+	return d
+}
+
+// trackFallbackLocked updates the fallback accounting after the lease
+// changed; the caller holds r.mu.
+func (r *Resource) trackFallbackLocked(now time.Time) {
+	valid := r.hasLease && r.expiry.After(now)
+	switch {
+	case valid && !r.fallbackSince.IsZero():
+		if now.After(r.fallbackSince) {
+			r.fallbackTotal += now.Sub(r.fallbackSince)
+		}
+		r.fallbackSince = time.Time{}
+	case !valid && r.fallbackSince.IsZero():
+		r.fallbackSince = now
+		if r.hasLease && r.expiry.Before(now) {
+			r.fallbackSince = r.expiry // it ran out then
+		}
+	}
 }
 
 // ID returns the resource id.
@@ -217,6 +255,7 @@ func (r *Resource) grant(capacity float64, expiry time.Time, refresh time.Durati
 	if safe != nil {
 		r.safe, r.safeKnown = *safe, true
 	}
+	r.trackFallbackLocked(now)
 	after := r.notifyLocked(now)
 	r.mu.Unlock()
 	after()
@@ -226,6 +265,7 @@ func (r *Resource) grant(capacity float64, expiry time.Time, refresh time.Durati
 func (r *Resource) expire(now time.Time) {
 	r.mu.Lock()
 	if r.hasLease && !r.expiry.After(now) {
+		r.trackFallbackLocked(now)
 		r.hasLease = false
 	}
 	after := r.notifyLocked(now)
