@@ -120,10 +120,10 @@ func TestMetricsMastershipAndConfig(t *testing.T) {
 	s.ConfigReloaded(fmt.Errorf("bad"))
 	_, mfs := series(t, s.Registry(), "sluice_server_")
 	want := map[string]bool{
-		`sluice_server_mastership_changes_total{change="lost"} 1`: false,
-		`sluice_server_mastership_changes_total{change="won"} 1`:  false,
-		`sluice_server_config_reloads_total{result="failed"} 1`:   false,
-		`sluice_server_config_reloads_total{result="ok"} 1`:       false,
+		`sluice_server_mastership_changes_total{change="lost"} 1`:                     false,
+		`sluice_server_mastership_changes_total{change="won"} 1`:                      false,
+		`sluice_server_config_reloads_total{result="failed"} 1`:                       false,
+		`sluice_server_config_reloads_total{result="ok"} 1`:                           false,
 		`sluice_server_config_info{hash="` + s.Config().Hash() + `",templates="2"} 1`: false,
 	}
 	for _, mf := range mfs {

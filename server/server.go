@@ -93,6 +93,9 @@ type Options struct {
 	// than what it handed out, and learning mode cuts claims to what is
 	// free instead of handing back those it cannot cover.
 	DoormanAllocation bool
+	// RequireConfig makes /readyz fail until a configuration is set (a
+	// root started with a configuration file or key).
+	RequireConfig bool
 }
 
 // Server is a capacity server. It is safe for concurrent use: a server-wide
@@ -114,8 +117,11 @@ type Server struct {
 	unmatchedMu     sync.Mutex
 	unmatchedLogged map[string]struct{}
 
-	parent  *parentLink // nil at the root
-	started time.Time   // wall time, for uptime
+	parent   *parentLink // nil at the root
+	started  time.Time   // wall time, for uptime
+	election string      // how this node elects, for the status page
+	draining bool
+	hist     history
 }
 
 type resource struct {
@@ -182,6 +188,14 @@ func (s *Server) Handler() http.Handler {
 	)
 	mux.Handle(path, h)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /debug/status", s.handleStatus)
+	mux.HandleFunc("GET /debug/status/resource", s.handleResource)
+	mux.Handle("GET /debug/status/static/", http.StripPrefix("/debug/status/static/", http.FileServerFS(staticFS)))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", s.handleReady)
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/debug/status", http.StatusFound)
+	})
 	return mux
 }
 
@@ -567,11 +581,12 @@ func wireLease(g lease.Grant) *pb.Lease {
 
 // Sweep drops expired leases on every resource and forgets resources that
 // hold no lease (their state is rebuilt on the next request, so memory
-// stays bounded by the live leases). Run it periodically (Run does).
+// stays bounded by the live leases), and records a history sample per
+// resource for the status page. Run it periodically (Run does, every second).
 func (s *Server) Sweep() {
 	now := s.now()
+	var dropped []string
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for id, r := range s.resources {
 		r.mu.Lock()
 		r.store.Cleanup(now)
@@ -579,8 +594,14 @@ func (s *Server) Sweep() {
 		r.mu.Unlock()
 		if n == 0 && !r.store.Learning(now) {
 			delete(s.resources, id)
+			dropped = append(dropped, id)
 		}
 	}
+	s.mu.Unlock()
+	for _, id := range dropped {
+		s.hist.drop(id)
+	}
+	s.sample(now)
 }
 
 // Run sweeps expired leases every interval until ctx is done; on an
