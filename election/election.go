@@ -39,9 +39,11 @@ type Election interface {
 	// cannot recover from. Run must be called at most once.
 	Run(ctx context.Context, report func(Status)) error
 	// Resign gives up mastership (or candidacy) at once, so that another
-	// task takes over without waiting for a session to expire, and makes
-	// Run return. It is for a graceful stop; it is safe to call at any
-	// time, from any goroutine, more than once.
+	// task takes over without waiting for a session to expire. Run then
+	// returns (Standalone), or only follows who the master is, reporting
+	// it, until its ctx ends (Etcd). It
+	// is for a graceful stop; it is safe to call at any time, from any
+	// goroutine, more than once.
 	Resign(ctx context.Context) error
 }
 
@@ -171,9 +173,9 @@ func (e *etcdElection) observed(addr string) {
 	e.setLocked(Status{Master: addr})
 }
 
-func (e *etcdElection) Run(ctx context.Context, report func(Status)) error {
+func (e *etcdElection) Run(parent context.Context, report func(Status)) error {
 	e.report = report
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	go func() {
 		select {
@@ -202,7 +204,31 @@ func (e *etcdElection) Run(ctx context.Context, report func(Status)) error {
 		backoff = min(2*backoff, 5*time.Second)
 	}
 	e.setLeader(false)
+	if parent.Err() == nil {
+		// Resigned: no longer a candidate, but keep following the master
+		// so that a draining server redirects to its successor.
+		e.follow(parent)
+	}
 	return nil
+}
+
+// follow reports the master's address until ctx ends, without campaigning.
+// Observe needs a session; this one holds no candidacy.
+func (e *etcdElection) follow(ctx context.Context) {
+	for ctx.Err() == nil {
+		sess, err := concurrency.NewSession(e.cli, concurrency.WithTTL(e.ttlSeconds()), concurrency.WithContext(ctx))
+		if err == nil {
+			e.observe(ctx, concurrency.NewElection(sess, e.opts.Key))
+			rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+			_, _ = e.cli.Revoke(rctx, sess.Lease())
+			rcancel()
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // term runs one etcd session: campaign, be master until the session ends,

@@ -213,6 +213,9 @@ func TestEtcdOneMasterResignAndCrash(t *testing.T) {
 	if a.status().IsMaster {
 		t.Error("resigned task still reports mastership")
 	}
+	// The resigned task keeps following the master (a draining server
+	// redirects to it).
+	waitFor(t, 10*time.Second, "resigned task knows the new master", func() bool { return a.status().Master == m.addr })
 
 	// A crash (no more traffic, no revoke): the others take over once the
 	// session's TTL has run out, and not before.
