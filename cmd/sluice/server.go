@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -32,6 +34,7 @@ func newServerCmd() *cobra.Command {
 		logLevel  string
 		logFormat string
 		parents   []string
+		pprofOn   bool
 		electKind string
 		endpoints []string
 		electKey  string
@@ -53,11 +56,22 @@ Each node of the tree may run several tasks (server processes) that elect one
 master with --election etcd; the others redirect every capacity RPC to it. The
 default, standalone, makes this process the master.
 
-SIGTERM or SIGINT stop the server gracefully: the listener closes, in-flight
-RPCs finish (up to --grace), and the election is resigned so that another task
-takes over at once.`,
+SIGTERM or SIGINT stop the server gracefully: /readyz turns 503, the election is
+resigned so that another task takes over at once (every RPC is answered with a
+redirect to it), then the listener closes and in-flight RPCs finish, all within
+--grace.
+
+HTTP on the same port: /debug/status (status pages, also as JSON), /metrics
+(Prometheus), /healthz, /readyz, and with --pprof /debug/pprof/.
+
+Every flag can also be set in the environment as SLUICE_<FLAG>, upper case with
+dashes as underscores (SLUICE_LISTEN, SLUICE_ETCD_ENDPOINTS, …); a flag on the
+command line wins.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := flagsFromEnv(cmd); err != nil {
+				return err
+			}
 			log, err := newLogger(cmd.ErrOrStderr(), logFormat, logLevel)
 			if err != nil {
 				return err
@@ -83,7 +97,8 @@ takes over at once.`,
 				host, _ := os.Hostname()
 				id = fmt.Sprintf("%s:%d", host, os.Getpid())
 			}
-			srv := server.New(server.Options{ID: id, Address: addr, Logger: log, Parent: parents})
+			srv := server.New(server.Options{ID: id, Address: addr, Logger: log, Parent: parents,
+				RequireConfig: cfgPath != "" && len(parents) == 0})
 
 			var cli *clientv3.Client
 			if electKind == "etcd" || strings.HasPrefix(cfgPath, "etcd:") {
@@ -102,6 +117,7 @@ takes over at once.`,
 			switch electKind {
 			case "standalone":
 				el = election.Standalone(addr)
+				srv.SetElection("standalone")
 			case "etcd":
 				if electKey == "" {
 					lis.Close()
@@ -113,6 +129,7 @@ takes over at once.`,
 					return err
 				}
 				srv.SetMastership(false, "") // until the election says otherwise
+				srv.SetElection(fmt.Sprintf("etcd %s at %s (session TTL %v)", electKey, strings.Join(endpoints, ","), electTTL))
 			default:
 				lis.Close()
 				return fmt.Errorf("--election: %q, want standalone or etcd", electKind)
@@ -175,7 +192,18 @@ takes over at once.`,
 				log.Warn("no --config: every resource is granted what it asks (NO_ALGORITHM)")
 			}
 
-			hs := &http.Server{Handler: srv.Handler(), Protocols: h2c(), ReadHeaderTimeout: 10 * time.Second}
+			handler := srv.Handler()
+			if pprofOn {
+				mux := http.NewServeMux()
+				mux.Handle("/", handler)
+				mux.HandleFunc("/debug/pprof/", pprof.Index)
+				mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+				mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+				mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+				mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+				handler = mux
+			}
+			hs := &http.Server{Handler: handler, Protocols: h2c(), ReadHeaderTimeout: 10 * time.Second}
 			go func() { _ = srv.Run(ctx, time.Second) }()
 			// The election outlives the signal: it is resigned after the
 			// in-flight RPCs have finished.
@@ -199,13 +227,29 @@ takes over at once.`,
 				return err
 			case <-ctx.Done():
 			}
-			log.Info("shutting down: closing the listener, finishing in-flight RPCs", "grace", grace)
+			// Drain: stop being ready, hand mastership over at once, let the
+			// clients hear of the successor (every RPC is now answered with
+			// a redirect), then close the listener and finish in-flight
+			// RPCs, all within --grace.
+			log.Info("draining: not ready, resigning mastership, finishing in-flight RPCs", "grace", grace)
+			srv.SetDraining(true)
 			sctx, cancel := context.WithTimeout(context.Background(), grace)
 			defer cancel()
-			shutdownErr := hs.Shutdown(sctx)
+			wasMaster, _ := srv.IsMaster()
 			if err := el.Resign(sctx); err != nil {
 				log.Warn("resigning the election", "err", err)
 			}
+			if wasMaster && electKind == "etcd" {
+				deadline := time.Now().Add(grace / 2)
+				for time.Now().Before(deadline) {
+					if is, m := srv.IsMaster(); !is && m != "" && m != addr {
+						log.Info("successor elected", "master", m)
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			shutdownErr := hs.Shutdown(sctx)
 			ecancel()
 			<-electionDone
 			if shutdownErr != nil && !errors.Is(shutdownErr, http.ErrServerClosed) {
@@ -224,6 +268,7 @@ takes over at once.`,
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringSliceVar(&parents, "parent", nil, "parent node addresses (host:port, comma-separated): run as an intermediate server that gets its capacity from them")
+	f.BoolVar(&pprofOn, "pprof", false, "serve Go's profiler at /debug/pprof/")
 	f.StringVar(&electKind, "election", "standalone", "master election: standalone (always master) or etcd")
 	f.StringSliceVar(&endpoints, "etcd-endpoints", nil, "etcd endpoints (comma-separated URLs) for --election etcd and --config etcd:/KEY")
 	f.StringVar(&electKey, "election-key", "", "etcd key prefix the tasks of this node campaign on, e.g. /sluice/root")
@@ -241,6 +286,24 @@ func etcdLogger() *zap.Logger {
 		return zap.NewNop()
 	}
 	return lg
+}
+
+// flagsFromEnv sets every flag of cmd not given on the command line from
+// SLUICE_<FLAG> (upper case, dashes as underscores), if set.
+func flagsFromEnv(cmd *cobra.Command) error {
+	var errs []error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			return
+		}
+		name := "SLUICE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok {
+			if err := cmd.Flags().Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
 }
 
 func h2c() *http.Protocols {
