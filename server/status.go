@@ -17,8 +17,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/lease"
 )
+
+// sharing reports whether an algorithm shares capacity (and so has a
+// learning mode).
+func sharing(k algorithm.Kind) bool {
+	return k == algorithm.FairShare || k == algorithm.ProportionalShare
+}
 
 // The status pages (doorman-design.md's introspection; the keyed-limiter
 // write-up, "Introspection"): server-rendered HTML with a little embedded
@@ -380,7 +387,7 @@ func (s *Server) row(id string, r *resource, now time.Time) ResourceRow {
 	p := r.store.Params()
 	w, h, _, n := r.store.Totals()
 	row := ResourceRow{ID: id, Algorithm: p.Kind.String(), Capacity: finite(p.Capacity), SumHas: h, SumWants: w,
-		Clients: n, Learning: r.store.Learning(now), SafeCapacity: finite(r.store.SafeCapacity())}
+		Clients: n, Learning: r.store.Learning(now) && sharing(p.Kind), SafeCapacity: finite(r.store.SafeCapacity())}
 	if r.template != nil {
 		row.Template = r.template.IdentifierGlob
 	}

@@ -38,11 +38,12 @@
     }
     svg.appendChild(el("text", { x: L, y: H - 6, "font-size": 11 }, new Date(t0 * 1000).toLocaleTimeString()));
     svg.appendChild(el("text", { x: W - R - 60, y: H - 6, "font-size": 11 }, new Date(t1 * 1000).toLocaleTimeString()));
-    const series = [["capacity", "#c00"], ["has", "#06c"], ["wants", "#e80"]];
-    for (const [key, color] of series) {
+    // Capacity last and dashed, so that it shows where Σ has reaches it.
+    const series = [["wants", "#e80", ""], ["has", "#06c", ""], ["capacity", "#c00", "6 4"]];
+    for (const [key, color, dash] of series) {
       const pts = points.filter((p) => p[key] !== null).map((p) => x(p.t).toFixed(1) + "," + y(p[key]).toFixed(1));
       if (pts.length > 0) {
-        svg.appendChild(el("polyline", { points: pts.join(" "), fill: "none", stroke: color, "stroke-width": 1.5, "class": "series-" + key }));
+        svg.appendChild(el("polyline", { points: pts.join(" "), fill: "none", stroke: color, "stroke-width": 1.5, "stroke-dasharray": dash, "class": "series-" + key }));
       }
     }
     note.textContent = points.length + " samples";

@@ -1,0 +1,173 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// chromium returns the path of Debian's chromium (installed by .ci/run);
+// the test fails without it unless SLUICE_SKIP_BROWSER=1.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{os.Getenv("SLUICE_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
+		if p == "" {
+			continue
+		}
+		if _, err := exec.LookPath(p); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("SLUICE_SKIP_BROWSER") == "1" {
+		t.Skip("SLUICE_SKIP_BROWSER=1 and no chromium")
+	}
+	t.Fatal("chromium not found (apt-get install chromium, or SLUICE_SKIP_BROWSER=1)")
+	return ""
+}
+
+// The status pages in a real browser: filter and sort the resources table,
+// open a resource page, check its values against the server's state, watch
+// the live chart draw, and take screenshots.
+func TestStatusPageInBrowser(t *testing.T) {
+	exe := chromium(t)
+	s := newTestServer(t)
+	for i, w := range []float64{30, 90, 50} {
+		getCap(t, s, fmt.Sprintf("client-%d", i), "fair", w)
+	}
+	for i := range 4 {
+		getCap(t, s, fmt.Sprintf("client-%d", i), fmt.Sprintf("fixed/%c", 'a'+i), float64(2+i))
+	}
+	s.Sweep()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: s.Handler()}
+	go func() { _ = hs.Serve(lis) }()
+	t.Cleanup(func() { hs.Close() })
+	base := "http://" + lis.Addr().String()
+	// Sweep every second, as Run does, so the chart gets samples.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = s.Run(ctx, time.Second) }()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1200, 900),
+	)
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	bctx, tcancel := context.WithTimeout(bctx, 60*time.Second)
+	defer tcancel()
+
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	step := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	step("open the status page", chromedp.Do(bctx,
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(css("#resources")),
+	))
+	mastership, err := chromedp.Run(bctx, chromedp.Text(css("#mastership")))
+	step("read mastership", err)
+	if strings.TrimSpace(mastership) != "master" {
+		t.Errorf("mastership shows %q", mastership)
+	}
+	// Filter by prefix, then sort by Σ wants (twice: descending).
+	sortByWants := chromedp.Search(`//table[@id="resources"]//th/a[text()="Σ wants"]`)
+	step("filter and sort", chromedp.Do(bctx,
+		chromedp.SetValue(css(`#filter input[name="prefix"]`), "fixed/"),
+		chromedp.Submit(css(`#filter input[name="prefix"]`)),
+		chromedp.WaitVisible(css(`#resources`)),
+		chromedp.Click(sortByWants),
+		chromedp.WaitVisible(css(`#resources`)),
+		chromedp.Click(sortByWants),
+		chromedp.WaitVisible(css(`#resources`)),
+	))
+	ids, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#resources tbody td.id")].map(e => e.textContent)`))
+	step("read the table", err)
+	if got := strings.Join(ids, ","); got != "fixed/d,fixed/c,fixed/b,fixed/a" {
+		t.Fatalf("filtered by fixed/ and sorted by Σ wants descending: %s", got)
+	}
+	shot1, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	step("screenshot", err)
+
+	// The resource page: values match the server's state; the chart draws.
+	want, err := s.ResourceStatusPage("fair", Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step("open the resource page", chromedp.Do(bctx,
+		chromedp.Navigate(base+"/debug/status"),
+		chromedp.Click(chromedp.Search(`//table[@id="resources"]//a[text()="fair"]`)),
+		chromedp.WaitVisible(css(`#leases`)),
+		chromedp.WaitVisible(css(`#chart polyline.series-has`)),
+	))
+	// The chart updates without a reload: wait for a few samples.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		n, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelector("#chart polyline.series-has").points.length`))
+		step("count chart points", err)
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the chart has %d points after 20 s, want it to grow every second", n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	text := func(sel string) string {
+		v, err := chromedp.Run(bctx, chromedp.Text(css(sel)))
+		step("read "+sel, err)
+		return v
+	}
+	capacity, has, wants, clients := text("#capacity"), text("#sum-has"), text("#sum-wants"), text("#clients")
+	leases, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#leases tbody td.id")].map(e => e.textContent)`))
+	step("read leases", err)
+	polylines, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("#chart polyline").length`))
+	step("read the chart", err)
+	shot2, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	step("screenshot", err)
+	r := want.Resource
+	if capacity != formatNum(r.Capacity) || has != formatNum(r.SumHas) || wants != formatNum(r.SumWants) || clients != fmt.Sprint(r.Clients) {
+		t.Errorf("page shows capacity %s Σ has %s Σ wants %s clients %s; server has %s %s %s %d",
+			capacity, has, wants, clients, formatNum(r.Capacity), formatNum(r.SumHas), formatNum(r.SumWants), r.Clients)
+	}
+	if strings.Join(leases, ",") != "client-0,client-1,client-2" {
+		t.Errorf("leases %v", leases)
+	}
+	if polylines != 3 {
+		t.Errorf("chart has %d lines, want capacity, Σ has and Σ wants", polylines)
+	}
+	dir := os.Getenv("SLUICE_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	for name, b := range map[string][]byte{"status.png": shot1, "resource.png": shot2} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot %s (%d bytes)", p, len(b))
+	}
+}
