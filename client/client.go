@@ -17,6 +17,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -106,6 +107,12 @@ func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.log = l } }
 
+// WithTLS makes the client speak gRPC over TLS with cfg (its RootCAs
+// verify the servers; its Certificates, if any, are presented for mTLS).
+// Addresses without a scheme get https://. Ignored with WithHTTPClient or
+// WithDialer.
+func WithTLS(cfg *tls.Config) Option { return func(c *Client) { c.tls = cfg } }
+
 // WithDialer makes the client reach servers through dial instead of gRPC
 // over its HTTP client: the simulator passes in-process servers.
 func WithDialer(dial discovery.Dialer) Option { return func(c *Client) { c.dial = dial } }
@@ -148,6 +155,7 @@ type Client struct {
 	addrs      []string
 	ownHTTP    bool // c.http was made here: Close closes its connections
 	dial       discovery.Dialer
+	tls        *tls.Config
 	now        func() time.Time
 	registerer prometheus.Registerer
 	metrics    *clientMetrics
@@ -223,11 +231,18 @@ func New(addr string, opts ...Option) (*Client, error) {
 		tr.Protocols.SetUnencryptedHTTP2(true)
 		tr.Protocols.SetHTTP2(true)
 		tr.Protocols.SetHTTP1(c.json)
+		if c.tls != nil {
+			tr.TLSClientConfig = c.tls.Clone()
+		}
 		c.http = &http.Client{Transport: tr}
 		c.ownHTTP = true
 	}
 	if c.dial == nil {
-		c.dial = discovery.HTTPDialer(c.http, c.json)
+		scheme := "http"
+		if c.tls != nil {
+			scheme = "https"
+		}
+		c.dial = discovery.NewDialer(c.http, scheme, c.json)
 	}
 	if c.registerer != nil {
 		c.metrics = newClientMetrics(c)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -125,16 +126,23 @@ type parentLink struct {
 	lastErr string
 }
 
-func newParentLink(s *Server, addrs []string, hc *http.Client, dial discovery.Dialer) *parentLink {
+func newParentLink(s *Server, addrs []string, hc *http.Client, dial discovery.Dialer, tlsCfg *tls.Config) *parentLink {
 	if dial == nil {
 		if hc == nil {
 			tr := &http.Transport{}
 			tr.Protocols = new(http.Protocols)
 			tr.Protocols.SetUnencryptedHTTP2(true)
 			tr.Protocols.SetHTTP2(true)
+			if tlsCfg != nil {
+				tr.TLSClientConfig = tlsCfg.Clone()
+			}
 			hc = &http.Client{Transport: tr}
 		}
-		dial = discovery.HTTPDialer(hc, false)
+		scheme := "http"
+		if tlsCfg != nil {
+			scheme = "https"
+		}
+		dial = discovery.NewDialer(hc, scheme, false)
 	}
 	l := &parentLink{s: s, addrs: addrs, dial: dial, wake: make(chan struct{}, 1), interval: maxBackoff}
 	l.use(addrs[0])

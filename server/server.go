@@ -10,6 +10,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -75,6 +76,10 @@ type Options struct {
 	// ParentHTTP is the HTTP client for the parent link; nil means one
 	// speaking gRPC over unencrypted HTTP/2.
 	ParentHTTP *http.Client
+	// ParentTLS, when set (and ParentHTTP is not), makes the parent link
+	// speak gRPC over TLS with it (RootCAs verify the parent; Certificates
+	// are presented for mTLS).
+	ParentTLS *tls.Config
 	// ParentDial, when set, replaces ParentHTTP: it returns the stub for a
 	// parent address (the simulator passes in-process servers).
 	ParentDial discovery.Dialer
@@ -157,7 +162,7 @@ func New(opts Options) *Server {
 	s.masterAddr = opts.Address
 	s.masterSince = s.now()
 	if len(opts.Parent) > 0 {
-		s.parent = newParentLink(s, opts.Parent, opts.ParentHTTP, opts.ParentDial)
+		s.parent = newParentLink(s, opts.Parent, opts.ParentHTTP, opts.ParentDial, opts.ParentTLS)
 	}
 	return s
 }

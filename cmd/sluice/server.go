@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,24 +22,27 @@ import (
 
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/election"
+	"github.com/sluice-rl/sluice/internal/tlsutil"
 	"github.com/sluice-rl/sluice/server"
 )
 
 func newServerCmd() *cobra.Command {
 	var (
-		cfgPath   string
-		listen    string
-		advertise string
-		id        string
-		grace     time.Duration
-		logLevel  string
-		logFormat string
-		parents   []string
-		pprofOn   bool
-		electKind string
-		endpoints []string
-		electKey  string
-		electTTL  time.Duration
+		cfgPath                         string
+		listen                          string
+		advertise                       string
+		id                              string
+		grace                           time.Duration
+		logLevel                        string
+		logFormat                       string
+		parents                         []string
+		pprofOn                         bool
+		tlsCert, tlsKey, tlsClientCA    string
+		parentCA, parentCert, parentKey string
+		electKind                       string
+		endpoints                       []string
+		electKey                        string
+		electTTL                        time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -97,7 +101,20 @@ command line wins.`,
 				host, _ := os.Hostname()
 				id = fmt.Sprintf("%s:%d", host, os.Getpid())
 			}
-			srv := server.New(server.Options{ID: id, Address: addr, Logger: log, Parent: parents,
+			var serverTLS, parentTLS *tls.Config
+			if tlsCert != "" || tlsKey != "" || tlsClientCA != "" {
+				if serverTLS, err = tlsutil.Server(tlsCert, tlsKey, tlsClientCA); err != nil {
+					lis.Close()
+					return err
+				}
+			}
+			if parentCA != "" || parentCert != "" || parentKey != "" {
+				if parentTLS, err = tlsutil.Client(parentCA, parentCert, parentKey); err != nil {
+					lis.Close()
+					return err
+				}
+			}
+			srv := server.New(server.Options{ID: id, Address: addr, Logger: log, Parent: parents, ParentTLS: parentTLS,
 				RequireConfig: cfgPath != "" && len(parents) == 0})
 
 			var cli *clientv3.Client
@@ -204,6 +221,10 @@ command line wins.`,
 				handler = mux
 			}
 			hs := &http.Server{Handler: handler, Protocols: h2c(), ReadHeaderTimeout: 10 * time.Second}
+			if serverTLS != nil {
+				hs.Protocols = nil // HTTP/2 and HTTP/1.1 by ALPN
+				hs.TLSConfig = serverTLS
+			}
 			go func() { _ = srv.Run(ctx, time.Second) }()
 			// The election outlives the signal: it is resigned after the
 			// in-flight RPCs have finished.
@@ -218,7 +239,13 @@ command line wins.`,
 				})
 			}()
 			errc := make(chan error, 1)
-			go func() { errc <- hs.Serve(lis) }()
+			go func() {
+				if serverTLS != nil {
+					errc <- hs.ServeTLS(lis, "", "")
+					return
+				}
+				errc <- hs.Serve(lis)
+			}()
 			log.Info("sluice server listening", "addr", lis.Addr().String(), "id", id)
 			fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", lis.Addr())
 
@@ -269,6 +296,12 @@ command line wins.`,
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringSliceVar(&parents, "parent", nil, "parent node addresses (host:port, comma-separated): run as an intermediate server that gets its capacity from them")
 	f.BoolVar(&pprofOn, "pprof", false, "serve Go's profiler at /debug/pprof/")
+	f.StringVar(&tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM); empty: plaintext (h2c)")
+	f.StringVar(&tlsKey, "tls-key", "", "the private key of --tls-cert (PEM)")
+	f.StringVar(&tlsClientCA, "tls-client-ca", "", "require client certificates signed by these CAs (PEM): mTLS")
+	f.StringVar(&parentCA, "parent-tls-ca", "", "speak TLS to the parent, verifying it with these CAs (PEM)")
+	f.StringVar(&parentCert, "parent-tls-cert", "", "client certificate (PEM) to present to the parent (mTLS)")
+	f.StringVar(&parentKey, "parent-tls-key", "", "the private key of --parent-tls-cert (PEM)")
 	f.StringVar(&electKind, "election", "standalone", "master election: standalone (always master) or etcd")
 	f.StringSliceVar(&endpoints, "etcd-endpoints", nil, "etcd endpoints (comma-separated URLs) for --election etcd and --config etcd:/KEY")
 	f.StringVar(&electKey, "election-key", "", "etcd key prefix the tasks of this node campaign on, e.g. /sluice/root")

@@ -35,13 +35,22 @@ type Dialer func(addr string) doormanconnect.CapacityClient
 
 // HTTPDialer returns a Dialer speaking gRPC (or, with json, Connect's JSON
 // protocol) through hc to http://addr, or to addr itself if it has a scheme.
-func HTTPDialer(hc *http.Client, json bool) Dialer {
+func HTTPDialer(hc *http.Client, json bool) Dialer { return NewDialer(hc, "http", json) }
+
+// NewDialer is HTTPDialer for a scheme: "http", or "https" when hc speaks
+// TLS (addresses without a scheme, as mastership redirects carry them, get
+// this one).
+func NewDialer(hc *http.Client, scheme string, json bool) Dialer {
 	var opts []connect.ClientOption
 	if !json {
 		opts = append(opts, connect.WithGRPC())
 	}
 	return func(addr string) doormanconnect.CapacityClient {
-		return doormanconnect.NewCapacityClient(hc, URL(addr), opts...)
+		u := addr
+		if !strings.Contains(addr, "://") {
+			u = scheme + "://" + addr
+		}
+		return doormanconnect.NewCapacityClient(hc, u, opts...)
 	}
 }
 

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+	"github.com/sluice-rl/sluice/client"
+	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/tlsutil"
+)
+
+// A root and an intermediate that both require client certificates (mTLS),
+// the intermediate speaking TLS to the root, and a client of the
+// intermediate: leases flow; clients without a certificate, with one from
+// another CA, or in plaintext are refused.
+func TestMutualTLS(t *testing.T) {
+	certs := testutil.MakeCerts(t)
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfg, []byte(`
+resources:
+  - identifier_glob: "res"
+    capacity: 100
+    algorithm: {kind: FAIR_SHARE, lease_length: 20, refresh_interval: 1, learning_mode_duration: 0}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	serve := []string{"--tls-cert", certs.ServerCert, "--tls-key", certs.ServerKey, "--tls-client-ca", certs.CA}
+	root := startProc(t, "root", append([]string{"server", "--config", cfg}, serve...)...)
+	mid := startProc(t, "mid", append([]string{"server", "--parent", root.addr,
+		"--parent-tls-ca", certs.CA, "--parent-tls-cert", certs.ClientCert, "--parent-tls-key", certs.ClientKey}, serve...)...)
+
+	good, err := tlsutil.Client(certs.CA, certs.ClientCert, certs.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(mid.addr, client.WithTLS(good), client.WithID("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	res, err := c.Resource("res", 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 20*time.Second, "a lease over mTLS through the intermediate", func() bool { return res.Capacity() == 30 })
+
+	ask := func(cfg *tls.Config, scheme string) error {
+		tr := &http.Transport{TLSClientConfig: cfg}
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetHTTP2(true)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+		stub := doormanconnect.NewCapacityClient(&http.Client{Transport: tr}, scheme+"://"+root.addr, connect.WithGRPC())
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := stub.Discovery(ctx, connect.NewRequest(&pb.DiscoveryRequest{}))
+		return err
+	}
+	if err := ask(good, "https"); err != nil {
+		t.Fatalf("with a client certificate: %v", err)
+	}
+	noCert, _ := tlsutil.Client(certs.CA, "", "")
+	if err := ask(noCert, "https"); err == nil {
+		t.Error("a client without a certificate was served")
+	}
+	other, _ := tlsutil.Client(certs.CA, certs.OtherClientCert, certs.OtherKey)
+	if err := ask(other, "https"); err == nil {
+		t.Error("a client with a certificate from another CA was served")
+	}
+	wrongCA, _ := tlsutil.Client(certs.OtherCA, certs.ClientCert, certs.ClientKey)
+	if err := ask(wrongCA, "https"); err == nil {
+		t.Error("the client trusted a server certificate from a CA it does not know")
+	}
+	if err := ask(nil, "http"); err == nil {
+		t.Error("a plaintext client was served by a TLS server")
+	}
+}
