@@ -26,6 +26,6 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServerCmd(), newDemoCmd(), newSimulateCmd())
+	root.AddCommand(newServerCmd(), newDemoCmd(), newSimulateCmd(), newStatusCmd())
 	return root
 }

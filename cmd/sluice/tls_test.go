@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,5 +83,42 @@ resources:
 	}
 	if err := ask(nil, "http"); err == nil {
 		t.Error("a plaintext client was served by a TLS server")
+	}
+}
+
+func TestStatusCommand(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfg, []byte(`
+resources:
+  - identifier_glob: "res/*"
+    capacity: 100
+    algorithm: {kind: FAIR_SHARE, lease_length: 20, refresh_interval: 5, learning_mode_duration: 0}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := startProc(t, "srv", "server", "--config", cfg, "--id", "status-test")
+	c, err := client.New(srv.addr, client.WithID("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	res, _ := c.Resource("res/a", 40)
+	waitUntil(t, 10*time.Second, "a lease", func() bool { return res.Capacity() == 40 })
+	out, err := exec.Command(binary, "status", "--server", srv.addr).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	t.Logf("sluice status:\n%s", out)
+	for _, want := range []string{"status-test", "master (standalone)", "res/a", "FAIR_SHARE", "40"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	out, err = exec.Command(binary, "status", "--server", srv.addr, "--json", "--prefix", "nothing").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"resources": []`) {
+		t.Fatalf("--json --prefix nothing: %v %s", err, out)
+	}
+	if out, err := exec.Command(binary, "status", "--server", "127.0.0.1:1").CombinedOutput(); err == nil {
+		t.Fatalf("an unreachable server: %s", out)
 	}
 }
