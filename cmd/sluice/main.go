@@ -26,6 +26,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServerCmd(), newDemoCmd(), newSimulateCmd(), newStatusCmd())
+	root.AddCommand(newServerCmd(), newDemoCmd(), newSimulateCmd(), newStatusCmd(),
+		newConfigCmd(), newGetCmd(), newBenchCmd(), newShellCmd())
 	return root
 }
