@@ -1,8 +1,9 @@
 // Package ratelimit holds the local limiters that enforce a lease: a smooth
-// rate limiter with Guava's SmoothBursty semantics, and a gauge (a counting
-// semaphore) for in-flight limits. Time is an input: every time-dependent
-// method has an ...At(now) twin, and the blocking methods use timers only,
-// so tests run them on fake time (testing/synctest).
+// rate limiter with Guava's semantics (SmoothBursty and SmoothWarmingUp),
+// and a gauge (a counting semaphore) for in-flight limits. Time is an
+// input: every time-dependent method has a twin taking now, the clock is
+// injectable (WithClock), and the blocking methods use timers only, so tests
+// run them on fake time (testing/synctest).
 //
 // Source: guava-ratelimiter.md; doorman-design.md, "Client library".
 package ratelimit
@@ -16,36 +17,81 @@ import (
 )
 
 // Limiter is a smooth rate limiter: permits are issued at a steady rate
-// (permits per second), and up to maxBurstSeconds × rate unused permits are
-// stored for later bursts. A request for more permits than are available is
-// granted as soon as the previous request's permits are paid for, and makes
-// the next request wait ("pays ahead"), exactly like Guava's SmoothBursty.
+// (permits per second) and unused permits are stored for later. A request
+// for more permits than are available is granted as soon as the previous
+// request's permits are paid for, and makes the next request wait ("pays
+// ahead"), exactly like Guava's RateLimiter. Two behaviours:
+//
+//   - SmoothBursty (NewLimiter): up to maxBurstSeconds × rate stored
+//     permits, handed out at once.
+//   - SmoothWarmingUp (NewWarmingUp): after a period of disuse stored
+//     permits are handed out slowly — at coldFactor × the stable interval
+//     at first, speeding up linearly to the stable rate over the warm-up
+//     period (Guava's trapezoid) — and a new limiter starts cold.
+//
 // The zero rate admits nothing; +Inf admits everything. It is safe for
 // concurrent use.
 //
-// Source: guava-ratelimiter.md, "SmoothBursty".
+// Source: guava-ratelimiter.md, "SmoothRateLimiter", "SmoothBursty",
+// "SmoothWarmingUp".
 type Limiter struct {
-	mu        sync.Mutex
-	rate      float64 // permits per second
-	burst     float64 // max stored, in seconds
+	mu    sync.Mutex
+	rate  float64 // permits per second
+	burst float64 // SmoothBursty: max stored, in seconds of rate
+
+	warmup     float64 // SmoothWarmingUp: warm-up period in seconds (0: bursty)
+	coldFactor float64
+	threshold  float64 // permits above which the slope applies
+	slope      float64 // seconds per permit per permit above threshold
+
 	stored    float64 // stored permits
 	maxStored float64
 	nextFree  time.Time // when the next request may be granted
-	changed   chan struct{}
 	started   bool
+	changed   chan struct{} // closed and replaced on every rate change
 	nowFn     func() time.Time
 }
 
-// NewLimiter returns a limiter issuing rate permits per second with up to
-// maxBurstSeconds of stored permits (Guava's default is 1; 0 stores
-// nothing; negative or NaN count as 0). It starts with no stored permits.
-func NewLimiter(rate float64, maxBurstSeconds float64) *Limiter {
+// Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithClock makes the limiter read time from now instead of time.Now (for
+// the methods without a now argument, and Wait's deadline checks).
+func WithClock(now func() time.Time) Option { return func(l *Limiter) { l.nowFn = now } }
+
+// NewLimiter returns a SmoothBursty limiter issuing rate permits per second
+// with up to maxBurstSeconds of stored permits (Guava's default is 1; 0
+// stores nothing; negative or NaN count as 0). It starts with none stored.
+func NewLimiter(rate float64, maxBurstSeconds float64, opts ...Option) *Limiter {
 	if !(maxBurstSeconds > 0) {
 		maxBurstSeconds = 0
 	}
 	l := &Limiter{burst: maxBurstSeconds, changed: make(chan struct{}), nowFn: time.Now}
-	l.rate = sanitize(rate)
-	l.maxStored = l.maxPermits()
+	for _, o := range opts {
+		o(l)
+	}
+	l.setRate(sanitize(rate))
+	return l
+}
+
+// NewWarmingUp returns a SmoothWarmingUp limiter at rate permits per second
+// with the given warm-up period and cold factor (Guava fixes it at 3; values
+// below 1 count as 3). It starts cold: the first permits after creation, or
+// after a long disuse, come coldFactor times slower than the stable rate,
+// reaching the stable rate after warmup. warmup ≤ 0 makes it SmoothBursty
+// with no burst.
+func NewWarmingUp(rate float64, warmup time.Duration, coldFactor float64, opts ...Option) *Limiter {
+	if warmup <= 0 {
+		return NewLimiter(rate, 0, opts...)
+	}
+	if !(coldFactor >= 1) || math.IsInf(coldFactor, 0) {
+		coldFactor = 3
+	}
+	l := &Limiter{warmup: warmup.Seconds(), coldFactor: coldFactor, changed: make(chan struct{}), nowFn: time.Now}
+	for _, o := range opts {
+		o(l)
+	}
+	l.setRate(sanitize(rate))
 	return l
 }
 
@@ -56,12 +102,70 @@ func sanitize(rate float64) float64 {
 	return rate
 }
 
-func (l *Limiter) maxPermits() float64 {
-	if math.IsInf(l.rate, 1) {
-		return math.Inf(1)
+// setRate installs a rate and rescales the stored permits (Guava's
+// doSetRate). The caller holds l.mu (or owns l).
+func (l *Limiter) setRate(rate float64) {
+	old := l.maxStored
+	l.rate = rate
+	switch {
+	case math.IsInf(rate, 1):
+		l.maxStored = math.Inf(1)
+	case rate == 0:
+		l.maxStored = 0
+	case l.warmup > 0:
+		stable := 1 / rate
+		cold := stable * l.coldFactor
+		l.threshold = 0.5 * l.warmup / stable
+		l.maxStored = l.threshold + 2*l.warmup/(stable+cold)
+		l.slope = (cold - stable) / (l.maxStored - l.threshold)
+	default:
+		l.maxStored = l.burst * rate
 	}
-	return l.burst * l.rate
+	switch {
+	case l.warmup > 0 && math.IsInf(old, 1):
+		l.stored = 0
+	case l.warmup > 0 && old == 0:
+		l.stored = l.maxStored // starts cold
+	case math.IsInf(old, 1):
+		l.stored = l.maxStored
+	case old == 0:
+		l.stored = 0
+	default:
+		l.stored = l.stored * l.maxStored / old
+	}
+	if math.IsNaN(l.stored) || math.IsInf(l.stored, 0) {
+		l.stored = 0
+	}
 }
+
+// coolDown is the seconds it takes to store one permit while unused.
+func (l *Limiter) coolDown() float64 {
+	if l.warmup > 0 {
+		return l.warmup / l.maxStored
+	}
+	return 1 / l.rate
+}
+
+// storedToWait is the time, in seconds, that taking take of the stored
+// permits costs: nothing for SmoothBursty, the area under Guava's
+// trapezoid for SmoothWarmingUp.
+func (l *Limiter) storedToWait(stored, take float64) float64 {
+	if l.warmup == 0 {
+		return 0
+	}
+	stable := 1 / l.rate
+	above := stored - l.threshold
+	secs := 0.0
+	if above > 0 {
+		takeAbove := math.Min(above, take)
+		length := l.permitsToTime(above) + l.permitsToTime(above-takeAbove)
+		secs = takeAbove * length / 2
+		take -= takeAbove
+	}
+	return secs + stable*take
+}
+
+func (l *Limiter) permitsToTime(permits float64) float64 { return 1/l.rate + permits*l.slope }
 
 // Rate returns the rate in permits per second.
 func (l *Limiter) Rate() float64 {
@@ -78,7 +182,7 @@ func (l *Limiter) SetRate(rate float64) { l.SetRateAt(l.nowFn(), rate) }
 // maximum, and blocked waiters re-evaluate. Setting the same rate is a
 // no-op.
 //
-// Source: guava-ratelimiter.md, "setRate" (SmoothBursty.doSetRate).
+// Source: guava-ratelimiter.md, "setRate" (doSetRate).
 func (l *Limiter) SetRateAt(now time.Time, rate float64) {
 	rate = sanitize(rate)
 	l.mu.Lock()
@@ -87,25 +191,12 @@ func (l *Limiter) SetRateAt(now time.Time, rate float64) {
 		return
 	}
 	l.resync(now)
-	old := l.maxStored
-	l.rate = rate
-	l.maxStored = l.maxPermits()
-	switch {
-	case math.IsInf(old, 1):
-		l.stored = l.maxStored
-	case old == 0:
-		l.stored = 0
-	default:
-		l.stored = l.stored * l.maxStored / old
-	}
-	if math.IsNaN(l.stored) || math.IsInf(l.stored, 0) {
-		l.stored = 0
-	}
+	l.setRate(rate)
 	close(l.changed)
 	l.changed = make(chan struct{})
 }
 
-// resync adds the permits accrued since nextFree. Time going backwards
+// resync adds the permits stored since nextFree. Time going backwards
 // counts as no time passing.
 func (l *Limiter) resync(now time.Time) {
 	if !l.started {
@@ -115,7 +206,7 @@ func (l *Limiter) resync(now time.Time) {
 	}
 	if now.After(l.nextFree) {
 		if l.rate > 0 && !math.IsInf(l.rate, 1) {
-			l.stored = math.Min(l.maxStored, l.stored+now.Sub(l.nextFree).Seconds()*l.rate)
+			l.stored = math.Min(l.maxStored, l.stored+now.Sub(l.nextFree).Seconds()/l.coolDown())
 		}
 		l.nextFree = now
 	}
@@ -129,7 +220,8 @@ func (l *Limiter) reserve(now time.Time, n float64) (at time.Time, spent float64
 	at = l.nextFree
 	spent = math.Min(n, l.stored)
 	fresh := n - spent
-	l.nextFree = l.nextFree.Add(time.Duration(fresh / l.rate * float64(time.Second)))
+	wait := l.storedToWait(l.stored, spent) + fresh/l.rate
+	l.nextFree = l.nextFree.Add(time.Duration(wait * float64(time.Second)))
 	l.stored -= spent
 	return at, spent, l.nextFree
 }
@@ -177,9 +269,79 @@ func (l *Limiter) TokensAt(now time.Time) float64 {
 		return l.stored
 	}
 	if now.After(l.nextFree) {
-		return math.Min(l.maxStored, l.stored+now.Sub(l.nextFree).Seconds()*l.rate)
+		return math.Min(l.maxStored, l.stored+now.Sub(l.nextFree).Seconds()/l.coolDown())
 	}
 	return l.stored - l.nextFree.Sub(now).Seconds()*l.rate
+}
+
+// Reservation is permits taken in advance by Reserve: the caller may act
+// after Delay, or Cancel to give them back.
+type Reservation struct {
+	l              *Limiter
+	ok             bool
+	at, end        time.Time
+	spent          float64
+	mu       sync.Mutex
+	canceled bool
+}
+
+// OK reports whether the permits will ever be available: false at rate 0
+// (nothing was taken).
+func (r *Reservation) OK() bool { return r.ok }
+
+// Delay is DelayFrom(now), with the limiter's clock.
+func (r *Reservation) Delay() time.Duration { return r.DelayFrom(r.l.nowFn()) }
+
+// DelayFrom returns how long after now the caller must wait before acting:
+// 0 if at once, math.MaxInt64 if the reservation is not OK.
+func (r *Reservation) DelayFrom(now time.Time) time.Duration {
+	if !r.ok {
+		return time.Duration(math.MaxInt64)
+	}
+	return max(r.at.Sub(now), 0)
+}
+
+// Cancel is CancelAt(now), with the limiter's clock.
+func (r *Reservation) Cancel() { r.CancelAt(r.l.nowFn()) }
+
+// CancelAt gives the permits back, as far as that can be done: if no later
+// reservation queued behind this one, the limiter's schedule goes back to
+// what it was (from now, if the reservation's time has passed) and the
+// stored permits it used are restored; otherwise the later reservations'
+// times stand and nothing is refunded. Cancelling twice, or cancelling a
+// reservation that is not OK, does nothing.
+func (r *Reservation) CancelAt(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.ok || r.canceled {
+		return
+	}
+	r.canceled = true
+	r.l.refundAt(now, r.at, r.spent, r.end)
+}
+
+// Reserve is ReserveN(now, 1), with the limiter's clock.
+func (l *Limiter) Reserve() *Reservation { return l.ReserveN(l.nowFn(), 1) }
+
+// ReserveN takes n permits at now, paying ahead like Wait, and returns the
+// reservation: act after its Delay, or Cancel it. At rate 0 the reservation
+// is not OK and takes nothing; n ≤ 0 and rate +Inf are OK at once.
+func (l *Limiter) ReserveN(now time.Time, n int) *Reservation {
+	r := &Reservation{l: l, ok: true, at: now, end: now}
+	if n <= 0 {
+		return r
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.rate == 0:
+		r.ok = false
+		return r
+	case math.IsInf(l.rate, 1):
+		return r
+	}
+	r.at, r.spent, r.end = l.reserve(now, float64(n))
+	return r
 }
 
 // Wait blocks until one permit is available and takes it.
@@ -232,20 +394,19 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 			return nil
 		case <-ctx.Done():
 			t.Stop()
-			l.refund(at, spent, end)
+			l.refundAt(l.nowFn(), at, spent, end)
 			return fmt.Errorf("ratelimit: %w", ctx.Err())
 		}
 	}
 }
 
-// refund gives back a cancelled reservation if nobody queued behind it.
-func (l *Limiter) refund(at time.Time, spent float64, end time.Time) {
+// refundAt gives back a cancelled reservation if nobody queued behind it.
+func (l *Limiter) refundAt(now, at time.Time, spent float64, end time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.nextFree.Equal(end) {
 		return // later callers are queued behind it; their times stand
 	}
-	now := l.nowFn()
 	if at.Before(now) {
 		at = now
 	}
