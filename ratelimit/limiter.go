@@ -46,6 +46,8 @@ type Limiter struct {
 
 	stored    float64 // stored permits
 	maxStored float64
+	interval  float64 // seconds per permit at the stable rate (1/rate)
+	cool      float64 // seconds to store one permit while unused
 	nextFree  time.Time // when the next request may be granted
 	started   bool
 	changed   chan struct{} // closed and replaced on every rate change
@@ -136,14 +138,14 @@ func (l *Limiter) setRate(rate float64) {
 	if math.IsNaN(l.stored) || math.IsInf(l.stored, 0) {
 		l.stored = 0
 	}
-}
-
-// coolDown is the seconds it takes to store one permit while unused.
-func (l *Limiter) coolDown() float64 {
-	if l.warmup > 0 {
-		return l.warmup / l.maxStored
+	l.interval, l.cool = 0, 0
+	if rate > 0 && !math.IsInf(rate, 1) {
+		l.interval = 1 / rate
+		l.cool = l.interval
+		if l.warmup > 0 {
+			l.cool = l.warmup / l.maxStored
+		}
 	}
-	return 1 / l.rate
 }
 
 // storedToWait is the time, in seconds, that taking take of the stored
@@ -153,7 +155,7 @@ func (l *Limiter) storedToWait(stored, take float64) float64 {
 	if l.warmup == 0 {
 		return 0
 	}
-	stable := 1 / l.rate
+	stable := l.interval
 	above := stored - l.threshold
 	secs := 0.0
 	if above > 0 {
@@ -165,7 +167,7 @@ func (l *Limiter) storedToWait(stored, take float64) float64 {
 	return secs + stable*take
 }
 
-func (l *Limiter) permitsToTime(permits float64) float64 { return 1/l.rate + permits*l.slope }
+func (l *Limiter) permitsToTime(permits float64) float64 { return l.interval + permits*l.slope }
 
 // Rate returns the rate in permits per second.
 func (l *Limiter) Rate() float64 {
@@ -206,7 +208,7 @@ func (l *Limiter) resync(now time.Time) {
 	}
 	if now.After(l.nextFree) {
 		if l.rate > 0 && !math.IsInf(l.rate, 1) {
-			l.stored = math.Min(l.maxStored, l.stored+now.Sub(l.nextFree).Seconds()/l.coolDown())
+			l.stored = math.Min(l.maxStored, l.stored+now.Sub(l.nextFree).Seconds()/l.cool)
 		}
 		l.nextFree = now
 	}
@@ -220,7 +222,10 @@ func (l *Limiter) reserve(now time.Time, n float64) (at time.Time, spent float64
 	at = l.nextFree
 	spent = math.Min(n, l.stored)
 	fresh := n - spent
-	wait := l.storedToWait(l.stored, spent) + fresh/l.rate
+	wait := fresh * l.interval
+	if l.warmup > 0 {
+		wait += l.storedToWait(l.stored, spent)
+	}
 	l.nextFree = l.nextFree.Add(time.Duration(wait * float64(time.Second)))
 	l.stored -= spent
 	return at, spent, l.nextFree
@@ -250,7 +255,7 @@ func (l *Limiter) AllowN(now time.Time, n int) bool {
 	if l.nextFree.After(now) {
 		return false
 	}
-	l.reserve(now, float64(n))
+	l.reserve(now, float64(n)) // resyncs again: a no-op now
 	return true
 }
 
@@ -269,7 +274,7 @@ func (l *Limiter) TokensAt(now time.Time) float64 {
 		return l.stored
 	}
 	if now.After(l.nextFree) {
-		return math.Min(l.maxStored, l.stored+now.Sub(l.nextFree).Seconds()/l.coolDown())
+		return math.Min(l.maxStored, l.stored+now.Sub(l.nextFree).Seconds()/l.cool)
 	}
 	return l.stored - l.nextFree.Sub(now).Seconds()*l.rate
 }

@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"golang.org/x/time/rate"
 	"pgregory.net/rapid"
 )
 
@@ -303,29 +304,85 @@ func TestGaugeBlocksAndWakes(t *testing.T) {
 	})
 }
 
+// Benchmarks side by side with golang.org/x/time/rate in the same run:
+// Allow and Wait that never wait (a rate far above the call rate), on one
+// goroutine and in parallel.
+//
+//	go test -run '^$' -bench . -count 6 ./ratelimit | benchstat -
 func BenchmarkAllow(b *testing.B) {
-	l := NewLimiter(1e12, 1)
-	b.ReportAllocs()
-	for b.Loop() {
-		l.Allow()
-	}
-}
-
-func BenchmarkAllowParallel(b *testing.B) {
-	l := NewLimiter(1e12, 1)
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
+	b.Run("sluice", func(b *testing.B) {
+		l := NewLimiter(1e12, 1)
+		b.ReportAllocs()
+		for b.Loop() {
+			l.Allow()
+		}
+	})
+	b.Run("x-time-rate", func(b *testing.B) {
+		l := rate.NewLimiter(rate.Limit(1e12), 1e12)
+		b.ReportAllocs()
+		for b.Loop() {
 			l.Allow()
 		}
 	})
 }
 
+func BenchmarkAllowParallel(b *testing.B) {
+	b.Run("sluice", func(b *testing.B) {
+		l := NewLimiter(1e12, 1)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				l.Allow()
+			}
+		})
+	})
+	b.Run("x-time-rate", func(b *testing.B) {
+		l := rate.NewLimiter(rate.Limit(1e12), 1e12)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				l.Allow()
+			}
+		})
+	})
+}
+
 func BenchmarkWaitNoWait(b *testing.B) {
-	l := NewLimiter(1e12, 1)
 	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = l.Wait(ctx)
-	}
+	b.Run("sluice", func(b *testing.B) {
+		l := NewLimiter(1e12, 1)
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = l.Wait(ctx)
+		}
+	})
+	b.Run("x-time-rate", func(b *testing.B) {
+		l := rate.NewLimiter(rate.Limit(1e12), 1e12)
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = l.Wait(ctx)
+		}
+	})
+}
+
+func BenchmarkWaitNoWaitParallel(b *testing.B) {
+	ctx := context.Background()
+	b.Run("sluice", func(b *testing.B) {
+		l := NewLimiter(1e12, 1)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				_ = l.Wait(ctx)
+			}
+		})
+	})
+	b.Run("x-time-rate", func(b *testing.B) {
+		l := rate.NewLimiter(rate.Limit(1e12), 1e12)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				_ = l.Wait(ctx)
+			}
+		})
+	})
 }
