@@ -169,8 +169,10 @@ type Client struct {
 	mu        sync.Mutex
 	addr      string // current master (or candidate) address
 	stub      doormanconnect.CapacityClient
-	resources map[string]*Resource
+	resources map[string]*resourceState
 	closed    bool
+
+	killed atomic.Bool // the kill switch (SetKillSwitch)
 
 	wake   chan struct{}
 	cancel context.CancelFunc
@@ -207,7 +209,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		addrs:     addrs,
-		resources: make(map[string]*Resource),
+		resources: make(map[string]*resourceState),
 		wake:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
@@ -289,10 +291,11 @@ func (c *Client) setAddrLocked(addr string) {
 }
 
 // Resource returns a handle on resource id asking for wants (priority 0).
-// It registers the resource and triggers a prompt request; until the
-// first lease arrives the resource's capacity is its fallback (see Mode).
-// It returns an error if the client is closed, the id is empty, wants is
-// negative or not finite, or the resource is already registered.
+// The first handle registers the resource and triggers a prompt request;
+// until the first lease arrives the resource's capacity is its fallback (see
+// Mode). Further handles for the same id share its lease and add their wants
+// (reference counted: see Resource.Release). It returns an error if the
+// client is closed, the id is empty, or wants is negative or not finite.
 func (c *Client) Resource(id string, wants float64) (*Resource, error) {
 	return c.ResourceWithPriority(id, wants, 0)
 }
@@ -311,16 +314,75 @@ func (c *Client) ResourceWithPriority(id string, wants float64, priority int64) 
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if _, ok := c.resources[id]; ok {
+	h := &Resource{handleWants: wants}
+	if r, ok := c.resources[id]; ok {
+		if r.priority != priority {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("client: resource %q is held at priority %d, not %d", id, r.priority, priority)
+		}
+		h.resourceState = r
+		r.handles[h] = struct{}{}
 		c.mu.Unlock()
-		return nil, fmt.Errorf("client: resource %q already registered", id)
+		r.askMu.Lock()
+		defer r.askMu.Unlock()
+		if err := r.setWants(c.sumWants(r)); err != nil {
+			return nil, err
+		}
+		return h, nil
 	}
-	r := &Resource{c: c, id: id, wants: wants, priority: priority, mode: c.mode, changes: make(chan float64, 1), fallbackSince: c.now()}
+	r := &resourceState{c: c, id: id, wants: wants, priority: priority, mode: c.mode, changes: make(chan float64, 1),
+		fallbackSince: c.now(), handles: map[*Resource]struct{}{}}
+	h.resourceState = r
+	r.handles[h] = struct{}{}
 	c.resources[id] = r
 	c.mu.Unlock()
 	c.poke()
-	return r, nil
+	return h, nil
 }
+
+// sumWants returns the sum of the wants of r's handles.
+func (c *Client) sumWants(r *resourceState) float64 {
+	c.mu.Lock()
+	hs := make([]*Resource, 0, len(r.handles))
+	for h := range r.handles {
+		hs = append(hs, h)
+	}
+	c.mu.Unlock()
+	sum := 0.0
+	for _, h := range hs {
+		sum += h.Wants()
+	}
+	return sum
+}
+
+// SetKillSwitch turns the client's kill switch on or off. While it is on,
+// every resource's capacity is +Inf: limiters and gauges bound to them admit
+// everything, whatever the leases say (the client keeps refreshing them, so
+// turning it off restores the leases at once). For when the capacity servers
+// misbehave in production. Listeners are told of the change.
+//
+// Source: Charon §4.3, "kill switch".
+func (c *Client) SetKillSwitch(on bool) {
+	if c.killed.Swap(on) == on {
+		return
+	}
+	c.mu.Lock()
+	rs := make([]*resourceState, 0, len(c.resources))
+	for _, r := range c.resources {
+		rs = append(rs, r)
+	}
+	c.mu.Unlock()
+	now := c.now()
+	for _, r := range rs {
+		r.mu.Lock()
+		after := r.notifyLocked(now)
+		r.mu.Unlock()
+		after()
+	}
+}
+
+// KillSwitch reports whether the kill switch is on.
+func (c *Client) KillSwitch() bool { return c.killed.Load() }
 
 // ErrClosed is returned when using a closed client or released resource.
 var ErrClosed = errors.New("client: closed")
@@ -354,7 +416,7 @@ func (c *Client) Close() error {
 		ids = append(ids, id)
 		r.markReleased()
 	}
-	c.resources = map[string]*Resource{}
+	c.resources = map[string]*resourceState{}
 	c.mu.Unlock()
 	c.cancel()
 	<-c.done
@@ -494,7 +556,7 @@ func (c *Client) nextExpiry() (time.Time, bool) {
 func (c *Client) refresh(ctx context.Context) (time.Duration, error) {
 	now := c.now()
 	c.mu.Lock()
-	rs := make([]*Resource, 0, len(c.resources))
+	rs := make([]*resourceState, 0, len(c.resources))
 	for _, r := range c.resources {
 		rs = append(rs, r)
 	}
@@ -534,8 +596,8 @@ func (c *Client) refresh(ctx context.Context) (time.Duration, error) {
 
 // apply stores the leases of a response and returns when to refresh next:
 // the smallest refresh interval among the leases.
-func (c *Client) apply(resp *pb.GetCapacityResponse, rs []*Resource, now time.Time) time.Duration {
-	byID := make(map[string]*Resource, len(rs))
+func (c *Client) apply(resp *pb.GetCapacityResponse, rs []*resourceState, now time.Time) time.Duration {
+	byID := make(map[string]*resourceState, len(rs))
 	for _, r := range rs {
 		byID[r.id] = r
 	}

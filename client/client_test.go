@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -97,9 +98,6 @@ func TestLeaseAskAndBulk(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "both leases", func() bool { return fair.Capacity() == 30 && other.Capacity() == 4 })
-	if _, err := c.Resource("fair", 1); err == nil {
-		t.Fatal("registering a resource twice succeeded")
-	}
 	// Both resources ride in one bulk request: the server holds a lease
 	// for each under the same client id.
 	for _, id := range []string{"fair", "other"} {
@@ -226,5 +224,78 @@ func TestParseMode(t *testing.T) {
 	}
 	if _, err := client.ParseMode("yolo"); err == nil {
 		t.Error("ParseMode(yolo) succeeded")
+	}
+}
+
+// Several handles on one resource share one lease: their wants add up, and
+// the lease is given back only when the last handle is released.
+func TestResourceHandlesShareOneLease(t *testing.T) {
+	ts := startServer(t)
+	c, err := client.New(ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a, err := c.Resource("fair", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Resource("fair", 15)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "one lease for both handles' wants", func() bool { return a.Capacity() == 35 && b.Capacity() == 35 })
+	if a.Wants() != 20 || b.Wants() != 15 || a.TotalWants() != 35 {
+		t.Fatalf("wants %v %v total %v", a.Wants(), b.Wants(), a.TotalWants())
+	}
+	if st, _ := ts.Status("fair"); len(st.Leases) != 1 || st.Leases[0].Wants != 35 {
+		t.Fatalf("server sees %+v, want one lease wanting 35", st.Leases)
+	}
+	if _, err := c.ResourceWithPriority("fair", 1, 7); err == nil {
+		t.Fatal("a handle at another priority was accepted")
+	}
+	if err := b.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ask(99); err == nil {
+		t.Fatal("Ask on a released handle succeeded")
+	}
+	eventually(t, "the remaining handle's wants", func() bool { return a.Capacity() == 20 })
+	if st, err := ts.Status("fair"); err != nil || len(st.Leases) != 1 {
+		t.Fatalf("lease released while a handle remains: %+v %v", st, err)
+	}
+	if err := a.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := ts.Status("fair"); len(st.Leases) != 0 {
+		t.Fatalf("lease kept after the last handle: %+v", st.Leases)
+	}
+	if a.Capacity() != 0 {
+		t.Fatalf("capacity after release %v", a.Capacity())
+	}
+}
+
+func TestKillSwitch(t *testing.T) {
+	ts := startServer(t)
+	c, err := client.New(ts.addr, client.WithMode(client.Pessimistic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, _ := c.Resource("fair", 20)
+	eventually(t, "a lease", func() bool { return r.Capacity() == 20 })
+	lim := client.NewRateLimiter(r, 0)
+	c.SetKillSwitch(true)
+	if !c.KillSwitch() || !math.IsInf(r.Capacity(), 1) || !math.IsInf(lim.Rate(), 1) {
+		t.Fatalf("kill switch on: capacity %v, limiter rate %v", r.Capacity(), lim.Rate())
+	}
+	for range 1000 {
+		if !lim.Allow() {
+			t.Fatal("a limiter refused with the kill switch on")
+		}
+	}
+	c.SetKillSwitch(false)
+	if r.Capacity() != 20 || lim.Rate() != 20 {
+		t.Fatalf("kill switch off: capacity %v, rate %v", r.Capacity(), lim.Rate())
 	}
 }

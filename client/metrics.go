@@ -62,7 +62,7 @@ func (m *clientMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.latency.Collect(ch)
 	now := m.c.now()
 	m.c.mu.Lock()
-	rs := make([]*Resource, 0, len(m.c.resources))
+	rs := make([]*resourceState, 0, len(m.c.resources))
 	for _, r := range m.c.resources {
 		rs = append(rs, r)
 	}

@@ -11,9 +11,22 @@ import (
 	pb "github.com/sluice-rl/sluice/api/doorman"
 )
 
-// Resource is a client's handle on one resource: what it wants, the lease
-// it holds and the capacity it may use now. It is safe for concurrent use.
+// Resource is a handle on one resource of a client: what this handle
+// wants, and the lease the client holds for the resource and the capacity it
+// may use now. Several Resource calls for one id in one process share one
+// lease: their wants add up, and the lease is given back (ReleaseCapacity)
+// when the last handle is released. It is safe for concurrent use.
+//
+// Source: doorman-design.md, "Client library".
 type Resource struct {
+	*resourceState
+	hmu          sync.Mutex
+	handleWants  float64
+	handleClosed bool
+}
+
+// resourceState is one resource's lease, shared by its handles.
+type resourceState struct {
 	c        *Client
 	id       string
 	priority int64
@@ -31,6 +44,8 @@ type Resource struct {
 	current   float64 // effective capacity last reported
 	listeners []func(float64)
 	changes   chan float64
+	handles   map[*Resource]struct{}
+	askMu     sync.Mutex // serializes recomputing the handles' total wants
 
 	// Time without a valid lease (in the fallback mode), for metrics.
 	fallbackSince time.Time // zero while a lease is valid
@@ -39,7 +54,7 @@ type Resource struct {
 
 // fallbackTime reports how long the resource has been without a valid lease
 // in all, at now.
-func (r *Resource) fallbackTime(now time.Time) time.Duration {
+func (r *resourceState) fallbackTime(now time.Time) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	d := r.fallbackTotal
@@ -55,7 +70,7 @@ func (r *Resource) fallbackTime(now time.Time) time.Duration {
 
 // trackFallbackLocked updates the fallback accounting after the lease
 // changed; the caller holds r.mu.
-func (r *Resource) trackFallbackLocked(now time.Time) {
+func (r *resourceState) trackFallbackLocked(now time.Time) {
 	valid := r.hasLease && r.expiry.After(now)
 	switch {
 	case valid && !r.fallbackSince.IsZero():
@@ -72,10 +87,11 @@ func (r *Resource) trackFallbackLocked(now time.Time) {
 }
 
 // ID returns the resource id.
-func (r *Resource) ID() string { return r.id }
+func (r *resourceState) ID() string { return r.id }
 
-// Wants returns the capacity the resource asks for.
-func (r *Resource) Wants() float64 {
+// TotalWants returns what all of the resource's handles in this process ask
+// for together: what the client asks the server for.
+func (r *resourceState) TotalWants() float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.wants
@@ -83,7 +99,7 @@ func (r *Resource) Wants() float64 {
 
 // Capacity returns the capacity the resource may use now: its lease's
 // capacity while the lease is valid, else the fallback of its mode.
-func (r *Resource) Capacity() float64 {
+func (r *resourceState) Capacity() float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.effective(r.c.now())
@@ -91,7 +107,7 @@ func (r *Resource) Capacity() float64 {
 
 // Lease returns the lease held (capacity, expiry, refresh interval) and
 // whether one is held and unexpired.
-func (r *Resource) Lease() (capacity float64, expiry time.Time, refresh time.Duration, ok bool) {
+func (r *resourceState) Lease() (capacity float64, expiry time.Time, refresh time.Duration, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.hasLease || !r.expiry.After(r.c.now()) {
@@ -102,15 +118,18 @@ func (r *Resource) Lease() (capacity float64, expiry time.Time, refresh time.Dur
 
 // SafeCapacity returns the last safe capacity the server sent, and
 // whether any was sent.
-func (r *Resource) SafeCapacity() (float64, bool) {
+func (r *resourceState) SafeCapacity() (float64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.safe, r.safeKnown
 }
 
-func (r *Resource) effective(now time.Time) float64 {
+func (r *resourceState) effective(now time.Time) float64 {
 	if r.released {
 		return 0
+	}
+	if r.c.killed.Load() {
+		return math.Inf(1) // the kill switch: pass everything through
 	}
 	if r.hasLease && r.expiry.After(now) {
 		return r.capacity
@@ -135,7 +154,7 @@ func (r *Resource) effective(now time.Time) float64 {
 // resource's capacity changes (a new lease, an expiry, a release). f runs
 // on the refresh goroutine and must not block; it is called once at
 // registration with the current capacity.
-func (r *Resource) OnChange(f func(capacity float64)) {
+func (r *resourceState) OnChange(f func(capacity float64)) {
 	r.mu.Lock()
 	r.listeners = append(r.listeners, f)
 	cur := r.effective(r.c.now())
@@ -148,13 +167,13 @@ func (r *Resource) OnChange(f func(capacity float64)) {
 // change; it holds only the latest value (a slow reader skips
 // intermediate ones). Changes made before the first call are kept, so
 // waiting for the first lease after Resource returns never misses it.
-func (r *Resource) Changes() <-chan float64 {
+func (r *resourceState) Changes() <-chan float64 {
 	return r.changes
 }
 
 // notify reports the effective capacity to listeners if it changed. The
 // caller holds r.mu; listeners run after it is released.
-func (r *Resource) notifyLocked(now time.Time) func() {
+func (r *resourceState) notifyLocked(now time.Time) func() {
 	cur := r.effective(now)
 	if cur == r.current {
 		return func() {}
@@ -175,13 +194,9 @@ func (r *Resource) notifyLocked(now time.Time) func() {
 	}
 }
 
-// Ask changes what the resource wants and triggers a prompt re-request.
-// It returns an error if wants is negative or not finite, or the resource
-// was released.
-func (r *Resource) Ask(wants float64) error {
-	if err := checkWants(wants); err != nil {
-		return err
-	}
+// setWants changes what the resource asks for and triggers a prompt
+// re-request if it changed.
+func (r *resourceState) setWants(wants float64) error {
 	r.mu.Lock()
 	if r.released {
 		r.mu.Unlock()
@@ -198,15 +213,59 @@ func (r *Resource) Ask(wants float64) error {
 	return nil
 }
 
-// Release gives the resource's lease back (a ReleaseCapacity RPC, bounded
-// by ctx) and unregisters it; its capacity becomes 0.
-func (r *Resource) Release(ctx context.Context) error {
+// Wants returns what this handle asks for.
+func (h *Resource) Wants() float64 {
+	h.hmu.Lock()
+	defer h.hmu.Unlock()
+	return h.handleWants
+}
+
+// Ask changes what this handle wants; the client asks the server for the sum
+// over the resource's handles, at once if it changed. It returns an error if
+// wants is negative or not finite, or the handle was released.
+func (h *Resource) Ask(wants float64) error {
+	if err := checkWants(wants); err != nil {
+		return err
+	}
+	h.hmu.Lock()
+	if h.handleClosed {
+		h.hmu.Unlock()
+		return ErrClosed
+	}
+	h.handleWants = wants
+	h.hmu.Unlock()
+	r := h.resourceState
+	r.askMu.Lock()
+	defer r.askMu.Unlock()
+	return r.setWants(h.c.sumWants(r))
+}
+
+// Release releases this handle. When it is the resource's last, the lease is
+// given back (a ReleaseCapacity RPC, bounded by ctx), the resource is
+// unregistered and its capacity becomes 0; otherwise the client asks for the
+// remaining handles' wants. Releasing twice does nothing.
+func (h *Resource) Release(ctx context.Context) error {
+	h.hmu.Lock()
+	if h.handleClosed {
+		h.hmu.Unlock()
+		return nil
+	}
+	h.handleClosed = true
+	h.hmu.Unlock()
+	r := h.resourceState
 	c := r.c
 	c.mu.Lock()
-	if c.resources[r.id] == r {
+	delete(r.handles, h)
+	last := len(r.handles) == 0
+	if last && c.resources[r.id] == r {
 		delete(c.resources, r.id)
 	}
 	c.mu.Unlock()
+	if !last {
+		r.askMu.Lock()
+		defer r.askMu.Unlock()
+		return r.setWants(c.sumWants(r))
+	}
 	if !r.markReleased() {
 		return nil
 	}
@@ -214,7 +273,7 @@ func (r *Resource) Release(ctx context.Context) error {
 }
 
 // markReleased marks r released; it reports whether it was not already.
-func (r *Resource) markReleased() bool {
+func (r *resourceState) markReleased() bool {
 	r.mu.Lock()
 	if r.released {
 		r.mu.Unlock()
@@ -227,7 +286,7 @@ func (r *Resource) markReleased() bool {
 	return true
 }
 
-func (r *Resource) request(now time.Time) *pb.ResourceRequest {
+func (r *resourceState) request(now time.Time) *pb.ResourceRequest {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	req := &pb.ResourceRequest{
@@ -245,7 +304,7 @@ func (r *Resource) request(now time.Time) *pb.ResourceRequest {
 	return req
 }
 
-func (r *Resource) grant(capacity float64, expiry time.Time, refresh time.Duration, safe *float64, now time.Time) {
+func (r *resourceState) grant(capacity float64, expiry time.Time, refresh time.Duration, safe *float64, now time.Time) {
 	r.mu.Lock()
 	if r.released {
 		r.mu.Unlock()
@@ -262,7 +321,7 @@ func (r *Resource) grant(capacity float64, expiry time.Time, refresh time.Durati
 }
 
 // expire drops the lease if it has expired, switching to the fallback.
-func (r *Resource) expire(now time.Time) {
+func (r *resourceState) expire(now time.Time) {
 	r.mu.Lock()
 	if r.hasLease && !r.expiry.After(now) {
 		r.trackFallbackLocked(now)
