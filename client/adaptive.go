@@ -1,0 +1,167 @@
+package client
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// AdaptiveOptions tune adaptive demand: a resource that asks the server for
+// what the process actually uses instead of a fixed wants.
+type AdaptiveOptions struct {
+	// Interval is how often demand is measured and wants updated
+	// (default 1 s).
+	Interval time.Duration
+	// Smoothing is the weight of the newest measurement in the
+	// exponentially weighted moving average, in (0, 1] (default 0.5:
+	// a step change is 94 % learned after four intervals).
+	Smoothing float64
+	// Headroom is the fraction added to the measured demand (default
+	// 0.2), so that demand held back by the limiter itself can grow into
+	// the capacity asked for: a process that waits on its limiter uses
+	// at most its lease, and asking for a fifth more lets it show more.
+	Headroom float64
+	// Min and Max bound the wants asked for (Max 0: no upper bound).
+	Min, Max float64
+}
+
+func (o AdaptiveOptions) withDefaults() AdaptiveOptions {
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	if !(o.Smoothing > 0 && o.Smoothing <= 1) {
+		o.Smoothing = 0.5
+	}
+	if !(o.Headroom >= 0) || math.IsInf(o.Headroom, 0) {
+		o.Headroom = 0.2
+	}
+	if !(o.Min >= 0) {
+		o.Min = 0
+	}
+	return o
+}
+
+// DemandEstimator turns observations of use into wants: an exponentially
+// weighted moving average of the demand measured each interval, plus
+// headroom, within bounds. It is deterministic (time is passed in) and safe
+// for concurrent use.
+type DemandEstimator struct {
+	opts    AdaptiveOptions
+	mu      sync.Mutex
+	ewma    float64
+	started bool
+}
+
+// NewDemandEstimator returns an estimator with opts (see AdaptiveOptions
+// for the defaults).
+func NewDemandEstimator(opts AdaptiveOptions) *DemandEstimator {
+	return &DemandEstimator{opts: opts.withDefaults()}
+}
+
+// Observe records one interval's demand (permits per second for a rate,
+// peak concurrency for a gauge) and returns the wants to ask for:
+// max(Min, min(Max, ewma × (1 + Headroom))).
+func (e *DemandEstimator) Observe(demand float64) float64 {
+	if !(demand >= 0) || math.IsInf(demand, 0) {
+		demand = 0
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.started {
+		e.ewma, e.started = demand, true
+	} else {
+		a := e.opts.Smoothing
+		e.ewma = a*demand + (1-a)*e.ewma
+	}
+	w := e.ewma * (1 + e.opts.Headroom)
+	if e.opts.Max > 0 {
+		w = math.Min(w, e.opts.Max)
+	}
+	return math.Max(w, e.opts.Min)
+}
+
+// adapter measures a limiter's use and adapts its resource's wants.
+type adapter struct {
+	est       *DemandEstimator
+	requested atomic.Int64 // permits asked for since the last interval (×1000)
+	stop      context.CancelFunc
+	done      chan struct{}
+}
+
+// runAdapter measures every interval with measure (which returns the
+// interval's demand and resets its counters) and asks res for the
+// estimator's wants, until ctx ends.
+func runAdapter(ctx context.Context, res *Resource, est *DemandEstimator, interval time.Duration, measure func(time.Duration) float64, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			elapsed := now.Sub(last)
+			last = now
+			if err := res.Ask(est.Observe(measure(elapsed))); err != nil {
+				return // the handle was released
+			}
+		}
+	}
+}
+
+// Adapt puts the limiter's resource in adaptive mode: every opts.Interval
+// the limiter measures the permits the process asked of it (Allow, Wait,
+// Reserve — granted or not) per second and asks the server for that,
+// smoothed, with headroom, within bounds (see AdaptiveOptions), instead of
+// a fixed wants. It stops when ctx ends or the resource is released.
+// Calling it again replaces the previous adaptation.
+func (l *RateLimiter) Adapt(ctx context.Context, opts AdaptiveOptions) {
+	opts = opts.withDefaults()
+	l.mu.Lock()
+	if l.adapt != nil {
+		l.adapt.stop()
+		<-l.adapt.done
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	a := &adapter{est: NewDemandEstimator(opts), stop: cancel, done: make(chan struct{})}
+	l.adapt = a
+	l.mu.Unlock()
+	go runAdapter(ctx, l.res, a.est, opts.Interval, func(elapsed time.Duration) float64 {
+		n := float64(a.requested.Swap(0)) / 1000
+		return n / elapsed.Seconds()
+	}, a.done)
+}
+
+// count records n permits asked for (adaptive mode).
+func (l *RateLimiter) count(n int) {
+	l.mu.Lock()
+	a := l.adapt
+	l.mu.Unlock()
+	if a != nil && n > 0 {
+		a.requested.Add(int64(n) * 1000)
+	}
+}
+
+// Adapt puts the gauge's resource in adaptive mode: every opts.Interval it
+// measures the peak concurrency the process asked for (slots held plus
+// callers waiting) and asks the server for that, smoothed, with headroom,
+// within bounds.
+func (g *Gauge) Adapt(ctx context.Context, opts AdaptiveOptions) {
+	opts = opts.withDefaults()
+	g.mu.Lock()
+	if g.adapt != nil {
+		g.adapt.stop()
+		<-g.adapt.done
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	a := &adapter{est: NewDemandEstimator(opts), stop: cancel, done: make(chan struct{})}
+	g.adapt = a
+	g.mu.Unlock()
+	go runAdapter(ctx, g.res, a.est, opts.Interval, func(time.Duration) float64 {
+		peak := float64(g.peak.Swap(g.asking.Load()))
+		return peak
+	}, a.done)
+}
