@@ -27,6 +27,6 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newServerCmd(), newDemoCmd(), newSimulateCmd(), newStatusCmd(),
-		newConfigCmd(), newGetCmd(), newBenchCmd(), newShellCmd())
+		newConfigCmd(), newGetCmd(), newBenchCmd(), newShellCmd(), newWorkloadCmd())
 	return root
 }
