@@ -74,9 +74,9 @@ func TestAdaptiveRateFollowsWorkload(t *testing.T) {
 		rate(50, 6*time.Second)
 		near("after 6 s at 50/s", res.Wants(), 60)
 		rate(10, 6*time.Second)
-		near("6 s after dropping to 10/s", res.Wants(), 12)
+		near("6 s after dropping to 10/s", res.Wants(), 1.2*(10+40*math.Pow(0.5, 6)))
 		rate(200, 6*time.Second)
-		near("6 s after rising to 200/s", res.Wants(), 240)
+		near("6 s after rising to 200/s", res.Wants(), 1.2*(200-190*math.Pow(0.5, 6)))
 		// Idle: demand decays towards 0.
 		time.Sleep(10 * time.Second)
 		if w := res.Wants(); w > 1 {

@@ -46,8 +46,8 @@ type Limiter struct {
 
 	stored    float64 // stored permits
 	maxStored float64
-	interval  float64 // seconds per permit at the stable rate (1/rate)
-	cool      float64 // seconds to store one permit while unused
+	interval  float64   // seconds per permit at the stable rate (1/rate)
+	cool      float64   // seconds to store one permit while unused
 	nextFree  time.Time // when the next request may be granted
 	started   bool
 	changed   chan struct{} // closed and replaced on every rate change
@@ -282,10 +282,10 @@ func (l *Limiter) TokensAt(now time.Time) float64 {
 // Reservation is permits taken in advance by Reserve: the caller may act
 // after Delay, or Cancel to give them back.
 type Reservation struct {
-	l              *Limiter
-	ok             bool
-	at, end        time.Time
-	spent          float64
+	l        *Limiter
+	ok       bool
+	at, end  time.Time
+	spent    float64
 	mu       sync.Mutex
 	canceled bool
 }
