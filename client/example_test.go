@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/config"
@@ -73,4 +76,143 @@ func ExampleNewGauge() {
 		return nil
 	})
 	// Output: in flight: 1 of 4
+}
+
+// Several parts of one process share one lease on a resource: their wants
+// add up, and the lease is given back with the last handle.
+func ExampleClient_Resource() {
+	addr, stop := startExampleServer()
+	defer stop()
+	c, _ := client.New(addr)
+	defer c.Close()
+
+	reports, _ := c.Resource("db/replica-2", 10)
+	exports, _ := c.Resource("db/replica-2", 15)
+	for reports.Capacity() != 25 {
+		<-reports.Changes()
+	}
+	fmt.Println("shared lease:", reports.Capacity(), "for wants", reports.Wants(), "+", exports.Wants())
+	_ = exports.Release(context.Background())
+	for reports.Capacity() != 10 {
+		<-reports.Changes()
+	}
+	fmt.Println("after one handle is released:", reports.Capacity())
+	// Output:
+	// shared lease: 25 for wants 10 + 15
+	// after one handle is released: 10
+}
+
+// A resource in adaptive mode asks the server for what the process uses.
+func ExampleRateLimiter_Adapt() {
+	addr, stop := startExampleServer()
+	defer stop()
+	c, _ := client.New(addr)
+	defer c.Close()
+	res, _ := c.Resource("db/replica-3", 1) // a first guess
+	lim := client.NewRateLimiter(res, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Measure every 100 ms what the process asks of the limiter, and ask
+	// the server for that plus 20 %.
+	lim.Adapt(ctx, client.AdaptiveOptions{Interval: 100 * time.Millisecond, Headroom: 0.2, Max: 100})
+	for range 30 {
+		lim.Allow() // the process's own demand
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println("wants more than the first guess:", res.Wants() > 1)
+	// Output: wants more than the first guess: true
+}
+
+// A limiter that warms up after disuse, like Guava's SmoothWarmingUp.
+func ExampleNewWarmingUpRateLimiter() {
+	addr, stop := startExampleServer()
+	defer stop()
+	c, _ := client.New(addr)
+	defer c.Close()
+	res, _ := c.Resource("db/cache-fill", 50)
+	lim := client.NewWarmingUpRateLimiter(res, 2*time.Second, 3)
+	<-res.Changes()
+	fmt.Println("stable rate:", lim.Rate())
+	// Output: stable rate: 50
+}
+
+// The kill switch turns a client into a pass-through.
+func ExampleClient_SetKillSwitch() {
+	addr, stop := startExampleServer()
+	defer stop()
+	c, _ := client.New(addr)
+	defer c.Close()
+	res, _ := c.Resource("db/replica-4", 5)
+	<-res.Changes()
+	c.SetKillSwitch(true)
+	fmt.Println("capacity with the kill switch on:", res.Capacity())
+	c.SetKillSwitch(false)
+	fmt.Println("and off:", res.Capacity())
+	// Output:
+	// capacity with the kill switch on: +Inf
+	// and off: 5
+}
+
+// An outgoing HTTP client that takes a permit before each request.
+func ExampleRoundTripper() {
+	addr, stop := startExampleServer()
+	defer stop()
+	c, _ := client.New(addr)
+	defer c.Close()
+	res, _ := c.Resource("db/http-api", 20)
+	lim := client.NewRateLimiter(res, 0)
+	<-res.Changes()
+
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") }))
+	defer target.Close()
+	hc := &http.Client{Transport: client.RoundTripper(nil, func(*http.Request) *client.RateLimiter { return lim })}
+	resp, err := hc.Get(target.URL)
+	if err == nil {
+		fmt.Println(resp.Status)
+		resp.Body.Close()
+	}
+	// Output: 200 OK
+}
+
+// A server answers 429 with Retry-After when its share of a global limit
+// is used up.
+func ExampleHTTPMiddleware() {
+	addr, stop := startExampleServer()
+	defer stop()
+	c, _ := client.New(addr)
+	defer c.Close()
+	res, _ := c.Resource("db/frontend", 1) // one request per second
+	lim := client.NewRateLimiter(res, 0)
+	<-res.Changes()
+
+	h := client.HTTPMiddleware(func(*http.Request) *client.RateLimiter { return lim }, 0)(
+		http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for range 2 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		fmt.Printf("%d Retry-After=%q\n", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	// Output:
+	// 200 Retry-After=""
+	// 429 Retry-After="1"
+}
+
+// gRPC clients and servers take permits in interceptors.
+func ExampleUnaryClientInterceptor() {
+	addr, stop := startExampleServer()
+	defer stop()
+	c, _ := client.New(addr)
+	defer c.Close()
+	res, _ := c.Resource("db/grpc-backend", 100)
+	lim := client.NewRateLimiter(res, 0.1)
+	pick := func(method string) *client.RateLimiter { return lim } // or by method
+
+	opts := []grpc.DialOption{
+		grpc.WithUnaryInterceptor(client.UnaryClientInterceptor(pick)),
+		grpc.WithStreamInterceptor(client.StreamClientInterceptor(pick)),
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(client.UnaryServerInterceptor(pick, 100*time.Millisecond)))
+	defer srv.Stop()
+	fmt.Println(len(opts), "dial options")
+	// Output: 2 dial options
 }
