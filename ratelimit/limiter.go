@@ -159,7 +159,7 @@ func (l *Limiter) storedToWait(stored, take float64) float64 {
 	above := stored - l.threshold
 	secs := 0.0
 	if above > 0 {
-		takeAbove := math.Min(above, take)
+		takeAbove := min(above, take)
 		length := l.permitsToTime(above) + l.permitsToTime(above-takeAbove)
 		secs = takeAbove * length / 2
 		take -= takeAbove
@@ -208,7 +208,7 @@ func (l *Limiter) resync(now time.Time) {
 	}
 	if now.After(l.nextFree) {
 		if l.rate > 0 && !math.IsInf(l.rate, 1) {
-			l.stored = math.Min(l.maxStored, l.stored+now.Sub(l.nextFree).Seconds()/l.cool)
+			l.stored = min(l.maxStored, l.stored+now.Sub(l.nextFree).Seconds()/l.cool)
 		}
 		l.nextFree = now
 	}
@@ -219,8 +219,13 @@ func (l *Limiter) resync(now time.Time) {
 // has checked 0 < rate < +Inf.
 func (l *Limiter) reserve(now time.Time, n float64) (at time.Time, spent float64, end time.Time) {
 	l.resync(now)
+	return l.reserveSynced(n)
+}
+
+// reserveSynced is reserve after resync.
+func (l *Limiter) reserveSynced(n float64) (at time.Time, spent float64, end time.Time) {
 	at = l.nextFree
-	spent = math.Min(n, l.stored)
+	spent = min(n, l.stored)
 	fresh := n - spent
 	wait := fresh * l.interval
 	if l.warmup > 0 {
@@ -255,7 +260,7 @@ func (l *Limiter) AllowN(now time.Time, n int) bool {
 	if l.nextFree.After(now) {
 		return false
 	}
-	l.reserve(now, float64(n)) // resyncs again: a no-op now
+	l.reserveSynced(float64(n))
 	return true
 }
 
@@ -274,7 +279,7 @@ func (l *Limiter) TokensAt(now time.Time) float64 {
 		return l.stored
 	}
 	if now.After(l.nextFree) {
-		return math.Min(l.maxStored, l.stored+now.Sub(l.nextFree).Seconds()/l.cool)
+		return min(l.maxStored, l.stored+now.Sub(l.nextFree).Seconds()/l.cool)
 	}
 	return l.stored - l.nextFree.Sub(now).Seconds()*l.rate
 }
@@ -416,5 +421,5 @@ func (l *Limiter) refundAt(now, at time.Time, spent float64, end time.Time) {
 		at = now
 	}
 	l.nextFree = at
-	l.stored = math.Min(l.maxStored, l.stored+spent)
+	l.stored = min(l.maxStored, l.stored+spent)
 }
