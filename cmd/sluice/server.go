@@ -39,6 +39,7 @@ func newServerCmd() *cobra.Command {
 		pprofOn                         bool
 		tlsCert, tlsKey, tlsClientCA    string
 		parentCA, parentCert, parentKey string
+		etcdCA, etcdCert, etcdKey       string
 		electKind                       string
 		endpoints                       []string
 		electKey                        string
@@ -123,7 +124,14 @@ command line wins.`,
 					lis.Close()
 					return errors.New("--etcd-endpoints is required with --election etcd or --config etcd:/KEY")
 				}
-				cli, err = clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: etcdLogger()})
+				ecfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: etcdLogger()}
+				if etcdCA != "" || etcdCert != "" || etcdKey != "" {
+					if ecfg.TLS, err = tlsutil.Client(etcdCA, etcdCert, etcdKey); err != nil {
+						lis.Close()
+						return fmt.Errorf("etcd TLS: %w", err)
+					}
+				}
+				cli, err = clientv3.New(ecfg)
 				if err != nil {
 					lis.Close()
 					return fmt.Errorf("etcd client: %w", err)
@@ -302,6 +310,9 @@ command line wins.`,
 	f.StringVar(&parentCA, "parent-tls-ca", "", "speak TLS to the parent, verifying it with these CAs (PEM)")
 	f.StringVar(&parentCert, "parent-tls-cert", "", "client certificate (PEM) to present to the parent (mTLS)")
 	f.StringVar(&parentKey, "parent-tls-key", "", "the private key of --parent-tls-cert (PEM)")
+	f.StringVar(&etcdCA, "etcd-tls-ca", "", "speak TLS to etcd, verifying it with these CAs (PEM); use https:// endpoints")
+	f.StringVar(&etcdCert, "etcd-tls-cert", "", "client certificate (PEM) to present to etcd (mTLS)")
+	f.StringVar(&etcdKey, "etcd-tls-key", "", "the private key of --etcd-tls-cert (PEM)")
 	f.StringVar(&electKind, "election", "standalone", "master election: standalone (always master) or etcd")
 	f.StringSliceVar(&endpoints, "etcd-endpoints", nil, "etcd endpoints (comma-separated URLs) for --election etcd and --config etcd:/KEY")
 	f.StringVar(&electKey, "election-key", "", "etcd key prefix the tasks of this node campaign on, e.g. /sluice/root")

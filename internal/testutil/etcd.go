@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
@@ -26,7 +27,14 @@ type Etcd struct {
 // its data in t.TempDir, waits until it serves (at most 30 s, else t.Fatal)
 // and stops it in t.Cleanup. Its logs are silenced unless SLUICE_TEST_ETCD_LOG
 // is set.
-func StartEtcd(t testing.TB) *Etcd {
+func StartEtcd(t testing.TB) *Etcd { return startEtcd(t, nil) }
+
+// StartEtcdTLS is StartEtcd serving its clients over TLS with certs'
+// server certificate and requiring client certificates signed by their CA
+// (mTLS).
+func StartEtcdTLS(t testing.TB, certs *Certs) *Etcd { return startEtcd(t, certs) }
+
+func startEtcd(t testing.TB, certs *Certs) *Etcd {
 	t.Helper()
 	cfg := embed.NewConfig()
 	cfg.Name = "test"
@@ -37,6 +45,11 @@ func StartEtcd(t testing.TB) *Etcd {
 	}
 	client := FreeURL(t)
 	peer := FreeURL(t)
+	if certs != nil {
+		client.Scheme = "https"
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: certs.ServerCert, KeyFile: certs.ServerKey,
+			TrustedCAFile: certs.CA, ClientCertAuth: true}
+	}
 	cfg.ListenClientUrls = []url.URL{client}
 	cfg.AdvertiseClientUrls = []url.URL{client}
 	cfg.ListenPeerUrls = []url.URL{peer}
