@@ -32,6 +32,7 @@ import (
 	"math"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -210,6 +211,9 @@ func Parse(data []byte) (*Repository, error) {
 		if errors.Is(err, io.EOF) {
 			return repo, nil
 		}
+		if errs := unknownFields(data); len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	var extra yaml.Node
@@ -348,4 +352,73 @@ func (rt rawTemplate) validate(i int) (Template, error) {
 		t.Algorithm.Parameters = append(t.Algorithm.Parameters, Parameter{Name: *p.Name, Value: v})
 	}
 	return t, errors.Join(errs...)
+}
+
+// Fields each level of the file may have (the yaml tags of rawRepo,
+// rawTemplate, rawAlgorithm and rawParameter).
+var (
+	repoFields      = []string{"resources"}
+	templateFields  = []string{"identifier_glob", "capacity", "safe_capacity", "description", "algorithm"}
+	algorithmFields = []string{"kind", "lease_length", "refresh_interval", "learning_mode_duration", "parameters"}
+	parameterFields = []string{"name", "value"}
+)
+
+// unknownFields finds the fields the file has that the configuration does
+// not, each reported with the template (index and glob) and the line:
+//
+//	resources[0] ("a"): unknown field "capacityy" (line 4; want one of identifier_glob, …)
+//
+// It returns nil if the file does not parse as YAML or has none.
+func unknownFields(data []byte) []error {
+	var root yaml.Node
+	if yaml.Unmarshal(data, &root) != nil || len(root.Content) == 0 || root.Content[0].Kind != yaml.MappingNode {
+		return nil
+	}
+	var errs []error
+	unknown := func(where string, key *yaml.Node, allowed []string) {
+		errs = append(errs, fmt.Errorf("%sunknown field %q (line %d; want one of %s)", where, key.Value, key.Line, strings.Join(allowed, ", ")))
+	}
+	check := func(m *yaml.Node, where string, allowed []string, visit func(key string, v *yaml.Node)) {
+		if m.Kind != yaml.MappingNode {
+			return
+		}
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			k := m.Content[i]
+			if !slices.Contains(allowed, k.Value) {
+				unknown(where, k, allowed)
+			} else if visit != nil {
+				visit(k.Value, m.Content[i+1])
+			}
+		}
+	}
+	check(root.Content[0], "", repoFields, func(_ string, res *yaml.Node) {
+		if res.Kind != yaml.SequenceNode {
+			return
+		}
+		for i, t := range res.Content {
+			glob := "?"
+			if t.Kind == yaml.MappingNode {
+				for j := 0; j+1 < len(t.Content); j += 2 {
+					if t.Content[j].Value == "identifier_glob" {
+						glob = t.Content[j+1].Value
+					}
+				}
+			}
+			where := fmt.Sprintf("resources[%d] (%q): ", i, glob)
+			check(t, where, templateFields, func(key string, alg *yaml.Node) {
+				if key != "algorithm" {
+					return
+				}
+				check(alg, where+"algorithm: ", algorithmFields, func(key string, ps *yaml.Node) {
+					if key != "parameters" || ps.Kind != yaml.SequenceNode {
+						return
+					}
+					for j, p := range ps.Content {
+						check(p, fmt.Sprintf("%salgorithm.parameters[%d]: ", where, j), parameterFields, nil)
+					}
+				})
+			})
+		}
+	})
+	return errs
 }

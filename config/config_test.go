@@ -79,7 +79,12 @@ func TestParseErrorsNameTemplateAndField(t *testing.T) {
 		{"unknown field", tmpl(`identifier_glob: a
     capacity: 1
     capacityy: 2
-    ` + alg), []string{"capacityy", "not found"}},
+    ` + alg), []string{`resources[0] ("a"): unknown field "capacityy" (line 4`}},
+		{"unknown algorithm field", tmpl("identifier_glob: b\n    capacity: 1\n    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 16, lease_lenght: 3}"),
+			[]string{`resources[0] ("b"): algorithm: unknown field "lease_lenght"`}},
+		{"unknown parameter field", tmpl("identifier_glob: c\n    capacity: 1\n    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 16, parameters: [{name: x, valu: y}]}"),
+			[]string{`resources[0] ("c"): algorithm.parameters[0]: unknown field "valu"`}},
+		{"unknown top-level field", "resource: []\n", []string{`unknown field "resource"`, "want one of resources"}},
 		{"missing glob", tmpl("capacity: 1\n    " + alg), []string{`resources[0] ("?")`, "identifier_glob: required"}},
 		{"bad glob", tmpl("identifier_glob: \"db/[\"\n    capacity: 1\n    " + alg), []string{`resources[0] ("db/[")`, "identifier_glob: bad glob"}},
 		{"negative capacity", tmpl("identifier_glob: a\n    capacity: -5\n    " + alg), []string{`("a")`, "capacity: -5 is negative"}},
