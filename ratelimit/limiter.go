@@ -50,7 +50,7 @@ type Limiter struct {
 	cool      float64   // seconds to store one permit while unused
 	nextFree  time.Time // when the next request may be granted
 	started   bool
-	changed   chan struct{} // closed and replaced on every rate change
+	changed   *rateChange // the next rate change; its ch closes when it happens
 	nowFn     func() time.Time
 }
 
@@ -68,7 +68,7 @@ func NewLimiter(rate float64, maxBurstSeconds float64, opts ...Option) *Limiter 
 	if !(maxBurstSeconds > 0) {
 		maxBurstSeconds = 0
 	}
-	l := &Limiter{burst: maxBurstSeconds, changed: make(chan struct{}), nowFn: time.Now}
+	l := &Limiter{burst: maxBurstSeconds, changed: newRateChange(), nowFn: time.Now}
 	for _, o := range opts {
 		o(l)
 	}
@@ -89,7 +89,7 @@ func NewWarmingUp(rate float64, warmup time.Duration, coldFactor float64, opts .
 	if !(coldFactor >= 1) || math.IsInf(coldFactor, 0) {
 		coldFactor = 3
 	}
-	l := &Limiter{warmup: warmup.Seconds(), coldFactor: coldFactor, changed: make(chan struct{}), nowFn: time.Now}
+	l := &Limiter{warmup: warmup.Seconds(), coldFactor: coldFactor, changed: newRateChange(), nowFn: time.Now}
 	for _, o := range opts {
 		o(l)
 	}
@@ -181,8 +181,9 @@ func (l *Limiter) SetRate(rate float64) { l.SetRateAt(l.nowFn(), rate) }
 
 // SetRateAt sets the rate from now on: permits accrued until now are
 // counted at the old rate, the stored permits are scaled to the new
-// maximum, and blocked waiters re-evaluate. Setting the same rate is a
-// no-op.
+// maximum, permits already paid ahead (the time until the next permit is
+// free, and every waiter's turn) are re-timed at the new rate, and blocked
+// waiters re-evaluate. Setting the same rate is a no-op.
 //
 // Source: guava-ratelimiter.md, "setRate" (doSetRate).
 func (l *Limiter) SetRateAt(now time.Time, rate float64) {
@@ -193,9 +194,50 @@ func (l *Limiter) SetRateAt(now time.Time, rate float64) {
 		return
 	}
 	l.resync(now)
+	old := l.rate
 	l.setRate(rate)
-	close(l.changed)
-	l.changed = make(chan struct{})
+	c := l.changed
+	c.at = now
+	switch {
+	case rate == 0 || old == 0:
+		c.factor = math.Inf(1) // waiters wait for the next change
+		if old == 0 {
+			c.factor = 0
+		}
+	case math.IsInf(rate, 1) || math.IsInf(old, 1):
+		c.factor = 0
+	default:
+		c.factor = old / rate
+	}
+	if rate > 0 {
+		l.nextFree = c.retime(l.nextFree)
+	}
+	l.changed = newRateChange()
+	c.next = l.changed
+	close(c.ch)
+}
+
+// rateChange is one change of rate, in a chain: waiters hold the change
+// they wait for, and on it re-time their turn and move on to the next.
+type rateChange struct {
+	ch     chan struct{} // closed when the change has happened
+	at     time.Time     // when
+	factor float64       // old rate ÷ new rate: how time still to wait stretches
+	next   *rateChange
+}
+
+func newRateChange() *rateChange { return &rateChange{ch: make(chan struct{})} }
+
+// retime returns when a turn due at t comes after the change: the time
+// still to wait after the change, scaled by old rate ÷ new rate.
+func (c *rateChange) retime(t time.Time) time.Time {
+	if !t.After(c.at) {
+		return t
+	}
+	if math.IsInf(c.factor, 1) {
+		return c.at.Add(time.Duration(math.MaxInt64 / 2))
+	}
+	return c.at.Add(time.Duration(float64(t.Sub(c.at)) * c.factor))
 }
 
 // resync adds the permits stored since nextFree. Time going backwards
@@ -285,7 +327,8 @@ func (l *Limiter) TokensAt(now time.Time) float64 {
 }
 
 // Reservation is permits taken in advance by Reserve: the caller may act
-// after Delay, or Cancel to give them back.
+// after Delay, or Cancel to give them back. Its time is fixed when it is
+// made: unlike a waiting Wait, it is not re-timed by a later SetRate.
 type Reservation struct {
 	l        *Limiter
 	ok       bool
@@ -361,8 +404,9 @@ func (l *Limiter) Wait(ctx context.Context) error { return l.WaitN(ctx, 1) }
 // would pass ctx's deadline it returns at once, without waiting or taking
 // permits, an error that wraps context.DeadlineExceeded. If ctx is done
 // while waiting it returns an error wrapping ctx.Err() and gives back the
-// permits if no later caller has queued behind them. At rate 0 it waits
-// until the rate changes or ctx is done. n ≤ 0 returns nil at once.
+// permits if no later caller has queued behind them. If the rate changes
+// while it waits, it waits again at the new rate. At rate 0 it waits until
+// the rate changes or ctx is done. n ≤ 0 returns nil at once.
 func (l *Limiter) WaitN(ctx context.Context, n int) error {
 	if n <= 0 {
 		return nil
@@ -374,7 +418,7 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 		now := l.nowFn()
 		l.mu.Lock()
 		if l.rate == 0 {
-			ch := l.changed
+			ch := l.changed.ch
 			l.mu.Unlock()
 			select {
 			case <-ch:
@@ -394,18 +438,31 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 			return fmt.Errorf("ratelimit: wait of %v would pass the deadline: %w", wait, context.DeadlineExceeded)
 		}
 		at, spent, end := l.reserve(now, float64(n))
+		change := l.changed
 		l.mu.Unlock()
-		if !at.After(now) {
-			return nil
-		}
-		t := time.NewTimer(at.Sub(now))
-		select {
-		case <-t.C:
-			return nil
-		case <-ctx.Done():
-			t.Stop()
-			l.refundAt(l.nowFn(), at, spent, end)
-			return fmt.Errorf("ratelimit: %w", ctx.Err())
+		for {
+			if !at.After(now) {
+				return nil
+			}
+			t := time.NewTimer(at.Sub(now))
+			select {
+			case <-t.C:
+				return nil
+			case <-ctx.Done():
+				t.Stop()
+				l.refundAt(l.nowFn(), at, spent, end)
+				return fmt.Errorf("ratelimit: %w", ctx.Err())
+			case <-change.ch:
+				// The rate changed while waiting: the turn moves as the
+				// limiter's schedule did (SetRateAt re-timed it the same
+				// way), so the new rate applies from that moment.
+				t.Stop()
+				l.mu.Lock()
+				at, end = change.retime(at), change.retime(end)
+				change = change.next
+				l.mu.Unlock()
+				now = l.nowFn()
+			}
 		}
 	}
 }

@@ -88,9 +88,16 @@ func TestSetRateAppliesFromThatMoment(t *testing.T) {
 	l := NewLimiter(1, 0)
 	l.AllowAt(at(0)) // next free at 1 s
 	l.SetRateAt(at(500), 100)
-	// The debt taken at the old rate stands; from 1 s on, 100/s.
-	if l.AllowAt(at(999)) || !l.AllowAt(at(1000)) || l.AllowAt(at(1005)) || !l.AllowAt(at(1010)) {
+	// The new rate applies from its moment, to the permit paid ahead too:
+	// the 500 ms still owed at 1/s are 5 ms at 100/s (Guava would keep the
+	// old debt and admit nothing before 1 s).
+	if l.AllowAt(at(504)) || !l.AllowAt(at(505)) || l.AllowAt(at(514)) || !l.AllowAt(at(515)) {
 		t.Fatal("rate change not applied from its moment")
+	}
+	// And when the rate falls, what is owed stretches.
+	l.SetRateAt(at(520), 10) // 5 ms owed at 100/s → 50 ms at 10/s
+	if l.AllowAt(at(569)) || !l.AllowAt(at(570)) {
+		t.Fatal("a falling rate did not stretch the debt")
 	}
 	l.SetRateAt(at(2000), 0)
 	if l.AllowAt(at(100_000)) {

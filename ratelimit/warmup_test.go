@@ -178,3 +178,90 @@ func TestWaitWarmingUpOnFakeTime(t *testing.T) {
 		}
 	})
 }
+
+// A Wait blocked at one rate re-evaluates when the rate changes: faster
+// when it rises, later when it falls.
+func TestWaitFollowsRateChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewLimiter(1, 0)
+		_ = l.Wait(context.Background()) // the next permit is due in 1 s
+		start := time.Now()
+		done := make(chan time.Duration)
+		go func() {
+			_ = l.Wait(context.Background())
+			done <- time.Since(start)
+		}()
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		// At 100 ms the waiter's turn (at 1 s, behind 0.9 s still owed at
+		// 1/s) is re-timed at 100/s: 0.9 s / 100 = 9 ms later.
+		l.SetRate(100)
+		if got := <-done; got != 109*time.Millisecond {
+			t.Fatalf("after the rate rose the wait ended at %v, want 109ms", got)
+		}
+		l.SetRate(1)
+		_ = l.Wait(context.Background()) // drain: next due in 1 s
+		start = time.Now()
+		go func() {
+			_ = l.Wait(context.Background())
+			done <- time.Since(start)
+		}()
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		l.SetRate(0.5) // slower: the rest of the wait stretches
+		if got := <-done; got <= time.Second {
+			t.Fatalf("after the rate fell the wait ended at %v, want later than 1s", got)
+		}
+	})
+}
+
+// Property: after any sequence of rate changes, within each constant-rate
+// segment every window of length T admits at most r·T + r·b + n permits at
+// that segment's rate r.
+func TestPropertyRateChangesApplyAtOnce(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		b := rapid.Float64Range(0, 1).Draw(t, "burst")
+		r := rapid.Float64Range(1, 200).Draw(t, "rate")
+		l := NewLimiter(r, b)
+		type seg struct {
+			start time.Time
+			rate  float64
+			at    []time.Time
+		}
+		segs := []*seg{{start: t0, rate: r}}
+		now := t0
+		for range rapid.IntRange(1, 400).Draw(t, "ops") {
+			now = now.Add(time.Duration(rapid.Int64Range(0, int64(50*time.Millisecond)).Draw(t, "gap")))
+			if rapid.IntRange(0, 20).Draw(t, "op") == 0 {
+				r = rapid.Float64Range(1, 200).Draw(t, "new rate")
+				l.SetRateAt(now, r)
+				segs = append(segs, &seg{start: now, rate: r})
+				continue
+			}
+			k := rapid.IntRange(1, 3).Draw(t, "permits")
+			if l.AllowN(now, k) {
+				cur := segs[len(segs)-1]
+				for range k {
+					cur.at = append(cur.at, now)
+				}
+			}
+		}
+		for _, s := range segs {
+			for i, start := range s.at {
+				for _, T := range []float64{0, 0.05, 0.2, 1} {
+					end := start.Add(time.Duration(T * float64(time.Second)))
+					count := 0
+					for _, a := range s.at[i:] {
+						if a.After(end) {
+							break
+						}
+						count++
+					}
+					if bound := s.rate*T + s.rate*b + 3; float64(count) > bound+1e-6 {
+						t.Fatalf("rate %v: %d admitted within %vs, bound %v", s.rate, count, T, bound)
+					}
+				}
+			}
+		}
+	})
+}
