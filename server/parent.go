@@ -119,11 +119,42 @@ type parentLink struct {
 	failures int
 	interval time.Duration // refresh interval of the last answer
 
-	mu      sync.Mutex
-	addr    string
-	stub    doormanconnect.CapacityClient
-	lastOK  time.Time
-	lastErr string
+	mu       sync.Mutex
+	addr     string
+	stub     doormanconnect.CapacityClient
+	lastOK   time.Time
+	lastErr  string
+	releases []string // resources this server no longer needs, to release at the parent
+}
+
+// release queues resources this server holds no lease for any more, to be
+// released at the parent on the link's next turn (which it triggers).
+func (l *parentLink) release(ids []string) {
+	l.mu.Lock()
+	l.releases = append(l.releases, ids...)
+	l.mu.Unlock()
+	l.poke()
+}
+
+// sendReleases gives the queued resources back to the parent (best effort:
+// on failure their leases lapse at expiry).
+func (l *parentLink) sendReleases(ctx context.Context) {
+	l.mu.Lock()
+	ids := l.releases
+	l.releases = nil
+	l.mu.Unlock()
+	for start := 0; start < len(ids); start += MaxResourcesPerRequest {
+		part := ids[start:min(start+MaxResourcesPerRequest, len(ids))]
+		addr, stub := l.current()
+		rctx, cancel := context.WithTimeout(ctx, parentTimeout)
+		_, err := stub.ReleaseCapacity(rctx, connect.NewRequest(&pb.ReleaseCapacityRequest{
+			ClientId: proto.String(l.s.opts.ID), ResourceId: part,
+		}))
+		cancel()
+		if err != nil {
+			l.s.log.Warn("releasing resources at the parent failed; their leases lapse at expiry", "parent", addr, "resources", len(part), "err", err)
+		}
+	}
 }
 
 func newParentLink(s *Server, addrs []string, hc *http.Client, dial discovery.Dialer, tlsCfg *tls.Config) *parentLink {
@@ -209,6 +240,7 @@ func (l *parentLink) run(ctx context.Context) {
 // is found while the leases it gave still run) and a failover. It returns
 // when the next turn is due. Not for concurrent use.
 func (l *parentLink) step(ctx context.Context) time.Duration {
+	l.sendReleases(ctx)
 	next, err := l.refresh(ctx)
 	if ctx.Err() != nil {
 		return 0

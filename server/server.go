@@ -586,8 +586,9 @@ func wireLease(g lease.Grant) *pb.Lease {
 
 // Sweep drops expired leases on every resource and forgets resources that
 // hold no lease (their state is rebuilt on the next request, so memory
-// stays bounded by the live leases), and records a history sample per
-// resource for the status page. Run it periodically (Run does, every second).
+// stays bounded by the live leases; an intermediate server releases them at
+// its parent), and records a history sample per resource for the status
+// page. Run it periodically (Run does, every second).
 func (s *Server) Sweep() {
 	now := s.now()
 	var dropped []string
@@ -605,6 +606,11 @@ func (s *Server) Sweep() {
 	s.mu.Unlock()
 	for _, id := range dropped {
 		s.hist.drop(id)
+	}
+	if s.parent != nil && len(dropped) > 0 {
+		// Nobody here holds these any more: give them back upstream rather
+		// than let the parent keep them booked until they expire.
+		s.parent.release(dropped)
 	}
 	s.sample(now)
 }

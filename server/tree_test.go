@@ -5,6 +5,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -258,5 +259,35 @@ func TestTreeFollowsParentMastership(t *testing.T) {
 	}
 	if st, _ := mid.Parent(); st.Current != master.addr {
 		t.Fatalf("parent link uses %s, want the master %s", st.Current, master.addr)
+	}
+}
+
+// When the last client of a resource at an intermediate releases it, the
+// intermediate releases it at its parent too, long before the lease would
+// have expired there.
+func TestTreeReleasePropagates(t *testing.T) {
+	root := startNode(t, "root", strings.Replace(treeConfig, "lease_length: 4", "lease_length: 60", 1))
+	mid := startNode(t, "mid", "", root.addr)
+	if g := ask(t, mid.addr, "c", "r", 30); g.GetGets().GetCapacity() != 30 {
+		t.Fatalf("grant %v", g.GetGets().GetCapacity())
+	}
+	if st, err := root.Status("r"); err != nil || len(st.Leases) != 1 {
+		t.Fatalf("root: %+v %v", st, err)
+	}
+	if _, err := stubFor(mid.addr).ReleaseCapacity(context.Background(), connect.NewRequest(&pb.ReleaseCapacityRequest{
+		ClientId: proto.String("c"), ResourceId: []string{"r"},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := root.Status("r")
+		if err != nil || len(st.Leases) == 0 || st.SumHas == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the root still books %v for the intermediate 10 s after its last client left (lease 60 s)", st.SumHas)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
