@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -136,5 +137,61 @@ func TestEtcdOverTLS(t *testing.T) {
 	time.Sleep(2 * time.Second) // give it a chance to (wrongly) win; not a timing assertion
 	if _, is, _ := discover(q.addr); is {
 		t.Fatal("a server without a client certificate won an election on an mTLS etcd")
+	}
+}
+
+// Flags from SLUICE_<FLAG>, a command-line flag winning over the
+// environment; --pprof; health and readiness over HTTP.
+func TestServerEnvironmentAndPprof(t *testing.T) {
+	cmd := exec.Command(binary, "server", "--listen", "127.0.0.1:0", "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "SLUICE_ID=from-env", "SLUICE_PPROF=true", "SLUICE_LOG_FORMAT=json", "SLUICE_LISTEN=127.0.0.1:1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	buf := make([]byte, 256)
+	n, err := out.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimSpace(strings.TrimPrefix(strings.SplitN(string(buf[:n]), "\n", 2)[0], "listening on "))
+	if addr == "127.0.0.1:1" {
+		t.Fatal("SLUICE_LISTEN overrode --listen")
+	}
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/debug/status?format=json"); code != 200 || !strings.Contains(body, `"id": "from-env"`) {
+		t.Fatalf("SLUICE_ID not applied: %d %s", code, body)
+	}
+	if code, _ := get("/debug/pprof/"); code != 200 {
+		t.Fatalf("SLUICE_PPROF=true: /debug/pprof/ answered %d", code)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("healthz %d", code)
+	}
+	if code, _ := get("/readyz"); code != 200 {
+		t.Fatalf("readyz %d", code)
+	}
+	// Without --pprof the profiler is not served.
+	plain := startProc(t, "plain", "server")
+	if resp, err := http.Get("http://" + plain.addr + "/debug/pprof/"); err != nil || resp.StatusCode == 200 {
+		t.Fatalf("pprof served without --pprof: %v", err)
+	}
+	// A bad value in the environment is a clear error.
+	bad := exec.Command(binary, "server", "--listen", "127.0.0.1:0")
+	bad.Env = append(os.Environ(), "SLUICE_GRACE=soon")
+	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "SLUICE_GRACE") {
+		t.Fatalf("bad SLUICE_GRACE: %v %s", err, out)
 	}
 }
