@@ -45,6 +45,9 @@ type resourceState struct {
 	listeners []func(float64)
 	changes   chan float64
 	handles   map[*Resource]struct{}
+	seq       uint64     // notifications made (under mu)
+	chMu      sync.Mutex // orders sends on changes
+	sent      uint64     // the notification last sent on changes (under chMu)
 	askMu     sync.Mutex // serializes recomputing the handles' total wants
 
 	// Time without a valid lease (in the fallback mode), for metrics.
@@ -179,18 +182,26 @@ func (r *resourceState) notifyLocked(now time.Time) func() {
 		return func() {}
 	}
 	r.current = cur
+	r.seq++
+	seq := r.seq
 	ls := append([]func(float64){}, r.listeners...)
-	if r.changes != nil {
+	return func() {
+		for _, f := range ls {
+			f(cur)
+		}
+		// The channel is told after the listeners (so a limiter bound to
+		// the resource already has the new rate), newest value only.
+		r.chMu.Lock()
+		defer r.chMu.Unlock()
+		if seq <= r.sent {
+			return // a newer value was sent already
+		}
+		r.sent = seq
 		select {
 		case <-r.changes:
 		default:
 		}
 		r.changes <- cur
-	}
-	return func() {
-		for _, f := range ls {
-			f(cur)
-		}
 	}
 }
 
