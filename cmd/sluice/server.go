@@ -279,6 +279,10 @@ command line wins.`,
 				for time.Now().Before(deadline) {
 					if is, m := srv.IsMaster(); !is && m != "" && m != addr {
 						log.Info("successor elected", "master", m)
+						// Linger a little: a client sent here by a candidate
+						// that had not yet heard of the election must still
+						// find us, and be redirected, not refused.
+						time.Sleep(min(500*time.Millisecond, time.Until(deadline)))
 						break
 					}
 					time.Sleep(20 * time.Millisecond)
