@@ -475,8 +475,15 @@ func (s *sim) mishap() {
 	}
 }
 
+// mishapf records a mishap; mishaps at the same instant are one (so that
+// reconvergence is measured once, from the instant).
 func (s *sim) mishapf(format string, args ...any) {
-	s.series.Mishaps = append(s.series.Mishaps, Mishap{T: s.elapsed(), What: fmt.Sprintf(format, args...)})
+	what, now := fmt.Sprintf(format, args...), s.elapsed()
+	if n := len(s.series.Mishaps); n > 0 && s.series.Mishaps[n-1].T == now {
+		s.series.Mishaps[n-1].What += "; " + what
+		return
+	}
+	s.series.Mishaps = append(s.series.Mishaps, Mishap{T: now, What: what})
 }
 
 func (s *sim) violation(format string, args ...any) {
