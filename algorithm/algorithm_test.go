@@ -2,6 +2,7 @@ package algorithm
 
 import (
 	"flag"
+	"fmt"
 	"math"
 	"os"
 	"testing"
@@ -235,8 +236,10 @@ func TestPropertyProportionalShareEqualShare(t *testing.T) {
 }
 
 // Property: whatever order requesters refresh in and however their wants
-// change, Σ outstanding leases never exceeds capacity, and each grant is in
-// [0, wants].
+// change, each decision obeys the requester's own rule (0 ≤ gets ≤ wants,
+// and gets ≤ what is free: capacity minus every other requester's lease),
+// and the state after every decision, the new grant included, has Σ
+// outstanding leases ≤ capacity.
 func TestPropertyNeverOvercommits(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		rs := genRequesters(t)
@@ -249,20 +252,76 @@ func TestPropertyNeverOvercommits(t *testing.T) {
 			if rapid.Bool().Draw(t, "change") {
 				rs[i].Wants = rapid.Float64Range(0, 300).Draw(t, "new wants")
 			}
-			total := 0.0
-			for _, h := range has {
-				total += h
-			}
-			g := Decide(kind, capacity, rs[i], Slice(rs), total-has[i])
-			if g < 0 || g > rs[i].Wants+eps {
-				t.Fatalf("grant %v outside [0, wants %v]", g, rs[i].Wants)
+			othersHas := sum(has) - has[i]
+			g := Decide(kind, capacity, rs[i], Slice(rs), othersHas)
+			if err := ownRule(g, rs[i].Wants, capacity-othersHas); err != nil {
+				t.Fatalf("step %d, requester %d: %v", s, i, err)
 			}
 			has[i] = g
-			if sum := total - has[i] + g; sum > capacity+1e-6 {
-				t.Fatalf("Σ outstanding %v > capacity %v", sum, capacity)
+			if err := withinCapacity(has, capacity); err != nil {
+				t.Fatalf("step %d, after requester %d gets %v: %v", s, i, g, err)
 			}
 		}
 	})
+}
+
+// ownRule checks one decision: gets is in [0, wants] and at most free
+// (what is not leased to others, or 0 if that is negative).
+func ownRule(gets, wants, free float64) error {
+	switch {
+	case !(gets >= 0):
+		return fmt.Errorf("gets %v < 0", gets)
+	case gets > wants+eps:
+		return fmt.Errorf("gets %v > wants %v", gets, wants)
+	case gets > math.Max(free, 0)+eps:
+		return fmt.Errorf("gets %v > free %v", gets, free)
+	}
+	return nil
+}
+
+// withinCapacity checks a state: Σ has ≤ capacity (up to rounding).
+func withinCapacity(has []float64, capacity float64) error {
+	if total := sum(has); total > capacity+1e-6*math.Max(1, capacity) {
+		return fmt.Errorf("Σ outstanding %v > capacity %v (leases %v)", total, capacity, has)
+	}
+	return nil
+}
+
+func sum(xs []float64) float64 {
+	total := 0.0
+	for _, x := range xs {
+		total += x
+	}
+	return total
+}
+
+// The checks of TestPropertyNeverOvercommits flag an over-committed final
+// state and a grant beyond what is free, so the property can fail.
+func TestOvercommitChecksCanFail(t *testing.T) {
+	tests := []struct {
+		name              string
+		gets, wants, free float64
+		has               []float64
+		capacity          float64
+		wantOwn, wantSum  bool // whether ownRule / withinCapacity must fail
+	}{
+		{name: "fits", gets: 50, wants: 60, free: 50, has: []float64{50, 50}, capacity: 100},
+		{name: "last grant overcommits", gets: 60, wants: 60, free: 50, has: []float64{50, 60}, capacity: 100, wantOwn: true, wantSum: true},
+		{name: "beyond wants", gets: 61, wants: 60, free: 100, has: []float64{61}, capacity: 100, wantOwn: true},
+		{name: "negative", gets: -1, wants: 60, free: 100, has: []float64{0}, capacity: 100, wantOwn: true},
+		{name: "NaN", gets: math.NaN(), wants: 60, free: 100, has: []float64{0}, capacity: 100, wantOwn: true},
+		{name: "nothing free", gets: 1, wants: 60, free: -20, has: []float64{120, 1}, capacity: 100, wantOwn: true, wantSum: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := ownRule(tt.gets, tt.wants, tt.free); (err != nil) != tt.wantOwn {
+				t.Errorf("ownRule(%v, %v, %v) = %v, want failure %v", tt.gets, tt.wants, tt.free, err, tt.wantOwn)
+			}
+			if err := withinCapacity(tt.has, tt.capacity); (err != nil) != tt.wantSum {
+				t.Errorf("withinCapacity(%v, %v) = %v, want failure %v", tt.has, tt.capacity, err, tt.wantSum)
+			}
+		})
+	}
 }
 
 // Property: when refreshes go round, the allocation converges to the
