@@ -12,7 +12,9 @@ import (
 // floor(capacity) holders at once. Lowering the capacity never revokes a
 // held slot: it only stops new acquisitions until enough holders release.
 // Waiters are served first come, first served. It is safe for concurrent
-// use.
+// use. The zero value is a gauge of capacity 0, as NewGauge(0) returns: it
+// admits nothing (TryAcquire is false, Acquire waits) until SetCapacity
+// raises its capacity. A Gauge must not be copied after first use.
 //
 // Source: doorman-design.md, "Client library" (GaugeResource).
 type Gauge struct {

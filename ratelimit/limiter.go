@@ -32,6 +32,14 @@ import (
 // The zero rate admits nothing; +Inf admits everything. It is safe for
 // concurrent use.
 //
+// The zero value is usable: a SmoothBursty limiter at rate 0 with no stored
+// permits (maxBurstSeconds 0) reading time.Now, as NewLimiter(0, 0) returns.
+// Like golang.org/x/time/rate's zero Limiter it admits nothing — Allow is
+// false, Reserve is not OK, Wait blocks until the rate changes or its
+// context ends, Tokens is 0 — until SetRate gives it a rate; it then
+// spaces permits at that rate and stores none. A Limiter must not be copied
+// after first use.
+//
 // Source: guava-ratelimiter.md, "SmoothRateLimiter", "SmoothBursty",
 // "SmoothWarmingUp".
 type Limiter struct {
@@ -58,7 +66,8 @@ type Limiter struct {
 type Option func(*Limiter)
 
 // WithClock makes the limiter read time from now instead of time.Now (for
-// the methods without a now argument, and Wait's deadline checks).
+// the methods without a now argument, and Wait's deadline checks); nil
+// means time.Now.
 func WithClock(now func() time.Time) Option { return func(l *Limiter) { l.nowFn = now } }
 
 // NewLimiter returns a SmoothBursty limiter issuing rate permits per second
@@ -177,7 +186,7 @@ func (l *Limiter) Rate() float64 {
 }
 
 // SetRate sets the rate (permits per second) from now on.
-func (l *Limiter) SetRate(rate float64) { l.SetRateAt(l.nowFn(), rate) }
+func (l *Limiter) SetRate(rate float64) { l.SetRateAt(l.now(), rate) }
 
 // SetRateAt sets the rate from now on: permits accrued until now are
 // counted at the old rate, the stored permits are scaled to the new
@@ -196,7 +205,7 @@ func (l *Limiter) SetRateAt(now time.Time, rate float64) {
 	l.resync(now)
 	old := l.rate
 	l.setRate(rate)
-	c := l.changed
+	c := l.changeLocked()
 	c.at = now
 	switch {
 	case rate == 0 || old == 0:
@@ -227,6 +236,23 @@ type rateChange struct {
 }
 
 func newRateChange() *rateChange { return &rateChange{ch: make(chan struct{})} }
+
+// changeLocked returns the next rate change, making it if the limiter is a
+// zero value. The caller holds l.mu.
+func (l *Limiter) changeLocked() *rateChange {
+	if l.changed == nil {
+		l.changed = newRateChange()
+	}
+	return l.changed
+}
+
+// now reads the limiter's clock: time.Now unless WithClock set one.
+func (l *Limiter) now() time.Time {
+	if l.nowFn == nil {
+		return time.Now()
+	}
+	return l.nowFn()
+}
 
 // retime returns when a turn due at t comes after the change: the time
 // still to wait after the change, scaled by old rate ÷ new rate.
@@ -279,7 +305,7 @@ func (l *Limiter) reserveSynced(n float64) (at time.Time, spent float64, end tim
 }
 
 // Allow reports whether one permit is available now, and takes it if so.
-func (l *Limiter) Allow() bool { return l.AllowN(l.nowFn(), 1) }
+func (l *Limiter) Allow() bool { return l.AllowN(l.now(), 1) }
 
 // AllowAt is Allow at time now.
 func (l *Limiter) AllowAt(now time.Time) bool { return l.AllowN(now, 1) }
@@ -308,7 +334,7 @@ func (l *Limiter) AllowN(now time.Time, n int) bool {
 
 // Tokens returns the permits available now: stored permits, minus the
 // permits already paid ahead (negative when callers are queued).
-func (l *Limiter) Tokens() float64 { return l.TokensAt(l.nowFn()) }
+func (l *Limiter) Tokens() float64 { return l.TokensAt(l.now()) }
 
 // TokensAt is Tokens at time now. It does not change the limiter.
 func (l *Limiter) TokensAt(now time.Time) float64 {
@@ -343,7 +369,7 @@ type Reservation struct {
 func (r *Reservation) OK() bool { return r.ok }
 
 // Delay is DelayFrom(now), with the limiter's clock.
-func (r *Reservation) Delay() time.Duration { return r.DelayFrom(r.l.nowFn()) }
+func (r *Reservation) Delay() time.Duration { return r.DelayFrom(r.l.now()) }
 
 // DelayFrom returns how long after now the caller must wait before acting:
 // 0 if at once, math.MaxInt64 if the reservation is not OK.
@@ -355,7 +381,7 @@ func (r *Reservation) DelayFrom(now time.Time) time.Duration {
 }
 
 // Cancel is CancelAt(now), with the limiter's clock.
-func (r *Reservation) Cancel() { r.CancelAt(r.l.nowFn()) }
+func (r *Reservation) Cancel() { r.CancelAt(r.l.now()) }
 
 // CancelAt gives the permits back, as far as that can be done: if no later
 // reservation queued behind this one, the limiter's schedule goes back to
@@ -374,7 +400,7 @@ func (r *Reservation) CancelAt(now time.Time) {
 }
 
 // Reserve is ReserveN(now, 1), with the limiter's clock.
-func (l *Limiter) Reserve() *Reservation { return l.ReserveN(l.nowFn(), 1) }
+func (l *Limiter) Reserve() *Reservation { return l.ReserveN(l.now(), 1) }
 
 // ReserveN takes n permits at now, paying ahead like Wait, and returns the
 // reservation: act after its Delay, or Cancel it. At rate 0 the reservation
@@ -415,10 +441,10 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("ratelimit: %w", err)
 		}
-		now := l.nowFn()
+		now := l.now()
 		l.mu.Lock()
 		if l.rate == 0 {
-			ch := l.changed.ch
+			ch := l.changeLocked().ch
 			l.mu.Unlock()
 			select {
 			case <-ch:
@@ -438,7 +464,7 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 			return fmt.Errorf("ratelimit: wait of %v would pass the deadline: %w", wait, context.DeadlineExceeded)
 		}
 		at, spent, end := l.reserve(now, float64(n))
-		change := l.changed
+		change := l.changeLocked()
 		l.mu.Unlock()
 		for {
 			if !at.After(now) {
@@ -450,7 +476,7 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 				return nil
 			case <-ctx.Done():
 				t.Stop()
-				l.refundAt(l.nowFn(), at, spent, end)
+				l.refundAt(l.now(), at, spent, end)
 				return fmt.Errorf("ratelimit: %w", ctx.Err())
 			case <-change.ch:
 				// The rate changed while waiting: the turn moves as the
@@ -461,7 +487,7 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 				at, end = change.retime(at), change.retime(end)
 				change = change.next
 				l.mu.Unlock()
-				now = l.nowFn()
+				now = l.now()
 			}
 		}
 	}
