@@ -14,11 +14,19 @@
 //     gets what is free now and the rest on a later refresh, once the others
 //     have given theirs back.
 //
+// Build turns a kind and its named parameters (from a template, or pushed
+// down by a parent) into the Instance a resource runs: an unknown kind runs
+// as NoAlgorithm and says so (Instance.FellBack); ParseParameters checks
+// the parameters of the design's table (decay_factor is honoured;
+// lease_duration_secs and refresh_interval duplicate fields of the
+// Algorithm message and are refused; any other name is unknown).
+//
 // Because Demand is an ordered summary (package lease keeps it in a balanced
 // tree), one decision costs O(log n) in the number of requesters, not O(n).
 //
-// Source: doorman-design.md, "Algorithms" and "Available algorithms";
-// charon-paper.md §5.1.
+// Source: doorman-design.md, "Algorithms", "Finding the algorithm to use",
+// "Common algorithm parameters" and "Available algorithms"; charon-paper.md
+// §5.1.
 package algorithm
 
 import "math"
@@ -55,7 +63,8 @@ type Demand interface {
 // the sum of every other requester's unexpired lease. The result is ≥ 0 and
 // for the sharing algorithms ≤ capacity − othersHas, so Σ outstanding never
 // exceeds capacity. An unknown kind behaves as NoAlgorithm (the design's
-// fallback, "Finding the algorithm to use").
+// fallback, "Finding the algorithm to use"); callers resolve the kind with
+// Build first, so that the fallback is seen, logged and counted.
 func Decide(kind Kind, capacity float64, r Requester, d Demand, othersHas float64) float64 {
 	var target float64
 	switch kind {

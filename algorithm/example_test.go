@@ -1,6 +1,7 @@
 package algorithm_test
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/sluice-rl/sluice/algorithm"
@@ -22,4 +23,15 @@ func ExampleDecide() {
 	gets := algorithm.Decide(algorithm.FairShare, 100, algorithm.Requester{Wants: 80, Subclients: 1}, demand, 80)
 	fmt.Println(gets)
 	// Output: 20
+}
+
+// A server adopting what its parent pushed down: a kind it does not know
+// runs as NO_ALGORITHM, and Build says so, for the log and the metric.
+func ExampleBuild() {
+	inst, err := algorithm.Build(algorithm.Kind(7), []algorithm.Parameter{{Name: "decay_factor", Value: "0.25"}})
+	fmt.Println(inst.Kind, inst.FellBack, inst.Params.DecayFactor)
+	fmt.Println(errors.Is(err, algorithm.ErrUnknownKind))
+	// Output:
+	// NO_ALGORITHM true 0.25
+	// true
 }
