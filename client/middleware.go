@@ -20,14 +20,17 @@ import (
 // limited.
 
 // UnaryClientInterceptor returns a gRPC client interceptor that waits for a
-// permit from pick(method) before each call. If the wait would pass the
-// call's deadline it fails at once with codes.ResourceExhausted (wrapping
-// nothing is sent).
+// permit from pick(method) before each call (nil: the call is not limited).
+// If the wait would pass the call's deadline it fails at once with
+// codes.ResourceExhausted; if the call's context ends first (before or
+// while waiting) it fails with codes.Canceled or codes.DeadlineExceeded, as
+// the server interceptors do. In both cases nothing is sent. Safe for
+// concurrent use.
 func UnaryClientInterceptor(pick func(method string) *RateLimiter) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if l := pick(method); l != nil {
 			if err := l.Wait(ctx); err != nil {
-				return status.Errorf(codes.ResourceExhausted, "sluice: %s: %v", method, err)
+				return waitStatus(ctx, method, err)
 			}
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
@@ -35,12 +38,12 @@ func UnaryClientInterceptor(pick func(method string) *RateLimiter) grpc.UnaryCli
 }
 
 // StreamClientInterceptor is UnaryClientInterceptor for streams: one permit
-// per stream opened.
+// per stream opened, with the same status codes.
 func StreamClientInterceptor(pick func(method string) *RateLimiter) grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		if l := pick(method); l != nil {
 			if err := l.Wait(ctx); err != nil {
-				return nil, status.Errorf(codes.ResourceExhausted, "sluice: %s: %v", method, err)
+				return nil, waitStatus(ctx, method, err)
 			}
 		}
 		return streamer(ctx, desc, cc, method, opts...)
@@ -50,7 +53,9 @@ func StreamClientInterceptor(pick func(method string) *RateLimiter) grpc.StreamC
 // RoundTripper returns an http.RoundTripper that waits for a permit from
 // pick(req) before sending each request through next (nil:
 // http.DefaultTransport). A wait that would pass the request's deadline
-// fails at once with an error wrapping context.DeadlineExceeded.
+// fails at once with an error wrapping context.DeadlineExceeded; a request
+// whose context ends first fails with an error wrapping its ctx.Err()
+// (context.Canceled or context.DeadlineExceeded). Nothing is sent then.
 func RoundTripper(next http.RoundTripper, pick func(*http.Request) *RateLimiter) http.RoundTripper {
 	if next == nil {
 		next = http.DefaultTransport
@@ -170,13 +175,26 @@ func StreamServerInterceptor(pick func(fullMethod string) *RateLimiter, maxWait 
 	}
 }
 
+// waitStatus is the gRPC status of a failed wait for a permit, for the
+// client and the server interceptors alike: if ctx has ended (cancelled, or
+// its deadline passed) the status of that (codes.Canceled or
+// codes.DeadlineExceeded, by status.FromContextError); otherwise the
+// limiter refused because the wait would pass ctx's deadline:
+// codes.ResourceExhausted.
+func waitStatus(ctx context.Context, method string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return status.FromContextError(cerr).Err()
+	}
+	return status.Errorf(codes.ResourceExhausted, "sluice: %s: %v", method, err)
+}
+
 func admitGRPC(ctx context.Context, l *RateLimiter, maxWait time.Duration) error {
 	if l == nil {
 		return nil
 	}
 	wait, err := admit(ctx, l, maxWait)
 	if err != nil {
-		return status.FromContextError(err).Err()
+		return waitStatus(ctx, "", err)
 	}
 	if wait > 0 {
 		_ = grpc.SetHeader(ctx, metadata.Pairs("retry-after", strconv.FormatInt(retryAfter(wait), 10)))

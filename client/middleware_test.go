@@ -177,3 +177,75 @@ func TestGRPCInterceptors(t *testing.T) {
 		t.Fatalf("server saw %d unary calls from the limited client, want 1", got)
 	}
 }
+
+// The client interceptors and the RoundTripper report a context that ends
+// (cancelled, or past its deadline) as that, not as a rate limit:
+// codes.Canceled and codes.DeadlineExceeded for gRPC, as the server
+// interceptors do; only a wait that would pass a deadline still ahead is
+// codes.ResourceExhausted. Nothing is sent in any of these cases.
+func TestClientInterceptorErrorCodes(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	ahead, cancel3 := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel3()
+	// Cancelled while the calls wait (or before: either way Canceled).
+	waiting, cancel4 := context.WithCancel(context.Background())
+	defer time.AfterFunc(20*time.Millisecond, cancel4).Stop()
+	for _, tt := range []struct {
+		name string
+		ctx  context.Context
+		want codes.Code
+	}{
+		{"cancelled", cancelled, codes.Canceled},
+		{"deadline passed", expired, codes.DeadlineExceeded},
+		{"cancelled while waiting", waiting, codes.Canceled},
+		// At 1 permit per 10 000 s with the permit taken, the next is
+		// more than an hour away.
+		{"wait would pass the deadline", ahead, codes.ResourceExhausted},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			lim := limiterAt(t, 0.0001)
+			if !lim.Allow() {
+				t.Fatal("the first permit was refused")
+			}
+			pick := func(string) *client.RateLimiter { return lim }
+			sent := 0
+			invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+				sent++
+				return nil
+			}
+			err := client.UnaryClientInterceptor(pick)(tt.ctx, "/svc/M", nil, nil, nil, invoker)
+			if status.Code(err) != tt.want {
+				t.Errorf("unary: %v, want %v", err, tt.want)
+			}
+			streamer := func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+				sent++
+				return nil, nil
+			}
+			_, err = client.StreamClientInterceptor(pick)(tt.ctx, &grpc.StreamDesc{}, nil, "/svc/S", streamer)
+			if status.Code(err) != tt.want {
+				t.Errorf("stream: %v, want %v", err, tt.want)
+			}
+			rt := client.RoundTripper(roundTripFunc(func(*http.Request) (*http.Response, error) {
+				sent++
+				return nil, errors.New("sent")
+			}), func(*http.Request) *client.RateLimiter { return lim })
+			req, _ := http.NewRequestWithContext(tt.ctx, "GET", "http://example.invalid/", nil)
+			_, err = rt.RoundTrip(req)
+			wantErr := map[codes.Code]error{codes.Canceled: context.Canceled, codes.DeadlineExceeded: context.DeadlineExceeded,
+				codes.ResourceExhausted: context.DeadlineExceeded}[tt.want]
+			if !errors.Is(err, wantErr) {
+				t.Errorf("RoundTripper: %v, want an error wrapping %v", err, wantErr)
+			}
+			if sent != 0 {
+				t.Errorf("%d calls were sent", sent)
+			}
+		})
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
