@@ -9,7 +9,7 @@
 //	resources:
 //	  - identifier_glob: "db/*"
 //	    capacity: 1000
-//	    safe_capacity: 10        # optional
+//	    safe_capacity: 10        # optional; -1: no limit
 //	    description: "…"         # optional
 //	    algorithm:
 //	      kind: FAIR_SHARE
@@ -18,8 +18,40 @@
 //	      learning_mode_duration: 60   # optional; default lease_length
 //	      parameters: [{name: decay_factor, value: "0.5"}]
 //
-// Source: doorman-design.md, "Root server configuration"; doorman-wire.md,
-// ResourceTemplate.
+// # Safe capacity
+//
+// safe_capacity is what a client may use while it cannot refresh its lease.
+// Absent, the server computes it (capacity ÷ the clients it knows). 0
+// forbids the resource. -1 (NoSafeCapacityLimit) means no limit: the
+// template keeps -1, the server sends -1 in the wire field safe_capacity
+// (the design returns the configured safe capacity with every lease), and
+// a client in safe mode that holds no valid lease is not limited at all
+// (+Inf; Sluice's client treats any negative safe capacity so). Any other
+// negative value is an error.
+//
+// # Algorithm parameters
+//
+// parameters holds the named parameters of the design's table "Common
+// algorithm parameters"; none is silently ignored (see
+// algorithm.ParseParameters):
+//
+//   - decay_factor (a number in (0, 1], default 0.5) is honoured: the
+//     factor by which the refresh interval decays per level up the server
+//     tree.
+//   - lease_duration_secs and refresh_interval are refused: they duplicate
+//     the fields algorithm.lease_length and algorithm.refresh_interval,
+//     which Doorman's Algorithm message requires anyway, and one rule must
+//     have one source. The error says which field to set. So are
+//     lease_length and learning_mode_duration as parameter names.
+//   - Any other name is an error, and so is a name given twice.
+//
+// Parameters are passed on to child servers verbatim
+// (Algorithm.Parameters); Algorithm.Params holds them resolved.
+//
+// Source: doorman-design.md, "Root server configuration", "Optimistic,
+// pessimistic and safe mode operation" and "Common algorithm parameters";
+// doorman-wire.md, ResourceTemplate; charon-paper.md §5.1 (a safe capacity
+// of -1 disables rate limiting).
 package config
 
 import (
@@ -33,7 +65,6 @@ import (
 	"os"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -51,7 +82,10 @@ type Template struct {
 	IdentifierGlob string
 	// Capacity is the capacity to divide (for Static: per client), ≥ 0.
 	Capacity float64
-	// SafeCapacity is the configured safe capacity when HasSafeCapacity.
+	// SafeCapacity is the configured safe capacity, in the resource's unit
+	// per client, when HasSafeCapacity: ≥ 0, or NoSafeCapacityLimit (-1)
+	// for no limit. HasSafeCapacity is false when the file does not set it
+	// (the server then computes it).
 	SafeCapacity    float64
 	HasSafeCapacity bool
 	// Description is free text.
@@ -62,7 +96,23 @@ type Template struct {
 	Index int
 }
 
-// Algorithm is a template's algorithm with its durations resolved.
+// NoSafeCapacityLimit is the safe_capacity that means "no limit": a client
+// that cannot refresh its lease is not limited. It is kept as -1 in the
+// Template and sent as -1 on the wire.
+//
+// Source: charon-paper.md §5.1 ("If this capacity is -1, then rate limiting
+// is disabled"); doorman-design.md, "Optimistic, pessimistic and safe mode
+// operation".
+const NoSafeCapacityLimit = -1.0
+
+// SafeCapacityUnlimited reports whether the template sets safe_capacity to
+// NoSafeCapacityLimit.
+func (t Template) SafeCapacityUnlimited() bool {
+	return t.HasSafeCapacity && t.SafeCapacity == NoSafeCapacityLimit
+}
+
+// Algorithm is a template's algorithm with its durations and parameters
+// resolved.
 type Algorithm struct {
 	Kind algorithm.Kind
 	// LeaseLength and RefreshInterval are whole seconds;
@@ -72,11 +122,16 @@ type Algorithm struct {
 	// LearningModeDuration is whole seconds; it is LeaseLength when the
 	// file does not set it, and may be 0 (no learning mode).
 	LearningModeDuration time.Duration
-	Parameters           []Parameter
+	// Parameters are the named parameters as written in the file, in file
+	// order, each known and valid; a server passes them on to its children.
+	Parameters []Parameter
+	// Params are Parameters resolved, every parameter not given at its
+	// default (decay_factor 0.5).
+	Params algorithm.Params
 }
 
-// Parameter is a named algorithm parameter.
-type Parameter struct{ Name, Value string }
+// Parameter is a named algorithm parameter, {name, value} in the file.
+type Parameter = algorithm.Parameter
 
 // Param returns the value of parameter name.
 func (a Algorithm) Param(name string) (string, bool) {
@@ -281,8 +336,8 @@ func (rt rawTemplate) validate(i int) (Template, error) {
 		switch v := *rt.SafeCapacity; {
 		case math.IsNaN(v) || math.IsInf(v, 0):
 			bad("safe_capacity", "%v is not a finite number", v)
-		case v < 0:
-			bad("safe_capacity", "%v is negative", v)
+		case v < 0 && v != NoSafeCapacityLimit:
+			bad("safe_capacity", "%v is negative; the only negative value is -1 (no limit)", v)
 		default:
 			t.SafeCapacity, t.HasSafeCapacity = v, true
 		}
@@ -333,25 +388,49 @@ func (rt rawTemplate) validate(i int) (Template, error) {
 			t.Algorithm.LearningModeDuration = d
 		}
 	}
+	ps := make([]Parameter, len(a.Parameters))
 	for j, p := range a.Parameters {
-		field := fmt.Sprintf("algorithm.parameters[%d]", j)
-		if p.Name == nil || *p.Name == "" {
-			bad(field+".name", "required")
+		if p.Name != nil {
+			ps[j].Name = *p.Name
+		}
+		if p.Value != nil {
+			ps[j].Value = *p.Value
+		}
+	}
+	params, err := algorithm.ParseParameters(ps)
+	for _, e := range unjoin(err) {
+		var pe *algorithm.ParameterError
+		if !errors.As(e, &pe) {
+			bad("algorithm.parameters", "%v", e)
 			continue
 		}
-		v := ""
-		if p.Value != nil {
-			v = *p.Value
+		field := fmt.Sprintf("algorithm.parameters[%d]", pe.Index)
+		switch {
+		case pe.Name == "":
+			bad(field+".name", "required")
+		case errors.Is(pe, algorithm.ErrBadParameterValue):
+			bad(field+".value", "%v", pe)
+		default:
+			bad(field+".name", "%v", pe)
 		}
-		if *p.Name == "decay_factor" {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil || !(f > 0 && f <= 1) {
-				bad(field+".value", "decay_factor %q must be a number in (0, 1]", v)
-			}
-		}
-		t.Algorithm.Parameters = append(t.Algorithm.Parameters, Parameter{Name: *p.Name, Value: v})
 	}
+	if len(ps) > 0 {
+		t.Algorithm.Parameters = ps
+	}
+	t.Algorithm.Params = params
 	return t, errors.Join(errs...)
+}
+
+// unjoin returns the errors err joins (errors.Join), err itself if it
+// joins none, or nil.
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // Fields each level of the file may have (the yaml tags of rawRepo,

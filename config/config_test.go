@@ -45,11 +45,11 @@ func TestParseValid(t *testing.T) {
 		tmpl.Algorithm.LeaseLength != 60*time.Second || tmpl.Algorithm.RefreshInterval != 16*time.Second || tmpl.Algorithm.LearningModeDuration != 0 {
 		t.Fatalf("db/replica-1: %+v", tmpl)
 	}
-	if v, ok := tmpl.Algorithm.Param("decay_factor"); !ok || v != "0.5" {
-		t.Fatalf("decay_factor %q %v", v, ok)
+	if v, ok := tmpl.Algorithm.Param("decay_factor"); !ok || v != "0.5" || tmpl.Algorithm.Params.DecayFactor != 0.5 {
+		t.Fatalf("decay_factor %q %v (%+v)", v, ok, tmpl.Algorithm.Params)
 	}
 	tmpl, _ = r.Find("db/replica-2")
-	if tmpl.IdentifierGlob != "db/*" || tmpl.Algorithm.LearningModeDuration != 60*time.Second {
+	if tmpl.IdentifierGlob != "db/*" || tmpl.Algorithm.LearningModeDuration != 60*time.Second || tmpl.Algorithm.Params != algorithm.DefaultParams() {
 		t.Fatalf("db/replica-2: %+v (learning mode defaults to the lease length)", tmpl)
 	}
 	// '*' does not cross '/': "a/b" matches no template.
@@ -90,14 +90,15 @@ func TestParseErrorsNameTemplateAndField(t *testing.T) {
 		{"negative capacity", tmpl("identifier_glob: a\n    capacity: -5\n    " + alg), []string{`("a")`, "capacity: -5 is negative"}},
 		{"missing capacity", tmpl("identifier_glob: a\n    " + alg), []string{"capacity: required"}},
 		{"NaN capacity", tmpl("identifier_glob: a\n    capacity: .nan\n    " + alg), []string{"capacity: NaN is not a finite number"}},
-		{"negative safe capacity", tmpl("identifier_glob: a\n    capacity: 1\n    safe_capacity: -1\n    " + alg), []string{"safe_capacity: -1 is negative"}},
+		{"negative safe capacity", tmpl("identifier_glob: a\n    capacity: 1\n    safe_capacity: -2\n    " + alg), []string{`resources[0] ("a"): safe_capacity: -2 is negative`, "only negative value is -1 (no limit)"}},
+		{"small negative safe capacity", tmpl("identifier_glob: a\n    capacity: 1\n    safe_capacity: -0.5\n    " + alg), []string{`resources[0] ("a"): safe_capacity: -0.5 is negative`}},
+		{"infinite safe capacity", tmpl("identifier_glob: a\n    capacity: 1\n    safe_capacity: -.inf\n    " + alg), []string{`resources[0] ("a"): safe_capacity: -Inf is not a finite number`}},
 		{"missing algorithm", tmpl("identifier_glob: a\n    capacity: 1"), []string{"algorithm: required"}},
 		{"unknown kind", tmpl("identifier_glob: a\n    capacity: 1\n    algorithm: {kind: ROUND_ROBIN, lease_length: 60, refresh_interval: 16}"), []string{"algorithm.kind", "ROUND_ROBIN"}},
 		{"refresh beyond lease", tmpl("identifier_glob: db\n    capacity: 1\n    algorithm: {kind: FAIR_SHARE, lease_length: 10, refresh_interval: 30}"), []string{`resources[0] ("db")`, "algorithm.refresh_interval: 30 exceeds lease_length 10"}},
 		{"zero lease", tmpl("identifier_glob: a\n    capacity: 1\n    algorithm: {kind: FAIR_SHARE, lease_length: 0, refresh_interval: 0}"), []string{"algorithm.lease_length: 0 seconds, must be at least 1"}},
 		{"missing refresh", tmpl("identifier_glob: a\n    capacity: 1\n    algorithm: {kind: FAIR_SHARE, lease_length: 10}"), []string{"algorithm.refresh_interval: required"}},
 		{"negative learning", tmpl("identifier_glob: a\n    capacity: 1\n    algorithm: {kind: FAIR_SHARE, lease_length: 10, refresh_interval: 5, learning_mode_duration: -1}"), []string{"algorithm.learning_mode_duration"}},
-		{"bad decay factor", tmpl("identifier_glob: a\n    capacity: 1\n    algorithm: {kind: FAIR_SHARE, lease_length: 10, refresh_interval: 5, parameters: [{name: decay_factor, value: \"2\"}]}"), []string{"algorithm.parameters[0].value", "decay_factor"}},
 		{"duplicate glob", "resources:\n  - {identifier_glob: a, capacity: 1, " + alg + "}\n  - {identifier_glob: a, capacity: 2, " + alg + "}\n", []string{`resources[1] ("a"): identifier_glob: duplicate of resources[0]`}},
 		{"two documents", "resources: []\n---\nresources: []\n", []string{"more than one YAML document"}},
 		{"not yaml", "resources: [", []string{"config:"}},
@@ -113,6 +114,113 @@ func TestParseErrorsNameTemplateAndField(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not mention %q", err, w)
 				}
+			}
+		})
+	}
+}
+
+// Every named parameter of the design's table is honoured or refused with
+// an error that names the template, the field and the parameter.
+// Source: doorman-design.md, "Common algorithm parameters".
+func TestParseAlgorithmParameters(t *testing.T) {
+	doc := func(params string) string {
+		return "resources:\n  - identifier_glob: db\n    capacity: 1\n    algorithm:\n      kind: FAIR_SHARE\n      lease_length: 10\n      refresh_interval: 5\n      parameters: " + params + "\n"
+	}
+	tests := []struct {
+		name      string
+		params    string
+		wantDecay float64  // when accepted
+		want      []string // what the error must mention; nil: accepted
+	}{
+		{name: "none", params: "[]", wantDecay: 0.5},
+		{name: "decay factor honoured", params: `[{name: decay_factor, value: "0.25"}]`, wantDecay: 0.25},
+		{name: "decay factor one", params: `[{name: decay_factor, value: "1"}]`, wantDecay: 1},
+		{name: "decay factor above one", params: `[{name: decay_factor, value: "2"}]`,
+			want: []string{`resources[0] ("db"): algorithm.parameters[0].value: decay_factor "2" must be a number in (0, 1]`}},
+		{name: "decay factor zero", params: `[{name: decay_factor, value: "0"}]`,
+			want: []string{`resources[0] ("db"): algorithm.parameters[0].value: decay_factor "0"`}},
+		{name: "decay factor negative", params: `[{name: decay_factor, value: "-0.5"}]`,
+			want: []string{`resources[0] ("db"): algorithm.parameters[0].value: decay_factor "-0.5"`}},
+		{name: "decay factor NaN", params: `[{name: decay_factor, value: "NaN"}]`,
+			want: []string{`algorithm.parameters[0].value: decay_factor "NaN"`}},
+		{name: "decay factor not a number", params: `[{name: decay_factor, value: "half"}]`,
+			want: []string{`algorithm.parameters[0].value: decay_factor "half"`}},
+		{name: "decay factor without value", params: `[{name: decay_factor}]`,
+			want: []string{`algorithm.parameters[0].value: decay_factor ""`}},
+		{name: "lease_duration_secs duplicates lease_length", params: `[{name: lease_duration_secs, value: "60"}]`,
+			want: []string{`resources[0] ("db"): algorithm.parameters[0].name: lease_duration_secs duplicates the algorithm field lease_length, which sets the same thing: set lease_length instead`}},
+		{name: "lease_duration_secs even when equal", params: `[{name: lease_duration_secs, value: "10"}]`,
+			want: []string{`algorithm.parameters[0].name: lease_duration_secs`, "set lease_length instead"}},
+		{name: "refresh_interval duplicates refresh_interval", params: `[{name: refresh_interval, value: "5"}]`,
+			want: []string{`resources[0] ("db"): algorithm.parameters[0].name: refresh_interval duplicates the algorithm field refresh_interval, which sets the same thing: set refresh_interval instead`}},
+		{name: "learning_mode_duration as a parameter", params: `[{name: learning_mode_duration, value: "5"}]`,
+			want: []string{`algorithm.parameters[0].name: learning_mode_duration`, "set learning_mode_duration instead"}},
+		{name: "unknown name", params: `[{name: decay_factr, value: "0.5"}]`,
+			want: []string{`resources[0] ("db"): algorithm.parameters[0].name: unknown algorithm parameter "decay_factr"`, "decay_factor"}},
+		{name: "missing name", params: `[{value: "0.5"}]`,
+			want: []string{`resources[0] ("db"): algorithm.parameters[0].name: required`}},
+		{name: "given twice", params: `[{name: decay_factor, value: "0.5"}, {name: decay_factor, value: "0.25"}]`,
+			want: []string{`resources[0] ("db"): algorithm.parameters[1].name: decay_factor given more than once (first at parameters[0])`}},
+		{name: "every problem reported", params: `[{name: lease_duration_secs, value: "60"}, {name: decay_factor, value: "5"}, {name: x}]`,
+			want: []string{"algorithm.parameters[0].name: lease_duration_secs", "algorithm.parameters[1].value: decay_factor", `algorithm.parameters[2].name: unknown algorithm parameter "x"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := Parse([]byte(doc(tt.params)))
+			if tt.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				tmpl, _ := r.Find("db")
+				if tmpl.Algorithm.Params.DecayFactor != tt.wantDecay {
+					t.Fatalf("decay factor %v, want %v", tmpl.Algorithm.Params.DecayFactor, tt.wantDecay)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("accepted: %s", tt.params)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// safe_capacity: -1 means no limit and is kept as -1 (and sent as -1); 0
+// forbids; any other negative value is an error (TestParseErrorsNameTemplateAndField).
+// Source: charon-paper.md §5.1; doorman-design.md, "Optimistic, pessimistic
+// and safe mode operation".
+func TestParseSafeCapacity(t *testing.T) {
+	tests := []struct {
+		name      string
+		field     string // the safe_capacity line, or "" for none
+		wantHas   bool
+		wantSafe  float64
+		unlimited bool
+	}{
+		{name: "absent: computed by the server", field: ""},
+		{name: "no limit", field: "safe_capacity: -1", wantHas: true, wantSafe: -1, unlimited: true},
+		{name: "no limit, written as a float", field: "safe_capacity: -1.0", wantHas: true, wantSafe: -1, unlimited: true},
+		{name: "forbidden", field: "safe_capacity: 0", wantHas: true, wantSafe: 0},
+		{name: "a number", field: "safe_capacity: 7.5", wantHas: true, wantSafe: 7.5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := "resources:\n  - identifier_glob: a\n    capacity: 100\n    " + tt.field + "\n    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 16}\n"
+			r, err := Parse([]byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl, _ := r.Find("a")
+			if tmpl.HasSafeCapacity != tt.wantHas || tmpl.SafeCapacity != tt.wantSafe || tmpl.SafeCapacityUnlimited() != tt.unlimited {
+				t.Fatalf("template %+v (unlimited %v)", tmpl, tmpl.SafeCapacityUnlimited())
+			}
+			p := r.Proto().GetResources()[0]
+			if (p.SafeCapacity != nil) != tt.wantHas || p.GetSafeCapacity() != tt.wantSafe {
+				t.Fatalf("proto safe_capacity %v", p.SafeCapacity)
 			}
 		})
 	}
@@ -201,6 +309,9 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("resources: [{identifier_glob: '[', capacity: 1, algorithm: {kind: STATIC, lease_length: 1, refresh_interval: 1}}]"))
 	f.Add([]byte("{}"))
 	f.Add([]byte("- 1\n- 2"))
+	f.Add([]byte("resources: [{identifier_glob: a, capacity: 1, safe_capacity: -1, algorithm: {kind: FAIR_SHARE, lease_length: 2, refresh_interval: 1}}]"))
+	f.Add([]byte("resources: [{identifier_glob: a, capacity: 1, safe_capacity: -1.5, algorithm: {kind: FAIR_SHARE, lease_length: 2, refresh_interval: 1}}]"))
+	f.Add([]byte(`resources: [{identifier_glob: a, capacity: 1, algorithm: {kind: FAIR_SHARE, lease_length: 2, refresh_interval: 1, parameters: [{name: decay_factor, value: "0.3"}, {name: lease_duration_secs, value: "2"}]}}]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := Parse(data)
 		if err != nil {
@@ -211,9 +322,13 @@ func FuzzParse(f *testing.F) {
 		}
 		for _, tmpl := range r.Templates() {
 			a := tmpl.Algorithm
-			if !(tmpl.Capacity >= 0) || tmpl.SafeCapacity < 0 || a.LeaseLength <= 0 || a.RefreshInterval <= 0 ||
-				a.RefreshInterval > a.LeaseLength || a.LearningModeDuration < 0 || !a.Kind.Valid() {
+			if !(tmpl.Capacity >= 0) || (tmpl.SafeCapacity < 0 && tmpl.SafeCapacity != NoSafeCapacityLimit) || a.LeaseLength <= 0 || a.RefreshInterval <= 0 ||
+				a.RefreshInterval > a.LeaseLength || a.LearningModeDuration < 0 || !a.Kind.Valid() ||
+				!(a.Params.DecayFactor > 0 && a.Params.DecayFactor <= 1) {
 				t.Fatalf("invalid template accepted: %+v", tmpl)
+			}
+			if _, err := algorithm.ParseParameters(a.Parameters); err != nil {
+				t.Fatalf("parameters accepted that algorithm refuses: %v", err)
 			}
 			if got, ok := r.Find(tmpl.IdentifierGlob); !ok || (!strings.ContainsAny(tmpl.IdentifierGlob, `*?[\`) && got.Index != tmpl.Index) {
 				t.Fatalf("Find(%q) = %+v, %v", tmpl.IdentifierGlob, got, ok)
