@@ -111,12 +111,12 @@ type ParameterError struct {
 }
 
 // Error says what is wrong, naming the parameter, for example
-// `lease_duration_secs duplicates the algorithm field lease_length: set
-// lease_length instead`.
+// `lease_duration_secs duplicates the algorithm field lease_length, which sets
+// the same thing: set lease_length instead`.
 func (e *ParameterError) Error() string {
 	switch {
 	case errors.Is(e.Err, ErrParameterDuplicatesField):
-		return fmt.Sprintf("%s duplicates the algorithm field %s: set %s instead (one rule, one source)", e.Name, e.Field, e.Field)
+		return fmt.Sprintf("%s duplicates the algorithm field %s, which sets the same thing: set %s instead", e.Name, e.Field, e.Field)
 	case errors.Is(e.Err, ErrRepeatedParameter):
 		return fmt.Sprintf("%s given more than once (first at %s)", e.Name, e.Field)
 	case errors.Is(e.Err, ErrBadParameterValue):
