@@ -50,6 +50,14 @@ type Params struct {
 	// has passed, every grant is 0 with an expired lease, while the
 	// requesters' demand is still recorded.
 	MaxExpiry time.Time
+	// MinRequestInterval is the shortest time between two decisions for
+	// one requester (0: none). A request that comes sooner after the
+	// requester's last one is not recorded and runs no algorithm: it gets
+	// its current lease back (Grant.Early). The server sets Doorman's 5 s
+	// (doorman.MinRequestInterval).
+	//
+	// Source: doorman-design.md, "Step 2: Insertion step".
+	MinRequestInterval time.Duration
 }
 
 // Request is one requester's ask for capacity on a resource.
@@ -89,6 +97,10 @@ type Request struct {
 	// child shrinks before the others grow, and the tree does not overshoot
 	// (doorman-design.md, "Shortfall"; the rule is Sluice's).
 	Reserve bool
+	// Repeat exempts the request from Params.MinRequestInterval: the same
+	// request decided again at once (an intermediate server that recorded
+	// it, then waited for its first lease from its parent).
+	Repeat bool
 }
 
 // Grant is the outcome of a decision.
@@ -103,6 +115,16 @@ type Grant struct {
 	SafeCapacity float64
 	// Learning reports whether the decision was made in learning mode.
 	Learning bool
+	// Early reports that the request came within Params.MinRequestInterval
+	// of the requester's previous one: nothing was recorded or decided,
+	// and Capacity and Expiry are the requester's current lease.
+	Early bool
+	// Unrecorded reports that the request claimed a lease (Has > 0) that
+	// the store has no record of, outside learning mode: an error of the
+	// requester's that the server logs; the request is decided as usual.
+	//
+	// Source: doorman-design.md, "Step 2: Insertion step", the note.
+	Unrecorded bool
 }
 
 // Lease describes one outstanding lease, for status pages and tests.
@@ -131,10 +153,11 @@ type entry struct {
 	leaf       *node   // the tree leaf holding the entry
 	expSec     int64   // expiry, Unix seconds
 	filed      bool    // filed in the expiry index under expSec
+	expired    bool    // the last grant was an expired lease (MaxExpiry had passed)
 
 	priority    int64 // the band
 	id          string
-	refresh     time.Duration
+	gets        float64  // the capacity of the requester's current lease
 	lastRequest int64    // Unix nanoseconds
 	owner       *entry   // on further bands: the requester's first entry
 	more        []*entry // on the first entry: the further bands' entries
@@ -348,9 +371,13 @@ func (r *Resource) sumHas() float64 {
 // Source: doorman-design.md, "Processing the GetCapacity RPC", steps 1-4.
 func (r *Resource) Decide(now time.Time, req Request) Grant {
 	r.Cleanup(now)
+	if e, ok := r.entries[req.Client]; ok && !req.Repeat && now.UnixNano()-e.lastRequest < int64(r.params.MinRequestInterval) {
+		return r.current(now, e)
+	}
 	var buf [4]Band
 	ps := parts(req, buf[:])
 	e, ok := r.entries[req.Client]
+	unrecorded := !ok && req.Has != nil && *req.Has > 0 && !r.Learning(now)
 	floored := math.Inf(1) // the reported wants, when the demand is floored
 	if ok && req.Reserve && req.Has == nil && fewerClients(ps, e) {
 		// A downstream server in learning mode has not heard from all its
@@ -447,7 +474,8 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 		booked = math.Max(gets, math.Min(claim, prevHas))
 	}
 	r.band(e.priority, false).tree.setHas(e, booked)
-	e.refresh = p.RefreshInterval
+	e.gets = gets
+	e.expired = !expiry.After(now)
 	e.lastRequest = now.UnixNano()
 	r.expiries.set(e, keep.Unix())
 	return Grant{
@@ -456,7 +484,26 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 		RefreshInterval: p.RefreshInterval,
 		SafeCapacity:    r.SafeCapacity(),
 		Learning:        learning,
+		Unrecorded:      unrecorded,
 	}
+}
+
+// current returns requester e's current lease, for a request that came
+// within MinRequestInterval of its last one.
+func (r *Resource) current(now time.Time, e *entry) Grant {
+	g := Grant{
+		Capacity:        e.gets,
+		Expiry:          time.Unix(e.expSec, 0),
+		RefreshInterval: r.params.RefreshInterval,
+		SafeCapacity:    r.SafeCapacity(),
+		Learning:        r.Learning(now),
+		Early:           true,
+	}
+	if e.expired {
+		// The store kept the demand longer than the (expired) lease.
+		g.Expiry = time.Unix(0, e.lastRequest).Truncate(time.Second)
+	}
+	return g
 }
 
 // expiryAt returns the expiry of a lease granted at now: now plus the
@@ -521,14 +568,14 @@ func (r *Resource) Has(client string) (Lease, bool) {
 	if !ok {
 		return Lease{}, false
 	}
-	return e.lease(), true
+	return e.lease(r.params.RefreshInterval), true
 }
 
 // Leases returns every outstanding lease, ordered by client. O(n).
 func (r *Resource) Leases() []Lease {
 	out := make([]Lease, 0, len(r.entries))
 	for _, e := range r.entries {
-		out = append(out, e.lease())
+		out = append(out, e.lease(r.params.RefreshInterval))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Client < out[j].Client })
 	return out
@@ -639,11 +686,11 @@ func (d pooledDemand) WaterLevel(capacity float64) float64 {
 	return lo
 }
 
-func (e *entry) lease() Lease {
+func (e *entry) lease(refresh time.Duration) Lease {
 	t := total(e)
 	return Lease{
 		Client: e.id, Priority: e.priority, Wants: t.Wants, Has: e.has,
-		Subclients: int64(t.Subclients), Expiry: time.Unix(e.expSec, 0), RefreshInterval: e.refresh,
+		Subclients: int64(t.Subclients), Expiry: time.Unix(e.expSec, 0), RefreshInterval: refresh,
 		LastRequest: time.Unix(0, e.lastRequest),
 	}
 }

@@ -81,7 +81,7 @@ func TestLearningMode(t *testing.T) {
 	if g := r.Decide(now, Request{Client: "greedy", Wants: 90, Has: f(50)}); g.Capacity != 30 {
 		t.Fatalf("greedy claimant gets %v, want 30", g.Capacity)
 	}
-	after := t0.Add(61 * time.Second)
+	after := t0.Add(60 * time.Second) // learning over; a's lease (until t0+61 s) still runs
 	if r.Learning(after) {
 		t.Fatal("still learning after the lease length")
 	}
@@ -496,5 +496,76 @@ func TestDecidePriorityBands(t *testing.T) {
 	r.Release("b")
 	if len(r.bands) != 0 {
 		t.Fatalf("%d bands left after every release", len(r.bands))
+	}
+}
+
+// Doorman's 5-second rule: a request within MinRequestInterval of the
+// requester's last one changes nothing and gets the current lease back.
+func TestMinRequestInterval(t *testing.T) {
+	p := params(algorithm.FairShare, 100)
+	p.MinRequestInterval = 5 * time.Second
+	r := NewResource("r", p, t0.Add(-time.Hour))
+	g := r.Decide(t0, Request{Client: "a", Wants: 80})
+	if g.Capacity != 80 || g.Early {
+		t.Fatalf("first request: %+v", g)
+	}
+	if g := r.Decide(t0, Request{Client: "b", Wants: 80}); g.Capacity != 20 {
+		t.Fatalf("b gets %v, want 20", g.Capacity)
+	}
+	// a asks again 4.9 s later wanting less: ignored, its lease comes back.
+	early := r.Decide(t0.Add(4900*time.Millisecond), Request{Client: "a", Wants: 10})
+	if !early.Early || early.Capacity != 80 || !early.Expiry.Equal(g.Expiry) || early.RefreshInterval != p.RefreshInterval {
+		t.Fatalf("early request: %+v, want a's current lease 80 until %v", early, g.Expiry)
+	}
+	if l, _ := r.Has("a"); l.Wants != 80 || !l.LastRequest.Equal(t0) {
+		t.Fatalf("early request changed the record: %+v", l)
+	}
+	// At 5 s it is decided: a wants 10 now.
+	if g := r.Decide(t0.Add(5*time.Second), Request{Client: "a", Wants: 10}); g.Early || g.Capacity != 10 {
+		t.Fatalf("request after the window: %+v", g)
+	}
+	// Repeat is exempt.
+	if g := r.Decide(t0.Add(6*time.Second), Request{Client: "a", Wants: 20, Repeat: true}); g.Early || g.Capacity != 20 {
+		t.Fatalf("repeated request: %+v", g)
+	}
+	// Without the parameter every request is decided.
+	q := NewResource("q", params(algorithm.FairShare, 100), t0.Add(-time.Hour))
+	q.Decide(t0, Request{Client: "a", Wants: 80})
+	if g := q.Decide(t0.Add(time.Second), Request{Client: "a", Wants: 10}); g.Early || g.Capacity != 10 {
+		t.Fatalf("no window: %+v", g)
+	}
+}
+
+// An early request after an expired grant (the server's own lease was gone)
+// gets an expired lease back, not a live one.
+func TestMinRequestIntervalExpiredGrant(t *testing.T) {
+	p := params(algorithm.FairShare, 100)
+	p.MinRequestInterval = 5 * time.Second
+	p.MaxExpiry = t0.Add(-time.Second)
+	r := NewResource("r", p, t0.Add(-time.Hour))
+	if g := r.Decide(t0, Request{Client: "a", Wants: 80}); g.Capacity != 0 || g.Expiry.After(t0) {
+		t.Fatalf("grant past MaxExpiry: %+v", g)
+	}
+	if g := r.Decide(t0.Add(2*time.Second), Request{Client: "a", Wants: 80}); !g.Early || g.Capacity != 0 || g.Expiry.After(t0.Add(2*time.Second)) {
+		t.Fatalf("early request after an expired grant: %+v", g)
+	}
+}
+
+// A claim (Has) without a record outside learning mode is flagged; in
+// learning mode it is how the store learns, and not flagged.
+func TestUnrecordedHas(t *testing.T) {
+	r := NewResource("r", params(algorithm.FairShare, 100), t0)
+	if g := r.Decide(t0.Add(time.Second), Request{Client: "a", Wants: 10, Has: f(5)}); g.Unrecorded {
+		t.Fatalf("claim in learning mode flagged: %+v", g)
+	}
+	after := t0.Add(60 * time.Second) // learning over; a's lease (until t0+61 s) still runs
+	if g := r.Decide(after, Request{Client: "b", Wants: 10, Has: f(5)}); !g.Unrecorded || g.Capacity != 10 {
+		t.Fatalf("claim without a record after learning: %+v, want flagged and decided", g)
+	}
+	if g := r.Decide(after, Request{Client: "a", Wants: 10, Has: f(5)}); g.Unrecorded {
+		t.Fatalf("claim with a record flagged: %+v", g)
+	}
+	if g := r.Decide(after, Request{Client: "c", Wants: 10}); g.Unrecorded {
+		t.Fatalf("new client without a claim flagged: %+v", g)
 	}
 }

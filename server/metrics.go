@@ -21,6 +21,11 @@ type metrics struct {
 	unmatched prometheus.Counter
 	reloads   *prometheus.CounterVec
 	elections *prometheus.CounterVec
+
+	early           prometheus.Counter
+	unrecorded      prometheus.Counter
+	emptyReleaseIDs prometheus.Counter
+	algoFallbacks   prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -46,6 +51,22 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 			Name: "sluice_server_mastership_changes_total",
 			Help: "Mastership won or lost by this server, by change (won, lost).",
 		}, []string{"change"}),
+		early: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_server_early_requests_total",
+			Help: "Resource requests that came within 5 s of the same requester's last one and got its current lease back, undecided (doorman-design.md, Step 2).",
+		}),
+		unrecorded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_server_unrecorded_has_total",
+			Help: "Resource requests claiming a lease (has) the server had no record of, outside learning mode.",
+		}),
+		emptyReleaseIDs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_server_release_empty_resource_ids_total",
+			Help: "Empty resource ids skipped in ReleaseCapacity requests (Doorman's Go client sends them).",
+		}),
+		algoFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_server_algorithm_fallbacks_total",
+			Help: "Algorithms that could not be built (an unknown kind pushed down by the parent) and ran as NO_ALGORITHM instead.",
+		}),
 	}
 	master := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_server_is_master",
@@ -60,7 +81,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		Name: "sluice_server_uptime_seconds",
 		Help: "Seconds since the server started.",
 	}, func() float64 { return time.Since(s.started).Seconds() })
-	reg.MustRegister(m.requests, m.latency, m.unmatched, m.reloads, m.elections, master, uptime,
+	reg.MustRegister(m.requests, m.latency, m.unmatched, m.reloads, m.elections, m.early, m.unrecorded, m.emptyReleaseIDs, m.algoFallbacks, master, uptime,
 		&resourceCollector{s: s, admitted: map[string]bool{}})
 	return m
 }

@@ -411,11 +411,19 @@ func (s *Server) parentAnswered(rs []*resource, resp *pb.GetServerCapacityRespon
 	for _, r := range rs {
 		r.mu.Lock()
 		if rr := byID[r.store.ID()]; rr != nil {
-			r.parent.adopt(rr)
-			r.store.SetParams(r.parent.params())
+			if r.parent.adopt(rr) {
+				s.metrics.algoFallbacks.Inc()
+				if s.once("algorithm", r.store.ID()) {
+					s.log.Error("the parent pushed down an algorithm this server cannot build; running NO_ALGORITHM (every requester gets what it asks)",
+						"resource", r.store.ID(), "kind", rr.GetAlgorithm().GetKind(), "see", "sluice_server_algorithm_fallbacks_total")
+				}
+			}
+			r.store.SetParams(s.params(r.parent.params()))
 		}
 		if r.parent.ok {
-			next = min(next, r.parent.refresh)
+			// Never more often than Doorman's 5 s per resource: the parent
+			// would answer an earlier request with the same lease.
+			next = min(next, max(r.parent.refresh, s.minRequest))
 			if until := r.parent.expiry.Sub(now); until > 0 {
 				if until > expiryMargin {
 					until -= expiryMargin
@@ -435,8 +443,10 @@ func (s *Server) parentAnswered(rs []*resource, resp *pb.GetServerCapacityRespon
 	return next
 }
 
-// adopt records a lease from the parent and what it pushed down.
-func (pl *parentLease) adopt(rr *pb.ServerCapacityResourceResponse) {
+// adopt records a lease from the parent and what it pushed down. It
+// reports whether the pushed algorithm could not be built (an unknown kind)
+// and NO_ALGORITHM stands in for it.
+func (pl *parentLease) adopt(rr *pb.ServerCapacityResourceResponse) (fellBack bool) {
 	g := rr.GetGets()
 	pl.ok = true
 	pl.capacity = math.Max(g.GetCapacity(), 0)
@@ -445,7 +455,10 @@ func (pl *parentLease) adopt(rr *pb.ServerCapacityResourceResponse) {
 	if a := rr.GetAlgorithm(); a != nil {
 		pl.kind = algorithm.Kind(a.GetKind())
 		if !pl.kind.Valid() {
+			// doorman-design.md, "Finding the algorithm to use": an
+			// algorithm that cannot be instantiated runs as None.
 			pl.kind = algorithm.NoAlgorithm
+			fellBack = true
 		}
 		pl.length = time.Duration(max(a.GetLeaseLength(), 1)) * time.Second
 		pl.interval = time.Duration(max(a.GetRefreshInterval(), 1)) * time.Second
@@ -456,6 +469,7 @@ func (pl *parentLease) adopt(rr *pb.ServerCapacityResourceResponse) {
 		pl.length, pl.interval = DefaultLeaseLength, DefaultRefreshInterval
 	}
 	pl.safe, pl.hasSafe = rr.GetSafeCapacity(), rr.SafeCapacity != nil
+	return fellBack
 }
 
 // waitFirstLeases waits, for resources this intermediate server has no

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -31,6 +32,7 @@ import (
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/discovery"
 	"github.com/sluice-rl/sluice/lease"
+	"github.com/sluice-rl/sluice/ratelimit"
 )
 
 // Limits on the size of a request. A request beyond them is rejected with
@@ -53,8 +55,11 @@ const (
 type Options struct {
 	// ID identifies this server (as a client of its parent, and in logs).
 	ID string
-	// Address is the address clients should use to reach this server,
-	// reported in Discovery and mastership redirects.
+	// Address is the address clients should use to reach this server
+	// ("host:port"), reported in Discovery and mastership redirects. Empty
+	// means the local address of the connection each request came in on
+	// (the listener's address), so that Discovery never names a master
+	// without its address (doorman-design.md, "Discovery").
 	Address string
 	// Config is the resource configuration; nil means no templates (every
 	// resource is granted what it asks).
@@ -119,8 +124,13 @@ type Server struct {
 	masterAddr  string
 	masterSince time.Time
 
-	unmatchedMu     sync.Mutex
-	unmatchedLogged map[string]struct{}
+	loggedMu      sync.Mutex
+	logged        map[string]struct{} // see once
+	unrecordedLog *ratelimit.Limiter  // paces the log of claims without a record
+
+	// minRequest is doorman.MinRequestInterval; the package's tests of
+	// tree behaviour on the wall clock shorten it.
+	minRequest time.Duration
 
 	parent   *parentLink // nil at the root
 	started  time.Time   // wall time, for uptime
@@ -140,12 +150,12 @@ type resource struct {
 // mastership; an election can change that with SetMastership).
 func New(opts Options) *Server {
 	s := &Server{
-		opts:            opts,
-		now:             opts.Now,
-		log:             opts.Logger,
-		cfg:             opts.Config,
-		resources:       make(map[string]*resource),
-		unmatchedLogged: make(map[string]struct{}),
+		opts:      opts,
+		now:       opts.Now,
+		log:       opts.Logger,
+		cfg:       opts.Config,
+		resources: make(map[string]*resource),
+		logged:    make(map[string]struct{}),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -157,6 +167,8 @@ func New(opts Options) *Server {
 		s.opts.Registry = prometheus.NewRegistry()
 	}
 	s.started = time.Now()
+	s.minRequest = pb.MinRequestInterval
+	s.unrecordedLog = ratelimit.NewLimiter(float64(time.Second)/float64(unrecordedLogEvery), unrecordedLogEvery.Seconds(), ratelimit.WithClock(s.now))
 	s.metrics = newMetrics(s.opts.Registry, s)
 	s.isMaster = true
 	s.masterAddr = opts.Address
@@ -222,7 +234,7 @@ func (s *Server) SetConfig(repo *config.Repository) {
 		} else {
 			r.template = nil
 		}
-		r.store.SetParams(paramsFor(r.template))
+		r.store.SetParams(s.params(paramsFor(r.template)))
 		r.mu.Unlock()
 	}
 }
@@ -304,6 +316,13 @@ func paramsFor(t *config.Template) lease.Params {
 	}
 }
 
+// params completes a resource's parameters with what is the server's, not
+// the template's: Doorman's minimum time between two requests.
+func (s *Server) params(p lease.Params) lease.Params {
+	p.MinRequestInterval = s.minRequest
+	return p
+}
+
 // resource returns the state of resource id, creating it if needed, or
 // nil if this server is not the master. The caller holds no lock.
 func (s *Server) resource(id string) *resource {
@@ -325,14 +344,14 @@ func (s *Server) resource(id string) *resource {
 	r = &resource{}
 	switch {
 	case s.parent != nil:
-		r.store = lease.NewResource(id, r.parent.params(), s.masterSince)
+		r.store = lease.NewResource(id, s.params(r.parent.params()), s.masterSince)
 	default:
 		if t, ok := s.find(id); ok {
 			r.template = &t
 		} else {
 			s.unmatched(id)
 		}
-		r.store = lease.NewResource(id, paramsFor(r.template), s.masterSince)
+		r.store = lease.NewResource(id, s.params(paramsFor(r.template)), s.masterSince)
 	}
 	s.resources[id] = r
 	return r
@@ -342,17 +361,25 @@ func (s *Server) resource(id string) *resource {
 // matched no template, and counts it.
 func (s *Server) unmatched(id string) {
 	s.metrics.unmatched.Inc()
-	s.unmatchedMu.Lock()
-	defer s.unmatchedMu.Unlock()
-	if _, seen := s.unmatchedLogged[id]; seen {
-		return
+	if s.once("unmatched", id) {
+		s.log.Warn("resource matches no template; granting what clients ask (NO_ALGORITHM)", "resource", id)
 	}
-	const maxLogged = 10_000
-	if len(s.unmatchedLogged) >= maxLogged {
-		return
+}
+
+// once reports whether this is the first time (what, id) is seen, for
+// logging a condition once per resource: true at most once per pair, and
+// for at most maxLoggedOnce pairs in all (memory stays bounded; the metrics
+// count every occurrence).
+func (s *Server) once(what, id string) bool {
+	const maxLoggedOnce = 10_000
+	k := what + "\x00" + id
+	s.loggedMu.Lock()
+	defer s.loggedMu.Unlock()
+	if _, seen := s.logged[k]; seen || len(s.logged) >= maxLoggedOnce {
+		return false
 	}
-	s.unmatchedLogged[id] = struct{}{}
-	s.log.Warn("resource matches no template; granting what clients ask (NO_ALGORITHM)", "resource", id)
+	s.logged[k] = struct{}{}
+	return true
 }
 
 // mastership returns the redirect to put in a response when this server is
@@ -371,8 +398,13 @@ func (s *Server) mastership() *pb.Mastership {
 }
 
 // Discovery implements doorman.Capacity/Discovery. It always answers.
-func (s *Server) Discovery(_ context.Context, _ *connect.Request[pb.DiscoveryRequest]) (*connect.Response[pb.DiscoveryResponse], error) {
+func (s *Server) Discovery(ctx context.Context, _ *connect.Request[pb.DiscoveryRequest]) (*connect.Response[pb.DiscoveryResponse], error) {
 	master, addr := s.IsMaster()
+	if master && addr == "" {
+		if la, ok := ctx.Value(http.LocalAddrContextKey).(net.Addr); ok {
+			addr = la.String()
+		}
+	}
 	m := &pb.Mastership{}
 	if addr != "" {
 		m.MasterAddress = proto.String(addr)
@@ -492,6 +524,10 @@ func (s *Server) ReleaseCapacity(_ context.Context, req *connect.Request[pb.Rele
 		return connect.NewResponse(&pb.ReleaseCapacityResponse{Mastership: m}), nil
 	}
 	for _, id := range req.Msg.GetResourceId() {
+		if id == "" {
+			s.metrics.emptyReleaseIDs.Inc()
+			continue
+		}
 		s.mu.RLock()
 		r := s.resources[id]
 		s.mu.RUnlock()
@@ -522,7 +558,7 @@ func (s *Server) decideAll(ctx context.Context, ids []string, reqs []lease.Reque
 		}
 		rs[i] = r
 		r.mu.Lock()
-		grants[i] = r.store.Decide(s.now(), reqs[i])
+		grants[i] = s.decide(r, id, reqs[i])
 		if s.parent != nil && !r.parent.ok {
 			pending = append(pending, i)
 		}
@@ -540,12 +576,38 @@ func (s *Server) decideAll(ctx context.Context, ids []string, reqs []lease.Reque
 		r := rs[i]
 		r.mu.Lock()
 		if r.parent.ok {
-			grants[i] = r.store.Decide(s.now(), reqs[i])
+			rq := reqs[i]
+			rq.Repeat = true // the same request, decided again now that there is capacity
+			grants[i] = s.decide(r, ids[i], rq)
 		}
 		r.mu.Unlock()
 	}
 	return grants, true
 }
+
+// decide runs one decision on r (the caller holds r.mu) and counts and logs
+// what the store flags: early requests (Doorman's 5-second rule) and
+// claimed leases without a record outside learning mode (logged at most
+// once every unrecordedLogEvery).
+func (s *Server) decide(r *resource, id string, req lease.Request) lease.Grant {
+	g := r.store.Decide(s.now(), req)
+	if g.Early {
+		s.metrics.early.Inc()
+	}
+	if g.Unrecorded {
+		s.metrics.unrecorded.Inc()
+		if s.unrecordedLog.Allow() {
+			s.log.Warn("request claims a lease the server has no record of, outside learning mode; deciding it as usual",
+				"resource", id, "client", req.Client, "has", *req.Has,
+				"see", "sluice_server_unrecorded_has_total")
+		}
+	}
+	return g
+}
+
+// unrecordedLogEvery is the least time between two logs of a claimed lease
+// without a record (the counter counts every one).
+const unrecordedLogEvery = 10 * time.Second
 
 // paramsOf returns resource id's parameters and algorithm parameters.
 func (s *Server) paramsOf(id string) (lease.Params, []*pb.NamedParameter) {
@@ -597,8 +659,9 @@ func (s *Server) Sweep() {
 		r.mu.Lock()
 		r.store.Cleanup(now)
 		_, _, _, n := r.store.Totals()
+		idle := n == 0 && !r.store.Learning(now)
 		r.mu.Unlock()
-		if n == 0 && !r.store.Learning(now) {
+		if idle {
 			delete(s.resources, id)
 			dropped = append(dropped, id)
 		}

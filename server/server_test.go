@@ -92,6 +92,7 @@ resources:
 		t.Fatal(err)
 	}
 	s.SetConfig(next)
+	clk.t = clk.t.Add(pb.MinRequestInterval) // a's next request is decided, not answered early
 	if got := getCap(t, s, "a", "fixed/x", 50).GetResponse()[0].GetGets().GetCapacity(); got != 20 {
 		t.Fatalf("after reload got %v, want 20", got)
 	}

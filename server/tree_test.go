@@ -28,6 +28,12 @@ type node struct {
 
 func startNode(t *testing.T, id string, cfg string, parent ...string) *node {
 	t.Helper()
+	return startNodeSweeping(t, 100*time.Millisecond, id, cfg, parent...)
+}
+
+// startNodeSweeping is startNode with the interval of Run's sweeps.
+func startNodeSweeping(t *testing.T, sweep time.Duration, id string, cfg string, parent ...string) *node {
+	t.Helper()
 	var repo *config.Repository
 	if cfg != "" {
 		var err error
@@ -41,6 +47,9 @@ func startNode(t *testing.T, id string, cfg string, parent ...string) *node {
 	}
 	n := &node{addr: lis.Addr().String(), done: make(chan struct{})}
 	n.Server = New(Options{ID: id, Address: n.addr, Config: repo, Parent: parent})
+	// These tests are about the tree on the wall clock; Doorman's 5-second
+	// rule has tests of its own (TestMinRequestInterval*).
+	n.minRequest = 0
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
@@ -50,7 +59,7 @@ func startNode(t *testing.T, id string, cfg string, parent ...string) *node {
 	n.cancel = cancel
 	go func() {
 		defer close(n.done)
-		_ = n.Run(ctx, 100*time.Millisecond)
+		_ = n.Run(ctx, sweep)
 	}()
 	t.Cleanup(n.stop)
 	return n

@@ -80,8 +80,11 @@ func ValidateGetServerCapacity(m *pb.GetServerCapacityRequest) error {
 	return nil
 }
 
-// ValidateReleaseCapacity checks a ReleaseCapacity request: client_id and
-// every resource_id non-empty and not oversize.
+// ValidateReleaseCapacity checks a ReleaseCapacity request: client_id
+// non-empty, no resource_id oversize. Empty resource ids are allowed (the
+// handler skips them): YouTube Doorman's own Go client sends, on Close, a
+// list that starts with empty strings (it makes the slice with a length and
+// then appends), and would retry a rejected release forever.
 func ValidateReleaseCapacity(m *pb.ReleaseCapacityRequest) error {
 	if err := checkID("client_id", m.GetClientId()); err != nil {
 		return err
@@ -90,6 +93,9 @@ func ValidateReleaseCapacity(m *pb.ReleaseCapacityRequest) error {
 		return fmt.Errorf("resource_id: %d resources in one request, at most %d allowed", len(m.GetResourceId()), MaxResourcesPerRequest)
 	}
 	for i, id := range m.GetResourceId() {
+		if id == "" {
+			continue
+		}
 		if err := checkID(fmt.Sprintf("resource_id[%d]", i), id); err != nil {
 			return err
 		}

@@ -77,8 +77,16 @@ func TestValidateServerAndRelease(t *testing.T) {
 			t.Errorf("%s: got %v, want an error naming %q", name, err, tt.field)
 		}
 	}
-	if err := ValidateReleaseCapacity(&pb.ReleaseCapacityRequest{ClientId: proto.String("c"), ResourceId: []string{"a", ""}}); err == nil || !strings.Contains(err.Error(), "resource_id[1]") {
-		t.Errorf("empty release id: %v", err)
+	// Empty resource ids are skipped by the handler (Doorman's own client
+	// sends them), an empty client id is not.
+	if err := ValidateReleaseCapacity(&pb.ReleaseCapacityRequest{ClientId: proto.String("c"), ResourceId: []string{"a", ""}}); err != nil {
+		t.Errorf("empty release id: %v, want accepted", err)
+	}
+	if err := ValidateReleaseCapacity(&pb.ReleaseCapacityRequest{ClientId: proto.String(""), ResourceId: []string{"a"}}); err == nil || !strings.Contains(err.Error(), "client_id") {
+		t.Errorf("empty client id: %v, want an error naming client_id", err)
+	}
+	if err := ValidateReleaseCapacity(&pb.ReleaseCapacityRequest{ClientId: proto.String("c"), ResourceId: []string{"", strings.Repeat("x", MaxIDLength+1)}}); err == nil || !strings.Contains(err.Error(), "resource_id[1]") {
+		t.Errorf("oversize release id: %v, want an error naming resource_id[1]", err)
 	}
 }
 
