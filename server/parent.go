@@ -527,7 +527,14 @@ func decayFactor(params []*pb.NamedParameter) float64 {
 // its own requesters, given this server's: one level further from the root
 // the interval grows by 1/decay_factor (so it shrinks by decay_factor per
 // level up toward the root), in whole seconds, at most the lease length.
-func childInterval(own, leaseLength time.Duration, decay float64) time.Duration {
+//
+// With shrink (Options.DesignRefreshDecay) it goes the design's way: one
+// level further from the root the interval is multiplied by decay_factor,
+// so that clients refresh most often.
+func childInterval(own, leaseLength time.Duration, decay float64, shrink bool) time.Duration {
+	if shrink {
+		decay = 1 / decay
+	}
 	d := time.Duration(math.Ceil(own.Seconds()/decay)) * time.Second
 	return min(max(d, time.Second), leaseLength)
 }

@@ -103,6 +103,16 @@ type Options struct {
 	// than what it handed out, and learning mode cuts claims to what is
 	// free instead of handing back those it cannot cover.
 	DoormanAllocation bool
+	// DesignRefreshDecay turns the refresh interval's decay across the
+	// tree the design's way, for comparison (the simulator's
+	// --refresh-decay design): each level further from the root refreshes
+	// decay_factor times as long as the level above it (clients most
+	// often), instead of 1/decay_factor times (Sluice's default: the levels
+	// nearer the root refresh most often).
+	//
+	// Source: doorman-design.md, "Algorithms" ("the refresh interval of a
+	// lease should halve with every level we go up in the tree").
+	DesignRefreshDecay bool
 	// RequireConfig makes /readyz fail until a configuration is set (a
 	// root started with a configuration file or key).
 	RequireConfig bool
@@ -504,7 +514,7 @@ func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.
 				// The child refreshes with this server every
 				// p.RefreshInterval (Gets); its own requesters, one level
 				// further from the root, refresh 1/decay_factor as slowly.
-				RefreshInterval:      proto.Int64(int64(childInterval(p.RefreshInterval, p.LeaseLength, decayFactor(params)) / time.Second)),
+				RefreshInterval:      proto.Int64(int64(childInterval(p.RefreshInterval, p.LeaseLength, decayFactor(params), s.opts.DesignRefreshDecay) / time.Second)),
 				LearningModeDuration: proto.Int64(int64(p.LearningModeDuration / time.Second)),
 				Parameters:           params,
 			},
