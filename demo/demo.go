@@ -108,7 +108,7 @@ var profiles = []profile{
 	{name: "250, leaves early", wants: func(float64, int) float64 { return 250 }, leave: 0.65},
 	{name: "small 60", wants: func(float64, int) float64 { return 60 }},
 	{name: "wave 150/450", wants: func(_ float64, s int) float64 {
-		if (s/5)%2 == 0 {
+		if (s/10)%2 == 0 {
 			return 150
 		}
 		return 450

@@ -219,7 +219,7 @@ func (e *etcdElection) follow(ctx context.Context) {
 		sess, err := concurrency.NewSession(e.cli, concurrency.WithTTL(e.ttlSeconds()), concurrency.WithContext(ctx))
 		if err == nil {
 			e.observe(ctx, concurrency.NewElection(sess, e.opts.Key))
-			rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+			rctx, rcancel := context.WithTimeout(e.cli.Ctx(), time.Second) // closing the client ends it too
 			_, _ = e.cli.Revoke(rctx, sess.Lease())
 			rcancel()
 			return
@@ -249,7 +249,7 @@ func (e *etcdElection) term(ctx context.Context) (won bool, err error) {
 		// Revoke the lease if the session may still live (Run's ctx ended
 		// without Resign, or campaigning failed), so that no stale
 		// candidacy blocks the others. Bounded: etcd may be gone.
-		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+		rctx, rcancel := context.WithTimeout(e.cli.Ctx(), time.Second) // closing the client ends it too
 		_, _ = e.cli.Revoke(rctx, sess.Lease())
 		rcancel()
 	}()

@@ -114,25 +114,12 @@ func (c *candidate) reports() int {
 	return len(c.history)
 }
 
-// waitFor polls cond every 20 ms until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // oneMaster waits until exactly one candidate is master and every other
 // reports its address, and returns it.
 func oneMaster(t *testing.T, d time.Duration, cs ...*candidate) *candidate {
 	t.Helper()
 	var m *candidate
-	waitFor(t, d, "one master, known to all", func() bool {
+	testutil.Eventually(t, d, "one master, known to all", func() bool {
 		m = nil
 		for _, c := range cs {
 			if c.status().IsMaster {
@@ -183,7 +170,9 @@ func TestEtcdOptions(t *testing.T) {
 
 func TestEtcdOneMasterResignAndCrash(t *testing.T) {
 	etcd := testutil.StartEtcd(t)
-	const ttl = 3 * time.Second
+	// Long enough that "a resignation hands over before the session could
+	// have expired" tells resignation from expiry on a loaded machine.
+	const ttl = 10 * time.Second
 	a := start(t, etcd.Endpoint, "/sluice/test", "a:1", ttl)
 	m := oneMaster(t, 10*time.Second, a)
 	if m != a {
@@ -215,7 +204,7 @@ func TestEtcdOneMasterResignAndCrash(t *testing.T) {
 	}
 	// The resigned task keeps following the master (a draining server
 	// redirects to it).
-	waitFor(t, 10*time.Second, "resigned task knows the new master", func() bool { return a.status().Master == m.addr })
+	testutil.Eventually(t, 10*time.Second, "resigned task knows the new master", func() bool { return a.status().Master == m.addr })
 
 	// A crash (no more traffic, no revoke): the others take over once the
 	// session's TTL has run out, and not before.
@@ -225,13 +214,13 @@ func TestEtcdOneMasterResignAndCrash(t *testing.T) {
 	}
 	began = time.Now()
 	proxyOf[m].setCut(true)
-	waitFor(t, 3*ttl, "takeover after crash", func() bool { return other.status().IsMaster })
+	testutil.Eventually(t, ttl+30*time.Second, "takeover after crash", func() bool { return other.status().IsMaster })
 	took = time.Since(began)
 	t.Logf("crash: %s master after %v (TTL %v)", other.addr, took, ttl)
 	if took < ttl-time.Second {
 		t.Errorf("takeover after a crash took %v: before the crashed master's session (TTL %v) could have expired", took, ttl)
 	}
-	waitFor(t, 3*ttl, "crashed task reports the loss", func() bool { return !m.status().IsMaster })
+	testutil.Eventually(t, ttl+30*time.Second, "crashed task reports the loss", func() bool { return !m.status().IsMaster })
 }
 
 // proxy is a TCP proxy to etcd that can cut every connection (a network
@@ -311,7 +300,9 @@ func (p *proxy) setCut(cut bool) {
 
 func TestEtcdHiccupKeepsMastership(t *testing.T) {
 	etcd := testutil.StartEtcd(t)
-	const ttl = 5 * time.Second
+	// Ten times the hiccup, so that renewals have time to resume on a
+	// loaded machine (gRPC's reconnect backoff is 1 s and up).
+	const ttl = 10 * time.Second
 	px := newProxy(t, etcd.Addr)
 	a := start(t, "http://"+px.lis.Addr().String(), "/sluice/hiccup", "a:1", ttl)
 	oneMaster(t, 10*time.Second, a)
@@ -337,8 +328,8 @@ func TestEtcdHiccupKeepsMastership(t *testing.T) {
 	// A partition longer than the TTL: the session is truly gone, the
 	// master steps down, the other takes over.
 	px.setCut(true)
-	waitFor(t, 3*ttl, "master steps down when its session expires", func() bool { return !a.status().IsMaster })
-	waitFor(t, 3*ttl, "other takes over", func() bool { return b.status().IsMaster })
+	testutil.Eventually(t, 3*ttl, "master steps down when its session expires", func() bool { return !a.status().IsMaster })
+	testutil.Eventually(t, 3*ttl, "other takes over", func() bool { return b.status().IsMaster })
 	px.setCut(false)
 	if m := oneMaster(t, 5*ttl, a, b); m != b {
 		t.Fatal("after the partition heals the old master came back")

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -58,7 +59,7 @@ resources:
 	}
 	var got float64
 	var n int
-	took := waitUntil(t, 60*time.Second, "Σ learned wants within 10 % of the demand", func() bool {
+	took := testutil.Eventually(t, 60*time.Second, "Σ learned wants within 10 % of the demand", func() bool {
 		got, n = sumWants()
 		return n == 20 && got > 0.9*total && got < 1.1*total
 	})

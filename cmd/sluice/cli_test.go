@@ -40,7 +40,7 @@ func TestConfigValidate(t *testing.T) {
 		"resources:\n  - {capacity: 1, " + alg + "}\n",
 		"resources:\n  - {identifier_glob: \"db/[\", capacity: 1, " + alg + "}\n",
 		"resources:\n  - {identifier_glob: api, capacity: -5, " + alg + "}\n",
-		"resources:\n  - {identifier_glob: api, capacity: 1, safe_capacity: -1, " + alg + "}\n",
+		"resources:\n  - {identifier_glob: api, capacity: 1, safe_capacity: -2, " + alg + "}\n",
 		"resources:\n  - {identifier_glob: api, capacity: 1, algorithm: {kind: ROUND_ROBIN, lease_length: 60, refresh_interval: 16}}\n",
 		"resources:\n  - {identifier_glob: db, capacity: 1, algorithm: {kind: FAIR_SHARE, lease_length: 10, refresh_interval: 30}}\n",
 		"resources:\n  - {identifier_glob: a, capacity: 1, algorithm: {kind: FAIR_SHARE, lease_length: 10, refresh_interval: 5, parameters: [{name: decay_factor, value: \"2\"}]}}\n",

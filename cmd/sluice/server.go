@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -119,6 +120,7 @@ command line wins.`,
 				RequireConfig: cfgPath != "" && len(parents) == 0})
 
 			var cli *clientv3.Client
+			closeEtcd := func() {}
 			if electKind == "etcd" || strings.HasPrefix(cfgPath, "etcd:") {
 				if len(endpoints) == 0 {
 					lis.Close()
@@ -136,7 +138,8 @@ command line wins.`,
 					lis.Close()
 					return fmt.Errorf("etcd client: %w", err)
 				}
-				defer cli.Close()
+				closeEtcd = sync.OnceFunc(func() { _ = cli.Close() })
+				defer closeEtcd()
 			}
 			var el election.Election
 			switch electKind {
@@ -265,16 +268,38 @@ command line wins.`,
 			// Drain: stop being ready, hand mastership over at once, let the
 			// clients hear of the successor (every RPC is now answered with
 			// a redirect), then close the listener and finish in-flight
-			// RPCs, all within --grace.
+			// RPCs, all within --grace. Whatever etcd, the parent or the
+			// clients do, the process exits by grace + drainSlack; a second
+			// signal exits at once.
+			stop()
+			go func() {
+				sig := make(chan os.Signal, 1)
+				signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+				<-sig
+				log.Warn("second signal: exiting at once")
+				os.Exit(1)
+			}()
+			watchdog := time.AfterFunc(grace+drainSlack, func() {
+				log.Error("drain did not finish within --grace; exiting", "grace", grace)
+				os.Exit(1)
+			})
+			defer watchdog.Stop()
 			log.Info("draining: not ready, resigning mastership, finishing in-flight RPCs", "grace", grace)
 			srv.SetDraining(true)
 			sctx, cancel := context.WithTimeout(context.Background(), grace)
 			defer cancel()
 			wasMaster, _ := srv.IsMaster()
-			if err := el.Resign(sctx); err != nil {
-				log.Warn("resigning the election", "err", err)
+			// An etcd that does not answer at once is gone: the session's
+			// TTL ends the candidacy then.
+			rctx, rcancel := context.WithTimeout(sctx, min(grace/4, resignTimeout))
+			resignErr := el.Resign(rctx)
+			if resignErr != nil {
+				log.Warn("resigning the election failed; the etcd session's TTL will end the candidacy", "err", resignErr)
 			}
-			if wasMaster && electKind == "etcd" {
+			rcancel()
+			// A successor is elected at once after a resignation etcd took;
+			// without one, it takes the session's TTL: do not wait for it.
+			if wasMaster && electKind == "etcd" && resignErr == nil {
 				deadline := time.Now().Add(grace / 2)
 				for time.Now().Before(deadline) {
 					if is, m := srv.IsMaster(); !is && m != "" && m != addr {
@@ -288,10 +313,22 @@ command line wins.`,
 					time.Sleep(20 * time.Millisecond)
 				}
 			}
+			log.Info("closing the listener, finishing in-flight RPCs")
 			shutdownErr := hs.Shutdown(sctx)
+			log.Info("listener closed", "err", shutdownErr)
 			ecancel()
-			<-electionDone
+			select {
+			case <-electionDone:
+			case <-sctx.Done():
+				// etcd's client can wait on its own context while etcd is
+				// unreachable (a campaign's clean-up resigns with it):
+				// closing the client ends that.
+				log.Warn("the election did not stop within --grace; closing the etcd client")
+				closeEtcd()
+				<-electionDone
+			}
 			if shutdownErr != nil && !errors.Is(shutdownErr, http.ErrServerClosed) {
+				_ = hs.Close()
 				return fmt.Errorf("graceful shutdown: %w", shutdownErr)
 			}
 			log.Info("stopped")
@@ -323,6 +360,14 @@ command line wins.`,
 	f.DurationVar(&electTTL, "election-ttl", 10*time.Second, "etcd session TTL (whole seconds): how long a master that cannot reach etcd stays master")
 	return cmd
 }
+
+// Drain timing: a resignation etcd does not answer within resignTimeout is
+// given up (the session's TTL ends the candidacy); the process exits at the
+// latest drainSlack after --grace.
+const (
+	resignTimeout = 2 * time.Second
+	drainSlack    = 500 * time.Millisecond
+)
 
 // etcdLogger is the etcd client's zap logger: errors only, to stderr (the
 // client logs every retried RPC at warn).

@@ -54,7 +54,7 @@ resources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 20*time.Second, "a lease over mTLS through the intermediate", func() bool { return res.Capacity() == 30 })
+	testutil.Eventually(t, 30*time.Second, "a lease over mTLS through the intermediate", func() bool { return res.Capacity() == 30 })
 
 	ask := func(cfg *tls.Config, scheme string) error {
 		tr := &http.Transport{TLSClientConfig: cfg}
@@ -104,7 +104,7 @@ resources:
 	}
 	defer c.Close()
 	res, _ := c.Resource("res/a", 40)
-	waitUntil(t, 10*time.Second, "a lease", func() bool { return res.Capacity() == 40 })
+	testutil.Eventually(t, 30*time.Second, "a lease", func() bool { return res.Capacity() == 40 })
 	out, err := exec.Command(binary, "status", "--server", srv.addr).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -131,7 +131,7 @@ func TestEtcdOverTLS(t *testing.T) {
 	etcd := testutil.StartEtcdTLS(t, certs)
 	p := startProc(t, "tls-etcd", "server", "--election", "etcd", "--etcd-endpoints", etcd.Endpoint,
 		"--election-key", "/sluice/test/tls", "--etcd-tls-ca", certs.CA, "--etcd-tls-cert", certs.ClientCert, "--etcd-tls-key", certs.ClientKey)
-	waitUntil(t, 20*time.Second, "master through etcd over mTLS", func() bool { _, is, _ := discover(p.addr); return is })
+	testutil.Eventually(t, 30*time.Second, "master through etcd over mTLS", func() bool { _, is, _ := discover(p.addr); return is })
 	q := startProc(t, "no-cert", "server", "--election", "etcd", "--etcd-endpoints", etcd.Endpoint,
 		"--election-key", "/sluice/test/tls-other", "--etcd-tls-ca", certs.CA)
 	time.Sleep(2 * time.Second) // give it a chance to (wrongly) win; not a timing assertion

@@ -1,11 +1,12 @@
 // Package testutil holds helpers shared by Sluice's tests: an embedded etcd
-// on loopback and free ports. It is imported only from _test.go files.
+// on loopback, certificates, polling for a condition, and quiet logs. It is
+// imported only from _test.go files.
 package testutil
 
 import (
-	"net"
 	"net/url"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ type Etcd struct {
 	// Addr is the client address, "127.0.0.1:41234".
 	Addr string
 	srv  *embed.Etcd
+	stop sync.Once
 }
 
 // StartEtcd starts an embedded etcd (go.etcd.io/etcd/server/v3/embed) with
@@ -43,8 +45,10 @@ func startEtcd(t testing.TB, certs *Certs) *Etcd {
 	if os.Getenv("SLUICE_TEST_ETCD_LOG") == "" {
 		cfg.LogOutputs = []string{"/dev/null"}
 	}
-	client := FreeURL(t)
-	peer := FreeURL(t)
+	// Port 0 everywhere: the kernel picks the ports and the listeners are
+	// read back below (a single member never dials its peer URL).
+	client := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	peer := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
 	if certs != nil {
 		client.Scheme = "https"
 		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: certs.ServerCert, KeyFile: certs.ServerKey,
@@ -59,7 +63,8 @@ func startEtcd(t testing.TB, certs *Certs) *Etcd {
 	if err != nil {
 		t.Fatalf("start embedded etcd: %v", err)
 	}
-	t.Cleanup(srv.Close)
+	e := &Etcd{srv: srv}
+	t.Cleanup(e.Stop)
 	select {
 	case <-srv.Server.ReadyNotify():
 	case err := <-srv.Err():
@@ -68,24 +73,13 @@ func startEtcd(t testing.TB, certs *Certs) *Etcd {
 		srv.Server.Stop()
 		t.Fatal("embedded etcd did not become ready in 30 s")
 	}
-	return &Etcd{Endpoint: client.String(), Addr: client.Host, srv: srv}
+	addr := srv.Clients[0].Addr().String()
+	client.Host = addr
+	e.Endpoint, e.Addr = client.String(), addr
+	return e
 }
 
-// FreeURL returns http://127.0.0.1:PORT for a port that was free a moment
-// ago (the kernel picked it for a listener that is closed again). Used where
-// a server must be told its address before it starts.
-func FreeURL(t testing.TB) url.URL {
-	t.Helper()
-	return url.URL{Scheme: "http", Host: FreeAddr(t)}
-}
-
-// FreeAddr returns "127.0.0.1:PORT" for a port that was free a moment ago.
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+// Stop stops the etcd server at once, as if its process had been killed:
+// its clients see connections refused from then on. Safe to call more than
+// once (t.Cleanup calls it again).
+func (e *Etcd) Stop() { e.stop.Do(e.srv.Close) }

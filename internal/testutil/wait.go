@@ -1,0 +1,54 @@
+package testutil
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+)
+
+// Eventually polls cond every 20 ms until it is true and returns how long
+// that took; if it is still false after d, the test fails (t.Fatalf) naming
+// what it waited for. d is a generous bound for an outcome, not a timing
+// claim: timing is measured on virtual time (the simulator, synctest).
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > d {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// Logger returns the logger tests hand to servers and clients: it discards
+// everything unless SLUICE_TEST_LOG is set (then it writes text to stderr
+// at that level: debug, info, warn or error), so that a passing suite is
+// quiet.
+func Logger() *slog.Logger {
+	lv, ok := os.LookupEnv("SLUICE_TEST_LOG")
+	if !ok {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(lv)); err != nil {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// QuietLogs makes slog's default logger Logger(), for the code under test
+// that logs to the default (a TestMain calls it before m.Run).
+func QuietLogs() { slog.SetDefault(Logger()) }
+
+// ChildLogLevel is the --log-level for sluice child processes in tests:
+// "error" (quiet) unless SLUICE_TEST_LOG sets another.
+func ChildLogLevel() string {
+	if lv := os.Getenv("SLUICE_TEST_LOG"); lv != "" {
+		return lv
+	}
+	return "error"
+}
