@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"gonum.org/v1/plot"
@@ -23,6 +24,9 @@ type Summary struct {
 	Scenario        string  `json:"scenario"`
 	Seed            int64   `json:"seed"`
 	DurationSeconds float64 `json:"duration_seconds"`
+	// RefreshDecay and RefreshIntervals are the run's (see Series).
+	RefreshDecay     string    `json:"refresh_decay"`
+	RefreshIntervals []float64 `json:"refresh_intervals_seconds"`
 	// UtilizationMean is the mean, over the samples after the initial
 	// learning period, of the clients' Σ has ÷ min(capacity, Σ wants)
 	// (0.985 is 98.5 %); samples with nothing to hand out are skipped.
@@ -57,7 +61,7 @@ const (
 
 // Summarize computes the Summary of a series. It does not modify s.
 func Summarize(s *Series) Summary {
-	sum := Summary{Scenario: s.Scenario, Seed: s.Seed}
+	sum := Summary{Scenario: s.Scenario, Seed: s.Seed, RefreshDecay: s.RefreshDecay, RefreshIntervals: s.RefreshIntervals}
 	if len(s.Samples) == 0 {
 		return sum
 	}
@@ -186,12 +190,25 @@ func WriteJSON(w io.Writer, sums []Summary) error {
 // WriteTable writes the summaries as an aligned text table.
 func WriteTable(w io.Writer, sums []Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tutilization\tovershoot max\tovershoot mean\tshortfall episodes\treconverge max\trun time\t")
+	fmt.Fprintln(tw, "scenario\trefresh (root → leaf)\tutilization\tovershoot max\tovershoot mean\tshortfall episodes\treconverge max\trun time\t")
 	for _, s := range sums {
-		fmt.Fprintf(tw, "%s\t%.2f %%\t%.2f %%\t%.2f %%\t%d\t%.0f s\t%.2f s\t\n", s.Scenario, 100*s.UtilizationMean,
+		fmt.Fprintf(tw, "%s\t%s\t%.2f %%\t%.2f %%\t%.2f %%\t%d\t%.0f s\t%.2f s\t\n", s.Scenario, refreshLabel(s), 100*s.UtilizationMean,
 			s.OvershootMaxPercent, s.OvershootMeanPercent, s.ShortfallEpisodes, s.ReconvergeMaxSeconds, s.RunSeconds)
 	}
 	return tw.Flush()
+}
+
+// refreshLabel is the decay direction and the intervals, e.g. "sluice
+// 2/4/8 s".
+func refreshLabel(s Summary) string {
+	if len(s.RefreshIntervals) == 0 {
+		return s.RefreshDecay
+	}
+	parts := make([]string, len(s.RefreshIntervals))
+	for i, ri := range s.RefreshIntervals {
+		parts[i] = strconv.FormatFloat(ri, 'f', -1, 64)
+	}
+	return strings.TrimSpace(s.RefreshDecay + " " + strings.Join(parts, "/") + " s")
 }
 
 // maxPlotPoints bounds the points per line; longer series are thinned.

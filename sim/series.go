@@ -2,13 +2,18 @@ package sim
 
 // Series is the time series of one simulation run, sampled once per virtual second.
 type Series struct {
-	Scenario    string   // scenario name, e.g. "seven"
-	Seed        int64    // the run's seed
-	Capacity    float64  // the resource's configured capacity at the root (permits/s)
-	LearningEnd float64  // seconds from the start after which utilization is counted (end of initial learning mode)
-	Levels      []string // level names, index-aligned with Sample.Levels: "clients" first, then the server levels from the leaves up to the root
-	Samples     []Sample
-	Mishaps     []Mishap // events after which reconvergence is measured, in time order
+	Scenario    string  // scenario name, e.g. "seven"
+	Seed        int64   // the run's seed
+	Capacity    float64 // the resource's configured capacity at the root (permits/s)
+	LearningEnd float64 // seconds from the start after which utilization is counted (end of initial learning mode)
+	// RefreshDecay is the direction of the refresh interval's decay
+	// (DecaySluice or DecayDesign), RefreshIntervals the intervals the
+	// server levels hand out (seconds), root first.
+	RefreshDecay     string
+	RefreshIntervals []float64
+	Levels           []string // level names, index-aligned with Sample.Levels: "clients" first, then the server levels from the leaves up to the root
+	Samples          []Sample
+	Mishaps          []Mishap // events after which reconvergence is measured, in time order
 }
 
 // Sample is the state at one instant.

@@ -7,9 +7,12 @@
 // ("Convergence and shortfall"): utilization, shortfall and reconvergence.
 //
 // A run is deterministic for a given scenario and seed: time is virtual,
-// every random choice (demand, mishaps, retry jitter) comes from one seeded
-// source, and events at the same instant run in the order they were
-// scheduled.
+// every random choice comes from two sources seeded with it, and events at
+// the same instant run in the order they were scheduled. The scenario's
+// choices (demand, mishaps, successors) have a source of their own, apart
+// from the servers' and clients' retry jitter, so that runs of one seed
+// that differ in timing (another allocation, refresh decay or interval)
+// see the same demand and the same mishaps.
 package sim
 
 import (
@@ -55,9 +58,25 @@ type Options struct {
 	// Doorman runs the servers with Doorman's allocation across the tree
 	// (server.Options.DoormanAllocation), for comparison.
 	Doorman bool
+	// RefreshDecay is the direction of the refresh interval's decay
+	// across the tree: DecaySluice (also ""), each level further from the
+	// root refreshes 1/decay_factor times as long as the one above it
+	// (clients least often); or DecayDesign
+	// (server.Options.DesignRefreshDecay), decay_factor times as long
+	// (clients most often). Any other value is an error.
+	RefreshDecay string
+	// RefreshInterval, when > 0, replaces the scenario's refresh interval
+	// at the root (seconds).
+	RefreshInterval float64
 	// Progress, when set, is told how far the run is (virtual seconds).
 	Progress Progress
 }
+
+// Directions of the refresh interval's decay (Options.RefreshDecay).
+const (
+	DecaySluice = "sluice"
+	DecayDesign = "design"
+)
 
 // Run simulates the scenario and returns its time series, sampled once per
 // virtual second, and the invariant violations seen. It checks, at every
@@ -73,9 +92,6 @@ func Run(sc Scenario, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.Duration > 0 {
-		sc.Duration = opts.Duration
-	}
 	s, err := newSim(sc, opts)
 	if err != nil {
 		return nil, err
@@ -88,7 +104,8 @@ func Run(sc Scenario, opts Options) (*Result, error) {
 type sim struct {
 	sc    Scenario
 	opts  Options
-	rng   *rand.Rand
+	rng   *rand.Rand // the scenario's choices: demand, mishaps, successors
+	jit   *rand.Rand // the servers' and clients' retry jitter
 	now   time.Time
 	queue events
 	seq   int64
@@ -136,10 +153,26 @@ type simClient struct {
 	gen   int     // invalidates scheduled refresh turns
 }
 
+// newSim builds a run of sc (with its defaults filled in) under opts.
 func newSim(sc Scenario, opts Options) (*sim, error) {
+	if opts.Duration > 0 {
+		sc.Duration = opts.Duration
+	}
+	if opts.RefreshInterval > 0 {
+		if opts.RefreshInterval < 1 || opts.RefreshInterval > sc.LeaseLength {
+			return nil, fmt.Errorf("refresh interval %v s: need 1 ≤ it ≤ the lease length %v s", opts.RefreshInterval, sc.LeaseLength)
+		}
+		sc.RefreshInterval = opts.RefreshInterval
+	}
+	switch opts.RefreshDecay {
+	case "", DecaySluice, DecayDesign:
+	default:
+		return nil, fmt.Errorf("refresh decay %q: want %s or %s", opts.RefreshDecay, DecaySluice, DecayDesign)
+	}
 	s := &sim{
 		sc: sc, opts: opts,
 		rng:    rand.New(rand.NewPCG(uint64(opts.Seed), 0x5111ce)),
+		jit:    rand.New(rand.NewPCG(uint64(opts.Seed), 0x717e7)),
 		now:    epoch,
 		ctx:    context.Background(),
 		log:    slog.New(slog.DiscardHandler),
@@ -177,7 +210,8 @@ resources:
 			}
 			for i := range sc.Tasks {
 				t := &task{addr: fmt.Sprintf("%s/task-%d", nd.name, i), node: nd}
-				o := server.Options{ID: nd.name, Address: t.addr, Now: s.clock, Logger: s.log, Rand: s.rng, DoormanAllocation: opts.Doorman}
+				o := server.Options{ID: nd.name, Address: t.addr, Now: s.clock, Logger: s.log, Rand: s.jit, DoormanAllocation: opts.Doorman,
+					DesignRefreshDecay: opts.RefreshDecay == DecayDesign}
 				if parent == nil {
 					o.Config = cfg
 				} else {
@@ -210,17 +244,45 @@ resources:
 	}
 	// The initial learning period ends when learning mode has ended at
 	// every level and the first leases after it have travelled down the
-	// deepest path: one refresh interval per level.
-	settle := 0.0
-	for d, ri := 0, sc.RefreshInterval; d < s.depth; d, ri = d+1, math.Min(math.Ceil(ri/sc.DecayFactor), sc.LeaseLength) {
-		settle += ri
+	// deepest path: one refresh per level, each at least Doorman's 5 s
+	// apart.
+	decay := opts.RefreshDecay
+	if decay == "" {
+		decay = DecaySluice
 	}
-	s.series = Series{Scenario: sc.Name, Seed: opts.Seed, Capacity: sc.Capacity, LearningEnd: learning + settle}
+	intervals := Intervals(sc, decay, s.depth)
+	settle := 0.0
+	for _, ri := range intervals {
+		settle += math.Max(ri, pb.MinRequestInterval.Seconds())
+	}
+	s.series = Series{Scenario: sc.Name, Seed: opts.Seed, Capacity: sc.Capacity, LearningEnd: learning + settle,
+		RefreshDecay: decay, RefreshIntervals: intervals}
 	s.series.Levels = []string{"clients"}
 	for d := s.depth - 1; d >= 0; d-- {
 		s.series.Levels = append(s.series.Levels, levelName(d, s.depth))
 	}
 	return s, nil
+}
+
+// Intervals returns the refresh intervals (seconds) the servers of a tree
+// depth levels deep hand out, root first: the scenario's at the root, then
+// each level's grown by 1/decay_factor (decay DecaySluice or "") or shrunk
+// by decay_factor (DecayDesign), in whole seconds, between 1 s and the
+// lease length, as server.Server computes them. Requesters stretch those
+// under Doorman's 5 s (doorman.MinRequestInterval) to 5 s.
+func Intervals(sc Scenario, decay string, depth int) []float64 {
+	f := sc.DecayFactor
+	if f <= 0 || f > 1 {
+		f = 0.5
+	}
+	if decay == DecayDesign {
+		f = 1 / f
+	}
+	var out []float64
+	for d, ri := 0, sc.RefreshInterval; d < depth; d, ri = d+1, math.Min(math.Max(math.Ceil(ri/f), 1), sc.LeaseLength) {
+		out = append(out, ri)
+	}
+	return out
 }
 
 // levelName names the server level at depth d of a tree with depth levels.
@@ -364,7 +426,7 @@ func (s *sim) startClient(c *simClient) {
 		addrs = append(addrs, t.addr)
 	}
 	cl, err := client.New(strings.Join(addrs, ","), client.WithID(c.name), client.WithManualRefresh(),
-		client.WithClock(s.clock), client.WithDialer(s.dial), client.WithRand(s.rng), client.WithLogger(s.log))
+		client.WithClock(s.clock), client.WithDialer(s.dial), client.WithRand(s.jit), client.WithLogger(s.log))
 	if err != nil {
 		panic(err) // addresses are never empty
 	}

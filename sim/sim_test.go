@@ -202,3 +202,95 @@ func TestParseScenarioBounds(t *testing.T) {
 		}
 	}
 }
+
+// The direction of the refresh interval's decay reaches every server: the
+// clients of the leaves (and the servers of each level) are handed the
+// intervals Intervals computes.
+func TestRefreshDecay(t *testing.T) {
+	five, _ := Lookup("five")
+	for _, tc := range []struct {
+		name  string
+		opts  Options
+		want  []float64 // root first
+		label string
+	}{
+		{"sluice", Options{RefreshDecay: DecaySluice, RefreshInterval: 5}, []float64{5, 10, 20}, "sluice 5/10/20 s"},
+		{"design", Options{RefreshDecay: DecayDesign, RefreshInterval: 20}, []float64{20, 10, 5}, "design 20/10/5 s"},
+		{"design floor", Options{RefreshDecay: DecayDesign}, []float64{2, 1, 1}, "design 2/1/1 s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.Seed, tc.opts.Duration = 1, 40
+			sc := five
+			sc.RefreshInterval = tc.want[0]
+			if got := Intervals(sc, tc.opts.RefreshDecay, 3); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("Intervals %v, want %v", got, tc.want)
+			}
+			s, err := newSim(five, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.run()
+			for _, nd := range s.nodes {
+				st, err := nd.tasks[nd.master].srv.Status(ResourceID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, l := range st.Leases {
+					if got := l.RefreshInterval.Seconds(); got != tc.want[nd.depth] {
+						t.Fatalf("%s hands %s refresh %v s, want %v s", nd.name, l.Client, got, tc.want[nd.depth])
+					}
+				}
+			}
+			for _, c := range s.clients {
+				if _, _, ri, ok := c.res.Lease(); !ok || ri.Seconds() != tc.want[2] {
+					t.Fatalf("client %s: refresh %v (lease %v), want %v s", c.name, ri, ok, tc.want[2])
+				}
+			}
+			if got := refreshLabel(Summarize(&s.series)); got != tc.label {
+				t.Fatalf("label %q, want %q", got, tc.label)
+			}
+		})
+	}
+	if _, err := Run(five, Options{RefreshDecay: "up"}); err == nil || !strings.Contains(err.Error(), "refresh decay") {
+		t.Errorf("bad direction: err %v", err)
+	}
+	if _, err := Run(five, Options{RefreshInterval: 61}); err == nil || !strings.Contains(err.Error(), "refresh interval") {
+		t.Errorf("interval beyond the lease length: err %v", err)
+	}
+}
+
+// Runs of one seed that differ only in timing (allocation, refresh decay,
+// refresh interval) see the same demand and the same mishaps: the
+// scenario's random choices do not share a source with the retry jitter,
+// whose draws depend on timing.
+func TestSameScenarioAcrossTimings(t *testing.T) {
+	seven, _ := Lookup("seven")
+	var first *Series
+	for _, opts := range []Options{
+		{}, {Doorman: true}, {RefreshDecay: DecayDesign}, {RefreshDecay: DecaySluice, RefreshInterval: 5},
+		{RefreshDecay: DecayDesign, RefreshInterval: 20},
+	} {
+		opts.Seed, opts.Duration = 2, 900
+		res, err := Run(seven, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &res.Series
+		if first == nil {
+			first = s
+			if len(s.Mishaps) < 10 {
+				t.Fatalf("only %d mishaps", len(s.Mishaps))
+			}
+			continue
+		}
+		if !reflect.DeepEqual(s.Mishaps, first.Mishaps) {
+			t.Fatalf("%+v: other mishaps than the first run's", opts)
+		}
+		for i := range s.Samples {
+			if s.Samples[i].Levels[0].Wants != first.Samples[i].Levels[0].Wants {
+				t.Fatalf("%+v: at %v s the clients want %v, the first run's %v", opts, s.Samples[i].T,
+					s.Samples[i].Levels[0].Wants, first.Samples[i].Levels[0].Wants)
+			}
+		}
+	}
+}

@@ -22,6 +22,8 @@ func newSimulateCmd() *cobra.Command {
 		out        string
 		asJSON     bool
 		allocation string
+		decay      string
+		refresh    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -41,7 +43,15 @@ NAME.csv (per tree level: Σ wants, Σ has, capacity, leases, every second),
 NAME.json, NAME.png and NAME.svg (a plot like the design's figures).
 
 --allocation doorman runs the servers with Doorman's allocation across the tree
-instead of Sluice's (see the README), for comparison.`,
+instead of Sluice's (see the README), for comparison.
+
+--refresh-decay sets the direction in which the refresh interval changes from
+level to level of the tree: sluice (each level further from the root refreshes
+1/decay_factor times as long as its parent: root 2 s, regions 4 s, leaves 8 s)
+or design (decay_factor times as long: clients refresh most often).
+--refresh-interval replaces the scenarios' interval at the root. Requesters
+never refresh more often than every 5 s (Doorman's rule), so shorter intervals
+act as 5 s.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var scs []sim.Scenario
@@ -64,6 +74,12 @@ instead of Sluice's (see the README), for comparison.`,
 			if allocation != "sluice" && allocation != "doorman" {
 				return fmt.Errorf("--allocation: %q, want sluice or doorman", allocation)
 			}
+			if decay != sim.DecaySluice && decay != sim.DecayDesign {
+				return fmt.Errorf("--refresh-decay: %q, want %s or %s", decay, sim.DecaySluice, sim.DecayDesign)
+			}
+			if refresh != 0 && (refresh < time.Second || refresh%time.Second != 0) {
+				return fmt.Errorf("--refresh-interval: %v, want whole seconds ≥ 1s", refresh)
+			}
 			if out != "" {
 				if err := os.MkdirAll(out, 0o755); err != nil {
 					return err
@@ -72,7 +88,8 @@ instead of Sluice's (see the README), for comparison.`,
 			var sums []sim.Summary
 			var verr error
 			for _, sc := range scs {
-				opts := sim.Options{Seed: seed, Duration: duration.Seconds(), Doorman: allocation == "doorman"}
+				opts := sim.Options{Seed: seed, Duration: duration.Seconds(), Doorman: allocation == "doorman",
+					RefreshDecay: decay, RefreshInterval: refresh.Seconds()}
 				opts.Progress = sim.NewProgress(cmd.ErrOrStderr(), "scenario "+sc.Name)
 				began := time.Now()
 				res, err := sim.Run(sc, opts)
@@ -110,6 +127,8 @@ instead of Sluice's (see the README), for comparison.`,
 	f.StringVar(&out, "out", "", "directory for CSV, JSON, PNG and SVG outputs per scenario")
 	f.BoolVar(&asJSON, "json", false, "print the summary as JSON")
 	f.StringVar(&allocation, "allocation", "sluice", "allocation across the tree: sluice, or doorman for comparison")
+	f.StringVar(&decay, "refresh-decay", sim.DecaySluice, "refresh interval across the tree: sluice (longer toward the clients) or design (shorter toward the clients)")
+	f.DurationVar(&refresh, "refresh-interval", 0, "refresh interval at the root (default: the scenario's)")
 	return cmd
 }
 
