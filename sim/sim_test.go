@@ -294,3 +294,31 @@ func TestSameScenarioAcrossTimings(t *testing.T) {
 		}
 	}
 }
+
+// The built-in scenarios use doorman-design.md's numbers where it gives
+// them ("Convergence and shortfall"): in one five clients each want 100
+// initially; in seven 45 clients start by asking 14 each.
+func TestBuiltinDesignNumbers(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		clients int
+		wants   float64
+	}{{"one", 5, 100}, {"two", 5, 100}, {"three", 5, 100}, {"five", 45, 15}, {"seven", 45, 14}} {
+		sc, err := Lookup(tc.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := newSim(sc, Options{Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.clients) != tc.clients {
+			t.Fatalf("%s: %d clients, want %d", tc.name, len(s.clients), tc.clients)
+		}
+		for _, c := range s.clients {
+			if c.base != tc.wants {
+				t.Fatalf("%s: %s wants %v, want %v", tc.name, c.name, c.base, tc.wants)
+			}
+		}
+	}
+}
