@@ -323,15 +323,12 @@ func (c *Client) ResourceWithPriority(id string, wants float64, priority int64) 
 		h.resourceState = r
 		r.handles[h] = struct{}{}
 		c.mu.Unlock()
-		r.askMu.Lock()
-		defer r.askMu.Unlock()
-		if err := r.setWants(c.sumWants(r)); err != nil {
+		if err := r.askTotal(); err != nil {
 			return nil, err
 		}
 		return h, nil
 	}
-	r := &resourceState{c: c, id: id, wants: wants, priority: priority, mode: c.mode, changes: make(chan float64, 1),
-		fallbackSince: c.now(), handles: map[*Resource]struct{}{}}
+	r := newResourceState(c, id, wants, priority, c.now())
 	h.resourceState = r
 	r.handles[h] = struct{}{}
 	c.resources[id] = r
@@ -359,7 +356,9 @@ func (c *Client) sumWants(r *resourceState) float64 {
 // every resource's capacity is +Inf: limiters and gauges bound to them admit
 // everything, whatever the leases say (the client keeps refreshing them, so
 // turning it off restores the leases at once). For when the capacity servers
-// misbehave in production. Listeners are told of the change.
+// misbehave in production. Listeners are told of the change on the
+// caller's goroutine, with no lock held (see Resource.OnChange). Safe for
+// concurrent use.
 //
 // Source: Charon §4.3, "kill switch".
 func (c *Client) SetKillSwitch(on bool) {
@@ -375,9 +374,9 @@ func (c *Client) SetKillSwitch(on bool) {
 	now := c.now()
 	for _, r := range rs {
 		r.mu.Lock()
-		after := r.notifyLocked(now)
+		r.changeLocked(now)
 		r.mu.Unlock()
-		after()
+		r.deliver()
 	}
 }
 
@@ -403,7 +402,11 @@ func (c *Client) poke() {
 }
 
 // Close releases every resource (one ReleaseCapacity RPC, best effort,
-// bounded by a 2 s timeout) and stops the refresh loop.
+// bounded by a 2 s timeout; none with WithManualRefresh) and stops the
+// refresh loop. Every resource's capacity becomes 0 and its listeners are
+// told so on the caller's goroutine, with no lock held (see
+// Resource.OnChange). It returns the ReleaseCapacity RPC's error, if any.
+// Closing twice does nothing.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -412,12 +415,17 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	ids := make([]string, 0, len(c.resources))
+	rs := make([]*resourceState, 0, len(c.resources))
 	for id, r := range c.resources {
 		ids = append(ids, id)
-		r.markReleased()
+		rs = append(rs, r)
 	}
 	c.resources = map[string]*resourceState{}
 	c.mu.Unlock()
+	// Listeners never run under c.mu: they may call back into the client.
+	for _, r := range rs {
+		r.markReleased()
+	}
 	c.cancel()
 	<-c.done
 	if c.ownHTTP {

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -34,6 +35,9 @@ resources:
 // TestMain checks that no test leaves goroutines behind (refresh loops,
 // connections) once clients are closed and servers stopped.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// quiet discards logs: the tests print nothing when they pass.
+var quiet = slog.New(slog.DiscardHandler)
 
 type testServer struct {
 	*server.Server

@@ -25,6 +25,19 @@ type Resource struct {
 	handleClosed bool
 }
 
+// listener is a function registered with OnChange.
+type listener struct {
+	f   func(float64)
+	seq uint64 // the notification last given to f (0: none yet)
+}
+
+// newResourceState returns the state of a new resource of c.
+func newResourceState(c *Client, id string, wants float64, priority int64, now time.Time) *resourceState {
+	return &resourceState{c: c, id: id, wants: wants, priority: priority, mode: c.mode,
+		fallbackSince: now, handles: map[*Resource]struct{}{},
+		seq: 1, chanSeq: 1, changes: make(chan float64, 1)}
+}
+
 // resourceState is one resource's lease, shared by its handles.
 type resourceState struct {
 	c        *Client
@@ -41,14 +54,16 @@ type resourceState struct {
 	safe      float64
 	safeKnown bool
 	released  bool
-	current   float64 // effective capacity last reported
-	listeners []func(float64)
-	changes   chan float64
 	handles   map[*Resource]struct{}
-	seq       uint64     // notifications made (under mu)
-	chMu      sync.Mutex // orders sends on changes
-	sent      uint64     // the notification last sent on changes (under chMu)
 	askMu     sync.Mutex // serializes recomputing the handles' total wants
+
+	// Notifications (see OnChange and deliver), under mu.
+	current    float64 // effective capacity last reported
+	seq        uint64  // the notification of current: 1 at creation, +1 per change
+	listeners  []*listener
+	delivering bool   // a goroutine is telling the listeners (deliver)
+	chanSeq    uint64 // the notification last put on changes
+	changes    chan float64
 
 	// Time without a valid lease (in the fallback mode), for metrics.
 	fallbackSince time.Time // zero while a lease is valid
@@ -153,60 +168,116 @@ func (r *resourceState) effective(now time.Time) float64 {
 	}
 }
 
-// OnChange registers f to be called with the new capacity whenever the
-// resource's capacity changes (a new lease, an expiry, a release). f runs
-// on the refresh goroutine and must not block; it is called once at
-// registration with the current capacity.
+// OnChange registers f to be called with the resource's capacity (permits
+// per second, or units for a gauge) whenever it changes — a new lease, an
+// expiry and its fallback, a change of wants that changes the fallback
+// (Optimistic mode), the kill switch, a release — and once at registration
+// with the current capacity.
+//
+// f runs on the goroutine that made the change: the refresh goroutine (or,
+// with WithManualRefresh, the caller of Step) for leases, expiries and
+// fallbacks; the caller of Ask, Client.Resource, Release, Client.Close or
+// Client.SetKillSwitch for the changes they make; the caller of OnChange
+// for the first call. It is never called with the client's or the
+// resource's locks held, so it may call any method of the client and its
+// resources, including ones that change the capacity again.
+//
+// The listeners of one resource are serialized: one call at a time, in
+// registration order, each listener seeing ever newer capacities and the
+// newest last (a value superseded before its turn is skipped). A change made
+// while another goroutine is telling the listeners — or by a listener
+// itself — is delivered by that goroutine as soon as its current calls
+// return; the call that made the change may then return before the
+// listeners have seen it. Listeners of different resources may run
+// concurrently. f should return promptly: while it runs, the resource's
+// other notifications, and the goroutine running it (possibly the refresh
+// goroutine), wait.
 func (r *resourceState) OnChange(f func(capacity float64)) {
 	r.mu.Lock()
-	r.listeners = append(r.listeners, f)
-	cur := r.effective(r.c.now())
-	r.current = cur
+	r.changeLocked(r.c.now())
+	r.listeners = append(r.listeners, &listener{f: f})
 	r.mu.Unlock()
-	f(cur)
+	r.deliver()
 }
 
 // Changes returns a channel that receives the new capacity after each
-// change; it holds only the latest value (a slow reader skips
-// intermediate ones). Changes made before the first call are kept, so
-// waiting for the first lease after Resource returns never misses it.
+// change, once the listeners (OnChange) have been told of it; it holds only
+// the latest value (a slow reader skips intermediate ones). Changes made
+// before the first call are kept, so waiting for the first lease after
+// Resource returns never misses it.
 func (r *resourceState) Changes() <-chan float64 {
 	return r.changes
 }
 
-// notify reports the effective capacity to listeners if it changed. The
-// caller holds r.mu; listeners run after it is released.
-func (r *resourceState) notifyLocked(now time.Time) func() {
+// changeLocked records the effective capacity at now, as a new
+// notification if it changed. The caller holds r.mu, and calls deliver
+// once it holds no lock of the client or the resource.
+func (r *resourceState) changeLocked(now time.Time) {
 	cur := r.effective(now)
 	if cur == r.current {
-		return func() {}
+		return
 	}
 	r.current = cur
 	r.seq++
-	seq := r.seq
-	ls := append([]func(float64){}, r.listeners...)
-	return func() {
-		for _, f := range ls {
-			f(cur)
+}
+
+// deliver tells the listeners, and then Changes, the newest notification,
+// holding no lock while they run. One goroutine delivers at a time: one that
+// finds another delivering leaves its notification to it, and the
+// deliverer goes round again until every listener and the channel are up
+// to date. So listeners are serialized, see newer values each time and the
+// newest last, and may change the capacity themselves without deadlock.
+func (r *resourceState) deliver() {
+	r.mu.Lock()
+	if r.delivering {
+		r.mu.Unlock()
+		return
+	}
+	r.delivering = true
+	finished := false
+	defer func() {
+		if !finished { // a listener panicked: the next change delivers
+			r.mu.Lock()
+			r.delivering = false
+			r.mu.Unlock()
 		}
-		// The channel is told after the listeners (so a limiter bound to
-		// the resource already has the new rate), newest value only.
-		r.chMu.Lock()
-		defer r.chMu.Unlock()
-		if seq <= r.sent {
-			return // a newer value was sent already
+	}()
+	for {
+		seq, cur := r.seq, r.current
+		var due []*listener
+		for _, l := range r.listeners {
+			if l.seq < seq {
+				l.seq = seq
+				due = append(due, l)
+			}
 		}
-		r.sent = seq
-		select {
-		case <-r.changes:
-		default:
+		toChan := r.chanSeq < seq
+		r.chanSeq = seq
+		if len(due) == 0 && !toChan {
+			r.delivering = false
+			finished = true
+			r.mu.Unlock()
+			return
 		}
-		r.changes <- cur
+		r.mu.Unlock()
+		for _, l := range due {
+			l.f(cur)
+		}
+		if toChan {
+			// Only the deliverer sends, so after the drain there is room.
+			select {
+			case <-r.changes:
+			default:
+			}
+			r.changes <- cur
+		}
+		r.mu.Lock()
 	}
 }
 
 // setWants changes what the resource asks for and triggers a prompt
-// re-request if it changed.
+// re-request if it changed. The caller holds r.askMu, and calls r.deliver
+// once it has released it.
 func (r *resourceState) setWants(wants float64) error {
 	r.mu.Lock()
 	if r.released {
@@ -215,13 +286,22 @@ func (r *resourceState) setWants(wants float64) error {
 	}
 	changed := r.wants != wants
 	r.wants = wants
-	after := r.notifyLocked(r.c.now())
+	r.changeLocked(r.c.now())
 	r.mu.Unlock()
-	after()
 	if changed {
 		r.c.poke()
 	}
 	return nil
+}
+
+// askTotal asks for the sum of the handles' wants, then tells the
+// listeners if that changed the capacity.
+func (r *resourceState) askTotal() error {
+	r.askMu.Lock()
+	err := r.setWants(r.c.sumWants(r))
+	r.askMu.Unlock()
+	r.deliver()
+	return err
 }
 
 // Wants returns what this handle asks for.
@@ -245,10 +325,7 @@ func (h *Resource) Ask(wants float64) error {
 	}
 	h.handleWants = wants
 	h.hmu.Unlock()
-	r := h.resourceState
-	r.askMu.Lock()
-	defer r.askMu.Unlock()
-	return r.setWants(h.c.sumWants(r))
+	return h.askTotal()
 }
 
 // Release releases this handle. When it is the resource's last, the lease is
@@ -273,9 +350,7 @@ func (h *Resource) Release(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	if !last {
-		r.askMu.Lock()
-		defer r.askMu.Unlock()
-		return r.setWants(c.sumWants(r))
+		return r.askTotal()
 	}
 	if !r.markReleased() {
 		return nil
@@ -291,9 +366,9 @@ func (r *resourceState) markReleased() bool {
 		return false
 	}
 	r.released = true
-	after := r.notifyLocked(r.c.now())
+	r.changeLocked(r.c.now())
 	r.mu.Unlock()
-	after()
+	r.deliver()
 	return true
 }
 
@@ -326,9 +401,9 @@ func (r *resourceState) grant(capacity float64, expiry time.Time, refresh time.D
 		r.safe, r.safeKnown = *safe, true
 	}
 	r.trackFallbackLocked(now)
-	after := r.notifyLocked(now)
+	r.changeLocked(now)
 	r.mu.Unlock()
-	after()
+	r.deliver()
 }
 
 // expire drops the lease if it has expired, switching to the fallback.
@@ -338,7 +413,7 @@ func (r *resourceState) expire(now time.Time) {
 		r.trackFallbackLocked(now)
 		r.hasLease = false
 	}
-	after := r.notifyLocked(now)
+	r.changeLocked(now)
 	r.mu.Unlock()
-	after()
+	r.deliver()
 }
