@@ -17,6 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	testutil.QuietLogs()
 	goleak.VerifyTestMain(m,
 		// The etcd client's and embedded server's process-wide loggers and
 		// gRPC's resolver keep goroutines for the life of the process.

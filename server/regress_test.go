@@ -233,3 +233,37 @@ func TestUnknownAlgorithmFallsBackToNone(t *testing.T) {
 		t.Fatalf("sluice_server_algorithm_fallbacks_total = %v, want ≥ 1", got)
 	}
 }
+
+// Shares converge over refreshes 5 s apart (the rounds the binary's wire
+// test cannot wait for): FAIR_SHARE hands a newcomer what is free, then
+// each its fair share as the holders refresh.
+func TestFairShareConvergesOverRefreshes(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	repo, err := config.Parse([]byte(`
+resources:
+  - identifier_glob: fair
+    capacity: 100
+    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5, learning_mode_duration: 0}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{Address: "127.0.0.1:1", Config: repo, Now: clk.now})
+	gets := func(client string) (float64, float64) {
+		r := getCap(t, s, client, "fair", 80).GetResponse()[0]
+		return r.GetGets().GetCapacity(), r.GetSafeCapacity()
+	}
+	if got, _ := gets("a"); got != 80 {
+		t.Fatalf("a alone: %v, want 80", got)
+	}
+	if got, _ := gets("b"); got != 20 {
+		t.Fatalf("b: %v, want 20 (what is free)", got)
+	}
+	clk.t = clk.t.Add(pb.MinRequestInterval)
+	if got, _ := gets("a"); got != 50 {
+		t.Fatalf("a after b arrived: %v, want 50", got)
+	}
+	if got, safe := gets("b"); got != 50 || safe != 50 {
+		t.Fatalf("b: %v (safe capacity %v), want 50 (100/2)", got, safe)
+	}
+}

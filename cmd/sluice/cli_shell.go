@@ -49,7 +49,7 @@ reads commands from standard input, one per line.
 			if err != nil {
 				return err
 			}
-			sh := &shell{dial: dial, addr: rf.server, out: cmd.OutOrStdout(), leases: map[[2]string]*pb.Lease{}}
+			sh := &shell{dial: dial, addr: rf.server, out: cmd.OutOrStdout(), leases: map[[2]string]*pb.Lease{}, asked: map[[2]string]time.Time{}}
 			in := cmd.InOrStdin()
 			if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 				home, _ := os.UserHomeDir()
@@ -97,6 +97,7 @@ type shell struct {
 	addr   string
 	out    io.Writer
 	leases map[[2]string]*pb.Lease
+	asked  map[[2]string]time.Time // when each (client, resource) last asked
 }
 
 // run executes one command line and reports whether to quit.
@@ -128,6 +129,8 @@ func (sh *shell) run(ctx context.Context, line string) (quit bool) {
 			}
 		}
 		key := [2]string{f[1], f[2]}
+		last, askedBefore := sh.asked[key]
+		sh.asked[key] = time.Now()
 		rr, addr, err := getCapacity(ctx, sh.dial, sh.addr, f[1], f[2], prio, wants, sh.leases[key])
 		sh.addr = addr
 		if err != nil {
@@ -136,8 +139,12 @@ func (sh *shell) run(ctx context.Context, line string) (quit bool) {
 		}
 		g := rr.GetGets()
 		sh.leases[key] = g
-		fmt.Fprintf(sh.out, "%s %s: capacity %v for %d s, refresh in %d s\n", f[1], f[2], g.GetCapacity(),
-			int64(time.Until(time.Unix(g.GetExpiryTime(), 0)).Round(time.Second).Seconds()), g.GetRefreshInterval())
+		note := ""
+		if askedBefore && time.Since(last) < pb.MinRequestInterval {
+			note = fmt.Sprintf(" (asked again within %v: the server sends the current lease back, undecided)", pb.MinRequestInterval)
+		}
+		fmt.Fprintf(sh.out, "%s %s: capacity %v for %d s, refresh in %d s%s\n", f[1], f[2], g.GetCapacity(),
+			int64(time.Until(time.Unix(g.GetExpiryTime(), 0)).Round(time.Second).Seconds()), g.GetRefreshInterval(), note)
 	case "release":
 		if len(f) != 3 {
 			fmt.Fprintln(sh.out, "usage: release CLIENT RESOURCE")
@@ -153,6 +160,7 @@ func (sh *shell) run(ctx context.Context, line string) (quit bool) {
 			return false
 		}
 		delete(sh.leases, [2]string{f[1], f[2]})
+		delete(sh.asked, [2]string{f[1], f[2]})
 		fmt.Fprintf(sh.out, "%s %s: released\n", f[1], f[2])
 	case "show":
 		keys := make([][2]string, 0, len(sh.leases))

@@ -24,12 +24,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/internal/testutil"
 )
 
 // binary is the sluice binary built once for the tests of this package.
 var binary string
 
 func TestMain(m *testing.M) {
+	testutil.QuietLogs()
 	dir, err := os.MkdirTemp("", "sluice-test")
 	if err != nil {
 		panic(err)
@@ -74,7 +76,7 @@ func startServer(t *testing.T, cfg string) (addr string, cmd *exec.Cmd) {
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd = exec.Command(binary, "server", "--config", path, "--listen", "127.0.0.1:0", "--log-level", "warn")
+	cmd = exec.Command(binary, "server", "--config", path, "--listen", "127.0.0.1:0", "--log-level", testutil.ChildLogLevel())
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -164,30 +166,15 @@ func TestServerOverGRPC(t *testing.T) {
 	if got := b["proportional"].GetGets().GetCapacity(); got != 0 {
 		t.Errorf("proportional b: %v, want 0 (all leased to a)", got)
 	}
-	// After a refreshes, b gets its fair share.
-	a = get("a", req("fair", 80), req("proportional", 100))
-	if got := a["fair"].GetGets().GetCapacity(); got != 50 {
-		t.Errorf("fair a after b arrived: %v, want 50", got)
+	// a asks again at once: Doorman's 5-second rule, its current lease comes
+	// back undecided (the shares converge on later refreshes: the server
+	// package's tests run them on a fake clock).
+	a = get("a", req("fair", 10), req("proportional", 10))
+	if got := a["fair"].GetGets().GetCapacity(); got != 80 {
+		t.Errorf("fair a asking again at once: %v, want its current lease 80", got)
 	}
-	b = get("b", req("fair", 80))
-	if got := b["fair"].GetGets().GetCapacity(); got != 50 {
-		t.Errorf("fair b: %v, want 50", got)
-	}
-	if got := b["fair"].GetSafeCapacity(); got != 50 {
-		t.Errorf("fair dynamic safe capacity: %v, want 100/2", got)
-	}
-	// charon-paper.md §5.1 proportional table: capacity 90, wants 100, 50, 10.
-	get("c", req("proportional", 10))
-	for i := 0; i < 3; i++ {
-		a = get("a", req("proportional", 100))
-		b = get("b", req("proportional", 50))
-		get("c", req("proportional", 10))
-	}
-	if got, want := a["proportional"].GetGets().GetCapacity(), 30+20*70.0/90; math.Abs(got-want) > 1e-9 {
-		t.Errorf("proportional a: %v, want %v", got, want)
-	}
-	if got, want := b["proportional"].GetGets().GetCapacity(), 30+20*20.0/90; math.Abs(got-want) > 1e-9 {
-		t.Errorf("proportional b: %v, want %v", got, want)
+	if got := a["proportional"].GetGets().GetCapacity(); got != 90 {
+		t.Errorf("proportional a asking again at once: %v, want its current lease 90", got)
 	}
 
 	// Learning mode (default duration = lease length): a claimant gets its
@@ -228,9 +215,11 @@ func TestServerOverGRPC(t *testing.T) {
 	if _, err := c.ReleaseCapacity(ctx, &pb.ReleaseCapacityRequest{ClientId: proto.String("a"), ResourceId: []string{"fair"}}); err != nil {
 		t.Fatal(err)
 	}
-	b = get("b", req("fair", 80))
-	if got := b["fair"].GetGets().GetCapacity(); got != 80 {
-		t.Errorf("fair b after a released: %v, want 80", got)
+	// a's record is gone: its next request is decided afresh (its fair
+	// share with b, both wanting 80), not answered early.
+	a = get("a", req("fair", 80))
+	if got := a["fair"].GetGets().GetCapacity(); got != 50 {
+		t.Errorf("fair a after it released: %v, want 50", got)
 	}
 
 	// Bad requests: InvalidArgument naming the field.

@@ -143,7 +143,7 @@ func TestEtcdOverTLS(t *testing.T) {
 // Flags from SLUICE_<FLAG>, a command-line flag winning over the
 // environment; --pprof; health and readiness over HTTP.
 func TestServerEnvironmentAndPprof(t *testing.T) {
-	cmd := exec.Command(binary, "server", "--listen", "127.0.0.1:0", "--log-level", "warn")
+	cmd := exec.Command(binary, "server", "--listen", "127.0.0.1:0", "--log-level", testutil.ChildLogLevel())
 	cmd.Env = append(os.Environ(), "SLUICE_ID=from-env", "SLUICE_PPROF=true", "SLUICE_LOG_FORMAT=json", "SLUICE_LISTEN=127.0.0.1:1")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
