@@ -90,21 +90,30 @@ type adapter struct {
 	done      chan struct{}
 }
 
-// runAdapter measures every interval with measure (which returns the
-// interval's demand and resets its counters) and asks res for the
-// estimator's wants, until ctx ends.
-func runAdapter(ctx context.Context, res *Resource, est *DemandEstimator, interval time.Duration, measure func(time.Duration) float64, done chan struct{}) {
+// runAdapter measures every interval with measure (which is given the
+// time since the last measurement, by the client's clock now, and returns
+// that interval's demand and resets its counters) and asks res for the
+// estimator's wants, until ctx ends. The intervals are waited on a ticker
+// (real time, or a testing/synctest bubble's fake time); every time reading
+// is the client's clock. When that clock has not moved since the last
+// measurement (a virtual clock standing still), nothing is measured: what
+// was counted carries over to the next interval.
+func runAdapter(ctx context.Context, res *Resource, est *DemandEstimator, interval time.Duration, now func() time.Time, measure func(time.Duration) float64, done chan struct{}) {
 	defer close(done)
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	last := time.Now()
+	last := now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
-			elapsed := now.Sub(last)
-			last = now
+		case <-t.C:
+			at := now()
+			elapsed := at.Sub(last)
+			if elapsed <= 0 {
+				continue
+			}
+			last = at
 			if err := res.Ask(est.Observe(measure(elapsed))); err != nil {
 				return // the handle was released
 			}
@@ -114,10 +123,14 @@ func runAdapter(ctx context.Context, res *Resource, est *DemandEstimator, interv
 
 // Adapt puts the limiter's resource in adaptive mode: every opts.Interval
 // the limiter measures the permits the process asked of it (Allow, Wait,
-// Reserve — granted or not) per second and asks the server for that,
-// smoothed, with headroom, within bounds (see AdaptiveOptions), instead of
-// a fixed wants. It stops when ctx ends or the resource is released.
-// Calling it again replaces the previous adaptation.
+// Reserve — granted or not) per second of the client's clock (WithClock)
+// and asks the server for that, smoothed, with headroom, within bounds (see
+// AdaptiveOptions), instead of a fixed wants. The intervals are waited on a
+// ticker, so tests run it on fake time (testing/synctest); an interval in
+// which the client's clock did not move measures nothing. It runs one
+// goroutine, which stops when ctx ends or the resource is released.
+// Calling it again replaces the previous adaptation. Safe for concurrent
+// use.
 func (l *RateLimiter) Adapt(ctx context.Context, opts AdaptiveOptions) {
 	opts = opts.withDefaults()
 	l.mu.Lock()
@@ -129,7 +142,7 @@ func (l *RateLimiter) Adapt(ctx context.Context, opts AdaptiveOptions) {
 	a := &adapter{est: NewDemandEstimator(opts), stop: cancel, done: make(chan struct{})}
 	l.adapt = a
 	l.mu.Unlock()
-	go runAdapter(ctx, l.res, a.est, opts.Interval, func(elapsed time.Duration) float64 {
+	go runAdapter(ctx, l.res, a.est, opts.Interval, l.res.c.now, func(elapsed time.Duration) float64 {
 		n := float64(a.requested.Swap(0)) / 1000
 		return n / elapsed.Seconds()
 	}, a.done)
@@ -148,7 +161,8 @@ func (l *RateLimiter) count(n int) {
 // Adapt puts the gauge's resource in adaptive mode: every opts.Interval it
 // measures the peak concurrency the process asked for (slots held plus
 // callers waiting) and asks the server for that, smoothed, with headroom,
-// within bounds.
+// within bounds. Intervals, the client's clock and the goroutine are as for
+// RateLimiter.Adapt.
 func (g *Gauge) Adapt(ctx context.Context, opts AdaptiveOptions) {
 	opts = opts.withDefaults()
 	g.mu.Lock()
@@ -160,7 +174,7 @@ func (g *Gauge) Adapt(ctx context.Context, opts AdaptiveOptions) {
 	a := &adapter{est: NewDemandEstimator(opts), stop: cancel, done: make(chan struct{})}
 	g.adapt = a
 	g.mu.Unlock()
-	go runAdapter(ctx, g.res, a.est, opts.Interval, func(time.Duration) float64 {
+	go runAdapter(ctx, g.res, a.est, opts.Interval, g.res.c.now, func(time.Duration) float64 {
 		peak := float64(g.peak.Swap(g.asking.Load()))
 		return peak
 	}, a.done)

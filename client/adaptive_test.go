@@ -109,3 +109,46 @@ func TestAdaptiveGauge(t *testing.T) {
 		synctest.Wait()
 	})
 }
+
+// Adaptive demand is measured per second of the client's clock
+// (WithClock), not of time.Now: here the client's clock runs ten times
+// faster than the bubble's time that paces the intervals, so 100 permits
+// asked per interval are 10 per client second. A client clock that stands
+// still measures nothing (the permits count towards the next interval in
+// which it moves).
+func TestAdaptiveUsesClientClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := newFakeClock()
+		c, _ := manualClient(t, listenerCfg, clock)
+		res, err := c.Resource("r", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim := client.NewRateLimiter(res, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		lim.Adapt(ctx, client.AdaptiveOptions{Interval: time.Second, Smoothing: 1, Headroom: 0.2})
+		interval := func(permits int, clientTime time.Duration) {
+			for range permits {
+				lim.Allow()
+			}
+			clock.Advance(clientTime)
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+		interval(100, 0) // the client's clock stands still: nothing measured
+		if w := res.Wants(); w != 1 {
+			t.Fatalf("wants %v after an interval in which the client's clock stood still, want 1 (unchanged)", w)
+		}
+		interval(100, 10*time.Second) // 200 permits in 10 client seconds
+		if w, want := res.Wants(), 1.2*20; math.Abs(w-want) > 1e-9 {
+			t.Fatalf("wants %v, want %v (20 permits per client second, +20 %%)", w, want)
+		}
+		interval(100, 10*time.Second)
+		if w, want := res.Wants(), 1.2*10; math.Abs(w-want) > 1e-9 {
+			t.Fatalf("wants %v, want %v (10 permits per client second, +20 %%)", w, want)
+		}
+		cancel()
+		synctest.Wait()
+	})
+}
