@@ -1,6 +1,6 @@
 // Copyright 2026 The Sluice Authors. Licensed under the Apache License 2.0.
 //
-// The Doorman wire protocol, exactly as deployed (shared/reference/doorman-wire.md):
+// The Doorman wire protocol, exactly as deployed (github.com/youtube/doorman, proto/doorman/doorman.proto; see docs/references.md):
 // proto2, package doorman, the same service, method, message and field names
 // and numbers, so that an unmodified Doorman client or intermediate server
 // works against Sluice and the other way round. All times are whole seconds;

@@ -4,7 +4,8 @@
 // service (package doormanconnect, which Sluice serves: gRPC, gRPC-Web and
 // JSON over HTTP on one port).
 //
-// Source: shared/reference/doorman-wire.md.
+// Source: doorman-wire.md (docs/references.md): YouTube Doorman's
+// proto/doorman/doorman.proto.
 //
 // Regenerate with `go generate ./api/...` (needs protoc from Debian's
 // protobuf-compiler; the plugins are Go tools pinned in go.mod).

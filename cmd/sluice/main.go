@@ -1,8 +1,24 @@
-// Command sluice is Sluice's one binary: the capacity server and the demo.
+// Command sluice is Sluice's one binary. Its subcommands:
 //
-//	sluice server --config FILE --listen ADDR
+//	sluice server [--config FILE|etcd:/KEY] [--listen ADDR] [--parent ADDRS] [--election etcd ...]
+//	    a capacity server: a root, or with --parent an intermediate
 //	sluice demo [--duration D] [--clients N] [--json]
+//	    the main job end to end on loopback, on an embedded configuration
 //	sluice simulate [--scenario NAME|all|FILE] [--seed N] [--out DIR] [--json]
+//	    the tree on virtual time, the design's scenarios
+//	sluice status --server ADDR [--json]
+//	    a server's status page as tables
+//	sluice config validate FILE...
+//	    check configuration files, every error named
+//	sluice get --server ADDR --resource R --wants W
+//	    one GetCapacity, as a client would send it
+//	sluice bench --server ADDR --clients N --resources M --duration D
+//	    load a server with GetCapacity requests and report rate and latency
+//	sluice shell --server ADDR
+//	    an interactive client: get, release, show, master
+//
+// (sluice workload, hidden, is a load-generating client process for the
+// tests.) Every subcommand has --help.
 package main
 
 import (
