@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -20,14 +19,6 @@ import (
 	"github.com/sluice-rl/sluice/internal/discovery"
 	"github.com/sluice-rl/sluice/lease"
 )
-
-// DefaultDecayFactor is how much the refresh interval shrinks per level up
-// the server tree (toward the root) when a template does not set the
-// algorithm parameter decay_factor.
-//
-// Source: doorman-design.md, "Common algorithm parameters" (decay_factor)
-// and "Algorithms" (the refresh interval halves with every level).
-const DefaultDecayFactor = 0.5
 
 // Timing of the parent link.
 const (
@@ -453,13 +444,10 @@ func (pl *parentLease) adopt(rr *pb.ServerCapacityResourceResponse) (fellBack bo
 	pl.expiry = time.Unix(g.GetExpiryTime(), 0)
 	pl.refresh = time.Duration(max(g.GetRefreshInterval(), 1)) * time.Second
 	if a := rr.GetAlgorithm(); a != nil {
-		pl.kind = algorithm.Kind(a.GetKind())
-		if !pl.kind.Valid() {
-			// doorman-design.md, "Finding the algorithm to use": an
-			// algorithm that cannot be instantiated runs as None.
-			pl.kind = algorithm.NoAlgorithm
-			fellBack = true
-		}
+		// doorman-design.md, "Finding the algorithm to use": an
+		// algorithm that cannot be instantiated runs as None.
+		inst, _ := algorithm.Build(algorithm.Kind(a.GetKind()), algorithm.ParametersFromProto(a.GetParameters()))
+		pl.kind, fellBack = inst.Kind, inst.FellBack
 		pl.length = time.Duration(max(a.GetLeaseLength(), 1)) * time.Second
 		pl.interval = time.Duration(max(a.GetRefreshInterval(), 1)) * time.Second
 		pl.learning = time.Duration(max(a.GetLearningModeDuration(), 0)) * time.Second
@@ -510,17 +498,12 @@ func (s *Server) waitFirstLeases(ctx context.Context, rs []*resource) {
 	}
 }
 
-// decayFactor returns the template's decay_factor parameter, or the
-// default; values outside (0, 1] fall back to the default.
+// decayFactor returns the decay_factor among params (a template's, or
+// what the parent pushed down), or algorithm.DefaultDecayFactor; a value
+// the configuration would refuse counts as absent.
 func decayFactor(params []*pb.NamedParameter) float64 {
-	for _, p := range params {
-		if p.GetName() == "decay_factor" {
-			if f, err := strconv.ParseFloat(p.GetValue(), 64); err == nil && f > 0 && f <= 1 {
-				return f
-			}
-		}
-	}
-	return DefaultDecayFactor
+	p, _ := algorithm.ParseParameters(algorithm.ParametersFromProto(params))
+	return p.DecayFactor
 }
 
 // childInterval returns the refresh interval a child server should hand

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/algorithm"
+	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/lease"
 )
 
@@ -52,6 +53,7 @@ var staticFS = func() fs.FS {
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"num":     formatNum,
+	"safe":    formatSafe,
 	"sortURL": sortURL,
 	"ago":     func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
 }).ParseFS(webFS, "web/*.html"))
@@ -198,6 +200,15 @@ func (h *history) drop(id string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.byID, id)
+}
+
+// formatSafe formats a safe capacity: -1 (config.NoSafeCapacityLimit) is
+// "no limit".
+func formatSafe(x *float64) string {
+	if x != nil && *x == config.NoSafeCapacityLimit {
+		return "no limit"
+	}
+	return formatNum(x)
 }
 
 func finite(x float64) *float64 {

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rl/sluice/config"
 )
 
 func get(t *testing.T, h http.Handler, url string, header ...string) (int, string, http.Header) {
@@ -113,5 +115,29 @@ func TestHealthAndReadiness(t *testing.T) {
 	s.SetDraining(true)
 	if code, body, _ := get(t, h, "/readyz"); code != 503 || !strings.Contains(body, "draining") {
 		t.Fatalf("readyz draining: %d %s", code, body)
+	}
+}
+
+// safe_capacity -1 (no limit) goes to clients as -1 and shows as "no
+// limit" on the status page.
+func TestSafeCapacityNoLimit(t *testing.T) {
+	repo, err := config.Parse([]byte(`
+resources:
+  - identifier_glob: open
+    capacity: 10
+    safe_capacity: -1
+    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5, learning_mode_duration: 0}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{Address: "127.0.0.1:1", Config: repo})
+	if got := getCap(t, s, "a", "open", 5).GetResponse()[0].GetSafeCapacity(); got != -1 {
+		t.Fatalf("safe capacity on the wire %v, want -1", got)
+	}
+	for _, url := range []string{"/debug/status", "/debug/status/resource?id=open"} {
+		if code, body, _ := get(t, s.Handler(), url); code != 200 || !strings.Contains(body, "no limit") {
+			t.Errorf("%s: %d, no \"no limit\" in the page", url, code)
+		}
 	}
 }
