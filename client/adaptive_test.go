@@ -37,8 +37,8 @@ func TestDemandEstimator(t *testing.T) {
 // fakeTimeClient is a client of an in-process server, refreshed by hand,
 // for tests inside a synctest bubble.
 func fakeTimeClient(t *testing.T) *client.Client {
-	srv := server.New(server.Options{Address: "s:1"})
-	c, err := client.New("s:1", client.WithManualRefresh(), client.WithDialer(func(string) doormanconnect.CapacityClient { return srv }))
+	srv := server.New(server.Options{Address: "s:1", Logger: quiet})
+	c, err := client.New("s:1", client.WithManualRefresh(), client.WithLogger(quiet), client.WithDialer(func(string) doormanconnect.CapacityClient { return srv }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,16 +3,23 @@
 // the leases fresh, so the process can enforce them locally with the
 // limiters of package ratelimit.
 //
-// One Client carries all of its resources in one bulk GetCapacity request,
-// sent at the smallest refresh interval among its leases and at once when a
-// resource is added or asks for a different capacity. It follows mastership
-// redirects, retries failures with capped exponential backoff and jitter,
-// and when a lease expires without renewal falls back to its mode:
-// pessimistic (0), optimistic (what it wants) or safe (the server's safe
-// capacity, the default).
+// One Client carries its resources in one bulk GetCapacity request, sent at
+// the smallest refresh interval among its leases — stretched to at least
+// 5 s (doorman.MinRequestInterval), as Doorman's own client does — and at
+// once when a resource is added. It keeps Doorman's 5-second rule: it never
+// sends a resource's request more often than once every 5 s. A resource
+// requested less than 5 s ago is left out of a request (one sent for a new
+// resource, say), and a change of wants inside those 5 s is sent when they
+// end; see Client.Step for the whole rule. It follows mastership
+// redirects, retries failures with capped exponential backoff and jitter
+// (a retry is not held back by the 5 s: the master never answered), and
+// when a lease expires without renewal falls back to its mode: pessimistic
+// (0), optimistic (what it wants) or safe (the server's safe capacity, the
+// default).
 //
-// Source: doorman-design.md, "Client operation", "Client library",
-// "Optimistic, pessimistic and safe mode operation".
+// Source: doorman-design.md, "Client operation" (at most one request per
+// resource every five seconds), "Client library", "Optimistic, pessimistic
+// and safe mode operation".
 package client
 
 import (
@@ -87,8 +94,8 @@ const (
 	MaxBackoff = 10 * time.Second
 )
 
-// DefaultRefreshInterval is how often a client asks when it holds no lease
-// that says otherwise.
+// DefaultRefreshInterval is the refresh interval of a lease whose answer
+// gave none, and how long Step waits when the client has no resources.
 const DefaultRefreshInterval = 5 * time.Second
 
 // Option configures a Client.
@@ -291,7 +298,8 @@ func (c *Client) setAddrLocked(addr string) {
 }
 
 // Resource returns a handle on resource id asking for wants (priority 0).
-// The first handle registers the resource and triggers a prompt request;
+// The first handle registers the resource and triggers a prompt request
+// (a new resource is sent at once: see Step);
 // until the first lease arrives the resource's capacity is its fallback (see
 // Mode). Further handles for the same id share its lease and add their wants
 // (reference counted: see Resource.Release). It returns an error if the
@@ -478,35 +486,61 @@ func (c *Client) loop(ctx context.Context) {
 }
 
 // Step is one turn of the refresh loop, at the client's clock: it applies
-// fallbacks to expired leases, refreshes every lease in one bulk request
-// (following mastership redirects; after a failure, it backs off and fails
-// over to the master named by Discovery), and returns how long until the
-// next turn is due: the shortest refresh interval granted, a little before
-// the earliest expiry (ExpiryMargin), or the backoff after a failure, never
-// longer than the last refresh interval. The background loop calls it; with
-// WithManualRefresh the caller does. Not for concurrent use.
+// the fallback to leases that have expired, sends one bulk GetCapacity
+// request if one is due (following mastership redirects; after a failure
+// it backs off and fails over to the master named by Discovery), and
+// returns how long until the next turn is due. The background loop calls
+// it (at once after Resource and a change of wants, and when the previous
+// turn said); with WithManualRefresh the caller does. Calling it more often
+// sends nothing more: the schedule is kept by Step itself. Not for
+// concurrent use.
+//
+// Doorman's 5-second rule: a resource is never sent more often than once
+// every MinRequestInterval (doorman.MinRequestInterval, 5 s), counted from
+// the arrival of the master's answer to the last request carrying it (so
+// the master, which saw that request earlier, never sees two within 5 s;
+// that span is the resource's window). A request is due when a resource is
+// new (never requested: it is sent at once), when a resource's wants
+// changed or it holds no valid lease (sent as soon as its window ends),
+// when a lease's refresh interval has passed (the client refreshes at
+// max(granted refresh interval, MinRequestInterval), as Doorman's client
+// stretches shorter intervals), or ExpiryMargin before a lease expires (but
+// not before its window ends: a lease shorter than 5 s runs out before it
+// can be renewed, and the fallback applies meanwhile). The request carries
+// every resource outside its window, and leaves out those inside it. A request due only for
+// refreshes waits, for less than MinRequestInterval and never past those
+// leases' ExpiryMargin, until the resources inside their windows may go
+// too, so a resource sent on its own (new, or its wants changed) rejoins
+// the others in one bulk request. A request that failed, or was redirected
+// by a server that is not the master, was not answered by the master: its
+// retry (after the backoff, or at once to the new master) is not held back
+// by the window. A resource released and added again is new.
+//
+// The returned duration is the time until the next request is due; after
+// a failure, the backoff (capped exponential with jitter, never longer than
+// the last refresh interval); never past the earliest lease expiry, when
+// the fallback must apply.
+//
+// Source: doorman-design.md, "Client operation" ("a client may not send
+// more GetCapacity requests for a given resource than once every five
+// seconds"), "Client library".
 func (c *Client) Step(ctx context.Context) time.Duration {
-	next, err := c.refresh(ctx)
+	next, sent, err := c.refresh(ctx)
 	if ctx.Err() != nil {
 		return 0
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		c.failures++
 		next = min(c.backoff(c.failures), c.interval)
 		c.log.Debug("sluice client: refresh failed", "client", c.id, "server", c.Server(), "err", err, "retry_in", next)
 		c.rotate(ctx)
-	} else {
+	case sent:
 		c.failures = 0
-		c.interval = max(min(next, MaxBackoff), MinBackoff)
 	}
-	// Refresh a little before a lease expires, and never sleep past an
-	// expiry: the fallback must apply then.
+	// Never sleep past an expiry: the fallback must apply then.
 	if exp, ok := c.nextExpiry(); ok {
-		d := exp.Sub(c.now())
-		if d > ExpiryMargin {
-			d -= ExpiryMargin
-		}
-		next = max(min(next, d), 0)
+		next = max(min(next, exp.Sub(c.now())), 0)
 	}
 	return next
 }
@@ -559,25 +593,93 @@ func (c *Client) nextExpiry() (time.Time, bool) {
 	return exp, !exp.IsZero()
 }
 
-// refresh sends one bulk GetCapacity for every resource, following up to
-// a few mastership redirects, and returns when to refresh next.
-func (c *Client) refresh(ctx context.Context) (time.Duration, error) {
-	now := c.now()
+// resourceList returns the client's resources.
+func (c *Client) resourceList() []*resourceState {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	rs := make([]*resourceState, 0, len(c.resources))
 	for _, r := range c.resources {
 		rs = append(rs, r)
 	}
-	c.mu.Unlock()
+	return rs
+}
+
+// plan decides at now, by the rule of Step, whether a bulk request is due
+// and what it carries: every resource outside its MinRequestInterval
+// window. wait is how long until one is due; 0 means now (send is then not
+// empty).
+func plan(rs []*resourceState, now time.Time) (send []*resourceState, wait time.Duration) {
+	// next: the earliest due time not yet reached; join: the latest end of
+	// a window still running; limit: how long a request due only for
+	// refreshes may wait (zero: it may not).
+	var next, join, limit time.Time
+	due, mustGo := false, false
+	for _, r := range rs {
+		ready, at, latest := r.schedule(now)
+		if ready.After(now) {
+			join = later(join, ready)
+			next = earlier(next, at)
+			continue
+		}
+		send = append(send, r)
+		if at.After(now) {
+			next = earlier(next, at)
+			continue
+		}
+		due = true
+		if latest.IsZero() {
+			mustGo = true
+		} else {
+			limit = earlier(limit, latest)
+		}
+	}
+	switch {
+	case !due:
+		if next.IsZero() { // no resources
+			return nil, DefaultRefreshInterval
+		}
+		return nil, next.Sub(now)
+	case !mustGo && !join.IsZero() && !join.After(limit):
+		return nil, join.Sub(now) // wait for the others' windows to end
+	}
+	return send, 0
+}
+
+// earlier returns the earlier of a and b; a zero time counts as unset.
+func earlier(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// later returns the later of a and b; a zero time counts as unset.
+func later(a, b time.Time) time.Time {
+	if a.IsZero() || b.After(a) {
+		return b
+	}
+	return a
+}
+
+// refresh sends a bulk GetCapacity if one is due (see Step and plan),
+// following up to a few mastership redirects, and returns how long until
+// the next is due and whether a request was answered.
+func (c *Client) refresh(ctx context.Context) (next time.Duration, sent bool, err error) {
+	now := c.now()
+	rs := c.resourceList()
 	for _, r := range rs {
 		r.expire(now)
 	}
-	if len(rs) == 0 {
-		return DefaultRefreshInterval, nil
+	send, wait := plan(rs, now)
+	if wait > 0 {
+		return wait, false, nil
 	}
 	req := &pb.GetCapacityRequest{ClientId: proto.String(c.id)}
-	for _, r := range rs {
-		req.Resource = append(req.Resource, r.request(now))
+	gens := make([]uint64, len(send))
+	for i, r := range send {
+		var rr *pb.ResourceRequest
+		rr, gens[i] = r.request(now)
+		req.Resource = append(req.Resource, rr)
 	}
 	for redirects := 0; ; redirects++ {
 		c.mu.Lock()
@@ -587,23 +689,33 @@ func (c *Client) refresh(ctx context.Context) (time.Duration, error) {
 		resp, err := stub.GetCapacity(rctx, connect.NewRequest(req))
 		cancel()
 		if err != nil {
-			return 0, fmt.Errorf("GetCapacity to %s: %w", addr, err)
+			return 0, false, fmt.Errorf("GetCapacity to %s: %w", addr, err)
 		}
 		if m := resp.Msg.Mastership; m != nil {
 			master := m.GetMasterAddress()
 			if master == "" || master == addr || redirects >= 3 {
-				return 0, fmt.Errorf("GetCapacity to %s: not the master (master %q)", addr, master)
+				return 0, false, fmt.Errorf("GetCapacity to %s: not the master (master %q)", addr, master)
 			}
 			c.log.Debug("sluice client: following mastership redirect", "from", addr, "to", master)
 			c.setAddr(master)
 			continue
 		}
-		return c.apply(resp.Msg, rs, c.now()), nil
+		// The window runs from the answer: the master saw the request
+		// earlier, so it never sees two within MinRequestInterval.
+		now := c.now()
+		for i, r := range send {
+			r.sent(now, gens[i])
+		}
+		ri := c.apply(resp.Msg, send, now)
+		c.interval = max(min(ri, MaxBackoff), MinBackoff)
+		_, next = plan(c.resourceList(), now)
+		return next, true, nil
 	}
 }
 
-// apply stores the leases of a response and returns when to refresh next:
-// the smallest refresh interval among the leases.
+// apply stores the leases of a response and returns the smallest refresh
+// interval among them, stretched to MinRequestInterval (the default
+// refresh interval if there are none).
 func (c *Client) apply(resp *pb.GetCapacityResponse, rs []*resourceState, now time.Time) time.Duration {
 	byID := make(map[string]*resourceState, len(rs))
 	for _, r := range rs {
@@ -621,7 +733,7 @@ func (c *Client) apply(resp *pb.GetCapacityResponse, rs []*resourceState, now ti
 			ri = DefaultRefreshInterval
 		}
 		r.grant(g.GetCapacity(), time.Unix(g.GetExpiryTime(), 0), ri, rr.SafeCapacity, now)
-		if next == 0 || ri < next {
+		if ri = max(ri, pb.MinRequestInterval); next == 0 || ri < next {
 			next = ri
 		}
 	}

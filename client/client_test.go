@@ -57,7 +57,7 @@ func startServer(t *testing.T) *testServer {
 		t.Fatal(err)
 	}
 	ts := &testServer{addr: lis.Addr().String()}
-	ts.Server = server.New(server.Options{Address: ts.addr, Config: repo})
+	ts.Server = server.New(server.Options{Address: ts.addr, Config: repo, Logger: quiet})
 	h := ts.Handler()
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
@@ -86,9 +86,11 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func TestLeaseAskAndBulk(t *testing.T) {
+// Over real gRPC, one client's resources ride in one bulk request: the
+// server holds a lease for each under the same client id.
+func TestLeasesInOneBulkRequest(t *testing.T) {
 	ts := startServer(t)
-	c, err := client.New(ts.addr)
+	c, err := client.New(ts.addr, client.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,48 +104,64 @@ func TestLeaseAskAndBulk(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "both leases", func() bool { return fair.Capacity() == 30 && other.Capacity() == 4 })
-	// Both resources ride in one bulk request: the server holds a lease
-	// for each under the same client id.
 	for _, id := range []string{"fair", "other"} {
 		st, err := ts.Status(id)
 		if err != nil || len(st.Leases) != 1 || st.Leases[0].Client != c.ID() {
 			t.Fatalf("%s: %+v %v", id, st, err)
 		}
 	}
+	if err := fair.Ask(-1); err == nil {
+		t.Fatal("Ask(-1) succeeded")
+	}
+}
+
+// Ask sends the new wants (once the resource's 5 s window has ended) and
+// the new lease is told on Changes.
+func TestAskGetsNewLease(t *testing.T) {
+	clock := newFakeClock()
+	c, _ := manualClient(t, cfg, clock)
+	fair, err := c.Resource("fair", 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(clock, time.Second, c)
+	if got := fair.Capacity(); got != 30 {
+		t.Fatalf("first lease %v, want 30", got)
+	}
 	changes := fair.Changes()
 	if err := fair.Ask(60); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "new lease after Ask", func() bool { return fair.Capacity() == 60 })
+	run(clock, 5*time.Second, c)
+	if got := fair.Capacity(); got != 60 {
+		t.Fatalf("lease %v after Ask(60), want 60", got)
+	}
 	select {
 	case v := <-changes:
 		if v != 60 {
 			t.Fatalf("change notification %v, want 60", v)
 		}
-	case <-time.After(5 * time.Second):
+	default:
 		t.Fatal("no change notification")
 	}
-	if err := fair.Ask(-1); err == nil {
-		t.Fatal("Ask(-1) succeeded")
-	}
-	// The refresh interval is the smallest among the leases (1 s, not
-	// 30 s): a few seconds see several bulk requests.
-	before := ts.requests.Load()
-	eventually(t, "refreshes at the 1 s interval", func() bool { return ts.requests.Load() >= before+2 })
 }
 
+// Two clients of one resource end with fair shares; when one releases, the
+// other takes what it gave back (on fake time).
 func TestFairShareBetweenClients(t *testing.T) {
-	ts := startServer(t)
-	a, _ := client.New(ts.addr)
-	defer a.Close()
-	b, _ := client.New(ts.addr)
-	defer b.Close()
+	clock := newFakeClock()
+	srv := fakeServer(t, cfg, clock)
+	a := clientOf(t, srv, clock)
+	b := clientOf(t, srv, clock)
 	if a.ID() == b.ID() {
 		t.Fatalf("two clients share id %q", a.ID())
 	}
 	ra, _ := a.Resource("fair", 80)
 	rb, _ := b.Resource("fair", 80)
-	eventually(t, "fair shares 50/50", func() bool { return ra.Capacity() == 50 && rb.Capacity() == 50 })
+	run(clock, 30*time.Second, a, b)
+	if ra.Capacity() != 50 || rb.Capacity() != 50 {
+		t.Fatalf("shares %v and %v after 30 s, want 50/50", ra.Capacity(), rb.Capacity())
+	}
 	// Release gives the capacity back to the other client.
 	if err := ra.Release(context.Background()); err != nil {
 		t.Fatal(err)
@@ -151,14 +169,17 @@ func TestFairShareBetweenClients(t *testing.T) {
 	if ra.Capacity() != 0 {
 		t.Fatalf("released resource has capacity %v", ra.Capacity())
 	}
-	eventually(t, "b takes what a released", func() bool { return rb.Capacity() == 80 })
+	run(clock, 10*time.Second, a, b)
+	if rb.Capacity() != 80 {
+		t.Fatalf("b has %v after a released, want 80", rb.Capacity())
+	}
 }
 
 func TestFollowsMastershipRedirect(t *testing.T) {
 	master := startServer(t)
 	follower := startServer(t)
 	follower.SetMastership(false, master.addr)
-	c, _ := client.New(follower.addr)
+	c, _ := client.New(follower.addr, client.WithLogger(quiet))
 	defer c.Close()
 	r, _ := c.Resource("fair", 10)
 	eventually(t, "lease from the master", func() bool { return r.Capacity() == 10 })
@@ -172,7 +193,7 @@ func TestFailsOverToNextAddress(t *testing.T) {
 	dead, _ := net.Listen("tcp", "127.0.0.1:0")
 	deadAddr := dead.Addr().String()
 	dead.Close()
-	c, _ := client.New(deadAddr + "," + ts.addr)
+	c, _ := client.New(deadAddr+","+ts.addr, client.WithLogger(quiet))
 	defer c.Close()
 	r, _ := c.Resource("fair", 10)
 	eventually(t, "lease via the second address", func() bool { return r.Capacity() == 10 })
@@ -189,7 +210,7 @@ func TestFallbackModes(t *testing.T) {
 	} {
 		t.Run(tt.mode.String(), func(t *testing.T) {
 			ts := startServer(t)
-			c, _ := client.New(ts.addr, client.WithMode(tt.mode))
+			c, _ := client.New(ts.addr, client.WithMode(tt.mode), client.WithLogger(quiet))
 			defer c.Close()
 			r, _ := c.Resource("short", 30)
 			eventually(t, "first lease", func() bool { return r.Capacity() == 30 })
@@ -205,7 +226,7 @@ func TestFallbackModes(t *testing.T) {
 
 func TestCloseReleases(t *testing.T) {
 	ts := startServer(t)
-	c, _ := client.New(ts.addr)
+	c, _ := client.New(ts.addr, client.WithLogger(quiet))
 	r, _ := c.Resource("fair", 10)
 	eventually(t, "lease", func() bool { return r.Capacity() == 10 })
 	if err := c.Close(); err != nil {
@@ -232,14 +253,11 @@ func TestParseMode(t *testing.T) {
 }
 
 // Several handles on one resource share one lease: their wants add up, and
-// the lease is given back only when the last handle is released.
+// the lease is given back only when the last handle is released (on fake
+// time).
 func TestResourceHandlesShareOneLease(t *testing.T) {
-	ts := startServer(t)
-	c, err := client.New(ts.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	clock := newFakeClock()
+	c, srv := manualClient(t, cfg, clock)
 	a, err := c.Resource("fair", 20)
 	if err != nil {
 		t.Fatal(err)
@@ -248,11 +266,14 @@ func TestResourceHandlesShareOneLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "one lease for both handles' wants", func() bool { return a.Capacity() == 35 && b.Capacity() == 35 })
+	run(clock, time.Second, c)
+	if a.Capacity() != 35 || b.Capacity() != 35 {
+		t.Fatalf("capacities %v %v, want one lease of 35 for both handles", a.Capacity(), b.Capacity())
+	}
 	if a.Wants() != 20 || b.Wants() != 15 || a.TotalWants() != 35 {
 		t.Fatalf("wants %v %v total %v", a.Wants(), b.Wants(), a.TotalWants())
 	}
-	if st, _ := ts.Status("fair"); len(st.Leases) != 1 || st.Leases[0].Wants != 35 {
+	if st, _ := srv.Status("fair"); len(st.Leases) != 1 || st.Leases[0].Wants != 35 {
 		t.Fatalf("server sees %+v, want one lease wanting 35", st.Leases)
 	}
 	if _, err := c.ResourceWithPriority("fair", 1, 7); err == nil {
@@ -264,14 +285,17 @@ func TestResourceHandlesShareOneLease(t *testing.T) {
 	if err := b.Ask(99); err == nil {
 		t.Fatal("Ask on a released handle succeeded")
 	}
-	eventually(t, "the remaining handle's wants", func() bool { return a.Capacity() == 20 })
-	if st, err := ts.Status("fair"); err != nil || len(st.Leases) != 1 {
+	run(clock, 5*time.Second, c)
+	if a.Capacity() != 20 {
+		t.Fatalf("capacity %v, want the remaining handle's wants, 20", a.Capacity())
+	}
+	if st, err := srv.Status("fair"); err != nil || len(st.Leases) != 1 {
 		t.Fatalf("lease released while a handle remains: %+v %v", st, err)
 	}
 	if err := a.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := ts.Status("fair"); len(st.Leases) != 0 {
+	if st, _ := srv.Status("fair"); len(st.Leases) != 0 {
 		t.Fatalf("lease kept after the last handle: %+v", st.Leases)
 	}
 	if a.Capacity() != 0 {
@@ -281,7 +305,7 @@ func TestResourceHandlesShareOneLease(t *testing.T) {
 
 func TestKillSwitch(t *testing.T) {
 	ts := startServer(t)
-	c, err := client.New(ts.addr, client.WithMode(client.Pessimistic))
+	c, err := client.New(ts.addr, client.WithMode(client.Pessimistic), client.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,15 +35,21 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// manualClient returns a client refreshed by hand (Step) on clock, of an
-// in-process server on the same clock holding the resources of yaml.
-func manualClient(t *testing.T, yaml string, clock *fakeClock, opts ...client.Option) (*client.Client, *server.Server) {
+// fakeServer returns an in-process server on clock holding the resources
+// of yaml.
+func fakeServer(t *testing.T, yaml string, clock *fakeClock) *server.Server {
 	t.Helper()
 	repo, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(server.Options{Address: "s:1", Config: repo, Now: clock.Now, Logger: quiet})
+	return server.New(server.Options{Address: "s:1", Config: repo, Now: clock.Now, Logger: quiet})
+}
+
+// clientOf returns a client of srv refreshed by hand (Step) on clock; the
+// test's cleanup closes it.
+func clientOf(t *testing.T, srv doormanconnect.CapacityClient, clock *fakeClock, opts ...client.Option) *client.Client {
+	t.Helper()
 	opts = append([]client.Option{client.WithManualRefresh(), client.WithClock(clock.Now), client.WithLogger(quiet),
 		client.WithDialer(func(string) doormanconnect.CapacityClient { return srv })}, opts...)
 	c, err := client.New("s:1", opts...)
@@ -51,7 +57,38 @@ func manualClient(t *testing.T, yaml string, clock *fakeClock, opts ...client.Op
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bounded(t, "Close", func() { c.Close() }) })
-	return c, srv
+	return c
+}
+
+// manualClient returns a client refreshed by hand (Step) on clock, of an
+// in-process server on the same clock holding the resources of yaml.
+func manualClient(t *testing.T, yaml string, clock *fakeClock, opts ...client.Option) (*client.Client, *server.Server) {
+	t.Helper()
+	srv := fakeServer(t, yaml, clock)
+	return clientOf(t, srv, clock, opts...), srv
+}
+
+// run drives clients as their refresh loops would, on clock, for d: each is
+// stepped at once, then whenever its previous Step said.
+func run(clock *fakeClock, d time.Duration, cs ...*client.Client) {
+	end := clock.Now().Add(d)
+	next := make([]time.Time, len(cs))
+	for {
+		now := clock.Now()
+		first := end
+		for i, c := range cs {
+			if !next[i].After(now) {
+				next[i] = now.Add(max(c.Step(context.Background()), time.Millisecond))
+			}
+			if next[i].Before(first) {
+				first = next[i]
+			}
+		}
+		if !now.Before(end) {
+			return
+		}
+		clock.Advance(first.Sub(now))
+	}
 }
 
 const listenerCfg = `

@@ -27,9 +27,9 @@ resources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(server.Options{Address: "s:1", Config: cfg, Now: clock})
+	srv := server.New(server.Options{Address: "s:1", Config: cfg, Now: clock, Logger: quiet})
 	reg := prometheus.NewRegistry()
-	c, err := client.New("s:1", client.WithID("c"), client.WithManualRefresh(), client.WithClock(clock),
+	c, err := client.New("s:1", client.WithID("c"), client.WithManualRefresh(), client.WithClock(clock), client.WithLogger(quiet),
 		client.WithDialer(func(string) doormanconnect.CapacityClient { return srv }), client.WithRegisterer(reg),
 		client.WithMode(client.Pessimistic))
 	if err != nil {

@@ -35,8 +35,8 @@ func limiterAt(t *testing.T, rate float64) *client.RateLimiter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(server.Options{Address: "s:1", Config: cfg})
-	c, err := client.New("s:1", client.WithManualRefresh(), client.WithDialer(func(string) doormanconnect.CapacityClient { return srv }))
+	srv := server.New(server.Options{Address: "s:1", Config: cfg, Logger: quiet})
+	c, err := client.New("s:1", client.WithManualRefresh(), client.WithLogger(quiet), client.WithDialer(func(string) doormanconnect.CapacityClient { return srv }))
 	if err != nil {
 		t.Fatal(err)
 	}

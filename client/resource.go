@@ -65,6 +65,12 @@ type resourceState struct {
 	chanSeq    uint64 // the notification last put on changes
 	changes    chan float64
 
+	// Doorman's 5-second rule (see Client.Step).
+	requested bool      // a request carrying the resource was answered by a master
+	sentAt    time.Time // when its answer arrived, by the client's clock
+	wantsGen  uint64    // +1 per change of wants
+	sentGen   uint64    // the wantsGen that request carried
+
 	// Time without a valid lease (in the fallback mode), for metrics.
 	fallbackSince time.Time // zero while a lease is valid
 	fallbackTotal time.Duration
@@ -286,6 +292,9 @@ func (r *resourceState) setWants(wants float64) error {
 	}
 	changed := r.wants != wants
 	r.wants = wants
+	if changed {
+		r.wantsGen++
+	}
 	r.changeLocked(r.c.now())
 	r.mu.Unlock()
 	if changed {
@@ -312,8 +321,12 @@ func (h *Resource) Wants() float64 {
 }
 
 // Ask changes what this handle wants; the client asks the server for the sum
-// over the resource's handles, at once if it changed. It returns an error if
-// wants is negative or not finite, or the handle was released.
+// over the resource's handles if it changed: at once, or, if the resource
+// was requested less than doorman.MinRequestInterval (5 s) ago, when those
+// 5 s end (one request however many changes came meanwhile; see
+// Client.Step). It returns an error if wants is negative or not finite, or
+// the handle was released. Safe for concurrent use; listeners it triggers
+// run on the caller's goroutine (see OnChange).
 func (h *Resource) Ask(wants float64) error {
 	if err := checkWants(wants); err != nil {
 		return err
@@ -372,7 +385,9 @@ func (r *resourceState) markReleased() bool {
 	return true
 }
 
-func (r *resourceState) request(now time.Time) *pb.ResourceRequest {
+// request returns the resource's part of a bulk request at now, and the
+// generation of the wants it carries (for sent).
+func (r *resourceState) request(now time.Time) (*pb.ResourceRequest, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	req := &pb.ResourceRequest{
@@ -387,7 +402,46 @@ func (r *resourceState) request(now time.Time) *pb.ResourceRequest {
 			Capacity:        proto.Float64(r.capacity),
 		}
 	}
-	return req
+	return req, r.wantsGen
+}
+
+// sent records that a request carrying the resource's wants of generation
+// gen was answered by a master at at (the client's clock).
+func (r *resourceState) sent(at time.Time, gen uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.requested, r.sentAt, r.sentGen = true, at, gen
+}
+
+// schedule says, at now, when the resource may next be sent (ready: the end
+// of the MinRequestInterval window of its last request; now if it was never
+// requested) and when it should be (due, not before ready): at once when
+// new, as soon as the window ends when its wants changed or it holds no
+// valid lease, else when its refresh interval (at least MinRequestInterval)
+// has passed or ExpiryMargin before its lease expires, whichever is first.
+// When it is due only for its refresh interval, latest is how long its
+// request may wait to travel with others (ExpiryMargin before the lease
+// expires); otherwise latest is zero: it must go when due.
+func (r *resourceState) schedule(now time.Time) (ready, due, latest time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.requested {
+		return now, now, time.Time{}
+	}
+	ready = r.sentAt.Add(pb.MinRequestInterval)
+	if r.wantsGen != r.sentGen || !r.hasLease || !r.expiry.After(now) {
+		return ready, ready, time.Time{}
+	}
+	interval := max(r.refresh, pb.MinRequestInterval)
+	due = r.sentAt.Add(interval)
+	latest = r.expiry.Add(-ExpiryMargin)
+	if latest.Before(due) {
+		if latest.Before(ready) {
+			latest = ready
+		}
+		return ready, latest, time.Time{}
+	}
+	return ready, due, latest
 }
 
 func (r *resourceState) grant(capacity float64, expiry time.Time, refresh time.Duration, safe *float64, now time.Time) {
