@@ -3,12 +3,17 @@ package client_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/config"
@@ -32,7 +37,7 @@ resources:
 	}
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Handler: server.New(server.Options{Address: lis.Addr().String(), Config: repo}).Handler(), Protocols: p}
+	hs := &http.Server{Handler: server.New(server.Options{Address: lis.Addr().String(), Config: repo, Logger: slog.New(slog.DiscardHandler)}).Handler(), Protocols: p}
 	go func() { _ = hs.Serve(lis) }()
 	return lis.Addr().String(), func() { hs.Close() }
 }
@@ -88,18 +93,15 @@ func ExampleClient_Resource() {
 
 	reports, _ := c.Resource("db/replica-2", 10)
 	exports, _ := c.Resource("db/replica-2", 15)
-	for reports.Capacity() != 25 {
-		<-reports.Changes()
-	}
-	fmt.Println("shared lease:", reports.Capacity(), "for wants", reports.Wants(), "+", exports.Wants())
+	fmt.Println("the client asks for", reports.TotalWants())
+	<-reports.Changes() // the first lease
+	fmt.Println("one lease for both:", reports.Capacity() == exports.Capacity())
 	_ = exports.Release(context.Background())
-	for reports.Capacity() != 10 {
-		<-reports.Changes()
-	}
-	fmt.Println("after one handle is released:", reports.Capacity())
+	fmt.Println("after one handle is released it asks for", reports.TotalWants())
 	// Output:
-	// shared lease: 25 for wants 10 + 15
-	// after one handle is released: 10
+	// the client asks for 25
+	// one lease for both: true
+	// after one handle is released it asks for 10
 }
 
 // A resource in adaptive mode asks the server for what the process uses.
@@ -197,22 +199,45 @@ func ExampleHTTPMiddleware() {
 	// 429 Retry-After="1"
 }
 
-// gRPC clients and servers take permits in interceptors.
+// A gRPC client takes a permit before each call. A call that would have
+// to wait past its deadline fails at once with ResourceExhausted, and a
+// call whose context is already cancelled fails with Canceled; neither is
+// sent.
 func ExampleUnaryClientInterceptor() {
 	addr, stop := startExampleServer()
 	defer stop()
 	c, _ := client.New(addr)
 	defer c.Close()
-	res, _ := c.Resource("db/grpc-backend", 100)
-	lim := client.NewRateLimiter(res, 0.1)
+	res, _ := c.Resource("db/grpc-backend", 0.01) // one call per 100 s, to make the point
+	lim := client.NewRateLimiter(res, 0)
+	<-res.Changes()
 	pick := func(method string) *client.RateLimiter { return lim } // or by method
 
-	opts := []grpc.DialOption{
+	// The backend: a gRPC server with the standard health service.
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	backend := grpc.NewServer()
+	healthpb.RegisterHealthServer(backend, health.NewServer())
+	go func() { _ = backend.Serve(lis) }()
+	defer backend.Stop()
+
+	conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(client.UnaryClientInterceptor(pick)),
-		grpc.WithStreamInterceptor(client.StreamClientInterceptor(pick)),
-	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(client.UnaryServerInterceptor(pick, 100*time.Millisecond)))
-	defer srv.Stop()
-	fmt.Println(len(opts), "dial options")
-	// Output: 2 dial options
+		grpc.WithStreamInterceptor(client.StreamClientInterceptor(pick)))
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+
+	resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{})
+	fmt.Println("first call:", resp.GetStatus(), err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	fmt.Println("second call:", status.Code(err))
+	cancelled, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	_, err = hc.Check(cancelled, &healthpb.HealthCheckRequest{})
+	fmt.Println("cancelled call:", status.Code(err))
+	// Output:
+	// first call: SERVING <nil>
+	// second call: ResourceExhausted
+	// cancelled call: Canceled
 }
