@@ -47,11 +47,12 @@ func TestScenariosKeepInvariants(t *testing.T) {
 }
 
 // The goals on the full scenarios, as regression guards a little below what
-// the code achieves (Doorman's 5-second rule on, refresh 2 s at the root,
-// Sluice's direction of the decay; measured on this commit):
+// the code achieves (Doorman's 5-second rule on the servers and in the
+// client, refresh 2 s at the root, Sluice's direction of the decay;
+// measured at commit 8b56958 and after):
 //
-//	seven  seed 1: 96.66 %  seed 2: 96.27 %  seed 3: 98.56 %  (overshoot 0 %)
-//	one    seed 1: 99.54 %  seed 2: 99.56 %  seed 3: 99.48 %
+//	seven  seed 1: 95.63 %  seed 2: 96.14 %  seed 3: 98.50 %  (overshoot 0 %)
+//	one    seed 1: 99.57 %  seed 2: 99.63 %  seed 3: 99.63 %
 //	five   100.00 % on every seed, no shortfall
 //
 // Seed 2 loses the root's master at 60 s, before the startup learning
@@ -63,9 +64,9 @@ func TestAllocationGoals(t *testing.T) {
 	one, _ := Lookup("one")
 	five, _ := Lookup("five")
 	floors := map[int64]struct{ seven, one float64 }{
-		1: {0.964, 0.993},
-		2: {0.960, 0.993},
-		3: {0.983, 0.993},
+		1: {0.954, 0.993},
+		2: {0.959, 0.993},
+		3: {0.982, 0.993},
 	}
 	for _, seed := range []int64{1, 2, 3} {
 		res, err := Run(seven, Options{Seed: seed})
