@@ -30,7 +30,10 @@ type Scenario struct {
 	// LeaseLength is the lease length in seconds (default 60).
 	LeaseLength float64 `yaml:"lease_length"`
 	// RefreshInterval is the root's refresh interval in seconds (default
-	// 2); each level further down multiplies it by 1/DecayFactor.
+	// 2); each level further down multiplies it by 1/DecayFactor (by
+	// DecayFactor with Options.RefreshDecay DecayDesign). Requesters never
+	// refresh more often than every 5 s (Doorman's rule), so shorter
+	// intervals act as 5 s.
 	RefreshInterval float64 `yaml:"refresh_interval"`
 	// LearningModeDuration is in seconds; nil means the lease length.
 	LearningModeDuration *float64 `yaml:"learning_mode_duration"`
@@ -290,7 +293,8 @@ func datacentres(wants float64) Node {
 // Builtin returns the built-in scenarios: one to seven as
 // doorman-design.md's simulation defined them (capacity 500, lease 60 s,
 // refresh interval 2 s at the root, 4 s one level down, 8 s two levels
-// down, three tasks per node), and eight, Sluice's own, in which demand
+// down — acting as 5, 5 and 8 s under Doorman's 5-second rule — three tasks
+// per node), and eight, Sluice's own, in which demand
 // moves across the tree. Where the design gives numbers they are its
 // ("Convergence and shortfall"): in one five clients each want 100 at
 // first; in seven the 45 clients start by asking 14 each. Five, six and
