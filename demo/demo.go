@@ -120,8 +120,9 @@ var profiles = []profile{
 const workersPerClient = 4
 
 // warmup is how many seconds at the start are not counted: the first lease
-// round.
-const warmup = 2
+// round (one refresh interval of the embedded configuration, 5 s: Doorman's
+// minimum between two requests of a client).
+const warmup = 5
 
 // Run runs the demo until opts.Duration has passed or ctx is done, and
 // returns the summary.
