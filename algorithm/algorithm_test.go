@@ -1,24 +1,20 @@
 package algorithm
 
 import (
-	"flag"
 	"fmt"
 	"math"
 	"os"
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/sluice-rl/sluice/internal/testutil"
 )
 
 // TestMain runs every rapid property with at least 1000 random cases unless
 // -rapid.checks says otherwise.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
-	if !set {
-		_ = flag.Set("rapid.checks", "1000")
-	}
+	testutil.RapidChecks(1000)
 	os.Exit(m.Run())
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -73,17 +74,10 @@ func startServer(t *testing.T) *testServer {
 	return ts
 }
 
-// eventually waits (up to 10 s) for cond to hold; it checks an outcome, not
-// a timing.
+// eventually waits for cond (generously: an outcome, not a timing).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, what, cond)
 }
 
 // Over real gRPC, one client's resources ride in one bulk request: the

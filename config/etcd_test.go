@@ -9,11 +9,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 )
 
 func TestEtcdWatcher(t *testing.T) {
-	etcd := testutil.StartEtcd(t)
+	etcd := etcdtest.StartEtcd(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)

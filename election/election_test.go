@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 )
 
 func TestMain(m *testing.M) {
@@ -170,7 +171,7 @@ func TestEtcdOptions(t *testing.T) {
 }
 
 func TestEtcdOneMasterResignAndCrash(t *testing.T) {
-	etcd := testutil.StartEtcd(t)
+	etcd := etcdtest.StartEtcd(t)
 	// Long enough that "a resignation hands over before the session could
 	// have expired" tells resignation from expiry on a loaded machine.
 	const ttl = 10 * time.Second
@@ -300,7 +301,7 @@ func (p *proxy) setCut(cut bool) {
 }
 
 func TestEtcdHiccupKeepsMastership(t *testing.T) {
-	etcd := testutil.StartEtcd(t)
+	etcd := etcdtest.StartEtcd(t)
 	// Ten times the hiccup, so that renewals have time to resume on a
 	// loaded machine (gRPC's reconnect backoff is 1 s and up).
 	const ttl = 10 * time.Second

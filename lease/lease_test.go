@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -11,15 +10,12 @@ import (
 
 	"github.com/sluice-rl/sluice/algorithm"
 	"pgregory.net/rapid"
+
+	"github.com/sluice-rl/sluice/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
-	if !set {
-		_ = flag.Set("rapid.checks", "1000")
-	}
+	testutil.RapidChecks(1000)
 	os.Exit(m.Run())
 }
 

@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"flag"
 	"math"
 	"os"
 	"sync"
@@ -13,15 +12,12 @@ import (
 
 	"golang.org/x/time/rate"
 	"pgregory.net/rapid"
+
+	"github.com/sluice-rl/sluice/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
-	if !set {
-		_ = flag.Set("rapid.checks", "1000")
-	}
+	testutil.RapidChecks(1000)
 	os.Exit(m.Run())
 }
 

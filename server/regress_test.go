@@ -36,6 +36,18 @@ func serve(t *testing.T, s *Server) string {
 	return lis.Addr().String()
 }
 
+// fakeClockServer returns a server of the configuration cfg on a fake
+// clock, and the clock.
+func fakeClockServer(t *testing.T, cfg string) (*Server, *fakeClock) {
+	t.Helper()
+	repo, err := config.Parse([]byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	return New(Options{Address: "127.0.0.1:1", Config: repo, Now: clk.now}), clk
+}
+
 func grpcStub(t *testing.T, addr string) pb.CapacityClient {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -149,17 +161,12 @@ resources:
 // Doorman's 5-second rule on the wire: a client's second request within
 // 5 s is answered with its current lease, undecided, and counted.
 func TestMinRequestIntervalOverRPC(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	repo, err := config.Parse([]byte(`
+	s, clk := fakeClockServer(t, `
 resources:
   - identifier_glob: r
     capacity: 100
     algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 1, learning_mode_duration: 0}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(Options{Address: "127.0.0.1:1", Config: repo, Now: clk.now})
+`)
 	if got := getCap(t, s, "a", "r", 80).GetResponse()[0].GetGets().GetCapacity(); got != 80 {
 		t.Fatalf("first request: %v, want 80", got)
 	}
@@ -238,17 +245,12 @@ func TestUnknownAlgorithmFallsBackToNone(t *testing.T) {
 // test cannot wait for): FAIR_SHARE hands a newcomer what is free, then
 // each its fair share as the holders refresh.
 func TestFairShareConvergesOverRefreshes(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	repo, err := config.Parse([]byte(`
+	s, clk := fakeClockServer(t, `
 resources:
   - identifier_glob: fair
     capacity: 100
     algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5, learning_mode_duration: 0}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(Options{Address: "127.0.0.1:1", Config: repo, Now: clk.now})
+`)
 	gets := func(client string) (float64, float64) {
 		r := getCap(t, s, client, "fair", 80).GetResponse()[0]
 		return r.GetGets().GetCapacity(), r.GetSafeCapacity()

@@ -16,6 +16,7 @@ import (
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 )
 
 // SIGTERM under load: the master drains — RPCs in flight get answers, every
@@ -27,7 +28,7 @@ func TestDrainUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	etcd := testutil.StartEtcd(t)
+	etcd := etcdtest.StartEtcd(t)
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(cfg, []byte(`
 resources:
@@ -132,7 +133,7 @@ func TestDrainWithoutEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	etcd := testutil.StartEtcd(t)
+	etcd := etcdtest.StartEtcd(t)
 	const grace = 3 * time.Second
 	args := func(name string) []string {
 		return []string{"server", "--id", name, "--election", "etcd", "--etcd-endpoints", etcd.Endpoint,
@@ -167,7 +168,7 @@ func TestSecondSignalExits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	etcd := testutil.StartEtcd(t)
+	etcd := etcdtest.StartEtcd(t)
 	p := startProc(t, "a", "server", "--election", "etcd", "--etcd-endpoints", etcd.Endpoint,
 		"--election-key", "/sluice/test/second-signal", "--election-ttl", "5s", "--grace", "60s")
 	testutil.Eventually(t, 30*time.Second, "a is master", func() bool { _, is, _ := discover(p.addr); return is })

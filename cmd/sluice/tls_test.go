@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 )
 
@@ -128,7 +129,7 @@ resources:
 // certificate becomes master; one without cannot reach etcd.
 func TestEtcdOverTLS(t *testing.T) {
 	certs := testutil.MakeCerts(t)
-	etcd := testutil.StartEtcdTLS(t, certs)
+	etcd := etcdtest.StartEtcdTLS(t, certs)
 	p := startProc(t, "tls-etcd", "server", "--election", "etcd", "--etcd-endpoints", etcd.Endpoint,
 		"--election-key", "/sluice/test/tls", "--etcd-tls-ca", certs.CA, "--etcd-tls-cert", certs.ClientCert, "--etcd-tls-key", certs.ClientKey)
 	testutil.Eventually(t, 30*time.Second, "master through etcd over mTLS", func() bool { _, is, _ := discover(p.addr); return is })

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 )
 
 // proc is a sluice child process.
@@ -145,7 +146,7 @@ type tree struct {
 
 func startTree(t *testing.T, ttl time.Duration, leaseLength int) *tree {
 	t.Helper()
-	endpoints := testutil.StartEtcd(t).Endpoint
+	endpoints := etcdtest.StartEtcd(t).Endpoint
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, treeTestConfig, leaseLength), 0o644); err != nil {
 		t.Fatal(err)

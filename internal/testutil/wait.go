@@ -1,9 +1,11 @@
 package testutil
 
 import (
+	"flag"
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -51,4 +53,16 @@ func ChildLogLevel() string {
 		return lv
 	}
 	return "error"
+}
+
+// RapidChecks sets pgregory.net/rapid's -rapid.checks to n unless the
+// command line gave it: property tests run n cases by default (rapid's own
+// default is 100). Call it from TestMain before m.Run.
+func RapidChecks(n int) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
+	if !set {
+		_ = flag.Set("rapid.checks", strconv.Itoa(n))
+	}
 }

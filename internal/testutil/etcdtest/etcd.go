@@ -1,7 +1,7 @@
-// Package testutil holds helpers shared by Sluice's tests: an embedded etcd
-// on loopback, certificates, polling for a condition, and quiet logs. It is
-// imported only from _test.go files.
-package testutil
+// Package etcdtest runs an embedded etcd on loopback for Sluice's tests. It
+// is apart from package testutil so that tests without etcd do not link it.
+// It is imported only from _test.go files.
+package etcdtest
 
 import (
 	"net/url"
@@ -12,6 +12,8 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/sluice-rl/sluice/internal/testutil"
 )
 
 // Etcd is a single-member etcd server embedded in the test process,
@@ -34,9 +36,9 @@ func StartEtcd(t testing.TB) *Etcd { return startEtcd(t, nil) }
 // StartEtcdTLS is StartEtcd serving its clients over TLS with certs'
 // server certificate and requiring client certificates signed by their CA
 // (mTLS).
-func StartEtcdTLS(t testing.TB, certs *Certs) *Etcd { return startEtcd(t, certs) }
+func StartEtcdTLS(t testing.TB, certs *testutil.Certs) *Etcd { return startEtcd(t, certs) }
 
-func startEtcd(t testing.TB, certs *Certs) *Etcd {
+func startEtcd(t testing.TB, certs *testutil.Certs) *Etcd {
 	t.Helper()
 	cfg := embed.NewConfig()
 	cfg.Name = "test"
