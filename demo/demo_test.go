@@ -13,16 +13,19 @@ import (
 // target, six clients) and checks outcomes that do not depend on how fast
 // this machine is: the clients' leases never add up to more than the
 // capacity, the target never saw more than the capacity allows over the
-// run, and every client got requests through. How close to the capacity
+// run, and every client that stays to the end got requests through (one
+// that leaves early may have left before its turn came). How close to the capacity
 // the demo runs (its utilization) is the demo's own report, measured on
 // an idle machine (README), not a test: under -race beside other tests the
 // load generators cannot keep up.
 func TestDemo(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs for 12 s")
+		t.Skip("runs for 20 s")
 	}
+	// Four rounds of Doorman's 5 s minimum between requests: by the third
+	// every client that stays holds its share.
 	var out bytes.Buffer
-	sum, err := Run(context.Background(), Options{Duration: 12 * time.Second, Out: &out})
+	sum, err := Run(context.Background(), Options{Duration: 20 * time.Second, Out: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,8 +54,8 @@ func TestDemo(t *testing.T) {
 	if len(sum.Clients) != 6 {
 		t.Fatalf("%d clients in the summary", len(sum.Clients))
 	}
-	for _, c := range sum.Clients {
-		if c.Requests == 0 {
+	for i, c := range sum.Clients {
+		if profiles[i%len(profiles)].leave == 0 && c.Requests == 0 {
 			t.Errorf("%s (%s) got no request through", c.Name, c.Profile)
 		}
 	}
