@@ -3,13 +3,13 @@ package algorithm
 import (
 	"fmt"
 	"strings"
-
-	"github.com/sluice-rl/sluice/api/doorman"
 )
 
-// Kind names a capacity-division algorithm. The values are those of the wire
-// enum doorman.Algorithm_Kind, so a Kind converts to and from the wire
-// without a table.
+// Kind names a capacity-division algorithm. The values and names are those
+// of the wire enum doorman.Algorithm_Kind (NO_ALGORITHM = 0 … FAIR_SHARE =
+// 3), so a Kind converts to and from the wire with a cast; the package
+// itself imports nothing from the wire (the server's and the
+// configuration's tests check that the two agree).
 //
 // Source: doorman-wire.md, message Algorithm; doorman-design.md,
 // "Available algorithms".
@@ -19,27 +19,32 @@ type Kind int32
 const (
 	// NoAlgorithm grants every requester what it wants (gets = wants),
 	// ignoring capacity. It is what a resource without a template gets.
-	NoAlgorithm Kind = Kind(doorman.Algorithm_NO_ALGORITHM)
+	NoAlgorithm Kind = 0
 	// Static grants gets = min(wants, capacity × subclients): capacity is a
 	// per-client cap, not a global one.
-	Static Kind = Kind(doorman.Algorithm_STATIC)
+	Static Kind = 1
 	// ProportionalShare grants every subclient up to an equal share and
 	// splits what is left over in proportion to the excess demand.
-	ProportionalShare Kind = Kind(doorman.Algorithm_PROPORTIONAL_SHARE)
+	ProportionalShare Kind = 2
 	// FairShare grants a max-min fair share per subclient.
-	FairShare Kind = Kind(doorman.Algorithm_FAIR_SHARE)
+	FairShare Kind = 3
 )
+
+// kindNames are the wire names of the kinds.
+var kindNames = map[Kind]string{
+	NoAlgorithm:       "NO_ALGORITHM",
+	Static:            "STATIC",
+	ProportionalShare: "PROPORTIONAL_SHARE",
+	FairShare:         "FAIR_SHARE",
+}
 
 // String returns the wire name of k (for example "FAIR_SHARE").
 func (k Kind) String() string {
-	if name, ok := doorman.Algorithm_Kind_name[int32(k)]; ok {
+	if name, ok := kindNames[k]; ok {
 		return name
 	}
 	return fmt.Sprintf("Kind(%d)", int32(k))
 }
-
-// Proto returns k as the wire enum.
-func (k Kind) Proto() doorman.Algorithm_Kind { return doorman.Algorithm_Kind(k) }
 
 // ParseKind parses an algorithm name. It accepts the wire names
 // (NO_ALGORITHM, STATIC, PROPORTIONAL_SHARE, FAIR_SHARE), case-insensitively,
@@ -62,6 +67,6 @@ func ParseKind(s string) (Kind, error) {
 
 // Valid reports whether k is one of the known algorithms.
 func (k Kind) Valid() bool {
-	_, ok := doorman.Algorithm_Kind_name[int32(k)]
+	_, ok := kindNames[k]
 	return ok
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-
-	"github.com/sluice-rl/sluice/api/doorman"
 )
 
 // The named parameters of doorman-design.md's table "Common algorithm
@@ -70,16 +68,6 @@ var (
 //
 // Source: doorman-design.md, "Root server configuration" (NamedParameter).
 type Parameter struct{ Name, Value string }
-
-// ParametersFromProto converts wire parameters; a nil entry becomes a
-// Parameter with an empty name (which ParseParameters reports).
-func ParametersFromProto(ps []*doorman.NamedParameter) []Parameter {
-	out := make([]Parameter, 0, len(ps))
-	for _, p := range ps {
-		out = append(out, Parameter{Name: p.GetName(), Value: p.GetValue()})
-	}
-	return out
-}
 
 // Params are the named algorithm parameters Sluice honours, resolved. The
 // zero value is not meaningful; start from DefaultParams.

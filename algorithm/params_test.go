@@ -4,10 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-
-	"google.golang.org/protobuf/proto"
-
-	"github.com/sluice-rl/sluice/api/doorman"
 )
 
 func TestParseParameters(t *testing.T) {
@@ -140,22 +136,5 @@ func TestBuild(t *testing.T) {
 				t.Errorf("error %q does not name the kind %v", err, tt.kind)
 			}
 		})
-	}
-}
-
-func TestParametersFromProto(t *testing.T) {
-	ps := ParametersFromProto([]*doorman.NamedParameter{
-		{Name: proto.String("decay_factor"), Value: proto.String("0.5")},
-		{Name: proto.String("flag")}, // no value
-		nil,
-	})
-	want := []Parameter{{"decay_factor", "0.5"}, {"flag", ""}, {"", ""}}
-	if len(ps) != len(want) {
-		t.Fatalf("got %v, want %v", ps, want)
-	}
-	for i := range want {
-		if ps[i] != want[i] {
-			t.Errorf("parameter %d: got %v, want %v", i, ps[i], want[i])
-		}
 	}
 }

@@ -184,7 +184,7 @@ func (r *Repository) Proto() *pb.ResourceRepository {
 	out := &pb.ResourceRepository{}
 	for _, t := range r.templates {
 		a := &pb.Algorithm{
-			Kind:                 t.Algorithm.Kind.Proto().Enum(),
+			Kind:                 pb.Algorithm_Kind(t.Algorithm.Kind).Enum(),
 			LeaseLength:          proto.Int64(int64(t.Algorithm.LeaseLength / time.Second)),
 			RefreshInterval:      proto.Int64(int64(t.Algorithm.RefreshInterval / time.Second)),
 			LearningModeDuration: proto.Int64(int64(t.Algorithm.LearningModeDuration / time.Second)),

@@ -446,7 +446,7 @@ func (pl *parentLease) adopt(rr *pb.ServerCapacityResourceResponse) (fellBack bo
 	if a := rr.GetAlgorithm(); a != nil {
 		// doorman-design.md, "Finding the algorithm to use": an
 		// algorithm that cannot be instantiated runs as None.
-		inst, _ := algorithm.Build(algorithm.Kind(a.GetKind()), algorithm.ParametersFromProto(a.GetParameters()))
+		inst, _ := algorithm.Build(algorithm.Kind(a.GetKind()), paramsFromWire(a.GetParameters()))
 		pl.kind, fellBack = inst.Kind, inst.FellBack
 		pl.length = time.Duration(max(a.GetLeaseLength(), 1)) * time.Second
 		pl.interval = time.Duration(max(a.GetRefreshInterval(), 1)) * time.Second
@@ -498,11 +498,21 @@ func (s *Server) waitFirstLeases(ctx context.Context, rs []*resource) {
 	}
 }
 
+// paramsFromWire converts the wire's named parameters; a nil entry becomes
+// a parameter with an empty name (which algorithm.ParseParameters reports).
+func paramsFromWire(ps []*pb.NamedParameter) []algorithm.Parameter {
+	out := make([]algorithm.Parameter, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, algorithm.Parameter{Name: p.GetName(), Value: p.GetValue()})
+	}
+	return out
+}
+
 // decayFactor returns the decay_factor among params (a template's, or
 // what the parent pushed down), or algorithm.DefaultDecayFactor; a value
 // the configuration would refuse counts as absent.
 func decayFactor(params []*pb.NamedParameter) float64 {
-	p, _ := algorithm.ParseParameters(algorithm.ParametersFromProto(params))
+	p, _ := algorithm.ParseParameters(paramsFromWire(params))
 	return p.DecayFactor
 }
 

@@ -269,3 +269,35 @@ resources:
 		t.Fatalf("b: %v (safe capacity %v), want 50 (100/2)", got, safe)
 	}
 }
+
+// algorithm.Kind carries the wire enum's values and names without
+// importing the wire: the two must agree.
+func TestKindsMatchTheWire(t *testing.T) {
+	for v, name := range pb.Algorithm_Kind_name {
+		if k := algorithm.Kind(v); !k.Valid() || k.String() != name {
+			t.Errorf("wire %d %s: algorithm.Kind says valid %v, %q", v, name, k.Valid(), k.String())
+		}
+	}
+	for _, k := range []algorithm.Kind{algorithm.NoAlgorithm, algorithm.Static, algorithm.ProportionalShare, algorithm.FairShare} {
+		if pb.Algorithm_Kind(k).String() != k.String() {
+			t.Errorf("%v is %v on the wire", k, pb.Algorithm_Kind(k))
+		}
+	}
+}
+
+func TestParamsFromWire(t *testing.T) {
+	ps := paramsFromWire([]*pb.NamedParameter{
+		{Name: proto.String("decay_factor"), Value: proto.String("0.5")},
+		{Name: proto.String("flag")}, // no value
+		nil,
+	})
+	want := []algorithm.Parameter{{Name: "decay_factor", Value: "0.5"}, {Name: "flag"}, {}}
+	if len(ps) != len(want) {
+		t.Fatalf("got %v, want %v", ps, want)
+	}
+	for i := range want {
+		if ps[i] != want[i] {
+			t.Errorf("parameter %d: got %v, want %v", i, ps[i], want[i])
+		}
+	}
+}

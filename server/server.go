@@ -509,7 +509,7 @@ func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.
 			ResourceId: proto.String(ids[i]),
 			Gets:       wireLease(g),
 			Algorithm: &pb.Algorithm{
-				Kind:        p.Kind.Proto().Enum(),
+				Kind:        pb.Algorithm_Kind(p.Kind).Enum(),
 				LeaseLength: proto.Int64(int64(p.LeaseLength / time.Second)),
 				// The child refreshes with this server every
 				// p.RefreshInterval (Gets); its own requesters, one level
