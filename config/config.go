@@ -247,9 +247,9 @@ type rawParameter struct {
 	Value *string `yaml:"value"`
 }
 
-// MaxDuration bounds lease_length, refresh_interval and
+// MaxDurationSeconds bounds lease_length, refresh_interval and
 // learning_mode_duration (seconds): ten years.
-const MaxDuration = 10 * 365 * 24 * 3600
+const MaxDurationSeconds = 10 * 365 * 24 * 3600
 
 // Parse parses and validates a YAML repository. An empty document is a
 // valid repository with no templates. It returns every problem found,
@@ -363,8 +363,8 @@ func (rt rawTemplate) validate(i int) (Template, error) {
 			return 0, false
 		case *v < min:
 			bad(field, "%d seconds, must be at least %d", *v, min)
-		case *v > MaxDuration:
-			bad(field, "%d seconds, must be at most %d", *v, MaxDuration)
+		case *v > MaxDurationSeconds:
+			bad(field, "%d seconds, must be at most %d", *v, MaxDurationSeconds)
 		default:
 			return time.Duration(*v) * time.Second, true
 		}

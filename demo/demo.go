@@ -52,14 +52,14 @@ type Options struct {
 
 // Second is one second of the run as the target saw it.
 type Second struct {
-	Second     int     `json:"second"`
-	Capacity   float64 `json:"capacity"`
-	SumLeases  float64 `json:"sum_leases"`
-	Demand     float64 `json:"demand"`
-	Requests   int64   `json:"requests"`
-	Counted    bool    `json:"counted"`
-	Overshoot  float64 `json:"overshoot_percent"`
-	Utilizatio float64 `json:"utilization"`
+	Second      int     `json:"second"`
+	Capacity    float64 `json:"capacity"`
+	SumLeases   float64 `json:"sum_leases"`
+	Demand      float64 `json:"demand"`
+	Requests    int64   `json:"requests"`
+	Counted     bool    `json:"counted"`
+	Overshoot   float64 `json:"overshoot_percent"`
+	Utilization float64 `json:"utilization"`
 }
 
 // ClientSummary is one client's outcome.
@@ -224,13 +224,13 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 			}
 		}
 		if want := math.Min(capacity, sec.Demand); want > 0 {
-			sec.Utilizatio = float64(sec.Requests) / want
+			sec.Utilization = float64(sec.Requests) / want
 		} else {
-			sec.Utilizatio = 1
+			sec.Utilization = 1
 		}
 		sec.Overshoot = math.Max(0, (float64(sec.Requests)-capacity)/capacity*100)
 		sum.Seconds = append(sum.Seconds, sec)
-		fmt.Fprintf(opts.Out, "%4d %9.0f %10.1f %9.0f %9d %6.1f%%\n", s, capacity, sec.SumLeases, sec.Demand, sec.Requests, sec.Utilizatio*100)
+		fmt.Fprintf(opts.Out, "%4d %9.0f %10.1f %9.0f %9d %6.1f%%\n", s, capacity, sec.SumLeases, sec.Demand, sec.Requests, sec.Utilization*100)
 	}
 	cancel()
 	wg.Wait()
@@ -244,7 +244,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 			continue
 		}
 		counted++
-		sum.UtilizationMean += sec.Utilizatio
+		sum.UtilizationMean += sec.Utilization
 		sum.OvershootMaxPercent = math.Max(sum.OvershootMaxPercent, sec.Overshoot)
 		if float64(sec.Requests) > 1.02*capacity {
 			sum.SecondsOver102++

@@ -57,7 +57,7 @@ type Scenario struct {
 const (
 	MaxNodes    = 10000
 	MaxClients  = 1000000
-	MaxDuration = 7 * 24 * 3600 // seconds
+	MaxDurationSeconds = 7 * 24 * 3600 // seconds
 )
 
 // Node is a node of the server tree (Tasks tasks electing a master) with
@@ -150,8 +150,8 @@ func (sc Scenario) withDefaults() (Scenario, error) {
 	if sc.Name == "" {
 		errs = append(errs, errors.New("name: required"))
 	}
-	if !(sc.Duration > 0 && sc.Duration <= MaxDuration) {
-		errs = append(errs, fmt.Errorf("duration_seconds: %v, must be in (0, %d]", sc.Duration, MaxDuration))
+	if !(sc.Duration > 0 && sc.Duration <= MaxDurationSeconds) {
+		errs = append(errs, fmt.Errorf("duration_seconds: %v, must be in (0, %d]", sc.Duration, MaxDurationSeconds))
 	}
 	if !(sc.Capacity >= 0) || math.IsInf(sc.Capacity, 0) {
 		errs = append(errs, fmt.Errorf("capacity: %v, must be finite and ≥ 0", sc.Capacity))
