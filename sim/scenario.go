@@ -55,8 +55,8 @@ type Scenario struct {
 // Bounds on a scenario's tree, so that a bad file gets an error rather than
 // exhausting memory.
 const (
-	MaxNodes    = 10000
-	MaxClients  = 1000000
+	MaxNodes           = 10000
+	MaxClients         = 1000000
 	MaxDurationSeconds = 7 * 24 * 3600 // seconds
 )
 
