@@ -10,6 +10,8 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 )
 
 // metrics are the server's Prometheus metrics. Labels are bounded: RPC
@@ -219,17 +221,34 @@ func (m *metrics) interceptor() connect.UnaryInterceptorFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			start := time.Now()
 			resp, err := next(ctx, req)
-			method := req.Spec().Procedure
-			code := "ok"
-			var ce *connect.Error
-			if errors.As(err, &ce) {
-				code = ce.Code().String()
-			} else if err != nil {
-				code = connect.CodeUnknown.String()
-			}
-			m.requests.WithLabelValues(method, code).Inc()
-			m.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
+			m.observe(req.Spec().Procedure, err, start)
 			return resp, err
 		}
 	}
+}
+
+// grpcInterceptor is interceptor for grpc-go's server: the same series,
+// with the same method and code labels.
+func (m *metrics) grpcInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	m.observe(info.FullMethod, err, start)
+	return resp, err
+}
+
+// observe counts one RPC of method ("/doorman.Capacity/GetCapacity") that
+// started at start and ended with err, labelled with Connect's name of its
+// code ("ok", "invalid_argument", …).
+func (m *metrics) observe(method string, err error, start time.Time) {
+	code := "ok"
+	if err != nil {
+		code = connect.CodeUnknown.String()
+		if ce := new(connect.Error); errors.As(err, &ce) {
+			code = ce.Code().String()
+		} else if st, ok := status.FromError(err); ok {
+			code = connect.Code(st.Code()).String()
+		}
+	}
+	m.requests.WithLabelValues(method, code).Inc()
+	m.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
 }

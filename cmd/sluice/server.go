@@ -231,11 +231,6 @@ command line wins.`,
 				mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 				handler = mux
 			}
-			hs := &http.Server{Handler: handler, Protocols: h2c(), ReadHeaderTimeout: 10 * time.Second}
-			if serverTLS != nil {
-				hs.Protocols = nil // HTTP/2 and HTTP/1.1 by ALPN
-				hs.TLSConfig = serverTLS
-			}
 			go func() { _ = srv.Run(ctx, time.Second) }()
 			// The election outlives the signal: it is resigned after the
 			// in-flight RPCs have finished.
@@ -249,19 +244,13 @@ command line wins.`,
 					log.Info("mastership", "is_master", st.IsMaster, "master", st.Master)
 				})
 			}()
-			errc := make(chan error, 1)
-			go func() {
-				if serverTLS != nil {
-					errc <- hs.ServeTLS(lis, "", "")
-					return
-				}
-				errc <- hs.Serve(lis)
-			}()
+			// gRPC on grpc-go's transport, the rest on net/http, one port.
+			ep := srv.Serve(lis, handler, serverTLS)
 			log.Info("sluice server listening", "addr", lis.Addr().String(), "id", id)
 			fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", lis.Addr())
 
 			select {
-			case err := <-errc:
+			case err := <-ep.Err():
 				return err
 			case <-ctx.Done():
 			}
@@ -314,7 +303,7 @@ command line wins.`,
 				}
 			}
 			log.Info("closing the listener, finishing in-flight RPCs")
-			shutdownErr := hs.Shutdown(sctx)
+			shutdownErr := ep.Shutdown(sctx)
 			log.Info("listener closed", "err", shutdownErr)
 			ecancel()
 			select {
@@ -327,8 +316,7 @@ command line wins.`,
 				closeEtcd()
 				<-electionDone
 			}
-			if shutdownErr != nil && !errors.Is(shutdownErr, http.ErrServerClosed) {
-				_ = hs.Close()
+			if shutdownErr != nil {
 				return fmt.Errorf("graceful shutdown: %w", shutdownErr)
 			}
 			log.Info("stopped")
@@ -397,13 +385,6 @@ func flagsFromEnv(cmd *cobra.Command) error {
 		}
 	})
 	return errors.Join(errs...)
-}
-
-func h2c() *http.Protocols {
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	return p
 }
 
 func newLogger(w interface{ Write([]byte) (int, error) }, format, level string) (*slog.Logger, error) {

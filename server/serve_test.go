@@ -1,0 +1,188 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	prom "github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/tlsutil"
+)
+
+// startEndpoint serves s with handler on a kernel-picked loopback port
+// until the test ends.
+func startEndpoint(t *testing.T, s *Server, handler http.Handler, cfg *tls.Config) (string, *Endpoint) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := s.Serve(lis, handler, cfg)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = ep.Shutdown(ctx)
+	})
+	return lis.Addr().String(), ep
+}
+
+func capacityRequest(client string) *pb.GetCapacityRequest {
+	return &pb.GetCapacityRequest{ClientId: proto.String(client),
+		Resource: []*pb.ResourceRequest{{ResourceId: proto.String("fixed/a"), Priority: proto.Int64(0), Wants: proto.Float64(5)}}}
+}
+
+// gRPC goes to grpc-go's server, not to the HTTP handler: with a handler
+// that answers 404 to everything, gRPC still works and JSON does not.
+// Both sides count in the same metrics.
+func TestEndpointGRPCOnItsOwnTransport(t *testing.T) {
+	s := newTestServer(t)
+	addr, _ := startEndpoint(t, s, http.NotFoundHandler(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := pb.NewCapacityClient(conn).GetCapacity(ctx, capacityRequest("g"))
+	if err != nil || resp.GetResponse()[0].GetGets().GetCapacity() != 5 {
+		t.Fatalf("gRPC through grpc-go: %v, %v", resp, err)
+	}
+	// A bad request: InvalidArgument on the wire, counted as such.
+	if _, err := pb.NewCapacityClient(conn).GetCapacity(ctx, &pb.GetCapacityRequest{ClientId: proto.String("")}); err == nil || !strings.Contains(err.Error(), "InvalidArgument") {
+		t.Fatalf("empty client id over grpc-go: %v, want InvalidArgument", err)
+	}
+	if got := prom.ToFloat64(s.metrics.requests.WithLabelValues("/doorman.Capacity/GetCapacity", "ok")); got != 1 {
+		t.Errorf("requests{ok} = %v, want 1", got)
+	}
+	if got := prom.ToFloat64(s.metrics.requests.WithLabelValues("/doorman.Capacity/GetCapacity", "invalid_argument")); got != 1 {
+		t.Errorf("requests{invalid_argument} = %v, want 1", got)
+	}
+	r, err := http.Post("http://"+addr+"/doorman.Capacity/GetCapacity", "application/json", strings.NewReader(`{"clientId":"j"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusNotFound {
+		t.Fatalf("JSON went to %d, want the HTTP handler's 404", r.StatusCode)
+	}
+}
+
+// Every protocol on one port: gRPC (grpc-go and Connect's client), gRPC-Web
+// and JSON over HTTP/1.1, status pages; in plaintext and over mTLS.
+func TestEndpointAllProtocols(t *testing.T) {
+	certs := testutil.MakeCerts(t)
+	serverTLS, err := tlsutil.Server(certs.ServerCert, certs.ServerKey, certs.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientTLS, err := tlsutil.Client(certs.CA, certs.ClientCert, certs.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		server *tls.Config
+		client *tls.Config
+	}{{"plaintext", nil, nil}, {"mTLS", serverTLS, clientTLS}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestServer(t)
+			addr, _ := startEndpoint(t, s, s.Handler(), tc.server)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			scheme, creds := "http", insecure.NewCredentials()
+			h2 := &http.Transport{TLSClientConfig: tc.client}
+			h2.Protocols = new(http.Protocols)
+			h2.Protocols.SetUnencryptedHTTP2(true)
+			h2.Protocols.SetHTTP2(true)
+			h1 := &http.Transport{TLSClientConfig: tc.client}
+			if tc.client != nil {
+				scheme, creds = "https", credentials.NewTLS(tc.client)
+			}
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := pb.NewCapacityClient(conn).GetCapacity(ctx, capacityRequest("grpc-go")); err != nil {
+				t.Errorf("grpc-go client: %v", err)
+			}
+			for name, c := range map[string]doormanconnect.CapacityClient{
+				"connect gRPC":     doormanconnect.NewCapacityClient(&http.Client{Transport: h2}, scheme+"://"+addr, connect.WithGRPC()),
+				"connect gRPC-Web": doormanconnect.NewCapacityClient(&http.Client{Transport: h1}, scheme+"://"+addr, connect.WithGRPCWeb()),
+				"JSON HTTP/1.1":    doormanconnect.NewCapacityClient(&http.Client{Transport: h1}, scheme+"://"+addr, connect.WithProtoJSON()),
+			} {
+				if _, err := c.GetCapacity(ctx, connect.NewRequest(capacityRequest(name))); err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
+			}
+			r, err := (&http.Client{Transport: h1}).Get(scheme + "://" + addr + "/healthz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body bytes.Buffer
+			_, _ = body.ReadFrom(r.Body)
+			r.Body.Close()
+			if r.StatusCode != 200 || body.String() != "ok\n" {
+				t.Errorf("/healthz: %d %q", r.StatusCode, body.String())
+			}
+			if st, _ := s.Status("fixed/a"); len(st.Leases) != 4 {
+				t.Errorf("%d leases, want one per client (4)", len(st.Leases))
+			}
+		})
+	}
+	// Without a client certificate the mTLS endpoint refuses.
+	s := newTestServer(t)
+	addr, _ := startEndpoint(t, s, s.Handler(), serverTLS)
+	noCert, err := tlsutil.Client(certs.CA, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(noCert)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := pb.NewCapacityClient(conn).GetCapacity(ctx, capacityRequest("anon")); err == nil {
+		t.Error("a client without a certificate was served over mTLS")
+	}
+}
+
+// Shutdown lets an RPC in flight finish and refuses new connections.
+func TestEndpointShutdown(t *testing.T) {
+	s := newTestServer(t)
+	addr, ep := startEndpoint(t, s, s.Handler(), nil)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := pb.NewCapacityClient(conn).GetCapacity(ctx, capacityRequest("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ep.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if c, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
+		c.Close()
+		t.Fatal("the endpoint still accepts connections after Shutdown")
+	}
+}
