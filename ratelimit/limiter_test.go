@@ -307,47 +307,66 @@ func TestGaugeBlocksAndWakes(t *testing.T) {
 	})
 }
 
-// Benchmarks side by side with golang.org/x/time/rate in the same run:
-// Allow and Wait that never wait (a rate far above the call rate), on one
-// goroutine and in parallel.
+// Benchmarks side by side with golang.org/x/time/rate in the same run, on
+// one goroutine and in parallel, in two regimes:
 //
-//	go test -run '^$' -bench . -count 6 ./ratelimit | benchstat -
+//   - admitted: a rate far above the call rate (1e12 permits per second,
+//     with a full second of burst for x/time/rate), so every call is
+//     admitted and changes the limiter;
+//   - refused: one permit per 1000 s, so after the first call every call is
+//     refused and only reads the limiter.
+//
+// Run them one benchmark process at a time (the machine is shared):
+//
+//	flock /tmp/bench.lock go test -run '^$' -bench Allow -count 5 ./ratelimit | benchstat -
 func BenchmarkAllow(b *testing.B) {
-	b.Run("sluice", func(b *testing.B) {
-		l := NewLimiter(1e12, 1)
-		b.ReportAllocs()
-		for b.Loop() {
-			l.Allow()
-		}
-	})
-	b.Run("x-time-rate", func(b *testing.B) {
-		l := rate.NewLimiter(rate.Limit(1e12), 1e12)
-		b.ReportAllocs()
-		for b.Loop() {
-			l.Allow()
-		}
-	})
+	for _, c := range allowCases {
+		b.Run(c.name+"/sluice", func(b *testing.B) {
+			l := NewLimiter(c.rate, 1)
+			b.ReportAllocs()
+			for b.Loop() {
+				l.Allow()
+			}
+		})
+		b.Run(c.name+"/x-time-rate", func(b *testing.B) {
+			l := rate.NewLimiter(rate.Limit(c.rate), max(1, int(c.rate)))
+			b.ReportAllocs()
+			for b.Loop() {
+				l.Allow()
+			}
+		})
+	}
 }
 
 func BenchmarkAllowParallel(b *testing.B) {
-	b.Run("sluice", func(b *testing.B) {
-		l := NewLimiter(1e12, 1)
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				l.Allow()
-			}
+	for _, c := range allowCases {
+		b.Run(c.name+"/sluice", func(b *testing.B) {
+			l := NewLimiter(c.rate, 1)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					l.Allow()
+				}
+			})
 		})
-	})
-	b.Run("x-time-rate", func(b *testing.B) {
-		l := rate.NewLimiter(rate.Limit(1e12), 1e12)
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				l.Allow()
-			}
+		b.Run(c.name+"/x-time-rate", func(b *testing.B) {
+			l := rate.NewLimiter(rate.Limit(c.rate), max(1, int(c.rate)))
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					l.Allow()
+				}
+			})
 		})
-	})
+	}
+}
+
+var allowCases = []struct {
+	name string
+	rate float64 // permits per second
+}{
+	{"admitted", 1e12},
+	{"refused", 1e-3},
 }
 
 func BenchmarkWaitNoWait(b *testing.B) {
