@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,8 +30,7 @@ import (
 //     at first, speeding up linearly to the stable rate over the warm-up
 //     period (Guava's trapezoid) — and a new limiter starts cold.
 //
-// The zero rate admits nothing; +Inf admits everything. It is safe for
-// concurrent use.
+// The zero rate admits nothing; +Inf admits everything.
 //
 // The zero value is usable: a SmoothBursty limiter at rate 0 with no stored
 // permits (maxBurstSeconds 0) reading time.Now, as NewLimiter(0, 0) returns.
@@ -40,26 +40,43 @@ import (
 // spaces permits at that rate and stores none. A Limiter must not be copied
 // after first use.
 //
+// # Concurrency
+//
+// A Limiter is safe for concurrent use. SmoothWarmingUp does everything
+// under a mutex. SmoothBursty takes permits without a lock: Guava's stored
+// permits and next free time are one number, the theoretical arrival time
+// of a GCRA (tat): the schedule stands tat − now ahead of now when permits
+// are paid ahead, and stores (now − tat) × rate permits, at most
+// maxBurstSeconds' worth, when it lags. Allow, Reserve and Wait read tat
+// and an immutable schedule (rate, burst, the time tat counts from), and
+// take permits with one compare-and-swap on tat; a refused Allow only
+// reads. SetRate, a refund (Cancel, or a Wait whose context ends) and the
+// very first call change the schedule under a mutex: they set tat to a
+// marker that makes other callers wait for the mutex, install a new
+// schedule, and store the new tat. The stored tat always grows — a change
+// that moves the schedule back counts tat from a new origin instead — so
+// tat never takes a value twice, and a compare-and-swap succeeds only on
+// the state, schedule included, that its caller read (no ABA): every
+// operation takes effect at one instant, in one order, as under a lock.
+//
+// Calls need not arrive in time order (concurrent callers read the clock
+// before they reach the limiter): each is judged at its own now against
+// the schedule as it stands. A SmoothBursty call earlier than the schedule
+// has reached is admitted only if a permit was free by then, and finds the
+// permits stored up to its own now; SmoothWarmingUp counts time going
+// backwards as no time passing.
+//
 // Source: guava-ratelimiter.md, "SmoothRateLimiter", "SmoothBursty",
 // "SmoothWarmingUp".
 type Limiter struct {
-	mu    sync.Mutex
-	rate  float64 // permits per second
-	burst float64 // SmoothBursty: max stored, in seconds of rate
+	// SmoothBursty: tat, in ns since sched.Load().base (or busy), and its
+	// schedule; the zero value's nil schedule is rate 0.
+	tat   atomic.Int64
+	sched atomic.Pointer[schedule]
 
-	warmup     float64 // SmoothWarmingUp: warm-up period in seconds (0: bursty)
-	coldFactor float64
-	threshold  float64 // permits above which the slope applies
-	slope      float64 // seconds per permit per permit above threshold
-
-	stored    float64 // stored permits
-	maxStored float64
-	interval  float64   // seconds per permit at the stable rate (1/rate)
-	cool      float64   // seconds to store one permit while unused
-	nextFree  time.Time // when the next request may be granted
-	started   bool
-	changed   *rateChange // the next rate change; its ch closes when it happens
-	nowFn     func() time.Time
+	mu    sync.Mutex // serializes schedule changes; guards warm
+	warm  *warmingUp // SmoothWarmingUp's state; nil for SmoothBursty
+	nowFn func() time.Time
 }
 
 // Option configures a Limiter.
@@ -74,14 +91,11 @@ func WithClock(now func() time.Time) Option { return func(l *Limiter) { l.nowFn 
 // with up to maxBurstSeconds of stored permits (Guava's default is 1; 0
 // stores nothing; negative or NaN count as 0). It starts with none stored.
 func NewLimiter(rate float64, maxBurstSeconds float64, opts ...Option) *Limiter {
-	if !(maxBurstSeconds > 0) {
-		maxBurstSeconds = 0
-	}
-	l := &Limiter{burst: maxBurstSeconds, changed: newRateChange(), nowFn: time.Now}
+	l := &Limiter{}
 	for _, o := range opts {
 		o(l)
 	}
-	l.setRate(sanitize(rate))
+	l.sched.Store(newSchedule(sanitize(rate), maxBurstSeconds))
 	return l
 }
 
@@ -98,11 +112,11 @@ func NewWarmingUp(rate float64, warmup time.Duration, coldFactor float64, opts .
 	if !(coldFactor >= 1) || math.IsInf(coldFactor, 0) {
 		coldFactor = 3
 	}
-	l := &Limiter{warmup: warmup.Seconds(), coldFactor: coldFactor, changed: newRateChange(), nowFn: time.Now}
+	l := &Limiter{warm: &warmingUp{warmup: warmup.Seconds(), coldFactor: coldFactor, changed: newRateChange()}}
 	for _, o := range opts {
 		o(l)
 	}
-	l.setRate(sanitize(rate))
+	l.warm.setRate(sanitize(rate))
 	return l
 }
 
@@ -113,76 +127,25 @@ func sanitize(rate float64) float64 {
 	return rate
 }
 
-// setRate installs a rate and rescales the stored permits (Guava's
-// doSetRate). The caller holds l.mu (or owns l).
-func (l *Limiter) setRate(rate float64) {
-	old := l.maxStored
-	l.rate = rate
-	switch {
-	case math.IsInf(rate, 1):
-		l.maxStored = math.Inf(1)
-	case rate == 0:
-		l.maxStored = 0
-	case l.warmup > 0:
-		stable := 1 / rate
-		cold := stable * l.coldFactor
-		l.threshold = 0.5 * l.warmup / stable
-		l.maxStored = l.threshold + 2*l.warmup/(stable+cold)
-		l.slope = (cold - stable) / (l.maxStored - l.threshold)
-	default:
-		l.maxStored = l.burst * rate
+// now reads the limiter's clock: time.Now unless WithClock set one.
+func (l *Limiter) now() time.Time {
+	if l.nowFn == nil {
+		return time.Now()
 	}
-	switch {
-	case l.warmup > 0 && math.IsInf(old, 1):
-		l.stored = 0
-	case l.warmup > 0 && old == 0:
-		l.stored = l.maxStored // starts cold
-	case math.IsInf(old, 1):
-		l.stored = l.maxStored
-	case old == 0:
-		l.stored = 0
-	default:
-		l.stored = l.stored * l.maxStored / old
-	}
-	if math.IsNaN(l.stored) || math.IsInf(l.stored, 0) {
-		l.stored = 0
-	}
-	l.interval, l.cool = 0, 0
-	if rate > 0 && !math.IsInf(rate, 1) {
-		l.interval = 1 / rate
-		l.cool = l.interval
-		if l.warmup > 0 {
-			l.cool = l.warmup / l.maxStored
-		}
-	}
+	return l.nowFn()
 }
-
-// storedToWait is the time, in seconds, that taking take of the stored
-// permits costs: nothing for SmoothBursty, the area under Guava's
-// trapezoid for SmoothWarmingUp.
-func (l *Limiter) storedToWait(stored, take float64) float64 {
-	if l.warmup == 0 {
-		return 0
-	}
-	stable := l.interval
-	above := stored - l.threshold
-	secs := 0.0
-	if above > 0 {
-		takeAbove := min(above, take)
-		length := l.permitsToTime(above) + l.permitsToTime(above-takeAbove)
-		secs = takeAbove * length / 2
-		take -= takeAbove
-	}
-	return secs + stable*take
-}
-
-func (l *Limiter) permitsToTime(permits float64) float64 { return l.interval + permits*l.slope }
 
 // Rate returns the rate in permits per second.
 func (l *Limiter) Rate() float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.rate
+	if l.warm != nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.warm.rate
+	}
+	if s := l.sched.Load(); s != nil {
+		return s.rate
+	}
+	return 0
 }
 
 // SetRate sets the rate (permits per second) from now on.
@@ -199,31 +162,11 @@ func (l *Limiter) SetRateAt(now time.Time, rate float64) {
 	rate = sanitize(rate)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if rate == l.rate {
+	if l.warm != nil {
+		l.warm.setRateAt(now, rate)
 		return
 	}
-	l.resync(now)
-	old := l.rate
-	l.setRate(rate)
-	c := l.changeLocked()
-	c.at = now
-	switch {
-	case rate == 0 || old == 0:
-		c.factor = math.Inf(1) // waiters wait for the next change
-		if old == 0 {
-			c.factor = 0
-		}
-	case math.IsInf(rate, 1) || math.IsInf(old, 1):
-		c.factor = 0
-	default:
-		c.factor = old / rate
-	}
-	if rate > 0 {
-		l.nextFree = c.retime(l.nextFree)
-	}
-	l.changed = newRateChange()
-	c.next = l.changed
-	close(c.ch)
+	l.setRateLocked(now, rate)
 }
 
 // rateChange is one change of rate, in a chain: waiters hold the change
@@ -237,21 +180,19 @@ type rateChange struct {
 
 func newRateChange() *rateChange { return &rateChange{ch: make(chan struct{})} }
 
-// changeLocked returns the next rate change, making it if the limiter is a
-// zero value. The caller holds l.mu.
-func (l *Limiter) changeLocked() *rateChange {
-	if l.changed == nil {
-		l.changed = newRateChange()
+// retimeFactor is how time still to wait stretches when the rate goes from
+// old to rate: old ÷ rate; +Inf (wait for the next change) when it becomes
+// 0, and 0 (at once) when it leaves 0 or +Inf or becomes +Inf.
+func retimeFactor(old, rate float64) float64 {
+	switch {
+	case old == 0:
+		return 0
+	case rate == 0:
+		return math.Inf(1)
+	case math.IsInf(rate, 1) || math.IsInf(old, 1):
+		return 0
 	}
-	return l.changed
-}
-
-// now reads the limiter's clock: time.Now unless WithClock set one.
-func (l *Limiter) now() time.Time {
-	if l.nowFn == nil {
-		return time.Now()
-	}
-	return l.nowFn()
+	return old / rate
 }
 
 // retime returns when a turn due at t comes after the change: the time
@@ -266,46 +207,75 @@ func (c *rateChange) retime(t time.Time) time.Time {
 	return c.at.Add(time.Duration(float64(t.Sub(c.at)) * c.factor))
 }
 
-// resync adds the permits stored since nextFree. Time going backwards
-// counts as no time passing.
-func (l *Limiter) resync(now time.Time) {
-	if !l.started {
-		l.started = true
-		l.nextFree = now
+// outcome is what a request for permits came to.
+type outcome int
+
+const (
+	never outcome = iota // rate 0: not until the rate changes; nothing taken
+	late                 // the permits come after the caller's limit; nothing taken
+	free                 // rate +Inf: at once; nothing taken
+	taken                // taken: the claim says when the caller may act
+)
+
+// claim is what a request took, as its limiter needs it to give it back.
+type claim struct {
+	at, end time.Time // when the caller may act; where it left the schedule
+	// SmoothBursty: the schedule's rate changes so far, and the stored
+	// permits the claim used, as time at rate.
+	gen    uint64
+	stored time.Duration
+	rate   float64
+	spent  float64 // SmoothWarmingUp: the stored permits it used
+	// refundable is false once a rate change came after end: the schedule
+	// has moved past the claim (Guava's resync), and nothing is refunded.
+	refundable bool
+}
+
+// follow moves the claim's times as the rate change c moved the schedule.
+func (cl *claim) follow(c *rateChange) {
+	if cl.end.Before(c.at) {
+		cl.refundable = false
+	}
+	cl.at, cl.end = c.retime(cl.at), c.retime(cl.end)
+	cl.gen++
+}
+
+// forever is a limit no permit comes after.
+var forever = time.Unix(1<<62, 0)
+
+// reserve takes n ≥ 1 permits at now unless the caller could act only after
+// limit, and returns what happened, the claim, and the next rate change
+// (the claim's times move with it).
+func (l *Limiter) reserve(now, limit time.Time, n int) (outcome, claim, *rateChange) {
+	if l.warm != nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.warm.reserve(now, limit, n)
+	}
+	return l.take(now, limit, n)
+}
+
+// refund gives back a cancelled claim, as far as that can be done.
+func (l *Limiter) refund(now time.Time, c claim) {
+	if !c.refundable {
 		return
 	}
-	if now.After(l.nextFree) {
-		if l.rate > 0 && !math.IsInf(l.rate, 1) {
-			l.stored = min(l.maxStored, l.stored+now.Sub(l.nextFree).Seconds()/l.cool)
-		}
-		l.nextFree = now
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.warm != nil {
+		l.warm.refund(now, c)
+		return
 	}
-}
-
-// reserve takes n permits at now and returns when the caller may proceed
-// and what to give back if the caller cancels. The caller holds l.mu and
-// has checked 0 < rate < +Inf.
-func (l *Limiter) reserve(now time.Time, n float64) (at time.Time, spent float64, end time.Time) {
-	l.resync(now)
-	return l.reserveSynced(n)
-}
-
-// reserveSynced is reserve after resync.
-func (l *Limiter) reserveSynced(n float64) (at time.Time, spent float64, end time.Time) {
-	at = l.nextFree
-	spent = min(n, l.stored)
-	fresh := n - spent
-	wait := fresh * l.interval
-	if l.warmup > 0 {
-		wait += l.storedToWait(l.stored, spent)
-	}
-	l.nextFree = l.nextFree.Add(time.Duration(wait * float64(time.Second)))
-	l.stored -= spent
-	return at, spent, l.nextFree
+	l.refundLocked(now, c)
 }
 
 // Allow reports whether one permit is available now, and takes it if so.
-func (l *Limiter) Allow() bool { return l.AllowN(l.now(), 1) }
+func (l *Limiter) Allow() bool {
+	if l.nowFn == nil && l.warm == nil {
+		return l.allow(time.Time{}, 1, true)
+	}
+	return l.AllowN(l.now(), 1)
+}
 
 // AllowAt is Allow at time now.
 func (l *Limiter) AllowAt(now time.Time) bool { return l.AllowN(now, 1) }
@@ -316,20 +286,11 @@ func (l *Limiter) AllowN(now time.Time, n int) bool {
 	if n <= 0 {
 		return true
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.rate == 0:
-		return false
-	case math.IsInf(l.rate, 1):
-		return true
+	if l.warm == nil {
+		return l.allow(now, n, false)
 	}
-	l.resync(now)
-	if l.nextFree.After(now) {
-		return false
-	}
-	l.reserveSynced(float64(n))
-	return true
+	res, _, _ := l.reserve(now, now, n)
+	return res == taken || res == free
 }
 
 // Tokens returns the permits available now: stored permits, minus the
@@ -338,18 +299,12 @@ func (l *Limiter) Tokens() float64 { return l.TokensAt(l.now()) }
 
 // TokensAt is Tokens at time now. It does not change the limiter.
 func (l *Limiter) TokensAt(now time.Time) float64 {
+	if l.warm == nil {
+		return l.tokens(now)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if math.IsInf(l.rate, 1) {
-		return math.Inf(1)
-	}
-	if !l.started || l.rate == 0 {
-		return l.stored
-	}
-	if now.After(l.nextFree) {
-		return min(l.maxStored, l.stored+now.Sub(l.nextFree).Seconds()/l.cool)
-	}
-	return l.stored - l.nextFree.Sub(now).Seconds()*l.rate
+	return l.warm.tokensAt(now)
 }
 
 // Reservation is permits taken in advance by Reserve: the caller may act
@@ -358,8 +313,8 @@ func (l *Limiter) TokensAt(now time.Time) float64 {
 type Reservation struct {
 	l        *Limiter
 	ok       bool
-	at, end  time.Time
-	spent    float64
+	at       time.Time
+	claim    claim
 	mu       sync.Mutex
 	canceled bool
 }
@@ -383,12 +338,13 @@ func (r *Reservation) DelayFrom(now time.Time) time.Duration {
 // Cancel is CancelAt(now), with the limiter's clock.
 func (r *Reservation) Cancel() { r.CancelAt(r.l.now()) }
 
-// CancelAt gives the permits back, as far as that can be done: if no later
-// reservation queued behind this one, the limiter's schedule goes back to
-// what it was (from now, if the reservation's time has passed) and the
-// stored permits it used are restored; otherwise the later reservations'
-// times stand and nothing is refunded. Cancelling twice, or cancelling a
-// reservation that is not OK, does nothing.
+// CancelAt gives the permits back, as far as that can be done: if nothing
+// was taken from the limiter since the reservation and its rate has not
+// changed, the limiter's schedule goes back to what it was (from now, if
+// the reservation's time has passed) and the stored permits it used are
+// restored; otherwise the later reservations' times stand and nothing is
+// refunded. Cancelling twice, or cancelling a reservation that is not OK,
+// does nothing.
 func (r *Reservation) CancelAt(now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -396,7 +352,7 @@ func (r *Reservation) CancelAt(now time.Time) {
 		return
 	}
 	r.canceled = true
-	r.l.refundAt(now, r.at, r.spent, r.end)
+	r.l.refund(now, r.claim)
 }
 
 // Reserve is ReserveN(now, 1), with the limiter's clock.
@@ -406,20 +362,17 @@ func (l *Limiter) Reserve() *Reservation { return l.ReserveN(l.now(), 1) }
 // reservation: act after its Delay, or Cancel it. At rate 0 the reservation
 // is not OK and takes nothing; n ≤ 0 and rate +Inf are OK at once.
 func (l *Limiter) ReserveN(now time.Time, n int) *Reservation {
-	r := &Reservation{l: l, ok: true, at: now, end: now}
+	r := &Reservation{l: l, ok: true, at: now}
 	if n <= 0 {
 		return r
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.rate == 0:
+	res, c, _ := l.reserve(now, forever, n)
+	switch res {
+	case never:
 		r.ok = false
-		return r
-	case math.IsInf(l.rate, 1):
-		return r
+	case taken:
+		r.at, r.claim = c.at, c
 	}
-	r.at, r.spent, r.end = l.reserve(now, float64(n))
 	return r
 }
 
@@ -430,7 +383,7 @@ func (l *Limiter) Wait(ctx context.Context) error { return l.WaitN(ctx, 1) }
 // would pass ctx's deadline it returns at once, without waiting or taking
 // permits, an error that wraps context.DeadlineExceeded. If ctx is done
 // while waiting it returns an error wrapping ctx.Err() and gives back the
-// permits if no later caller has queued behind them. If the rate changes
+// permits if nothing was taken from the limiter since. If the rate changes
 // while it waits, it waits again at the new rate. At rate 0 it waits until
 // the rate changes or ctx is done. n ≤ 0 returns nil at once.
 func (l *Limiter) WaitN(ctx context.Context, n int) error {
@@ -442,67 +395,65 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 			return fmt.Errorf("ratelimit: %w", err)
 		}
 		now := l.now()
-		l.mu.Lock()
-		if l.rate == 0 {
-			ch := l.changeLocked().ch
-			l.mu.Unlock()
+		limit, ok := ctx.Deadline()
+		if !ok {
+			limit = forever
+		}
+		res, c, change := l.reserve(now, limit, n)
+		switch res {
+		case never:
+			if change = l.nextChange(change); change == nil {
+				continue
+			}
 			select {
-			case <-ch:
+			case <-change.ch:
 				continue
 			case <-ctx.Done():
 				return fmt.Errorf("ratelimit: waiting at rate 0: %w", ctx.Err())
 			}
-		}
-		if math.IsInf(l.rate, 1) {
-			l.mu.Unlock()
+		case free:
 			return nil
+		case late:
+			return fmt.Errorf("ratelimit: wait of %v would pass the deadline: %w", c.at.Sub(now), context.DeadlineExceeded)
 		}
-		l.resync(now)
-		if dl, ok := ctx.Deadline(); ok && l.nextFree.After(dl) {
-			wait := l.nextFree.Sub(now)
-			l.mu.Unlock()
-			return fmt.Errorf("ratelimit: wait of %v would pass the deadline: %w", wait, context.DeadlineExceeded)
-		}
-		at, spent, end := l.reserve(now, float64(n))
-		change := l.changeLocked()
-		l.mu.Unlock()
 		for {
-			if !at.After(now) {
+			if !c.at.After(now) {
 				return nil
 			}
-			t := time.NewTimer(at.Sub(now))
+			t := time.NewTimer(c.at.Sub(now))
 			select {
 			case <-t.C:
 				return nil
 			case <-ctx.Done():
 				t.Stop()
-				l.refundAt(l.now(), at, spent, end)
+				l.refund(l.now(), c)
 				return fmt.Errorf("ratelimit: %w", ctx.Err())
 			case <-change.ch:
 				// The rate changed while waiting: the turn moves as the
 				// limiter's schedule did (SetRateAt re-timed it the same
 				// way), so the new rate applies from that moment.
 				t.Stop()
-				l.mu.Lock()
-				at, end = change.retime(at), change.retime(end)
+				c.follow(change)
 				change = change.next
-				l.mu.Unlock()
 				now = l.now()
 			}
 		}
 	}
 }
 
-// refundAt gives back a cancelled reservation if nobody queued behind it.
-func (l *Limiter) refundAt(now, at time.Time, spent float64, end time.Time) {
+// nextChange returns the rate change a caller refused at rate 0 waits
+// for: change, or for the zero value's missing schedule a new one's; nil
+// if the rate has changed meanwhile (try again).
+func (l *Limiter) nextChange(change *rateChange) *rateChange {
+	if change != nil {
+		return change
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.nextFree.Equal(end) {
-		return // later callers are queued behind it; their times stand
+	if l.sched.Load() != nil {
+		return nil
 	}
-	if at.Before(now) {
-		at = now
-	}
-	l.nextFree = at
-	l.stored = min(l.maxStored, l.stored+spent)
+	s := &schedule{change: newRateChange()}
+	l.sched.Store(s)
+	return s.change
 }

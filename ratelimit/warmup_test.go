@@ -91,7 +91,7 @@ func TestPropertyWarmingUpWindowBound(t *testing.T) {
 				}
 			}
 		}
-		maxStored := l.maxStored
+		maxStored := l.warm.maxStored
 		for i, start := range admitted {
 			T := rapid.Float64Range(0, 5).Draw(t, "window")
 			end := start.Add(time.Duration(T * float64(time.Second)))
@@ -260,6 +260,53 @@ func TestPropertyRateChangesApplyAtOnce(t *testing.T) {
 					if bound := s.rate*T + s.rate*b + 3; float64(count) > bound+1e-6 {
 						t.Fatalf("rate %v: %d admitted within %vs, bound %v", s.rate, count, T, bound)
 					}
+				}
+			}
+		}
+	})
+}
+
+// The SmoothWarmingUp limiter kept its lock and Guava's arithmetic: over
+// random call sequences on a fake clock it answers exactly as the locked
+// limiter it came from (refLimiter, in reference_test.go).
+func TestPropertyWarmingUpMatchesReference(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		rateGen := rapid.OneOf(rapid.Float64Range(0.5, 500), rapid.SampledFrom([]float64{0, math.Inf(1), 1}))
+		rate := rateGen.Draw(t, "rate")
+		warm := time.Duration(rapid.Int64Range(int64(time.Millisecond), int64(5*time.Second)).Draw(t, "warmup"))
+		cold := rapid.Float64Range(0, 6).Draw(t, "cold factor")
+		l, ref := NewWarmingUp(rate, warm, cold), newRefWarmingUp(rate, warm, cold)
+		var rs []*Reservation
+		var refs []*refReservation
+		now := t0
+		for i := range rapid.IntRange(1, 200).Draw(t, "calls") {
+			now = now.Add(time.Duration(rapid.Int64Range(0, int64(time.Second)).Draw(t, "gap")))
+			switch rapid.IntRange(0, 5).Draw(t, "op") {
+			case 0, 1:
+				n := rapid.IntRange(1, 4).Draw(t, "n")
+				if got, want := l.AllowN(now, n), ref.AllowN(now, n); got != want {
+					t.Fatalf("call %d: AllowN %v, reference %v", i, got, want)
+				}
+			case 2:
+				n := rapid.IntRange(1, 4).Draw(t, "n")
+				r, rr := l.ReserveN(now, n), ref.ReserveN(now, n)
+				if r.OK() != rr.OK() || r.DelayFrom(now) != rr.DelayFrom(now) {
+					t.Fatalf("call %d: ReserveN %v %v, reference %v %v", i, r.OK(), r.DelayFrom(now), rr.OK(), rr.DelayFrom(now))
+				}
+				rs, refs = append(rs, r), append(refs, rr)
+			case 3:
+				if len(rs) > 0 {
+					k := rapid.IntRange(0, len(rs)-1).Draw(t, "reservation")
+					rs[k].CancelAt(now)
+					refs[k].CancelAt(now)
+				}
+			case 4:
+				rate := rateGen.Draw(t, "new rate")
+				l.SetRateAt(now, rate)
+				ref.SetRateAt(now, rate)
+			default:
+				if got, want := l.TokensAt(now), ref.TokensAt(now); got != want {
+					t.Fatalf("call %d: TokensAt %v, reference %v", i, got, want)
 				}
 			}
 		}
