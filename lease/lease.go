@@ -368,37 +368,115 @@ func (r *Resource) sumHas() float64 {
 // claims to have) and never grants more than is free for the sharing
 // algorithms: capacity minus every other unexpired lease. O(log n).
 //
+// A decision is a sequence of policies, each a function of its own:
+//
+//   - early: a request within MinRequestInterval of the last one gets the
+//     current lease back, undecided (Step 2);
+//   - floorLearningChild: a downstream server in learning mode does not
+//     shrink its demand (Sluice's rule 2);
+//   - insert: the requester's place in its priority bands, and what every
+//     other lease holds (Step 2);
+//   - allot: the resource's algorithm, or in learning mode
+//     learningHandBack, as if it were one more algorithm (Step 3);
+//   - handBackUnextended: in learning mode, a claim the store cannot
+//     cover is handed back as it is (Sluice's rule 1);
+//   - withinOwnLease: no lease outlives the server's own, and none is
+//     granted once that has passed;
+//   - booked: what stays booked for a downstream server that keeps its
+//     outstanding leases (Sluice's rule 3);
+//   - record: the store's record of the decision (Step 4).
+//
+// Sluice's rules are those under "What Sluice changes in the allocation
+// across the tree" in the README.
+//
 // Source: doorman-design.md, "Processing the GetCapacity RPC", steps 1-4.
 func (r *Resource) Decide(now time.Time, req Request) Grant {
 	r.Cleanup(now)
-	if e, ok := r.entries[req.Client]; ok && !req.Repeat && now.UnixNano()-e.lastRequest < int64(r.params.MinRequestInterval) {
+	e := r.entries[req.Client] // nil: a requester the store has no record of
+	if e != nil && r.early(now, e, req.Repeat) {
 		return r.current(now, e)
 	}
+	learning := r.Learning(now)
+	unrecorded := e == nil && req.Has != nil && *req.Has > 0 && !learning
 	var buf [4]Band
-	ps := parts(req, buf[:])
-	e, ok := r.entries[req.Client]
-	unrecorded := !ok && req.Has != nil && *req.Has > 0 && !r.Learning(now)
-	floored := math.Inf(1) // the reported wants, when the demand is floored
-	if ok && req.Reserve && req.Has == nil && fewerClients(ps, e) {
-		// A downstream server in learning mode has not heard from all its
-		// clients yet: until it has, its demand in the shares does not
-		// shrink (it is still granted no more than it asks).
-		floored = 0
-		for _, p := range ps {
-			floored += p.Wants
-		}
-		ps = currentParts(e, buf[:0])
+	ps, ceiling := floorLearningChild(e, req.Reserve, req.Has, parts(req, buf[:]))
+	var wasBooked float64 // what was booked for the requester
+	if e != nil {
+		wasBooked = e.has
 	}
-	var prevHas float64 // what was booked for the requester
-	if ok {
-		prevHas = e.has
+	e, othersHas := r.insert(e, req.Client, ps)
+	gets := math.Min(r.allot(learning, e, req.Has, othersHas), ceiling)
+	d, ok := r.handBackUnextended(now, learning, req.Has, req.HasExpiry, gets)
+	if !ok {
+		d = r.withinOwnLease(now, gets)
 	}
-	var othersHas float64 // Σ has of every other lease: e's is being replaced
+	r.record(now, e, d, booked(d.gets, req.Reserve, req.Has, wasBooked))
+	return Grant{
+		Capacity:        d.gets,
+		Expiry:          d.expiry,
+		RefreshInterval: r.params.RefreshInterval,
+		SafeCapacity:    r.SafeCapacity(),
+		Learning:        learning,
+		Unrecorded:      unrecorded,
+	}
+}
+
+// decision is a decided lease and how long the store keeps its record.
+type decision struct {
+	gets   float64   // the capacity granted
+	expiry time.Time // when the lease ends (whole seconds)
+	keep   time.Time // when the store drops the requester's record
+}
+
+// early reports whether a request from requester e comes within
+// Params.MinRequestInterval of its last one: it is then not recorded and
+// runs no algorithm, and gets its current lease back (current). A Repeat
+// is never early.
+//
+// Source: doorman-design.md, "Step 2: Insertion step" (which leaves the
+// resource out of the response instead; see the README, "Where Sluice
+// departs from Doorman").
+func (r *Resource) early(now time.Time, e *entry, repeat bool) bool {
+	return !repeat && now.UnixNano()-e.lastRequest < int64(r.params.MinRequestInterval)
+}
+
+// floorLearningChild keeps the demand of a downstream server in learning
+// mode from shrinking. A requester that keeps its outstanding leases
+// booked (Request.Reserve) but does not know them yet (has nil: it
+// is in learning mode) and stands for fewer clients than its record e has
+// not heard from all its clients yet: until it has, it keeps its recorded
+// demand in the shares (returned in place of ps, in ps's storage), and the
+// ceiling on its grant is the Σ wants it reports, so that it is still
+// granted no more than it asks. Otherwise ps is returned as it is and the
+// ceiling is +Inf. e is nil for a requester the store has no record of.
+//
+// Source: the README, "What Sluice changes in the allocation across the
+// tree", rule 2; doorman-design.md, "On learning mode".
+func floorLearningChild(e *entry, reserve bool, has *float64, ps []Band) (_ []Band, ceiling float64) {
+	if e == nil || !reserve || has != nil || !fewerClients(ps, e) {
+		return ps, math.Inf(1)
+	}
+	for _, p := range ps {
+		ceiling += p.Wants
+	}
+	return currentParts(e, ps[:0]), ceiling
+}
+
+// insert records the requester's demand ps (highest priority first) in its
+// priority bands' trees: a requester the store has no record of (e nil)
+// gets an entry, one whose demand changed moves to its new place in the
+// order, and one whose demand did not change stays where it is. It returns
+// the requester's entry and othersHas, Σ has of every other lease (the
+// requester's own is being replaced). O(bands × log n).
+//
+// Source: doorman-design.md, "Step 2: Insertion step", "Server state"
+// (the PriorityBandAggregates of a downstream server).
+func (r *Resource) insert(e *entry, client string, ps []Band) (_ *entry, othersHas float64) {
 	switch {
-	case !ok:
-		e = &entry{id: req.Client}
+	case e == nil:
+		e = &entry{id: client}
 		setParts(e, ps)
-		r.entries[req.Client] = e
+		r.entries[client] = e
 		r.place(e)
 		othersHas = r.sumHas()
 	case !sameParts(e, ps):
@@ -418,74 +496,118 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 			}
 		}
 	}
+	return e, othersHas
+}
 
+// allot returns what requester e gets by the resource's algorithm, given
+// that every other lease holds othersHas. In learning mode the sharing
+// algorithms give way to learningHandBack; FAIR_SHARE over several
+// priority bands serves the higher bands first.
+//
+// Source: doorman-design.md, "Step 3: Determining the new capacity",
+// "Algorithms".
+func (r *Resource) allot(learning bool, e *entry, has *float64, othersHas float64) float64 {
 	p := r.params
-	learning := r.Learning(now)
-	var gets float64
 	switch {
 	case learning && sharing(p.Kind):
-		// Hand back what the requester claims to hold (a new one gets 0),
-		// within what is free as far as the store knows; a claim that does
-		// not fit is handed back below, without being extended.
-		if req.Has != nil {
-			gets = algorithm.Clamp(*req.Has, p.Capacity-othersHas)
-		}
+		return learningHandBack(has, p.Capacity-othersHas)
 	case p.Kind == algorithm.FairShare && len(r.bands) > 1:
-		gets = algorithm.Clamp(algorithm.PriorityFairTarget(p.Capacity, r.algoParts(e), r.algoBands()), p.Capacity-othersHas)
+		return algorithm.Clamp(algorithm.PriorityFairTarget(p.Capacity, r.algoParts(e), r.algoBands()), p.Capacity-othersHas)
 	default:
-		gets = algorithm.Decide(p.Kind, p.Capacity, total(e), r.pooled(), othersHas)
+		return algorithm.Decide(p.Kind, p.Capacity, total(e), r.pooled(), othersHas)
 	}
+}
 
-	gets = math.Min(gets, floored)
+// learningHandBack is learning mode's algorithm: the requester gets back
+// what it claims to hold (has; nil, a new requester or one whose lease
+// expired: 0), within free, what is free as far as the store knows. A
+// claim that does not fit is then handed back by handBackUnextended.
+//
+// Source: doorman-design.md, "On learning mode", "Step 3: Determining the
+// new capacity".
+func learningHandBack(has *float64, free float64) float64 {
+	if has == nil {
+		return 0
+	}
+	return algorithm.Clamp(*has, free)
+}
 
-	expiry := r.expiryAt(now)
-	keep := expiry
-	if learning && sharing(p.Kind) && req.Has != nil && gets < *req.Has && req.HasExpiry.After(now) {
-		// A claim the store cannot cover (a newly elected intermediate
-		// whose lease from its parent does not yet cover what its
-		// predecessor handed out) is handed back as it is, not extended:
-		// it was granted under a valid chain of leases and ends when it
-		// would have anyway; taking it away would not give the capacity
-		// back any sooner than the parent's booking (see Reserve) allows.
-		gets = *req.Has
-		expiry = req.HasExpiry
-		if lim := now.Add(p.LeaseLength); expiry.After(lim) {
+// handBackUnextended hands back, in learning mode, a claim the store
+// cannot cover as it is, not extended: when a sharing algorithm grants
+// the requester less (gets) than it claims to hold (has) and the claimed
+// lease still runs (hasExpiry after now), the requester gets its claim
+// until hasExpiry, no later than a lease length from now, in whole seconds
+// rounded down; ok is false otherwise. Such a claim comes to a newly
+// elected intermediate whose lease from its parent does not yet cover what
+// its predecessor handed out: it was granted under a valid chain of leases
+// and ends when it would have anyway; taking it away would not give the
+// capacity back any sooner than the parent's booking (booked) allows.
+//
+// Source: the README, "What Sluice changes in the allocation across the
+// tree", rule 1 (doorman-design.md, "On learning mode", hands back the
+// claim, and Doorman cuts it to what is free).
+func (r *Resource) handBackUnextended(now time.Time, learning bool, has *float64, hasExpiry time.Time, gets float64) (_ decision, ok bool) {
+	if learning && sharing(r.params.Kind) && has != nil && gets < *has && hasExpiry.After(now) {
+		expiry := hasExpiry
+		if lim := now.Add(r.params.LeaseLength); expiry.After(lim) {
 			expiry = lim
 		}
 		expiry = expiry.Truncate(time.Second)
-		keep = expiry
-	} else if !expiry.After(now) {
-		// The server's own lease (MaxExpiry) is gone: nothing can be
-		// granted, and the requester gets an expired lease so that it falls
-		// back to its mode. The store keeps its demand for a lease length
-		// (holding nothing), so that the server can still ask its parent
-		// for capacity on its behalf.
-		gets = 0
-		keep = now.Add(p.LeaseLength).Truncate(time.Second)
+		return decision{gets: *has, expiry: expiry, keep: expiry}, true
 	}
-	booked := gets
-	if req.Reserve {
-		// What the child still has outstanding stays booked; unknown (a
-		// child in learning mode) means all it had.
-		claim := math.Inf(1)
-		if req.Has != nil {
-			claim = *req.Has
-		}
-		booked = math.Max(gets, math.Min(claim, prevHas))
+	return decision{}, false
+}
+
+// withinOwnLease returns the lease of gets granted at now: it ends a lease
+// length later, but never after the server's own lease from its parent
+// (Params.MaxExpiry; see expiryAt). Once that has passed, nothing can be
+// granted: the requester gets 0 with an expired lease, so that it falls
+// back to its mode, and the store keeps its demand for a lease length
+// (holding nothing), so that the server can still ask its parent for
+// capacity on its behalf.
+//
+// Source: doorman-design.md, "Step 1: Cleanup step" (no lease outlives
+// the server's own) and "Step 3: Determining the new capacity" (no
+// capacity behaves as a capacity of zero).
+func (r *Resource) withinOwnLease(now time.Time, gets float64) decision {
+	expiry := r.expiryAt(now)
+	if !expiry.After(now) {
+		return decision{gets: 0, expiry: expiry, keep: now.Add(r.params.LeaseLength).Truncate(time.Second)}
 	}
+	return decision{gets: gets, expiry: expiry, keep: expiry}
+}
+
+// booked returns what the store books for a requester granted gets: gets,
+// or for one that keeps its outstanding leases booked
+// (Request.Reserve) at least what it still has outstanding (has)
+// but no more than was booked for it before (wasBooked); unknown (has nil:
+// a child in learning mode) means all that was booked. The capacity a
+// child must take back from its clients thus goes to others only once they
+// gave it back: children shrink before others grow.
+//
+// Source: the README, "What Sluice changes in the allocation across the
+// tree", rule 3; doorman-design.md, "Shortfall".
+func booked(gets float64, reserve bool, has *float64, wasBooked float64) float64 {
+	if !reserve {
+		return gets
+	}
+	claim := math.Inf(1)
+	if has != nil {
+		claim = *has
+	}
+	return math.Max(gets, math.Min(claim, wasBooked))
+}
+
+// record stores decision d for requester e, with booked booked for it,
+// and files it under its new expiry.
+//
+// Source: doorman-design.md, "Step 4: Response step".
+func (r *Resource) record(now time.Time, e *entry, d decision, booked float64) {
 	r.band(e.priority, false).tree.setHas(e, booked)
-	e.gets = gets
-	e.expired = !expiry.After(now)
+	e.gets = d.gets
+	e.expired = !d.expiry.After(now)
 	e.lastRequest = now.UnixNano()
-	r.expiries.set(e, keep.Unix())
-	return Grant{
-		Capacity:        gets,
-		Expiry:          expiry,
-		RefreshInterval: p.RefreshInterval,
-		SafeCapacity:    r.SafeCapacity(),
-		Learning:        learning,
-		Unrecorded:      unrecorded,
-	}
+	r.expiries.set(e, d.keep.Unix())
 }
 
 // current returns requester e's current lease, for a request that came
