@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/soheilhy/cmux"
@@ -21,9 +22,9 @@ import (
 // began with something else — on net/http (HTTP/1.1 and HTTP/2).
 //
 // A connection goes to grpc-go when its first request is
-// "content-type: application/grpc" (or application/grpc+proto) over
-// HTTP/2; the choice is made once per connection (github.com/soheilhy/cmux
-// reads the first HEADERS frame). With TLS, the listener terminates TLS
+// "content-type: application/grpc" over HTTP/2; the choice is made once per connection (github.com/soheilhy/cmux
+// reads the first HEADERS frame, answering the client's SETTINGS on the
+// way). With TLS, the listener terminates TLS
 // first (ALPN h2 and http/1.1; mTLS when the config requires client
 // certificates), so both servers see the plaintext.
 //
@@ -52,10 +53,14 @@ func (s *Server) Serve(lis net.Listener, handler http.Handler, tlsConfig *tls.Co
 	e := &Endpoint{lis: lis, errc: make(chan error, 3)}
 	e.m = cmux.New(lis)
 	e.m.SetReadTimeout(10 * time.Second) // a connection that never sends its first request
-	grpcL := e.m.MatchWithWriters(
-		cmux.HTTP2MatchHeaderFieldSendSettings("content-type", "application/grpc"),
-		cmux.HTTP2MatchHeaderFieldSendSettings("content-type", "application/grpc+proto"))
-	httpL := e.m.Match(cmux.Any())
+	// grpc-go's client sends its first request only after the server's
+	// SETTINGS, so the matcher sends them (one empty SETTINGS frame: one
+	// matcher, since each would send its own; ackFilterListener drops the
+	// client's acknowledgement of it on the connections that go to
+	// net/http) while it reads the first HEADERS frame. Other gRPC content
+	// types (application/grpc+proto) are served by Connect.
+	grpcL := e.m.MatchWithWriters(cmux.HTTP2MatchHeaderFieldSendSettings("content-type", "application/grpc"))
+	httpL := ackFilterListener{e.m.Match(cmux.Any())}
 
 	e.gs = grpc.NewServer(grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.UnaryInterceptor(s.metrics.grpcInterceptor))
 	e.gs.RegisterService(&pb.Capacity_ServiceDesc, s.GRPC())
@@ -110,4 +115,101 @@ func (e *Endpoint) Shutdown(ctx context.Context) error {
 		_ = e.hs.Close()
 	}
 	return err
+}
+
+// ackFilterListener hands net/http the HTTP/2 connections the gRPC matcher
+// let pass, without the client's acknowledgement of the matcher's SETTINGS
+// frame: net/http's HTTP/2 server never sent those SETTINGS, and treats an
+// acknowledgement it did not ask for as a PROTOCOL_ERROR. HTTP/1
+// connections pass untouched.
+type ackFilterListener struct{ net.Listener }
+
+func (l ackFilterListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &ackFilterConn{Conn: c}, nil
+}
+
+// http2Preface is the client connection preface of HTTP/2 (RFC 9113 §3.4).
+const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// ackFilterConn passes the bytes a client sends through, but for the first
+// SETTINGS frame with the ACK flag after an HTTP/2 preface, which it drops.
+// It parses frame headers (9 bytes: length, type, flags, stream; RFC 9113
+// §4.1) only until then.
+type ackFilterConn struct {
+	net.Conn
+	in      []byte // read from the client, not yet examined
+	out     []byte // examined, to hand to the reader
+	skip    int    // bytes of the current frame still to pass without examining
+	checked bool   // the preface was seen (or is absent)
+	done    bool   // the acknowledgement was dropped, or there is none to drop
+}
+
+func (c *ackFilterConn) Read(p []byte) (int, error) {
+	for !c.done && len(c.out) == 0 {
+		buf := make([]byte, 4096)
+		n, err := c.Conn.Read(buf)
+		c.in = append(c.in, buf[:n]...)
+		c.scan()
+		if err != nil && len(c.out) == 0 {
+			if len(c.in) > 0 { // a partial frame header at the end
+				c.out, c.in, c.done = c.in, nil, true
+				break
+			}
+			return 0, err
+		}
+	}
+	if len(c.out) > 0 {
+		n := copy(p, c.out)
+		c.out = c.out[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// scan moves examined bytes from in to out, dropping the acknowledgement.
+func (c *ackFilterConn) scan() {
+	if !c.checked {
+		if len(c.in) < len(http2Preface) {
+			if !strings.HasPrefix(http2Preface, string(c.in)) {
+				c.checked, c.done = true, true
+				c.out, c.in = append(c.out, c.in...), nil
+			}
+			return
+		}
+		c.checked = true
+		if string(c.in[:len(http2Preface)]) != http2Preface {
+			c.done = true
+			c.out, c.in = append(c.out, c.in...), nil
+			return
+		}
+		c.out = append(c.out, c.in[:len(http2Preface)]...)
+		c.in = c.in[len(http2Preface):]
+	}
+	for !c.done {
+		if c.skip > 0 {
+			n := min(c.skip, len(c.in))
+			c.out = append(c.out, c.in[:n]...)
+			c.in, c.skip = c.in[n:], c.skip-n
+			if c.skip > 0 {
+				return
+			}
+		}
+		if len(c.in) < 9 {
+			return
+		}
+		length := int(c.in[0])<<16 | int(c.in[1])<<8 | int(c.in[2])
+		const typeSettings, flagAck = 0x4, 0x1
+		if c.in[3] == typeSettings && c.in[4]&flagAck != 0 && length == 0 {
+			c.in = c.in[9:] // the matcher's SETTINGS, acknowledged
+			c.done = true
+			c.out, c.in = append(c.out, c.in...), nil
+			return
+		}
+		c.out = append(c.out, c.in[:9]...)
+		c.in, c.skip = c.in[9:], length
+	}
 }

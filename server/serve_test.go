@@ -105,10 +105,15 @@ func TestEndpointAllProtocols(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			scheme, creds := "http", insecure.NewCredentials()
-			h2 := &http.Transport{TLSClientConfig: tc.client}
-			h2.Protocols = new(http.Protocols)
-			h2.Protocols.SetUnencryptedHTTP2(true)
-			h2.Protocols.SetHTTP2(true)
+			// A transport (so a connection) per client: the endpoint
+			// chooses grpc-go or net/http once per connection.
+			h2 := func() *http.Transport {
+				tr := &http.Transport{TLSClientConfig: tc.client}
+				tr.Protocols = new(http.Protocols)
+				tr.Protocols.SetUnencryptedHTTP2(true)
+				tr.Protocols.SetHTTP2(true)
+				return tr
+			}
 			h1 := &http.Transport{TLSClientConfig: tc.client}
 			if tc.client != nil {
 				scheme, creds = "https", credentials.NewTLS(tc.client)
@@ -122,26 +127,30 @@ func TestEndpointAllProtocols(t *testing.T) {
 				t.Errorf("grpc-go client: %v", err)
 			}
 			for name, c := range map[string]doormanconnect.CapacityClient{
-				"connect gRPC":     doormanconnect.NewCapacityClient(&http.Client{Transport: h2}, scheme+"://"+addr, connect.WithGRPC()),
-				"connect gRPC-Web": doormanconnect.NewCapacityClient(&http.Client{Transport: h1}, scheme+"://"+addr, connect.WithGRPCWeb()),
-				"JSON HTTP/1.1":    doormanconnect.NewCapacityClient(&http.Client{Transport: h1}, scheme+"://"+addr, connect.WithProtoJSON()),
+				"connect gRPC":            doormanconnect.NewCapacityClient(&http.Client{Transport: h2()}, scheme+"://"+addr, connect.WithGRPC()),
+				"connect gRPC-Web HTTP/1": doormanconnect.NewCapacityClient(&http.Client{Transport: h1}, scheme+"://"+addr, connect.WithGRPCWeb()),
+				"connect gRPC-Web HTTP/2": doormanconnect.NewCapacityClient(&http.Client{Transport: h2()}, scheme+"://"+addr, connect.WithGRPCWeb()),
+				"JSON HTTP/1.1":           doormanconnect.NewCapacityClient(&http.Client{Transport: h1}, scheme+"://"+addr, connect.WithProtoJSON()),
+				"JSON HTTP/2":             doormanconnect.NewCapacityClient(&http.Client{Transport: h2()}, scheme+"://"+addr, connect.WithProtoJSON()),
 			} {
 				if _, err := c.GetCapacity(ctx, connect.NewRequest(capacityRequest(name))); err != nil {
 					t.Errorf("%s: %v", name, err)
 				}
 			}
-			r, err := (&http.Client{Transport: h1}).Get(scheme + "://" + addr + "/healthz")
-			if err != nil {
-				t.Fatal(err)
+			for name, tr := range map[string]*http.Transport{"HTTP/1.1": h1, "HTTP/2": h2()} {
+				r, err := (&http.Client{Transport: tr}).Get(scheme + "://" + addr + "/healthz")
+				if err != nil {
+					t.Fatalf("/healthz over %s: %v", name, err)
+				}
+				var body bytes.Buffer
+				_, _ = body.ReadFrom(r.Body)
+				r.Body.Close()
+				if r.StatusCode != 200 || body.String() != "ok\n" || r.ProtoMajor != map[string]int{"HTTP/1.1": 1, "HTTP/2": 2}[name] {
+					t.Errorf("/healthz over %s: %d %q (%s)", name, r.StatusCode, body.String(), r.Proto)
+				}
 			}
-			var body bytes.Buffer
-			_, _ = body.ReadFrom(r.Body)
-			r.Body.Close()
-			if r.StatusCode != 200 || body.String() != "ok\n" {
-				t.Errorf("/healthz: %d %q", r.StatusCode, body.String())
-			}
-			if st, _ := s.Status("fixed/a"); len(st.Leases) != 4 {
-				t.Errorf("%d leases, want one per client (4)", len(st.Leases))
+			if st, _ := s.Status("fixed/a"); len(st.Leases) != 6 {
+				t.Errorf("%d leases, want one per client (6)", len(st.Leases))
 			}
 		})
 	}
@@ -184,5 +193,53 @@ func TestEndpointShutdown(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
 		c.Close()
 		t.Fatal("the endpoint still accepts connections after Shutdown")
+	}
+}
+
+// ackFilterConn drops exactly the first empty SETTINGS ACK after an HTTP/2
+// preface, whatever the read sizes, and passes everything else (and any
+// HTTP/1 stream) unchanged.
+func TestAckFilterConn(t *testing.T) {
+	frame := func(typ, flags byte, payload ...byte) []byte {
+		n := len(payload)
+		return append([]byte{byte(n >> 16), byte(n >> 8), byte(n), typ, flags, 0, 0, 0, 0}, payload...)
+	}
+	settings := frame(0x4, 0, 0, 3, 0, 0, 0, 100) // MAX_CONCURRENT_STREAMS 100
+	ack := frame(0x4, 0x1)
+	window := frame(0x8, 0, 0, 0, 1, 0)
+	headers := frame(0x1, 0x5, 0x82, 0x86, 0x84) // a HEADERS frame whose payload holds 0x04 0x01 look-alikes
+	var in, want []byte
+	in = append(in, http2Preface...)
+	in = append(in, settings...)
+	in = append(in, window...)
+	in = append(in, ack...) // the matcher's: dropped
+	in = append(in, headers...)
+	in = append(in, ack...) // net/http's: kept
+	want = append(want, http2Preface...)
+	want = append(want, settings...)
+	want = append(want, window...)
+	want = append(want, headers...)
+	want = append(want, ack...)
+	h1 := []byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	for _, tc := range []struct {
+		name     string
+		in, want []byte
+	}{{"HTTP/2", in, want}, {"HTTP/1.1", h1, h1}} {
+		for _, chunk := range []int{1, 3, 9, 1000} {
+			client, srv := net.Pipe()
+			go func() {
+				for b := tc.in; len(b) > 0; {
+					n := min(chunk, len(b))
+					_, _ = client.Write(b[:n])
+					b = b[n:]
+				}
+				client.Close()
+			}()
+			var got bytes.Buffer
+			_, _ = got.ReadFrom(&ackFilterConn{Conn: srv})
+			if !bytes.Equal(got.Bytes(), tc.want) {
+				t.Errorf("%s in chunks of %d: got %x, want %x", tc.name, chunk, got.Bytes(), tc.want)
+			}
+		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/proto"
 
@@ -70,7 +71,8 @@ type Options struct {
 	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Registry receives the server's metrics; nil means a new registry,
-	// served at /metrics by Handler.
+	// served at /metrics by Handler, that also holds the process's and the
+	// Go runtime's collectors (process_cpu_seconds_total, go_*).
 	Registry *prometheus.Registry
 	// Parent, when not empty, makes this an intermediate server: it asks
 	// the node at these addresses (its tasks; any of them, the master is
@@ -174,7 +176,10 @@ func New(opts Options) *Server {
 		s.log = slog.Default()
 	}
 	if opts.Registry == nil {
+		// The process's own figures too: process_cpu_seconds_total is what
+		// `sluice bench` divides by the requests it sent.
 		s.opts.Registry = prometheus.NewRegistry()
+		s.opts.Registry.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	}
 	s.started = time.Now()
 	s.minRequest = pb.MinRequestInterval

@@ -11,6 +11,8 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
@@ -35,6 +37,39 @@ type BenchResult struct {
 	P99         float64 `json:"p99_ms"`
 	P999        float64 `json:"p999_ms"`
 	Max         float64 `json:"max_ms"`
+	// ServerCPUPerRequest is the server process's CPU time (user and
+	// system, process_cpu_seconds_total from its /metrics, read before
+	// and after the run) per request answered, in microseconds; 0 when the
+	// server exposes no such figure. It counts everything the server did
+	// meanwhile: run it against an otherwise idle server.
+	ServerCPUPerRequest float64 `json:"server_cpu_us_per_request"`
+}
+
+// serverCPU reads process_cpu_seconds_total from the /metrics page at base
+// ("http://host:port") with hc; ok is false when it cannot.
+func serverCPU(ctx context.Context, hc *http.Client, base string) (seconds float64, ok bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return 0, false
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, false
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, false
+	}
+	f := families["process_cpu_seconds_total"]
+	if f == nil || len(f.GetMetric()) == 0 {
+		return 0, false
+	}
+	return f.GetMetric()[0].GetCounter().GetValue(), true
 }
 
 func newBenchCmd() *cobra.Command {
@@ -55,8 +90,9 @@ func newBenchCmd() *cobra.Command {
 GetCapacity for M resources (bench/0 … bench/M-1, wants --wants each) in a closed
 loop, spread over --conns HTTP/2 connections, for --duration. It reports requests
 per second, errors, mastership redirects followed, and latency percentiles from an
-HDR histogram (1 µs to 60 s, 3 significant digits). A progress bar shows on a
-terminal. Point it only at servers you own: it sends as fast as they answer.`,
+HDR histogram (1 µs to 60 s, 3 significant digits), and the server's CPU time per
+request (its process_cpu_seconds_total on /metrics, read before and after: run it
+against an otherwise idle server). A progress bar shows on a terminal. Point it only at servers you own: it sends as fast as they answer.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if clients < 1 || resources < 1 || conns < 1 || duration <= 0 {
@@ -80,8 +116,15 @@ terminal. Point it only at servers you own: it sends as fast as they answer.`,
 			for i := range ids {
 				ids[i] = fmt.Sprintf("bench/%d", i)
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), duration)
+			metricsClient := &http.Client{Transport: transport(cfg), Timeout: 10 * time.Second}
+			cpu0, cpuOK := serverCPU(cmd.Context(), metricsClient, scheme+"://"+rf.server)
+			// Cancelled, not a deadline: a deadline would travel with each
+			// RPC (grpc-timeout) and the server could end the last ones
+			// before this side noticed the end of the run.
+			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
+			stopTimer := time.AfterFunc(duration, cancel)
+			defer stopTimer.Stop()
 			var requests, errs, redirects atomic.Int64
 			var errOnce sync.Once
 			hists := make([]*hdrhistogram.Histogram, clients)
@@ -143,7 +186,12 @@ terminal. Point it only at servers you own: it sends as fast as they answer.`,
 				all.Merge(h)
 			}
 			ms := func(q float64) float64 { return float64(all.ValueAtQuantile(q)) / 1000 }
-			res := BenchResult{Server: rf.server, Clients: clients, Resources: resources, Connections: conns, Seconds: elapsed,
+			answered := requests.Load() + errs.Load() + redirects.Load()
+			var cpuPerRequest float64
+			if cpu1, ok := serverCPU(cmd.Context(), metricsClient, scheme+"://"+rf.server); ok && cpuOK && answered > 0 {
+				cpuPerRequest = (cpu1 - cpu0) / float64(answered) * 1e6
+			}
+			res := BenchResult{ServerCPUPerRequest: cpuPerRequest, Server: rf.server, Clients: clients, Resources: resources, Connections: conns, Seconds: elapsed,
 				Requests: requests.Load(), Errors: errs.Load(), Redirects: redirects.Load(),
 				PerSecond: float64(requests.Load()) / elapsed, P50: ms(50), P90: ms(90), P99: ms(99), P999: ms(99.9), Max: float64(all.Max()) / 1000}
 			if asJSON {
@@ -156,6 +204,9 @@ terminal. Point it only at servers you own: it sends as fast as they answer.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "%d clients × %d resources over %d connections for %.1f s against %s\n", clients, resources, conns, elapsed, rf.server)
 				fmt.Fprintf(cmd.OutOrStdout(), "  %d requests, %.0f req/s, %d errors, %d redirects\n", res.Requests, res.PerSecond, res.Errors, res.Redirects)
 				fmt.Fprintf(cmd.OutOrStdout(), "  latency ms: p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f\n", res.P50, res.P90, res.P99, res.P999, res.Max)
+				if res.ServerCPUPerRequest > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "  server CPU per request: %.1f µs (process_cpu_seconds_total from its /metrics)\n", res.ServerCPUPerRequest)
+				}
 			}
 			if res.Errors > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "first error: %s\n", firstError)

@@ -115,6 +115,9 @@ func TestBenchCommand(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	t.Logf("bench: %+v", r)
+	if r.ServerCPUPerRequest <= 0 {
+		t.Errorf("server CPU per request %v: the server's process_cpu_seconds_total was not read", r.ServerCPUPerRequest)
+	}
 	if r.Requests == 0 || r.Errors != 0 || r.PerSecond <= 0 || r.P50 <= 0 || r.P99 < r.P50 || r.Max < r.P99 {
 		t.Fatalf("bench result %+v", r)
 	}
