@@ -80,23 +80,30 @@ type Request struct {
 	// Has is the capacity the requester claims to hold from an earlier
 	// lease, or nil if it holds none (new client, or its lease expired).
 	// Learning mode hands it back; outside learning mode the store trusts
-	// its own record, except for a Reserve requester.
+	// its own record, except for what a KeepOutstanding requester still
+	// has outstanding.
 	Has *float64
 	// HasExpiry is when the claimed lease ends (zero: unknown). In learning
 	// mode, a claim the store cannot cover with a lease of its own (its
 	// MaxExpiry has passed: an intermediate server that has no lease from
 	// its parent yet) is handed back until HasExpiry, never later.
 	HasExpiry time.Time
-	// Reserve marks a downstream server whose Has is what it has handed
-	// out to its own requesters and that still runs (nil: it does not know
-	// yet, being in learning mode: its demand then does not shrink either).
-	// The store keeps min(Has, what it had booked for it) booked even when
-	// it grants less,
-	// so that capacity a child must take back from its clients is not
-	// handed to others before the child's clients have given it back: the
-	// child shrinks before the others grow, and the tree does not overshoot
-	// (doorman-design.md, "Shortfall"; the rule is Sluice's).
-	Reserve bool
+	// KeepOutstanding marks a downstream server whose Has is what it has
+	// handed out to its own requesters and that still runs (Has nil: it
+	// does not know yet, being in learning mode; all it had stays booked,
+	// and its demand does not shrink while it stands for fewer clients
+	// than before). The store keeps min(Has, what it had booked for it)
+	// booked even when it grants less, so that capacity a child must take
+	// back from its clients is not handed to others before the child's
+	// clients have given it back: the child shrinks before the others
+	// grow, and the tree does not overshoot.
+	// False (a client, or Doorman's allocation): what the requester is no
+	// longer granted is free at once.
+	//
+	// Source: the README, "What Sluice changes in the allocation across
+	// the tree", rules 2 and 3 (doorman-design.md, "Shortfall", accepts
+	// the overshoot instead).
+	KeepOutstanding bool
 	// Repeat exempts the request from Params.MinRequestInterval: the same
 	// request decided again at once (an intermediate server that recorded
 	// it, then waited for its first lease from its parent).
@@ -399,7 +406,7 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 	learning := r.Learning(now)
 	unrecorded := e == nil && req.Has != nil && *req.Has > 0 && !learning
 	var buf [4]Band
-	ps, ceiling := floorLearningChild(e, req.Reserve, req.Has, parts(req, buf[:]))
+	ps, ceiling := floorLearningChild(e, req.KeepOutstanding, req.Has, parts(req, buf[:]))
 	var wasBooked float64 // what was booked for the requester
 	if e != nil {
 		wasBooked = e.has
@@ -410,7 +417,7 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 	if !ok {
 		d = r.withinOwnLease(now, gets)
 	}
-	r.record(now, e, d, booked(d.gets, req.Reserve, req.Has, wasBooked))
+	r.record(now, e, d, booked(d.gets, req.KeepOutstanding, req.Has, wasBooked))
 	return Grant{
 		Capacity:        d.gets,
 		Expiry:          d.expiry,
@@ -442,7 +449,7 @@ func (r *Resource) early(now time.Time, e *entry, repeat bool) bool {
 
 // floorLearningChild keeps the demand of a downstream server in learning
 // mode from shrinking. A requester that keeps its outstanding leases
-// booked (Request.Reserve) but does not know them yet (has nil: it
+// booked (Request.KeepOutstanding) but does not know them yet (has nil: it
 // is in learning mode) and stands for fewer clients than its record e has
 // not heard from all its clients yet: until it has, it keeps its recorded
 // demand in the shares (returned in place of ps, in ps's storage), and the
@@ -452,8 +459,8 @@ func (r *Resource) early(now time.Time, e *entry, repeat bool) bool {
 //
 // Source: the README, "What Sluice changes in the allocation across the
 // tree", rule 2; doorman-design.md, "On learning mode".
-func floorLearningChild(e *entry, reserve bool, has *float64, ps []Band) (_ []Band, ceiling float64) {
-	if e == nil || !reserve || has != nil || !fewerClients(ps, e) {
+func floorLearningChild(e *entry, keepOutstanding bool, has *float64, ps []Band) (_ []Band, ceiling float64) {
+	if e == nil || !keepOutstanding || has != nil || !fewerClients(ps, e) {
 		return ps, math.Inf(1)
 	}
 	for _, p := range ps {
@@ -579,7 +586,7 @@ func (r *Resource) withinOwnLease(now time.Time, gets float64) decision {
 
 // booked returns what the store books for a requester granted gets: gets,
 // or for one that keeps its outstanding leases booked
-// (Request.Reserve) at least what it still has outstanding (has)
+// (Request.KeepOutstanding) at least what it still has outstanding (has)
 // but no more than was booked for it before (wasBooked); unknown (has nil:
 // a child in learning mode) means all that was booked. The capacity a
 // child must take back from its clients thus goes to others only once they
@@ -587,8 +594,8 @@ func (r *Resource) withinOwnLease(now time.Time, gets float64) decision {
 //
 // Source: the README, "What Sluice changes in the allocation across the
 // tree", rule 3; doorman-design.md, "Shortfall".
-func booked(gets float64, reserve bool, has *float64, wasBooked float64) float64 {
-	if !reserve {
+func booked(gets float64, keepOutstanding bool, has *float64, wasBooked float64) float64 {
+	if !keepOutstanding {
 		return gets
 	}
 	claim := math.Inf(1)

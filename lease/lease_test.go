@@ -89,35 +89,35 @@ func TestLearningMode(t *testing.T) {
 
 // A downstream server that must take capacity back from its clients keeps
 // it booked until it says they gave it back: its siblings grow only then.
-func TestReserveChildShrinksBeforeOthersGrow(t *testing.T) {
+func TestKeepOutstandingChildShrinksBeforeOthersGrow(t *testing.T) {
 	r := pastLearning(algorithm.FairShare, 100)
 	now := t0
-	if g := r.Decide(now, Request{Client: "a", Wants: 100, Reserve: true, Has: f(0)}); g.Capacity != 100 {
+	if g := r.Decide(now, Request{Client: "a", Wants: 100, KeepOutstanding: true, Has: f(0)}); g.Capacity != 100 {
 		t.Fatalf("a gets %v", g.Capacity)
 	}
-	if g := r.Decide(now, Request{Client: "b", Wants: 100, Reserve: true, Has: f(0)}); g.Capacity != 0 {
+	if g := r.Decide(now, Request{Client: "b", Wants: 100, KeepOutstanding: true, Has: f(0)}); g.Capacity != 0 {
 		t.Fatalf("b gets %v with everything booked", g.Capacity)
 	}
 	// a's share is now 50, but its clients still hold 100.
-	if g := r.Decide(now.Add(time.Second), Request{Client: "a", Wants: 100, Reserve: true, Has: f(100)}); g.Capacity != 50 {
+	if g := r.Decide(now.Add(time.Second), Request{Client: "a", Wants: 100, KeepOutstanding: true, Has: f(100)}); g.Capacity != 50 {
 		t.Fatalf("a refreshes to %v, want 50", g.Capacity)
 	}
-	if g := r.Decide(now.Add(2*time.Second), Request{Client: "b", Wants: 100, Reserve: true, Has: f(0)}); g.Capacity != 0 {
+	if g := r.Decide(now.Add(2*time.Second), Request{Client: "b", Wants: 100, KeepOutstanding: true, Has: f(0)}); g.Capacity != 0 {
 		t.Fatalf("b gets %v while a's clients still hold 100", g.Capacity)
 	}
 	// Unknown (a new master of a in learning mode): all it had stays booked.
-	if g := r.Decide(now.Add(3*time.Second), Request{Client: "a", Wants: 100, Reserve: true}); g.Capacity != 50 {
+	if g := r.Decide(now.Add(3*time.Second), Request{Client: "a", Wants: 100, KeepOutstanding: true}); g.Capacity != 50 {
 		t.Fatalf("a gets %v", g.Capacity)
 	}
-	if g := r.Decide(now.Add(4*time.Second), Request{Client: "b", Wants: 100, Reserve: true, Has: f(0)}); g.Capacity != 0 {
+	if g := r.Decide(now.Add(4*time.Second), Request{Client: "b", Wants: 100, KeepOutstanding: true, Has: f(0)}); g.Capacity != 0 {
 		t.Fatalf("b gets %v while a's outstanding is unknown", g.Capacity)
 	}
 	// a's clients gave it back.
-	r.Decide(now.Add(5*time.Second), Request{Client: "a", Wants: 100, Reserve: true, Has: f(50)})
-	if g := r.Decide(now.Add(6*time.Second), Request{Client: "b", Wants: 100, Reserve: true, Has: f(0)}); g.Capacity != 50 {
+	r.Decide(now.Add(5*time.Second), Request{Client: "a", Wants: 100, KeepOutstanding: true, Has: f(50)})
+	if g := r.Decide(now.Add(6*time.Second), Request{Client: "b", Wants: 100, KeepOutstanding: true, Has: f(0)}); g.Capacity != 50 {
 		t.Fatalf("b gets %v after a's clients gave back, want 50", g.Capacity)
 	}
-	// Without Reserve (a client), what a is no longer granted is free at once.
+	// Without KeepOutstanding (a client), what a is no longer granted is free at once.
 	c := pastLearning(algorithm.FairShare, 100)
 	c.Decide(now, Request{Client: "a", Wants: 100})
 	c.Decide(now, Request{Client: "b", Wants: 100})
@@ -302,7 +302,7 @@ func TestPropertyNeverOvercommits(t *testing.T) {
 				}
 				wants := rapid.Float64Range(0, 500).Draw(t, "wants")
 				req := Request{Client: id, Wants: wants, Has: has, Subclients: int64(rapid.IntRange(1, 3).Draw(t, "sub")),
-					Priority: int64(rapid.IntRange(0, 2).Draw(t, "priority")), Reserve: rapid.Bool().Draw(t, "reserve")}
+					Priority: int64(rapid.IntRange(0, 2).Draw(t, "priority")), KeepOutstanding: rapid.Bool().Draw(t, "keep outstanding")}
 				if rapid.Bool().Draw(t, "server") {
 					// A downstream server asking in several bands.
 					req.Bands = make([]Band, rapid.IntRange(1, 3).Draw(t, "bands"))

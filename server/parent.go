@@ -359,7 +359,7 @@ func (s *Server) serverRequest() (*pb.GetServerCapacityRequest, []*resource) {
 		}
 		// has is what this server has handed out and that still runs: its
 		// parent keeps that booked until it is given back (see
-		// lease.Request.Reserve). In learning mode it is not known yet
+		// lease.Request.KeepOutstanding). In learning mode it is not known yet
 		// (the predecessor's clients have not all reported), so it is left
 		// out and the parent keeps what it had booked.
 		if s.opts.DoormanAllocation {

@@ -101,7 +101,7 @@ type Options struct {
 	// DoormanAllocation turns off Sluice's changes to Doorman's allocation
 	// across the tree, for comparison (the simulator's --allocation
 	// doorman): a parent does not keep a child's outstanding leases booked
-	// (lease.Request.Reserve), an intermediate reports its lease rather
+	// (lease.Request.KeepOutstanding), an intermediate reports its lease rather
 	// than what it handed out, and learning mode cuts claims to what is
 	// free instead of handing back those it cannot cover.
 	DoormanAllocation bool
@@ -495,7 +495,7 @@ func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.
 		}
 		// A downstream server's has is what it has handed out and that
 		// still runs: it stays booked until its clients give it back.
-		lr.Reserve = !s.opts.DoormanAllocation
+		lr.KeepOutstanding = !s.opts.DoormanAllocation
 		if h := rr.GetHas(); h != nil {
 			lr.Has = proto.Float64(h.GetCapacity())
 			if !s.opts.DoormanAllocation {
