@@ -60,13 +60,13 @@ func (pl *parentLease) params() lease.Params {
 	if !pl.ok {
 		return lease.Params{
 			Kind:            algorithm.FairShare,
-			LeaseLength:     DefaultLeaseLength,
+			LeaseLength:     FallbackLeaseLength,
 			RefreshInterval: noLeaseRefresh,
 			MaxExpiry:       time.Unix(1, 0),
 			// Until the parent pushes its learning mode duration, assume
 			// the longest: a new master must not tell its parent that it
 			// has handed out only what the first few clients reported.
-			LearningModeDuration: DefaultLeaseLength,
+			LearningModeDuration: FallbackLeaseLength,
 		}
 	}
 	return lease.Params{
@@ -454,7 +454,7 @@ func (pl *parentLease) adopt(rr *pb.ServerCapacityResourceResponse) (fellBack bo
 		pl.algoParams = a.GetParameters()
 	} else if pl.length == 0 {
 		pl.kind = algorithm.FairShare
-		pl.length, pl.interval = DefaultLeaseLength, DefaultRefreshInterval
+		pl.length, pl.interval = FallbackLeaseLength, FallbackRefreshInterval
 	}
 	pl.safe, pl.hasSafe = rr.GetSafeCapacity(), rr.SafeCapacity != nil
 	return fellBack

@@ -45,11 +45,14 @@ const (
 	MaxRequestBytes        = 8 << 20
 )
 
-// Defaults for a resource that matches no template: it is granted what it
-// asks (NO_ALGORITHM, per doorman-design.md, "Root server configuration").
+// The lease length and refresh interval of a resource that matches no
+// template (it is granted what it asks: NO_ALGORITHM, per doorman-design.md,
+// "Root server configuration"), and at an intermediate server of a resource
+// it holds no lease for from its parent yet. (client.DefaultRefreshInterval,
+// 5 s, is the client's own, before any lease says otherwise.)
 const (
-	DefaultLeaseLength     = 60 * time.Second
-	DefaultRefreshInterval = 16 * time.Second
+	FallbackLeaseLength     = 60 * time.Second
+	FallbackRefreshInterval = 16 * time.Second
 )
 
 // Options configures a Server.
@@ -316,8 +319,8 @@ func paramsFor(t *config.Template) lease.Params {
 		return lease.Params{
 			Kind:            algorithm.NoAlgorithm,
 			Capacity:        math.Inf(1),
-			LeaseLength:     DefaultLeaseLength,
-			RefreshInterval: DefaultRefreshInterval,
+			LeaseLength:     FallbackLeaseLength,
+			RefreshInterval: FallbackRefreshInterval,
 		}
 	}
 	return lease.Params{

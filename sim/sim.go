@@ -55,9 +55,9 @@ type Options struct {
 	Seed int64
 	// Duration, when > 0, replaces the scenario's duration (seconds).
 	Duration float64
-	// Doorman runs the servers with Doorman's allocation across the tree
-	// (server.Options.DoormanAllocation), for comparison.
-	Doorman bool
+	// DoormanAllocation runs the servers with Doorman's allocation across
+	// the tree (server.Options.DoormanAllocation), for comparison.
+	DoormanAllocation bool
 	// RefreshDecay is the direction of the refresh interval's decay
 	// across the tree: DecaySluice (also ""), each level further from the
 	// root refreshes 1/decay_factor times as long as the one above it
@@ -210,7 +210,7 @@ resources:
 			}
 			for i := range sc.Tasks {
 				t := &task{addr: fmt.Sprintf("%s/task-%d", nd.name, i), node: nd}
-				o := server.Options{ID: nd.name, Address: t.addr, Now: s.clock, Logger: s.log, Rand: s.jit, DoormanAllocation: opts.Doorman,
+				o := server.Options{ID: nd.name, Address: t.addr, Now: s.clock, Logger: s.log, Rand: s.jit, DoormanAllocation: opts.DoormanAllocation,
 					DesignRefreshDecay: opts.RefreshDecay == DecayDesign}
 				if parent == nil {
 					o.Config = cfg

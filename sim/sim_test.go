@@ -26,7 +26,7 @@ func TestScenariosKeepInvariants(t *testing.T) {
 				doorman bool
 				decay   string
 			}{{false, DecaySluice}, {true, DecaySluice}, {false, DecayDesign}} {
-				opts.Doorman, opts.RefreshDecay = v.doorman, v.decay
+				opts.DoormanAllocation, opts.RefreshDecay = v.doorman, v.decay
 				res, err := Run(sc, opts)
 				if err != nil {
 					t.Fatal(err)
@@ -104,7 +104,7 @@ func TestSluiceBeatsDoorman(t *testing.T) {
 	seven, _ := Lookup("seven")
 	var util [2]float64
 	for i, doorman := range []bool{false, true} {
-		res, err := Run(seven, Options{Seed: 1, Doorman: doorman})
+		res, err := Run(seven, Options{Seed: 1, DoormanAllocation: doorman})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -288,7 +288,7 @@ func TestSameScenarioAcrossTimings(t *testing.T) {
 	seven, _ := Lookup("seven")
 	var first *Series
 	for _, opts := range []Options{
-		{}, {Doorman: true}, {RefreshDecay: DecayDesign}, {RefreshDecay: DecaySluice, RefreshInterval: 5},
+		{}, {DoormanAllocation: true}, {RefreshDecay: DecayDesign}, {RefreshDecay: DecaySluice, RefreshInterval: 5},
 		{RefreshDecay: DecayDesign, RefreshInterval: 20},
 	} {
 		opts.Seed, opts.Duration = 2, 900

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/config/etcdconfig"
 	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 	"github.com/sluice-rl/sluice/server"
@@ -172,7 +173,7 @@ command line wins.`,
 			case strings.HasPrefix(cfgPath, "etcd:"):
 				key := strings.TrimPrefix(cfgPath, "etcd:")
 				gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
-				w, err := config.NewEtcdWatcher(gctx, cli, key, func(r *config.Repository) {
+				w, err := etcdconfig.NewWatcher(gctx, cli, key, func(r *config.Repository) {
 					srv.SetConfig(r)
 					srv.ConfigReloaded(nil)
 					log.Info("configuration loaded", "etcd_key", key, "templates", r.Len(), "hash", r.Hash())

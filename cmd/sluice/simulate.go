@@ -88,7 +88,7 @@ act as 5 s.`,
 			var sums []sim.Summary
 			var verr error
 			for _, sc := range scs {
-				opts := sim.Options{Seed: seed, Duration: duration.Seconds(), Doorman: allocation == "doorman",
+				opts := sim.Options{Seed: seed, Duration: duration.Seconds(), DoormanAllocation: allocation == "doorman",
 					RefreshDecay: decay, RefreshInterval: refresh.Seconds()}
 				opts.Progress = sim.NewProgress(cmd.ErrOrStderr(), "scenario "+sc.Name)
 				began := time.Now()

@@ -1,9 +1,14 @@
-package config
+// Package etcdconfig keeps a Sluice configuration in an etcd key: it loads
+// the key's value (the same YAML as a file, parsed by config.Parse) and
+// follows its changes with an etcd watch. It is apart from package config
+// so that what reads configurations does not link the etcd client.
+package etcdconfig
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluice-rl/sluice/config"
 	"sync"
 	"time"
 
@@ -11,34 +16,34 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// EtcdWatcher keeps a Repository loaded from the value of an etcd key (the
+// Watcher keeps a Repository loaded from the value of an etcd key (the
 // same YAML as a file) and follows changes to it with an etcd watch. A bad
 // new value, or the key's deletion, is reported to onError and the last good
 // repository keeps serving. It is safe for concurrent use.
-type EtcdWatcher struct {
+type Watcher struct {
 	cli     *clientv3.Client
 	key     string
-	onLoad  func(*Repository)
+	onLoad  func(*config.Repository)
 	onError func(error)
 
 	mu      sync.Mutex
-	current *Repository
+	current *config.Repository
 	rev     int64 // etcd revision the current state was read at
 }
 
-// NewEtcdWatcher reads key through cli once and returns a watcher holding
+// NewWatcher reads key through cli once and returns a watcher holding
 // the repository it parses to. Errors: etcd unreachable within ctx, the key
 // missing, or its value not a valid configuration (as Parse). onLoad is
 // called after every later change that loads, onError after every one that
 // does not; either may be nil. The caller owns cli.
-func NewEtcdWatcher(ctx context.Context, cli *clientv3.Client, key string, onLoad func(*Repository), onError func(error)) (*EtcdWatcher, error) {
+func NewWatcher(ctx context.Context, cli *clientv3.Client, key string, onLoad func(*config.Repository), onError func(error)) (*Watcher, error) {
 	if onLoad == nil {
-		onLoad = func(*Repository) {}
+		onLoad = func(*config.Repository) {}
 	}
 	if onError == nil {
 		onError = func(error) {}
 	}
-	w := &EtcdWatcher{cli: cli, key: key, onLoad: onLoad, onError: onError}
+	w := &Watcher{cli: cli, key: key, onLoad: onLoad, onError: onError}
 	resp, err := cli.Get(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("config: etcd get %s: %w", key, err)
@@ -46,7 +51,7 @@ func NewEtcdWatcher(ctx context.Context, cli *clientv3.Client, key string, onLoa
 	if len(resp.Kvs) == 0 {
 		return nil, fmt.Errorf("config: etcd key %s not found", key)
 	}
-	r, err := Parse(resp.Kvs[0].Value)
+	r, err := config.Parse(resp.Kvs[0].Value)
 	if err != nil {
 		return nil, fmt.Errorf("etcd:%s: %w", key, err)
 	}
@@ -55,7 +60,7 @@ func NewEtcdWatcher(ctx context.Context, cli *clientv3.Client, key string, onLoa
 }
 
 // Current returns the last good repository.
-func (w *EtcdWatcher) Current() *Repository {
+func (w *Watcher) Current() *config.Repository {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.current
@@ -63,13 +68,13 @@ func (w *EtcdWatcher) Current() *Repository {
 
 // apply handles one value of the key seen at revision rev: nil for a
 // deletion.
-func (w *EtcdWatcher) apply(value []byte, deleted bool, rev int64) {
+func (w *Watcher) apply(value []byte, deleted bool, rev int64) {
 	if deleted {
 		w.onError(fmt.Errorf("config: etcd key %s deleted; keeping the last good configuration", w.key))
 		w.setRev(rev)
 		return
 	}
-	r, err := Parse(value)
+	r, err := config.Parse(value)
 	if err != nil {
 		w.onError(fmt.Errorf("etcd:%s: %w", w.key, err))
 		w.setRev(rev)
@@ -87,7 +92,7 @@ func (w *EtcdWatcher) apply(value []byte, deleted bool, rev int64) {
 	}
 }
 
-func (w *EtcdWatcher) setRev(rev int64) {
+func (w *Watcher) setRev(rev int64) {
 	w.mu.Lock()
 	w.rev = max(w.rev, rev)
 	w.mu.Unlock()
@@ -96,7 +101,7 @@ func (w *EtcdWatcher) setRev(rev int64) {
 // Run follows the key until ctx is done, and returns nil then. When the
 // watch breaks (etcd unreachable, history compacted) it reads the key again
 // and watches from there, backing off up to 5 s between attempts.
-func (w *EtcdWatcher) Run(ctx context.Context) error {
+func (w *Watcher) Run(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		if err := w.watch(ctx); err != nil && ctx.Err() == nil {
@@ -116,7 +121,7 @@ func (w *EtcdWatcher) Run(ctx context.Context) error {
 
 // watch watches from the revision after the current state's until the
 // watch ends.
-func (w *EtcdWatcher) watch(ctx context.Context) error {
+func (w *Watcher) watch(ctx context.Context) error {
 	w.mu.Lock()
 	rev := w.rev
 	w.mu.Unlock()
@@ -138,7 +143,7 @@ func (w *EtcdWatcher) watch(ctx context.Context) error {
 
 // resync reads the key again after a broken watch, so that a change lost to
 // compaction is not missed.
-func (w *EtcdWatcher) resync(ctx context.Context) {
+func (w *Watcher) resync(ctx context.Context) {
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	resp, err := w.cli.Get(gctx, w.key)

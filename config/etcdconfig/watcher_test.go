@@ -1,7 +1,8 @@
-package config
+package etcdconfig
 
 import (
 	"context"
+	"github.com/sluice-rl/sluice/config"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +13,16 @@ import (
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 )
 
-func TestEtcdWatcher(t *testing.T) {
+// valid is a configuration the watcher loads (its capacity: 500 is edited
+// by the tests).
+const valid = `
+resources:
+  - identifier_glob: "db/replica-1"
+    capacity: 500
+    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 16}
+`
+
+func TestWatcher(t *testing.T) {
 	etcd := etcdtest.StartEtcd(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -22,7 +32,7 @@ func TestEtcdWatcher(t *testing.T) {
 	ctx := context.Background()
 	const key = "/sluice/config"
 
-	if _, err := NewEtcdWatcher(ctx, cli, key, nil, nil); err == nil || !strings.Contains(err.Error(), "not found") {
+	if _, err := NewWatcher(ctx, cli, key, nil, nil); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("missing key: err %v", err)
 	}
 	put := func(v string) {
@@ -32,14 +42,14 @@ func TestEtcdWatcher(t *testing.T) {
 		}
 	}
 	put("resources:\n  - {identifier_glob: a, capacity: -1}\n")
-	if _, err := NewEtcdWatcher(ctx, cli, key, nil, nil); err == nil || !strings.Contains(err.Error(), "capacity") {
+	if _, err := NewWatcher(ctx, cli, key, nil, nil); err == nil || !strings.Contains(err.Error(), "capacity") {
 		t.Fatalf("bad value at start: err %v", err)
 	}
 
 	put(valid)
-	loads := make(chan *Repository, 10)
+	loads := make(chan *config.Repository, 10)
 	errs := make(chan error, 10)
-	w, err := NewEtcdWatcher(ctx, cli, key, func(r *Repository) { loads <- r }, func(err error) { errs <- err })
+	w, err := NewWatcher(ctx, cli, key, func(r *config.Repository) { loads <- r }, func(err error) { errs <- err })
 	if err != nil {
 		t.Fatal(err)
 	}
