@@ -171,29 +171,49 @@ const (
 // resources.
 type history struct {
 	mu   sync.Mutex
-	byID map[string][]Point
+	byID map[string]*ring
+}
+
+// ring is one resource's samples, oldest first from next once it is full:
+// adding costs O(1), not a shift of every sample.
+type ring struct {
+	ps   []Point // at most HistoryLength
+	next int     // where the next sample goes once ps is full
 }
 
 func (h *history) add(id string, p Point) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.byID == nil {
-		h.byID = map[string][]Point{}
+		h.byID = map[string]*ring{}
 	}
-	ps, ok := h.byID[id]
-	if !ok && len(h.byID) >= HistoryResources {
+	r, ok := h.byID[id]
+	if !ok {
+		if len(h.byID) >= HistoryResources {
+			return
+		}
+		r = &ring{}
+		h.byID[id] = r
+	}
+	if len(r.ps) < HistoryLength {
+		r.ps = append(r.ps, p)
 		return
 	}
-	if len(ps) >= HistoryLength {
-		ps = append(ps[:0], ps[1:]...)
-	}
-	h.byID[id] = append(ps, p)
+	r.ps[r.next] = p
+	r.next = (r.next + 1) % len(r.ps)
 }
 
+// get returns a copy of id's samples, oldest first.
 func (h *history) get(id string) []Point {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return slices.Clone(h.byID[id])
+	r := h.byID[id]
+	if r == nil {
+		return nil
+	}
+	out := make([]Point, 0, len(r.ps))
+	out = append(out, r.ps[r.next:]...)
+	return append(out, r.ps[:r.next]...)
 }
 
 func (h *history) drop(id string) {

@@ -141,3 +141,27 @@ resources:
 		}
 	}
 }
+
+// The status history keeps the last HistoryLength samples, oldest first.
+func TestHistoryRing(t *testing.T) {
+	var h history
+	for i := range HistoryLength + 5 {
+		h.add("r", Point{T: int64(i)})
+	}
+	got := h.get("r")
+	if len(got) != HistoryLength || got[0].T != 5 || got[len(got)-1].T != HistoryLength+4 {
+		t.Fatalf("%d samples from %d to %d, want %d from 5 to %d", len(got), got[0].T, got[len(got)-1].T, HistoryLength, HistoryLength+4)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].T != got[i-1].T+1 {
+			t.Fatalf("sample %d is %d after %d", i, got[i].T, got[i-1].T)
+		}
+	}
+	if h.get("other") != nil {
+		t.Fatal("samples for a resource never added")
+	}
+	h.drop("r")
+	if h.get("r") != nil {
+		t.Fatal("samples after drop")
+	}
+}
