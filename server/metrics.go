@@ -161,14 +161,7 @@ func (c *resourceCollector) Collect(ch chan<- prometheus.Metric) {
 		algorithm            string
 	}
 	now := s.now()
-	s.mu.RLock()
-	ids := make([]string, 0, len(s.resources))
-	rs := make([]*resource, 0, len(s.resources))
-	for id, r := range s.resources {
-		ids = append(ids, id)
-		rs = append(rs, r)
-	}
-	s.mu.RUnlock()
+	ids, rs := s.resourceList()
 	byLabel := map[string]*agg{}
 	for i, r := range rs {
 		l := c.label(ids[i], r)

@@ -339,14 +339,7 @@ func (l *parentLink) send(ctx context.Context, req *pb.GetServerCapacityRequest,
 // holds from the parent.
 func (s *Server) serverRequest() (*pb.GetServerCapacityRequest, []*resource) {
 	now := s.now()
-	s.mu.RLock()
-	rs := make([]*resource, 0, len(s.resources))
-	ids := make([]string, 0, len(s.resources))
-	for id, r := range s.resources {
-		rs = append(rs, r)
-		ids = append(ids, id)
-	}
-	s.mu.RUnlock()
+	ids, rs := s.resourceList()
 	req := &pb.GetServerCapacityRequest{ServerId: proto.String(s.opts.ID)}
 	for i, r := range rs {
 		r.mu.Lock()

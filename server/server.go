@@ -375,6 +375,21 @@ func (s *Server) resource(id string) *resource {
 	return r
 }
 
+// resourceList returns the resources this server holds state for, ids[i]
+// naming rs[i], copied under the server's read lock (the caller then locks
+// each resource on its own).
+func (s *Server) resourceList() (ids []string, rs []*resource) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ids = make([]string, 0, len(s.resources))
+	rs = make([]*resource, 0, len(s.resources))
+	for id, r := range s.resources {
+		ids = append(ids, id)
+		rs = append(rs, r)
+	}
+	return ids, rs
+}
+
 // unmatched logs, once per resource id (up to a bound), that a resource
 // matched no template, and counts it.
 func (s *Server) unmatched(id string) {

@@ -369,13 +369,8 @@ func (s *Server) StatusPage(f Filter) ServerStatus {
 		Election: s.election, Draining: s.draining, Filter: f,
 	}
 	cfg := s.cfg
-	ids := make([]string, 0, len(s.resources))
-	rs := make([]*resource, 0, len(s.resources))
-	for id, r := range s.resources {
-		ids = append(ids, id)
-		rs = append(rs, r)
-	}
 	s.mu.RUnlock()
+	ids, rs := s.resourceList()
 	if st.Master != "" {
 		st.MasterURL = "http://" + st.Master + "/debug/status"
 	}
@@ -463,14 +458,7 @@ func leaseRow(l lease.Lease, now time.Time) LeaseRow {
 
 // sample records one history point per resource (called from Sweep).
 func (s *Server) sample(now time.Time) {
-	s.mu.RLock()
-	ids := make([]string, 0, len(s.resources))
-	rs := make([]*resource, 0, len(s.resources))
-	for id, r := range s.resources {
-		ids = append(ids, id)
-		rs = append(rs, r)
-	}
-	s.mu.RUnlock()
+	ids, rs := s.resourceList()
 	for i, r := range rs {
 		r.mu.Lock()
 		p := r.store.Params()
