@@ -1,0 +1,267 @@
+package server
+
+import (
+	"context"
+	"math"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/lease"
+)
+
+// wireSafeCapacity returns the safe capacity for the wire, or nil (the
+// field is optional) when there is no finite one, as for a resource that
+// matches no template.
+func wireSafeCapacity(c float64) *float64 {
+	if math.IsInf(c, 0) || math.IsNaN(c) {
+		return nil
+	}
+	return proto.Float64(c)
+}
+
+// Discovery implements doorman.Capacity/Discovery. It always answers.
+func (s *Server) Discovery(ctx context.Context, _ *connect.Request[pb.DiscoveryRequest]) (*connect.Response[pb.DiscoveryResponse], error) {
+	master, addr := s.IsMaster()
+	if master && addr == "" {
+		if la, ok := ctx.Value(http.LocalAddrContextKey).(net.Addr); ok {
+			addr = la.String()
+		}
+	}
+	m := &pb.Mastership{}
+	if addr != "" {
+		m.MasterAddress = proto.String(addr)
+	}
+	return connect.NewResponse(&pb.DiscoveryResponse{Mastership: m, IsMaster: proto.Bool(master)}), nil
+}
+
+// GetCapacity implements doorman.Capacity/GetCapacity: a bulk request for
+// capacity from one client.
+//
+// Source: doorman-design.md, "Processing the GetCapacity RPC".
+func (s *Server) GetCapacity(ctx context.Context, req *connect.Request[pb.GetCapacityRequest]) (*connect.Response[pb.GetCapacityResponse], error) {
+	if err := ValidateGetCapacity(req.Msg); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if m := s.mastership(); m != nil {
+		return connect.NewResponse(&pb.GetCapacityResponse{Mastership: m}), nil
+	}
+	client := req.Msg.GetClientId()
+	out := &pb.GetCapacityResponse{Response: make([]*pb.ResourceResponse, 0, len(req.Msg.GetResource()))}
+	ids := make([]string, len(req.Msg.GetResource()))
+	lrs := make([]lease.Request, len(ids))
+	for i, rr := range req.Msg.GetResource() {
+		lr := lease.Request{
+			Client:     client,
+			Priority:   rr.GetPriority(),
+			Wants:      rr.GetWants(),
+			Subclients: 1,
+		}
+		if h := rr.GetHas(); h != nil {
+			lr.Has = proto.Float64(h.GetCapacity())
+			if !s.opts.DoormanAllocation {
+				lr.HasExpiry = time.Unix(h.GetExpiryTime(), 0)
+			}
+		}
+		ids[i], lrs[i] = rr.GetResourceId(), lr
+	}
+	grants, ok := s.decideAll(ctx, ids, lrs)
+	if !ok {
+		return connect.NewResponse(&pb.GetCapacityResponse{Mastership: s.mastershipOrUnknown()}), nil
+	}
+	for i, g := range grants {
+		out.Response = append(out.Response, &pb.ResourceResponse{
+			ResourceId:   proto.String(ids[i]),
+			Gets:         wireLease(g),
+			SafeCapacity: wireSafeCapacity(g.SafeCapacity),
+		})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// GetServerCapacity implements doorman.Capacity/GetServerCapacity: a
+// downstream server asks on behalf of its clients, summarised per priority
+// band. Each band counts as num_clients subclients at its priority (see
+// algorithm.PriorityFairTarget); the response pushes the resource's
+// algorithm and safe capacity down.
+func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.GetServerCapacityRequest]) (*connect.Response[pb.GetServerCapacityResponse], error) {
+	if err := ValidateGetServerCapacity(req.Msg); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if m := s.mastership(); m != nil {
+		return connect.NewResponse(&pb.GetServerCapacityResponse{Mastership: m}), nil
+	}
+	server := req.Msg.GetServerId()
+	out := &pb.GetServerCapacityResponse{}
+	ids := make([]string, len(req.Msg.GetResource()))
+	lrs := make([]lease.Request, len(ids))
+	for i, rr := range req.Msg.GetResource() {
+		// Each band counts as that many subclients at its priority.
+		lr := lease.Request{Client: server, Subclients: 1}
+		for _, b := range rr.GetWants() {
+			lr.Bands = append(lr.Bands, lease.Band{Priority: b.GetPriority(), Clients: b.GetNumClients(), Wants: b.GetWants()})
+		}
+		// A downstream server's has is what it has handed out and that
+		// still runs: it stays booked until its clients give it back.
+		lr.KeepOutstanding = !s.opts.DoormanAllocation
+		if h := rr.GetHas(); h != nil {
+			lr.Has = proto.Float64(h.GetCapacity())
+			if !s.opts.DoormanAllocation {
+				lr.HasExpiry = time.Unix(h.GetExpiryTime(), 0)
+			}
+		}
+		ids[i], lrs[i] = rr.GetResourceId(), lr
+	}
+	grants, ok := s.decideAll(ctx, ids, lrs)
+	if !ok {
+		return connect.NewResponse(&pb.GetServerCapacityResponse{Mastership: s.mastershipOrUnknown()}), nil
+	}
+	for i, g := range grants {
+		p, params := s.paramsOf(ids[i])
+		out.Response = append(out.Response, &pb.ServerCapacityResourceResponse{
+			ResourceId: proto.String(ids[i]),
+			Gets:       wireLease(g),
+			Algorithm: &pb.Algorithm{
+				Kind:        pb.Algorithm_Kind(p.Kind).Enum(),
+				LeaseLength: proto.Int64(int64(p.LeaseLength / time.Second)),
+				// The child refreshes with this server every
+				// p.RefreshInterval (Gets); its own requesters, one level
+				// further from the root, refresh 1/decay_factor as slowly.
+				RefreshInterval:      proto.Int64(int64(childInterval(p.RefreshInterval, p.LeaseLength, decayFactor(params), s.opts.DesignRefreshDecay) / time.Second)),
+				LearningModeDuration: proto.Int64(int64(p.LearningModeDuration / time.Second)),
+				Parameters:           params,
+			},
+			SafeCapacity: wireSafeCapacity(g.SafeCapacity),
+		})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// ReleaseCapacity implements doorman.Capacity/ReleaseCapacity: it drops
+// the client's leases on the listed resources.
+func (s *Server) ReleaseCapacity(_ context.Context, req *connect.Request[pb.ReleaseCapacityRequest]) (*connect.Response[pb.ReleaseCapacityResponse], error) {
+	if err := ValidateReleaseCapacity(req.Msg); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if m := s.mastership(); m != nil {
+		return connect.NewResponse(&pb.ReleaseCapacityResponse{Mastership: m}), nil
+	}
+	for _, id := range req.Msg.GetResourceId() {
+		if id == "" {
+			s.metrics.emptyReleaseIDs.Inc()
+			continue
+		}
+		s.mu.RLock()
+		r := s.resources[id]
+		s.mu.RUnlock()
+		if r == nil {
+			continue
+		}
+		r.mu.Lock()
+		r.store.Release(req.Msg.GetClientId())
+		r.mu.Unlock()
+	}
+	return connect.NewResponse(&pb.ReleaseCapacityResponse{}), nil
+}
+
+// decideAll runs one decision per resource, each under its resource's
+// lock. ok is false when the server lost mastership meanwhile. On an
+// intermediate server, resources it holds no lease for from its parent yet
+// are recorded first, so that the parent hears of their demand, and decided
+// again once the parent answered: one wait of at most firstLeaseWait for
+// the whole request.
+func (s *Server) decideAll(ctx context.Context, ids []string, reqs []lease.Request) ([]lease.Grant, bool) {
+	grants := make([]lease.Grant, len(ids))
+	rs := make([]*resource, len(ids))
+	var pending []int
+	for i, id := range ids {
+		r := s.resource(id)
+		if r == nil {
+			return nil, false
+		}
+		rs[i] = r
+		r.mu.Lock()
+		grants[i] = s.decide(r, id, reqs[i])
+		if s.parent != nil && !r.parent.ok {
+			pending = append(pending, i)
+		}
+		r.mu.Unlock()
+	}
+	if len(pending) == 0 {
+		return grants, true
+	}
+	waiting := make([]*resource, len(pending))
+	for j, i := range pending {
+		waiting[j] = rs[i]
+	}
+	s.waitFirstLeases(ctx, waiting)
+	for _, i := range pending {
+		r := rs[i]
+		r.mu.Lock()
+		if r.parent.ok {
+			rq := reqs[i]
+			rq.Repeat = true // the same request, decided again now that there is capacity
+			grants[i] = s.decide(r, ids[i], rq)
+		}
+		r.mu.Unlock()
+	}
+	return grants, true
+}
+
+// decide runs one decision on r (the caller holds r.mu) and counts and logs
+// what the store flags: early requests (Doorman's 5-second rule) and
+// claimed leases without a record outside learning mode (logged at most
+// once every unrecordedLogEvery).
+func (s *Server) decide(r *resource, id string, req lease.Request) lease.Grant {
+	g := r.store.Decide(s.now(), req)
+	if g.Early {
+		s.metrics.early.Inc()
+	}
+	if g.Unrecorded {
+		s.metrics.unrecorded.Inc()
+		if s.unrecordedLog.Allow() {
+			s.log.Warn("request claims a lease the server has no record of, outside learning mode; deciding it as usual",
+				"resource", id, "client", req.Client, "has", *req.Has,
+				"see", "sluice_server_unrecorded_has_total")
+		}
+	}
+	return g
+}
+
+// unrecordedLogEvery is the least time between two logs of a claimed lease
+// without a record (the counter counts every one).
+const unrecordedLogEvery = 10 * time.Second
+
+// paramsOf returns resource id's parameters and algorithm parameters.
+func (s *Server) paramsOf(id string) (lease.Params, []*pb.NamedParameter) {
+	s.mu.RLock()
+	r := s.resources[id]
+	s.mu.RUnlock()
+	if r == nil {
+		return paramsFor(nil), nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s.parent != nil {
+		return r.store.Params(), r.parent.algoParams
+	}
+	var params []*pb.NamedParameter
+	if r.template != nil {
+		for _, p := range r.template.Algorithm.Parameters {
+			params = append(params, &pb.NamedParameter{Name: proto.String(p.Name), Value: proto.String(p.Value)})
+		}
+	}
+	return r.store.Params(), params
+}
+
+func wireLease(g lease.Grant) *pb.Lease {
+	return &pb.Lease{
+		ExpiryTime:      proto.Int64(g.Expiry.Unix()),
+		RefreshInterval: proto.Int64(int64(math.Ceil(g.RefreshInterval.Seconds()))),
+		Capacity:        proto.Float64(g.Capacity),
+	}
+}

@@ -1,0 +1,61 @@
+package server
+
+import (
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/sluice-rl/sluice/api/doorman"
+)
+
+// SetMastership tells the server whether it is the master and, if not, who
+// is. Winning mastership starts from an empty state in learning mode;
+// losing it drops all state at once.
+//
+// Source: doorman-design.md, "Master Election".
+func (s *Server) SetMastership(isMaster bool, masterAddr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if isMaster != s.isMaster {
+		s.resources = make(map[string]*resource)
+		if isMaster {
+			s.masterSince = s.now()
+			s.metrics.elections.WithLabelValues("won").Inc()
+		} else {
+			s.metrics.elections.WithLabelValues("lost").Inc()
+		}
+	}
+	s.isMaster = isMaster
+	s.masterAddr = masterAddr
+	if isMaster && masterAddr == "" {
+		s.masterAddr = s.opts.Address
+	}
+}
+
+// IsMaster reports whether the server is the master and the master's
+// address.
+func (s *Server) IsMaster() (bool, string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.isMaster, s.masterAddr
+}
+
+// mastership returns the redirect to put in a response when this server is
+// not the master, or nil when it is.
+func (s *Server) mastership() *pb.Mastership {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.isMaster {
+		return nil
+	}
+	m := &pb.Mastership{}
+	if s.masterAddr != "" {
+		m.MasterAddress = proto.String(s.masterAddr)
+	}
+	return m
+}
+
+func (s *Server) mastershipOrUnknown() *pb.Mastership {
+	if m := s.mastership(); m != nil {
+		return m
+	}
+	return &pb.Mastership{}
+}
