@@ -9,7 +9,8 @@
 // handlers.go (the RPCs and their wire conversion), mastership.go,
 // parent.go (an intermediate's link to its parent), serve.go (the
 // endpoint), grpc.go (the handlers for grpc-go), validate.go, metrics.go,
-// status.go (status pages).
+// status.go (the status pages' data), status_http.go (their HTML and
+// JSON), status_filter.go (filter and sort), status_history.go (samples).
 //
 // Source: doorman-design.md, "Server operation"; doorman-wire.md.
 package server

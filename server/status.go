@@ -1,24 +1,13 @@
 package server
 
 import (
-	"cmp"
-	"embed"
-	"encoding/json"
 	"fmt"
-	"html/template"
-	"io/fs"
 	"math"
-	"net/http"
-	"net/url"
 	"regexp"
 	"runtime/debug"
-	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/sluice-rl/sluice/algorithm"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/lease"
 )
 
@@ -27,36 +16,6 @@ import (
 func sharing(k algorithm.Kind) bool {
 	return k == algorithm.FairShare || k == algorithm.ProportionalShare
 }
-
-// The status pages (doorman-design.md's introspection; the keyed-limiter
-// write-up, "Introspection"): server-rendered HTML with a little embedded
-// JavaScript for sorting links and the live chart, and the same data as
-// JSON with Accept: application/json or ?format=json.
-//
-//	GET /                       redirect to /debug/status
-//	GET /debug/status           the server, its election and parent, the configuration, the resources
-//	GET /debug/status/resource  ?id=ID: one resource, its leases, its history (chart)
-//	GET /healthz                200 while the process runs
-//	GET /readyz                 200 when configured, mastership is known and not draining; else 503
-
-//go:embed web
-var webFS embed.FS
-
-// staticFS is web/static: the style sheet and the chart's script.
-var staticFS = func() fs.FS {
-	sub, err := fs.Sub(webFS, "web/static")
-	if err != nil {
-		panic(err) // embedded at build time
-	}
-	return sub
-}()
-
-var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"num":     formatNum,
-	"safe":    formatSafe,
-	"sortURL": sortURL,
-	"ago":     func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
-}).ParseFS(webFS, "web/*.html"))
 
 // Version is the server's version, from the module's build information.
 var Version = func() string {
@@ -160,77 +119,6 @@ type Point struct {
 	Wants    float64  `json:"wants"`
 }
 
-// History bounds: samples per resource (one per Sweep, normally a second)
-// and resources with a history.
-const (
-	HistoryLength    = 600
-	HistoryResources = 1000
-)
-
-// history keeps the last HistoryLength samples of up to HistoryResources
-// resources.
-type history struct {
-	mu   sync.Mutex
-	byID map[string]*ring
-}
-
-// ring is one resource's samples, oldest first from next once it is full:
-// adding costs O(1), not a shift of every sample.
-type ring struct {
-	ps   []Point // at most HistoryLength
-	next int     // where the next sample goes once ps is full
-}
-
-func (h *history) add(id string, p Point) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.byID == nil {
-		h.byID = map[string]*ring{}
-	}
-	r, ok := h.byID[id]
-	if !ok {
-		if len(h.byID) >= HistoryResources {
-			return
-		}
-		r = &ring{}
-		h.byID[id] = r
-	}
-	if len(r.ps) < HistoryLength {
-		r.ps = append(r.ps, p)
-		return
-	}
-	r.ps[r.next] = p
-	r.next = (r.next + 1) % len(r.ps)
-}
-
-// get returns a copy of id's samples, oldest first.
-func (h *history) get(id string) []Point {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	r := h.byID[id]
-	if r == nil {
-		return nil
-	}
-	out := make([]Point, 0, len(r.ps))
-	out = append(out, r.ps[r.next:]...)
-	return append(out, r.ps[:r.next]...)
-}
-
-func (h *history) drop(id string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.byID, id)
-}
-
-// formatSafe formats a safe capacity: -1 (config.NoSafeCapacityLimit) is
-// "no limit".
-func formatSafe(x *float64) string {
-	if x != nil && *x == config.NoSafeCapacityLimit {
-		return "no limit"
-	}
-	return formatNum(x)
-}
-
 func finite(x float64) *float64 {
 	if math.IsInf(x, 0) || math.IsNaN(x) {
 		return nil
@@ -268,95 +156,6 @@ func (s *Server) Ready() (ready bool, why string) {
 		return false, "mastership unknown"
 	}
 	return true, "ok"
-}
-
-func parseFilter(q url.Values) (Filter, error) {
-	f := Filter{Prefix: q.Get("prefix"), Regex: q.Get("regex"), Sort: q.Get("sort"), Desc: q.Get("desc") == "1" || q.Get("desc") == "true"}
-	if f.Regex != "" {
-		re, err := regexp.Compile(f.Regex)
-		if err != nil {
-			return f, fmt.Errorf("regex: %w", err)
-		}
-		f.re = re
-	}
-	return f, nil
-}
-
-func (f Filter) match(s string) bool {
-	return strings.HasPrefix(s, f.Prefix) && (f.re == nil || f.re.MatchString(s))
-}
-
-// sortRows sorts rows by the JSON field named col (unknown: the first
-// column), numbers numerically and the rest as strings, stable.
-func sortRows[T any](rows []T, col string, desc bool, key func(T, string) (float64, string, bool)) {
-	slices.SortStableFunc(rows, func(a, b T) int {
-		na, sa, okA := key(a, col)
-		nb, sb, _ := key(b, col)
-		c := 0
-		if okA {
-			c = cmp.Compare(na, nb)
-		} else {
-			c = strings.Compare(sa, sb)
-		}
-		if desc {
-			c = -c
-		}
-		return c
-	})
-}
-
-func boolNum(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-func ptrNum(p *float64) float64 {
-	if p == nil {
-		return math.Inf(1)
-	}
-	return *p
-}
-
-func resourceKey(r ResourceRow, col string) (float64, string, bool) {
-	switch col {
-	case "template":
-		return 0, r.Template, false
-	case "algorithm":
-		return 0, r.Algorithm, false
-	case "capacity":
-		return ptrNum(r.Capacity), "", true
-	case "sum_has":
-		return r.SumHas, "", true
-	case "sum_wants":
-		return r.SumWants, "", true
-	case "clients":
-		return float64(r.Clients), "", true
-	case "learning":
-		return boolNum(r.Learning), "", true
-	case "safe_capacity":
-		return ptrNum(r.SafeCapacity), "", true
-	}
-	return 0, r.ID, false
-}
-
-func leaseKey(l LeaseRow, col string) (float64, string, bool) {
-	switch col {
-	case "priority":
-		return float64(l.Priority), "", true
-	case "has":
-		return l.Has, "", true
-	case "wants":
-		return l.Wants, "", true
-	case "subclients":
-		return float64(l.Subclients), "", true
-	case "expiry", "expires_in":
-		return l.ExpiresIn, "", true
-	case "refresh_interval":
-		return l.RefreshInterval, "", true
-	}
-	return 0, l.Client, false
 }
 
 // Status returns the /debug/status data, resources filtered and sorted by f.
@@ -454,116 +253,4 @@ func (s *Server) ResourceStatusPage(id string, f Filter) (ResourcePage, error) {
 func leaseRow(l lease.Lease, now time.Time) LeaseRow {
 	return LeaseRow{Client: l.Client, Priority: l.Priority, Has: l.Has, Wants: l.Wants, Subclients: l.Subclients,
 		Expiry: l.Expiry.UTC(), ExpiresIn: math.Round(l.Expiry.Sub(now).Seconds()), RefreshInterval: l.RefreshInterval.Seconds()}
-}
-
-// sample records one history point per resource (called from Sweep).
-func (s *Server) sample(now time.Time) {
-	ids, rs := s.resourceList()
-	for i, r := range rs {
-		r.mu.Lock()
-		p := r.store.Params()
-		w, h, _, _ := r.store.Totals()
-		r.mu.Unlock()
-		s.hist.add(ids[i], Point{T: now.Unix(), Capacity: finite(p.Capacity), Has: h, Wants: w})
-	}
-}
-
-func wantsJSON(r *http.Request) bool {
-	return r.URL.Query().Get("format") == "json" || strings.Contains(r.Header.Get("Accept"), "application/json")
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
-	f, err := parseFilter(r.URL.Query())
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	st := s.StatusPage(f)
-	if wantsJSON(r) {
-		writeJSON(w, st)
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := pages.ExecuteTemplate(w, "status.html", st); err != nil {
-		s.log.Error("status page", "err", err)
-	}
-}
-
-func (s *Server) handleResource(w http.ResponseWriter, r *http.Request) {
-	f, err := parseFilter(r.URL.Query())
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	id := r.URL.Query().Get("id")
-	page, err := s.ResourceStatusPage(id, f)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusNotFound)
-		return
-	}
-	if wantsJSON(r) {
-		writeJSON(w, page)
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := pages.ExecuteTemplate(w, "resource.html", struct {
-		ResourcePage
-		ID string
-	}{page, id}); err != nil {
-		s.log.Error("resource page", "err", err)
-	}
-}
-
-func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
-	ok, why := s.Ready()
-	if !ok {
-		http.Error(w, why, http.StatusServiceUnavailable)
-		return
-	}
-	_, _ = w.Write([]byte("ok\n"))
-}
-
-// formatNum prints a number for a table: "∞" for unlimited, else up to
-// three decimals.
-func formatNum(v any) string {
-	switch x := v.(type) {
-	case *float64:
-		if x == nil {
-			return "∞"
-		}
-		return formatNum(*x)
-	case float64:
-		if math.IsInf(x, 0) {
-			return "∞"
-		}
-		return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", x), "0"), ".")
-	}
-	return fmt.Sprint(v)
-}
-
-// sortURL returns the current page's URL sorted by col (toggling the
-// direction if it is already sorted by col).
-func sortURL(f Filter, path, col string, extra ...string) string {
-	q := url.Values{}
-	if f.Prefix != "" {
-		q.Set("prefix", f.Prefix)
-	}
-	if f.Regex != "" {
-		q.Set("regex", f.Regex)
-	}
-	q.Set("sort", col)
-	if f.Sort == col && !f.Desc {
-		q.Set("desc", "1")
-	}
-	for i := 0; i+1 < len(extra); i += 2 {
-		q.Set(extra[i], extra[i+1])
-	}
-	return path + "?" + q.Encode()
 }
