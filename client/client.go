@@ -45,6 +45,7 @@ import (
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 
 	"github.com/sluice-rl/sluice/internal/discovery"
+	"github.com/sluice-rl/sluice/internal/retry"
 )
 
 // Mode is what a resource does when its lease has expired without renewal.
@@ -553,14 +554,7 @@ const ExpiryMargin = 500 * time.Millisecond
 // backoff returns the delay after n consecutive failures: capped
 // exponential with jitter (between half and all of it).
 func (c *Client) backoff(n int) time.Duration {
-	d := MinBackoff << min(n-1, 20)
-	if d > MaxBackoff || d <= 0 {
-		d = MaxBackoff
-	}
-	if c.rand != nil {
-		return d/2 + time.Duration(c.rand.Int64N(int64(d/2+1)))
-	}
-	return d/2 + rand.N(d/2+1)
+	return retry.Backoff(n, MinBackoff, MaxBackoff, c.rand)
 }
 
 // rotate moves, after a failure, to the master named by Discovery on the

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/retry"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -185,15 +186,17 @@ func (e *etcdElection) Run(parent context.Context, report func(Status)) error {
 		}
 	}()
 	e.setLeader(false)
-	backoff := 100 * time.Millisecond
+	failures := 0
 	for ctx.Err() == nil {
 		won, err := e.term(ctx)
 		if ctx.Err() != nil {
 			break
 		}
 		if won {
-			backoff = 100 * time.Millisecond
+			failures = 0
 		}
+		failures++
+		backoff := retry.Backoff(failures, 100*time.Millisecond, 5*time.Second, nil)
 		if err != nil {
 			e.opts.Logger.Warn("election: etcd session failed; retrying", "key", e.opts.Key, "err", err, "backoff", backoff)
 		}
@@ -201,7 +204,6 @@ func (e *etcdElection) Run(parent context.Context, report func(Status)) error {
 		case <-ctx.Done():
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 	e.setLeader(false)
 	if parent.Err() == nil {

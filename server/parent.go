@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -17,6 +16,7 @@ import (
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/internal/discovery"
+	"github.com/sluice-rl/sluice/internal/retry"
 	"github.com/sluice-rl/sluice/lease"
 )
 
@@ -267,14 +267,7 @@ func (s *Server) StepParent(ctx context.Context) time.Duration {
 // backoff returns the delay after n consecutive failures: capped
 // exponential with jitter (between half and all of it).
 func (s *Server) backoff(n int) time.Duration {
-	d := minBackoff << min(n-1, 20)
-	if d > maxBackoff || d <= 0 {
-		d = maxBackoff
-	}
-	if s.opts.Rand != nil {
-		return d/2 + time.Duration(s.opts.Rand.Int64N(int64(d/2+1)))
-	}
-	return d/2 + rand.N(d/2+1)
+	return retry.Backoff(n, minBackoff, maxBackoff, s.opts.Rand)
 }
 
 // failover moves to the parent's master, found with Discovery, or else

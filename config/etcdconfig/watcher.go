@@ -8,9 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluice-rl/sluice/config"
 	"sync"
 	"time"
+
+	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/internal/retry"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -102,19 +104,19 @@ func (w *Watcher) setRev(rev int64) {
 // watch breaks (etcd unreachable, history compacted) it reads the key again
 // and watches from there, backing off up to 5 s between attempts.
 func (w *Watcher) Run(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
+	failures := 0
 	for ctx.Err() == nil {
 		if err := w.watch(ctx); err != nil && ctx.Err() == nil {
 			w.onError(fmt.Errorf("config: watching etcd key %s: %w", w.key, err))
+			failures++
 			select {
 			case <-ctx.Done():
-			case <-time.After(backoff):
+			case <-time.After(retry.Backoff(failures, 100*time.Millisecond, 5*time.Second, nil)):
 			}
-			backoff = min(2*backoff, 5*time.Second)
 			w.resync(ctx)
 			continue
 		}
-		backoff = 100 * time.Millisecond
+		failures = 0
 	}
 	return nil
 }
