@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-rl/sluice/algorithm"
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/lease"
 )
@@ -121,7 +122,7 @@ func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.
 		return connect.NewResponse(&pb.GetServerCapacityResponse{Mastership: s.mastershipOrUnknown()}), nil
 	}
 	for i, g := range grants {
-		p, params := s.paramsOf(ids[i])
+		p, params, decay := s.paramsOf(ids[i])
 		out.Response = append(out.Response, &pb.ServerCapacityResourceResponse{
 			ResourceId: proto.String(ids[i]),
 			Gets:       wireLease(g),
@@ -131,7 +132,7 @@ func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.
 				// The child refreshes with this server every
 				// p.RefreshInterval (Gets); its own requesters, one level
 				// further from the root, refresh 1/decay_factor as slowly.
-				RefreshInterval:      proto.Int64(int64(childInterval(p.RefreshInterval, p.LeaseLength, decayFactor(params), s.opts.DesignRefreshDecay) / time.Second)),
+				RefreshInterval:      proto.Int64(int64(childInterval(p.RefreshInterval, p.LeaseLength, decay, s.opts.DesignRefreshDecay) / time.Second)),
 				LearningModeDuration: proto.Int64(int64(p.LearningModeDuration / time.Second)),
 				Parameters:           params,
 			},
@@ -236,26 +237,32 @@ func (s *Server) decide(r *resource, id string, req lease.Request) lease.Grant {
 // without a record (the counter counts every one).
 const unrecordedLogEvery = 10 * time.Second
 
-// paramsOf returns resource id's parameters and algorithm parameters.
-func (s *Server) paramsOf(id string) (lease.Params, []*pb.NamedParameter) {
+// paramsOf returns resource id's parameters, its algorithm parameters
+// for the wire, and their decay_factor (resolved when the template was
+// loaded or the parent's lease adopted; algorithm.DefaultDecayFactor when
+// there is none).
+func (s *Server) paramsOf(id string) (p lease.Params, params []*pb.NamedParameter, decay float64) {
 	s.mu.RLock()
 	r := s.resources[id]
 	s.mu.RUnlock()
 	if r == nil {
-		return paramsFor(nil), nil
+		return paramsFor(nil), nil, algorithm.DefaultDecayFactor
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s.parent != nil {
-		return r.store.Params(), r.parent.algoParams
-	}
-	var params []*pb.NamedParameter
-	if r.template != nil {
-		for _, p := range r.template.Algorithm.Parameters {
-			params = append(params, &pb.NamedParameter{Name: proto.String(p.Name), Value: proto.String(p.Value)})
+	switch {
+	case s.parent != nil:
+		params, decay = r.parent.algoParams, r.parent.decay
+	case r.template != nil:
+		for _, tp := range r.template.Algorithm.Parameters {
+			params = append(params, &pb.NamedParameter{Name: proto.String(tp.Name), Value: proto.String(tp.Value)})
 		}
+		decay = r.template.Algorithm.Params.DecayFactor
 	}
-	return r.store.Params(), params
+	if decay <= 0 { // no template, or no lease from the parent yet
+		decay = algorithm.DefaultDecayFactor
+	}
+	return r.store.Params(), params, decay
 }
 
 func wireLease(g lease.Grant) *pb.Lease {

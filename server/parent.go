@@ -50,6 +50,7 @@ type parentLease struct {
 	safe       float64
 	hasSafe    bool
 	algoParams []*pb.NamedParameter // pushed down with the algorithm
+	decay      float64              // their decay_factor, resolved
 	ready      chan struct{}        // closed when the first answer arrives
 }
 
@@ -434,6 +435,7 @@ func (pl *parentLease) adopt(rr *pb.ServerCapacityResourceResponse) (fellBack bo
 		// algorithm that cannot be instantiated runs as None.
 		inst, _ := algorithm.Build(algorithm.Kind(a.GetKind()), paramsFromWire(a.GetParameters()))
 		pl.kind, fellBack = inst.Kind, inst.FellBack
+		pl.decay = inst.Params.DecayFactor
 		pl.length = time.Duration(max(a.GetLeaseLength(), 1)) * time.Second
 		pl.interval = time.Duration(max(a.GetRefreshInterval(), 1)) * time.Second
 		pl.learning = time.Duration(max(a.GetLearningModeDuration(), 0)) * time.Second
@@ -492,14 +494,6 @@ func paramsFromWire(ps []*pb.NamedParameter) []algorithm.Parameter {
 		out = append(out, algorithm.Parameter{Name: p.GetName(), Value: p.GetValue()})
 	}
 	return out
-}
-
-// decayFactor returns the decay_factor among params (a template's, or
-// what the parent pushed down), or algorithm.DefaultDecayFactor; a value
-// the configuration would refuse counts as absent.
-func decayFactor(params []*pb.NamedParameter) float64 {
-	p, _ := algorithm.ParseParameters(paramsFromWire(params))
-	return p.DecayFactor
 }
 
 // childInterval returns the refresh interval a child server should hand
