@@ -62,12 +62,7 @@ func (s *Server) GetCapacity(ctx context.Context, req *connect.Request[pb.GetCap
 			Wants:      rr.GetWants(),
 			Subclients: 1,
 		}
-		if h := rr.GetHas(); h != nil {
-			lr.Has = proto.Float64(h.GetCapacity())
-			if !s.opts.DoormanAllocation {
-				lr.HasExpiry = time.Unix(h.GetExpiryTime(), 0)
-			}
-		}
+		s.claim(&lr, rr.GetHas())
 		ids[i], lrs[i] = rr.GetResourceId(), lr
 	}
 	grants, ok := s.decideAll(ctx, ids, lrs)
@@ -109,12 +104,7 @@ func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.
 		// A downstream server's has is what it has handed out and that
 		// still runs: it stays booked until its clients give it back.
 		lr.KeepOutstanding = !s.opts.DoormanAllocation
-		if h := rr.GetHas(); h != nil {
-			lr.Has = proto.Float64(h.GetCapacity())
-			if !s.opts.DoormanAllocation {
-				lr.HasExpiry = time.Unix(h.GetExpiryTime(), 0)
-			}
-		}
+		s.claim(&lr, rr.GetHas())
 		ids[i], lrs[i] = rr.GetResourceId(), lr
 	}
 	grants, ok := s.decideAll(ctx, ids, lrs)
@@ -236,6 +226,19 @@ func (s *Server) decide(r *resource, id string, req lease.Request) lease.Grant {
 // unrecordedLogEvery is the least time between two logs of a claimed lease
 // without a record (the counter counts every one).
 const unrecordedLogEvery = 10 * time.Second
+
+// claim sets lr's Has and HasExpiry from the lease the requester says it
+// holds (has; nil: none). Doorman's allocation (Options.DoormanAllocation)
+// does not use the claimed expiry.
+func (s *Server) claim(lr *lease.Request, has *pb.Lease) {
+	if has == nil {
+		return
+	}
+	lr.Has = proto.Float64(has.GetCapacity())
+	if !s.opts.DoormanAllocation {
+		lr.HasExpiry = time.Unix(has.GetExpiryTime(), 0)
+	}
+}
 
 // paramsOf returns resource id's parameters, its algorithm parameters
 // for the wire, and their decay_factor (resolved when the template was
