@@ -16,10 +16,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/retry"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/sluice-rl/sluice/internal/retry"
 )
 
 // Status is one task's view of its node's election.

@@ -150,13 +150,12 @@ type ackFilterConn struct {
 
 func (c *ackFilterConn) Read(p []byte) (int, error) {
 	for !c.done && len(c.out) == 0 {
-		buf := make([]byte, 4096)
-		n, err := c.Conn.Read(buf)
-		c.in = append(c.in, buf[:n]...)
+		n, err := c.Conn.Read(p) // p is only scratch here: c.out is copied into it below
+		c.in = append(c.in, p[:n]...)
 		c.scan()
 		if err != nil && len(c.out) == 0 {
 			if len(c.in) > 0 { // a partial frame header at the end
-				c.out, c.in, c.done = c.in, nil, true
+				c.passRest()
 				break
 			}
 			return 0, err
@@ -170,20 +169,24 @@ func (c *ackFilterConn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
+// passRest hands everything read so far to the reader and stops examining.
+func (c *ackFilterConn) passRest() {
+	c.out, c.in, c.done = append(c.out, c.in...), nil, true
+}
+
 // scan moves examined bytes from in to out, dropping the acknowledgement.
 func (c *ackFilterConn) scan() {
 	if !c.checked {
 		if len(c.in) < len(http2Preface) {
 			if !strings.HasPrefix(http2Preface, string(c.in)) {
-				c.checked, c.done = true, true
-				c.out, c.in = append(c.out, c.in...), nil
+				c.checked = true
+				c.passRest()
 			}
 			return
 		}
 		c.checked = true
 		if string(c.in[:len(http2Preface)]) != http2Preface {
-			c.done = true
-			c.out, c.in = append(c.out, c.in...), nil
+			c.passRest()
 			return
 		}
 		c.out = append(c.out, c.in[:len(http2Preface)]...)
@@ -205,8 +208,7 @@ func (c *ackFilterConn) scan() {
 		const typeSettings, flagAck = 0x4, 0x1
 		if c.in[3] == typeSettings && c.in[4]&flagAck != 0 && length == 0 {
 			c.in = c.in[9:] // the matcher's SETTINGS, acknowledged
-			c.done = true
-			c.out, c.in = append(c.out, c.in...), nil
+			c.passRest()
 			return
 		}
 		c.out = append(c.out, c.in[:9]...)

@@ -11,11 +11,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-rl/sluice/config"
-	"github.com/sluice-rl/sluice/internal/retry"
-
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/internal/retry"
 )
 
 // Watcher keeps a Repository loaded from the value of an etcd key (the
