@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -37,8 +36,9 @@ resources:
 // connections) once clients are closed and servers stopped.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// quiet discards logs: the tests print nothing when they pass.
-var quiet = slog.New(slog.DiscardHandler)
+// quiet is the tests' logger: it discards logs unless SLUICE_TEST_LOG is
+// set, so the tests print nothing when they pass.
+var quiet = testutil.Logger()
 
 type testServer struct {
 	*server.Server

@@ -2,7 +2,6 @@ package testutil
 
 import (
 	"flag"
-	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -33,7 +32,7 @@ func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) ti
 func Logger() *slog.Logger {
 	lv, ok := os.LookupEnv("SLUICE_TEST_LOG")
 	if !ok {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
+		return slog.New(slog.DiscardHandler)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(lv)); err != nil {
