@@ -353,6 +353,7 @@ type refReservation struct {
 	ok       bool
 	at, end  time.Time
 	spent    float64
+	took     bool // false when nothing was taken (n ≤ 0, rate +Inf): nothing to give back
 	mu       sync.Mutex
 	canceled bool
 }
@@ -385,7 +386,7 @@ func (r *refReservation) Cancel() { r.CancelAt(r.l.now()) }
 func (r *refReservation) CancelAt(now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.ok || r.canceled {
+	if !r.ok || !r.took || r.canceled {
 		return
 	}
 	r.canceled = true
@@ -413,6 +414,7 @@ func (l *refLimiter) ReserveN(now time.Time, n int) *refReservation {
 		return r
 	}
 	r.at, r.spent, r.end = l.reserve(now, float64(n))
+	r.took = true
 	return r
 }
 

@@ -56,12 +56,21 @@ func ChildLogLevel() string {
 
 // RapidChecks sets pgregory.net/rapid's -rapid.checks to n unless the
 // command line gave it: property tests run n cases by default (rapid's own
-// default is 100). Call it from TestMain before m.Run.
+// default is 100). It also fixes the seed (-rapid.seed=1) unless the command
+// line or rapid's RAPID_SEED variable chose one, so that the suite, and CI,
+// answer the same way on every run; explore new cases with RAPID_SEED=0
+// (random) and a large -rapid.checks. Call it from TestMain before m.Run.
 func RapidChecks(n int) {
 	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
-	if !set {
+	checks, seed := false, false
+	flag.Visit(func(f *flag.Flag) {
+		checks = checks || f.Name == "rapid.checks"
+		seed = seed || f.Name == "rapid.seed"
+	})
+	if !checks {
 		_ = flag.Set("rapid.checks", strconv.Itoa(n))
+	}
+	if _, env := os.LookupEnv("RAPID_SEED"); !seed && !env {
+		_ = flag.Set("rapid.seed", "1")
 	}
 }
