@@ -45,7 +45,7 @@ import (
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 
 	"github.com/sluice-rl/sluice/internal/discovery"
-	"github.com/sluice-rl/sluice/internal/retry"
+	"github.com/sluice-rl/sluice/internal/refresh"
 )
 
 // Mode is what a resource does when its lease has expired without renewal.
@@ -170,9 +170,9 @@ type Client struct {
 	rand       *rand.Rand // nil: the global source
 	manual     bool
 
-	// Refresh-loop state, used only by Step (one caller at a time).
-	failures int
-	interval time.Duration // refresh interval of the last answer
+	// Refresh-loop state, used only by Step (one caller at a time): the
+	// backoff after failures, capped by the last answer's refresh interval.
+	retry refresh.Retry
 
 	mu        sync.Mutex
 	addr      string // current master (or candidate) address
@@ -182,7 +182,7 @@ type Client struct {
 
 	killed atomic.Bool // the kill switch (SetKillSwitch)
 
-	wake   chan struct{}
+	wake   refresh.Wake
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -218,7 +218,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 	c := &Client{
 		addrs:     addrs,
 		resources: make(map[string]*resourceState),
-		wake:      make(chan struct{}, 1),
+		wake:      refresh.NewWake(),
 		done:      make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -258,8 +258,8 @@ func New(addr string, opts ...Option) (*Client, error) {
 		c.metrics = newClientMetrics(c)
 		c.registerer.MustRegister(c.metrics)
 	}
-	c.interval = MaxBackoff
-	c.setAddr(addrs[0])
+	c.retry = refresh.Retry{Min: MinBackoff, Max: MaxBackoff, Rand: c.rand}
+	c.use(addrs[0])
 	if c.manual {
 		c.cancel = func() {}
 		close(c.done)
@@ -267,7 +267,10 @@ func New(addr string, opts ...Option) (*Client, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
-	go c.loop(ctx)
+	go func() {
+		defer close(c.done)
+		refresh.Run(ctx, c.wake, c.Step)
+	}()
 	return c, nil
 }
 
@@ -281,21 +284,18 @@ func (c *Client) Server() string {
 	return c.addr
 }
 
-func (c *Client) setAddr(addr string) {
+// use makes addr the server the client talks to and returns its stub.
+func (c *Client) use(addr string) doormanconnect.CapacityClient {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.setAddrLocked(addr)
-}
-
-func (c *Client) setAddrLocked(addr string) {
-	if addr == c.addr && c.stub != nil {
-		return
+	if addr != c.addr || c.stub == nil {
+		c.addr = addr
+		c.stub = c.dial(addr)
+		if c.metrics != nil {
+			c.stub = c.metrics.wrap(c.stub)
+		}
 	}
-	c.addr = addr
-	c.stub = c.dial(addr)
-	if c.metrics != nil {
-		c.stub = c.metrics.wrap(c.stub)
-	}
+	return c.stub
 }
 
 // Resource returns a handle on resource id asking for wants (priority 0).
@@ -403,12 +403,7 @@ func checkWants(w float64) error {
 }
 
 // poke makes the refresh loop send a request now.
-func (c *Client) poke() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-}
+func (c *Client) poke() { c.wake.Poke() }
 
 // Close releases every resource (one ReleaseCapacity RPC, best effort,
 // bounded by a 2 s timeout; none with WithManualRefresh) and stops the
@@ -458,34 +453,6 @@ func (c *Client) release(ctx context.Context, ids []string) error {
 	return err
 }
 
-// loop is the bottom half: it refreshes all leases in one bulk request
-// whenever the earliest refresh is due, a resource asks, or a retry is
-// due, and applies fallbacks when leases expire.
-func (c *Client) loop(ctx context.Context) {
-	defer close(c.done)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		case <-c.wake:
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
-		}
-		next := c.Step(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		timer.Reset(next)
-	}
-}
-
 // Step is one turn of the refresh loop, at the client's clock: it applies
 // the fallback to leases that have expired, sends one bulk GetCapacity
 // request if one is due (following mastership redirects; after a failure
@@ -526,18 +493,17 @@ func (c *Client) loop(ctx context.Context) {
 // more GetCapacity requests for a given resource than once every five
 // seconds"), "Client library".
 func (c *Client) Step(ctx context.Context) time.Duration {
-	next, sent, err := c.refresh(ctx)
+	next, interval, sent, err := c.refresh(ctx)
 	if ctx.Err() != nil {
 		return 0
 	}
 	switch {
 	case err != nil:
-		c.failures++
-		next = min(c.backoff(c.failures), c.interval)
+		next = c.retry.Failed()
 		c.log.Debug("sluice client: refresh failed", "client", c.id, "server", c.Server(), "err", err, "retry_in", next)
 		c.rotate(ctx)
 	case sent:
-		c.failures = 0
+		c.retry.Succeeded(interval)
 	}
 	// Never sleep past an expiry: the fallback must apply then.
 	if exp, ok := c.nextExpiry(); ok {
@@ -551,12 +517,6 @@ func (c *Client) Step(ctx context.Context) time.Duration {
 // while (its own parent was failing over) is renewed without a gap.
 const ExpiryMargin = 500 * time.Millisecond
 
-// backoff returns the delay after n consecutive failures: capped
-// exponential with jitter (between half and all of it).
-func (c *Client) backoff(n int) time.Duration {
-	return retry.Backoff(n, MinBackoff, MaxBackoff, c.rand)
-}
-
 // rotate moves, after a failure, to the master named by Discovery on the
 // configured addresses, or else to the next address.
 func (c *Client) rotate(ctx context.Context) {
@@ -566,10 +526,7 @@ func (c *Client) rotate(ctx context.Context) {
 	if len(addrs) < 2 {
 		return
 	}
-	next := discovery.Next(ctx, c.dial, addrs, cur)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.setAddrLocked(next)
+	c.use(discovery.Next(ctx, c.dial, addrs, cur))
 }
 
 func (c *Client) nextExpiry() (time.Time, bool) {
@@ -656,9 +613,10 @@ func later(a, b time.Time) time.Time {
 }
 
 // refresh sends a bulk GetCapacity if one is due (see Step and plan),
-// following up to a few mastership redirects, and returns how long until
-// the next is due and whether a request was answered.
-func (c *Client) refresh(ctx context.Context) (next time.Duration, sent bool, err error) {
+// following mastership redirects, and returns how long until the next is
+// due, the refresh interval the answer asked for, and whether a request
+// was answered.
+func (c *Client) refresh(ctx context.Context) (next, interval time.Duration, sent bool, err error) {
 	now := c.now()
 	rs := c.resourceList()
 	for _, r := range rs {
@@ -666,45 +624,39 @@ func (c *Client) refresh(ctx context.Context) (next time.Duration, sent bool, er
 	}
 	send, wait := plan(rs, now)
 	if wait > 0 {
-		return wait, false, nil
+		return wait, 0, false, nil
 	}
-	req := &pb.GetCapacityRequest{ClientId: proto.String(c.id)}
+	req := connect.NewRequest(&pb.GetCapacityRequest{ClientId: proto.String(c.id)})
 	gens := make([]uint64, len(send))
 	for i, r := range send {
 		var rr *pb.ResourceRequest
 		rr, gens[i] = r.request(now)
-		req.Resource = append(req.Resource, rr)
+		req.Msg.Resource = append(req.Msg.Resource, rr)
 	}
-	for redirects := 0; ; redirects++ {
-		c.mu.Lock()
-		stub, addr := c.stub, c.addr
-		c.mu.Unlock()
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := stub.GetCapacity(rctx, connect.NewRequest(req))
-		cancel()
+	resp, _, err := refresh.Follow(ctx, "GetCapacity", c.Server(), func(ctx context.Context, addr string) (*pb.GetCapacityResponse, *pb.Mastership, error) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		resp, err := c.use(addr).GetCapacity(ctx, req)
 		if err != nil {
-			return 0, false, fmt.Errorf("GetCapacity to %s: %w", addr, err)
+			return nil, nil, err
 		}
 		if m := resp.Msg.Mastership; m != nil {
-			master := m.GetMasterAddress()
-			if master == "" || master == addr || redirects >= 3 {
-				return 0, false, fmt.Errorf("GetCapacity to %s: not the master (master %q)", addr, master)
-			}
-			c.log.Debug("sluice client: following mastership redirect", "from", addr, "to", master)
-			c.setAddr(master)
-			continue
+			c.log.Debug("sluice client: following mastership redirect", "from", addr, "to", m.GetMasterAddress())
 		}
-		// The window runs from the answer: the master saw the request
-		// earlier, so it never sees two within MinRequestInterval.
-		now := c.now()
-		for i, r := range send {
-			r.sent(now, gens[i])
-		}
-		ri := c.apply(resp.Msg, send, now)
-		c.interval = max(min(ri, MaxBackoff), MinBackoff)
-		_, next = plan(c.resourceList(), now)
-		return next, true, nil
+		return resp.Msg, resp.Msg.Mastership, nil
+	})
+	if err != nil {
+		return 0, 0, false, err
 	}
+	// The window runs from the answer: the master saw the request
+	// earlier, so it never sees two within MinRequestInterval.
+	now = c.now()
+	for i, r := range send {
+		r.sent(now, gens[i])
+	}
+	interval = c.apply(resp, send, now)
+	_, next = plan(c.resourceList(), now)
+	return next, interval, true, nil
 }
 
 // apply stores the leases of a response and returns the smallest refresh

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"math"
 	"net/http"
 	"sync"
@@ -16,7 +15,7 @@ import (
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/internal/discovery"
-	"github.com/sluice-rl/sluice/internal/retry"
+	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/lease"
 )
 
@@ -105,11 +104,11 @@ type parentLink struct {
 	s     *Server
 	addrs []string
 	dial  discovery.Dialer
-	wake  chan struct{}
+	wake  refresh.Wake
 
-	// Loop state, used only by step (one caller at a time).
-	failures int
-	interval time.Duration // refresh interval of the last answer
+	// Loop state, used only by step (one caller at a time): the backoff
+	// after failures, capped by the last answer's refresh interval.
+	retry refresh.Retry
 
 	mu       sync.Mutex
 	addr     string
@@ -167,19 +166,21 @@ func newParentLink(s *Server, addrs []string, hc *http.Client, dial discovery.Di
 		}
 		dial = discovery.NewDialer(hc, scheme, false)
 	}
-	l := &parentLink{s: s, addrs: addrs, dial: dial, wake: make(chan struct{}, 1), interval: maxBackoff}
+	l := &parentLink{s: s, addrs: addrs, dial: dial, wake: refresh.NewWake(),
+		retry: refresh.Retry{Min: minBackoff, Max: maxBackoff, Rand: s.opts.Rand}}
 	l.use(addrs[0])
 	return l
 }
 
-func (l *parentLink) use(addr string) {
+// use makes addr the parent address the link talks to and returns its stub.
+func (l *parentLink) use(addr string) doormanconnect.CapacityClient {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if addr == l.addr && l.stub != nil {
-		return
+	if addr != l.addr || l.stub == nil {
+		l.addr = addr
+		l.stub = l.dial(addr)
 	}
-	l.addr = addr
-	l.stub = l.dial(addr)
+	return l.stub
 }
 
 func (l *parentLink) current() (string, doormanconnect.CapacityClient) {
@@ -189,12 +190,7 @@ func (l *parentLink) current() (string, doormanconnect.CapacityClient) {
 }
 
 // poke asks the loop to refresh now.
-func (l *parentLink) poke() {
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
-}
+func (l *parentLink) poke() { l.wake.Poke() }
 
 func (l *parentLink) status() ParentStatus {
 	l.mu.Lock()
@@ -203,29 +199,7 @@ func (l *parentLink) status() ParentStatus {
 }
 
 // run refreshes until ctx is done.
-func (l *parentLink) run(ctx context.Context) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		case <-l.wake:
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
-		}
-		next := l.step(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		timer.Reset(next)
-	}
-}
+func (l *parentLink) run(ctx context.Context) { refresh.Run(ctx, l.wake, l.step) }
 
 // step is one turn of the link: one refresh, and on failure a backoff
 // (never longer than the last refresh interval, so that a parent's failover
@@ -238,16 +212,14 @@ func (l *parentLink) step(ctx context.Context) time.Duration {
 		return 0
 	}
 	if err != nil {
-		l.failures++
-		next = min(l.s.backoff(l.failures), l.interval)
+		next = l.retry.Failed()
 		l.mu.Lock()
 		l.lastErr = err.Error()
 		l.mu.Unlock()
 		l.s.log.Warn("parent refresh failed", "parent", l.addrs, "err", err, "retry_in", next)
 		l.failover(ctx)
 	} else {
-		l.failures = 0
-		l.interval = max(min(next, maxBackoff), minBackoff)
+		l.retry.Succeeded(next)
 	}
 	return next
 }
@@ -263,12 +235,6 @@ func (s *Server) StepParent(ctx context.Context) time.Duration {
 		return 0
 	}
 	return s.parent.step(ctx)
-}
-
-// backoff returns the delay after n consecutive failures: capped
-// exponential with jitter (between half and all of it).
-func (s *Server) backoff(n int) time.Duration {
-	return retry.Backoff(n, minBackoff, maxBackoff, s.opts.Rand)
 }
 
 // failover moves to the parent's master, found with Discovery, or else
@@ -300,32 +266,29 @@ func (l *parentLink) refresh(ctx context.Context) (time.Duration, error) {
 	return next, nil
 }
 
-// send sends one GetServerCapacity, following up to three mastership
-// redirects, and applies the answer.
+// send sends one GetServerCapacity, following mastership redirects, and
+// applies the answer.
 func (l *parentLink) send(ctx context.Context, req *pb.GetServerCapacityRequest, rs []*resource) (time.Duration, error) {
-	for redirects := 0; ; redirects++ {
-		addr, stub := l.current()
-		rctx, cancel := context.WithTimeout(ctx, parentTimeout)
-		resp, err := stub.GetServerCapacity(rctx, connect.NewRequest(req))
-		cancel()
+	cur, _ := l.current()
+	creq := connect.NewRequest(req)
+	resp, _, err := refresh.Follow(ctx, "GetServerCapacity", cur, func(ctx context.Context, addr string) (*pb.GetServerCapacityResponse, *pb.Mastership, error) {
+		ctx, cancel := context.WithTimeout(ctx, parentTimeout)
+		defer cancel()
+		resp, err := l.use(addr).GetServerCapacity(ctx, creq)
 		if err != nil {
-			// First requests keep waiting (up to firstLeaseWait): the
-			// retry, soon and on another address, may reach the master.
-			return 0, fmt.Errorf("GetServerCapacity to %s: %w", addr, err)
+			return nil, nil, err
 		}
-		if m := resp.Msg.Mastership; m != nil {
-			master := m.GetMasterAddress()
-			if master == "" || master == addr || redirects >= 3 {
-				return 0, fmt.Errorf("GetServerCapacity to %s: not the master (master %q)", addr, master)
-			}
-			l.use(master)
-			continue
-		}
-		l.mu.Lock()
-		l.lastOK, l.lastErr = l.s.now(), ""
-		l.mu.Unlock()
-		return l.s.parentAnswered(rs, resp.Msg), nil
+		return resp.Msg, resp.Msg.Mastership, nil
+	})
+	if err != nil {
+		// First requests keep waiting (up to firstLeaseWait): the retry,
+		// soon and on another address, may reach the master.
+		return 0, err
 	}
+	l.mu.Lock()
+	l.lastOK, l.lastErr = l.s.now(), ""
+	l.mu.Unlock()
+	return l.s.parentAnswered(rs, resp), nil
 }
 
 // serverRequest condenses this server's state into a GetServerCapacity

@@ -12,6 +12,7 @@ import (
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/internal/discovery"
+	"github.com/sluice-rl/sluice/internal/refresh"
 )
 
 func newGetCmd() *cobra.Command {
@@ -78,31 +79,27 @@ no lease came back.`,
 	return cmd
 }
 
-// getCapacity sends one GetCapacity for one resource to addr, following up
-// to three mastership redirects, and returns the resource's response and
-// the address that answered. has, if set, is the lease the client holds.
+// getCapacity sends one GetCapacity for one resource to addr, following
+// mastership redirects, and returns the resource's response and the
+// address that answered. has, if set, is the lease the client holds.
 func getCapacity(ctx context.Context, dial discovery.Dialer, addr, clientID, resource string, priority int64, wants float64, has *pb.Lease) (*pb.ResourceResponse, string, error) {
-	req := &pb.GetCapacityRequest{ClientId: proto.String(clientID), Resource: []*pb.ResourceRequest{{
+	req := connect.NewRequest(&pb.GetCapacityRequest{ClientId: proto.String(clientID), Resource: []*pb.ResourceRequest{{
 		ResourceId: proto.String(resource), Priority: proto.Int64(priority), Wants: proto.Float64(wants), Has: has,
-	}}}
-	for redirects := 0; ; redirects++ {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := dial(addr).GetCapacity(rctx, connect.NewRequest(req))
-		cancel()
+	}}})
+	resp, addr, err := refresh.Follow(ctx, "GetCapacity", addr, func(ctx context.Context, addr string) (*pb.GetCapacityResponse, *pb.Mastership, error) {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		resp, err := dial(addr).GetCapacity(ctx, req)
 		if err != nil {
-			return nil, addr, fmt.Errorf("GetCapacity to %s: %w", addr, err)
+			return nil, nil, err
 		}
-		if m := resp.Msg.GetMastership(); resp.Msg.Mastership != nil {
-			next := m.GetMasterAddress()
-			if next == "" || next == addr || redirects >= 3 {
-				return nil, addr, fmt.Errorf("GetCapacity to %s: not the master, and the master is unknown", addr)
-			}
-			addr = next
-			continue
-		}
-		if len(resp.Msg.GetResponse()) != 1 {
-			return nil, addr, fmt.Errorf("GetCapacity to %s: %d responses for one resource", addr, len(resp.Msg.GetResponse()))
-		}
-		return resp.Msg.GetResponse()[0], addr, nil
+		return resp.Msg, resp.Msg.Mastership, nil
+	})
+	if err != nil {
+		return nil, addr, err
 	}
+	if len(resp.GetResponse()) != 1 {
+		return nil, addr, fmt.Errorf("GetCapacity to %s: %d responses for one resource", addr, len(resp.GetResponse()))
+	}
+	return resp.GetResponse()[0], addr, nil
 }
