@@ -234,25 +234,11 @@ func New(addr string, opts ...Option) (*Client, error) {
 		c.now = time.Now
 	}
 	if c.http == nil && c.dial == nil {
-		tr := &http.Transport{}
-		// gRPC needs HTTP/2 (prior knowledge on plaintext, ALPN on TLS);
-		// the JSON protocol works over either.
-		tr.Protocols = new(http.Protocols)
-		tr.Protocols.SetUnencryptedHTTP2(true)
-		tr.Protocols.SetHTTP2(true)
-		tr.Protocols.SetHTTP1(c.json)
-		if c.tls != nil {
-			tr.TLSClientConfig = c.tls.Clone()
-		}
-		c.http = &http.Client{Transport: tr}
+		c.http = &http.Client{Transport: discovery.Transport(c.tls, c.json)}
 		c.ownHTTP = true
 	}
 	if c.dial == nil {
-		scheme := "http"
-		if c.tls != nil {
-			scheme = "https"
-		}
-		c.dial = discovery.NewDialer(c.http, scheme, c.json)
+		c.dial = discovery.NewDialer(c.http, discovery.Scheme(c.tls), c.json)
 	}
 	if c.registerer != nil {
 		c.metrics = newClientMetrics(c)

@@ -151,20 +151,9 @@ func (l *parentLink) sendReleases(ctx context.Context) {
 func newParentLink(s *Server, addrs []string, hc *http.Client, dial discovery.Dialer, tlsCfg *tls.Config) *parentLink {
 	if dial == nil {
 		if hc == nil {
-			tr := &http.Transport{}
-			tr.Protocols = new(http.Protocols)
-			tr.Protocols.SetUnencryptedHTTP2(true)
-			tr.Protocols.SetHTTP2(true)
-			if tlsCfg != nil {
-				tr.TLSClientConfig = tlsCfg.Clone()
-			}
-			hc = &http.Client{Transport: tr}
+			hc = &http.Client{Transport: discovery.Transport(tlsCfg, false)}
 		}
-		scheme := "http"
-		if tlsCfg != nil {
-			scheme = "https"
-		}
-		dial = discovery.NewDialer(hc, scheme, false)
+		dial = discovery.NewDialer(hc, discovery.Scheme(tlsCfg), false)
 	}
 	l := &parentLink{s: s, addrs: addrs, dial: dial, wake: refresh.NewWake(),
 		retry: refresh.Retry{Min: minBackoff, Max: maxBackoff, Rand: s.opts.Rand}}

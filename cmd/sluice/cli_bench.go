@@ -102,21 +102,18 @@ against an otherwise idle server). A progress bar shows on a terminal. Point it 
 			if err != nil {
 				return err
 			}
-			scheme := "http"
-			if cfg != nil {
-				scheme = "https"
-			}
+			scheme := discovery.Scheme(cfg)
 			dialers := make([]discovery.Dialer, conns)
 			for i := range dialers {
 				// A transport per connection: HTTP/2 multiplexes each
 				// transport's requests over one connection.
-				dialers[i] = discovery.NewDialer(&http.Client{Transport: transport(cfg)}, scheme, false)
+				dialers[i] = discovery.NewDialer(&http.Client{Transport: discovery.Transport(cfg, false)}, scheme, false)
 			}
 			ids := make([]string, resources)
 			for i := range ids {
 				ids[i] = fmt.Sprintf("bench/%d", i)
 			}
-			metricsClient := &http.Client{Transport: transport(cfg), Timeout: 10 * time.Second}
+			metricsClient := &http.Client{Transport: discovery.Transport(cfg, false), Timeout: 10 * time.Second}
 			cpu0, cpuOK := serverCPU(cmd.Context(), metricsClient, scheme+"://"+rf.server)
 			// Cancelled, not a deadline: a deadline would travel with each
 			// RPC (grpc-timeout) and the server could end the last ones

@@ -32,15 +32,6 @@ func (f *rpcFlags) tlsConfig() (*tls.Config, error) {
 	return tlsutil.Client(f.caFile, f.certFile, f.keyFile)
 }
 
-// transport returns an HTTP/2 transport (h2c in plaintext, ALPN on TLS).
-func transport(cfg *tls.Config) *http.Transport {
-	tr := &http.Transport{TLSClientConfig: cfg}
-	tr.Protocols = new(http.Protocols)
-	tr.Protocols.SetUnencryptedHTTP2(true)
-	tr.Protocols.SetHTTP2(true)
-	return tr
-}
-
 // dialer returns a gRPC dialer for the flags; each call of the returned
 // dialer's transport shares one connection pool.
 func (f *rpcFlags) dialer() (discovery.Dialer, error) {
@@ -48,9 +39,5 @@ func (f *rpcFlags) dialer() (discovery.Dialer, error) {
 	if err != nil {
 		return nil, err
 	}
-	scheme := "http"
-	if cfg != nil {
-		scheme = "https"
-	}
-	return discovery.NewDialer(&http.Client{Transport: transport(cfg)}, scheme, false), nil
+	return discovery.NewDialer(&http.Client{Transport: discovery.Transport(cfg, false)}, discovery.Scheme(cfg), false), nil
 }

@@ -13,15 +13,15 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluice-rl/sluice/internal/tlsutil"
+	"github.com/sluice-rl/sluice/internal/discovery"
 	"github.com/sluice-rl/sluice/server"
 )
 
 func newStatusCmd() *cobra.Command {
 	var (
-		addr, prefix, regex, sortBy string
-		desc, asJSON                bool
-		caFile, certFile, keyFile   string
+		rf                    rpcFlags
+		prefix, regex, sortBy string
+		desc, asJSON          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "status --server ADDR",
@@ -34,16 +34,12 @@ algorithm, capacity, sum_has, sum_wants, clients, learning, safe_capacity).
 --json prints the JSON as the server sent it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			hc := &http.Client{Timeout: 10 * time.Second}
-			scheme := "http"
-			if caFile != "" || certFile != "" || keyFile != "" {
-				cfg, err := tlsutil.Client(caFile, certFile, keyFile)
-				if err != nil {
-					return err
-				}
-				hc.Transport = &http.Transport{TLSClientConfig: cfg}
-				scheme = "https"
+			addr := rf.server
+			cfg, err := rf.tlsConfig()
+			if err != nil {
+				return err
 			}
+			hc := &http.Client{Timeout: 10 * time.Second, Transport: discovery.Transport(cfg, true)}
 			q := url.Values{"format": {"json"}}
 			for k, v := range map[string]string{"prefix": prefix, "regex": regex, "sort": sortBy} {
 				if v != "" {
@@ -55,7 +51,7 @@ algorithm, capacity, sum_has, sum_wants, clients, learning, safe_capacity).
 			}
 			u := addr
 			if !strings.Contains(u, "://") {
-				u = scheme + "://" + u
+				u = discovery.Scheme(cfg) + "://" + u
 			}
 			req, err := http.NewRequestWithContext(context.Background(), "GET", u+"/debug/status?"+q.Encode(), nil)
 			if err != nil {
@@ -84,16 +80,13 @@ algorithm, capacity, sum_has, sum_wants, clients, learning, safe_capacity).
 			return printStatus(cmd.OutOrStdout(), &st)
 		},
 	}
+	rf.add(cmd)
 	f := cmd.Flags()
-	f.StringVar(&addr, "server", "127.0.0.1:15000", "server address (host:port)")
 	f.StringVar(&prefix, "prefix", "", "only resources whose id starts with this")
 	f.StringVar(&regex, "regex", "", "only resources whose id matches this regular expression")
 	f.StringVar(&sortBy, "sort", "id", "sort resources by this column")
 	f.BoolVar(&desc, "desc", false, "sort descending")
 	f.BoolVar(&asJSON, "json", false, "print the server's JSON")
-	f.StringVar(&caFile, "tls-ca", "", "speak TLS, verifying the server with these CAs (PEM)")
-	f.StringVar(&certFile, "tls-cert", "", "client certificate (PEM) for mTLS")
-	f.StringVar(&keyFile, "tls-key", "", "the private key of --tls-cert (PEM)")
 	return cmd
 }
 

@@ -6,6 +6,7 @@ package discovery
 
 import (
 	"context"
+	"crypto/tls"
 	"net/http"
 	"strings"
 	"time"
@@ -26,6 +27,31 @@ func URL(addr string) string {
 		return addr
 	}
 	return "http://" + addr
+}
+
+// Transport returns the HTTP transport of the capacity RPCs: HTTP/2, as
+// h2c (prior knowledge) in plaintext and by ALPN with TLS when cfg is not
+// nil (a clone of cfg is used), plus HTTP/1.1 when http1 is set (Connect's
+// JSON protocol works over either; gRPC needs HTTP/2).
+func Transport(cfg *tls.Config, http1 bool) *http.Transport {
+	tr := &http.Transport{}
+	if cfg != nil {
+		tr.TLSClientConfig = cfg.Clone()
+	}
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	tr.Protocols.SetHTTP2(true)
+	tr.Protocols.SetHTTP1(http1)
+	return tr
+}
+
+// Scheme returns the scheme of addresses without one: "https" with a TLS
+// configuration, "http" without (nil).
+func Scheme(cfg *tls.Config) string {
+	if cfg != nil {
+		return "https"
+	}
+	return "http"
 }
 
 // Dialer returns a stub for the server at addr: over the network
