@@ -7,7 +7,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/server"
 )
@@ -38,7 +37,7 @@ func TestDemandEstimator(t *testing.T) {
 // for tests inside a synctest bubble.
 func fakeTimeClient(t *testing.T) *client.Client {
 	srv := server.New(server.Options{Address: "s:1", Logger: quiet})
-	c, err := client.New("s:1", client.WithManualRefresh(), client.WithLogger(quiet), client.WithDialer(func(string) doormanconnect.CapacityClient { return srv }))
+	c, err := client.New("s:1", manualOf(srv), client.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,18 +4,40 @@
 // limiters of package ratelimit.
 //
 // One Client carries its resources in one bulk GetCapacity request, sent at
-// the smallest refresh interval among its leases — stretched to at least
-// 5 s (doorman.MinRequestInterval), as Doorman's own client does — and at
-// once when a resource is added. It keeps Doorman's 5-second rule: it never
-// sends a resource's request more often than once every 5 s. A resource
-// requested less than 5 s ago is left out of a request (one sent for a new
-// resource, say), and a change of wants inside those 5 s is sent when they
-// end; see Client.Step for the whole rule. It follows mastership
-// redirects, retries failures with capped exponential backoff and jitter
-// (a retry is not held back by the 5 s: the master never answered), and
-// when a lease expires without renewal falls back to its mode: pessimistic
-// (0), optimistic (what it wants) or safe (the server's safe capacity, the
-// default).
+// the smallest refresh interval among its leases — stretched to at least 5 s
+// (doorman.MinRequestInterval), as Doorman's own client does — and at once
+// when a resource is added. It keeps Doorman's 5-second rule: it never sends
+// a resource's request more often than once every 5 s. A resource requested
+// less than 5 s ago is left out of a request (one sent for a new resource,
+// say), and a change of wants inside those 5 s is sent when they end (the
+// whole rule is below). It follows mastership redirects, retries failures
+// with capped exponential backoff and jitter (a retry is not held back by
+// the 5 s: the master never answered), and when a lease expires without
+// renewal falls back to its mode: pessimistic (0), optimistic (what it
+// wants) or safe (the server's safe capacity, the default).
+//
+// # Doorman's 5-second rule
+//
+// A resource is never sent more often than once every MinRequestInterval
+// (doorman.MinRequestInterval, 5 s), counted from the arrival of the
+// master's answer to the last request carrying it (so the master, which saw
+// that request earlier, never sees two within 5 s; that span is the
+// resource's window). A request is due when a resource is new (never
+// requested: it is sent at once), when a resource's wants changed or it
+// holds no valid lease (sent as soon as its window ends), when a lease's
+// refresh interval has passed (the client refreshes at max(granted refresh
+// interval, MinRequestInterval), as Doorman's client stretches shorter
+// intervals), or ExpiryMargin before a lease expires (but not before its
+// window ends: a lease shorter than 5 s runs out before it can be renewed,
+// and the fallback applies meanwhile). The request carries every resource
+// outside its window, and leaves out those inside it. A request due only for
+// refreshes waits, for less than MinRequestInterval and never past those
+// leases' ExpiryMargin, until the resources inside their windows may go too,
+// so a resource sent on its own (new, or its wants changed) rejoins the
+// others in one bulk request. A request that failed, or was redirected by a
+// server that is not the master, was not answered by the master: its retry
+// (after the backoff, or at once to the new master) is not held back by the
+// window. A resource released and added again is new.
 //
 // Source: doorman-design.md, "Client operation" (at most one request per
 // resource every five seconds), "Client library", "Optimistic, pessimistic
@@ -29,7 +51,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"strings"
@@ -45,6 +66,7 @@ import (
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 
 	"github.com/sluice-rl/sluice/internal/discovery"
+	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/internal/refresh"
 )
 
@@ -96,7 +118,8 @@ const (
 )
 
 // DefaultRefreshInterval is the refresh interval of a lease whose answer
-// gave none, and how long Step waits when the client has no resources.
+// gave none, and how long the refresh loop waits when the client has no
+// resources.
 const DefaultRefreshInterval = 5 * time.Second
 
 // Option configures a Client.
@@ -117,21 +140,12 @@ func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.log = l } }
 
 // WithTLS makes the client speak gRPC over TLS with cfg (its RootCAs
 // verify the servers; its Certificates, if any, are presented for mTLS).
-// Addresses without a scheme get https://. Ignored with WithHTTPClient or
-// WithDialer.
+// Addresses without a scheme get https://. Ignored with WithHTTPClient.
 func WithTLS(cfg *tls.Config) Option { return func(c *Client) { c.tls = cfg } }
-
-// WithDialer makes the client reach servers through dial instead of gRPC
-// over its HTTP client: the simulator passes in-process servers.
-func WithDialer(dial discovery.Dialer) Option { return func(c *Client) { c.dial = dial } }
 
 // WithClock sets the clock (default time.Now); leases, expiries and
 // fallbacks are judged by it.
 func WithClock(now func() time.Time) Option { return func(c *Client) { c.now = now } }
-
-// WithRand sets the source of the retry jitter (default the global
-// math/rand/v2 source), for deterministic simulations.
-func WithRand(r *rand.Rand) Option { return func(c *Client) { c.rand = r } }
 
 // WithRegisterer registers the client's Prometheus metrics with reg: RPCs
 // by method and code, their latency, and per resource (up to
@@ -142,11 +156,6 @@ func WithRand(r *rand.Rand) Option { return func(c *Client) { c.rand = r } }
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(c *Client) { c.registerer = reg }
 }
-
-// WithManualRefresh starts no refresh goroutine: the caller calls Step
-// whenever the previous Step said, and after Ask (a simulator on virtual
-// time does this). Close then releases nothing.
-func WithManualRefresh() Option { return func(c *Client) { c.manual = true } }
 
 // WithJSON makes the client speak Connect's JSON over HTTP/1.1 instead of
 // gRPC (for proxies that do not pass gRPC). Doorman servers need gRPC.
@@ -161,16 +170,15 @@ type Client struct {
 	log        *slog.Logger
 	json       bool
 	addrs      []string
-	ownHTTP    bool // c.http was made here: Close closes its connections
-	dial       discovery.Dialer
+	ownHTTP    bool             // c.http was made here: Close closes its connections
+	dial       discovery.Dialer // hooks.Dial, or gRPC over http
 	tls        *tls.Config
 	now        func() time.Time
 	registerer prometheus.Registerer
 	metrics    *clientMetrics
-	rand       *rand.Rand // nil: the global source
-	manual     bool
+	hooks      hooks.Client // the simulator's and the tests' knobs
 
-	// Refresh-loop state, used only by Step (one caller at a time): the
+	// Refresh-loop state, used only by step (one caller at a time): the
 	// backoff after failures, capped by the last answer's refresh interval.
 	retry refresh.Retry
 
@@ -233,6 +241,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
+	c.dial = c.hooks.Dial
 	if c.http == nil && c.dial == nil {
 		c.http = &http.Client{Transport: discovery.Transport(c.tls, c.json)}
 		c.ownHTTP = true
@@ -244,9 +253,9 @@ func New(addr string, opts ...Option) (*Client, error) {
 		c.metrics = newClientMetrics(c)
 		c.registerer.MustRegister(c.metrics)
 	}
-	c.retry = refresh.Retry{Min: MinBackoff, Max: MaxBackoff, Rand: c.rand}
+	c.retry = refresh.Retry{Min: MinBackoff, Max: MaxBackoff, Rand: c.hooks.Rand}
 	c.use(addrs[0])
-	if c.manual {
+	if c.hooks.Manual {
 		c.cancel = func() {}
 		close(c.done)
 		return c, nil
@@ -255,7 +264,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 	c.cancel = cancel
 	go func() {
 		defer close(c.done)
-		refresh.Run(ctx, c.wake, c.Step)
+		refresh.Run(ctx, c.wake, c.step)
 	}()
 	return c, nil
 }
@@ -286,7 +295,7 @@ func (c *Client) use(addr string) doormanconnect.CapacityClient {
 
 // Resource returns a handle on resource id asking for wants (priority 0).
 // The first handle registers the resource and triggers a prompt request
-// (a new resource is sent at once: see Step);
+// (a new resource is sent at once: see the package doc);
 // until the first lease arrives the resource's capacity is its fallback (see
 // Mode). Further handles for the same id share its lease and add their wants
 // (reference counted: see Resource.Release). It returns an error if the
@@ -392,7 +401,7 @@ func checkWants(w float64) error {
 func (c *Client) poke() { c.wake.Poke() }
 
 // Close releases every resource (one ReleaseCapacity RPC, best effort,
-// bounded by a 2 s timeout; none with WithManualRefresh) and stops the
+// bounded by a 2 s timeout) and stops the
 // refresh loop. Every resource's capacity becomes 0 and its listeners are
 // told so on the caller's goroutine, with no lock held (see
 // Resource.OnChange). It returns the ReleaseCapacity RPC's error, if any.
@@ -421,7 +430,7 @@ func (c *Client) Close() error {
 	if c.ownHTTP {
 		defer c.http.CloseIdleConnections()
 	}
-	if len(ids) == 0 || c.manual {
+	if len(ids) == 0 || c.hooks.Manual {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -439,36 +448,16 @@ func (c *Client) release(ctx context.Context, ids []string) error {
 	return err
 }
 
-// Step is one turn of the refresh loop, at the client's clock: it applies
+// step is one turn of the refresh loop, at the client's clock: it applies
 // the fallback to leases that have expired, sends one bulk GetCapacity
-// request if one is due (following mastership redirects; after a failure
-// it backs off and fails over to the master named by Discovery), and
-// returns how long until the next turn is due. The background loop calls
-// it (at once after Resource and a change of wants, and when the previous
-// turn said); with WithManualRefresh the caller does. Calling it more often
-// sends nothing more: the schedule is kept by Step itself. Not for
+// request if one is due by the 5-second rule of the package doc
+// (following mastership redirects; after a failure it backs off and fails
+// over to the master named by Discovery), and returns how long until the
+// next turn is due. The background loop calls it (at once after Resource
+// and a change of wants, and when the previous turn said); with
+// hooks.Client.Manual the caller does (hooks.ClientStep). Calling it more
+// often sends nothing more: the schedule is kept by step itself. Not for
 // concurrent use.
-//
-// Doorman's 5-second rule: a resource is never sent more often than once
-// every MinRequestInterval (doorman.MinRequestInterval, 5 s), counted from
-// the arrival of the master's answer to the last request carrying it (so
-// the master, which saw that request earlier, never sees two within 5 s;
-// that span is the resource's window). A request is due when a resource is
-// new (never requested: it is sent at once), when a resource's wants
-// changed or it holds no valid lease (sent as soon as its window ends),
-// when a lease's refresh interval has passed (the client refreshes at
-// max(granted refresh interval, MinRequestInterval), as Doorman's client
-// stretches shorter intervals), or ExpiryMargin before a lease expires (but
-// not before its window ends: a lease shorter than 5 s runs out before it
-// can be renewed, and the fallback applies meanwhile). The request carries
-// every resource outside its window, and leaves out those inside it. A request due only for
-// refreshes waits, for less than MinRequestInterval and never past those
-// leases' ExpiryMargin, until the resources inside their windows may go
-// too, so a resource sent on its own (new, or its wants changed) rejoins
-// the others in one bulk request. A request that failed, or was redirected
-// by a server that is not the master, was not answered by the master: its
-// retry (after the backoff, or at once to the new master) is not held back
-// by the window. A resource released and added again is new.
 //
 // The returned duration is the time until the next request is due; after
 // a failure, the backoff (capped exponential with jitter, never longer than
@@ -478,7 +467,7 @@ func (c *Client) release(ctx context.Context, ids []string) error {
 // Source: doorman-design.md, "Client operation" ("a client may not send
 // more GetCapacity requests for a given resource than once every five
 // seconds"), "Client library".
-func (c *Client) Step(ctx context.Context) time.Duration {
+func (c *Client) step(ctx context.Context) time.Duration {
 	next, interval, sent, err := c.refresh(ctx)
 	if ctx.Err() != nil {
 		return 0
@@ -541,7 +530,7 @@ func (c *Client) resourceList() []*resourceState {
 	return rs
 }
 
-// plan decides at now, by the rule of Step, whether a bulk request is due
+// plan decides at now, by the 5-second rule (package doc), whether a bulk request is due
 // and what it carries: every resource outside its MinRequestInterval
 // window. wait is how long until one is due; 0 means now (send is then not
 // empty).
@@ -598,7 +587,7 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// refresh sends a bulk GetCapacity if one is due (see Step and plan),
+// refresh sends a bulk GetCapacity if one is due (see step and plan),
 // following mastership redirects, and returns how long until the next is
 // due, the refresh interval the answer asked for, and whether a request
 // was answered.
@@ -673,4 +662,9 @@ func (c *Client) apply(resp *pb.GetCapacityResponse, rs []*resourceState, now ti
 		next = DefaultRefreshInterval
 	}
 	return next
+}
+
+func init() {
+	hooks.ClientOption = func(h hooks.Client) any { return Option(func(c *Client) { c.hooks = h }) }
+	hooks.ClientStep = func(c any, ctx context.Context) time.Duration { return c.(*Client).step(ctx) }
 }

@@ -81,7 +81,7 @@ func recordedClient(t *testing.T, yaml string, opts ...client.Option) (*client.C
 func stepEvery(c *client.Client, clock *fakeClock, tick, d time.Duration) {
 	end := clock.Now().Add(d)
 	for {
-		c.Step(context.Background())
+		step(c)
 		if !clock.Now().Before(end) {
 			return
 		}
@@ -94,7 +94,7 @@ func stepEvery(c *client.Client, clock *fakeClock, tick, d time.Duration) {
 func stepAsAsked(c *client.Client, clock *fakeClock, d time.Duration) {
 	end := clock.Now().Add(d)
 	for {
-		next := c.Step(context.Background())
+		next := step(c)
 		if clock.Now().Add(next).After(end) {
 			clock.Advance(end.Sub(clock.Now()))
 			return
@@ -200,7 +200,7 @@ func TestRefreshIntervalStretchedToMinRequestInterval(t *testing.T) {
 	if _, err := c.Resource("one", 10); err != nil {
 		t.Fatal(err)
 	}
-	if next := c.Step(context.Background()); next != 5*time.Second {
+	if next := step(c); next != 5*time.Second {
 		t.Fatalf("Step after a grant of refresh interval 1 s asks to be called in %v, want 5s", next)
 	}
 }
@@ -213,7 +213,7 @@ func TestWantsChangesWithinWindowOneRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	step := func() time.Duration { return c.Step(context.Background()) }
+	step := func() time.Duration { return step(c) }
 	step() // t=0: the first request
 	clock.Advance(time.Second)
 	if err := res.Ask(20); err != nil {
@@ -256,12 +256,12 @@ func TestNewResourceSentAtOnceWithoutOthersInWindow(t *testing.T) {
 	if _, err := c.Resource("one", 10); err != nil {
 		t.Fatal(err)
 	}
-	c.Step(context.Background()) // t=0
+	step(c) // t=0
 	clock.Advance(time.Second)
 	if _, err := c.Resource("eight", 10); err != nil {
 		t.Fatal(err)
 	}
-	c.Step(context.Background()) // t=1
+	step(c) // t=1
 	reqs := rec.requests()
 	if got, want := times(reqs), secs(0, 1); !slices.Equal(got, want) {
 		t.Fatalf("requests at %v, want %v: the new resource at once", got, want)
@@ -294,7 +294,7 @@ func TestRetryAfterFailureNotHeldByWindow(t *testing.T) {
 	rec.mu.Lock()
 	rec.fail = 2
 	rec.mu.Unlock()
-	next := c.Step(context.Background()) // t=0: fails
+	next := step(c) // t=0: fails
 	if next <= 0 || next >= pb.MinRequestInterval {
 		t.Fatalf("retry in %v after a failure, want a backoff under 5 s", next)
 	}

@@ -50,8 +50,7 @@ func fakeServer(t *testing.T, yaml string, clock *fakeClock) *server.Server {
 // test's cleanup closes it.
 func clientOf(t *testing.T, srv doormanconnect.CapacityClient, clock *fakeClock, opts ...client.Option) *client.Client {
 	t.Helper()
-	opts = append([]client.Option{client.WithManualRefresh(), client.WithClock(clock.Now), client.WithLogger(quiet),
-		client.WithDialer(func(string) doormanconnect.CapacityClient { return srv })}, opts...)
+	opts = append([]client.Option{manualOf(srv), client.WithClock(clock.Now), client.WithLogger(quiet)}, opts...)
 	c, err := client.New("s:1", opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +77,7 @@ func run(clock *fakeClock, d time.Duration, cs ...*client.Client) {
 		first := end
 		for i, c := range cs {
 			if !next[i].After(now) {
-				next[i] = now.Add(max(c.Step(context.Background()), time.Millisecond))
+				next[i] = now.Add(max(step(c), time.Millisecond))
 			}
 			if next[i].Before(first) {
 				first = next[i]
@@ -126,12 +125,12 @@ func TestListenersRunWithoutClientLocks(t *testing.T) {
 		change func(t *testing.T, c *client.Client, res *client.Resource, clock *fakeClock)
 	}{
 		{"grant in Step", client.Pessimistic, func(t *testing.T, c *client.Client, _ *client.Resource, _ *fakeClock) {
-			c.Step(context.Background())
+			step(c)
 		}},
 		{"expiry in Step", client.Pessimistic, func(t *testing.T, c *client.Client, _ *client.Resource, clock *fakeClock) {
-			c.Step(context.Background())
+			step(c)
 			clock.Advance(30 * time.Second) // the 20 s lease ran out
-			c.Step(context.Background())
+			step(c)
 		}},
 		{"Ask", client.Optimistic, func(t *testing.T, _ *client.Client, res *client.Resource, _ *fakeClock) {
 			if err := res.Ask(20); err != nil {

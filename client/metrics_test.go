@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/server"
@@ -29,8 +27,7 @@ resources:
 	}
 	srv := server.New(server.Options{Address: "s:1", Config: cfg, Now: clock, Logger: quiet})
 	reg := prometheus.NewRegistry()
-	c, err := client.New("s:1", client.WithID("c"), client.WithManualRefresh(), client.WithClock(clock), client.WithLogger(quiet),
-		client.WithDialer(func(string) doormanconnect.CapacityClient { return srv }), client.WithRegisterer(reg),
+	c, err := client.New("s:1", client.WithID("c"), manualOf(srv), client.WithClock(clock), client.WithLogger(quiet), client.WithRegisterer(reg),
 		client.WithMode(client.Pessimistic))
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +37,7 @@ resources:
 		t.Fatal(err)
 	}
 	now = now.Add(3 * time.Second) // 3 s without a lease
-	c.Step(context.Background())
+	step(c)
 	if got := res.Capacity(); got != 4 {
 		t.Fatalf("capacity %v", got)
 	}

@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/server"
@@ -36,7 +35,7 @@ func limiterAt(t *testing.T, rate float64) *client.RateLimiter {
 		t.Fatal(err)
 	}
 	srv := server.New(server.Options{Address: "s:1", Config: cfg, Logger: quiet})
-	c, err := client.New("s:1", client.WithManualRefresh(), client.WithLogger(quiet), client.WithDialer(func(string) doormanconnect.CapacityClient { return srv }))
+	c, err := client.New("s:1", manualOf(srv), client.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +44,7 @@ func limiterAt(t *testing.T, rate float64) *client.RateLimiter {
 		t.Fatal(err)
 	}
 	l := client.NewRateLimiter(res, 0)
-	c.Step(context.Background())
+	step(c)
 	if l.Rate() != rate {
 		t.Fatalf("limiter rate %v, want %v", l.Rate(), rate)
 	}

@@ -65,7 +65,7 @@ type resourceState struct {
 	chanSeq    uint64 // the notification last put on changes
 	changes    chan float64
 
-	// Doorman's 5-second rule (see Client.Step).
+	// Doorman's 5-second rule (see the package doc).
 	requested bool      // a request carrying the resource was answered by a master
 	sentAt    time.Time // when its answer arrived, by the client's clock
 	wantsGen  uint64    // +1 per change of wants
@@ -180,9 +180,8 @@ func (r *resourceState) effective(now time.Time) float64 {
 // (Optimistic mode), the kill switch, a release — and once at registration
 // with the current capacity.
 //
-// f runs on the goroutine that made the change: the refresh goroutine (or,
-// with WithManualRefresh, the caller of Step) for leases, expiries and
-// fallbacks; the caller of Ask, Client.Resource, Release, Client.Close or
+// f runs on the goroutine that made the change: the refresh goroutine for
+// leases, expiries and fallbacks; the caller of Ask, Client.Resource, Release, Client.Close or
 // Client.SetKillSwitch for the changes they make; the caller of OnChange
 // for the first call. It is never called with the client's or the
 // resource's locks held, so it may call any method of the client and its
@@ -323,8 +322,8 @@ func (h *Resource) Wants() float64 {
 // Ask changes what this handle wants; the client asks the server for the sum
 // over the resource's handles if it changed: at once, or, if the resource
 // was requested less than doorman.MinRequestInterval (5 s) ago, when those
-// 5 s end (one request however many changes came meanwhile; see
-// Client.Step). It returns an error if wants is negative or not finite, or
+// 5 s end (one request however many changes came meanwhile; see the
+// package doc). It returns an error if wants is negative or not finite, or
 // the handle was released. Safe for concurrent use; listeners it triggers
 // run on the caller's goroutine (see OnChange).
 func (h *Resource) Ask(wants float64) error {

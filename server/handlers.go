@@ -103,7 +103,7 @@ func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.
 		}
 		// A downstream server's has is what it has handed out and that
 		// still runs: it stays booked until its clients give it back.
-		lr.KeepOutstanding = !s.opts.DoormanAllocation
+		lr.KeepOutstanding = !s.opts.hooks.DoormanAllocation
 		s.claim(&lr, rr.GetHas())
 		ids[i], lrs[i] = rr.GetResourceId(), lr
 	}
@@ -122,7 +122,7 @@ func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.
 				// The child refreshes with this server every
 				// p.RefreshInterval (Gets); its own requesters, one level
 				// further from the root, refresh 1/decay_factor as slowly.
-				RefreshInterval:      proto.Int64(int64(childInterval(p.RefreshInterval, p.LeaseLength, decay, s.opts.DesignRefreshDecay) / time.Second)),
+				RefreshInterval:      proto.Int64(int64(childInterval(p.RefreshInterval, p.LeaseLength, decay, s.opts.hooks.DesignRefreshDecay) / time.Second)),
 				LearningModeDuration: proto.Int64(int64(p.LearningModeDuration / time.Second)),
 				Parameters:           params,
 			},
@@ -235,7 +235,7 @@ func (s *Server) claim(lr *lease.Request, has *pb.Lease) {
 		return
 	}
 	lr.Has = proto.Float64(has.GetCapacity())
-	if !s.opts.DoormanAllocation {
+	if !s.opts.hooks.DoormanAllocation {
 		lr.HasExpiry = time.Unix(has.GetExpiryTime(), 0)
 	}
 }

@@ -156,7 +156,7 @@ func newParentLink(s *Server, addrs []string, hc *http.Client, dial discovery.Di
 		dial = discovery.NewDialer(hc, discovery.Scheme(tlsCfg), false)
 	}
 	l := &parentLink{s: s, addrs: addrs, dial: dial, wake: refresh.NewWake(),
-		retry: refresh.Retry{Min: minBackoff, Max: maxBackoff, Rand: s.opts.Rand}}
+		retry: refresh.Retry{Min: minBackoff, Max: maxBackoff, Rand: s.opts.hooks.Rand}}
 	l.use(addrs[0])
 	return l
 }
@@ -213,13 +213,13 @@ func (l *parentLink) step(ctx context.Context) time.Duration {
 	return next
 }
 
-// StepParent is one turn of an intermediate server's link to its parent,
-// for a caller that drives it (Options.ManualParent; the simulator): it
-// sends one GetServerCapacity for every resource held, applies the answer
-// (or, on failure, backs off and fails over to the parent's master), and
-// returns how long until the next turn is due. It returns 0 at the root.
-// Not for concurrent use with itself.
-func (s *Server) StepParent(ctx context.Context) time.Duration {
+// stepParent is one turn of an intermediate server's link to its parent,
+// for a caller that drives it (hooks.Server.ManualParent; the simulator):
+// it sends one GetServerCapacity for every resource held, applies the
+// answer (or, on failure, backs off and fails over to the parent's
+// master), and returns how long until the next turn is due. It returns 0
+// at the root. Not for concurrent use with itself.
+func (s *Server) stepParent(ctx context.Context) time.Duration {
 	if s.parent == nil {
 		return 0
 	}
@@ -301,7 +301,7 @@ func (s *Server) serverRequest() (*pb.GetServerCapacityRequest, []*resource) {
 		// lease.Request.KeepOutstanding). In learning mode it is not known yet
 		// (the predecessor's clients have not all reported), so it is left
 		// out and the parent keeps what it had booked.
-		if s.opts.DoormanAllocation {
+		if s.opts.hooks.DoormanAllocation {
 			// Doorman: the lease held from the parent.
 			if pl := r.parent; pl.ok && pl.expiry.After(now) {
 				rr.Has = &pb.Lease{
@@ -418,7 +418,7 @@ func (s *Server) waitFirstLeases(ctx context.Context, rs []*resource) {
 	if len(readies) == 0 {
 		return
 	}
-	if s.opts.ManualParent {
+	if s.opts.hooks.ManualParent {
 		// The caller drives the link and nothing runs concurrently (the
 		// simulator): take the turn the poke would trigger, inline.
 		s.parent.step(ctx)

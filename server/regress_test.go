@@ -17,6 +17,7 @@ import (
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/internal/hooks"
 )
 
 // serve serves s on a kernel-chosen loopback port until the test ends and
@@ -129,7 +130,7 @@ resources:
     capacity: 100
     algorithm: {kind: FAIR_SHARE, lease_length: 30, refresh_interval: 1, learning_mode_duration: 30}
 `)
-	mid := New(Options{ID: "mid", Address: "127.0.0.1:1", Parent: []string{root.addr}, ManualParent: true})
+	mid := New(Options{ID: "mid", Address: "127.0.0.1:1", Parent: []string{root.addr}, hooks: hooks.Server{ManualParent: true}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	getCap(t, mid, "c", "r", 10) // takes the link's first turn inline
@@ -147,7 +148,7 @@ resources:
 	}()
 	steps := 0
 	for ; time.Now().Before(stop); steps++ {
-		mid.StepParent(ctx)
+		mid.stepParent(ctx)
 	}
 	<-done
 	if st, err := mid.Status("r"); err != nil || len(st.Leases) != 0 || !st.Learning {
@@ -218,7 +219,7 @@ func TestUnknownAlgorithmFallsBackToNone(t *testing.T) {
 	go func() { _ = hs.Serve(lis) }()
 	defer hs.Close()
 
-	s := New(Options{ID: "leaf", Address: "127.0.0.1:1", Parent: []string{lis.Addr().String()}, ManualParent: true})
+	s := New(Options{ID: "leaf", Address: "127.0.0.1:1", Parent: []string{lis.Addr().String()}, hooks: hooks.Server{ManualParent: true}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	resp, err := s.GetCapacity(ctx, connect.NewRequest(&pb.GetCapacityRequest{ClientId: proto.String("c"),

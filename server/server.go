@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -36,7 +35,7 @@ import (
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/config"
-	"github.com/sluice-rl/sluice/internal/discovery"
+	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/ratelimit"
 )
@@ -95,37 +94,23 @@ type Options struct {
 	// speak gRPC over TLS with it (RootCAs verify the parent; Certificates
 	// are presented for mTLS).
 	ParentTLS *tls.Config
-	// ParentDial, when set, replaces ParentHTTP: it returns the stub for a
-	// parent address (the simulator passes in-process servers).
-	ParentDial discovery.Dialer
-	// ManualParent makes the caller drive the parent link with StepParent
-	// (the simulator, on virtual time): Run does not start it, and a first
-	// request, instead of waiting for the link, takes one turn of it
-	// inline (so the server must not be called concurrently).
-	ManualParent bool
-	// Rand is the source of retry jitter; nil means math/rand/v2's global
-	// source. The simulator passes a seeded one.
-	Rand *rand.Rand
-	// DoormanAllocation turns off Sluice's changes to Doorman's allocation
-	// across the tree, for comparison (the simulator's --allocation
-	// doorman): a parent does not keep a child's outstanding leases booked
-	// (lease.Request.KeepOutstanding), an intermediate reports its lease rather
-	// than what it handed out, and learning mode cuts claims to what is
-	// free instead of handing back those it cannot cover.
-	DoormanAllocation bool
-	// DesignRefreshDecay turns the refresh interval's decay across the
-	// tree the design's way, for comparison (the simulator's
-	// --refresh-decay design): each level further from the root refreshes
-	// decay_factor times as long as the level above it (clients most
-	// often), instead of 1/decay_factor times (Sluice's default: the levels
-	// nearer the root refresh most often).
-	//
-	// Source: doorman-design.md, "Algorithms" ("the refresh interval of a
-	// lease should halve with every level we go up in the tree").
-	DesignRefreshDecay bool
 	// RequireConfig makes /readyz fail until a configuration is set (a
 	// root started with a configuration file or key).
 	RequireConfig bool
+
+	// hooks are the simulator's and the tests' knobs (internal/hooks).
+	hooks hooks.Server
+}
+
+func init() {
+	hooks.ServerOptions = func(opts any, h hooks.Server) any {
+		o := opts.(Options)
+		o.hooks = h
+		return o
+	}
+	hooks.ServerStepParent = func(s any, ctx context.Context) time.Duration {
+		return s.(*Server).stepParent(ctx)
+	}
 }
 
 // Server is a capacity server. It is safe for concurrent use: a server-wide
@@ -197,7 +182,7 @@ func New(opts Options) *Server {
 	s.masterAddr = opts.Address
 	s.masterSince = s.now()
 	if len(opts.Parent) > 0 {
-		s.parent = newParentLink(s, opts.Parent, opts.ParentHTTP, opts.ParentDial, opts.ParentTLS)
+		s.parent = newParentLink(s, opts.Parent, opts.ParentHTTP, opts.hooks.ParentDial, opts.ParentTLS)
 	}
 	return s
 }
@@ -413,7 +398,7 @@ func (s *Server) Sweep() {
 // Run sweeps expired leases every interval until ctx is done; on an
 // intermediate server it also runs the link to the parent.
 func (s *Server) Run(ctx context.Context, interval time.Duration) error {
-	if s.parent != nil && !s.opts.ManualParent {
+	if s.parent != nil && !s.opts.hooks.ManualParent {
 		done := make(chan struct{})
 		defer func() { <-done }()
 		go func() {

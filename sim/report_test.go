@@ -3,8 +3,6 @@ package sim
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -115,37 +113,5 @@ func TestWriteCSVAndJSON(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "seven") || !strings.Contains(buf.String(), "98.87 %") {
 		t.Errorf("table:\n%s", buf.String())
-	}
-}
-
-func TestPlot(t *testing.T) {
-	sc, _ := Lookup("five")
-	res, err := Run(sc, Options{Seed: 1, Duration: 120})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Series.Mishaps = append(res.Series.Mishaps, Mishap{T: 60, What: "x"})
-	dir := t.TempDir()
-	png, svg := filepath.Join(dir, "p.png"), filepath.Join(dir, "p.svg")
-	if err := Plot(&res.Series, png, svg); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(png)
-	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
-		t.Fatalf("PNG: %v, %d bytes", err, len(b))
-	}
-	b, err = os.ReadFile(svg)
-	if err != nil || !bytes.Contains(b, []byte("<svg")) || !bytes.Contains(b, []byte("clients")) {
-		t.Fatalf("SVG: %v, %d bytes", err, len(b))
-	}
-}
-
-func TestProgressOffTerminal(t *testing.T) {
-	var buf bytes.Buffer
-	p := NewProgress(&buf, "x")
-	p.Update(1, 2)
-	p.Done()
-	if buf.Len() != 0 {
-		t.Fatalf("progress drawn on a non-terminal: %q", buf.String())
 	}
 }

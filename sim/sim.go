@@ -31,6 +31,7 @@ import (
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -210,17 +211,17 @@ resources:
 			}
 			for i := range sc.Tasks {
 				t := &task{addr: fmt.Sprintf("%s/task-%d", nd.name, i), node: nd}
-				o := server.Options{ID: nd.name, Address: t.addr, Now: s.clock, Logger: s.log, Rand: s.jit, DoormanAllocation: opts.DoormanAllocation,
-					DesignRefreshDecay: opts.RefreshDecay == DecayDesign}
+				o := server.Options{ID: nd.name, Address: t.addr, Now: s.clock, Logger: s.log}
+				h := hooks.Server{Rand: s.jit, DoormanAllocation: opts.DoormanAllocation, DesignRefreshDecay: opts.RefreshDecay == DecayDesign}
 				if parent == nil {
 					o.Config = cfg
 				} else {
 					for _, pt := range parent.tasks {
 						o.Parent = append(o.Parent, pt.addr)
 					}
-					o.ParentDial, o.ManualParent = s.dial, true
+					h.ParentDial, h.ManualParent = s.dial, true
 				}
-				t.srv = server.New(o)
+				t.srv = server.New(hooks.ServerOptions(o, h).(server.Options))
 				nd.tasks = append(nd.tasks, t)
 				s.tasks[t.addr] = t
 			}
@@ -415,7 +416,7 @@ func (s *sim) scheduleLink(t *task, d time.Duration) {
 		if t.gen != gen || t.down {
 			return
 		}
-		next := t.srv.StepParent(s.ctx)
+		next := hooks.ServerStepParent(t.srv, s.ctx)
 		s.scheduleLink(t, max(next, 10*time.Millisecond))
 	})
 }
@@ -425,8 +426,8 @@ func (s *sim) startClient(c *simClient) {
 	for _, t := range c.node.tasks {
 		addrs = append(addrs, t.addr)
 	}
-	cl, err := client.New(strings.Join(addrs, ","), client.WithID(c.name), client.WithManualRefresh(),
-		client.WithClock(s.clock), client.WithDialer(s.dial), client.WithRand(s.jit), client.WithLogger(s.log))
+	h := hooks.ClientOption(hooks.Client{Dial: s.dial, Manual: true, Rand: s.jit}).(client.Option)
+	cl, err := client.New(strings.Join(addrs, ","), client.WithID(c.name), client.WithClock(s.clock), client.WithLogger(s.log), h)
 	if err != nil {
 		panic(err) // addresses are never empty
 	}
@@ -445,7 +446,7 @@ func (s *sim) scheduleClient(c *simClient, d time.Duration) {
 		if c.gen != gen {
 			return
 		}
-		next := c.c.Step(s.ctx)
+		next := hooks.ClientStep(c.c, s.ctx)
 		s.scheduleClient(c, max(next, 10*time.Millisecond))
 	})
 }

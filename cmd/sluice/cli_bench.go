@@ -18,7 +18,6 @@ import (
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/internal/discovery"
-	"github.com/sluice-rl/sluice/sim"
 )
 
 // BenchResult is what `sluice bench` measured. Latencies are milliseconds.
@@ -163,7 +162,7 @@ against an otherwise idle server). A progress bar shows on a terminal. Point it 
 					}
 				}()
 			}
-			progress := sim.NewProgress(cmd.ErrOrStderr(), "bench")
+			progress := newProgress(cmd.ErrOrStderr(), "bench")
 			tick := time.NewTicker(100 * time.Millisecond)
 		wait:
 			for {

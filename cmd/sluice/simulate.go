@@ -90,7 +90,7 @@ act as 5 s.`,
 			for _, sc := range scs {
 				opts := sim.Options{Seed: seed, Duration: duration.Seconds(), DoormanAllocation: allocation == "doorman",
 					RefreshDecay: decay, RefreshInterval: refresh.Seconds()}
-				opts.Progress = sim.NewProgress(cmd.ErrOrStderr(), "scenario "+sc.Name)
+				opts.Progress = newProgress(cmd.ErrOrStderr(), "scenario "+sc.Name)
 				began := time.Now()
 				res, err := sim.Run(sc, opts)
 				if err != nil {
@@ -152,5 +152,5 @@ func writeOutputs(dir string, res *sim.Result, sum sim.Summary) error {
 	if err := write(base+".json", func(w io.Writer) error { return sim.WriteJSON(w, []sim.Summary{sum}) }); err != nil {
 		return err
 	}
-	return sim.Plot(&res.Series, base+".png", base+".svg")
+	return plotSeries(&res.Series, base+".png", base+".svg")
 }

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/sluice-rl/sluice/sim"
+)
+
+// maxPlotPoints bounds the points per line; longer series are thinned.
+const maxPlotPoints = 4000
+
+// plotSeries draws a simulation's series like doorman-design.md's figures: the clients' Σ
+// wants and Σ has, the root's capacity, and every server level's Σ
+// capacity over time, with a mark at each mishap; 10×5 inches, written as
+// PNG to pngPath and as SVG to svgPath (either may be "" to skip it).
+func plotSeries(s *sim.Series, pngPath, svgPath string) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Scenario %s (seed %d)", s.Scenario, s.Seed)
+	p.X.Label.Text = "time (s)"
+	p.Y.Label.Text = "capacity (permits/s)"
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Add(plotter.NewGrid())
+
+	step := max(1, len(s.Samples)/maxPlotPoints)
+	line := func(name string, c color.Color, dashed bool, y func(sim.Sample) float64) error {
+		var pts plotter.XYs
+		for i := 0; i < len(s.Samples); i += step {
+			pts = append(pts, plotter.XY{X: s.Samples[i].T, Y: y(s.Samples[i])})
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		l.Color = c
+		l.Width = vg.Points(1.2)
+		if dashed {
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(l)
+		p.Legend.Add(name, l)
+		return nil
+	}
+	if err := line("clients Σ wants", color.RGBA{R: 230, G: 140, B: 0, A: 255}, false, func(x sim.Sample) float64 { return x.Levels[0].Wants }); err != nil {
+		return err
+	}
+	if err := line("clients Σ has", color.RGBA{B: 220, A: 255}, false, func(x sim.Sample) float64 { return x.Levels[0].Has }); err != nil {
+		return err
+	}
+	if err := line("capacity", color.RGBA{R: 220, A: 255}, false, func(sim.Sample) float64 { return s.Capacity }); err != nil {
+		return err
+	}
+	greys := []color.Color{color.RGBA{G: 150, A: 255}, color.RGBA{R: 120, G: 60, B: 160, A: 255}, color.RGBA{G: 120, B: 120, A: 255}, color.Gray{Y: 100}}
+	for i := 1; i < len(s.Levels); i++ {
+		i := i
+		if err := line(s.Levels[i]+" Σ capacity", greys[(i-1)%len(greys)], true, func(x sim.Sample) float64 { return x.Levels[i].Capacity }); err != nil {
+			return err
+		}
+	}
+	if len(s.Mishaps) > 0 {
+		var pts plotter.XYs
+		for _, m := range s.Mishaps {
+			pts = append(pts, plotter.XY{X: m.T, Y: 0})
+		}
+		sc, err := plotter.NewScatter(pts)
+		if err != nil {
+			return err
+		}
+		sc.GlyphStyle.Shape = draw.TriangleGlyph{}
+		sc.GlyphStyle.Color = color.Black
+		sc.GlyphStyle.Radius = vg.Points(3)
+		p.Add(sc)
+		p.Legend.Add("mishap", sc)
+	}
+	// Head room above the highest line for the legend.
+	top := s.Capacity
+	for _, smp := range s.Samples {
+		top = math.Max(top, math.Max(smp.Levels[0].Wants, smp.Levels[0].Has))
+	}
+	p.Y.Min, p.Y.Max = 0, 1.4*top
+	for _, path := range []string{pngPath, svgPath} {
+		if path == "" {
+			continue
+		}
+		if err := p.Save(10*vg.Inch, 5*vg.Inch, path); err != nil {
+			return fmt.Errorf("plot %s: %w", path, err)
+		}
+	}
+	return nil
+}
