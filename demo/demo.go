@@ -2,8 +2,9 @@
 // It starts on loopback a capacity server with an embedded configuration,
 // a real HTTP target that counts the requests it receives each second, and
 // several clients, each with its own Sluice client and its own connection,
-// each sending real HTTP requests to the target as fast as its lease
-// allows, with demand that changes during the run. It reports, per second,
+// each sending real HTTP requests to the target at its demand through
+// client.NewRateLimiter bound to its lease (so at min(demand, lease)), with
+// demand that changes during the run. It reports, per second,
 // the capacity, the sum of the leases and the requests the target saw, and
 // at the end the utilization, the worst overshoot and each client's share
 // next to its max-min fair share.
@@ -299,15 +300,18 @@ func h2c() *http.Protocols {
 	return p
 }
 
-// clientRun is one demo client: its Sluice client, resource, limiter and
-// HTTP client.
+// clientRun is one demo client: its Sluice client, resource and the
+// limiter bound to its lease (client.NewRateLimiter, as a service would use
+// it), its workload (a limiter at its demand: the calls it would make if
+// nothing limited it) and its HTTP client.
 type clientRun struct {
-	i       int
-	p       profile
-	c       *client.Client
-	res     *client.Resource
-	lim     *ratelimit.Limiter
-	http    *http.Client
+	i        int
+	p        profile
+	c        *client.Client
+	res      *client.Resource
+	lim      *client.RateLimiter
+	workload *ratelimit.Limiter
+	http     *http.Client
 	url     string
 	mu      sync.Mutex
 	wants   float64
@@ -328,27 +332,18 @@ func startClient(_ context.Context, i int, p profile, serverAddr, url string, op
 		sent:  make([]atomic.Int64, seconds+2),
 		http:  &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workersPerClient}},
 		wants: p.wants(0, 0),
-		// Almost no stored permits: the demo measures each second against
-		// capacity, and a client holding a second of permits could spend
-		// them in a burst.
-		lim: ratelimit.NewLimiter(0, 0.02),
 	}
+	cr.workload = ratelimit.NewLimiter(cr.wants, 0.02)
 	res, err := c.Resource(ResourceID, cr.wants)
 	if err != nil {
 		return nil, err
 	}
 	cr.res = res
-	res.OnChange(func(float64) { cr.updateRate() })
+	// Almost no stored permits: the demo measures each second against
+	// capacity, and a client holding a second of permits could spend them
+	// in a burst.
+	cr.lim = client.NewRateLimiter(res, 0.02)
 	return cr, nil
-}
-
-// updateRate sets the limiter to min(lease, wants): a client never sends
-// more than its lease, nor more than its workload.
-func (cr *clientRun) updateRate() {
-	cr.mu.Lock()
-	w := cr.wants
-	cr.mu.Unlock()
-	cr.lim.SetRate(math.Min(cr.res.Capacity(), w))
 }
 
 // wantsAt returns the client's demand during second s (0 once it left).
@@ -385,6 +380,11 @@ func (cr *clientRun) run(ctx context.Context, start time.Time, d time.Duration) 
 		go func() {
 			defer wg.Done()
 			for {
+				// A call the workload makes, let through when the lease
+				// allows: the client sends min(demand, lease).
+				if err := cr.workload.Wait(wctx); err != nil {
+					return
+				}
 				if err := cr.lim.Wait(wctx); err != nil {
 					return
 				}
@@ -428,7 +428,7 @@ func (cr *clientRun) run(ctx context.Context, start time.Time, d time.Duration) 
 				if err != nil && !errors.Is(err, context.Canceled) {
 					slog.Debug("demo: release", "err", err)
 				}
-				cr.lim.SetRate(0)
+				cr.workload.SetRate(0)
 			}
 			continue
 		}
@@ -439,7 +439,7 @@ func (cr *clientRun) run(ctx context.Context, start time.Time, d time.Duration) 
 		cr.mu.Unlock()
 		if changed {
 			_ = cr.res.Ask(w)
-			cr.updateRate()
+			cr.workload.SetRate(w)
 		}
 	}
 }
