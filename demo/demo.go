@@ -312,13 +312,13 @@ type clientRun struct {
 	lim      *client.RateLimiter
 	workload *ratelimit.Limiter
 	http     *http.Client
-	url     string
-	mu      sync.Mutex
-	wants   float64
-	left    atomic.Bool
-	sent    []atomic.Int64
-	total   atomic.Int64
-	seconds int
+	url      string
+	mu       sync.Mutex
+	wants    float64
+	left     atomic.Bool
+	sent     []atomic.Int64
+	total    atomic.Int64
+	seconds  int
 }
 
 func startClient(_ context.Context, i int, p profile, serverAddr, url string, opts Options) (*clientRun, error) {
