@@ -1,0 +1,444 @@
+package limits
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Bucket configures one token bucket. Parsers apply the design's defaults
+// for absent fields (DefaultBucket); in a Bucket built in Go, the zero
+// value of each field means what its comment says.
+//
+// Source: quotaservice-design.md, "Configuration"; quotaservice-wire.md,
+// BucketConfig.
+type Bucket struct {
+	// Size is the most tokens the bucket holds (≥ 1, ≤ MaxTokens). 0 is
+	// an error.
+	Size int64
+	// FillRate is the rate at which tokens are added, in tokens per second
+	// (> 0, ≤ MaxFillRate; fractions allowed). 0 is an error.
+	FillRate float64
+	// WaitTimeout is the longest a request waits for its tokens (≥ 0,
+	// ≤ MaxDuration): a request may ask for less, never more. 0: no
+	// waiting, only tokens that exist now.
+	WaitTimeout time.Duration
+	// MaxIdle is how long the bucket may go unused before Reap removes it
+	// (once it is full again). ≤ 0: never.
+	MaxIdle time.Duration
+	// MaxDebt is how far into the future the bucket may grant tokens (≥ 0,
+	// ≤ MaxDuration): after a grant, the bucket owes at most MaxDebt of
+	// fill. 0: no debt.
+	MaxDebt time.Duration
+	// MaxTokensPerRequest is the most tokens one request may ask for (≥ 0,
+	// ≤ MaxTokens); a request asking for more gets
+	// StatusTooManyTokensRequested. 0: the fill rate rounded up to a
+	// whole token (the design's default, "= fill rate"; rounded up so that
+	// a bucket filling slower than one token per second still serves one).
+	MaxTokensPerRequest int64
+}
+
+// The design's bucket defaults, which the parsers apply to absent fields.
+//
+// Source: quotaservice-design.md, "Configuration".
+const (
+	DefaultSize        = 100
+	DefaultFillRate    = 50
+	DefaultWaitTimeout = 1000 * time.Millisecond
+	DefaultMaxDebt     = 10000 * time.Millisecond
+	// DefaultMaxIdle is "never" (the design's -1).
+	DefaultMaxIdle = time.Duration(-1)
+)
+
+// Bounds on configured values.
+const (
+	// MaxTokens bounds sizes, max tokens per request and requests' token
+	// counts: 2⁵³, the largest integer a float64 (and a Lua number) holds
+	// exactly.
+	MaxTokens = 1 << 53
+	// MaxDuration bounds wait timeouts, max debts and a bucket's span (the
+	// time an empty bucket takes to fill: size ÷ fill rate): ten years.
+	MaxDuration = 10 * 365 * 24 * time.Hour
+	// MaxNameLen bounds resource and domain names, in bytes.
+	MaxNameLen = 256
+)
+
+// DefaultBucket returns a bucket with every field at the design's default:
+// size 100, 50 tokens per second, wait timeout 1 s, never reaped, max debt
+// 10 s, max tokens per request = the fill rate (50).
+func DefaultBucket() Bucket {
+	return Bucket{
+		Size:                DefaultSize,
+		FillRate:            DefaultFillRate,
+		WaitTimeout:         DefaultWaitTimeout,
+		MaxIdle:             DefaultMaxIdle,
+		MaxDebt:             DefaultMaxDebt,
+		MaxTokensPerRequest: DefaultFillRate,
+	}
+}
+
+// Params returns the bucket's step parameters. It is meaningful only for a
+// valid bucket (Validate).
+func (b Bucket) Params() Params {
+	return Params{Size: b.Size, Rate: b.FillRate, Span: Cost(b.Size, b.FillRate)}
+}
+
+// maxPerRequest is MaxTokensPerRequest with 0 resolved.
+func (b Bucket) maxPerRequest() int64 {
+	if b.MaxTokensPerRequest > 0 {
+		return b.MaxTokensPerRequest
+	}
+	return int64(math.Min(math.Ceil(b.FillRate), MaxTokens))
+}
+
+// Algorithm selects how a resource's buckets decide. A resource has one;
+// the Store passes it through to the step function.
+type Algorithm int
+
+// The algorithms. Charon's burst tiers (charon-paper.md) are the next.
+const (
+	// TokenBucket is quotaservice-design.md's token bucket (Step). It is
+	// the zero value.
+	TokenBucket Algorithm = 0
+)
+
+// String returns the configuration name of a (token_bucket).
+func (a Algorithm) String() string {
+	if a == TokenBucket {
+		return "token_bucket"
+	}
+	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
+}
+
+// ParseAlgorithm parses a configuration name ("token_bucket"; "" is
+// token_bucket).
+func ParseAlgorithm(s string) (Algorithm, error) {
+	switch s {
+	case "", "token_bucket":
+		return TokenBucket, nil
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want token_bucket)", s)
+}
+
+// Resource configures one resource (the quota service's namespace): the
+// buckets of its domains (bucket names).
+//
+// Source: quotaservice-design.md, "Naming and wildcards", "Hierarchies and
+// bucket search order", "Dynamic token buckets", "Default token buckets";
+// ratelimiting-in-150-lines.md (prefixes).
+type Resource struct {
+	// Algorithm is how the resource's buckets decide (TokenBucket).
+	Algorithm Algorithm
+	// Buckets holds the domain-specific configurations, by domain (the
+	// quota service's named buckets). Each is its own bucket, and also the
+	// configuration of any domain it is a '/'-prefix of that has none of
+	// its own: with "a/b" configured, "a/b/c" is a bucket of its own with
+	// a/b's configuration.
+	Buckets map[string]Bucket
+	// Template, when set, configures a bucket per domain that has no
+	// configuration of its own (the quota service's dynamic buckets).
+	Template *Bucket
+	// MaxDynamicBuckets bounds the buckets the resource creates on demand
+	// (from Template, and per key under a prefix): past it a request for a
+	// new domain gets StatusTooManyBuckets. 0: unlimited (as in the quota
+	// service). ≥ 0.
+	MaxDynamicBuckets int64
+	// Default, when set, is one bucket shared by every domain that has no
+	// configuration and no Template. A resource may not have both Template
+	// and Default (the default would never answer).
+	Default *Bucket
+}
+
+// Config is a limits configuration: the resources and the global default.
+// Build it in Go, or with ParseQuotaServiceYAML or Section.Validate; the
+// engine validates it (Validate) before use and never changes it.
+type Config struct {
+	// GlobalDefault, when set, is one bucket shared by every request that
+	// no resource configuration answers, including requests for resources
+	// not configured at all. Unset: those get StatusNoBucket.
+	GlobalDefault *Bucket
+	// Resources holds the resources' configurations, by name.
+	Resources map[string]*Resource
+
+	// Version, User and Date describe the configuration itself, as the
+	// quota service's ServiceConfig does (its admin API refuses a change
+	// sent against an older version). The engine carries them and
+	// ignores them.
+	Version int32
+	User    string
+	Date    int64
+}
+
+// ErrInvalidConfig is wrapped by every configuration error (a
+// *ConfigError).
+var ErrInvalidConfig = errors.New("invalid limits configuration")
+
+// ConfigError is one problem in a configuration, naming the field by its
+// path in the configuration's own terms, for example
+//
+//	namespaces.Pinky_TheBrain.buckets.users.fill_rate: 0 must be > 0 (tokens per second)
+//
+// It wraps ErrInvalidConfig.
+type ConfigError struct {
+	// Path names the field, in the vocabulary of the format it came from.
+	Path string
+	// Msg says what is wrong.
+	Msg string
+}
+
+// Error returns "path: msg".
+func (e *ConfigError) Error() string { return e.Path + ": " + e.Msg }
+
+// Unwrap returns ErrInvalidConfig.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// vocab names a configuration's fields in one format's terms, for errors.
+type vocab struct {
+	global, resources, buckets, template, def, maxDynamic, algorithm string
+	size, fillRate, waitTimeout, maxIdle, maxDebt, maxPerRequest     string
+	// millis: durations are whole milliseconds in this format.
+	millis bool
+}
+
+// goVocab names the fields as Sluice's own section does (Validate's
+// errors for a Config built in Go).
+var goVocab = vocab{
+	global: "global_default", resources: "resources", buckets: "domains", template: "template", def: "default",
+	maxDynamic: "max_dynamic_buckets", algorithm: "algorithm",
+	size: "size", fillRate: "fill_rate", waitTimeout: "wait_timeout", maxIdle: "max_idle", maxDebt: "max_debt", maxPerRequest: "max_tokens_per_request",
+}
+
+// Validate checks c and returns every problem found, joined, each a
+// *ConfigError naming the field in the terms of Sluice's limits section
+// (for example `resources.api.domains.login.fill_rate`). A nil Config is
+// valid and configures nothing.
+func (c *Config) Validate() error { return c.validate(goVocab, "") }
+
+func (c *Config) validate(v vocab, prefix string) error {
+	if c == nil {
+		return nil
+	}
+	var errs []error
+	bad := func(path, format string, args ...any) {
+		errs = append(errs, &ConfigError{Path: path, Msg: fmt.Sprintf(format, args...)})
+	}
+	if c.GlobalDefault != nil {
+		validateBucket(*c.GlobalDefault, join(prefix, v.global), v, bad)
+	}
+	for _, name := range sortedKeys(c.Resources) {
+		r := c.Resources[name]
+		rp := key(join(prefix, v.resources), name)
+		if err := checkName(name); err != "" {
+			bad(rp, "resource name %s", err)
+		}
+		if r == nil {
+			continue
+		}
+		if r.Algorithm != TokenBucket {
+			bad(rp+"."+v.algorithm, "unknown algorithm %d (want token_bucket)", r.Algorithm)
+		}
+		if r.MaxDynamicBuckets < 0 {
+			bad(rp+"."+v.maxDynamic, "%d is negative (0: unlimited)", r.MaxDynamicBuckets)
+		}
+		if r.Template != nil && r.Default != nil {
+			bad(rp+"."+v.def, "a resource may not have both %s and %s: the default would never answer (with a template, every unconfigured domain gets a bucket of its own, or %s once %s are in use)", v.def, v.template, StatusTooManyBuckets, v.maxDynamic)
+		}
+		if r.Template != nil {
+			validateBucket(*r.Template, rp+"."+v.template, v, bad)
+		}
+		if r.Default != nil {
+			validateBucket(*r.Default, rp+"."+v.def, v, bad)
+		}
+		for _, d := range sortedKeys(r.Buckets) {
+			bp := key(rp+"."+v.buckets, d)
+			if err := checkName(d); err != "" {
+				bad(bp, "domain name %s", err)
+			}
+			validateBucket(r.Buckets[d], bp, v, bad)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// validateBucket reports every problem of b under path.
+func validateBucket(b Bucket, path string, v vocab, bad func(path, format string, args ...any)) {
+	dur := func(d time.Duration) string {
+		if v.millis {
+			return strconv.FormatInt(d.Milliseconds(), 10)
+		}
+		return d.String()
+	}
+	maxDur := dur(MaxDuration)
+	if v.millis {
+		maxDur += " ms (ten years)"
+	} else {
+		maxDur += " (ten years)"
+	}
+	sizeOK, rateOK := true, true
+	switch {
+	case b.Size <= 0:
+		bad(path+"."+v.size, "%d must be > 0 (tokens)", b.Size)
+		sizeOK = false
+	case b.Size > MaxTokens:
+		bad(path+"."+v.size, "%d exceeds %d (2^53)", b.Size, int64(MaxTokens))
+		sizeOK = false
+	}
+	switch r := b.FillRate; {
+	case math.IsNaN(r) || math.IsInf(r, 0):
+		bad(path+"."+v.fillRate, "%v is not a finite number (tokens per second)", r)
+		rateOK = false
+	case r <= 0:
+		bad(path+"."+v.fillRate, "%v must be > 0 (tokens per second)", r)
+		rateOK = false
+	case r > MaxFillRate:
+		bad(path+"."+v.fillRate, "%v exceeds %v tokens per second (one per nanosecond)", r, float64(MaxFillRate))
+		rateOK = false
+	}
+	if sizeOK && rateOK {
+		if span := float64(b.Size) / b.FillRate; span > MaxDuration.Seconds() {
+			bad(path+"."+v.size, "a bucket of %d tokens filling at %v per second takes %.3g s to fill, more than %s", b.Size, b.FillRate, span, maxDur)
+		}
+	}
+	switch {
+	case b.WaitTimeout < 0:
+		bad(path+"."+v.waitTimeout, "%s is negative", dur(b.WaitTimeout))
+	case b.WaitTimeout > MaxDuration:
+		bad(path+"."+v.waitTimeout, "%s exceeds %s", dur(b.WaitTimeout), maxDur)
+	}
+	switch {
+	case b.MaxDebt < 0:
+		bad(path+"."+v.maxDebt, "%s is negative", dur(b.MaxDebt))
+	case b.MaxDebt > MaxDuration:
+		bad(path+"."+v.maxDebt, "%s exceeds %s", dur(b.MaxDebt), maxDur)
+	}
+	switch {
+	case b.MaxTokensPerRequest < 0:
+		bad(path+"."+v.maxPerRequest, "%d is negative", b.MaxTokensPerRequest)
+	case b.MaxTokensPerRequest > MaxTokens:
+		bad(path+"."+v.maxPerRequest, "%d exceeds %d (2^53)", b.MaxTokensPerRequest, int64(MaxTokens))
+	}
+}
+
+// nameChars marks the bytes allowed in resource and domain names.
+var nameChars = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+	}
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range "/_-.:" {
+		t[c] = true
+	}
+	return t
+}()
+
+// NameChars describes the characters allowed in names, for messages.
+const NameChars = "A-Z a-z 0-9 / _ - . :"
+
+// ValidName reports whether s is a valid resource or domain name: 1 to
+// MaxNameLen bytes, each one of A-Z a-z 0-9 / _ - . : (quotaservice's
+// [a-zA-Z0-9_]+ widened with the separators of ratelimiting-in-150-lines.md
+// and Sluice's resource ids).
+func ValidName(s string) bool { return checkName(s) == "" }
+
+// checkName returns "" for a valid name, else what is wrong with it.
+func checkName(s string) string {
+	if s == "" {
+		return "is empty"
+	}
+	if len(s) > MaxNameLen {
+		return fmt.Sprintf("is %d bytes long; at most %d", len(s), MaxNameLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if !nameChars[s[i]] {
+			return fmt.Sprintf("%q has %q at byte %d; allowed: %s", s, s[i], i, NameChars)
+		}
+	}
+	return ""
+}
+
+// join returns prefix.field, or field when prefix is empty.
+func join(prefix, field string) string {
+	if prefix == "" {
+		return field
+	}
+	return prefix + "." + field
+}
+
+// key returns path.name, or path["name"] when name has characters that
+// would make the path ambiguous.
+func key(path, name string) string {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == ':' || c == '/') {
+			return path + "[" + strconv.Quote(name) + "]"
+		}
+	}
+	if name == "" {
+		return path + `[""]`
+	}
+	return path + "." + name
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// Clone returns a deep copy of c.
+func (c *Config) Clone() *Config {
+	if c == nil {
+		return nil
+	}
+	out := *c
+	out.GlobalDefault = cloneBucket(c.GlobalDefault)
+	if c.Resources != nil {
+		out.Resources = make(map[string]*Resource, len(c.Resources))
+		for name, r := range c.Resources {
+			if r == nil {
+				out.Resources[name] = nil
+				continue
+			}
+			rc := *r
+			rc.Template, rc.Default = cloneBucket(r.Template), cloneBucket(r.Default)
+			if r.Buckets != nil {
+				rc.Buckets = make(map[string]Bucket, len(r.Buckets))
+				for d, b := range r.Buckets {
+					rc.Buckets[d] = b
+				}
+			}
+			out.Resources[name] = &rc
+		}
+	}
+	return &out
+}
+
+func cloneBucket(b *Bucket) *Bucket {
+	if b == nil {
+		return nil
+	}
+	c := *b
+	return &c
+}
+
+// String returns a one-line summary of b, for logs and tests.
+func (b Bucket) String() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "size=%d fill_rate=%v wait_timeout=%v max_debt=%v max_tokens_per_request=%d", b.Size, b.FillRate, b.WaitTimeout, b.MaxDebt, b.maxPerRequest())
+	if b.MaxIdle > 0 {
+		fmt.Fprintf(&sb, " max_idle=%v", b.MaxIdle)
+	}
+	return sb.String()
+}

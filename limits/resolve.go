@@ -1,0 +1,232 @@
+package limits
+
+import "time"
+
+// Kind says which part of a resource's configuration a Limit is.
+type Kind uint8
+
+// The kinds of Limit.
+const (
+	// KindNamed is a domain-specific configuration (a named bucket); it
+	// also answers, as a prefix, for domains below it.
+	KindNamed Kind = iota + 1
+	// KindTemplate is the resource's per-domain template (dynamic
+	// buckets).
+	KindTemplate
+	// KindDefault is the resource's shared default bucket.
+	KindDefault
+	// KindGlobal is the global default bucket.
+	KindGlobal
+)
+
+// Limit is one validated bucket configuration as the engine hands it to a
+// Store: what the store needs to run and count the bucket. The engine
+// creates a new set of Limits with every configuration (SetConfig); a
+// Store treats them as read-only and may keep and compare the pointers.
+type Limit struct {
+	// Resource is the resource it configures ("" for the global default).
+	Resource string
+	// Name is, for KindNamed, the domain it is configured for.
+	Name string
+	// Kind is which part of the configuration it is.
+	Kind Kind
+	// Algorithm is the resource's algorithm (TokenBucket).
+	Algorithm Algorithm
+	// Bucket is the configuration, validated.
+	Bucket Bucket
+	// Params are Bucket's step parameters.
+	Params Params
+	// MaxDynamic is the resource's MaxDynamicBuckets (0: unlimited), for
+	// the buckets this Limit creates on demand (Dynamic).
+	MaxDynamic int64
+	// Gen is the configuration's generation: 1 for the engine's first,
+	// one more with each SetConfig.
+	Gen uint64
+
+	maxPerRequest int64 // Bucket.MaxTokensPerRequest resolved
+	maxWait       int64 // min(WaitTimeout, MaxDebt), ns
+}
+
+// Dynamic reports whether the bucket of domain under l is created on
+// demand and counts against the resource's MaxDynamic: a bucket from the
+// template, or a key below a prefix (a named configuration answering for
+// a longer domain).
+func (l *Limit) Dynamic(domain string) bool {
+	return l.Kind == KindTemplate || l.Kind == KindNamed && domain != l.Name
+}
+
+// Ref returns which configuration answers for domain under l.
+func (l *Limit) Ref(domain string) BucketRef {
+	switch l.Kind {
+	case KindNamed:
+		if domain == l.Name {
+			return BucketRef{Source: SourceNamed}
+		}
+		return BucketRef{Source: SourcePrefix, Prefix: l.Name}
+	case KindTemplate:
+		return BucketRef{Source: SourceDynamic}
+	case KindDefault:
+		return BucketRef{Source: SourceDefault}
+	case KindGlobal:
+		return BucketRef{Source: SourceGlobalDefault}
+	}
+	return BucketRef{}
+}
+
+// Source says which configuration answered a request.
+type Source uint8
+
+// The sources, in lookup order.
+const (
+	// SourceNone: no configuration answered (StatusNoBucket, or the
+	// request was invalid).
+	SourceNone Source = iota
+	// SourceNamed: the domain's own configuration.
+	SourceNamed
+	// SourcePrefix: the configuration of the longest configured
+	// '/'-prefix of the domain; the domain is a bucket of its own.
+	SourcePrefix
+	// SourceDynamic: a bucket of the domain's own from the resource's
+	// template.
+	SourceDynamic
+	// SourceDefault: the resource's shared default bucket.
+	SourceDefault
+	// SourceGlobalDefault: the global default bucket.
+	SourceGlobalDefault
+)
+
+// BucketRef names the configuration that answered a request.
+type BucketRef struct {
+	Source Source
+	// Prefix is, for SourcePrefix, the configured prefix (a substring of
+	// the request's domain).
+	Prefix string
+}
+
+// String returns "named", "prefix a/b", "dynamic", "default", "global
+// default", or "" for SourceNone.
+func (r BucketRef) String() string {
+	switch r.Source {
+	case SourceNamed:
+		return "named"
+	case SourcePrefix:
+		return "prefix " + r.Prefix
+	case SourceDynamic:
+		return "dynamic"
+	case SourceDefault:
+		return "default"
+	case SourceGlobalDefault:
+		return "global default"
+	}
+	return ""
+}
+
+// compiled is a validated configuration ready for lookups.
+type compiled struct {
+	gen       uint64
+	cfg       *Config // a private copy
+	global    *Limit
+	resources map[string]*compiledResource
+}
+
+type compiledResource struct {
+	named    map[string]*Limit
+	template *Limit
+	def      *Limit
+}
+
+// compile validates cfg and builds its lookup tables for generation gen.
+func compile(cfg *Config, gen uint64) (*compiled, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.Clone()
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c := &compiled{gen: gen, cfg: cfg, resources: make(map[string]*compiledResource, len(cfg.Resources))}
+	mk := func(resource, name string, kind Kind, alg Algorithm, b Bucket, maxDyn int64) *Limit {
+		return &Limit{
+			Resource: resource, Name: name, Kind: kind, Algorithm: alg, Bucket: b, Params: b.Params(),
+			MaxDynamic: maxDyn, Gen: gen,
+			maxPerRequest: b.maxPerRequest(),
+			maxWait:       int64(min(b.WaitTimeout, b.MaxDebt) / time.Nanosecond),
+		}
+	}
+	if cfg.GlobalDefault != nil {
+		c.global = mk("", "", KindGlobal, TokenBucket, *cfg.GlobalDefault, 0)
+	}
+	for name, r := range cfg.Resources {
+		if r == nil {
+			continue
+		}
+		cr := &compiledResource{named: make(map[string]*Limit, len(r.Buckets))}
+		for d, b := range r.Buckets {
+			cr.named[d] = mk(name, d, KindNamed, r.Algorithm, b, r.MaxDynamicBuckets)
+		}
+		if r.Template != nil {
+			cr.template = mk(name, "", KindTemplate, r.Algorithm, *r.Template, r.MaxDynamicBuckets)
+		}
+		if r.Default != nil {
+			cr.def = mk(name, "", KindDefault, r.Algorithm, *r.Default, 0)
+		}
+		c.resources[name] = cr
+	}
+	return c, nil
+}
+
+// resolve finds the bucket for (resource, domain), in the order of the
+// design's search: the domain's own configuration; the longest configured
+// '/'-prefix of it; a bucket from the template; the resource's default;
+// the global default. It returns nil when none answers. It does not
+// allocate: the key's strings are the arguments.
+//
+// Source: quotaservice-design.md, "Hierarchies and bucket search order";
+// ratelimiting-in-150-lines.md ("foo/bar/baz", then "foo/bar", then
+// "foo").
+func (c *compiled) resolve(resource, domain string) (Key, *Limit) {
+	if r := c.resources[resource]; r != nil {
+		if l := r.named[domain]; l != nil {
+			return Key{Resource: resource, Domain: domain}, l
+		}
+		if len(r.named) > 0 {
+			for i := len(domain) - 1; i > 0; i-- {
+				if domain[i] == '/' {
+					if l := r.named[domain[:i]]; l != nil {
+						return Key{Resource: resource, Domain: domain}, l
+					}
+				}
+			}
+		}
+		if r.template != nil {
+			return Key{Resource: resource, Domain: domain}, r.template
+		}
+		if r.def != nil {
+			return Key{Resource: resource}, r.def
+		}
+	}
+	if c.global != nil {
+		return Key{}, c.global
+	}
+	return Key{}, nil
+}
+
+// resolveKey returns the Limit of an existing bucket key under c, or nil
+// when the key has no bucket of its own under c any more (its
+// configuration vanished, or its domain now falls to a shared bucket).
+func (c *compiled) resolveKey(k Key) *Limit {
+	switch {
+	case k.Resource == "" && k.Domain == "":
+		return c.global
+	case k.Domain == "":
+		if r := c.resources[k.Resource]; r != nil {
+			return r.def
+		}
+		return nil
+	}
+	got, l := c.resolve(k.Resource, k.Domain)
+	if l == nil || got != k {
+		return nil
+	}
+	return l
+}

@@ -1,0 +1,122 @@
+package limits
+
+import "errors"
+
+// Key identifies one bucket in a Store. A domain's own bucket (named, below
+// a prefix, or from the template) is {resource, domain}; a resource's
+// shared default bucket is {resource, ""}; the global default bucket is
+// {"", ""}. Requests cannot name the empty string, so the keys never
+// collide.
+type Key struct {
+	Resource, Domain string
+}
+
+// Outcome is what Store.Take did.
+type Outcome struct {
+	// Result is the step's result (zero when TooManyBuckets).
+	Result
+	// Created reports that the bucket did not exist and this call created
+	// it (only when the request was granted: a rejected request creates
+	// nothing).
+	Created bool
+	// TooManyBuckets reports that the bucket did not exist and could not
+	// be created: it is dynamic (Limit.Dynamic) and the resource already
+	// has Limit.MaxDynamic dynamic buckets.
+	TooManyBuckets bool
+}
+
+// RemoveReason says why a bucket was removed.
+type RemoveReason uint8
+
+// The reasons.
+const (
+	// RemovedIdle: unused for its MaxIdle and full again (Reap).
+	RemovedIdle RemoveReason = iota + 1
+	// RemovedReconfigured: its configuration vanished (SetConfig).
+	RemovedReconfigured
+)
+
+// String returns "idle" or "reconfigured".
+func (r RemoveReason) String() string {
+	switch r {
+	case RemovedIdle:
+		return "idle"
+	case RemovedReconfigured:
+		return "reconfigured"
+	}
+	return ""
+}
+
+// Removed describes one bucket a Store removed.
+type Removed struct {
+	Key    Key
+	Limit  *Limit
+	Reason RemoveReason
+}
+
+// Snapshot is one bucket as a Store holds it, for introspection.
+type Snapshot struct {
+	Key   Key
+	Limit *Limit
+	State State
+	// LastUsed is the instant of the bucket's last request, granted or
+	// rejected, in Unix nanoseconds.
+	LastUsed int64
+	// Grants and Rejections count the requests the bucket granted and
+	// rejected (TIMEOUT) since it was created.
+	Grants, Rejections uint64
+}
+
+// ErrStaleConfig is returned by Store.Take when the Limit it was given is
+// older than the configuration the store has already applied to the
+// bucket: the engine looks the request up again in its current
+// configuration and retries.
+var ErrStaleConfig = errors.New("limits: stale configuration")
+
+// Store holds the buckets' state. Every method is safe for concurrent use.
+// The engine's answers depend only on what Take returns, so a store on
+// Redis (one Lua script per operation, mirroring Step) answers exactly as
+// the memory store does.
+type Store interface {
+	// Take is one atomic decision on bucket k with configuration l at now
+	// (Unix nanoseconds): it finds the bucket, or, when it does not exist,
+	// starts it full (State{}) — unless l.Dynamic(k.Domain) and the
+	// resource already holds l.MaxDynamic > 0 dynamic buckets: then
+	// TooManyBuckets and nothing else. It runs Step with l.Params and a,
+	// stores the new state if granted (a bucket that did not exist is
+	// created only then), records the use (last used, grants or
+	// rejections) and returns the outcome.
+	//
+	// A bucket last configured under another Limit first has its state
+	// rescaled (Rescale) to l.Params at now, if l is newer (Gen); if l is
+	// older than what the store has applied, Take returns ErrStaleConfig.
+	// Any other error is the store's own (a Redis outage): the engine
+	// answers StatusServerError.
+	Take(now int64, k Key, l *Limit, a Ask) (Outcome, error)
+
+	// Reap removes every bucket whose Limit has Bucket.MaxIdle > 0, unused
+	// for at least MaxIdle at now, and full at now (so that it comes back
+	// exactly as it went: full), and calls removed for each (outside the
+	// store's locks). It returns how many it removed. A store that expires
+	// keys itself (Redis: a TTL of max(MaxIdle, the time until full) set on
+	// every write) may remove nothing here.
+	Reap(now int64, removed func(Removed)) (int, error)
+
+	// Reconfigure applies configuration generation gen at now: for every
+	// bucket, resolve returns its new Limit, or nil to remove it (calling
+	// removed, outside the store's locks). A bucket whose Params change is
+	// rescaled (Rescale); one whose Params do not keeps its state. Dynamic
+	// counts follow. Afterwards Take refuses Limits older than gen with
+	// ErrStaleConfig. A store may apply it lazily in Take instead (Take
+	// rescales any bucket under an older Limit), provided it rescales at
+	// the instant of the change.
+	Reconfigure(now int64, gen uint64, resolve func(Key) *Limit, removed func(Removed)) error
+
+	// Walk calls fn for every bucket, in no particular order, until fn
+	// returns false. fn runs outside the store's locks; buckets changed
+	// during the walk may be seen before or after the change.
+	Walk(fn func(Snapshot) bool) error
+
+	// Len returns the number of buckets.
+	Len() int
+}
