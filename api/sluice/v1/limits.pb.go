@@ -44,10 +44,6 @@ const (
 	AllowResponse_REJECTED_TOO_MANY_BUCKETS AllowResponse_Status = 4
 	// min_tokens is above the bucket's max tokens per request.
 	AllowResponse_REJECTED_TOO_MANY_TOKENS_REQUESTED AllowResponse_Status = 5
-	// A field of the request is invalid (the RPC error names it).
-	AllowResponse_REJECTED_INVALID_REQUEST AllowResponse_Status = 6
-	// The server could not decide (its store failed).
-	AllowResponse_REJECTED_SERVER_ERROR AllowResponse_Status = 7
 )
 
 // Enum value maps for AllowResponse_Status.
@@ -59,8 +55,6 @@ var (
 		3: "REJECTED_NO_BUCKET",
 		4: "REJECTED_TOO_MANY_BUCKETS",
 		5: "REJECTED_TOO_MANY_TOKENS_REQUESTED",
-		6: "REJECTED_INVALID_REQUEST",
-		7: "REJECTED_SERVER_ERROR",
 	}
 	AllowResponse_Status_value = map[string]int32{
 		"STATUS_UNSPECIFIED":                 0,
@@ -69,8 +63,6 @@ var (
 		"REJECTED_NO_BUCKET":                 3,
 		"REJECTED_TOO_MANY_BUCKETS":          4,
 		"REJECTED_TOO_MANY_TOKENS_REQUESTED": 5,
-		"REJECTED_INVALID_REQUEST":           6,
-		"REJECTED_SERVER_ERROR":              7,
 	}
 )
 
@@ -203,11 +195,8 @@ type AllowResponse struct {
 	// The bucket's size.
 	Limit int64 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Which configuration answered: "named", "prefix a/b", "dynamic",
-	// "default", "global default".
-	Bucket string `protobuf:"bytes,7,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	// For REJECTED_INVALID_REQUEST and REJECTED_SERVER_ERROR: what was
-	// wrong, naming the field.
-	Detail        string `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"`
+	// "default", "global default" ("" when none did).
+	Bucket        string `protobuf:"bytes,7,opt,name=bucket,proto3" json:"bucket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -291,13 +280,6 @@ func (x *AllowResponse) GetBucket() string {
 	return ""
 }
 
-func (x *AllowResponse) GetDetail() string {
-	if x != nil {
-		return x.Detail
-	}
-	return ""
-}
-
 var File_limits_proto protoreflect.FileDescriptor
 
 const file_limits_proto_rawDesc = "" +
@@ -309,7 +291,7 @@ const file_limits_proto_rawDesc = "" +
 	"\x06tokens\x18\x03 \x01(\x03R\x06tokens\x12\x1d\n" +
 	"\n" +
 	"min_tokens\x18\x04 \x01(\x03R\tminTokens\x124\n" +
-	"\bmax_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxWait\"\x8a\x04\n" +
+	"\bmax_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxWait\"\xb9\x03\n" +
 	"\rAllowResponse\x127\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x1f.sluice.v1.AllowResponse.StatusR\x06status\x12\x18\n" +
 	"\agranted\x18\x02 \x01(\x03R\agranted\x12-\n" +
@@ -318,17 +300,14 @@ const file_limits_proto_rawDesc = "" +
 	"retryAfter\x12\x1c\n" +
 	"\tremaining\x18\x05 \x01(\x01R\tremaining\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\x03R\x05limit\x12\x16\n" +
-	"\x06bucket\x18\a \x01(\tR\x06bucket\x12\x16\n" +
-	"\x06detail\x18\b \x01(\tR\x06detail\"\xd6\x01\n" +
+	"\x06bucket\x18\a \x01(\tR\x06bucket\"\x9d\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n" +
 	"\x02OK\x10\x01\x12\x14\n" +
 	"\x10REJECTED_TIMEOUT\x10\x02\x12\x16\n" +
 	"\x12REJECTED_NO_BUCKET\x10\x03\x12\x1d\n" +
 	"\x19REJECTED_TOO_MANY_BUCKETS\x10\x04\x12&\n" +
-	"\"REJECTED_TOO_MANY_TOKENS_REQUESTED\x10\x05\x12\x1c\n" +
-	"\x18REJECTED_INVALID_REQUEST\x10\x06\x12\x19\n" +
-	"\x15REJECTED_SERVER_ERROR\x10\a2F\n" +
+	"\"REJECTED_TOO_MANY_TOKENS_REQUESTED\x10\x052F\n" +
 	"\x06Limits\x12<\n" +
 	"\x05Allow\x12\x17.sluice.v1.AllowRequest\x1a\x18.sluice.v1.AllowResponse\"\x00B4Z2github.com/sluice-rl/sluice/api/sluice/v1;sluicev1b\x06proto3"
 

@@ -34,9 +34,10 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type LimitsClient interface {
 	// Allow asks for tokens of the bucket that answers for (resource,
-	// domain). An over-limit answer is a status in a normal response; an
-	// invalid request is also the RPC error InvalidArgument naming the
-	// field.
+	// domain). An over-limit answer is a status in a normal response. An
+	// invalid request is the RPC error InvalidArgument, its message naming
+	// the field ("domain: has '#' at byte 3; allowed: ..."); a server that
+	// cannot decide (its store failed) answers Unavailable.
 	Allow(ctx context.Context, in *AllowRequest, opts ...grpc.CallOption) (*AllowResponse, error)
 }
 
@@ -63,9 +64,10 @@ func (c *limitsClient) Allow(ctx context.Context, in *AllowRequest, opts ...grpc
 // for forward compatibility.
 type LimitsServer interface {
 	// Allow asks for tokens of the bucket that answers for (resource,
-	// domain). An over-limit answer is a status in a normal response; an
-	// invalid request is also the RPC error InvalidArgument naming the
-	// field.
+	// domain). An over-limit answer is a status in a normal response. An
+	// invalid request is the RPC error InvalidArgument, its message naming
+	// the field ("domain: has '#' at byte 3; allowed: ..."); a server that
+	// cannot decide (its store failed) answers Unavailable.
 	Allow(context.Context, *AllowRequest) (*AllowResponse, error)
 	mustEmbedUnimplementedLimitsServer()
 }

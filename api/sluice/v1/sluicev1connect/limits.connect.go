@@ -47,9 +47,10 @@ const (
 // LimitsClient is a client for the sluice.v1.Limits service.
 type LimitsClient interface {
 	// Allow asks for tokens of the bucket that answers for (resource,
-	// domain). An over-limit answer is a status in a normal response; an
-	// invalid request is also the RPC error InvalidArgument naming the
-	// field.
+	// domain). An over-limit answer is a status in a normal response. An
+	// invalid request is the RPC error InvalidArgument, its message naming
+	// the field ("domain: has '#' at byte 3; allowed: ..."); a server that
+	// cannot decide (its store failed) answers Unavailable.
 	Allow(context.Context, *connect.Request[v1.AllowRequest]) (*connect.Response[v1.AllowResponse], error)
 }
 
@@ -86,9 +87,10 @@ func (c *limitsClient) Allow(ctx context.Context, req *connect.Request[v1.AllowR
 // LimitsHandler is an implementation of the sluice.v1.Limits service.
 type LimitsHandler interface {
 	// Allow asks for tokens of the bucket that answers for (resource,
-	// domain). An over-limit answer is a status in a normal response; an
-	// invalid request is also the RPC error InvalidArgument naming the
-	// field.
+	// domain). An over-limit answer is a status in a normal response. An
+	// invalid request is the RPC error InvalidArgument, its message naming
+	// the field ("domain: has '#' at byte 3; allowed: ..."); a server that
+	// cannot decide (its store failed) answers Unavailable.
 	Allow(context.Context, *connect.Request[v1.AllowRequest]) (*connect.Response[v1.AllowResponse], error)
 }
 
