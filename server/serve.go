@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
+	qs "github.com/sluice-rl/sluice/api/quotaservice"
+	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 )
 
 // Endpoint serves a Server on one listener: gRPC on grpc-go's own
@@ -64,6 +66,8 @@ func (s *Server) Serve(lis net.Listener, handler http.Handler, tlsConfig *tls.Co
 
 	e.gs = grpc.NewServer(grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.UnaryInterceptor(s.metrics.grpcInterceptor))
 	e.gs.RegisterService(&pb.Capacity_ServiceDesc, s.GRPC())
+	e.gs.RegisterService(&v1.Limits_ServiceDesc, s.LimitsAPI())
+	e.gs.RegisterService(&qs.QuotaService_ServiceDesc, s.QuotaServiceAPI())
 	protocols := new(http.Protocols) // TLS, if any, is already terminated
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)

@@ -34,9 +34,12 @@ import (
 	"github.com/sluice-rl/sluice/algorithm"
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+	"github.com/sluice-rl/sluice/api/quotaservice/quotaserviceconnect"
+	"github.com/sluice-rl/sluice/api/sluice/v1/sluicev1connect"
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/lease"
+	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/ratelimit"
 )
 
@@ -97,6 +100,11 @@ type Options struct {
 	// RequireConfig makes /readyz fail until a configuration is set (a
 	// root started with a configuration file or key).
 	RequireConfig bool
+	// Limits is the limits configuration: the token buckets of
+	// sluice.v1.Limits and quotaservice.QuotaService (nil: none, every
+	// request is REJECTED_NO_BUCKET; SetLimits changes it). It must be
+	// valid (limits.Config.Validate); an invalid one is logged and not used.
+	Limits *limits.Config
 
 	// hooks are the simulator's and the tests' knobs (internal/hooks).
 	hooks hooks.Server
@@ -136,6 +144,9 @@ type Server struct {
 	// minRequest is doorman.MinRequestInterval; the package's tests of
 	// tree behaviour on the wall clock shorten it.
 	minRequest time.Duration
+
+	limits        *limits.Engine
+	limitsMetrics *limitsMetrics
 
 	parent   *parentLink // nil at the root
 	started  time.Time   // wall time, for uptime
@@ -178,6 +189,17 @@ func New(opts Options) *Server {
 	s.minRequest = pb.MinRequestInterval
 	s.unrecordedLog = ratelimit.NewLimiter(float64(time.Second)/float64(unrecordedLogEvery), unrecordedLogEvery.Seconds(), ratelimit.WithClock(s.now))
 	s.metrics = newMetrics(s.opts.Registry, s)
+	s.limitsMetrics = newLimitsMetrics(s.opts.Registry)
+	s.limits, _ = limits.New(nil, limits.Options{Listener: s.limitsMetrics})
+	s.opts.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_limits_buckets",
+		Help: "Token buckets the limits engine holds.",
+	}, func() float64 { return float64(s.limits.Len()) }))
+	if opts.Limits != nil {
+		if err := s.SetLimits(opts.Limits); err != nil {
+			s.log.Error("the limits configuration is invalid; serving no limits", "err", err)
+		}
+	}
 	s.isMaster = true
 	s.masterAddr = opts.Address
 	s.masterSince = s.now()
@@ -208,6 +230,16 @@ func (s *Server) Registry() *prometheus.Registry { return s.opts.Registry }
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	path, h := doormanconnect.NewCapacityHandler(s,
+		connect.WithReadMaxBytes(MaxRequestBytes),
+		connect.WithInterceptors(s.metrics.interceptor()),
+	)
+	mux.Handle(path, h)
+	path, h = sluicev1connect.NewLimitsHandler(limitsConnect{s.LimitsAPI()},
+		connect.WithReadMaxBytes(MaxRequestBytes),
+		connect.WithInterceptors(s.metrics.interceptor()),
+	)
+	mux.Handle(path, h)
+	path, h = quotaserviceconnect.NewQuotaServiceHandler(quotaConnect{s.QuotaServiceAPI()},
 		connect.WithReadMaxBytes(MaxRequestBytes),
 		connect.WithInterceptors(s.metrics.interceptor()),
 	)
@@ -395,8 +427,9 @@ func (s *Server) Sweep() {
 	s.sample(now)
 }
 
-// Run sweeps expired leases every interval until ctx is done; on an
-// intermediate server it also runs the link to the parent.
+// Run sweeps expired leases and reaps idle limits buckets every interval
+// until ctx is done; on an intermediate server it also runs the link to
+// the parent.
 func (s *Server) Run(ctx context.Context, interval time.Duration) error {
 	if s.parent != nil && !s.opts.hooks.ManualParent {
 		done := make(chan struct{})
@@ -414,6 +447,7 @@ func (s *Server) Run(ctx context.Context, interval time.Duration) error {
 			return nil
 		case <-t.C:
 			s.Sweep()
+			s.reapLimits()
 		}
 	}
 }
