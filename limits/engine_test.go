@@ -19,7 +19,10 @@ func bucket(size int64, rate float64) Bucket {
 
 func bp(b Bucket) *Bucket { return &b }
 
-func newEngine(t testing.TB, cfg *Config, l Listener) *Engine {
+func newEngine(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, cfg *Config, l Listener) *Engine {
 	t.Helper()
 	e, err := New(cfg, Options{Listener: l})
 	if err != nil {
