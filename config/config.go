@@ -48,6 +48,15 @@
 // Parameters are passed on to child servers verbatim
 // (Algorithm.Parameters); Algorithm.Params holds them resolved.
 //
+// # Limits
+//
+// A `limits:` section beside `resources:` configures the server-side
+// token buckets of sluice.v1.Limits and quotaservice.QuotaService (see
+// limits.Section for its fields); Repository.Limits returns it. Its errors
+// name their path under "limits", e.g.
+//
+//	limits.resources.api.domains.small.fill_rate: 0 must be > 0 (tokens per second)
+//
 // Source: doorman-design.md, "Root server configuration", "Optimistic,
 // pessimistic and safe mode operation" and "Common algorithm parameters";
 // doorman-wire.md, ResourceTemplate; charon-paper.md §5.1 (a safe capacity
@@ -72,6 +81,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-rl/sluice/algorithm"
+	"github.com/sluice-rl/sluice/limits"
 	pb "github.com/sluice-rl/sluice/api/doorman"
 )
 
@@ -149,8 +159,15 @@ type Repository struct {
 	templates []Template
 	exact     map[string]int
 	globs     []int
+	limits    *limits.Config
 	hash      string
 }
+
+// Limits returns the file's limits section, validated (nil when the file
+// has none): the server-side token buckets of sluice.v1.Limits and
+// quotaservice.QuotaService. See limits.Section for its format. The
+// caller must not change it.
+func (r *Repository) Limits() *limits.Config { return r.limits }
 
 // Templates returns the templates in file order.
 func (r *Repository) Templates() []Template { return append([]Template(nil), r.templates...) }
@@ -208,6 +225,33 @@ func (r *Repository) Proto() *pb.ResourceRepository {
 	return out
 }
 
+// LoadQuotaService reads the file at path in Square's quota service
+// configuration format (limits.ParseQuotaServiceYAML) as a repository with
+// no templates whose Limits are the file's namespaces and buckets: what
+// `sluice server --quotaservice-config` serves, so that a quota service
+// deployment moves over without rewriting its configuration.
+func LoadQuotaService(path string) (*Repository, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	r, err := ParseQuotaService(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return r, nil
+}
+
+// ParseQuotaService is LoadQuotaService for the file's content.
+func ParseQuotaService(data []byte) (*Repository, error) {
+	cfg, err := limits.ParseQuotaServiceYAML(data)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(data)
+	return &Repository{exact: map[string]int{}, limits: cfg, hash: hex.EncodeToString(sum[:])}, nil
+}
+
 // Load reads and parses the file at path.
 func Load(file string) (*Repository, error) {
 	data, err := os.ReadFile(file)
@@ -224,6 +268,16 @@ func Load(file string) (*Repository, error) {
 // raw mirrors the YAML with pointers, so absent fields can be told apart.
 type rawRepo struct {
 	Resources []rawTemplate `yaml:"resources"`
+	Limits    *nodeOf       `yaml:"limits"`
+}
+
+// nodeOf keeps a YAML value as a node, for a package that decodes it
+// strictly itself (limits.DecodeSection).
+type nodeOf struct{ node *yaml.Node }
+
+func (n *nodeOf) UnmarshalYAML(node *yaml.Node) error {
+	n.node = node
+	return nil
 }
 
 type rawTemplate struct {
@@ -276,6 +330,13 @@ func Parse(data []byte) (*Repository, error) {
 		return nil, errors.New("config: more than one YAML document; want one")
 	}
 	var errs []error
+	if raw.Limits != nil {
+		cfg, err := limits.DecodeSection(raw.Limits.node)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		repo.limits = cfg
+	}
 	seen := map[string]int{}
 	for i, rt := range raw.Resources {
 		t, err := rt.validate(i)
@@ -436,7 +497,7 @@ func unjoin(err error) []error {
 // Fields each level of the file may have (the yaml tags of rawRepo,
 // rawTemplate, rawAlgorithm and rawParameter).
 var (
-	repoFields      = []string{"resources"}
+	repoFields      = []string{"resources", "limits"}
 	templateFields  = []string{"identifier_glob", "capacity", "safe_capacity", "description", "algorithm"}
 	algorithmFields = []string{"kind", "lease_length", "refresh_interval", "learning_mode_duration", "parameters"}
 	parameterFields = []string{"name", "value"}
@@ -470,8 +531,8 @@ func unknownFields(data []byte) []error {
 			}
 		}
 	}
-	check(root.Content[0], "", repoFields, func(_ string, res *yaml.Node) {
-		if res.Kind != yaml.SequenceNode {
+	check(root.Content[0], "", repoFields, func(key string, res *yaml.Node) {
+		if key != "resources" || res.Kind != yaml.SequenceNode {
 			return
 		}
 		for i, t := range res.Content {

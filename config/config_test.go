@@ -336,3 +336,82 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// The limits section beside the templates: parsed and validated by package
+// limits, its errors named under "limits", its unknown fields refused.
+func TestLimitsSection(t *testing.T) {
+	repo, err := Parse([]byte(`
+resources:
+  - identifier_glob: "db/*"
+    capacity: 10
+    algorithm: {kind: FAIR_SHARE, lease_length: 20, refresh_interval: 5}
+limits:
+  global_default: {size: 10, fill_rate: 5}
+  resources:
+    api:
+      domains:
+        small: {size: 10, fill_rate: 2.5, wait_timeout: 250ms}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if repo.Len() != 1 {
+		t.Errorf("%d templates, want 1", repo.Len())
+	}
+	l := repo.Limits()
+	if l == nil || l.GlobalDefault == nil || l.Resources["api"] == nil {
+		t.Fatalf("limits %+v", l)
+	}
+	if b := l.Resources["api"].Buckets["small"]; b.FillRate != 2.5 || b.WaitTimeout != 250*time.Millisecond {
+		t.Errorf("api/small: %+v", b)
+	}
+	if repo, err := Parse([]byte("resources: []\n")); err != nil || repo.Limits() != nil {
+		t.Errorf("no section: %v, %v; want nil limits", repo.Limits(), err)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"limits:\n  resources:\n    api:\n      domains:\n        small: {size: 10, fill_rate: 0}\n", "limits.resources.api.domains.small.fill_rate"},
+		{"limits:\n  resources:\n    api:\n      domians: {}\n", "limits.resources.api.domians: unknown field"},
+		{"limits:\n  nonsense: 1\n", "limits.nonsense: unknown field"},
+		{"limit:\n  resources: {}\n", `unknown field "limit"`},
+	} {
+		_, err := Parse([]byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v; want an error containing %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+// Square's configuration format, read as a repository of limits only, and
+// reloaded by a watcher like Sluice's own file.
+func TestLoadQuotaService(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "quota.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("namespaces:\n  logins:\n    dynamic_bucket_template: {size: 1, fill_rate: 1}\n    max_dynamic_buckets: 10\n")
+	loads := make(chan *Repository, 4)
+	w, err := NewWatcherFunc(path, LoadQuotaService, func(r *Repository) { loads <- r }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := w.Current()
+	if r.Len() != 0 || r.Limits() == nil || r.Limits().Resources["logins"].MaxDynamicBuckets != 10 {
+		t.Fatalf("first load: %d templates, limits %+v", r.Len(), r.Limits())
+	}
+	write("namespaces:\n  logins:\n    dynamic_bucket_template: {size: 1, fill_rate: 0}\n")
+	if err := w.Reload(); err == nil || !strings.Contains(err.Error(), "namespaces.logins.dynamic_bucket_template.fill_rate") {
+		t.Fatalf("bad reload: %v", err)
+	}
+	if w.Current() != r {
+		t.Fatal("a bad file replaced the last good one")
+	}
+	write("namespaces:\n  logins:\n    dynamic_bucket_template: {size: 2, fill_rate: 1}\n")
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := (<-loads).Limits().Resources["logins"].Template.Size; got != 2 {
+		t.Fatalf("reloaded template size %d, want 2", got)
+	}
+}

@@ -17,6 +17,7 @@ import (
 // last good repository keeps serving. It is safe for concurrent use.
 type Watcher struct {
 	path    string
+	load    func(path string) (*Repository, error)
 	onLoad  func(*Repository)
 	onError func(error)
 
@@ -33,7 +34,13 @@ const Debounce = 100 * time.Millisecond
 // after every later successful reload that changed the file's content,
 // onError after every failed one; either may be nil.
 func NewWatcher(path string, onLoad func(*Repository), onError func(error)) (*Watcher, error) {
-	r, err := Load(path)
+	return NewWatcherFunc(path, Load, onLoad, onError)
+}
+
+// NewWatcherFunc is NewWatcher for a file read by load instead of Load:
+// LoadQuotaService, say.
+func NewWatcherFunc(path string, load func(path string) (*Repository, error), onLoad func(*Repository), onError func(error)) (*Watcher, error) {
+	r, err := load(path)
 	if err != nil {
 		return nil, err
 	}
@@ -43,7 +50,7 @@ func NewWatcher(path string, onLoad func(*Repository), onError func(error)) (*Wa
 	if onError == nil {
 		onError = func(error) {}
 	}
-	return &Watcher{path: path, onLoad: onLoad, onError: onError, current: r}, nil
+	return &Watcher{path: path, load: load, onLoad: onLoad, onError: onError, current: r}, nil
 }
 
 // Current returns the last good repository.
@@ -57,7 +64,7 @@ func (w *Watcher) Current() *Repository {
 // new repository and calls onLoad; on failure it calls onError, keeps the
 // last good repository and returns the error.
 func (w *Watcher) Reload() error {
-	r, err := Load(w.path)
+	r, err := w.load(w.path)
 	if err != nil {
 		w.onError(err)
 		return err

@@ -12,21 +12,28 @@ import (
 
 func newConfigCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Work with resource configuration files"}
-	cmd.AddCommand(&cobra.Command{
+	var quota bool
+	validate := &cobra.Command{
 		Use:   "validate FILE...",
 		Short: "Check configuration files; print every error, naming template and field",
 		Long: `validate parses each file as the server would (strict YAML, every field
-checked) and prints "FILE: ok (N templates, sha256 H)" or every error found, each
-naming the template (index and identifier_glob) and the field. The exit code is 1
-if any file is invalid.`,
+checked) and prints "FILE: ok (N templates, M limits resources, sha256 H)" or
+every error found, each naming the template (index and identifier_glob) or the
+limits field by its path, and the field. With --quotaservice the files are in
+Square's quota service format (what sluice server --quotaservice-config reads).
+The exit code is 1 if any file is invalid.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, files []string) error {
 			bad := 0
 			for _, f := range files {
+				parse := config.Parse
+				if quota {
+					parse = config.ParseQuotaService
+				}
 				data, err := os.ReadFile(f)
 				var r *config.Repository
 				if err == nil {
-					r, err = config.Parse(data)
+					r, err = parse(data)
 				}
 				if err != nil {
 					bad++
@@ -36,14 +43,20 @@ if any file is invalid.`,
 					}
 					continue
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d templates, sha256 %s)\n", f, r.Len(), r.Hash())
+				n := 0
+				if r.Limits() != nil {
+					n = len(r.Limits().Resources)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d templates, %d limits resources, sha256 %s)\n", f, r.Len(), n, r.Hash())
 			}
 			if bad > 0 {
 				return fmt.Errorf("%d of %d files invalid", bad, len(files))
 			}
 			return nil
 		},
-	})
+	}
+	validate.Flags().BoolVar(&quota, "quotaservice", false, "the files are in Square's quota service format")
+	cmd.AddCommand(validate)
 	return cmd
 }
 

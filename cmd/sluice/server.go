@@ -30,7 +30,7 @@ import (
 
 func newServerCmd() *cobra.Command {
 	var (
-		cfgPath                         string
+		cfgPath, quotaPath              string
 		listen                          string
 		advertise                       string
 		id                              string
@@ -52,7 +52,11 @@ func newServerCmd() *cobra.Command {
 		Short: "Run a capacity server (a root, or with --parent an intermediate)",
 		Long: `server runs a Sluice capacity server: the Doorman service doorman.Capacity over
 gRPC, gRPC-Web and JSON over HTTP (POST /doorman.Capacity/<Method>) on one port,
-plus Prometheus metrics at /metrics.
+plus Prometheus metrics at /metrics. On the same port it serves server-side
+limits (token buckets per resource and domain): sluice.v1.Limits/Allow and,
+wire-compatible with Square's quota service, quotaservice.QuotaService/Allow.
+Their buckets come from the limits section of --config, or from
+--quotaservice-config FILE in the quota service's own YAML format.
 
 The configuration file is reloaded when it changes and on SIGHUP; a bad new file
 is logged and counted (sluice_server_config_reloads_total{result="failed"}) and
@@ -164,6 +168,23 @@ command line wins.`,
 				return fmt.Errorf("--election: %q, want standalone or etcd", electKind)
 			}
 
+			// applyConfig installs a repository: its templates, and its
+			// limits section unless --quotaservice-config gives the limits.
+			applyConfig := func(r *config.Repository) {
+				srv.SetConfig(r)
+				if quotaPath == "" {
+					if err := srv.SetLimits(r.Limits()); err != nil {
+						log.Error("limits section refused", "err", err)
+					}
+				}
+			}
+			// checkLimitsOnce refuses limits from two sources.
+			checkLimitsOnce := func(r *config.Repository) error {
+				if quotaPath != "" && r.Limits() != nil {
+					return fmt.Errorf("limits configured twice: in the limits section of --config %s and by --quotaservice-config %s; keep one", cfgPath, quotaPath)
+				}
+				return nil
+			}
 			switch {
 			case len(parents) > 0:
 				if cfgPath != "" {
@@ -174,7 +195,7 @@ command line wins.`,
 				key := strings.TrimPrefix(cfgPath, "etcd:")
 				gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
 				w, err := etcdconfig.NewWatcher(gctx, cli, key, func(r *config.Repository) {
-					srv.SetConfig(r)
+					applyConfig(r)
 					srv.ConfigReloaded(nil)
 					log.Info("configuration loaded", "etcd_key", key, "templates", r.Len(), "hash", r.Hash())
 				}, func(err error) {
@@ -186,11 +207,15 @@ command line wins.`,
 					lis.Close()
 					return err
 				}
-				srv.SetConfig(w.Current())
+				if err := checkLimitsOnce(w.Current()); err != nil {
+					lis.Close()
+					return err
+				}
+				applyConfig(w.Current())
 				go func() { _ = w.Run(ctx) }()
 			case cfgPath != "":
 				w, err := config.NewWatcher(cfgPath, func(r *config.Repository) {
-					srv.SetConfig(r)
+					applyConfig(r)
 					srv.ConfigReloaded(nil)
 					log.Info("configuration loaded", "path", cfgPath, "templates", r.Len(), "hash", r.Hash())
 				}, func(err error) {
@@ -201,24 +226,35 @@ command line wins.`,
 					lis.Close()
 					return fmt.Errorf("loading %s: %w", cfgPath, err)
 				}
-				srv.SetConfig(w.Current())
+				if err := checkLimitsOnce(w.Current()); err != nil {
+					lis.Close()
+					return err
+				}
+				applyConfig(w.Current())
 				go func() { _ = w.Run(ctx) }()
-				hup := make(chan os.Signal, 1)
-				signal.Notify(hup, syscall.SIGHUP)
-				defer signal.Stop(hup)
-				go func() {
-					for {
-						select {
-						case <-ctx.Done():
-							return
-						case <-hup:
-							log.Info("SIGHUP: reloading configuration", "path", cfgPath)
-							_ = w.Reload()
-						}
-					}
-				}()
+				reloadOnHUP(ctx, log, cfgPath, w)
 			default:
 				log.Warn("no --config: every resource is granted what it asks (NO_ALGORITHM)")
+			}
+			if quotaPath != "" {
+				w, err := config.NewWatcherFunc(quotaPath, config.LoadQuotaService, func(r *config.Repository) {
+					err := srv.SetLimits(r.Limits())
+					srv.ConfigReloaded(err)
+					log.Info("quota service configuration loaded", "path", quotaPath, "namespaces", len(r.Limits().Resources), "hash", r.Hash(), "err", err)
+				}, func(err error) {
+					srv.ConfigReloaded(err)
+					log.Error("quota service configuration reload failed; keeping the last good configuration", "path", quotaPath, "err", err)
+				})
+				if err != nil {
+					lis.Close()
+					return fmt.Errorf("loading %s: %w", quotaPath, err)
+				}
+				if err := srv.SetLimits(w.Current().Limits()); err != nil {
+					lis.Close()
+					return fmt.Errorf("loading %s: %w", quotaPath, err)
+				}
+				go func() { _ = w.Run(ctx) }()
+				reloadOnHUP(ctx, log, quotaPath, w)
 			}
 
 			handler := srv.Handler()
@@ -326,6 +362,7 @@ command line wins.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfgPath, "config", "", "resource configuration: a YAML file, or etcd:/KEY for an etcd key's value; empty: no templates")
+	f.StringVar(&quotaPath, "quotaservice-config", "", "limits in Square's quota service configuration format (a YAML file, reloaded like --config), instead of --config's limits section")
 	f.StringVar(&listen, "listen", "127.0.0.1:15000", "address to listen on (host:port; port 0 picks a free one)")
 	f.StringVar(&advertise, "advertise", "", "address clients should use to reach this server (default: the listen address)")
 	f.StringVar(&id, "id", "", "server id: the requester id toward the parent, and in logs (default: the --election-key with --election etcd, so that all tasks of a node are one requester; else host:pid)")
@@ -401,4 +438,22 @@ func newLogger(w interface{ Write([]byte) (int, error) }, format, level string) 
 		return slog.New(slog.NewJSONHandler(w, o)), nil
 	}
 	return nil, fmt.Errorf("--log-format: %q, want text or json", format)
+}
+
+// reloadOnHUP reloads w on every SIGHUP until ctx is done.
+func reloadOnHUP(ctx context.Context, log *slog.Logger, path string, w *config.Watcher) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: reloading configuration", "path", path)
+				_ = w.Reload()
+			}
+		}
+	}()
 }
