@@ -81,8 +81,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-rl/sluice/algorithm"
-	"github.com/sluice-rl/sluice/limits"
 	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/limits"
 )
 
 // Template is one validated resource template.
