@@ -1,0 +1,122 @@
+// Package quota is the Go client of Sluice's limits service
+// (sluice.v1.Limits/Allow over gRPC): a service asks before each call to a
+// shared resource, and the answer is yes, yes after a wait, or no. It has
+// the three kinds of client of the quota service's design, plus
+// after-the-fact accounting.
+//
+// Vocabulary: a target is a (resource, domain) pair — the quota service's
+// namespace and bucket name, for example ("Pinky_TheBrain",
+// "UserService/getUser") or ("TheBrain_userLogins", userID). Names are 1 to
+// MaxNameLen (256) bytes of NameChars (A-Z a-z 0-9 / - . : _); SafeName
+// makes any string one. Tokens are whole, 1 to MaxTokens (2⁵³) per
+// request; what a token is (a call, a row, a millisecond of work) is the
+// bucket's configuration's business. Durations are time.Duration; rates
+// are tokens (permits) per second.
+//
+// # Three modes, and when to use which
+//
+// One Client (New) serves all of them, and all at once if need be.
+//
+// Manual (Allow, Reserve): one request per call, nothing hidden. Allow
+// asks and waits the granted wait; Reserve returns the grant without
+// waiting. Neither has a timeout but its context's, nor a fallback: if the
+// service does not answer, the error wraps ErrUnavailable and the caller
+// decides. Use it where the decision is the caller's business — a batch
+// job that must not run over, a tool — or to build something else.
+// Source: quotaservice-design.md, "Manual clients", scenarios 1, 2, 4.
+//
+// Naive (Acquire; UnaryClientInterceptor, StreamClientInterceptor,
+// RoundTripper): one request per call, on the call's critical path, made
+// safe to put in front of every RPC: the answer is awaited at most
+// WithTimeout (50 ms by default); a circuit breaker (WithBreaker) stops
+// asking after 5 consecutive failures and lets one probe through every
+// 5 s; whenever the service does not answer, fails, is cut off by the
+// breaker, or has no bucket for the target (REJECTED_NO_BUCKET, scenario
+// 3), a per-target fallback limiter (ratelimit.NewLimiter, 100 permits per
+// second with 1 s of burst unless WithFallbackRate or WithFallback say
+// otherwise) decides instead. A rejection fails the call —
+// codes.ResourceExhausted with RetryInfo from the interceptors, a 429
+// response with Retry-After from the RoundTripper — or, with
+// WithRejectWait, waits and asks again. The resource and domain of a call
+// come from a function of the call: MethodTarget (gRPC: the method, as
+// "pkg.Service/Method") and HostPathTarget (HTTP: host + path) are the
+// defaults. Use it when the calls are few enough (say, under a few
+// thousand per second per process) that a request each is affordable, and
+// the service's per-call verdict and waits are wanted exactly.
+// Source: quotaservice-design.md, "Naïve clients", "Failure scenarios".
+//
+// Smart (WithSmart; then the same Acquire, interceptors and RoundTripper):
+// a local bucket per target, topped up in the background by batched
+// requests — one Allow for Batch tokens (default 10) with min_tokens 1 and
+// max_wait 0, so the service grants what it holds now, partially if need
+// be, never a wait — started when a call leaves the bucket at or below
+// the low-water mark (default Batch/2). In the steady state a call takes
+// a local token and never waits on the network; only a target's first
+// call, or calls outrunning the top-ups, wait for one (bounded by the
+// timeout). Fetched tokens expire TTL (default 1 s) after they arrive, so
+// hoarded tokens cannot bunch up into a burst the service never allowed;
+// expired tokens are lost (counted). When the service rejects a top-up,
+// calls that find the bucket empty are rejected locally with the
+// service's retry-after, without asking again before it; when the service
+// is unreachable, they go to the fallback limiter as in the naive mode,
+// and top-ups are retried every Smart.Retry (1 s). Use it for hot targets,
+// where a request per call would cost too much or add too much latency,
+// and where decisions a little coarser than the service's (a client holds
+// up to Batch + LowWater tokens for up to TTL) are acceptable.
+// Source: quotaservice-design.md, "Smart clients", scenario 5.
+//
+// Post-accounting (Report): charges tokens after the fact, for costs known
+// only once the call is done (scenario 6: a token per millisecond taken).
+// Report adds to a per-target batch and returns at once; every
+// WithReportInterval (1 s) each batch is sent as one request, charged
+// into the bucket's debt so that later callers wait, and what the service
+// did not charge stays for the next flush. Close sends the rest.
+// Source: quotaservice-design.md, "Use cases", scenario 6.
+//
+// # Concurrency and goroutines
+//
+// A Client is safe for concurrent use. It runs one goroutine of its own
+// (report flushes and forgetting idle targets, every report interval) and
+// one per smart top-up in flight (at most one per target). Close stops
+// them all and waits for them. Decisions take per-target locks only; the
+// fallback limiters are lock-free in the common case (package ratelimit).
+// A target unused for a minute is forgotten (its fallback limiter; its
+// local bucket, once its tokens expired); at most MaxTargets (10 000)
+// targets are tracked at once.
+//
+// # Time
+//
+// Decisions against deadlines, the fallback limiters and token expiry
+// read the client's clock (WithClock, default time.Now); waits use
+// timers, and the circuit breaker (github.com/sony/gobreaker/v2) reads
+// time.Now: tests run the client under testing/synctest.
+//
+// # Metrics
+//
+// With WithRegisterer, all with bounded labels (never a resource or a
+// domain):
+//
+//   - sluice_quota_client_decisions_total{mode, outcome}: every decision,
+//     mode manual, naive or smart, outcome allowed, rejected,
+//     fallback_allowed, fallback_rejected or error;
+//   - sluice_quota_client_fallbacks_total{reason}: decisions left to the
+//     fallback limiter, by reason timeout, unavailable, server_error,
+//     breaker_open or no_bucket (the design's "client-side rate-limit usage
+//     frequency");
+//   - sluice_quota_client_requests_total{call, result} and
+//     sluice_quota_client_request_duration_seconds{call}: requests to the
+//     service, call manual, decide, topup or report, result ok, rejected,
+//     no_bucket, invalid, server_error, timeout (the design's "timeout
+//     rate"), unavailable, canceled or breaker_open (not sent);
+//   - sluice_quota_client_breaker_state (0 closed, 1 half-open, 2 open) and
+//     sluice_quota_client_breaker_trips_total;
+//   - sluice_quota_client_local_tokens_total{event}: the smart mode's
+//     tokens fetched, used and expired;
+//   - sluice_quota_client_reported_tokens_total,
+//     sluice_quota_client_report_charged_tokens_total and
+//     sluice_quota_client_report_dropped_tokens_total{reason}: Report's
+//     tokens accepted, charged, and dropped (invalid, rejected, backlog,
+//     closed).
+//
+// Source: quotaservice-design.md, "Eng Design: Clients".
+package quota

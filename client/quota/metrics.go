@@ -1,0 +1,148 @@
+package quota
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
+)
+
+// Label values: every label of the client's metrics takes one of these
+// few values (bounded cardinality: no label per resource or domain).
+type (
+	mode    string // decisions: who asked
+	outcome string // decisions: what came of it
+	result  string // requests to the service: what came of them
+)
+
+const (
+	modeManual mode = "manual" // Allow, Reserve
+	modeNaive  mode = "naive"  // Acquire, interceptors, RoundTripper
+	modeSmart  mode = "smart"  // the same, WithSmart
+
+	outcomeAllowed          outcome = "allowed"
+	outcomeRejected         outcome = "rejected"
+	outcomeFallbackAllowed  outcome = "fallback_allowed"
+	outcomeFallbackRejected outcome = "fallback_rejected"
+	outcomeError            outcome = "error" // invalid, ctx ended, deadline, unavailable (manual)
+
+	resultOK          result = "ok"
+	resultRejected    result = "rejected" // REJECTED_TIMEOUT, TOO_MANY_*
+	resultNoBucket    result = "no_bucket"
+	resultInvalid     result = "invalid"
+	resultServerError result = "server_error"
+	resultTimeout     result = "timeout"
+	resultUnavailable result = "unavailable"
+	resultCanceled    result = "canceled" // the caller's context ended
+	resultBreakerOpen result = "breaker_open"
+
+	callManual = "manual" // Allow, Reserve
+	callDecide = "decide" // the naive mode's request per call
+	callTopUp  = "topup"  // the smart mode's batched request
+	callReport = "report" // a flush of Report's batch
+)
+
+// metrics are the client's Prometheus metrics (see the package doc).
+type metrics struct {
+	decisions    *prometheus.CounterVec
+	fallbacks    *prometheus.CounterVec
+	rpcs         *prometheus.CounterVec
+	latency      *prometheus.HistogramVec
+	breakerState prometheus.GaugeFunc
+	breakerTrips prometheus.Counter
+	localTokens  *prometheus.CounterVec
+	reported     prometheus.Counter
+	charged      prometheus.Counter
+	dropped      *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_quota_client_decisions_total",
+			Help: "Decisions on calls, by mode (manual, naive, smart) and outcome (allowed, rejected, fallback_allowed, fallback_rejected, error).",
+		}, []string{"mode", "outcome"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_quota_client_fallbacks_total",
+			Help: "Decisions left to the fallback limiter, by reason (timeout, unavailable, server_error, breaker_open, no_bucket).",
+		}, []string{"reason"}),
+		rpcs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_quota_client_requests_total",
+			Help: "Requests to the limits service, by call (manual, decide, topup, report) and result (ok, rejected, no_bucket, invalid, server_error, timeout, unavailable, canceled, breaker_open: not sent).",
+		}, []string{"call", "result"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_quota_client_request_duration_seconds",
+			Help:    "Latency of the requests sent to the limits service, in seconds, by call.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"call"}),
+		breakerTrips: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_quota_client_breaker_trips_total",
+			Help: "Times the circuit breaker opened.",
+		}),
+		localTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_quota_client_local_tokens_total",
+			Help: "Tokens of the smart mode's local buckets, by event (fetched from the service, used by calls, expired unused).",
+		}, []string{"event"}),
+		reported: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_quota_client_reported_tokens_total",
+			Help: "Tokens reported after the fact (Report) and accepted into a batch.",
+		}),
+		charged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_quota_client_report_charged_tokens_total",
+			Help: "Reported tokens the service has charged.",
+		}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_quota_client_report_dropped_tokens_total",
+			Help: "Reported tokens never charged, by reason (invalid: bad request; rejected: the service can never charge them; backlog: too many targets or tokens waiting; closed: unsent at Close).",
+		}, []string{"reason"}),
+	}
+}
+
+// register registers every metric with reg (panics on a duplicate).
+func (m *metrics) register(reg prometheus.Registerer) {
+	reg.MustRegister(m.decisions, m.fallbacks, m.rpcs, m.latency, m.breakerState, m.breakerTrips,
+		m.localTokens, m.reported, m.charged, m.dropped)
+}
+
+// decision counts one decision.
+func (m *metrics) decision(md mode, o outcome) {
+	m.decisions.WithLabelValues(string(md), string(o)).Inc()
+}
+
+// record counts the decision of a call of mode md that returned g, err.
+func (m *metrics) record(md mode, g Grant, err error) {
+	var rej *RejectedError
+	switch {
+	case err == nil && g.Source == FromFallback:
+		m.decision(md, outcomeFallbackAllowed)
+	case err == nil:
+		m.decision(md, outcomeAllowed)
+	case errors.As(err, &rej) && rej.Fallback:
+		m.decision(md, outcomeFallbackRejected)
+	case errors.As(err, &rej):
+		m.decision(md, outcomeRejected)
+	default:
+		m.decision(md, outcomeError)
+	}
+}
+
+// rpc counts one request sent at start.
+func (m *metrics) rpc(call string, start time.Time, r result) {
+	m.rpcs.WithLabelValues(call, string(r)).Inc()
+	m.latency.WithLabelValues(call).Observe(time.Since(start).Seconds())
+}
+
+// resultOfStatus is the result of an answered request.
+func resultOfStatus(s sluicev1.AllowResponse_Status) result {
+	switch s {
+	case sluicev1.AllowResponse_OK:
+		return resultOK
+	case sluicev1.AllowResponse_REJECTED_NO_BUCKET:
+		return resultNoBucket
+	case sluicev1.AllowResponse_STATUS_UNSPECIFIED:
+		return resultServerError
+	}
+	return resultRejected
+}

@@ -1,0 +1,275 @@
+package quota_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/api/sluice/v1/sluicev1connect"
+	"github.com/sluice-rl/sluice/client/quota"
+	"github.com/sluice-rl/sluice/internal/discovery"
+	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/limits"
+)
+
+// TestMain checks that no test leaves a goroutine behind: every Client is
+// closed, every server stopped.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// quiet is the clients' logger: silent unless SLUICE_TEST_LOG is set.
+var quiet = testutil.Logger()
+
+// testConfig is the limits configuration of the tests. Fill rates are
+// tokens per second.
+func testConfig() *limits.Config {
+	b := func(size int64, rate float64, wait, debt time.Duration, perRequest int64) limits.Bucket {
+		return limits.Bucket{Size: size, FillRate: rate, WaitTimeout: wait, MaxDebt: debt, MaxTokensPerRequest: perRequest}
+	}
+	return &limits.Config{Resources: map[string]*limits.Resource{
+		"api": {Buckets: map[string]limits.Bucket{
+			// plenty: never in the way.
+			"fast": b(1000, 1000, time.Second, 10*time.Second, 1000),
+			// one token at once, then one every 100 ms, waits up to 1 s.
+			"slow": b(1, 10, time.Second, time.Second, 10),
+			// two tokens, then one a second, no waiting: rejections.
+			"strict": b(2, 1, 0, 0, 10),
+			// a hundred tokens, ten a second, into debt for 10 s: reports.
+			"cost": b(100, 10, time.Second, 10*time.Second, 1000),
+		}},
+		// a bucket per user, at most 2 users.
+		"login": {Template: &limits.Bucket{Size: 1, FillRate: 1, MaxTokensPerRequest: 1}, MaxDynamicBuckets: 2},
+		// the naive gRPC and HTTP examples: every method or path of a
+		// service shares its prefix's configuration, a bucket each.
+		"grpc": {Buckets: map[string]limits.Bucket{"grpc.health.v1.Health": b(2, 0.01, 0, 0, 1)}},
+		"http": {Default: &limits.Bucket{Size: 2, FillRate: 0.01, MaxTokensPerRequest: 1}},
+	}}
+}
+
+// service is sluice.v1.Limits over the real limits engine: the handler
+// converts AllowRequest to limits.Request and the Decision back, as the
+// server does. Knobs let a test stall it or slow it down.
+type service struct {
+	engine   *limits.Engine
+	requests atomic.Int64 // Allow calls received
+	stall    atomic.Bool  // when set, calls wait until their context ends
+	before   atomic.Int64 // ns to sleep before deciding (latency)
+	after    atomic.Int64 // ns to sleep after deciding, before answering
+
+	mu   sync.Mutex
+	reqs []*sluicev1.AllowRequest // every request received
+}
+
+func newService(t testing.TB) *service {
+	e, err := limits.New(testConfig(), limits.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &service{engine: e}
+}
+
+var statuses = map[limits.Status]sluicev1.AllowResponse_Status{
+	limits.StatusOK:                     sluicev1.AllowResponse_OK,
+	limits.StatusTimeout:                sluicev1.AllowResponse_REJECTED_TIMEOUT,
+	limits.StatusNoBucket:               sluicev1.AllowResponse_REJECTED_NO_BUCKET,
+	limits.StatusTooManyBuckets:         sluicev1.AllowResponse_REJECTED_TOO_MANY_BUCKETS,
+	limits.StatusTooManyTokensRequested: sluicev1.AllowResponse_REJECTED_TOO_MANY_TOKENS_REQUESTED,
+}
+
+func (s *service) Allow(ctx context.Context, req *connect.Request[sluicev1.AllowRequest]) (*connect.Response[sluicev1.AllowResponse], error) {
+	s.requests.Add(1)
+	s.mu.Lock()
+	s.reqs = append(s.reqs, req.Msg)
+	s.mu.Unlock()
+	if s.stall.Load() {
+		<-ctx.Done()
+		return nil, connect.NewError(connect.CodeCanceled, ctx.Err())
+	}
+	time.Sleep(time.Duration(s.before.Load()))
+	m := req.Msg
+	r := limits.Request{Resource: m.GetResource(), Domain: m.GetDomain(), Tokens: m.GetTokens(), MinTokens: m.GetMinTokens()}
+	if m.GetMaxWait() != nil {
+		r.MaxWait, r.HasMaxWait = m.GetMaxWait().AsDuration(), true
+	}
+	d := s.engine.Allow(time.Now(), r)
+	switch d.Status {
+	case limits.StatusInvalidRequest:
+		return nil, connect.NewError(connect.CodeInvalidArgument, d.Err)
+	case limits.StatusServerError:
+		return nil, connect.NewError(connect.CodeUnavailable, d.Err)
+	}
+	resp := &sluicev1.AllowResponse{
+		Status: statuses[d.Status], Granted: d.Granted, Remaining: d.Remaining,
+		Limit: d.Limit, Bucket: d.Bucket.String(),
+	}
+	if d.Status == limits.StatusOK {
+		resp.Wait = durationpb.New(d.Wait)
+	} else if !d.RetryNever {
+		resp.RetryAfter = durationpb.New(d.RetryAfter)
+	}
+	time.Sleep(time.Duration(s.after.Load()))
+	return connect.NewResponse(resp), nil
+}
+
+// received returns the requests received so far.
+func (s *service) received() []*sluicev1.AllowRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*sluicev1.AllowRequest(nil), s.reqs...)
+}
+
+// h2c returns an HTTP server of h speaking HTTP/2 without TLS (gRPC's
+// h2c), as the Sluice server does.
+func h2c(h http.Handler) *http.Server {
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	p.SetHTTP1(true)
+	return &http.Server{Handler: h, Protocols: p}
+}
+
+// startLoopback serves s over real gRPC on 127.0.0.1 with a port from the
+// kernel and returns its address.
+func startLoopback(t testing.TB, s *service) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(sluicev1connect.NewLimitsHandler(s))
+	hs := h2c(mux)
+	go func() { _ = hs.Serve(lis) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	return lis.Addr().String()
+}
+
+// unreachable returns a loopback address nobody listens on.
+func unreachable(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close()
+	return addr
+}
+
+// pipeListener is an in-memory network for testing/synctest bubbles (a
+// real socket's reads are not durably blocking, so time would not
+// advance): Dial hands the server one end of a net.Pipe. Everything above
+// it — HTTP/2, gRPC framing, Connect, the handler — is the real thing.
+type pipeListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (p *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-p.conns:
+		return c, nil
+	case <-p.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (p *pipeListener) Close() error {
+	p.once.Do(func() { close(p.done) })
+	return nil
+}
+
+func (p *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
+
+func (p *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	c, s := net.Pipe()
+	select {
+	case p.conns <- s:
+		return c, nil
+	case <-p.done:
+	case <-ctx.Done():
+	}
+	_ = c.Close()
+	_ = s.Close()
+	return nil, errors.New("pipe: connection refused")
+}
+
+// startPipe serves s over the in-memory network, inside a synctest bubble,
+// and returns the option giving a client its HTTP client. Cleanup closes
+// the connections and the server (register it after the client's Close).
+func startPipe(t *testing.T, s *service) quota.Option {
+	t.Helper()
+	lis := newPipeListener()
+	mux := http.NewServeMux()
+	mux.Handle(sluicev1connect.NewLimitsHandler(s))
+	hs := h2c(mux)
+	go func() { _ = hs.Serve(lis) }()
+	tr := discovery.Transport(nil, false)
+	tr.DialContext = lis.dial
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		_ = hs.Close()
+	})
+	return quota.WithHTTPClient(&http.Client{Transport: tr})
+}
+
+// newClient returns a client of addr closed at the test's end, with its
+// metrics in a registry of its own.
+func newClient(t *testing.T, addr string, opts ...quota.Option) (*quota.Client, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	c, err := quota.New(addr, append([]quota.Option{quota.WithLogger(quiet), quota.WithRegisterer(reg)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, reg
+}
+
+// metric returns the value of the series of name whose labels are
+// labels (name=value pairs), 0 if it has none yet.
+func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
