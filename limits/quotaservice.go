@@ -72,7 +72,7 @@ func ParseQuotaServiceYAML(data []byte) (*Config, error) {
 	if root == nil {
 		return cfg, nil
 	}
-	w := newWalker()
+	w := newWalker(root)
 	if r := w.deref(root); r != nil && !isNull(r) && r.Kind != yaml.MappingNode {
 		w.bad("(document)", r, "want a mapping with %v, got %s", qsServiceFields, kindName(r))
 		return nil, w.err()

@@ -94,7 +94,7 @@ func (d Duration) MarshalYAML() (any, error) {
 
 // UnmarshalYAML reads a Go duration string, or "never" (Never).
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	w := newWalker()
+	w := newWalker(n)
 	if v := w.duration(n, "duration", true); v != nil {
 		*d = Duration(*v)
 		if *v == -1 && n.Value == "never" {
@@ -117,7 +117,7 @@ const sectionPath = "limits"
 // UnmarshalYAML reads a Section strictly (see Section), whatever the
 // decoder's KnownFields setting. It returns every problem, joined.
 func (s *Section) UnmarshalYAML(n *yaml.Node) error {
-	w := newWalker()
+	w := newWalker(n)
 	*s = Section{}
 	pairs, _ := w.mapping(n, sectionPath, sectionFields)
 	for _, p := range pairs {
@@ -217,7 +217,7 @@ func (s *Section) Validate() (*Config, error) {
 	if s == nil {
 		return cfg, nil
 	}
-	w := newWalker()
+	w := newWalker(nil)
 	if s.GlobalDefault != nil {
 		b := s.GlobalDefault.bucket(w, join(sectionPath, "global_default"))
 		cfg.GlobalDefault = &b

@@ -18,16 +18,41 @@ import (
 // zeros. Aliases and merge keys (<<) are followed, within a budget of
 // nodes (an alias bomb is an error, not an explosion).
 
-// maxYAMLNodes bounds the nodes a walk visits, aliases expanded.
-const maxYAMLNodes = 1 << 20
+// A walk visits at most yamlNodesPerNode times the nodes of the document
+// (counting an alias as one node) plus yamlNodesExtra, aliases and merges
+// expanded: enough for any configuration that shares bucket settings
+// through anchors, and a bound on an alias bomb's cost.
+const (
+	yamlNodesPerNode = 16
+	yamlNodesExtra   = 1 << 18
+)
 
 // walker reads a YAML tree and collects errors.
 type walker struct {
 	errs   []error
 	budget int
+	limit  int
+	active map[*yaml.Node]bool // mappings being read: a merge into one is a cycle
 }
 
-func newWalker() *walker { return &walker{budget: maxYAMLNodes} }
+// newWalker returns a walker for the document rooted at root.
+func newWalker(root *yaml.Node) *walker {
+	n := yamlNodesPerNode*countNodes(root, 0) + yamlNodesExtra
+	return &walker{budget: n, limit: n, active: map[*yaml.Node]bool{}}
+}
+
+// countNodes counts the nodes of the tree at n, not following aliases,
+// up to a bound.
+func countNodes(n *yaml.Node, c int) int {
+	if n == nil || c > 1<<26 {
+		return c
+	}
+	c++
+	for _, k := range n.Content {
+		c = countNodes(k, c)
+	}
+	return c
+}
 
 func (w *walker) bad(path string, n *yaml.Node, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
@@ -49,7 +74,7 @@ func (w *walker) deref(n *yaml.Node) *yaml.Node {
 	}
 	if w.budget--; w.budget < 0 {
 		if w.budget == -1 {
-			w.errs = append(w.errs, &ConfigError{Path: "(document)", Msg: fmt.Sprintf("more than %d YAML nodes (aliases expanded)", maxYAMLNodes)})
+			w.errs = append(w.errs, &ConfigError{Path: "(document)", Msg: fmt.Sprintf("more than %d YAML nodes to read (aliases expanded)", w.limit)})
 		}
 		return nil
 	}
@@ -95,6 +120,12 @@ func (w *walker) mapping(n *yaml.Node, path string, fields []string) (pairs []pa
 		w.bad(path, n, "want a mapping, got %s", kindName(n))
 		return nil, false
 	}
+	if w.active[n] {
+		w.bad(path, n, "the mapping includes itself (an alias or merge of an enclosing anchor)")
+		return nil, false
+	}
+	w.active[n] = true
+	defer delete(w.active, n)
 	seen := map[string]bool{}
 	var merged []pair
 	for i := 0; i+1 < len(n.Content); i += 2 {

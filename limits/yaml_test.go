@@ -215,11 +215,17 @@ namespaces:
 	}
 	start := time.Now()
 	_, err = ParseSection([]byte(sb.String()))
-	if err == nil || !strings.Contains(err.Error(), "YAML nodes (aliases expanded)") {
+	if err == nil || !strings.Contains(err.Error(), "YAML nodes to read (aliases expanded)") {
 		t.Fatalf("alias bomb: %v", err)
 	}
 	if time.Since(start) > 10*time.Second {
 		t.Fatalf("alias bomb took %v", time.Since(start))
+	}
+	// A mapping merging itself is a cycle, reported at once.
+	for _, doc := range []string{"resources: {r: {domains: {d: &x {<<: *x}}}}", "global_default: &x {<<: [*x, *x]}"} {
+		if _, err := ParseSection([]byte(doc)); err == nil || !strings.Contains(err.Error(), "the mapping includes itself") {
+			t.Errorf("%s: %v", doc, err)
+		}
 	}
 }
 
