@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/sluice-rl/sluice/limits"
 )
 
 // chromium returns the path of Debian's chromium (installed by .ci/run);
@@ -47,6 +49,19 @@ func TestStatusPageInBrowser(t *testing.T) {
 		getCap(t, s, fmt.Sprintf("client-%d", i), fmt.Sprintf("fixed/%c", 'a'+i), float64(2+i))
 	}
 	s.Sweep()
+	// Token buckets for the buckets page: user-00 … user-29, user-<i>
+	// granted i%10 + 1 tokens of 10, every third one rejected once.
+	if err := s.SetLimits(&limits.Config{Resources: map[string]*limits.Resource{"users": {Template: &limits.Bucket{
+		Size: 10, FillRate: 0.001, MaxIdle: -1, MaxTokensPerRequest: 10}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		d := fmt.Sprintf("user-%02d", i)
+		s.Limits().Allow(time.Now(), limits.Request{Resource: "users", Domain: d, Tokens: int64(i%10 + 1)})
+		if i%3 == 0 {
+			s.Limits().Allow(time.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 10})
+		}
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -159,11 +174,57 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if polylines != 3 {
 		t.Errorf("chart has %d lines, want capacity, Σ has and Σ wants", polylines)
 	}
+	// The buckets page: filter by prefix and a numeric predicate, sort by
+	// a column (twice: descending), page through, and read the top lists.
+	cells := func(table, class string) []string {
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](fmt.Sprintf(`[...document.querySelectorAll("#%s tbody td.%s")].map(e => e.textContent)`, table, class)))
+		step("read #"+table, err)
+		return v
+	}
+	sortByTokens := chromedp.Search(`//table[@id="buckets"]//th/a[text()="tokens"]`)
+	step("filter the buckets", chromedp.Do(bctx,
+		chromedp.Navigate(base+"/debug/status"),
+		chromedp.Click(css("#buckets-link")),
+		chromedp.WaitVisible(css("#buckets")),
+		chromedp.SetValue(css(`#filter input[name="prefix"]`), "users/user-1"),
+		chromedp.SetValue(css(`#filter input[name="where"]`), "fraction<0.5"),
+		chromedp.Submit(css(`#filter input[name="prefix"]`)),
+		chromedp.WaitVisible(css("#buckets")),
+		chromedp.Click(sortByTokens),
+		chromedp.WaitVisible(css("#buckets")),
+		chromedp.Click(sortByTokens),
+		chromedp.WaitVisible(css("#buckets")),
+	))
+	// user-10 … user-19 took 1 … 10 tokens (then user-12, 15, 18 were
+	// refused 10 more): fraction < 0.5 leaves those that took 6 or more,
+	// user-15 … user-19, sorted by tokens left, most first.
+	if got := strings.Join(cells("buckets", "id"), ","); got != "users/user-15,users/user-16,users/user-17,users/user-18,users/user-19" {
+		t.Errorf("users/user-1*, fraction<0.5, by tokens descending: %s", got)
+	}
+	count := text("#count")
+	if !strings.HasPrefix(count, "5 of 30 buckets") {
+		t.Errorf("count reads %q", count)
+	}
+	shot3, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	step("screenshot", err)
+	step("page through", chromedp.Do(bctx,
+		chromedp.Navigate(base+"/debug/status/buckets?per_page=12&sort=key"),
+		chromedp.WaitVisible(css("#buckets")),
+		chromedp.Click(css("#next")),
+		chromedp.WaitVisible(css("#buckets")),
+	))
+	if got := cells("buckets", "id"); len(got) != 12 || got[0] != "users/user-12" {
+		t.Errorf("page 2 of 12 by key: %v", got)
+	}
+	if got := strings.Join(cells("rejected", "id"), ","); got != "users/user-00,users/user-03,users/user-06,users/user-09,users/user-12,users/user-15,users/user-18,users/user-21,users/user-24,users/user-27" {
+		t.Errorf("most rejected: %s", got)
+	}
+
 	dir := os.Getenv("SLUICE_SCREENSHOT_DIR")
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	for name, b := range map[string][]byte{"status.png": shot1, "resource.png": shot2} {
+	for name, b := range map[string][]byte{"status.png": shot1, "resource.png": shot2, "buckets.png": shot3} {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, b, 0o644); err != nil {
 			t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 //	GET /                       redirect to /debug/status
 //	GET /debug/status           the server, its election and parent, the configuration, the resources
 //	GET /debug/status/resource  ?id=ID: one resource, its leases, its history (chart)
+//	GET /debug/status/buckets   the limits engine's token buckets: filter, sort, pages (status_buckets.go)
 //	GET /healthz                200 while the process runs
 //	GET /readyz                 200 when configured, mastership is known and not draining; else 503
 
@@ -38,10 +39,13 @@ var staticFS = func() fs.FS {
 }()
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"num":     formatNum,
-	"safe":    formatSafe,
-	"sortURL": sortURL,
-	"ago":     func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
+	"num":        formatNum,
+	"safe":       formatSafe,
+	"sortURL":    sortURL,
+	"ago":        func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
+	"bucketsURL": bucketsURL,
+	"add":        func(a, b int) int { return a + b },
+	"mul":        func(a, b int) int { return a * b },
 }).ParseFS(webFS, "web/*.html"))
 
 // formatSafe formats a safe capacity: -1 (config.NoSafeCapacityLimit) is
