@@ -178,7 +178,7 @@ func (l *Limiter) take(now, limit time.Time, n int) (outcome, claim, *rateChange
 				at:         s.base.Add(time.Duration(at)),
 				end:        s.base.Add(time.Duration(y)),
 				gen:        s.gen,
-				stored:     time.Duration(max(0, t-tat)),
+				stored:     time.Duration(max(0, t-x)),
 				rate:       s.rate,
 				refundable: true,
 			}, s.change
@@ -282,8 +282,15 @@ func (l *Limiter) setRateLocked(now time.Time, rate float64) {
 
 // refundLocked gives back a cancelled claim if nothing was taken since and
 // the rate has not changed (or the claim followed the change): tat goes
-// back to the claim's time, or now if that has passed, less the stored
-// permits it used. The caller holds l.mu.
+// back to where the claim found it, or, if the claim's time has passed, to
+// now less the stored permits it found (at most a full store). The caller
+// holds l.mu.
+//
+// Put back exactly where the claim found it, tat is again the end of the
+// claim before it, which, cancelled next, is refunded in turn: a tat more
+// than the burst behind now (a full store) and one the burst behind stand
+// for the same schedule, but only the first is that end
+// (TestBurstyCancelInTurnAfterAFullStore).
 func (l *Limiter) refundLocked(now time.Time, c claim) {
 	s := l.sched.Load()
 	if s == nil || s.gen != c.gen || !(s.rate > 0) || math.IsInf(s.rate, 1) {
@@ -302,12 +309,12 @@ func (l *Limiter) refundLocked(now time.Time, c claim) {
 	}
 	stored := c.stored
 	if c.rate != s.rate { // a Wait that followed rate changes
-		stored = time.Duration(float64(stored) * c.rate / s.rate)
+		stored = time.Duration(min(float64(stored)*c.rate/s.rate, maxWord))
 	}
 	at := c.at
-	if at.Before(now) {
-		at = now
+	if at.Before(now) { // from now, with the stored permits it found
+		at, stored = now, min(stored, time.Duration(s.burstNs))
 	}
 	next := *s
-	l.install(&next, x, at.Add(-min(stored, time.Duration(s.burstNs))))
+	l.install(&next, x, at.Add(-stored))
 }

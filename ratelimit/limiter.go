@@ -221,7 +221,9 @@ const (
 type claim struct {
 	at, end time.Time // when the caller may act; where it left the schedule
 	// SmoothBursty: the schedule's rate changes so far, and the stored
-	// permits the claim used, as time at rate.
+	// permits the claim found, as time at rate: how far tat lagged behind
+	// the claim's now, not capped at the burst, so that a refund puts tat
+	// back exactly.
 	gen    uint64
 	stored time.Duration
 	rate   float64

@@ -3,8 +3,10 @@ package ratelimit
 // The SmoothBursty and SmoothWarmingUp limiter as it was before the
 // lock-free SmoothBursty path (commit 8f36409): one mutex around Guava's
 // storedPermits and nextFreeTicket. The property tests compare Limiter
-// with it. Only the names are changed, and WithClock, which the tests do
-// not use, is left out.
+// with it. Only the names are changed, WithClock, which the tests do not
+// use, is left out, and two of its refunds are fixed: a reservation that
+// took nothing gives nothing back (took), and one cancelled by its time
+// puts back the SmoothBursty schedule it found (found; see refundAt).
 
 import (
 	"context"
@@ -353,7 +355,8 @@ type refReservation struct {
 	ok       bool
 	at, end  time.Time
 	spent    float64
-	took     bool // false when nothing was taken (n ≤ 0, rate +Inf): nothing to give back
+	took     bool      // false when nothing was taken (n ≤ 0, rate +Inf): nothing to give back
+	found    *refFound // SmoothBursty: the schedule as the reservation found it
 	mu       sync.Mutex
 	canceled bool
 }
@@ -390,7 +393,14 @@ func (r *refReservation) CancelAt(now time.Time) {
 		return
 	}
 	r.canceled = true
-	r.l.refundAt(now, r.at, r.spent, r.end)
+	r.l.refundAt(now, r.at, r.spent, r.end, r.found)
+}
+
+// refFound is a SmoothBursty schedule as a reservation found it, before
+// the reservation's resync: its next free time and stored permits.
+type refFound struct {
+	nextFree time.Time
+	stored   float64
 }
 
 // Reserve is ReserveN(now, 1), with the limiter's clock.
@@ -413,8 +423,15 @@ func (l *refLimiter) ReserveN(now time.Time, n int) *refReservation {
 	case math.IsInf(l.rate, 1):
 		return r
 	}
+	found := &refFound{nextFree: l.nextFree, stored: l.stored}
+	if !l.started {
+		found.nextFree = now // nothing stored, nothing paid ahead
+	}
 	r.at, r.spent, r.end = l.reserve(now, float64(n))
 	r.took = true
+	if l.warmup == 0 {
+		r.found = found
+	}
 	return r
 }
 
@@ -471,7 +488,7 @@ func (l *refLimiter) WaitN(ctx context.Context, n int) error {
 				return nil
 			case <-ctx.Done():
 				t.Stop()
-				l.refundAt(l.now(), at, spent, end)
+				l.refundAt(l.now(), at, spent, end, nil)
 				return fmt.Errorf("ratelimit: %w", ctx.Err())
 			case <-change.ch:
 				// The rate changed while waiting: the turn moves as the
@@ -489,11 +506,28 @@ func (l *refLimiter) WaitN(ctx context.Context, n int) error {
 }
 
 // refundAt gives back a cancelled reservation if nobody queued behind it.
-func (l *refLimiter) refundAt(now, at time.Time, spent float64, end time.Time) {
+// found, if not nil, is the SmoothBursty schedule as the reservation found
+// it.
+func (l *refLimiter) refundAt(now, at time.Time, spent float64, end time.Time, found *refFound) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.nextFree.Equal(end) {
 		return // later callers are queued behind it; their times stand
+	}
+	if found != nil && !now.After(at) {
+		// Fix (not in 8f36409): cancelled by its time, the reservation puts
+		// back the schedule exactly as it found it. Setting nextFree to at
+		// with the permits stored since restored is the same schedule when
+		// the reservation's resync moved nextFree from an earlier
+		// reservation's end to now, but that reservation's end no longer
+		// equals nextFree, and its refund, in turn, was refused: whether
+		// cancelling A after cancelling B (reserved after A) refunded A
+		// hung on whether B came at A's end or a ns later. Limiter keeps
+		// one tat and refunds A (TestBurstyCancelInTurnAfterStoring).
+		// SmoothWarmingUp keeps the old rule (found is nil), as warmup.go
+		// does.
+		l.nextFree, l.stored = found.nextFree, found.stored
+		return
 	}
 	if at.Before(now) {
 		at = now
