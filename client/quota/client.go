@@ -224,7 +224,9 @@ func WithTimeout(d time.Duration) Option {
 
 // WithFallbackRate sets every target's fallback limiter: rate permits per
 // second with burstSeconds of stored permits (a ratelimit.NewLimiter;
-// default DefaultFallbackRate, DefaultFallbackBurst). A rate of 0 rejects
+// default DefaultFallbackRate, DefaultFallbackBurst). Like Guava's, a new
+// limiter has no stored permits: it spaces its target's first calls at the
+// rate, and stores permits only while they go unused. A rate of 0 rejects
 // everything while the service is away (fail closed); use WithFallback for
 // other choices per target.
 //

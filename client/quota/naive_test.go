@@ -24,7 +24,6 @@ import (
 
 	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/client/quota"
-	"github.com/sluice-rl/sluice/ratelimit"
 )
 
 // healthServer starts a real gRPC server (the standard health service) on
@@ -228,7 +227,7 @@ func TestNaiveNoBucketFallsBack(t *testing.T) {
 // the breaker's threshold of failures it stops trying.
 func TestNaiveUnreachable(t *testing.T) {
 	c, reg := newClient(t, unreachable(t), quota.WithBreaker(3, time.Hour),
-		quota.WithFallback(func(string, string) *ratelimit.Limiter { return nil })) // fail open
+		failOpen)
 	for i := range 5 {
 		g, err := c.Acquire(context.Background(), "api", "fast", 1)
 		if err != nil || g.Source != quota.FromFallback {
