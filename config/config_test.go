@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/algorithm"
+	"github.com/sluice-rl/sluice/limits"
 )
 
 const valid = `
@@ -233,6 +234,58 @@ func TestExampleConfigIsValid(t *testing.T) {
 	}
 	if r.Len() < 4 {
 		t.Fatalf("example has %d templates", r.Len())
+	}
+}
+
+// The shipped limits example answers the documents' examples as they say.
+func TestExampleLimitsIsValid(t *testing.T) {
+	r, err := Load("../examples/limits.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := limits.New(r.Limits(), limits.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		resource, domain string
+		tokens           int64
+		status           limits.Status
+		bucket           string
+		limit            int64
+	}{
+		// ratelimiting-in-150-lines.md: any IP gets rate_limit's bucket
+		// of 10 (at most 1 a request: its fill rate); 192.168.11.3 its
+		// own of 500.
+		{"frontend", "rate_limit/10.0.0.1", 2, limits.StatusTooManyTokensRequested, "prefix rate_limit", 10},
+		{"frontend", "rate_limit/10.0.0.1", -10, limits.StatusOK, "prefix rate_limit", 10},
+		{"frontend", "rate_limit/10.0.0.1", 1, limits.StatusTimeout, "prefix rate_limit", 10},
+		{"frontend", "rate_limit/10.0.0.2", 1, limits.StatusOK, "prefix rate_limit", 10},
+		{"frontend", "rate_limit/192.168.11.3", 100, limits.StatusOK, "named", 500},
+		// quotaservice-design.md, example 3: one login a second per user.
+		{"TheBrain_userLogins", "user42", 1, limits.StatusOK, "dynamic", 1},
+		{"TheBrain_userLogins", "user42", 1, limits.StatusTimeout, "dynamic", 1},
+		// Examples 1 and 2: named buckets, the rest on the shared default.
+		{"Pinky_TheBrain", "UserService_getUser", 5, limits.StatusOK, "named", 20},
+		{"Pinky_TheBrain", "OtherService", 5, limits.StatusOK, "default", 1000},
+		{"Pinky_PinkyMySQL", "users_insert", 5, limits.StatusOK, "named", 10},
+		// Anything else: the global default.
+		{"Unknown", "x", 1, limits.StatusOK, "global default", 100},
+	} {
+		// tokens -n: n requests of one token, the last one judged.
+		n := int64(1)
+		if tc.tokens < 0 {
+			n, tc.tokens = -tc.tokens, 1
+		}
+		var d limits.Decision
+		for range n {
+			d = e.Allow(now, limits.Request{Resource: tc.resource, Domain: tc.domain, Tokens: tc.tokens})
+		}
+		if d.Status != tc.status || d.Bucket.String() != tc.bucket || d.Limit != tc.limit {
+			t.Errorf("%s %s ×%d: %v from %q (size %d), want %v from %q (size %d)", tc.resource, tc.domain, tc.tokens,
+				d.Status, d.Bucket, d.Limit, tc.status, tc.bucket, tc.limit)
+		}
 	}
 }
 
