@@ -53,6 +53,12 @@ func testConfig() *limits.Config {
 		// service shares its prefix's configuration, a bucket each.
 		"grpc": {Buckets: map[string]limits.Bucket{"grpc.health.v1.Health": b(2, 0.01, 0, 0, 1)}},
 		"http": {Default: &limits.Bucket{Size: 2, FillRate: 0.01, MaxTokensPerRequest: 1}},
+		// the examples, in the design's names: every method of UserService
+		// gets 2 tokens, hardly refilled; "batch" takes reports.
+		"Pinky_TheBrain": {Buckets: map[string]limits.Bucket{
+			"UserService": b(2, 0.01, 0, 0, 1),
+			"batch":       b(100, 0.01, time.Second, 10*time.Second, 1000),
+		}},
 	}}
 }
 
@@ -76,6 +82,20 @@ func newService(t testing.TB) *service {
 		t.Fatal(err)
 	}
 	return &service{engine: e}
+}
+
+// serve serves s over real gRPC on 127.0.0.1 with a port from the kernel
+// and returns its address and how to stop it.
+func serve(s *service) (addr string, stop func(), err error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(sluicev1connect.NewLimitsHandler(s))
+	hs := h2c(mux)
+	go func() { _ = hs.Serve(lis) }()
+	return lis.Addr().String(), func() { _ = hs.Close() }, nil
 }
 
 var statuses = map[limits.Status]sluicev1.AllowResponse_Status{
@@ -141,16 +161,12 @@ func h2c(h http.Handler) *http.Server {
 // kernel and returns its address.
 func startLoopback(t testing.TB, s *service) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, stop, err := serve(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle(sluicev1connect.NewLimitsHandler(s))
-	hs := h2c(mux)
-	go func() { _ = hs.Serve(lis) }()
-	t.Cleanup(func() { _ = hs.Close() })
-	return lis.Addr().String()
+	t.Cleanup(stop)
+	return addr
 }
 
 // unreachable returns a loopback address nobody listens on.
