@@ -107,6 +107,10 @@ func subSat(a, b int64) int64 {
 // itself, as time.Since(base): the monotonic clock alone, which is all
 // now.Sub(base) would use of time.Now(), and half the cost.
 func (l *Limiter) allow(now time.Time, n int, clock bool) bool {
+	var (
+		t  int64     // now, in ns since ts.base
+		ts *schedule // the schedule t was read for; a retry on it keeps t
+	)
 	for {
 		x := l.tat.Load() // before the schedule: see take
 		s := l.sched.Load()
@@ -122,11 +126,13 @@ func (l *Limiter) allow(now time.Time, n int, clock bool) bool {
 			l.settle(now)
 			continue
 		}
-		var t int64 // now, in ns since s.base
-		if clock {
-			t = int64(time.Since(s.base))
-		} else {
-			t = int64(now.Sub(s.base))
+		if s != ts { // a lost compare-and-swap retries at the same instant
+			if clock {
+				t = int64(time.Since(s.base))
+			} else {
+				t = int64(now.Sub(s.base))
+			}
+			ts = s
 		}
 		if x > t { // the next permit is not free yet
 			if l.tat.Load() == x { // x and s belong together
