@@ -10,6 +10,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/sluice-rl/sluice/demo"
 	"github.com/sluice-rl/sluice/sim"
 )
 
@@ -92,6 +93,52 @@ func plotSeries(s *sim.Series, pngPath, svgPath string) error {
 		if err := p.Save(10*vg.Inch, 5*vg.Inch, path); err != nil {
 			return fmt.Errorf("plot %s: %w", path, err)
 		}
+	}
+	return nil
+}
+
+// plotQuota draws the quota demo's calls per second that reached the
+// target, per bucket, against each bucket's configured rate (dashed);
+// 10×5 inches, PNG.
+func plotQuota(s *demo.QuotaSummary, pngPath string) error {
+	p := plot.New()
+	p.Title.Text = "sluice demo quota: calls granted per second against each bucket's rate"
+	p.X.Label.Text = "time (s)"
+	p.Y.Label.Text = "calls per second"
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Add(plotter.NewGrid())
+	colors := []color.Color{color.RGBA{B: 220, A: 255}, color.RGBA{R: 230, G: 140, A: 255}}
+	top := 0.0
+	for i, b := range s.Buckets {
+		if len(b.PerSecond) == 0 {
+			continue
+		}
+		c := colors[i%len(colors)]
+		var got, rate plotter.XYs
+		for sec, n := range b.PerSecond {
+			got = append(got, plotter.XY{X: float64(sec) + 0.5, Y: float64(n)})
+			rate = append(rate, plotter.XY{X: float64(sec) + 0.5, Y: b.FillRate})
+			top = math.Max(top, float64(n))
+		}
+		top = math.Max(top, b.FillRate)
+		l, err := plotter.NewLine(got)
+		if err != nil {
+			return err
+		}
+		l.Color, l.Width = c, vg.Points(1.5)
+		r, err := plotter.NewLine(rate)
+		if err != nil {
+			return err
+		}
+		r.Color, r.Width, r.Dashes = c, vg.Points(1), []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(l, r)
+		p.Legend.Add(fmt.Sprintf("%s (%s client) granted", b.Name, b.Client), l)
+		p.Legend.Add(fmt.Sprintf("%s fill rate %.0f/s", b.Name, b.FillRate), r)
+	}
+	p.Y.Min, p.Y.Max = 0, 1.4*top
+	if err := p.Save(10*vg.Inch, 5*vg.Inch, pngPath); err != nil {
+		return fmt.Errorf("plot %s: %w", pngPath, err)
 	}
 	return nil
 }

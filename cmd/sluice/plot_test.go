@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sluice-rl/sluice/demo"
 	"github.com/sluice-rl/sluice/sim"
 )
 
@@ -38,5 +39,20 @@ func TestProgressOffTerminal(t *testing.T) {
 	p.Done()
 	if buf.Len() != 0 {
 		t.Fatalf("progress drawn on a non-terminal: %q", buf.String())
+	}
+}
+
+func TestPlotQuota(t *testing.T) {
+	sum := &demo.QuotaSummary{DurationSeconds: 3, Buckets: []demo.QuotaBucket{
+		{Name: "target/naive", Client: "naive", FillRate: 100, PerSecond: []int64{120, 100, 100}},
+		{Name: "logins/<user>", Client: "naive", FillRate: 1},
+	}}
+	png := filepath.Join(t.TempDir(), "q.png")
+	if err := plotQuota(sum, png); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(png)
+	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Fatalf("PNG: %v, %d bytes", err, len(b))
 	}
 }
