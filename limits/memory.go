@@ -2,31 +2,33 @@ package limits
 
 import (
 	"hash/maphash"
-	"strings"
+	"math"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // memShards is the number of lock shards of a MemoryStore (a power of 2).
 const memShards = 256
 
 // MemoryStore is a Store in this process's memory. Buckets are spread over
-// 256 shards by a hash of the domain (of the resource for default
-// buckets), each with its own mutex and map: a decision locks one shard
-// for the duration of one Step, and two decisions on different shards
-// never contend. A lookup hashes the request's strings as they are (the
-// map key is the pair of strings, not a concatenation) and does not
-// allocate; creating a bucket allocates its record and a copy of the
-// domain.
+// 256 shards by a hash of their key, each shard with its own mutex and
+// hash table: a decision locks one shard for the duration of one Step, and
+// decisions on different shards never contend. A lookup hashes the
+// request's strings as they are (no concatenation) and does not allocate;
+// creating a bucket allocates only when its shard's table grows, or when
+// the domain is longer than 22 bytes (a copy of it).
 //
-// Memory: about 150 bytes per bucket plus the domain's length
-// (BenchmarkMemoryPerBucket).
+// A bucket takes one 96-byte slot (the record, and the domain when it is
+// at most 22 bytes long) in a table kept 58 % to 88 % full: about 110 to
+// 165 bytes per bucket (BenchmarkMemoryPerBucket), plus the domain for
+// longer ones. Request counts per bucket saturate at 2³² − 1.
 //
 // The zero MemoryStore is not usable: use NewMemoryStore.
 type MemoryStore struct {
-	seed   maphash.Seed
-	shards [memShards]memShard
-	n      atomic.Int64
+	seed, seed2 maphash.Seed
+	shards      [memShards]memShard
+	n           atomic.Int64
 
 	dynMu sync.RWMutex
 	dyn   map[string]*atomic.Int64 // dynamic buckets per resource
@@ -35,34 +37,23 @@ type MemoryStore struct {
 type memShard struct {
 	mu  sync.Mutex
 	gen uint64 // the configuration generation last applied to the shard
-	m   map[Key]*memBucket
-	_   [40]byte // a cache line per shard
-}
-
-// memBucket is one bucket's record: 40 bytes.
-type memBucket struct {
-	state      State
-	last       int64 // Unix ns of the last request
-	grants     uint64
-	rejections uint64
-	limit      *Limit
+	t   table
+	_   [24]byte // a cache line per shard
 }
 
 // NewMemoryStore returns an empty store.
 func NewMemoryStore() *MemoryStore {
-	s := &MemoryStore{seed: maphash.MakeSeed(), dyn: map[string]*atomic.Int64{}}
-	for i := range s.shards {
-		s.shards[i].m = map[Key]*memBucket{}
-	}
-	return s
+	return &MemoryStore{seed: maphash.MakeSeed(), seed2: maphash.MakeSeed(), dyn: map[string]*atomic.Int64{}}
 }
 
-func (s *MemoryStore) shard(k Key) *memShard {
-	h := k.Domain
-	if h == "" {
-		h = k.Resource
+// hash returns the key's hash (never 0) and its shard.
+func (s *MemoryStore) hash(k Key) (uint64, *memShard) {
+	h := maphash.String(s.seed, k.Domain)
+	if k.Resource != "" {
+		h ^= maphash.String(s.seed2, k.Resource)
 	}
-	return &s.shards[maphash.String(s.seed, h)&(memShards-1)]
+	h |= 1
+	return h, &s.shards[(h>>1)&(memShards-1)]
 }
 
 // counter returns the dynamic-bucket counter of resource, creating it.
@@ -84,13 +75,13 @@ func (s *MemoryStore) counter(resource string) *atomic.Int64 {
 
 // Take implements Store.
 func (s *MemoryStore) Take(now int64, k Key, l *Limit, a Ask) (Outcome, error) {
-	sh := s.shard(k)
+	h, sh := s.hash(k)
 	sh.mu.Lock()
 	if l.Gen < sh.gen {
 		sh.mu.Unlock()
 		return Outcome{}, ErrStaleConfig
 	}
-	b := sh.m[k]
+	b := sh.t.find(h, k.Resource, k.Domain)
 	if b == nil {
 		st, r := Step(State{}, l.Params, now, a)
 		if r.Granted == 0 {
@@ -103,10 +94,10 @@ func (s *MemoryStore) Take(now int64, k Key, l *Limit, a Ask) (Outcome, error) {
 				return Outcome{TooManyBuckets: true}, nil
 			}
 		}
-		// The key keeps the configuration's copy of the resource name and
+		// The slot keeps the configuration's copy of the resource name and
 		// a copy of the domain: never the caller's memory.
-		nk := Key{Resource: l.Resource, Domain: strings.Clone(k.Domain)}
-		sh.m[nk] = &memBucket{state: st, last: now, grants: 1, limit: l}
+		b = sh.t.insert(h, l.Resource, k.Domain)
+		*b = memBucket{state: st, last: now, grants: 1, limit: l}
 		sh.mu.Unlock()
 		s.n.Add(1)
 		return Outcome{Result: r, Created: true}, nil
@@ -116,14 +107,16 @@ func (s *MemoryStore) Take(now int64, k Key, l *Limit, a Ask) (Outcome, error) {
 			sh.mu.Unlock()
 			return Outcome{}, ErrStaleConfig
 		}
-		s.relimit(k, b, l, now)
+		s.relimit(k.Resource, k.Domain, b, l, now)
 	}
 	st, r := Step(b.state, l.Params, now, a)
 	b.last = now
 	if r.Granted > 0 {
 		b.state = st
-		b.grants++
-	} else {
+		if b.grants != math.MaxUint32 {
+			b.grants++
+		}
+	} else if b.rejections != math.MaxUint32 {
 		b.rejections++
 	}
 	sh.mu.Unlock()
@@ -145,27 +138,50 @@ func (s *MemoryStore) reserve(resource string, max int64) bool {
 	}
 }
 
-// relimit moves bucket b (key k) to Limit l at now: rescales its state and
-// moves its dynamic count. The caller holds the shard's lock.
-func (s *MemoryStore) relimit(k Key, b *memBucket, l *Limit, now int64) {
+// relimit moves bucket b (of resource and domain) to Limit l at now:
+// rescales its state and moves its dynamic count. The caller holds the
+// shard's lock.
+func (s *MemoryStore) relimit(resource, domain string, b *memBucket, l *Limit, now int64) {
 	b.state = Rescale(b.state, b.limit.Params, l.Params, now)
-	was, is := b.limit.Dynamic(k.Domain), l.Dynamic(k.Domain)
+	was, is := b.limit.Dynamic(domain), l.Dynamic(domain)
 	switch {
 	case was && !is:
-		s.counter(k.Resource).Add(-1)
+		s.counter(resource).Add(-1)
 	case !was && is:
-		s.counter(k.Resource).Add(1)
+		s.counter(resource).Add(1)
 	}
 	b.limit = l
 }
 
-// remove deletes bucket b (key k) from sh, whose lock the caller holds.
-func (s *MemoryStore) remove(sh *memShard, k Key, b *memBucket) {
-	delete(sh.m, k)
-	s.n.Add(-1)
-	if b.limit.Dynamic(k.Domain) {
-		s.counter(k.Resource).Add(-1)
+// sweep visits every bucket of sh, whose lock the caller holds, and
+// removes those for which visit returns a reason, appending them to gone.
+// A bucket may be visited twice (removal shifts slots back), so visit must
+// answer the same for it.
+func (s *MemoryStore) sweep(sh *memShard, gone []Removed, visit func(sl *slot, domain string) RemoveReason) []Removed {
+	for i := 0; i < len(sh.t.slots); {
+		sl := &sh.t.slots[i]
+		if sl.hash == 0 {
+			i++
+			continue
+		}
+		domain := sl.long
+		if !sl.big {
+			domain = unsafe.String(&sl.dom[0], int(sl.dlen))
+		}
+		why := visit(sl, domain)
+		if why == 0 {
+			i++
+			continue
+		}
+		k := Key{Resource: sl.res, Domain: sl.domain()}
+		gone = append(gone, Removed{Key: k, Limit: sl.rec.limit, Reason: why})
+		if sl.rec.limit.Dynamic(k.Domain) {
+			s.counter(k.Resource).Add(-1)
+		}
+		s.n.Add(-1)
+		sh.t.removeAt(i) // look at i again
 	}
+	return gone
 }
 
 // Reap implements Store.
@@ -174,15 +190,14 @@ func (s *MemoryStore) Reap(now int64, removed func(Removed)) (int, error) {
 	var gone []Removed
 	for i := range s.shards {
 		sh := &s.shards[i]
-		gone = gone[:0]
 		sh.mu.Lock()
-		for k, b := range sh.m {
-			idle := b.limit.Bucket.MaxIdle
-			if idle > 0 && now-b.last >= int64(idle) && Full(b.state, b.limit.Params, now) {
-				s.remove(sh, k, b)
-				gone = append(gone, Removed{Key: k, Limit: b.limit, Reason: RemovedIdle})
+		gone = s.sweep(sh, gone[:0], func(sl *slot, _ string) RemoveReason {
+			b := &sl.rec
+			if idle := b.limit.Bucket.MaxIdle; idle > 0 && now-b.last >= int64(idle) && Full(b.state, b.limit.Params, now) {
+				return RemovedIdle
 			}
-		}
+			return 0
+		})
 		sh.mu.Unlock()
 		total += len(gone)
 		if removed != nil {
@@ -199,19 +214,18 @@ func (s *MemoryStore) Reconfigure(now int64, gen uint64, resolve func(Key) *Limi
 	var gone []Removed
 	for i := range s.shards {
 		sh := &s.shards[i]
-		gone = gone[:0]
 		sh.mu.Lock()
 		sh.gen = gen
-		for k, b := range sh.m {
-			l := resolve(k)
+		gone = s.sweep(sh, gone[:0], func(sl *slot, domain string) RemoveReason {
+			l := resolve(Key{Resource: sl.res, Domain: domain})
 			switch {
 			case l == nil:
-				s.remove(sh, k, b)
-				gone = append(gone, Removed{Key: k, Limit: b.limit, Reason: RemovedReconfigured})
-			case l != b.limit && l.Gen >= b.limit.Gen:
-				s.relimit(k, b, l, now)
+				return RemovedReconfigured
+			case l != sl.rec.limit && l.Gen >= sl.rec.limit.Gen:
+				s.relimit(sl.res, domain, &sl.rec, l, now)
 			}
-		}
+			return 0
+		})
 		sh.mu.Unlock()
 		if removed != nil {
 			for _, r := range gone {
@@ -230,8 +244,14 @@ func (s *MemoryStore) Walk(fn func(Snapshot) bool) error {
 		sh := &s.shards[i]
 		buf = buf[:0]
 		sh.mu.Lock()
-		for k, b := range sh.m {
-			buf = append(buf, Snapshot{Key: k, Limit: b.limit, State: b.state, LastUsed: b.last, Grants: b.grants, Rejections: b.rejections})
+		for j := range sh.t.slots {
+			sl := &sh.t.slots[j]
+			if sl.hash == 0 {
+				continue
+			}
+			b := &sl.rec
+			buf = append(buf, Snapshot{Key: Key{Resource: sl.res, Domain: sl.domain()}, Limit: b.limit, State: b.state,
+				LastUsed: b.last, Grants: uint64(b.grants), Rejections: uint64(b.rejections)})
 		}
 		sh.mu.Unlock()
 		for _, snap := range buf {
