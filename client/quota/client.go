@@ -412,18 +412,22 @@ func (c *Client) breakerChanged(_ string, from, to gobreaker.State) {
 	}
 }
 
-// loop flushes reports and forgets idle targets every report interval
-// until Close.
+// loop flushes reports every report interval and forgets idle targets
+// (at least every targetIdle) until Close.
 func (c *Client) loop() {
 	defer close(c.loopDone)
-	t := time.NewTicker(c.reportInterval)
+	flushed := time.Now() // before the ticker: its first tick is ≥ an interval after
+	t := time.NewTicker(min(c.reportInterval, targetIdle))
 	defer t.Stop()
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
-		case <-t.C:
-			c.flush(c.ctx)
+		case tick := <-t.C:
+			if tick.Sub(flushed) >= c.reportInterval {
+				c.flush(c.ctx)
+				flushed = tick
+			}
 			now := c.now()
 			c.fallbacks.sweep(now)
 			c.sweepLocals(now)

@@ -402,3 +402,31 @@ func TestNaiveErrors(t *testing.T) {
 		t.Errorf("service saw %d requests, want 0", got)
 	}
 }
+
+// TestIdleTargetsForgotten: a target unused for a minute loses its
+// fallback limiter (a new one starts afresh), even with a long report
+// interval.
+func TestIdleTargetsForgotten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := newClient(t, "limits.test:1", startPipe(t, newService(t)),
+			quota.WithFallbackRate(0.001, 0), quota.WithReportInterval(time.Hour))
+		acquire := func() error {
+			_, err := c.Acquire(context.Background(), "unconfigured", "x", 1)
+			return err
+		}
+		if err := acquire(); err != nil {
+			t.Fatal(err)
+		}
+		if err := acquire(); err == nil {
+			t.Fatal("second call allowed: want the fallback's 1000 s spacing")
+		}
+		time.Sleep(30 * time.Second)
+		if err := acquire(); err == nil {
+			t.Fatal("allowed after 30 s: the limiter was forgotten while in use")
+		}
+		time.Sleep(2 * time.Minute)
+		if err := acquire(); err != nil {
+			t.Fatalf("after two idle minutes: %v, want a fresh limiter's grant", err)
+		}
+	})
+}

@@ -25,7 +25,11 @@ import (
 
 // TestMain checks that no test leaves a goroutine behind: every Client is
 // closed, every server stopped.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// Property tests run 200 cases on a fixed seed (testutil.RapidChecks).
+func TestMain(m *testing.M) {
+	testutil.RapidChecks(200)
+	goleak.VerifyTestMain(m)
+}
 
 // quiet is the clients' logger: silent unless SLUICE_TEST_LOG is set.
 var quiet = testutil.Logger()
@@ -112,7 +116,12 @@ func (s *service) Allow(ctx context.Context, req *connect.Request[sluicev1.Allow
 	s.reqs = append(s.reqs, req.Msg)
 	s.mu.Unlock()
 	if s.stall.Load() {
+		// Until the client gives up, or the deadline it sent (grpc-timeout)
+		// passes: whichever the bubble's timers run first at that instant.
 		<-ctx.Done()
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+		}
 		return nil, connect.NewError(connect.CodeCanceled, ctx.Err())
 	}
 	time.Sleep(time.Duration(s.before.Load()))

@@ -136,6 +136,13 @@ func (b *localBucket) expire(now time.Time) int64 {
 	return gone
 }
 
+// add adds n > 0 tokens expiring at expires (no earlier than the lots
+// already held: every lot has the same TTL and arrives later).
+func (b *localBucket) add(n int64, expires time.Time) {
+	b.lots = append(b.lots, lot{n: n, expires: expires})
+	b.tokens += n
+}
+
 // take removes n ≤ b.tokens tokens, oldest first.
 func (b *localBucket) take(n int64) {
 	b.tokens -= n
@@ -197,6 +204,9 @@ func (c *Client) acquireSmart(ctx context.Context, k key, n int64, until time.Ti
 		return c.acquireNaive(ctx, k, n, until)
 	}
 	for {
+		if c.closed.Load() {
+			return Grant{}, ErrClosed
+		}
 		now := c.now()
 		b.mu.Lock()
 		if gone := b.expire(now); gone > 0 {
@@ -298,8 +308,7 @@ func (c *Client) fetch(b *localBucket, k key, ask int64, done chan struct{}) {
 		b.notBefore = now.Add(c.smart.Retry)
 	case resp.GetStatus() == sluicev1.AllowResponse_OK && resp.GetGranted() > 0:
 		g := resp.GetGranted()
-		b.lots = append(b.lots, lot{n: g, expires: now.Add(c.smart.TTL)})
-		b.tokens += g
+		b.add(g, now.Add(c.smart.TTL))
 		b.state = stateOK
 		c.m.localTokens.WithLabelValues("fetched").Add(float64(g))
 	default:
