@@ -13,6 +13,7 @@ import (
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/client"
+	"github.com/sluice-rl/sluice/internal/testutil"
 )
 
 // recorder is a capacity server stub that records each GetCapacity it
@@ -20,7 +21,7 @@ import (
 // wants. fail makes the next calls fail without reaching the server.
 type recorder struct {
 	doormanconnect.CapacityClient
-	clock *fakeClock
+	clock *testutil.Clock
 
 	mu   sync.Mutex
 	reqs []recorded
@@ -69,7 +70,7 @@ var start = newFakeClock().Now()
 // recordedClient returns a client refreshed by hand on a fake clock, of an
 // in-process server (on the same clock) holding the resources of yaml,
 // through a recorder.
-func recordedClient(t *testing.T, yaml string, opts ...client.Option) (*client.Client, *recorder, *fakeClock) {
+func recordedClient(t *testing.T, yaml string, opts ...client.Option) (*client.Client, *recorder, *testutil.Clock) {
 	t.Helper()
 	clock := newFakeClock()
 	rec := &recorder{CapacityClient: fakeServer(t, yaml, clock), clock: clock}
@@ -78,7 +79,7 @@ func recordedClient(t *testing.T, yaml string, opts ...client.Option) (*client.C
 
 // stepEvery calls Step every tick for d of the fake clock, more often than
 // the client asks to be stepped: the client alone keeps to its schedule.
-func stepEvery(c *client.Client, clock *fakeClock, tick, d time.Duration) {
+func stepEvery(c *client.Client, clock *testutil.Clock, tick, d time.Duration) {
 	end := clock.Now().Add(d)
 	for {
 		step(c)
@@ -91,7 +92,7 @@ func stepEvery(c *client.Client, clock *fakeClock, tick, d time.Duration) {
 
 // stepAsAsked runs the client as its loop does, for d of the fake clock:
 // it steps again when the previous Step said.
-func stepAsAsked(c *client.Client, clock *fakeClock, d time.Duration) {
+func stepAsAsked(c *client.Client, clock *testutil.Clock, d time.Duration) {
 	end := clock.Now().Add(d)
 	for {
 		next := step(c)
@@ -138,10 +139,10 @@ resources:
 func TestRefreshesAtSmallestGrantedInterval(t *testing.T) {
 	for _, drive := range []struct {
 		name string
-		run  func(*client.Client, *fakeClock)
+		run  func(*client.Client, *testutil.Clock)
 	}{
-		{"as asked", func(c *client.Client, clock *fakeClock) { stepAsAsked(c, clock, 40*time.Second) }},
-		{"stepped every second", func(c *client.Client, clock *fakeClock) { stepEvery(c, clock, time.Second, 40*time.Second) }},
+		{"as asked", func(c *client.Client, clock *testutil.Clock) { stepAsAsked(c, clock, 40*time.Second) }},
+		{"stepped every second", func(c *client.Client, clock *testutil.Clock) { stepEvery(c, clock, time.Second, 40*time.Second) }},
 	} {
 		t.Run(drive.name, func(t *testing.T) {
 			c, rec, clock := recordedClient(t, intervalCfg)
@@ -174,10 +175,10 @@ func TestRefreshIntervalStretchedToMinRequestInterval(t *testing.T) {
 	}
 	for _, drive := range []struct {
 		name string
-		run  func(*client.Client, *fakeClock)
+		run  func(*client.Client, *testutil.Clock)
 	}{
-		{"as asked", func(c *client.Client, clock *fakeClock) { stepAsAsked(c, clock, 30*time.Second) }},
-		{"stepped every 100 ms", func(c *client.Client, clock *fakeClock) {
+		{"as asked", func(c *client.Client, clock *testutil.Clock) { stepAsAsked(c, clock, 30*time.Second) }},
+		{"stepped every 100 ms", func(c *client.Client, clock *testutil.Clock) {
 			stepEvery(c, clock, 100*time.Millisecond, 30*time.Second)
 		}},
 	} {

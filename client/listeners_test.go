@@ -12,32 +12,16 @@ import (
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/server"
 )
 
-// fakeClock is a clock the test moves by hand; safe for concurrent use.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_800_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+// newFakeClock returns the clock the client tests move by hand.
+func newFakeClock() *testutil.Clock { return testutil.NewClock(time.Unix(1_800_000_000, 0)) }
 
 // fakeServer returns an in-process server on clock holding the resources
 // of yaml.
-func fakeServer(t *testing.T, yaml string, clock *fakeClock) *server.Server {
+func fakeServer(t *testing.T, yaml string, clock *testutil.Clock) *server.Server {
 	t.Helper()
 	repo, err := config.Parse([]byte(yaml))
 	if err != nil {
@@ -48,7 +32,7 @@ func fakeServer(t *testing.T, yaml string, clock *fakeClock) *server.Server {
 
 // clientOf returns a client of srv refreshed by hand (Step) on clock; the
 // test's cleanup closes it.
-func clientOf(t *testing.T, srv doormanconnect.CapacityClient, clock *fakeClock, opts ...client.Option) *client.Client {
+func clientOf(t *testing.T, srv doormanconnect.CapacityClient, clock *testutil.Clock, opts ...client.Option) *client.Client {
 	t.Helper()
 	opts = append([]client.Option{manualOf(srv), client.WithClock(clock.Now), client.WithLogger(quiet)}, opts...)
 	c, err := client.New("s:1", opts...)
@@ -61,7 +45,7 @@ func clientOf(t *testing.T, srv doormanconnect.CapacityClient, clock *fakeClock,
 
 // manualClient returns a client refreshed by hand (Step) on clock, of an
 // in-process server on the same clock holding the resources of yaml.
-func manualClient(t *testing.T, yaml string, clock *fakeClock, opts ...client.Option) (*client.Client, *server.Server) {
+func manualClient(t *testing.T, yaml string, clock *testutil.Clock, opts ...client.Option) (*client.Client, *server.Server) {
 	t.Helper()
 	srv := fakeServer(t, yaml, clock)
 	return clientOf(t, srv, clock, opts...), srv
@@ -69,7 +53,7 @@ func manualClient(t *testing.T, yaml string, clock *fakeClock, opts ...client.Op
 
 // run drives clients as their refresh loops would, on clock, for d: each is
 // stepped at once, then whenever its previous Step said.
-func run(clock *fakeClock, d time.Duration, cs ...*client.Client) {
+func run(clock *testutil.Clock, d time.Duration, cs ...*client.Client) {
 	end := clock.Now().Add(d)
 	next := make([]time.Time, len(cs))
 	for {
@@ -122,27 +106,27 @@ func TestListenersRunWithoutClientLocks(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		mode   client.Mode
-		change func(t *testing.T, c *client.Client, res *client.Resource, clock *fakeClock)
+		change func(t *testing.T, c *client.Client, res *client.Resource, clock *testutil.Clock)
 	}{
-		{"grant in Step", client.Pessimistic, func(t *testing.T, c *client.Client, _ *client.Resource, _ *fakeClock) {
+		{"grant in Step", client.Pessimistic, func(t *testing.T, c *client.Client, _ *client.Resource, _ *testutil.Clock) {
 			step(c)
 		}},
-		{"expiry in Step", client.Pessimistic, func(t *testing.T, c *client.Client, _ *client.Resource, clock *fakeClock) {
+		{"expiry in Step", client.Pessimistic, func(t *testing.T, c *client.Client, _ *client.Resource, clock *testutil.Clock) {
 			step(c)
 			clock.Advance(30 * time.Second) // the 20 s lease ran out
 			step(c)
 		}},
-		{"Ask", client.Optimistic, func(t *testing.T, _ *client.Client, res *client.Resource, _ *fakeClock) {
+		{"Ask", client.Optimistic, func(t *testing.T, _ *client.Client, res *client.Resource, _ *testutil.Clock) {
 			if err := res.Ask(20); err != nil {
 				t.Error(err)
 			}
 		}},
-		{"second handle", client.Optimistic, func(t *testing.T, c *client.Client, _ *client.Resource, _ *fakeClock) {
+		{"second handle", client.Optimistic, func(t *testing.T, c *client.Client, _ *client.Resource, _ *testutil.Clock) {
 			if _, err := c.Resource("r", 5); err != nil {
 				t.Error(err)
 			}
 		}},
-		{"Release of one of two handles", client.Optimistic, func(t *testing.T, c *client.Client, _ *client.Resource, _ *fakeClock) {
+		{"Release of one of two handles", client.Optimistic, func(t *testing.T, c *client.Client, _ *client.Resource, _ *testutil.Clock) {
 			h, err := c.Resource("r", 5)
 			if err != nil {
 				t.Fatal(err)
@@ -151,15 +135,15 @@ func TestListenersRunWithoutClientLocks(t *testing.T) {
 				t.Error(err)
 			}
 		}},
-		{"Release of the last handle", client.Optimistic, func(t *testing.T, _ *client.Client, res *client.Resource, _ *fakeClock) {
+		{"Release of the last handle", client.Optimistic, func(t *testing.T, _ *client.Client, res *client.Resource, _ *testutil.Clock) {
 			if err := res.Release(context.Background()); err != nil {
 				t.Error(err)
 			}
 		}},
-		{"SetKillSwitch", client.Pessimistic, func(t *testing.T, c *client.Client, _ *client.Resource, _ *fakeClock) {
+		{"SetKillSwitch", client.Pessimistic, func(t *testing.T, c *client.Client, _ *client.Resource, _ *testutil.Clock) {
 			c.SetKillSwitch(true)
 		}},
-		{"Close", client.Optimistic, func(t *testing.T, c *client.Client, _ *client.Resource, _ *fakeClock) {
+		{"Close", client.Optimistic, func(t *testing.T, c *client.Client, _ *client.Resource, _ *testutil.Clock) {
 			if err := c.Close(); err != nil {
 				t.Error(err)
 			}

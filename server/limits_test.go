@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/limits"
 )
 
@@ -43,34 +43,16 @@ namespaces:
         max_tokens_per_request: 5
 `
 
-// syncClock is a fake clock that handlers on other goroutines may read.
-type syncClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *syncClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *syncClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // limitsServer serves quotaYAML's limits on a loopback endpoint at a fake
 // clock, and returns a grpc-go connection to it and its address.
-func limitsServer(t *testing.T) (*Server, *syncClock, *grpc.ClientConn, string) {
+func limitsServer(t *testing.T) (*Server, *testutil.Clock, *grpc.ClientConn, string) {
 	t.Helper()
 	cfg, err := limits.ParseQuotaServiceYAML([]byte(quotaYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := &syncClock{t: time.Unix(1_700_000_000, 0)}
-	s := New(Options{ID: "limits", Now: clock.now, Limits: cfg})
+	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
+	s := New(Options{ID: "limits", Now: clock.Now, Limits: cfg})
 	addr, _ := startEndpoint(t, s, s.Handler(), nil)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -132,7 +114,7 @@ func TestQuotaServiceAllowEveryStatus(t *testing.T) {
 	if got := allow(&qs.AllowRequest{Namespace: "other", BucketName: "y", TokensRequested: 1, MaxWaitTimeOverride: true}); got.GetStatus() != qs.AllowResponse_REJECTED_TIMEOUT {
 		t.Errorf("the global default after 5 of 5 tokens: %v, want REJECTED_TIMEOUT", got.GetStatus())
 	}
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	if got := allow(&qs.AllowRequest{Namespace: "other", BucketName: "y", TokensRequested: 1, MaxWaitTimeOverride: true}); got.GetStatus() != qs.AllowResponse_OK {
 		t.Errorf("the global default a second later: %v, want OK", got.GetStatus())
 	}

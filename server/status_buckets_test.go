@@ -10,40 +10,41 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/limits"
 )
 
 // bucketsServer returns a server whose engine holds n dynamic buckets of
 // resource "users" (domain u0…u(n-1), u<i> granted i%7 tokens and, for
 // every tenth, rejected once), and one named bucket api/small.
-func bucketsServer(tb testing.TB, n int) (*Server, *syncClock) {
+func bucketsServer(tb testing.TB, n int) (*Server, *testutil.Clock) {
 	tb.Helper()
 	tmpl := limits.Bucket{Size: 10, FillRate: 1, WaitTimeout: 0, MaxIdle: -1, MaxDebt: 0, MaxTokensPerRequest: 10}
 	cfg := &limits.Config{Resources: map[string]*limits.Resource{
 		"users": {Template: &tmpl},
 		"api":   {Buckets: map[string]limits.Bucket{"small": {Size: 5, FillRate: 5, WaitTimeout: time.Second, MaxIdle: -1, MaxDebt: time.Second, MaxTokensPerRequest: 5}}},
 	}}
-	clock := &syncClock{t: time.Unix(1_700_000_000, 0)}
-	s := New(Options{ID: "b", Now: clock.now, Limits: cfg})
+	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
+	s := New(Options{ID: "b", Now: clock.Now, Limits: cfg})
 	e := s.Limits()
 	for i := range n {
 		d := fmt.Sprintf("u%d", i)
 		if k := int64(i % 7); k > 0 {
-			e.Allow(clock.now(), limits.Request{Resource: "users", Domain: d, Tokens: k})
+			e.Allow(clock.Now(), limits.Request{Resource: "users", Domain: d, Tokens: k})
 		} else {
-			e.Allow(clock.now(), limits.Request{Resource: "users", Domain: d, Tokens: 0, MinTokens: 0})
+			e.Allow(clock.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 0, MinTokens: 0})
 		}
 		if i%10 == 0 {
-			e.Allow(clock.now(), limits.Request{Resource: "users", Domain: d, Tokens: 10})
+			e.Allow(clock.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 10})
 		}
 	}
-	e.Allow(clock.now(), limits.Request{Resource: "api", Domain: "small", Tokens: 5})
+	e.Allow(clock.Now(), limits.Request{Resource: "api", Domain: "small", Tokens: 5})
 	return s, clock
 }
 
 func TestBucketsPage(t *testing.T) {
 	s, clock := bucketsServer(t, 50)
-	clock.advance(2 * time.Second)
+	clock.Advance(2 * time.Second)
 	page := func(q string) BucketsPage {
 		t.Helper()
 		v, _ := url.ParseQuery(q)
