@@ -100,14 +100,15 @@
 //     mode manual, naive or smart, outcome allowed, rejected,
 //     fallback_allowed, fallback_rejected or error;
 //   - sluice_quota_client_fallbacks_total{reason}: decisions left to the
-//     fallback limiter, by reason timeout, unavailable, server_error,
-//     breaker_open or no_bucket (the design's "client-side rate-limit usage
-//     frequency");
+//     fallback limiter, by reason: timeout, unavailable (an RPC error),
+//     server_error (an answer without a status), breaker_open or
+//     no_bucket (the design's "client-side rate-limit usage frequency");
 //   - sluice_quota_client_requests_total{call, result} and
 //     sluice_quota_client_request_duration_seconds{call}: requests to the
 //     service, call manual, decide, topup or report, result ok, rejected,
 //     no_bucket, invalid, server_error, timeout (the design's "timeout
-//     rate"), unavailable, canceled or breaker_open (not sent);
+//     rate"), unavailable, canceled (the caller gave up) or breaker_open
+//     (not sent);
 //   - sluice_quota_client_breaker_state (0 closed, 1 half-open, 2 open) and
 //     sluice_quota_client_breaker_trips_total;
 //   - sluice_quota_client_local_tokens_total{event}: the smart mode's

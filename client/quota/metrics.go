@@ -12,22 +12,32 @@ import (
 // Label values: every label of the client's metrics takes one of these
 // few values (bounded cardinality: no label per resource or domain).
 type (
-	mode    string // decisions: who asked
-	outcome string // decisions: what came of it
+	mode    uint8  // decisions: who asked
+	outcome uint8  // decisions: what came of it
 	result  string // requests to the service: what came of them
 )
 
 const (
-	modeManual mode = "manual" // Allow, Reserve
-	modeNaive  mode = "naive"  // Acquire, interceptors, RoundTripper
-	modeSmart  mode = "smart"  // the same, WithSmart
+	modeManual mode = iota // Allow, Reserve
+	modeNaive              // Acquire, interceptors, RoundTripper
+	modeSmart              // the same, WithSmart
+	nModes
+)
 
-	outcomeAllowed          outcome = "allowed"
-	outcomeRejected         outcome = "rejected"
-	outcomeFallbackAllowed  outcome = "fallback_allowed"
-	outcomeFallbackRejected outcome = "fallback_rejected"
-	outcomeError            outcome = "error" // invalid, ctx ended, deadline, unavailable (manual)
+var modeNames = [nModes]string{"manual", "naive", "smart"}
 
+const (
+	outcomeAllowed outcome = iota
+	outcomeRejected
+	outcomeFallbackAllowed
+	outcomeFallbackRejected
+	outcomeError // invalid, ctx ended, deadline, unavailable (manual)
+	nOutcomes
+)
+
+var outcomeNames = [nOutcomes]string{"allowed", "rejected", "fallback_allowed", "fallback_rejected", "error"}
+
+const (
 	resultOK          result = "ok"
 	resultRejected    result = "rejected" // REJECTED_TIMEOUT, TOO_MANY_*
 	resultNoBucket    result = "no_bucket"
@@ -56,10 +66,14 @@ type metrics struct {
 	reported     prometheus.Counter
 	charged      prometheus.Counter
 	dropped      *prometheus.CounterVec
+
+	// The hot paths' series, resolved once.
+	decided                            [nModes][nOutcomes]prometheus.Counter
+	localUsed, localFetched, localGone prometheus.Counter
 }
 
 func newMetrics() *metrics {
-	return &metrics{
+	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_quota_client_decisions_total",
 			Help: "Decisions on calls, by mode (manual, naive, smart) and outcome (allowed, rejected, fallback_allowed, fallback_rejected, error).",
@@ -98,6 +112,15 @@ func newMetrics() *metrics {
 			Help: "Reported tokens never charged, by reason (invalid: bad request; rejected: the service can never charge them; backlog: too many targets or tokens waiting; closed: unsent at Close).",
 		}, []string{"reason"}),
 	}
+	for md := range nModes {
+		for o := range nOutcomes {
+			m.decided[md][o] = m.decisions.WithLabelValues(modeNames[md], outcomeNames[o])
+		}
+	}
+	m.localUsed = m.localTokens.WithLabelValues("used")
+	m.localFetched = m.localTokens.WithLabelValues("fetched")
+	m.localGone = m.localTokens.WithLabelValues("expired")
+	return m
 }
 
 // register registers every metric with reg (panics on a duplicate).
@@ -107,25 +130,30 @@ func (m *metrics) register(reg prometheus.Registerer) {
 }
 
 // decision counts one decision.
-func (m *metrics) decision(md mode, o outcome) {
-	m.decisions.WithLabelValues(string(md), string(o)).Inc()
-}
+func (m *metrics) decision(md mode, o outcome) { m.decided[md][o].Inc() }
 
 // record counts the decision of a call of mode md that returned g, err.
 func (m *metrics) record(md mode, g Grant, err error) {
-	var rej *RejectedError
 	switch {
 	case err == nil && g.Source == FromFallback:
 		m.decision(md, outcomeFallbackAllowed)
 	case err == nil:
 		m.decision(md, outcomeAllowed)
-	case errors.As(err, &rej) && rej.Fallback:
-		m.decision(md, outcomeFallbackRejected)
-	case errors.As(err, &rej):
-		m.decision(md, outcomeRejected)
 	default:
-		m.decision(md, outcomeError)
+		m.decision(md, rejectedOutcome(err))
 	}
+}
+
+// rejectedOutcome is the outcome of a call that failed with err.
+func rejectedOutcome(err error) outcome {
+	var rej *RejectedError
+	switch {
+	case !errors.As(err, &rej):
+		return outcomeError
+	case rej.Fallback:
+		return outcomeFallbackRejected
+	}
+	return outcomeRejected
 }
 
 // rpc counts one request sent at start.

@@ -236,13 +236,13 @@ func (c *Client) fallback(ctx context.Context, k key, n int64, why reason, until
 	r := l.ReserveN(now, int(n))
 	if !r.OK() {
 		return Grant{}, &RejectedError{Resource: k.resource, Domain: k.domain, Status: sluicev1.AllowResponse_REJECTED_TIMEOUT,
-			RetryNever: true, Fallback: true, Detail: "the fallback limiter's rate is 0 (" + why.String() + ")"}
+			RetryNever: true, Fallback: true, Detail: "the fallback limiter's rate is 0; fallback reason: " + why.String()}
 	}
 	d := r.DelayFrom(now)
 	if d > 0 && !c.mayWait(ctx, until, d) {
 		r.CancelAt(now)
 		return Grant{}, &RejectedError{Resource: k.resource, Domain: k.domain, Status: sluicev1.AllowResponse_REJECTED_TIMEOUT,
-			RetryAfter: d, Fallback: true, Detail: "fallback limiter (" + why.String() + ")"}
+			RetryAfter: d, Fallback: true, Detail: "fallback reason: " + why.String()}
 	}
 	if err := c.sleep(ctx, d); err != nil {
 		r.Cancel()

@@ -50,6 +50,8 @@ func testConfig() *limits.Config {
 			"strict": b(2, 1, 0, 0, 10),
 			// a hundred tokens, ten a second, into debt for 10 s: reports.
 			"cost": b(100, 10, time.Second, 10*time.Second, 1000),
+			// the benchmarks: never in the way at any speed.
+			"bench": b(1e9, 1e9, time.Second, 10*time.Second, 1e6),
 		}},
 		// a bucket per user, at most 2 users.
 		"login": {Template: &limits.Bucket{Size: 1, FillRate: 1, MaxTokensPerRequest: 1}, MaxDynamicBuckets: 2},

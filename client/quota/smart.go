@@ -188,7 +188,7 @@ func (c *Client) sweepLocals(now time.Time) {
 	for k, b := range l.m {
 		b.mu.Lock()
 		if gone := b.expire(now); gone > 0 {
-			c.m.localTokens.WithLabelValues("expired").Add(float64(gone))
+			c.m.localGone.Add(float64(gone))
 		}
 		if b.tokens == 0 && !b.inflight && now.Sub(b.used) >= targetIdle && !now.Before(b.notBefore) {
 			delete(l.m, k)
@@ -210,7 +210,7 @@ func (c *Client) acquireSmart(ctx context.Context, k key, n int64, until time.Ti
 		now := c.now()
 		b.mu.Lock()
 		if gone := b.expire(now); gone > 0 {
-			c.m.localTokens.WithLabelValues("expired").Add(float64(gone))
+			c.m.localGone.Add(float64(gone))
 		}
 		b.used = now
 		if b.tokens >= n {
@@ -218,7 +218,7 @@ func (c *Client) acquireSmart(ctx context.Context, k key, n int64, until time.Ti
 			left := b.tokens
 			c.topUp(b, k, now, 0)
 			b.mu.Unlock()
-			c.m.localTokens.WithLabelValues("used").Add(float64(n))
+			c.m.localUsed.Add(float64(n))
 			return Grant{Granted: n, Remaining: float64(left), Source: FromLocalBucket}, nil
 		}
 		c.topUp(b, k, now, n)
@@ -310,7 +310,7 @@ func (c *Client) fetch(b *localBucket, k key, ask int64, done chan struct{}) {
 		g := resp.GetGranted()
 		b.add(g, now.Add(c.smart.TTL))
 		b.state = stateOK
-		c.m.localTokens.WithLabelValues("fetched").Add(float64(g))
+		c.m.localFetched.Add(float64(g))
 	default:
 		_, aerr := answer(k.resource, k.domain, resp)
 		var rej *RejectedError

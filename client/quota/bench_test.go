@@ -1,0 +1,76 @@
+package quota_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/client/quota"
+)
+
+// BenchmarkAcquireNaive: one decision of the naive mode, a request to the
+// real service over loopback gRPC each.
+func BenchmarkAcquireNaive(b *testing.B) {
+	addr, stop, err := serve(newService(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	c, err := quota.New(addr, quota.WithLogger(quiet), quota.WithTimeout(time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if g, err := c.Acquire(ctx, "api", "bench", 1); err != nil || g.Source != quota.FromService {
+			b.Fatal(g, err)
+		}
+	}
+}
+
+// BenchmarkAcquireSmart: one decision of the smart mode in the steady
+// state, from parallel callers: a local token, the top-ups (one request
+// per 10 000 tokens) in the background.
+func BenchmarkAcquireSmart(b *testing.B) {
+	addr, stop, err := serve(newService(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	c, err := quota.New(addr, quota.WithLogger(quiet), quota.WithTimeout(time.Second),
+		quota.WithSmart(quota.Smart{Batch: 10000, LowWater: 5000, TTL: time.Minute}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := c.Acquire(ctx, "api", "bench", 1); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkReport: adding to a batch, from parallel callers.
+func BenchmarkReport(b *testing.B) {
+	c, err := quota.New("127.0.0.1:1", quota.WithLogger(quiet), quota.WithReportInterval(time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := c.Report("api", "bench", 1); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
