@@ -195,9 +195,9 @@ func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h
 func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.log = l } }
 
 // WithRegisterer registers the client's Prometheus metrics with reg (see
-// the package doc, "Metrics"). It panics if the same metrics are
-// registered with reg already (use one registry per client, or
-// prometheus.WrapRegistererWith a distinguishing label).
+// the package doc, "Metrics"). New fails if reg holds the same metrics
+// already (use one registry per client, or prometheus.WrapRegistererWith
+// a distinguishing label).
 func WithRegisterer(reg prometheus.Registerer) Option { return func(c *Client) { c.reg = reg } }
 
 // WithClock sets the clock (default time.Now) by which waits are checked
@@ -333,7 +333,8 @@ type Client struct {
 // New returns a client of the limits service at addr (host:port, or a URL
 // with a scheme). It starts one goroutine (report flushes and the forgetting
 // of idle targets) and does not contact the service. It returns an error
-// for an empty address or an invalid WithSmart.
+// for an empty address, an invalid WithSmart, or metrics that cannot be
+// registered (WithRegisterer).
 func New(addr string, opts ...Option) (*Client, error) {
 	addr = strings.TrimSpace(addr)
 	if addr == "" {
@@ -390,7 +391,9 @@ func New(addr string, opts ...Option) (*Client, error) {
 		Help: "State of the circuit breaker in front of the limits service: 0 closed, 1 half-open (probing), 2 open (the fallback limiters decide).",
 	}, func() float64 { return float64(c.brk.State()) })
 	if c.reg != nil {
-		c.m.register(c.reg)
+		if err := c.m.register(c.reg); err != nil {
+			return nil, err
+		}
 	}
 	c.fallbacks.init()
 	c.locals.init()

@@ -12,6 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/api/sluice/v1/sluicev1connect"
 	"github.com/sluice-rl/sluice/client/quota"
@@ -289,6 +291,17 @@ func TestNewErrors(t *testing.T) {
 		{name: "low water at batch", addr: "x:1", opts: []quota.Option{quota.WithSmart(quota.Smart{Batch: 4, LowWater: 4})}},
 		{name: "negative TTL", addr: "x:1", opts: []quota.Option{quota.WithSmart(quota.Smart{TTL: -time.Second})}},
 	}
+	reg := prometheus.NewRegistry()
+	first, err := quota.New("x:1", quota.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	tests = append(tests, struct {
+		name string
+		addr string
+		opts []quota.Option
+	}{name: "metrics registered twice", addr: "x:1", opts: []quota.Option{quota.WithRegisterer(reg)}})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if c, err := quota.New(tc.addr, tc.opts...); err == nil {

@@ -2,6 +2,7 @@ package quota
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -123,10 +124,20 @@ func newMetrics() *metrics {
 	return m
 }
 
-// register registers every metric with reg (panics on a duplicate).
-func (m *metrics) register(reg prometheus.Registerer) {
-	reg.MustRegister(m.decisions, m.fallbacks, m.rpcs, m.latency, m.breakerState, m.breakerTrips,
-		m.localTokens, m.reported, m.charged, m.dropped)
+// register registers every metric with reg; on an error it unregisters
+// those it had registered.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	cs := []prometheus.Collector{m.decisions, m.fallbacks, m.rpcs, m.latency, m.breakerState, m.breakerTrips,
+		m.localTokens, m.reported, m.charged, m.dropped}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return fmt.Errorf("quota: registering metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 // decision counts one decision.
