@@ -199,3 +199,37 @@ func TestSmartNoBucket(t *testing.T) {
 		}
 	})
 }
+
+// TestSmartConcurrent: parallel callers over real loopback gRPC share one
+// local bucket: every call is granted, and the client never uses more
+// tokens than the service gave it.
+func TestSmartConcurrent(t *testing.T) {
+	s := newService(t)
+	c, reg := newClient(t, startLoopback(t, s), quota.WithTimeout(10*time.Second), quota.WithSmart(quota.Smart{Batch: 50}))
+	const workers, calls = 8, 200
+	errs := make(chan error, workers)
+	for range workers {
+		go func() {
+			for range calls {
+				if _, err := c.Acquire(context.Background(), "api", "bench", 1); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	used := metric(t, reg, "sluice_quota_client_local_tokens_total", "event", "used")
+	fetched := metric(t, reg, "sluice_quota_client_local_tokens_total", "event", "fetched")
+	if used != workers*calls || fetched < used {
+		t.Errorf("used %v of %v fetched, want %d used", used, fetched, workers*calls)
+	}
+	if n := s.requests.Load(); n > workers*calls/50+workers {
+		t.Errorf("%d requests for %d calls in batches of 50", n, workers*calls)
+	}
+}
