@@ -156,7 +156,14 @@ func Step(s State, p Params, now int64, a Ask) (State, Result) {
 	// budget: the nanoseconds of fill the request may consume, from e up
 	// to now + MaxWait.
 	budget := subSat(addSat(now, a.MaxWait), e)
-	n := fit(budget, p.Rate, a.Tokens)
+	var n, c int64
+	if a.Min == a.Tokens { // all or nothing: one conversion
+		if c = Cost(a.Tokens, p.Rate); c <= budget {
+			n = a.Tokens
+		}
+	} else {
+		n, c = fit(budget, p.Rate, a.Tokens)
+	}
 	if n < a.Min {
 		r := Result{RetryAfter: RetryNever, Tokens: level(e, p, now)}
 		if c := Cost(a.Min, p.Rate); c <= addSat(p.Span, a.MaxWait) {
@@ -166,7 +173,7 @@ func Step(s State, p Params, now int64, a Ask) (State, Result) {
 		}
 		return s, r
 	}
-	e = addSat(e, Cost(n, p.Rate))
+	e = addSat(e, c)
 	r := Result{Granted: n, Tokens: level(e, p, now)}
 	if e > now {
 		r.Wait = e - now
@@ -175,24 +182,30 @@ func Step(s State, p Params, now int64, a Ask) (State, Result) {
 }
 
 // fit returns the largest n ≤ most with Cost(n, rate) ≤ budget (0 if
-// none).
-func fit(budget int64, rate float64, most int64) int64 {
+// none), and its cost.
+func fit(budget int64, rate float64, most int64) (n, cost int64) {
 	if budget <= 0 || most <= 0 {
-		return 0
+		return 0, 0
 	}
 	x := float64(float64(budget)*rate) / 1e9
-	n := most
+	n = most
 	if x < float64(most) {
 		n = int64(x)
 	}
 	// The estimate is off by at most a token or two of rounding.
-	for n > 0 && Cost(n, rate) > budget {
+	cost = Cost(n, rate)
+	for n > 0 && cost > budget {
 		n--
+		cost = Cost(n, rate)
 	}
-	for n < most && Cost(n+1, rate) <= budget {
-		n++
+	for n < most {
+		c := Cost(n+1, rate)
+		if c > budget {
+			break
+		}
+		n, cost = n+1, c
 	}
-	return n
+	return n, cost
 }
 
 // level is Level with e already clamped to ≥ now − Span.

@@ -269,18 +269,34 @@ func (e *Engine) Allow(now time.Time, req Request) Decision {
 			a.MaxWait = min(a.MaxWait, maxWait)
 		}
 		out, err := e.store.Take(ns, k, l, a)
-		if errors.Is(err, ErrStaleConfig) {
+		if err == nil && out.Granted > 0 {
+			// The common case, kept in line.
+			d := Decision{Status: StatusOK, Granted: out.Granted, Wait: time.Duration(out.Wait), Remaining: out.Tokens, Limit: l.Params.Size, Bucket: ref}
+			if e.listener != nil {
+				e.served(&req, k, l, &d, out.Created)
+			}
+			return d
+		}
+		if err != nil && errors.Is(err, ErrStaleConfig) {
 			continue
 		}
-		return e.decide(req, tokens, k, l, ref, out, err)
+		return e.reject(&req, tokens, l, ref, &out, err)
 	}
 	err := fmt.Errorf("limits: the configuration kept changing during the request: %w", ErrStaleConfig)
 	e.event(Event{Type: EventServerError, Resource: req.Resource, Domain: req.Domain, Tokens: tokens, Status: StatusServerError})
 	return Decision{Status: StatusServerError, RetryNever: true, Err: err}
 }
 
-// decide turns a store's outcome into a decision and its events.
-func (e *Engine) decide(req Request, tokens int64, k Key, l *Limit, ref BucketRef, out Outcome, err error) Decision {
+// served reports a grant (and the bucket's creation) to the listener.
+func (e *Engine) served(req *Request, k Key, l *Limit, d *Decision, created bool) {
+	if created {
+		e.listener.OnEvent(Event{Type: EventBucketCreated, Resource: k.Resource, Domain: k.Domain, Bucket: d.Bucket, Dynamic: l.Dynamic(k.Domain)})
+	}
+	e.listener.OnEvent(Event{Type: EventTokensServed, Resource: req.Resource, Domain: req.Domain, Bucket: d.Bucket, Dynamic: l.Dynamic(req.Domain), Tokens: d.Granted, Wait: d.Wait, Status: d.Status})
+}
+
+// reject turns a store's refusal or error into a decision and its event.
+func (e *Engine) reject(req *Request, tokens int64, l *Limit, ref BucketRef, out *Outcome, err error) Decision {
 	d := Decision{Limit: l.Params.Size, Bucket: ref}
 	switch {
 	case err != nil:
@@ -292,24 +308,13 @@ func (e *Engine) decide(req Request, tokens int64, k Key, l *Limit, ref BucketRe
 		e.event(Event{Type: EventBucketMiss, Resource: req.Resource, Domain: req.Domain, Bucket: ref, Dynamic: true, Tokens: tokens, Status: d.Status})
 		return d
 	}
-	d.Remaining = out.Tokens
-	if out.Granted == 0 {
-		d.Status = StatusTimeout
-		if out.RetryAfter < 0 {
-			d.RetryNever = true
-		} else {
-			d.RetryAfter = time.Duration(out.RetryAfter)
-		}
-		e.event(Event{Type: EventTimeout, Resource: req.Resource, Domain: req.Domain, Bucket: ref, Dynamic: l.Dynamic(req.Domain), Tokens: tokens, Status: d.Status})
-		return d
+	d.Status, d.Remaining = StatusTimeout, out.Tokens
+	if out.RetryAfter < 0 {
+		d.RetryNever = true
+	} else {
+		d.RetryAfter = time.Duration(out.RetryAfter)
 	}
-	d.Status, d.Granted, d.Wait = StatusOK, out.Granted, time.Duration(out.Wait)
-	if e.listener != nil {
-		if out.Created {
-			e.listener.OnEvent(Event{Type: EventBucketCreated, Resource: k.Resource, Domain: k.Domain, Bucket: ref, Dynamic: l.Dynamic(k.Domain)})
-		}
-		e.listener.OnEvent(Event{Type: EventTokensServed, Resource: req.Resource, Domain: req.Domain, Bucket: ref, Dynamic: l.Dynamic(req.Domain), Tokens: d.Granted, Wait: d.Wait, Status: d.Status})
-	}
+	e.event(Event{Type: EventTimeout, Resource: req.Resource, Domain: req.Domain, Bucket: ref, Dynamic: l.Dynamic(req.Domain), Tokens: tokens, Status: d.Status})
 	return d
 }
 
@@ -422,8 +427,9 @@ type BucketInfo struct {
 
 // Walk calls fn for every bucket, described at now, in no particular
 // order, until fn returns false. fn runs outside the store's locks and may
-// be slow; the walk of a million buckets on the memory store takes tens of
-// milliseconds plus fn's time (BenchmarkWalk).
+// be slow; the walk of a million buckets on the memory store takes about
+// 80 ms plus fn's time (BenchmarkWalk). For a sorted, filtered page, see
+// Query.
 func (e *Engine) Walk(now time.Time, fn func(BucketInfo) bool) error {
 	ns := now.UnixNano()
 	return e.store.Walk(func(s Snapshot) bool {

@@ -646,3 +646,76 @@ func TestConcurrent(t *testing.T) {
 		}
 	}
 }
+
+func TestQuery(t *testing.T) {
+	cfg := &Config{Resources: map[string]*Resource{
+		"msg": {Template: &Bucket{Size: 10, FillRate: 1, MaxTokensPerRequest: 10}},
+		"api": {Template: &Bucket{Size: 10, FillRate: 1, MaxTokensPerRequest: 10}},
+	}}
+	e := newEngine(t, cfg, nil)
+	// msg/u0 … msg/u19 hold 10 − i%10 tokens; api/u0 … api/u4 are full.
+	for i := range 20 {
+		if i%10 > 0 {
+			e.Allow(at(0), Request{Resource: "msg", Domain: fmt.Sprint("u", i), Tokens: int64(i % 10)})
+		} else {
+			e.Allow(at(0), Request{Resource: "msg", Domain: fmt.Sprint("u", i), Tokens: 1, MaxWait: 0, HasMaxWait: true})
+		}
+	}
+	for i := range 5 {
+		e.Allow(at(0), Request{Resource: "api", Domain: fmt.Sprint("u", i), Tokens: 1})
+	}
+	// "Show all buckets whose key begins with msg where the fraction is
+	// below 50 %", lowest first.
+	half := Query{
+		Filter: func(b *BucketInfo) bool { return b.Resource == "msg" && b.Fraction < 0.5 },
+		Less:   func(a, b *BucketInfo) bool { return a.Fraction < b.Fraction },
+		Limit:  100,
+	}
+	p, err := e.Query(at(0), half)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, b := range p.Buckets {
+		got = append(got, fmt.Sprintf("%s:%g", b.Domain, b.Tokens))
+	}
+	// u9 and u19 hold 1, u8 and u18 hold 2, …; ties by key.
+	if want := "[u19:1 u9:1 u18:2 u8:2 u17:3 u7:3 u16:4 u6:4]"; fmt.Sprint(got) != want || p.Total != 8 {
+		t.Fatalf("got %v (total %d), want %s", got, p.Total, want)
+	}
+	// Pages of 3 follow each other exactly, whatever the order.
+	all, _ := e.Query(at(0), Query{Limit: 1000})
+	if all.Total != 25 || len(all.Buckets) != 25 || all.Buckets[0].Resource != "api" || all.Buckets[24].Domain != "u9" {
+		t.Fatalf("by key: %d of %d, first %v", len(all.Buckets), all.Total, all.Buckets[0])
+	}
+	for _, less := range []func(a, b *BucketInfo) bool{nil, func(a, b *BucketInfo) bool { return a.Fraction > b.Fraction }} {
+		full, _ := e.Query(at(0), Query{Less: less, Limit: 1000})
+		var paged []BucketInfo
+		for off := 0; ; off += 3 {
+			p, _ := e.Query(at(0), Query{Less: less, Offset: off, Limit: 3})
+			if len(p.Buckets) == 0 {
+				break
+			}
+			paged = append(paged, p.Buckets...)
+		}
+		if !slicesEqual(paged, full.Buckets) {
+			t.Fatalf("pages of 3 differ from the whole")
+		}
+	}
+	// Limit 0: only the total.
+	if p, _ := e.Query(at(0), Query{Filter: func(b *BucketInfo) bool { return b.Resource == "api" }}); p.Total != 5 || len(p.Buckets) != 0 {
+		t.Fatalf("total only: %+v", p)
+	}
+}
+
+func slicesEqual(a, b []BucketInfo) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -3,6 +3,7 @@ package limits
 import (
 	"strings"
 	"testing"
+	"unsafe"
 
 	"pgregory.net/rapid"
 )
@@ -99,5 +100,11 @@ func TestPropertyTable(t *testing.T) {
 func TestSlotSize(t *testing.T) {
 	if sizeofSlot != 96 {
 		t.Fatalf("a slot is %d bytes; the documentation says 96", sizeofSlot)
+	}
+}
+
+func TestShardSize(t *testing.T) {
+	if n := unsafe.Sizeof(memShard{}); n != 128 {
+		t.Fatalf("a shard is %d bytes, want 128 (no false sharing)", n)
 	}
 }
