@@ -57,14 +57,19 @@ type Params struct {
 
 // State is the stored state of one token bucket.
 //
-// The zero value is a full bucket at any instant after 1970 + Span: a
-// bucket a store has never seen, or has reaped, starts full.
+// The zero value is a full bucket at any instant at least Span after the
+// Unix epoch; FullState is full at any instant. A bucket a store has never
+// seen, or has reaped, starts as FullState.
 type State struct {
 	// Empty is the instant, in Unix nanoseconds, at which the bucket is,
 	// was or will be empty. tokens(now) = min(Size, (now − Empty) × Rate ÷
 	// 1e9); Empty > now means debt until Empty.
 	Empty int64
 }
+
+// FullState is a bucket that is full at any instant (it was empty at the
+// beginning of int64 time): how every bucket starts.
+var FullState = State{Empty: math.MinInt64}
 
 // Ask is one request as Step sees it: the engine has validated it and
 // applied the bucket's limits (max tokens per request, max wait, max

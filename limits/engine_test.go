@@ -719,3 +719,14 @@ func slicesEqual(a, b []BucketInfo) bool {
 	}
 	return true
 }
+
+// A bucket starts full whatever the clock: a simulator's virtual time may
+// start at the Unix epoch.
+func TestStartsFullAtEpoch(t *testing.T) {
+	e := newEngine(t, &Config{Resources: map[string]*Resource{"r": {Template: &Bucket{Size: 100, FillRate: 1, MaxTokensPerRequest: 100}}}}, nil)
+	for _, now := range []time.Time{time.Unix(0, 0), time.Unix(-5, 0)} {
+		if d := e.Allow(now, Request{Resource: "r", Domain: "d" + fmt.Sprint(now.Unix()), Tokens: 100, MaxWait: 0, HasMaxWait: true}); d.Status != StatusOK {
+			t.Fatalf("at %v: %v", now, d.Status)
+		}
+	}
+}

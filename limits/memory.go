@@ -85,7 +85,7 @@ func (s *MemoryStore) Take(now int64, k Key, l *Limit, a Ask) (Outcome, error) {
 	}
 	b := sh.t.find(h, k.Resource, k.Domain)
 	if b == nil {
-		st, r := Step(State{}, l.Params, now, a)
+		st, r := Step(FullState, l.Params, now, a)
 		if r.Granted == 0 {
 			sh.mu.Unlock()
 			return Outcome{Result: r}, nil

@@ -80,7 +80,7 @@ var ErrStaleConfig = errors.New("limits: stale configuration")
 type Store interface {
 	// Take is one atomic decision on bucket k with configuration l at now
 	// (Unix nanoseconds): it finds the bucket, or, when it does not exist,
-	// starts it full (State{}) — unless l.Dynamic(k.Domain) and the
+	// starts it full (FullState) — unless l.Dynamic(k.Domain) and the
 	// resource already holds l.MaxDynamic > 0 dynamic buckets: then
 	// TooManyBuckets and nothing else. It runs Step with l.Params and a,
 	// stores the new state if granted (a bucket that did not exist is
