@@ -29,9 +29,9 @@ import (
 //     exists. The reference's pseudocode answers the time until the
 //     previous request's debt is paid (Guava's "the next caller pays"), so
 //     a bucket there serves up to Size + FillRate × MaxDebt tokens at once;
-//     here, counting tokens when they may be used (decision time + wait),
-//     a bucket never serves more than Size + FillRate × T over any interval
-//     T. The debt a grant leaves is then its wait, so the request's
+//     here, over any interval T, the tokens granted within it and usable
+//     within it (decision time + wait) are at most Size + FillRate × T.
+//     The debt a grant leaves is then its wait, so the request's
 //     maximum wait and the bucket's MaxDebt bound the same quantity: the
 //     engine passes the smaller as Ask.MaxWait.
 //
@@ -145,9 +145,9 @@ func Full(s State, p Params, now int64) bool { return s.Empty <= subSat(now, p.S
 //
 // Tokens come from what the bucket holds first and then from the future:
 // the wait is the time until the last granted token exists, so over any
-// interval T the tokens usable in it (granted at t with wait w: usable
-// from t + w) are at most Size + Rate × T (plus the rounding of one
-// nanosecond of fill).
+// interval T the tokens granted within it and usable within it (granted
+// at t with wait w: usable from t + w) are at most Size + Rate × T (plus
+// the rounding of one nanosecond of fill).
 //
 // Step never fails and never divides by zero for valid Params (Rate > 0);
 // now may be any int64 (arithmetic saturates).
