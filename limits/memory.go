@@ -86,7 +86,7 @@ func (s *MemoryStore) Take(now int64, k Key, l *Limit, a Ask) (Outcome, error) {
 	}
 	b := sh.t.find(h, k.Resource, k.Domain)
 	if b == nil {
-		st, r := Step(FullState, l.Params, now, a)
+		st, r := l.Step(FullState, now, a)
 		if r.Granted == 0 {
 			sh.mu.Unlock()
 			return Outcome{Result: r}, nil
@@ -112,7 +112,7 @@ func (s *MemoryStore) Take(now int64, k Key, l *Limit, a Ask) (Outcome, error) {
 		}
 		s.relimit(k.Resource, k.Domain, b, l, now)
 	}
-	st, r := Step(b.state, l.Params, now, a)
+	st, r := l.Step(b.state, now, a)
 	b.last = now
 	if r.Granted > 0 {
 		b.state = st

@@ -47,6 +47,18 @@ type Limit struct {
 	maxWait       int64 // min(WaitTimeout, MaxDebt), ns
 }
 
+// Step runs l's algorithm on state s at now: Step with l.Params for
+// TokenBucket, the only algorithm so far. Stores call it rather than Step,
+// so that a resource's Algorithm chooses the arithmetic (Charon's burst
+// tiers will add their case, their parameters beside Params and their
+// state beside State.Empty, without changing the Store interface).
+func (l *Limit) Step(s State, now int64, a Ask) (State, Result) {
+	switch l.Algorithm {
+	default: // TokenBucket; Validate refuses any other
+		return Step(s, l.Params, now, a)
+	}
+}
+
 // Dynamic reports whether the bucket of domain under l is created on
 // demand and counts against the resource's MaxDynamic: a bucket from the
 // template, or a key below a prefix (a named configuration answering for
