@@ -140,6 +140,21 @@ func TestTooManyBuckets(t *testing.T) {
 	if got := e.Store().(*MemoryStore).Dynamic("api"); got != 3 {
 		t.Fatalf("dynamic count %d, want 3", got)
 	}
+	// Too many buckets comes first, whatever the request asks; a refused
+	// request below the limit does not count.
+	small := newEngine(t, &Config{Resources: map[string]*Resource{"r": {
+		Template: &Bucket{Size: 1, FillRate: 1, MaxTokensPerRequest: 5}, MaxDynamicBuckets: 1,
+	}}}, nil)
+	big := Request{Resource: "r", Domain: "x", Tokens: 5, MaxWait: 0, HasMaxWait: true}
+	if d := small.Allow(at(0), big); d.Status != StatusTimeout || !d.RetryNever {
+		t.Fatalf("5 tokens from a new bucket of 1: %+v", d)
+	}
+	if d := small.Allow(at(0), Request{Resource: "r", Domain: "y"}); d.Status != StatusOK {
+		t.Fatalf("the one dynamic bucket: %v", d.Status)
+	}
+	if d := small.Allow(at(0), big); d.Status != StatusTooManyBuckets {
+		t.Fatalf("past the limit: %v, want TOO_MANY_BUCKETS", d.Status)
+	}
 	// A refused request on a new domain creates nothing, so it does not
 	// count either.
 	cfg := lookupConfig()

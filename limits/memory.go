@@ -86,16 +86,18 @@ func (s *MemoryStore) Take(now int64, k Key, l *Limit, a Ask) (Outcome, error) {
 	}
 	b := sh.t.find(h, k.Resource, k.Domain)
 	if b == nil {
+		dynamic := l.Dynamic(k.Domain)
+		if dynamic && !s.reserve(l.Resource, l.MaxDynamic) {
+			sh.mu.Unlock()
+			return Outcome{TooManyBuckets: true}, nil
+		}
 		st, r := l.Step(FullState, now, a)
 		if r.Granted == 0 {
+			if dynamic {
+				s.counter(l.Resource).Add(-1)
+			}
 			sh.mu.Unlock()
 			return Outcome{Result: r}, nil
-		}
-		if l.Dynamic(k.Domain) {
-			if !s.reserve(l.Resource, l.MaxDynamic) {
-				sh.mu.Unlock()
-				return Outcome{TooManyBuckets: true}, nil
-			}
 		}
 		// The slot keeps the configuration's copy of the resource name and
 		// a copy of the domain: never the caller's memory.
@@ -110,7 +112,7 @@ func (s *MemoryStore) Take(now int64, k Key, l *Limit, a Ask) (Outcome, error) {
 			sh.mu.Unlock()
 			return Outcome{}, ErrStaleConfig
 		}
-		s.relimit(k.Resource, k.Domain, b, l, now)
+		s.relimit(l.Resource, k.Domain, b, l, now)
 	}
 	st, r := l.Step(b.state, now, a)
 	b.last = now

@@ -110,8 +110,8 @@ const (
 // BucketRef names the configuration that answered a request.
 type BucketRef struct {
 	Source Source
-	// Prefix is, for SourcePrefix, the configured prefix (a substring of
-	// the request's domain).
+	// Prefix is, for SourcePrefix, the configured prefix (the
+	// configuration's string, not the request's).
 	Prefix string
 }
 

@@ -82,7 +82,7 @@ type Store interface {
 	// (Unix nanoseconds): it finds the bucket, or, when it does not exist,
 	// starts it full (FullState) — unless l.Dynamic(k.Domain) and the
 	// resource already holds l.MaxDynamic > 0 dynamic buckets: then
-	// TooManyBuckets and nothing else. It runs l.Step (the resource's
+	// TooManyBuckets (whatever the request asks) and nothing else. It runs l.Step (the resource's
 	// algorithm) with a,
 	// stores the new state if granted (a bucket that did not exist is
 	// created only then), records the use (last used, grants or
