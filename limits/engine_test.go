@@ -745,3 +745,86 @@ func TestStartsFullAtEpoch(t *testing.T) {
 		}
 	}
 }
+
+// failingStore is the memory store with Take failing as told: the store
+// error path (a Redis outage) and a configuration that keeps changing.
+type failingStore struct {
+	*MemoryStore
+	err error
+}
+
+func (f failingStore) Take(now int64, k Key, l *Limit, a Ask) (Outcome, error) {
+	return Outcome{}, f.err
+}
+
+func TestStoreErrors(t *testing.T) {
+	down := errors.New("redis: connection refused")
+	for _, tc := range []struct {
+		err  error
+		want error
+	}{{down, down}, {fmt.Errorf("wrapped: %w", ErrStaleConfig), ErrStaleConfig}} {
+		var events []EventType
+		e, err := New(&Config{GlobalDefault: bp(DefaultBucket())}, Options{
+			Store:    failingStore{NewMemoryStore(), tc.err},
+			Listener: ListenerFunc(func(ev Event) { events = append(events, ev.Type) }),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := e.Allow(at(0), Request{Resource: "r", Domain: "d"})
+		if d.Status != StatusServerError || !errors.Is(d.Err, tc.want) || !d.RetryNever {
+			t.Errorf("%v: %+v", tc.err, d)
+		}
+		if len(events) != 1 || events[0] != EventServerError {
+			t.Errorf("%v: events %v", tc.err, events)
+		}
+	}
+}
+
+func TestConfigCopies(t *testing.T) {
+	cfg := lookupConfig()
+	e := newEngine(t, cfg, nil)
+	// The engine keeps a copy: changing the caller's changes nothing.
+	cfg.Resources["api"].Buckets["rate_limit"] = bucket(1, 1)
+	if d := e.Allow(at(0), Request{Resource: "api", Domain: "rate_limit"}); d.Limit != 10 {
+		t.Fatalf("the engine saw the caller's change: limit %d", d.Limit)
+	}
+	got := e.Config()
+	if got.Resources["api"].Buckets["rate_limit"].Size != 10 || got.GlobalDefault.Size != 5 {
+		t.Fatalf("Config() = %+v", got)
+	}
+	got.Resources["api"].Template.Size = 99
+	if e.Config().Resources["api"].Template.Size != 2 {
+		t.Fatal("Config() returned the engine's own copy")
+	}
+}
+
+func TestValidName(t *testing.T) {
+	for s, want := range map[string]bool{
+		"a": true, "Pinky_TheBrain:UserService": true, "rate_limit/192.168.11.3": true, "a-b.c": true,
+		"": false, "a b": false, "a*": false, "ü": false, strings.Repeat("x", MaxNameLen): true, strings.Repeat("x", MaxNameLen+1): false,
+	} {
+		if got := ValidName(s); got != want {
+			t.Errorf("ValidName(%q) = %v", s, got)
+		}
+	}
+}
+
+func TestNames(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{StatusTooManyTokensRequested.String(), "TOO_MANY_TOKENS_REQUESTED"},
+		{Status(99).String(), "Status(99)"},
+		{EventBucketRemoved.String(), "bucket_removed"},
+		{EventType(99).String(), "unknown"},
+		{RemovedIdle.String(), "idle"},
+		{RemovedReconfigured.String(), "reconfigured"},
+		{TokenBucket.String(), "token_bucket"},
+		{Algorithm(2).String(), "Algorithm(2)"},
+		{(&RequestError{Field: "domain", Reason: "empty"}).Error(), "domain: empty"},
+		{BucketRef{}.String(), ""},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}

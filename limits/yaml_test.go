@@ -409,3 +409,23 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("examples: %v", err)
 	}
 }
+
+// A SectionBucket decoded on its own reads its durations strictly too.
+func TestDurationYAML(t *testing.T) {
+	var b SectionBucket
+	if err := yaml.Unmarshal([]byte("max_idle: never\nwait_timeout: 250ms\n"), &b); err != nil {
+		t.Fatal(err)
+	}
+	if *b.MaxIdle != Never || time.Duration(*b.WaitTimeout) != 250*time.Millisecond {
+		t.Fatalf("%v %v", *b.MaxIdle, *b.WaitTimeout)
+	}
+	if err := yaml.Unmarshal([]byte("wait_timeout: 250\n"), &b); err == nil || !strings.Contains(err.Error(), "want a Go duration string") {
+		t.Fatalf("a bare number: %v", err)
+	}
+	out, err := yaml.Marshal(SectionBucket{MaxIdle: ptr(Never), MaxDebt: ptr(Duration(2 * time.Second))})
+	if err != nil || string(out) != "max_idle: never\nmax_debt: 2s\n" {
+		t.Fatalf("%q %v", out, err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
