@@ -43,9 +43,9 @@ func ByKey(a, b *BucketInfo) bool {
 // Query returns one page of the buckets at now. It walks every bucket
 // once and keeps only the best Offset + Limit in a heap, so the first
 // page of a million buckets costs one walk and little memory
-// (BenchmarkQuery: about 60 ms on a 2-core VM); a page deep in the order
-// keeps as many buckets as its offset (about 0.6 s for a page 100 000
-// deep, every bucket tying on the sort key).
+// (BenchmarkQuery: 60 to 90 ms on a shared 2-core VM); a page deep in
+// the order keeps as many buckets as its offset (0.6 to 0.95 s for a page
+// 100 000 deep when every bucket ties on the sort key, the worst case).
 func (e *Engine) Query(now time.Time, q Query) (Page, error) {
 	less := ByKey
 	if by := q.Less; by != nil {
