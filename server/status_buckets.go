@@ -1,7 +1,6 @@
 package server
 
 import (
-	"cmp"
 	"container/heap"
 	"fmt"
 	"net/http"
@@ -23,7 +22,8 @@ import (
 // A bucket's key is resource/domain ("api/small"; a resource's shared
 // default bucket is "api/", the global default "/"). The page walks every
 // bucket once and keeps only what it shows (bounded heaps), so its cost is
-// one pass over the buckets whatever their number; it never holds them all.
+// one pass over the buckets whatever their number (limits.Engine.Query); it
+// never holds them all.
 //
 // Source: ratelimiting-in-150-lines.md, "Introspection" (bucket key, fill
 // rate, current budget, maximum budget, time since last use, budget
@@ -79,42 +79,40 @@ type BucketsPage struct {
 	Took         float64     `json:"took_seconds"`
 }
 
-// bucketColumns are the sortable columns and their values; strings sort
-// as strings, the rest as numbers.
-var bucketColumns = map[string]func(BucketRow) (float64, string){
-	"key":          func(r BucketRow) (float64, string) { return 0, "" }, // compareKeys
-	"resource":     func(r BucketRow) (float64, string) { return 0, r.Resource },
-	"domain":       func(r BucketRow) (float64, string) { return 0, r.Domain },
-	"bucket":       func(r BucketRow) (float64, string) { return 0, r.Bucket },
-	"size":         func(r BucketRow) (float64, string) { return float64(r.Size), "" },
-	"fill_rate":    func(r BucketRow) (float64, string) { return r.FillRate, "" },
-	"tokens":       func(r BucketRow) (float64, string) { return r.Tokens, "" },
-	"fraction":     func(r BucketRow) (float64, string) { return r.Fraction, "" },
-	"debt_seconds": func(r BucketRow) (float64, string) { return r.DebtSeconds, "" },
-	"idle_seconds": func(r BucketRow) (float64, string) { return r.IdleSeconds, "" },
-	"grants":       func(r BucketRow) (float64, string) { return float64(r.Grants), "" },
-	"rejections":   func(r BucketRow) (float64, string) { return float64(r.Rejections), "" },
+// bucketColumn is one sortable column: text columns compare text, the
+// rest numbers (the bucket described at the page's now).
+type bucketColumn struct {
+	text func(*limits.BucketInfo) string
+	num  func(b *limits.BucketInfo, now time.Time) float64
 }
 
-// isText reports whether a column sorts as text.
-func isText(col string) bool {
-	switch col {
-	case "key", "resource", "domain", "bucket":
-		return true
-	}
-	return false
+// bucketColumns are the columns of the buckets page, by JSON name.
+var bucketColumns = map[string]bucketColumn{
+	"key":          {}, // limits.ByKey: resource, then domain
+	"resource":     {text: func(b *limits.BucketInfo) string { return b.Resource }},
+	"domain":       {text: func(b *limits.BucketInfo) string { return b.Domain }},
+	"bucket":       {text: func(b *limits.BucketInfo) string { return b.Bucket.String() }},
+	"size":         {num: func(b *limits.BucketInfo, _ time.Time) float64 { return float64(b.Size) }},
+	"fill_rate":    {num: func(b *limits.BucketInfo, _ time.Time) float64 { return b.FillRate }},
+	"tokens":       {num: func(b *limits.BucketInfo, _ time.Time) float64 { return b.Tokens }},
+	"fraction":     {num: func(b *limits.BucketInfo, _ time.Time) float64 { return b.Fraction }},
+	"debt_seconds": {num: func(b *limits.BucketInfo, _ time.Time) float64 { return b.Debt.Seconds() }},
+	"idle_seconds": {num: func(b *limits.BucketInfo, now time.Time) float64 { return idle(b, now) }},
+	"grants":       {num: func(b *limits.BucketInfo, _ time.Time) float64 { return float64(b.Grants) }},
+	"rejections":   {num: func(b *limits.BucketInfo, _ time.Time) float64 { return float64(b.Rejections) }},
 }
+
+func idle(b *limits.BucketInfo, now time.Time) float64 { return max(now.Sub(b.LastUsed).Seconds(), 0) }
 
 // predicate is one numeric condition of the where filter: column op value.
 type predicate struct {
-	col   string
-	get   func(BucketRow) (float64, string)
+	num   func(*limits.BucketInfo, time.Time) float64
 	op    string
 	value float64
 }
 
-func (p predicate) match(r BucketRow) bool {
-	x, _ := p.get(r)
+func (p predicate) match(b *limits.BucketInfo, now time.Time) bool {
+	x := p.num(b, now)
 	switch p.op {
 	case "<":
 		return x < p.value
@@ -154,24 +152,24 @@ func parseWhere(s string) ([]predicate, error) {
 		if op == "!" {
 			return nil, fmt.Errorf("where: %q: unknown operator (want <, <=, >, >=, =, !=)", part)
 		}
-		get, ok := bucketColumns[col]
-		if !ok || isText(col) {
+		c, ok := bucketColumns[col]
+		if !ok || c.num == nil {
 			return nil, fmt.Errorf("where: %q: %q is not a numeric column (want one of %s)", part, col, strings.Join(numericColumns(), ", "))
 		}
 		v, err := strconv.ParseFloat(strings.TrimSpace(rest[len(op):]), 64)
 		if err != nil {
 			return nil, fmt.Errorf("where: %q: %q is not a number", part, strings.TrimSpace(rest[len(op):]))
 		}
-		ps = append(ps, predicate{col: col, get: get, op: op, value: v})
+		ps = append(ps, predicate{num: c.num, op: op, value: v})
 	}
 	return ps, nil
 }
 
 func numericColumns() []string {
 	var cols []string
-	for c := range bucketColumns {
-		if !isText(c) {
-			cols = append(cols, c)
+	for name, c := range bucketColumns {
+		if c.num != nil {
+			cols = append(cols, name)
 		}
 	}
 	slices.Sort(cols)
@@ -218,19 +216,38 @@ func parseBucketQuery(q url.Values) (bucketQuery, error) {
 	return bq, nil
 }
 
-// bucketRow describes one bucket at now, but for its Key (set only on the
-// rows shown: building it for every bucket would be most of the walk).
-func bucketRow(b limits.BucketInfo, now time.Time) BucketRow {
+// less returns the page's order (nil: by key), descending with desc.
+func (bq bucketQuery) less(now time.Time) func(a, b *limits.BucketInfo) bool {
+	c := bucketColumns[bq.sort]
+	var less func(a, b *limits.BucketInfo) bool
+	switch {
+	case c.text != nil:
+		less = func(a, b *limits.BucketInfo) bool { return c.text(a) < c.text(b) }
+	case c.num != nil:
+		less = func(a, b *limits.BucketInfo) bool { return c.num(a, now) < c.num(b, now) }
+	default:
+		less = limits.ByKey
+	}
+	if bq.desc {
+		return func(a, b *limits.BucketInfo) bool { return less(b, a) }
+	}
+	return less
+}
+
+// bucketRow describes one bucket at now.
+func bucketRow(b *limits.BucketInfo, now time.Time) BucketRow {
 	return BucketRow{
-		Resource: b.Resource, Domain: b.Domain, Bucket: b.Bucket.String(),
+		Key: b.Resource + "/" + b.Domain, Resource: b.Resource, Domain: b.Domain, Bucket: b.Bucket.String(),
 		Size: b.Size, FillRate: b.FillRate, Tokens: b.Tokens, Fraction: b.Fraction,
-		DebtSeconds: b.Debt.Seconds(), IdleSeconds: max(now.Sub(b.LastUsed).Seconds(), 0), LastUsed: b.LastUsed,
+		DebtSeconds: b.Debt.Seconds(), IdleSeconds: idle(b, now), LastUsed: b.LastUsed,
 		Grants: b.Grants, Rejections: b.Rejections,
 	}
 }
 
 // BucketsPage returns the buckets page for a query (the URL's: prefix,
 // where, sort, desc, page, per_page); an error names the bad parameter.
+// It is one limits.Engine.Query: one walk over the buckets, keeping only
+// the rows up to the page, and the hottest and most rejected on the way.
 func (s *Server) BucketsPage(q url.Values) (BucketsPage, error) {
 	bq, err := parseBucketQuery(q)
 	if err != nil {
@@ -238,110 +255,63 @@ func (s *Server) BucketsPage(q url.Values) (BucketsPage, error) {
 	}
 	start := time.Now()
 	now := s.now()
-	get := bucketColumns[bq.sort]
-	// before orders rows as the page shows them; ties by key.
-	before := func(a, b BucketRow) bool {
-		var c int
-		switch {
-		case bq.sort == "key":
-			c = compareKeys(a, b)
-		case isText(bq.sort):
-			_, sa := get(a)
-			_, sb := get(b)
-			c = strings.Compare(sa, sb)
-		default:
-			na, _ := get(a)
-			nb, _ := get(b)
-			c = cmp.Compare(na, nb)
-		}
-		if bq.desc {
-			c = -c
-		}
-		if c == 0 {
-			return compareKeys(a, b) < 0
-		}
-		return c < 0
-	}
-	page := newTopK(bq.page*bq.perPage, before)
-	hottest := newTopK(TopBuckets, func(a, b BucketRow) bool {
-		return a.Grants > b.Grants || a.Grants == b.Grants && compareKeys(a, b) < 0
-	})
-	rejected := newTopK(TopBuckets, func(a, b BucketRow) bool {
-		return a.Rejections > b.Rejections || a.Rejections == b.Rejections && compareKeys(a, b) < 0
-	})
 	out := BucketsPage{Prefix: bq.prefix, Where: bq.where, Sort: bq.sort, Desc: bq.desc, Page: bq.page, PerPage: bq.perPage}
-	err = s.limits.Walk(now, func(b limits.BucketInfo) bool {
-		out.Total++
-		r := bucketRow(b, now)
-		if r.Grants > 0 {
-			hottest.push(r)
-		}
-		if r.Rejections > 0 {
-			rejected.push(r)
-		}
-		if !hasKeyPrefix(r, bq.prefix) {
-			return true
-		}
-		for _, p := range bq.preds {
-			if !p.match(r) {
-				return true
+	hottest := newTopK(TopBuckets, func(a, b *limits.BucketInfo) bool {
+		return a.Grants > b.Grants || a.Grants == b.Grants && limits.ByKey(a, b)
+	})
+	rejected := newTopK(TopBuckets, func(a, b *limits.BucketInfo) bool {
+		return a.Rejections > b.Rejections || a.Rejections == b.Rejections && limits.ByKey(a, b)
+	})
+	page, err := s.limits.Query(now, limits.Query{
+		Filter: func(b *limits.BucketInfo) bool {
+			out.Total++
+			if b.Grants > 0 {
+				hottest.push(b)
 			}
-		}
-		out.Matched++
-		page.push(r)
-		return true
+			if b.Rejections > 0 {
+				rejected.push(b)
+			}
+			if !hasKeyPrefix(b, bq.prefix) {
+				return false
+			}
+			for _, p := range bq.preds {
+				if !p.match(b, now) {
+					return false
+				}
+			}
+			return true
+		},
+		Less:   bq.less(now),
+		Offset: (bq.page - 1) * bq.perPage,
+		Limit:  bq.perPage,
 	})
 	if err != nil {
 		return BucketsPage{}, fmt.Errorf("walking the buckets: %w", err)
 	}
-	rows := page.sorted()
-	from := min((bq.page-1)*bq.perPage, len(rows))
-	out.Rows = withKeys(rows[from:])
-	out.Hottest, out.MostRejected = withKeys(hottest.sorted()), withKeys(rejected.sorted())
+	out.Matched = page.Total
+	out.Rows = rows(page.Buckets, now)
+	out.Hottest, out.MostRejected = rows(hottest.sorted(), now), rows(rejected.sorted(), now)
 	out.Took = time.Since(start).Seconds()
 	return out, nil
 }
 
-// withKeys sets the rows' keys.
-func withKeys(rows []BucketRow) []BucketRow {
-	for i := range rows {
-		rows[i].Key = rows[i].Resource + "/" + rows[i].Domain
+// rows describes buckets at now.
+func rows(bs []limits.BucketInfo, now time.Time) []BucketRow {
+	out := make([]BucketRow, len(bs))
+	for i := range bs {
+		out[i] = bucketRow(&bs[i], now)
 	}
-	return rows
+	return out
 }
 
-// keyByte is byte i of a row's key, resource/domain, without building it.
-func keyByte(r BucketRow, i int) byte {
-	switch {
-	case i < len(r.Resource):
-		return r.Resource[i]
-	case i == len(r.Resource):
-		return '/'
+// hasKeyPrefix reports whether a bucket's key, resource/domain, starts
+// with prefix, without building the key.
+func hasKeyPrefix(b *limits.BucketInfo, prefix string) bool {
+	if len(prefix) <= len(b.Resource) {
+		return strings.HasPrefix(b.Resource, prefix)
 	}
-	return r.Domain[i-len(r.Resource)-1]
-}
-
-// compareKeys compares two rows' keys as strings.Compare would.
-func compareKeys(a, b BucketRow) int {
-	la, lb := len(a.Resource)+1+len(a.Domain), len(b.Resource)+1+len(b.Domain)
-	if a.Resource == b.Resource {
-		return strings.Compare(a.Domain, b.Domain)
-	}
-	for i := range min(la, lb) {
-		if ca, cb := keyByte(a, i), keyByte(b, i); ca != cb {
-			return cmp.Compare(ca, cb)
-		}
-	}
-	return cmp.Compare(la, lb)
-}
-
-// hasKeyPrefix reports whether a row's key starts with prefix.
-func hasKeyPrefix(r BucketRow, prefix string) bool {
-	if len(prefix) <= len(r.Resource) {
-		return strings.HasPrefix(r.Resource, prefix)
-	}
-	return strings.HasPrefix(prefix, r.Resource) && prefix[len(r.Resource)] == '/' &&
-		strings.HasPrefix(r.Domain, prefix[len(r.Resource)+1:])
+	return strings.HasPrefix(prefix, b.Resource) && prefix[len(b.Resource)] == '/' &&
+		strings.HasPrefix(b.Domain, prefix[len(b.Resource)+1:])
 }
 
 func (s *Server) handleBuckets(w http.ResponseWriter, r *http.Request) {
@@ -388,48 +358,48 @@ func bucketsURL(p BucketsPage, key, value string) string {
 	return "/debug/status/buckets?" + q.Encode()
 }
 
-// topK keeps the k first rows in the order before, of all it is given, in
-// O(log k) a row: a heap whose root is the last row kept.
+// topK keeps the k first buckets in the order before, of all it is
+// given, in O(log k) a bucket: a heap whose root is the last one kept.
 type topK struct {
 	k      int
-	before func(a, b BucketRow) bool
-	rows   []BucketRow
+	before func(a, b *limits.BucketInfo) bool
+	rows   []limits.BucketInfo
 }
 
-func newTopK(k int, before func(a, b BucketRow) bool) *topK {
+func newTopK(k int, before func(a, b *limits.BucketInfo) bool) *topK {
 	return &topK{k: k, before: before}
 }
 
 func (t *topK) Len() int           { return len(t.rows) }
-func (t *topK) Less(i, j int) bool { return t.before(t.rows[j], t.rows[i]) } // the last kept at the root
+func (t *topK) Less(i, j int) bool { return t.before(&t.rows[j], &t.rows[i]) } // the last kept at the root
 func (t *topK) Swap(i, j int)      { t.rows[i], t.rows[j] = t.rows[j], t.rows[i] }
-func (t *topK) Push(x any)         { t.rows = append(t.rows, x.(BucketRow)) }
+func (t *topK) Push(x any)         { t.rows = append(t.rows, x.(limits.BucketInfo)) }
 func (t *topK) Pop() any {
 	r := t.rows[len(t.rows)-1]
 	t.rows = t.rows[:len(t.rows)-1]
 	return r
 }
 
-// push offers r: kept if fewer than k are kept or it comes before the last.
-func (t *topK) push(r BucketRow) {
+// push offers b: kept if fewer than k are kept or it comes before the last.
+func (t *topK) push(b *limits.BucketInfo) {
 	switch {
 	case t.k <= 0:
 	case len(t.rows) < t.k:
-		heap.Push(t, r)
-	case t.before(r, t.rows[0]):
-		t.rows[0] = r
+		heap.Push(t, *b)
+	case t.before(b, &t.rows[0]):
+		t.rows[0] = *b
 		heap.Fix(t, 0)
 	}
 }
 
-// sorted returns the rows kept, in order.
-func (t *topK) sorted() []BucketRow {
+// sorted returns the buckets kept, in order.
+func (t *topK) sorted() []limits.BucketInfo {
 	out := slices.Clone(t.rows)
-	slices.SortFunc(out, func(a, b BucketRow) int {
-		if t.before(a, b) {
+	slices.SortFunc(out, func(a, b limits.BucketInfo) int {
+		if t.before(&a, &b) {
 			return -1
 		}
-		if t.before(b, a) {
+		if t.before(&b, &a) {
 			return 1
 		}
 		return 0
