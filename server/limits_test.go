@@ -1,7 +1,9 @@
 package server
 
 import (
+	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -233,4 +235,90 @@ func TestSetLimits(t *testing.T) {
 	if resp, _ := api.Allow(t.Context(), &v1.AllowRequest{Resource: "api", Domain: "small"}); resp.GetStatus() != v1.AllowResponse_REJECTED_NO_BUCKET {
 		t.Fatalf("with no limits: %v", resp)
 	}
+}
+
+// failingStore is a limits store whose every decision fails, as a store
+// that lost its Redis would.
+type failingStore struct{ limits.Store }
+
+var errStoreDown = errors.New("store down")
+
+func (failingStore) Take(int64, limits.Key, *limits.Limit, limits.Ask) (limits.Outcome, error) {
+	return limits.Outcome{}, errStoreDown
+}
+
+// A store that fails: REJECTED_SERVER_ERROR on the quota service (a status,
+// as every answer there), Unavailable on sluice.v1.Limits; both over gRPC.
+func TestLimitsStoreFailure(t *testing.T) {
+	cfg, err := limits.ParseQuotaServiceYAML([]byte(quotaYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{ID: "failing", Limits: cfg, LimitsStore: failingStore{limits.NewMemoryStore()}})
+	addr, _ := startEndpoint(t, s, s.Handler(), nil)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := qs.NewQuotaServiceClient(conn).Allow(t.Context(), &qs.AllowRequest{Namespace: "api", BucketName: "small"})
+	if err != nil || resp.GetStatus() != qs.AllowResponse_REJECTED_SERVER_ERROR {
+		t.Errorf("quota service on a failed store: %v, %v; want REJECTED_SERVER_ERROR", resp, err)
+	}
+	_, err = v1.NewLimitsClient(conn).Allow(t.Context(), &v1.AllowRequest{Resource: "api", Domain: "small"})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "store down") {
+		t.Errorf("sluice.v1 on a failed store: %v; want Unavailable saying why", err)
+	}
+}
+
+// FuzzQuotaServiceAllow: any request to the compat handler gets a status,
+// never a panic or an RPC error; an invalid one is REJECTED_INVALID_REQUEST
+// and creates no bucket; a grant never exceeds the ask. The same request
+// to sluice.v1.Limits is answered or refused with InvalidArgument.
+func FuzzQuotaServiceAllow(f *testing.F) {
+	for _, seed := range []struct {
+		ns, bucket string
+		tokens     int64
+		ms         int64
+		override   bool
+	}{
+		{"api", "small", 1, 0, false},
+		{"logins", "ann", 0, 100, true},
+		{"api", "small", -1, -5, true},
+		{"", "", 0, 0, false},
+		{"a b", "c\x00", 1 << 62, 1 << 62, true},
+		{"elsewhere", "x/y/z", 5, 0, false},
+	} {
+		f.Add(seed.ns, seed.bucket, seed.tokens, seed.ms, seed.override)
+	}
+	cfg, err := limits.ParseQuotaServiceYAML([]byte(quotaYAML))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, ns, bucket string, tokens, ms int64, override bool) {
+		s := New(Options{ID: "fuzz", Limits: cfg, Logger: slog.New(slog.DiscardHandler)})
+		req := &qs.AllowRequest{Namespace: ns, BucketName: bucket, TokensRequested: tokens, MaxWaitMillisOverride: ms, MaxWaitTimeOverride: override}
+		resp, err := s.QuotaServiceAPI().Allow(t.Context(), req)
+		if err != nil {
+			t.Fatalf("%v: RPC error %v", req, err)
+		}
+		want := max(tokens, 1)
+		switch resp.GetStatus() {
+		case qs.AllowResponse_OK:
+			if resp.GetTokensGranted() != want || resp.GetWaitMillis() < 0 {
+				t.Fatalf("%v: granted %d wait %d, asked %d", req, resp.GetTokensGranted(), resp.GetWaitMillis(), want)
+			}
+		case qs.AllowResponse_REJECTED_INVALID_REQUEST:
+			if n := s.Limits().Len(); n != 0 {
+				t.Fatalf("%v: invalid, yet %d buckets exist", req, n)
+			}
+		}
+		r := &v1.AllowRequest{Resource: ns, Domain: bucket, Tokens: tokens}
+		if override {
+			r.MaxWait = durationpb.New(time.Duration(ms) * time.Millisecond)
+		}
+		if _, err := s.LimitsAPI().Allow(t.Context(), r); err != nil && status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("%v: %v; want an answer or InvalidArgument", r, err)
+		}
+	})
 }

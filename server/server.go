@@ -105,6 +105,9 @@ type Options struct {
 	// request is REJECTED_NO_BUCKET; SetLimits changes it). It must be
 	// valid (limits.Config.Validate); an invalid one is logged and not used.
 	Limits *limits.Config
+	// LimitsStore holds the limits' buckets (nil: a new limits.MemoryStore,
+	// this process's alone).
+	LimitsStore limits.Store
 
 	// hooks are the simulator's and the tests' knobs (internal/hooks).
 	hooks hooks.Server
@@ -190,7 +193,7 @@ func New(opts Options) *Server {
 	s.unrecordedLog = ratelimit.NewLimiter(float64(time.Second)/float64(unrecordedLogEvery), unrecordedLogEvery.Seconds(), ratelimit.WithClock(s.now))
 	s.metrics = newMetrics(s.opts.Registry, s)
 	s.limitsMetrics = newLimitsMetrics(s.opts.Registry)
-	s.limits, _ = limits.New(nil, limits.Options{Listener: s.limitsMetrics})
+	s.limits, _ = limits.New(nil, limits.Options{Listener: s.limitsMetrics, Store: opts.LimitsStore})
 	s.opts.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_limits_buckets",
 		Help: "Token buckets the limits engine holds.",
