@@ -72,11 +72,20 @@ resources:
 // end of the test.
 func startServer(t *testing.T, cfg string) (addr string, cmd *exec.Cmd) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "config.yaml")
+	addr, cmd, _ = startServerWith(t, cfg)
+	return addr, cmd
+}
+
+// startServerWith is startServer with more flags; it also returns the
+// configuration file's path.
+func startServerWith(t *testing.T, cfg string, flags ...string) (addr string, cmd *exec.Cmd, path string) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd = exec.Command(binary, "server", "--config", path, "--listen", "127.0.0.1:0", "--log-level", testutil.ChildLogLevel())
+	args := append([]string{"server", "--config", path, "--listen", "127.0.0.1:0", "--log-level", testutil.ChildLogLevel()}, flags...)
+	cmd = exec.Command(binary, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +104,7 @@ func startServer(t *testing.T, cfg string) (addr string, cmd *exec.Cmd) {
 	}
 	addr = strings.TrimSpace(strings.TrimPrefix(line, "listening on "))
 	go func() { _, _ = io.Copy(io.Discard, stdout) }()
-	return addr, cmd
+	return addr, cmd, path
 }
 
 func req(resource string, wants float64) *pb.ResourceRequest {

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	qs "github.com/sluice-rl/sluice/api/quotaservice"
+	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/internal/testutil"
+)
+
+const limitsConfig = testConfig + `
+limits:
+  resources:
+    api:
+      domains:
+        small: {size: 1, fill_rate: %s, wait_timeout: 0s}
+`
+
+// limitsConfigAt is limitsConfig with api/small's fill rate.
+func limitsConfigAt(rate string) string { return strings.Replace(limitsConfig, "%s", rate, 1) }
+
+// `sluice server --config` serves the file's limits section over gRPC and
+// follows its changes: a new fill rate applies without a restart; a bad
+// file keeps the last good limits.
+func TestServerLimitsReload(t *testing.T) {
+	addr, _, path := startServerWith(t, limitsConfigAt("0.001"))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := v1.NewLimitsClient(conn)
+	allow := func() v1.AllowResponse_Status {
+		t.Helper()
+		resp, err := c.Allow(t.Context(), &v1.AllowRequest{Resource: "api", Domain: "small"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus()
+	}
+	if got := allow(); got != v1.AllowResponse_OK {
+		t.Fatalf("first token: %v", got)
+	}
+	if got := allow(); got != v1.AllowResponse_REJECTED_TIMEOUT {
+		t.Fatalf("second token at 0.001/s: %v", got)
+	}
+	if err := os.WriteFile(path, []byte(limitsConfigAt("1000")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the new fill rate to apply", func() bool { return allow() == v1.AllowResponse_OK })
+	if err := os.WriteFile(path, []byte(limitsConfigAt("0")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the bad file to be read and refused", func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `sluice_server_config_reloads_total{result="failed"} 1`)
+	})
+	if got := allow(); got != v1.AllowResponse_OK {
+		t.Fatalf("after a bad file: %v; the last good limits (1000/s) should still serve", got)
+	}
+}
+
+// --quotaservice-config serves Square's configuration format as it is;
+// limits given twice are refused at start.
+func TestServerQuotaServiceConfig(t *testing.T) {
+	qpath := filepath.Join(t.TempDir(), "quota.yaml")
+	if err := os.WriteFile(qpath, []byte("namespaces:\n  logins:\n    dynamic_bucket_template: {size: 1, fill_rate: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr, _, _ := startServerWith(t, testConfig, "--quotaservice-config", qpath)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := qs.NewQuotaServiceClient(conn)
+	for i, want := range []qs.AllowResponse_Status{qs.AllowResponse_OK, qs.AllowResponse_REJECTED_TIMEOUT} {
+		resp, err := c.Allow(t.Context(), &qs.AllowRequest{Namespace: "logins", BucketName: "ann", MaxWaitTimeOverride: true})
+		if err != nil || resp.GetStatus() != want {
+			t.Fatalf("login %d: %v, %v; want %v", i+1, resp, err, want)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "both.yaml")
+	if err := os.WriteFile(path, []byte(limitsConfigAt("1")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary, "server", "--config", path, "--quotaservice-config", qpath, "--listen", "127.0.0.1:0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "limits configured twice") {
+		t.Fatalf("limits from both files: %v\n%s", err, out)
+	}
+}
