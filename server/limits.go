@@ -13,6 +13,7 @@ import (
 
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/api/sluice/v1/sluicev1connect"
 	"github.com/sluice-rl/sluice/limits"
 )
 
@@ -86,7 +87,10 @@ func (a LimitsAPI) Allow(_ context.Context, req *v1.AllowRequest) (*v1.AllowResp
 }
 
 // limitsConnect is LimitsAPI for Connect's handler.
-type limitsConnect struct{ api LimitsAPI }
+type limitsConnect struct {
+	sluicev1connect.UnimplementedLimitsHandler
+	api LimitsAPI
+}
 
 func (c limitsConnect) Allow(ctx context.Context, req *connect.Request[v1.AllowRequest]) (*connect.Response[v1.AllowResponse], error) {
 	resp, err := c.api.Allow(ctx, req.Msg)

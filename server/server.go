@@ -237,7 +237,7 @@ func (s *Server) Handler() http.Handler {
 		connect.WithInterceptors(s.metrics.interceptor()),
 	)
 	mux.Handle(path, h)
-	path, h = sluicev1connect.NewLimitsHandler(limitsConnect{s.LimitsAPI()},
+	path, h = sluicev1connect.NewLimitsHandler(limitsConnect{api: s.LimitsAPI()},
 		connect.WithReadMaxBytes(MaxRequestBytes),
 		connect.WithInterceptors(s.metrics.interceptor()),
 	)

@@ -72,6 +72,7 @@ func testConfig() *limits.Config {
 // converts AllowRequest to limits.Request and the Decision back, as the
 // server does. Knobs let a test stall it or slow it down.
 type service struct {
+	sluicev1connect.UnimplementedLimitsHandler
 	engine   *limits.Engine
 	requests atomic.Int64 // Allow calls received
 	stall    atomic.Bool  // when set, calls wait until their context ends

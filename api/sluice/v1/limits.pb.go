@@ -93,6 +93,58 @@ func (AllowResponse_Status) EnumDescriptor() ([]byte, []int) {
 	return file_limits_proto_rawDescGZIP(), []int{1, 0}
 }
 
+type ReserveResponse_Status int32
+
+const (
+	ReserveResponse_STATUS_UNSPECIFIED ReserveResponse_Status = 0
+	// Copies granted: granted of them, held by the session.
+	ReserveResponse_OK ReserveResponse_Status = 1
+	// Fewer than min_copies are free under the domain, group or global
+	// limits.
+	ReserveResponse_REJECTED_OVER_LIMIT ReserveResponse_Status = 2
+)
+
+// Enum value maps for ReserveResponse_Status.
+var (
+	ReserveResponse_Status_name = map[int32]string{
+		0: "STATUS_UNSPECIFIED",
+		1: "OK",
+		2: "REJECTED_OVER_LIMIT",
+	}
+	ReserveResponse_Status_value = map[string]int32{
+		"STATUS_UNSPECIFIED":  0,
+		"OK":                  1,
+		"REJECTED_OVER_LIMIT": 2,
+	}
+)
+
+func (x ReserveResponse_Status) Enum() *ReserveResponse_Status {
+	p := new(ReserveResponse_Status)
+	*p = x
+	return p
+}
+
+func (x ReserveResponse_Status) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReserveResponse_Status) Descriptor() protoreflect.EnumDescriptor {
+	return file_limits_proto_enumTypes[1].Descriptor()
+}
+
+func (ReserveResponse_Status) Type() protoreflect.EnumType {
+	return &file_limits_proto_enumTypes[1]
+}
+
+func (x ReserveResponse_Status) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReserveResponse_Status.Descriptor instead.
+func (ReserveResponse_Status) EnumDescriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{10, 0}
+}
+
 type AllowRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The resource (the quota service's namespace): 1 to 256 bytes of
@@ -196,7 +248,28 @@ type AllowResponse struct {
 	Limit int64 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Which configuration answered: "named", "prefix a/b", "dynamic",
 	// "default", "global default" ("" when none did).
-	Bucket        string `protobuf:"bytes,7,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Bucket string `protobuf:"bytes,7,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// On a resource with burst tiers (charon-paper.md, section 3.1, the
+	// request operation's context): the hard limit (hits per second per
+	// domain) and the global limit (hits per second across domains), unset
+	// when unbounded; the current tier's limit, index (0: the fake tier) and
+	// hits in its window; the domain's and every domain's hits in the last
+	// second; whether the request burst into a higher tier, and whether the
+	// hard or the global limit held it back.
+	HardLimit            *int64 `protobuf:"varint,8,opt,name=hard_limit,json=hardLimit,proto3,oneof" json:"hard_limit,omitempty"`
+	GlobalLimit          *int64 `protobuf:"varint,9,opt,name=global_limit,json=globalLimit,proto3,oneof" json:"global_limit,omitempty"`
+	TierLimit            int64  `protobuf:"varint,10,opt,name=tier_limit,json=tierLimit,proto3" json:"tier_limit,omitempty"`
+	DomainHitsLastSecond int64  `protobuf:"varint,11,opt,name=domain_hits_last_second,json=domainHitsLastSecond,proto3" json:"domain_hits_last_second,omitempty"`
+	GlobalHitsLastSecond int64  `protobuf:"varint,12,opt,name=global_hits_last_second,json=globalHitsLastSecond,proto3" json:"global_hits_last_second,omitempty"`
+	TierHits             int64  `protobuf:"varint,13,opt,name=tier_hits,json=tierHits,proto3" json:"tier_hits,omitempty"`
+	Tier                 int32  `protobuf:"varint,14,opt,name=tier,proto3" json:"tier,omitempty"`
+	Burst                bool   `protobuf:"varint,15,opt,name=burst,proto3" json:"burst,omitempty"`
+	HardLimited          bool   `protobuf:"varint,16,opt,name=hard_limited,json=hardLimited,proto3" json:"hard_limited,omitempty"`
+	GlobalLimited        bool   `protobuf:"varint,17,opt,name=global_limited,json=globalLimited,proto3" json:"global_limited,omitempty"`
+	// The request was granted without asking: its resource's namespace
+	// ignores configured limits, or it is unconfigured in a namespace that
+	// allows that (charon-paper.md, section 4.3). Still recorded.
+	Unlimited     bool `protobuf:"varint,18,opt,name=unlimited,proto3" json:"unlimited,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -280,6 +353,977 @@ func (x *AllowResponse) GetBucket() string {
 	return ""
 }
 
+func (x *AllowResponse) GetHardLimit() int64 {
+	if x != nil && x.HardLimit != nil {
+		return *x.HardLimit
+	}
+	return 0
+}
+
+func (x *AllowResponse) GetGlobalLimit() int64 {
+	if x != nil && x.GlobalLimit != nil {
+		return *x.GlobalLimit
+	}
+	return 0
+}
+
+func (x *AllowResponse) GetTierLimit() int64 {
+	if x != nil {
+		return x.TierLimit
+	}
+	return 0
+}
+
+func (x *AllowResponse) GetDomainHitsLastSecond() int64 {
+	if x != nil {
+		return x.DomainHitsLastSecond
+	}
+	return 0
+}
+
+func (x *AllowResponse) GetGlobalHitsLastSecond() int64 {
+	if x != nil {
+		return x.GlobalHitsLastSecond
+	}
+	return 0
+}
+
+func (x *AllowResponse) GetTierHits() int64 {
+	if x != nil {
+		return x.TierHits
+	}
+	return 0
+}
+
+func (x *AllowResponse) GetTier() int32 {
+	if x != nil {
+		return x.Tier
+	}
+	return 0
+}
+
+func (x *AllowResponse) GetBurst() bool {
+	if x != nil {
+		return x.Burst
+	}
+	return false
+}
+
+func (x *AllowResponse) GetHardLimited() bool {
+	if x != nil {
+		return x.HardLimited
+	}
+	return false
+}
+
+func (x *AllowResponse) GetGlobalLimited() bool {
+	if x != nil {
+		return x.GlobalLimited
+	}
+	return false
+}
+
+func (x *AllowResponse) GetUnlimited() bool {
+	if x != nil {
+		return x.Unlimited
+	}
+	return false
+}
+
+type OpenSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long the session lives without a keep-alive; unset: the server's
+	// default (10 s). Bounded by the server (1 s to 1 h).
+	Ttl           *durationpb.Duration `protobuf:"bytes,1,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenSessionRequest) Reset() {
+	*x = OpenSessionRequest{}
+	mi := &file_limits_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenSessionRequest) ProtoMessage() {}
+
+func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limits_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
+func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *OpenSessionRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type OpenSessionResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The ttl the server applies.
+	Ttl           *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenSessionResponse) Reset() {
+	*x = OpenSessionResponse{}
+	mi := &file_limits_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenSessionResponse) ProtoMessage() {}
+
+func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limits_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
+func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *OpenSessionResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *OpenSessionResponse) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type KeepAliveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveRequest) Reset() {
+	*x = KeepAliveRequest{}
+	mi := &file_limits_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveRequest) ProtoMessage() {}
+
+func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limits_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
+func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *KeepAliveRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type KeepAliveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Ttl           *durationpb.Duration   `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveResponse) Reset() {
+	*x = KeepAliveResponse{}
+	mi := &file_limits_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveResponse) ProtoMessage() {}
+
+func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limits_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
+func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *KeepAliveResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *KeepAliveResponse) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type CloseSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionRequest) Reset() {
+	*x = CloseSessionRequest{}
+	mi := &file_limits_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionRequest) ProtoMessage() {}
+
+func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limits_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
+func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CloseSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type CloseSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionResponse) Reset() {
+	*x = CloseSessionResponse{}
+	mi := &file_limits_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionResponse) ProtoMessage() {}
+
+func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limits_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
+func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{7}
+}
+
+type ReserveRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Resource  string                 `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
+	Domain    string                 `protobuf:"bytes,3,opt,name=domain,proto3" json:"domain,omitempty"`
+	// The most copies wanted; 0 means 1.
+	Copies int64 `protobuf:"varint,4,opt,name=copies,proto3" json:"copies,omitempty"`
+	// The fewest accepted; 0 means copies.
+	MinCopies int64 `protobuf:"varint,5,opt,name=min_copies,json=minCopies,proto3" json:"min_copies,omitempty"`
+	// How long the server may look for copies; unset or 0: answer now. (The
+	// server answers at once; a client retries within max_wait.)
+	MaxWait       *durationpb.Duration `protobuf:"bytes,6,opt,name=max_wait,json=maxWait,proto3" json:"max_wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveRequest) Reset() {
+	*x = ReserveRequest{}
+	mi := &file_limits_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveRequest) ProtoMessage() {}
+
+func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limits_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
+func (*ReserveRequest) Descriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReserveRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ReserveRequest) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *ReserveRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *ReserveRequest) GetCopies() int64 {
+	if x != nil {
+		return x.Copies
+	}
+	return 0
+}
+
+func (x *ReserveRequest) GetMinCopies() int64 {
+	if x != nil {
+		return x.MinCopies
+	}
+	return 0
+}
+
+func (x *ReserveRequest) GetMaxWait() *durationpb.Duration {
+	if x != nil {
+		return x.MaxWait
+	}
+	return nil
+}
+
+// GroupHolds is one domain group's pool of a copy-limited resource.
+type GroupHolds struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Limit int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Copies held across every domain of the group.
+	Holds         int64 `protobuf:"varint,3,opt,name=holds,proto3" json:"holds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupHolds) Reset() {
+	*x = GroupHolds{}
+	mi := &file_limits_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupHolds) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupHolds) ProtoMessage() {}
+
+func (x *GroupHolds) ProtoReflect() protoreflect.Message {
+	mi := &file_limits_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupHolds.ProtoReflect.Descriptor instead.
+func (*GroupHolds) Descriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GroupHolds) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GroupHolds) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *GroupHolds) GetHolds() int64 {
+	if x != nil {
+		return x.Holds
+	}
+	return 0
+}
+
+type ReserveResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Status  ReserveResponse_Status `protobuf:"varint,1,opt,name=status,proto3,enum=sluice.v1.ReserveResponse_Status" json:"status,omitempty"`
+	Granted int64                  `protobuf:"varint,2,opt,name=granted,proto3" json:"granted,omitempty"`
+	// The domain's limit, and the global limit (unset: unbounded).
+	DomainLimit int64  `protobuf:"varint,3,opt,name=domain_limit,json=domainLimit,proto3" json:"domain_limit,omitempty"`
+	GlobalLimit *int64 `protobuf:"varint,4,opt,name=global_limit,json=globalLimit,proto3,oneof" json:"global_limit,omitempty"`
+	// Copies held by this domain, and by every domain, after the answer.
+	DomainHolds int64 `protobuf:"varint,5,opt,name=domain_holds,json=domainHolds,proto3" json:"domain_holds,omitempty"`
+	GlobalHolds int64 `protobuf:"varint,6,opt,name=global_holds,json=globalHolds,proto3" json:"global_holds,omitempty"`
+	// The domain's groups now: name, limit, holds. Their names go with the
+	// copies' Release and Transfer.
+	Groups []*GroupHolds `protobuf:"bytes,7,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Granted without asking (see AllowResponse.unlimited).
+	Unlimited     bool `protobuf:"varint,8,opt,name=unlimited,proto3" json:"unlimited,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveResponse) Reset() {
+	*x = ReserveResponse{}
+	mi := &file_limits_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveResponse) ProtoMessage() {}
+
+func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limits_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
+func (*ReserveResponse) Descriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReserveResponse) GetStatus() ReserveResponse_Status {
+	if x != nil {
+		return x.Status
+	}
+	return ReserveResponse_STATUS_UNSPECIFIED
+}
+
+func (x *ReserveResponse) GetGranted() int64 {
+	if x != nil {
+		return x.Granted
+	}
+	return 0
+}
+
+func (x *ReserveResponse) GetDomainLimit() int64 {
+	if x != nil {
+		return x.DomainLimit
+	}
+	return 0
+}
+
+func (x *ReserveResponse) GetGlobalLimit() int64 {
+	if x != nil && x.GlobalLimit != nil {
+		return *x.GlobalLimit
+	}
+	return 0
+}
+
+func (x *ReserveResponse) GetDomainHolds() int64 {
+	if x != nil {
+		return x.DomainHolds
+	}
+	return 0
+}
+
+func (x *ReserveResponse) GetGlobalHolds() int64 {
+	if x != nil {
+		return x.GlobalHolds
+	}
+	return 0
+}
+
+func (x *ReserveResponse) GetGroups() []*GroupHolds {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *ReserveResponse) GetUnlimited() bool {
+	if x != nil {
+		return x.Unlimited
+	}
+	return false
+}
+
+type ReleaseRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Resource  string                 `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
+	Domain    string                 `protobuf:"bytes,3,opt,name=domain,proto3" json:"domain,omitempty"`
+	Copies    int64                  `protobuf:"varint,4,opt,name=copies,proto3" json:"copies,omitempty"`
+	// The domain's groups when the copies were reserved (ReserveResponse's
+	// group names): they say which pools the copies return to.
+	Groups        []string `protobuf:"bytes,5,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRequest) Reset() {
+	*x = ReleaseRequest{}
+	mi := &file_limits_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRequest) ProtoMessage() {}
+
+func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limits_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReleaseRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ReleaseRequest) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *ReleaseRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *ReleaseRequest) GetCopies() int64 {
+	if x != nil {
+		return x.Copies
+	}
+	return 0
+}
+
+func (x *ReleaseRequest) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+type ReleaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseResponse) Reset() {
+	*x = ReleaseResponse{}
+	mi := &file_limits_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseResponse) ProtoMessage() {}
+
+func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limits_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{12}
+}
+
+type TransferRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Resource  string                 `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
+	Domain    string                 `protobuf:"bytes,3,opt,name=domain,proto3" json:"domain,omitempty"`
+	Copies    int64                  `protobuf:"varint,4,opt,name=copies,proto3" json:"copies,omitempty"`
+	Groups    []string               `protobuf:"bytes,5,rep,name=groups,proto3" json:"groups,omitempty"`
+	// How long the staged copies wait to be seized before they are
+	// released; unset: the server's default (30 s).
+	Ttl           *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferRequest) Reset() {
+	*x = TransferRequest{}
+	mi := &file_limits_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferRequest) ProtoMessage() {}
+
+func (x *TransferRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limits_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferRequest.ProtoReflect.Descriptor instead.
+func (*TransferRequest) Descriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TransferRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *TransferRequest) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *TransferRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *TransferRequest) GetCopies() int64 {
+	if x != nil {
+		return x.Copies
+	}
+	return 0
+}
+
+func (x *TransferRequest) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *TransferRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type TransferResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TransferId    string                 `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferResponse) Reset() {
+	*x = TransferResponse{}
+	mi := &file_limits_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferResponse) ProtoMessage() {}
+
+func (x *TransferResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limits_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferResponse.ProtoReflect.Descriptor instead.
+func (*TransferResponse) Descriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *TransferResponse) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+type SeizeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	TransferId    string                 `protobuf:"bytes,2,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeizeRequest) Reset() {
+	*x = SeizeRequest{}
+	mi := &file_limits_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeizeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeizeRequest) ProtoMessage() {}
+
+func (x *SeizeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limits_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeizeRequest.ProtoReflect.Descriptor instead.
+func (*SeizeRequest) Descriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SeizeRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SeizeRequest) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+type SeizeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Resource      string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	Domain        string                 `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
+	Groups        []string               `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
+	Copies        int64                  `protobuf:"varint,4,opt,name=copies,proto3" json:"copies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeizeResponse) Reset() {
+	*x = SeizeResponse{}
+	mi := &file_limits_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeizeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeizeResponse) ProtoMessage() {}
+
+func (x *SeizeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limits_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeizeResponse.ProtoReflect.Descriptor instead.
+func (*SeizeResponse) Descriptor() ([]byte, []int) {
+	return file_limits_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SeizeResponse) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *SeizeResponse) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *SeizeResponse) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *SeizeResponse) GetCopies() int64 {
+	if x != nil {
+		return x.Copies
+	}
+	return 0
+}
+
 var File_limits_proto protoreflect.FileDescriptor
 
 const file_limits_proto_rawDesc = "" +
@@ -291,7 +1335,7 @@ const file_limits_proto_rawDesc = "" +
 	"\x06tokens\x18\x03 \x01(\x03R\x06tokens\x12\x1d\n" +
 	"\n" +
 	"min_tokens\x18\x04 \x01(\x03R\tminTokens\x124\n" +
-	"\bmax_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxWait\"\xb9\x03\n" +
+	"\bmax_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxWait\"\xe1\x06\n" +
 	"\rAllowResponse\x127\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x1f.sluice.v1.AllowResponse.StatusR\x06status\x12\x18\n" +
 	"\agranted\x18\x02 \x01(\x03R\agranted\x12-\n" +
@@ -300,16 +1344,113 @@ const file_limits_proto_rawDesc = "" +
 	"retryAfter\x12\x1c\n" +
 	"\tremaining\x18\x05 \x01(\x01R\tremaining\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\x03R\x05limit\x12\x16\n" +
-	"\x06bucket\x18\a \x01(\tR\x06bucket\"\x9d\x01\n" +
+	"\x06bucket\x18\a \x01(\tR\x06bucket\x12\"\n" +
+	"\n" +
+	"hard_limit\x18\b \x01(\x03H\x00R\thardLimit\x88\x01\x01\x12&\n" +
+	"\fglobal_limit\x18\t \x01(\x03H\x01R\vglobalLimit\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"tier_limit\x18\n" +
+	" \x01(\x03R\ttierLimit\x125\n" +
+	"\x17domain_hits_last_second\x18\v \x01(\x03R\x14domainHitsLastSecond\x125\n" +
+	"\x17global_hits_last_second\x18\f \x01(\x03R\x14globalHitsLastSecond\x12\x1b\n" +
+	"\ttier_hits\x18\r \x01(\x03R\btierHits\x12\x12\n" +
+	"\x04tier\x18\x0e \x01(\x05R\x04tier\x12\x14\n" +
+	"\x05burst\x18\x0f \x01(\bR\x05burst\x12!\n" +
+	"\fhard_limited\x18\x10 \x01(\bR\vhardLimited\x12%\n" +
+	"\x0eglobal_limited\x18\x11 \x01(\bR\rglobalLimited\x12\x1c\n" +
+	"\tunlimited\x18\x12 \x01(\bR\tunlimited\"\x9d\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n" +
 	"\x02OK\x10\x01\x12\x14\n" +
 	"\x10REJECTED_TIMEOUT\x10\x02\x12\x16\n" +
 	"\x12REJECTED_NO_BUCKET\x10\x03\x12\x1d\n" +
 	"\x19REJECTED_TOO_MANY_BUCKETS\x10\x04\x12&\n" +
-	"\"REJECTED_TOO_MANY_TOKENS_REQUESTED\x10\x052F\n" +
+	"\"REJECTED_TOO_MANY_TOKENS_REQUESTED\x10\x05B\r\n" +
+	"\v_hard_limitB\x0f\n" +
+	"\r_global_limit\"A\n" +
+	"\x12OpenSessionRequest\x12+\n" +
+	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"a\n" +
+	"\x13OpenSessionResponse\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"1\n" +
+	"\x10KeepAliveRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"_\n" +
+	"\x11KeepAliveResponse\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"4\n" +
+	"\x13CloseSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x16\n" +
+	"\x14CloseSessionResponse\"\xd0\x01\n" +
+	"\x0eReserveRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
+	"\bresource\x18\x02 \x01(\tR\bresource\x12\x16\n" +
+	"\x06domain\x18\x03 \x01(\tR\x06domain\x12\x16\n" +
+	"\x06copies\x18\x04 \x01(\x03R\x06copies\x12\x1d\n" +
+	"\n" +
+	"min_copies\x18\x05 \x01(\x03R\tminCopies\x124\n" +
+	"\bmax_wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\amaxWait\"L\n" +
+	"\n" +
+	"GroupHolds\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x14\n" +
+	"\x05holds\x18\x03 \x01(\x03R\x05holds\"\x98\x03\n" +
+	"\x0fReserveResponse\x129\n" +
+	"\x06status\x18\x01 \x01(\x0e2!.sluice.v1.ReserveResponse.StatusR\x06status\x12\x18\n" +
+	"\agranted\x18\x02 \x01(\x03R\agranted\x12!\n" +
+	"\fdomain_limit\x18\x03 \x01(\x03R\vdomainLimit\x12&\n" +
+	"\fglobal_limit\x18\x04 \x01(\x03H\x00R\vglobalLimit\x88\x01\x01\x12!\n" +
+	"\fdomain_holds\x18\x05 \x01(\x03R\vdomainHolds\x12!\n" +
+	"\fglobal_holds\x18\x06 \x01(\x03R\vglobalHolds\x12-\n" +
+	"\x06groups\x18\a \x03(\v2\x15.sluice.v1.GroupHoldsR\x06groups\x12\x1c\n" +
+	"\tunlimited\x18\b \x01(\bR\tunlimited\"A\n" +
+	"\x06Status\x12\x16\n" +
+	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n" +
+	"\x02OK\x10\x01\x12\x17\n" +
+	"\x13REJECTED_OVER_LIMIT\x10\x02B\x0f\n" +
+	"\r_global_limit\"\x93\x01\n" +
+	"\x0eReleaseRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
+	"\bresource\x18\x02 \x01(\tR\bresource\x12\x16\n" +
+	"\x06domain\x18\x03 \x01(\tR\x06domain\x12\x16\n" +
+	"\x06copies\x18\x04 \x01(\x03R\x06copies\x12\x16\n" +
+	"\x06groups\x18\x05 \x03(\tR\x06groups\"\x11\n" +
+	"\x0fReleaseResponse\"\xc1\x01\n" +
+	"\x0fTransferRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
+	"\bresource\x18\x02 \x01(\tR\bresource\x12\x16\n" +
+	"\x06domain\x18\x03 \x01(\tR\x06domain\x12\x16\n" +
+	"\x06copies\x18\x04 \x01(\x03R\x06copies\x12\x16\n" +
+	"\x06groups\x18\x05 \x03(\tR\x06groups\x12+\n" +
+	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"3\n" +
+	"\x10TransferResponse\x12\x1f\n" +
+	"\vtransfer_id\x18\x01 \x01(\tR\n" +
+	"transferId\"N\n" +
+	"\fSeizeRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1f\n" +
+	"\vtransfer_id\x18\x02 \x01(\tR\n" +
+	"transferId\"s\n" +
+	"\rSeizeResponse\x12\x1a\n" +
+	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
+	"\x06domain\x18\x02 \x01(\tR\x06domain\x12\x16\n" +
+	"\x06groups\x18\x03 \x03(\tR\x06groups\x12\x16\n" +
+	"\x06copies\x18\x04 \x01(\x03R\x06copies2\xc4\x04\n" +
 	"\x06Limits\x12<\n" +
-	"\x05Allow\x12\x17.sluice.v1.AllowRequest\x1a\x18.sluice.v1.AllowResponse\"\x00B4Z2github.com/sluice-rl/sluice/api/sluice/v1;sluicev1b\x06proto3"
+	"\x05Allow\x12\x17.sluice.v1.AllowRequest\x1a\x18.sluice.v1.AllowResponse\"\x00\x12N\n" +
+	"\vOpenSession\x12\x1d.sluice.v1.OpenSessionRequest\x1a\x1e.sluice.v1.OpenSessionResponse\"\x00\x12L\n" +
+	"\tKeepAlive\x12\x1b.sluice.v1.KeepAliveRequest\x1a\x1c.sluice.v1.KeepAliveResponse\"\x00(\x010\x01\x12Q\n" +
+	"\fCloseSession\x12\x1e.sluice.v1.CloseSessionRequest\x1a\x1f.sluice.v1.CloseSessionResponse\"\x00\x12B\n" +
+	"\aReserve\x12\x19.sluice.v1.ReserveRequest\x1a\x1a.sluice.v1.ReserveResponse\"\x00\x12B\n" +
+	"\aRelease\x12\x19.sluice.v1.ReleaseRequest\x1a\x1a.sluice.v1.ReleaseResponse\"\x00\x12E\n" +
+	"\bTransfer\x12\x1a.sluice.v1.TransferRequest\x1a\x1b.sluice.v1.TransferResponse\"\x00\x12<\n" +
+	"\x05Seize\x12\x17.sluice.v1.SeizeRequest\x1a\x18.sluice.v1.SeizeResponse\"\x00B4Z2github.com/sluice-rl/sluice/api/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_limits_proto_rawDescOnce sync.Once
@@ -323,26 +1464,63 @@ func file_limits_proto_rawDescGZIP() []byte {
 	return file_limits_proto_rawDescData
 }
 
-var file_limits_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_limits_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_limits_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_limits_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_limits_proto_goTypes = []any{
-	(AllowResponse_Status)(0),   // 0: sluice.v1.AllowResponse.Status
-	(*AllowRequest)(nil),        // 1: sluice.v1.AllowRequest
-	(*AllowResponse)(nil),       // 2: sluice.v1.AllowResponse
-	(*durationpb.Duration)(nil), // 3: google.protobuf.Duration
+	(AllowResponse_Status)(0),    // 0: sluice.v1.AllowResponse.Status
+	(ReserveResponse_Status)(0),  // 1: sluice.v1.ReserveResponse.Status
+	(*AllowRequest)(nil),         // 2: sluice.v1.AllowRequest
+	(*AllowResponse)(nil),        // 3: sluice.v1.AllowResponse
+	(*OpenSessionRequest)(nil),   // 4: sluice.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),  // 5: sluice.v1.OpenSessionResponse
+	(*KeepAliveRequest)(nil),     // 6: sluice.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),    // 7: sluice.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),  // 8: sluice.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil), // 9: sluice.v1.CloseSessionResponse
+	(*ReserveRequest)(nil),       // 10: sluice.v1.ReserveRequest
+	(*GroupHolds)(nil),           // 11: sluice.v1.GroupHolds
+	(*ReserveResponse)(nil),      // 12: sluice.v1.ReserveResponse
+	(*ReleaseRequest)(nil),       // 13: sluice.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),      // 14: sluice.v1.ReleaseResponse
+	(*TransferRequest)(nil),      // 15: sluice.v1.TransferRequest
+	(*TransferResponse)(nil),     // 16: sluice.v1.TransferResponse
+	(*SeizeRequest)(nil),         // 17: sluice.v1.SeizeRequest
+	(*SeizeResponse)(nil),        // 18: sluice.v1.SeizeResponse
+	(*durationpb.Duration)(nil),  // 19: google.protobuf.Duration
 }
 var file_limits_proto_depIdxs = []int32{
-	3, // 0: sluice.v1.AllowRequest.max_wait:type_name -> google.protobuf.Duration
-	0, // 1: sluice.v1.AllowResponse.status:type_name -> sluice.v1.AllowResponse.Status
-	3, // 2: sluice.v1.AllowResponse.wait:type_name -> google.protobuf.Duration
-	3, // 3: sluice.v1.AllowResponse.retry_after:type_name -> google.protobuf.Duration
-	1, // 4: sluice.v1.Limits.Allow:input_type -> sluice.v1.AllowRequest
-	2, // 5: sluice.v1.Limits.Allow:output_type -> sluice.v1.AllowResponse
-	5, // [5:6] is the sub-list for method output_type
-	4, // [4:5] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	19, // 0: sluice.v1.AllowRequest.max_wait:type_name -> google.protobuf.Duration
+	0,  // 1: sluice.v1.AllowResponse.status:type_name -> sluice.v1.AllowResponse.Status
+	19, // 2: sluice.v1.AllowResponse.wait:type_name -> google.protobuf.Duration
+	19, // 3: sluice.v1.AllowResponse.retry_after:type_name -> google.protobuf.Duration
+	19, // 4: sluice.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	19, // 5: sluice.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	19, // 6: sluice.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	19, // 7: sluice.v1.ReserveRequest.max_wait:type_name -> google.protobuf.Duration
+	1,  // 8: sluice.v1.ReserveResponse.status:type_name -> sluice.v1.ReserveResponse.Status
+	11, // 9: sluice.v1.ReserveResponse.groups:type_name -> sluice.v1.GroupHolds
+	19, // 10: sluice.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 11: sluice.v1.Limits.Allow:input_type -> sluice.v1.AllowRequest
+	4,  // 12: sluice.v1.Limits.OpenSession:input_type -> sluice.v1.OpenSessionRequest
+	6,  // 13: sluice.v1.Limits.KeepAlive:input_type -> sluice.v1.KeepAliveRequest
+	8,  // 14: sluice.v1.Limits.CloseSession:input_type -> sluice.v1.CloseSessionRequest
+	10, // 15: sluice.v1.Limits.Reserve:input_type -> sluice.v1.ReserveRequest
+	13, // 16: sluice.v1.Limits.Release:input_type -> sluice.v1.ReleaseRequest
+	15, // 17: sluice.v1.Limits.Transfer:input_type -> sluice.v1.TransferRequest
+	17, // 18: sluice.v1.Limits.Seize:input_type -> sluice.v1.SeizeRequest
+	3,  // 19: sluice.v1.Limits.Allow:output_type -> sluice.v1.AllowResponse
+	5,  // 20: sluice.v1.Limits.OpenSession:output_type -> sluice.v1.OpenSessionResponse
+	7,  // 21: sluice.v1.Limits.KeepAlive:output_type -> sluice.v1.KeepAliveResponse
+	9,  // 22: sluice.v1.Limits.CloseSession:output_type -> sluice.v1.CloseSessionResponse
+	12, // 23: sluice.v1.Limits.Reserve:output_type -> sluice.v1.ReserveResponse
+	14, // 24: sluice.v1.Limits.Release:output_type -> sluice.v1.ReleaseResponse
+	16, // 25: sluice.v1.Limits.Transfer:output_type -> sluice.v1.TransferResponse
+	18, // 26: sluice.v1.Limits.Seize:output_type -> sluice.v1.SeizeResponse
+	19, // [19:27] is the sub-list for method output_type
+	11, // [11:19] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_limits_proto_init() }
@@ -350,13 +1528,15 @@ func file_limits_proto_init() {
 	if File_limits_proto != nil {
 		return
 	}
+	file_limits_proto_msgTypes[1].OneofWrappers = []any{}
+	file_limits_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limits_proto_rawDesc), len(file_limits_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   2,
+			NumEnums:      2,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,7 +26,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Limits_Allow_FullMethodName = "/sluice.v1.Limits/Allow"
+	Limits_Allow_FullMethodName        = "/sluice.v1.Limits/Allow"
+	Limits_OpenSession_FullMethodName  = "/sluice.v1.Limits/OpenSession"
+	Limits_KeepAlive_FullMethodName    = "/sluice.v1.Limits/KeepAlive"
+	Limits_CloseSession_FullMethodName = "/sluice.v1.Limits/CloseSession"
+	Limits_Reserve_FullMethodName      = "/sluice.v1.Limits/Reserve"
+	Limits_Release_FullMethodName      = "/sluice.v1.Limits/Release"
+	Limits_Transfer_FullMethodName     = "/sluice.v1.Limits/Transfer"
+	Limits_Seize_FullMethodName        = "/sluice.v1.Limits/Seize"
 )
 
 // LimitsClient is the client API for Limits service.
@@ -39,6 +46,30 @@ type LimitsClient interface {
 	// the field ("domain: has '#' at byte 3; allowed: ..."); a server that
 	// cannot decide (its store failed) answers Unavailable.
 	Allow(ctx context.Context, in *AllowRequest, opts ...grpc.CallOption) (*AllowResponse, error)
+	// OpenSession opens a session: every hold of a copy-limited resource
+	// belongs to one, and is released when the session ends — closed,
+	// its keep-alive stream broken, or its ttl passed without a keep-alive.
+	// Source: charon-paper.md, sections 3.1, 4.2 and 4.3.1.
+	OpenSession(ctx context.Context, in *OpenSessionRequest, opts ...grpc.CallOption) (*OpenSessionResponse, error)
+	// KeepAlive keeps sessions alive: each message renews its session's
+	// ttl; the server answers each with the session's ttl. When the stream
+	// breaks, the sessions it kept alive end (within a second).
+	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
+	// CloseSession ends a session and releases its holds and the transfers
+	// it staged and nobody seized.
+	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
+	// Reserve holds copies of a copy-limited resource for a domain, in a
+	// session: the most in [min_copies, copies] the domain, group and
+	// global limits allow, or none (an over-limit answer is a status).
+	Reserve(ctx context.Context, in *ReserveRequest, opts ...grpc.CallOption) (*ReserveResponse, error)
+	// Release gives back copies the session holds (partial releases
+	// allowed); releasing more than it holds is FailedPrecondition.
+	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	// Transfer stages copies the session holds for another session to
+	// Seize; unseized after ttl, they are released.
+	Transfer(ctx context.Context, in *TransferRequest, opts ...grpc.CallOption) (*TransferResponse, error)
+	// Seize takes the copies of a staged transfer into the session (once).
+	Seize(ctx context.Context, in *SeizeRequest, opts ...grpc.CallOption) (*SeizeResponse, error)
 }
 
 type limitsClient struct {
@@ -59,6 +90,79 @@ func (c *limitsClient) Allow(ctx context.Context, in *AllowRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *limitsClient) OpenSession(ctx context.Context, in *OpenSessionRequest, opts ...grpc.CallOption) (*OpenSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OpenSessionResponse)
+	err := c.cc.Invoke(ctx, Limits_OpenSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitsClient) KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Limits_ServiceDesc.Streams[0], Limits_KeepAlive_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[KeepAliveRequest, KeepAliveResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Limits_KeepAliveClient = grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse]
+
+func (c *limitsClient) CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CloseSessionResponse)
+	err := c.cc.Invoke(ctx, Limits_CloseSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitsClient) Reserve(ctx context.Context, in *ReserveRequest, opts ...grpc.CallOption) (*ReserveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReserveResponse)
+	err := c.cc.Invoke(ctx, Limits_Reserve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitsClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseResponse)
+	err := c.cc.Invoke(ctx, Limits_Release_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitsClient) Transfer(ctx context.Context, in *TransferRequest, opts ...grpc.CallOption) (*TransferResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TransferResponse)
+	err := c.cc.Invoke(ctx, Limits_Transfer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitsClient) Seize(ctx context.Context, in *SeizeRequest, opts ...grpc.CallOption) (*SeizeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SeizeResponse)
+	err := c.cc.Invoke(ctx, Limits_Seize_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimitsServer is the server API for Limits service.
 // All implementations must embed UnimplementedLimitsServer
 // for forward compatibility.
@@ -69,6 +173,30 @@ type LimitsServer interface {
 	// the field ("domain: has '#' at byte 3; allowed: ..."); a server that
 	// cannot decide (its store failed) answers Unavailable.
 	Allow(context.Context, *AllowRequest) (*AllowResponse, error)
+	// OpenSession opens a session: every hold of a copy-limited resource
+	// belongs to one, and is released when the session ends — closed,
+	// its keep-alive stream broken, or its ttl passed without a keep-alive.
+	// Source: charon-paper.md, sections 3.1, 4.2 and 4.3.1.
+	OpenSession(context.Context, *OpenSessionRequest) (*OpenSessionResponse, error)
+	// KeepAlive keeps sessions alive: each message renews its session's
+	// ttl; the server answers each with the session's ttl. When the stream
+	// breaks, the sessions it kept alive end (within a second).
+	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
+	// CloseSession ends a session and releases its holds and the transfers
+	// it staged and nobody seized.
+	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
+	// Reserve holds copies of a copy-limited resource for a domain, in a
+	// session: the most in [min_copies, copies] the domain, group and
+	// global limits allow, or none (an over-limit answer is a status).
+	Reserve(context.Context, *ReserveRequest) (*ReserveResponse, error)
+	// Release gives back copies the session holds (partial releases
+	// allowed); releasing more than it holds is FailedPrecondition.
+	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	// Transfer stages copies the session holds for another session to
+	// Seize; unseized after ttl, they are released.
+	Transfer(context.Context, *TransferRequest) (*TransferResponse, error)
+	// Seize takes the copies of a staged transfer into the session (once).
+	Seize(context.Context, *SeizeRequest) (*SeizeResponse, error)
 	mustEmbedUnimplementedLimitsServer()
 }
 
@@ -81,6 +209,27 @@ type UnimplementedLimitsServer struct{}
 
 func (UnimplementedLimitsServer) Allow(context.Context, *AllowRequest) (*AllowResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Allow not implemented")
+}
+func (UnimplementedLimitsServer) OpenSession(context.Context, *OpenSessionRequest) (*OpenSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OpenSession not implemented")
+}
+func (UnimplementedLimitsServer) KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error {
+	return status.Error(codes.Unimplemented, "method KeepAlive not implemented")
+}
+func (UnimplementedLimitsServer) CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CloseSession not implemented")
+}
+func (UnimplementedLimitsServer) Reserve(context.Context, *ReserveRequest) (*ReserveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reserve not implemented")
+}
+func (UnimplementedLimitsServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedLimitsServer) Transfer(context.Context, *TransferRequest) (*TransferResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Transfer not implemented")
+}
+func (UnimplementedLimitsServer) Seize(context.Context, *SeizeRequest) (*SeizeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Seize not implemented")
 }
 func (UnimplementedLimitsServer) mustEmbedUnimplementedLimitsServer() {}
 func (UnimplementedLimitsServer) testEmbeddedByValue()                {}
@@ -121,6 +270,121 @@ func _Limits_Allow_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limits_OpenSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OpenSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitsServer).OpenSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limits_OpenSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitsServer).OpenSession(ctx, req.(*OpenSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limits_KeepAlive_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(LimitsServer).KeepAlive(&grpc.GenericServerStream[KeepAliveRequest, KeepAliveResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Limits_KeepAliveServer = grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]
+
+func _Limits_CloseSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CloseSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitsServer).CloseSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limits_CloseSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitsServer).CloseSession(ctx, req.(*CloseSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limits_Reserve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReserveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitsServer).Reserve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limits_Reserve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitsServer).Reserve(ctx, req.(*ReserveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limits_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitsServer).Release(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limits_Release_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitsServer).Release(ctx, req.(*ReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limits_Transfer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitsServer).Transfer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limits_Transfer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitsServer).Transfer(ctx, req.(*TransferRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limits_Seize_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SeizeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitsServer).Seize(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limits_Seize_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitsServer).Seize(ctx, req.(*SeizeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limits_ServiceDesc is the grpc.ServiceDesc for Limits service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -132,7 +396,38 @@ var Limits_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Allow",
 			Handler:    _Limits_Allow_Handler,
 		},
+		{
+			MethodName: "OpenSession",
+			Handler:    _Limits_OpenSession_Handler,
+		},
+		{
+			MethodName: "CloseSession",
+			Handler:    _Limits_CloseSession_Handler,
+		},
+		{
+			MethodName: "Reserve",
+			Handler:    _Limits_Reserve_Handler,
+		},
+		{
+			MethodName: "Release",
+			Handler:    _Limits_Release_Handler,
+		},
+		{
+			MethodName: "Transfer",
+			Handler:    _Limits_Transfer_Handler,
+		},
+		{
+			MethodName: "Seize",
+			Handler:    _Limits_Seize_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "KeepAlive",
+			Handler:       _Limits_KeepAlive_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "limits.proto",
 }

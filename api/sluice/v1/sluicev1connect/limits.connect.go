@@ -42,6 +42,20 @@ const (
 const (
 	// LimitsAllowProcedure is the fully-qualified name of the Limits's Allow RPC.
 	LimitsAllowProcedure = "/sluice.v1.Limits/Allow"
+	// LimitsOpenSessionProcedure is the fully-qualified name of the Limits's OpenSession RPC.
+	LimitsOpenSessionProcedure = "/sluice.v1.Limits/OpenSession"
+	// LimitsKeepAliveProcedure is the fully-qualified name of the Limits's KeepAlive RPC.
+	LimitsKeepAliveProcedure = "/sluice.v1.Limits/KeepAlive"
+	// LimitsCloseSessionProcedure is the fully-qualified name of the Limits's CloseSession RPC.
+	LimitsCloseSessionProcedure = "/sluice.v1.Limits/CloseSession"
+	// LimitsReserveProcedure is the fully-qualified name of the Limits's Reserve RPC.
+	LimitsReserveProcedure = "/sluice.v1.Limits/Reserve"
+	// LimitsReleaseProcedure is the fully-qualified name of the Limits's Release RPC.
+	LimitsReleaseProcedure = "/sluice.v1.Limits/Release"
+	// LimitsTransferProcedure is the fully-qualified name of the Limits's Transfer RPC.
+	LimitsTransferProcedure = "/sluice.v1.Limits/Transfer"
+	// LimitsSeizeProcedure is the fully-qualified name of the Limits's Seize RPC.
+	LimitsSeizeProcedure = "/sluice.v1.Limits/Seize"
 )
 
 // LimitsClient is a client for the sluice.v1.Limits service.
@@ -52,6 +66,30 @@ type LimitsClient interface {
 	// the field ("domain: has '#' at byte 3; allowed: ..."); a server that
 	// cannot decide (its store failed) answers Unavailable.
 	Allow(context.Context, *connect.Request[v1.AllowRequest]) (*connect.Response[v1.AllowResponse], error)
+	// OpenSession opens a session: every hold of a copy-limited resource
+	// belongs to one, and is released when the session ends — closed,
+	// its keep-alive stream broken, or its ttl passed without a keep-alive.
+	// Source: charon-paper.md, sections 3.1, 4.2 and 4.3.1.
+	OpenSession(context.Context, *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error)
+	// KeepAlive keeps sessions alive: each message renews its session's
+	// ttl; the server answers each with the session's ttl. When the stream
+	// breaks, the sessions it kept alive end (within a second).
+	KeepAlive(context.Context) *connect.BidiStreamForClient[v1.KeepAliveRequest, v1.KeepAliveResponse]
+	// CloseSession ends a session and releases its holds and the transfers
+	// it staged and nobody seized.
+	CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
+	// Reserve holds copies of a copy-limited resource for a domain, in a
+	// session: the most in [min_copies, copies] the domain, group and
+	// global limits allow, or none (an over-limit answer is a status).
+	Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error)
+	// Release gives back copies the session holds (partial releases
+	// allowed); releasing more than it holds is FailedPrecondition.
+	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
+	// Transfer stages copies the session holds for another session to
+	// Seize; unseized after ttl, they are released.
+	Transfer(context.Context, *connect.Request[v1.TransferRequest]) (*connect.Response[v1.TransferResponse], error)
+	// Seize takes the copies of a staged transfer into the session (once).
+	Seize(context.Context, *connect.Request[v1.SeizeRequest]) (*connect.Response[v1.SeizeResponse], error)
 }
 
 // NewLimitsClient constructs a client for the sluice.v1.Limits service. By default, it uses the
@@ -71,17 +109,101 @@ func NewLimitsClient(httpClient connect.HTTPClient, baseURL string, opts ...conn
 			connect.WithSchema(limitsMethods.ByName("Allow")),
 			connect.WithClientOptions(opts...),
 		),
+		openSession: connect.NewClient[v1.OpenSessionRequest, v1.OpenSessionResponse](
+			httpClient,
+			baseURL+LimitsOpenSessionProcedure,
+			connect.WithSchema(limitsMethods.ByName("OpenSession")),
+			connect.WithClientOptions(opts...),
+		),
+		keepAlive: connect.NewClient[v1.KeepAliveRequest, v1.KeepAliveResponse](
+			httpClient,
+			baseURL+LimitsKeepAliveProcedure,
+			connect.WithSchema(limitsMethods.ByName("KeepAlive")),
+			connect.WithClientOptions(opts...),
+		),
+		closeSession: connect.NewClient[v1.CloseSessionRequest, v1.CloseSessionResponse](
+			httpClient,
+			baseURL+LimitsCloseSessionProcedure,
+			connect.WithSchema(limitsMethods.ByName("CloseSession")),
+			connect.WithClientOptions(opts...),
+		),
+		reserve: connect.NewClient[v1.ReserveRequest, v1.ReserveResponse](
+			httpClient,
+			baseURL+LimitsReserveProcedure,
+			connect.WithSchema(limitsMethods.ByName("Reserve")),
+			connect.WithClientOptions(opts...),
+		),
+		release: connect.NewClient[v1.ReleaseRequest, v1.ReleaseResponse](
+			httpClient,
+			baseURL+LimitsReleaseProcedure,
+			connect.WithSchema(limitsMethods.ByName("Release")),
+			connect.WithClientOptions(opts...),
+		),
+		transfer: connect.NewClient[v1.TransferRequest, v1.TransferResponse](
+			httpClient,
+			baseURL+LimitsTransferProcedure,
+			connect.WithSchema(limitsMethods.ByName("Transfer")),
+			connect.WithClientOptions(opts...),
+		),
+		seize: connect.NewClient[v1.SeizeRequest, v1.SeizeResponse](
+			httpClient,
+			baseURL+LimitsSeizeProcedure,
+			connect.WithSchema(limitsMethods.ByName("Seize")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // limitsClient implements LimitsClient.
 type limitsClient struct {
-	allow *connect.Client[v1.AllowRequest, v1.AllowResponse]
+	allow        *connect.Client[v1.AllowRequest, v1.AllowResponse]
+	openSession  *connect.Client[v1.OpenSessionRequest, v1.OpenSessionResponse]
+	keepAlive    *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
+	closeSession *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
+	reserve      *connect.Client[v1.ReserveRequest, v1.ReserveResponse]
+	release      *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	transfer     *connect.Client[v1.TransferRequest, v1.TransferResponse]
+	seize        *connect.Client[v1.SeizeRequest, v1.SeizeResponse]
 }
 
 // Allow calls sluice.v1.Limits.Allow.
 func (c *limitsClient) Allow(ctx context.Context, req *connect.Request[v1.AllowRequest]) (*connect.Response[v1.AllowResponse], error) {
 	return c.allow.CallUnary(ctx, req)
+}
+
+// OpenSession calls sluice.v1.Limits.OpenSession.
+func (c *limitsClient) OpenSession(ctx context.Context, req *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error) {
+	return c.openSession.CallUnary(ctx, req)
+}
+
+// KeepAlive calls sluice.v1.Limits.KeepAlive.
+func (c *limitsClient) KeepAlive(ctx context.Context) *connect.BidiStreamForClient[v1.KeepAliveRequest, v1.KeepAliveResponse] {
+	return c.keepAlive.CallBidiStream(ctx)
+}
+
+// CloseSession calls sluice.v1.Limits.CloseSession.
+func (c *limitsClient) CloseSession(ctx context.Context, req *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error) {
+	return c.closeSession.CallUnary(ctx, req)
+}
+
+// Reserve calls sluice.v1.Limits.Reserve.
+func (c *limitsClient) Reserve(ctx context.Context, req *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
+	return c.reserve.CallUnary(ctx, req)
+}
+
+// Release calls sluice.v1.Limits.Release.
+func (c *limitsClient) Release(ctx context.Context, req *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error) {
+	return c.release.CallUnary(ctx, req)
+}
+
+// Transfer calls sluice.v1.Limits.Transfer.
+func (c *limitsClient) Transfer(ctx context.Context, req *connect.Request[v1.TransferRequest]) (*connect.Response[v1.TransferResponse], error) {
+	return c.transfer.CallUnary(ctx, req)
+}
+
+// Seize calls sluice.v1.Limits.Seize.
+func (c *limitsClient) Seize(ctx context.Context, req *connect.Request[v1.SeizeRequest]) (*connect.Response[v1.SeizeResponse], error) {
+	return c.seize.CallUnary(ctx, req)
 }
 
 // LimitsHandler is an implementation of the sluice.v1.Limits service.
@@ -92,6 +214,30 @@ type LimitsHandler interface {
 	// the field ("domain: has '#' at byte 3; allowed: ..."); a server that
 	// cannot decide (its store failed) answers Unavailable.
 	Allow(context.Context, *connect.Request[v1.AllowRequest]) (*connect.Response[v1.AllowResponse], error)
+	// OpenSession opens a session: every hold of a copy-limited resource
+	// belongs to one, and is released when the session ends — closed,
+	// its keep-alive stream broken, or its ttl passed without a keep-alive.
+	// Source: charon-paper.md, sections 3.1, 4.2 and 4.3.1.
+	OpenSession(context.Context, *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error)
+	// KeepAlive keeps sessions alive: each message renews its session's
+	// ttl; the server answers each with the session's ttl. When the stream
+	// breaks, the sessions it kept alive end (within a second).
+	KeepAlive(context.Context, *connect.BidiStream[v1.KeepAliveRequest, v1.KeepAliveResponse]) error
+	// CloseSession ends a session and releases its holds and the transfers
+	// it staged and nobody seized.
+	CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
+	// Reserve holds copies of a copy-limited resource for a domain, in a
+	// session: the most in [min_copies, copies] the domain, group and
+	// global limits allow, or none (an over-limit answer is a status).
+	Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error)
+	// Release gives back copies the session holds (partial releases
+	// allowed); releasing more than it holds is FailedPrecondition.
+	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
+	// Transfer stages copies the session holds for another session to
+	// Seize; unseized after ttl, they are released.
+	Transfer(context.Context, *connect.Request[v1.TransferRequest]) (*connect.Response[v1.TransferResponse], error)
+	// Seize takes the copies of a staged transfer into the session (once).
+	Seize(context.Context, *connect.Request[v1.SeizeRequest]) (*connect.Response[v1.SeizeResponse], error)
 }
 
 // NewLimitsHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -107,10 +253,66 @@ func NewLimitsHandler(svc LimitsHandler, opts ...connect.HandlerOption) (string,
 		connect.WithSchema(limitsMethods.ByName("Allow")),
 		connect.WithHandlerOptions(opts...),
 	)
+	limitsOpenSessionHandler := connect.NewUnaryHandler(
+		LimitsOpenSessionProcedure,
+		svc.OpenSession,
+		connect.WithSchema(limitsMethods.ByName("OpenSession")),
+		connect.WithHandlerOptions(opts...),
+	)
+	limitsKeepAliveHandler := connect.NewBidiStreamHandler(
+		LimitsKeepAliveProcedure,
+		svc.KeepAlive,
+		connect.WithSchema(limitsMethods.ByName("KeepAlive")),
+		connect.WithHandlerOptions(opts...),
+	)
+	limitsCloseSessionHandler := connect.NewUnaryHandler(
+		LimitsCloseSessionProcedure,
+		svc.CloseSession,
+		connect.WithSchema(limitsMethods.ByName("CloseSession")),
+		connect.WithHandlerOptions(opts...),
+	)
+	limitsReserveHandler := connect.NewUnaryHandler(
+		LimitsReserveProcedure,
+		svc.Reserve,
+		connect.WithSchema(limitsMethods.ByName("Reserve")),
+		connect.WithHandlerOptions(opts...),
+	)
+	limitsReleaseHandler := connect.NewUnaryHandler(
+		LimitsReleaseProcedure,
+		svc.Release,
+		connect.WithSchema(limitsMethods.ByName("Release")),
+		connect.WithHandlerOptions(opts...),
+	)
+	limitsTransferHandler := connect.NewUnaryHandler(
+		LimitsTransferProcedure,
+		svc.Transfer,
+		connect.WithSchema(limitsMethods.ByName("Transfer")),
+		connect.WithHandlerOptions(opts...),
+	)
+	limitsSeizeHandler := connect.NewUnaryHandler(
+		LimitsSeizeProcedure,
+		svc.Seize,
+		connect.WithSchema(limitsMethods.ByName("Seize")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/sluice.v1.Limits/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LimitsAllowProcedure:
 			limitsAllowHandler.ServeHTTP(w, r)
+		case LimitsOpenSessionProcedure:
+			limitsOpenSessionHandler.ServeHTTP(w, r)
+		case LimitsKeepAliveProcedure:
+			limitsKeepAliveHandler.ServeHTTP(w, r)
+		case LimitsCloseSessionProcedure:
+			limitsCloseSessionHandler.ServeHTTP(w, r)
+		case LimitsReserveProcedure:
+			limitsReserveHandler.ServeHTTP(w, r)
+		case LimitsReleaseProcedure:
+			limitsReleaseHandler.ServeHTTP(w, r)
+		case LimitsTransferProcedure:
+			limitsTransferHandler.ServeHTTP(w, r)
+		case LimitsSeizeProcedure:
+			limitsSeizeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -122,4 +324,32 @@ type UnimplementedLimitsHandler struct{}
 
 func (UnimplementedLimitsHandler) Allow(context.Context, *connect.Request[v1.AllowRequest]) (*connect.Response[v1.AllowResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.Limits.Allow is not implemented"))
+}
+
+func (UnimplementedLimitsHandler) OpenSession(context.Context, *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.Limits.OpenSession is not implemented"))
+}
+
+func (UnimplementedLimitsHandler) KeepAlive(context.Context, *connect.BidiStream[v1.KeepAliveRequest, v1.KeepAliveResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.Limits.KeepAlive is not implemented"))
+}
+
+func (UnimplementedLimitsHandler) CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.Limits.CloseSession is not implemented"))
+}
+
+func (UnimplementedLimitsHandler) Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.Limits.Reserve is not implemented"))
+}
+
+func (UnimplementedLimitsHandler) Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.Limits.Release is not implemented"))
+}
+
+func (UnimplementedLimitsHandler) Transfer(context.Context, *connect.Request[v1.TransferRequest]) (*connect.Response[v1.TransferResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.Limits.Transfer is not implemented"))
+}
+
+func (UnimplementedLimitsHandler) Seize(context.Context, *connect.Request[v1.SeizeRequest]) (*connect.Response[v1.SeizeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.Limits.Seize is not implemented"))
 }
