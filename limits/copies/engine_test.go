@@ -216,7 +216,9 @@ func consistent(s Snapshot) error {
 	return nil
 }
 
-func trusted(holds int64) []GroupHolds { return []GroupHolds{{Name: "trusted", Limit: 4, Holds: holds}} }
+func trusted(holds int64) []GroupHolds {
+	return []GroupHolds{{Name: "trusted", Limit: 4, Holds: holds}}
+}
 
 // The Bulkheads pattern (charon-paper.md, section 2.3) on the issue's
 // cookbook/sandboxes, and the other uses of groups the paper names.
