@@ -15,6 +15,7 @@ import (
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/api/sluice/v1/sluicev1connect"
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/copies"
 )
 
 // Limits returns the server's limits engine: the token buckets that
@@ -32,8 +33,19 @@ func (s *Server) SetLimits(cfg *limits.Config) error {
 		return err
 	}
 	s.limitsMetrics.configured(cfg)
+	names := map[string]bool{}
+	if cfg != nil {
+		for name := range cfg.Resources {
+			names[name] = true
+		}
+	}
+	s.rateNames.Store(&names)
 	return nil
 }
+
+// isRateLimited reports whether resource is configured in the limits
+// configuration (token buckets or burst tiers).
+func (s *Server) isRateLimited(resource string) bool { return (*s.rateNames.Load())[resource] }
 
 // reapLimits removes idle buckets (limits.Engine.Reap).
 func (s *Server) reapLimits() {
@@ -57,6 +69,9 @@ type LimitsAPI struct {
 // the response; an invalid request is InvalidArgument naming the field; a
 // failed store is Unavailable.
 func (a LimitsAPI) Allow(_ context.Context, req *v1.AllowRequest) (*v1.AllowResponse, error) {
+	if a.s.isCopyLimited(req.GetResource()) {
+		return nil, copiesError(copies.WrongKind(req.GetResource(), "copy-limited"))
+	}
 	r := limits.Request{Resource: req.GetResource(), Domain: req.GetDomain(), Tokens: req.GetTokens(), MinTokens: req.GetMinTokens()}
 	if mw := req.GetMaxWait(); mw != nil {
 		if err := mw.CheckValid(); err != nil {

@@ -40,6 +40,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/ratelimit"
 )
 
@@ -108,6 +109,11 @@ type Options struct {
 	// LimitsStore holds the limits' buckets (nil: a new limits.MemoryStore,
 	// this process's alone).
 	LimitsStore limits.Store
+	// Copies configures the copy-limited resources (Charon's counting
+	// semaphores) of sluice.v1.Limits' Reserve, Release, Transfer and
+	// Seize (nil: none; SetCopies changes it). It must be valid; an invalid
+	// one is logged and not used.
+	Copies *copies.Config
 
 	// hooks are the simulator's and the tests' knobs (internal/hooks).
 	hooks hooks.Server
@@ -150,6 +156,9 @@ type Server struct {
 
 	limits        *limits.Engine
 	limitsMetrics *limitsMetrics
+	rateNames     namesOf // resources the limits configuration names
+	copies        *copies.Engine
+	copyNames     namesOf // resources the copies configuration names
 
 	parent   *parentLink // nil at the root
 	started  time.Time   // wall time, for uptime
@@ -198,9 +207,17 @@ func New(opts Options) *Server {
 		Name: "sluice_limits_buckets",
 		Help: "Token buckets the limits engine holds.",
 	}, func() float64 { return float64(s.limits.Len()) }))
+	s.rateNames.Store(&map[string]bool{})
 	if opts.Limits != nil {
 		if err := s.SetLimits(opts.Limits); err != nil {
 			s.log.Error("the limits configuration is invalid; serving no limits", "err", err)
+		}
+	}
+	s.copies, _ = copies.New(nil, copies.Options{})
+	s.copyNames.Store(&map[string]bool{})
+	if opts.Copies != nil {
+		if err := s.SetCopies(opts.Copies); err != nil {
+			s.log.Error("the copy-limited resources' configuration is invalid; serving none", "err", err)
 		}
 	}
 	s.isMaster = true
@@ -431,7 +448,8 @@ func (s *Server) Sweep() {
 	s.sample(now)
 }
 
-// Run sweeps expired leases and reaps idle limits buckets every interval
+// Run sweeps expired leases and reaps idle limits buckets every interval,
+// and ends the sessions and staged transfers whose ttl passed every 250 ms,
 // until ctx is done; on an intermediate server it also runs the link to
 // the parent.
 func (s *Server) Run(ctx context.Context, interval time.Duration) error {
@@ -445,6 +463,8 @@ func (s *Server) Run(ctx context.Context, interval time.Duration) error {
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	sessions := time.NewTicker(expireEvery)
+	defer sessions.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -452,6 +472,8 @@ func (s *Server) Run(ctx context.Context, interval time.Duration) error {
 		case <-t.C:
 			s.Sweep()
 			s.reapLimits()
+		case <-sessions.C:
+			s.expireSessions()
 		}
 	}
 }

@@ -1,0 +1,269 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/limits/copies"
+)
+
+// Charon's copy-limited resources on sluice.v1.Limits: sessions (OpenSession,
+// KeepAlive, CloseSession) and holds (Reserve, Release, Transfer, Seize),
+// over the server's copies.Engine. Every hold belongs to a session; a
+// session ends when its client closes it, when the KeepAlive stream that
+// kept it alive breaks, or when its ttl passes without a keep-alive (Run
+// expires sessions every expireEvery), and then each of its holds is
+// released exactly once.
+//
+// Errors as the paper classes them: a malformed request is InvalidArgument,
+// an unknown resource, session or transfer NotFound, a request of the wrong
+// kind (reserving a rate-limited resource, or Allow on a copy-limited one)
+// and releasing what is not held FailedPrecondition; over limit is a normal
+// answer (REJECTED_OVER_LIMIT); a server fault is Internal.
+//
+// Source: charon-paper.md, sections 2.2, 3.1, 4.2 and 4.3.1.
+
+// expireEvery is how often Run ends the sessions and transfers whose ttl
+// passed: the most a hold outlives its session's ttl.
+const expireEvery = 250 * time.Millisecond
+
+// Copies returns the server's engine of copy-limited resources.
+func (s *Server) Copies() *copies.Engine { return s.copies }
+
+// SetCopies replaces the copy-limited resources' configuration (nil:
+// none). On error (copies.Config.Validate's) the old one stays. Every live
+// hold stays, counted; new limits apply to new reserves.
+func (s *Server) SetCopies(cfg *copies.Config) error {
+	if cfg == nil {
+		cfg = &copies.Config{}
+	}
+	if err := s.copies.SetConfig(cfg); err != nil {
+		return err
+	}
+	names := make(map[string]bool, len(cfg.Resources))
+	for name := range cfg.Resources {
+		names[name] = true
+	}
+	s.copyNames.Store(&names)
+	return nil
+}
+
+// isCopyLimited reports whether resource is configured as copy-limited.
+func (s *Server) isCopyLimited(resource string) bool { return (*s.copyNames.Load())[resource] }
+
+// expireSessions ends the sessions and transfers whose ttl passed.
+func (s *Server) expireSessions() {
+	for _, e := range s.copies.Expire(s.now()) {
+		s.log.Debug("session ended", "session", e.Session, "transfer", e.Transfer, "reason", e.Reason, "holds_released", len(e.Released))
+	}
+}
+
+// copiesError maps an engine error to the gRPC status of its class.
+func copiesError(err error) error {
+	code := codes.Internal
+	switch copies.ClassOf(err) {
+	case copies.ClassInvalidArgument:
+		code = codes.InvalidArgument
+	case copies.ClassNotFound:
+		code = codes.NotFound
+	case copies.ClassFailedPrecondition:
+		code = codes.FailedPrecondition
+	}
+	return status.Error(code, err.Error())
+}
+
+// duration reads an optional Duration field: unset is 0; a malformed or
+// negative one is InvalidArgument naming field.
+func duration(field string, d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
+	}
+	if d.AsDuration() < 0 {
+		return 0, status.Errorf(codes.InvalidArgument, "%s: negative", field)
+	}
+	return d.AsDuration(), nil
+}
+
+// OpenSession opens a session with the requested ttl (unset: 10 s; held
+// to 1 s … 1 h).
+func (a LimitsAPI) OpenSession(_ context.Context, req *v1.OpenSessionRequest) (*v1.OpenSessionResponse, error) {
+	ttl, err := duration("ttl", req.GetTtl())
+	if err != nil {
+		return nil, err
+	}
+	sess, err := a.s.copies.Open(a.s.now(), ttl)
+	if err != nil {
+		return nil, copiesError(err)
+	}
+	return &v1.OpenSessionResponse{SessionId: sess.ID, Ttl: durationpb.New(sess.TTL)}, nil
+}
+
+// CloseSession ends a session and releases its holds.
+func (a LimitsAPI) CloseSession(_ context.Context, req *v1.CloseSessionRequest) (*v1.CloseSessionResponse, error) {
+	if _, err := a.s.copies.Close(a.s.now(), req.GetSessionId()); err != nil {
+		return nil, copiesError(err)
+	}
+	return &v1.CloseSessionResponse{}, nil
+}
+
+// KeepAlive renews the session of every message and answers each with
+// its ttl; when the stream ends — the client closed it, or its connection
+// broke — the sessions it kept alive end (a client that wants its session
+// to outlive the stream opens another stream first).
+func (a LimitsAPI) KeepAlive(stream grpc.BidiStreamingServer[v1.KeepAliveRequest, v1.KeepAliveResponse]) error {
+	return a.keepAlive(stream.Context(), stream.Recv, stream.Send)
+}
+
+// keepAlive is KeepAlive over any stream.
+func (a LimitsAPI) keepAlive(ctx context.Context, recv func() (*v1.KeepAliveRequest, error), send func(*v1.KeepAliveResponse) error) error {
+	kept := map[string]bool{}
+	defer func() {
+		now := a.s.now()
+		for id := range kept {
+			if _, err := a.s.copies.Close(now, id); err == nil {
+				a.s.log.Debug("session ended with its keep-alive stream", "session", id)
+			}
+		}
+	}()
+	for {
+		req, err := recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) || ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		sess, err := a.s.copies.KeepAlive(a.s.now(), req.GetSessionId())
+		if err != nil {
+			return copiesError(err)
+		}
+		kept[sess.ID] = true
+		if err := send(&v1.KeepAliveResponse{SessionId: sess.ID, Ttl: durationpb.New(sess.TTL)}); err != nil {
+			return err
+		}
+	}
+}
+
+// Reserve holds copies for a domain in a session.
+func (a LimitsAPI) Reserve(_ context.Context, req *v1.ReserveRequest) (*v1.ReserveResponse, error) {
+	if _, err := duration("max_wait", req.GetMaxWait()); err != nil {
+		return nil, err
+	}
+	if a.s.isRateLimited(req.GetResource()) {
+		return nil, copiesError(copies.WrongKind(req.GetResource(), "rate-limited"))
+	}
+	n, lo := req.GetCopies(), req.GetMinCopies()
+	if n == 0 {
+		n = 1
+	}
+	if lo == 0 {
+		lo = n
+	}
+	r, err := a.s.copies.Reserve(a.s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), n, lo)
+	if err != nil {
+		return nil, copiesError(err)
+	}
+	resp := &v1.ReserveResponse{
+		Status:      v1.ReserveResponse_OK,
+		Granted:     r.Granted,
+		DomainLimit: r.DomainLimit,
+		DomainHolds: r.DomainHolds,
+		GlobalHolds: r.GlobalHolds,
+		Unlimited:   r.Unlimited,
+	}
+	if r.Granted == 0 {
+		resp.Status = v1.ReserveResponse_REJECTED_OVER_LIMIT
+	}
+	if r.GlobalLimit != copies.Unbounded {
+		g := r.GlobalLimit
+		resp.GlobalLimit = &g
+	}
+	for _, g := range r.Groups {
+		resp.Groups = append(resp.Groups, &v1.GroupHolds{Name: g.Name, Limit: g.Limit, Holds: g.Holds})
+	}
+	return resp, nil
+}
+
+// Release gives back copies the session holds.
+func (a LimitsAPI) Release(_ context.Context, req *v1.ReleaseRequest) (*v1.ReleaseResponse, error) {
+	if err := a.s.copies.Release(a.s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups()); err != nil {
+		return nil, copiesError(err)
+	}
+	return &v1.ReleaseResponse{}, nil
+}
+
+// Transfer stages copies for another session to Seize.
+func (a LimitsAPI) Transfer(_ context.Context, req *v1.TransferRequest) (*v1.TransferResponse, error) {
+	ttl, err := duration("ttl", req.GetTtl())
+	if err != nil {
+		return nil, err
+	}
+	st, err := a.s.copies.Transfer(a.s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups(), ttl)
+	if err != nil {
+		return nil, copiesError(err)
+	}
+	return &v1.TransferResponse{TransferId: st.ID}, nil
+}
+
+// Seize takes a staged transfer into the session, once.
+func (a LimitsAPI) Seize(_ context.Context, req *v1.SeizeRequest) (*v1.SeizeResponse, error) {
+	sz, err := a.s.copies.Seize(a.s.now(), req.GetSessionId(), req.GetTransferId())
+	if err != nil {
+		return nil, copiesError(err)
+	}
+	return &v1.SeizeResponse{Resource: sz.Resource, Domain: sz.Domain, Groups: sz.Groups, Copies: sz.Copies}, nil
+}
+
+// The Connect side of the same methods.
+
+func (c limitsConnect) OpenSession(ctx context.Context, req *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error) {
+	return connectUnary(c.api.OpenSession(ctx, req.Msg))
+}
+
+func (c limitsConnect) CloseSession(ctx context.Context, req *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error) {
+	return connectUnary(c.api.CloseSession(ctx, req.Msg))
+}
+
+func (c limitsConnect) KeepAlive(ctx context.Context, stream *connect.BidiStream[v1.KeepAliveRequest, v1.KeepAliveResponse]) error {
+	return connectError(c.api.keepAlive(ctx, stream.Receive, stream.Send))
+}
+
+func (c limitsConnect) Reserve(ctx context.Context, req *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
+	return connectUnary(c.api.Reserve(ctx, req.Msg))
+}
+
+func (c limitsConnect) Release(ctx context.Context, req *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error) {
+	return connectUnary(c.api.Release(ctx, req.Msg))
+}
+
+func (c limitsConnect) Transfer(ctx context.Context, req *connect.Request[v1.TransferRequest]) (*connect.Response[v1.TransferResponse], error) {
+	return connectUnary(c.api.Transfer(ctx, req.Msg))
+}
+
+func (c limitsConnect) Seize(ctx context.Context, req *connect.Request[v1.SeizeRequest]) (*connect.Response[v1.SeizeResponse], error) {
+	return connectUnary(c.api.Seize(ctx, req.Msg))
+}
+
+// connectUnary wraps a grpc-go style answer for Connect.
+func connectUnary[T any](resp *T, err error) (*connect.Response[T], error) {
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// namesOf is a set of resource names, replaced whole on reconfiguration.
+type namesOf = atomic.Pointer[map[string]bool]
