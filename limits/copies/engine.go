@@ -626,7 +626,7 @@ func splitGroups(key string) []string {
 
 // groupsKey returns the canonical key of groups (valid, without
 // duplicates: checkHold checked), without allocating when they are the
-// domain's current groups in order, or fewer than two.
+// domain's current groups (in any order), or fewer than two.
 func (e *Engine) groupsKey(resource, domain string, groups []string) string {
 	switch len(groups) {
 	case 0:
@@ -635,7 +635,7 @@ func (e *Engine) groupsKey(resource, domain string, groups []string) string {
 		return groups[0]
 	}
 	if st := e.res[resource]; st != nil && st.c != nil {
-		if m := st.c.member[domain]; m != nil && slices.Equal(m.names, groups) {
+		if m := st.c.member[domain]; m != nil && len(m.names) == len(groups) && len(groups) <= 16 && subset(groups, m.names) {
 			return m.key
 		}
 	}
@@ -643,6 +643,16 @@ func (e *Engine) groupsKey(resource, domain string, groups []string) string {
 		groups = slices.Sorted(slices.Values(groups))
 	}
 	return strings.Join(groups, ",")
+}
+
+// subset reports whether every element of a is in b.
+func subset(a, b []string) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
 }
 
 // checkHold checks the fields of a release or transfer.
@@ -660,9 +670,20 @@ func checkHold(session, resource, domain string, copies int64, groups []string) 
 		if msg := checkName(g); msg != "" {
 			return holdKey{}, fail("groups", fmt.Sprintf("[%d]: group name %s", i, msg), ErrInvalidArgument)
 		}
+		if len(groups) > 16 {
+			continue
+		}
 		for j := range i {
 			if groups[j] == g {
 				return holdKey{}, fail("groups", fmt.Sprintf("[%d]: %q is also [%d]", i, g, j), ErrInvalidArgument)
+			}
+		}
+	}
+	if len(groups) > 16 {
+		sorted := slices.Sorted(slices.Values(groups))
+		for i := 1; i < len(sorted); i++ {
+			if sorted[i] == sorted[i-1] {
+				return holdKey{}, fail("groups", fmt.Sprintf("%q is named twice", sorted[i]), ErrInvalidArgument)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -742,5 +743,37 @@ func TestOptions(t *testing.T) {
 	}
 	if s, _ := e.Open(t0, 0); s.TTL != time.Second {
 		t.Fatalf("%+v", s)
+	}
+}
+
+// Many groups in a release: duplicates found, order ignored.
+func TestManyGroups(t *testing.T) {
+	var groups []Group
+	var names []string
+	for i := range 40 {
+		names = append(names, fmt.Sprintf("g%02d", i))
+		groups = append(groups, Group{Name: names[i], Limit: 10, Domains: []string{"d"}})
+	}
+	e, _ := New(&Config{Resources: map[string]Resource{"r": {DomainLimit: 10, Groups: groups}}}, Options{})
+	s, _ := e.Open(t0, 0)
+	if r, err := e.Reserve(t0, s.ID, "r", "d", 2, 0); err != nil || r.Granted != 2 || len(r.Groups) != 40 {
+		t.Fatal(r, err)
+	}
+	dup := append(slices.Clone(names), "g07")
+	if err := e.Release(t0, s.ID, "r", "d", 1, dup); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), `"g07" is named twice`) {
+		t.Fatal(err)
+	}
+	slices.Reverse(names)
+	if err := e.Release(t0, s.ID, "r", "d", 1, names); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Release(t0, s.ID, "r", "d", 1, names[1:]); !errors.Is(err, ErrNotHeld) {
+		t.Fatal(err)
+	}
+	if err := e.Release(t0, s.ID, "r", "d", 1, names[:5]); !errors.Is(err, ErrNotHeld) {
+		t.Fatal(err)
+	}
+	if err := e.Release(t0, s.ID, "r", "d", 1, names); err != nil {
+		t.Fatal(err)
 	}
 }
