@@ -2,6 +2,11 @@ package server
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -244,5 +249,45 @@ func TestCharonConcurrentReserves(t *testing.T) {
 	wg.Wait()
 	if g, h := granted.Load(), globalHolds(s.Copies().Snapshot()); g != 5 || h != 5 {
 		t.Fatalf("200 concurrent reserves: %d granted, %d held; want exactly the global limit, 5", g, h)
+	}
+}
+
+// The buckets page shows the copy log: holds per resource, domain, group
+// and session (ids cut short), in HTML and JSON.
+func TestBucketsPageShowsHolds(t *testing.T) {
+	s, _, c := charonServer(t)
+	a := open(t, c)
+	if _, err := c.Reserve(t.Context(), &v1.ReserveRequest{SessionId: a, Resource: "cookbook/sandboxes", Domain: "acme", Copies: 3}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.BucketsPage(url.Values{"prefix": {"cookbook/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := p.Copies
+	if len(cp.Resources) != 1 || cp.Resources[0].GlobalHolds != 3 || len(cp.Resources[0].Domains) != 1 || cp.Resources[0].Groups[0].Holds != 3 {
+		t.Fatalf("copies on the page: %+v", cp.Resources)
+	}
+	if len(cp.Sessions) != 1 || cp.Sessions[0].ID != a[:idShown]+"…" || cp.Sessions[0].Holds[0].Copies != 3 {
+		t.Fatalf("sessions on the page: %+v (the id must be cut to %d digits)", cp.Sessions, idShown)
+	}
+	if p, _ := s.BucketsPage(url.Values{"prefix": {"other"}}); len(p.Copies.Resources)+len(p.Copies.Sessions) != 0 {
+		t.Errorf("prefix other still shows %+v", p.Copies)
+	}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/debug/status/buckets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`id="session-holds"`, "cookbook/sandboxes", "trusted 3 / 4", a[:idShown] + "…"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if strings.Contains(string(body), a) {
+		t.Error("the page shows a whole session id")
 	}
 }

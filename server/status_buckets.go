@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/copies"
 )
 
 // The buckets page: the limits engine's token buckets, one row each,
@@ -76,7 +77,60 @@ type BucketsPage struct {
 	// grants and the most rejections, over all buckets.
 	Hottest      []BucketRow `json:"hottest"`
 	MostRejected []BucketRow `json:"most_rejected"`
-	Took         float64     `json:"took_seconds"`
+	// Copies is the copy-limited resources whose name starts with the
+	// resource part of Prefix: holds per domain, group and session, and the
+	// staged transfers. Session and transfer ids are cut to their first 8
+	// hex digits: a whole id is a capability (it can release or seize).
+	Copies copies.Snapshot `json:"copies"`
+	Took   float64         `json:"took_seconds"`
+}
+
+// idShown is how much of a session or transfer id the page shows.
+const idShown = 8
+
+// copiesShown is the copy log for the page: resources under prefix (the
+// part before the first '/' that is not part of a resource name cannot be
+// told, so the whole prefix is matched against the resource name or
+// resource/domain), ids cut to idShown.
+func copiesShown(snap copies.Snapshot, prefix string) copies.Snapshot {
+	keep := func(resource, domain string) bool {
+		return strings.HasPrefix(resource, prefix) || strings.HasPrefix(resource+"/"+domain, prefix)
+	}
+	cut := func(id string) string { return id[:min(len(id), idShown)] + "…" }
+	var out copies.Snapshot
+	for _, r := range snap.Resources {
+		if strings.HasPrefix(r.Resource, prefix) || strings.HasPrefix(prefix, r.Resource+"/") {
+			if !strings.HasPrefix(r.Resource, prefix) {
+				var ds []copies.DomainHolds
+				for _, d := range r.Domains {
+					if keep(r.Resource, d.Domain) {
+						ds = append(ds, d)
+					}
+				}
+				r.Domains = ds
+			}
+			out.Resources = append(out.Resources, r)
+		}
+	}
+	for _, sh := range snap.Sessions {
+		var hs []copies.Hold
+		for _, h := range sh.Holds {
+			if keep(h.Resource, h.Domain) {
+				hs = append(hs, h)
+			}
+		}
+		if len(hs) > 0 || prefix == "" {
+			sh.ID, sh.Holds = cut(sh.ID), hs
+			out.Sessions = append(out.Sessions, sh)
+		}
+	}
+	for _, t := range snap.Transfers {
+		if keep(t.Hold.Resource, t.Hold.Domain) {
+			t.ID, t.Session = cut(t.ID), cut(t.Session)
+			out.Transfers = append(out.Transfers, t)
+		}
+	}
+	return out
 }
 
 // bucketColumn is one sortable column: text columns compare text, the
@@ -291,6 +345,7 @@ func (s *Server) BucketsPage(q url.Values) (BucketsPage, error) {
 	out.Matched = page.Total
 	out.Rows = rows(page.Buckets, now)
 	out.Hottest, out.MostRejected = rows(hottest.sorted(), now), rows(rejected.sorted(), now)
+	out.Copies = copiesShown(s.copies.Snapshot(), bq.prefix)
 	out.Took = time.Since(start).Seconds()
 	return out, nil
 }
