@@ -161,3 +161,11 @@ func TestConfigPrivate(t *testing.T) {
 		t.Fatal("Config returned the engine's own maps")
 	}
 }
+
+func TestValidName(t *testing.T) {
+	for name, want := range map[string]bool{"acme": true, "a/b-c_d.e:f": true, "": false, "a b": false, "a,b": false, strings.Repeat("x", MaxNameLen): true, strings.Repeat("x", MaxNameLen+1): false} {
+		if ValidName(name) != want {
+			t.Errorf("ValidName(%q) = %v", name, !want)
+		}
+	}
+}
