@@ -55,8 +55,9 @@ type LimitsClient interface {
 	// ttl; the server answers each with the session's ttl. When the stream
 	// breaks, the sessions it kept alive end (within a second).
 	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
-	// CloseSession ends a session and releases its holds and the transfers
-	// it staged and nobody seized.
+	// CloseSession ends a session and releases its holds. Transfers it
+	// staged stay staged until seized or until their ttl passes (a process
+	// may stage copies, hand the id over and exit).
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
 	// Reserve holds copies of a copy-limited resource for a domain, in a
 	// session: the most in [min_copies, copies] the domain, group and
@@ -182,8 +183,9 @@ type LimitsServer interface {
 	// ttl; the server answers each with the session's ttl. When the stream
 	// breaks, the sessions it kept alive end (within a second).
 	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
-	// CloseSession ends a session and releases its holds and the transfers
-	// it staged and nobody seized.
+	// CloseSession ends a session and releases its holds. Transfers it
+	// staged stay staged until seized or until their ttl passes (a process
+	// may stage copies, hand the id over and exit).
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
 	// Reserve holds copies of a copy-limited resource for a domain, in a
 	// session: the most in [min_copies, copies] the domain, group and

@@ -75,8 +75,9 @@ type LimitsClient interface {
 	// ttl; the server answers each with the session's ttl. When the stream
 	// breaks, the sessions it kept alive end (within a second).
 	KeepAlive(context.Context) *connect.BidiStreamForClient[v1.KeepAliveRequest, v1.KeepAliveResponse]
-	// CloseSession ends a session and releases its holds and the transfers
-	// it staged and nobody seized.
+	// CloseSession ends a session and releases its holds. Transfers it
+	// staged stay staged until seized or until their ttl passes (a process
+	// may stage copies, hand the id over and exit).
 	CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
 	// Reserve holds copies of a copy-limited resource for a domain, in a
 	// session: the most in [min_copies, copies] the domain, group and
@@ -223,8 +224,9 @@ type LimitsHandler interface {
 	// ttl; the server answers each with the session's ttl. When the stream
 	// breaks, the sessions it kept alive end (within a second).
 	KeepAlive(context.Context, *connect.BidiStream[v1.KeepAliveRequest, v1.KeepAliveResponse]) error
-	// CloseSession ends a session and releases its holds and the transfers
-	// it staged and nobody seized.
+	// CloseSession ends a session and releases its holds. Transfers it
+	// staged stay staged until seized or until their ttl passes (a process
+	// may stage copies, hand the id over and exit).
 	CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
 	// Reserve holds copies of a copy-limited resource for a domain, in a
 	// session: the most in [min_copies, copies] the domain, group and
