@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -106,6 +107,14 @@ type RejectedError struct {
 	Fallback bool
 	// Detail says more, if anything: the fallback limiter's reason.
 	Detail string
+	// Tier is the burst-tier context of the service's answer (zero unless
+	// the resource has burst tiers): HardLimited or GlobalLimited say
+	// which limit held the request back.
+	Tier Tier
+	// Waited and Attempts are Request's: how long it took in all, retries
+	// included, and how many requests it sent (0 for the other calls).
+	Waited   time.Duration
+	Attempts int
 }
 
 // Error returns a one-line description.
@@ -140,9 +149,19 @@ const (
 	// answer in time, failed, the breaker was open, or no bucket is
 	// configured for the target (scenario 3).
 	FromFallback
+	// FromDegraded: granted by the client alone, failing open (Request,
+	// ReserveCopies, ReserveMulti): the service could not be reached or
+	// answered a server error, and the client granted the minimum asked.
+	// Source: charon-paper.md, section 4.3 (degraded mode).
+	FromDegraded
+	// FromKillSwitch: the service rejected the request, and the kill
+	// switch (WithKillSwitch, SetKillSwitch) turned the rejection into a
+	// grant of the minimum asked. Source: charon-paper.md, section 4.3.
+	FromKillSwitch
 )
 
-// String returns "service", "local bucket" or "fallback".
+// String returns "service", "local bucket", "fallback", "degraded" or
+// "kill switch".
 func (s Source) String() string {
 	switch s {
 	case FromService:
@@ -151,6 +170,10 @@ func (s Source) String() string {
 		return "local bucket"
 	case FromFallback:
 		return "fallback"
+	case FromDegraded:
+		return "degraded"
+	case FromKillSwitch:
+		return "kill switch"
 	}
 	return fmt.Sprintf("Source(%d)", uint8(s))
 }
@@ -174,7 +197,27 @@ type Grant struct {
 	Bucket string
 	// Source is who decided.
 	Source Source
+	// Tier is the burst-tier context of the service's answer on a
+	// rate-limited resource with burst tiers (zero otherwise, and for
+	// grants the service did not make).
+	Tier Tier
+	// Unlimited reports a grant the service made without asking: the
+	// resource's namespace ignores configured limits, or the resource is
+	// unconfigured in a namespace that allows that (still recorded).
+	// Source: charon-paper.md, section 4.3.
+	Unlimited bool
+	// Waited is how long Request took in all, its retries' sleeps
+	// included (the paper's res.waited); 0 for the other calls.
+	Waited time.Duration
+	// Attempts is how many requests Request sent (0 for the other calls,
+	// and for a degraded grant made without an answer it is the requests
+	// tried).
+	Attempts int
 }
+
+// Degraded reports a grant made by one of the paper's degraded modes:
+// failing open (FromDegraded) or the kill switch (FromKillSwitch).
+func (g Grant) Degraded() bool { return g.Source == FromDegraded || g.Source == FromKillSwitch }
 
 // Option configures a Client.
 type Option func(*Client)
@@ -318,6 +361,18 @@ type Client struct {
 	rejectWait      time.Duration
 	reportInterval  time.Duration
 
+	// Charon's calls (charon.go, session.go, hold.go).
+	callTimeout   time.Duration
+	backoffUnit   time.Duration
+	jitterMu      sync.Mutex
+	jitter        rand.Source // nil: math/rand/v2's global source
+	failClosed    bool        // WithFailOpen(false)
+	killSwitch    atomic.Bool
+	failingOpen   atomic.Bool // the last Charon call failed open (logs once)
+	sessionTTL    time.Duration
+	onSessionLost func(id string, err error)
+	sess          sessions
+
 	fallbacks fallbacks
 	locals    locals
 	reports   reports
@@ -346,6 +401,9 @@ func New(addr string, opts ...Option) (*Client, error) {
 		breakerFailures: DefaultBreakerFailures,
 		breakerProbe:    DefaultBreakerProbe,
 		reportInterval:  DefaultReportInterval,
+		callTimeout:     DefaultCallTimeout,
+		backoffUnit:     DefaultBackoffUnit,
+		sessionTTL:      DefaultSessionTTL,
 		loopDone:        make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -454,9 +512,12 @@ func (c *Client) background(f func()) bool {
 	return true
 }
 
-// Close stops the client: it stops its goroutine and the top-ups in
-// flight, sends the reports still batched (best effort, within 2 s; tokens
-// it could not send are counted as dropped), and closes the idle
+// Close stops the client: it closes its session, if one is open
+// (CloseSession, best effort within 2 s: the service releases every copy
+// the session holds; its Holds' Err becomes ErrClosed), stops its
+// goroutines (report flushes, the session's keep-alive) and the top-ups
+// in flight, sends the reports still batched (best effort, within 2 s;
+// tokens it could not send are counted as dropped), and closes the idle
 // connections of an HTTP client it made. Calls after Close return
 // ErrClosed; closing twice does nothing. It returns nil.
 func (c *Client) Close() error {
@@ -466,6 +527,7 @@ func (c *Client) Close() error {
 	if already {
 		return nil
 	}
+	c.closeSession()
 	c.cancel()
 	<-c.loopDone
 	c.wg.Wait()
@@ -572,13 +634,14 @@ func answer(resource, domain string, r *sluicev1.AllowResponse) (Grant, error) {
 		return Grant{
 			Granted: r.GetGranted(), Wait: max(r.GetWait().AsDuration(), 0),
 			Remaining: r.GetRemaining(), Limit: r.GetLimit(), Bucket: r.GetBucket(), Source: FromService,
+			Tier: tierOf(r), Unlimited: r.GetUnlimited(),
 		}, nil
 	case sluicev1.AllowResponse_STATUS_UNSPECIFIED:
 		return Grant{}, fmt.Errorf("%w: %s/%s: an answer without a status", ErrUnavailable, resource, domain)
 	}
 	// Every other status is a rejection, including those of a newer
 	// service that this client does not know.
-	e := &RejectedError{Resource: resource, Domain: domain, Status: r.GetStatus()}
+	e := &RejectedError{Resource: resource, Domain: domain, Status: r.GetStatus(), Tier: tierOf(r)}
 	if r.GetRetryAfter() == nil {
 		e.RetryNever = true
 	} else {

@@ -19,24 +19,28 @@ type (
 )
 
 const (
-	modeManual mode = iota // Allow, Reserve
-	modeNaive              // Acquire, interceptors, RoundTripper
-	modeSmart              // the same, WithSmart
+	modeManual  mode = iota // Allow, Reserve
+	modeNaive               // Acquire, interceptors, RoundTripper
+	modeSmart               // the same, WithSmart
+	modeRequest             // Request (Charon's rate-limited requests)
+	modeCopies              // ReserveCopies (Charon's holds)
 	nModes
 )
 
-var modeNames = [nModes]string{"manual", "naive", "smart"}
+var modeNames = [nModes]string{"manual", "naive", "smart", "request", "copies"}
 
 const (
 	outcomeAllowed outcome = iota
 	outcomeRejected
 	outcomeFallbackAllowed
 	outcomeFallbackRejected
-	outcomeError // invalid, ctx ended, deadline, unavailable (manual)
+	outcomeError      // invalid, ctx ended, deadline, unavailable (manual)
+	outcomeDegraded   // Charon's calls: failed open
+	outcomeKillSwitch // Charon's calls: a rejection the kill switch granted
 	nOutcomes
 )
 
-var outcomeNames = [nOutcomes]string{"allowed", "rejected", "fallback_allowed", "fallback_rejected", "error"}
+var outcomeNames = [nOutcomes]string{"allowed", "rejected", "fallback_allowed", "fallback_rejected", "error", "degraded", "kill_switch"}
 
 const (
 	resultOK          result = "ok"
@@ -48,11 +52,28 @@ const (
 	resultUnavailable result = "unavailable"
 	resultCanceled    result = "canceled" // the caller's context ended
 	resultBreakerOpen result = "breaker_open"
+	// Charon's calls' client errors besides invalid.
+	resultNotFound           result = "not_found"
+	resultFailedPrecondition result = "failed_precondition"
+	resultClientError        result = "client_error" // Unimplemented, PermissionDenied, ...
 
 	callManual = "manual" // Allow, Reserve
 	callDecide = "decide" // the naive mode's request per call
 	callTopUp  = "topup"  // the smart mode's batched request
 	callReport = "report" // a flush of Report's batch
+
+	// Charon's calls.
+	callRequest      = "request"       // Request
+	callReserve      = "reserve"       // ReserveCopies
+	callRelease      = "release"       // Hold.Release
+	callTransfer     = "transfer"      // Hold.Transfer
+	callSeize        = "seize"         // Seize
+	callOpenSession  = "open_session"  // the session, opened lazily
+	callKeepAlive    = "keep_alive"    // a keep-alive stream (one per connection)
+	callCloseSession = "close_session" // Close
+
+	// sluice_quota_client_degraded_total's reason besides the results.
+	reasonKillSwitch = "kill_switch"
 )
 
 // metrics are the client's Prometheus metrics (see the package doc).
@@ -67,6 +88,8 @@ type metrics struct {
 	reported     prometheus.Counter
 	charged      prometheus.Counter
 	dropped      *prometheus.CounterVec
+	degraded     *prometheus.CounterVec
+	sessions     *prometheus.CounterVec
 
 	// The hot paths' series, resolved once.
 	decided                            [nModes][nOutcomes]prometheus.Counter
@@ -77,7 +100,7 @@ func newMetrics() *metrics {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_quota_client_decisions_total",
-			Help: "Decisions on calls, by mode (manual, naive, smart) and outcome (allowed, rejected, fallback_allowed, fallback_rejected, error).",
+			Help: "Decisions on calls, by mode (manual, naive, smart, request, copies) and outcome (allowed, rejected, fallback_allowed, fallback_rejected, error, degraded, kill_switch).",
 		}, []string{"mode", "outcome"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_quota_client_fallbacks_total",
@@ -85,7 +108,7 @@ func newMetrics() *metrics {
 		}, []string{"reason"}),
 		rpcs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_quota_client_requests_total",
-			Help: "Requests to the limits service, by call (manual, decide, topup, report) and result (ok, rejected, no_bucket, invalid, server_error, timeout, unavailable, canceled, breaker_open: not sent).",
+			Help: "Requests to the limits service, by call (manual, decide, topup, report, request, reserve, release, transfer, seize, open_session, keep_alive, close_session) and result (ok, rejected, no_bucket, invalid, not_found, failed_precondition, client_error, server_error, timeout, unavailable, canceled, breaker_open: not sent).",
 		}, []string{"call", "result"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_quota_client_request_duration_seconds",
@@ -112,6 +135,14 @@ func newMetrics() *metrics {
 			Name: "sluice_quota_client_report_dropped_tokens_total",
 			Help: "Reported tokens never charged, by reason (invalid: bad request; rejected: the service can never charge them; backlog: too many targets or tokens waiting; closed: unsent at Close).",
 		}, []string{"reason"}),
+		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_quota_client_degraded_total",
+			Help: "Grants of Charon's calls made in a degraded mode, by call (request, reserve) and reason (unavailable, timeout, server_error: failed open with the minimum asked; kill_switch: a rejection the kill switch turned into a grant).",
+		}, []string{"call", "reason"}),
+		sessions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_quota_client_session_events_total",
+			Help: "Events of the client's session, by event (opened; reconnected: a keep-alive stream resumed after a break; lost: ended without Close, its holds gone; closed).",
+		}, []string{"event"}),
 	}
 	for md := range nModes {
 		for o := range nOutcomes {
@@ -128,7 +159,7 @@ func newMetrics() *metrics {
 // those it had registered.
 func (m *metrics) register(reg prometheus.Registerer) error {
 	cs := []prometheus.Collector{m.decisions, m.fallbacks, m.rpcs, m.latency, m.breakerState, m.breakerTrips,
-		m.localTokens, m.reported, m.charged, m.dropped}
+		m.localTokens, m.reported, m.charged, m.dropped, m.degraded, m.sessions}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -181,6 +212,17 @@ func resultOfStatus(s sluicev1.AllowResponse_Status) result {
 	case sluicev1.AllowResponse_REJECTED_NO_BUCKET:
 		return resultNoBucket
 	case sluicev1.AllowResponse_STATUS_UNSPECIFIED:
+		return resultServerError
+	}
+	return resultRejected
+}
+
+// resultOfReserve is the result of an answered Reserve.
+func resultOfReserve(s sluicev1.ReserveResponse_Status) result {
+	switch s {
+	case sluicev1.ReserveResponse_OK:
+		return resultOK
+	case sluicev1.ReserveResponse_STATUS_UNSPECIFIED:
 		return resultServerError
 	}
 	return resultRejected
