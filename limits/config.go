@@ -3,6 +3,7 @@ package limits
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -99,39 +100,54 @@ func (b Bucket) maxPerRequest() int64 {
 // the Store passes it through to the step function.
 type Algorithm int
 
-// The algorithms. Charon's burst tiers (charon-paper.md) are the next.
+// The algorithms.
 const (
 	// TokenBucket is quotaservice-design.md's token bucket (Step). It is
 	// the zero value.
 	TokenBucket Algorithm = 0
+	// BurstTiers is Charon's rate-limited resource (charon-paper.md,
+	// section 2.1): a hard limit per domain, a global limit, and burst
+	// tiers per domain (StepTiers).
+	BurstTiers Algorithm = 1
 )
 
-// String returns the configuration name of a (token_bucket).
+// String returns the configuration name of a (token_bucket,
+// burst_tiers).
 func (a Algorithm) String() string {
-	if a == TokenBucket {
+	switch a {
+	case TokenBucket:
 		return "token_bucket"
+	case BurstTiers:
+		return "burst_tiers"
 	}
 	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }
 
-// ParseAlgorithm parses a configuration name ("token_bucket"; "" is
-// token_bucket).
+// ParseAlgorithm parses a configuration name ("token_bucket" or
+// "burst_tiers"; "" is token_bucket).
 func ParseAlgorithm(s string) (Algorithm, error) {
 	switch s {
 	case "", "token_bucket":
 		return TokenBucket, nil
+	case "burst_tiers":
+		return BurstTiers, nil
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want token_bucket)", s)
+	return 0, fmt.Errorf("unknown algorithm %q (want token_bucket or burst_tiers)", s)
 }
 
 // Resource configures one resource (the quota service's namespace): the
-// buckets of its domains (bucket names).
+// buckets of its domains (bucket names), or, with Algorithm BurstTiers,
+// Charon's hard limit, global limit and burst tiers. A token-bucket
+// resource uses Buckets, Template and Default; a burst-tier resource uses
+// HardLimit, GlobalLimit, Tiers and TierDomains; MaxDynamicBuckets serves
+// both. Fields of the other algorithm are an error.
 //
 // Source: quotaservice-design.md, "Naming and wildcards", "Hierarchies and
 // bucket search order", "Dynamic token buckets", "Default token buckets";
-// ratelimiting-in-150-lines.md (prefixes).
+// ratelimiting-in-150-lines.md (prefixes); charon-paper.md, section 2.1.
 type Resource struct {
-	// Algorithm is how the resource's buckets decide (TokenBucket).
+	// Algorithm is how the resource's buckets decide (TokenBucket or
+	// BurstTiers).
 	Algorithm Algorithm
 	// Buckets holds the domain-specific configurations, by domain (the
 	// quota service's named buckets). Each is its own bucket, and also the
@@ -151,7 +167,75 @@ type Resource struct {
 	// configuration and no Template. A resource may not have both Template
 	// and Default (the default would never answer).
 	Default *Bucket
+
+	// HardLimit is, for BurstTiers, the paper's H: the most hits granted
+	// to one domain in any second (0: unbounded; ≤ MaxTokens).
+	HardLimit int64
+	// GlobalLimit is, for BurstTiers, the paper's G: the most hits
+	// granted to all the resource's domains together in any second (0:
+	// unbounded; ≤ MaxTokens). It is per resource: domains cannot
+	// override it.
+	GlobalLimit int64
+	// Tiers are, for BurstTiers, the default configuration's burst tiers,
+	// tier 1 first (at most MaxTiers). Every domain without a
+	// configuration of its own has its own state under them. None (n = 0)
+	// makes the resource inaccessible: every request is rejected.
+	Tiers []Tier
+	// TierDomains holds, for BurstTiers, the domain-specific
+	// configurations, which replace the default one for their domain (and,
+	// as Buckets do, for the domains below it: with "acme" configured,
+	// "acme/eu" has its own state under acme's configuration).
+	TierDomains map[string]TierDomain
 }
+
+// TierDomain is a domain-specific configuration of a burst-tier resource.
+//
+// Source: charon-paper.md, section 2.1 ("A domain-specific configuration
+// defines a distinct set of burst tier configurations, which may vary in
+// number"); a domain's own hard limit is Sluice's addition.
+type TierDomain struct {
+	// HardLimit is the domain's hard limit: 0 keeps the resource's,
+	// Unbounded (-1) means none, else hits per second (≤ MaxTokens).
+	HardLimit int64
+	// Tiers replace the resource's tiers for the domain; nil keeps the
+	// resource's, an empty non-nil slice means none (the domain is
+	// refused everything).
+	Tiers []Tier
+}
+
+// Namespace configures the resources whose names start with a prefix
+// (Config.Namespaces). When several prefixes match a resource, the
+// longest decides alone.
+//
+// Source: charon-paper.md, section 4.3 ("A group of resources
+// (distinguished by a namespace prefix) can be configured to ignore
+// configured resources and to allow unconfigured resource access. These
+// settings are orthogonal").
+type Namespace struct {
+	// IgnoreConfigured grants every request for a resource configured
+	// under the prefix, in full, still recording it: a burst-tier
+	// domain's tiers take the hits they can (bursting as usual) and its
+	// one-second logs take them all; a token bucket gives the tokens it
+	// holds, never going into debt, and does not make the caller wait.
+	// Too many tokens or too many buckets are granted too. Decisions say
+	// Unlimited. A resource the global default bucket answers for is not
+	// a configured one.
+	IgnoreConfigured bool
+	// AllowUnconfigured gives a resource under the prefix that is not
+	// configured the most permissive configuration (UnconfiguredTiers:
+	// no hard or global limit, one tier of MaxTokens hits a second, no
+	// cooldown) instead of the global default bucket or StatusNoBucket,
+	// each domain with its own state, every request granted in full and
+	// recorded. Decisions say Unlimited.
+	AllowUnconfigured bool
+}
+
+// UnconfiguredTiers is the tier of a resource allowed by
+// Namespace.AllowUnconfigured: the paper's "most permissive values
+// possible (e.g. maximum value limits, no cooldown, short window periods,
+// and no global or hard limits)", with a window of one second so that its
+// hits are the last second's.
+var UnconfiguredTiers = []Tier{{Limit: MaxTokens, Window: time.Second, Active: MaxDuration, Cooldown: 0}}
 
 // Config is a limits configuration: the resources and the global default.
 // Build it in Go, or with ParseQuotaServiceYAML or Section.Validate; the
@@ -163,6 +247,9 @@ type Config struct {
 	GlobalDefault *Bucket
 	// Resources holds the resources' configurations, by name.
 	Resources map[string]*Resource
+	// Namespaces configures resource-name prefixes (for example "open/")
+	// to ignore configured limits or allow unconfigured resources.
+	Namespaces map[string]Namespace
 
 	// Version, User and Date describe the configuration itself, as the
 	// quota service's ServiceConfig does (its admin API refuses a change
@@ -238,8 +325,22 @@ func (c *Config) validate(v vocab, prefix string) error {
 		if r == nil {
 			continue
 		}
-		if r.Algorithm != TokenBucket {
-			bad(rp+"."+v.algorithm, "unknown algorithm %d (want token_bucket)", r.Algorithm)
+		switch r.Algorithm {
+		case TokenBucket:
+			if r.HardLimit != 0 || r.GlobalLimit != 0 || r.Tiers != nil || r.TierDomains != nil {
+				for _, f := range []struct {
+					name string
+					set  bool
+				}{{"hard_limit", r.HardLimit != 0}, {"global_limit", r.GlobalLimit != 0}, {"tiers", r.Tiers != nil}, {v.buckets, r.TierDomains != nil}} {
+					if f.set {
+						bad(rp+"."+f.name, "burst-tier settings are only for algorithm %s (this resource's is %s)", BurstTiers, TokenBucket)
+					}
+				}
+			}
+		case BurstTiers:
+			validateTierResource(r, rp, v, bad)
+		default:
+			bad(rp+"."+v.algorithm, "unknown algorithm %d (want token_bucket or burst_tiers)", r.Algorithm)
 		}
 		if r.MaxDynamicBuckets < 0 {
 			bad(rp+"."+v.maxDynamic, "%d is negative (0: unlimited)", r.MaxDynamicBuckets)
@@ -259,6 +360,11 @@ func (c *Config) validate(v vocab, prefix string) error {
 				bad(bp, "domain name %s", err)
 			}
 			validateBucket(r.Buckets[d], bp, v, bad)
+		}
+	}
+	for _, ns := range sortedKeys(c.Namespaces) {
+		if err := checkName(ns); err != "" {
+			bad(key(join(prefix, "namespaces"), ns), "namespace prefix %s", err)
 		}
 	}
 	return errors.Join(errs...)
@@ -411,17 +517,10 @@ func (c *Config) Clone() *Config {
 				out.Resources[name] = nil
 				continue
 			}
-			rc := *r
-			rc.Template, rc.Default = cloneBucket(r.Template), cloneBucket(r.Default)
-			if r.Buckets != nil {
-				rc.Buckets = make(map[string]Bucket, len(r.Buckets))
-				for d, b := range r.Buckets {
-					rc.Buckets[d] = b
-				}
-			}
-			out.Resources[name] = &rc
+			out.Resources[name] = cloneResource(r)
 		}
 	}
+	out.Namespaces = maps.Clone(c.Namespaces)
 	return &out
 }
 

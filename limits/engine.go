@@ -103,15 +103,29 @@ type Decision struct {
 	RetryAfter time.Duration
 	RetryNever bool
 	// Remaining is the tokens left in the bucket after the decision, at
-	// now (fractional, in [0, Limit]; 0 while the bucket is in debt).
+	// now (fractional, in [0, Limit]; 0 while the bucket is in debt). For
+	// a burst-tier resource: the most hits a request could be granted
+	// now, after the decision (TierResult.Available).
 	Remaining float64
-	// Limit is the bucket's size (0 when no bucket answered).
+	// Limit is the bucket's size (0 when no bucket answered). For a
+	// burst-tier resource: the most hits one request can ever be granted,
+	// min(H, G, Σ Lᵢ) (TierParams.Most).
 	Limit int64
 	// Bucket is the configuration that answered.
 	Bucket BucketRef
 	// Err is, for StatusInvalidRequest, a *RequestError naming the field;
 	// for StatusServerError, the store's error; else nil.
 	Err error
+	// Algorithm is the answering configuration's algorithm (TokenBucket
+	// when none answered). With BurstTiers, Tiers holds the context.
+	Algorithm Algorithm
+	// Unlimited reports a request granted in full without limits, still
+	// recorded: its resource's namespace ignores configured limits, or it
+	// is not configured and its namespace allows that (Namespace).
+	Unlimited bool
+	// Tiers is, for a burst-tier resource, the paper's context of the
+	// decision (zero otherwise).
+	Tiers TierContext
 }
 
 // ErrInvalidRequest is wrapped by every *RequestError.
@@ -229,8 +243,9 @@ func (e *Engine) Reap(now time.Time) (int, error) {
 func (e *Engine) Len() int { return e.store.Len() }
 
 // Allow decides req at now. It never blocks beyond the store's per-bucket
-// lock and, on the memory store, does not allocate. A rejected request
-// changes no bucket and creates none.
+// lock (and, for a resource with a global limit, the resource's) and, on
+// the memory store, does not allocate (except to create a bucket). A
+// rejected request changes no bucket and creates none.
 //
 // Lookup, in order: the domain's own configuration (a named bucket); for a
 // domain with '/', the longest configured prefix (a bucket of its own with
@@ -243,8 +258,21 @@ func (e *Engine) Len() int { return e.store.Len() }
 // by min(the request's max wait, the bucket's wait timeout, its max
 // debt); Step decides.
 //
+// On a burst-tier resource (BurstTiers), StepTiers decides at once (no
+// wait: MaxWait is not used, and Decision.Wait is 0): the most hits in
+// [MinTokens, Tokens] the hard limit, the global limit and the tiers
+// allow, or StatusTimeout with RetryAfter the time until the same request
+// would succeed if no other hit came, or RetryNever when MinTokens is
+// above min(H, G, Σ Lᵢ). Decision.Tiers holds the paper's context.
+//
+// Under a namespace that ignores configured limits, or for an
+// unconfigured resource under one that allows them, every request is
+// granted its Tokens at once, and Decision.Unlimited is set (see
+// Namespace for what is recorded).
+//
 // Source: quotaservice-design.md, "Tokens and Token Buckets",
-// "Hierarchies and bucket search order", "Filling tokens".
+// "Hierarchies and bucket search order", "Filling tokens";
+// charon-paper.md, sections 2.1, 3.1 and 4.3.
 func (e *Engine) Allow(now time.Time, req Request) Decision {
 	tokens, lo, maxWait, rerr := check(&req)
 	if rerr != nil {
@@ -258,6 +286,13 @@ func (e *Engine) Allow(now time.Time, req Request) Decision {
 		if l == nil {
 			e.event(Event{Type: EventBucketMiss, Resource: req.Resource, Domain: req.Domain, Tokens: tokens, Status: StatusNoBucket})
 			return Decision{Status: StatusNoBucket, RetryNever: true}
+		}
+		if l.slow {
+			d, again := e.allowSlow(ns, &req, tokens, lo, k, l)
+			if again {
+				continue
+			}
+			return d
 		}
 		ref := l.Ref(req.Domain)
 		if lo > l.maxPerRequest {
@@ -285,6 +320,69 @@ func (e *Engine) Allow(now time.Time, req Request) Decision {
 	err := fmt.Errorf("limits: the configuration kept changing during the request: %w", ErrStaleConfig)
 	e.event(Event{Type: EventServerError, Resource: req.Resource, Domain: req.Domain, Tokens: tokens, Status: StatusServerError})
 	return Decision{Status: StatusServerError, RetryNever: true, Err: err}
+}
+
+// allowSlow decides req on a burst-tier resource, or on a resource under
+// a namespace that ignores configured limits; again reports a stale
+// configuration (look it up again).
+func (e *Engine) allowSlow(ns int64, req *Request, tokens, lo int64, k Key, l *Limit) (d Decision, again bool) {
+	ref := l.Ref(req.Domain)
+	if l.Tiers == nil { // an unlimited token bucket
+		out, err := e.store.Take(ns, k, l, Ask{Tokens: min(tokens, l.maxPerRequest), Min: 1})
+		if err != nil && errors.Is(err, ErrStaleConfig) {
+			return d, true
+		}
+		if err != nil {
+			return e.reject(req, tokens, l, ref, &out, err), false
+		}
+		d = Decision{Status: StatusOK, Granted: tokens, Remaining: out.Tokens, Limit: l.Params.Size, Bucket: ref, Unlimited: true}
+		if e.listener != nil {
+			e.served(req, k, l, &d, out.Created)
+		}
+		return d, false
+	}
+	out, err := e.store.TakeHits(ns, k, l, Ask{Tokens: tokens, Min: lo})
+	if err != nil && errors.Is(err, ErrStaleConfig) {
+		return d, true
+	}
+	p := l.Tiers
+	d = Decision{Limit: p.Most(), Bucket: ref, Algorithm: BurstTiers, Unlimited: l.Unlimited}
+	switch {
+	case err != nil:
+		d.Status, d.RetryNever, d.Err = StatusServerError, true, err
+		e.event(Event{Type: EventServerError, Resource: req.Resource, Domain: req.Domain, Bucket: ref, Tokens: tokens, Status: d.Status})
+	case out.TooManyBuckets && !l.Unlimited:
+		d.Status, d.RetryNever = StatusTooManyBuckets, true
+		d.Tiers = TierContext{HardLimit: p.HardLimit, GlobalLimit: p.GlobalLimit}
+		e.event(Event{Type: EventBucketMiss, Resource: req.Resource, Domain: req.Domain, Bucket: ref, Dynamic: true, Tokens: tokens, Status: d.Status})
+	case out.Granted > 0 || l.Unlimited:
+		// (An unlimited request past max_dynamic_buckets is granted, not
+		// recorded.)
+		d.Status, d.Granted, d.Remaining, d.Tiers = StatusOK, max(out.Granted, tokens*b2i(l.Unlimited)), float64(out.Available), out.TierContext
+		if out.TooManyBuckets {
+			d.Tiers = TierContext{HardLimit: p.HardLimit, GlobalLimit: p.GlobalLimit}
+		}
+		if e.listener != nil {
+			e.served(req, k, l, &d, out.Created)
+		}
+	default:
+		d.Status, d.Remaining, d.Tiers = StatusTimeout, float64(out.Available), out.TierContext
+		if out.RetryAfter < 0 {
+			d.RetryNever = true
+		} else {
+			d.RetryAfter = time.Duration(out.RetryAfter)
+		}
+		e.event(Event{Type: EventTimeout, Resource: req.Resource, Domain: req.Domain, Bucket: ref, Dynamic: l.Dynamic(req.Domain), Tokens: tokens, Status: d.Status})
+	}
+	return d, false
+}
+
+// b2i returns 1 for true, 0 for false.
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // served reports a grant (and the bucket's creation) to the listener.
@@ -423,6 +521,62 @@ type BucketInfo struct {
 	// Grants and Rejections count its granted and rejected (TIMEOUT)
 	// requests.
 	Grants, Rejections uint64
+
+	// Algorithm is the bucket's algorithm. A burst-tier domain
+	// (BurstTiers) has no fill rate or debt; its Size is the most one
+	// request can be granted under its hard limit and tiers, min(H, Σ Lᵢ)
+	// (the resource's global limit aside), Tokens the most a request
+	// could be granted now (global limit aside), Fraction Tokens ÷ Size (0
+	// when Size is 0), and:
+	Algorithm Algorithm
+	// HardLimit is the domain's hard limit (0: unbounded).
+	HardLimit int64
+	// Tier is the domain's current tier (1-based; 0: the fake tier, none
+	// active); TierPhase its phase (PhaseActive, or PhaseInactive for
+	// tier 0) and TierLeft the time left in it (until its cooldown; 0 for
+	// tier 0); TierLimit its limit and TierHits the hits in its window.
+	Tier      int
+	TierPhase Phase
+	TierLeft  time.Duration
+	TierLimit int64
+	TierHits  int64
+	// HitsLastSecond is the domain's hits in the last second.
+	HitsLastSecond int64
+	// CooldownTier is the highest tier in cooldown (0: none) and
+	// CooldownLeft the time until it is inactive again: while it is not
+	// skippable, no burst goes past it. TierStatuses has every tier.
+	CooldownTier int
+	CooldownLeft time.Duration
+}
+
+// TierStatuses describes every burst tier of a store's snapshot of a
+// burst-tier domain at now (Unix nanoseconds), tier 1 first; nil for a
+// token bucket.
+func TierStatuses(s Snapshot, now int64) []TierStatus {
+	if s.Limit == nil || s.Limit.Tiers == nil {
+		return nil
+	}
+	st := s.Tiers
+	if st == nil {
+		st = &TierState{}
+	}
+	p := s.Limit.Tiers
+	out := make([]TierStatus, len(p.Tiers))
+	for i := range p.Tiers {
+		ph, left, hits := st.status(p, i+1, now)
+		out[i] = TierStatus{Phase: ph, Left: left, Hits: hits}
+	}
+	return out
+}
+
+// TierStatus describes one burst tier of a domain at an instant.
+type TierStatus struct {
+	// Phase is the tier's phase; Left the time left in it (0 when
+	// inactive).
+	Phase Phase
+	Left  time.Duration
+	// Hits is the hits in its window (0 unless active).
+	Hits int64
 }
 
 // Walk calls fn for every bucket, described at now, in no particular
@@ -444,6 +598,11 @@ func Describe(s Snapshot, now int64) BucketInfo {
 		Resource: s.Key.Resource, Domain: s.Key.Domain,
 		LastUsed: time.Unix(0, s.LastUsed), Grants: s.Grants, Rejections: s.Rejections,
 	}
+	if l := s.Limit; l != nil && l.Tiers != nil {
+		info.Bucket, info.Dynamic = l.Ref(s.Key.Domain), l.Dynamic(s.Key.Domain)
+		describeTiers(&info, l.Tiers, s.Tiers, now)
+		return info
+	}
 	if l := s.Limit; l != nil {
 		info.Bucket, info.Dynamic = l.Ref(s.Key.Domain), l.Dynamic(s.Key.Domain)
 		info.Size, info.FillRate = l.Params.Size, l.Params.Rate
@@ -454,4 +613,33 @@ func Describe(s Snapshot, now int64) BucketInfo {
 		info.Debt = time.Duration(s.State.Empty - now)
 	}
 	return info
+}
+
+// describeTiers fills info for a burst-tier domain with state st (nil:
+// fresh) under p at now.
+func describeTiers(info *BucketInfo, p *TierParams, st *TierState, now int64) {
+	if st == nil {
+		st = &TierState{}
+	}
+	pl := p.plan(st, now)
+	info.Algorithm, info.HardLimit = BurstTiers, p.HardLimit
+	info.Tier, info.TierHits = pl.cur, pl.count
+	info.HitsLastSecond = st.Second.Since(subSat(now, second))
+	most, avail := p.sum, pl.total
+	if p.HardLimit > 0 {
+		most, avail = min(most, p.HardLimit), min(avail, max(0, p.HardLimit-info.HitsLastSecond))
+	}
+	info.Size, info.Tokens = most, float64(avail)
+	if most > 0 {
+		info.Fraction = info.Tokens / float64(most)
+	}
+	for i := len(p.Tiers); i > 0; i-- {
+		ph, left, _ := st.status(p, i, now)
+		switch {
+		case i == pl.cur:
+			info.TierLimit, info.TierPhase, info.TierLeft = p.Tiers[i-1].Limit, ph, left
+		case ph == PhaseCooldown && info.CooldownTier == 0:
+			info.CooldownTier, info.CooldownLeft = i, left
+		}
+	}
 }

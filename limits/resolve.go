@@ -1,6 +1,11 @@
 package limits
 
-import "time"
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+)
 
 // Kind says which part of a resource's configuration a Limit is.
 type Kind uint8
@@ -17,6 +22,10 @@ const (
 	KindDefault
 	// KindGlobal is the global default bucket.
 	KindGlobal
+	// KindNamespace is the configuration of the resources not configured
+	// under a namespace prefix that allows them (Name is the prefix): a
+	// state per (resource, domain), under UnconfiguredTiers.
+	KindNamespace
 )
 
 // Limit is one validated bucket configuration as the engine hands it to a
@@ -30,12 +39,23 @@ type Limit struct {
 	Name string
 	// Kind is which part of the configuration it is.
 	Kind Kind
-	// Algorithm is the resource's algorithm (TokenBucket).
+	// Algorithm is the resource's algorithm (TokenBucket or BurstTiers).
 	Algorithm Algorithm
-	// Bucket is the configuration, validated.
+	// Bucket is the configuration, validated (TokenBucket; zero for
+	// BurstTiers).
 	Bucket Bucket
-	// Params are Bucket's step parameters.
+	// Params are Bucket's step parameters (TokenBucket).
 	Params Params
+	// Tiers are, for BurstTiers, the domain's hard limit, the resource's
+	// global limit and the domain's tiers, normalized (nil for
+	// TokenBucket).
+	Tiers *TierParams
+	// Unlimited reports that every request is granted in full, still
+	// recorded: the resource is configured under a namespace that
+	// ignores configured limits, or is unconfigured under one that
+	// allows that (KindNamespace). Stores run the step as usual (for
+	// BurstTiers, Tiers.Unlimited says the same); the engine grants.
+	Unlimited bool
 	// MaxDynamic is the resource's MaxDynamicBuckets (0: unlimited), for
 	// the buckets this Limit creates on demand (Dynamic).
 	MaxDynamic int64
@@ -45,18 +65,15 @@ type Limit struct {
 
 	maxPerRequest int64 // Bucket.MaxTokensPerRequest resolved
 	maxWait       int64 // min(WaitTimeout, MaxDebt), ns
+	slow          bool  // BurstTiers or Unlimited: not Allow's token-bucket path
 }
 
-// Step runs l's algorithm on state s at now: Step with l.Params for
-// TokenBucket, the only algorithm so far. Stores call it rather than Step,
-// so that a resource's Algorithm chooses the arithmetic (Charon's burst
-// tiers will add their case, their parameters beside Params and their
-// state beside State.Empty, without changing the Store interface).
+// Step runs a token bucket's step on state s at now: Step with l.Params.
+// Stores call it from Take, which the engine uses for TokenBucket limits
+// only; BurstTiers limits go to Store.TakeHits (StepTiers), whose state
+// is a TierState rather than one word.
 func (l *Limit) Step(s State, now int64, a Ask) (State, Result) {
-	switch l.Algorithm {
-	default: // TokenBucket; Validate refuses any other
-		return Step(s, l.Params, now, a)
-	}
+	return Step(s, l.Params, now, a)
 }
 
 // Dynamic reports whether the bucket of domain under l is created on
@@ -65,6 +82,17 @@ func (l *Limit) Step(s State, now int64, a Ask) (State, Result) {
 // a longer domain).
 func (l *Limit) Dynamic(domain string) bool {
 	return l.Kind == KindTemplate || l.Kind == KindNamed && domain != l.Name
+}
+
+// storeResource returns the resource name a store keeps for key k under
+// l: the configuration's own string where there is one (every kind but
+// KindNamespace, whose resources are not configured: then k's, which the
+// store must copy).
+func (l *Limit) storeResource(k Key) string {
+	if l.Kind == KindNamespace {
+		return k.Resource
+	}
+	return l.Resource
 }
 
 // Ref returns which configuration answers for domain under l.
@@ -81,6 +109,8 @@ func (l *Limit) Ref(domain string) BucketRef {
 		return BucketRef{Source: SourceDefault}
 	case KindGlobal:
 		return BucketRef{Source: SourceGlobalDefault}
+	case KindNamespace:
+		return BucketRef{Source: SourceNamespace, Prefix: l.Name}
 	}
 	return BucketRef{}
 }
@@ -105,18 +135,22 @@ const (
 	SourceDefault
 	// SourceGlobalDefault: the global default bucket.
 	SourceGlobalDefault
+	// SourceNamespace: the resource is not configured; a namespace prefix
+	// that allows unconfigured resources answered (BucketRef.Prefix).
+	SourceNamespace
 )
 
 // BucketRef names the configuration that answered a request.
 type BucketRef struct {
 	Source Source
 	// Prefix is, for SourcePrefix, the configured prefix (the
-	// configuration's string, not the request's).
+	// configuration's string, not the request's); for SourceNamespace,
+	// the namespace's prefix.
 	Prefix string
 }
 
 // String returns "named", "prefix a/b", "dynamic", "default", "global
-// default", or "" for SourceNone.
+// default", "namespace open/", or "" for SourceNone.
 func (r BucketRef) String() string {
 	switch r.Source {
 	case SourceNamed:
@@ -129,16 +163,36 @@ func (r BucketRef) String() string {
 		return "default"
 	case SourceGlobalDefault:
 		return "global default"
+	case SourceNamespace:
+		return "namespace " + r.Prefix
 	}
 	return ""
 }
 
 // compiled is a validated configuration ready for lookups.
 type compiled struct {
-	gen       uint64
-	cfg       *Config // a private copy
-	global    *Limit
-	resources map[string]*compiledResource
+	gen        uint64
+	cfg        *Config // a private copy, normalized
+	global     *Limit
+	resources  map[string]*compiledResource
+	namespaces []compiledNamespace // longest prefix first
+}
+
+// compiledNamespace is one namespace prefix.
+type compiledNamespace struct {
+	prefix string
+	ns     Namespace
+	limit  *Limit // KindNamespace, when AllowUnconfigured
+}
+
+// namespace returns the longest namespace prefix of resource, or nil.
+func (c *compiled) namespace(resource string) *compiledNamespace {
+	for i := range c.namespaces {
+		if strings.HasPrefix(resource, c.namespaces[i].prefix) {
+			return &c.namespaces[i]
+		}
+	}
+	return nil
 }
 
 type compiledResource struct {
@@ -147,7 +201,8 @@ type compiledResource struct {
 	def      *Limit
 }
 
-// compile validates cfg and builds its lookup tables for generation gen.
+// compile validates cfg, normalizes a copy of it and builds its lookup
+// tables for generation gen.
 func compile(cfg *Config, gen uint64) (*compiled, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -156,31 +211,68 @@ func compile(cfg *Config, gen uint64) (*compiled, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
+	cfg.Normalize()
 	c := &compiled{gen: gen, cfg: cfg, resources: make(map[string]*compiledResource, len(cfg.Resources))}
-	mk := func(resource, name string, kind Kind, alg Algorithm, b Bucket, maxDyn int64) *Limit {
+	for _, prefix := range sortedKeys(cfg.Namespaces) {
+		cn := compiledNamespace{prefix: prefix, ns: cfg.Namespaces[prefix]}
+		if cn.ns.AllowUnconfigured {
+			cn.limit = &Limit{Resource: prefix, Name: prefix, Kind: KindNamespace, Algorithm: BurstTiers,
+				Tiers: newTierParams(0, 0, UnconfiguredTiers, true), Unlimited: true, Gen: gen, maxPerRequest: MaxTokens, slow: true}
+		}
+		c.namespaces = append(c.namespaces, cn)
+	}
+	slices.SortStableFunc(c.namespaces, func(a, b compiledNamespace) int { return cmp.Compare(len(b.prefix), len(a.prefix)) })
+	mk := func(resource, name string, kind Kind, alg Algorithm, b Bucket, maxDyn int64, unlimited bool) *Limit {
 		return &Limit{
 			Resource: resource, Name: name, Kind: kind, Algorithm: alg, Bucket: b, Params: b.Params(),
-			MaxDynamic: maxDyn, Gen: gen,
+			MaxDynamic: maxDyn, Gen: gen, Unlimited: unlimited, slow: unlimited,
 			maxPerRequest: b.maxPerRequest(),
 			maxWait:       int64(min(b.WaitTimeout, b.MaxDebt) / time.Nanosecond),
 		}
 	}
+	mkTiers := func(resource, name string, kind Kind, p *TierParams, maxDyn int64) *Limit {
+		return &Limit{Resource: resource, Name: name, Kind: kind, Algorithm: BurstTiers, Tiers: p,
+			MaxDynamic: maxDyn, Gen: gen, Unlimited: p.Unlimited, maxPerRequest: MaxTokens, slow: true}
+	}
 	if cfg.GlobalDefault != nil {
-		c.global = mk("", "", KindGlobal, TokenBucket, *cfg.GlobalDefault, 0)
+		c.global = mk("", "", KindGlobal, TokenBucket, *cfg.GlobalDefault, 0, false)
 	}
 	for name, r := range cfg.Resources {
 		if r == nil {
 			continue
 		}
+		ignore := false
+		if ns := c.namespace(name); ns != nil {
+			ignore = ns.ns.IgnoreConfigured
+		}
+		if r.Algorithm == BurstTiers {
+			cr := &compiledResource{named: make(map[string]*Limit, len(r.TierDomains))}
+			for d, td := range r.TierDomains {
+				h, tiers := r.HardLimit, r.Tiers
+				switch {
+				case td.HardLimit == Unbounded:
+					h = 0
+				case td.HardLimit > 0:
+					h = td.HardLimit
+				}
+				if td.Tiers != nil {
+					tiers = td.Tiers
+				}
+				cr.named[d] = mkTiers(name, d, KindNamed, newTierParams(h, r.GlobalLimit, tiers, ignore), r.MaxDynamicBuckets)
+			}
+			cr.template = mkTiers(name, "", KindTemplate, newTierParams(r.HardLimit, r.GlobalLimit, r.Tiers, ignore), r.MaxDynamicBuckets)
+			c.resources[name] = cr
+			continue
+		}
 		cr := &compiledResource{named: make(map[string]*Limit, len(r.Buckets))}
 		for d, b := range r.Buckets {
-			cr.named[d] = mk(name, d, KindNamed, r.Algorithm, b, r.MaxDynamicBuckets)
+			cr.named[d] = mk(name, d, KindNamed, r.Algorithm, b, r.MaxDynamicBuckets, ignore)
 		}
 		if r.Template != nil {
-			cr.template = mk(name, "", KindTemplate, r.Algorithm, *r.Template, r.MaxDynamicBuckets)
+			cr.template = mk(name, "", KindTemplate, r.Algorithm, *r.Template, r.MaxDynamicBuckets, ignore)
 		}
 		if r.Default != nil {
-			cr.def = mk(name, "", KindDefault, r.Algorithm, *r.Default, 0)
+			cr.def = mk(name, "", KindDefault, r.Algorithm, *r.Default, 0, ignore)
 		}
 		c.resources[name] = cr
 	}
@@ -189,8 +281,11 @@ func compile(cfg *Config, gen uint64) (*compiled, error) {
 
 // resolve finds the bucket for (resource, domain), in the order of the
 // design's search: the domain's own configuration; the longest configured
-// '/'-prefix of it; a bucket from the template; the resource's default;
-// the global default. It returns nil when none answers. It does not
+// '/'-prefix of it; a bucket from the template (for a burst-tier
+// resource, its default tiers); the resource's default; for a resource
+// not configured, the longest namespace prefix of it when that allows
+// unconfigured resources; the global default. It returns nil when none
+// answers. It does not
 // allocate: the key's strings are the arguments.
 //
 // Source: quotaservice-design.md, "Hierarchies and bucket search order";
@@ -215,6 +310,10 @@ func (c *compiled) resolve(resource, domain string) (Key, *Limit) {
 		}
 		if r.def != nil {
 			return Key{Resource: resource}, r.def
+		}
+	} else if c.namespaces != nil {
+		if ns := c.namespace(resource); ns != nil && ns.limit != nil {
+			return Key{Resource: resource, Domain: domain}, ns.limit
 		}
 	}
 	if c.global != nil {

@@ -3,6 +3,7 @@ package limits
 import (
 	"errors"
 	"math"
+	"strconv"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -32,8 +33,8 @@ import (
 // rate_limit/10.0.0.1 is a bucket of its own with rate_limit's
 // configuration), template (a bucket per other domain) with
 // max_dynamic_buckets, default (one bucket shared by the other domains;
-// not with template), and algorithm (token_bucket, the default). A
-// bucket's fields, every one optional:
+// not with template), and algorithm (token_bucket, the default, or
+// burst_tiers: see below). A bucket's fields, every one optional:
 //
 //	size                    tokens, ≥ 1                      default 100
 //	fill_rate               tokens per second, > 0, may be   default 50
@@ -42,6 +43,39 @@ import (
 //	max_idle                Go duration > 0, or "never"      default never
 //	max_debt                Go duration                      default 10s
 //	max_tokens_per_request  tokens, ≥ 1                      default fill_rate, rounded up
+//
+// Charon's rate-limited resources (charon-paper.md, section 2.1) have
+// algorithm burst_tiers, and hard_limit (H: hits per second per domain),
+// global_limit (G: hits per second across the resource's domains; each a
+// count ≥ 1, or "none"; absent: unbounded), tiers (a list, tier 1 first;
+// none or absent: every request rejected), max_dynamic_buckets (the most
+// domains with a state), and domains, whose configurations replace the
+// default one for their domain (and the domains below it): hard_limit
+// (absent: the resource's; "none": unbounded) and tiers (absent: the
+// resource's; [] : none, the domain is refused everything):
+//
+//	limits:
+//	  namespaces:
+//	    open/: {allow_unconfigured: true}   # unknown open/… resources: granted, recorded
+//	    muted/: {ignore_configured: true}   # configured muted/… resources: granted, recorded
+//	  resources:
+//	    api/search:
+//	      algorithm: burst_tiers
+//	      hard_limit: 50
+//	      global_limit: 1000
+//	      tiers:
+//	        - {limit: 100, window: 1m, active: 1h}
+//	        - {limit: 300, window: 1m, active: 5m, cooldown: 1h, skippable: true}
+//	      domains:
+//	        acme: {hard_limit: none}        # acme keeps the tiers, without H
+//	        blocked: {tiers: []}
+//
+// A tier's fields: limit (hits in a window, ≥ 1), window, active (Go
+// durations; required), cooldown (default 0s), skippable (default false).
+// Validate does not normalize (Config.Normalize, which the engine applies
+// to its own copy, says what it changes). A namespace (a resource-name
+// prefix; the longest matching one decides) has ignore_configured and
+// allow_unconfigured, both default false (see Namespace).
 //
 // Decoding is strict at every level: unknown fields, values of the wrong
 // type (a duration must be a string with a unit: 1000 is an error, not
@@ -54,17 +88,90 @@ import (
 // reading whatever the outer decoder's settings) and encodes back to the
 // same form; Validate converts it to a *Config.
 type Section struct {
-	GlobalDefault *SectionBucket              `yaml:"global_default,omitempty"`
-	Resources     map[string]*SectionResource `yaml:"resources,omitempty"`
+	GlobalDefault *SectionBucket               `yaml:"global_default,omitempty"`
+	Namespaces    map[string]*SectionNamespace `yaml:"namespaces,omitempty"`
+	Resources     map[string]*SectionResource  `yaml:"resources,omitempty"`
 }
 
-// SectionResource is one resource of a Section.
+// SectionNamespace is one namespace prefix of a Section; nil fields are
+// false.
+type SectionNamespace struct {
+	IgnoreConfigured  *bool `yaml:"ignore_configured,omitempty"`
+	AllowUnconfigured *bool `yaml:"allow_unconfigured,omitempty"`
+}
+
+// SectionResource is one resource of a Section. Domains holds a
+// token-bucket resource's domains, TierDomains a burst-tier resource's
+// (both written `domains:`).
 type SectionResource struct {
-	Algorithm         string                    `yaml:"algorithm,omitempty"`
-	Domains           map[string]*SectionBucket `yaml:"domains,omitempty"`
-	Template          *SectionBucket            `yaml:"template,omitempty"`
-	MaxDynamicBuckets *int64                    `yaml:"max_dynamic_buckets,omitempty"`
-	Default           *SectionBucket            `yaml:"default,omitempty"`
+	Algorithm         string                        `yaml:"algorithm,omitempty"`
+	Domains           map[string]*SectionBucket     `yaml:"domains,omitempty"`
+	Template          *SectionBucket                `yaml:"template,omitempty"`
+	MaxDynamicBuckets *int64                        `yaml:"max_dynamic_buckets,omitempty"`
+	Default           *SectionBucket                `yaml:"default,omitempty"`
+	HardLimit         *HitsLimit                    `yaml:"hard_limit,omitempty"`
+	GlobalLimit       *HitsLimit                    `yaml:"global_limit,omitempty"`
+	Tiers             *[]SectionTier                `yaml:"tiers,omitempty"`
+	TierDomains       map[string]*SectionTierDomain `yaml:"-"`
+}
+
+// MarshalYAML writes r with TierDomains, if any, as `domains:`.
+func (r SectionResource) MarshalYAML() (any, error) {
+	out := struct {
+		Algorithm         string         `yaml:"algorithm,omitempty"`
+		HardLimit         *HitsLimit     `yaml:"hard_limit,omitempty"`
+		GlobalLimit       *HitsLimit     `yaml:"global_limit,omitempty"`
+		Tiers             *[]SectionTier `yaml:"tiers,omitempty"`
+		Domains           any            `yaml:"domains,omitempty"`
+		Template          *SectionBucket `yaml:"template,omitempty"`
+		MaxDynamicBuckets *int64         `yaml:"max_dynamic_buckets,omitempty"`
+		Default           *SectionBucket `yaml:"default,omitempty"`
+	}{Algorithm: r.Algorithm, HardLimit: r.HardLimit, GlobalLimit: r.GlobalLimit, Tiers: r.Tiers,
+		Template: r.Template, MaxDynamicBuckets: r.MaxDynamicBuckets, Default: r.Default}
+	switch {
+	case r.TierDomains != nil:
+		out.Domains = r.TierDomains
+	case r.Domains != nil:
+		out.Domains = r.Domains
+	}
+	return out, nil
+}
+
+// SectionTierDomain is a domain-specific configuration of a burst-tier
+// resource: nil fields keep the resource's.
+type SectionTierDomain struct {
+	HardLimit *HitsLimit     `yaml:"hard_limit,omitempty"`
+	Tiers     *[]SectionTier `yaml:"tiers,omitempty"`
+}
+
+// SectionTier is one burst tier of a Section.
+type SectionTier struct {
+	Limit     *int64    `yaml:"limit,omitempty"`
+	Window    *Duration `yaml:"window,omitempty"`
+	Active    *Duration `yaml:"active,omitempty"`
+	Cooldown  *Duration `yaml:"cooldown,omitempty"`
+	Skippable *bool     `yaml:"skippable,omitempty"`
+}
+
+// HitsLimit is a hard or global limit in a Section: hits per second (≥
+// 1), or 0, written "none": unbounded.
+type HitsLimit int64
+
+// MarshalYAML writes h as a count, or "none".
+func (h HitsLimit) MarshalYAML() (any, error) {
+	if h == 0 {
+		return "none", nil
+	}
+	return int64(h), nil
+}
+
+// UnmarshalYAML reads a count ≥ 1, or "none" (0).
+func (h *HitsLimit) UnmarshalYAML(n *yaml.Node) error {
+	w := newWalker(n)
+	if v := w.hitsLimit(n, "hits limit"); v != nil {
+		*h = *v
+	}
+	return w.err()
 }
 
 // SectionBucket is one bucket of a Section; nil fields take the defaults.
@@ -106,9 +213,12 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 
 // The fields of each level of a Section.
 var (
-	sectionFields  = []string{"global_default", "resources"}
-	resourceFields = []string{"algorithm", "domains", "template", "max_dynamic_buckets", "default"}
-	bucketFields   = []string{"size", "fill_rate", "wait_timeout", "max_idle", "max_debt", "max_tokens_per_request"}
+	sectionFields    = []string{"global_default", "namespaces", "resources"}
+	resourceFields   = []string{"algorithm", "domains", "template", "max_dynamic_buckets", "default", "hard_limit", "global_limit", "tiers"}
+	bucketFields     = []string{"size", "fill_rate", "wait_timeout", "max_idle", "max_debt", "max_tokens_per_request"}
+	namespaceFields  = []string{"ignore_configured", "allow_unconfigured"}
+	tierDomainFields = []string{"hard_limit", "tiers"}
+	tierFields       = []string{"limit", "window", "active", "cooldown", "skippable"}
 )
 
 // sectionPath is the key a Section is found under, for error paths.
@@ -125,6 +235,14 @@ func (s *Section) UnmarshalYAML(n *yaml.Node) error {
 		switch p.key {
 		case "global_default":
 			s.GlobalDefault = w.sectionBucket(p.value, fp)
+		case "namespaces":
+			ns, _ := w.mapping(p.value, fp, nil)
+			if len(ns) > 0 {
+				s.Namespaces = make(map[string]*SectionNamespace, len(ns))
+			}
+			for _, n := range ns {
+				s.Namespaces[n.key] = w.sectionNamespace(n.value, key(fp, n.key))
+			}
 		case "resources":
 			rs, _ := w.mapping(p.value, fp, nil)
 			if len(rs) > 0 {
@@ -138,9 +256,30 @@ func (s *Section) UnmarshalYAML(n *yaml.Node) error {
 	return w.err()
 }
 
+func (w *walker) sectionNamespace(n *yaml.Node, path string) *SectionNamespace {
+	ns := &SectionNamespace{}
+	pairs, _ := w.mapping(n, path, namespaceFields)
+	for _, p := range pairs {
+		fp := join(path, p.key)
+		switch p.key {
+		case "ignore_configured":
+			ns.IgnoreConfigured = w.boolean(p.value, fp)
+		case "allow_unconfigured":
+			ns.AllowUnconfigured = w.boolean(p.value, fp)
+		}
+	}
+	return ns
+}
+
 func (w *walker) sectionResource(n *yaml.Node, path string) *SectionResource {
 	r := &SectionResource{}
 	pairs, _ := w.mapping(n, path, resourceFields)
+	tiered := false // the domains are burst-tier configurations
+	for _, p := range pairs {
+		if v := w.deref(p.value); p.key == "algorithm" && v != nil && v.Kind == yaml.ScalarNode && v.Value == BurstTiers.String() {
+			tiered = true
+		}
+	}
 	for _, p := range pairs {
 		fp := join(path, p.key)
 		switch p.key {
@@ -148,7 +287,21 @@ func (w *walker) sectionResource(n *yaml.Node, path string) *SectionResource {
 			if v := w.str(p.value, fp); v != nil {
 				r.Algorithm = *v
 			}
+		case "hard_limit":
+			r.HardLimit = w.hitsLimit(p.value, fp)
+		case "global_limit":
+			r.GlobalLimit = w.hitsLimit(p.value, fp)
+		case "tiers":
+			r.Tiers = w.sectionTiers(p.value, fp)
 		case "domains":
+			if tiered {
+				ds, _ := w.mapping(p.value, fp, nil)
+				r.TierDomains = make(map[string]*SectionTierDomain, len(ds))
+				for _, d := range ds {
+					r.TierDomains[d.key] = w.sectionTierDomain(d.value, key(fp, d.key))
+				}
+				continue
+			}
 			ds, _ := w.mapping(p.value, fp, nil)
 			if len(ds) > 0 {
 				r.Domains = make(map[string]*SectionBucket, len(ds))
@@ -169,6 +322,95 @@ func (w *walker) sectionResource(n *yaml.Node, path string) *SectionResource {
 		}
 	}
 	return r
+}
+
+// sectionTierDomain reads a burst-tier domain (null: the resource's
+// configuration).
+func (w *walker) sectionTierDomain(n *yaml.Node, path string) *SectionTierDomain {
+	d := &SectionTierDomain{}
+	pairs, _ := w.mapping(n, path, tierDomainFields)
+	for _, p := range pairs {
+		fp := join(path, p.key)
+		switch p.key {
+		case "hard_limit":
+			d.HardLimit = w.hitsLimit(p.value, fp)
+		case "tiers":
+			d.Tiers = w.sectionTiers(p.value, fp)
+		}
+	}
+	return d
+}
+
+// sectionTiers reads a list of tiers; nil when null.
+func (w *walker) sectionTiers(n *yaml.Node, path string) *[]SectionTier {
+	items, ok := w.sequence(n, path)
+	if !ok {
+		return nil
+	}
+	tiers := make([]SectionTier, 0, len(items))
+	for i, item := range items {
+		tp := path + "[" + strconv.Itoa(i) + "]"
+		var t SectionTier
+		pairs, ok := w.mapping(item, tp, tierFields)
+		if !ok && isNull(w.deref(item)) {
+			w.bad(tp, item, "want a tier {limit, window, active, cooldown, skippable}, got null")
+		}
+		for _, p := range pairs {
+			fp := join(tp, p.key)
+			switch p.key {
+			case "limit":
+				t.Limit = w.int64(p.value, fp, "hits in a window")
+			case "window":
+				t.Window = w.sectionDuration(p.value, fp)
+			case "active":
+				t.Active = w.sectionDuration(p.value, fp)
+			case "cooldown":
+				t.Cooldown = w.sectionDuration(p.value, fp)
+			case "skippable":
+				t.Skippable = w.boolean(p.value, fp)
+			}
+		}
+		tiers = append(tiers, t)
+	}
+	return &tiers
+}
+
+// sectionDuration reads a Go duration string; nil when absent.
+func (w *walker) sectionDuration(n *yaml.Node, path string) *Duration {
+	d := w.duration(n, path, false)
+	if d == nil {
+		return nil
+	}
+	out := Duration(*d)
+	return &out
+}
+
+// hitsLimit reads a hard or global limit: a count ≥ 1, or "none" (0);
+// nil when absent.
+func (w *walker) hitsLimit(n *yaml.Node, path string) *HitsLimit {
+	s, ok := w.scalar(n, path)
+	if !ok {
+		return nil
+	}
+	if s.Tag == "!!str" && s.Value == "none" {
+		h := HitsLimit(0)
+		return &h
+	}
+	if s.Tag != "!!int" {
+		w.bad(path, s, `want a count of hits per second or "none", got %s`, kindName(s))
+		return nil
+	}
+	var v int64
+	if err := s.Decode(&v); err != nil {
+		w.bad(path, s, "%q is not a 64-bit integer (hits per second)", s.Value)
+		return nil
+	}
+	if v <= 0 {
+		w.bad(path, s, `%d must be ≥ 1 (hits per second; unbounded: "none", or leave it out)`, v)
+		return nil
+	}
+	h := HitsLimit(v)
+	return &h
 }
 
 // sectionBucket reads a bucket; nil when null.
@@ -249,6 +491,7 @@ func (s *Section) Validate() (*Config, error) {
 			b := sr.Default.bucket(w, rp+".default")
 			r.Default = &b
 		}
+		sectionTierResource(w, sr, r, rp)
 		if len(sr.Domains) > 0 {
 			r.Buckets = make(map[string]Bucket, len(sr.Domains))
 		}
@@ -260,10 +503,85 @@ func (s *Section) Validate() (*Config, error) {
 			r.Buckets[d] = sb.bucket(w, key(rp+".domains", d))
 		}
 	}
+	if len(s.Namespaces) > 0 {
+		cfg.Namespaces = make(map[string]Namespace, len(s.Namespaces))
+	}
+	for prefix, sn := range s.Namespaces {
+		var ns Namespace
+		if sn != nil {
+			ns.IgnoreConfigured = sn.IgnoreConfigured != nil && *sn.IgnoreConfigured
+			ns.AllowUnconfigured = sn.AllowUnconfigured != nil && *sn.AllowUnconfigured
+		}
+		cfg.Namespaces[prefix] = ns
+	}
 	if err := errors.Join(w.err(), cfg.validate(goVocab, sectionPath)); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// sectionTierResource converts sr's burst-tier fields into r.
+func sectionTierResource(w *walker, sr *SectionResource, r *Resource, rp string) {
+	if sr.HardLimit != nil {
+		r.HardLimit = int64(*sr.HardLimit)
+	}
+	if sr.GlobalLimit != nil {
+		r.GlobalLimit = int64(*sr.GlobalLimit)
+	}
+	if sr.Tiers != nil {
+		r.Tiers = sectionTierList(w, *sr.Tiers, rp+".tiers")
+	}
+	if sr.TierDomains != nil {
+		r.TierDomains = make(map[string]TierDomain, len(sr.TierDomains))
+	}
+	for _, d := range sortedKeys(sr.TierDomains) {
+		var td TierDomain
+		if sd := sr.TierDomains[d]; sd != nil {
+			if sd.HardLimit != nil {
+				td.HardLimit = int64(*sd.HardLimit)
+				if td.HardLimit == 0 {
+					td.HardLimit = Unbounded
+				}
+			}
+			if sd.Tiers != nil {
+				td.Tiers = sectionTierList(w, *sd.Tiers, key(rp+".domains", d)+".tiers")
+			}
+		}
+		r.TierDomains[d] = td
+	}
+}
+
+// sectionTierList converts tiers (never nil, even empty), reporting the
+// required fields that are absent.
+func sectionTierList(w *walker, tiers []SectionTier, path string) []Tier {
+	out := make([]Tier, 0, len(tiers))
+	for i, st := range tiers {
+		tp := path + "[" + strconv.Itoa(i) + "]"
+		t := Tier{Limit: 1, Window: time.Second, Active: time.Second}
+		if st.Limit != nil {
+			t.Limit = *st.Limit
+		} else {
+			w.bad(tp+".limit", nil, "required (hits in a window, ≥ 1)")
+		}
+		if st.Window != nil {
+			t.Window = time.Duration(*st.Window)
+		} else {
+			w.bad(tp+".window", nil, `required (a Go duration such as "1s")`)
+		}
+		if st.Active != nil {
+			t.Active = time.Duration(*st.Active)
+		} else {
+			w.bad(tp+".active", nil, `required (a Go duration such as "1h")`)
+		}
+		if st.Cooldown != nil {
+			t.Cooldown = time.Duration(*st.Cooldown)
+		}
+		if st.Skippable != nil {
+			t.Skippable = *st.Skippable
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 // bucket applies the defaults to b.

@@ -25,12 +25,22 @@ type Outcome struct {
 	TooManyBuckets bool
 }
 
+// HitOutcome is what Store.TakeHits did.
+type HitOutcome struct {
+	// TierResult is StepTiers' result (zero when TooManyBuckets).
+	TierResult
+	// Created and TooManyBuckets are as in Outcome.
+	Created        bool
+	TooManyBuckets bool
+}
+
 // RemoveReason says why a bucket was removed.
 type RemoveReason uint8
 
 // The reasons.
 const (
-	// RemovedIdle: unused for its MaxIdle and full again (Reap).
+	// RemovedIdle: unused for its MaxIdle and full again, or, for a
+	// burst-tier domain, fresh again (Reap).
 	RemovedIdle RemoveReason = iota + 1
 	// RemovedReconfigured: its configuration vanished (SetConfig).
 	RemovedReconfigured
@@ -58,7 +68,11 @@ type Removed struct {
 type Snapshot struct {
 	Key   Key
 	Limit *Limit
+	// State is a token bucket's state (TokenBucket).
 	State State
+	// Tiers is a copy of a burst-tier domain's state (BurstTiers; nil
+	// otherwise).
+	Tiers *TierState
 	// LastUsed is the instant of the bucket's last request, granted or
 	// rejected, in Unix nanoseconds.
 	LastUsed int64
@@ -95,10 +109,26 @@ type Store interface {
 	// answers StatusServerError.
 	Take(now int64, k Key, l *Limit, a Ask) (Outcome, error)
 
+	// TakeHits is one atomic decision on the burst-tier domain k with
+	// configuration l (l.Algorithm BurstTiers) at now: as Take, with the
+	// domain's TierState (a zero TierState when it does not exist) and,
+	// when l.Tiers.GlobalLimit > 0, the resource's global HitLog (one per
+	// l.Resource, shared by all its domains), running StepTiers on both
+	// under one atomic step — in memory, the domain's shard lock and then
+	// the resource's lock; on Redis, one script over the domain's keys and
+	// the resource's. A rejection writes nothing. The dynamic count,
+	// Created, TooManyBuckets, ErrStaleConfig and errors are as for Take.
+	// A domain last configured under another Limit keeps its one-second
+	// log and its tiers by index (extra ones dropped, missing ones
+	// inactive); one that was a token bucket starts fresh.
+	TakeHits(now int64, k Key, l *Limit, a Ask) (HitOutcome, error)
+
 	// Reap removes every bucket whose Limit has Bucket.MaxIdle > 0, unused
 	// for at least MaxIdle at now, and full at now (so that it comes back
-	// exactly as it went: full), and calls removed for each (outside the
-	// store's locks). It returns how many it removed. A store that expires
+	// exactly as it went: full), and every burst-tier domain whose state
+	// is Fresh at now, and calls removed for each (outside the store's
+	// locks); it drops the global logs with no hit in the last second. It
+	// returns how many buckets it removed. A store that expires
 	// keys itself (Redis: a TTL of max(MaxIdle, the time until full) set on
 	// every write) may remove nothing here.
 	Reap(now int64, removed func(Removed)) (int, error)

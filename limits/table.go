@@ -20,7 +20,7 @@ type table struct {
 // inlineDomain is the longest domain kept inside a slot.
 const inlineDomain = 22
 
-// slot is one bucket: 96 bytes.
+// slot is one bucket: 104 bytes.
 type slot struct {
 	hash uint64 // 0: empty; else the key's hash with the low bit set
 	res  string // the resource (the Limit's copy of the name)
@@ -33,8 +33,9 @@ type slot struct {
 
 // memBucket is one bucket's record.
 type memBucket struct {
-	state      State
-	last       int64 // Unix ns of the last request
+	state      State      // TokenBucket
+	tiers      *TierState // BurstTiers (nil otherwise)
+	last       int64      // Unix ns of the last request
 	limit      *Limit
 	grants     uint32 // saturating
 	rejections uint32 // saturating

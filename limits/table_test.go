@@ -98,8 +98,8 @@ func TestPropertyTable(t *testing.T) {
 }
 
 func TestSlotSize(t *testing.T) {
-	if sizeofSlot != 96 {
-		t.Fatalf("a slot is %d bytes; the documentation says 96", sizeofSlot)
+	if sizeofSlot != 104 {
+		t.Fatalf("a slot is %d bytes; the documentation says 104", sizeofSlot)
 	}
 }
 

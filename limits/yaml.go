@@ -246,6 +246,34 @@ func (w *walker) float(n *yaml.Node, path, unit string) *float64 {
 	return &v
 }
 
+// boolean reads true or false; nil when absent.
+func (w *walker) boolean(n *yaml.Node, path string) *bool {
+	s, ok := w.scalar(n, path)
+	if !ok {
+		return nil
+	}
+	var v bool
+	if s.Tag != "!!bool" || s.Decode(&v) != nil {
+		w.bad(path, s, "want true or false, got %s", kindName(s))
+		return nil
+	}
+	return &v
+}
+
+// sequence returns the items of the sequence n, reporting under path
+// anything else; ok is false for null or non-sequences.
+func (w *walker) sequence(n *yaml.Node, path string) ([]*yaml.Node, bool) {
+	n = w.deref(n)
+	if isNull(n) {
+		return nil, false
+	}
+	if n.Kind != yaml.SequenceNode {
+		w.bad(path, n, "want a sequence, got %s", kindName(n))
+		return nil, false
+	}
+	return n.Content, true
+}
+
 // str reads a string; nil when absent.
 func (w *walker) str(n *yaml.Node, path string) *string {
 	s, ok := w.scalar(n, path)

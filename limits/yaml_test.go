@@ -290,8 +290,8 @@ func TestSectionErrors(t *testing.T) {
 		doc  string
 		want []string
 	}{
-		{"unknown field", "resource: {}\n", []string{`limits.resource: unknown field (want one of global_default, resources) (line 1)`}},
-		{"unknown resource field", "resources:\n  a:\n    buckets: {}\n", []string{`limits.resources.a.buckets: unknown field (want one of algorithm, domains, template, max_dynamic_buckets, default) (line 3)`}},
+		{"unknown field", "resource: {}\n", []string{`limits.resource: unknown field (want one of global_default, namespaces, resources) (line 1)`}},
+		{"unknown resource field", "resources:\n  a:\n    buckets: {}\n", []string{`limits.resources.a.buckets: unknown field (want one of algorithm, domains, template, max_dynamic_buckets, default, hard_limit, global_limit, tiers) (line 3)`}},
 		{"unknown bucket field", "resources:\n  a:\n    domains:\n      x: {wait_timeout_millis: 3}\n", []string{`limits.resources.a.domains.x.wait_timeout_millis: unknown field`}},
 		{"a duration without a unit", "global_default: {wait_timeout: 1000}\n", []string{`limits.global_default.wait_timeout: want a Go duration string such as "1s" or "250ms", got int "1000" (line 1)`}},
 		{"a bad duration", "global_default: {max_debt: soon}\n", []string{`limits.global_default.max_debt: "soon" is not a Go duration string`}},
@@ -305,7 +305,7 @@ func TestSectionErrors(t *testing.T) {
 		{"size 0", "resources:\n  a:\n    default: {size: 0}\n", []string{`limits.resources.a.default.size: 0 must be > 0 (tokens)`}},
 		{"size not an integer", "global_default: {size: 1.5}\n", []string{`limits.global_default.size: want an integer (tokens), got float "1.5"`}},
 		{"per request 0", "global_default: {max_tokens_per_request: 0}\n", []string{`limits.global_default.max_tokens_per_request: 0 must be ≥ 1`}},
-		{"unknown algorithm", "resources:\n  a:\n    algorithm: leaky\n", []string{`limits.resources.a.algorithm: unknown algorithm "leaky" (want token_bucket)`}},
+		{"unknown algorithm", "resources:\n  a:\n    algorithm: leaky\n", []string{`limits.resources.a.algorithm: unknown algorithm "leaky" (want token_bucket or burst_tiers)`}},
 		{"default and template", "resources:\n  a:\n    default: {}\n    template: {}\n", []string{`limits.resources.a.default: a resource may not have both default and template`}},
 		{"bad domain", "resources:\n  a:\n    domains:\n      'rate limit': {}\n", []string{`limits.resources.a.domains["rate limit"]: domain name "rate limit" has ' ' at byte 4`}},
 		{"a dotted domain is quoted in the path", "resources:\n  a:\n    domains:\n      rate_limit/1.2.3.4: {size: 0}\n", []string{`limits.resources.a.domains["rate_limit/1.2.3.4"].size: 0 must be > 0`}},
@@ -391,7 +391,7 @@ func TestConfigValidate(t *testing.T) {
 	for _, w := range []string{
 		`global_default.wait_timeout: -1ns is negative`,
 		`resources.r.domains[""]: domain name is empty`,
-		`resources.r.algorithm: unknown algorithm 3 (want token_bucket)`,
+		`resources.r.algorithm: unknown algorithm 3 (want token_bucket or burst_tiers)`,
 		`resources["r 2"]: resource name "r 2" has ' '`,
 	} {
 		if err == nil || !strings.Contains(err.Error(), w) {
