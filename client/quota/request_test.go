@@ -428,3 +428,49 @@ func TestKillSwitch(t *testing.T) {
 		t.Errorf("ReserveCopies with the switch off: %v, want over limit (3 of 3)", err)
 	}
 }
+
+// TestRequestBurstTiers: Request against the real burst-tier engine
+// (virtual time): the answer's context — tier, its limit and hits,
+// bursts, the hard and global limits and which held the request back —
+// and a rejection by the hard limit retried into the next second.
+func TestRequestBurstTiers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newCharon(t)
+		hc := startCharonPipe(t, h)
+		c, _ := newClient(t, "limits.test:1", quota.WithHTTPClient(hc()), quota.WithJitterSource(jitterLow))
+		ctx := context.Background()
+		steps := []struct {
+			name             string
+			resource, domain string
+			tokens, min      int64
+			maxWait          time.Duration
+			granted          int64
+			tier             quota.Tier
+			attempts         int
+		}{
+			{name: "into tier 1", resource: "cookbook/tiers", domain: "acme", tokens: 3, granted: 3,
+				tier: quota.Tier{Index: 1, Limit: 3, Hits: 3, DomainHitsLastSecond: 3, Burst: true}, attempts: 1},
+			{name: "tier 1 full: burst into tier 2", resource: "cookbook/tiers", domain: "acme", tokens: 1, granted: 1,
+				tier: quota.Tier{Index: 2, Limit: 4, Hits: 1, DomainHitsLastSecond: 4, Burst: true}, attempts: 1},
+			{name: "the hard limit cuts a request", resource: "cookbook/hard", domain: "a", tokens: 3, min: 1, granted: 2,
+				tier: quota.Tier{Index: 1, Limit: 1000, Hits: 2, HardLimit: 2, GlobalLimit: 3, HasHardLimit: true, HasGlobalLimit: true,
+					DomainHitsLastSecond: 2, GlobalHitsLastSecond: 2, Burst: true, HardLimited: true}, attempts: 1},
+			{name: "the global limit cuts another domain's", resource: "cookbook/hard", domain: "b", tokens: 2, min: 1, granted: 1,
+				tier: quota.Tier{Index: 1, Limit: 1000, Hits: 1, HardLimit: 2, GlobalLimit: 3, HasHardLimit: true, HasGlobalLimit: true,
+					DomainHitsLastSecond: 1, GlobalHitsLastSecond: 3, Burst: true, GlobalLimited: true}, attempts: 1},
+			{name: "rejected until the second has passed", resource: "cookbook/hard", domain: "a", tokens: 1, maxWait: 5 * time.Second, granted: 1,
+				// a hit in tier 1's 1 s window, which has moved on
+				tier: quota.Tier{Index: 1, Limit: 1000, Hits: 1, HardLimit: 2, GlobalLimit: 3, HasHardLimit: true, HasGlobalLimit: true,
+					DomainHitsLastSecond: 1, GlobalHitsLastSecond: 1}, attempts: 2},
+		}
+		for _, st := range steps {
+			g, err := c.Request(ctx, st.resource, st.domain, st.tokens, st.min, st.maxWait)
+			if err != nil {
+				t.Fatalf("%s: %v", st.name, err)
+			}
+			if g.Granted != st.granted || g.Tier != st.tier || g.Attempts != st.attempts {
+				t.Errorf("%s: granted %d after %d attempts, tier %+v; want %d, %d, %+v", st.name, g.Granted, g.Attempts, g.Tier, st.granted, st.attempts, st.tier)
+			}
+		}
+	})
+}

@@ -59,6 +59,17 @@ func testConfig() *limits.Config {
 		// service shares its prefix's configuration, a bucket each.
 		"grpc": {Buckets: map[string]limits.Bucket{"grpc.health.v1.Health": b(2, 0.01, 0, 0, 1)}},
 		"http": {Default: &limits.Bucket{Size: 2, FillRate: 0.01, MaxTokensPerRequest: 1}},
+		// Charon's rate-limited resources, as the issue's
+		// examples/charon.yaml has them: cookbook/tiers has two tiers,
+		// cookbook/hard a hard limit of 2 per domain and a global limit of
+		// 3 per second over one large tier.
+		"cookbook/tiers": {Algorithm: limits.BurstTiers, Tiers: []limits.Tier{
+			{Limit: 3, Window: 2 * time.Second, Active: 6 * time.Second},
+			{Limit: 4, Window: 2 * time.Second, Active: 2 * time.Second, Cooldown: 4 * time.Second},
+		}},
+		"cookbook/hard": {Algorithm: limits.BurstTiers, HardLimit: 2, GlobalLimit: 3, Tiers: []limits.Tier{
+			{Limit: 1000, Window: time.Second, Active: time.Hour},
+		}},
 		// the examples, in the design's names: every method of UserService
 		// gets 2 tokens, hardly refilled; "batch" takes reports.
 		"Pinky_TheBrain": {Buckets: map[string]limits.Bucket{
@@ -142,7 +153,20 @@ func (s *service) Allow(ctx context.Context, req *connect.Request[sluicev1.Allow
 	}
 	resp := &sluicev1.AllowResponse{
 		Status: statuses[d.Status], Granted: d.Granted, Remaining: d.Remaining,
-		Limit: d.Limit, Bucket: d.Bucket.String(),
+		Limit: d.Limit, Bucket: d.Bucket.String(), Unlimited: d.Unlimited,
+	}
+	if d.Algorithm == limits.BurstTiers {
+		// The burst-tier context (fields 8–18); a limit of 0 is unbounded.
+		tc := d.Tiers
+		if tc.HardLimit > 0 {
+			resp.HardLimit = &tc.HardLimit
+		}
+		if tc.GlobalLimit > 0 {
+			resp.GlobalLimit = &tc.GlobalLimit
+		}
+		resp.TierLimit, resp.Tier, resp.TierHits = tc.TierLimit, int32(tc.Tier), tc.TierHits
+		resp.DomainHitsLastSecond, resp.GlobalHitsLastSecond = tc.DomainHitsLastSecond, tc.GlobalHitsLastSecond
+		resp.Burst, resp.HardLimited, resp.GlobalLimited = tc.Burst, tc.HardLimited, tc.GlobalLimited
 	}
 	if d.Status == limits.StatusOK {
 		resp.Wait = durationpb.New(d.Wait)
