@@ -268,6 +268,7 @@ func TestSessionLost(t *testing.T) {
 				if !errors.Is(hold.Err(), quota.ErrSessionLost) || hold.Copies() != 0 {
 					t.Errorf("hold: err %v, %d copies; want ErrSessionLost, 0", hold.Err(), hold.Copies())
 				}
+				synctest.Wait() // the callback's goroutine
 				mu.Lock()
 				if !slices.Equal(lost, []string{id}) || !errors.Is(lostErr, quota.ErrSessionLost) {
 					t.Errorf("callback got %v, %v; want [%s], ErrSessionLost", lost, lostErr, id)
@@ -408,4 +409,34 @@ func TestConcurrentReservesGlobalLimit(t *testing.T) {
 	if g, _ := h.held("seats", ""); g != 0 {
 		t.Errorf("after the releases: %d held", g)
 	}
+}
+
+// TestSessionLostFoundByRelease: a Release that finds its session gone
+// reports the loss; the callback may use the hold (it runs on its own
+// goroutine: no deadlock on the hold's lock).
+func TestSessionLostFoundByRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newCharon(t)
+		hc := startCharonPipe(t, h)
+		var hold *quota.Hold
+		inCallback := make(chan error, 1)
+		c, _ := newClient(t, "limits.test:1", quota.WithHTTPClient(hc()), quota.WithSessionTTL(time.Hour),
+			quota.WithSessionLost(func(string, error) { inCallback <- hold.Release(context.Background(), 1) }))
+		ctx := context.Background()
+		var err error
+		hold, err = c.ReserveCopies(ctx, "gpus", "acme", 2, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if _, err := h.copies.Close(time.Now(), hold.Session()); err != nil { // the keep-alive renews only every 20 min
+			t.Fatal(err)
+		}
+		if err := hold.Release(ctx, 1); !errors.Is(err, quota.ErrSessionLost) {
+			t.Errorf("Release: %v, want ErrSessionLost", err)
+		}
+		if err := <-inCallback; !errors.Is(err, quota.ErrSessionLost) {
+			t.Errorf("Release in the callback: %v, want ErrSessionLost", err)
+		}
+	})
 }

@@ -38,8 +38,10 @@ func WithSessionTTL(d time.Duration) Option {
 // renewed within its ttl. Every copy the session held is gone: its Holds'
 // Err wraps ErrSessionLost (err is that error), and a Do running on one
 // sees its context cancelled with that cause. The next call that needs a
-// session opens a new one. f runs on a goroutine of the client's or of
-// the call that found out, and must not block for long.
+// session opens a new one. f runs on a goroutine of its own, which Close
+// waits for: f may use the client and its holds, but must not call Close
+// (nor wait for something Close does). A session lost while the client
+// closes is not reported.
 func WithSessionLost(f func(id string, err error)) Option {
 	return func(c *Client) { c.onSessionLost = f }
 }
@@ -212,8 +214,8 @@ func (c *Client) loseSession(s *session, cause error) {
 	c.sess.mu.Unlock()
 	c.m.sessions.WithLabelValues("lost").Inc()
 	c.log.Warn("quota: session lost: its holds are gone", "session", shortID(s.id), "err", cause)
-	if c.onSessionLost != nil {
-		c.onSessionLost(s.id, err)
+	if f := c.onSessionLost; f != nil {
+		c.background(func() { f(s.id, err) })
 	}
 }
 
