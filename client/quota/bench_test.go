@@ -74,3 +74,52 @@ func BenchmarkReport(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkRequest: one Request granted at once, a request to the real
+// service over loopback gRPC.
+func BenchmarkRequest(b *testing.B) {
+	addr, stop, err := serveCharon(newCharon(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	c, err := quota.New(addr, quota.WithLogger(quiet))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if g, err := c.Request(ctx, "api", "bench", 1, 0, 0); err != nil || g.Source != quota.FromService {
+			b.Fatal(g, err)
+		}
+	}
+}
+
+// BenchmarkReserveRelease: a ReserveCopies and the Release of its copy,
+// two requests to the real service (copies engine) over loopback gRPC,
+// in a session opened once.
+func BenchmarkReserveRelease(b *testing.B) {
+	addr, stop, err := serveCharon(newCharon(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	c, err := quota.New(addr, quota.WithLogger(quiet))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		h, err := c.ReserveCopies(ctx, "gpus", "bench", 1, 0, 0)
+		if err != nil || h.Degraded() {
+			b.Fatal(h, err)
+		}
+		if err := h.Release(ctx, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
