@@ -44,7 +44,9 @@ func exampleCharon() (addr string, stop func()) {
 func ExampleClient_Request() {
 	addr, stop := exampleCharon()
 	defer stop()
-	c, err := quota.New(addr)
+	// An answer slower than the call timeout (1 s by default) would fail
+	// open: a generous one, for a loaded machine.
+	c, err := quota.New(addr, quota.WithCallTimeout(10*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func ExampleClient_Request() {
 func ExampleClient_ReserveCopies() {
 	addr, stop := exampleCharon()
 	defer stop()
-	c, err := quota.New(addr)
+	c, err := quota.New(addr, quota.WithCallTimeout(10*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -103,12 +105,12 @@ func ExampleHold_Transfer() {
 	addr, stop := exampleCharon()
 	defer stop()
 	ctx := context.Background()
-	first, err := quota.New(addr) // process 1
+	first, err := quota.New(addr, quota.WithCallTimeout(10*time.Second)) // process 1
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer first.Close()
-	second, err := quota.New(addr) // process 2
+	second, err := quota.New(addr, quota.WithCallTimeout(10*time.Second)) // process 2
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -148,7 +150,7 @@ func ExampleHold_Transfer() {
 func ExampleClient_ReserveMulti() {
 	addr, stop := exampleCharon()
 	defer stop()
-	c, err := quota.New(addr)
+	c, err := quota.New(addr, quota.WithCallTimeout(10*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -180,7 +182,7 @@ func ExampleClient_ReserveMulti() {
 func ExampleClient_SetKillSwitch() {
 	addr, stop := exampleCharon()
 	defer stop()
-	c, err := quota.New(addr)
+	c, err := quota.New(addr, quota.WithCallTimeout(10*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -385,8 +385,8 @@ func TestConcurrentReservesGlobalLimit(t *testing.T) {
 			if errors.As(err, new(*quota.OverLimitError)) {
 				return
 			}
-			if err != nil {
-				t.Error(err)
+			if err != nil || hold.Degraded() {
+				t.Error(hold, err)
 				return
 			}
 			granted.Add(1)

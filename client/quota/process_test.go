@@ -83,7 +83,8 @@ func helperMain(addr string, do []string) int {
 		report(r)
 		return 1
 	}
-	c, err := quota.New(addr, quota.WithSessionTTL(2*time.Second), quota.WithFailOpen(false), quota.WithLogger(quiet))
+	c, err := quota.New(addr, quota.WithSessionTTL(2*time.Second), quota.WithFailOpen(false), quota.WithCallTimeout(30*time.Second),
+		quota.WithLogger(quiet))
 	if err != nil {
 		return fail(helperReport{}, err)
 	}
@@ -209,7 +210,7 @@ func TestRealProcesses(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "the killed client's holds to be released", func() bool { return held() == 0 })
 	took := time.Since(killed)
 	t.Logf("holds of a SIGKILLed client released %v after the kill (session ttl 2 s)", took.Round(time.Millisecond))
-	if took > 2*time.Second+time.Second { // the ttl, and the server's expiry period with room to spare
+	if took > 2*time.Second+3*time.Second { // the ttl, the server's expiry period, and room for a loaded machine
 		t.Errorf("released %v after the kill: past the session's ttl", took)
 	}
 

@@ -255,7 +255,11 @@ func TestFailOpen(t *testing.T) {
 				h.stall.Store(tc.stall)
 				addr = startCharon(t, h)
 			}
-			c, reg := newClient(t, addr, quota.WithCallTimeout(200*time.Millisecond))
+			var opts []quota.Option
+			if tc.stall {
+				opts = append(opts, quota.WithCallTimeout(200*time.Millisecond))
+			}
+			c, reg := newClient(t, addr, opts...)
 			ctx := context.Background()
 			g, err := c.Request(ctx, "api", "fast", 5, 2, time.Hour)
 			if err != nil || g.Granted != 2 || g.Source != quota.FromDegraded || !g.Degraded() || g.Attempts != 1 {
@@ -284,7 +288,7 @@ func TestFailOpen(t *testing.T) {
 				t.Errorf("Do: %v, %d copies left", err, hold.Copies())
 			}
 
-			strict, _ := newClient(t, addr, quota.WithCallTimeout(200*time.Millisecond), quota.WithFailOpen(false))
+			strict, _ := newClient(t, addr, quota.WithFailOpen(false))
 			if _, err := strict.Request(ctx, "api", "fast", 5, 2, time.Hour); !errors.Is(err, quota.ErrUnavailable) {
 				t.Errorf("Request without fail-open: %v, want ErrUnavailable", err)
 			}

@@ -280,11 +280,13 @@ func startPipe(t *testing.T, s *service) quota.Option {
 }
 
 // newClient returns a client of addr closed at the test's end, with its
-// metrics in a registry of its own.
+// metrics in a registry of its own. Charon's calls wait up to 30 s for an
+// answer (a loaded machine's loopback can take seconds) unless opts say
+// otherwise: a slower answer would fail open.
 func newClient(t *testing.T, addr string, opts ...quota.Option) (*quota.Client, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	c, err := quota.New(addr, append([]quota.Option{quota.WithLogger(quiet), quota.WithRegisterer(reg)}, opts...)...)
+	c, err := quota.New(addr, append([]quota.Option{quota.WithLogger(quiet), quota.WithRegisterer(reg), quota.WithCallTimeout(30 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
