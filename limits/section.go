@@ -296,7 +296,9 @@ func (w *walker) sectionResource(n *yaml.Node, path string) *SectionResource {
 		case "domains":
 			if tiered {
 				ds, _ := w.mapping(p.value, fp, nil)
-				r.TierDomains = make(map[string]*SectionTierDomain, len(ds))
+				if len(ds) > 0 {
+					r.TierDomains = make(map[string]*SectionTierDomain, len(ds))
+				}
 				for _, d := range ds {
 					r.TierDomains[d.key] = w.sectionTierDomain(d.value, key(fp, d.key))
 				}

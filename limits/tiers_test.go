@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -546,5 +548,53 @@ func TestTierTooManyDomains(t *testing.T) {
 	}
 	if want := []EventType{EventBucketCreated, EventTokensServed, EventBucketMiss}; !reflect.DeepEqual(events, want) {
 		t.Fatalf("events %v", events)
+	}
+}
+
+// Concurrent requests on one domain never exceed its tiers' limits, nor
+// concurrent requests on many domains the global limit, whatever walks,
+// reaps and reconfigurations run beside them.
+func TestTierConcurrent(t *testing.T) {
+	cfg := tiered(0, 0, tier(100, hr, hr, 0), tier(50, hr, hr, 0))
+	cfg.Resources["g"] = &Resource{Algorithm: BurstTiers, GlobalLimit: 70, HardLimit: 20, Tiers: []Tier{tier(1000, hr, hr, 0)}}
+	e := newEngine(t, cfg, ListenerFunc(func(Event) {}))
+	var wg sync.WaitGroup
+	var one, global atomic.Int64
+	perDomain := make([]atomic.Int64, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 500 {
+				// Instants out of order across goroutines, all within the
+				// windows (an hour) and the same second.
+				when := at(time.Duration(i%7) * time.Millisecond)
+				d := e.Allow(when, Request{Resource: "r", Domain: "d", Tokens: 1 + int64(i%4), MinTokens: 1})
+				if d.Tiers.Tier > 0 && d.Tiers.TierHits > d.Tiers.TierLimit {
+					t.Errorf("tier %d holds %d > %d", d.Tiers.Tier, d.Tiers.TierHits, d.Tiers.TierLimit)
+				}
+				one.Add(d.Granted)
+				d = e.Allow(when, Request{Resource: "g", Domain: fmt.Sprint("d", g), Tokens: 1 + int64(i%3), MinTokens: 1})
+				global.Add(d.Granted)
+				perDomain[g].Add(d.Granted)
+				if g == 0 && i%100 == 0 {
+					_ = e.Walk(when, func(BucketInfo) bool { return true })
+					_, _ = e.Reap(when)
+					if err := e.SetConfig(when, cfg); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := one.Load(); n != 150 {
+		t.Errorf("one domain: granted %d, want exactly its tiers' 100 + 50", n)
+	}
+	if n := global.Load(); n != 70 {
+		t.Errorf("global: granted %d, want exactly G = 70", n)
+	}
+	for g := range perDomain {
+		if n := perDomain[g].Load(); n > 20 {
+			t.Errorf("domain %d: granted %d > H = 20", g, n)
+		}
 	}
 }
