@@ -98,6 +98,19 @@ func (a LimitsAPI) Allow(_ context.Context, req *v1.AllowRequest) (*v1.AllowResp
 	} else if !d.RetryNever {
 		resp.RetryAfter = durationpb.New(d.RetryAfter)
 	}
+	resp.Unlimited = d.Unlimited
+	if d.Algorithm == limits.BurstTiers {
+		tc := d.Tiers
+		if tc.HardLimit > 0 {
+			resp.HardLimit = &tc.HardLimit
+		}
+		if tc.GlobalLimit > 0 {
+			resp.GlobalLimit = &tc.GlobalLimit
+		}
+		resp.TierLimit, resp.TierHits, resp.Tier = tc.TierLimit, tc.TierHits, int32(tc.Tier)
+		resp.DomainHitsLastSecond, resp.GlobalHitsLastSecond = tc.DomainHitsLastSecond, tc.GlobalHitsLastSecond
+		resp.Burst, resp.HardLimited, resp.GlobalLimited = tc.Burst, tc.HardLimited, tc.GlobalLimited
+	}
 	return resp, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/limits"
 )
@@ -321,4 +323,45 @@ func FuzzQuotaServiceAllow(f *testing.F) {
 			t.Fatalf("%v: %v; want an answer or InvalidArgument", r, err)
 		}
 	})
+}
+
+// Allow on a burst-tier resource answers with the paper's context: the
+// issue's cookbook/tiers bursts into tier 2 on its fourth hit, and
+// cookbook/hard's hard limit cuts a bulk request.
+func TestLimitsAllowBurstTiers(t *testing.T) {
+	data, err := os.ReadFile("../limits/testdata/charon.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := config.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
+	s := New(Options{ID: "tiers", Now: clock.Now, Limits: repo.Limits()})
+	api := s.LimitsAPI()
+	allow := func(resource string, tokens, lo int64) *v1.AllowResponse {
+		t.Helper()
+		resp, err := api.Allow(t.Context(), &v1.AllowRequest{Resource: resource, Domain: "acme", Tokens: tokens, MinTokens: lo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for i := 1; i <= 3; i++ {
+		if r := allow("cookbook/tiers", 1, 0); r.GetStatus() != v1.AllowResponse_OK || r.GetTier() != 1 || r.GetTierLimit() != 3 || r.GetTierHits() != int64(i) {
+			t.Fatalf("hit %d: %v", i, r)
+		}
+	}
+	r := allow("cookbook/tiers", 1, 0)
+	if r.GetStatus() != v1.AllowResponse_OK || r.GetTier() != 2 || r.GetTierLimit() != 4 || !r.GetBurst() || r.HardLimit != nil || r.GlobalLimit != nil {
+		t.Fatalf("the fourth hit should burst into tier 2: %v", r)
+	}
+	r = allow("cookbook/hard", 5, 1)
+	if r.GetGranted() != 2 || !r.GetHardLimited() || r.GetHardLimit() != 2 || r.GetGlobalLimit() != 3 || r.GetDomainHitsLastSecond() != 2 {
+		t.Fatalf("5 hits against a hard limit of 2: %v", r)
+	}
+	if r := allow("muted/r", 3, 0); r.GetStatus() != v1.AllowResponse_OK || r.GetGranted() != 3 || !r.GetUnlimited() {
+		t.Fatalf("a muted resource: %v", r)
+	}
 }
