@@ -83,6 +83,7 @@ import (
 	"github.com/sluice-rl/sluice/algorithm"
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/copies"
 )
 
 // Template is one validated resource template.
@@ -160,7 +161,41 @@ type Repository struct {
 	exact     map[string]int
 	globs     []int
 	limits    *limits.Config
+	copies    *copies.Config
+	notes     []string
 	hash      string
+}
+
+// Copies returns the copy-limited resources of the file's limits section
+// (`algorithm: copies`), validated, or nil when it has none. The caller
+// must not change it.
+func (r *Repository) Copies() *copies.Config { return r.copies }
+
+// Notes returns what loading normalized, one line each, as charon-paper.md
+// §4.1 normalizes a configuration before committing it: burst tiers with
+// an active time of 0 removed, windows shortened to the active time,
+// active times trimmed to whole windows, copy limits above the global
+// limit lowered to it. The servers apply the same normalization.
+func (r *Repository) Notes() []string { return r.notes }
+
+// normalizeNotes returns the notes of normalizing copies of lc and cc.
+func normalizeNotes(lc *limits.Config, cc *copies.Config) []string {
+	var notes []string
+	if lc != nil {
+		for _, n := range lc.Clone().Normalize() {
+			if !strings.HasPrefix(n, "limits.") {
+				n = "limits." + n
+			}
+			notes = append(notes, n)
+		}
+	}
+	if cc != nil {
+		_, ns := cc.Normalize()
+		for _, n := range ns {
+			notes = append(notes, "limits."+n.String())
+		}
+	}
+	return notes
 }
 
 // Limits returns the file's limits section, validated (nil when the file
@@ -331,11 +366,17 @@ func Parse(data []byte) (*Repository, error) {
 	}
 	var errs []error
 	if raw.Limits != nil {
-		cfg, err := limits.DecodeSection(raw.Limits.node)
+		section, cp, err := splitCopies(raw.Limits.node)
 		if err != nil {
 			errs = append(errs, err)
+		} else {
+			cfg, err := limits.DecodeSection(section)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			repo.limits, repo.copies = cfg, cp
+			repo.notes = normalizeNotes(cfg, cp)
 		}
-		repo.limits = cfg
 	}
 	seen := map[string]int{}
 	for i, rt := range raw.Resources {

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/copies"
 )
 
 const valid = `
@@ -466,5 +468,48 @@ func TestLoadQuotaService(t *testing.T) {
 	}
 	if got := (<-loads).Limits().Resources["logins"].Template.Size; got != 2 {
 		t.Fatalf("reloaded template size %d, want 2", got)
+	}
+}
+
+// examples/charon.yaml holds exactly the issue's resources: the
+// rate-limited ones for package limits, cookbook/sandboxes for
+// limits/copies, and the namespaces for both.
+func TestExampleCharon(t *testing.T) {
+	r, err := Load("../examples/charon.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := r.Limits()
+	for _, name := range []string{"cookbook/tiers", "cookbook/hard", "cookbook/batch", "muted/r"} {
+		if l.Resources[name] == nil || l.Resources[name].Algorithm != limits.BurstTiers {
+			t.Errorf("%s: %+v, want a burst-tier resource", name, l.Resources[name])
+		}
+	}
+	want := &copies.Config{
+		Resources: map[string]copies.Resource{"cookbook/sandboxes": {
+			DomainLimit: 3, DomainLimits: map[string]int64{"acme": 4}, GlobalLimit: 5,
+			Groups: []copies.Group{{Name: "trusted", Limit: 4, Domains: []string{"acme", "initech"}}},
+		}},
+		AllowUnconfigured: []string{"open/"},
+	}
+	if got := r.Copies(); !reflect.DeepEqual(got, want) {
+		t.Errorf("copies %+v\nwant %+v", got, want)
+	}
+	if len(r.Notes()) != 0 {
+		t.Errorf("the example needs normalizing: %v", r.Notes())
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"limits:\n  resources:\n    s: {algorithm: copies, domain_limit: 1, domian_limits: {}}\n", "limits.resources.s"},
+		{"limits:\n  resources:\n    s: {algorithm: copies}\n", "limits.resources.s.domain_limit: required"},
+		{"limits:\n  resources:\n    s: {algorithm: copies, domain_limit: -1}\n", "domain_limit"},
+		{"limits:\n  resources:\n    s: {algorithm: copies, domain_limit: 1, global_limit: 0}\n", "limits.resources.s.global_limit"},
+	} {
+		if _, err := Parse([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v; want an error containing %q", tc.yaml, err, tc.want)
+		}
+	}
+	r, err = Parse([]byte("limits:\n  resources:\n    s: {algorithm: copies, domain_limit: 9, global_limit: 5}\n"))
+	if err != nil || len(r.Notes()) != 1 || !strings.Contains(r.Notes()[0], "limits.resources.s.domain_limit") {
+		t.Errorf("normalization notes %v, %v", r.Notes(), err)
 	}
 }

@@ -19,7 +19,10 @@ func newConfigCmd() *cobra.Command {
 		Long: `validate parses each file as the server would (strict YAML, every field
 checked) and prints "FILE: ok (N templates, M limits resources, sha256 H)" or
 every error found, each naming the template (index and identifier_glob) or the
-limits field by its path, and the field. With --quotaservice the files are in
+limits field by its path, and the field; then what loading normalized (Charon's
+rules: tiers with no active time removed, windows shortened to the active time,
+active times trimmed to whole windows, copy limits above the global limit
+lowered to it), a line each. With --quotaservice the files are in
 Square's quota service format (what sluice server --quotaservice-config reads).
 The exit code is 1 if any file is invalid.`,
 		Args: cobra.MinimumNArgs(1),
@@ -47,7 +50,13 @@ The exit code is 1 if any file is invalid.`,
 				if r.Limits() != nil {
 					n = len(r.Limits().Resources)
 				}
+				if r.Copies() != nil {
+					n += len(r.Copies().Resources)
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d templates, %d limits resources, sha256 %s)\n", f, r.Len(), n, r.Hash())
+				for _, note := range r.Notes() {
+					fmt.Fprintf(cmd.OutOrStdout(), "  normalized: %s\n", note)
+				}
 			}
 			if bad > 0 {
 				return fmt.Errorf("%d of %d files invalid", bad, len(files))

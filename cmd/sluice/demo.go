@@ -51,7 +51,7 @@ each client's share next to its max-min fair share.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(newDemoQuotaCmd())
+	cmd.AddCommand(newDemoQuotaCmd(), newDemoTiersCmd())
 	cmd.Flags().DurationVar(&duration, "duration", 30*time.Second, "how long to run")
 	cmd.Flags().IntVar(&clients, "clients", 6, "number of clients (each its own process-level client and connection)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print only the summary, as one JSON object")
@@ -115,5 +115,64 @@ configured rate, and writes a PNG plot of the calls per second (--plot).`,
 	cmd.Flags().IntVar(&users, "users", 20, "users logging in")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print only the summary, as one JSON object")
 	cmd.Flags().StringVar(&plotPath, "plot", "sluice-quota-demo.png", "write a PNG plot of the calls per second here (empty: none)")
+	return cmd
+}
+
+func newDemoTiersCmd() *cobra.Command {
+	var (
+		duration time.Duration
+		asJSON   bool
+		plotPath string
+	)
+	cmd := &cobra.Command{
+		Use:   "tiers",
+		Short: "Run Charon's burst tiers and counting semaphores on loopback: tenants bursting, cooling down, held in a prison tier, holding sandboxes",
+		Long: `demo tiers starts, on 127.0.0.1, a Sluice server with Charon's resources
+embedded (demo/tiers.yaml), a real HTTP target, and tenants calling it through
+the Go client (client/quota), each call asking for a hit first:
+
+  - alice, well-behaved: 15 calls a second, within tier 1 (20 a second);
+  - bob, 10 a second with bursts of 60 for 5 s every 10 s: he bursts into
+    tier 2 (40 a second for 3 s), falls back, and his next burst finds tier 2
+    cooling down (10 s), so it is held to tier 1; the one after bursts again;
+  - mallory, abusive at 40 a second: past tier 1 and a small buffer tier she
+    lands in a prison tier of one hit per 8 s (Punishment, paper 2.3);
+  - carol and dave each hold 2 sandboxes for 2 s at a time, of 3 in all.
+
+It prints a line per second (calls granted and tier per tenant, sandboxes held)
+and a summary, and writes a PNG plot of each tenant's granted rate and tier
+(--plot).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			opts := demo.TiersOptions{Duration: duration, Out: cmd.OutOrStdout()}
+			if asJSON {
+				opts.Out = nil
+			}
+			sum, err := demo.RunTiers(ctx, opts)
+			if err != nil {
+				return err
+			}
+			if plotPath != "" {
+				if err := plotTiers(sum, plotPath); err != nil {
+					return err
+				}
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(sum)
+			}
+			demo.PrintTiersSummary(cmd.OutOrStdout(), sum)
+			if plotPath != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "  plot: %s\n", plotPath)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&duration, "duration", 30*time.Second, "how long to run")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print only the summary, as one JSON object")
+	cmd.Flags().StringVar(&plotPath, "plot", "sluice-tiers-demo.png", "write a PNG plot here (empty: none)")
 	return cmd
 }

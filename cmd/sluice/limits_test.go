@@ -104,3 +104,35 @@ func TestServerQuotaServiceConfig(t *testing.T) {
 		t.Fatalf("limits from both files: %v\n%s", err, out)
 	}
 }
+
+// `sluice server --config examples/charon.yaml` serves the issue's
+// resources: burst tiers through Allow, sandboxes through sessions.
+func TestServerCharonExample(t *testing.T) {
+	data, err := os.ReadFile("../../examples/charon.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _, _ := startServerWith(t, string(data))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := v1.NewLimitsClient(conn)
+	ctx := t.Context()
+	r, err := c.Allow(ctx, &v1.AllowRequest{Resource: "cookbook/hard", Domain: "acme", Tokens: 5, MinTokens: 1})
+	if err != nil || r.GetGranted() != 2 || !r.GetHardLimited() || r.GetHardLimit() != 2 {
+		t.Fatalf("cookbook/hard ×5: %v, %v; want 2, hard-limited", r, err)
+	}
+	if r, err := c.Allow(ctx, &v1.AllowRequest{Resource: "open/anything", Domain: "acme", Tokens: 100}); err != nil || r.GetGranted() != 100 || !r.GetUnlimited() {
+		t.Fatalf("open/anything: %v, %v; want everything, unlimited", r, err)
+	}
+	sess, err := c.OpenSession(ctx, &v1.OpenSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Reserve(ctx, &v1.ReserveRequest{SessionId: sess.GetSessionId(), Resource: "cookbook/sandboxes", Domain: "acme", Copies: 5, MinCopies: 1})
+	if err != nil || res.GetGranted() != 4 || len(res.GetGroups()) != 1 || res.GetGroups()[0].GetName() != "trusted" {
+		t.Fatalf("sandboxes for acme ×5: %v, %v; want 4 (its limit), in trusted", res, err)
+	}
+}

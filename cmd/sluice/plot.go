@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"image/color"
 	"math"
 
@@ -9,6 +10,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/sluice-rl/sluice/demo"
 	"github.com/sluice-rl/sluice/sim"
@@ -141,4 +143,78 @@ func plotQuota(s *demo.QuotaSummary, pngPath string) error {
 		return fmt.Errorf("plot %s: %w", pngPath, err)
 	}
 	return nil
+}
+
+// plotTiers draws the tiers demo: above, each calling tenant's calls
+// granted per second; below, its burst tier and the sandboxes the holders
+// held; 10×7 inches, PNG.
+func plotTiers(s *demo.TiersSummary, pngPath string) error {
+	rate, tier := plot.New(), plot.New()
+	rate.Title.Text = "sluice demo tiers: calls granted per second"
+	rate.Y.Label.Text = "calls per second"
+	tier.Title.Text = "burst tier (callers) and sandboxes held (holders)"
+	tier.X.Label.Text = "time (s)"
+	tier.Y.Label.Text = "tier / sandboxes"
+	for _, p := range []*plot.Plot{rate, tier} {
+		p.Legend.Top, p.Legend.Left = true, true
+		p.Add(plotter.NewGrid())
+	}
+	colors := []color.Color{color.RGBA{G: 150, A: 255}, color.RGBA{R: 230, G: 140, A: 255}, color.RGBA{R: 200, A: 255},
+		color.RGBA{B: 220, A: 255}, color.RGBA{R: 120, G: 60, B: 160, A: 255}}
+	top := 0.0
+	for i, t := range s.Tenants {
+		c := colors[i%len(colors)]
+		add := func(p *plot.Plot, ys []float64, label string) error {
+			var pts plotter.XYs
+			for sec, y := range ys {
+				pts = append(pts, plotter.XY{X: float64(sec) + 0.5, Y: y})
+			}
+			l, err := plotter.NewLine(pts)
+			if err != nil {
+				return err
+			}
+			l.Color, l.Width = c, vg.Points(1.5)
+			p.Add(l)
+			p.Legend.Add(label, l)
+			return nil
+		}
+		var err error
+		if len(t.Holds) > 0 {
+			ys := make([]float64, len(t.Holds))
+			for k, h := range t.Holds {
+				ys[k] = float64(h)
+			}
+			err = add(tier, ys, t.Name+" sandboxes")
+		} else {
+			g, tr := make([]float64, len(t.Granted)), make([]float64, len(t.Tier))
+			for k := range t.Granted {
+				g[k], tr[k] = float64(t.Granted[k]), float64(t.Tier[k])
+				top = math.Max(top, g[k])
+			}
+			if err = add(rate, g, t.Name); err == nil {
+				err = add(tier, tr, t.Name+" tier")
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	rate.Y.Min, rate.Y.Max = 0, 1.4*top
+	tier.Y.Min, tier.Y.Max = 0, 4.5
+	img := vgimg.New(10*vg.Inch, 7*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Points(10)}
+	plots := [][]*plot.Plot{{rate}, {tier}}
+	canvases := plot.Align(plots, tiles, dc)
+	rate.Draw(canvases[0][0])
+	tier.Draw(canvases[1][0])
+	f, err := os.Create(pngPath)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", pngPath, err)
+	}
+	defer f.Close()
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		return fmt.Errorf("plot %s: %w", pngPath, err)
+	}
+	return f.Close()
 }

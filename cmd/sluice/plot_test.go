@@ -56,3 +56,18 @@ func TestPlotQuota(t *testing.T) {
 		t.Fatalf("PNG: %v, %d bytes", err, len(b))
 	}
 }
+
+func TestPlotTiers(t *testing.T) {
+	sum := &demo.TiersSummary{DurationSeconds: 3, Tenants: []demo.Tenant{
+		{Name: "alice", Granted: []int64{15, 15, 15}, Tier: []int32{1, 1, 1}},
+		{Name: "carol", Holds: []int64{2, 0, 1}},
+	}}
+	png := filepath.Join(t.TempDir(), "t.png")
+	if err := plotTiers(sum, png); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(png)
+	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Fatalf("PNG: %v, %d bytes", err, len(b))
+	}
+}

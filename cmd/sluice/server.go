@@ -56,7 +56,10 @@ plus Prometheus metrics at /metrics. On the same port it serves server-side
 limits (token buckets per resource and domain): sluice.v1.Limits/Allow and,
 wire-compatible with Square's quota service, quotaservice.QuotaService/Allow.
 Their buckets come from the limits section of --config, or from
---quotaservice-config FILE in the quota service's own YAML format.
+--quotaservice-config FILE in the quota service's own YAML format. The limits
+section also holds Charon's resources (examples/charon.yaml): rate-limited ones
+with burst tiers (Allow), and copy-limited ones held in sessions
+(OpenSession, KeepAlive, Reserve, Release, Transfer, Seize, CloseSession).
 
 The configuration file is reloaded when it changes and on SIGHUP; a bad new file
 is logged and counted (sluice_server_config_reloads_total{result="failed"}) and
@@ -176,6 +179,12 @@ command line wins.`,
 					if err := srv.SetLimits(r.Limits()); err != nil {
 						log.Error("limits section refused", "err", err)
 					}
+				}
+				if err := srv.SetCopies(r.Copies()); err != nil {
+					log.Error("copy-limited resources refused", "err", err)
+				}
+				for _, note := range r.Notes() {
+					log.Info("configuration normalized", "note", note)
 				}
 			}
 			// checkLimitsOnce refuses limits from two sources.
