@@ -2,9 +2,9 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"image/color"
 	"math"
+	"os"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
