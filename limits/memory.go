@@ -209,8 +209,7 @@ func (s *MemoryStore) TakeHits(now int64, k Key, l *Limit, a Ask) (HitOutcome, e
 		if l.Kind == KindNamespace {
 			res = strings.Clone(res)
 		}
-		ts := new(TierState)
-		*ts = st
+		ts := packTierState(&st)
 		b = sh.t.insert(h, res, k.Domain)
 		*b = memBucket{last: now, grants: 1, limit: l, tiers: ts}
 		unlock()
@@ -228,6 +227,52 @@ func (s *MemoryStore) TakeHits(now int64, k Key, l *Limit, a Ask) (HitOutcome, e
 	}
 	unlock()
 	return HitOutcome{TierResult: r}, nil
+}
+
+// packTierState returns a copy of a new domain's first state in one
+// allocation, for up to 4 tiers: the state, its runs and room for two
+// entries per log side by side, so that a decision on a domain that is
+// not in the cache misses on adjacent lines rather than on five scattered
+// objects. A log that outgrows its room moves out (append).
+func packTierState(st *TierState) *TierState {
+	const per = 2
+	var (
+		ts   *TierState
+		runs []TierRun
+		ents []hitEntry
+	)
+	switch n := len(st.Tiers); {
+	case n <= 2:
+		b := new(struct {
+			s TierState
+			r [2]TierRun
+			e [3 * per]hitEntry
+		})
+		ts, runs, ents = &b.s, b.r[:n], b.e[:]
+	case n <= 4:
+		b := new(struct {
+			s TierState
+			r [4]TierRun
+			e [5 * per]hitEntry
+		})
+		ts, runs, ents = &b.s, b.r[:n], b.e[:]
+	default:
+		ts, runs = new(TierState), make([]TierRun, n)
+	}
+	pack := func(l *HitLog) HitLog {
+		if len(ents) < per || l.Len() > per {
+			return l.Clone()
+		}
+		out := HitLog{e: append(ents[:0:per], l.e[l.head:]...), base: l.base}
+		ents = ents[per:]
+		return out
+	}
+	for i := range st.Tiers {
+		r := &st.Tiers[i]
+		runs[i] = TierRun{Entered: r.Entered, InUse: r.InUse, Window: pack(&r.Window)}
+	}
+	ts.Tiers, ts.Second = runs, pack(&st.Second)
+	return ts
 }
 
 // lockGlobal returns the global log of resource, created if need be,

@@ -157,9 +157,25 @@ func (l *HitLog) Total() int64 {
 	return l.e[len(l.e)-1].cum - l.base
 }
 
-// first returns the index of the first live entry at or after t.
+// first returns the index of the first live entry at or after t. Entries
+// leave from the front and are pruned often, so it looks at the first
+// few before it searches.
 func (l *HitLog) first(t int64) int {
-	return l.head + sort.Search(len(l.e)-l.head, func(i int) bool { return l.e[l.head+i].at >= t })
+	i, n := l.head, len(l.e)
+	for k := 0; i < n && k < 4; i, k = i+1, k+1 {
+		if l.e[i].at >= t {
+			return i
+		}
+	}
+	for i < n { // binary search of [i, n)
+		h := int(uint(i+n) >> 1)
+		if l.e[h].at < t {
+			i = h + 1
+		} else {
+			n = h
+		}
+	}
+	return i
 }
 
 // before returns the cumulative count before entry i.
@@ -267,7 +283,7 @@ func (l *HitLog) untilAtMost(from, w, y int64) int64 {
 		return from
 	}
 	q := i + sort.Search(n-i, func(j int) bool { return l.e[i+j].cum-before >= x })
-	return max(from, addSat(addSat(l.e[q].at, w), 1))
+	return max(from, addSat(addSat(l.e[q].at, w), 1)) // (rejections only)
 }
 
 // TierState is one domain's state on a burst-tier resource: the paper's
@@ -547,16 +563,16 @@ func StepTiers(p *TierParams, s *TierState, g *HitLog, now int64, a Ask) TierRes
 		g.Prune(from)
 		g.Add(now, n)
 	}
+	// Every log was just pruned to its window: its total is its count.
 	r.Granted = n
 	r.Tier = cur
 	if cur > 0 {
-		t := &p.Tiers[cur-1]
-		r.TierLimit = t.Limit
-		r.TierHits = s.Tiers[cur-1].Window.Since(subSat(now, int64(t.Window)))
+		r.TierLimit = p.Tiers[cur-1].Limit
+		r.TierHits = s.Tiers[cur-1].Window.Total()
 	}
-	r.DomainHitsLastSecond = s.Second.Since(from)
+	r.DomainHitsLastSecond = s.Second.Total()
 	if p.GlobalLimit > 0 && g != nil {
-		r.GlobalHitsLastSecond = g.Since(from)
+		r.GlobalHitsLastSecond = g.Total()
 	}
 	avail = pl.total - placed
 	if p.HardLimit > 0 {
