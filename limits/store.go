@@ -116,7 +116,8 @@ type Store interface {
 	// l.Resource, shared by all its domains), running StepTiers on both
 	// under one atomic step — in memory, the domain's shard lock and then
 	// the resource's lock; on Redis, one script over the domain's keys and
-	// the resource's. A rejection writes nothing. The dynamic count,
+	// the resource's (on Redis Cluster, under one hash tag of the
+	// resource). A rejection writes nothing. The dynamic count,
 	// Created, TooManyBuckets, ErrStaleConfig and errors are as for Take.
 	// A domain last configured under another Limit keeps its one-second
 	// log and its tiers by index (extra ones dropped, missing ones

@@ -398,9 +398,9 @@ type TierContext struct {
 	// period), as every first request from tier 0 does.
 	Burst bool
 	// HardLimited and GlobalLimited report that the hard or the global
-	// limit, alone, allowed fewer hits than the request's Tokens (so
-	// that limit cut or refused it; both false on a rejection: the tiers
-	// refused it).
+	// limit, alone, allowed fewer hits than the request's Tokens: that
+	// limit cut the grant or refused it. A rejection with both false was
+	// the tiers'.
 	HardLimited, GlobalLimited bool
 }
 

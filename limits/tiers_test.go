@@ -598,3 +598,30 @@ func TestTierConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// A log keeps its cumulative counts small (rebased as they grow) and
+// saturates at 2⁶¹ hits held, counting exactly below that.
+func TestHitLogLarge(t *testing.T) {
+	var l HitLog
+	const big = int64(MaxTokens)
+	for i := range int64(2000) {
+		l.Prune(i - 2)
+		l.Add(i, big)
+		if got := l.Since(i - 2); got != 3*big && i >= 2 {
+			t.Fatalf("at %d: %d hits, want %d", i, got, 3*big)
+		}
+	}
+	if l.base > 1<<62 || l.e[len(l.e)-1].cum > 1<<62+big {
+		t.Fatalf("counts not rebased: base %d", l.base)
+	}
+	var s HitLog
+	for i := range int64(300) {
+		s.Add(i, big)
+	}
+	if got := s.Total(); got != maxLogHits {
+		t.Fatalf("total %d, want the 2^61 it saturates at", got)
+	}
+	if s.Since(299) != 0 || s.Since(255) != maxLogHits-255*big {
+		t.Fatalf("since 299: %d, since 255: %d", s.Since(299), s.Since(255))
+	}
+}
