@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -363,5 +364,40 @@ func TestLimitsAllowBurstTiers(t *testing.T) {
 	}
 	if r := allow("muted/r", 3, 0); r.GetStatus() != v1.AllowResponse_OK || r.GetGranted() != 3 || !r.GetUnlimited() {
 		t.Fatalf("a muted resource: %v", r)
+	}
+}
+
+// The buckets page describes a burst-tier domain: its tier, phase, time
+// left, hits, and a tier cooling down.
+func TestBucketsPageShowsTiers(t *testing.T) {
+	data, err := os.ReadFile("../limits/testdata/charon.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := config.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
+	s := New(Options{ID: "tiers", Now: clock.Now, Limits: repo.Limits()})
+	for range 5 { // 3 in tier 1, then 2 in tier 2
+		s.Limits().Allow(clock.Now(), limits.Request{Resource: "cookbook/tiers", Domain: "acme"})
+	}
+	clock.Advance(time.Second)
+	p, err := s.BucketsPage(url.Values{"prefix": {"cookbook/tiers"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Rows) != 1 {
+		t.Fatalf("rows %+v", p.Rows)
+	}
+	r := p.Rows[0]
+	if r.Algorithm != "burst_tiers" || r.Tier != 2 || r.TierPhase != "active" || r.TierLeftSeconds != 1 || r.TierLimit != 4 || r.TierHits != 2 {
+		t.Errorf("tier 2 entered 1 s ago (active 2 s): %+v", r)
+	}
+	clock.Advance(2 * time.Second) // tier 2 cools down (4 s); tier 1 is current again
+	p, _ = s.BucketsPage(url.Values{"prefix": {"cookbook/tiers"}})
+	if r := p.Rows[0]; r.Tier != 1 || r.CooldownTier != 2 || r.CooldownLeftSecs != 3 {
+		t.Errorf("after tier 2's active time: %+v", r)
 	}
 }

@@ -59,6 +59,20 @@ type BucketRow struct {
 	LastUsed    time.Time `json:"last_used"`
 	Grants      uint64    `json:"grants"`
 	Rejections  uint64    `json:"rejections"`
+	// Algorithm is token_bucket or burst_tiers. For burst tiers (Charon):
+	// the domain's current tier (0: the fake tier, none active), its
+	// phase and the seconds left in it, its limit and the hits in its
+	// window, the hits in the last second, and the highest tier cooling
+	// down with the seconds left of its cooldown (0: none).
+	Algorithm        string  `json:"algorithm"`
+	Tier             int     `json:"tier,omitempty"`
+	TierPhase        string  `json:"tier_phase,omitempty"`
+	TierLeftSeconds  float64 `json:"tier_left_seconds,omitempty"`
+	TierLimit        int64   `json:"tier_limit,omitempty"`
+	TierHits         int64   `json:"tier_hits,omitempty"`
+	HitsLastSecond   int64   `json:"hits_last_second,omitempty"`
+	CooldownTier     int     `json:"cooldown_tier,omitempty"`
+	CooldownLeftSecs float64 `json:"cooldown_left_seconds,omitempty"`
 }
 
 // BucketsPage is the buckets page's data (and its JSON).
@@ -154,6 +168,8 @@ var bucketColumns = map[string]bucketColumn{
 	"idle_seconds": {num: func(b *limits.BucketInfo, now time.Time) float64 { return idle(b, now) }},
 	"grants":       {num: func(b *limits.BucketInfo, _ time.Time) float64 { return float64(b.Grants) }},
 	"rejections":   {num: func(b *limits.BucketInfo, _ time.Time) float64 { return float64(b.Rejections) }},
+	"tier":         {num: func(b *limits.BucketInfo, _ time.Time) float64 { return float64(b.Tier) }},
+	"tier_hits":    {num: func(b *limits.BucketInfo, _ time.Time) float64 { return float64(b.TierHits) }},
 }
 
 func idle(b *limits.BucketInfo, now time.Time) float64 { return max(now.Sub(b.LastUsed).Seconds(), 0) }
@@ -290,12 +306,18 @@ func (bq bucketQuery) less(now time.Time) func(a, b *limits.BucketInfo) bool {
 
 // bucketRow describes one bucket at now.
 func bucketRow(b *limits.BucketInfo, now time.Time) BucketRow {
-	return BucketRow{
+	r := BucketRow{
 		Key: b.Resource + "/" + b.Domain, Resource: b.Resource, Domain: b.Domain, Bucket: b.Bucket.String(),
 		Size: b.Size, FillRate: b.FillRate, Tokens: b.Tokens, Fraction: b.Fraction,
 		DebtSeconds: b.Debt.Seconds(), IdleSeconds: idle(b, now), LastUsed: b.LastUsed,
-		Grants: b.Grants, Rejections: b.Rejections,
+		Grants: b.Grants, Rejections: b.Rejections, Algorithm: b.Algorithm.String(),
 	}
+	if b.Algorithm == limits.BurstTiers {
+		r.Tier, r.TierPhase, r.TierLeftSeconds = b.Tier, b.TierPhase.String(), b.TierLeft.Seconds()
+		r.TierLimit, r.TierHits, r.HitsLastSecond = b.TierLimit, b.TierHits, b.HitsLastSecond
+		r.CooldownTier, r.CooldownLeftSecs = b.CooldownTier, b.CooldownLeft.Seconds()
+	}
+	return r
 }
 
 // BucketsPage returns the buckets page for a query (the URL's: prefix,
