@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/names"
 )
 
 // Bucket configures one token bucket. Parsers apply the design's defaults
@@ -65,7 +67,7 @@ const (
 	// time an empty bucket takes to fill: size ÷ fill rate): ten years.
 	MaxDuration = 10 * 365 * 24 * time.Hour
 	// MaxNameLen bounds resource and domain names, in bytes.
-	MaxNameLen = 256
+	MaxNameLen = names.MaxLen
 )
 
 // DefaultBucket returns a bucket with every field at the design's default:
@@ -429,25 +431,8 @@ func validateBucket(b Bucket, path string, v vocab, bad func(path, format string
 	}
 }
 
-// nameChars marks the bytes allowed in resource and domain names.
-var nameChars = func() (t [256]bool) {
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-	}
-	for c := 'A'; c <= 'Z'; c++ {
-		t[c] = true
-	}
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for _, c := range "/_-.:" {
-		t[c] = true
-	}
-	return t
-}()
-
 // NameChars describes the characters allowed in names, for messages.
-const NameChars = "A-Z a-z 0-9 / _ - . :"
+const NameChars = names.Chars
 
 // ValidName reports whether s is a valid resource or domain name: 1 to
 // MaxNameLen bytes, each one of A-Z a-z 0-9 / _ - . : (quotaservice's
@@ -456,43 +441,13 @@ const NameChars = "A-Z a-z 0-9 / _ - . :"
 func ValidName(s string) bool { return checkName(s) == "" }
 
 // checkName returns "" for a valid name, else what is wrong with it.
-func checkName(s string) string {
-	if s == "" {
-		return "is empty"
-	}
-	if len(s) > MaxNameLen {
-		return fmt.Sprintf("is %d bytes long; at most %d", len(s), MaxNameLen)
-	}
-	for i := 0; i < len(s); i++ {
-		if !nameChars[s[i]] {
-			return fmt.Sprintf("%q has %q at byte %d; allowed: %s", s, s[i], i, NameChars)
-		}
-	}
-	return ""
-}
+func checkName(s string) string { return names.Check(s) }
 
 // join returns prefix.field, or field when prefix is empty.
-func join(prefix, field string) string {
-	if prefix == "" {
-		return field
-	}
-	return prefix + "." + field
-}
+func join(prefix, field string) string { return names.Join(prefix, field) }
 
-// key returns path.name, or path["name"] when name has characters that
-// would make the path ambiguous.
-func key(path, name string) string {
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == ':' || c == '/') {
-			return path + "[" + strconv.Quote(name) + "]"
-		}
-	}
-	if name == "" {
-		return path + `[""]`
-	}
-	return path + "." + name
-}
+// key returns path.name, or path["name"] when name is ambiguous in a path.
+func key(path, name string) string { return names.Key(path, name) }
 
 func sortedKeys[V any](m map[string]V) []string {
 	ks := make([]string, 0, len(m))

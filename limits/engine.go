@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/names"
 )
 
 // Status is the outcome of a decision. The zero value is
@@ -487,7 +489,7 @@ func checkRequestName(field, s string, empty, tooLong *RequestError) *RequestErr
 		return tooLong
 	}
 	for i := 0; i < len(s); i++ {
-		if !nameChars[s[i]] {
+		if !names.Allowed[s[i]] {
 			return &RequestError{Field: field, Reason: fmt.Sprintf(badChar, s[i], i)}
 		}
 	}

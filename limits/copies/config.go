@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sluice-rl/sluice/internal/names"
 )
 
 // MaxCopies bounds every limit, every request's copies and every count
@@ -23,11 +25,11 @@ const MaxCopies = 1 << 53
 const Unbounded = 0
 
 // MaxNameLen bounds resource, domain and group names, in bytes.
-const MaxNameLen = 256
+const MaxNameLen = names.MaxLen
 
 // NameChars describes the characters allowed in resource, domain and group
 // names, for messages: the same names as package limits accepts.
-const NameChars = "A-Z a-z 0-9 / _ - . :"
+const NameChars = names.Chars
 
 // Resource configures one copy-limited resource: copies a domain holds for
 // a while (a sandbox, a connection, a licence), rather than hits.
@@ -317,62 +319,15 @@ func (c *Config) allowsUnconfigured(resource string) bool {
 	return false
 }
 
-// nameChars marks the bytes allowed in names.
-var nameChars = func() (t [256]bool) {
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-	}
-	for c := 'A'; c <= 'Z'; c++ {
-		t[c] = true
-	}
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for _, c := range "/_-.:" {
-		t[c] = true
-	}
-	return t
-}()
-
 // ValidName reports whether s is a valid resource, domain or group name:
 // 1 to MaxNameLen bytes, each one of NameChars (package limits' names).
 func ValidName(s string) bool { return checkName(s) == "" }
 
 // checkName returns "" for a valid name, else what is wrong with it.
-func checkName(s string) string {
-	if s == "" {
-		return "is empty"
-	}
-	if len(s) > MaxNameLen {
-		return fmt.Sprintf("is %d bytes long; at most %d", len(s), MaxNameLen)
-	}
-	for i := 0; i < len(s); i++ {
-		if !nameChars[s[i]] {
-			return fmt.Sprintf("%q has %q at byte %d; allowed: %s", s, s[i], i, NameChars)
-		}
-	}
-	return ""
-}
+func checkName(s string) string { return names.Check(s) }
 
 // join returns prefix.field, or field when prefix is empty.
-func join(prefix, field string) string {
-	if prefix == "" {
-		return field
-	}
-	return prefix + "." + field
-}
+func join(prefix, field string) string { return names.Join(prefix, field) }
 
-// key returns path.name, or path["name"] when name has characters that
-// would make the path ambiguous ('.', '[', invalid bytes) or is empty.
-func key(path, name string) string {
-	if name == "" {
-		return path + `[""]`
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == ':' || c == '/') {
-			return path + "[" + strconv.Quote(name) + "]"
-		}
-	}
-	return join(path, name)
-}
+// key returns path.name, or path["name"] when name is ambiguous in a path.
+func key(path, name string) string { return names.Key(path, name) }
