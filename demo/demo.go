@@ -19,7 +19,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -151,40 +150,34 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	defer cancel()
 
 	// The capacity server.
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	_, addr, stopServer, err := startServer(ctx, server.Options{Config: repo, Logger: opts.Logger})
 	if err != nil {
 		return nil, err
 	}
-	srv := server.New(server.Options{ID: lis.Addr().String(), Address: lis.Addr().String(), Config: repo, Logger: opts.Logger})
-	hs := &http.Server{Handler: srv.Handler(), Protocols: h2c()}
-	go func() { _ = hs.Serve(lis) }()
-	defer hs.Close()
-	go func() { _ = srv.Run(ctx, time.Second) }()
+	defer stopServer()
 
 	// The target: counts requests per second since start.
 	start := time.Now()
 	seconds := int(math.Ceil(opts.Duration.Seconds()))
 	counts := make([]atomic.Int64, seconds+2)
-	tlis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	target := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	taddr, stopTarget, err := startTarget(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if s := int(time.Since(start) / time.Second); s >= 0 && s < len(counts) {
 			counts[s].Add(1)
 		}
 		w.WriteHeader(http.StatusNoContent)
-	})}
-	go func() { _ = target.Serve(tlis) }()
-	defer target.Close()
-	targetURL := "http://" + tlis.Addr().String() + "/"
+	}))
+	if err != nil {
+		return nil, err
+	}
+	defer stopTarget()
+	targetURL := "http://" + taddr + "/"
 
 	// The clients.
 	runs := make([]*clientRun, opts.Clients)
 	var wg sync.WaitGroup
 	for i := range runs {
 		p := profiles[i%len(profiles)]
-		cr, err := startClient(ctx, i, p, lis.Addr().String(), targetURL, opts)
+		cr, err := startClient(ctx, i, p, addr, targetURL, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -198,7 +191,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	fmt.Fprintf(opts.Out, "sluice demo: server %s, target %s, %d clients, capacity %.0f req/s on %q, %v\n",
-		lis.Addr(), tlis.Addr(), len(runs), capacity, ResourceID, opts.Duration)
+		addr, taddr, len(runs), capacity, ResourceID, opts.Duration)
 	fmt.Fprintf(opts.Out, "%4s %9s %10s %9s %9s %7s\n", "sec", "capacity", "Σ leases", "demand", "target", "util")
 	for s := 0; s < seconds; s++ {
 		select {
@@ -291,13 +284,6 @@ func PrintJSON(w io.Writer, s *Summary, brief bool) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
-}
-
-func h2c() *http.Protocols {
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	return p
 }
 
 // clientRun is one demo client: its Sluice client, resource and the

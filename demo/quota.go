@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"sort"
 	"sync"
@@ -113,18 +112,11 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 	defer cancel()
 
 	// The Sluice server, on its production endpoint.
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, addr, stopServer, err := startServer(ctx, server.Options{ID: "quota-demo", Logger: opts.Logger, Limits: cfg})
 	if err != nil {
 		return nil, err
 	}
-	srv := server.New(server.Options{ID: "quota-demo", Logger: opts.Logger, Limits: cfg})
-	ep := srv.Serve(lis, srv.Handler(), nil)
-	defer func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		_ = ep.Shutdown(sctx)
-	}()
-	go func() { _ = srv.Run(ctx, time.Second) }()
+	defer stopServer()
 
 	seconds := int(math.Ceil(opts.Duration.Seconds()))
 	start := time.Now()
@@ -140,7 +132,7 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 		{"naive", 150, nil},
 		{"smart", 300, []quota.Option{quota.WithSmart(quota.Smart{Batch: 20, LowWater: 10, TTL: time.Second})}},
 	} {
-		c, err := quota.New(lis.Addr().String(), append([]quota.Option{quota.WithLogger(opts.Logger)}, spec.opts...)...)
+		c, err := quota.New(addr, append([]quota.Option{quota.WithLogger(opts.Logger)}, spec.opts...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -156,11 +148,7 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 		usersMu sync.Mutex
 		logins  = map[string]int64{}
 	)
-	tlis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	target := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	taddr, stopTarget, err := startTarget(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if u := r.URL.Query().Get("user"); u != "" {
 			usersMu.Lock()
 			logins[u]++
@@ -171,12 +159,14 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 			}
 		}
 		w.WriteHeader(http.StatusNoContent)
-	})}
-	go func() { _ = target.Serve(tlis) }()
-	defer target.Close()
-	targetURL := "http://" + tlis.Addr().String()
+	}))
+	if err != nil {
+		return nil, err
+	}
+	defer stopTarget()
+	targetURL := "http://" + taddr
 
-	logins1, err := quota.New(lis.Addr().String(), quota.WithLogger(opts.Logger))
+	logins1, err := quota.New(addr, quota.WithLogger(opts.Logger))
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +186,7 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 	}
 
 	fmt.Fprintf(opts.Out, "sluice demo quota: server %s, target %s, %d users logging in %.0f times a second, %v\n",
-		lis.Addr(), tlis.Addr(), opts.Users, opts.LoginsPerUser, opts.Duration)
+		addr, taddr, opts.Users, opts.LoginsPerUser, opts.Duration)
 	fmt.Fprintf(opts.Out, "%4s %18s %18s %14s %8s\n", "sec", "naive (100/s)", "smart (200/s)", "logins/s/user", "buckets")
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()

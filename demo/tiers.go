@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -89,18 +88,11 @@ func RunTiers(ctx context.Context, opts TiersOptions) (*TiersSummary, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	_, addr, stopServer, err := startServer(ctx, server.Options{ID: "tiers-demo", Logger: opts.Logger, Limits: repo.Limits(), Copies: repo.Copies()})
 	if err != nil {
 		return nil, err
 	}
-	srv := server.New(server.Options{ID: "tiers-demo", Logger: opts.Logger, Limits: repo.Limits(), Copies: repo.Copies()})
-	ep := srv.Serve(lis, srv.Handler(), nil)
-	defer func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		_ = ep.Shutdown(sctx)
-	}()
-	go func() { _ = srv.Run(ctx, time.Second) }()
+	defer stopServer()
 
 	seconds := int(math.Ceil(opts.Duration.Seconds()))
 	start := time.Now()
@@ -126,23 +118,21 @@ func RunTiers(ctx context.Context, opts TiersOptions) (*TiersSummary, error) {
 	for _, t := range tenants {
 		byName[t.name] = t
 	}
-	tlis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	target := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	taddr, stopTarget, err := startTarget(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if t := byName[r.URL.Query().Get("tenant")]; t != nil {
 			if s := second(); s < len(t.granted) {
 				t.granted[s].Add(1)
 			}
 		}
 		w.WriteHeader(http.StatusNoContent)
-	})}
-	go func() { _ = target.Serve(tlis) }()
-	defer target.Close()
-	targetURL := "http://" + tlis.Addr().String() + "/?tenant="
+	}))
+	if err != nil {
+		return nil, err
+	}
+	defer stopTarget()
+	targetURL := "http://" + taddr + "/?tenant="
 
-	c, err := quota.New(lis.Addr().String(), quota.WithLogger(opts.Logger), quota.WithCallTimeout(10*time.Second))
+	c, err := quota.New(addr, quota.WithLogger(opts.Logger), quota.WithCallTimeout(10*time.Second))
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +150,7 @@ func RunTiers(ctx context.Context, opts TiersOptions) (*TiersSummary, error) {
 		}()
 	}
 
-	fmt.Fprintf(opts.Out, "sluice demo tiers: server %s, target %s, %v\n", lis.Addr(), tlis.Addr(), opts.Duration)
+	fmt.Fprintf(opts.Out, "sluice demo tiers: server %s, target %s, %v\n", addr, taddr, opts.Duration)
 	fmt.Fprintf(opts.Out, "%4s", "sec")
 	for _, t := range tenants {
 		if t.holds {
