@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -330,16 +329,7 @@ func FuzzQuotaServiceAllow(f *testing.F) {
 // issue's cookbook/tiers bursts into tier 2 on its fourth hit, and
 // cookbook/hard's hard limit cuts a bulk request.
 func TestLimitsAllowBurstTiers(t *testing.T) {
-	data, err := os.ReadFile("../limits/testdata/charon.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := config.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
-	s := New(Options{ID: "tiers", Now: clock.Now, Limits: repo.Limits()})
+	s, _ := charonLimitsServer(t)
 	api := s.LimitsAPI()
 	allow := func(resource string, tokens, lo int64) *v1.AllowResponse {
 		t.Helper()
@@ -370,16 +360,7 @@ func TestLimitsAllowBurstTiers(t *testing.T) {
 // The buckets page describes a burst-tier domain: its tier, phase, time
 // left, hits, and a tier cooling down.
 func TestBucketsPageShowsTiers(t *testing.T) {
-	data, err := os.ReadFile("../limits/testdata/charon.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := config.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
-	s := New(Options{ID: "tiers", Now: clock.Now, Limits: repo.Limits()})
+	s, clock := charonLimitsServer(t)
 	for range 5 { // 3 in tier 1, then 2 in tier 2
 		s.Limits().Allow(clock.Now(), limits.Request{Resource: "cookbook/tiers", Domain: "acme"})
 	}
@@ -400,4 +381,15 @@ func TestBucketsPageShowsTiers(t *testing.T) {
 	if r := p.Rows[0]; r.Tier != 1 || r.CooldownTier != 2 || r.CooldownLeftSecs != 3 {
 		t.Errorf("after tier 2's active time: %+v", r)
 	}
+}
+
+// charonLimitsServer serves examples/charon.yaml's limits at a fake clock.
+func charonLimitsServer(t *testing.T) (*Server, *testutil.Clock) {
+	t.Helper()
+	repo, err := config.Load("../examples/charon.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
+	return New(Options{ID: "tiers", Now: clock.Now, Limits: repo.Limits(), Copies: repo.Copies()}), clock
 }
