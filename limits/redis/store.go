@@ -1,0 +1,417 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/limits"
+)
+
+// DefaultPrefix is Options.Prefix's default.
+const DefaultPrefix = "sluice:"
+
+// MaxSpan is the longest span (the time an empty bucket takes to fill) and
+// the longest wait the Redis store handles, in nanoseconds: 2⁵² ns, about
+// 52 days. The script computes in IEEE doubles relative to now, exact below
+// 2⁵³. Take returns ErrSpan for a bucket with a longer span; a request's
+// maximum wait above it is lowered to it (a wait longer than 52 days is
+// never granted).
+const MaxSpan = 1 << 52
+
+// ErrSpan is returned by Take for a bucket whose span exceeds MaxSpan.
+var ErrSpan = errors.New("limits/redis: bucket takes longer than 2^52 ns (52 days) to fill")
+
+// ErrTiersUnsupported is returned by TakeHits: burst tiers are not
+// supported on Redis yet.
+var ErrTiersUnsupported = errors.New("limits/redis: burst tiers are not supported on Redis yet")
+
+// errTiers answers Take with a burst-tier Limit.
+var errTiers = errors.New("limits/redis: Take on a limit with burst tiers (use TakeHits)")
+
+//go:embed take.lua
+var takeLua string
+
+var (
+	takeScript = redis.NewScript(takeLua)
+	dropScript = redis.NewScript(`
+local dy = redis.call('HGET', KEYS[1], 'dy')
+redis.call('DEL', KEYS[1])
+if dy == '1' then redis.call('ZREM', KEYS[2], ARGV[1]) end
+return 1`)
+)
+
+// Options configures a Store.
+type Options struct {
+	// Prefix starts every key ("": DefaultPrefix). It is escaped like a
+	// name, so braces in it cannot make a hash tag.
+	Prefix string
+	// CallerTime makes the scripts use the now passed to Take instead of
+	// Redis TIME. For tests only (deterministic, virtual time): servers
+	// sharing a Redis must not use it, since their clocks may disagree.
+	// Key expiry (PEXPIRE) still runs on Redis's own clock.
+	CallerTime bool
+	// Timeout bounds each Redis operation (0: 1 s). Take has no context:
+	// this is its deadline.
+	Timeout time.Duration
+}
+
+// Store is a limits.Store on Redis or Redis Cluster for token-bucket
+// resources: see the package documentation for the key layout, the time
+// source and expiry. It is safe for concurrent use, by any number of
+// processes sharing one Redis.
+//
+// The zero Store is not usable: use New.
+type Store struct {
+	c          redis.UniversalClient
+	prefix     string
+	callerTime bool
+	timeout    time.Duration
+
+	minGen atomic.Uint64          // Takes under an older Limit are stale
+	change atomic.Pointer[change] // the last Reconfigure
+}
+
+// change is one Reconfigure: its generation and instant.
+type change struct {
+	gen uint64
+	at  string // decimal Unix ns
+}
+
+// New returns a store on client (a *redis.Client, *redis.ClusterClient or
+// any redis.UniversalClient). It does not contact Redis.
+func New(client redis.UniversalClient, opts Options) *Store {
+	p := opts.Prefix
+	if p == "" {
+		p = DefaultPrefix
+	}
+	t := opts.Timeout
+	if t <= 0 {
+		t = time.Second
+	}
+	return &Store{c: client, prefix: escape(p), callerTime: opts.CallerTime, timeout: t}
+}
+
+var _ limits.Store = (*Store)(nil)
+
+// Take implements limits.Store: one EVALSHA of the take script (EVAL when
+// Redis does not have it yet), which reads Redis TIME (now is ignored
+// unless Options.CallerTime) and mirrors limits.Step exactly. A rejected
+// request writes nothing: Snapshot.Rejections stays 0 and LastUsed is the
+// last grant. A bucket whose stored parameters differ from l's is rescaled
+// (limits.Rescale) at the instant of the last Reconfigure of l.Gen, or at
+// now if this store has not seen it: Reconfigure is applied lazily.
+// ErrStaleConfig is returned for an l older than the last Reconfigure on
+// this Store (generations are per engine, so Redis keeps none).
+func (s *Store) Take(now int64, k limits.Key, l *limits.Limit, a limits.Ask) (limits.Outcome, error) {
+	if l.Tiers != nil {
+		return limits.Outcome{}, errTiers
+	}
+	if l.Gen < s.minGen.Load() {
+		return limits.Outcome{}, limits.ErrStaleConfig
+	}
+	p := l.Params
+	if p.Span > MaxSpan {
+		return limits.Outcome{}, ErrSpan
+	}
+	nowArg := ""
+	if s.callerTime {
+		nowArg = strconv.FormatInt(now, 10)
+	}
+	at := ""
+	if c := s.change.Load(); c != nil && c.gen == l.Gen {
+		at = c.at
+	}
+	dyn, maxDyn := "0", int64(0)
+	if l.Dynamic(k.Domain) {
+		dyn, maxDyn = "1", l.MaxDynamic
+	}
+	idle := int64(l.Bucket.MaxIdle)
+	if idle < 0 {
+		idle = 0
+	}
+	member := escape(k.Domain)
+	keys := []string{s.bucketKey(k.Resource, member), s.dynKey(k.Resource)}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	v, err := takeScript.Run(ctx, s.c, keys,
+		nowArg, l.Gen, p.Size, strconv.FormatFloat(p.Rate, 'g', -1, 64), p.Span,
+		a.Tokens, a.Min, min(a.MaxWait, MaxSpan), dyn, maxDyn, member, idle, at, int(l.Kind), l.Name).Slice()
+	if err != nil {
+		return limits.Outcome{}, fmt.Errorf("limits/redis: take: %w", err)
+	}
+	return parseTake(v)
+}
+
+// parseTake decodes the take script's reply.
+func parseTake(v []any) (limits.Outcome, error) {
+	if len(v) != 6 {
+		return limits.Outcome{}, fmt.Errorf("limits/redis: take: reply of %d values", len(v))
+	}
+	var n [4]int64
+	for i := range n {
+		x, ok := v[i].(int64)
+		if !ok {
+			return limits.Outcome{}, fmt.Errorf("limits/redis: take: reply %d is %T", i, v[i])
+		}
+		n[i] = x
+	}
+	ts, _ := v[4].(string)
+	tokens, err := strconv.ParseFloat(ts, 64)
+	if err != nil {
+		return limits.Outcome{}, fmt.Errorf("limits/redis: take: tokens %q: %w", ts, err)
+	}
+	if n[0] == 2 {
+		return limits.Outcome{TooManyBuckets: true}, nil
+	}
+	created, _ := v[5].(int64)
+	return limits.Outcome{Result: limits.Result{Granted: n[1], Wait: n[2], RetryAfter: n[3], Tokens: tokens}, Created: created == 1}, nil
+}
+
+// TakeHits implements limits.Store: burst tiers are not supported on Redis
+// yet, and it returns ErrTiersUnsupported.
+func (s *Store) TakeHits(int64, limits.Key, *limits.Limit, limits.Ask) (limits.HitOutcome, error) {
+	return limits.HitOutcome{}, ErrTiersUnsupported
+}
+
+// Reap implements limits.Store: Redis expires the keys itself (a TTL of
+// max(MaxIdle, the time until full) plus one second, set on every grant),
+// so Reap removes nothing and returns 0.
+func (s *Store) Reap(int64, func(limits.Removed)) (int, error) { return 0, nil }
+
+// Reconfigure implements limits.Store. It records gen and its instant
+// (now with Options.CallerTime, else Redis TIME) so that Take rescales
+// each bucket lazily at that instant, and from then on answers
+// ErrStaleConfig to Limits older than gen. It scans the store's buckets
+// and deletes those for which resolve returns nil (with their dynamic
+// count), calling removed for each.
+func (s *Store) Reconfigure(now int64, gen uint64, resolve func(limits.Key) *limits.Limit, removed func(limits.Removed)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	if !s.callerTime {
+		t, err := s.c.Time(ctx).Result()
+		if err != nil {
+			return fmt.Errorf("limits/redis: reconfigure: %w", err)
+		}
+		now = t.UnixNano()
+	}
+	s.change.Store(&change{gen: gen, at: strconv.FormatInt(now, 10)})
+	for {
+		old := s.minGen.Load()
+		if gen <= old || s.minGen.CompareAndSwap(old, gen) {
+			break
+		}
+	}
+	var gone []limits.Snapshot
+	err := s.walk(context.Background(), func(snap limits.Snapshot) bool {
+		if resolve(snap.Key) == nil {
+			gone = append(gone, snap)
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("limits/redis: reconfigure: %w", err)
+	}
+	for _, snap := range gone {
+		member := escape(snap.Key.Domain)
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		err := dropScript.Run(ctx, s.c, []string{s.bucketKey(snap.Key.Resource, member), s.dynKey(snap.Key.Resource)}, member).Err()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("limits/redis: reconfigure: %w", err)
+		}
+		if removed != nil {
+			removed(limits.Removed{Key: snap.Key, Limit: snap.Limit, Reason: limits.RemovedReconfigured})
+		}
+	}
+	return nil
+}
+
+// Walk implements limits.Store with SCAN over the prefix (on every master
+// of a cluster) and HGETALL per bucket. A snapshot's Limit is rebuilt from
+// what the bucket stores (resource, kind, name, size, fill rate, the
+// generation that last wrote it): the Bucket's other fields are zero.
+func (s *Store) Walk(fn func(limits.Snapshot) bool) error {
+	return s.walk(context.Background(), fn)
+}
+
+// Len implements limits.Store: it counts the buckets with a SCAN over the
+// prefix, O(buckets); 0 when Redis cannot be reached.
+func (s *Store) Len() int {
+	n := 0
+	_ = s.scan(context.Background(), func(keys []string) error {
+		n += len(keys)
+		return nil
+	})
+	return n
+}
+
+// scan calls fn with batches of bucket keys, on every master of a cluster
+// (fn is serialised).
+func (s *Store) scan(ctx context.Context, fn func(keys []string) error) error {
+	match := s.prefix + "{r*}b:*"
+	var mu sync.Mutex
+	one := func(ctx context.Context, c redis.UniversalClient) error {
+		it := c.Scan(ctx, 0, match, 512).Iterator()
+		var batch []string
+		flush := func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			err := fn(batch)
+			batch = batch[:0]
+			return err
+		}
+		for it.Next(ctx) {
+			batch = append(batch, it.Val())
+			if len(batch) == 256 {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := it.Err(); err != nil {
+			return err
+		}
+		return flush()
+	}
+	if cc, ok := s.c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return one(ctx, c) })
+	}
+	return one(ctx, s.c)
+}
+
+// errStop ends a walk early.
+var errStop = errors.New("stop")
+
+func (s *Store) walk(ctx context.Context, fn func(limits.Snapshot) bool) error {
+	err := s.scan(ctx, func(keys []string) error {
+		pipe := s.c.Pipeline()
+		cmds := make([]*redis.MapStringStringCmd, len(keys))
+		for i, key := range keys {
+			cmds[i] = pipe.HGetAll(ctx, key)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		for i, key := range keys {
+			h, err := cmds[i].Result()
+			if err != nil || len(h) == 0 { // expired meanwhile
+				continue
+			}
+			snap, ok := s.snapshot(key, h)
+			if ok && !fn(snap) {
+				return errStop
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	return err
+}
+
+// snapshot decodes one bucket's hash.
+func (s *Store) snapshot(key string, h map[string]string) (limits.Snapshot, bool) {
+	k, ok := s.parseKey(key)
+	if !ok {
+		return limits.Snapshot{}, false
+	}
+	num := func(f string) int64 { n, _ := strconv.ParseInt(h[f], 10, 64); return n }
+	rate, _ := strconv.ParseFloat(h["rt"], 64)
+	l := &limits.Limit{Resource: k.Resource, Name: h["nm"], Kind: limits.Kind(num("k")), Algorithm: limits.TokenBucket,
+		Bucket: limits.Bucket{Size: num("sz"), FillRate: rate},
+		Params: limits.Params{Size: num("sz"), Rate: rate, Span: num("sp")}, Gen: uint64(num("g"))}
+	return limits.Snapshot{Key: k, Limit: l, State: limits.State{Empty: num("e")}, LastUsed: num("l"), Grants: uint64(num("n"))}, true
+}
+
+// Key layout: prefix "{r" resource "}" then "b:" domain for a bucket (a
+// hash) or "d" for the resource's dynamic buckets (a sorted set), with the
+// prefix, resource and domain escaped.
+
+// tag returns the hash tag of resource (escaped), braces included.
+func (s *Store) tag(resource string) string { return "{r" + escape(resource) + "}" }
+
+func (s *Store) bucketKey(resource, escDomain string) string {
+	return s.prefix + s.tag(resource) + "b:" + escDomain
+}
+
+func (s *Store) dynKey(resource string) string { return s.prefix + s.tag(resource) + "d" }
+
+// parseKey returns the Key of a bucket key.
+func (s *Store) parseKey(key string) (limits.Key, bool) {
+	rest, ok := strings.CutPrefix(key, s.prefix+"{r")
+	if !ok {
+		return limits.Key{}, false
+	}
+	res, dom, ok := strings.Cut(rest, "}b:")
+	if !ok {
+		return limits.Key{}, false
+	}
+	r, ok1 := unescape(res)
+	d, ok2 := unescape(dom)
+	return limits.Key{Resource: r, Domain: d}, ok1 && ok2
+}
+
+// escape returns s with every byte outside [A-Za-z0-9/_\-.:] written as
+// %XX (so '%', '{' and '}' never appear raw): injective, so two different
+// names never give one key, and a name cannot end or move a hash tag.
+func escape(s string) string {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if !plain(s[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return s
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(s)+2*n)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if plain(c) {
+			b = append(b, c)
+		} else {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		}
+	}
+	return string(b)
+}
+
+func plain(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '/' || c == '_' || c == '-' || c == '.' || c == ':'
+}
+
+// unescape inverts escape.
+func unescape(s string) (string, bool) {
+	if !strings.Contains(s, "%") {
+		return s, true
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b = append(b, s[i])
+			continue
+		}
+		if i+3 > len(s) {
+			return "", false
+		}
+		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", false
+		}
+		b = append(b, byte(v))
+		i += 2
+	}
+	return string(b), true
+}
