@@ -72,3 +72,6 @@ func client(t testing.TB) *redis.Client {
 
 // prefix returns a prefix of the test's own.
 func prefix(t testing.TB) string { return "t:" + t.Name() + ":" }
+
+// ExampleAddr gives the example the test server's address.
+var ExampleAddr = func() string { return redisAddr }
