@@ -1,0 +1,69 @@
+// Package redistest runs a real redis-server for tests, on a free
+// loopback port, as etcdtest runs an embedded etcd.
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrSkip is returned by Start when redis-server is missing and
+// SLUICE_SKIP_REDIS=1 asks to skip the tests that need it.
+var ErrSkip = errors.New("redis-server not found and SLUICE_SKIP_REDIS=1")
+
+// Server is a running redis-server.
+type Server struct {
+	// Addr is its host:port on 127.0.0.1.
+	Addr string
+	cmd  *exec.Cmd
+}
+
+// Start starts redis-server (Debian's; scripts/test installs it) on a
+// free loopback port without persistence and waits, up to 10 s, until it
+// answers. Without redis-server it returns an error, or ErrSkip with
+// SLUICE_SKIP_REDIS=1. Stop it with Stop.
+func Start() (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("SLUICE_SKIP_REDIS") == "1" {
+			return nil, ErrSkip
+		}
+		return nil, errors.New("redis-server not found (install Debian's redis-server, or set SLUICE_SKIP_REDIS=1 to skip)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); c.Ping(context.Background()).Err() != nil; {
+		if time.Now().After(deadline) {
+			s.Stop()
+			return nil, fmt.Errorf("redis-server on %s did not answer within 10 s", s.Addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return s, nil
+}
+
+// Stop kills the server and waits for it.
+func (s *Server) Stop() {
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
