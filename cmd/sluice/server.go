@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,12 +26,16 @@ import (
 	"github.com/sluice-rl/sluice/config/etcdconfig"
 	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
+	"github.com/sluice-rl/sluice/limits"
+	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/server"
 )
 
 func newServerCmd() *cobra.Command {
 	var (
 		cfgPath, quotaPath              string
+		redisURL                        string
+		redisCluster                    []string
 		listen                          string
 		advertise                       string
 		id                              string
@@ -124,8 +129,14 @@ command line wins.`,
 					return err
 				}
 			}
+			store, closeRedis, err := redisStore(redisURL, redisCluster, log)
+			if err != nil {
+				lis.Close()
+				return err
+			}
+			defer closeRedis()
 			srv := server.New(server.Options{ID: id, Address: addr, Logger: log, Parent: parents, ParentTLS: parentTLS,
-				RequireConfig: cfgPath != "" && len(parents) == 0})
+				RequireConfig: cfgPath != "" && len(parents) == 0, LimitsStore: store})
 
 			var cli *clientv3.Client
 			closeEtcd := func() {}
@@ -176,7 +187,9 @@ command line wins.`,
 			applyConfig := func(r *config.Repository) {
 				srv.SetConfig(r)
 				if quotaPath == "" {
-					if err := srv.SetLimits(r.Limits()); err != nil {
+					if err := checkRedisLimits(store, r.Limits()); err != nil {
+						log.Error("limits section refused", "err", err)
+					} else if err := srv.SetLimits(r.Limits()); err != nil {
 						log.Error("limits section refused", "err", err)
 					}
 				}
@@ -192,7 +205,7 @@ command line wins.`,
 				if quotaPath != "" && r.Limits() != nil {
 					return fmt.Errorf("limits configured twice: in the limits section of --config %s and by --quotaservice-config %s; keep one", cfgPath, quotaPath)
 				}
-				return nil
+				return checkRedisLimits(store, r.Limits())
 			}
 			switch {
 			case len(parents) > 0:
@@ -371,6 +384,8 @@ command line wins.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfgPath, "config", "", "resource configuration: a YAML file, or etcd:/KEY for an etcd key's value; empty: no templates")
+	f.StringVar(&redisURL, "redis", "", "keep the limits' token buckets in this Redis (a go-redis URL, redis://127.0.0.1:6379/0), shared by every server using it")
+	f.StringSliceVar(&redisCluster, "redis-cluster", nil, "keep the limits' token buckets in this Redis Cluster (HOST:PORT,... of some of its nodes)")
 	f.StringVar(&quotaPath, "quotaservice-config", "", "limits in Square's quota service configuration format (a YAML file, reloaded like --config), instead of --config's limits section")
 	f.StringVar(&listen, "listen", "127.0.0.1:15000", "address to listen on (host:port; port 0 picks a free one)")
 	f.StringVar(&advertise, "advertise", "", "address clients should use to reach this server (default: the listen address)")
@@ -465,4 +480,45 @@ func reloadOnHUP(ctx context.Context, log *slog.Logger, path string, w *config.W
 			}
 		}
 	}()
+}
+
+// redisStore returns the limits store of --redis or --redis-cluster (nil
+// for neither: each server's own memory) and the function that closes its
+// client.
+func redisStore(url string, cluster []string, log *slog.Logger) (limits.Store, func(), error) {
+	var c redis.UniversalClient
+	switch {
+	case url != "" && len(cluster) > 0:
+		return nil, nil, errors.New("--redis and --redis-cluster: give one")
+	case url != "":
+		opts, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--redis: %w", err)
+		}
+		c = redis.NewClient(opts)
+	case len(cluster) > 0:
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster})
+	default:
+		return nil, func() {}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		log.Warn("Redis does not answer yet; limits decisions fail until it does", "err", err)
+	}
+	return redisstore.New(c, redisstore.Options{}), func() { _ = c.Close() }, nil
+}
+
+// checkRedisLimits refuses, on a Redis store, the resources it cannot hold
+// yet: burst tiers (their logs stay in one server's memory for now).
+func checkRedisLimits(store limits.Store, cfg *limits.Config) error {
+	if store == nil || cfg == nil {
+		return nil
+	}
+	for name, r := range cfg.Resources {
+		if r.Algorithm == limits.BurstTiers {
+			return fmt.Errorf("limits.resources.%s: burst tiers are not supported with --redis or --redis-cluster yet", name)
+		}
+	}
+	return nil
 }
