@@ -15,8 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrSkip is returned by Start when redis-server is missing and
-// SLUICE_SKIP_REDIS=1 asks to skip the tests that need it.
+// ErrSkip is returned by Start and StartCluster when redis-server (or,
+// for a cluster, redis-cli) is missing and SLUICE_SKIP_REDIS=1 asks to
+// skip the tests that need it.
 var ErrSkip = errors.New("redis-server not found and SLUICE_SKIP_REDIS=1")
 
 // Server is a running redis-server.
