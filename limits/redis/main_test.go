@@ -14,9 +14,12 @@ import (
 // redisAddr is the address of the redis-server TestMain started.
 var redisAddr string
 
-// TestMain starts a real redis-server on a free loopback port. Without
-// redis-server the tests fail, unless SLUICE_SKIP_REDIS=1 (then they are
-// skipped).
+// cluster is the three-master Redis Cluster TestMain started.
+var cluster *redistest.Cluster
+
+// TestMain starts a real redis-server on a free loopback port and a real
+// three-master Redis Cluster. Without redis-server (or redis-cli) the
+// tests fail, unless SLUICE_SKIP_REDIS=1 (then they are skipped).
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -33,12 +36,30 @@ func run(m *testing.M) int {
 	}
 	defer srv.Stop()
 	redisAddr = srv.Addr
+	cluster, err = redistest.StartCluster(3)
+	if errors.Is(err, redistest.ErrSkip) {
+		fmt.Println("limits/redis:", err, "- skipping the package's tests")
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "limits/redis:", err)
+		return 1
+	}
+	defer cluster.Stop()
 	return m.Run()
 }
 
 // client returns a client of the test server, closed with the test.
 func client(t testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: redisAddr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// clusterClient returns a client of the test cluster, closed with the
+// test.
+func clusterClient(t testing.TB) *redis.ClusterClient {
+	c := cluster.Client()
 	t.Cleanup(func() { c.Close() })
 	return c
 }

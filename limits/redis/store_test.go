@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-rl/sluice/limits"
 )
 
@@ -48,23 +50,27 @@ func randRequest(r *rand.Rand) limits.Request {
 // TestDifferential: the Redis store and the memory store give identical
 // Decisions over random sequences at controlled times, across one
 // configuration change that rescales buckets.
-func TestDifferential(t *testing.T) {
-	for seed := range uint64(20) {
+func TestDifferential(t *testing.T) { differential(t, client(t), 20, 300) }
+
+// differential runs seeds random sequences of steps requests on the
+// memory store and on the Redis store on c, and compares every Decision.
+func differential(t *testing.T, c redis.UniversalClient, seeds uint64, steps int) {
+	for seed := range seeds {
 		r := rand.New(rand.NewPCG(seed, 1))
 		cfg := randConfig(r, 0)
 		mem, err := limits.New(cfg, limits.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := New(client(t), Options{Prefix: prefix(t) + strconvU(seed) + ":", CallerTime: true})
+		st := New(c, Options{Prefix: prefix(t) + strconvU(seed) + ":", CallerTime: true})
 		red, err := limits.New(cfg, limits.Options{Store: st})
 		if err != nil {
 			t.Fatal(err)
 		}
 		now := t0
-		for i := range 300 {
+		for i := range steps {
 			now = now.Add(time.Duration(r.IntN(400)) * time.Millisecond)
-			if i == 150 {
+			if i == steps/2 {
 				cfg2 := randConfig(r, 0)
 				if err := mem.SetConfig(now, cfg2); err != nil {
 					t.Fatal(err)
@@ -87,6 +93,13 @@ func strconvU(n uint64) string { return string(rune('a'+n%26)) + string(rune('a'
 // TestTwoEngines: two engines sharing one Redis answer as one memory
 // engine does.
 func TestTwoEngines(t *testing.T) {
+	twoEngines(t, [2]redis.UniversalClient{client(t), client(t)})
+}
+
+// twoEngines runs random requests alternately on two engines, one on
+// each of cs, sharing one Redis, and compares their Decisions with one
+// memory engine's.
+func twoEngines(t *testing.T, cs [2]redis.UniversalClient) {
 	r := rand.New(rand.NewPCG(7, 7))
 	// max_dynamic_buckets: 0, since in virtual time a full dynamic bucket
 	// is forgotten on Redis (TestRejectionWritesNothing covers the limit
@@ -96,7 +109,7 @@ func TestTwoEngines(t *testing.T) {
 	var eng [2]*limits.Engine
 	for i := range eng {
 		var err error
-		eng[i], err = limits.New(cfg, limits.Options{Store: New(client(t), Options{Prefix: prefix(t), CallerTime: true})})
+		eng[i], err = limits.New(cfg, limits.Options{Store: New(cs[i], Options{Prefix: prefix(t), CallerTime: true})})
 		if err != nil {
 			t.Fatal(err)
 		}
