@@ -50,11 +50,7 @@ func (s *Server) SetCopies(cfg *copies.Config) error {
 	if err := s.copies.SetConfig(cfg); err != nil {
 		return err
 	}
-	names := make(map[string]bool, len(cfg.Resources))
-	for name := range cfg.Resources {
-		names[name] = true
-	}
-	s.copyNames.Store(&names)
+	storeNames(&s.copyNames, cfg.Resources)
 	return nil
 }
 
@@ -267,3 +263,12 @@ func connectUnary[T any](resp *T, err error) (*connect.Response[T], error) {
 
 // namesOf is a set of resource names, replaced whole on reconfiguration.
 type namesOf = atomic.Pointer[map[string]bool]
+
+// storeNames replaces set with the keys of m.
+func storeNames[V any](set *namesOf, m map[string]V) {
+	names := make(map[string]bool, len(m))
+	for name := range m {
+		names[name] = true
+	}
+	set.Store(&names)
+}

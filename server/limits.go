@@ -33,13 +33,11 @@ func (s *Server) SetLimits(cfg *limits.Config) error {
 		return err
 	}
 	s.limitsMetrics.configured(cfg)
-	names := map[string]bool{}
+	var resources map[string]*limits.Resource
 	if cfg != nil {
-		for name := range cfg.Resources {
-			names[name] = true
-		}
+		resources = cfg.Resources
 	}
-	s.rateNames.Store(&names)
+	storeNames(&s.rateNames, resources)
 	return nil
 }
 
@@ -121,11 +119,7 @@ type limitsConnect struct {
 }
 
 func (c limitsConnect) Allow(ctx context.Context, req *connect.Request[v1.AllowRequest]) (*connect.Response[v1.AllowResponse], error) {
-	resp, err := c.api.Allow(ctx, req.Msg)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	return connect.NewResponse(resp), nil
+	return connectUnary(c.api.Allow(ctx, req.Msg))
 }
 
 // sluiceStatus maps the engine's status to sluice.v1's.
@@ -188,11 +182,7 @@ func (a QuotaServiceAPI) Allow(_ context.Context, req *qs.AllowRequest) (*qs.All
 type quotaConnect struct{ api QuotaServiceAPI }
 
 func (c quotaConnect) Allow(ctx context.Context, req *connect.Request[qs.AllowRequest]) (*connect.Response[qs.AllowResponse], error) {
-	resp, err := c.api.Allow(ctx, req.Msg)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	return connect.NewResponse(resp), nil
+	return connectUnary(c.api.Allow(ctx, req.Msg))
 }
 
 // quotaStatus maps the engine's status to the quota service's.

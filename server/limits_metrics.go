@@ -1,7 +1,8 @@
 package server
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,17 +91,10 @@ func (m *limitsMetrics) series(resource string) *limitsSeries {
 func (m *limitsMetrics) configured(cfg *limits.Config) {
 	byResource := map[string]*limitsSeries{}
 	if old := m.byResource.Load(); old != nil {
-		for k, v := range *old {
-			byResource[k] = v
-		}
+		byResource = maps.Clone(*old)
 	}
 	if cfg != nil {
-		names := make([]string, 0, len(cfg.Resources))
-		for name := range cfg.Resources {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		for _, name := range names {
+		for _, name := range slices.Sorted(maps.Keys(cfg.Resources)) {
 			if _, ok := byResource[name]; !ok && len(byResource) < MaxResourceSeries {
 				byResource[name] = m.series(name)
 			}
