@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -146,7 +147,7 @@ func (w *walker) mapping(n *yaml.Node, path string, fields []string) (pairs []pa
 			continue
 		}
 		seen[k.Value] = true
-		if fields != nil && !contains(fields, k.Value) {
+		if fields != nil && !slices.Contains(fields, k.Value) {
 			w.bad(join(path, k.Value), k, "unknown field (want one of %s)", strings.Join(fields, ", "))
 			continue
 		}
@@ -184,15 +185,6 @@ func (w *walker) merge(v *yaml.Node, path string, fields []string) []pair {
 	}
 	ps, _ := w.mapping(v, path, fields)
 	return ps
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // scalar returns n as a scalar, reporting under path anything else; ok is
