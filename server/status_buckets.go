@@ -1,11 +1,11 @@
 package server
 
 import (
-	"container/heap"
 	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -436,7 +436,7 @@ func bucketsURL(p BucketsPage, key, value string) string {
 }
 
 // topK keeps the k first buckets in the order before, of all it is
-// given, in O(log k) a bucket: a heap whose root is the last one kept.
+// given, sorted (k is small: the page's top lists).
 type topK struct {
 	k      int
 	before func(a, b *limits.BucketInfo) bool
@@ -447,39 +447,19 @@ func newTopK(k int, before func(a, b *limits.BucketInfo) bool) *topK {
 	return &topK{k: k, before: before}
 }
 
-func (t *topK) Len() int           { return len(t.rows) }
-func (t *topK) Less(i, j int) bool { return t.before(&t.rows[j], &t.rows[i]) } // the last kept at the root
-func (t *topK) Swap(i, j int)      { t.rows[i], t.rows[j] = t.rows[j], t.rows[i] }
-func (t *topK) Push(x any)         { t.rows = append(t.rows, x.(limits.BucketInfo)) }
-func (t *topK) Pop() any {
-	r := t.rows[len(t.rows)-1]
-	t.rows = t.rows[:len(t.rows)-1]
-	return r
-}
-
-// push offers b: kept if fewer than k are kept or it comes before the last.
+// push offers b: kept, in order, if fewer than k are kept or it comes
+// before the last.
 func (t *topK) push(b *limits.BucketInfo) {
-	switch {
-	case t.k <= 0:
-	case len(t.rows) < t.k:
-		heap.Push(t, *b)
-	case t.before(b, &t.rows[0]):
-		t.rows[0] = *b
-		heap.Fix(t, 0)
+	n := len(t.rows)
+	if t.k <= 0 || n == t.k && !t.before(b, &t.rows[n-1]) {
+		return
+	}
+	i := sort.Search(n, func(i int) bool { return t.before(b, &t.rows[i]) })
+	t.rows = slices.Insert(t.rows, i, *b)
+	if len(t.rows) > t.k {
+		t.rows = t.rows[:t.k]
 	}
 }
 
 // sorted returns the buckets kept, in order.
-func (t *topK) sorted() []limits.BucketInfo {
-	out := slices.Clone(t.rows)
-	slices.SortFunc(out, func(a, b limits.BucketInfo) int {
-		if t.before(&a, &b) {
-			return -1
-		}
-		if t.before(&b, &a) {
-			return 1
-		}
-		return 0
-	})
-	return out
-}
+func (t *topK) sorted() []limits.BucketInfo { return t.rows }
