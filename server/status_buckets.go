@@ -102,14 +102,11 @@ type BucketsPage struct {
 // idShown is how much of a session or transfer id the page shows.
 const idShown = 8
 
-// copiesShown is the copy log for the page: resources under prefix (the
-// part before the first '/' that is not part of a resource name cannot be
-// told, so the whole prefix is matched against the resource name or
-// resource/domain), ids cut to idShown.
+// copiesShown is the copy log for the page: the holds whose key,
+// resource/domain, starts with prefix (hasKeyPrefix, as the buckets), ids
+// cut to idShown.
 func copiesShown(snap copies.Snapshot, prefix string) copies.Snapshot {
-	keep := func(resource, domain string) bool {
-		return strings.HasPrefix(resource, prefix) || strings.HasPrefix(resource+"/"+domain, prefix)
-	}
+	keep := func(resource, domain string) bool { return hasKeyPrefix(resource, domain, prefix) }
 	cut := func(id string) string { return id[:min(len(id), idShown)] + "…" }
 	var out copies.Snapshot
 	for _, r := range snap.Resources {
@@ -347,7 +344,7 @@ func (s *Server) BucketsPage(q url.Values) (BucketsPage, error) {
 			if b.Rejections > 0 {
 				rejected.push(b)
 			}
-			if !hasKeyPrefix(b, bq.prefix) {
+			if !hasKeyPrefix(b.Resource, b.Domain, bq.prefix) {
 				return false
 			}
 			for _, p := range bq.preds {
@@ -381,14 +378,14 @@ func rows(bs []limits.BucketInfo, now time.Time) []BucketRow {
 	return out
 }
 
-// hasKeyPrefix reports whether a bucket's key, resource/domain, starts
-// with prefix, without building the key.
-func hasKeyPrefix(b *limits.BucketInfo, prefix string) bool {
-	if len(prefix) <= len(b.Resource) {
-		return strings.HasPrefix(b.Resource, prefix)
+// hasKeyPrefix reports whether the key resource/domain starts with
+// prefix, without building the key.
+func hasKeyPrefix(resource, domain, prefix string) bool {
+	if len(prefix) <= len(resource) {
+		return strings.HasPrefix(resource, prefix)
 	}
-	return strings.HasPrefix(prefix, b.Resource) && prefix[len(b.Resource)] == '/' &&
-		strings.HasPrefix(b.Domain, prefix[len(b.Resource)+1:])
+	return strings.HasPrefix(prefix, resource) && prefix[len(resource)] == '/' &&
+		strings.HasPrefix(domain, prefix[len(resource)+1:])
 }
 
 func (s *Server) handleBuckets(w http.ResponseWriter, r *http.Request) {
