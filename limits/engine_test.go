@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -713,7 +714,7 @@ func TestQuery(t *testing.T) {
 			}
 			paged = append(paged, p.Buckets...)
 		}
-		if !slicesEqual(paged, full.Buckets) {
+		if !slices.Equal(paged, full.Buckets) {
 			t.Fatalf("pages of 3 differ from the whole")
 		}
 	}
@@ -721,18 +722,6 @@ func TestQuery(t *testing.T) {
 	if p, _ := e.Query(at(0), Query{Filter: func(b *BucketInfo) bool { return b.Resource == "api" }}); p.Total != 5 || len(p.Buckets) != 0 {
 		t.Fatalf("total only: %+v", p)
 	}
-}
-
-func slicesEqual(a, b []BucketInfo) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // A bucket starts full whatever the clock: a simulator's virtual time may
