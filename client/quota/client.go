@@ -604,12 +604,13 @@ func (c *Client) manual(ctx context.Context, resource, domain string, n int64, w
 	start := time.Now()
 	resp, err := c.stub.Allow(ctx, connect.NewRequest(req))
 	if err != nil {
-		c.m.rpc(callManual, start, resultOf(ctx, ctx, err))
+		res := resultOf(ctx, ctx, err)
+		c.m.rpc(callManual, start, res)
 		c.m.decision(modeManual, outcomeError)
-		switch {
-		case ctx.Err() != nil:
+		switch res {
+		case resultCanceled:
 			return Grant{}, fmt.Errorf("quota: %s/%s: %w", resource, domain, ctx.Err())
-		case connect.CodeOf(err) == connect.CodeInvalidArgument:
+		case resultInvalid:
 			return Grant{}, fmt.Errorf("%w: %s/%s: %w", ErrInvalidRequest, resource, domain, err)
 		}
 		return Grant{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, c.addr, err)
