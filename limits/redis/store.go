@@ -130,16 +130,17 @@ func (s *Store) Take(now int64, k limits.Key, l *limits.Limit, a limits.Ask) (li
 	if c := s.change.Load(); c != nil && c.gen == l.Gen {
 		at = c.at
 	}
-	dyn, maxDyn := "0", int64(0)
+	dyn, maxDyn := dynArg[0], int64(0)
 	if l.Dynamic(k.Domain) {
-		dyn, maxDyn = "1", l.MaxDynamic
+		dyn, maxDyn = dynArg[1], l.MaxDynamic
 	}
 	idle := int64(l.Bucket.MaxIdle)
 	if idle < 0 {
 		idle = 0
 	}
 	member := escape(k.Domain)
-	keys := []string{s.bucketKey(k.Resource, member), s.dynKey(k.Resource)}
+	base := s.resourceKey(k.Resource)
+	keys := []string{base + "b:" + member, base + "d"}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	v, err := takeScript.Run(ctx, s.c, keys,
@@ -150,6 +151,10 @@ func (s *Store) Take(now int64, k limits.Key, l *limits.Limit, a limits.Ask) (li
 	}
 	return parseTake(v)
 }
+
+// dynArg holds the take script's dynamic argument ("0", "1") boxed once,
+// so that Take does not allocate to box it.
+var dynArg = [2]any{"0", "1"}
 
 // parseTake decodes the take script's reply.
 func parseTake(v []any) (limits.Outcome, error) {
@@ -337,14 +342,15 @@ func (s *Store) snapshot(key string, h map[string]string) (limits.Snapshot, bool
 // hash) or "d" for the resource's dynamic buckets (a sorted set), with the
 // prefix, resource and domain escaped.
 
-// tag returns the hash tag of resource (escaped), braces included.
-func (s *Store) tag(resource string) string { return "{r" + escape(resource) + "}" }
+// resourceKey returns the prefix and hash tag of resource (escaped),
+// braces included: what its bucket keys and dynamic key start with.
+func (s *Store) resourceKey(resource string) string { return s.prefix + "{r" + escape(resource) + "}" }
 
 func (s *Store) bucketKey(resource, escDomain string) string {
-	return s.prefix + s.tag(resource) + "b:" + escDomain
+	return s.resourceKey(resource) + "b:" + escDomain
 }
 
-func (s *Store) dynKey(resource string) string { return s.prefix + s.tag(resource) + "d" }
+func (s *Store) dynKey(resource string) string { return s.resourceKey(resource) + "d" }
 
 // parseKey returns the Key of a bucket key.
 func (s *Store) parseKey(key string) (limits.Key, bool) {
