@@ -34,10 +34,7 @@ type Server struct {
 func Start() (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		if os.Getenv("SLUICE_SKIP_REDIS") == "1" {
-			return nil, ErrSkip
-		}
-		return nil, errors.New("redis-server not found (install Debian's redis-server, or set SLUICE_SKIP_REDIS=1 to skip)")
+		return nil, missing("redis-server")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
