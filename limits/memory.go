@@ -143,15 +143,10 @@ func (s *MemoryStore) Take(now int64, k Key, l *Limit, a Ask) (Outcome, error) {
 		s.relimit(l.Resource, k.Domain, b, l, now)
 	}
 	st, r := l.Step(b.state, now, a)
-	b.last = now
 	if r.Granted > 0 {
 		b.state = st
-		if b.grants != math.MaxUint32 {
-			b.grants++
-		}
-	} else if b.rejections != math.MaxUint32 {
-		b.rejections++
 	}
+	b.count(now, r.Granted > 0)
 	sh.mu.Unlock()
 	return Outcome{Result: r}, nil
 }
@@ -217,16 +212,22 @@ func (s *MemoryStore) TakeHits(now int64, k Key, l *Limit, a Ask) (HitOutcome, e
 		return HitOutcome{TierResult: r, Created: true}, nil
 	}
 	r := StepTiers(p, b.tiers, gl, now, a)
+	b.count(now, r.Granted > 0)
+	unlock()
+	return HitOutcome{TierResult: r}, nil
+}
+
+// count records a request on b at now, granted or rejected (the counts
+// saturate).
+func (b *memBucket) count(now int64, granted bool) {
 	b.last = now
-	if r.Granted > 0 {
+	if granted {
 		if b.grants != math.MaxUint32 {
 			b.grants++
 		}
 	} else if b.rejections != math.MaxUint32 {
 		b.rejections++
 	}
-	unlock()
-	return HitOutcome{TierResult: r}, nil
 }
 
 // packTierState returns a copy of a new domain's first state in one
