@@ -110,7 +110,6 @@ type resState struct {
 
 // rconf is a resource's configuration, compiled.
 type rconf struct {
-	r           Resource // normalized
 	domainLimit int64
 	overrides   map[string]int64
 	global      int64
@@ -132,7 +131,7 @@ type membership struct {
 var unlimitedConf = func() *rconf { c := compile(Unlimited()); c.unlimited = true; return c }()
 
 func compile(r Resource) *rconf {
-	c := &rconf{r: r, domainLimit: r.DomainLimit, overrides: r.DomainLimits, global: r.GlobalLimit, ignore: r.Ignore}
+	c := &rconf{domainLimit: r.DomainLimit, overrides: r.DomainLimits, global: r.GlobalLimit, ignore: r.Ignore}
 	c.groups = make(map[string]int64, len(r.Groups))
 	names := map[string][]string{}
 	for _, g := range r.Groups {
