@@ -163,7 +163,8 @@ func (w *walker) mapping(n *yaml.Node, path string, fields []string) (pairs []pa
 }
 
 // merge returns the pairs a merge key's value (a mapping or a sequence of
-// mappings; earlier mappings win) contributes.
+// mappings) contributes, in order, keys repeated: mapping keeps the first
+// of each, so earlier mappings win.
 func (w *walker) merge(v *yaml.Node, path string, fields []string) []pair {
 	v = w.deref(v)
 	if v == nil {
@@ -171,15 +172,9 @@ func (w *walker) merge(v *yaml.Node, path string, fields []string) []pair {
 	}
 	if v.Kind == yaml.SequenceNode {
 		var out []pair
-		seen := map[string]bool{}
 		for _, m := range v.Content {
 			ps, _ := w.mapping(m, path, fields)
-			for _, p := range ps {
-				if !seen[p.key] {
-					seen[p.key] = true
-					out = append(out, p)
-				}
-			}
+			out = append(out, ps...)
 		}
 		return out
 	}
