@@ -307,16 +307,25 @@ func (h *Hold) Transfer(ctx context.Context, n int64, ttl time.Duration) (string
 // Source: charon-paper.md, section 3.2 (implicit release: "invoke a
 // release command for the remaining resources which have not been
 // released explicitly by the user").
-func (h *Hold) Do(ctx context.Context, f func(ctx context.Context) error) (err error) {
+func (h *Hold) Do(ctx context.Context, f func(ctx context.Context) error) error {
+	return doHolding(ctx, []*Hold{h}, h.releaseRest, f)
+}
+
+// doHolding is Hold.Do and Multi.Do: it runs f with a context cancelled
+// when the session of any of holds ends, then release (also on a panic,
+// which it then repeats), and returns f's error joined with release's.
+func doHolding(ctx context.Context, holds []*Hold, release func(context.Context) error, f func(ctx context.Context) error) (err error) {
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if h.s != nil {
-		stop := context.AfterFunc(h.s.ctx, func() { cancel(h.s.err()) })
-		defer stop()
+	for _, h := range holds {
+		if h.s != nil {
+			stop := context.AfterFunc(h.s.ctx, func() { cancel(h.s.err()) })
+			defer stop()
+		}
 	}
 	returned := false
 	defer func() {
-		rerr := h.releaseRest(context.WithoutCancel(ctx))
+		rerr := release(context.WithoutCancel(ctx))
 		if !returned {
 			if r := recover(); r != nil {
 				panic(r)

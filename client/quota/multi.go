@@ -69,28 +69,8 @@ func (m *Multi) Release(ctx context.Context) error {
 // on a panic, which it then repeats); f's context is cancelled when the
 // session holding the copies ends. It returns f's error joined with the
 // releases'.
-func (m *Multi) Do(ctx context.Context, f func(ctx context.Context) error) (err error) {
-	fctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	for _, h := range m.holds {
-		if h.s != nil {
-			stop := context.AfterFunc(h.s.ctx, func() { cancel(h.s.err()) })
-			defer stop()
-		}
-	}
-	returned := false
-	defer func() {
-		rerr := m.Release(context.WithoutCancel(ctx))
-		if !returned {
-			if r := recover(); r != nil {
-				panic(r)
-			}
-		}
-		err = errors.Join(err, rerr)
-	}()
-	err = f(fctx)
-	returned = true
-	return err
+func (m *Multi) Do(ctx context.Context, f func(ctx context.Context) error) error {
+	return doHolding(ctx, m.holds, m.Release, f)
 }
 
 // trim releases the copies each hold has above n, and makes n the
