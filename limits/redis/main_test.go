@@ -26,27 +26,31 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	srv, err := redistest.Start()
-	if errors.Is(err, redistest.ErrSkip) {
-		fmt.Println("limits/redis:", err, "- skipping the package's tests")
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "limits/redis:", err)
-		return 1
+	if code, done := startFailed(err); done {
+		return code
 	}
 	defer srv.Stop()
 	redisAddr = srv.Addr
 	cluster, err = redistest.StartCluster(3)
-	if errors.Is(err, redistest.ErrSkip) {
-		fmt.Println("limits/redis:", err, "- skipping the package's tests")
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "limits/redis:", err)
-		return 1
+	if code, done := startFailed(err); done {
+		return code
 	}
 	defer cluster.Stop()
 	return m.Run()
+}
+
+// startFailed reports whether err (from starting Redis) ends the run, and
+// its exit code: 0 to skip the tests (ErrSkip), 1 for a failure.
+func startFailed(err error) (int, bool) {
+	switch {
+	case errors.Is(err, redistest.ErrSkip):
+		fmt.Println("limits/redis:", err, "- skipping the package's tests")
+		return 0, true
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "limits/redis:", err)
+		return 1, true
+	}
+	return 0, false
 }
 
 // client returns a client of the test server, closed with the test.
