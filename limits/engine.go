@@ -368,13 +368,8 @@ func (e *Engine) allowSlow(ns int64, req *Request, tokens, lo int64, k Key, l *L
 			e.served(req, k, l, &d, out.Created)
 		}
 	default:
-		d.Status, d.Remaining, d.Tiers = StatusTimeout, float64(out.Available), out.TierContext
-		if out.RetryAfter < 0 {
-			d.RetryNever = true
-		} else {
-			d.RetryAfter = time.Duration(out.RetryAfter)
-		}
-		e.event(Event{Type: EventTimeout, Resource: req.Resource, Domain: req.Domain, Bucket: ref, Dynamic: l.Dynamic(req.Domain), Tokens: tokens, Status: d.Status})
+		d.Remaining, d.Tiers = float64(out.Available), out.TierContext
+		e.timeout(req, tokens, l, &d, out.RetryAfter)
 	}
 	return d, false
 }
@@ -408,14 +403,21 @@ func (e *Engine) reject(req *Request, tokens int64, l *Limit, ref BucketRef, out
 		e.event(Event{Type: EventBucketMiss, Resource: req.Resource, Domain: req.Domain, Bucket: ref, Dynamic: true, Tokens: tokens, Status: d.Status})
 		return d
 	}
-	d.Status, d.Remaining = StatusTimeout, out.Tokens
-	if out.RetryAfter < 0 {
+	d.Remaining = out.Tokens
+	e.timeout(req, tokens, l, &d, out.RetryAfter)
+	return d
+}
+
+// timeout makes d (whose Bucket is set) a StatusTimeout with the store's
+// retryAfter (ns; < 0: never) and reports it.
+func (e *Engine) timeout(req *Request, tokens int64, l *Limit, d *Decision, retryAfter int64) {
+	d.Status = StatusTimeout
+	if retryAfter < 0 {
 		d.RetryNever = true
 	} else {
-		d.RetryAfter = time.Duration(out.RetryAfter)
+		d.RetryAfter = time.Duration(retryAfter)
 	}
-	e.event(Event{Type: EventTimeout, Resource: req.Resource, Domain: req.Domain, Bucket: ref, Dynamic: l.Dynamic(req.Domain), Tokens: tokens, Status: d.Status})
-	return d
+	e.event(Event{Type: EventTimeout, Resource: req.Resource, Domain: req.Domain, Bucket: d.Bucket, Dynamic: l.Dynamic(req.Domain), Tokens: tokens, Status: d.Status})
 }
 
 // event reports ev when there is a listener.
