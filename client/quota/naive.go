@@ -196,11 +196,14 @@ func (c *Client) acquireNaive(ctx context.Context, k key, n int64, until time.Ti
 		g, err := answer(k.resource, k.domain, resp)
 		if err != nil {
 			var rej *RejectedError
-			if errors.As(err, &rej) && !rej.RetryNever && c.mayWait(ctx, until, rej.RetryAfter) {
-				if err := c.sleep(ctx, max(rej.RetryAfter, time.Millisecond)); err != nil {
-					return Grant{}, err
+			if errors.As(err, &rej) {
+				again, werr := c.waitRejected(ctx, until, rej)
+				if werr != nil {
+					return Grant{}, werr
 				}
-				continue
+				if again {
+					continue
+				}
 			}
 			return Grant{}, err
 		}
@@ -209,6 +212,19 @@ func (c *Client) acquireNaive(ctx context.Context, k key, n int64, until time.Ti
 		}
 		return g, nil
 	}
+}
+
+// waitRejected sleeps before a rejected call asks again, when rej may be
+// waited out within WithRejectWait's bound (until) and ctx's deadline
+// (true); an error when ctx ends first.
+func (c *Client) waitRejected(ctx context.Context, until time.Time, rej *RejectedError) (bool, error) {
+	if rej.RetryNever || !c.mayWait(ctx, until, rej.RetryAfter) {
+		return false, nil
+	}
+	if err := c.sleep(ctx, max(rej.RetryAfter, time.Millisecond)); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // mayWait reports whether a rejected call may wait d and try again: within

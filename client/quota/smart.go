@@ -237,10 +237,11 @@ func (c *Client) acquireSmart(ctx context.Context, k key, n int64, until time.Ti
 				rej.RetryAfter = max(b.notBefore.Sub(now), 0)
 			}
 			b.mu.Unlock()
-			if !rej.RetryNever && c.mayWait(ctx, until, rej.RetryAfter) {
-				if err := c.sleep(ctx, max(rej.RetryAfter, time.Millisecond)); err != nil {
-					return Grant{}, err
-				}
+			again, err := c.waitRejected(ctx, until, &rej)
+			if err != nil {
+				return Grant{}, err
+			}
+			if again {
 				continue
 			}
 			return Grant{}, &rej
