@@ -126,11 +126,7 @@ func Cost(n int64, rate float64) int64 {
 // Level returns the tokens in a bucket with parameters p and state s at
 // now (Unix nanoseconds): in [0, p.Size], fractional, 0 while in debt.
 func Level(s State, p Params, now int64) float64 {
-	e := max(s.Empty, subSat(now, p.Span))
-	if e >= now {
-		return 0
-	}
-	return min(float64(p.Size), float64(float64(now-e)*p.Rate)/1e9)
+	return level(max(s.Empty, subSat(now, p.Span)), p, now)
 }
 
 // Full reports whether the bucket holds Size tokens at now: removing it
