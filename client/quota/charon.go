@@ -345,6 +345,19 @@ func checkRange(what string, n, least int64) (int64, error) {
 	return least, nil
 }
 
+// checkLeast validates a request for n copies or hits (what) of
+// (resource, domain), at least least, and returns its effective minimum
+// (checkRange's).
+func checkLeast(what, resource, domain string, n, least int64) (int64, error) {
+	if err := checkName("resource", resource); err != nil {
+		return 0, err
+	}
+	if err := checkName("domain", domain); err != nil {
+		return 0, err
+	}
+	return checkRange(what, n, least)
+}
+
 // Request asks for hits of a rate-limited resource the way Charon's
 // client does: the most in [minTokens, tokens] (minTokens 0 means tokens)
 // that the resource's hard limit, global limit and burst tiers allow now,
@@ -389,11 +402,7 @@ func (c *Client) Request(ctx context.Context, resource, domain string, tokens, m
 	if c.closed.Load() {
 		return Grant{}, ErrClosed
 	}
-	if err := check(resource, domain, tokens); err != nil {
-		c.m.decision(modeRequest, outcomeError)
-		return Grant{}, err
-	}
-	least, err := checkRange("tokens", tokens, minTokens)
+	least, err := checkLeast("tokens", resource, domain, tokens, minTokens)
 	if err != nil {
 		c.m.decision(modeRequest, outcomeError)
 		return Grant{}, err

@@ -700,16 +700,8 @@ func checkName(field, s string) error {
 
 // check validates a request.
 func check(resource, domain string, n int64) error {
-	if err := checkName("resource", resource); err != nil {
-		return err
-	}
-	if err := checkName("domain", domain); err != nil {
-		return err
-	}
-	if n < 1 || n > MaxTokens {
-		return fmt.Errorf("%w: tokens %d outside [1, 2^53]", ErrInvalidRequest, n)
-	}
-	return nil
+	_, err := checkLeast("tokens", resource, domain, n, 0)
+	return err
 }
 
 // SafeName returns s as a valid name: every byte outside NameChars becomes

@@ -382,7 +382,7 @@ func (c *Client) ReserveCopies(ctx context.Context, resource, domain string, cop
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
-	least, err := checkCopies(resource, domain, copies, minCopies)
+	least, err := checkLeast("copies", resource, domain, copies, minCopies)
 	if err != nil {
 		c.m.decision(modeCopies, outcomeError)
 		return nil, err
@@ -401,17 +401,6 @@ func (c *Client) ReserveCopies(ctx context.Context, resource, domain string, cop
 		c.m.decision(modeCopies, outcomeError)
 	}
 	return h, err
-}
-
-// checkCopies validates a reserve and returns its effective minimum.
-func checkCopies(resource, domain string, copies, minCopies int64) (int64, error) {
-	if err := checkName("resource", resource); err != nil {
-		return 0, err
-	}
-	if err := checkName("domain", domain); err != nil {
-		return 0, err
-	}
-	return checkRange("copies", copies, minCopies)
 }
 
 // reserve is ReserveCopies after validation.
