@@ -67,6 +67,10 @@ type Resource struct {
 	//
 	// Source: charon-paper.md, section 4.3 (ignore configured resources).
 	Ignore bool
+	// OnStoreError says what a reserve answers when the shared copy log
+	// (Options.Log, Redis) fails: FailClosed (the zero value) or FailOpen.
+	// Source: the issue "Cluster mode on Redis", item 4.
+	OnStoreError OnStoreError
 }
 
 // Group is one domain group of a resource and its pool: the most copies

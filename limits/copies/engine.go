@@ -41,6 +41,11 @@ type Options struct {
 	// DefaultTransferTTL); Transfer lowers longer ttls to MaxTransferTTL
 	// (0: the package's constant).
 	DefaultTransferTTL, MaxTransferTTL time.Duration
+	// Log, when set, is the copy log shared with other servers (Redis):
+	// every count and staged transfer lives there, and this engine keeps
+	// its sessions and hold sets (see Log). nil: the counts and transfers
+	// are this engine's own.
+	Log Log
 }
 
 // resolve fills o's zero fields with the defaults and checks them.
@@ -98,6 +103,13 @@ type Engine struct {
 	ttimers   timers // transfers by deadline
 	stats     Stats
 	idBuf     [16]byte
+
+	// With a Log: fenced is set between Fence and Unfence; dirty holds the
+	// resources whose contributions in the Log may differ from the hold
+	// sets (a failed release, a fail-open reserve), which Reconcile
+	// writes back.
+	fenced bool
+	dirty  map[string]bool
 }
 
 // resState is the copy log of one resource.
@@ -117,6 +129,7 @@ type rconf struct {
 	member      map[string]*membership
 	ignore      bool
 	unlimited   bool // unconfigured, under an AllowUnconfigured prefix
+	failOpen    bool // OnStoreError FailOpen
 }
 
 // membership is the set of groups a domain belongs to.
@@ -131,7 +144,7 @@ type membership struct {
 var unlimitedConf = func() *rconf { c := compile(Unlimited()); c.unlimited = true; return c }()
 
 func compile(r Resource) *rconf {
-	c := &rconf{domainLimit: r.DomainLimit, overrides: r.DomainLimits, global: r.GlobalLimit, ignore: r.Ignore}
+	c := &rconf{domainLimit: r.DomainLimit, overrides: r.DomainLimits, global: r.GlobalLimit, ignore: r.Ignore, failOpen: r.OnStoreError == FailOpen}
 	c.groups = make(map[string]int64, len(r.Groups))
 	names := map[string][]string{}
 	for _, g := range r.Groups {
@@ -180,7 +193,7 @@ func New(cfg *Config, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{o: o, res: map[string]*resState{}, sessions: map[string]*session{}, transfers: map[string]*transfer{}}
+	e := &Engine{o: o, res: map[string]*resState{}, sessions: map[string]*session{}, transfers: map[string]*transfer{}, dirty: map[string]bool{}}
 	if err := e.SetConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -271,6 +284,10 @@ type Reservation struct {
 	// (Resource.Ignore) or is unconfigured under an AllowUnconfigured
 	// prefix: the copies were granted without looking at the limits.
 	Unlimited bool
+	// Degraded is set when the shared Log failed and the resource fails
+	// open (OnStoreError FailOpen): the copies were granted without
+	// looking at the limits, and the counts above are this server's own.
+	Degraded bool
 }
 
 // GroupHolds is one domain group's pool.
@@ -342,6 +359,9 @@ func (e *Engine) Reserve(now time.Time, session, resource, domain string, copies
 	c := st.c
 	m := c.member[domain]
 	dl := c.limitOf(domain)
+	if e.o.Log != nil {
+		return e.reserveShared(s, st, resource, domain, copies, minCopies)
+	}
 	dh := st.domains[domain]
 	free := min(MaxCopies-dh, MaxCopies-st.global)
 	if !c.ignore {
@@ -368,17 +388,8 @@ func (e *Engine) Reserve(now time.Time, session, resource, domain string, copies
 		}
 	} else {
 		e.stats.Granted++
-		dh += n
-		st.domains[domain] = dh
-		st.global += n
-		k := holdKey{res: resource, dom: domain}
-		if m != nil {
-			k.groups = m.key
-			for _, g := range m.names {
-				st.groups[g] += n
-			}
-		}
-		s.holds[k] += n
+		e.hold(s, st, resource, domain, m, n)
+		dh = st.domains[domain]
 	}
 	r := Reservation{Granted: n, DomainLimit: dl, GlobalLimit: c.global, DomainHolds: dh, GlobalHolds: st.global, Unlimited: c.ignore || c.unlimited}
 	if m != nil {
@@ -388,6 +399,21 @@ func (e *Engine) Reserve(now time.Time, session, resource, domain string, copies
 		}
 	}
 	return r, nil
+}
+
+// hold adds n copies of resource for domain, in the groups of m, to
+// session s and to st's counts (with a Log: this server's contributions).
+func (e *Engine) hold(s *session, st *resState, resource, domain string, m *membership, n int64) {
+	st.domains[domain] += n
+	st.global += n
+	k := holdKey{res: resource, dom: domain}
+	if m != nil {
+		k.groups = m.key
+		for _, g := range m.names {
+			st.groups[g] += n
+		}
+	}
+	s.holds[k] += n
 }
 
 // Release gives back copies of resource that session holds for domain
@@ -420,6 +446,9 @@ func (e *Engine) Release(now time.Time, session, resource, domain string, copies
 	}
 	e.drop(k, copies)
 	e.stats.Released += uint64(copies)
+	if e.o.Log != nil {
+		e.release([]Hold{{Resource: resource, Domain: domain, Groups: splitGroups(k.groups), Copies: copies}})
+	}
 	return nil
 }
 
@@ -476,6 +505,9 @@ func (e *Engine) Transfer(now time.Time, session, resource, domain string, copie
 	if err != nil {
 		return Staged{}, err
 	}
+	if e.o.Log != nil {
+		return e.stageShared(s, k, copies, id, ttl)
+	}
 	_ = e.take(s, k, copies, "transfer")
 	t := &transfer{timer: timer{deadline: ns + int64(ttl), id: id}, from: s.id, k: k, copies: copies}
 	e.transfers[id] = t
@@ -520,6 +552,9 @@ func (e *Engine) Seize(now time.Time, session, id string) (Seized, error) {
 	s, err := e.live(ns, session)
 	if err != nil {
 		return Seized{}, err
+	}
+	if e.o.Log != nil {
+		return e.seizeShared(s, id)
 	}
 	t := e.transfers[id]
 	if t == nil {

@@ -93,9 +93,13 @@ const (
 	// ClassInternal: anything else, e.g. the random source failed while
 	// making an id (a server error, not the client's).
 	ClassInternal
+	// ClassUnavailable: the shared copy log cannot be reached, or this
+	// server is fenced (ErrUnavailable, ErrFenced): retry later, or
+	// through another server.
+	ClassUnavailable
 )
 
-var classNames = [...]string{"OK", "InvalidArgument", "NotFound", "FailedPrecondition", "Internal"}
+var classNames = [...]string{"OK", "InvalidArgument", "NotFound", "FailedPrecondition", "Internal", "Unavailable"}
 
 // String returns the gRPC code name of c, for example "NotFound".
 func (c Class) String() string {
@@ -117,6 +121,8 @@ func ClassOf(err error) Class {
 		return ClassNotFound
 	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrWrongKind):
 		return ClassFailedPrecondition
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrFenced):
+		return ClassUnavailable
 	}
 	return ClassInternal
 }

@@ -62,6 +62,9 @@ func (e *Engine) Open(now time.Time, ttl time.Duration) (Session, error) {
 	ns := now.UnixNano()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.fenced {
+		return Session{}, errFenced
+	}
 	id, err := e.newID(func(id string) bool { return e.sessions[id] != nil })
 	if err != nil {
 		return Session{}, err
@@ -162,6 +165,9 @@ func (e *Engine) Close(now time.Time, id string) (Ended, error) {
 	ns := now.UnixNano()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.fenced {
+		return Ended{}, errFenced
+	}
 	s := e.sessions[id]
 	if s == nil {
 		return Ended{}, fail("session_id", "no session "+short(id)+" (never opened, or ended)", ErrUnknownSession)
@@ -201,6 +207,19 @@ func (e *Engine) Expire(now time.Time) []Ended {
 		e.stats.Released += uint64(t.copies)
 		out = append(out, Ended{Session: t.from, Transfer: t.id, Reason: Expired, Released: []Hold{{Resource: t.k.res, Domain: t.k.dom, Groups: splitGroups(t.k.groups), Copies: t.copies}}})
 	}
+	if e.o.Log != nil && !e.fenced {
+		// Staged transfers live in the Log; one that fails to expire now
+		// is expired by a later call (of this server or another).
+		if ended, err := e.o.Log.ExpireTransfers(); err == nil {
+			for _, t := range ended {
+				e.stats.TransfersExpired++
+				for _, h := range t.Released {
+					e.stats.Released += uint64(h.Copies)
+				}
+			}
+			out = append(out, ended...)
+		}
+	}
 	return out
 }
 
@@ -218,11 +237,17 @@ func (e *Engine) end(s *session, why EndReason) Ended {
 		e.stats.Released += uint64(n)
 	}
 	s.holds = nil
+	if e.o.Log != nil && len(held) > 0 {
+		e.release(held)
+	}
 	return Ended{Session: s.id, Reason: why, Released: held}
 }
 
 // live returns session id if it is live at ns.
 func (e *Engine) live(ns int64, id string) (*session, error) {
+	if e.fenced {
+		return nil, errFenced
+	}
 	s := e.sessions[id]
 	if s == nil {
 		return nil, fail("session_id", "no session "+short(id)+" (never opened, or ended)", ErrUnknownSession)

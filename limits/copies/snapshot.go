@@ -23,6 +23,9 @@ type Stats struct {
 	// Released counts copies released: by Release, and by the end of
 	// sessions and transfers.
 	Released uint64
+	// With a shared Log: Degraded counts reserves granted fail-open while
+	// the Log failed, and Fenced the times the engine was fenced.
+	Degraded, Fenced uint64
 }
 
 // Stats returns the engine's counts and counters.

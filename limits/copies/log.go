@@ -1,0 +1,115 @@
+package copies
+
+import (
+	"errors"
+	"time"
+)
+
+// Log is a copy log shared by the engines of several servers: the counts
+// per domain, group and resource, each the sum of per-server contributions
+// stored beside it, kept outside the engine (on Redis:
+// limits/redis.CopyLog) so that every server limits against the holds of
+// every server. Staged transfers live there too, so that a transfer staged
+// through one server can be seized through another.
+//
+// An Engine with a Log (Options.Log) keeps its sessions and their hold
+// sets in memory, as Charon's limiting servers do, and asks the Log for
+// every decision; this server's contributions are, at every moment, the
+// sum of its sessions' holds, which is what lets Restore rebuild them.
+//
+// Every method is one atomic step on the shared state (one Redis script),
+// made with the Log's own clock and timeouts; an error means the outcome
+// is unknown or nothing happened, never a partial change the Log cannot
+// repair with Restore. Errors wrap ErrUnavailable when the shared state
+// cannot be reached, and ErrFenced when this server's contributions were
+// taken over (its membership ended: see Engine.Fence). The Engine calls
+// the Log under its own lock, one call at a time.
+//
+// Source: charon-paper.md, sections 4.2 and 4.3.2 (the copy log in shared
+// memory, per-server contributions).
+type Log interface {
+	// Reserve grants the most n in [q.Min, q.Copies] such that, with every
+	// server's holds, the domain's count stays within q.DomainLimit, each
+	// of q.Groups' within its limit and the global count within
+	// q.GlobalLimit (q.Ignore: whatever the limits), adding n to this
+	// server's contribution to each count; or nothing, changing nothing.
+	Reserve(q LogReserve) (LogCounts, error)
+	// Release subtracts each hold's copies from this server's
+	// contributions (never below zero: what is not there is not
+	// subtracted).
+	Release(holds []Hold) error
+	// Stage moves h's copies from this server's contribution to staged
+	// transfer id, which ends ttl from now (the Log's clock), and returns
+	// that instant.
+	Stage(id string, h Hold, ttl time.Duration) (time.Time, error)
+	// Seize moves staged transfer id, unexpired, into this server's
+	// contribution, once, and returns what it carried; an unknown, seized
+	// or expired id is an error wrapping ErrUnknownTransfer.
+	Seize(id string) (Hold, error)
+	// ExpireTransfers releases every staged transfer whose ttl has passed
+	// unseized (any server may call it; each is released once) and
+	// returns them.
+	ExpireTransfers() ([]Ended, error)
+	// Restore makes this server's contributions to resource's counts
+	// exactly holds (the copies its sessions hold there, one Hold per
+	// domain and groups; none: zero), whatever they were: after the shared state lost
+	// them, or after an operation whose outcome is unknown.
+	Restore(resource string, holds []Hold) error
+	// Lost returns those of resources, to each of which this server
+	// contributes, whose record of this server's contributions has
+	// vanished (Redis restarted empty, FLUSHALL, a failover that lost
+	// writes): Restore rebuilds them.
+	Lost(resources []string) ([]string, error)
+}
+
+// LogReserve is one Reserve asked of a Log: the request and the limits
+// that apply (the engine's configuration, resolved for the domain).
+type LogReserve struct {
+	Resource, Domain string
+	// Copies and Min: grant the most n in [Min, Copies] (1 ≤ Min ≤ Copies).
+	Copies, Min int64
+	// DomainLimit is the domain's limit; GlobalLimit the global limit
+	// (Unbounded: none).
+	DomainLimit, GlobalLimit int64
+	// Groups are the domain's groups, sorted by name, and GroupLimits
+	// their limits, index for index.
+	Groups      []string
+	GroupLimits []int64
+	// Ignore grants whatever the limits (still counted, still within
+	// MaxCopies).
+	Ignore bool
+}
+
+// LogCounts is a Log's answer to Reserve: the copies granted and the
+// counts after it, over every server.
+type LogCounts struct {
+	Granted                  int64
+	DomainHolds, GlobalHolds int64
+	// GroupHolds are the counts of LogReserve.Groups, index for index.
+	GroupHolds []int64
+}
+
+// ErrUnavailable is wrapped by the errors of a Log that cannot reach its
+// shared state (Redis down, a timeout, an open circuit breaker), and by
+// the Engine's answers while it is fenced. Class Unavailable: the client
+// may retry, through this server later or another one now.
+var ErrUnavailable = errors.New("unavailable")
+
+// ErrFenced is wrapped by a Log's errors once this server's contributions
+// were taken over by the fleet's leader (its membership ended): the server
+// must drop its sessions (Engine.Fence) and join again under a new epoch.
+var ErrFenced = errors.New("fenced: this server's membership ended")
+
+// OnStoreError is what a copy-limited resource answers when its shared
+// Log fails.
+type OnStoreError uint8
+
+// The choices.
+const (
+	// FailClosed (the zero value): the reserve fails with ErrUnavailable.
+	FailClosed OnStoreError = iota
+	// FailOpen: the reserve is granted in full without looking at the
+	// limits, flagged (Reservation.Degraded) and held; the server's
+	// contributions are written back (Restore) once the Log answers again.
+	FailOpen
+)

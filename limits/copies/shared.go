@@ -1,0 +1,265 @@
+package copies
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// The engine's side of a shared Log (Options.Log). The engine keeps the
+// sessions and their hold sets; the Log keeps the counts (every server's
+// contributions) and the staged transfers. Each operation calls the Log
+// once, under the engine's lock, so that the hold sets and this server's
+// contributions change together: a server's operations on copy-limited
+// resources are serialised, one Log round trip each (Redis: ~0.1 ms).
+//
+// What the Log said is what happened; when its outcome is unknown (an
+// error), the engine marks the resource dirty and Reconcile later makes
+// this server's contributions equal its hold sets again (Log.Restore),
+// as it does for resources whose shared record vanished (Log.Lost): the
+// Doorman learning-mode idea applied to holds, the servers' memory being
+// the truth about what their sessions hold.
+//
+// Source: charon-paper.md, sections 4.2 and 4.3.2; the issue "Cluster
+// mode on Redis", items 3 and 4.
+
+// errFenced answers every session operation while the engine is fenced.
+var errFenced = fmt.Errorf("copies: %w: this server is rejoining its fleet (its membership ended); retry, here or through another server", ErrUnavailable)
+
+// unavailable wraps a Log error for the client.
+func unavailable(op string, err error) error {
+	return fmt.Errorf("copies: %s: shared copy log: %w (%w)", op, ErrUnavailable, err)
+}
+
+// logFailed handles a Log error: a fenced Log fences the engine.
+func (e *Engine) logFailed(err error) {
+	if errors.Is(err, ErrFenced) {
+		e.fenceLocked()
+	}
+}
+
+// reserveShared is Reserve's decision on the Log, for session s.
+func (e *Engine) reserveShared(s *session, st *resState, resource, domain string, copies, minCopies int64) (Reservation, error) {
+	c := st.c
+	m := c.member[domain]
+	q := LogReserve{Resource: resource, Domain: domain, Copies: copies, Min: minCopies,
+		DomainLimit: c.limitOf(domain), GlobalLimit: c.global, Ignore: c.ignore || c.unlimited}
+	if m != nil {
+		q.Groups, q.GroupLimits = m.names, m.limits
+	}
+	r := Reservation{DomainLimit: q.DomainLimit, GlobalLimit: c.global, Unlimited: q.Ignore}
+	got, err := e.o.Log.Reserve(q)
+	switch {
+	case err != nil && (!c.failOpen || errors.Is(err, ErrFenced)):
+		e.logFailed(err)
+		e.dirty[resource] = true // the outcome is unknown
+		if st.global == 0 && c.unlimited {
+			delete(e.res, resource)
+		}
+		return Reservation{}, unavailable("reserve", err)
+	case err != nil:
+		// Fail open: grant in full, counted here, written back later.
+		e.dirty[resource] = true
+		e.stats.Granted++
+		e.stats.Degraded++
+		e.hold(s, st, resource, domain, m, copies)
+		r.Granted, r.Degraded = copies, true
+		r.DomainHolds, r.GlobalHolds = st.domains[domain], st.global
+		got.GroupHolds = make([]int64, len(q.Groups))
+		for i, g := range q.Groups {
+			got.GroupHolds[i] = st.groups[g]
+		}
+	case got.Granted == 0:
+		e.stats.Rejected++
+		if st.global == 0 && c.unlimited {
+			delete(e.res, resource)
+		}
+		r.DomainHolds, r.GlobalHolds = got.DomainHolds, got.GlobalHolds
+	default:
+		e.stats.Granted++
+		e.hold(s, st, resource, domain, m, got.Granted)
+		r.Granted, r.DomainHolds, r.GlobalHolds = got.Granted, got.DomainHolds, got.GlobalHolds
+	}
+	if m != nil {
+		r.Groups = make([]GroupHolds, len(m.names))
+		for i, g := range m.names {
+			r.Groups[i] = GroupHolds{Name: g, Limit: m.limits[i]}
+			if i < len(got.GroupHolds) {
+				r.Groups[i].Holds = got.GroupHolds[i]
+			}
+		}
+	}
+	return r, nil
+}
+
+// release gives holds back to the Log; on failure their resources are
+// dirty (the hold sets are right; Reconcile writes them back).
+func (e *Engine) release(holds []Hold) {
+	if e.fenced {
+		return
+	}
+	if err := e.o.Log.Release(holds); err != nil {
+		e.logFailed(err)
+		for _, h := range holds {
+			e.dirty[h.Resource] = true
+		}
+	}
+}
+
+// stageShared is Transfer on the Log: copies of k leave session s for
+// staged transfer id.
+func (e *Engine) stageShared(s *session, k holdKey, copies int64, id string, ttl time.Duration) (Staged, error) {
+	h := Hold{Resource: k.res, Domain: k.dom, Groups: splitGroups(k.groups), Copies: copies}
+	deadline, err := e.o.Log.Stage(id, h, ttl)
+	if err != nil {
+		e.logFailed(err)
+		e.dirty[k.res] = true // staged or not: Restore counts the hold
+		return Staged{}, unavailable("transfer", err)
+	}
+	_ = e.take(s, k, copies, "transfer")
+	e.drop(k, copies)
+	e.stats.Staged++
+	return Staged{ID: id, TTL: ttl, Expires: deadline}, nil
+}
+
+// seizeShared is Seize on the Log: staged transfer id joins session s.
+func (e *Engine) seizeShared(s *session, id string) (Seized, error) {
+	h, err := e.o.Log.Seize(id)
+	switch {
+	case errors.Is(err, ErrUnknownTransfer):
+		return Seized{}, fail("transfer_id", "no staged transfer "+short(id)+" (never staged, seized already, or expired)", ErrUnknownTransfer)
+	case err != nil:
+		e.logFailed(err)
+		return Seized{}, unavailable("seize", err)
+	}
+	k := holdKey{res: h.Resource, dom: h.Domain, groups: e.groupsKey(h.Resource, h.Domain, h.Groups)}
+	st := e.res[h.Resource]
+	if st == nil {
+		st = &resState{domains: map[string]int64{}, groups: map[string]int64{}}
+		e.res[h.Resource] = st
+	}
+	st.domains[k.dom] += h.Copies
+	st.global += h.Copies
+	for g := range eachGroup(k.groups) {
+		st.groups[g] += h.Copies
+	}
+	s.holds[k] += h.Copies
+	e.stats.Seized++
+	return Seized{Resource: h.Resource, Domain: h.Domain, Groups: splitGroups(k.groups), Copies: h.Copies}, nil
+}
+
+// Fence drops every session and hold at once, without releasing them in
+// the Log, and makes every session operation fail with ErrUnavailable
+// (class Unavailable) until Unfence. A server calls it when its fleet
+// membership ends (its etcd session expired): the fleet's leader then
+// subtracts this server's contributions from the shared counts, and a
+// server that went on serving its holds could release what is no longer
+// counted (the paper's server that "resigns"). Fencing twice is fencing
+// once; it returns the number of sessions dropped.
+//
+// Source: charon-paper.md, section 4.3.2; the issue "Cluster mode on
+// Redis", item 3.
+func (e *Engine) Fence() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fenceLocked()
+}
+
+func (e *Engine) fenceLocked() int {
+	n := len(e.sessions)
+	e.fenced = true
+	e.sessions = map[string]*session{}
+	e.stimers = nil
+	for name, st := range e.res {
+		if st.c == nil || st.c.unlimited {
+			delete(e.res, name)
+			continue
+		}
+		clear(st.domains)
+		clear(st.groups)
+		st.global = 0
+	}
+	clear(e.dirty)
+	e.stats.Fenced++
+	return n
+}
+
+// Unfence ends Fence: sessions may be opened again (the Log must first
+// have a new epoch, which is the caller's job).
+func (e *Engine) Unfence() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.fenced = false
+}
+
+// Fenced reports whether the engine is fenced.
+func (e *Engine) Fenced() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fenced
+}
+
+// Reconcile makes this server's contributions in the Log equal its hold
+// sets again, for every resource whose contributions are in doubt: those
+// marked dirty (a Log error left the outcome unknown, or a fail-open
+// reserve counted copies here only) and those whose shared record the Log
+// reports lost (Log.Lost: Redis came back empty). It returns the
+// resources restored, and the first error (those resources stay dirty
+// for the next call). Without a Log, or fenced, it does nothing. Call it
+// periodically: its period bounds how long counts stay wrong after Redis
+// loses its data.
+//
+// Source: the issue "Cluster mode on Redis", item 4 (live holds are
+// written back from the servers' in-memory hold sets).
+func (e *Engine) Reconcile() ([]string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.o.Log == nil || e.fenced {
+		return nil, nil
+	}
+	var held []string
+	for name, st := range e.res {
+		if st.global > 0 {
+			held = append(held, name)
+		}
+	}
+	todo := maps.Clone(e.dirty)
+	if len(held) > 0 {
+		slices.Sort(held)
+		lost, err := e.o.Log.Lost(held)
+		if err != nil {
+			e.logFailed(err)
+			return nil, unavailable("reconcile", err)
+		}
+		for _, r := range lost {
+			todo[r] = true
+		}
+	}
+	if len(todo) == 0 {
+		return nil, nil
+	}
+	sum := map[holdKey]int64{}
+	for _, s := range e.sessions {
+		for k, n := range s.holds {
+			if todo[k.res] {
+				sum[k] += n
+			}
+		}
+	}
+	by := map[string][]Hold{}
+	for _, h := range sortedHolds(sum) {
+		by[h.Resource] = append(by[h.Resource], h)
+	}
+	var done []string
+	for _, r := range slices.Sorted(maps.Keys(todo)) {
+		if err := e.o.Log.Restore(r, by[r]); err != nil {
+			e.logFailed(err)
+			return done, unavailable("reconcile", err)
+		}
+		delete(e.dirty, r)
+		done = append(done, r)
+	}
+	return done, nil
+}
