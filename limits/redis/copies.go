@@ -1,0 +1,610 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/limits/copies"
+)
+
+var (
+	//go:embed copies_reserve.lua
+	copiesReserveLua string
+	//go:embed copies_move.lua
+	copiesMoveLua string
+	//go:embed copies_restore.lua
+	copiesRestoreLua string
+
+	copiesReserveScript = redis.NewScript(copiesReserveLua)
+	copiesMoveScript    = redis.NewScript(copiesMoveLua)
+	copiesRestoreScript = redis.NewScript(copiesRestoreLua)
+	// registerScript adds a resource to a server's set of resources,
+	// unless the server is fenced (KEYS[1] its dead marker, KEYS[2] the
+	// set; ARGV[1] the escaped resource): -1 fenced, else 1.
+	registerScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+redis.call('SADD', KEYS[2], ARGV[1])
+return 1`)
+	// buryScript marks a server dead and returns its resources (KEYS[1]
+	// its dead marker, KEYS[2] its set of resources; ARGV[1] the marker's
+	// ttl in ms).
+	buryScript = redis.NewScript(`
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+return redis.call('SMEMBERS', KEYS[2])`)
+)
+
+// FenceTTL is how long Redis remembers that a server's epoch ended, so
+// that the server cannot write under it again: 7 days, far beyond any
+// partition a server survives without noticing that its etcd session
+// ended.
+const FenceTTL = 7 * 24 * time.Hour
+
+// CopyLog is a copies.Log on Redis or Redis Cluster: the copy log of
+// copy-limited resources shared by every Sluice server using the same
+// Redis, each count the sum of per-server contributions stored beside it,
+// and the staged transfers. See the package documentation ("Copy log")
+// for the keys and the fencing.
+//
+// A server's contributions are made under its epoch (SetEpoch: its fleet
+// membership, an etcd lease), and Bury, run by the fleet's leader when an
+// epoch ends, subtracts them and fences the epoch: every later write under
+// it fails with copies.ErrFenced.
+//
+// Every method is safe for concurrent use; copies.Engine calls them one
+// at a time. Errors wrap copies.ErrUnavailable (Redis unreachable, a
+// timeout) or copies.ErrFenced.
+//
+// The zero CopyLog is not usable: use NewCopyLog.
+type CopyLog struct {
+	c       redis.UniversalClient
+	prefix  string
+	timeout time.Duration
+
+	mu         sync.Mutex
+	epoch      string          // "" until SetEpoch
+	registered map[string]bool // escaped resources in the epoch's set
+}
+
+var _ copies.Log = (*CopyLog)(nil)
+
+// NewCopyLog returns a copy log on client with opts' Prefix and Timeout
+// (Options.CallerTime does not apply: transfers' ttls always run on Redis
+// TIME). It has no epoch: every write fails with copies.ErrFenced until
+// SetEpoch. It does not contact Redis.
+func NewCopyLog(client redis.UniversalClient, opts Options) *CopyLog {
+	p := opts.Prefix
+	if p == "" {
+		p = DefaultPrefix
+	}
+	t := opts.Timeout
+	if t <= 0 {
+		t = time.Second
+	}
+	return &CopyLog{c: client, prefix: escape(p), timeout: t, registered: map[string]bool{}}
+}
+
+// SetEpoch makes id (an etcd lease id in hex, unique per membership; any
+// non-empty string of [A-Za-z0-9]) this server's epoch: its contributions
+// are made under it from now on. A new epoch starts with no
+// contributions: the caller drops every hold first (copies.Engine.Fence).
+func (l *CopyLog) SetEpoch(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.epoch = id
+	clear(l.registered)
+}
+
+// Epoch returns the epoch set by SetEpoch ("" before).
+func (l *CopyLog) Epoch() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch
+}
+
+// Key layout, prefix and names escaped (escape):
+//
+//	<prefix>{c<resource>}n:a            global count (hash: '_' total, 's<epoch>' and 't<transfer>' contributions)
+//	<prefix>{c<resource>}n:d:<domain>   a domain's count
+//	<prefix>{c<resource>}n:g:<group>    a group's count
+//	<prefix>{c<resource>}k:<epoch>      the count keys an epoch contributes to (set)
+//	<prefix>{c<resource>}x:<epoch>      the epoch's fence in the resource's slot
+//	<prefix>{c<resource>}t:<transfer>   a staged transfer (hash: n, dl, d, g, s)
+//	<prefix>{s<epoch>}r                 the resources an epoch contributes to (set)
+//	<prefix>{s<epoch>}x                 the epoch's dead marker
+//	<prefix>{t<transfer>}               a transfer's resource (string)
+//	<prefix>{x}ts                       transfers by deadline, for expiry (sorted set)
+
+func (l *CopyLog) tag(escRes string) string { return l.prefix + "{c" + escRes + "}" }
+
+// counts returns the count keys of a hold: global, domain, groups.
+func (l *CopyLog) counts(tag, domain string, groups []string) []string {
+	keys := make([]string, 0, 2+len(groups))
+	keys = append(keys, tag+"n:a", tag+"n:d:"+escape(domain))
+	for _, g := range groups {
+		keys = append(keys, tag+"n:g:"+escape(g))
+	}
+	return keys
+}
+
+// ctx returns a context bounded by the log's timeout.
+func (l *CopyLog) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), l.timeout)
+}
+
+// fail wraps a Redis error in copies.ErrUnavailable.
+func fail(op string, err error) error {
+	return fmt.Errorf("limits/redis: copies %s: %w: %w", op, copies.ErrUnavailable, err)
+}
+
+var errFenced = fmt.Errorf("limits/redis: %w", copies.ErrFenced)
+
+// current returns the epoch, and registers escRes in its set of
+// resources the first time (so that Bury finds it), refusing when fenced.
+func (l *CopyLog) current(ctx context.Context, escRes string, force bool) (string, error) {
+	l.mu.Lock()
+	epoch, done := l.epoch, l.registered[escRes]
+	l.mu.Unlock()
+	if epoch == "" {
+		return "", errFenced
+	}
+	if done && !force {
+		return epoch, nil
+	}
+	s := l.prefix + "{s" + epoch + "}"
+	v, err := registerScript.Run(ctx, l.c, []string{s + "x", s + "r"}, escRes).Int()
+	if err != nil {
+		return "", fail("register", err)
+	}
+	if v < 0 {
+		return "", errFenced
+	}
+	l.mu.Lock()
+	if l.epoch == epoch {
+		l.registered[escRes] = true
+	}
+	l.mu.Unlock()
+	return epoch, nil
+}
+
+// Reserve implements copies.Log: one script over the resource's slot.
+func (l *CopyLog) Reserve(q copies.LogReserve) (copies.LogCounts, error) {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	esc := escape(q.Resource)
+	epoch, err := l.current(ctx, esc, false)
+	if err != nil {
+		return copies.LogCounts{}, err
+	}
+	tag := l.tag(esc)
+	keys := append([]string{tag + "x:" + epoch, tag + "k:" + epoch}, l.counts(tag, q.Domain, q.Groups)...)
+	ignore := "0"
+	if q.Ignore {
+		ignore = "1"
+	}
+	args := make([]any, 0, 7+len(q.GroupLimits))
+	args = append(args, "s"+epoch, q.Copies, q.Min, q.DomainLimit, q.GlobalLimit, ignore, int64(copies.MaxCopies))
+	for _, g := range q.GroupLimits {
+		args = append(args, g)
+	}
+	v, err := copiesReserveScript.Run(ctx, l.c, keys, args...).Int64Slice()
+	if err != nil {
+		return copies.LogCounts{}, fail("reserve", err)
+	}
+	if len(v) == 1 && v[0] == -1 {
+		return copies.LogCounts{}, errFenced
+	}
+	if len(v) != 3+len(q.Groups) {
+		return copies.LogCounts{}, fail("reserve", fmt.Errorf("reply of %d values", len(v)))
+	}
+	return copies.LogCounts{Granted: v[0], DomainHolds: v[1], GlobalHolds: v[2], GroupHolds: v[3:]}, nil
+}
+
+// moveArgs are copies_move.lua's arguments.
+type moveArgs struct {
+	src, dst       string
+	copies         int64
+	mode           string
+	srcSet, dstSet bool
+	ttl            time.Duration
+	domain, groups string
+	session        string
+}
+
+// move runs copies_move.lua: keys are the fence, source set, destination
+// set, transfer hash, then the count keys. It returns the reply.
+func (l *CopyLog) move(ctx context.Context, keys []string, a moveArgs) ([]any, error) {
+	b := func(x bool) string {
+		if x {
+			return "1"
+		}
+		return "0"
+	}
+	v, err := copiesMoveScript.Run(ctx, l.c, keys, a.src, a.dst, a.copies, a.mode, b(a.srcSet), b(a.dstSet),
+		a.ttl.Milliseconds(), a.domain, a.groups, a.session).Slice()
+	if err != nil {
+		return nil, fail(a.mode, err)
+	}
+	if len(v) >= 1 && v[0] == int64(-1) {
+		return nil, errFenced
+	}
+	return v, nil
+}
+
+// Release implements copies.Log: one script per hold.
+func (l *CopyLog) Release(holds []copies.Hold) error {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	for _, h := range holds {
+		esc := escape(h.Resource)
+		epoch, err := l.current(ctx, esc, false)
+		if err != nil {
+			return err
+		}
+		tag := l.tag(esc)
+		set := tag + "k:" + epoch
+		keys := append([]string{tag + "x:" + epoch, set, set, set}, l.counts(tag, h.Domain, h.Groups)...)
+		if _, err := l.move(ctx, keys, moveArgs{src: "s" + epoch, copies: h.Copies, mode: "release", srcSet: true}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sweepKey is the sorted set of transfers by deadline.
+func (l *CopyLog) sweepKey() string { return l.prefix + "{x}ts" }
+
+// Stage implements copies.Log: the transfer's indexes are written first
+// (an index without its transfer is harmless), then one script moves the
+// copies from this server's contribution to the transfer's.
+func (l *CopyLog) Stage(id string, h copies.Hold, ttl time.Duration) (time.Time, error) {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	esc := escape(h.Resource)
+	epoch, err := l.current(ctx, esc, false)
+	if err != nil {
+		return time.Time{}, err
+	}
+	tid := escape(id)
+	pipe := l.c.Pipeline()
+	pipe.Set(ctx, l.prefix+"{t"+tid+"}", esc, ttl+time.Hour)
+	pipe.ZAdd(ctx, l.sweepKey(), redis.Z{Score: float64(time.Now().Add(ttl).UnixMilli()), Member: esc + " " + tid})
+	if _, err := pipe.Exec(ctx); err != nil {
+		return time.Time{}, fail("stage", err)
+	}
+	tag := l.tag(esc)
+	set := tag + "k:" + epoch
+	keys := append([]string{tag + "x:" + epoch, set, set, tag + "t:" + tid}, l.counts(tag, h.Domain, h.Groups)...)
+	v, err := l.move(ctx, keys, moveArgs{src: "s" + epoch, dst: "t" + tid, copies: h.Copies, mode: "stage", srcSet: true,
+		ttl: ttl, domain: h.Domain, groups: strings.Join(h.Groups, ","), session: ""})
+	if err != nil {
+		return time.Time{}, err
+	}
+	if v[0] != int64(1) {
+		return time.Time{}, fail("stage", errors.New("this server's contributions are missing (Redis lost data?)"))
+	}
+	dl, _ := v[1].(int64)
+	return time.UnixMilli(dl), nil
+}
+
+// transfer reads staged transfer tid (escaped): its resource (escaped),
+// hold and staging session; ok false when there is none.
+func (l *CopyLog) transfer(ctx context.Context, tid string) (esc string, h copies.Hold, session string, ok bool, err error) {
+	esc, err = l.c.Get(ctx, l.prefix+"{t"+tid+"}").Result()
+	if errors.Is(err, redis.Nil) {
+		return "", h, "", false, nil
+	}
+	if err != nil {
+		return "", h, "", false, fail("seize", err)
+	}
+	return l.transferIn(ctx, esc, tid)
+}
+
+// transferIn reads staged transfer tid of resource esc.
+func (l *CopyLog) transferIn(ctx context.Context, esc, tid string) (string, copies.Hold, string, bool, error) {
+	m, err := l.c.HGetAll(ctx, l.tag(esc)+"t:"+tid).Result()
+	if err != nil {
+		return "", copies.Hold{}, "", false, fail("transfer", err)
+	}
+	n, _ := strconv.ParseInt(m["n"], 10, 64)
+	res, ok := unescape(esc)
+	if len(m) == 0 || n <= 0 || !ok {
+		return esc, copies.Hold{}, "", false, nil
+	}
+	h := copies.Hold{Resource: res, Domain: m["d"], Copies: n}
+	if m["g"] != "" {
+		h.Groups = strings.Split(m["g"], ",")
+	}
+	return esc, h, m["s"], true, nil
+}
+
+// Seize implements copies.Log: the transfer is read, then one script
+// moves its copies to this server's contribution if it is still there,
+// unexpired, with the same copies.
+func (l *CopyLog) Seize(id string) (copies.Hold, error) {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	tid := escape(id)
+	esc, h, _, ok, err := l.transfer(ctx, tid)
+	if err != nil {
+		return copies.Hold{}, err
+	}
+	unknown := fmt.Errorf("limits/redis: %w", copies.ErrUnknownTransfer)
+	if !ok {
+		return copies.Hold{}, unknown
+	}
+	epoch, err := l.current(ctx, esc, false)
+	if err != nil {
+		return copies.Hold{}, err
+	}
+	tag := l.tag(esc)
+	set := tag + "k:" + epoch
+	keys := append([]string{tag + "x:" + epoch, set, set, tag + "t:" + tid}, l.counts(tag, h.Domain, h.Groups)...)
+	v, err := l.move(ctx, keys, moveArgs{src: "t" + tid, dst: "s" + epoch, copies: h.Copies, mode: "seize", dstSet: true})
+	if err != nil {
+		return copies.Hold{}, err
+	}
+	if v[0] != int64(1) {
+		return copies.Hold{}, unknown
+	}
+	l.forget(ctx, esc, tid)
+	return h, nil
+}
+
+// forget drops a finished transfer's indexes (best effort: an index left
+// behind is dropped by the next sweep, or expires).
+func (l *CopyLog) forget(ctx context.Context, esc, tid string) {
+	pipe := l.c.Pipeline()
+	pipe.Del(ctx, l.prefix+"{t"+tid+"}")
+	pipe.ZRem(ctx, l.sweepKey(), esc+" "+tid)
+	_, _ = pipe.Exec(ctx)
+}
+
+// sweepBatch is how many due transfers one ExpireTransfers call looks at.
+const sweepBatch = 128
+
+// ExpireTransfers implements copies.Log: it takes up to sweepBatch due
+// transfers from the sorted set of deadlines and releases each with one
+// script that checks, on Redis TIME, that it is still staged and expired
+// (so that several servers sweeping at once release each once).
+func (l *CopyLog) ExpireTransfers() ([]copies.Ended, error) {
+	l.mu.Lock()
+	epoch := l.epoch
+	l.mu.Unlock()
+	if epoch == "" {
+		return nil, errFenced
+	}
+	ctx, cancel := l.ctx()
+	defer cancel()
+	due, err := l.c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: l.sweepKey(), ByScore: true, Start: "-inf",
+		Stop: strconv.FormatInt(time.Now().UnixMilli(), 10), Count: sweepBatch}).Result()
+	if err != nil {
+		return nil, fail("expire", err)
+	}
+	var out []copies.Ended
+	for _, member := range due {
+		esc, tid, ok := strings.Cut(member, " ")
+		if !ok {
+			_ = l.c.ZRem(ctx, l.sweepKey(), member).Err()
+			continue
+		}
+		_, h, session, ok, err := l.transferIn(ctx, esc, tid)
+		if err != nil {
+			return out, err
+		}
+		if !ok {
+			l.forget(ctx, esc, tid)
+			continue
+		}
+		tag := l.tag(esc)
+		fence := tag + "x:" + epoch
+		keys := append([]string{fence, fence, fence, tag + "t:" + tid}, l.counts(tag, h.Domain, h.Groups)...)
+		v, err := l.move(ctx, keys, moveArgs{src: "t" + tid, copies: h.Copies, mode: "expire"})
+		if err != nil {
+			return out, err
+		}
+		switch {
+		case v[0] == int64(1):
+			l.forget(ctx, esc, tid)
+			id, _ := unescape(tid)
+			out = append(out, copies.Ended{Session: session, Transfer: id, Reason: copies.Expired, Released: []copies.Hold{h}})
+		case len(v) == 3 && v[1] == "early":
+			dl, _ := v[2].(int64)
+			_ = l.c.ZAdd(ctx, l.sweepKey(), redis.Z{Score: float64(dl), Member: member}).Err()
+		default: // seized or gone meanwhile
+			l.forget(ctx, esc, tid)
+		}
+	}
+	return out, nil
+}
+
+// Restore implements copies.Log: it registers the resource again (Redis
+// may have lost the set), reads the count keys this server contributes
+// to, and one script sets each contribution to what holds add up to.
+func (l *CopyLog) Restore(resource string, holds []copies.Hold) error {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	esc := escape(resource)
+	epoch, err := l.current(ctx, esc, true)
+	if err != nil {
+		return err
+	}
+	tag := l.tag(esc)
+	set := tag + "k:" + epoch
+	have, err := l.c.SMembers(ctx, set).Result()
+	if err != nil {
+		return fail("restore", err)
+	}
+	want := map[string]int64{}
+	for _, k := range have {
+		if strings.HasPrefix(k, tag) {
+			want[k] = 0
+		}
+	}
+	for _, h := range holds {
+		for _, k := range l.counts(tag, h.Domain, h.Groups) {
+			want[k] += h.Copies
+		}
+	}
+	keys := []string{tag + "x:" + epoch, set}
+	args := []any{"s" + epoch}
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		keys = append(keys, k)
+		args = append(args, want[k])
+	}
+	v, err := copiesRestoreScript.Run(ctx, l.c, keys, args...).Int()
+	if err != nil {
+		return fail("restore", err)
+	}
+	if v < 0 {
+		return errFenced
+	}
+	return nil
+}
+
+// Lost implements copies.Log: a resource to which this server contributes
+// has lost its record when the epoch's set of count keys is gone (one
+// EXISTS each, pipelined).
+func (l *CopyLog) Lost(resources []string) ([]string, error) {
+	l.mu.Lock()
+	epoch := l.epoch
+	l.mu.Unlock()
+	if epoch == "" {
+		return nil, errFenced
+	}
+	ctx, cancel := l.ctx()
+	defer cancel()
+	pipe := l.c.Pipeline()
+	cmds := make([]*redis.IntCmd, len(resources))
+	for i, r := range resources {
+		cmds[i] = pipe.Exists(ctx, l.tag(escape(r))+"k:"+epoch)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fail("lost", err)
+	}
+	var lost []string
+	for i, c := range cmds {
+		if c.Val() == 0 {
+			lost = append(lost, resources[i])
+		}
+	}
+	return lost, nil
+}
+
+// Buried is what Bury subtracted: per resource, the copies the epoch
+// contributed to its global count.
+type Buried map[string]int64
+
+// Bury ends epoch: it marks it dead (for FenceTTL), then, in every
+// resource it contributed to, fences it and subtracts its contributions
+// from every count, and returns what it subtracted from each resource's
+// global count. Transfers the epoch staged stay staged (they belong to no
+// server). The fleet's leader calls it when the epoch's etcd session
+// ends; it is idempotent (burying twice subtracts once), and safe while
+// the epoch's server still runs: from the fence on, its writes fail with
+// copies.ErrFenced.
+//
+// Source: charon-paper.md, section 4.3.2 (the leader removes a failed
+// server's contributions); the issue "Cluster mode on Redis", item 3.
+func (l *CopyLog) Bury(ctx context.Context, epoch string) (Buried, error) {
+	s := l.prefix + "{s" + epoch + "}"
+	res, err := buryScript.Run(ctx, l.c, []string{s + "x", s + "r"}, FenceTTL.Milliseconds()).StringSlice()
+	if err != nil {
+		return nil, fail("bury", err)
+	}
+	out := Buried{}
+	for _, esc := range res {
+		tag := l.tag(esc)
+		fence, set := tag+"x:"+epoch, tag+"k:"+epoch
+		keys := []string{fence, set, set, set}
+		var before int64
+		// Fence the epoch in the resource's slot, then subtract what it
+		// contributes; keys it added between reading the set and the
+		// fence are subtracted by the next round.
+		for round := 0; round < 3; round++ {
+			members, err := l.c.SMembers(ctx, set).Result()
+			if err != nil {
+				return out, fail("bury", err)
+			}
+			if round == 0 {
+				before, _ = l.c.HGet(ctx, tag+"n:a", "s"+epoch).Int64()
+			} else if len(members) == 0 {
+				break
+			}
+			k := append(keys, members...)
+			if _, err := l.move(ctx, k, moveArgs{src: "s" + epoch, mode: "fence", srcSet: true, ttl: FenceTTL}); err != nil {
+				return out, err
+			}
+		}
+		if r, ok := unescape(esc); ok {
+			out[r] = before
+		}
+	}
+	if err := l.c.Del(ctx, s+"r").Err(); err != nil {
+		return out, fail("bury", err)
+	}
+	return out, nil
+}
+
+// Epochs returns every epoch Redis holds contributions of (a SCAN over
+// the servers' sets of resources, on every master of a cluster): the
+// fleet's new leader buries those whose etcd session is gone.
+func (l *CopyLog) Epochs(ctx context.Context) ([]string, error) {
+	var out []string
+	err := scanKeys(ctx, l.c, l.prefix+"{s*}r", func(keys []string) error {
+		for _, k := range keys {
+			e, ok := strings.CutPrefix(k, l.prefix+"{s")
+			if e, ok2 := strings.CutSuffix(e, "}r"); ok && ok2 {
+				out = append(out, e)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fail("epochs", err)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// scanKeys calls fn with batches of the keys matching match, on every
+// master of a cluster (fn is serialised).
+func scanKeys(ctx context.Context, c redis.UniversalClient, match string, fn func(keys []string) error) error {
+	var mu sync.Mutex
+	one := func(ctx context.Context, c redis.UniversalClient) error {
+		it := c.Scan(ctx, 0, match, 512).Iterator()
+		var batch []string
+		flush := func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			err := fn(batch)
+			batch = batch[:0]
+			return err
+		}
+		for it.Next(ctx) {
+			batch = append(batch, it.Val())
+			if len(batch) == 256 {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := it.Err(); err != nil {
+			return err
+		}
+		return flush()
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return one(ctx, c) })
+	}
+	return one(ctx, c)
+}

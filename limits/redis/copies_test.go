@@ -1,0 +1,432 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/internal/testutil/redistest"
+	"github.com/sluice-rl/sluice/limits/copies"
+)
+
+// copiesConfig has one resource with a global limit, a per-domain
+// override, and two groups sharing a domain.
+func copiesConfig() *copies.Config {
+	return &copies.Config{Resources: map[string]copies.Resource{
+		"sandbox": {DomainLimit: 3, DomainLimits: map[string]int64{"acme": 4}, GlobalLimit: 5,
+			Groups: []copies.Group{{Name: "gold", Limit: 4, Domains: []string{"acme", "beta"}}, {Name: "eu", Limit: 3, Domains: []string{"acme", "gamma"}}}},
+		"conn:x": {DomainLimit: 2},
+	}, AllowUnconfigured: []string{"free/"}}
+}
+
+// sharedEngine returns an engine on a CopyLog of c under prefix p with
+// epoch, its ids from a source seeded with seed.
+func sharedEngine(t testing.TB, c redis.UniversalClient, p, epoch string, seed uint64) (*copies.Engine, *CopyLog) {
+	t.Helper()
+	l := NewCopyLog(c, Options{Prefix: p})
+	l.SetEpoch(epoch)
+	e, err := copies.New(copiesConfig(), copies.Options{Log: l, Rand: rand.NewChaCha8([32]byte{byte(seed)})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, l
+}
+
+// TestCopiesDifferential: an engine on the Redis copy log answers every
+// Reserve, Release, Transfer, Seize and Close exactly as an engine with
+// its own counts, over random sequences.
+func TestCopiesDifferential(t *testing.T) {
+	c := client(t)
+	for seed := range uint64(12) {
+		p := fmt.Sprintf("%s%d:", prefix(t), seed)
+		shared, _ := sharedEngine(t, c, p, "e1", seed)
+		own, err := copies.New(copiesConfig(), copies.Options{Rand: rand.NewChaCha8([32]byte{byte(seed)})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		copiesSequence(t, seed, own, shared, 250)
+	}
+}
+
+// copiesSequence runs steps random operations on both engines and
+// compares the answers.
+func copiesSequence(t *testing.T, seed uint64, a, b *copies.Engine, steps int) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 7))
+	now := t0
+	var sessions, staged []string
+	type held struct {
+		session, res, dom string
+		groups            []string
+	}
+	var holds []held
+	resources := []string{"sandbox", "conn:x", "free/x", "nope"}
+	domains := []string{"acme", "beta", "gamma", "delta", "a_b"}
+	for step := range steps {
+		now = now.Add(time.Millisecond)
+		var ga, gb any
+		var ea, eb error
+		switch op := r.IntN(10); {
+		case op == 0 || len(sessions) == 0:
+			sa, err1 := a.Open(now, time.Hour)
+			sb, err2 := b.Open(now, time.Hour)
+			ga, gb, ea, eb = sa, sb, err1, err2
+			if err1 == nil {
+				sessions = append(sessions, sa.ID)
+			}
+		case op <= 4:
+			s := sessions[r.IntN(len(sessions))]
+			res, dom := resources[r.IntN(len(resources))], domains[r.IntN(len(domains))]
+			n := 1 + r.Int64N(3)
+			lo := 1 + r.Int64N(n)
+			ra, err1 := a.Reserve(now, s, res, dom, n, lo)
+			rb, err2 := b.Reserve(now, s, res, dom, n, lo)
+			ga, gb, ea, eb = ra, rb, err1, err2
+			if err1 == nil && ra.Granted > 0 {
+				var gs []string
+				for _, g := range ra.Groups {
+					gs = append(gs, g.Name)
+				}
+				holds = append(holds, held{s, res, dom, gs})
+			}
+		case op <= 6 && len(holds) > 0:
+			h := holds[r.IntN(len(holds))]
+			n := 1 + r.Int64N(2)
+			ea = a.Release(now, h.session, h.res, h.dom, n, h.groups)
+			eb = b.Release(now, h.session, h.res, h.dom, n, h.groups)
+		case op == 7 && len(holds) > 0:
+			h := holds[r.IntN(len(holds))]
+			sa, err1 := a.Transfer(now, h.session, h.res, h.dom, 1, h.groups, time.Hour)
+			sb, err2 := b.Transfer(now, h.session, h.res, h.dom, 1, h.groups, time.Hour)
+			ga, gb, ea, eb = sa.ID, sb.ID, err1, err2
+			if err1 == nil {
+				staged = append(staged, sa.ID)
+			}
+		case op == 8 && len(staged) > 0:
+			id := staged[r.IntN(len(staged))]
+			s := sessions[r.IntN(len(sessions))]
+			za, err1 := a.Seize(now, s, id)
+			zb, err2 := b.Seize(now, s, id)
+			ga, gb, ea, eb = za, zb, err1, err2
+			if err1 == nil {
+				holds = append(holds, held{s, za.Resource, za.Domain, za.Groups})
+			}
+		default:
+			i := r.IntN(len(sessions))
+			s := sessions[i]
+			ca, err1 := a.Close(now, s)
+			cb, err2 := b.Close(now, s)
+			ga, gb, ea, eb = ca, cb, err1, err2
+			sessions = append(sessions[:i], sessions[i+1:]...)
+		}
+		if d := cmp.Diff(ga, gb); d != "" {
+			t.Fatalf("seed %d step %d: answers differ (-own +redis):\n%s", seed, step, d)
+		}
+		if fmt.Sprint(ea) != fmt.Sprint(eb) {
+			t.Fatalf("seed %d step %d: errors differ: own %v, redis %v", seed, step, ea, eb)
+		}
+	}
+}
+
+// globalCount reads a resource's global count in Redis.
+func globalCount(t testing.TB, c redis.UniversalClient, p, resource string) int64 {
+	t.Helper()
+	n, err := c.HGet(context.Background(), escape(p)+"{c"+escape(resource)+"}n:a", "_").Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestCopiesSharedGlobalLimit: three engines (three servers) sharing one
+// Redis, 1 000 concurrent reserve/release operations on a resource whose
+// global limit is 5: no answer ever shows more than 5 held, and at the end
+// the count is what the sessions hold.
+func TestCopiesSharedGlobalLimit(t *testing.T) {
+	for name, c := range map[string]redis.UniversalClient{"redis": client(t), "cluster": clusterClient(t)} {
+		t.Run(name, func(t *testing.T) { sharedGlobalLimit(t, c) })
+	}
+}
+
+func sharedGlobalLimit(t *testing.T, c redis.UniversalClient) {
+	p := prefix(t)
+	var engines []*copies.Engine
+	for i := range 3 {
+		e, _ := sharedEngine(t, c, p, fmt.Sprintf("e%d", i), uint64(i))
+		engines = append(engines, e)
+	}
+	var most, granted atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 1000)
+	for w := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e := engines[w%3]
+			s, err := e.Open(time.Now(), time.Minute)
+			if err != nil {
+				errs <- err
+				return
+			}
+			dom := []string{"acme", "beta", "gamma", "delta"}[w%4]
+			for range 10 { // 50 × 10 reserves + their releases: 1 000 operations
+				r, err := e.Reserve(time.Now(), s.ID, "sandbox", dom, 1, 1)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for {
+					m := most.Load()
+					if r.GlobalHolds <= m || most.CompareAndSwap(m, r.GlobalHolds) {
+						break
+					}
+				}
+				if r.Granted == 0 {
+					continue
+				}
+				granted.Add(1)
+				var gs []string
+				for _, g := range r.Groups {
+					gs = append(gs, g.Name)
+				}
+				if err := e.Release(time.Now(), s.ID, "sandbox", dom, 1, gs); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if m := most.Load(); m > 5 || m < 1 {
+		t.Errorf("the most held seen by an answer is %d, want 1..5", m)
+	}
+	if granted.Load() == 0 {
+		t.Error("nothing was granted")
+	}
+	if n := globalCount(t, c, p, "sandbox"); n != 0 {
+		t.Errorf("global count %d after every release, want 0", n)
+	}
+}
+
+// TestCopiesTransferAcrossServers: copies staged through one server are
+// seized through another, once; an unseized transfer is released when its
+// ttl passes, by whichever server sweeps first.
+func TestCopiesTransferAcrossServers(t *testing.T) {
+	c := client(t)
+	p := prefix(t)
+	a, _ := sharedEngine(t, c, p, "a", 1)
+	b, _ := sharedEngine(t, c, p, "b", 2)
+	now := time.Now()
+	sa, _ := a.Open(now, time.Minute)
+	sb, _ := b.Open(now, time.Minute)
+	r, err := a.Reserve(now, sa.ID, "sandbox", "beta", 2, 2)
+	if err != nil || r.Granted != 2 {
+		t.Fatalf("reserve: %+v, %v", r, err)
+	}
+	st, err := a.Transfer(now, sa.ID, "sandbox", "beta", 2, []string{"gold"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Close(now, sa.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := globalCount(t, c, p, "sandbox"); n != 2 {
+		t.Fatalf("staged copies: global count %d, want 2", n)
+	}
+	z, err := b.Seize(now, sb.ID, st.ID)
+	if err != nil || z.Copies != 2 || z.Domain != "beta" || fmt.Sprint(z.Groups) != "[gold]" {
+		t.Fatalf("seize: %+v, %v", z, err)
+	}
+	if _, err := a.Seize(now, sb.ID, st.ID); copies.ClassOf(err) != copies.ClassNotFound {
+		t.Fatalf("second seize: %v, want NotFound", err)
+	}
+	if err := b.Release(now, sb.ID, "sandbox", "beta", 2, z.Groups); err != nil {
+		t.Fatal(err)
+	}
+	if n := globalCount(t, c, p, "sandbox"); n != 0 {
+		t.Fatalf("after the release: global count %d, want 0", n)
+	}
+
+	// An unseized transfer: staged for 1 s, swept by b.
+	sa, _ = a.Open(now, time.Minute)
+	if _, err := a.Reserve(now, sa.ID, "sandbox", "gamma", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	st, err = a.Transfer(now, sa.ID, "sandbox", "gamma", 1, []string{"eu"}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var ended []copies.Ended
+		for _, e := range b.Expire(time.Now()) {
+			if e.Transfer != "" {
+				ended = append(ended, e)
+			}
+		}
+		if len(ended) == 1 {
+			if ended[0].Transfer != st.ID || ended[0].Released[0].Copies != 1 {
+				t.Fatalf("expired %+v", ended[0])
+			}
+			break
+		}
+		if len(ended) > 1 || time.Now().After(deadline) {
+			t.Fatalf("expired transfers %+v, want exactly the one staged", ended)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := globalCount(t, c, p, "sandbox"); n != 0 {
+		t.Fatalf("after the expiry: global count %d, want 0", n)
+	}
+	if got := a.Expire(time.Now()); len(got) != 0 {
+		t.Fatalf("the other server expired it again: %+v", got)
+	}
+}
+
+// TestCopiesBury: burying a server's epoch subtracts exactly its
+// contributions (3 copies, two domains, two groups), leaves the other
+// server's untouched, and fences it: its next write fences its engine.
+func TestCopiesBury(t *testing.T) {
+	for name, c := range map[string]redis.UniversalClient{"redis": client(t), "cluster": clusterClient(t)} {
+		t.Run(name, func(t *testing.T) {
+			p := prefix(t)
+			a, la := sharedEngine(t, c, p, "a", 1)
+			b, _ := sharedEngine(t, c, p, "b", 2)
+			now := time.Now()
+			sa, _ := a.Open(now, time.Minute)
+			sb, _ := b.Open(now, time.Minute)
+			for _, q := range []struct {
+				e      *copies.Engine
+				s, dom string
+				n      int64
+			}{{a, sa.ID, "acme", 2}, {a, sa.ID, "gamma", 1}, {b, sb.ID, "beta", 1}} {
+				if r, err := q.e.Reserve(now, q.s, "sandbox", q.dom, q.n, q.n); err != nil || r.Granted != q.n {
+					t.Fatalf("reserve %s: %+v %v", q.dom, r, err)
+				}
+			}
+			if n := globalCount(t, c, p, "sandbox"); n != 4 {
+				t.Fatalf("global count %d, want 4", n)
+			}
+			buried, err := la.Bury(context.Background(), "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if buried["sandbox"] != 3 {
+				t.Fatalf("buried %v, want sandbox: 3", buried)
+			}
+			if n := globalCount(t, c, p, "sandbox"); n != 1 {
+				t.Fatalf("after the burial: global count %d, want b's 1", n)
+			}
+			again, err := la.Bury(context.Background(), "a")
+			if err != nil || again["sandbox"] != 0 {
+				t.Fatalf("second burial: %v %v", again, err)
+			}
+			// b can now reserve what a held (acme's limit in group eu is 3).
+			if r, err := b.Reserve(now, sb.ID, "sandbox", "acme", 3, 3); err != nil || r.Granted != 3 || r.GlobalHolds != 4 {
+				t.Fatalf("b reserves a's copies: %+v %v", r, err)
+			}
+			// a, fenced in Redis, cannot release: its engine fences itself.
+			err = a.Release(now, sa.ID, "sandbox", "acme", 1, []string{"eu", "gold"})
+			if err != nil {
+				t.Fatalf("release on a fenced epoch: %v (the hold set is dropped, not an error)", err)
+			}
+			if !a.Fenced() {
+				t.Fatal("a's engine is not fenced after its epoch was buried")
+			}
+			if _, err := a.Reserve(now, sa.ID, "sandbox", "acme", 1, 1); copies.ClassOf(err) != copies.ClassUnavailable {
+				t.Fatalf("reserve on a fenced engine: %v, want Unavailable", err)
+			}
+			if n := globalCount(t, c, p, "sandbox"); n != 4 {
+				t.Fatalf("global count %d, want 4", n)
+			}
+			epochs, err := la.Epochs(context.Background())
+			if err != nil || fmt.Sprint(epochs) != "[b]" {
+				t.Fatalf("epochs %v %v, want [b]", epochs, err)
+			}
+		})
+	}
+}
+
+// TestCopiesRestoreAfterFlush: after FLUSHALL with 20 holds live,
+// Reconcile writes every server's contributions back: the counts are 20
+// again, and later releases never drive a count negative.
+func TestCopiesRestoreAfterFlush(t *testing.T) {
+	srv := startOwnRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv})
+	defer c.Close()
+	p := "f:"
+	cfg := &copies.Config{Resources: map[string]copies.Resource{"pool": {DomainLimit: 100, GlobalLimit: 100}}}
+	var engines []*copies.Engine
+	var sessions []string
+	for i := range 2 {
+		l := NewCopyLog(c, Options{Prefix: p})
+		l.SetEpoch(fmt.Sprintf("e%d", i))
+		e, err := copies.New(cfg, copies.Options{Log: l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := e.Open(time.Now(), time.Minute)
+		engines, sessions = append(engines, e), append(sessions, s.ID)
+	}
+	for i := range 20 {
+		e := engines[i%2]
+		if r, err := e.Reserve(time.Now(), sessions[i%2], "pool", fmt.Sprint("d", i%3), 1, 1); err != nil || r.Granted != 1 {
+			t.Fatalf("reserve %d: %+v %v", i, r, err)
+		}
+	}
+	if n := globalCount(t, c, p, "pool"); n != 20 {
+		t.Fatalf("global count %d, want 20", n)
+	}
+	if err := c.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range engines {
+		done, err := e.Reconcile()
+		if err != nil || fmt.Sprint(done) != "[pool]" {
+			t.Fatalf("reconcile: %v %v, want [pool]", done, err)
+		}
+	}
+	if n := globalCount(t, c, p, "pool"); n != 20 {
+		t.Fatalf("after FLUSHALL and reconcile: global count %d, want 20", n)
+	}
+	// Releasing everything brings it to 0, never below.
+	for i := range 20 {
+		if err := engines[i%2].Release(time.Now(), sessions[i%2], "pool", fmt.Sprint("d", i%3), 1, nil); err != nil {
+			t.Fatal(err)
+		}
+		if n := globalCount(t, c, p, "pool"); n < 0 || n != int64(19-i) {
+			t.Fatalf("after %d releases: global count %d, want %d", i+1, n, 19-i)
+		}
+	}
+	// A second flush with nothing held: nothing to restore, nothing negative.
+	_ = c.FlushAll(context.Background()).Err()
+	for _, e := range engines {
+		if done, err := e.Reconcile(); err != nil || len(done) != 0 {
+			t.Fatalf("reconcile with nothing held: %v %v", done, err)
+		}
+	}
+}
+
+// startOwnRedis starts a redis-server of the test's own (for tests that
+// flush or stop it), stopped with the test, and returns its address.
+func startOwnRedis(t testing.TB) string {
+	t.Helper()
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv.Addr
+}
