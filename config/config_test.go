@@ -503,10 +503,15 @@ func TestExampleCharon(t *testing.T) {
 		{"limits:\n  resources:\n    s: {algorithm: copies}\n", "limits.resources.s.domain_limit: required"},
 		{"limits:\n  resources:\n    s: {algorithm: copies, domain_limit: -1}\n", "domain_limit"},
 		{"limits:\n  resources:\n    s: {algorithm: copies, domain_limit: 1, global_limit: 0}\n", "limits.resources.s.global_limit"},
+		{"limits:\n  resources:\n    s: {algorithm: copies, domain_limit: 1, on_store_error: ajar}\n", "limits.resources.s.on_store_error: \"ajar\", want closed or open"},
 	} {
 		if _, err := Parse([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v; want an error containing %q", tc.yaml, err, tc.want)
 		}
+	}
+	r, err = Parse([]byte("limits:\n  resources:\n    s: {algorithm: copies, domain_limit: 1, on_store_error: open}\n    c: {algorithm: copies, domain_limit: 1, on_store_error: closed}\n"))
+	if err != nil || r.Copies().Resources["s"].OnStoreError != copies.FailOpen || r.Copies().Resources["c"].OnStoreError != copies.FailClosed {
+		t.Errorf("on_store_error: %+v, %v", r.Copies(), err)
 	}
 	r, err = Parse([]byte("limits:\n  resources:\n    s: {algorithm: copies, domain_limit: 9, global_limit: 5}\n"))
 	if err != nil || len(r.Notes()) != 1 || !strings.Contains(r.Notes()[0], "limits.resources.s.domain_limit") {

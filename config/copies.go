@@ -27,6 +27,7 @@ import (
 //	      global_limit: 5          # across domains; absent: unbounded
 //	      groups:                  # a domain in several groups takes one copy from each pool
 //	        - {name: trusted, limit: 4, domains: [acme, initech]}
+//	      on_store_error: closed   # shared copy log (--redis) failing: closed (refuse, the default) or open (grant, flagged degraded)
 //
 // Parse hands them to package limits/copies (Repository.Copies) and the
 // rest of the section to package limits. Normalization (charon-paper.md
@@ -40,6 +41,7 @@ type rawCopies struct {
 	DomainLimits map[string]int64 `yaml:"domain_limits"`
 	GlobalLimit  *int64           `yaml:"global_limit"`
 	Groups       []rawGroup       `yaml:"groups"`
+	OnStoreError string           `yaml:"on_store_error"`
 }
 
 type rawGroup struct {
@@ -167,6 +169,13 @@ func decodeCopies(n *yaml.Node, path string) (copies.Resource, error) {
 			return copies.Resource{}, fmt.Errorf("%s.groups[%d].limit: required", path, i)
 		}
 		r.Groups = append(r.Groups, copies.Group{Name: g.Name, Limit: *g.Limit, Domains: g.Domains})
+	}
+	switch raw.OnStoreError {
+	case "", "closed":
+	case "open":
+		r.OnStoreError = copies.FailOpen
+	default:
+		return copies.Resource{}, fmt.Errorf("%s.on_store_error: %q, want closed or open", path, raw.OnStoreError)
 	}
 	return r, nil
 }

@@ -57,10 +57,29 @@ func (s *Server) SetCopies(cfg *copies.Config) error {
 // isCopyLimited reports whether resource is configured as copy-limited.
 func (s *Server) isCopyLimited(resource string) bool { return (*s.copyNames.Load())[resource] }
 
+// reconcileEvery is how often Run, with a shared copy log, checks that
+// this server's contributions are there and writes back those in doubt
+// (copies.Engine.Reconcile): the most the counts stay wrong after Redis
+// lost its data, or after a fail-open reserve. It is well under a
+// session's keep-alive period (a third of the 10 s default ttl).
+const reconcileEvery = time.Second
+
 // expireSessions ends the sessions and transfers whose ttl passed.
 func (s *Server) expireSessions() {
 	for _, e := range s.copies.Expire(s.now()) {
 		s.log.Debug("session ended", "session", e.Session, "transfer", e.Transfer, "reason", e.Reason, "holds_released", len(e.Released))
+	}
+}
+
+// reconcileCopies writes this server's contributions back to the shared
+// copy log where they are in doubt.
+func (s *Server) reconcileCopies() {
+	done, err := s.copies.Reconcile()
+	if len(done) > 0 {
+		s.log.Info("copy log: this server's contributions written back", "resources", done)
+	}
+	if err != nil {
+		s.log.Warn("copy log: reconcile failed; retrying", "err", err)
 	}
 }
 
@@ -74,6 +93,8 @@ func copiesError(err error) error {
 		code = codes.NotFound
 	case copies.ClassFailedPrecondition:
 		code = codes.FailedPrecondition
+	case copies.ClassUnavailable:
+		code = codes.Unavailable
 	}
 	return status.Error(code, err.Error())
 }

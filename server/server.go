@@ -114,6 +114,14 @@ type Options struct {
 	// Seize (nil: none; SetCopies changes it). It must be valid; an invalid
 	// one is logged and not used.
 	Copies *copies.Config
+	// CopiesLog, when set, is the copy log shared with the other servers
+	// using the same Redis (limits/redis.CopyLog): the engine asks it for
+	// every decision, keeps its sessions and hold sets, and Run writes its
+	// contributions back every reconcileEvery when they are in doubt. The
+	// engine starts fenced when it is set: the fleet membership
+	// (package fleet) unfences it once it has an epoch. nil: the counts are
+	// this server's alone.
+	CopiesLog copies.Log
 
 	// hooks are the simulator's and the tests' knobs (internal/hooks).
 	hooks hooks.Server
@@ -213,7 +221,10 @@ func New(opts Options) *Server {
 			s.log.Error("the limits configuration is invalid; serving no limits", "err", err)
 		}
 	}
-	s.copies, _ = copies.New(nil, copies.Options{})
+	s.copies, _ = copies.New(nil, copies.Options{Log: opts.CopiesLog})
+	if opts.CopiesLog != nil {
+		s.copies.Fence()
+	}
 	s.copyNames.Store(&map[string]bool{})
 	if opts.Copies != nil {
 		if err := s.SetCopies(opts.Copies); err != nil {
@@ -465,6 +476,12 @@ func (s *Server) Run(ctx context.Context, interval time.Duration) error {
 	defer t.Stop()
 	sessions := time.NewTicker(expireEvery)
 	defer sessions.Stop()
+	var reconcile <-chan time.Time
+	if s.opts.CopiesLog != nil {
+		r := time.NewTicker(reconcileEvery)
+		defer r.Stop()
+		reconcile = r.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -474,6 +491,8 @@ func (s *Server) Run(ctx context.Context, interval time.Duration) error {
 			s.reapLimits()
 		case <-sessions.C:
 			s.expireSessions()
+		case <-reconcile:
+			s.reconcileCopies()
 		}
 	}
 }

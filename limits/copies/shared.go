@@ -54,7 +54,9 @@ func (e *Engine) reserveShared(s *session, st *resState, resource, domain string
 	switch {
 	case err != nil && (!c.failOpen || errors.Is(err, ErrFenced)):
 		e.logFailed(err)
-		e.dirty[resource] = true // the outcome is unknown
+		if !e.fenced {
+			e.dirty[resource] = true // the outcome is unknown
+		}
 		if st.global == 0 && c.unlimited {
 			delete(e.res, resource)
 		}
@@ -101,7 +103,9 @@ func (e *Engine) release(holds []Hold) {
 		return
 	}
 	if err := e.o.Log.Release(holds); err != nil {
-		e.logFailed(err)
+		if e.logFailed(err); e.fenced {
+			return
+		}
 		for _, h := range holds {
 			e.dirty[h.Resource] = true
 		}
@@ -114,8 +118,9 @@ func (e *Engine) stageShared(s *session, k holdKey, copies int64, id string, ttl
 	h := Hold{Resource: k.res, Domain: k.dom, Groups: splitGroups(k.groups), Copies: copies}
 	deadline, err := e.o.Log.Stage(id, h, ttl)
 	if err != nil {
-		e.logFailed(err)
-		e.dirty[k.res] = true // staged or not: Restore counts the hold
+		if e.logFailed(err); !e.fenced {
+			e.dirty[k.res] = true // staged or not: Restore counts the hold
+		}
 		return Staged{}, unavailable("transfer", err)
 	}
 	_ = e.take(s, k, copies, "transfer")

@@ -1,0 +1,159 @@
+package copies
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// downLog is a shared Log whose Redis is down while down is set, and
+// which records what Restore was asked. (The Log on a real Redis is
+// tested in limits/redis and fleet; this one injects the outage.)
+type downLog struct {
+	down     bool
+	fenced   bool
+	restored map[string][]Hold
+	lost     []string
+}
+
+var errDown = fmt.Errorf("redis: %w: connection refused", ErrUnavailable)
+
+func (l *downLog) err() error {
+	switch {
+	case l.fenced:
+		return ErrFenced
+	case l.down:
+		return errDown
+	}
+	return nil
+}
+
+func (l *downLog) Reserve(q LogReserve) (LogCounts, error) {
+	if err := l.err(); err != nil {
+		return LogCounts{}, err
+	}
+	return LogCounts{Granted: q.Copies, DomainHolds: q.Copies, GlobalHolds: q.Copies, GroupHolds: make([]int64, len(q.Groups))}, nil
+}
+func (l *downLog) Release([]Hold) error { return l.err() }
+func (l *downLog) Stage(string, Hold, time.Duration) (time.Time, error) {
+	return time.Unix(0, 0), l.err()
+}
+func (l *downLog) Seize(string) (Hold, error)       { return Hold{}, l.err() }
+func (l *downLog) ExpireTransfers() ([]Ended, error) { return nil, l.err() }
+func (l *downLog) Restore(r string, h []Hold) error {
+	if err := l.err(); err != nil {
+		return err
+	}
+	l.restored[r] = h
+	return nil
+}
+func (l *downLog) Lost([]string) ([]string, error) { return l.lost, l.err() }
+
+func sharedTestEngine(t *testing.T, l *downLog) *Engine {
+	t.Helper()
+	e, err := New(&Config{Resources: map[string]Resource{
+		"open":   {DomainLimit: 1, OnStoreError: FailOpen},
+		"closed": {DomainLimit: 1},
+	}}, Options{Log: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestSharedLogDown: while the shared Log fails, a fail-closed resource
+// refuses reserves (Unavailable), a fail-open one grants them in full,
+// flagged Degraded and counted; releases succeed (the hold sets are the
+// truth); once the Log answers, Reconcile writes back exactly what the
+// sessions hold, once.
+func TestSharedLogDown(t *testing.T) {
+	l := &downLog{restored: map[string][]Hold{}}
+	e := sharedTestEngine(t, l)
+	now := time.Unix(100, 0)
+	s, err := e.Open(now, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.Reserve(now, s.ID, "closed", "d", 1, 1); err != nil || r.Granted != 1 || r.Degraded {
+		t.Fatalf("reserve with the log up: %+v %v", r, err)
+	}
+	l.down = true
+	if _, err := e.Reserve(now, s.ID, "closed", "d", 1, 1); ClassOf(err) != ClassUnavailable || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("fail-closed reserve with the log down: %v, want Unavailable", err)
+	}
+	r, err := e.Reserve(now, s.ID, "open", "d", 3, 3)
+	if err != nil || r.Granted != 3 || !r.Degraded {
+		t.Fatalf("fail-open reserve with the log down: %+v %v, want 3 granted, degraded", r, err)
+	}
+	if err := e.Release(now, s.ID, "closed", "d", 1, nil); err != nil {
+		t.Fatalf("release with the log down: %v", err)
+	}
+	if err := e.Release(now, s.ID, "open", "d", 1, nil); err != nil {
+		t.Fatalf("release with the log down: %v", err)
+	}
+	if got := e.Stats().Degraded; got != 1 {
+		t.Errorf("Stats.Degraded %d, want 1", got)
+	}
+	if _, err := e.Reconcile(); ClassOf(err) != ClassUnavailable {
+		t.Fatalf("reconcile with the log down: %v", err)
+	}
+	l.down = false
+	done, err := e.Reconcile()
+	if err != nil || fmt.Sprint(done) != "[closed open]" {
+		t.Fatalf("reconcile: %v %v, want [closed open]", done, err)
+	}
+	if got := fmt.Sprint(l.restored); got != "map[closed:[] open:[{open d [] 2}]]" {
+		t.Errorf("restored %s", got)
+	}
+	clear(l.restored)
+	if done, err := e.Reconcile(); err != nil || len(done) != 0 {
+		t.Fatalf("second reconcile: %v %v, want nothing to do", done, err)
+	}
+	// A resource the log reports lost is written back.
+	l.lost = []string{"open"}
+	if done, _ := e.Reconcile(); fmt.Sprint(done) != "[open]" || fmt.Sprint(l.restored) != "map[open:[{open d [] 2}]]" {
+		t.Fatalf("lost: reconciled %v, restored %v", done, l.restored)
+	}
+}
+
+// TestSharedLogFenced: a Log that says this server was fenced fences the
+// engine: its sessions are dropped, every operation is Unavailable until
+// Unfence, and nothing is written back for the dropped holds.
+func TestSharedLogFenced(t *testing.T) {
+	l := &downLog{restored: map[string][]Hold{}}
+	e := sharedTestEngine(t, l)
+	now := time.Unix(100, 0)
+	s, _ := e.Open(now, time.Minute)
+	if _, err := e.Reserve(now, s.ID, "closed", "d", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	l.fenced = true
+	if _, err := e.Reserve(now, s.ID, "open", "d", 1, 1); ClassOf(err) != ClassUnavailable {
+		t.Fatalf("reserve on a fenced log: %v, want Unavailable (even fail-open)", err)
+	}
+	if !e.Fenced() || e.Stats().Sessions != 0 {
+		t.Fatalf("fenced %v with %d sessions, want fenced with none", e.Fenced(), e.Stats().Sessions)
+	}
+	for name, err := range map[string]error{
+		"open":      func() error { _, err := e.Open(now, 0); return err }(),
+		"keepalive": func() error { _, err := e.KeepAlive(now, s.ID); return err }(),
+		"close":     func() error { _, err := e.Close(now, s.ID); return err }(),
+		"release":   e.Release(now, s.ID, "closed", "d", 1, nil),
+	} {
+		if ClassOf(err) != ClassUnavailable {
+			t.Errorf("%s while fenced: %v, want Unavailable", name, err)
+		}
+	}
+	l.fenced = false
+	e.Unfence()
+	if done, err := e.Reconcile(); err != nil || len(done) != 0 {
+		t.Fatalf("reconcile after the fence: %v %v, want nothing (the holds were dropped)", done, err)
+	}
+	if _, err := e.KeepAlive(now, s.ID); ClassOf(err) != ClassNotFound {
+		t.Fatalf("the old session after Unfence: %v, want NotFound", err)
+	}
+	if _, err := e.Open(now, 0); err != nil {
+		t.Fatalf("open after Unfence: %v", err)
+	}
+}
