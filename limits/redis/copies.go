@@ -500,14 +500,10 @@ func (l *CopyLog) Lost(resources []string) ([]string, error) {
 	return lost, nil
 }
 
-// Buried is what Bury subtracted: per resource, the copies the epoch
-// contributed to its global count.
-type Buried map[string]int64
-
 // Bury ends epoch: it marks it dead (for FenceTTL), then, in every
 // resource it contributed to, fences it and subtracts its contributions
 // from every count, and returns what it subtracted from each resource's
-// global count. Transfers the epoch staged stay staged (they belong to no
+// global count (by resource name). Transfers the epoch staged stay staged (they belong to no
 // server). The fleet's leader calls it when the epoch's etcd session
 // ends; it is idempotent (burying twice subtracts once), and safe while
 // the epoch's server still runs: from the fence on, its writes fail with
@@ -515,13 +511,13 @@ type Buried map[string]int64
 //
 // Source: charon-paper.md, section 4.3.2 (the leader removes a failed
 // server's contributions); the issue "Cluster mode on Redis", item 3.
-func (l *CopyLog) Bury(ctx context.Context, epoch string) (Buried, error) {
+func (l *CopyLog) Bury(ctx context.Context, epoch string) (map[string]int64, error) {
 	s := l.prefix + "{s" + epoch + "}"
 	res, err := buryScript.Run(ctx, l.c, []string{s + "x", s + "r"}, FenceTTL.Milliseconds()).StringSlice()
 	if err != nil {
 		return nil, fail("bury", err)
 	}
-	out := Buried{}
+	out := map[string]int64{}
 	for _, esc := range res {
 		tag := l.tag(esc)
 		fence, set := tag+"x:"+epoch, tag+"k:"+epoch
