@@ -41,7 +41,7 @@ var errTiers = errors.New("limits/redis: Take on a limit with burst tiers (use T
 var takeLua string
 
 var (
-	takeScript = redis.NewScript(takeLua)
+	takeScript = newScript(takeLua)
 	dropScript = redis.NewScript(`
 local dy = redis.call('HGET', KEYS[1], 'dy')
 redis.call('DEL', KEYS[1])
@@ -59,9 +59,32 @@ type Options struct {
 	// sharing a Redis must not use it, since their clocks may disagree.
 	// Key expiry (PEXPIRE) still runs on Redis's own clock.
 	CallerTime bool
-	// Timeout bounds each Redis operation (0: 1 s). Take has no context:
-	// this is its deadline.
+	// Timeout bounds each round trip to Redis (0: DefaultTimeout, 200
+	// ms; see there why). Take has no context: this is its deadline (a
+	// call queued behind a round trip in flight waits for it first). The
+	// client must respect context deadlines for it to bound a round trip
+	// that Redis does not answer: go-redis's ContextTimeoutEnabled, or a
+	// ReadTimeout and WriteTimeout no longer than Timeout (otherwise its
+	// own timeouts, 3 s by default, apply).
 	Timeout time.Duration
+	// BreakerFailures consecutive round trips to a node that fail for want
+	// of Redis open the node's circuit breaker (0: DefaultBreakerFailures,
+	// 3); BreakerProbe is how long it then fails calls at once, with
+	// ErrUnavailable, before one round trip probes Redis again (0:
+	// DefaultBreakerProbe, 1 s).
+	BreakerFailures int
+	BreakerProbe    time.Duration
+	// MaxBatch bounds the scripts sent in one round trip (0:
+	// DefaultMaxBatch, 128). Concurrent calls share round trips (see
+	// batch.go): while one to a node is in flight, calls queue, and go out
+	// together when it returns; no call waits for a timer.
+	MaxBatch int
+	// Observe, when set, is called after every round trip of scripts with
+	// op "batch", its duration, and its error (nil, or one meaning Redis
+	// could not answer): a hook for a latency histogram. It runs on the
+	// caller's goroutine, before the batch's answers are handed out: keep
+	// it fast.
+	Observe func(op string, d time.Duration, err error)
 }
 
 // Store is a limits.Store on Redis or Redis Cluster for token-bucket
@@ -76,6 +99,19 @@ type Store struct {
 	callerTime bool
 	timeout    time.Duration
 
+	// Batching and breaking (batch.go): one batcher for a single Redis,
+	// one per master of a cluster.
+	single         *batcher
+	cluster        *redis.ClusterClient
+	nodes          sync.Map // *redis.Client → *batcher
+	maxBatch       int
+	failuresToOpen uint32
+	probe          time.Duration
+	observe        func(op string, d time.Duration, err error)
+	stats
+
+	args sync.Map // *limits.Limit → *limitArgs
+
 	minGen atomic.Uint64          // Takes under an older Limit are stale
 	change atomic.Pointer[change] // the last Reconfigure
 }
@@ -83,7 +119,7 @@ type Store struct {
 // change is one Reconfigure: its generation and instant.
 type change struct {
 	gen uint64
-	at  string // decimal Unix ns
+	at  any // decimal Unix ns (a string), boxed once
 }
 
 // New returns a store on client (a *redis.Client, *redis.ClusterClient or
@@ -93,11 +129,29 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	if p == "" {
 		p = DefaultPrefix
 	}
-	t := opts.Timeout
-	if t <= 0 {
-		t = time.Second
+	s := &Store{c: client, prefix: escape(p), callerTime: opts.CallerTime, timeout: opts.Timeout,
+		maxBatch: opts.MaxBatch, failuresToOpen: uint32(max(opts.BreakerFailures, 0)), probe: opts.BreakerProbe,
+		observe: opts.Observe, cluster: clusterOf(client)}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
 	}
-	return &Store{c: client, prefix: escape(p), callerTime: opts.CallerTime, timeout: t}
+	if s.maxBatch <= 0 {
+		s.maxBatch = DefaultMaxBatch
+	}
+	if s.failuresToOpen == 0 {
+		s.failuresToOpen = DefaultBreakerFailures
+	}
+	if s.probe <= 0 {
+		s.probe = DefaultBreakerProbe
+	}
+	if s.cluster == nil {
+		addr := "redis"
+		if rc, ok := client.(*redis.Client); ok {
+			addr = rc.Options().Addr
+		}
+		s.single = s.newBatcher(client, addr)
+	}
+	return s
 }
 
 var _ limits.Store = (*Store)(nil)
@@ -111,6 +165,10 @@ var _ limits.Store = (*Store)(nil)
 // now if this store has not seen it: Reconfigure is applied lazily.
 // ErrStaleConfig is returned for an l older than the last Reconfigure on
 // this Store (generations are per engine, so Redis keeps none).
+//
+// Concurrent Takes share round trips (Options.MaxBatch). When Redis cannot
+// answer (Options.Timeout, the circuit breaker) the error wraps
+// ErrUnavailable.
 func (s *Store) Take(now int64, k limits.Key, l *limits.Limit, a limits.Ask) (limits.Outcome, error) {
 	if l.Tiers != nil {
 		return limits.Outcome{}, errTiers
@@ -118,42 +176,80 @@ func (s *Store) Take(now int64, k limits.Key, l *limits.Limit, a limits.Ask) (li
 	if l.Gen < s.minGen.Load() {
 		return limits.Outcome{}, limits.ErrStaleConfig
 	}
-	p := l.Params
-	if p.Span > MaxSpan {
+	if l.Params.Span > MaxSpan {
 		return limits.Outcome{}, ErrSpan
 	}
-	nowArg := ""
+	la := s.limitArgs(l)
+	c := getCall(takeScript)
+	c.member = escape(k.Domain)
+	base, dynKey := la.base, la.dynKey
+	if k.Resource != l.Resource { // not seen: Take's keys are l's resource's
+		base = s.resourceKey(k.Resource)
+		dynKey = s.dynKey(k.Resource)
+	}
+	c.key = base + "b:" + c.member
+	c.tokens, c.min, c.maxWait = a.Tokens, a.Min, min(a.MaxWait, MaxSpan)
+	var nowArg any = ""
 	if s.callerTime {
-		nowArg = strconv.FormatInt(now, 10)
+		c.now = now
+		nowArg = &c.now
 	}
-	at := ""
-	if c := s.change.Load(); c != nil && c.gen == l.Gen {
-		at = c.at
+	var at any = ""
+	if ch := s.change.Load(); ch != nil && ch.gen == l.Gen {
+		at = ch.at
 	}
-	dyn, maxDyn := dynArg[0], int64(0)
-	if l.Dynamic(k.Domain) {
-		dyn, maxDyn = dynArg[1], l.MaxDynamic
+	c.args = append(c.args, 2, &c.key, dynKey,
+		nowArg, la.gen, la.size, la.rate, la.span,
+		&c.tokens, &c.min, &c.maxWait, la.dyn(k.Domain), la.maxDyn, &c.member, la.idle, at, la.kind, la.name)
+	err := s.run(c.key, c)
+	var out limits.Outcome
+	if err == nil {
+		var v []any
+		if v, err = c.cmd.Slice(); err == nil {
+			out, err = parseTake(v)
+		} else {
+			err = scriptError(err)
+		}
 	}
-	idle := int64(l.Bucket.MaxIdle)
-	if idle < 0 {
-		idle = 0
-	}
-	member := escape(k.Domain)
-	base := s.resourceKey(k.Resource)
-	keys := []string{base + "b:" + member, base + "d"}
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
-	v, err := takeScript.Run(ctx, s.c, keys,
-		nowArg, l.Gen, p.Size, strconv.FormatFloat(p.Rate, 'g', -1, 64), p.Span,
-		a.Tokens, a.Min, min(a.MaxWait, MaxSpan), dyn, maxDyn, member, idle, at, int(l.Kind), l.Name).Slice()
-	if err != nil {
-		return limits.Outcome{}, fmt.Errorf("limits/redis: take: %w", err)
-	}
-	return parseTake(v)
+	putCall(c)
+	return out, err
 }
 
-// dynArg holds the take script's dynamic argument ("0", "1") boxed once,
-// so that Take does not allocate to box it.
+// limitArgs are the take script's arguments that depend on the Limit
+// only, boxed once per Limit (Take then boxes nothing).
+type limitArgs struct {
+	base                                            string // resourceKey(l.Resource)
+	dynKey                                          any    // base + "d"
+	gen, size, rate, span, idle, kind, name, maxDyn any
+	l                                               *limits.Limit
+}
+
+// limitArgs returns l's cached arguments. Reconfigure drops the cache.
+func (s *Store) limitArgs(l *limits.Limit) *limitArgs {
+	if v, ok := s.args.Load(l); ok {
+		return v.(*limitArgs)
+	}
+	p := l.Params
+	base := s.resourceKey(l.Resource)
+	la := &limitArgs{
+		l: l, base: base, dynKey: base + "d",
+		gen: l.Gen, size: p.Size, rate: strconv.FormatFloat(p.Rate, 'g', -1, 64), span: p.Span,
+		idle: max(int64(l.Bucket.MaxIdle), 0), kind: int(l.Kind), name: l.Name, maxDyn: l.MaxDynamic,
+	}
+	v, _ := s.args.LoadOrStore(l, la)
+	return v.(*limitArgs)
+}
+
+// dyn returns the take script's dynamic argument ("0", "1") and for
+// domain.
+func (la *limitArgs) dyn(domain string) any {
+	if la.l.Dynamic(domain) {
+		return dynArg[1]
+	}
+	return dynArg[0]
+}
+
+// dynArg holds the take script's dynamic argument ("0", "1") boxed once.
 var dynArg = [2]any{"0", "1"}
 
 // parseTake decodes the take script's reply.
@@ -209,6 +305,7 @@ func (s *Store) Reconfigure(now int64, gen uint64, resolve func(limits.Key) *lim
 		now = t.UnixNano()
 	}
 	s.change.Store(&change{gen: gen, at: strconv.FormatInt(now, 10)})
+	s.args.Clear() // the old Limits' arguments
 	for {
 		old := s.minGen.Load()
 		if gen <= old || s.minGen.CompareAndSwap(old, gen) {

@@ -84,7 +84,7 @@ local function level(e)
   return string.format('%.17g', math.min(size, ((-e) * rate) / 1e9))
 end
 
-local h = redis.call('HMGET', KEYS[1], 'e', 'sz', 'rt', 'sp', 'dy', 'k', 'nm')
+local h = redis.call('HMGET', KEYS[1], 'e', 'sz', 'rt', 'sp', 'dy', 'k', 'nm', 'n')
 local created = h[1] == false
 local relimit = false
 local e
@@ -142,15 +142,17 @@ e = e + c
 local wait = 0
 if e > 0 then wait = e end
 
--- Granted: write the state, the use, and the expiry.
-local estr, nowstr = fromrel(e, nhi, nlo), fromrel(0, nhi, nlo)
+-- Granted: write the state, the use, the grants (one HSET: the count
+-- read above plus one, as HINCRBY would), and the expiry.
+local estr, nowstr = fromrel(e, nhi, nlo), nil
+if nhi >= 0 and nlo >= 0 then nowstr = string.format('%d%09d', nhi, nlo) else nowstr = fromrel(0, nhi, nlo) end
+local grants = (tonumber(h[8]) or 0) + 1
 if created or relimit then
-  redis.call('HSET', KEYS[1], 'e', estr, 'l', nowstr, 'g', ARGV[2], 'sz', ARGV[3], 'rt', ARGV[4], 'sp', ARGV[5],
-    'dy', dyn, 'k', ARGV[14], 'nm', ARGV[15])
+  redis.call('HSET', KEYS[1], 'e', estr, 'l', nowstr, 'n', grants, 'g', ARGV[2], 'sz', ARGV[3], 'rt', ARGV[4],
+    'sp', ARGV[5], 'dy', dyn, 'k', ARGV[14], 'nm', ARGV[15])
 else
-  redis.call('HSET', KEYS[1], 'e', estr, 'l', nowstr)
+  redis.call('HSET', KEYS[1], 'e', estr, 'l', nowstr, 'n', grants)
 end
-redis.call('HINCRBY', KEYS[1], 'n', 1)
 local ttl = math.ceil((math.max(e + span, tonumber(ARGV[12])) + 1e9) / 1e6)
 redis.call('PEXPIRE', KEYS[1], ttl)
 if dyn == '1' then

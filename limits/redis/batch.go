@@ -1,0 +1,392 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+)
+
+// Batching: concurrent scripts share round trips. Each Redis node (one for
+// a single Redis, one per master of a cluster) has a batcher. While a
+// pipeline to the node is in flight, arriving calls queue; when it
+// returns, its leader (the call that sent it) hands the queue to its first
+// call, which sends up to Options.MaxBatch of it as the next pipeline. So
+// no call waits for a timer: alone, a call goes out at once, as one round
+// trip of its own; under load, a round trip carries every call that
+// arrived during the previous one. No goroutine runs between calls: the
+// leader is always a caller.
+//
+// Every round trip passes the node's circuit breaker (gobreaker): after
+// Options.BreakerFailures consecutive round trips that failed for want of
+// Redis (see unavailable) it opens, and for Options.BreakerProbe every
+// call fails at once with ErrUnavailable, without queueing; then one
+// round trip probes Redis (calls arriving meanwhile fail at once too) and
+// closes the breaker if it succeeds.
+
+// script is a Lua script sent as EVALSHA, and as EVAL when Redis answers
+// NOSCRIPT (it then caches it: later EVALSHAs succeed).
+type script struct {
+	src string
+	sha string
+}
+
+// newScript returns the script of src.
+func newScript(src string) *script {
+	h := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(h[:])}
+}
+
+// call is one script to run in a batch. args holds the command from its
+// third word on (numkeys, the keys, the arguments): the batcher puts
+// EVALSHA and the hash (or EVAL and the source) in front. Calls are
+// pooled (getCall, putCall): arguments may point into the call (a *string
+// or *int64 field), which go-redis writes without boxing.
+type call struct {
+	sc   *script
+	args []any // "evalsha", sha, numkeys, keys..., argv...
+	cmd  *redis.Cmd
+	err  error
+
+	// Storage the arguments may point to.
+	key, member string
+	now         int64
+	tokens, min int64
+	maxWait     int64
+
+	lead bool          // handed the lead of the next batch
+	done chan struct{} // one send: the result is in, or lead
+}
+
+var callPool = sync.Pool{New: func() any {
+	return &call{args: make([]any, 0, 20), done: make(chan struct{}, 1)}
+}}
+
+// The first words of the commands, boxed once.
+var (
+	argEvalSha any = "evalsha"
+	argEval    any = "eval"
+)
+
+// getCall returns a pooled call for sc, its args holding the two words
+// the batcher fills in.
+func getCall(sc *script) *call {
+	c := callPool.Get().(*call)
+	c.sc = sc
+	c.args = append(c.args[:0], argEvalSha, nil)
+	return c
+}
+
+// putCall returns c to the pool, keeping nothing it referred to.
+func putCall(c *call) {
+	clear(c.args)
+	c.args = c.args[:0]
+	c.sc, c.cmd, c.err = nil, nil, nil
+	c.key, c.member = "", ""
+	callPool.Put(c)
+}
+
+// batcher sends the calls of one Redis node in pipelines, one in flight
+// at a time.
+type batcher struct {
+	st   *Store
+	node redis.UniversalClient // *redis.Client of a cluster master, or the store's client
+	addr string                // for Health and errors
+
+	brk      *gobreaker.TwoStepCircuitBreaker[struct{}]
+	state    atomic.Int32 // the breaker's state (gobreaker.State), mirrored
+	openedAt atomic.Int64 // Unix ns the breaker last opened
+
+	mu    sync.Mutex
+	busy  bool    // a pipeline is in flight: calls queue
+	queue []*call // waiting for the next pipeline
+	spare []*call // the previous batch's slice, for reuse
+}
+
+// newBatcher returns the batcher of node (addr names it).
+func (s *Store) newBatcher(node redis.UniversalClient, addr string) *batcher {
+	b := &batcher{st: s, node: node, addr: addr}
+	b.brk = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        addr,
+		MaxRequests: 1,
+		Timeout:     s.probe,
+		ReadyToTrip: func(n gobreaker.Counts) bool { return n.ConsecutiveFailures >= s.failuresToOpen },
+		OnStateChange: func(_ string, _, to gobreaker.State) {
+			if to == gobreaker.StateOpen {
+				b.openedAt.Store(time.Now().UnixNano())
+			}
+			b.state.Store(int32(to))
+		},
+	})
+	return b
+}
+
+// batcherFor returns the batcher of the node holding key.
+func (s *Store) batcherFor(key string) (*batcher, error) {
+	if s.cluster == nil {
+		return s.single, nil
+	}
+	node, err := s.cluster.MasterForKey(context.Background(), key)
+	if err != nil {
+		return nil, err
+	}
+	if b, ok := s.nodes.Load(node); ok {
+		return b.(*batcher), nil
+	}
+	b, _ := s.nodes.LoadOrStore(node, s.newBatcher(node, node.Options().Addr))
+	return b.(*batcher), nil
+}
+
+// run runs c on the node holding key, sharing a round trip with the
+// calls that queue meanwhile, and returns c's error (c.cmd holds the
+// reply). Errors that mean Redis cannot be reached wrap ErrUnavailable.
+func (s *Store) run(key string, c *call) error {
+	b, err := s.batcherFor(key)
+	if err != nil {
+		s.noteFailure(err)
+		return unavailableError(err)
+	}
+	b.do(c)
+	return c.err
+}
+
+// do runs c in a batch: it queues c while a pipeline is in flight, or
+// leads the next one.
+func (b *batcher) do(c *call) {
+	if st := gobreaker.State(b.state.Load()); st != gobreaker.StateClosed {
+		// Fail at once while the breaker is open, and while the probe is
+		// in flight (half-open: busy); the first call after the open
+		// period leads the probe.
+		if st == gobreaker.StateOpen && time.Now().UnixNano()-b.openedAt.Load() < int64(b.st.probe) {
+			c.err = errBreakerOpen
+			b.st.refused.Add(1)
+			return
+		}
+		b.mu.Lock()
+		if b.busy {
+			b.mu.Unlock()
+			c.err = errBreakerOpen
+			b.st.refused.Add(1)
+			return
+		}
+		b.mu.Unlock()
+	}
+	b.mu.Lock()
+	if b.busy {
+		b.queue = append(b.queue, c)
+		b.mu.Unlock()
+		<-c.done
+		if !c.lead {
+			return
+		}
+		c.lead = false
+		b.mu.Lock()
+	} else {
+		b.busy = true
+		b.queue = append(b.queue, c)
+	}
+	// c leads: it is b.queue[0] (queued first, or handed the lead).
+	n := min(len(b.queue), b.st.maxBatch)
+	batch := append(b.spare[:0], b.queue[:n]...)
+	b.spare = nil
+	b.queue = b.queue[:copy(b.queue, b.queue[n:])]
+	b.mu.Unlock()
+
+	b.roundTrip(batch)
+	for _, x := range batch[1:] {
+		x.done <- struct{}{}
+	}
+
+	b.mu.Lock()
+	clear(batch)
+	b.spare = batch[:0]
+	var next *call
+	if len(b.queue) > 0 {
+		next = b.queue[0]
+		next.lead = true
+	} else {
+		b.busy = false
+	}
+	b.mu.Unlock()
+	if next != nil {
+		next.done <- struct{}{}
+	}
+}
+
+// roundTrip sends batch as one pipeline through the breaker and sets
+// every call's cmd and err.
+func (b *batcher) roundTrip(batch []*call) {
+	done, err := b.brk.Allow()
+	if err != nil { // open, or a probe already in flight
+		for _, c := range batch {
+			c.err = errBreakerOpen
+		}
+		b.st.refused.Add(uint64(len(batch)))
+		return
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), b.st.timeout)
+	err = b.exec(ctx, batch)
+	cancel()
+	d := time.Since(start)
+	done(err)
+	if err != nil {
+		b.st.noteFailure(err)
+	}
+	if b.st.observe != nil {
+		b.st.observe("batch", d, err)
+	}
+}
+
+// exec runs batch as one pipeline, then, in a second round trip, EVAL
+// for the scripts Redis did not have (NOSCRIPT), and, on a cluster, the
+// calls redirected (MOVED, ASK) through the cluster client. It returns
+// the first error that means Redis cannot be reached (see unavailable),
+// nil when Redis answered, even with errors of single scripts.
+func (b *batcher) exec(ctx context.Context, batch []*call) error {
+	b.send(ctx, batch, false)
+	var noScript, moved []*call
+	var down error
+	for _, c := range batch {
+		switch err := c.cmd.Err(); {
+		case err == nil:
+		case unavailable(err):
+			if down == nil {
+				down = err
+			}
+		case redis.HasErrorPrefix(err, "NOSCRIPT"):
+			noScript = append(noScript, c)
+		case b.st.cluster != nil && isRedirect(err):
+			moved = append(moved, c)
+		}
+	}
+	if len(noScript) > 0 && down == nil {
+		b.send(ctx, noScript, true)
+		for _, c := range noScript {
+			if err := c.cmd.Err(); unavailable(err) && down == nil {
+				down = err
+			}
+		}
+	}
+	for _, c := range moved {
+		// The cluster client follows the redirection (and reloads its
+		// slots).
+		b.st.roundTrips.Add(1)
+		b.st.scripts.Add(1)
+		c.cmd = evalCmd(ctx, c, false)
+		if err := b.st.cluster.Process(ctx, c.cmd); redis.HasErrorPrefix(err, "NOSCRIPT") {
+			b.st.roundTrips.Add(1)
+			b.st.scripts.Add(1)
+			c.cmd = evalCmd(ctx, c, true)
+			_ = b.st.cluster.Process(ctx, c.cmd)
+		}
+	}
+	for _, c := range batch {
+		if err := c.cmd.Err(); err != nil {
+			c.err = scriptError(err)
+		}
+	}
+	if down != nil {
+		return down
+	}
+	return nil
+}
+
+// send runs calls as one pipeline of EVALSHA (EVAL with eval).
+func (b *batcher) send(ctx context.Context, calls []*call, eval bool) {
+	pipe := b.node.Pipeline()
+	for _, c := range calls {
+		c.cmd = evalCmd(ctx, c, eval)
+		_ = pipe.Process(ctx, c.cmd)
+	}
+	_, _ = pipe.Exec(ctx) // each cmd holds its error
+	b.st.roundTrips.Add(1)
+	b.st.scripts.Add(uint64(len(calls)))
+}
+
+// evalCmd returns c's command: EVALSHA, or EVAL with eval.
+func evalCmd(ctx context.Context, c *call, eval bool) *redis.Cmd {
+	if eval {
+		c.args[0], c.args[1] = argEval, &c.sc.src
+	} else {
+		c.args[0], c.args[1] = argEvalSha, &c.sc.sha
+	}
+	return redis.NewCmd(ctx, c.args...)
+}
+
+// isRedirect reports a MOVED or ASK reply.
+func isRedirect(err error) bool {
+	if _, ok := redis.IsMovedError(err); ok {
+		return true
+	}
+	_, ok := redis.IsAskError(err)
+	return ok
+}
+
+// unavailable reports whether err means that Redis cannot answer now
+// (the round trip counts as a failure for the breaker): no reply at all
+// (connection refused or lost, a timeout, a closed client), or a reply
+// saying Redis cannot serve (LOADING, BUSY, MASTERDOWN, CLUSTERDOWN,
+// TRYAGAIN, READONLY after a failover). A script's own error is a reply:
+// Redis is up.
+func unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return true
+	}
+	msg := re.Error()
+	for _, p := range unavailablePrefixes {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+var unavailablePrefixes = []string{"LOADING", "BUSY ", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY"}
+
+// scriptError wraps a script's error for Take: in ErrUnavailable when
+// Redis could not answer.
+func scriptError(err error) error {
+	if unavailable(err) {
+		return unavailableError(err)
+	}
+	return &storeError{err: err}
+}
+
+// unavailableError wraps err in ErrUnavailable.
+func unavailableError(err error) error { return &storeError{err: err, down: true} }
+
+// storeError is a store's error: "limits/redis: " and the cause, which
+// it wraps, with ErrUnavailable when Redis could not answer.
+type storeError struct {
+	err  error
+	down bool
+}
+
+func (e *storeError) Error() string {
+	if e.down {
+		return "limits/redis: Redis unavailable: " + e.err.Error()
+	}
+	return "limits/redis: " + e.err.Error()
+}
+
+func (e *storeError) Unwrap() []error {
+	if e.down {
+		return []error{ErrUnavailable, e.err}
+	}
+	return []error{e.err}
+}
+
+// errBreakerOpen answers the calls refused by an open breaker.
+var errBreakerOpen error = &storeError{err: gobreaker.ErrOpenState, down: true}

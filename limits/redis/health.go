@@ -1,0 +1,134 @@
+package redisstore
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+)
+
+// ErrUnavailable is wrapped by the errors of Take when Redis could not
+// answer: no reply within Options.Timeout, a connection refused or lost,
+// a reply saying Redis cannot serve now (LOADING, BUSY, MASTERDOWN,
+// CLUSTERDOWN, TRYAGAIN, READONLY), or the circuit breaker open after
+// Options.BreakerFailures such round trips in a row (then the error also
+// wraps gobreaker.ErrOpenState, and comes at once). Check it with
+// errors.Is.
+//
+// Source: issue 15, "Redis trouble" (short timeouts, a circuit breaker).
+var ErrUnavailable = errors.New("limits/redis: Redis unavailable")
+
+// Defaults of Options.
+const (
+	// DefaultTimeout bounds each round trip to Redis: far above a healthy
+	// one (well below a millisecond on a LAN; a few milliseconds for a
+	// full batch of MaxBatch scripts) and above Redis's usual stalls (a
+	// fork for a snapshot, tens of milliseconds), yet short enough that a
+	// Redis that stopped answering costs at most BreakerFailures × 200 ms
+	// of slow answers before the breaker opens. A call queued behind a
+	// round trip in flight waits for it first: at most about twice the
+	// timeout in all.
+	DefaultTimeout = 200 * time.Millisecond
+	// DefaultBreakerFailures consecutive failed round trips to a node
+	// open its breaker. A round trip carries a whole batch, so under load
+	// that is many failed calls.
+	DefaultBreakerFailures = 3
+	// DefaultBreakerProbe is how long an open breaker fails calls at once
+	// before one round trip probes Redis again: a restarted Redis is used
+	// again within a second.
+	DefaultBreakerProbe = time.Second
+	// DefaultMaxBatch bounds the scripts of one round trip.
+	DefaultMaxBatch = 128
+)
+
+// Health is the store's view of Redis, for a status page and metrics.
+// Counters count from New.
+type Health struct {
+	// State is "up" (no breaker open), "down" (a node's breaker is open:
+	// its calls fail at once with ErrUnavailable) or "half-open" (a probe
+	// is testing a node again).
+	State string
+	// Breaker is the worst of the nodes' circuit breakers' states, in
+	// gobreaker's terms: "closed", "half-open" or "open".
+	Breaker string
+	// Nodes is the number of Redis nodes the store has sent to (its
+	// batchers): 1 for a single Redis, the masters used for a cluster.
+	Nodes int
+	// LastError is the text of the last error that meant Redis could not
+	// answer ("" if none yet), at LastErrorAt.
+	LastError   string
+	LastErrorAt time.Time
+	// Scripts is the scripts sent (EVALSHA and EVAL; a script resent
+	// after NOSCRIPT or a cluster redirection counts again), RoundTrips
+	// the round trips that carried them (pipelines; Scripts ÷ RoundTrips
+	// is the mean batch), Failures the round trips that failed for want
+	// of Redis, Refused the calls failed at once by an open breaker.
+	Scripts, RoundTrips, Failures, Refused uint64
+	// Timeout is Options.Timeout as applied.
+	Timeout time.Duration
+}
+
+// stats are the store's counters and its last failure.
+type stats struct {
+	scripts, roundTrips, failures, refused atomic.Uint64
+
+	mu        sync.Mutex
+	lastErr   string
+	lastErrAt time.Time
+}
+
+// noteFailure records a failed round trip.
+func (s *stats) noteFailure(err error) {
+	s.failures.Add(1)
+	s.mu.Lock()
+	s.lastErr, s.lastErrAt = err.Error(), time.Now()
+	s.mu.Unlock()
+}
+
+// Health returns the store's view of Redis now. It is safe for
+// concurrent use and does not contact Redis.
+func (s *Store) Health() Health {
+	h := Health{
+		Scripts: s.scripts.Load(), RoundTrips: s.roundTrips.Load(), Failures: s.failures.Load(), Refused: s.refused.Load(),
+		Timeout: s.timeout,
+	}
+	s.mu.Lock()
+	h.LastError, h.LastErrorAt = s.lastErr, s.lastErrAt
+	s.mu.Unlock()
+	worst := gobreaker.StateClosed
+	each := func(b *batcher) {
+		h.Nodes++
+		// State (not the mirror): it turns open into half-open once the
+		// open period is over.
+		switch st := b.brk.State(); {
+		case st == gobreaker.StateOpen:
+			worst = st
+		case st == gobreaker.StateHalfOpen && worst == gobreaker.StateClosed:
+			worst = st
+		}
+	}
+	if s.cluster == nil {
+		each(s.single)
+	} else {
+		s.nodes.Range(func(_, v any) bool { each(v.(*batcher)); return true })
+	}
+	h.Breaker = worst.String()
+	switch worst {
+	case gobreaker.StateOpen:
+		h.State = "down"
+	case gobreaker.StateHalfOpen:
+		h.State = "half-open"
+	default:
+		h.State = "up"
+	}
+	return h
+}
+
+// clusterOf returns c as a cluster client, or nil.
+func clusterOf(c redis.UniversalClient) *redis.ClusterClient {
+	cc, _ := c.(*redis.ClusterClient)
+	return cc
+}
