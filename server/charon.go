@@ -57,6 +57,21 @@ func (s *Server) SetCopies(cfg *copies.Config) error {
 // isCopyLimited reports whether resource is configured as copy-limited.
 func (s *Server) isCopyLimited(resource string) bool { return (*s.copyNames.Load())[resource] }
 
+// FleetStatus is this server's membership of the fleet sharing
+// copy-limited resources on Redis (package fleet's Status): its epoch (""
+// while it has none), whether it leads the fleet, and how many dead
+// epochs it buried as leader.
+type FleetStatus struct {
+	Epoch  string
+	Leader bool
+	Buried int
+}
+
+// SetFleet gives the server its fleet membership's status, for the
+// buckets page (/debug/status/buckets) and the sluice_copies_* metrics.
+// Safe for concurrent use.
+func (s *Server) SetFleet(status func() FleetStatus) { s.fleet.Store(&status) }
+
 // reconcileEvery is how often Run, with a shared copy log, checks that
 // this server's contributions are there and writes back those in doubt
 // (copies.Engine.Reconcile): the most the counts stay wrong after Redis

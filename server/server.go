@@ -24,6 +24,7 @@ import (
 	"math"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -167,6 +168,7 @@ type Server struct {
 	rateNames     namesOf // resources the limits configuration names
 	copies        *copies.Engine
 	copyNames     namesOf // resources the copies configuration names
+	fleet         atomic.Pointer[func() FleetStatus]
 
 	parent   *parentLink // nil at the root
 	started  time.Time   // wall time, for uptime
@@ -225,6 +227,7 @@ func New(opts Options) *Server {
 	if opts.CopiesLog != nil {
 		s.copies.Fence()
 	}
+	s.registerCopiesMetrics()
 	s.copyNames.Store(&map[string]bool{})
 	if opts.Copies != nil {
 		if err := s.SetCopies(opts.Copies); err != nil {

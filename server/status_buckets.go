@@ -96,7 +96,23 @@ type BucketsPage struct {
 	// staged transfers. Session and transfer ids are cut to their first 8
 	// hex digits: a whole id is a capability (it can release or seize).
 	Copies copies.Snapshot `json:"copies"`
-	Took   float64         `json:"took_seconds"`
+	// Fleet is this server's membership of the fleet sharing copy-limited
+	// resources on Redis (nil: the copy log is this server's own). Then
+	// Copies' counts are this server's contributions, and Fenced says
+	// whether it serves holds now.
+	Fleet *FleetState `json:"fleet,omitempty"`
+	Took  float64     `json:"took_seconds"`
+}
+
+// FleetState is the fleet membership's state on the buckets page.
+type FleetState struct {
+	FleetStatus
+	// Fenced: the engine serves no holds (no epoch yet, or its etcd
+	// session ended: rejoining).
+	Fenced bool
+	// Degraded counts reserves granted fail-open while the copy log
+	// failed; Fenced counts the fences.
+	Degraded, Fences uint64
 }
 
 // idShown is how much of a session or transfer id the page shows.
@@ -365,6 +381,10 @@ func (s *Server) BucketsPage(q url.Values) (BucketsPage, error) {
 	out.Rows = rows(page.Buckets, now)
 	out.Hottest, out.MostRejected = rows(hottest.sorted(), now), rows(rejected.sorted(), now)
 	out.Copies = copiesShown(s.copies.Snapshot(), bq.prefix)
+	if f := s.fleet.Load(); f != nil {
+		st := s.copies.Stats()
+		out.Fleet = &FleetState{FleetStatus: (*f)(), Fenced: s.copies.Fenced(), Degraded: st.Degraded, Fences: st.Fenced}
+	}
 	out.Took = time.Since(start).Seconds()
 	return out, nil
 }

@@ -1,0 +1,60 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/limits/copies"
+)
+
+// registerCopiesMetrics exports the copy-limited resources' counters
+// (copies.Engine.Stats) and, with a shared copy log, the fleet's state:
+//
+//	sluice_copies_sessions             gauge    open sessions
+//	sluice_copies_reserves_total       counter  reserves by result: granted, rejected, degraded (granted fail-open)
+//	sluice_copies_released_total       counter  copies released
+//	sluice_copies_fenced               gauge    1 while the engine serves no holds (fleet membership lost)
+//	sluice_copies_fences_total         counter  times the engine was fenced
+//	sluice_fleet_leader                gauge    1 while this server leads the fleet
+//	sluice_fleet_buried_total          counter  dead epochs this server buried as leader
+func (s *Server) registerCopiesMetrics() {
+	stats := func(f func(copies.Stats) float64) func() float64 {
+		return func() float64 { return f(s.copies.Stats()) }
+	}
+	reg := s.opts.Registry
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_sessions", Help: "Open sessions of copy-limited resources."},
+		stats(func(v copies.Stats) float64 { return float64(v.Sessions) })))
+	for result, f := range map[string]func(copies.Stats) float64{
+		"granted":  func(v copies.Stats) float64 { return float64(v.Granted - v.Degraded) },
+		"rejected": func(v copies.Stats) float64 { return float64(v.Rejected) },
+		"degraded": func(v copies.Stats) float64 { return float64(v.Degraded) },
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_reserves_total",
+			Help:        "Reserves of copy-limited resources by result (degraded: granted fail-open while the shared copy log failed).",
+			ConstLabels: prometheus.Labels{"result": result}}, stats(f)))
+	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_released_total", Help: "Copies released."},
+		stats(func(v copies.Stats) float64 { return float64(v.Released) })))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_fences_total", Help: "Times the copies engine was fenced (its fleet membership ended)."},
+		stats(func(v copies.Stats) float64 { return float64(v.Fenced) })))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_fenced", Help: "1 while the copies engine serves no holds (no fleet epoch)."},
+		func() float64 { return b2f(s.copies.Fenced()) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_fleet_leader", Help: "1 while this server leads the fleet sharing copy-limited resources."},
+		func() float64 { return b2f(s.fleetStatus().Leader) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_fleet_buried_total", Help: "Dead servers' epochs this server buried as the fleet's leader."},
+		func() float64 { return float64(s.fleetStatus().Buried) }))
+}
+
+// fleetStatus returns the fleet membership's status (zero without one).
+func (s *Server) fleetStatus() FleetStatus {
+	if f := s.fleet.Load(); f != nil {
+		return (*f)()
+	}
+	return FleetStatus{}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
