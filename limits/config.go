@@ -188,6 +188,59 @@ type Resource struct {
 	// as Buckets do, for the domains below it: with "acme" configured,
 	// "acme/eu" has its own state under acme's configuration).
 	TierDomains map[string]TierDomain
+
+	// OnStoreError is what the resource's requests get when the Store
+	// fails (a Redis outage): FailClosed (the zero value), a server
+	// error, or FailOpen, a grant flagged Decision.Degraded. Both
+	// algorithms.
+	OnStoreError OnStoreError
+}
+
+// OnStoreError is what a resource answers when its Store fails: any error
+// of Store.Take or Store.TakeHits but ErrStaleConfig (on Redis, an outage:
+// a timeout, a refused connection, the store's circuit breaker open).
+//
+// Source: issue 15, "Redis trouble" (a per-resource choice of fail-open,
+// flagged degraded in the answer and counted, or fail-closed);
+// quotaservice-design.md, "Failure scenarios" (clients fail open or
+// closed as configured). Copy-limited resources have the same choice
+// (copies.OnStoreError).
+type OnStoreError uint8
+
+// The choices.
+const (
+	// FailClosed (the zero value): StatusServerError, RetryNever, with
+	// the store's error in Decision.Err.
+	FailClosed OnStoreError = iota
+	// FailOpen: StatusOK with the tokens asked (Tokens, lowered to the
+	// bucket's max tokens per request as usual; the hits asked on a
+	// burst-tier resource), no wait, Remaining 0, Degraded set and the
+	// store's error in Decision.Err; nothing is recorded in the store,
+	// and the listener gets EventDegraded (not EventTokensServed).
+	FailOpen
+)
+
+// String returns the configuration name of o: "closed" or "open".
+func (o OnStoreError) String() string {
+	switch o {
+	case FailClosed:
+		return "closed"
+	case FailOpen:
+		return "open"
+	}
+	return "OnStoreError(" + strconv.Itoa(int(o)) + ")"
+}
+
+// ParseOnStoreError parses a configuration name: "closed" ("" too) or
+// "open".
+func ParseOnStoreError(s string) (OnStoreError, error) {
+	switch s {
+	case "", "closed":
+		return FailClosed, nil
+	case "open":
+		return FailOpen, nil
+	}
+	return 0, fmt.Errorf("%q, want closed or open", s)
 }
 
 // TierDomain is a domain-specific configuration of a burst-tier resource.
@@ -346,6 +399,9 @@ func (c *Config) validate(v vocab, prefix string) error {
 		}
 		if r.MaxDynamicBuckets < 0 {
 			bad(rp+"."+v.maxDynamic, "%d is negative (0: unlimited)", r.MaxDynamicBuckets)
+		}
+		if r.OnStoreError > FailOpen {
+			bad(rp+".on_store_error", "%v, want closed or open", r.OnStoreError)
 		}
 		if r.Template != nil && r.Default != nil {
 			bad(rp+"."+v.def, "a resource may not have both %s and %s: the default would never answer (with a template, every unconfigured domain gets a bucket of its own, or %s once %s are in use)", v.def, v.template, StatusTooManyBuckets, v.maxDynamic)

@@ -181,11 +181,16 @@
 // untouched otherwise; a burst-tier domain keeps its one-second log and
 // its tiers by index) and removes the others.
 //
+// When the store fails (a Redis outage), a resource answers as its
+// OnStoreError says: FailClosed (the default) is StatusServerError;
+// FailOpen grants the tokens asked at once, flagged Decision.Degraded
+// and reported as EventDegraded, recording nothing.
+//
 // # Events and introspection
 //
 // A Listener hears of tokens served (with the wait), timeouts, too many
-// tokens, bucket misses, buckets created and removed, invalid requests and
-// store errors, synchronously; with no listener, nothing is built. Walk
+// tokens, bucket misses, buckets created and removed, invalid requests,
+// store errors and degraded grants, synchronously; with no listener, nothing is built. Walk
 // and Query describe the buckets (resource, domain, fill rate, size,
 // tokens now, fraction, last use, grants, rejections; for a burst-tier
 // domain its current tier, the tier's phase and time left, the hits in

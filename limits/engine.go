@@ -116,7 +116,8 @@ type Decision struct {
 	// Bucket is the configuration that answered.
 	Bucket BucketRef
 	// Err is, for StatusInvalidRequest, a *RequestError naming the field;
-	// for StatusServerError, the store's error; else nil.
+	// for StatusServerError and a Degraded grant, the store's error; else
+	// nil.
 	Err error
 	// Algorithm is the answering configuration's algorithm (TokenBucket
 	// when none answered). With BurstTiers, Tiers holds the context.
@@ -128,6 +129,11 @@ type Decision struct {
 	// Tiers is, for a burst-tier resource, the paper's context of the
 	// decision (zero otherwise).
 	Tiers TierContext
+	// Degraded reports a grant made without a decision: the store failed
+	// (Err) and the resource fails open (OnStoreError FailOpen). Status is
+	// StatusOK, Granted the tokens asked, Wait and Remaining 0; nothing
+	// was recorded.
+	Degraded bool
 }
 
 // ErrInvalidRequest is wrapped by every *RequestError.
@@ -350,6 +356,8 @@ func (e *Engine) allowSlow(ns int64, req *Request, tokens, lo int64, k Key, l *L
 	p := l.Tiers
 	d = Decision{Limit: p.Most(), Bucket: ref, Algorithm: BurstTiers, Unlimited: l.Unlimited}
 	switch {
+	case err != nil && l.failOpen:
+		e.degrade(req, tokens, l, &d, err)
 	case err != nil:
 		d.Status, d.RetryNever, d.Err = StatusServerError, true, err
 		e.event(Event{Type: EventServerError, Resource: req.Resource, Domain: req.Domain, Bucket: ref, Tokens: tokens, Status: d.Status})
@@ -394,6 +402,9 @@ func (e *Engine) served(req *Request, k Key, l *Limit, d *Decision, created bool
 func (e *Engine) reject(req *Request, tokens int64, l *Limit, ref BucketRef, out *Outcome, err error) Decision {
 	d := Decision{Limit: l.Params.Size, Bucket: ref}
 	switch {
+	case err != nil && l.failOpen:
+		e.degrade(req, min(tokens, l.maxPerRequest), l, &d, err)
+		return d
 	case err != nil:
 		d.Status, d.RetryNever, d.Err = StatusServerError, true, err
 		e.event(Event{Type: EventServerError, Resource: req.Resource, Domain: req.Domain, Bucket: ref, Tokens: tokens, Status: d.Status})
@@ -406,6 +417,13 @@ func (e *Engine) reject(req *Request, tokens int64, l *Limit, ref BucketRef, out
 	d.Remaining = out.Tokens
 	e.timeout(req, tokens, l, &d, out.RetryAfter)
 	return d
+}
+
+// degrade makes d (whose Bucket is set) a Degraded grant of granted
+// tokens after the store's error err, and reports it (EventDegraded).
+func (e *Engine) degrade(req *Request, granted int64, l *Limit, d *Decision, err error) {
+	d.Status, d.Granted, d.Degraded, d.Err = StatusOK, granted, true, err
+	e.event(Event{Type: EventDegraded, Resource: req.Resource, Domain: req.Domain, Bucket: d.Bucket, Dynamic: l.Dynamic(req.Domain), Tokens: granted, Status: StatusOK})
 }
 
 // timeout makes d (whose Bucket is set) a StatusTimeout with the store's

@@ -6,7 +6,7 @@ import "time"
 type EventType uint8
 
 // The events, those of quotaservice-design.md's listeners plus
-// EventInvalidRequest and EventServerError.
+// EventInvalidRequest, EventServerError and EventDegraded.
 //
 // Source: quotaservice-design.md, "Listeners".
 const (
@@ -31,8 +31,12 @@ const (
 	// EventInvalidRequest: the request was invalid (Resource and Domain
 	// are as given: bound their use, e.g. as metric labels).
 	EventInvalidRequest
-	// EventServerError: the store failed.
+	// EventServerError: the store failed (and the resource fails closed).
 	EventServerError
+	// EventDegraded: the store failed and the resource fails open: the
+	// request was granted without a decision (Event.Tokens granted;
+	// Status StatusOK). Source: issue 15, "Redis trouble".
+	EventDegraded
 )
 
 var eventNames = [...]string{
@@ -44,6 +48,7 @@ var eventNames = [...]string{
 	EventBucketRemoved:          "bucket_removed",
 	EventInvalidRequest:         "invalid_request",
 	EventServerError:            "server_error",
+	EventDegraded:               "degraded",
 }
 
 // String returns the event's name in snake case (for example

@@ -66,6 +66,7 @@ type Limit struct {
 	maxPerRequest int64 // Bucket.MaxTokensPerRequest resolved
 	maxWait       int64 // min(WaitTimeout, MaxDebt), ns
 	slow          bool  // BurstTiers or Unlimited: not Allow's token-bucket path
+	failOpen      bool  // the resource's OnStoreError is FailOpen
 }
 
 // Step runs a token bucket's step on state s at now: Step with l.Params.
@@ -234,6 +235,14 @@ func compile(cfg *Config, gen uint64) (*compiled, error) {
 		return &Limit{Resource: resource, Name: name, Kind: kind, Algorithm: BurstTiers, Tiers: p,
 			MaxDynamic: maxDyn, Gen: gen, Unlimited: p.Unlimited, maxPerRequest: MaxTokens, slow: true}
 	}
+	// failOpen marks the Limits of a resource that fails open.
+	failOpen := func(ls ...*Limit) {
+		for _, l := range ls {
+			if l != nil {
+				l.failOpen = true
+			}
+		}
+	}
 	if cfg.GlobalDefault != nil {
 		c.global = mk("", "", KindGlobal, TokenBucket, *cfg.GlobalDefault, 0, false)
 	}
@@ -262,6 +271,9 @@ func compile(cfg *Config, gen uint64) (*compiled, error) {
 			}
 			cr.template = mkTiers(name, "", KindTemplate, newTierParams(r.HardLimit, r.GlobalLimit, r.Tiers, ignore), r.MaxDynamicBuckets)
 			c.resources[name] = cr
+			if r.OnStoreError == FailOpen {
+				failOpen(cr.limits()...)
+			}
 			continue
 		}
 		cr := &compiledResource{named: make(map[string]*Limit, len(r.Buckets))}
@@ -275,8 +287,20 @@ func compile(cfg *Config, gen uint64) (*compiled, error) {
 			cr.def = mk(name, "", KindDefault, r.Algorithm, *r.Default, 0, ignore)
 		}
 		c.resources[name] = cr
+		if r.OnStoreError == FailOpen {
+			failOpen(cr.limits()...)
+		}
 	}
 	return c, nil
+}
+
+// limits returns the resource's Limits (nil where absent).
+func (r *compiledResource) limits() []*Limit {
+	ls := make([]*Limit, 0, len(r.named)+2)
+	for _, l := range r.named {
+		ls = append(ls, l)
+	}
+	return append(ls, r.template, r.def)
 }
 
 // resolve finds the bucket for (resource, domain), in the order of the

@@ -19,6 +19,7 @@ import (
 //	    TheBrain_userLogins:
 //	      template: {size: 1, fill_rate: 1, wait_timeout: 0s}
 //	      max_dynamic_buckets: 100000                  # 0 or absent: unlimited
+//	      on_store_error: open                         # Redis down: grant, flagged degraded (default closed)
 //	    api:
 //	      domains:
 //	        rate_limit: {size: 10, fill_rate: 1, max_idle: 10m}
@@ -72,6 +73,12 @@ import (
 //
 // A tier's fields: limit (hits in a window, ≥ 1), window, active (Go
 // durations; required), cooldown (default 0s), skippable (default false).
+//
+// Either kind of resource may say what its requests get while the store
+// fails (a shared Redis, sluice server --redis, unreachable):
+// on_store_error: closed (the default: a server error) or open (granted,
+// flagged degraded, counted); see OnStoreError. The global default bucket
+// always fails closed.
 // Validate does not normalize (Config.Normalize, which the engine applies
 // to its own copy, says what it changes). A namespace (a resource-name
 // prefix; the longest matching one decides) has ignore_configured and
@@ -113,6 +120,7 @@ type SectionResource struct {
 	GlobalLimit       *HitsLimit                    `yaml:"global_limit,omitempty"`
 	Tiers             *[]SectionTier                `yaml:"tiers,omitempty"`
 	TierDomains       map[string]*SectionTierDomain `yaml:"-"`
+	OnStoreError      string                        `yaml:"on_store_error,omitempty"`
 }
 
 // MarshalYAML writes r with TierDomains, if any, as `domains:`.
@@ -126,8 +134,9 @@ func (r SectionResource) MarshalYAML() (any, error) {
 		Template          *SectionBucket `yaml:"template,omitempty"`
 		MaxDynamicBuckets *int64         `yaml:"max_dynamic_buckets,omitempty"`
 		Default           *SectionBucket `yaml:"default,omitempty"`
+		OnStoreError      string         `yaml:"on_store_error,omitempty"`
 	}{Algorithm: r.Algorithm, HardLimit: r.HardLimit, GlobalLimit: r.GlobalLimit, Tiers: r.Tiers,
-		Template: r.Template, MaxDynamicBuckets: r.MaxDynamicBuckets, Default: r.Default}
+		Template: r.Template, MaxDynamicBuckets: r.MaxDynamicBuckets, Default: r.Default, OnStoreError: r.OnStoreError}
 	switch {
 	case r.TierDomains != nil:
 		out.Domains = r.TierDomains
@@ -214,7 +223,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // The fields of each level of a Section.
 var (
 	sectionFields    = []string{"global_default", "namespaces", "resources"}
-	resourceFields   = []string{"algorithm", "domains", "template", "max_dynamic_buckets", "default", "hard_limit", "global_limit", "tiers"}
+	resourceFields   = []string{"algorithm", "domains", "template", "max_dynamic_buckets", "default", "hard_limit", "global_limit", "tiers", "on_store_error"}
 	bucketFields     = []string{"size", "fill_rate", "wait_timeout", "max_idle", "max_debt", "max_tokens_per_request"}
 	namespaceFields  = []string{"ignore_configured", "allow_unconfigured"}
 	tierDomainFields = []string{"hard_limit", "tiers"}
@@ -321,6 +330,10 @@ func (w *walker) sectionResource(n *yaml.Node, path string) *SectionResource {
 			r.MaxDynamicBuckets = w.int64(p.value, fp, "a count; 0: unlimited")
 		case "default":
 			r.Default = w.sectionBucket(p.value, fp)
+		case "on_store_error":
+			if v := w.str(p.value, fp); v != nil {
+				r.OnStoreError = *v
+			}
 		}
 	}
 	return r
@@ -482,6 +495,9 @@ func (s *Section) Validate() (*Config, error) {
 			w.bad(rp+".algorithm", nil, "%v", err)
 		}
 		r.Algorithm = alg
+		if r.OnStoreError, err = ParseOnStoreError(sr.OnStoreError); err != nil {
+			w.bad(rp+".on_store_error", nil, "%v", err)
+		}
 		if sr.MaxDynamicBuckets != nil {
 			r.MaxDynamicBuckets = *sr.MaxDynamicBuckets
 		}

@@ -291,7 +291,7 @@ func TestSectionErrors(t *testing.T) {
 		want []string
 	}{
 		{"unknown field", "resource: {}\n", []string{`limits.resource: unknown field (want one of global_default, namespaces, resources) (line 1)`}},
-		{"unknown resource field", "resources:\n  a:\n    buckets: {}\n", []string{`limits.resources.a.buckets: unknown field (want one of algorithm, domains, template, max_dynamic_buckets, default, hard_limit, global_limit, tiers) (line 3)`}},
+		{"unknown resource field", "resources:\n  a:\n    buckets: {}\n", []string{`limits.resources.a.buckets: unknown field (want one of algorithm, domains, template, max_dynamic_buckets, default, hard_limit, global_limit, tiers, on_store_error) (line 3)`}},
 		{"unknown bucket field", "resources:\n  a:\n    domains:\n      x: {wait_timeout_millis: 3}\n", []string{`limits.resources.a.domains.x.wait_timeout_millis: unknown field`}},
 		{"a duration without a unit", "global_default: {wait_timeout: 1000}\n", []string{`limits.global_default.wait_timeout: want a Go duration string such as "1s" or "250ms", got int "1000" (line 1)`}},
 		{"a bad duration", "global_default: {max_debt: soon}\n", []string{`limits.global_default.max_debt: "soon" is not a Go duration string`}},
