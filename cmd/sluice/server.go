@@ -27,6 +27,8 @@ import (
 	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/fleet"
+	"github.com/sluice-rl/sluice/limits/copies"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/server"
 )
@@ -51,6 +53,8 @@ func newServerCmd() *cobra.Command {
 		endpoints                       []string
 		electKey                        string
 		electTTL                        time.Duration
+		fleetPrefix                     string
+		fleetTTL                        time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -129,18 +133,29 @@ command line wins.`,
 					return err
 				}
 			}
-			store, closeRedis, err := redisStore(redisURL, redisCluster, log)
+			store, rc, closeRedis, err := redisStore(redisURL, redisCluster, log)
 			if err != nil {
 				lis.Close()
 				return err
 			}
 			defer closeRedis()
+			// Copy-limited resources share Redis only with a fleet on etcd,
+			// whose leader cleans up after a crashed server.
+			var copyLog *redisstore.CopyLog
+			var copiesLog copies.Log
+			switch {
+			case rc != nil && len(endpoints) > 0:
+				copyLog = redisstore.NewCopyLog(rc, redisstore.Options{})
+				copiesLog = copyLog
+			case rc != nil:
+				log.Warn("copy-limited resources stay in this server's memory: give --etcd-endpoints with --redis or --redis-cluster to share them (the servers' fleet needs etcd to clean up after a crashed server)")
+			}
 			srv := server.New(server.Options{ID: id, Address: addr, Logger: log, Parent: parents, ParentTLS: parentTLS,
-				RequireConfig: cfgPath != "" && len(parents) == 0, LimitsStore: store})
+				RequireConfig: cfgPath != "" && len(parents) == 0, LimitsStore: store, CopiesLog: copiesLog})
 
 			var cli *clientv3.Client
 			closeEtcd := func() {}
-			if electKind == "etcd" || strings.HasPrefix(cfgPath, "etcd:") {
+			if electKind == "etcd" || strings.HasPrefix(cfgPath, "etcd:") || copyLog != nil {
 				if len(endpoints) == 0 {
 					lis.Close()
 					return errors.New("--etcd-endpoints is required with --election etcd or --config etcd:/KEY")
@@ -291,6 +306,21 @@ command line wins.`,
 				handler = mux
 			}
 			go func() { _ = srv.Run(ctx, time.Second) }()
+			fleetDone := make(chan struct{})
+			if copyLog != nil {
+				member, err := fleet.New(cli, copyLog, srv.Copies(), fleet.Options{Prefix: fleetPrefix, TTL: fleetTTL, Address: addr, Logger: log})
+				if err != nil {
+					lis.Close()
+					return err
+				}
+				srv.SetFleet(func() server.FleetStatus { st := member.Status(); return server.FleetStatus(st) })
+				go func() {
+					defer close(fleetDone)
+					_ = member.Run(ctx) // leaves the fleet when the signal comes
+				}()
+			} else {
+				close(fleetDone)
+			}
 			// The election outlives the signal: it is resigned after the
 			// in-flight RPCs have finished.
 			ectx, ecancel := context.WithCancel(context.Background())
@@ -364,6 +394,10 @@ command line wins.`,
 			log.Info("closing the listener, finishing in-flight RPCs")
 			shutdownErr := ep.Shutdown(sctx)
 			log.Info("listener closed", "err", shutdownErr)
+			select { // the fleet membership revokes its session
+			case <-fleetDone:
+			case <-sctx.Done():
+			}
 			ecancel()
 			select {
 			case <-electionDone:
@@ -405,9 +439,11 @@ command line wins.`,
 	f.StringVar(&etcdCert, "etcd-tls-cert", "", "client certificate (PEM) to present to etcd (mTLS)")
 	f.StringVar(&etcdKey, "etcd-tls-key", "", "the private key of --etcd-tls-cert (PEM)")
 	f.StringVar(&electKind, "election", "standalone", "master election: standalone (always master) or etcd")
-	f.StringSliceVar(&endpoints, "etcd-endpoints", nil, "etcd endpoints (comma-separated URLs) for --election etcd and --config etcd:/KEY")
+	f.StringSliceVar(&endpoints, "etcd-endpoints", nil, "etcd endpoints (comma-separated URLs) for --election etcd, --config etcd:/KEY, and the fleet sharing copy-limited resources on --redis")
 	f.StringVar(&electKey, "election-key", "", "etcd key prefix the tasks of this node campaign on, e.g. /sluice/root")
 	f.DurationVar(&electTTL, "election-ttl", 10*time.Second, "etcd session TTL (whole seconds): how long a master that cannot reach etcd stays master")
+	f.StringVar(&fleetPrefix, "fleet-prefix", "/sluice/fleet", "etcd key prefix of the fleet of servers sharing copy-limited resources on --redis or --redis-cluster (with --etcd-endpoints)")
+	f.DurationVar(&fleetTTL, "fleet-ttl", 10*time.Second, "etcd session TTL (whole seconds) of this server's fleet membership: a crashed server's copies come back this long after its last keep-alive")
 	return cmd
 }
 
@@ -485,28 +521,28 @@ func reloadOnHUP(ctx context.Context, log *slog.Logger, path string, w *config.W
 // redisStore returns the limits store of --redis or --redis-cluster (nil
 // for neither: each server's own memory) and the function that closes its
 // client.
-func redisStore(url string, cluster []string, log *slog.Logger) (limits.Store, func(), error) {
+func redisStore(url string, cluster []string, log *slog.Logger) (limits.Store, redis.UniversalClient, func(), error) {
 	var c redis.UniversalClient
 	switch {
 	case url != "" && len(cluster) > 0:
-		return nil, nil, errors.New("--redis and --redis-cluster: give one")
+		return nil, nil, nil, errors.New("--redis and --redis-cluster: give one")
 	case url != "":
 		opts, err := redis.ParseURL(url)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--redis: %w", err)
+			return nil, nil, nil, fmt.Errorf("--redis: %w", err)
 		}
 		c = redis.NewClient(opts)
 	case len(cluster) > 0:
 		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster})
 	default:
-		return nil, func() {}, nil
+		return nil, nil, func() {}, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
 		log.Warn("Redis does not answer yet; limits decisions fail until it does", "err", err)
 	}
-	return redisstore.New(c, redisstore.Options{}), func() { _ = c.Close() }, nil
+	return redisstore.New(c, redisstore.Options{}), c, func() { _ = c.Close() }, nil
 }
 
 // checkRedisLimits refuses, on a Redis store, the resources it cannot hold
