@@ -237,6 +237,7 @@ func (b *batcher) roundTrip(batch []*call) {
 	cancel()
 	d := time.Since(start)
 	done(err)
+	b.st.stats.observe(d)
 	if err != nil {
 		b.st.noteFailure(err)
 	}
@@ -390,3 +391,24 @@ func (e *storeError) Unwrap() []error {
 
 // errBreakerOpen answers the calls refused by an open breaker.
 var errBreakerOpen error = &storeError{err: gobreaker.ErrOpenState, down: true}
+
+// eval runs sc over keys (one slot: keys[0] picks the node) and args as
+// Take runs its script: sharing round trips, through the breaker, with
+// Options.Timeout. It returns the reply's command (nil with an error);
+// errors are as Take's (ErrUnavailable when Redis could not answer). For
+// the scripts of the request path other than Take's (TakeHits).
+func (s *Store) eval(sc *script, keys []string, args ...any) (*redis.Cmd, error) {
+	c := getCall(sc)
+	c.args = append(c.args, len(keys))
+	for _, k := range keys {
+		c.args = append(c.args, k)
+	}
+	c.args = append(c.args, args...)
+	err := s.run(keys[0], c)
+	cmd := c.cmd
+	putCall(c)
+	if err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}

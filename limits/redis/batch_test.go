@@ -1,14 +1,281 @@
 package redisstore
 
 import (
+	"context"
+	"errors"
+	"net"
+	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 	"github.com/sluice-rl/sluice/limits"
 )
 
-// BenchmarkAllowParallel: Allow from 50 goroutines per core on one hot
-// bucket; reports the mean scripts per round trip.
+// concurrently runs n Allows on e at once (released together) and returns
+// their Decisions.
+func concurrently(e *limits.Engine, n int, req limits.Request) []limits.Decision {
+	out := make([]limits.Decision, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range out {
+		wg.Go(func() {
+			<-start
+			out[i] = e.Allow(time.Now(), req)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return out
+}
+
+// TestBatchExact: 200 concurrent requests for one token each on a bucket
+// of 10 (filling one token in 1000 s) over real Redis, single and
+// Cluster, grant exactly 10, and share round trips: fewer round trips
+// than scripts.
+func TestBatchExact(t *testing.T) {
+	for name, c := range map[string]redis.UniversalClient{"single": client(t), "cluster": clusterClient(t)} {
+		t.Run(name, func(t *testing.T) {
+			st := New(c, Options{Prefix: prefix(t)})
+			cfg := &limits.Config{Resources: map[string]*limits.Resource{"r": {Default: &limits.Bucket{Size: 10, FillRate: 0.001}}}}
+			e, err := limits.New(cfg, limits.Options{Store: st})
+			if err != nil {
+				t.Fatal(err)
+			}
+			granted := 0
+			for _, d := range concurrently(e, 200, limits.Request{Resource: "r", Domain: "d"}) {
+				switch d.Status {
+				case limits.StatusOK:
+					granted++
+				case limits.StatusTimeout:
+				default:
+					t.Fatalf("%+v", d)
+				}
+			}
+			if granted != 10 {
+				t.Fatalf("granted %d of 200, want exactly 10", granted)
+			}
+			h := st.Health()
+			t.Logf("%d scripts in %d round trips", h.Scripts, h.RoundTrips)
+			// (A script Redis did not have yet is sent twice.)
+			if h.Scripts < 200 || h.RoundTrips >= 200 || h.State != "up" || h.Failures != 0 {
+				t.Fatalf("health %+v: want 200 scripts in fewer round trips", h)
+			}
+			if h.Latency.Count == 0 || h.Latency.Count > h.RoundTrips || h.Latency.Sum <= 0 {
+				t.Fatalf("latency %+v: %d round trips", h.Latency, h.RoundTrips)
+			}
+		})
+	}
+}
+
+// TestBatchMatchesMemory: concurrent requests on many buckets, batched,
+// get the answers the memory store gives them (each bucket sees one
+// request at a time, so the order within a batch does not matter): every
+// one of 40 requests on each of 20 buckets of 30 tokens (asking 1 to 3)
+// is answered as alone.
+func TestBatchMatchesMemory(t *testing.T) {
+	st := New(client(t), Options{Prefix: prefix(t), CallerTime: true, MaxBatch: 7})
+	mem := limits.NewMemoryStore()
+	l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket,
+		Bucket: limits.Bucket{Size: 30, FillRate: 3}, Params: limits.Bucket{Size: 30, FillRate: 3}.Params(), Gen: 1}
+	now := t0.UnixNano()
+	for step := range 40 {
+		var wg sync.WaitGroup
+		got := make([]limits.Outcome, 20)
+		errs := make([]error, 20)
+		ask := func(i int) limits.Ask { n := int64(1 + (i+step)%3); return limits.Ask{Tokens: n, Min: 1} }
+		for i := range got {
+			wg.Go(func() {
+				got[i], errs[i] = st.Take(now, limits.Key{Resource: "r", Domain: string(rune('a' + i))}, l, ask(i))
+			})
+		}
+		wg.Wait()
+		for i := range got {
+			want, _ := mem.Take(now, limits.Key{Resource: "r", Domain: string(rune('a' + i))}, l, ask(i))
+			if errs[i] != nil || got[i] != want {
+				t.Fatalf("step %d bucket %d: %+v %v, want %+v", step, i, got[i], errs[i], want)
+			}
+		}
+		now += int64(100 * time.Millisecond)
+	}
+	if h := st.Health(); h.RoundTrips >= h.Scripts {
+		t.Errorf("%d scripts in %d round trips: no batching", h.Scripts, h.RoundTrips)
+	}
+}
+
+// TestNoScriptInPipeline: after SCRIPT FLUSH, a pipeline of Takes gets
+// NOSCRIPT for each; the store loads the script (EVAL) and runs just
+// those again, in one more round trip, and answers them all. On a single
+// Redis and on a cluster node.
+func TestNoScriptInPipeline(t *testing.T) {
+	ctx := context.Background()
+	for name, c := range map[string]redis.UniversalClient{"single": client(t), "cluster": clusterClient(t)} {
+		t.Run(name, func(t *testing.T) {
+			st := New(c, Options{Prefix: prefix(t), CallerTime: true})
+			l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket,
+				Bucket: limits.Bucket{Size: 5, FillRate: 1}, Params: limits.Bucket{Size: 5, FillRate: 1}.Params(), Gen: 1}
+			k := limits.Key{Resource: "r", Domain: "d"}
+			calls := make([]*call, 6)
+			for i := range calls {
+				calls[i] = st.takeCall(t0.UnixNano(), k, l, limits.Ask{Tokens: 1, Min: 1})
+			}
+			b, err := st.batcherFor(calls[0].key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.node.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			h0 := st.Health()
+			b.roundTrip(calls)
+			for i, c := range calls {
+				if c.err != nil {
+					t.Fatalf("call %d: %v", i, c.err)
+				}
+				out, err := takeOutcome(c.cmd)
+				if want := i < 5; err != nil || (out.Granted == 1) != want {
+					t.Fatalf("call %d: %+v %v, want granted %v", i, out, err, want)
+				}
+				putCall(c)
+			}
+			h := st.Health()
+			if h.RoundTrips-h0.RoundTrips != 2 || h.Scripts-h0.Scripts != 12 {
+				t.Fatalf("%d round trips, %d scripts; want 2 and 12 (6 EVALSHA, then 6 EVAL)", h.RoundTrips-h0.RoundTrips, h.Scripts-h0.Scripts)
+			}
+			// The script is cached again: one round trip now.
+			cmd, err := st.eval(takeScript, []string{st.bucketKey("r", "e"), st.dynKey("r")},
+				t0.UnixNano(), 1, 5, "1", int64(5e9), 1, 1, 0, "0", 0, "e", 0, "", int(limits.KindTemplate), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out, err := takeOutcome(cmd); err != nil || out.Granted != 1 || !out.Created {
+				t.Fatalf("eval: %+v %v", out, err)
+			}
+			if h2 := st.Health(); h2.RoundTrips != h.RoundTrips+1 {
+				t.Fatalf("after the reload: %d round trips, want 1", h2.RoundTrips-h.RoundTrips)
+			}
+		})
+	}
+}
+
+// TestBreaker: with its Redis stopped, Take fails with ErrUnavailable;
+// after BreakerFailures failed round trips the breaker opens and Takes
+// fail at once (gobreaker.ErrOpenState, counted as refused, no round
+// trip), the engine answers StatusServerError for a resource that fails
+// closed and a degraded grant for one that fails open; once Redis is back
+// and the probe period over, Takes succeed again.
+func TestBreaker(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			srv.Stop()
+		}
+	})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	cfg := &limits.Config{Resources: map[string]*limits.Resource{
+		"open":   {Default: &limits.Bucket{Size: 100, FillRate: 1, MaxTokensPerRequest: 10}, OnStoreError: limits.FailOpen},
+		"closed": {Default: &limits.Bucket{Size: 100, FillRate: 1}},
+	}}
+	engine := func(probe time.Duration) (*Store, *limits.Engine) {
+		st := New(c, Options{Prefix: prefix(t), BreakerFailures: 2, BreakerProbe: probe})
+		e, err := limits.New(cfg, limits.Options{Store: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := e.Allow(time.Now(), limits.Request{Resource: "closed", Domain: "d"}); d.Status != limits.StatusOK {
+			t.Fatalf("Redis up: %+v", d)
+		}
+		return st, e
+	}
+	// One store stays open for the test (probe in an hour), the other
+	// probes every 100 ms.
+	st, e := engine(time.Hour)
+	st2, e2 := engine(100 * time.Millisecond)
+
+	srv.Stop()
+	stopped = true
+	for _, e := range []*limits.Engine{e, e2} {
+		for i := range 2 {
+			d := e.Allow(time.Now(), limits.Request{Resource: "closed", Domain: "d"})
+			if d.Status != limits.StatusServerError || !errors.Is(d.Err, ErrUnavailable) {
+				t.Fatalf("Redis stopped, request %d: %+v", i, d)
+			}
+		}
+	}
+	h := st.Health()
+	if h.State != "down" || h.Breaker != "open" || h.Failures != 2 || h.LastError == "" || h.LastErrorAt.IsZero() {
+		t.Fatalf("after 2 failures: %+v, want down", h)
+	}
+	// Open: at once, no round trip.
+	start := time.Now()
+	for range 50 {
+		d := e.Allow(time.Now(), limits.Request{Resource: "closed", Domain: "d"})
+		if d.Status != limits.StatusServerError || !errors.Is(d.Err, ErrUnavailable) || !errors.Is(d.Err, gobreaker.ErrOpenState) {
+			t.Fatalf("breaker open: %+v", d)
+		}
+	}
+	d := e.Allow(time.Now(), limits.Request{Resource: "open", Domain: "d", Tokens: 3})
+	if d.Status != limits.StatusOK || !d.Degraded || d.Granted != 3 || !errors.Is(d.Err, ErrUnavailable) {
+		t.Fatalf("fail-open resource, Redis down: %+v", d)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("51 answers with the breaker open took %v", took)
+	}
+	if h2 := st.Health(); h2.RoundTrips != h.RoundTrips || h2.Refused != 51 {
+		t.Fatalf("breaker open: %+v (before %+v), want 51 refused and no round trip", h2, h)
+	}
+
+	// Redis back (empty) on the same port: the store that probes closes
+	// its breaker again.
+	back := startRedisOn(t, srv.Addr)
+	defer back()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		d := e2.Allow(time.Now(), limits.Request{Resource: "closed", Domain: "d"})
+		if d.Status == limits.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis back: %+v; health %+v", d, st2.Health())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if h := st2.Health(); h.State != "up" || h.Breaker != "closed" {
+		t.Fatalf("after the probe: %+v", h)
+	}
+	if h := st.Health(); h.State != "down" {
+		t.Fatalf("the store that probes in an hour: %+v", h)
+	}
+}
+
+// startRedisOn starts redis-server on addr (a port another one used) and
+// returns the function that stops it.
+func startRedisOn(t *testing.T, addr string) func() {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+}
+
+// BenchmarkAllowParallel: Allow from 50 goroutines (25 per core) on one
+// hot bucket; reports the mean scripts per round trip.
 func BenchmarkAllowParallel(b *testing.B) {
 	st := New(client(b), Options{Prefix: prefix(b)})
 	cfg := &limits.Config{Resources: map[string]*limits.Resource{"r": {Default: &limits.Bucket{Size: 1e9, FillRate: 1e6}}}}

@@ -69,11 +69,30 @@ type Health struct {
 	Scripts, RoundTrips, Failures, Refused uint64
 	// Timeout is Options.Timeout as applied.
 	Timeout time.Duration
+	// Latency is the distribution of the round trips' durations.
+	Latency Latency
+}
+
+// LatencyBounds are the upper bounds of Latency's buckets, in seconds
+// (Prometheus's le): 0.5 ms to 1 s.
+var LatencyBounds = [...]float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
+
+// Latency is a histogram of round-trip durations (each a pipeline of
+// scripts, failed ones included), counted from New.
+type Latency struct {
+	// Buckets[i] counts the round trips of at most LatencyBounds[i] (and
+	// more than the bound before); the last counts the slower ones.
+	Buckets [len(LatencyBounds) + 1]uint64
+	// Count is their number, Sum their total duration.
+	Count uint64
+	Sum   time.Duration
 }
 
 // stats are the store's counters and its last failure.
 type stats struct {
 	scripts, roundTrips, failures, refused atomic.Uint64
+	latency                                [len(LatencyBounds) + 1]atomic.Uint64
+	latencySum                             atomic.Int64 // ns
 
 	mu        sync.Mutex
 	lastErr   string
@@ -88,6 +107,16 @@ func (s *stats) noteFailure(err error) {
 	s.mu.Unlock()
 }
 
+// observe counts a round trip of d.
+func (s *stats) observe(d time.Duration) {
+	i := 0
+	for i < len(LatencyBounds) && d.Seconds() > LatencyBounds[i] {
+		i++
+	}
+	s.latency[i].Add(1)
+	s.latencySum.Add(int64(d))
+}
+
 // Health returns the store's view of Redis now. It is safe for
 // concurrent use and does not contact Redis.
 func (s *Store) Health() Health {
@@ -95,6 +124,11 @@ func (s *Store) Health() Health {
 		Scripts: s.scripts.Load(), RoundTrips: s.roundTrips.Load(), Failures: s.failures.Load(), Refused: s.refused.Load(),
 		Timeout: s.timeout,
 	}
+	for i := range s.latency {
+		h.Latency.Buckets[i] = s.latency[i].Load()
+		h.Latency.Count += h.Latency.Buckets[i]
+	}
+	h.Latency.Sum = time.Duration(s.latencySum.Load())
 	s.mu.Lock()
 	h.LastError, h.LastErrorAt = s.lastErr, s.lastErrAt
 	s.mu.Unlock()

@@ -179,6 +179,18 @@ func (s *Store) Take(now int64, k limits.Key, l *limits.Limit, a limits.Ask) (li
 	if l.Params.Span > MaxSpan {
 		return limits.Outcome{}, ErrSpan
 	}
+	c := s.takeCall(now, k, l, a)
+	err := s.run(c.key, c)
+	var out limits.Outcome
+	if err == nil {
+		out, err = takeOutcome(c.cmd)
+	}
+	putCall(c)
+	return out, err
+}
+
+// takeCall returns Take's call (pooled: putCall it).
+func (s *Store) takeCall(now int64, k limits.Key, l *limits.Limit, a limits.Ask) *call {
 	la := s.limitArgs(l)
 	c := getCall(takeScript)
 	c.member = escape(k.Domain)
@@ -201,18 +213,16 @@ func (s *Store) Take(now int64, k limits.Key, l *limits.Limit, a limits.Ask) (li
 	c.args = append(c.args, 2, &c.key, dynKey,
 		nowArg, la.gen, la.size, la.rate, la.span,
 		&c.tokens, &c.min, &c.maxWait, la.dyn(k.Domain), la.maxDyn, &c.member, la.idle, at, la.kind, la.name)
-	err := s.run(c.key, c)
-	var out limits.Outcome
-	if err == nil {
-		var v []any
-		if v, err = c.cmd.Slice(); err == nil {
-			out, err = parseTake(v)
-		} else {
-			err = scriptError(err)
-		}
+	return c
+}
+
+// takeOutcome decodes the reply of a take script that Redis ran.
+func takeOutcome(cmd *redis.Cmd) (limits.Outcome, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return limits.Outcome{}, scriptError(err)
 	}
-	putCall(c)
-	return out, err
+	return parseTake(v)
 }
 
 // limitArgs are the take script's arguments that depend on the Limit
