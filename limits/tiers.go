@@ -86,6 +86,14 @@ func newTierParams(h, g int64, tiers []Tier, unlimited bool) *TierParams {
 	return p
 }
 
+// NewTierParams returns the parameters of tiers (valid and normalized, as
+// in TierParams) with hard limit h and global limit g (0: unbounded):
+// what a Store outside this package rebuilds from what it stored, for a
+// Snapshot's Limit. The engine builds its own from the configuration.
+func NewTierParams(h, g int64, tiers []Tier, unlimited bool) *TierParams {
+	return newTierParams(h, g, tiers, unlimited)
+}
+
 // Most returns the most hits one request can ever be granted:
 // min(H, G, Σ Lᵢ), the unbounded ones left out. A request whose minimum
 // is above it always fails ("If min_copies exceeds the hard limit of the

@@ -30,10 +30,6 @@ const MaxSpan = 1 << 52
 // ErrSpan is returned by Take for a bucket whose span exceeds MaxSpan.
 var ErrSpan = errors.New("limits/redis: bucket takes longer than 2^52 ns (52 days) to fill")
 
-// ErrTiersUnsupported is returned by TakeHits: burst tiers are not
-// supported on Redis yet.
-var ErrTiersUnsupported = errors.New("limits/redis: burst tiers are not supported on Redis yet")
-
 // errTiers answers Take with a burst-tier Limit.
 var errTiers = errors.New("limits/redis: Take on a limit with burst tiers (use TakeHits)")
 
@@ -287,12 +283,6 @@ func parseTake(v []any) (limits.Outcome, error) {
 	return limits.Outcome{Result: limits.Result{Granted: n[1], Wait: n[2], RetryAfter: n[3], Tokens: tokens}, Created: created == 1}, nil
 }
 
-// TakeHits implements limits.Store: burst tiers are not supported on Redis
-// yet, and it returns ErrTiersUnsupported.
-func (s *Store) TakeHits(int64, limits.Key, *limits.Limit, limits.Ask) (limits.HitOutcome, error) {
-	return limits.HitOutcome{}, ErrTiersUnsupported
-}
-
 // Reap implements limits.Store: Redis expires the keys itself (a TTL of
 // max(MaxIdle, the time until full) plus one second, set on every grant),
 // so Reap removes nothing and returns 0.
@@ -436,6 +426,9 @@ func (s *Store) snapshot(key string, h map[string]string) (limits.Snapshot, bool
 	k, ok := s.parseKey(key)
 	if !ok {
 		return limits.Snapshot{}, false
+	}
+	if _, tb := h["e"]; !tb && h["s"] != "" { // a burst-tier domain (tiers.go)
+		return tierSnapshot(k, h)
 	}
 	num := func(f string) int64 { n, _ := strconv.ParseInt(h[f], 10, 64); return n }
 	rate, _ := strconv.ParseFloat(h["rt"], 64)

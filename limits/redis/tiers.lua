@@ -1,0 +1,521 @@
+-- TakeHits: one decision on a burst-tier domain, mirroring limits.StepTiers
+-- (tiers.go) over the domain's TierState and the resource's global HitLog.
+-- KEYS[1] the domain (a hash, the same key as a token bucket of the
+-- domain), KEYS[2] the resource's dynamic buckets (a sorted set: member
+-- the escaped domain, score its expiry in ms), KEYS[3] the resource's
+-- global log (a string); all three under the resource's hash tag.
+-- ARGV: 1 the request (int64s: now, now in ms, tokens, min), 2 the
+-- parameters (int64s: H, G, unlimited 0/1, Most, n, then per tier L, Tʷ,
+-- Tᵃ, Tᶜ, S 0/1), 3 now (decimal ns, or '' for Redis TIME), 4 gen, 5
+-- dynamic (0/1), 6 max dynamic (0: unlimited), 7 member, 8 kind, 9 name.
+-- Returns int64s: status (0 decided, 2 too many buckets), created (0/1),
+-- granted, retry after (-1: never), available, tier, tier hits, domain
+-- hits last second, global hits last second, burst, hard limited, global
+-- limited (0/1 each).
+--
+-- "int64s" are packed little-endian, 8 bytes each (struct '<I4i4': the low
+-- 32 bits unsigned, then the high 32 bits signed). Lua numbers are doubles,
+-- so the script keeps every int64 as such a pair (h, l), h·2³² + l with
+-- 0 ≤ l < 2³², and computes on pairs exactly: instants (Unix ns), spans,
+-- hit counts up to the logs' 2⁶¹ all as Go does, saturating where Go's
+-- addSat and subSat do.
+--
+-- The domain's hash: s (its TierState, int64s: the number of tier runs,
+-- the one-second log, then per run its entry instant, in use 0/1 and its
+-- window's log; a log is its number of entries, then per entry its
+-- instant and its hits), l (last use, decimal ns), n (grants), and, set
+-- when created or reconfigured, g (generation), dy, k, nm (as a token
+-- bucket's) and tp (ARGV[2], the parameters, for Walk). A hash with an e
+-- field is a token bucket: the domain was one, and starts fresh. The
+-- global log's string is one log.
+
+local B = 4294967296
+local MAXH, MAXL = 2147483647, 4294967295
+local MINH = -2147483648
+
+local function add(ah, al, bh, bl)
+  local h, l = ah + bh, al + bl
+  if l >= B then return h + 1, l - B end
+  return h, l
+end
+local function sub(ah, al, bh, bl)
+  local h, l = ah - bh, al - bl
+  if l < 0 then return h - 1, l + B end
+  return h, l
+end
+local function sat(h, l)
+  if h > MAXH then return MAXH, MAXL end
+  if h < MINH then return MINH, 0 end
+  return h, l
+end
+local function addsat(ah, al, bh, bl) return sat(add(ah, al, bh, bl)) end
+local function subsat(ah, al, bh, bl) return sat(sub(ah, al, bh, bl)) end
+local function lt(ah, al, bh, bl) return ah < bh or (ah == bh and al < bl) end
+local function pos(h, l) return h > 0 or (h == 0 and l > 0) end
+local function min2(ah, al, bh, bl)
+  if lt(bh, bl, ah, al) then return bh, bl end
+  return ah, al
+end
+local function max2(ah, al, bh, bl)
+  if lt(ah, al, bh, bl) then return bh, bl end
+  return ah, al
+end
+-- num returns x (an integer, |x| ≤ 2⁵³) as a pair.
+local function num(x)
+  local h = math.floor(x / B)
+  return h, x - h * B
+end
+-- dbl returns a pair as a double (exact below 2⁵³).
+local function dbl(h, l) return h * B + l end
+
+-- Packing: fmt(k) formats k int64s.
+local fmts = {}
+local function fmt(k)
+  local f = fmts[k]
+  if not f then
+    f = '<' .. string.rep('I4i4', k)
+    fmts[k] = f
+  end
+  return f
+end
+local P1, P2 = '<I4i4', '<I4i4I4i4'
+
+-- decode returns the int64s of s as two arrays (high, low words).
+local function decode(s)
+  local k = math.floor(#s / 8)
+  local t = {struct.unpack(fmt(k), s)}
+  local vh, vl = {}, {}
+  for j = 1, k do
+    vl[j] = t[2 * j - 1]
+    vh[j] = t[2 * j]
+  end
+  return vh, vl
+end
+
+-- An encoder collects int64s (low word first, as packed) and packs them.
+local out, on = {}, 0
+local function put(h, l)
+  out[on + 1] = l
+  out[on + 2] = h
+  on = on + 2
+end
+local function packed()
+  local s = struct.pack(fmt(on / 2), unpack(out, 1, on))
+  out, on = {}, 0
+  return s
+end
+
+-- A log (limits.HitLog): s holds its n entries in time order, 16 bytes
+-- each (the instant, then the cumulative count of hits since the log's
+-- origin: an entry's hits are its count minus the previous one's, or
+-- minus the base b for the first), so that a window's hits are one binary
+-- search away and pruning is one cut.
+local function newlog() return {s = '', n = 0, bh = 0, bl = 0} end
+local function reset(g) g.s, g.n, g.bh, g.bl = '', 0, 0, 0 end
+local function atof(g, k)
+  local l, h = struct.unpack(P1, g.s, 16 * k - 15)
+  return h, l
+end
+local function cumof(g, k)
+  local l, h = struct.unpack(P1, g.s, 16 * k - 7)
+  return h, l
+end
+local function before(g, k)
+  if k > 1 then return cumof(g, k - 1) end
+  return g.bh, g.bl
+end
+local function total(g)
+  if g.n == 0 then return 0, 0 end
+  local ch, cl = cumof(g, g.n)
+  return sub(ch, cl, g.bh, g.bl)
+end
+-- first returns the index of the first entry at or after t (n + 1: none).
+local function first(g, h, l)
+  local i, j = 1, g.n + 1
+  while i < j do
+    local m = math.floor((i + j) / 2)
+    local ah, al = atof(g, m)
+    if lt(ah, al, h, l) then i = m + 1 else j = m end
+  end
+  return i
+end
+-- since returns the hits at or after t.
+local function since(g, h, l)
+  local i = first(g, h, l)
+  if i > g.n then return 0, 0 end
+  local ch, cl = cumof(g, g.n)
+  return sub(ch, cl, before(g, i))
+end
+-- addhits records n ≥ 1 hits at t, or at the last entry's instant if t
+-- is earlier; the log saturates at 2⁶¹ hits held.
+local function addhits(g, th, tl, nh, nl)
+  local toth, totl = total(g)
+  local rh, rl = sub(536870912, 0, toth, totl)
+  nh, nl = min2(nh, nl, rh, rl)
+  if not pos(nh, nl) then return end
+  if g.n > 0 then
+    local ah, al = atof(g, g.n)
+    if not lt(ah, al, th, tl) then
+      local ch, cl = cumof(g, g.n)
+      ch, cl = add(ch, cl, nh, nl)
+      g.s = string.sub(g.s, 1, -9) .. struct.pack(P1, cl, ch)
+      return
+    end
+  end
+  local ch, cl = add(g.bh, g.bl, toth, totl)
+  ch, cl = add(ch, cl, nh, nl)
+  if lt(1073741824, 0, ch, cl) then
+    -- Keep the cumulative counts small (above 2⁶², as limits' HitLog).
+    local parts = {}
+    for k = 1, g.n do
+      local eh, el = atof(g, k)
+      local xh, xl = cumof(g, k)
+      xh, xl = sub(xh, xl, g.bh, g.bl)
+      parts[k] = struct.pack(P2, el, eh, xl, xh)
+    end
+    g.s = table.concat(parts)
+    ch, cl = sub(ch, cl, g.bh, g.bl)
+    g.bh, g.bl = 0, 0
+  end
+  g.s = g.s .. struct.pack(P2, tl, th, cl, ch)
+  g.n = g.n + 1
+end
+-- prune forgets the hits before t.
+local function prune(g, h, l)
+  local i = first(g, h, l)
+  if i == 1 then return end
+  if i > g.n then
+    reset(g)
+    return
+  end
+  g.bh, g.bl = cumof(g, i - 1)
+  g.s = string.sub(g.s, 16 * i - 15)
+  g.n = g.n - (i - 1)
+end
+-- untilatmost returns the earliest t ≥ from at which the hits in
+-- [t − w, t] are at most y ≥ 0 if no hit is added: hits only leave.
+local function untilatmost(g, fh, fl, wh, wl, yh, yl)
+  if g.n == 0 then return fh, fl end
+  local i = first(g, subsat(fh, fl, wh, wl))
+  if i > g.n then return fh, fl end
+  local bh, bl = before(g, i)
+  local lh, ll = cumof(g, g.n)
+  local xh, xl = sub(lh, ll, bh, bl)
+  xh, xl = sub(xh, xl, yh, yl) -- hits that must leave
+  if not pos(xh, xl) then return fh, fl end
+  local th, tl = add(bh, bl, xh, xl)
+  local a, b = i, g.n
+  while a < b do
+    local m = math.floor((a + b) / 2)
+    local ch, cl = cumof(g, m)
+    if lt(ch, cl, th, tl) then a = m + 1 else b = m end
+  end
+  local ah, al = atof(g, a)
+  local rh, rl = addsat(ah, al, wh, wl)
+  return max2(fh, fl, addsat(rh, rl, 0, 1))
+end
+
+-- The request and the parameters.
+local rh, rl = decode(ARGV[1])
+local nh, nl, nowdec, nowms
+if ARGV[3] == '' then
+  local t = redis.call('TIME')
+  local sec, usec = tonumber(t[1]), tonumber(t[2])
+  -- now = sec·10⁹ + usec·10³, exactly: sec = a·2¹⁶ + b.
+  local a = math.floor(sec / 65536)
+  local x = a * 1e9
+  local xh = math.floor(x / 65536)
+  nh, nl = add(xh, (x - xh * 65536) * 65536, num((sec - a * 65536) * 1e9 + usec * 1000))
+  nowdec = t[1] .. string.format('%06d', usec) .. '000'
+  nowms = sec * 1000 + math.floor(usec / 1000)
+else
+  nh, nl = rh[1], rl[1]
+  nowdec = ARGV[3]
+  nowms = dbl(rh[2], rl[2])
+end
+local tokh, tokl, minh, minl = rh[3], rl[3], rh[4], rl[4]
+
+local ph, pl = decode(ARGV[2])
+local Hh, Hl, Gh, Gl = ph[1], pl[1], ph[2], pl[2]
+local hasH, hasG = pos(Hh, Hl), pos(Gh, Gl)
+local unlimited = pl[3] == 1
+local mosth, mostl = ph[4], pl[4]
+local NT = pl[5]
+local LH, LL, WH, WL, AH, AL, CH, CL, SK = {}, {}, {}, {}, {}, {}, {}, {}, {}
+for i = 1, NT do
+  local k = 5 + (i - 1) * 5
+  LH[i], LL[i] = ph[k + 1], pl[k + 1]
+  WH[i], WL[i] = ph[k + 2], pl[k + 2]
+  AH[i], AL[i] = ph[k + 3], pl[k + 3]
+  CH[i], CL[i] = ph[k + 4], pl[k + 4]
+  SK[i] = pl[k + 5] == 1
+end
+
+-- The domain.
+local hv = redis.call('HMGET', KEYS[1], 's', 'e', 'dy', 'k', 'nm', 'tp', 'n')
+local wastb = hv[2] ~= false
+local created = hv[1] == false and not wastb
+local relimit = wastb
+local second = newlog()
+local runs = {}
+if hv[1] ~= false and not wastb then
+  -- The header (the number of runs; the one-second log's base and
+  -- length; per run its entry instant, in use, its window's base and
+  -- length), then the logs' entries in that order.
+  local st = hv[1]
+  local nr = struct.unpack('<I4', st)
+  local vh, vl = decode(string.sub(st, 1, 8 * (3 + 4 * nr)))
+  local at = 8 * (3 + 4 * nr) + 1
+  local function log(k)
+    local g = {bh = vh[k], bl = vl[k], n = vl[k + 1]}
+    g.s = string.sub(st, at, at + 16 * g.n - 1)
+    at = at + 16 * g.n
+    return g
+  end
+  second = log(2)
+  for i = 1, nr do
+    local k = 4 * i
+    runs[i] = {eh = vh[k], el = vl[k], inuse = vl[k + 1] == 1, win = log(k + 2)}
+  end
+  relimit = hv[3] ~= ARGV[5] or hv[4] ~= ARGV[8] or hv[5] ~= ARGV[9] or hv[6] ~= ARGV[2]
+end
+local dyn, maxdyn = ARGV[5], tonumber(ARGV[6])
+if created and dyn == '1' and maxdyn > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', nowms)
+  if redis.call('ZCARD', KEYS[2]) >= maxdyn then
+    put(0, 2)
+    for _ = 1, 11 do put(0, 0) end
+    return packed()
+  end
+end
+local glob
+if hasG then
+  glob = newlog()
+  local gs = redis.call('GET', KEYS[3])
+  if gs then
+    local l, h, n = struct.unpack('<I4i4I4', gs)
+    glob = {bh = h, bl = l, n = n, s = string.sub(gs, 17)}
+  end
+end
+
+-- phase returns tier i's phase at t (0 inactive, 1 active, 2 cooldown)
+-- and when it ends (MaxInt64 for inactive).
+local function phase(i, th, tl)
+  local r = runs[i]
+  if r == nil or not r.inuse then return 0, MAXH, MAXL end
+  local eh, el = addsat(r.eh, r.el, AH[i], AL[i])
+  if lt(th, tl, eh, el) then return 1, eh, el end
+  local ch, cl = addsat(eh, el, CH[i], CL[i])
+  if lt(th, tl, ch, cl) then return 2, ch, cl end
+  return 0, MAXH, MAXL
+end
+
+-- plan evaluates the tiers at t (limits' plan): the current tier cur, the
+-- hits in its window k, its room r, what the tiers can take x, the next
+-- phase change nx.
+local function plan(th, tl)
+  local p = {cur = 0, kh = 0, kl = 0, rh = 0, rl = 0, nxh = MAXH, nxl = MAXL}
+  for i = NT, 1, -1 do
+    local f, uh, ul = phase(i, th, tl)
+    if f ~= 0 then p.nxh, p.nxl = min2(p.nxh, p.nxl, uh, ul) end
+    if f == 1 and p.cur == 0 then
+      p.cur = i
+      p.kh, p.kl = since(runs[i].win, subsat(th, tl, WH[i], WL[i]))
+      p.rh, p.rl = max2(0, 0, sub(LH[i], LL[i], p.kh, p.kl))
+    end
+  end
+  p.xh, p.xl = p.rh, p.rl
+  for j = p.cur + 1, NT do
+    if phase(j, th, tl) == 2 then
+      if not SK[j] then break end
+    else
+      p.xh, p.xl = add(p.xh, p.xl, LH[j], LL[j])
+    end
+  end
+  return p
+end
+
+-- retryafter returns t − now (≥ 1), or −1 (never) when it overflows.
+local function retryafter(th, tl)
+  local dh, dl = subsat(th, tl, nh, nl)
+  if dh == MAXH and dl == MAXL then return -1, MAXL end
+  return max2(dh, dl, 0, 1)
+end
+
+-- retry returns when a request of at least m hits would be granted if no
+-- hit came meanwhile (limits' retry).
+local function retry(mh, ml)
+  if lt(mosth, mostl, mh, ml) then return -1, MAXL end
+  local th, tl = nh, nl
+  if hasH then th, tl = max2(th, tl, untilatmost(second, nh, nl, 0, 1e9, sub(Hh, Hl, mh, ml))) end
+  if hasG then th, tl = max2(th, tl, untilatmost(glob, nh, nl, 0, 1e9, sub(Gh, Gl, mh, ml))) end
+  for _ = 1, 2 * NT + 2 do
+    local p = plan(th, tl)
+    if not lt(p.xh, p.xl, mh, ml) then return retryafter(th, tl) end
+    local c = p.cur
+    if c > 0 then
+      local pathh, pathl = sub(p.xh, p.xl, p.rh, p.rl)
+      local needh, needl = sub(mh, ml, pathh, pathl)
+      if not lt(LH[c], LL[c], needh, needl) then
+        local yh, yl = sub(LH[c], LL[c], needh, needl)
+        local t2h, t2l = untilatmost(runs[c].win, th, tl, WH[c], WL[c], yh, yl)
+        if lt(t2h, t2l, p.nxh, p.nxl) then return retryafter(t2h, t2l) end
+      end
+    end
+    if p.nxh == MAXH and p.nxl == MAXL then break end
+    th, tl = p.nxh, p.nxl
+  end
+  return -1, MAXL
+end
+
+-- limits.StepTiers.
+local fromh, froml = subsat(nh, nl, 0, 1e9)
+local domh, doml = since(second, fromh, froml)
+local globh, globl = 0, 0
+if hasG then globh, globl = since(glob, fromh, froml) end
+local pln = plan(nh, nl)
+local avh, avl = pln.xh, pln.xl
+local hardlim, globlim = 0, 0
+if hasH then
+  local ah, al = max2(0, 0, sub(Hh, Hl, domh, doml))
+  if lt(ah, al, tokh, tokl) then hardlim = 1 end
+  avh, avl = min2(avh, avl, ah, al)
+end
+if hasG then
+  local ah, al = max2(0, 0, sub(Gh, Gl, globh, globl))
+  if lt(ah, al, tokh, tokl) then globlim = 1 end
+  avh, avl = min2(avh, avl, ah, al)
+end
+local gh, gl = min2(tokh, tokl, avh, avl)
+if unlimited then
+  gh, gl = tokh, tokl
+elseif lt(gh, gl, minh, minl) then
+  put(0, 0)
+  put(0, 0)
+  put(0, 0)
+  put(retry(minh, minl))
+  put(avh, avl)
+  put(num(pln.cur))
+  put(pln.kh, pln.kl)
+  put(domh, doml)
+  put(globh, globl)
+  put(0, 0)
+  put(num(hardlim))
+  put(num(globlim))
+  return packed()
+end
+
+-- Grant: forget what no window holds any more, then place the hits.
+for i = #runs, NT + 1, -1 do runs[i] = nil end
+for i = #runs + 1, NT do runs[i] = {eh = 0, el = 0, inuse = false, win = newlog()} end
+for i = 1, NT do
+  local r = runs[i]
+  local f = phase(i, nh, nl)
+  if f == 1 then
+    prune(r.win, subsat(nh, nl, WH[i], WL[i]))
+  elseif f == 2 then
+    reset(r.win)
+  else
+    r.inuse = false
+    reset(r.win)
+  end
+end
+local lefth, leftl = min2(gh, gl, pln.xh, pln.xl)
+local placedh, placedl = lefth, leftl
+local cur, burst = pln.cur, 0
+if cur > 0 and pos(pln.rh, pln.rl) and pos(lefth, leftl) then
+  local xh, xl = min2(lefth, leftl, pln.rh, pln.rl)
+  addhits(runs[cur].win, nh, nl, xh, xl)
+  lefth, leftl = sub(lefth, leftl, xh, xl)
+end
+for j = pln.cur + 1, NT do
+  if not pos(lefth, leftl) then break end
+  if phase(j, nh, nl) == 2 then
+    if not SK[j] then break end
+  else
+    local r = runs[j]
+    local xh, xl = min2(lefth, leftl, LH[j], LL[j])
+    r.inuse, r.eh, r.el = true, nh, nl
+    reset(r.win)
+    addhits(r.win, nh, nl, xh, xl)
+    lefth, leftl = sub(lefth, leftl, xh, xl)
+    cur, burst = j, 1
+  end
+end
+prune(second, fromh, froml)
+addhits(second, nh, nl, gh, gl)
+if hasG then
+  prune(glob, fromh, froml)
+  addhits(glob, nh, nl, gh, gl)
+  globh, globl = total(glob)
+end
+local thh, thl = 0, 0
+if cur > 0 then thh, thl = total(runs[cur].win) end
+domh, doml = total(second)
+avh, avl = sub(pln.xh, pln.xl, placedh, placedl)
+if hasH then avh, avl = min2(avh, avl, sub(Hh, Hl, domh, doml)) end
+if hasG then avh, avl = min2(avh, avl, sub(Gh, Gl, globh, globl)) end
+avh, avl = max2(0, 0, avh, avl)
+
+-- Write the state, the use and the expiry: the domain's key lives until
+-- the domain would be fresh again (no tier active or in cooldown, no hit
+-- in the last second), the global log's until it has no hit in the last
+-- second, plus a second each (as a token bucket's).
+put(num(NT))
+put(second.bh, second.bl)
+put(num(second.n))
+local lh, ll = atof(second, second.n)
+local fh, fl = addsat(lh, ll, 0, 1e9 + 1)
+local parts = {'', second.s}
+for i = 1, NT do
+  local r = runs[i]
+  put(r.eh, r.el)
+  if r.inuse then
+    put(0, 1)
+    local eh, el = addsat(r.eh, r.el, AH[i], AL[i])
+    fh, fl = max2(fh, fl, addsat(eh, el, CH[i], CL[i]))
+  else
+    put(0, 0)
+  end
+  put(r.win.bh, r.win.bl)
+  put(num(r.win.n))
+  parts[i + 2] = r.win.s
+end
+parts[1] = packed()
+local state = table.concat(parts)
+local grants = (tonumber(hv[7]) or 0) + 1
+local ttl = math.ceil(dbl(sub(fh, fl, nh, nl)) / 1e6) + 1000
+if created or relimit then
+  if wastb then redis.call('HDEL', KEYS[1], 'e', 'sz', 'rt', 'sp') end
+  redis.call('HSET', KEYS[1], 's', state, 'l', nowdec, 'n', grants, 'g', ARGV[4], 'dy', dyn, 'k', ARGV[8], 'nm', ARGV[9], 'tp', ARGV[2])
+else
+  redis.call('HSET', KEYS[1], 's', state, 'l', nowdec, 'n', grants)
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
+if dyn == '1' then
+  redis.call('ZADD', KEYS[2], nowms + ttl, ARGV[7])
+  if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
+elseif hv[3] == '1' then
+  redis.call('ZREM', KEYS[2], ARGV[7])
+end
+if hasG then
+  put(glob.bh, glob.bl)
+  put(num(glob.n))
+  local gh2, gl2 = atof(glob, glob.n)
+  gh2, gl2 = addsat(gh2, gl2, 0, 1e9 + 1)
+  redis.call('SET', KEYS[3], packed() .. glob.s, 'PX', math.ceil(dbl(sub(gh2, gl2, nh, nl)) / 1e6) + 1000)
+end
+
+put(0, 0)
+if created then put(0, 1) else put(0, 0) end
+put(gh, gl)
+put(0, 0)
+put(avh, avl)
+put(num(cur))
+put(thh, thl)
+put(domh, doml)
+put(globh, globl)
+put(num(burst))
+put(num(hardlim))
+put(num(globlim))
+return packed()
