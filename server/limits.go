@@ -65,7 +65,8 @@ type LimitsAPI struct {
 
 // Allow decides one request for tokens. Over-limit answers are statuses in
 // the response; an invalid request is InvalidArgument naming the field; a
-// failed store is Unavailable.
+// failed store is Unavailable, or, for a resource configured
+// on_store_error: open, OK with degraded set.
 func (a LimitsAPI) Allow(_ context.Context, req *v1.AllowRequest) (*v1.AllowResponse, error) {
 	if a.s.isCopyLimited(req.GetResource()) {
 		return nil, copiesError(copies.WrongKind(req.GetResource(), "copy-limited"))
@@ -96,7 +97,7 @@ func (a LimitsAPI) Allow(_ context.Context, req *v1.AllowRequest) (*v1.AllowResp
 	} else if !d.RetryNever {
 		resp.RetryAfter = durationpb.New(d.RetryAfter)
 	}
-	resp.Unlimited = d.Unlimited
+	resp.Unlimited, resp.Degraded = d.Unlimited, d.Degraded
 	if d.Algorithm == limits.BurstTiers {
 		tc := d.Tiers
 		if tc.HardLimit > 0 {
@@ -157,7 +158,8 @@ type QuotaServiceAPI struct {
 // cannot tell it from absent); max_wait_millis_override applies only with
 // max_wait_time_override, and never beyond the bucket's own maximum wait;
 // wait_millis is rounded up, so a caller that waits it never uses its
-// tokens early.
+// tokens early. A degraded grant (the store failing, the resource
+// configured on_store_error: open) is a plain OK: the wire has no flag.
 //
 // Source: quotaservice-wire.md, "Service quotaservice.QuotaService".
 func (a QuotaServiceAPI) Allow(_ context.Context, req *qs.AllowRequest) (*qs.AllowResponse, error) {

@@ -19,7 +19,7 @@ const otherResource = "other"
 var limitsEvents = []limits.EventType{
 	limits.EventTokensServed, limits.EventTimeout, limits.EventTooManyTokensRequested,
 	limits.EventBucketMiss, limits.EventBucketCreated, limits.EventBucketRemoved,
-	limits.EventInvalidRequest, limits.EventServerError,
+	limits.EventInvalidRequest, limits.EventServerError, limits.EventDegraded,
 }
 
 // limitsMetrics is the limits engine's listener: Prometheus counters of
@@ -47,7 +47,7 @@ type limitsSeries struct {
 }
 
 // eventIndex maps an event type to its place in limitsSeries.events.
-var eventIndex = func() (ix [limits.EventServerError + 1]int) {
+var eventIndex = func() (ix [limits.EventDegraded + 1]int) {
 	for i, t := range limitsEvents {
 		ix[t] = i
 	}
@@ -58,7 +58,7 @@ func newLimitsMetrics(reg prometheus.Registerer) *limitsMetrics {
 	m := &limitsMetrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_limits_events_total",
-			Help: "Limits engine events by resource (configured ones; the rest \"other\") and event: tokens_served, timeout, too_many_tokens_requested, bucket_miss, bucket_created, bucket_removed, invalid_request, server_error.",
+			Help: "Limits engine events by resource (configured ones; the rest \"other\") and event: tokens_served, timeout, too_many_tokens_requested, bucket_miss, bucket_created, bucket_removed, invalid_request, server_error, degraded (granted without a decision: the store failing, the resource configured on_store_error: open).",
 		}, []string{"resource", "event"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_limits_tokens_granted_total",

@@ -39,6 +39,7 @@ type ServerStatus struct {
 	Ready         bool          `json:"ready"`
 	Draining      bool          `json:"draining"`
 	Parent        *ParentStatus `json:"parent,omitempty"` // intermediate servers
+	Redis         *RedisStatus  `json:"redis,omitempty"`  // the limits store on Redis (--redis, --redis-cluster)
 	Config        *ConfigStatus `json:"config,omitempty"` // the root's configuration
 	Resources     []ResourceRow `json:"resources"`
 	Filter        Filter        `json:"filter"`
@@ -180,6 +181,7 @@ func (s *Server) StatusPage(f Filter) ServerStatus {
 	if ps, ok := s.Parent(); ok {
 		st.Parent = &ps
 	}
+	st.Redis = s.redisStatus()
 	if cfg != nil && s.parent == nil {
 		cs := &ConfigStatus{Hash: cfg.Hash()}
 		for _, t := range cfg.Templates() {

@@ -46,6 +46,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"bucketsURL": bucketsURL,
 	"add":        func(a, b int) int { return a + b },
 	"mul":        func(a, b int) int { return a * b },
+	"ms":         func(seconds float64) float64 { return seconds * 1000 },
 }).ParseFS(webFS, "web/*.html"))
 
 // formatSafe formats a safe capacity: -1 (config.NoSafeCapacityLimit) is

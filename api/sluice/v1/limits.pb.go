@@ -269,7 +269,12 @@ type AllowResponse struct {
 	// The request was granted without asking: its resource's namespace
 	// ignores configured limits, or it is unconfigured in a namespace that
 	// allows that (charon-paper.md, section 4.3). Still recorded.
-	Unlimited     bool `protobuf:"varint,18,opt,name=unlimited,proto3" json:"unlimited,omitempty"`
+	Unlimited bool `protobuf:"varint,18,opt,name=unlimited,proto3" json:"unlimited,omitempty"`
+	// OK granted without a decision: the server's shared store (Redis) is
+	// failing and the resource is configured on_store_error: open. The
+	// tokens asked were granted and nothing was recorded (issue 15, "Redis
+	// trouble"). A resource that fails closed answers Unavailable instead.
+	Degraded      bool `protobuf:"varint,19,opt,name=degraded,proto3" json:"degraded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -426,6 +431,13 @@ func (x *AllowResponse) GetGlobalLimited() bool {
 func (x *AllowResponse) GetUnlimited() bool {
 	if x != nil {
 		return x.Unlimited
+	}
+	return false
+}
+
+func (x *AllowResponse) GetDegraded() bool {
+	if x != nil {
+		return x.Degraded
 	}
 	return false
 }
@@ -1335,7 +1347,7 @@ const file_limits_proto_rawDesc = "" +
 	"\x06tokens\x18\x03 \x01(\x03R\x06tokens\x12\x1d\n" +
 	"\n" +
 	"min_tokens\x18\x04 \x01(\x03R\tminTokens\x124\n" +
-	"\bmax_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxWait\"\xe1\x06\n" +
+	"\bmax_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxWait\"\xfd\x06\n" +
 	"\rAllowResponse\x127\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x1f.sluice.v1.AllowResponse.StatusR\x06status\x12\x18\n" +
 	"\agranted\x18\x02 \x01(\x03R\agranted\x12-\n" +
@@ -1358,7 +1370,8 @@ const file_limits_proto_rawDesc = "" +
 	"\x05burst\x18\x0f \x01(\bR\x05burst\x12!\n" +
 	"\fhard_limited\x18\x10 \x01(\bR\vhardLimited\x12%\n" +
 	"\x0eglobal_limited\x18\x11 \x01(\bR\rglobalLimited\x12\x1c\n" +
-	"\tunlimited\x18\x12 \x01(\bR\tunlimited\"\x9d\x01\n" +
+	"\tunlimited\x18\x12 \x01(\bR\tunlimited\x12\x1a\n" +
+	"\bdegraded\x18\x13 \x01(\bR\bdegraded\"\x9d\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n" +
 	"\x02OK\x10\x01\x12\x14\n" +

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	qs "github.com/sluice-rl/sluice/api/quotaservice"
+	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/internal/testutil/redistest"
+	"github.com/sluice-rl/sluice/limits"
+	redisstore "github.com/sluice-rl/sluice/limits/redis"
+)
+
+// TestRedisDown: a server on a real Redis shows it up on the status page
+// and in the metrics; with the Redis stopped, a resource configured
+// on_store_error: open answers OK with degraded set (quota service: a
+// plain OK) and one that fails closed Unavailable, fast once the breaker
+// is open; the status page and the metrics say down and count the
+// degraded answers by resource.
+func TestRedisDown(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			srv.Stop()
+		}
+	}()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	defer c.Close()
+	cfg, err := limits.ParseSection([]byte(`
+resources:
+  open: {default: {size: 100, fill_rate: 1, max_tokens_per_request: 5}, on_store_error: open}
+  closed: {default: {size: 100, fill_rate: 1}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{ID: "redis", Limits: cfg, LimitsStore: redisstore.New(c, redisstore.Options{Prefix: "t:" + t.Name() + ":", BreakerFailures: 1, BreakerProbe: time.Hour})})
+	h := s.Handler()
+	api := s.LimitsAPI()
+	for _, res := range []string{"open", "closed"} {
+		if resp, err := api.Allow(t.Context(), &v1.AllowRequest{Resource: res, Domain: "d"}); err != nil || resp.GetStatus() != v1.AllowResponse_OK || resp.GetDegraded() {
+			t.Fatalf("%s, Redis up: %v %v", res, resp, err)
+		}
+	}
+	redisSection := func() RedisStatus {
+		t.Helper()
+		code, body, _ := get(t, h, "/debug/status?format=json")
+		var st ServerStatus
+		if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil || st.Redis == nil {
+			t.Fatalf("status page: %d %v\n%s", code, err, body)
+		}
+		return *st.Redis
+	}
+	if rs := redisSection(); rs.State != "up" || rs.Scripts < 2 || rs.RoundTrips < 1 || rs.Timeout != 0.2 {
+		t.Fatalf("Redis up: %+v", rs)
+	}
+	if _, body, _ := get(t, h, "/debug/status"); !strings.Contains(body, `<td id="redis-state">up</td>`) {
+		t.Fatalf("HTML status page, Redis up:\n%s", body)
+	}
+	if _, body, _ := get(t, h, "/metrics"); !strings.Contains(body, "sluice_redis_up 1") || !strings.Contains(body, "sluice_redis_round_trip_seconds_count") {
+		t.Fatalf("metrics, Redis up:\n%s", grepLines(body, "sluice_redis"))
+	}
+
+	srv.Stop()
+	stopped = true
+	if _, err := api.Allow(t.Context(), &v1.AllowRequest{Resource: "closed", Domain: "d"}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("closed, Redis down: %v, want Unavailable", err)
+	}
+	start := time.Now()
+	for range 20 {
+		resp, err := api.Allow(t.Context(), &v1.AllowRequest{Resource: "open", Domain: "d", Tokens: 4})
+		if err != nil || resp.GetStatus() != v1.AllowResponse_OK || !resp.GetDegraded() || resp.GetGranted() != 4 {
+			t.Fatalf("open, Redis down: %v %v, want 4 granted, degraded", resp, err)
+		}
+		if _, err := api.Allow(t.Context(), &v1.AllowRequest{Resource: "closed", Domain: "d"}); status.Code(err) != codes.Unavailable {
+			t.Fatalf("closed, Redis down: %v, want Unavailable", err)
+		}
+	}
+	if resp, _ := s.QuotaServiceAPI().Allow(t.Context(), &qs.AllowRequest{Namespace: "open", BucketName: "d"}); resp.GetStatus() != qs.AllowResponse_OK || resp.GetTokensGranted() != 1 {
+		t.Fatalf("quota service, open, Redis down: %v", resp)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("41 answers with the breaker open took %v", took)
+	}
+	rs := redisSection()
+	if rs.State != "down" || rs.Breaker != "open" || rs.LastError == "" || rs.LastErrorAt == nil || rs.Failures != 1 || rs.Refused != 41 {
+		t.Fatalf("Redis down: %+v", rs)
+	}
+	if _, body, _ := get(t, h, "/debug/status"); !strings.Contains(body, `<td id="redis-state">down (circuit breaker open`) {
+		t.Fatalf("HTML status page, Redis down:\n%s", body)
+	}
+	_, body, _ := get(t, h, "/metrics")
+	for _, want := range []string{"sluice_redis_up 0", "sluice_redis_breaker_state 2", "sluice_redis_refused_total 41",
+		`sluice_limits_events_total{event="degraded",resource="open"} 21`, `sluice_limits_events_total{event="server_error",resource="closed"} 21`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics, Redis down: no %q in\n%s", want, grepLines(body, "sluice_redis", "degraded", "server_error"))
+		}
+	}
+}
+
+// grepLines returns the lines of s containing any of subs.
+func grepLines(s string, subs ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, sub := range subs {
+			if strings.Contains(l, sub) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
