@@ -520,7 +520,9 @@ func reloadOnHUP(ctx context.Context, log *slog.Logger, path string, w *config.W
 
 // redisStore returns the limits store of --redis or --redis-cluster (nil
 // for neither: each server's own memory) and the function that closes its
-// client.
+// client. The store batches concurrent requests into pipelines and has a
+// circuit breaker (redisstore.Options' defaults); the server shows its
+// Health on the status page and as sluice_redis_* metrics.
 func redisStore(url string, cluster []string, log *slog.Logger) (limits.Store, redis.UniversalClient, func(), error) {
 	var c redis.UniversalClient
 	switch {
@@ -531,9 +533,12 @@ func redisStore(url string, cluster []string, log *slog.Logger) (limits.Store, r
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("--redis: %w", err)
 		}
+		// The store's short timeouts (redisstore.DefaultTimeout) bound
+		// a round trip only when the client honours context deadlines.
+		opts.ContextTimeoutEnabled = true
 		c = redis.NewClient(opts)
 	case len(cluster) > 0:
-		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster})
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster, ContextTimeoutEnabled: true})
 	default:
 		return nil, nil, func() {}, nil
 	}
