@@ -202,9 +202,7 @@ command line wins.`,
 			applyConfig := func(r *config.Repository) {
 				srv.SetConfig(r)
 				if quotaPath == "" {
-					if err := checkRedisLimits(store, r.Limits()); err != nil {
-						log.Error("limits section refused", "err", err)
-					} else if err := srv.SetLimits(r.Limits()); err != nil {
+					if err := srv.SetLimits(r.Limits()); err != nil {
 						log.Error("limits section refused", "err", err)
 					}
 				}
@@ -220,7 +218,7 @@ command line wins.`,
 				if quotaPath != "" && r.Limits() != nil {
 					return fmt.Errorf("limits configured twice: in the limits section of --config %s and by --quotaservice-config %s; keep one", cfgPath, quotaPath)
 				}
-				return checkRedisLimits(store, r.Limits())
+				return nil
 			}
 			switch {
 			case len(parents) > 0:
@@ -548,18 +546,4 @@ func redisStore(url string, cluster []string, log *slog.Logger) (limits.Store, r
 		log.Warn("Redis does not answer yet; limits decisions fail until it does", "err", err)
 	}
 	return redisstore.New(c, redisstore.Options{}), c, func() { _ = c.Close() }, nil
-}
-
-// checkRedisLimits refuses, on a Redis store, the resources it cannot hold
-// yet: burst tiers (their logs stay in one server's memory for now).
-func checkRedisLimits(store limits.Store, cfg *limits.Config) error {
-	if store == nil || cfg == nil {
-		return nil
-	}
-	for name, r := range cfg.Resources {
-		if r.Algorithm == limits.BurstTiers {
-			return fmt.Errorf("limits.resources.%s: burst tiers are not supported with --redis or --redis-cluster yet", name)
-		}
-	}
-	return nil
 }
