@@ -215,6 +215,7 @@ func (a LimitsAPI) Reserve(_ context.Context, req *v1.ReserveRequest) (*v1.Reser
 		DomainHolds: r.DomainHolds,
 		GlobalHolds: r.GlobalHolds,
 		Unlimited:   r.Unlimited,
+		Degraded:    r.Degraded,
 	}
 	if r.Granted == 0 {
 		resp.Status = v1.ReserveResponse_REJECTED_OVER_LIMIT

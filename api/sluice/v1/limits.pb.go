@@ -881,7 +881,12 @@ type ReserveResponse struct {
 	// copies' Release and Transfer.
 	Groups []*GroupHolds `protobuf:"bytes,7,rep,name=groups,proto3" json:"groups,omitempty"`
 	// Granted without asking (see AllowResponse.unlimited).
-	Unlimited     bool `protobuf:"varint,8,opt,name=unlimited,proto3" json:"unlimited,omitempty"`
+	Unlimited bool `protobuf:"varint,8,opt,name=unlimited,proto3" json:"unlimited,omitempty"`
+	// Granted while the shared copy log (Redis) failed, on a resource
+	// configured on_store_error: open: the copies asked, without looking at
+	// the limits; the counts above are this server's own. The server writes
+	// its holds back once Redis answers again.
+	Degraded      bool `protobuf:"varint,9,opt,name=degraded,proto3" json:"degraded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -968,6 +973,13 @@ func (x *ReserveResponse) GetGroups() []*GroupHolds {
 func (x *ReserveResponse) GetUnlimited() bool {
 	if x != nil {
 		return x.Unlimited
+	}
+	return false
+}
+
+func (x *ReserveResponse) GetDegraded() bool {
+	if x != nil {
+		return x.Degraded
 	}
 	return false
 }
@@ -1411,7 +1423,7 @@ const file_limits_proto_rawDesc = "" +
 	"GroupHolds\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x14\n" +
-	"\x05holds\x18\x03 \x01(\x03R\x05holds\"\x98\x03\n" +
+	"\x05holds\x18\x03 \x01(\x03R\x05holds\"\xb4\x03\n" +
 	"\x0fReserveResponse\x129\n" +
 	"\x06status\x18\x01 \x01(\x0e2!.sluice.v1.ReserveResponse.StatusR\x06status\x12\x18\n" +
 	"\agranted\x18\x02 \x01(\x03R\agranted\x12!\n" +
@@ -1420,7 +1432,8 @@ const file_limits_proto_rawDesc = "" +
 	"\fdomain_holds\x18\x05 \x01(\x03R\vdomainHolds\x12!\n" +
 	"\fglobal_holds\x18\x06 \x01(\x03R\vglobalHolds\x12-\n" +
 	"\x06groups\x18\a \x03(\v2\x15.sluice.v1.GroupHoldsR\x06groups\x12\x1c\n" +
-	"\tunlimited\x18\b \x01(\bR\tunlimited\"A\n" +
+	"\tunlimited\x18\b \x01(\bR\tunlimited\x12\x1a\n" +
+	"\bdegraded\x18\t \x01(\bR\bdegraded\"A\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n" +
 	"\x02OK\x10\x01\x12\x17\n" +
