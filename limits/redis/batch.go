@@ -5,6 +5,8 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,20 +46,35 @@ func newScript(src string) *script {
 	return &script{src: src, sha: hex.EncodeToString(h[:])}
 }
 
-// call is one script to run in a batch. args holds the command from its
-// third word on (numkeys, the keys, the arguments): the batcher puts
-// EVALSHA and the hash (or EVAL and the source) in front. Calls are
-// pooled (getCall, putCall): arguments may point into the call (a *string
-// or *int64 field), which go-redis writes without boxing.
+// call is one script to run in a batch: a request of the take script
+// (take set), which the batcher merges with the batch's other requests on
+// the same resource into one script (see take.lua), or any other script
+// (args holds its command from its third word on: numkeys, the keys, the
+// arguments; the batcher puts EVALSHA and the hash, or EVAL and the
+// source, in front). Calls are pooled (getCall, putCall): arguments may
+// point into the call (a *string or *int64 field), which go-redis writes
+// without boxing.
 type call struct {
 	sc   *script
-	args []any // "evalsha", sha, numkeys, keys..., argv...
+	args []any // another script's: "evalsha", sha, numkeys, keys..., argv...
 	cmd  *redis.Cmd
 	err  error
 
+	// A take request: its limit's arguments, its resource's key prefix
+	// (its group) and dynamic set, the change instant and dynamic flag
+	// (boxed), and res, its six values of the reply.
+	take   bool
+	la     *limitArgs
+	base   string
+	dynKey any
+	at     any
+	dyn    any
+	res    []any
+
 	// Storage the arguments may point to.
 	key, member string
-	now         int64
+	now         any // "" or &nowNs
+	nowNs       int64
 	tokens, min int64
 	maxWait     int64
 
@@ -88,8 +105,9 @@ func getCall(sc *script) *call {
 func putCall(c *call) {
 	clear(c.args)
 	c.args = c.args[:0]
-	c.sc, c.cmd, c.err = nil, nil, nil
-	c.key, c.member = "", ""
+	c.sc, c.cmd, c.err, c.res = nil, nil, nil, nil
+	c.take, c.la, c.dynKey, c.at, c.dyn, c.now = false, nil, nil, nil, nil, nil
+	c.key, c.member, c.base = "", "", ""
 	callPool.Put(c)
 }
 
@@ -108,6 +126,23 @@ type batcher struct {
 	busy  bool    // a pipeline is in flight: calls queue
 	queue []*call // waiting for the next pipeline
 	spare []*call // the previous batch's slice, for reuse
+
+	// The leader's scratch (one round trip in flight at a time).
+	cmds  []*command
+	group map[string]*command // take commands by resource, while building
+	keyIx map[string]int      // a take command's bucket keys, while building
+}
+
+// command is one script of a round trip and the calls it answers: a take
+// command answers every take request of the batch on one resource (six
+// values each, in order), another one its one call.
+type command struct {
+	sc     *script
+	args   []any
+	cmd    *redis.Cmd
+	calls  []*call
+	limits []*limitArgs // a take command's limits, in ARGV order
+	take   bool
 }
 
 // newBatcher returns the batcher of node (addr names it).
@@ -231,6 +266,7 @@ func (b *batcher) roundTrip(batch []*call) {
 		b.st.refused.Add(uint64(len(batch)))
 		return
 	}
+	b.st.calls.Add(uint64(len(batch)))
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), b.st.timeout)
 	err = b.exec(ctx, batch)
@@ -246,80 +282,176 @@ func (b *batcher) roundTrip(batch []*call) {
 	}
 }
 
-// exec runs batch as one pipeline, then, in a second round trip, EVAL
-// for the scripts Redis did not have (NOSCRIPT), and, on a cluster, the
-// calls redirected (MOVED, ASK) through the cluster client. It returns
-// the first error that means Redis cannot be reached (see unavailable),
-// nil when Redis answered, even with errors of single scripts.
+// exec runs batch as one pipeline (commands), then, in a second round
+// trip, EVAL for the scripts Redis did not have (NOSCRIPT), and, on a
+// cluster, the commands redirected (MOVED, ASK) through the cluster
+// client. It returns the first error that means Redis cannot be reached
+// (see unavailable), nil when Redis answered, even with errors of single
+// scripts.
 func (b *batcher) exec(ctx context.Context, batch []*call) error {
-	b.send(ctx, batch, false)
-	var noScript, moved []*call
+	cmds := b.commands(batch)
+	defer b.release(cmds)
+	b.send(ctx, cmds, false)
+	var noScript, moved []*command
 	var down error
-	for _, c := range batch {
-		switch err := c.cmd.Err(); {
+	for _, m := range cmds {
+		switch err := m.cmd.Err(); {
 		case err == nil:
 		case unavailable(err):
 			if down == nil {
 				down = err
 			}
 		case redis.HasErrorPrefix(err, "NOSCRIPT"):
-			noScript = append(noScript, c)
+			noScript = append(noScript, m)
 		case b.st.cluster != nil && isRedirect(err):
-			moved = append(moved, c)
+			moved = append(moved, m)
 		}
 	}
 	if len(noScript) > 0 && down == nil {
 		b.send(ctx, noScript, true)
-		for _, c := range noScript {
-			if err := c.cmd.Err(); unavailable(err) && down == nil {
+		for _, m := range noScript {
+			if err := m.cmd.Err(); unavailable(err) && down == nil {
 				down = err
 			}
 		}
 	}
-	for _, c := range moved {
+	for _, m := range moved {
 		// The cluster client follows the redirection (and reloads its
 		// slots).
 		b.st.roundTrips.Add(1)
 		b.st.scripts.Add(1)
-		c.cmd = evalCmd(ctx, c, false)
-		if err := b.st.cluster.Process(ctx, c.cmd); redis.HasErrorPrefix(err, "NOSCRIPT") {
+		m.cmd = evalCmd(ctx, m, false)
+		if err := b.st.cluster.Process(ctx, m.cmd); redis.HasErrorPrefix(err, "NOSCRIPT") {
 			b.st.roundTrips.Add(1)
 			b.st.scripts.Add(1)
-			c.cmd = evalCmd(ctx, c, true)
-			_ = b.st.cluster.Process(ctx, c.cmd)
+			m.cmd = evalCmd(ctx, m, true)
+			_ = b.st.cluster.Process(ctx, m.cmd)
 		}
 	}
-	for _, c := range batch {
-		if err := c.cmd.Err(); err != nil {
-			c.err = scriptError(err)
-		}
+	for _, m := range cmds {
+		m.answer()
 	}
-	if down != nil {
-		return down
-	}
-	return nil
+	return down
 }
 
-// send runs calls as one pipeline of EVALSHA (EVAL with eval).
-func (b *batcher) send(ctx context.Context, calls []*call, eval bool) {
+// answer hands m's reply, or its error, to its calls.
+func (m *command) answer() {
+	if err := m.cmd.Err(); err != nil {
+		err = scriptError(err)
+		for _, c := range m.calls {
+			c.err = err
+		}
+		return
+	}
+	if !m.take {
+		m.calls[0].cmd = m.cmd
+		return
+	}
+	v, ok := m.cmd.Val().([]any)
+	if !ok || len(v) != 6*len(m.calls) {
+		err := fmt.Errorf("limits/redis: take: reply %T of %d values for %d requests", m.cmd.Val(), len(v), len(m.calls))
+		for _, c := range m.calls {
+			c.err = err
+		}
+		return
+	}
+	for i, c := range m.calls {
+		c.res = v[6*i : 6*i+6 : 6*i+6]
+	}
+}
+
+// commands returns batch's commands: one per resource for the take
+// requests (in batch order within each), one per other call.
+func (b *batcher) commands(batch []*call) []*command {
+	cmds := b.cmds[:0]
+	if b.group == nil {
+		b.group, b.keyIx = map[string]*command{}, map[string]int{}
+	}
+	for _, c := range batch {
+		if !c.take {
+			cmds = append(cmds, &command{sc: c.sc, args: c.args, calls: []*call{c}})
+			continue
+		}
+		m := b.group[c.base]
+		if m == nil {
+			m = &command{sc: c.sc, take: true}
+			b.group[c.base] = m
+			cmds = append(cmds, m)
+		}
+		m.calls = append(m.calls, c)
+	}
+	clear(b.group)
+	for _, m := range cmds {
+		if m.take {
+			m.args = b.takeArgs(m)
+		}
+	}
+	b.cmds = cmds
+	return cmds
+}
+
+// release forgets the round trip's commands.
+func (b *batcher) release(cmds []*command) {
+	clear(cmds)
+	b.cmds = cmds[:0]
+}
+
+// takeArgs builds a take command: its bucket keys each once, its limits
+// each once, then its requests (see take.lua).
+func (b *batcher) takeArgs(m *command) []any {
+	clear(b.keyIx)
+	var keys []*call // the first call of each bucket
+	for _, c := range m.calls {
+		if _, ok := b.keyIx[c.key]; !ok {
+			b.keyIx[c.key] = len(keys) + 2
+			keys = append(keys, c)
+		}
+		if !slices.Contains(m.limits, c.la) {
+			m.limits = append(m.limits, c.la)
+		}
+	}
+	args := make([]any, 0, 4+len(keys)+1+9*len(m.limits)+8*len(m.calls))
+	args = append(args, argEvalSha, nil, 1+len(keys), m.calls[0].dynKey)
+	for _, c := range keys {
+		args = append(args, &c.key)
+	}
+	args = append(args, len(m.limits))
+	for _, la := range m.limits {
+		at := any("")
+		for _, c := range m.calls { // the change instant of la's generation
+			if c.la == la {
+				at = c.at
+				break
+			}
+		}
+		args = append(args, la.gen, la.size, la.rate, la.span, la.maxDyn, la.idle, at, la.kind, la.name)
+	}
+	for _, c := range m.calls {
+		args = append(args, b.keyIx[c.key], slices.Index(m.limits, c.la)+1, &c.tokens, &c.min, &c.maxWait, c.dyn, &c.member, c.now)
+	}
+	return args
+}
+
+// send runs cmds as one pipeline of EVALSHA (EVAL with eval).
+func (b *batcher) send(ctx context.Context, cmds []*command, eval bool) {
 	pipe := b.node.Pipeline()
-	for _, c := range calls {
-		c.cmd = evalCmd(ctx, c, eval)
-		_ = pipe.Process(ctx, c.cmd)
+	for _, m := range cmds {
+		m.cmd = evalCmd(ctx, m, eval)
+		_ = pipe.Process(ctx, m.cmd)
 	}
 	_, _ = pipe.Exec(ctx) // each cmd holds its error
 	b.st.roundTrips.Add(1)
-	b.st.scripts.Add(uint64(len(calls)))
+	b.st.scripts.Add(uint64(len(cmds)))
 }
 
-// evalCmd returns c's command: EVALSHA, or EVAL with eval.
-func evalCmd(ctx context.Context, c *call, eval bool) *redis.Cmd {
+// evalCmd returns m's command: EVALSHA, or EVAL with eval.
+func evalCmd(ctx context.Context, m *command, eval bool) *redis.Cmd {
 	if eval {
-		c.args[0], c.args[1] = argEval, &c.sc.src
+		m.args[0], m.args[1] = argEval, &m.sc.src
 	} else {
-		c.args[0], c.args[1] = argEvalSha, &c.sc.sha
+		m.args[0], m.args[1] = argEvalSha, &m.sc.sha
 	}
-	return redis.NewCmd(ctx, c.args...)
+	return redis.NewCmd(ctx, m.args...)
 }
 
 // isRedirect reports a MOVED or ASK reply.

@@ -3,8 +3,10 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,10 +62,10 @@ func TestBatchExact(t *testing.T) {
 				t.Fatalf("granted %d of 200, want exactly 10", granted)
 			}
 			h := st.Health()
-			t.Logf("%d scripts in %d round trips", h.Scripts, h.RoundTrips)
+			t.Logf("%d requests in %d scripts in %d round trips", h.Calls, h.Scripts, h.RoundTrips)
 			// (A script Redis did not have yet is sent twice.)
-			if h.Scripts < 200 || h.RoundTrips >= 200 || h.State != "up" || h.Failures != 0 {
-				t.Fatalf("health %+v: want 200 scripts in fewer round trips", h)
+			if h.Calls != 200 || h.RoundTrips >= 200 || h.Scripts > h.RoundTrips+1 || h.State != "up" || h.Failures != 0 {
+				t.Fatalf("health %+v: want 200 requests in fewer round trips, one script each", h)
 			}
 			if h.Latency.Count == 0 || h.Latency.Count > h.RoundTrips || h.Latency.Sum <= 0 {
 				t.Fatalf("latency %+v: %d round trips", h.Latency, h.RoundTrips)
@@ -102,15 +104,16 @@ func TestBatchMatchesMemory(t *testing.T) {
 		}
 		now += int64(100 * time.Millisecond)
 	}
-	if h := st.Health(); h.RoundTrips >= h.Scripts {
-		t.Errorf("%d scripts in %d round trips: no batching", h.Scripts, h.RoundTrips)
+	if h := st.Health(); h.RoundTrips >= h.Calls || h.Scripts >= h.Calls {
+		t.Errorf("%d requests in %d scripts in %d round trips: no batching", h.Calls, h.Scripts, h.RoundTrips)
 	}
 }
 
-// TestNoScriptInPipeline: after SCRIPT FLUSH, a pipeline of Takes gets
-// NOSCRIPT for each; the store loads the script (EVAL) and runs just
+// TestNoScriptInPipeline: after SCRIPT FLUSH, a pipeline gets NOSCRIPT for
+// each of its scripts; the store loads the script (EVAL) and runs just
 // those again, in one more round trip, and answers them all. On a single
-// Redis and on a cluster node.
+// Redis and on a cluster node; the six requests on one bucket are one
+// script, the other call one of its own.
 func TestNoScriptInPipeline(t *testing.T) {
 	ctx := context.Background()
 	for name, c := range map[string]redis.UniversalClient{"single": client(t), "cluster": clusterClient(t)} {
@@ -123,6 +126,9 @@ func TestNoScriptInPipeline(t *testing.T) {
 			for i := range calls {
 				calls[i] = st.takeCall(t0.UnixNano(), k, l, limits.Ask{Tokens: 1, Min: 1})
 			}
+			hlen := newScript("return redis.call('HLEN', KEYS[1])")
+			other := getCall(hlen)
+			other.args = append(other.args, 1, calls[0].key)
 			b, err := st.batcherFor(calls[0].key)
 			if err != nil {
 				t.Fatal(err)
@@ -131,32 +137,37 @@ func TestNoScriptInPipeline(t *testing.T) {
 				t.Fatal(err)
 			}
 			h0 := st.Health()
-			b.roundTrip(calls)
+			b.roundTrip(append(calls, other))
 			for i, c := range calls {
 				if c.err != nil {
 					t.Fatalf("call %d: %v", i, c.err)
 				}
-				out, err := takeOutcome(c.cmd)
-				if want := i < 5; err != nil || (out.Granted == 1) != want {
+				out, err := parseTake(c.res, l.Params)
+				if want := i < 5; err != nil || (out.Granted == 1) != want || out.Created != (i == 0) {
 					t.Fatalf("call %d: %+v %v, want granted %v", i, out, err, want)
 				}
 				putCall(c)
 			}
-			h := st.Health()
-			if h.RoundTrips-h0.RoundTrips != 2 || h.Scripts-h0.Scripts != 12 {
-				t.Fatalf("%d round trips, %d scripts; want 2 and 12 (6 EVALSHA, then 6 EVAL)", h.RoundTrips-h0.RoundTrips, h.Scripts-h0.Scripts)
+			// The other script ran after the take script: the bucket's hash
+			// has its ten fields.
+			if n, err := other.cmd.Int(); other.err != nil || err != nil || n != 10 {
+				t.Fatalf("the other script: %d %v %v", n, err, other.err)
 			}
-			// The script is cached again: one round trip now.
-			cmd, err := st.eval(takeScript, []string{st.bucketKey("r", "e"), st.dynKey("r")},
-				t0.UnixNano(), 1, 5, "1", int64(5e9), 1, 1, 0, "0", 0, "e", 0, "", int(limits.KindTemplate), "")
-			if err != nil {
+			putCall(other)
+			h := st.Health()
+			if h.Calls-h0.Calls != 7 || h.RoundTrips-h0.RoundTrips != 2 || h.Scripts-h0.Scripts != 4 {
+				t.Fatalf("%d calls, %d round trips, %d scripts; want 7, 2 and 4 (2 EVALSHA, then 2 EVAL)",
+					h.Calls-h0.Calls, h.RoundTrips-h0.RoundTrips, h.Scripts-h0.Scripts)
+			}
+			// The scripts are cached again: one round trip now.
+			if out, err := st.Take(t0.UnixNano(), limits.Key{Resource: "r", Domain: "e"}, l, limits.Ask{Tokens: 1, Min: 1}); err != nil || out.Granted != 1 || !out.Created {
+				t.Fatalf("Take: %+v %v", out, err)
+			}
+			if _, err := st.eval(hlen, []string{st.bucketKey("r", "e")}); err != nil {
 				t.Fatal(err)
 			}
-			if out, err := takeOutcome(cmd); err != nil || out.Granted != 1 || !out.Created {
-				t.Fatalf("eval: %+v %v", out, err)
-			}
-			if h2 := st.Health(); h2.RoundTrips != h.RoundTrips+1 {
-				t.Fatalf("after the reload: %d round trips, want 1", h2.RoundTrips-h.RoundTrips)
+			if h2 := st.Health(); h2.RoundTrips != h.RoundTrips+2 || h2.Scripts != h.Scripts+2 {
+				t.Fatalf("after the reload: %d round trips and %d scripts, want 2 and 2", h2.RoundTrips-h.RoundTrips, h2.Scripts-h.Scripts)
 			}
 		})
 	}
@@ -275,7 +286,7 @@ func startRedisOn(t *testing.T, addr string) func() {
 }
 
 // BenchmarkAllowParallel: Allow from 50 goroutines (25 per core) on one
-// hot bucket; reports the mean scripts per round trip.
+// hot bucket; reports the mean requests per round trip.
 func BenchmarkAllowParallel(b *testing.B) {
 	st := New(client(b), Options{Prefix: prefix(b)})
 	cfg := &limits.Config{Resources: map[string]*limits.Resource{"r": {Default: &limits.Bucket{Size: 1e9, FillRate: 1e6}}}}
@@ -293,5 +304,153 @@ func BenchmarkAllowParallel(b *testing.B) {
 		}
 	})
 	h := st.Health()
-	b.ReportMetric(float64(h.Scripts-h0.Scripts)/float64(max(h.RoundTrips-h0.RoundTrips, 1)), "scripts/roundtrip")
+	b.ReportMetric(float64(h.Calls-h0.Calls)/float64(max(h.RoundTrips-h0.RoundTrips, 1)), "requests/roundtrip")
+}
+
+// TestBatchDifferential: batches of requests, many on the same buckets,
+// under several limits of one resource (named buckets, a prefix, the
+// template: dynamic buckets), with times that move on within a batch and
+// a configuration change that rescales buckets, each batch run as one
+// round trip (one script), give the memory store's Outcomes for the same
+// requests in the same order.
+func TestBatchDifferential(t *testing.T) {
+	for seed := range uint64(12) {
+		r := rand.New(rand.NewPCG(seed, 9))
+		st := New(client(t), Options{Prefix: prefix(t) + strconvU(seed) + ":", CallerTime: true})
+		mem := limits.NewMemoryStore()
+		mk := func(gen uint64) map[string]*limits.Limit {
+			ls := map[string]*limits.Limit{}
+			for i, name := range []string{"a", "b", ""} {
+				bk := limits.Bucket{Size: 1 + r.Int64N(12), FillRate: []float64{0.5, 1, 3.7, 20}[r.IntN(4)], MaxIdle: time.Duration(r.IntN(2)) * time.Hour}
+				kind := limits.KindNamed
+				if name == "" {
+					kind = limits.KindTemplate
+				}
+				ls[name] = &limits.Limit{Resource: "r", Name: name, Kind: kind, Algorithm: limits.TokenBucket, Bucket: bk, Params: bk.Params(), Gen: gen}
+				_ = i
+			}
+			return ls
+		}
+		ls := mk(1)
+		resolve := func(k limits.Key) *limits.Limit {
+			if l := ls[k.Domain]; l != nil {
+				return l
+			}
+			if strings.HasPrefix(k.Domain, "a/") {
+				return ls["a"]
+			}
+			return ls[""]
+		}
+		domains := []string{"a", "b", "a/x", "p", "q", "q_1"}
+		now := t0.UnixNano()
+		for step := range 30 {
+			if step == 15 {
+				ls = mk(2)
+				if err := mem.Reconfigure(now, 2, resolve, nil); err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Reconfigure(now, 2, resolve, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n := 1 + r.IntN(20)
+			batch := make([]*call, n)
+			type req struct {
+				now int64
+				k   limits.Key
+				l   *limits.Limit
+				a   limits.Ask
+			}
+			reqs := make([]req, n)
+			for i := range batch {
+				now += r.Int64N(int64(300 * time.Millisecond))
+				k := limits.Key{Resource: "r", Domain: domains[r.IntN(len(domains))]}
+				tok := 1 + r.Int64N(6)
+				a := limits.Ask{Tokens: tok, Min: 1 + r.Int64N(tok), MaxWait: []int64{0, int64(time.Second), int64(time.Minute)}[r.IntN(3)]}
+				reqs[i] = req{now, k, resolve(k), a}
+				batch[i] = st.takeCall(now, k, reqs[i].l, a)
+			}
+			b, err := st.batcherFor(batch[0].key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.roundTrip(batch)
+			for i, c := range batch {
+				want, err := mem.Take(reqs[i].now, reqs[i].k, reqs[i].l, reqs[i].a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.err != nil {
+					t.Fatalf("seed %d step %d request %d: %v", seed, step, i, c.err)
+				}
+				got, err := parseTake(c.res, reqs[i].l.Params)
+				if err != nil || got != want {
+					t.Fatalf("seed %d step %d request %d of %d %+v %+v:\nmemory %+v\nredis  %+v %v", seed, step, i, n, reqs[i].k, reqs[i].a, want, got, err)
+				}
+				putCall(c)
+			}
+		}
+		// What the batches wrote is what the memory store holds (but
+		// rejections: Redis records grants only).
+		got := map[limits.Key]limits.Snapshot{}
+		if err := st.Walk(func(s limits.Snapshot) bool { got[s.Key] = s; return true }); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		_ = mem.Walk(func(s limits.Snapshot) bool {
+			n++
+			g, ok := got[s.Key]
+			if !ok || g.State != s.State || g.Grants != s.Grants || g.Limit.Params != s.Limit.Params {
+				t.Errorf("seed %d bucket %+v: redis %+v, memory %+v", seed, s.Key, g, s)
+			}
+			return true
+		})
+		if len(got) > n {
+			t.Errorf("seed %d: redis holds %d buckets, memory %d", seed, len(got), n)
+		}
+	}
+}
+
+// TestBatchTooManyBuckets: in one script, a dynamic bucket created by an
+// earlier request counts against max_dynamic_buckets for a later one; a
+// rejected creation counts nothing; the dynamic set holds the created
+// bucket with its expiry.
+func TestBatchTooManyBuckets(t *testing.T) {
+	c := client(t)
+	st := New(c, Options{Prefix: prefix(t), CallerTime: true})
+	bk := limits.Bucket{Size: 2, FillRate: 1}
+	l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket, Bucket: bk, Params: bk.Params(), MaxDynamic: 2, Gen: 1}
+	ask := func(tokens int64) limits.Ask { return limits.Ask{Tokens: tokens, Min: tokens} }
+	now := t0.UnixNano()
+	batch := []*call{
+		st.takeCall(now, limits.Key{Resource: "r", Domain: "x"}, l, ask(3)), // too many tokens: rejected, not created
+		st.takeCall(now, limits.Key{Resource: "r", Domain: "y"}, l, ask(1)), // created (1 of 2)
+		st.takeCall(now, limits.Key{Resource: "r", Domain: "y"}, l, ask(1)), // exists
+		st.takeCall(now, limits.Key{Resource: "r", Domain: "z"}, l, ask(1)), // created (2 of 2)
+		st.takeCall(now, limits.Key{Resource: "r", Domain: "x"}, l, ask(1)), // too many buckets
+		st.takeCall(now, limits.Key{Resource: "r", Domain: "y"}, l, ask(1)), // exists, empty: rejected
+	}
+	b, _ := st.batcherFor(batch[0].key)
+	b.roundTrip(batch)
+	want := []limits.Outcome{
+		{Result: limits.Result{RetryAfter: -1, Tokens: 2}},
+		{Result: limits.Result{Granted: 1, Tokens: 1}, Created: true},
+		{Result: limits.Result{Granted: 1}},
+		{Result: limits.Result{Granted: 1, Tokens: 1}, Created: true},
+		{TooManyBuckets: true},
+		{Result: limits.Result{RetryAfter: int64(time.Second)}},
+	}
+	for i, c := range batch {
+		got, err := parseTake(c.res, l.Params)
+		if c.err != nil || err != nil || got != want[i] {
+			t.Errorf("request %d: %+v %v %v, want %+v", i, got, c.err, err, want[i])
+		}
+	}
+	members, err := c.ZRangeWithScores(context.Background(), st.dynKey("r"), 0, -1).Result()
+	if err != nil || len(members) != 2 || members[0].Member != "z" && members[0].Member != "y" {
+		t.Fatalf("dynamic set: %v %v", members, err)
+	}
+	if ttl := c.PTTL(context.Background(), st.dynKey("r")).Val(); ttl <= 0 {
+		t.Fatalf("dynamic set's TTL %v", ttl)
+	}
 }

@@ -61,12 +61,15 @@ type Health struct {
 	// answer ("" if none yet), at LastErrorAt.
 	LastError   string
 	LastErrorAt time.Time
-	// Scripts is the scripts sent (EVALSHA and EVAL; a script resent
-	// after NOSCRIPT or a cluster redirection counts again), RoundTrips
-	// the round trips that carried them (pipelines; Scripts ÷ RoundTrips
-	// is the mean batch), Failures the round trips that failed for want
-	// of Redis, Refused the calls failed at once by an open breaker.
-	Scripts, RoundTrips, Failures, Refused uint64
+	// Calls is the calls sent to Redis (Takes, and other scripts on the
+	// request path), Scripts the scripts that carried them (EVALSHA and
+	// EVAL: one for all of a round trip's Takes on one resource; a script
+	// resent after NOSCRIPT or a cluster redirection counts again),
+	// RoundTrips the round trips that carried those (pipelines;
+	// RoundTrips ÷ Calls is the round trips per request), Failures the
+	// round trips that failed for want of Redis, Refused the calls failed
+	// at once by an open breaker.
+	Calls, Scripts, RoundTrips, Failures, Refused uint64
 	// Timeout is Options.Timeout as applied.
 	Timeout time.Duration
 	// Latency is the distribution of the round trips' durations.
@@ -90,9 +93,9 @@ type Latency struct {
 
 // stats are the store's counters and its last failure.
 type stats struct {
-	scripts, roundTrips, failures, refused atomic.Uint64
-	latency                                [len(LatencyBounds) + 1]atomic.Uint64
-	latencySum                             atomic.Int64 // ns
+	calls, scripts, roundTrips, failures, refused atomic.Uint64
+	latency                                       [len(LatencyBounds) + 1]atomic.Uint64
+	latencySum                                    atomic.Int64 // ns
 
 	mu        sync.Mutex
 	lastErr   string
@@ -121,7 +124,7 @@ func (s *stats) observe(d time.Duration) {
 // concurrent use and does not contact Redis.
 func (s *Store) Health() Health {
 	h := Health{
-		Scripts: s.scripts.Load(), RoundTrips: s.roundTrips.Load(), Failures: s.failures.Load(), Refused: s.refused.Load(),
+		Calls: s.calls.Load(), Scripts: s.scripts.Load(), RoundTrips: s.roundTrips.Load(), Failures: s.failures.Load(), Refused: s.refused.Load(),
 		Timeout: s.timeout,
 	}
 	for i := range s.latency {

@@ -179,7 +179,7 @@ func (s *Store) Take(now int64, k limits.Key, l *limits.Limit, a limits.Ask) (li
 	err := s.run(c.key, c)
 	var out limits.Outcome
 	if err == nil {
-		out, err = takeOutcome(c.cmd)
+		out, err = parseTake(c.res, l.Params)
 	}
 	putCall(c)
 	return out, err
@@ -189,36 +189,26 @@ func (s *Store) Take(now int64, k limits.Key, l *limits.Limit, a limits.Ask) (li
 func (s *Store) takeCall(now int64, k limits.Key, l *limits.Limit, a limits.Ask) *call {
 	la := s.limitArgs(l)
 	c := getCall(takeScript)
+	c.take, c.la = true, la
 	c.member = escape(k.Domain)
-	base, dynKey := la.base, la.dynKey
+	c.base, c.dynKey = la.base, la.dynKey
 	if k.Resource != l.Resource { // not seen: Take's keys are l's resource's
-		base = s.resourceKey(k.Resource)
-		dynKey = s.dynKey(k.Resource)
+		c.base = s.resourceKey(k.Resource)
+		c.dynKey = s.dynKey(k.Resource)
 	}
-	c.key = base + "b:" + c.member
+	c.key = c.base + "b:" + c.member
 	c.tokens, c.min, c.maxWait = a.Tokens, a.Min, min(a.MaxWait, MaxSpan)
-	var nowArg any = ""
+	c.now = ""
 	if s.callerTime {
-		c.now = now
-		nowArg = &c.now
+		c.nowNs = now
+		c.now = &c.nowNs
 	}
-	var at any = ""
+	c.at = ""
 	if ch := s.change.Load(); ch != nil && ch.gen == l.Gen {
-		at = ch.at
+		c.at = ch.at
 	}
-	c.args = append(c.args, 2, &c.key, dynKey,
-		nowArg, la.gen, la.size, la.rate, la.span,
-		&c.tokens, &c.min, &c.maxWait, la.dyn(k.Domain), la.maxDyn, &c.member, la.idle, at, la.kind, la.name)
+	c.dyn = la.dyn(k.Domain)
 	return c
-}
-
-// takeOutcome decodes the reply of a take script that Redis ran.
-func takeOutcome(cmd *redis.Cmd) (limits.Outcome, error) {
-	v, err := cmd.Slice()
-	if err != nil {
-		return limits.Outcome{}, scriptError(err)
-	}
-	return parseTake(v)
 }
 
 // limitArgs are the take script's arguments that depend on the Limit
@@ -258,12 +248,15 @@ func (la *limitArgs) dyn(domain string) any {
 // dynArg holds the take script's dynamic argument ("0", "1") boxed once.
 var dynArg = [2]any{"0", "1"}
 
-// parseTake decodes the take script's reply.
-func parseTake(v []any) (limits.Outcome, error) {
+// parseTake decodes a take request's six values (see take.lua): the
+// tokens left come as the bucket's fill in ns, turned into tokens with
+// limits.Level's arithmetic under p, so that they are the memory store's
+// to the bit.
+func parseTake(v []any, p limits.Params) (limits.Outcome, error) {
 	if len(v) != 6 {
 		return limits.Outcome{}, fmt.Errorf("limits/redis: take: reply of %d values", len(v))
 	}
-	var n [4]int64
+	var n [6]int64
 	for i := range n {
 		x, ok := v[i].(int64)
 		if !ok {
@@ -271,16 +264,12 @@ func parseTake(v []any) (limits.Outcome, error) {
 		}
 		n[i] = x
 	}
-	ts, _ := v[4].(string)
-	tokens, err := strconv.ParseFloat(ts, 64)
-	if err != nil {
-		return limits.Outcome{}, fmt.Errorf("limits/redis: take: tokens %q: %w", ts, err)
-	}
 	if n[0] == 2 {
 		return limits.Outcome{TooManyBuckets: true}, nil
 	}
-	created, _ := v[5].(int64)
-	return limits.Outcome{Result: limits.Result{Granted: n[1], Wait: n[2], RetryAfter: n[3], Tokens: tokens}, Created: created == 1}, nil
+	// limits.Level at now with Empty = now − fill.
+	tokens := limits.Level(limits.State{Empty: -n[4]}, p, 0)
+	return limits.Outcome{Result: limits.Result{Granted: n[1], Wait: n[2], RetryAfter: n[3], Tokens: tokens}, Created: n[5] == 1}, nil
 }
 
 // Reap implements limits.Store: Redis expires the keys itself (a TTL of

@@ -1,17 +1,30 @@
--- Take: one token-bucket decision, mirroring limits.Step (bucket.go).
--- KEYS[1] the bucket (a hash), KEYS[2] the resource's dynamic buckets (a
--- sorted set: member the escaped domain, score its expiry in ms).
--- ARGV: 1 now (decimal ns, or '' for Redis TIME), 2 gen, 3 size, 4 rate
--- (shortest exact decimal), 5 span, 6 tokens, 7 min, 8 max wait, 9 dynamic
--- (0/1), 10 max dynamic (0: unlimited), 11 member, 12 max idle (ns, 0:
--- none), 13 change instant (decimal ns or ''), 14 kind, 15 name.
--- Returns {status (0 decided, 2 too many buckets), granted, wait, retry
--- after, tokens (string), created (0/1)}.
+-- Take: token-bucket decisions, mirroring limits.Step (bucket.go), for
+-- one or more requests on the buckets of one resource (one slot), decided
+-- in order, each exactly as it would be alone in a script of its own.
+-- KEYS[1] the resource's dynamic buckets (a sorted set: member the
+-- escaped domain, score its expiry in ms); KEYS[2..] the buckets (hashes),
+-- each once.
+-- ARGV[1] the number of limits L, then L limits of 9 fields: gen, size,
+-- rate (shortest exact decimal), span, max dynamic (0: unlimited), max
+-- idle (ns, 0: none), change instant (decimal ns or ''), kind, name; then
+-- the requests, 8 fields each: bucket (its index in KEYS), limit (1 to
+-- L), tokens, min, max wait, dynamic (0/1), member, now (decimal ns, or ''
+-- for Redis TIME, read once).
+-- Returns 6 values per request, in order: status (0 decided, 2 too many
+-- buckets), granted, wait, retry after, fill (ns: the tokens left are
+-- min(size, fill × rate ÷ 1e9), limits.Level's arithmetic, done by the
+-- caller), created (0/1).
 --
 -- Instants are decimal strings of Unix ns, split into seconds and
 -- nanoseconds so that differences are exact; every quantity below is
 -- relative to now and stays below 2^53 (the caller guarantees span and
 -- max wait at most 2^52).
+--
+-- A bucket is read once (HMGET) and written once, after the last request
+-- (one HSET, one PEXPIRE): the writes of the requests before are never
+-- seen by anyone but the requests after, which see them here as they
+-- would in Redis. The dynamic set's changes are applied before any
+-- request counts it, and at the end.
 
 local function split(s)
   local neg = false
@@ -29,8 +42,9 @@ local function rel(ahi, alo, bhi, blo)
   return d * 1e9 + (alo - blo)
 end
 
--- fromrel returns b + v as a decimal string of ns.
-local function fromrel(v, bhi, blo)
+-- at returns b + v as split returns the decimal string of ns that fmt
+-- writes for it.
+local function at(v, bhi, blo)
   local t = blo + v
   local q = math.floor(t / 1e9)
   local r = t - q * 1e9
@@ -39,9 +53,15 @@ local function fromrel(v, bhi, blo)
   local sec = bhi + q
   if sec < 0 then
     if r > 0 then sec = sec + 1; r = 1e9 - r end
-    return string.format('-%d%09d', -sec, r)
+    return sec, -r
   end
-  return string.format('%d%09d', sec, r)
+  return sec, r
+end
+
+-- fmt returns the decimal string of ns of an instant from at.
+local function fmt(hi, lo)
+  if hi < 0 or lo < 0 then return string.format('-%d%09d', -hi, -lo) end
+  return string.format('%d%09d', hi, lo)
 end
 
 local function cost(n, rate)
@@ -68,99 +88,180 @@ local function fit(budget, rate, most)
   return n, c
 end
 
-local nhi, nlo
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  nhi, nlo = tonumber(t[1]), tonumber(t[2]) * 1000
-else
-  nhi, nlo = split(ARGV[1])
-end
-local size, rate, span = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local tokens, mn, maxwait = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local dyn, maxdyn = ARGV[9], tonumber(ARGV[10])
-
-local function level(e)
-  if e >= 0 then return '0' end
-  return string.format('%.17g', math.min(size, ((-e) * rate) / 1e9))
+-- fill returns how long the bucket has been filling (−e; 0 in debt).
+local function fill(e)
+  if e >= 0 then return 0 end
+  return -e
 end
 
-local h = redis.call('HMGET', KEYS[1], 'e', 'sz', 'rt', 'sp', 'dy', 'k', 'nm', 'n')
-local created = h[1] == false
-local relimit = false
-local e
-if created then
-  if dyn == '1' and maxdyn > 0 then
-    local nowms = nhi * 1000 + math.floor(nlo / 1e6)
-    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', nowms)
-    if redis.call('ZCARD', KEYS[2]) >= maxdyn then return {2, 0, 0, 0, '0', 0} end
+-- The limits.
+local nl = tonumber(ARGV[1])
+local limits = {}
+for j = 1, nl do
+  local b = 1 + (j - 1) * 9
+  limits[j] = {gen = ARGV[b + 1], sz = ARGV[b + 2], rt = ARGV[b + 3], sp = ARGV[b + 4],
+    size = tonumber(ARGV[b + 2]), rate = tonumber(ARGV[b + 3]), span = tonumber(ARGV[b + 4]),
+    maxdyn = tonumber(ARGV[b + 5]), idle = tonumber(ARGV[b + 6]), at = ARGV[b + 7], k = ARGV[b + 8], nm = ARGV[b + 9]}
+end
+
+-- Redis TIME, read once.
+local thi, tlo
+local function redisnow()
+  if not thi then
+    local t = redis.call('TIME')
+    thi, tlo = tonumber(t[1]), tonumber(t[2]) * 1000
   end
-  e = -span
-else
-  local ehi, elo = split(h[1])
-  e = math.max(rel(ehi, elo, nhi, nlo), -span)
-  if h[2] ~= ARGV[3] or h[3] ~= ARGV[4] or h[4] ~= ARGV[5] then
-    -- limits.Rescale at the instant of the change (or now).
-    relimit = true
-    local osize, orate, ospan = tonumber(h[2]), tonumber(h[3]), tonumber(h[4])
-    local thi, tlo = nhi, nlo
-    if ARGV[13] ~= '' then
-      thi, tlo = split(ARGV[13])
-      if rel(thi, tlo, nhi, nlo) > 0 then thi, tlo = nhi, nlo end
-    end
-    local et = math.max(rel(ehi, elo, thi, tlo), -ospan)
-    local ne
-    if et > 0 then
-      local debt = (et * orate) / 1e9
-      ne = math.ceil((debt * 1e9) / rate)
+  return thi, tlo
+end
+
+-- The buckets as stored (as they would be after the requests so far):
+-- e and l as at's parts, the configuration fields as their strings, n
+-- the grants; exists while e is known; ttl the last PEXPIRE's (ms);
+-- full when a grant rewrote the configuration fields.
+local rows = {}
+local function row(i)
+  local r = rows[i]
+  if r then return r end
+  local h = redis.call('HMGET', KEYS[i], 'e', 'sz', 'rt', 'sp', 'dy', 'k', 'nm', 'n')
+  r = {sz = h[2], rt = h[3], sp = h[4], dy = h[5], k = h[6], nm = h[7], n = tonumber(h[8]) or 0}
+  if h[1] then r.ehi, r.elo = split(h[1]) end
+  rows[i] = r
+  return r
+end
+
+-- The dynamic set's changes not applied yet: member → score (ZADD) or
+-- false (ZREM); the largest ttl ZADDed (the set's PEXPIRE, if longer).
+-- They go as one ZREM and one ZADD.
+local zset, zttl = {}, nil
+local function flushset()
+  local rem, add = {}, {}
+  for m, score in pairs(zset) do
+    if score then
+      add[#add + 1] = score
+      add[#add + 1] = m
     else
-      local frac = math.min(1, (((-et) * orate) / 1e9) / osize)
-      local ns = math.floor(((frac * size) * 1e9) / rate)
-      ne = math.max(-math.min(ns, span), -span)
+      rem[#rem + 1] = m
     end
-    e = math.max(ne + rel(thi, tlo, nhi, nlo), -span)
-  elseif h[5] ~= dyn or h[6] ~= ARGV[14] or h[7] ~= ARGV[15] then
-    relimit = true
+  end
+  if #rem > 0 then redis.call('ZREM', KEYS[1], unpack(rem)) end
+  if #add > 0 then
+    redis.call('ZADD', KEYS[1], unpack(add))
+    if redis.call('PTTL', KEYS[1]) < zttl then redis.call('PEXPIRE', KEYS[1], zttl) end
+  end
+  zset, zttl = {}, nil
+end
+
+-- take decides the request whose fields start at ARGV[b] and appends its
+-- six values to out.
+local out = {}
+local function take(b)
+  local r = row(tonumber(ARGV[b]))
+  local l = limits[tonumber(ARGV[b + 1])]
+  local tokens, mn, maxwait = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+  local dyn, member = ARGV[b + 5], ARGV[b + 6]
+  local size, rate, span = l.size, l.rate, l.span
+  local nhi, nlo
+  if ARGV[b + 7] == '' then nhi, nlo = redisnow() else nhi, nlo = split(ARGV[b + 7]) end
+  local n0 = #out
+
+  local created = r.ehi == nil
+  local relimit = false
+  local e
+  if created then
+    if dyn == '1' and l.maxdyn > 0 then
+      flushset()
+      local nowms = nhi * 1000 + math.floor(nlo / 1e6)
+      redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', nowms)
+      if redis.call('ZCARD', KEYS[1]) >= l.maxdyn then
+        out[n0 + 1], out[n0 + 2], out[n0 + 3], out[n0 + 4], out[n0 + 5], out[n0 + 6] = 2, 0, 0, 0, 0, 0
+        return
+      end
+    end
+    e = -span
+  else
+    local ehi, elo = r.ehi, r.elo
+    e = math.max(rel(ehi, elo, nhi, nlo), -span)
+    if r.sz ~= l.sz or r.rt ~= l.rt or r.sp ~= l.sp then
+      -- limits.Rescale at the instant of the change (or now).
+      relimit = true
+      local osize, orate, ospan = tonumber(r.sz), tonumber(r.rt), tonumber(r.sp)
+      local chi, clo = nhi, nlo
+      if l.at ~= '' then
+        chi, clo = split(l.at)
+        if rel(chi, clo, nhi, nlo) > 0 then chi, clo = nhi, nlo end
+      end
+      local et = math.max(rel(ehi, elo, chi, clo), -ospan)
+      local ne
+      if et > 0 then
+        local debt = (et * orate) / 1e9
+        ne = math.ceil((debt * 1e9) / rate)
+      else
+        local frac = math.min(1, (((-et) * orate) / 1e9) / osize)
+        local ns = math.floor(((frac * size) * 1e9) / rate)
+        ne = math.max(-math.min(ns, span), -span)
+      end
+      e = math.max(ne + rel(chi, clo, nhi, nlo), -span)
+    elseif r.dy ~= dyn or r.k ~= l.k or r.nm ~= l.nm then
+      relimit = true
+    end
+  end
+
+  -- limits.Step.
+  local budget = maxwait - e
+  local n, c = 0, 0
+  if mn == tokens then
+    c = cost(tokens, rate)
+    if c <= budget then n = tokens end
+  else
+    n, c = fit(budget, rate, tokens)
+  end
+  if n < mn then
+    local retry = -1
+    local cm = cost(mn, rate)
+    if cm <= span + maxwait then retry = e + cm - maxwait end
+    out[n0 + 1], out[n0 + 2], out[n0 + 3], out[n0 + 4], out[n0 + 5], out[n0 + 6] = 0, 0, 0, retry, fill(e), 0
+    return
+  end
+  e = e + c
+  local wait = 0
+  if e > 0 then wait = e end
+
+  -- Granted: the state, the use, the grants, the configuration on
+  -- creation or reconfiguration, and the expiry; written at the end.
+  local olddy = r.dy
+  r.ehi, r.elo = at(e, nhi, nlo)
+  r.lhi, r.llo = nhi, nlo -- (at(0, nhi, nlo) when written)
+  r.n = r.n + 1
+  if created or relimit then
+    r.full = true
+    r.g, r.sz, r.rt, r.sp, r.dy, r.k, r.nm = l.gen, l.sz, l.rt, l.sp, dyn, l.k, l.nm
+  end
+  local ttl = math.ceil((math.max(e + span, l.idle) + 1e9) / 1e6)
+  r.ttl = ttl
+  if dyn == '1' then
+    zset[member] = nhi * 1000 + math.floor(nlo / 1e6) + ttl
+    if not zttl or ttl > zttl then zttl = ttl end
+  elseif olddy == '1' then
+    zset[member] = false
+  end
+  local cr = 0
+  if created then cr = 1 end
+  out[n0 + 1], out[n0 + 2], out[n0 + 3], out[n0 + 4], out[n0 + 5], out[n0 + 6] = 0, n, wait, 0, fill(e), cr
+end
+
+for b = 2 + nl * 9, #ARGV, 8 do take(b) end
+
+-- The writes.
+for i, r in pairs(rows) do
+  if r.ttl then
+    if r.full then
+      redis.call('HSET', KEYS[i], 'e', fmt(r.ehi, r.elo), 'l', fmt(at(0, r.lhi, r.llo)), 'n', r.n, 'g', r.g, 'sz', r.sz,
+        'rt', r.rt, 'sp', r.sp, 'dy', r.dy, 'k', r.k, 'nm', r.nm)
+    else
+      redis.call('HSET', KEYS[i], 'e', fmt(r.ehi, r.elo), 'l', fmt(at(0, r.lhi, r.llo)), 'n', r.n)
+    end
+    redis.call('PEXPIRE', KEYS[i], r.ttl)
   end
 end
-
--- limits.Step.
-local budget = maxwait - e
-local n, c = 0, 0
-if mn == tokens then
-  c = cost(tokens, rate)
-  if c <= budget then n = tokens end
-else
-  n, c = fit(budget, rate, tokens)
-end
-if n < mn then
-  local retry = -1
-  local cm = cost(mn, rate)
-  if cm <= span + maxwait then retry = e + cm - maxwait end
-  return {0, 0, 0, retry, level(e), 0}
-end
-e = e + c
-local wait = 0
-if e > 0 then wait = e end
-
--- Granted: write the state, the use, the grants (one HSET: the count
--- read above plus one, as HINCRBY would), and the expiry.
-local estr, nowstr = fromrel(e, nhi, nlo), nil
-if nhi >= 0 and nlo >= 0 then nowstr = string.format('%d%09d', nhi, nlo) else nowstr = fromrel(0, nhi, nlo) end
-local grants = (tonumber(h[8]) or 0) + 1
-if created or relimit then
-  redis.call('HSET', KEYS[1], 'e', estr, 'l', nowstr, 'n', grants, 'g', ARGV[2], 'sz', ARGV[3], 'rt', ARGV[4],
-    'sp', ARGV[5], 'dy', dyn, 'k', ARGV[14], 'nm', ARGV[15])
-else
-  redis.call('HSET', KEYS[1], 'e', estr, 'l', nowstr, 'n', grants)
-end
-local ttl = math.ceil((math.max(e + span, tonumber(ARGV[12])) + 1e9) / 1e6)
-redis.call('PEXPIRE', KEYS[1], ttl)
-if dyn == '1' then
-  redis.call('ZADD', KEYS[2], nhi * 1000 + math.floor(nlo / 1e6) + ttl, ARGV[11])
-  if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
-elseif h[5] == '1' then
-  redis.call('ZREM', KEYS[2], ARGV[11])
-end
-local cr = 0
-if created then cr = 1 end
-return {0, n, wait, 0, level(e), cr}
+flushset()
+return out
