@@ -105,20 +105,42 @@ local function packed()
   return s
 end
 
--- A log (limits.HitLog): s holds its n entries in time order, 16 bytes
--- each (the instant, then the cumulative count of hits since the log's
--- origin: an entry's hits are its count minus the previous one's, or
--- minus the base b for the first), so that a window's hits are one binary
--- search away and pruning is one cut.
+-- A log (limits.HitLog) holds n entries in time order, 16 bytes each:
+-- the instant, then the cumulative count of hits since the log's origin
+-- (an entry's hits are its count minus the previous one's, or minus the
+-- base b for the first), so that a window's hits are one binary search
+-- away and pruning is one cut. A domain's logs are strings s in the
+-- script's memory, read and written with the domain's hash. The global
+-- log, whose size follows the whole resource's traffic, stays in its key
+-- and is read and written in place (GETRANGE, SETRANGE, APPEND: O(log n)
+-- calls and O(1) bytes a decision, amortized): its string is a header
+-- (head, the entries dropped from the front and not yet compacted away;
+-- the base) and then the entries, the live ones from head on; c caches
+-- the live entries read.
 local function newlog() return {s = '', n = 0, bh = 0, bl = 0} end
-local function reset(g) g.s, g.n, g.bh, g.bl = '', 0, 0, 0 end
+
+-- ent returns live entry k's instant and cumulative count.
+local function ent(g, k)
+  if g.key == nil then
+    local al, ah, cl, ch = struct.unpack(P2, g.s, 16 * k - 15)
+    return ah, al, ch, cl
+  end
+  local e = g.c[k]
+  if e == nil then
+    local off = 16 * (g.head + k)
+    local al, ah, cl, ch = struct.unpack(P2, redis.call('GETRANGE', g.key, off, off + 15))
+    e = {ah, al, ch, cl}
+    g.c[k] = e
+  end
+  return e[1], e[2], e[3], e[4]
+end
 local function atof(g, k)
-  local l, h = struct.unpack(P1, g.s, 16 * k - 15)
-  return h, l
+  local ah, al = ent(g, k)
+  return ah, al
 end
 local function cumof(g, k)
-  local l, h = struct.unpack(P1, g.s, 16 * k - 7)
-  return h, l
+  local _, _, ch, cl = ent(g, k)
+  return ch, cl
 end
 local function before(g, k)
   if k > 1 then return cumof(g, k - 1) end
@@ -130,8 +152,26 @@ local function total(g)
   return sub(ch, cl, g.bh, g.bl)
 end
 -- first returns the index of the first entry at or after t (n + 1: none).
+-- Entries leave from the front and are pruned often, so it looks at the
+-- first four (one read for the global log) before it searches.
 local function first(g, h, l)
-  local i, j = 1, g.n + 1
+  local n = g.n
+  local i = 1
+  if g.key ~= nil and n > 0 and g.c[1] == nil then
+    local m = math.min(4, n)
+    local off = 16 * (g.head + 1)
+    local s = redis.call('GETRANGE', g.key, off, off + 16 * m - 1)
+    for j = 1, m do
+      local al, ah, cl, ch = struct.unpack(P2, s, 16 * j - 15)
+      g.c[j] = {ah, al, ch, cl}
+    end
+  end
+  while i <= n and i <= 4 do
+    local ah, al = atof(g, i)
+    if not lt(ah, al, h, l) then return i end
+    i = i + 1
+  end
+  local j = n + 1
   while i < j do
     local m = math.floor((i + j) / 2)
     local ah, al = atof(g, m)
@@ -146,6 +186,33 @@ local function since(g, h, l)
   local ch, cl = cumof(g, g.n)
   return sub(ch, cl, before(g, i))
 end
+-- header returns the global log's header.
+local function header(g) return struct.pack(P2, g.head, 0, g.bl, g.bh) end
+-- reset forgets every hit.
+local function reset(g)
+  g.s, g.n, g.bh, g.bl = '', 0, 0, 0
+  if g.key ~= nil then
+    g.head, g.c = 0, {}
+    redis.call('SET', g.key, header(g))
+  end
+end
+-- rewrite replaces the global log's string with its live entries (head
+-- 0), their counts less d: one read and one write.
+local function rewrite(g, dh, dl)
+  local live = redis.call('GETRANGE', g.key, 16 * (g.head + 1), -1)
+  if dh ~= 0 or dl ~= 0 then
+    local parts = {}
+    for k = 1, g.n do
+      local al, ah, cl, ch = struct.unpack(P2, live, 16 * k - 15)
+      ch, cl = sub(ch, cl, dh, dl)
+      parts[k] = struct.pack(P2, al, ah, cl, ch)
+      g.c[k] = {ah, al, ch, cl}
+    end
+    live = table.concat(parts)
+  end
+  g.head = 0
+  redis.call('SET', g.key, header(g) .. live)
+end
 -- addhits records n ≥ 1 hits at t, or at the last entry's instant if t
 -- is earlier; the log saturates at 2⁶¹ hits held.
 local function addhits(g, th, tl, nh, nl)
@@ -154,31 +221,52 @@ local function addhits(g, th, tl, nh, nl)
   nh, nl = min2(nh, nl, rh, rl)
   if not pos(nh, nl) then return end
   if g.n > 0 then
-    local ah, al = atof(g, g.n)
+    local ah, al, ch, cl = ent(g, g.n)
     if not lt(ah, al, th, tl) then
-      local ch, cl = cumof(g, g.n)
       ch, cl = add(ch, cl, nh, nl)
-      g.s = string.sub(g.s, 1, -9) .. struct.pack(P1, cl, ch)
+      if g.key == nil then
+        g.s = string.sub(g.s, 1, -9) .. struct.pack(P1, cl, ch)
+      else
+        g.c[g.n] = {ah, al, ch, cl}
+        redis.call('SETRANGE', g.key, 16 * (g.head + g.n) + 8, struct.pack(P1, cl, ch))
+      end
       return
     end
   end
   local ch, cl = add(g.bh, g.bl, toth, totl)
   ch, cl = add(ch, cl, nh, nl)
+  local e = struct.pack(P2, tl, th, cl, ch)
   if lt(1073741824, 0, ch, cl) then
     -- Keep the cumulative counts small (above 2⁶², as limits' HitLog).
-    local parts = {}
-    for k = 1, g.n do
-      local eh, el = atof(g, k)
-      local xh, xl = cumof(g, k)
-      xh, xl = sub(xh, xl, g.bh, g.bl)
-      parts[k] = struct.pack(P2, el, eh, xl, xh)
-    end
-    g.s = table.concat(parts)
     ch, cl = sub(ch, cl, g.bh, g.bl)
+    e = struct.pack(P2, tl, th, cl, ch)
+    if g.key == nil then
+      local parts = {}
+      for k = 1, g.n do
+        local ah, al, xh, xl = ent(g, k)
+        xh, xl = sub(xh, xl, g.bh, g.bl)
+        parts[k] = struct.pack(P2, al, ah, xl, xh)
+      end
+      g.s = table.concat(parts)
+    else
+      local bh, bl = g.bh, g.bl
+      g.bh, g.bl = 0, 0
+      rewrite(g, bh, bl)
+    end
     g.bh, g.bl = 0, 0
   end
-  g.s = g.s .. struct.pack(P2, tl, th, cl, ch)
   g.n = g.n + 1
+  if g.key == nil then
+    g.s = g.s .. e
+  else
+    g.c[g.n] = {th, tl, ch, cl}
+    if g.missing then
+      redis.call('SET', g.key, header(g) .. e)
+      g.missing = false
+    else
+      redis.call('APPEND', g.key, e)
+    end
+  end
 end
 -- prune forgets the hits before t.
 local function prune(g, h, l)
@@ -189,8 +277,22 @@ local function prune(g, h, l)
     return
   end
   g.bh, g.bl = cumof(g, i - 1)
-  g.s = string.sub(g.s, 16 * i - 15)
   g.n = g.n - (i - 1)
+  if g.key == nil then
+    g.s = string.sub(g.s, 16 * i - 15)
+    return
+  end
+  local c = {}
+  for k, e in pairs(g.c) do
+    if k >= i then c[k - i + 1] = e end
+  end
+  g.c = c
+  g.head = g.head + i - 1
+  if g.head >= g.n then
+    rewrite(g, 0, 0) -- compact: at most as many bytes as were dropped
+  else
+    redis.call('SETRANGE', g.key, 0, header(g))
+  end
 end
 -- untilatmost returns the earliest t ≥ from at which the hits in
 -- [t − w, t] are at most y ≥ 0 if no hit is added: hits only leave.
@@ -290,11 +392,12 @@ if created and dyn == '1' and maxdyn > 0 then
 end
 local glob
 if hasG then
-  glob = newlog()
-  local gs = redis.call('GET', KEYS[3])
-  if gs then
-    local l, h, n = struct.unpack('<I4i4I4', gs)
-    glob = {bh = h, bl = l, n = n, s = string.sub(gs, 17)}
+  glob = {key = KEYS[3], c = {}, head = 0, n = 0, bh = 0, bl = 0, missing = true}
+  local len = redis.call('STRLEN', KEYS[3])
+  if len > 0 then
+    local hl, _, bl, bh = struct.unpack(P2, redis.call('GETRANGE', KEYS[3], 0, 15))
+    glob.head, glob.bh, glob.bl, glob.missing = hl, bh, bl, false
+    glob.n = (len - 16) / 16 - hl
   end
 end
 
@@ -499,11 +602,9 @@ elseif hv[3] == '1' then
   redis.call('ZREM', KEYS[2], ARGV[7])
 end
 if hasG then
-  put(glob.bh, glob.bl)
-  put(num(glob.n))
   local gh2, gl2 = atof(glob, glob.n)
   gh2, gl2 = addsat(gh2, gl2, 0, 1e9 + 1)
-  redis.call('SET', KEYS[3], packed() .. glob.s, 'PX', math.ceil(dbl(sub(gh2, gl2, nh, nl)) / 1e6) + 1000)
+  redis.call('PEXPIRE', KEYS[3], math.ceil(dbl(sub(gh2, gl2, nh, nl)) / 1e6) + 1000)
 end
 
 put(0, 0)

@@ -484,26 +484,126 @@ func TestTiersKeys(t *testing.T) {
 	}
 }
 
-// BenchmarkTakeHits: one domain of a two-tier resource with a hard and a
-// global limit, on the local redis-server, through the engine (the
-// request's whole path but the network front end).
+// BenchmarkTakeHits: Allow on a two-tier resource on the local
+// redis-server, through the engine (the request's whole path but the
+// network front end), one caller at a time: spread over 1000 domains
+// without and with a global limit (whose log holds every hit of the last
+// second across domains: one entry per instant), and on one hot domain
+// whose hard limit of 100 a second rejects most requests.
 func BenchmarkTakeHits(b *testing.B) {
-	st := New(client(b), Options{Prefix: prefix(b)})
-	cfg := &limits.Config{Resources: map[string]*limits.Resource{
-		"r": {Algorithm: limits.BurstTiers, HardLimit: 1e9, GlobalLimit: 1e9, Tiers: []limits.Tier{
-			{Limit: 1e9, Window: time.Second, Active: time.Hour},
-			{Limit: 1e9, Window: time.Second, Active: time.Second, Cooldown: time.Second},
-		}},
-	}}
-	e, err := limits.New(cfg, limits.Options{Store: st})
+	tiers := []limits.Tier{
+		{Limit: 1e9, Window: time.Second, Active: time.Hour},
+		{Limit: 1e9, Window: time.Second, Active: time.Second, Cooldown: time.Second},
+	}
+	for _, bc := range []struct {
+		name    string
+		h, g    int64
+		domains int
+	}{
+		{"domains=1000", 1e9, 0, 1000},
+		{"domains=1000,global", 1e9, 1e9, 1000},
+		{"hot,H=100", 100, 0, 1},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			st := New(client(b), Options{Prefix: prefix(b)})
+			cfg := &limits.Config{Resources: map[string]*limits.Resource{
+				"r": {Algorithm: limits.BurstTiers, HardLimit: bc.h, GlobalLimit: bc.g, Tiers: tiers},
+			}}
+			e, err := limits.New(cfg, limits.Options{Store: st})
+			if err != nil {
+				b.Fatal(err)
+			}
+			reqs := make([]limits.Request, bc.domains)
+			for i := range reqs {
+				reqs[i] = limits.Request{Resource: "r", Domain: "d" + strconv.Itoa(i)}
+			}
+			c := client(b)
+			ctx := context.Background()
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if d := e.Allow(time.Now(), reqs[i%len(reqs)]); d.Err != nil || d.Status != limits.StatusOK && bc.h > 100 {
+					b.Fatal(d)
+				}
+				i++
+			}
+			b.ReportMetric(scriptMicros(b, c), "redis-µs/op")
+		})
+	}
+}
+
+// scriptMicros returns the mean Redis CPU time of a script call (EVALSHA
+// and EVAL) since the last CONFIG RESETSTAT, in µs (INFO commandstats).
+func scriptMicros(b *testing.B, c *redis.Client) float64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	req := limits.Request{Resource: "r", Domain: "d"}
-	b.ReportAllocs()
-	for b.Loop() {
-		if d := e.Allow(time.Now(), req); d.Status != limits.StatusOK {
-			b.Fatal(d)
+	var calls, usec float64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
 		}
+		for _, f := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+			k, v, _ := strings.Cut(f, "=")
+			x, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				calls += x
+			case "usec":
+				usec += x
+			}
+		}
+	}
+	if calls == 0 {
+		return 0
+	}
+	return usec / calls
+}
+
+// TestTiersLargeCounts: the logs count exactly past 2⁵³ hits, rebase
+// their cumulative counts past 2⁶², and saturate at 2⁶¹ hits held, as the
+// memory store's do: an unlimited domain (its one-second log and the
+// resource's global log take every hit) gets MaxTokens hits at a time.
+func TestTiersLargeCounts(t *testing.T) {
+	st := New(client(t), Options{Prefix: prefix(t), CallerTime: true})
+	mem := limits.NewMemoryStore()
+	p := limits.NewTierParams(0, 5, []limits.Tier{{Limit: 3, Window: time.Second, Active: time.Hour}}, true)
+	l := &limits.Limit{Resource: "u", Kind: limits.KindNamespace, Algorithm: limits.BurstTiers, Tiers: p, Unlimited: true, Gen: 1}
+	a := limits.Ask{Tokens: limits.MaxTokens, Min: 1}
+	now := t0.UnixNano()
+	step := func(i int, k limits.Key) limits.HitOutcome {
+		om, err := mem.TakeHits(now, k, l, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		or, err := st.TakeHits(now, k, l, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if om != or {
+			t.Fatalf("step %d:\nmemory %+v\nredis  %+v", i, om, or)
+		}
+		return or
+	}
+	// 600 × 2⁵³ hits, half a second apart (three in a second: [now − 1 s,
+	// now]): past 2⁶² in all.
+	for i := range 600 {
+		now += int64(500 * time.Millisecond)
+		if out := step(i, limits.Key{Resource: "u", Domain: "a"}); i >= 2 && out.DomainHitsLastSecond != 3*limits.MaxTokens {
+			t.Fatalf("step %d: %+v", i, out)
+		}
+	}
+	// 300 × 2⁵³ hits in one instant: saturates at 2⁶¹.
+	now += int64(2 * time.Second)
+	var out limits.HitOutcome
+	for i := range 300 {
+		out = step(i, limits.Key{Resource: "u", Domain: "b"})
+	}
+	if out.DomainHitsLastSecond != 1<<61 || out.GlobalHitsLastSecond != 1<<61 {
+		t.Fatalf("saturated: %+v", out)
 	}
 }
