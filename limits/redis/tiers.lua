@@ -20,14 +20,15 @@
 -- hit counts up to the logs' 2⁶¹ all as Go does, saturating where Go's
 -- addSat and subSat do.
 --
--- The domain's hash: s (its TierState, int64s: the number of tier runs,
--- the one-second log, then per run its entry instant, in use 0/1 and its
--- window's log; a log is its number of entries, then per entry its
--- instant and its hits), l (last use, decimal ns), n (grants), and, set
+-- The domain's hash: s (its TierState, int64s: a header, the number of
+-- tier runs, the one-second log's base and length, then per run its entry
+-- instant, in use 0/1, its window log's base and length; then the logs'
+-- entries in that order), l (last use, decimal ns), n (grants), and, set
 -- when created or reconfigured, g (generation), dy, k, nm (as a token
 -- bucket's) and tp (ARGV[2], the parameters, for Walk). A hash with an e
 -- field is a token bucket: the domain was one, and starts fresh. The
--- global log's string is one log.
+-- global log's string is a header (int64s: head, base) and entries (see
+-- the logs below).
 
 local B = 4294967296
 local MAXH, MAXL = 2147483647, 4294967295
