@@ -26,11 +26,16 @@
 -- would in Redis. The dynamic set's changes are applied before any
 -- request counts it, and at the end.
 
+-- Globals read once (a global is a table lookup; these run per request).
+local ARGV, KEYS, tonumber, pairs, unpack = ARGV, KEYS, tonumber, pairs, unpack
+local call, floor, ceil, max, min = redis.call, math.floor, math.ceil, math.max, math.min
+local sub, format = string.sub, string.format
+
 local function split(s)
   local neg = false
-  if string.sub(s, 1, 1) == '-' then neg = true; s = string.sub(s, 2) end
-  local hi = tonumber(string.sub(s, 1, -10)) or 0
-  local lo = tonumber(string.sub(s, -9))
+  if sub(s, 1, 1) == '-' then neg = true; s = sub(s, 2) end
+  local hi = tonumber(sub(s, 1, -10)) or 0
+  local lo = tonumber(sub(s, -9))
   if neg then return -hi, -lo end
   return hi, lo
 end
@@ -46,7 +51,7 @@ end
 -- writes for it.
 local function at(v, bhi, blo)
   local t = blo + v
-  local q = math.floor(t / 1e9)
+  local q = floor(t / 1e9)
   local r = t - q * 1e9
   while r < 0 do q = q - 1; r = r + 1e9 end
   while r >= 1e9 do q = q + 1; r = r - 1e9 end
@@ -60,12 +65,12 @@ end
 
 -- fmt returns the decimal string of ns of an instant from at.
 local function fmt(hi, lo)
-  if hi < 0 or lo < 0 then return string.format('-%d%09d', -hi, -lo) end
-  return string.format('%d%09d', hi, lo)
+  if hi < 0 or lo < 0 then return format('-%d%09d', -hi, -lo) end
+  return format('%d%09d', hi, lo)
 end
 
 local function cost(n, rate)
-  local x = math.ceil((n * 1e9) / rate)
+  local x = ceil((n * 1e9) / rate)
   if x >= 9223372036854775807 then return 9223372036854775807 end
   return x
 end
@@ -74,7 +79,7 @@ local function fit(budget, rate, most)
   if budget <= 0 or most <= 0 then return 0, 0 end
   local x = (budget * rate) / 1e9
   local n = most
-  if x < most then n = math.floor(x) end
+  if x < most then n = floor(x) end
   local c = cost(n, rate)
   while n > 0 and c > budget do
     n = n - 1
@@ -108,7 +113,7 @@ end
 local thi, tlo
 local function redisnow()
   if not thi then
-    local t = redis.call('TIME')
+    local t = call('TIME')
     thi, tlo = tonumber(t[1]), tonumber(t[2]) * 1000
   end
   return thi, tlo
@@ -122,7 +127,7 @@ local rows = {}
 local function row(i)
   local r = rows[i]
   if r then return r end
-  local h = redis.call('HMGET', KEYS[i], 'e', 'sz', 'rt', 'sp', 'dy', 'k', 'nm', 'n')
+  local h = call('HMGET', KEYS[i], 'e', 'sz', 'rt', 'sp', 'dy', 'k', 'nm', 'n')
   r = {sz = h[2], rt = h[3], sp = h[4], dy = h[5], k = h[6], nm = h[7], n = tonumber(h[8]) or 0}
   if h[1] then r.ehi, r.elo = split(h[1]) end
   rows[i] = r
@@ -143,10 +148,10 @@ local function flushset()
       rem[#rem + 1] = m
     end
   end
-  if #rem > 0 then redis.call('ZREM', KEYS[1], unpack(rem)) end
+  if #rem > 0 then call('ZREM', KEYS[1], unpack(rem)) end
   if #add > 0 then
-    redis.call('ZADD', KEYS[1], unpack(add))
-    if redis.call('PTTL', KEYS[1]) < zttl then redis.call('PEXPIRE', KEYS[1], zttl) end
+    call('ZADD', KEYS[1], unpack(add))
+    if call('PTTL', KEYS[1]) < zttl then call('PEXPIRE', KEYS[1], zttl) end
   end
   zset, zttl = {}, nil
 end
@@ -170,9 +175,9 @@ local function take(b)
   if created then
     if dyn == '1' and l.maxdyn > 0 then
       flushset()
-      local nowms = nhi * 1000 + math.floor(nlo / 1e6)
-      redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', nowms)
-      if redis.call('ZCARD', KEYS[1]) >= l.maxdyn then
+      local nowms = nhi * 1000 + floor(nlo / 1e6)
+      call('ZREMRANGEBYSCORE', KEYS[1], '-inf', nowms)
+      if call('ZCARD', KEYS[1]) >= l.maxdyn then
         out[n0 + 1], out[n0 + 2], out[n0 + 3], out[n0 + 4], out[n0 + 5], out[n0 + 6] = 2, 0, 0, 0, 0, 0
         return
       end
@@ -180,7 +185,7 @@ local function take(b)
     e = -span
   else
     local ehi, elo = r.ehi, r.elo
-    e = math.max(rel(ehi, elo, nhi, nlo), -span)
+    e = max(rel(ehi, elo, nhi, nlo), -span)
     if r.sz ~= l.sz or r.rt ~= l.rt or r.sp ~= l.sp then
       -- limits.Rescale at the instant of the change (or now).
       relimit = true
@@ -190,17 +195,17 @@ local function take(b)
         chi, clo = split(l.at)
         if rel(chi, clo, nhi, nlo) > 0 then chi, clo = nhi, nlo end
       end
-      local et = math.max(rel(ehi, elo, chi, clo), -ospan)
+      local et = max(rel(ehi, elo, chi, clo), -ospan)
       local ne
       if et > 0 then
         local debt = (et * orate) / 1e9
-        ne = math.ceil((debt * 1e9) / rate)
+        ne = ceil((debt * 1e9) / rate)
       else
-        local frac = math.min(1, (((-et) * orate) / 1e9) / osize)
-        local ns = math.floor(((frac * size) * 1e9) / rate)
-        ne = math.max(-math.min(ns, span), -span)
+        local frac = min(1, (((-et) * orate) / 1e9) / osize)
+        local ns = floor(((frac * size) * 1e9) / rate)
+        ne = max(-min(ns, span), -span)
       end
-      e = math.max(ne + rel(chi, clo, nhi, nlo), -span)
+      e = max(ne + rel(chi, clo, nhi, nlo), -span)
     elseif r.dy ~= dyn or r.k ~= l.k or r.nm ~= l.nm then
       relimit = true
     end
@@ -236,10 +241,10 @@ local function take(b)
     r.full = true
     r.g, r.sz, r.rt, r.sp, r.dy, r.k, r.nm = l.gen, l.sz, l.rt, l.sp, dyn, l.k, l.nm
   end
-  local ttl = math.ceil((math.max(e + span, l.idle) + 1e9) / 1e6)
+  local ttl = ceil((max(e + span, l.idle) + 1e9) / 1e6)
   r.ttl = ttl
   if dyn == '1' then
-    zset[member] = nhi * 1000 + math.floor(nlo / 1e6) + ttl
+    zset[member] = nhi * 1000 + floor(nlo / 1e6) + ttl
     if not zttl or ttl > zttl then zttl = ttl end
   elseif olddy == '1' then
     zset[member] = false
@@ -255,12 +260,12 @@ for b = 2 + nl * 9, #ARGV, 8 do take(b) end
 for i, r in pairs(rows) do
   if r.ttl then
     if r.full then
-      redis.call('HSET', KEYS[i], 'e', fmt(r.ehi, r.elo), 'l', fmt(at(0, r.lhi, r.llo)), 'n', r.n, 'g', r.g, 'sz', r.sz,
+      call('HSET', KEYS[i], 'e', fmt(r.ehi, r.elo), 'l', fmt(at(0, r.lhi, r.llo)), 'n', r.n, 'g', r.g, 'sz', r.sz,
         'rt', r.rt, 'sp', r.sp, 'dy', r.dy, 'k', r.k, 'nm', r.nm)
     else
-      redis.call('HSET', KEYS[i], 'e', fmt(r.ehi, r.elo), 'l', fmt(at(0, r.lhi, r.llo)), 'n', r.n)
+      call('HSET', KEYS[i], 'e', fmt(r.ehi, r.elo), 'l', fmt(at(0, r.lhi, r.llo)), 'n', r.n)
     end
-    redis.call('PEXPIRE', KEYS[i], r.ttl)
+    call('PEXPIRE', KEYS[i], r.ttl)
   end
 end
 flushset()
