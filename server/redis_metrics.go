@@ -27,9 +27,9 @@ func (s *Server) redisStore() (redisHealth, bool) {
 // Redis state, script latency and degraded answers"; the degraded answers
 // are sluice_limits_events_total{event="degraded"}, by resource).
 type redisCollector struct {
-	store                                      redisHealth
-	up, breaker, scripts, roundTrips, failures *prometheus.Desc
-	refused, latency                           *prometheus.Desc
+	store                                             redisHealth
+	up, breaker, calls, scripts, roundTrips, failures *prometheus.Desc
+	refused, latency                                  *prometheus.Desc
 }
 
 func newRedisCollector(st redisHealth) *redisCollector {
@@ -37,8 +37,9 @@ func newRedisCollector(st redisHealth) *redisCollector {
 		store:      st,
 		up:         prometheus.NewDesc("sluice_redis_up", "1 while no circuit breaker of the limits store's Redis nodes is open (limits decisions reach Redis), else 0.", nil, nil),
 		breaker:    prometheus.NewDesc("sluice_redis_breaker_state", "The worst circuit breaker state of the limits store's Redis nodes: 0 closed, 1 half-open (probing), 2 open (calls fail at once).", nil, nil),
-		scripts:    prometheus.NewDesc("sluice_redis_scripts_total", "Lua scripts sent to Redis by the limits store (EVALSHA and EVAL; resent after NOSCRIPT or a cluster redirection counts again).", nil, nil),
-		roundTrips: prometheus.NewDesc("sluice_redis_round_trips_total", "Round trips (pipelines) to Redis carrying the limits store's scripts: scripts ÷ round trips is the mean batch.", nil, nil),
+		calls:      prometheus.NewDesc("sluice_redis_calls_total", "Limits store calls sent to Redis (requests: one per Allow that reached Redis).", nil, nil),
+		scripts:    prometheus.NewDesc("sluice_redis_scripts_total", "Lua scripts sent to Redis by the limits store (EVALSHA and EVAL: one per resource per round trip for the token buckets; resent after NOSCRIPT or a cluster redirection counts again).", nil, nil),
+		roundTrips: prometheus.NewDesc("sluice_redis_round_trips_total", "Round trips (pipelines) to Redis carrying the limits store's scripts: round trips ÷ calls is the round trips per request.", nil, nil),
 		failures:   prometheus.NewDesc("sluice_redis_failures_total", "Round trips to Redis that failed for want of Redis (timeout, connection refused or lost, LOADING, BUSY, ...).", nil, nil),
 		refused:    prometheus.NewDesc("sluice_redis_refused_total", "Limits store calls failed at once by an open circuit breaker.", nil, nil),
 		latency:    prometheus.NewDesc("sluice_redis_round_trip_seconds", "Duration of the limits store's round trips to Redis (each a pipeline of scripts), failed ones included.", nil, nil),
@@ -47,7 +48,7 @@ func newRedisCollector(st redisHealth) *redisCollector {
 
 // Describe implements prometheus.Collector.
 func (c *redisCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.breaker, c.scripts, c.roundTrips, c.failures, c.refused, c.latency} {
+	for _, d := range []*prometheus.Desc{c.up, c.breaker, c.calls, c.scripts, c.roundTrips, c.failures, c.refused, c.latency} {
 		ch <- d
 	}
 }
@@ -64,6 +65,7 @@ func (c *redisCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
 	ch <- prometheus.MustNewConstMetric(c.breaker, prometheus.GaugeValue, state)
+	ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(h.Calls))
 	ch <- prometheus.MustNewConstMetric(c.scripts, prometheus.CounterValue, float64(h.Scripts))
 	ch <- prometheus.MustNewConstMetric(c.roundTrips, prometheus.CounterValue, float64(h.RoundTrips))
 	ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(h.Failures))
@@ -89,13 +91,15 @@ type RedisStatus struct {
 	// LastError is the last failure's text, at LastErrorAt (absent: none).
 	LastError   string     `json:"last_error,omitempty"`
 	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
-	// Scripts, RoundTrips, Failures and Refused are the store's counters
-	// (sluice_redis_*_total); ScriptsPerRoundTrip their mean batch.
-	Scripts             uint64  `json:"scripts"`
-	RoundTrips          uint64  `json:"round_trips"`
-	Failures            uint64  `json:"failures"`
-	Refused             uint64  `json:"refused"`
-	ScriptsPerRoundTrip float64 `json:"scripts_per_round_trip"`
+	// Calls, Scripts, RoundTrips, Failures and Refused are the store's
+	// counters (sluice_redis_*_total); RoundTripsPerCall the round trips
+	// per request (below 1 when requests share round trips).
+	Calls             uint64  `json:"calls"`
+	Scripts           uint64  `json:"scripts"`
+	RoundTrips        uint64  `json:"round_trips"`
+	Failures          uint64  `json:"failures"`
+	Refused           uint64  `json:"refused"`
+	RoundTripsPerCall float64 `json:"round_trips_per_call"`
 	// MeanRoundTrip is the mean round trip; Timeout the bound on one.
 	MeanRoundTrip float64 `json:"mean_round_trip_seconds"`
 	Timeout       float64 `json:"timeout_seconds"`
@@ -110,13 +114,13 @@ func (s *Server) redisStatus() *RedisStatus {
 	}
 	h := st.Health()
 	rs := &RedisStatus{State: h.State, Breaker: h.Breaker, Nodes: h.Nodes, LastError: h.LastError,
-		Scripts: h.Scripts, RoundTrips: h.RoundTrips, Failures: h.Failures, Refused: h.Refused, Timeout: h.Timeout.Seconds()}
+		Calls: h.Calls, Scripts: h.Scripts, RoundTrips: h.RoundTrips, Failures: h.Failures, Refused: h.Refused, Timeout: h.Timeout.Seconds()}
 	if !h.LastErrorAt.IsZero() {
 		at := h.LastErrorAt.UTC()
 		rs.LastErrorAt = &at
 	}
-	if h.RoundTrips > 0 {
-		rs.ScriptsPerRoundTrip = float64(h.Scripts) / float64(h.RoundTrips)
+	if h.Calls > 0 {
+		rs.RoundTripsPerCall = float64(h.RoundTrips) / float64(h.Calls)
 	}
 	if h.Latency.Count > 0 {
 		rs.MeanRoundTrip = h.Latency.Sum.Seconds() / float64(h.Latency.Count)

@@ -61,7 +61,7 @@ resources:
 		}
 		return *st.Redis
 	}
-	if rs := redisSection(); rs.State != "up" || rs.Scripts < 2 || rs.RoundTrips < 1 || rs.Timeout != 0.2 {
+	if rs := redisSection(); rs.State != "up" || rs.Calls != 2 || rs.Scripts < 2 || rs.RoundTrips < 1 || rs.RoundTripsPerCall <= 0 || rs.Timeout != 0.2 {
 		t.Fatalf("Redis up: %+v", rs)
 	}
 	if _, body, _ := get(t, h, "/debug/status"); !strings.Contains(body, `<td id="redis-state">up</td>`) {
@@ -100,7 +100,7 @@ resources:
 		t.Fatalf("HTML status page, Redis down:\n%s", body)
 	}
 	_, body, _ := get(t, h, "/metrics")
-	for _, want := range []string{"sluice_redis_up 0", "sluice_redis_breaker_state 2", "sluice_redis_refused_total 41",
+	for _, want := range []string{"sluice_redis_up 0", "sluice_redis_breaker_state 2", "sluice_redis_refused_total 41", "sluice_redis_calls_total 3",
 		`sluice_limits_events_total{event="degraded",resource="open"} 21`, `sluice_limits_events_total{event="server_error",resource="closed"} 21`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics, Redis down: no %q in\n%s", want, grepLines(body, "sluice_redis", "degraded", "server_error"))
