@@ -98,11 +98,12 @@
 // are read and written whole with its hash (O(its entries) bytes copied
 // inside Redis; binary searches in Lua).
 //
-// Measured (BenchmarkTakeHits, local redis-server, one caller, a 2-core VM
-// shared with other work, so ±30 %): 160 to 200 µs a decision end to end,
-// 55 to 100 µs of Redis CPU (INFO commandstats), against about 18 µs for
-// Take's script: the Lua interpreter running StepTiers on exact 64-bit
-// pairs is most of it.
+// Measured (BenchmarkTakeHits, local redis-server, one caller, on a
+// 2-core VM shared with other work): 105 to 150 µs a decision end to end
+// and 41 to 69 µs of Redis CPU (INFO commandstats), the global limit's
+// log included, against 72 µs and 18 µs for Take's. Most of the script's
+// time is its own Lua work (defining its functions, decoding, StepTiers
+// on exact 64-bit pairs, encoding), the rest its six to nine Redis calls.
 //
 // # Dynamic buckets
 //
