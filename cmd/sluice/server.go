@@ -25,9 +25,9 @@ import (
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/config/etcdconfig"
 	"github.com/sluice-rl/sluice/election"
+	"github.com/sluice-rl/sluice/fleet"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 	"github.com/sluice-rl/sluice/limits"
-	"github.com/sluice-rl/sluice/fleet"
 	"github.com/sluice-rl/sluice/limits/copies"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/server"
@@ -533,10 +533,21 @@ func redisStore(url string, cluster []string, log *slog.Logger) (limits.Store, r
 		}
 		// The store's short timeouts (redisstore.DefaultTimeout) bound
 		// a round trip only when the client honours context deadlines.
+		// Its circuit breaker, not the client, retries: a retried
+		// pipeline of scripts could take tokens twice, and a Redis that
+		// refuses connections then fails in microseconds, not after
+		// backoffs that outlast the timeout (a max_retries in the URL
+		// still wins).
 		opts.ContextTimeoutEnabled = true
+		if opts.MaxRetries == 0 {
+			opts.MaxRetries = -1
+		}
+		if opts.DialerRetries == 0 {
+			opts.DialerRetries = 1
+		}
 		c = redis.NewClient(opts)
 	case len(cluster) > 0:
-		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster, ContextTimeoutEnabled: true})
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
 	default:
 		return nil, nil, func() {}, nil
 	}
