@@ -61,7 +61,11 @@ type Options struct {
 	// client must respect context deadlines for it to bound a round trip
 	// that Redis does not answer: go-redis's ContextTimeoutEnabled, or a
 	// ReadTimeout and WriteTimeout no longer than Timeout (otherwise its
-	// own timeouts, 3 s by default, apply).
+	// own timeouts, 3 s by default, apply). Its retries (MaxRetries, 3 by
+	// default, with backoff) happen within a round trip: a client with
+	// MaxRetries -1 and DialerRetries 1, as sluice server's, leaves them to
+	// the breaker, so that a Redis that refuses connections fails calls in
+	// microseconds (and no pipeline is sent twice).
 	Timeout time.Duration
 	// BreakerFailures consecutive round trips to a node that fail for want
 	// of Redis open the node's circuit breaker (0: DefaultBreakerFailures,
