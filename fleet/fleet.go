@@ -25,6 +25,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -39,6 +40,7 @@ import (
 
 	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/internal/retry"
+	"github.com/sluice-rl/sluice/limits/copies"
 )
 
 // Log is the shared copy log as the fleet uses it
@@ -98,8 +100,9 @@ type Member struct {
 	eng  Engine
 	opts Options
 
-	mu sync.Mutex
-	st Status
+	mu    sync.Mutex
+	st    Status
+	homes map[string]string // epoch → address (Home's cache)
 }
 
 // New returns a member of the fleet on cli (owned by the caller), for a
@@ -121,8 +124,57 @@ func New(cli *clientv3.Client, log Log, eng Engine, opts Options) (*Member, erro
 	}
 	eng.Fence()
 	log.SetEpoch("")
-	return &Member{cli: cli, log: log, eng: eng, opts: opts}, nil
+	return &Member{cli: cli, log: log, eng: eng, opts: opts, homes: map[string]string{}}, nil
 }
+
+// ErrNoHome is returned by Home for a session whose server is no longer
+// in the fleet (it left or crashed: the session and its holds are gone).
+var ErrNoHome = errors.New("fleet: the session's server is no longer in the fleet")
+
+// Home returns the advertised address of the server whose memory holds
+// session id (named EPOCH-ID by its engine: copies.SessionEpoch), or here
+// true when it is this server (or the id names no epoch). It reads the
+// epoch's member key in etcd (cached while the epoch lives); ErrNoHome
+// when there is none. Safe for concurrent use.
+func (m *Member) Home(ctx context.Context, id string) (addr string, here bool, err error) {
+	epoch := copies.SessionEpoch(id)
+	m.mu.Lock()
+	mine := m.st.Epoch
+	addr, cached := m.homes[epoch]
+	m.mu.Unlock()
+	if epoch == "" || epoch == mine {
+		return "", true, nil
+	}
+	if cached {
+		return addr, false, nil
+	}
+	resp, err := m.cli.Get(ctx, m.members()+epoch)
+	if err != nil {
+		return "", false, fmt.Errorf("fleet: finding the server of epoch %s: %w", epoch, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", false, fmt.Errorf("%w (epoch %s)", ErrNoHome, epoch)
+	}
+	addr = string(resp.Kvs[0].Value)
+	m.mu.Lock()
+	if len(m.homes) >= maxHomes {
+		clear(m.homes)
+	}
+	m.homes[epoch] = addr
+	m.mu.Unlock()
+	return addr, false, nil
+}
+
+// Forget drops the cached address of session id's epoch (its server did
+// not answer: the next Home asks etcd again).
+func (m *Member) Forget(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.homes, copies.SessionEpoch(id))
+}
+
+// maxHomes bounds Home's cache of epochs' addresses.
+const maxHomes = 1024
 
 // Status returns the member's status now.
 func (m *Member) Status() Status {

@@ -144,7 +144,10 @@ func (a LimitsAPI) OpenSession(_ context.Context, req *v1.OpenSessionRequest) (*
 }
 
 // CloseSession ends a session and releases its holds.
-func (a LimitsAPI) CloseSession(_ context.Context, req *v1.CloseSessionRequest) (*v1.CloseSessionResponse, error) {
+func (a LimitsAPI) CloseSession(ctx context.Context, req *v1.CloseSessionRequest) (*v1.CloseSessionResponse, error) {
+	if resp, done, err := forward(a.s, ctx, req.GetSessionId(), req, v1.LimitsClient.CloseSession); done {
+		return resp, err
+	}
 	if _, err := a.s.copies.Close(a.s.now(), req.GetSessionId()); err != nil {
 		return nil, copiesError(err)
 	}
@@ -162,7 +165,9 @@ func (a LimitsAPI) KeepAlive(stream grpc.BidiStreamingServer[v1.KeepAliveRequest
 // keepAlive is KeepAlive over any stream.
 func (a LimitsAPI) keepAlive(ctx context.Context, recv func() (*v1.KeepAliveRequest, error), send func(*v1.KeepAliveResponse) error) error {
 	kept := map[string]bool{}
+	ups := &upstreams{s: a.s, ctx: ctx, streams: map[string]grpc.BidiStreamingClient[v1.KeepAliveRequest, v1.KeepAliveResponse]{}}
 	defer func() {
+		ups.close()
 		now := a.s.now()
 		for id := range kept {
 			if _, err := a.s.copies.Close(now, id); err == nil {
@@ -178,6 +183,15 @@ func (a LimitsAPI) keepAlive(ctx context.Context, recv func() (*v1.KeepAliveRequ
 			}
 			return err
 		}
+		if resp, done, err := ups.keepAlive(req); done {
+			if err != nil {
+				return err
+			}
+			if err := send(resp); err != nil {
+				return err
+			}
+			continue
+		}
 		sess, err := a.s.copies.KeepAlive(a.s.now(), req.GetSessionId())
 		if err != nil {
 			return copiesError(err)
@@ -190,7 +204,10 @@ func (a LimitsAPI) keepAlive(ctx context.Context, recv func() (*v1.KeepAliveRequ
 }
 
 // Reserve holds copies for a domain in a session.
-func (a LimitsAPI) Reserve(_ context.Context, req *v1.ReserveRequest) (*v1.ReserveResponse, error) {
+func (a LimitsAPI) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.ReserveResponse, error) {
+	if resp, done, err := forward(a.s, ctx, req.GetSessionId(), req, v1.LimitsClient.Reserve); done {
+		return resp, err
+	}
 	if _, err := duration("max_wait", req.GetMaxWait()); err != nil {
 		return nil, err
 	}
@@ -231,7 +248,10 @@ func (a LimitsAPI) Reserve(_ context.Context, req *v1.ReserveRequest) (*v1.Reser
 }
 
 // Release gives back copies the session holds.
-func (a LimitsAPI) Release(_ context.Context, req *v1.ReleaseRequest) (*v1.ReleaseResponse, error) {
+func (a LimitsAPI) Release(ctx context.Context, req *v1.ReleaseRequest) (*v1.ReleaseResponse, error) {
+	if resp, done, err := forward(a.s, ctx, req.GetSessionId(), req, v1.LimitsClient.Release); done {
+		return resp, err
+	}
 	if err := a.s.copies.Release(a.s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups()); err != nil {
 		return nil, copiesError(err)
 	}
@@ -239,7 +259,10 @@ func (a LimitsAPI) Release(_ context.Context, req *v1.ReleaseRequest) (*v1.Relea
 }
 
 // Transfer stages copies for another session to Seize.
-func (a LimitsAPI) Transfer(_ context.Context, req *v1.TransferRequest) (*v1.TransferResponse, error) {
+func (a LimitsAPI) Transfer(ctx context.Context, req *v1.TransferRequest) (*v1.TransferResponse, error) {
+	if resp, done, err := forward(a.s, ctx, req.GetSessionId(), req, v1.LimitsClient.Transfer); done {
+		return resp, err
+	}
 	ttl, err := duration("ttl", req.GetTtl())
 	if err != nil {
 		return nil, err
@@ -252,7 +275,10 @@ func (a LimitsAPI) Transfer(_ context.Context, req *v1.TransferRequest) (*v1.Tra
 }
 
 // Seize takes a staged transfer into the session, once.
-func (a LimitsAPI) Seize(_ context.Context, req *v1.SeizeRequest) (*v1.SeizeResponse, error) {
+func (a LimitsAPI) Seize(ctx context.Context, req *v1.SeizeRequest) (*v1.SeizeResponse, error) {
+	if resp, done, err := forward(a.s, ctx, req.GetSessionId(), req, v1.LimitsClient.Seize); done {
+		return resp, err
+	}
 	sz, err := a.s.copies.Seize(a.s.now(), req.GetSessionId(), req.GetTransferId())
 	if err != nil {
 		return nil, copiesError(err)

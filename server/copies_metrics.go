@@ -14,6 +14,7 @@ import (
 //	sluice_copies_released_total       counter  copies released
 //	sluice_copies_fenced               gauge    1 while the engine serves no holds (fleet membership lost)
 //	sluice_copies_fences_total         counter  times the engine was fenced
+//	sluice_copies_forwarded_total      counter  session requests forwarded to the session's home server
 //	sluice_fleet_leader                gauge    1 while this server leads the fleet
 //	sluice_fleet_buried_total          counter  dead epochs this server buried as leader
 func (s *Server) registerCopiesMetrics() {
@@ -38,6 +39,8 @@ func (s *Server) registerCopiesMetrics() {
 		stats(func(v copies.Stats) float64 { return float64(v.Fenced) })))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_fenced", Help: "1 while the copies engine serves no holds (no fleet epoch)."},
 		func() float64 { return b2f(s.copies.Fenced()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_forwarded_total", Help: "Session requests forwarded to the server holding the session (its home in the fleet)."},
+		func() float64 { return float64(s.forwarded.Load()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_fleet_leader", Help: "1 while this server leads the fleet sharing copy-limited resources."},
 		func() float64 { return b2f(s.fleetStatus().Leader) }))
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_fleet_buried_total", Help: "Dead servers' epochs this server buried as the fleet's leader."},

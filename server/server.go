@@ -169,6 +169,8 @@ type Server struct {
 	copies        *copies.Engine
 	copyNames     namesOf // resources the copies configuration names
 	fleet         atomic.Pointer[func() FleetStatus]
+	router        atomic.Pointer[router] // forwards other servers' sessions (SetSessionRouter)
+	forwarded     atomic.Uint64          // requests forwarded to sessions' homes
 
 	parent   *parentLink // nil at the root
 	started  time.Time   // wall time, for uptime

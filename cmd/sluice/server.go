@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/config/etcdconfig"
@@ -312,6 +313,13 @@ command line wins.`,
 					return err
 				}
 				srv.SetFleet(func() server.FleetStatus { st := member.Status(); return server.FleetStatus(st) })
+				// Requests for sessions homed on another server go there,
+				// with the client certificate of the parent link if any.
+				var creds credentials.TransportCredentials
+				if parentTLS != nil {
+					creds = credentials.NewTLS(parentTLS)
+				}
+				srv.SetSessionRouter(member, creds)
 				go func() {
 					defer close(fleetDone)
 					_ = member.Run(ctx) // leaves the fleet when the signal comes

@@ -2,6 +2,7 @@ package copies
 
 import (
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -60,6 +61,19 @@ type Log interface {
 	// vanished (Redis restarted empty, FLUSHALL, a failover that lost
 	// writes): Restore rebuilds them.
 	Lost(resources []string) ([]string, error)
+	// Epoch returns this server's epoch ("" while it has none). The
+	// engine names its sessions after it, EPOCH-ID, so that any server of
+	// the fleet can tell which one holds a session (SessionEpoch).
+	Epoch() string
+}
+
+// SessionEpoch returns the epoch of the server holding session id, as the
+// engine named it (EPOCH-ID, with a shared Log); "" for an id without one.
+func SessionEpoch(id string) string {
+	if i := strings.IndexByte(id, '-'); i > 0 {
+		return id[:i]
+	}
+	return ""
 }
 
 // LogReserve is one Reserve asked of a Log: the request and the limits

@@ -12,7 +12,8 @@ import (
 // Session is an open session: its id, its ttl, and when it ends unless
 // kept alive.
 type Session struct {
-	// ID identifies the session: 32 hex digits, unpredictable.
+	// ID identifies the session: 32 hex digits, unpredictable; with a
+	// shared Log, prefixed by the server's epoch and '-' (SessionEpoch).
 	ID string
 	// TTL is the ttl applied (after Open's defaults and bounds).
 	TTL time.Duration
@@ -68,6 +69,11 @@ func (e *Engine) Open(now time.Time, ttl time.Duration) (Session, error) {
 	id, err := e.newID(func(id string) bool { return e.sessions[id] != nil })
 	if err != nil {
 		return Session{}, err
+	}
+	if e.o.Log != nil {
+		if ep := e.o.Log.Epoch(); ep != "" {
+			id = ep + "-" + id
+		}
 	}
 	s := &session{timer: timer{deadline: ns + int64(ttl), id: id}, ttl: int64(ttl), holds: map[holdKey]int64{}}
 	e.sessions[id] = s

@@ -39,7 +39,7 @@ func (l *downLog) Release([]Hold) error { return l.err() }
 func (l *downLog) Stage(string, Hold, time.Duration) (time.Time, error) {
 	return time.Unix(0, 0), l.err()
 }
-func (l *downLog) Seize(string) (Hold, error)       { return Hold{}, l.err() }
+func (l *downLog) Seize(string) (Hold, error)        { return Hold{}, l.err() }
 func (l *downLog) ExpireTransfers() ([]Ended, error) { return nil, l.err() }
 func (l *downLog) Restore(r string, h []Hold) error {
 	if err := l.err(); err != nil {
@@ -49,6 +49,7 @@ func (l *downLog) Restore(r string, h []Hold) error {
 	return nil
 }
 func (l *downLog) Lost([]string) ([]string, error) { return l.lost, l.err() }
+func (l *downLog) Epoch() string                   { return "e1" }
 
 func sharedTestEngine(t *testing.T, l *downLog) *Engine {
 	t.Helper()
@@ -74,6 +75,9 @@ func TestSharedLogDown(t *testing.T) {
 	s, err := e.Open(now, time.Minute)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if SessionEpoch(s.ID) != "e1" || SessionEpoch("abc") != "" {
+		t.Fatalf("session %q: epoch %q, want e1", s.ID, SessionEpoch(s.ID))
 	}
 	if r, err := e.Reserve(now, s.ID, "closed", "d", 1, 1); err != nil || r.Granted != 1 || r.Degraded {
 		t.Fatalf("reserve with the log up: %+v %v", r, err)

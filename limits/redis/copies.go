@@ -104,7 +104,7 @@ func (l *CopyLog) SetEpoch(id string) {
 	clear(l.registered)
 }
 
-// Epoch returns the epoch set by SetEpoch ("" before).
+// Epoch implements copies.Log: the epoch set by SetEpoch ("" before).
 func (l *CopyLog) Epoch() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()

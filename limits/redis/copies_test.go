@@ -62,10 +62,12 @@ func copiesSequence(t *testing.T, seed uint64, a, b *copies.Engine, steps int) {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, 7))
 	now := t0
-	var sessions, staged []string
+	var sessions [][2]string // a's id, b's id (b's named after its epoch)
+	var staged []string
 	type held struct {
-		session, res, dom string
-		groups            []string
+		session  [2]string
+		res, dom string
+		groups   []string
 	}
 	var holds []held
 	resources := []string{"sandbox", "conn:x", "free/x", "nope"}
@@ -78,17 +80,21 @@ func copiesSequence(t *testing.T, seed uint64, a, b *copies.Engine, steps int) {
 		case op == 0 || len(sessions) == 0:
 			sa, err1 := a.Open(now, time.Hour)
 			sb, err2 := b.Open(now, time.Hour)
+			if copies.SessionEpoch(sb.ID) != "e1" || sb.ID[len("e1-"):] != sa.ID {
+				t.Fatalf("seed %d step %d: shared session %q, own %q: want e1-%s", seed, step, sb.ID, sa.ID, sa.ID)
+			}
+			sb.ID = sa.ID
 			ga, gb, ea, eb = sa, sb, err1, err2
 			if err1 == nil {
-				sessions = append(sessions, sa.ID)
+				sessions = append(sessions, [2]string{sa.ID, "e1-" + sa.ID})
 			}
 		case op <= 4:
 			s := sessions[r.IntN(len(sessions))]
 			res, dom := resources[r.IntN(len(resources))], domains[r.IntN(len(domains))]
 			n := 1 + r.Int64N(3)
 			lo := 1 + r.Int64N(n)
-			ra, err1 := a.Reserve(now, s, res, dom, n, lo)
-			rb, err2 := b.Reserve(now, s, res, dom, n, lo)
+			ra, err1 := a.Reserve(now, s[0], res, dom, n, lo)
+			rb, err2 := b.Reserve(now, s[1], res, dom, n, lo)
 			ga, gb, ea, eb = ra, rb, err1, err2
 			if err1 == nil && ra.Granted > 0 {
 				var gs []string
@@ -100,12 +106,12 @@ func copiesSequence(t *testing.T, seed uint64, a, b *copies.Engine, steps int) {
 		case op <= 6 && len(holds) > 0:
 			h := holds[r.IntN(len(holds))]
 			n := 1 + r.Int64N(2)
-			ea = a.Release(now, h.session, h.res, h.dom, n, h.groups)
-			eb = b.Release(now, h.session, h.res, h.dom, n, h.groups)
+			ea = a.Release(now, h.session[0], h.res, h.dom, n, h.groups)
+			eb = b.Release(now, h.session[1], h.res, h.dom, n, h.groups)
 		case op == 7 && len(holds) > 0:
 			h := holds[r.IntN(len(holds))]
-			sa, err1 := a.Transfer(now, h.session, h.res, h.dom, 1, h.groups, time.Hour)
-			sb, err2 := b.Transfer(now, h.session, h.res, h.dom, 1, h.groups, time.Hour)
+			sa, err1 := a.Transfer(now, h.session[0], h.res, h.dom, 1, h.groups, time.Hour)
+			sb, err2 := b.Transfer(now, h.session[1], h.res, h.dom, 1, h.groups, time.Hour)
 			ga, gb, ea, eb = sa.ID, sb.ID, err1, err2
 			if err1 == nil {
 				staged = append(staged, sa.ID)
@@ -113,8 +119,8 @@ func copiesSequence(t *testing.T, seed uint64, a, b *copies.Engine, steps int) {
 		case op == 8 && len(staged) > 0:
 			id := staged[r.IntN(len(staged))]
 			s := sessions[r.IntN(len(sessions))]
-			za, err1 := a.Seize(now, s, id)
-			zb, err2 := b.Seize(now, s, id)
+			za, err1 := a.Seize(now, s[0], id)
+			zb, err2 := b.Seize(now, s[1], id)
 			ga, gb, ea, eb = za, zb, err1, err2
 			if err1 == nil {
 				holds = append(holds, held{s, za.Resource, za.Domain, za.Groups})
@@ -122,18 +128,30 @@ func copiesSequence(t *testing.T, seed uint64, a, b *copies.Engine, steps int) {
 		default:
 			i := r.IntN(len(sessions))
 			s := sessions[i]
-			ca, err1 := a.Close(now, s)
-			cb, err2 := b.Close(now, s)
+			ca, err1 := a.Close(now, s[0])
+			cb, err2 := b.Close(now, s[1])
+			cb.Session = ca.Session
 			ga, gb, ea, eb = ca, cb, err1, err2
 			sessions = append(sessions[:i], sessions[i+1:]...)
 		}
 		if d := cmp.Diff(ga, gb); d != "" {
 			t.Fatalf("seed %d step %d: answers differ (-own +redis):\n%s", seed, step, d)
 		}
-		if fmt.Sprint(ea) != fmt.Sprint(eb) {
+		if !sameError(ea, eb) {
 			t.Fatalf("seed %d step %d: errors differ: own %v, redis %v", seed, step, ea, eb)
 		}
 	}
+}
+
+// sameError reports whether the two engines' errors are the same, but
+// for the session ids they quote (the shared engine's start with its
+// epoch).
+func sameError(a, b error) bool {
+	var ea, eb *copies.Error
+	if errors.As(a, &ea) && errors.As(b, &eb) && ea.Field == "session_id" {
+		return eb.Field == "session_id" && errors.Is(b, ea.Err)
+	}
+	return fmt.Sprint(a) == fmt.Sprint(b)
 }
 
 // globalCount reads a resource's global count in Redis.
