@@ -60,7 +60,7 @@ func start(t *testing.T, etcd *etcdtest.Etcd, rc redis.UniversalClient, p, name 
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := redisstore.NewCopyLog(rc, redisstore.Options{Prefix: p})
+	l := redisstore.NewCopyLog(redisstore.New(rc, redisstore.Options{Prefix: p}))
 	e, err := copies.New(cfg, copies.Options{Log: l})
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +170,7 @@ func TestStaleEpochsBuried(t *testing.T) {
 	defer rc.Close()
 	p := "stale:"
 	// An earlier generation: epoch "dead1" holds 4 copies, never buried.
-	old := redisstore.NewCopyLog(rc, redisstore.Options{Prefix: p})
+	old := redisstore.NewCopyLog(redisstore.New(rc, redisstore.Options{Prefix: p}))
 	old.SetEpoch("dead1")
 	oe, err := copies.New(cfg, copies.Options{Log: old})
 	if err != nil {

@@ -146,7 +146,7 @@ command line wins.`,
 			var copiesLog copies.Log
 			switch {
 			case rc != nil && len(endpoints) > 0:
-				copyLog = redisstore.NewCopyLog(rc, redisstore.Options{})
+				copyLog = redisstore.NewCopyLog(store.(*redisstore.Store))
 				copiesLog = copyLog
 			case rc != nil:
 				log.Warn("copy-limited resources stay in this server's memory: give --etcd-endpoints with --redis or --redis-cluster to share them (the servers' fleet needs etcd to clean up after a crashed server)")

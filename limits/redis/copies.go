@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
 
 	"github.com/sluice-rl/sluice/limits/copies"
 )
@@ -25,20 +26,20 @@ var (
 	//go:embed copies_restore.lua
 	copiesRestoreLua string
 
-	copiesReserveScript = redis.NewScript(copiesReserveLua)
-	copiesMoveScript    = redis.NewScript(copiesMoveLua)
-	copiesRestoreScript = redis.NewScript(copiesRestoreLua)
+	copiesReserveScript = newScript(copiesReserveLua)
+	copiesMoveScript    = newScript(copiesMoveLua)
+	copiesRestoreScript = newScript(copiesRestoreLua)
 	// registerScript adds a resource to a server's set of resources,
 	// unless the server is fenced (KEYS[1] its dead marker, KEYS[2] the
 	// set; ARGV[1] the escaped resource): -1 fenced, else 1.
-	registerScript = redis.NewScript(`
+	registerScript = newScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 redis.call('SADD', KEYS[2], ARGV[1])
 return 1`)
 	// buryScript marks a server dead and returns its resources (KEYS[1]
 	// its dead marker, KEYS[2] its set of resources; ARGV[1] the marker's
 	// ttl in ms).
-	buryScript = redis.NewScript(`
+	buryScript = newScript(`
 redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
 return redis.call('SMEMBERS', KEYS[2])`)
 )
@@ -66,6 +67,7 @@ const FenceTTL = 7 * 24 * time.Hour
 //
 // The zero CopyLog is not usable: use NewCopyLog.
 type CopyLog struct {
+	s       *Store
 	c       redis.UniversalClient
 	prefix  string
 	timeout time.Duration
@@ -77,20 +79,16 @@ type CopyLog struct {
 
 var _ copies.Log = (*CopyLog)(nil)
 
-// NewCopyLog returns a copy log on client with opts' Prefix and Timeout
-// (Options.CallerTime does not apply: transfers' ttls always run on Redis
-// TIME). It has no epoch: every write fails with copies.ErrFenced until
+// NewCopyLog returns a copy log on store's Redis, with its prefix: its
+// scripts share the store's round trips, timeout and circuit breakers
+// (so that while Redis is down its calls fail at once, wrapping
+// ErrUnavailable and copies.ErrUnavailable), and its other commands are
+// refused at once while the breaker of their node is open. Staged
+// transfers' ttls run on Redis TIME (Options.CallerTime does not apply).
+// It has no epoch: every write fails with copies.ErrFenced until
 // SetEpoch. It does not contact Redis.
-func NewCopyLog(client redis.UniversalClient, opts Options) *CopyLog {
-	p := opts.Prefix
-	if p == "" {
-		p = DefaultPrefix
-	}
-	t := opts.Timeout
-	if t <= 0 {
-		t = time.Second
-	}
-	return &CopyLog{c: client, prefix: escape(p), timeout: t, registered: map[string]bool{}}
+func NewCopyLog(store *Store) *CopyLog {
+	return &CopyLog{s: store, c: store.c, prefix: store.prefix, timeout: store.timeout, registered: map[string]bool{}}
 }
 
 // SetEpoch makes id (an etcd lease id in hex, unique per membership; any
@@ -141,6 +139,20 @@ func (l *CopyLog) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), l.timeout)
 }
 
+// guard refuses at once, for op, while the circuit breaker of the node
+// holding key is open (the commands a CopyLog sends outside scripts do
+// not queue behind a dead Redis).
+func (l *CopyLog) guard(op, key string) error {
+	b, err := l.s.batcherFor(key)
+	if err != nil {
+		return fail(op, unavailableError(err))
+	}
+	if gobreaker.State(b.state.Load()) == gobreaker.StateOpen {
+		return fail(op, errBreakerOpen)
+	}
+	return nil
+}
+
 // fail wraps a Redis error in copies.ErrUnavailable.
 func fail(op string, err error) error {
 	return fmt.Errorf("limits/redis: copies %s: %w: %w", op, copies.ErrUnavailable, err)
@@ -161,7 +173,11 @@ func (l *CopyLog) current(ctx context.Context, escRes string, force bool) (strin
 		return epoch, nil
 	}
 	s := l.prefix + "{s" + epoch + "}"
-	v, err := registerScript.Run(ctx, l.c, []string{s + "x", s + "r"}, escRes).Int()
+	cmd, err := l.s.eval(registerScript, []string{s + "x", s + "r"}, escRes)
+	v := 0
+	if err == nil {
+		v, err = cmd.Int()
+	}
 	if err != nil {
 		return "", fail("register", err)
 	}
@@ -196,7 +212,11 @@ func (l *CopyLog) Reserve(q copies.LogReserve) (copies.LogCounts, error) {
 	for _, g := range q.GroupLimits {
 		args = append(args, g)
 	}
-	v, err := copiesReserveScript.Run(ctx, l.c, keys, args...).Int64Slice()
+	cmd, err := l.s.eval(copiesReserveScript, keys, args...)
+	var v []int64
+	if err == nil {
+		v, err = cmd.Int64Slice()
+	}
 	if err != nil {
 		return copies.LogCounts{}, fail("reserve", err)
 	}
@@ -229,8 +249,12 @@ func (l *CopyLog) move(ctx context.Context, keys []string, a moveArgs) ([]any, e
 		}
 		return "0"
 	}
-	v, err := copiesMoveScript.Run(ctx, l.c, keys, a.src, a.dst, a.copies, a.mode, b(a.srcSet), b(a.dstSet),
-		a.ttl.Milliseconds(), a.domain, a.groups, a.session).Slice()
+	cmd, err := l.s.eval(copiesMoveScript, keys, a.src, a.dst, a.copies, a.mode, b(a.srcSet), b(a.dstSet),
+		a.ttl.Milliseconds(), a.domain, a.groups, a.session)
+	var v []any
+	if err == nil {
+		v, err = cmd.Slice()
+	}
 	if err != nil {
 		return nil, fail(a.mode, err)
 	}
@@ -275,6 +299,9 @@ func (l *CopyLog) Stage(id string, h copies.Hold, ttl time.Duration) (time.Time,
 		return time.Time{}, err
 	}
 	tid := escape(id)
+	if err := l.guard("stage", l.prefix+"{t"+tid+"}"); err != nil {
+		return time.Time{}, err
+	}
 	pipe := l.c.Pipeline()
 	pipe.Set(ctx, l.prefix+"{t"+tid+"}", esc, ttl+time.Hour)
 	pipe.ZAdd(ctx, l.sweepKey(), redis.Z{Score: float64(time.Now().Add(ttl).UnixMilli()), Member: esc + " " + tid})
@@ -299,6 +326,9 @@ func (l *CopyLog) Stage(id string, h copies.Hold, ttl time.Duration) (time.Time,
 // transfer reads staged transfer tid (escaped): its resource (escaped),
 // hold and staging session; ok false when there is none.
 func (l *CopyLog) transfer(ctx context.Context, tid string) (esc string, h copies.Hold, session string, ok bool, err error) {
+	if err := l.guard("seize", l.prefix+"{t"+tid+"}"); err != nil {
+		return "", h, "", false, err
+	}
 	esc, err = l.c.Get(ctx, l.prefix+"{t"+tid+"}").Result()
 	if errors.Is(err, redis.Nil) {
 		return "", h, "", false, nil
@@ -383,6 +413,9 @@ func (l *CopyLog) ExpireTransfers() ([]copies.Ended, error) {
 	if epoch == "" {
 		return nil, errFenced
 	}
+	if err := l.guard("expire", l.sweepKey()); err != nil {
+		return nil, err
+	}
 	ctx, cancel := l.ctx()
 	defer cancel()
 	due, err := l.c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: l.sweepKey(), ByScore: true, Start: "-inf",
@@ -440,6 +473,9 @@ func (l *CopyLog) Restore(resource string, holds []copies.Hold) error {
 	}
 	tag := l.tag(esc)
 	set := tag + "k:" + epoch
+	if err := l.guard("restore", set); err != nil {
+		return err
+	}
 	have, err := l.c.SMembers(ctx, set).Result()
 	if err != nil {
 		return fail("restore", err)
@@ -461,7 +497,11 @@ func (l *CopyLog) Restore(resource string, holds []copies.Hold) error {
 		keys = append(keys, k)
 		args = append(args, want[k])
 	}
-	v, err := copiesRestoreScript.Run(ctx, l.c, keys, args...).Int()
+	cmd, err := l.s.eval(copiesRestoreScript, keys, args...)
+	v := 0
+	if err == nil {
+		v, err = cmd.Int()
+	}
 	if err != nil {
 		return fail("restore", err)
 	}
@@ -486,7 +526,11 @@ func (l *CopyLog) Lost(resources []string) ([]string, error) {
 	pipe := l.c.Pipeline()
 	cmds := make([]*redis.IntCmd, len(resources))
 	for i, r := range resources {
-		cmds[i] = pipe.Exists(ctx, l.tag(escape(r))+"k:"+epoch)
+		key := l.tag(escape(r)) + "k:" + epoch
+		if err := l.guard("lost", key); err != nil {
+			return nil, err
+		}
+		cmds[i] = pipe.Exists(ctx, key)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fail("lost", err)
@@ -513,7 +557,11 @@ func (l *CopyLog) Lost(resources []string) ([]string, error) {
 // server's contributions); the issue "Cluster mode on Redis", item 3.
 func (l *CopyLog) Bury(ctx context.Context, epoch string) (map[string]int64, error) {
 	s := l.prefix + "{s" + epoch + "}"
-	res, err := buryScript.Run(ctx, l.c, []string{s + "x", s + "r"}, FenceTTL.Milliseconds()).StringSlice()
+	cmd, err := l.s.eval(buryScript, []string{s + "x", s + "r"}, FenceTTL.Milliseconds())
+	var res []string
+	if err == nil {
+		res, err = cmd.StringSlice()
+	}
 	if err != nil {
 		return nil, fail("bury", err)
 	}

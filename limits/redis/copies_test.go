@@ -31,7 +31,7 @@ func copiesConfig() *copies.Config {
 // epoch, its ids from a source seeded with seed.
 func sharedEngine(t testing.TB, c redis.UniversalClient, p, epoch string, seed uint64) (*copies.Engine, *CopyLog) {
 	t.Helper()
-	l := NewCopyLog(c, Options{Prefix: p})
+	l := NewCopyLog(New(c, Options{Prefix: p}))
 	l.SetEpoch(epoch)
 	e, err := copies.New(copiesConfig(), copies.Options{Log: l, Rand: rand.NewChaCha8([32]byte{byte(seed)})})
 	if err != nil {
@@ -389,7 +389,7 @@ func TestCopiesRestoreAfterFlush(t *testing.T) {
 	var engines []*copies.Engine
 	var sessions []string
 	for i := range 2 {
-		l := NewCopyLog(c, Options{Prefix: p})
+		l := NewCopyLog(New(c, Options{Prefix: p}))
 		l.SetEpoch(fmt.Sprintf("e%d", i))
 		e, err := copies.New(cfg, copies.Options{Log: l})
 		if err != nil {
