@@ -1,7 +1,9 @@
 // Package redisstore is a limits.Store on Redis or Redis Cluster, so that
 // several Sluice servers sharing one Redis give the answers one server
 // would: token-bucket resources (Take) and Charon's burst tiers
-// (TakeHits: each domain's access log and each resource's global log).
+// (TakeHits: each domain's access log and each resource's global log);
+// and CopyLog, the copy log of Charon's copy-limited resources shared by
+// a fleet of servers (package fleet).
 //
 // # One script per operation
 //
@@ -137,6 +139,62 @@
 // it at once). A key's TTL follows the Limit of its last grant: a change
 // that lengthens a domain's tiers may let its key expire before it is
 // fresh under the new ones (it comes back fresh).
+//
+// # Round trips and Redis failures
+//
+// Concurrent scripts share round trips: each node (one Redis, or each
+// master of a cluster) has one pipeline in flight, and the calls arriving
+// meanwhile go out together when it returns (batch.go); the Takes of one
+// round trip on one resource are one script, deciding them in order, each
+// exactly as if alone. No call waits for a timer. Every round trip has a
+// timeout (Options.Timeout, 200 ms) and passes the node's circuit breaker:
+// after Options.BreakerFailures failed round trips in a row it opens, and
+// calls fail at once with ErrUnavailable, until a probe every
+// Options.BreakerProbe finds Redis again. Health reports the state, the
+// counters and the round trips' latency.
+//
+// # Copy log
+//
+// CopyLog keeps the counts of copy-limited resources (copies.Log): per
+// domain, per group and global, each a hash holding its total ('_') and
+// one field per contributor — a server's epoch ('s<epoch>') or a staged
+// transfer ('t<id>') — so that every count is the sum of the
+// contributions stored beside it (charon-paper.md §4.3.2). Each epoch
+// keeps, per resource, the set of count keys it contributes to, and the
+// set of resources it contributes to. Keys, with the prefix and names
+// escaped:
+//
+//	<prefix>{c<resource>}n:a            the global count
+//	<prefix>{c<resource>}n:d:<domain>   a domain's count
+//	<prefix>{c<resource>}n:g:<group>    a group's count
+//	<prefix>{c<resource>}k:<epoch>      the count keys an epoch contributes to (set)
+//	<prefix>{c<resource>}x:<epoch>      the epoch's fence in the resource's slot
+//	<prefix>{c<resource>}t:<transfer>   a staged transfer (hash: copies, deadline, domain, groups)
+//	<prefix>{s<epoch>}r                 the resources an epoch contributes to (set)
+//	<prefix>{s<epoch>}x                 the epoch's dead marker
+//	<prefix>{t<transfer>}               a staged transfer's resource
+//	<prefix>{x}ts                       staged transfers by deadline, for expiry (sorted set)
+//
+// Every operation on counts is one script in the resource's slot
+// (copies_reserve.lua, copies_move.lua, copies_restore.lua): a reserve
+// checks the domain, group and global limits against the totals and adds
+// its copies to its epoch's contribution, or writes nothing; a release
+// subtracts at most what the epoch contributed, so no count goes
+// negative. Bury, run by the fleet's leader when an epoch's etcd session
+// ended, marks the epoch dead, fences it in every resource it touched
+// (every later script under it answers fenced: copies.ErrFenced) and
+// subtracts its contributions. An epoch registers a resource in its set
+// before its first write there, by a script that refuses a dead epoch, so
+// Bury finds every resource an epoch could write. Transfers belong to no
+// epoch: a server that dies leaves its staged transfers to their ttl,
+// which any server's ExpireTransfers enforces on Redis TIME, once each.
+//
+// Redis losing its data (a restart without persistence, FLUSHALL, a
+// failover that lost writes) loses the contributions and the staged
+// transfers: Lost notices an epoch's missing set of count keys, and
+// Restore writes the epoch's contributions back from its engine's hold
+// sets (copies.Engine.Reconcile). Staged transfers are not rebuilt (their
+// copies come back free), and a dead epoch's fence is lost with the rest.
 //
 // # Introspection
 //

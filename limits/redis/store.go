@@ -87,9 +87,9 @@ type Options struct {
 	Observe func(op string, d time.Duration, err error)
 }
 
-// Store is a limits.Store on Redis or Redis Cluster for token-bucket
-// resources: see the package documentation for the key layout, the time
-// source and expiry. It is safe for concurrent use, by any number of
+// Store is a limits.Store on Redis or Redis Cluster for token-bucket and
+// burst-tier resources: see the package documentation for the key layout,
+// the time source, expiry, round trips and failures. It is safe for concurrent use, by any number of
 // processes sharing one Redis.
 //
 // The zero Store is not usable: use New.
