@@ -63,7 +63,8 @@ type router struct {
 	conns map[string]*grpc.ClientConn
 }
 
-// client returns a Limits client of addr (connections are cached).
+// client returns a Limits client of addr (connections are cached for the
+// server's life: the fleet is a handful of servers).
 func (rt *router) client(addr string) (v1.LimitsClient, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -76,16 +77,6 @@ func (rt *router) client(addr string) (v1.LimitsClient, error) {
 	}
 	rt.conns[addr] = c
 	return v1.NewLimitsClient(c), nil
-}
-
-// close closes the cached connections.
-func (rt *router) close() {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	for _, c := range rt.conns {
-		_ = c.Close()
-	}
-	clear(rt.conns)
 }
 
 // home returns a client of session id's home, or nil when the request is
