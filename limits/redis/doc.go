@@ -116,7 +116,11 @@
 // the memory store, which counts a dynamic bucket until Reap removes it
 // (after MaxIdle), a dynamic bucket that is full again (and idle for
 // MaxIdle) is forgotten on Redis and no longer counts; so is a burst-tier
-// domain fresh again (the memory store's Reap removes it then too).
+// domain fresh again (the memory store's Reap removes it then too). A
+// resource without max_dynamic_buckets keeps no sorted set (one write
+// less per decision); when a bound is configured later, its existing
+// dynamic buckets count from their next grant on, so the resource may
+// hold up to that many more than the bound meanwhile.
 //
 // # Reconfiguration
 //

@@ -240,10 +240,13 @@ func (s *Store) limitArgs(l *limits.Limit) *limitArgs {
 	return v.(*limitArgs)
 }
 
-// dyn returns the take script's dynamic argument ("0", "1") and for
-// domain.
+// dyn returns the take script's dynamic argument for domain: "1" for a
+// dynamic bucket of a resource that bounds them (max_dynamic_buckets > 0),
+// which the script counts in the resource's sorted set; else "0" (a
+// resource with no bound keeps no count: one sorted-set write less per
+// decision).
 func (la *limitArgs) dyn(domain string) any {
-	if la.l.Dynamic(domain) {
+	if la.l.MaxDynamic > 0 && la.l.Dynamic(domain) {
 		return dynArg[1]
 	}
 	return dynArg[0]

@@ -45,7 +45,7 @@ func (s *Store) TakeHits(now int64, k limits.Key, l *limits.Limit, a limits.Ask)
 	}
 	req := packInts(now, floorDiv(now, int64(time.Millisecond)), a.Tokens, a.Min)
 	dyn, maxDyn := dynArg[0], int64(0)
-	if l.Dynamic(k.Domain) {
+	if l.MaxDynamic > 0 && l.Dynamic(k.Domain) {
 		dyn, maxDyn = dynArg[1], l.MaxDynamic
 	}
 	member := escape(k.Domain)
