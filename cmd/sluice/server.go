@@ -149,7 +149,7 @@ command line wins.`,
 				copyLog = redisstore.NewCopyLog(store.(*redisstore.Store))
 				copiesLog = copyLog
 			case rc != nil:
-				log.Warn("copy-limited resources stay in this server's memory: give --etcd-endpoints with --redis or --redis-cluster to share them (the servers' fleet needs etcd to clean up after a crashed server)")
+				log.Info("copy-limited resources stay in this server's memory: give --etcd-endpoints with --redis or --redis-cluster to share them (the servers' fleet needs etcd to clean up after a crashed server)")
 			}
 			srv := server.New(server.Options{ID: id, Address: addr, Logger: log, Parent: parents, ParentTLS: parentTLS,
 				RequireConfig: cfgPath != "" && len(parents) == 0, LimitsStore: store, CopiesLog: copiesLog})
