@@ -118,14 +118,7 @@ func countOf(t *testing.T, rc redis.UniversalClient, resource string) int64 {
 // after FLUSHALL with 20 holds live the counts come back to 20 and never
 // go negative, and buckets come back full.
 func TestFleetCopies(t *testing.T) {
-	rs, err := redistest.Start()
-	if errors.Is(err, redistest.ErrSkip) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Stop()
+	rs := redistest.StartT(t)
 	rc := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer rc.Close()
 	etcd := etcdtest.StartEtcd(t)
@@ -164,7 +157,7 @@ func TestFleetCopies(t *testing.T) {
 		t.Fatalf("global count %d, want s2's 3", n)
 	}
 	restarted := startFleetServer(t, "s0-restarted", cfg, etcd.Endpoint, "--redis", url)
-	_, err = restarted.c.Release(t.Context(), &v1.ReleaseRequest{SessionId: sess0, Resource: "sandbox", Domain: "acme", Copies: 2, Groups: []string{"gold"}})
+	_, err := restarted.c.Release(t.Context(), &v1.ReleaseRequest{SessionId: sess0, Resource: "sandbox", Domain: "acme", Copies: 2, Groups: []string{"gold"}})
 	if status.Code(err) != codes.NotFound {
 		t.Fatalf("the restarted server releases what it held before: %v, want NotFound", err)
 	}

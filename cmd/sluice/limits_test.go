@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -146,14 +145,7 @@ func TestServerCharonExample(t *testing.T) {
 // 1000 s) grant exactly 10, as one server would; two more share a burst
 // tier's access log.
 func TestServersShareRedis(t *testing.T) {
-	rs, err := redistest.Start()
-	if errors.Is(err, redistest.ErrSkip) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Stop()
+	rs := redistest.StartT(t)
 	cfg := testConfig + `
 limits:
   resources:

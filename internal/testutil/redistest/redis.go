@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -73,3 +74,18 @@ func (s *Server) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
 
 // Resume continues a paused server (SIGCONT).
 func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
+
+// StartT is Start for a test: it skips the test on ErrSkip, fails it on
+// any other error, and stops the server when the test ends.
+func StartT(t testing.TB) *Server {
+	t.Helper()
+	s, err := Start()
+	if errors.Is(err, ErrSkip) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
