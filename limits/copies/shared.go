@@ -231,16 +231,14 @@ func (e *Engine) Reconcile() ([]string, error) {
 		}
 	}
 	todo := maps.Clone(e.dirty)
-	if len(held) > 0 {
-		slices.Sort(held)
-		lost, err := e.o.Log.Lost(held)
-		if err != nil {
-			e.logFailed(err)
-			return nil, unavailable("reconcile", err)
-		}
-		for _, r := range lost {
-			todo[r] = true
-		}
+	slices.Sort(held)
+	lost, err := e.o.Log.Lost(held) // also when nothing is held: the Log checks its own records
+	if err != nil {
+		e.logFailed(err)
+		return nil, unavailable("reconcile", err)
+	}
+	for _, r := range lost {
+		todo[r] = true
 	}
 	if len(todo) == 0 {
 		return nil, nil

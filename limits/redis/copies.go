@@ -513,7 +513,9 @@ func (l *CopyLog) Restore(resource string, holds []copies.Hold) error {
 
 // Lost implements copies.Log: a resource to which this server contributes
 // has lost its record when the epoch's set of count keys is gone (one
-// EXISTS each, pipelined).
+// EXISTS each, pipelined). When the epoch's set of resources is gone too,
+// the log forgets which resources it registered, so that each is
+// registered again (for Bury) before its next write.
 func (l *CopyLog) Lost(resources []string) ([]string, error) {
 	l.mu.Lock()
 	epoch := l.epoch
@@ -532,8 +534,22 @@ func (l *CopyLog) Lost(resources []string) ([]string, error) {
 		}
 		cmds[i] = pipe.Exists(ctx, key)
 	}
+	// The epoch's set of resources: gone, Redis lost it, and every
+	// resource must be registered again before its next write.
+	set := l.prefix + "{s" + epoch + "}r"
+	if err := l.guard("lost", set); err != nil {
+		return nil, err
+	}
+	registered := pipe.Exists(ctx, set)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fail("lost", err)
+	}
+	if registered.Val() == 0 {
+		l.mu.Lock()
+		if l.epoch == epoch {
+			clear(l.registered)
+		}
+		l.mu.Unlock()
 	}
 	var lost []string
 	for i, c := range cmds {

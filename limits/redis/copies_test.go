@@ -387,9 +387,11 @@ func TestCopiesRestoreAfterFlush(t *testing.T) {
 	p := "f:"
 	cfg := &copies.Config{Resources: map[string]copies.Resource{"pool": {DomainLimit: 100, GlobalLimit: 100}}}
 	var engines []*copies.Engine
+	var logs []*CopyLog
 	var sessions []string
 	for i := range 2 {
 		l := NewCopyLog(New(c, Options{Prefix: p}))
+		logs = append(logs, l)
 		l.SetEpoch(fmt.Sprintf("e%d", i))
 		e, err := copies.New(cfg, copies.Options{Log: l})
 		if err != nil {
@@ -434,6 +436,18 @@ func TestCopiesRestoreAfterFlush(t *testing.T) {
 		if done, err := e.Reconcile(); err != nil || len(done) != 0 {
 			t.Fatalf("reconcile with nothing held: %v %v", done, err)
 		}
+	}
+	// The flush also lost which resources each epoch wrote to: the next
+	// reserve registers the resource again, so that a burial finds it.
+	if r, err := engines[0].Reserve(time.Now(), sessions[0], "pool", "d0", 2, 2); err != nil || r.Granted != 2 {
+		t.Fatalf("reserve after the second flush: %+v %v", r, err)
+	}
+	buried, err := logs[0].Bury(context.Background(), "e0")
+	if err != nil || buried["pool"] != 2 {
+		t.Fatalf("bury after the second flush: %v %v, want pool: 2", buried, err)
+	}
+	if n := globalCount(t, c, p, "pool"); n != 0 {
+		t.Fatalf("global count %d after the burial, want 0", n)
 	}
 }
 
