@@ -28,10 +28,18 @@ import (
 //
 // Every round trip passes the node's circuit breaker (gobreaker): after
 // Options.BreakerFailures consecutive round trips that failed for want of
-// Redis (see unavailable) it opens, and for Options.BreakerProbe every
-// call fails at once with ErrUnavailable, without queueing; then one
-// round trip probes Redis (calls arriving meanwhile fail at once too) and
-// closes the breaker if it succeeds.
+// Redis (see unavailable) it opens, and every call fails at once with
+// ErrUnavailable, without queueing, until the breaker closes. No call
+// probes Redis: opening starts the node's probe (health.go's probeLoop,
+// one goroutine per open node), which every Options.BreakerProbe sends a
+// PING with Options.Timeout through the breaker (half-open) and closes it
+// when Redis answers. The calls queued behind a round trip that fails for
+// want of Redis fail with it (they do not lead another one): so while
+// Redis hangs, no call waits longer than Options.Timeout.
+//
+// Source: issue 15, "Redis trouble" (short timeouts, a circuit breaker;
+// "fail-open answers during an outage of Redis are flagged and arrive
+// within 50 ms").
 
 // script is a Lua script sent as EVALSHA, and as EVAL when Redis answers
 // NOSCRIPT (it then caches it: later EVALSHAs succeed).
@@ -118,9 +126,9 @@ type batcher struct {
 	node redis.UniversalClient // *redis.Client of a cluster master, or the store's client
 	addr string                // for Health and errors
 
-	brk      *gobreaker.TwoStepCircuitBreaker[struct{}]
-	state    atomic.Int32 // the breaker's state (gobreaker.State), mirrored
-	openedAt atomic.Int64 // Unix ns the breaker last opened
+	brk     *gobreaker.TwoStepCircuitBreaker[struct{}]
+	state   atomic.Int32 // the breaker's state (gobreaker.State), mirrored
+	probing atomic.Bool  // the node's probe runs (see probeLoop)
 
 	mu    sync.Mutex
 	busy  bool    // a pipeline is in flight: calls queue
@@ -154,10 +162,12 @@ func (s *Store) newBatcher(node redis.UniversalClient, addr string) *batcher {
 		Timeout:     s.probe,
 		ReadyToTrip: func(n gobreaker.Counts) bool { return n.ConsecutiveFailures >= s.failuresToOpen },
 		OnStateChange: func(_ string, _, to gobreaker.State) {
-			if to == gobreaker.StateOpen {
-				b.openedAt.Store(time.Now().UnixNano())
-			}
+			// Mirror first: a probe that is ending reads it after
+			// clearing probing (see probeLoop).
 			b.state.Store(int32(to))
+			if to == gobreaker.StateOpen && b.probing.CompareAndSwap(false, true) {
+				s.startProbe(b)
+			}
 		},
 	})
 	return b
@@ -195,23 +205,12 @@ func (s *Store) run(key string, c *call) error {
 // do runs c in a batch: it queues c while a pipeline is in flight, or
 // leads the next one.
 func (b *batcher) do(c *call) {
-	if st := gobreaker.State(b.state.Load()); st != gobreaker.StateClosed {
-		// Fail at once while the breaker is open, and while the probe is
-		// in flight (half-open: busy); the first call after the open
-		// period leads the probe.
-		if st == gobreaker.StateOpen && time.Now().UnixNano()-b.openedAt.Load() < int64(b.st.probe) {
-			c.err = errBreakerOpen
-			b.st.refused.Add(1)
-			return
-		}
-		b.mu.Lock()
-		if b.busy {
-			b.mu.Unlock()
-			c.err = errBreakerOpen
-			b.st.refused.Add(1)
-			return
-		}
-		b.mu.Unlock()
+	if gobreaker.State(b.state.Load()) != gobreaker.StateClosed {
+		// Fail at once while the breaker is open, and while the probe
+		// tests Redis (half-open): only the probe closes it.
+		c.err = errBreakerOpen
+		b.st.refused.Add(1)
+		return
 	}
 	b.mu.Lock()
 	if b.busy {
@@ -234,7 +233,7 @@ func (b *batcher) do(c *call) {
 	b.queue = b.queue[:copy(b.queue, b.queue[n:])]
 	b.mu.Unlock()
 
-	b.roundTrip(batch)
+	down := b.roundTrip(batch)
 	for _, x := range batch[1:] {
 		x.done <- struct{}{}
 	}
@@ -243,28 +242,50 @@ func (b *batcher) do(c *call) {
 	clear(batch)
 	b.spare = batch[:0]
 	var next *call
-	if len(b.queue) > 0 {
+	var failed []*call
+	switch {
+	case len(b.queue) == 0:
+		b.busy = false
+	case down != nil:
+		// Redis did not answer: the calls that queued meanwhile have
+		// waited for it already, and fail with it rather than wait for a
+		// round trip of their own (which would most likely time out too).
+		failed = slices.Clone(b.queue)
+		clear(b.queue)
+		b.queue = b.queue[:0]
+		b.busy = false
+	default:
 		next = b.queue[0]
 		next.lead = true
-	} else {
-		b.busy = false
 	}
 	b.mu.Unlock()
 	if next != nil {
 		next.done <- struct{}{}
 	}
+	if failed != nil {
+		b.st.refused.Add(uint64(len(failed)))
+		for _, x := range failed {
+			x.err = down
+			x.done <- struct{}{}
+		}
+	}
 }
 
 // roundTrip sends batch as one pipeline through the breaker and sets
-// every call's cmd and err.
-func (b *batcher) roundTrip(batch []*call) {
+// every call's cmd and err. It returns nil when Redis answered (even
+// with errors of single scripts), else the error for the calls queued
+// meanwhile (wrapping ErrUnavailable): Redis could not answer, or the
+// breaker refused the batch.
+func (b *batcher) roundTrip(batch []*call) error {
+	if gobreaker.State(b.state.Load()) != gobreaker.StateClosed {
+		// Open since this batch queued: fail it without asking the
+		// breaker, which would let the batch probe once the open period
+		// is over (only the node's probe does that).
+		return b.refuse(batch)
+	}
 	done, err := b.brk.Allow()
-	if err != nil { // open, or a probe already in flight
-		for _, c := range batch {
-			c.err = errBreakerOpen
-		}
-		b.st.refused.Add(uint64(len(batch)))
-		return
+	if err != nil { // opened meanwhile
+		return b.refuse(batch)
 	}
 	b.st.calls.Add(uint64(len(batch)))
 	start := time.Now()
@@ -280,6 +301,20 @@ func (b *batcher) roundTrip(batch []*call) {
 	if b.st.observe != nil {
 		b.st.observe("batch", d, err)
 	}
+	if err != nil {
+		return &storeError{err: fmt.Errorf("queued behind a round trip that failed: %w", err), down: true}
+	}
+	return nil
+}
+
+// refuse fails batch at once, the breaker being open, and returns the
+// error.
+func (b *batcher) refuse(batch []*call) error {
+	for _, c := range batch {
+		c.err = errBreakerOpen
+	}
+	b.st.refused.Add(uint64(len(batch)))
+	return errBreakerOpen
 }
 
 // exec runs batch as one pipeline (commands), then, in a second round

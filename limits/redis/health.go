@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -27,18 +28,22 @@ const (
 	// one (well below a millisecond on a LAN; a few milliseconds for a
 	// full batch of MaxBatch scripts) and above Redis's usual stalls (a
 	// fork for a snapshot, tens of milliseconds), yet short enough that a
-	// Redis that stopped answering costs at most BreakerFailures × 200 ms
-	// of slow answers before the breaker opens. A call queued behind a
-	// round trip in flight waits for it first: at most about twice the
-	// timeout in all.
+	// Redis that stopped answering costs at most BreakerFailures round
+	// trips of 200 ms before the breaker opens. While Redis does not
+	// answer, no call waits longer than the timeout: the calls queued
+	// behind a round trip that fails fail with it. When Redis is slow
+	// but answers, a call queued behind a round trip in flight waits for
+	// it first: at most about twice the timeout in all.
 	DefaultTimeout = 200 * time.Millisecond
 	// DefaultBreakerFailures consecutive failed round trips to a node
 	// open its breaker. A round trip carries a whole batch, so under load
 	// that is many failed calls.
 	DefaultBreakerFailures = 3
-	// DefaultBreakerProbe is how long an open breaker fails calls at once
-	// before one round trip probes Redis again: a restarted Redis is used
-	// again within a second.
+	// DefaultBreakerProbe is the period of an open breaker's probe: a
+	// goroutine of the store, off the request path, sends the node a PING
+	// (bounded by the timeout) every second, and closes the breaker when
+	// Redis answers; a Redis that is back is used again within about a
+	// second. Calls fail at once meanwhile.
 	DefaultBreakerProbe = time.Second
 	// DefaultMaxBatch bounds the scripts of one round trip.
 	DefaultMaxBatch = 128
@@ -48,8 +53,8 @@ const (
 // Counters count from New.
 type Health struct {
 	// State is "up" (no breaker open), "down" (a node's breaker is open:
-	// its calls fail at once with ErrUnavailable) or "half-open" (a probe
-	// is testing a node again).
+	// its calls fail at once with ErrUnavailable) or "half-open" (the
+	// node's probe is testing it again; its calls still fail at once).
 	State string
 	// Breaker is the worst of the nodes' circuit breakers' states, in
 	// gobreaker's terms: "closed", "half-open" or "open".
@@ -68,8 +73,13 @@ type Health struct {
 	// RoundTrips the round trips that carried those (pipelines;
 	// RoundTrips ÷ Calls is the round trips per request), Failures the
 	// round trips that failed for want of Redis, Refused the calls failed
-	// at once by an open breaker.
+	// without a round trip of their own: at once by an open breaker, or
+	// queued behind a round trip that failed for want of Redis.
 	Calls, Scripts, RoundTrips, Failures, Refused uint64
+	// Probes is the PINGs the open breakers' probes sent, ProbeFailures
+	// those Redis did not answer (within Timeout). Neither counts in the
+	// round trips, failures or latency above.
+	Probes, ProbeFailures uint64
 	// Timeout is Options.Timeout as applied.
 	Timeout time.Duration
 	// Latency is the distribution of the round trips' durations.
@@ -94,6 +104,7 @@ type Latency struct {
 // stats are the store's counters and its last failure.
 type stats struct {
 	calls, scripts, roundTrips, failures, refused atomic.Uint64
+	probes, probeFailures                         atomic.Uint64
 	latency                                       [len(LatencyBounds) + 1]atomic.Uint64
 	latencySum                                    atomic.Int64 // ns
 
@@ -125,7 +136,7 @@ func (s *stats) observe(d time.Duration) {
 func (s *Store) Health() Health {
 	h := Health{
 		Calls: s.calls.Load(), Scripts: s.scripts.Load(), RoundTrips: s.roundTrips.Load(), Failures: s.failures.Load(), Refused: s.refused.Load(),
-		Timeout: s.timeout,
+		Probes: s.probes.Load(), ProbeFailures: s.probeFailures.Load(), Timeout: s.timeout,
 	}
 	for i := range s.latency {
 		h.Latency.Buckets[i] = s.latency[i].Load()
@@ -162,6 +173,75 @@ func (s *Store) Health() Health {
 		h.State = "up"
 	}
 	return h
+}
+
+// startProbe starts b's probe (probeLoop), unless the store is closed.
+// b.probing is set: at most one probe per node runs. It is called by the
+// breaker's OnStateChange, under the breaker's lock: it only starts the
+// goroutine.
+func (s *Store) startProbe(b *batcher) {
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	if s.closing.Err() != nil {
+		return // closed: nothing probes any more (the breaker stays open)
+	}
+	s.probeWG.Add(1)
+	s.running.Add(1)
+	go b.probeLoop()
+}
+
+// probeLoop is b's probe, started when its breaker opens: every
+// Options.BreakerProbe, the open period being over, it takes the
+// breaker's one half-open request, sends the node a PING bounded by
+// Options.Timeout, and reports it: an answer closes the breaker (and the
+// probe ends), none opens it for another period. It ends when the
+// breaker is closed or the store is closed (Close cancels the PING in
+// flight). No call waits for it: calls fail at once while the breaker is
+// not closed (see do).
+func (b *batcher) probeLoop() {
+	defer b.st.probeWG.Done()
+	defer b.st.running.Add(-1)
+	t := time.NewTimer(b.st.probe)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.st.closing.Done():
+			return
+		case <-t.C:
+		}
+		wait := b.st.probe
+		if gobreaker.State(b.state.Load()) != gobreaker.StateClosed {
+			switch done, err := b.brk.Allow(); {
+			case err == nil:
+				b.st.probes.Add(1)
+				ctx, cancel := context.WithTimeout(b.st.closing, b.st.timeout)
+				err := b.node.Ping(ctx).Err()
+				cancel()
+				if !unavailable(err) {
+					err = nil // an answer, even an error, is Redis
+				} else {
+					b.st.probeFailures.Add(1)
+				}
+				done(err)
+			case errors.Is(err, gobreaker.ErrOpenState):
+				// The timer can fire at the very end of the open period
+				// (gobreaker's clock is read under its lock): try again
+				// shortly.
+				wait = time.Millisecond
+			}
+		}
+		if gobreaker.State(b.state.Load()) == gobreaker.StateClosed {
+			// End, unless the breaker opened again meanwhile and its
+			// OnStateChange saw probing still set: then this probe goes
+			// on (OnStateChange mirrors the state before testing probing,
+			// so one of the two always sees the other).
+			b.probing.Store(false)
+			if gobreaker.State(b.state.Load()) == gobreaker.StateClosed || !b.probing.CompareAndSwap(false, true) {
+				return
+			}
+		}
+		t.Reset(wait)
+	}
 }
 
 // clusterOf returns c as a cluster client, or nil.

@@ -56,8 +56,13 @@ type Options struct {
 	// Key expiry (PEXPIRE) still runs on Redis's own clock.
 	CallerTime bool
 	// Timeout bounds each round trip to Redis (0: DefaultTimeout, 200
-	// ms; see there why). Take has no context: this is its deadline (a
-	// call queued behind a round trip in flight waits for it first). The
+	// ms; see there why), and the breakers' probes' PINGs. Take has no
+	// context: this is its deadline (a call queued behind a round trip in
+	// flight waits for it first, and fails with it if Redis did not
+	// answer: while Redis hangs, no call waits longer than Timeout, and
+	// only the first BreakerFailures round trips to a node wait at all
+	// before its breaker opens). A Redis stall longer than Timeout counts
+	// as a failure. The
 	// client must respect context deadlines for it to bound a round trip
 	// that Redis does not answer: go-redis's ContextTimeoutEnabled, or a
 	// ReadTimeout and WriteTimeout no longer than Timeout (otherwise its
@@ -69,9 +74,10 @@ type Options struct {
 	Timeout time.Duration
 	// BreakerFailures consecutive round trips to a node that fail for want
 	// of Redis open the node's circuit breaker (0: DefaultBreakerFailures,
-	// 3); BreakerProbe is how long it then fails calls at once, with
-	// ErrUnavailable, before one round trip probes Redis again (0:
-	// DefaultBreakerProbe, 1 s).
+	// 3): its calls then fail at once, with ErrUnavailable, until the
+	// node's probe, a goroutine of the store off the request path, finds
+	// Redis again with a PING every BreakerProbe (0: DefaultBreakerProbe,
+	// 1 s) and closes the breaker. Close stops the probes.
 	BreakerFailures int
 	BreakerProbe    time.Duration
 	// MaxBatch bounds the scripts sent in one round trip (0:
@@ -92,7 +98,8 @@ type Options struct {
 // the time source, expiry, round trips and failures. It is safe for concurrent use, by any number of
 // processes sharing one Redis.
 //
-// The zero Store is not usable: use New.
+// The zero Store is not usable: use New, and Close when done (it stops
+// the breakers' probes).
 type Store struct {
 	c          redis.UniversalClient
 	prefix     string
@@ -110,6 +117,14 @@ type Store struct {
 	observe        func(op string, d time.Duration, err error)
 	stats
 
+	// The breakers' probes (health.go's probeLoop): Close cancels
+	// closing and waits for them.
+	closing context.Context
+	stop    context.CancelFunc
+	probeMu sync.Mutex // orders startProbe's probeWG.Add before Close's Wait
+	probeWG sync.WaitGroup
+	running atomic.Int32 // probes running (for tests: one per open node at most)
+
 	args sync.Map // *limits.Limit → *limitArgs
 
 	minGen atomic.Uint64          // Takes under an older Limit are stale
@@ -123,7 +138,8 @@ type change struct {
 }
 
 // New returns a store on client (a *redis.Client, *redis.ClusterClient or
-// any redis.UniversalClient). It does not contact Redis.
+// any redis.UniversalClient). It does not contact Redis, and starts no
+// goroutine until a breaker opens (see Close).
 func New(client redis.UniversalClient, opts Options) *Store {
 	p := opts.Prefix
 	if p == "" {
@@ -144,6 +160,7 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	if s.probe <= 0 {
 		s.probe = DefaultBreakerProbe
 	}
+	s.closing, s.stop = context.WithCancel(context.Background())
 	if s.cluster == nil {
 		addr := "redis"
 		if rc, ok := client.(*redis.Client); ok {
@@ -155,6 +172,20 @@ func New(client redis.UniversalClient, opts Options) *Store {
 }
 
 var _ limits.Store = (*Store)(nil)
+
+// Close stops the probes of the store's open circuit breakers (their
+// goroutines, cancelling a PING in flight) and waits for them to end. It
+// does not close the client, which the caller owns. The store still
+// answers afterwards, but a breaker open then stays open: its calls fail
+// with ErrUnavailable. Close is idempotent and safe for concurrent use;
+// it returns nil.
+func (s *Store) Close() error {
+	s.probeMu.Lock()
+	s.stop()
+	s.probeMu.Unlock()
+	s.probeWG.Wait()
+	return nil
+}
 
 // Take implements limits.Store: one EVALSHA of the take script (EVAL when
 // Redis does not have it yet), which reads Redis TIME (now is ignored
