@@ -326,10 +326,13 @@ func TestFleetOnRedisCluster(t *testing.T) {
 	globalLimitAcross(t, servers, func() int64 { return countOf(t, rc, "sandbox") })
 }
 
-// TestFleetRedisDown: with Redis gone, a fail-open resource is granted at
-// once, flagged degraded (a token bucket's Allow and a copy-limited
-// resource's Reserve); a fail-closed one is refused (SERVER_ERROR,
-// Unavailable). The answers' latency is logged (the issue asks for 50 ms).
+// TestFleetRedisDown: with Redis gone, a fail-open resource is granted,
+// flagged degraded (a token bucket's Allow and a copy-limited resource's
+// Reserve), from the first answers after Redis went (the server runs with
+// --redis-timeout 40ms: the round trips that open the breaker wait at
+// most that) and at once once the breaker is open; a fail-closed one is
+// refused (SERVER_ERROR, Unavailable). The answers' latency is logged
+// (the issue asks for 50 ms), not asserted: CI is a loaded 2-core machine.
 func TestFleetRedisDown(t *testing.T) {
 	rs, err := redistest.Start()
 	if errors.Is(err, redistest.ErrSkip) {
@@ -353,7 +356,7 @@ limits:
       domains:
         d: {size: 1, fill_rate: 0.001, wait_timeout: 0s}
 `)
-	s := startFleetServer(t, "s", cfg, etcd.Endpoint, "--redis", "redis://"+rs.Addr+"/0")
+	s := startFleetServer(t, "s", cfg, etcd.Endpoint, "--redis", "redis://"+rs.Addr+"/0", "--redis-timeout", "40ms")
 	open, err := s.c.OpenSession(t.Context(), &v1.OpenSessionRequest{Ttl: durationpb.New(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
@@ -370,36 +373,69 @@ limits:
 	}
 }
 
-// failOpen brings Redis down with down, lets the breaker see it (a few
-// answers), then checks that 20 Allow and 20 Reserve calls on fail-open
-// resources are granted, flagged degraded, and logs the slowest.
+// failOpen brings Redis down with down, then checks that the answers on
+// fail-open resources are granted and flagged degraded: first 8 clients
+// at once, 5 Allow and 5 Reserve calls each, from the instant Redis went
+// (their round trips open the breaker: each waits at most
+// --redis-timeout), then 20 Allow and 20 Reserve calls in a row once the
+// breaker is open. It logs the slowest of each kind.
 func failOpen(t *testing.T, s *fleetServer, sess, what string, down func()) {
-	down()
-	for range 5 { // the round trips that open the breaker (200 ms each when Redis hangs)
-		_, _ = s.c.Allow(t.Context(), &v1.AllowRequest{Resource: "open-api", Domain: "d"})
-		_, _ = s.c.Reserve(t.Context(), &v1.ReserveRequest{SessionId: sess, Resource: "open-copies", Domain: "d", Copies: 1})
+	allow := func() error {
+		r, err := s.c.Allow(t.Context(), &v1.AllowRequest{Resource: "open-api", Domain: "d"})
+		if err != nil || r.GetStatus() != v1.AllowResponse_OK || !r.GetDegraded() {
+			return fmt.Errorf("allow on a fail-open bucket with Redis down: %v %v, want OK, degraded", r, err)
+		}
+		return nil
 	}
-	var worst time.Duration
-	timed := func(f func()) {
+	reserve := func() error {
+		r, err := s.c.Reserve(t.Context(), &v1.ReserveRequest{SessionId: sess, Resource: "open-copies", Domain: "d", Copies: 1})
+		if err != nil || r.GetGranted() != 1 || !r.GetDegraded() {
+			return fmt.Errorf("reserve on a fail-open resource with Redis down: %v %v, want 1 granted, degraded", r, err)
+		}
+		return nil
+	}
+	var mu sync.Mutex
+	timed := func(worst *time.Duration, f func() error) error {
 		start := time.Now()
-		f()
-		worst = max(worst, time.Since(start))
+		err := f()
+		d := time.Since(start)
+		mu.Lock()
+		*worst = max(*worst, d)
+		mu.Unlock()
+		return err
 	}
+
+	down()
+	var firstAllow, firstReserve time.Duration
+	errs := make(chan error, 8*10)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 5 {
+				errs <- timed(&firstAllow, allow)
+				errs <- timed(&firstReserve, reserve)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("%s, the first answers: %v", what, err)
+		}
+	}
+	var openAllow, openReserve time.Duration
 	for i := range 20 {
-		timed(func() {
-			r, err := s.c.Allow(t.Context(), &v1.AllowRequest{Resource: "open-api", Domain: "d"})
-			if err != nil || r.GetStatus() != v1.AllowResponse_OK || !r.GetDegraded() {
-				t.Fatalf("Allow %d on a fail-open bucket with Redis down: %v %v, want OK, degraded", i, r, err)
-			}
-		})
-		timed(func() {
-			r, err := s.c.Reserve(t.Context(), &v1.ReserveRequest{SessionId: sess, Resource: "open-copies", Domain: "d", Copies: 1})
-			if err != nil || r.GetGranted() != 1 || !r.GetDegraded() {
-				t.Fatalf("Reserve %d on a fail-open resource with Redis down: %v %v, want 1 granted, degraded", i, r, err)
-			}
-		})
+		if err := timed(&openAllow, allow); err != nil {
+			t.Fatalf("%s, once the breaker is open, %d: %v", what, i, err)
+		}
+		if err := timed(&openReserve, reserve); err != nil {
+			t.Fatalf("%s, once the breaker is open, %d: %v", what, i, err)
+		}
 	}
-	t.Logf("%s: fail-open answers once the breaker is open: the slowest of 40 took %v", what, worst.Round(time.Microsecond))
+	us := func(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
+	t.Logf("%s (--redis-timeout 40ms), the slowest fail-open answer: of the first 40 Allow and 40 Reserve (8 clients at once, from the instant Redis went: their round trips open the breaker) %v and %v; once the breaker is open, of 20 and 20 in a row, %v and %v",
+		what, us(firstAllow), us(firstReserve), us(openAllow), us(openReserve))
 }
 
 // anyServer: a session opened on one server is used through the others —

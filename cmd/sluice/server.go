@@ -39,6 +39,7 @@ func newServerCmd() *cobra.Command {
 		cfgPath, quotaPath              string
 		redisURL                        string
 		redisCluster                    []string
+		redisTimeout                    time.Duration
 		listen                          string
 		advertise                       string
 		id                              string
@@ -134,7 +135,7 @@ command line wins.`,
 					return err
 				}
 			}
-			store, rc, closeRedis, err := redisStore(redisURL, redisCluster, log)
+			store, rc, closeRedis, err := redisStore(redisURL, redisCluster, redisTimeout, log)
 			if err != nil {
 				lis.Close()
 				return err
@@ -426,6 +427,7 @@ command line wins.`,
 	f.StringVar(&cfgPath, "config", "", "resource configuration: a YAML file, or etcd:/KEY for an etcd key's value; empty: no templates")
 	f.StringVar(&redisURL, "redis", "", "keep the limits' token buckets in this Redis (a go-redis URL, redis://127.0.0.1:6379/0), shared by every server using it")
 	f.StringSliceVar(&redisCluster, "redis-cluster", nil, "keep the limits' token buckets in this Redis Cluster (HOST:PORT,... of some of its nodes)")
+	f.DurationVar(&redisTimeout, "redis-timeout", redisstore.DefaultTimeout, fmt.Sprintf("bound on each round trip to --redis or --redis-cluster: a Redis stall longer than this counts as a failure (%d in a row open a node's circuit breaker: decisions then fail at once, fail-open resources granted and flagged degraded, until a probe every %v finds Redis again); during an outage, answers wait at most this long, for the first %d round trips", redisstore.DefaultBreakerFailures, redisstore.DefaultBreakerProbe, redisstore.DefaultBreakerFailures))
 	f.StringVar(&quotaPath, "quotaservice-config", "", "limits in Square's quota service configuration format (a YAML file, reloaded like --config), instead of --config's limits section")
 	f.StringVar(&listen, "listen", "127.0.0.1:15000", "address to listen on (host:port; port 0 picks a free one)")
 	f.StringVar(&advertise, "advertise", "", "address clients should use to reach this server (default: the listen address)")
@@ -525,13 +527,17 @@ func reloadOnHUP(ctx context.Context, log *slog.Logger, path string, w *config.W
 }
 
 // redisStore returns the limits store of --redis or --redis-cluster (nil
-// for neither: each server's own memory) and the function that closes its
-// client. The store batches concurrent requests into pipelines and has a
-// circuit breaker (redisstore.Options' defaults); the server shows its
-// Health on the status page and as sluice_redis_* metrics.
-func redisStore(url string, cluster []string, log *slog.Logger) (limits.Store, redis.UniversalClient, func(), error) {
+// for neither: each server's own memory), its client, and the function
+// that closes both (the store's breaker probes, then the client). The
+// store batches concurrent requests into pipelines, bounds each round
+// trip by timeout (--redis-timeout) and has a circuit breaker per node
+// (redisstore.Options' other defaults); the server shows its Health on
+// the status page and as sluice_redis_* metrics.
+func redisStore(url string, cluster []string, timeout time.Duration, log *slog.Logger) (limits.Store, redis.UniversalClient, func(), error) {
 	var c redis.UniversalClient
 	switch {
+	case (url != "" || len(cluster) > 0) && timeout <= 0:
+		return nil, nil, nil, fmt.Errorf("--redis-timeout: %v, want a positive duration", timeout)
 	case url != "" && len(cluster) > 0:
 		return nil, nil, nil, errors.New("--redis and --redis-cluster: give one")
 	case url != "":
@@ -539,7 +545,7 @@ func redisStore(url string, cluster []string, log *slog.Logger) (limits.Store, r
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("--redis: %w", err)
 		}
-		// The store's short timeouts (redisstore.DefaultTimeout) bound
+		// The store's short timeouts (--redis-timeout) bound
 		// a round trip only when the client honours context deadlines.
 		// Its circuit breaker, not the client, retries: a retried
 		// pipeline of scripts could take tokens twice, and a Redis that
@@ -564,5 +570,6 @@ func redisStore(url string, cluster []string, log *slog.Logger) (limits.Store, r
 	if err := c.Ping(ctx).Err(); err != nil {
 		log.Warn("Redis does not answer yet; limits decisions fail until it does", "err", err)
 	}
-	return redisstore.New(c, redisstore.Options{}), c, func() { _ = c.Close() }, nil
+	st := redisstore.New(c, redisstore.Options{Timeout: timeout})
+	return st, c, func() { _ = st.Close(); _ = c.Close() }, nil
 }
