@@ -15,6 +15,7 @@ import (
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/internal/tlsutil"
 )
 
 // Endpoint serves a Server on one listener: gRPC on grpc-go's own
@@ -71,7 +72,7 @@ func (s *Server) Serve(lis net.Listener, handler http.Handler, tlsConfig *tls.Co
 	protocols := new(http.Protocols) // TLS, if any, is already terminated
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	e.hs = &http.Server{Handler: handler, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}
+	e.hs = &http.Server{Handler: handler, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second, ConnContext: connContext}
 
 	go func() { e.report(e.gs.Serve(grpcL)) }()
 	go func() { e.report(e.hs.Serve(httpL)) }()
@@ -119,6 +120,25 @@ func (e *Endpoint) Shutdown(ctx context.Context) error {
 		_ = e.hs.Close()
 	}
 	return err
+}
+
+// connContext gives the handlers the TLS connection under a muxed one
+// (tlsutil.PeerCertificates: the admin API's mTLS users): net/http sets
+// Request.TLS only for a *tls.Conn it accepted itself.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	for range 4 {
+		switch x := c.(type) {
+		case *tls.Conn:
+			return tlsutil.WithConn(ctx, x)
+		case *ackFilterConn:
+			c = x.Conn
+		case *cmux.MuxConn:
+			c = x.Conn
+		default:
+			return ctx
+		}
+	}
+	return ctx
 }
 
 // ackFilterListener hands net/http the HTTP/2 connections the gRPC matcher

@@ -1,0 +1,485 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-rl/sluice/config"
+)
+
+// Service is the admin API in Go: it reads and changes the configuration
+// document kept by a Store, object by object, validating every change
+// with config.Parse (the servers' loader) before storing it. The HTTP API
+// (Handler) and any other front end (a CLI, the quota service's REST
+// API, a web page) are thin layers over it. It is safe for concurrent
+// use; the Store's compare-and-swap orders concurrent changes.
+type Service struct {
+	store Store
+	log   *slog.Logger
+	now   func() time.Time
+}
+
+// Options configures a Service.
+type Options struct {
+	// Logger receives the audit line of every accepted change (level
+	// info, message "configuration changed"); nil: slog.Default().
+	Logger *slog.Logger
+	// Now is the clock of the audit records; nil: time.Now.
+	Now func() time.Time
+}
+
+// New returns a Service over store.
+func New(store Store, o Options) *Service {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Service{store: store, log: o.Logger, now: o.Now}
+}
+
+// Store returns the service's store.
+func (s *Service) Store() Store { return s.store }
+
+// ErrInvalid is wrapped by an *InvalidError.
+var ErrInvalid = errors.New("invalid configuration")
+
+// InvalidError refuses a change whose document config.Parse refuses, or
+// whose body does not decode: Errors lists every problem, each naming
+// its field ("limits.resources.api.domains.x.fill_rate: 0 must be > 0
+// (tokens per second)", "body.size: given more than once"). The HTTP API
+// answers it with 400.
+type InvalidError struct {
+	Errors []string
+}
+
+// Error returns "invalid configuration: E1; E2; …".
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("%v: %s", ErrInvalid, strings.Join(e.Errors, "; "))
+}
+
+// Unwrap returns ErrInvalid.
+func (e *InvalidError) Unwrap() error { return ErrInvalid }
+
+// invalid turns err (joined errors) into an *InvalidError.
+func invalid(err error) *InvalidError {
+	var out []string
+	var walk func(error)
+	walk = func(e error) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, x := range j.Unwrap() {
+				walk(x)
+			}
+			return
+		}
+		for _, line := range strings.Split(e.Error(), "\n") {
+			if line != "" {
+				out = append(out, line)
+			}
+		}
+	}
+	walk(err)
+	return &InvalidError{Errors: out}
+}
+
+// Change is one change of the configuration.
+type Change struct {
+	// Op is OpCreate (fails with ErrExists when the object exists),
+	// OpUpdate (fails with ErrNotFound when it does not), OpDelete, or
+	// OpReplace (the whole document: Document). Upsert sets OpUpdate's
+	// "create if absent".
+	Op     Op
+	Upsert bool
+	// Object is what to change (KindDocument for OpReplace). For
+	// OpCreate of a template, Object may be the collection
+	// (Object{Kind: KindTemplate}) and Value's identifier_glob names it.
+	Object Object
+	// Value is the object's new value (OpCreate, OpUpdate): a node tree
+	// from DecodeBody, say. A template's value may leave identifier_glob
+	// out (the Object's is used); when it has one, it must be the
+	// Object's.
+	Value *yaml.Node
+	// Document is the whole new document, for OpReplace: stored byte for
+	// byte.
+	Document []byte
+	// IfVersion is the version the change was made against: a change
+	// when another version is current fails with a *ConflictError. 0:
+	// against whatever version is current (a change made meanwhile is
+	// built upon, never overwritten).
+	IfVersion int64
+	// DryRun validates and normalizes the change and returns its result
+	// and diff, storing nothing.
+	DryRun bool
+	// User and Auth are recorded in the audit record (see Audit).
+	User, Auth string
+}
+
+// Result is what a change did (or, for a dry run, would do).
+type Result struct {
+	// Version is the version the change made (a dry run, or a change
+	// that changes nothing: the current version).
+	Version int64 `json:"version"`
+	// PreviousVersion is the version the change was applied to.
+	PreviousVersion int64 `json:"previous_version"`
+	DryRun          bool  `json:"dry_run,omitempty"`
+	// Unchanged: the change leaves the document as it was; nothing is
+	// stored.
+	Unchanged bool   `json:"unchanged,omitempty"`
+	Op        Op     `json:"op"`
+	Object    Object `json:"object"`
+	// From is, for a rollback, the version restored.
+	From int64 `json:"from,omitempty"`
+	// View is the object after the change (nil after a delete and for
+	// the whole document).
+	View *ObjectView `json:"view,omitempty"`
+	// Notes is what loading the new document normalizes
+	// (config.Repository.Notes).
+	Notes []string `json:"notes,omitempty"`
+	// Diff is the unified diff of the document. When the stored document
+	// was written differently from how the admin API writes YAML
+	// (indentation, quoting), Diff compares it as rewritten and
+	// Reformatted is set: the stored document changes more than Diff
+	// shows, in form only.
+	Diff        string `json:"diff"`
+	Reformatted bool   `json:"reformatted,omitempty"`
+	// Document is, for a dry run, the whole new document.
+	Document string `json:"document,omitempty"`
+	// Hash is the hex SHA-256 of the new document, which a server shows
+	// (/debug/status, config.hash) once it has applied it.
+	Hash string `json:"hash"`
+	// Audit is the stored audit record (nil for a dry run).
+	Audit *Audit `json:"audit,omitempty"`
+}
+
+// maxRetries bounds how often a change made against "the current
+// version" (IfVersion 0) is rebuilt after losing a race.
+const maxRetries = 5
+
+// Apply validates and stores a change. Errors: *ConflictError (a stale
+// IfVersion), *InvalidError (the new document does not load, or the value
+// does not decode), errors wrapping ErrNotFound or ErrExists, and the
+// store's.
+func (s *Service) Apply(ctx context.Context, c Change) (Result, error) {
+	for attempt := 0; ; attempt++ {
+		snap, err := s.store.Read(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		if c.IfVersion != 0 && snap.Version != c.IfVersion {
+			return Result{}, &ConflictError{Current: snap.Version}
+		}
+		res, doc, err := s.build(snap, c)
+		if err != nil || res.Unchanged || c.DryRun {
+			return res, err
+		}
+		a, err := s.store.Write(ctx, snap.Version, doc, Audit{Time: s.now(), User: c.User, Auth: c.Auth,
+			Op: res.Op, Object: res.Object.String(), Diff: res.Diff})
+		var ce *ConflictError
+		if errors.As(err, &ce) && c.IfVersion == 0 && attempt < maxRetries {
+			continue // someone else's change came first: build on it
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		res.Version, res.Audit = a.Version, &a
+		s.audit(a)
+		return res, nil
+	}
+}
+
+// audit writes a's audit line.
+func (s *Service) audit(a Audit) {
+	s.log.Info("configuration changed", "user", a.User, "auth", a.Auth, "time", a.Time.Format(time.RFC3339Nano),
+		"version", a.Version, "op", string(a.Op), "object", a.Object, "from", a.From, "hash", a.Hash, "store", s.store.String(), "diff", a.Diff)
+}
+
+// build computes the document c makes of snap, validated.
+func (s *Service) build(snap Snapshot, c Change) (Result, []byte, error) {
+	res := Result{Version: snap.Version, PreviousVersion: snap.Version, DryRun: c.DryRun, Op: c.Op, Object: c.Object}
+	var doc []byte
+	switch c.Op {
+	case OpReplace:
+		if len(c.Document) > MaxBodyBytes {
+			return res, nil, invalid(&DecodeError{Msg: fmt.Sprintf("%d bytes; at most %d", len(c.Document), MaxBodyBytes)})
+		}
+		res.Object = Object{}
+		doc = c.Document
+		res.Diff = Diff(fmt.Sprintf("version %d", snap.Version), "new", snap.Document, doc)
+	case OpCreate, OpUpdate, OpDelete:
+		d, err := parseDocument(snap.Document)
+		if err != nil {
+			return res, nil, fmt.Errorf("the stored document does not parse; replace it whole: %w", err)
+		}
+		before, err := d.encode()
+		if err != nil {
+			return res, nil, err
+		}
+		o, err := s.edit(d, &res, c)
+		if err != nil {
+			return res, nil, err
+		}
+		res.Object = o
+		if doc, err = d.encode(); err != nil {
+			return res, nil, err
+		}
+		res.Reformatted = !bytes.Equal(before, snap.Document)
+		res.Diff = Diff(fmt.Sprintf("version %d", snap.Version), "new", before, doc)
+	default:
+		return res, nil, fmt.Errorf("admin: unknown change %q", c.Op)
+	}
+	repo, err := config.Parse(doc)
+	if err != nil {
+		return res, nil, invalid(err)
+	}
+	res.Notes = repo.Notes()
+	res.Hash = Hash(doc)
+	if res.Op != OpDelete && res.Object.Kind != KindDocument {
+		d, err := parseDocument(doc)
+		if err == nil {
+			if n, err := d.get(res.Object); err == nil {
+				v := newObjectView(res.Object, n, repo)
+				res.View = &v
+			}
+		}
+	}
+	if bytes.Equal(doc, snap.Document) {
+		res.Unchanged, res.Diff, res.Reformatted = true, "", false
+		return res, nil, nil
+	}
+	if c.DryRun {
+		res.Document = string(doc)
+	}
+	return res, doc, nil
+}
+
+// edit applies an object change to d and returns the object changed
+// (named, for a template created through its collection).
+func (s *Service) edit(d *document, res *Result, c Change) (Object, error) {
+	o := c.Object
+	if o.Kind == KindDocument {
+		return o, fmt.Errorf("admin: %s the whole document: use OpReplace", c.Op)
+	}
+	if c.Op == OpDelete {
+		if o.IsCollection() {
+			return o, fmt.Errorf("admin: %s is a collection; delete its objects one by one", o)
+		}
+		return o, d.remove(o)
+	}
+	if c.Value == nil {
+		return o, invalid(&DecodeError{Msg: "empty; want a JSON or YAML object"})
+	}
+	v := c.Value
+	if o.Kind == KindTemplate {
+		var err error
+		if o, err = templateName(o, v); err != nil {
+			return o, err
+		}
+	} else if o.IsCollection() {
+		return o, fmt.Errorf("admin: %s is a collection; name the object in the path", o)
+	}
+	copiesDomain := false
+	if o.Kind == KindDomain {
+		if r, err := d.get(Resource(o.Name)); err == nil {
+			copiesDomain = isCopiesNode(deref(r))
+		}
+	}
+	if err := checkShape(o, v, copiesDomain); err != nil {
+		return o, invalid(err)
+	}
+	mode := modeCreate
+	switch {
+	case c.Op == OpUpdate && c.Upsert:
+		mode = modeUpsert
+		if _, err := d.get(o); errors.Is(err, ErrNotFound) {
+			res.Op = OpCreate
+		}
+	case c.Op == OpUpdate:
+		mode = modeUpdate
+	}
+	return o, d.put(o, v, mode)
+}
+
+// templateName checks a template's identifier_glob against the object's
+// name, sets it when absent, and names a template created through the
+// collection.
+func templateName(o Object, v *yaml.Node) (Object, error) {
+	if v.Kind != yaml.MappingNode {
+		return o, invalid(&DecodeError{Msg: fmt.Sprintf("want a mapping (the template's fields), got %s", kindName(v))})
+	}
+	i := mapIndex(v, "identifier_glob")
+	switch {
+	case i < 0 && o.Name == "":
+		return o, invalid(&DecodeError{Field: "identifier_glob", Msg: "required (the template's name)"})
+	case i < 0:
+		v.Content = append([]*yaml.Node{newKey("identifier_glob"), {Kind: yaml.ScalarNode, Tag: "!!str", Value: o.Name}}, v.Content...)
+		return o, nil
+	}
+	g := v.Content[i+1]
+	if g.Kind != yaml.ScalarNode || g.Tag != "!!str" || g.Value == "" {
+		return o, invalid(&DecodeError{Field: "identifier_glob", Msg: fmt.Sprintf("want a non-empty string, got %s", kindName(g))})
+	}
+	if o.Name == "" {
+		return Template(g.Value), nil
+	}
+	if g.Value != o.Name {
+		return o, invalid(&DecodeError{Field: "identifier_glob", Msg: fmt.Sprintf("%q is not the path's %q (rename a template by deleting it and creating the new one)", g.Value, o.Name)})
+	}
+	return o, nil
+}
+
+// Current is the current document and its version.
+type Current struct {
+	Version  int64  `json:"version"`
+	Document string `json:"document"`
+	// Hash is the hex SHA-256 of Document.
+	Hash string `json:"hash"`
+	// Notes is what loading it normalizes; Errors, why it does not load
+	// (someone stored a bad document by hand: the servers keep their last
+	// good one).
+	Notes  []string `json:"notes,omitempty"`
+	Errors []string `json:"errors,omitempty"`
+	// Store describes the store ("etcd key /sluice/config").
+	Store string `json:"store"`
+}
+
+// Config returns the current document.
+func (s *Service) Config(ctx context.Context) (Current, error) {
+	snap, err := s.store.Read(ctx)
+	if err != nil {
+		return Current{}, err
+	}
+	c := Current{Version: snap.Version, Document: string(snap.Document), Hash: Hash(snap.Document), Store: s.store.String()}
+	if repo, err := config.Parse(snap.Document); err != nil {
+		c.Errors = invalid(err).Errors
+	} else {
+		c.Notes = repo.Notes()
+	}
+	return c, nil
+}
+
+// load reads and parses the current document.
+func (s *Service) load(ctx context.Context) (int64, *document, *config.Repository, error) {
+	snap, err := s.store.Read(ctx)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	d, err := parseDocument(snap.Document)
+	if err != nil {
+		return snap.Version, nil, nil, err
+	}
+	repo, _ := config.Parse(snap.Document) // nil when it does not load: no Effective
+	return snap.Version, d, repo, nil
+}
+
+// Get returns one object and the version it was read at. Errors wrap
+// ErrNotFound.
+func (s *Service) Get(ctx context.Context, o Object) (ObjectView, int64, error) {
+	if o.IsCollection() {
+		return ObjectView{}, 0, fmt.Errorf("admin: %s is a collection: List it", o)
+	}
+	v, d, repo, err := s.load(ctx)
+	if err != nil {
+		return ObjectView{}, v, err
+	}
+	n, err := d.get(o)
+	if err != nil {
+		return ObjectView{}, v, err
+	}
+	return newObjectView(o, n, repo), v, nil
+}
+
+// Listing is a collection's objects at a version.
+type Listing struct {
+	Version int64        `json:"version"`
+	Objects []ObjectView `json:"objects"`
+}
+
+// List returns the objects of collection c (Object.IsCollection), in
+// document order. Errors wrap ErrNotFound (the resource of a domain
+// collection does not exist).
+func (s *Service) List(ctx context.Context, c Object) (Listing, error) {
+	if !c.IsCollection() {
+		return Listing{}, fmt.Errorf("admin: %s is not a collection", c)
+	}
+	v, d, repo, err := s.load(ctx)
+	if err != nil {
+		return Listing{Version: v}, err
+	}
+	objs, err := d.list(c)
+	if err != nil {
+		return Listing{Version: v}, err
+	}
+	out := Listing{Version: v, Objects: make([]ObjectView, 0, len(objs))}
+	for _, o := range objs {
+		if n, err := d.get(o); err == nil {
+			out.Objects = append(out.Objects, newObjectView(o, n, repo))
+		}
+	}
+	return out, nil
+}
+
+// History returns the kept versions' audit records, newest first.
+func (s *Service) History(ctx context.Context) ([]Audit, error) { return s.store.History(ctx) }
+
+// Version returns a kept version. Errors wrap ErrNotFound.
+func (s *Service) Version(ctx context.Context, n int64) (Entry, error) { return s.store.Entry(ctx, n) }
+
+// DiffVersions returns the unified diff from kept version a to kept
+// version b ("" when their documents are equal).
+func (s *Service) DiffVersions(ctx context.Context, a, b int64) (string, error) {
+	ea, err := s.store.Entry(ctx, a)
+	if err != nil {
+		return "", err
+	}
+	eb, err := s.store.Entry(ctx, b)
+	if err != nil {
+		return "", err
+	}
+	return Diff(fmt.Sprintf("version %d", a), fmt.Sprintf("version %d", b), ea.Document, eb.Document), nil
+}
+
+// Rollback stores kept version n's document, byte for byte, as a new
+// version (OpRollback, From n). IfVersion, DryRun, User and Auth are
+// those of c; its other fields are ignored. The document must still load
+// (config.Parse), else *InvalidError.
+func (s *Service) Rollback(ctx context.Context, n int64, c Change) (Result, error) {
+	e, err := s.store.Entry(ctx, n)
+	if err != nil {
+		return Result{}, err
+	}
+	c.Op, c.Document = OpReplace, e.Document
+	for attempt := 0; ; attempt++ {
+		snap, err := s.store.Read(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		if c.IfVersion != 0 && snap.Version != c.IfVersion {
+			return Result{}, &ConflictError{Current: snap.Version}
+		}
+		res, doc, err := s.build(snap, c)
+		res.Op, res.From = OpRollback, n
+		if err != nil || res.Unchanged || c.DryRun {
+			return res, err
+		}
+		a, err := s.store.Write(ctx, snap.Version, doc, Audit{Time: s.now(), User: c.User, Auth: c.Auth,
+			Op: OpRollback, Object: res.Object.String(), From: n, Diff: res.Diff})
+		var ce *ConflictError
+		if errors.As(err, &ce) && c.IfVersion == 0 && attempt < maxRetries {
+			continue
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		res.Version, res.Audit = a.Version, &a
+		s.audit(a)
+		return res, nil
+	}
+}
