@@ -32,8 +32,11 @@ type DecodeError struct {
 
 // Error returns "body: msg" or "body.FIELD: msg".
 func (e *DecodeError) Error() string {
-	if e.Field == "" {
+	switch {
+	case e.Field == "":
 		return "body: " + e.Msg
+	case strings.HasPrefix(e.Field, "["):
+		return "body" + e.Field + ": " + e.Msg
 	}
 	return "body." + e.Field + ": " + e.Msg
 }
@@ -268,6 +271,14 @@ func checkYAML(n *yaml.Node, path string, depth int, errs *[]error) {
 	}
 	switch n.Kind {
 	case yaml.ScalarNode:
+		if n.Tag == "!!null" && n.Value == "" {
+			n.Value = "null" // written empty, it could read back as ""
+		}
+		if n.Style&yaml.FoldedStyle != 0 {
+			// The YAML library writes some folded strings back as other
+			// strings (more-indented lines); literal style keeps them.
+			n.Style = n.Style&^yaml.FoldedStyle | yaml.LiteralStyle
+		}
 		if n.Tag == "!!float" {
 			var f float64
 			if n.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -48,7 +49,19 @@ func parseDocument(data []byte) (*document, error) {
 	} else if top.Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("the configuration document: want a mapping (resources:, limits:), got %s", kindName(top))
 	}
+	keepStrings(&root)
 	return &document{root: &root}, nil
+}
+
+// keepStrings turns folded strings (>) into literal ones (|): the YAML
+// library writes some folded strings back as other strings.
+func keepStrings(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode && n.Style&yaml.FoldedStyle != 0 {
+		n.Style = n.Style&^yaml.FoldedStyle | yaml.LiteralStyle
+	}
+	for _, c := range n.Content {
+		keepStrings(c)
+	}
 }
 
 // encode writes the document as YAML, indented by two spaces.
@@ -335,7 +348,12 @@ func (d *document) put(o Object, v *yaml.Node, mode putMode) error {
 			v.Anchor = old.Anchor // aliases elsewhere keep referring to it
 		}
 	}
+	fixLineComments(v)
 	if s.seq != nil {
+		if isBlock(v) && v.LineComment != "" {
+			v.HeadComment = strings.TrimSpace(v.HeadComment + "\n" + v.LineComment)
+			v.LineComment = ""
+		}
 		if s.index >= 0 {
 			s.seq.Content[s.index] = v
 		} else {
@@ -346,15 +364,59 @@ func (d *document) put(o Object, v *yaml.Node, mode putMode) error {
 		}
 		return nil
 	}
-	if i := mapIndex(s.m, s.key); i >= 0 {
-		s.m.Content[i+1] = v
-		return nil
+	i := mapIndex(s.m, s.key)
+	if i < 0 {
+		if len(s.m.Content) == 0 {
+			s.m.Style = 0 // an empty flow {} becomes a block mapping
+		}
+		s.m.Content = append(s.m.Content, newKey(s.key), v)
+		i = len(s.m.Content) - 2
 	}
-	if len(s.m.Content) == 0 {
-		s.m.Style = 0 // an empty flow {} becomes a block mapping
-	}
-	s.m.Content = append(s.m.Content, newKey(s.key), v)
+	s.m.Content[i+1] = v
+	liftLineComment(s.m.Content[i], v)
 	return nil
+}
+
+// isBlock reports whether n is a mapping or sequence in block style.
+func isBlock(n *yaml.Node) bool {
+	return (n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode) && n.Style&yaml.FlowStyle == 0 && len(n.Content) > 0
+}
+
+// liftLineComment moves the line comment of a block collection v (carried
+// from a flow one: "small: {size: 1} # note") to its key k, where YAML
+// writes it on the key's line: the encoder would put it after v's last
+// line, on the next key's.
+func liftLineComment(k, v *yaml.Node) {
+	if !isBlock(v) || v.LineComment == "" {
+		return
+	}
+	if k.LineComment == "" {
+		k.LineComment = v.LineComment
+	} else {
+		v.HeadComment = strings.TrimSpace(v.HeadComment + "\n" + v.LineComment)
+	}
+	v.LineComment = ""
+}
+
+// fixLineComments lifts, throughout n, the line comments of block
+// collections to their keys (liftLineComment), or for list items to a
+// comment above them.
+func fixLineComments(n *yaml.Node) {
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			liftLineComment(n.Content[i], n.Content[i+1])
+			fixLineComments(n.Content[i+1])
+		}
+	case yaml.SequenceNode:
+		for _, c := range n.Content {
+			if isBlock(c) && c.LineComment != "" {
+				c.HeadComment = strings.TrimSpace(c.HeadComment + "\n" + c.LineComment)
+				c.LineComment = ""
+			}
+			fixLineComments(c)
+		}
+	}
 }
 
 // remove deletes o. Errors wrap ErrNotFound when it does not exist.

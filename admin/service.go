@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"time"
 
@@ -230,6 +231,9 @@ func (s *Service) build(snap Snapshot, c Change) (Result, []byte, error) {
 		if doc, err = d.encode(); err != nil {
 			return res, nil, err
 		}
+		if err := sameValue(d, doc); err != nil {
+			return res, nil, err
+		}
 		res.Reformatted = !bytes.Equal(before, snap.Document)
 		res.Diff = Diff(fmt.Sprintf("version %d", snap.Version), "new", before, doc)
 	default:
@@ -305,6 +309,19 @@ func (s *Service) edit(d *document, res *Result, c Change) (Object, error) {
 		mode = modeUpdate
 	}
 	return o, d.put(o, v, mode)
+}
+
+// sameValue checks that doc, d written as YAML, reads back as the value
+// d holds: the YAML library writes a few rare constructs back as others.
+func sameValue(d *document, doc []byte) error {
+	back, err := parseDocument(doc)
+	if err != nil {
+		return fmt.Errorf("admin: the edited document does not read back: %w", err)
+	}
+	if !reflect.DeepEqual(nodeValue(d.root, 0), nodeValue(back.root, 0)) {
+		return errors.New("admin: the edited document would not read back as written (a YAML construct the library cannot write back); replace the document whole (PUT config)")
+	}
+	return nil
 }
 
 // templateName checks a template's identifier_glob against the object's

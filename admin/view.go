@@ -47,17 +47,26 @@ func newObjectView(o Object, n *yaml.Node, repo *config.Repository) ObjectView {
 	return v
 }
 
+// maxValueNodes bounds the nodes nodeValue visits (aliases expanded): an
+// alias bomb in a document stored by hand costs no more.
+const maxValueNodes = 1 << 20
+
 // nodeValue converts a node to a JSON value (aliases followed, to a
-// depth of 100).
+// depth of 100, visiting at most maxValueNodes nodes).
 func nodeValue(n *yaml.Node, depth int) any {
+	budget := maxValueNodes
+	return valueOf(n, depth, &budget)
+}
+
+func valueOf(n *yaml.Node, depth int, budget *int) any {
 	n = deref(n)
-	if n == nil || depth > 100 {
+	if *budget--; n == nil || depth > 100 || *budget < 0 {
 		return nil
 	}
 	switch n.Kind {
 	case yaml.DocumentNode:
 		if len(n.Content) > 0 {
-			return nodeValue(n.Content[0], depth+1)
+			return valueOf(n.Content[0], depth+1, budget)
 		}
 		return nil
 	case yaml.MappingNode:
@@ -68,7 +77,7 @@ func nodeValue(n *yaml.Node, depth int) any {
 				continue
 			}
 			if k.Tag == "!!merge" {
-				if mm, ok := nodeValue(n.Content[i+1], depth+1).(map[string]any); ok {
+				if mm, ok := valueOf(n.Content[i+1], depth+1, budget).(map[string]any); ok {
 					for key, val := range mm {
 						if _, set := m[key]; !set {
 							m[key] = val
@@ -77,13 +86,13 @@ func nodeValue(n *yaml.Node, depth int) any {
 				}
 				continue
 			}
-			m[k.Value] = nodeValue(n.Content[i+1], depth+1)
+			m[k.Value] = valueOf(n.Content[i+1], depth+1, budget)
 		}
 		return m
 	case yaml.SequenceNode:
 		s := make([]any, 0, len(n.Content))
 		for _, c := range n.Content {
-			s = append(s, nodeValue(c, depth+1))
+			s = append(s, valueOf(c, depth+1, budget))
 		}
 		return s
 	case yaml.ScalarNode:
