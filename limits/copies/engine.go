@@ -108,8 +108,9 @@ type Engine struct {
 	// resources whose contributions in the Log may differ from the hold
 	// sets (a failed release, a fail-open reserve), which Reconcile
 	// writes back.
-	fenced bool
-	dirty  map[string]bool
+	fenced   bool
+	dirty    map[string]bool
+	inflight map[string]int // resources with a Log call in flight (unlocked)
 }
 
 // resState is the copy log of one resource.
@@ -193,7 +194,7 @@ func New(cfg *Config, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{o: o, res: map[string]*resState{}, sessions: map[string]*session{}, transfers: map[string]*transfer{}, dirty: map[string]bool{}}
+	e := &Engine{o: o, res: map[string]*resState{}, sessions: map[string]*session{}, transfers: map[string]*transfer{}, dirty: map[string]bool{}, inflight: map[string]int{}}
 	if err := e.SetConfig(cfg); err != nil {
 		return nil, err
 	}

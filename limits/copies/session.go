@@ -216,7 +216,10 @@ func (e *Engine) Expire(now time.Time) []Ended {
 	if e.o.Log != nil && !e.fenced {
 		// Staged transfers live in the Log; one that fails to expire now
 		// is expired by a later call (of this server or another).
-		if ended, err := e.o.Log.ExpireTransfers(); err == nil {
+		var ended []Ended
+		var err error
+		e.unlocked(nil, func() { ended, err = e.o.Log.ExpireTransfers() })
+		if err == nil {
 			for _, t := range ended {
 				e.stats.TransfersExpired++
 				for _, h := range t.Released {

@@ -40,7 +40,56 @@ func (e *Engine) logFailed(err error) {
 	}
 }
 
-// reserveShared is Reserve's decision on the Log, for session s.
+// unlocked runs f, a call of the Log, outside the engine's lock (held by
+// the caller, and held again when unlocked returns), with resources marked
+// in flight meanwhile: Reconcile leaves them alone, since their
+// contributions are changing.
+func (e *Engine) unlocked(resources []string, f func()) {
+	for _, r := range resources {
+		e.inflight[r]++
+	}
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		for _, r := range resources {
+			if e.inflight[r]--; e.inflight[r] == 0 {
+				delete(e.inflight, r)
+			}
+		}
+	}()
+	f()
+}
+
+// after checks, once the lock is held again after a Log call for session
+// s on resource, that the engine was not fenced and that s did not end
+// meanwhile. When it did, changed says whether the Log changed this
+// server's contributions for it, which Reconcile then makes right (the
+// resource is marked dirty).
+func (e *Engine) after(s *session, resource string, changed bool) error {
+	if e.fenced {
+		return errFenced
+	}
+	if e.sessions[s.id] != s {
+		if changed {
+			e.dirty[resource] = true
+		}
+		return fail("session_id", "session "+short(s.id)+" ended during the request", ErrUnknownSession)
+	}
+	return nil
+}
+
+// resState returns resource's copy log, creating it.
+func (e *Engine) resState(resource string) *resState {
+	st := e.res[resource]
+	if st == nil {
+		st = &resState{domains: map[string]int64{}, groups: map[string]int64{}}
+		e.res[resource] = st
+	}
+	return st
+}
+
+// reserveShared is Reserve's decision on the Log, for session s; the Log
+// is called outside the engine's lock.
 func (e *Engine) reserveShared(s *session, st *resState, resource, domain string, copies, minCopies int64) (Reservation, error) {
 	c := st.c
 	m := c.member[domain]
@@ -50,7 +99,15 @@ func (e *Engine) reserveShared(s *session, st *resState, resource, domain string
 		q.Groups, q.GroupLimits = m.names, m.limits
 	}
 	r := Reservation{DomainLimit: q.DomainLimit, GlobalLimit: c.global, Unlimited: q.Ignore}
-	got, err := e.o.Log.Reserve(q)
+	var got LogCounts
+	var err error
+	e.unlocked([]string{resource}, func() { got, err = e.o.Log.Reserve(q) })
+	if !errors.Is(err, ErrFenced) {
+		if err := e.after(s, resource, err != nil || got.Granted > 0); err != nil {
+			return Reservation{}, err
+		}
+	}
+	st = e.resState(resource)
 	switch {
 	case err != nil && (!c.failOpen || errors.Is(err, ErrFenced)):
 		e.logFailed(err)
@@ -96,42 +153,70 @@ func (e *Engine) reserveShared(s *session, st *resState, resource, domain string
 	return r, nil
 }
 
-// release gives holds back to the Log; on failure their resources are
-// dirty (the hold sets are right; Reconcile writes them back).
+// release gives holds, already gone from the hold sets, back to the Log
+// (outside the engine's lock); on failure their resources are dirty (the
+// hold sets are right; Reconcile writes them back).
 func (e *Engine) release(holds []Hold) {
 	if e.fenced {
 		return
 	}
-	if err := e.o.Log.Release(holds); err != nil {
+	res := make([]string, 0, len(holds))
+	for _, h := range holds {
+		if !slices.Contains(res, h.Resource) {
+			res = append(res, h.Resource)
+		}
+	}
+	var err error
+	e.unlocked(res, func() { err = e.o.Log.Release(holds) })
+	if err != nil {
 		if e.logFailed(err); e.fenced {
 			return
 		}
-		for _, h := range holds {
-			e.dirty[h.Resource] = true
+		for _, r := range res {
+			e.dirty[r] = true
 		}
 	}
 }
 
 // stageShared is Transfer on the Log: copies of k leave session s for
-// staged transfer id.
+// staged transfer id. They leave the hold set first (so that no other
+// operation uses them meanwhile) and come back if the Log fails.
 func (e *Engine) stageShared(s *session, k holdKey, copies int64, id string, ttl time.Duration) (Staged, error) {
 	h := Hold{Resource: k.res, Domain: k.dom, Groups: splitGroups(k.groups), Copies: copies}
-	deadline, err := e.o.Log.Stage(id, h, ttl)
+	_ = e.take(s, k, copies, "transfer")
+	e.drop(k, copies)
+	var deadline time.Time
+	var err error
+	e.unlocked([]string{k.res}, func() { deadline, err = e.o.Log.Stage(id, h, ttl) })
 	if err != nil {
 		if e.logFailed(err); !e.fenced {
 			e.dirty[k.res] = true // staged or not: Restore counts the hold
+			if e.sessions[s.id] == s {
+				e.restoreHold(s, k, copies)
+			}
 		}
 		return Staged{}, unavailable("transfer", err)
 	}
-	_ = e.take(s, k, copies, "transfer")
-	e.drop(k, copies)
 	e.stats.Staged++
 	return Staged{ID: id, TTL: ttl, Expires: deadline}, nil
 }
 
+// restoreHold puts copies of k back into session s and the counts.
+func (e *Engine) restoreHold(s *session, k holdKey, copies int64) {
+	st := e.resState(k.res)
+	st.domains[k.dom] += copies
+	st.global += copies
+	for g := range eachGroup(k.groups) {
+		st.groups[g] += copies
+	}
+	s.holds[k] += copies
+}
+
 // seizeShared is Seize on the Log: staged transfer id joins session s.
 func (e *Engine) seizeShared(s *session, id string) (Seized, error) {
-	h, err := e.o.Log.Seize(id)
+	var h Hold
+	var err error
+	e.unlocked(nil, func() { h, err = e.o.Log.Seize(id) })
 	switch {
 	case errors.Is(err, ErrUnknownTransfer):
 		return Seized{}, fail("transfer_id", "no staged transfer "+short(id)+" (never staged, seized already, or expired)", ErrUnknownTransfer)
@@ -139,18 +224,11 @@ func (e *Engine) seizeShared(s *session, id string) (Seized, error) {
 		e.logFailed(err)
 		return Seized{}, unavailable("seize", err)
 	}
+	if err := e.after(s, h.Resource, true); err != nil {
+		return Seized{}, err
+	}
 	k := holdKey{res: h.Resource, dom: h.Domain, groups: e.groupsKey(h.Resource, h.Domain, h.Groups)}
-	st := e.res[h.Resource]
-	if st == nil {
-		st = &resState{domains: map[string]int64{}, groups: map[string]int64{}}
-		e.res[h.Resource] = st
-	}
-	st.domains[k.dom] += h.Copies
-	st.global += h.Copies
-	for g := range eachGroup(k.groups) {
-		st.groups[g] += h.Copies
-	}
-	s.holds[k] += h.Copies
+	e.restoreHold(s, k, h.Copies)
 	e.stats.Seized++
 	return Seized{Resource: h.Resource, Domain: h.Domain, Groups: splitGroups(k.groups), Copies: h.Copies}, nil
 }
@@ -239,6 +317,9 @@ func (e *Engine) Reconcile() ([]string, error) {
 	}
 	for _, r := range lost {
 		todo[r] = true
+	}
+	for r := range e.inflight { // changing now: the next call
+		delete(todo, r)
 	}
 	if len(todo) == 0 {
 		return nil, nil

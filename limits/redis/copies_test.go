@@ -462,3 +462,73 @@ func startOwnRedis(t testing.TB) string {
 	t.Cleanup(srv.Stop)
 	return srv.Addr
 }
+
+// TestCopiesConcurrentOneServer: one engine's operations run their Redis
+// calls concurrently (outside its lock). 20 goroutines reserve, release,
+// transfer, seize and close, some sessions closed by others mid-request;
+// afterwards the shared counts are exactly what the open sessions hold
+// (after one Reconcile for the requests whose session ended meanwhile),
+// and zero once every session is closed.
+func TestCopiesConcurrentOneServer(t *testing.T) {
+	c := client(t)
+	p := fmt.Sprintf("%s%d:", prefix(t), time.Now().UnixNano()) // seeded ids: a run of its own
+	e, _ := sharedEngine(t, c, p, "e", 1)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var staged []string
+	for w := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 3))
+			s, err := e.Open(time.Now(), time.Minute)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for range 30 {
+				dom := []string{"acme", "beta", "gamma", "delta"}[r.IntN(4)]
+				res, err := e.Reserve(time.Now(), s.ID, "sandbox", dom, 1, 1)
+				if err != nil || res.Granted == 0 {
+					continue
+				}
+				var gs []string
+				for _, g := range res.Groups {
+					gs = append(gs, g.Name)
+				}
+				switch r.IntN(3) {
+				case 0:
+					_ = e.Release(time.Now(), s.ID, "sandbox", dom, 1, gs)
+				case 1:
+					if st, err := e.Transfer(time.Now(), s.ID, "sandbox", dom, 1, gs, time.Minute); err == nil {
+						mu.Lock()
+						staged = append(staged, st.ID)
+						mu.Unlock()
+					}
+				}
+				mu.Lock()
+				if len(staged) > 0 && r.IntN(2) == 0 {
+					id := staged[len(staged)-1]
+					staged = staged[:len(staged)-1]
+					mu.Unlock()
+					if _, err := e.Seize(time.Now(), s.ID, id); err != nil {
+						t.Errorf("seize: %v", err)
+					}
+				} else {
+					mu.Unlock()
+				}
+			}
+			_, _ = e.Close(time.Now(), s.ID)
+		}()
+	}
+	wg.Wait()
+	if _, err := e.Reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	// What is still counted: the transfers left staged (they belong to no
+	// session), nothing else.
+	if n, want := globalCount(t, c, p, "sandbox"), int64(len(staged)); n != want {
+		h, _ := c.HGetAll(context.Background(), escape(p)+"{csandbox}n:a").Result()
+		t.Fatalf("global count %d with every session closed, want the %d copies left staged: %v %+v", n, want, h, e.Stats())
+	}
+}
