@@ -11,9 +11,13 @@ import (
 // The engine's side of a shared Log (Options.Log). The engine keeps the
 // sessions and their hold sets; the Log keeps the counts (every server's
 // contributions) and the staged transfers. Each operation calls the Log
-// once, under the engine's lock, so that the hold sets and this server's
-// contributions change together: a server's operations on copy-limited
-// resources are serialised, one Log round trip each (Redis: ~0.1 ms).
+// once, outside the engine's lock: the hold set changes before the call
+// (a release, a transfer: the copies leave the session first) or after it
+// (a reserve, a seize: they join it once granted), so one server's
+// operations run concurrently and share Redis round trips, and a failing
+// Redis holds up only the requests that need it. While a Log call is in
+// flight its resource is left alone by Reconcile; a session that ended
+// meanwhile leaves its resource dirty.
 //
 // What the Log said is what happened; when its outcome is unknown (an
 // error), the engine marks the resource dirty and Reconcile later makes

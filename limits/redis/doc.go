@@ -167,10 +167,9 @@
 // the timeout: with a timeout of 40 ms, 50 clients on one fail-open
 // bucket through sluice server saw every answer within 50 ms over 5 s of
 // a SIGSTOPped Redis (in three runs the slowest took 44–49.8 ms, the
-// answers of the first three round trips; p99.9 41.6–47.4 ms). A
-// copy-limited resource's reserves wait in turn for the copies engine
-// while those round trips fail: up to about BreakerFailures times the
-// timeout. A lower timeout bounds the wait tighter but
+// answers of the first three round trips; p99.9 41.6–47.4 ms); a
+// copy-limited resource's fail-open reserves too (its engine calls the
+// CopyLog outside its lock). A lower timeout bounds the wait tighter but
 // counts as failures the Redis stalls longer than it (a fork for a
 // snapshot: tens of milliseconds). When Redis is slow but answers, a call
 // queued behind a round trip waits for it and then for its own: at most
