@@ -41,7 +41,7 @@ func newRedisCollector(st redisHealth) *redisCollector {
 		scripts:    prometheus.NewDesc("sluice_redis_scripts_total", "Lua scripts sent to Redis by the limits store (EVALSHA and EVAL: one per resource per round trip for the token buckets; resent after NOSCRIPT or a cluster redirection counts again).", nil, nil),
 		roundTrips: prometheus.NewDesc("sluice_redis_round_trips_total", "Round trips (pipelines) to Redis carrying the limits store's scripts: round trips ÷ calls is the round trips per request.", nil, nil),
 		failures:   prometheus.NewDesc("sluice_redis_failures_total", "Round trips to Redis that failed for want of Redis (timeout, connection refused or lost, LOADING, BUSY, ...).", nil, nil),
-		refused:    prometheus.NewDesc("sluice_redis_refused_total", "Limits store calls failed at once by an open circuit breaker.", nil, nil),
+		refused:    prometheus.NewDesc("sluice_redis_refused_total", "Limits store calls failed at once: by an open circuit breaker, or with the round trip they queued behind when it failed for want of Redis.", nil, nil),
 		latency:    prometheus.NewDesc("sluice_redis_round_trip_seconds", "Duration of the limits store's round trips to Redis (each a pipeline of scripts), failed ones included.", nil, nil),
 	}
 }

@@ -44,7 +44,9 @@ resources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(Options{ID: "redis", Limits: cfg, LimitsStore: redisstore.New(c, redisstore.Options{Prefix: "t:" + t.Name() + ":", BreakerFailures: 1, BreakerProbe: time.Hour})})
+	st := redisstore.New(c, redisstore.Options{Prefix: "t:" + t.Name() + ":", BreakerFailures: 1, BreakerProbe: time.Hour})
+	t.Cleanup(func() { _ = st.Close() })
+	s := New(Options{ID: "redis", Limits: cfg, LimitsStore: st})
 	h := s.Handler()
 	api := s.LimitsAPI()
 	for _, res := range []string{"open", "closed"} {

@@ -198,6 +198,7 @@ func TestBreaker(t *testing.T) {
 	}}
 	engine := func(probe time.Duration) (*Store, *limits.Engine) {
 		st := New(c, Options{Prefix: prefix(t), BreakerFailures: 2, BreakerProbe: probe})
+		t.Cleanup(func() { _ = st.Close() })
 		e, err := limits.New(cfg, limits.Options{Store: st})
 		if err != nil {
 			t.Fatal(err)
