@@ -635,36 +635,3 @@ func (l *CopyLog) Epochs(ctx context.Context) ([]string, error) {
 	slices.Sort(out)
 	return slices.Compact(out), nil
 }
-
-// scanKeys calls fn with batches of the keys matching match, on every
-// master of a cluster (fn is serialised).
-func scanKeys(ctx context.Context, c redis.UniversalClient, match string, fn func(keys []string) error) error {
-	var mu sync.Mutex
-	one := func(ctx context.Context, c redis.UniversalClient) error {
-		it := c.Scan(ctx, 0, match, 512).Iterator()
-		var batch []string
-		flush := func() error {
-			mu.Lock()
-			defer mu.Unlock()
-			err := fn(batch)
-			batch = batch[:0]
-			return err
-		}
-		for it.Next(ctx) {
-			batch = append(batch, it.Val())
-			if len(batch) == 256 {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
-		}
-		if err := it.Err(); err != nil {
-			return err
-		}
-		return flush()
-	}
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return one(ctx, c) })
-	}
-	return one(ctx, c)
-}

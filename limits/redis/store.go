@@ -386,7 +386,12 @@ func (s *Store) Len() int {
 // scan calls fn with batches of bucket keys, on every master of a cluster
 // (fn is serialised).
 func (s *Store) scan(ctx context.Context, fn func(keys []string) error) error {
-	match := s.prefix + "{r*}b:*"
+	return scanKeys(ctx, s.c, s.prefix+"{r*}b:*", fn)
+}
+
+// scanKeys calls fn with batches of the keys matching match, on every
+// master of a cluster (fn is serialised).
+func scanKeys(ctx context.Context, c redis.UniversalClient, match string, fn func(keys []string) error) error {
 	var mu sync.Mutex
 	one := func(ctx context.Context, c redis.UniversalClient) error {
 		it := c.Scan(ctx, 0, match, 512).Iterator()
@@ -411,10 +416,10 @@ func (s *Store) scan(ctx context.Context, fn func(keys []string) error) error {
 		}
 		return flush()
 	}
-	if cc, ok := s.c.(*redis.ClusterClient); ok {
+	if cc, ok := c.(*redis.ClusterClient); ok {
 		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return one(ctx, c) })
 	}
-	return one(ctx, s.c)
+	return one(ctx, c)
 }
 
 // errStop ends a walk early.
