@@ -507,8 +507,21 @@ func (d *document) list(c Object) ([]Object, error) {
 	return out, nil
 }
 
-// carryComments copies onto v the comments of old where v has none: its
-// own, and recursively those of the mapping fields (matched by key) and
+// flat reports whether n is a mapping or list of scalars only.
+func flat(n *yaml.Node) bool {
+	if n.Kind != yaml.MappingNode && n.Kind != yaml.SequenceNode {
+		return false
+	}
+	for _, c := range n.Content {
+		if c.Kind != yaml.ScalarNode {
+			return false
+		}
+	}
+	return true
+}
+
+// carryComments copies onto v the comments of old where v has none (and
+// old's flow style, for a flat value): its own, and recursively those of the mapping fields (matched by key) and
 // sequence items (matched by index) v keeps.
 func carryComments(old, v *yaml.Node) {
 	if old == nil || v == nil {
@@ -522,6 +535,11 @@ func carryComments(old, v *yaml.Node) {
 	}
 	if v.FootComment == "" {
 		v.FootComment = old.FootComment
+	}
+	// A flat mapping or list written in flow style ({size: 1, fill_rate:
+	// 1}) stays so when its new value is flat too.
+	if old.Kind == v.Kind && old.Style&yaml.FlowStyle != 0 && v.Style == 0 && flat(v) {
+		v.Style = yaml.FlowStyle
 	}
 	switch {
 	case old.Kind == yaml.MappingNode && v.Kind == yaml.MappingNode:

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-
-	"github.com/sluice-rl/sluice/internal/names"
 )
 
 // Kind is the kind of an Object of the configuration document.
@@ -56,6 +54,17 @@ func (k Kind) String() string {
 
 // MarshalText writes the kind's name.
 func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText reads a kind's name.
+func (k *Kind) UnmarshalText(b []byte) error {
+	for i, n := range kindNames {
+		if n == string(b) {
+			*k = Kind(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("admin: unknown kind %q", b)
+}
 
 // Object addresses one object of the configuration document. Name is the
 // template's identifier_glob, the resource's name or the namespace's
@@ -222,25 +231,4 @@ func ParseObject(path string) (Object, error) {
 		return Domain(seg[2], seg[4]), nil
 	}
 	return bad()
-}
-
-// configPath returns the path by which config.Parse's errors and notes
-// name o ("limits.resources.api.domains.x"; a template's
-// `resources[i] ("glob")` depends on its index, so "" for templates).
-func (o Object) configPath() string {
-	switch o.Kind {
-	case KindResource:
-		return names.Key("limits.resources", o.Name)
-	case KindDomain:
-		return names.Key(names.Key("limits.resources", o.Name)+".domains", o.Domain)
-	case KindDefault:
-		return names.Key("limits.resources", o.Name) + ".default"
-	case KindBucketTemplate:
-		return names.Key("limits.resources", o.Name) + ".template"
-	case KindNamespace:
-		return names.Key("limits.namespaces", o.Name)
-	case KindGlobalDefault:
-		return "limits.global_default"
-	}
-	return ""
 }

@@ -131,7 +131,7 @@ func TestServiceObjects(t *testing.T) {
 		{"update a template without its glob", with(yamlBody(t, "capacity: 50\nalgorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 10}\n"), OpUpdate, Template("db/*")),
 			[]string{"-    capacity: 100", "+    capacity: 50"}},
 		{"a resource's bucket template", with(jsonBody(t, `{"size": 3, "fill_rate": 1}`), OpUpdate, Object{Kind: KindBucketTemplate, Name: "api"}),
-			[]string{"-      template: {size: 2, fill_rate: 1}", "+      template:", "+        size: 3"}},
+			[]string{"-      template: {size: 2, fill_rate: 1}", "+      template: {size: 3, fill_rate: 1}"}},
 		{"upsert a resource", withUpsert(jsonBody(t, `{"default": {"size": 1000, "fill_rate": 500}}`), Resource("Pinky_TheBrain")),
 			[]string{"+    Pinky_TheBrain:", "+      default:", "+        size: 1000"}},
 		{"delete a template", with(Change{}, OpDelete, Template("cache/*")),
@@ -328,9 +328,30 @@ func TestServiceConflict(t *testing.T) {
 	if v.Value.(map[string]any)["size"] != int64(1) {
 		t.Errorf("the first change was lost: %v", v.Value)
 	}
-	// The flow mapping's line comment stays on its line, now the key's.
+	// A flat flow mapping stays one, its comment on its line.
 	cur, _ := s.Config(ctx)
-	if !strings.Contains(cur.Document, "        small: # the small tenant\n          size: 2\n        big:\n") {
-		t.Errorf("the comment moved:\n%s", cur.Document)
+	if !strings.Contains(cur.Document, "        small: {size: 2} # the small tenant\n        big:\n") {
+		t.Errorf("the bucket's style or comment changed:\n%s", cur.Document)
+	}
+}
+
+// A flow mapping replaced by a nested one becomes a block mapping, its
+// line comment now its key's (on the same line).
+func TestDocumentLineComment(t *testing.T) {
+	d, err := parseDocument([]byte("limits:\n  resources:\n    api: {default: {size: 1, fill_rate: 1}} # the API\n    other: {}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := DecodeJSON([]byte(`{"domains": {"x": {"size": 2}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.put(Resource("api"), v, modeUpdate); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := d.encode()
+	want := "limits:\n  resources:\n    api: # the API\n      domains:\n        x:\n          size: 2\n    other: {}\n"
+	if string(got) != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 }
