@@ -57,6 +57,7 @@ func newServerCmd() *cobra.Command {
 		electTTL                        time.Duration
 		fleetPrefix                     string
 		fleetTTL                        time.Duration
+		adminF                          adminFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -88,6 +89,16 @@ redirect to it), then the listener closes and in-flight RPCs finish, all within
 
 HTTP on the same port: /debug/status (status pages, also as JSON), /metrics
 (Prometheus), /healthz, /readyz, and with --pprof /debug/pprof/.
+
+The admin API at /admin/v1/ (JSON) reads and changes the configuration of
+--config object by object (templates, limits resources, buckets, namespaces),
+each change validated by the loader, versioned (If-Match; a stale change gets
+409), kept in a history (--admin-history) and audited. It writes the file
+(atomically; FILE.history/ beside it) or the etcd key (KEY/history/), and the
+servers apply the change as any other through their watch. Writes need
+--admin-token-file, --tls-client-ca (the certificate's CN is the user),
+--admin-trust-forwarded-user or --admin-insecure; reads are open unless
+--admin-auth-reads.
 
 Every flag can also be set in the environment as SLUICE_<FLAG>, upper case with
 dashes as underscores (SLUICE_LISTEN, SLUICE_ETCD_ENDPOINTS, …); a flag on the
@@ -294,7 +305,15 @@ command line wins.`,
 				reloadOnHUP(ctx, log, quotaPath, w)
 			}
 
-			handler := srv.Handler()
+			adminCfg := cfgPath
+			if len(parents) > 0 {
+				adminCfg = "" // the parent's configuration: nothing to edit here
+			}
+			handler, err := adminHandler(srv.Handler(), adminF, adminCfg, cli, tlsClientCA != "", log)
+			if err != nil {
+				lis.Close()
+				return err
+			}
 			if pprofOn {
 				mux := http.NewServeMux()
 				mux.Handle("/", handler)
@@ -451,6 +470,7 @@ command line wins.`,
 	f.StringVar(&electKey, "election-key", "", "etcd key prefix the tasks of this node campaign on, e.g. /sluice/root")
 	f.DurationVar(&electTTL, "election-ttl", 10*time.Second, "etcd session TTL (whole seconds): how long a master that cannot reach etcd stays master")
 	f.StringVar(&fleetPrefix, "fleet-prefix", "/sluice/fleet", "etcd key prefix of the fleet of servers sharing copy-limited resources on --redis or --redis-cluster (with --etcd-endpoints)")
+	adminF.register(f)
 	f.DurationVar(&fleetTTL, "fleet-ttl", 10*time.Second, "etcd session TTL (whole seconds) of this server's fleet membership: a crashed server's copies come back this long after its last keep-alive")
 	return cmd
 }
