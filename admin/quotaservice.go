@@ -270,20 +270,36 @@ func (s engineStats) Scores(ns, bucket string) (BucketScores, bool, error) {
 // A change answers {} (200); an error the HTTP status and a QSError:
 // 400 invalid body or change, 401/403 authentication, 404 no such
 // namespace or bucket, 405 method, 409 stale version or existing object,
-// 413 body too large, 500 otherwise. svc nil answers 404 to everything;
-// stats nil answers empty top lists.
-func QuotaServiceHandler(svc *Service, auth *Auth, stats QuotaStats, log *slog.Logger) http.Handler {
-	if log == nil {
-		log = slog.Default()
+// 413 body too large, 500 otherwise. svc nil answers 404 to everything
+// (with o.Disabled's reason).
+func QuotaServiceHandler(svc *Service, auth *Auth, o QSOptions) http.Handler {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
-	return &qsHandler{svc: svc, auth: auth, stats: stats, log: log}
+	if o.Disabled == "" {
+		o.Disabled = "no configuration to edit: the server runs without --config (or with --parent, whose configuration comes from the parent)"
+	}
+	return &qsHandler{svc: svc, auth: auth, stats: o.Stats, log: o.Logger, disabled: o.Disabled}
+}
+
+// QSOptions configures QuotaServiceHandler.
+type QSOptions struct {
+	// Stats answers /api/stats; nil: empty top lists and zero counts.
+	Stats QuotaStats
+	// Logger receives the refused requests and the failures; nil:
+	// slog.Default().
+	Logger *slog.Logger
+	// Disabled is, when the Service is nil, why there is nothing to edit
+	// (the 404's description); "" says the server has no --config.
+	Disabled string
 }
 
 type qsHandler struct {
-	svc   *Service
-	auth  *Auth
-	stats QuotaStats
-	log   *slog.Logger
+	svc      *Service
+	auth     *Auth
+	stats    QuotaStats
+	log      *slog.Logger
+	disabled string
 }
 
 // qsStatus is an error with the HTTP status it answers.
@@ -305,7 +321,7 @@ func (h *qsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.svc == nil {
-		h.fail(w, qsErrorf(http.StatusNotFound, "no configuration to edit: the server runs without --config (or with --parent, whose configuration comes from the parent)"))
+		h.fail(w, qsErrorf(http.StatusNotFound, "%s", h.disabled))
 		return
 	}
 	var seg []string

@@ -63,7 +63,7 @@ func startQSServer(t *testing.T, doc string, ao admin.AuthOptions) *qsServer {
 		t.Fatal(err)
 	}
 	svc := admin.New(fs, admin.Options{Logger: log})
-	qs := admin.QuotaServiceHandler(svc, auth, admin.EngineStats(srv.Limits(), time.Now), log)
+	qs := admin.QuotaServiceHandler(svc, auth, admin.QSOptions{Stats: admin.EngineStats(srv.Limits(), time.Now), Logger: log})
 	mux := http.NewServeMux()
 	mux.Handle(admin.Prefix, admin.Handler(svc, auth, log))
 	mux.Handle(admin.QSPrefix, qs)

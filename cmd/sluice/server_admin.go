@@ -31,11 +31,11 @@ func (a *adminFlags) register(f *pflag.FlagSet) {
 }
 
 // adminHandler returns handler with the admin API mounted at
-// /admin/v1/: over the configuration of --config (a file, or with cli an
+// /admin/v1/ (and the quota service's at /api, qs): over the configuration of --config (a file, or with cli an
 // etcd key), or, with neither (no --config, or --parent), answering that
 // there is nothing to edit. Changes take effect the one way configuration
 // changes do: the servers' watchers of the file or key.
-func adminHandler(handler http.Handler, flags adminFlags, cfgPath string, cli *clientv3.Client, clientCerts bool, log *slog.Logger) (http.Handler, error) {
+func adminHandler(handler http.Handler, flags adminFlags, cfgPath string, cli *clientv3.Client, clientCerts bool, qs quotaServiceAPI, log *slog.Logger) (http.Handler, error) {
 	prefixes, err := admin.ParsePrefixes(flags.forwarded)
 	if err != nil {
 		return nil, fmt.Errorf("--admin-trust-forwarded-user: %w", err)
@@ -72,6 +72,7 @@ func adminHandler(handler http.Handler, flags adminFlags, cfgPath string, cli *c
 	}
 	mux := http.NewServeMux()
 	mux.Handle(admin.Prefix, admin.Handler(svc, auth, log))
+	qs.mount(mux, svc, auth, log) // the quota service's admin REST API at /api
 	mux.Handle("/", handler)
 	return mux, nil
 }
