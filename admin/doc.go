@@ -1,0 +1,77 @@
+// Package admin changes Sluice's configuration at runtime: the document
+// that `sluice server --config FILE` or `--config etcd:/KEY` serves,
+// edited object by object, every change validated and normalized by the
+// servers' own loader (config.Parse) before it is stored, versioned with
+// compare-and-swap, kept in a history, and audited.
+//
+// Source: issue 16 ("Live configuration"); charon-paper.md §4.1 (a
+// configuration API that normalizes what it stores); quotaservice-wire.md,
+// "Admin REST API" (the version and its 409); doorman-design.md (servers
+// watch a central store).
+//
+// # The document and its objects
+//
+// The document is kept as a YAML node tree (go.yaml.in/yaml/v3), so an
+// edit changes only the object it touches: comments, key order and flow
+// style ({size: 1, fill_rate: 1}) elsewhere survive, and a changed
+// object keeps the comments of the fields it keeps. Objects (Object, with
+// their paths in the HTTP API):
+//
+//	templates/{identifier_glob}                   a Doorman resource template (an item of resources:)
+//	limits/resources/{name}                       a limits resource: token buckets, burst tiers or copies
+//	limits/resources/{name}/domains/{domain}      one domain: a bucket, a tier configuration, or a copies limit
+//	limits/resources/{name}/default               a token-bucket resource's default bucket
+//	limits/resources/{name}/template              its dynamic bucket template
+//	limits/namespaces/{prefix}                    a namespace's flags
+//	limits/global_default                         the global default bucket
+//	config                                        the whole document
+//
+// Names are path-escaped in paths ("templates/db%2F*"). Each object can
+// be listed (its collection), read (ObjectView: as written, as YAML with
+// its comments, and as the loader sees it, defaults applied and
+// normalized), created (fails with ErrExists if it exists), updated
+// (ErrNotFound if it does not; Change.Upsert creates it) and deleted.
+//
+// # Changes
+//
+// Service.Apply builds the whole new document, parses it with
+// config.Parse and refuses it with every error, each naming its field
+// (*InvalidError), if it does not load. Change.IfVersion is the version
+// the change was made against: when another is current the change fails
+// with a *ConflictError ("configuration changed since you read it:
+// version N now"). DryRun returns the Result (the normalized object,
+// config.Repository.Notes, a unified diff, the new document) storing
+// nothing. Service.Rollback stores a kept version's document byte for
+// byte as a new version.
+//
+// # Stores
+//
+// A Store keeps the document, its version and its history: FileStore (the
+// file, written atomically, with FILE.history/ beside it; one process
+// writes it) and etcdstore.Store (the etcd key, with a transaction on its
+// version, and KEY/history/; any number of servers). A Store only stores:
+// the servers apply a change the one way they apply any change to their
+// configuration, through their watcher of the file or key.
+//
+// # HTTP API and authentication
+//
+// Handler serves the API as JSON under /admin/v1/ on the server's port
+// (see Handler for its routes; If-Match carries the version, ?dry_run=true
+// asks for a dry run). Auth decides who writes: a bearer token from a
+// token file, the CN of an mTLS client certificate, X-Forwarded-User from
+// a trusted proxy, or any loopback client with AuthOptions.Insecure; with
+// none configured, writes answer 403 (DisabledMessage). Every accepted
+// change is logged (slog, "configuration changed": user, time, version,
+// object, diff) and kept in its history entry (Audit).
+//
+// # Building on it
+//
+// A command-line tool or a web page speaks the HTTP API through Client,
+// whose errors are the Service's (*ConflictError for a 409, *InvalidError
+// for a 400 with every error). The quota service's REST API maps onto the
+// objects: a namespace is limits/resources/{name}, a bucket
+// limits/resources/{name}/domains/{bucket}, ___DEFAULT_BUCKET___ and
+// ___DYNAMIC_BUCKET_TPL___ are …/default and …/template, the global
+// default bucket limits/global_default; its Version header is
+// Change.IfVersion and X-Forwarded-User the Auth's forwarded user.
+package admin
