@@ -16,12 +16,15 @@
 //	    load a server with GetCapacity requests and report rate and latency
 //	sluice shell --server ADDR
 //	    an interactive client: get, release, show, master
+//	sluice admin get|set|delete|history|diff|rollback [--server URL]
+//	    read and change a server's configuration at runtime (the admin API)
 //
 // (sluice workload, hidden, is a load-generating client process for the
 // tests.) Every subcommand has --help.
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -30,7 +33,9 @@ import (
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "sluice:", err)
+		if !errors.As(err, new(quietError)) { // else already printed
+			fmt.Fprintln(os.Stderr, "sluice:", err)
+		}
 		os.Exit(1)
 	}
 }
@@ -43,6 +48,6 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newServerCmd(), newDemoCmd(), newSimulateCmd(), newStatusCmd(),
-		newConfigCmd(), newGetCmd(), newBenchCmd(), newShellCmd(), newWorkloadCmd())
+		newConfigCmd(), newGetCmd(), newBenchCmd(), newShellCmd(), newAdminCmd(), newWorkloadCmd())
 	return root
 }
