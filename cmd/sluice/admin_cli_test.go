@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/tlsutil"
 )
 
 const adminCLIConfig = `# the admin CLI's tests
@@ -282,5 +284,46 @@ func TestServerQuotaServiceAPI(t *testing.T) {
 	}
 	if out := mustAdmin(t, "http://"+addr, "history"); !strings.Contains(out, "qs-admin") {
 		t.Errorf("history:\n%s", out)
+	}
+}
+
+// Over TLS with client certificates: the CLI (HOST:PORT and --tls-* as
+// the other commands take them) writes as the certificate's CN; a
+// quotaservice-cli request over HTTPS through a trusted proxy (here
+// 127.0.0.1) writes as its X-Forwarded-User.
+func TestAdminCLIOverMutualTLS(t *testing.T) {
+	certs := testutil.MakeCerts(t)
+	addr, _, _ := startServerWith(t, adminCLIConfig, "--tls-cert", certs.ServerCert, "--tls-key", certs.ServerKey, "--tls-client-ca", certs.CA,
+		"--admin-trust-forwarded-user", "127.0.0.1")
+	tlsArgs := []string{"--tls-ca", certs.CA, "--tls-cert", certs.ClientCert, "--tls-key", certs.ClientKey}
+	mustAdmin(t, addr, append(tlsArgs, "set", "limits/resources/api/domains/small", "--set", "fill_rate=2")...)
+
+	cfg, err := tlsutil.Client(certs.CA, certs.ClientCert, certs.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
+	req, _ := http.NewRequest("PUT", "https://"+addr+"/api/api/small", strings.NewReader(`{"size": 10, "fill_rate": 4}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Version", "2")
+	req.Header.Set("X-Forwarded-User", "qs-operator")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Version") != "3" {
+		t.Fatalf("quotaservice-cli's update over HTTPS: %d, Version %q", resp.StatusCode, resp.Header.Get("Version"))
+	}
+	out := mustAdmin(t, addr, append(tlsArgs, "history", "--json")...)
+	var es []admin.Audit
+	if err := json.Unmarshal([]byte(out), &es); err != nil {
+		t.Fatalf("history --json: %q: %v", out, err)
+	}
+	if len(es) != 3 || es[0].User != "qs-operator" || es[0].Auth != "forwarded" || es[1].User != "client" || es[1].Auth != "mtls" {
+		t.Errorf("history: %+v", es)
+	}
+	if _, errs, ok := runAdmin(t, addr, "--tls-ca", certs.CA, "history"); ok {
+		t.Errorf("a client without a certificate was served: %q", errs)
 	}
 }
