@@ -96,7 +96,8 @@ func (c *Client) List(ctx context.Context, o Object) (Listing, error) {
 
 // Create creates o with value: YAML or JSON text ([]byte or string), a
 // *yaml.Node, or anything encoding/json encodes (map[string]any,
-// BucketView, …).
+// BucketView, …). The fields are written in the order the body gives
+// them: a map's are sorted by encoding/json, a struct's and text's kept.
 func (c *Client) Create(ctx context.Context, o Object, value any, w WriteOptions) (Result, error) {
 	return c.write(ctx, http.MethodPost, o, value, w)
 }
