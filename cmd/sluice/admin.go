@@ -173,6 +173,9 @@ func parseAdminObject(p string) (admin.Object, error) {
 		return bad()
 	}
 	rest := strings.TrimPrefix(p, "limits/resources/")
+	if strings.HasPrefix(rest, "/") {
+		return bad()
+	}
 	if name, domain, ok := strings.Cut(rest, "/domains/"); ok && name != "" {
 		if domain == "" {
 			return admin.Object{Kind: admin.KindDomain, Name: name}, nil

@@ -327,3 +327,43 @@ func TestAdminCLIOverMutualTLS(t *testing.T) {
 		t.Errorf("a client without a certificate was served: %q", errs)
 	}
 }
+
+// The CLI's object paths: names as written, '%' for path-escaped ones.
+func TestParseAdminObject(t *testing.T) {
+	cases := []struct {
+		path string
+		want admin.Object
+	}{
+		{"", admin.Object{}},
+		{"config", admin.Object{}},
+		{"templates", admin.Object{Kind: admin.KindTemplate}},
+		{"templates/db/*", admin.Template("db/*")},
+		{"templates/db%2F%2A", admin.Template("db/*")},
+		{"limits/resources", admin.Object{Kind: admin.KindResource}},
+		{"limits/resources/api", admin.Resource("api")},
+		{"limits/resources/api/", admin.Resource("api")},
+		{"limits/resources/api/search", admin.Resource("api/search")},
+		{"limits/resources/api/domains", admin.Object{Kind: admin.KindDomain, Name: "api"}},
+		{"limits/resources/api/domains/", admin.Object{Kind: admin.KindDomain, Name: "api"}},
+		{"limits/resources/api/domains/small", admin.Domain("api", "small")},
+		{"limits/resources/api/domains/rate_limit/10.0.0.1", admin.Domain("api", "rate_limit/10.0.0.1")},
+		{"limits/resources/api%2Fsearch/domains/x", admin.Domain("api/search", "x")},
+		{"limits/resources/api/default", admin.Object{Kind: admin.KindDefault, Name: "api"}},
+		{"limits/resources/api/template", admin.Object{Kind: admin.KindBucketTemplate, Name: "api"}},
+		{"limits/namespaces", admin.Object{Kind: admin.KindNamespace}},
+		{"limits/namespaces/open/", admin.Namespace("open/")},
+		{"limits/global_default", admin.GlobalDefault()},
+		{"/admin/v1/limits/global_default", admin.GlobalDefault()},
+	}
+	for _, c := range cases {
+		got, err := parseAdminObject(c.path)
+		if err != nil || got != c.want {
+			t.Errorf("%q: %+v, %v; want %+v", c.path, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"limits", "limits/resources//domains/x", "resources/api", "limits/other"} {
+		if o, err := parseAdminObject(bad); err == nil {
+			t.Errorf("%q: %+v, want an error", bad, o)
+		}
+	}
+}
