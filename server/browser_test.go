@@ -36,6 +36,31 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
+// browser starts headless Chromium (exe, from chromium) for one test and
+// returns its context, which ends with ctx, after timeout, or at the
+// test's end.
+func browser(t *testing.T, ctx context.Context, exe string, timeout time.Duration) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1200, 900),
+	)
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(acancel)
+	bctx, bcancel := chromedp.NewContext(actx)
+	t.Cleanup(bcancel)
+	bctx, tcancel := context.WithTimeout(bctx, timeout)
+	t.Cleanup(tcancel)
+	return bctx
+}
+
 // The status pages in a real browser: filter and sort the resources table,
 // open a resource page, check its values against the server's state, watch
 // the live chart draw, and take screenshots.
@@ -75,23 +100,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	t.Cleanup(cancel)
 	go func() { _ = s.Run(ctx, time.Second) }()
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1200, 900),
-	)
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
-	bctx, tcancel := context.WithTimeout(bctx, 60*time.Second)
-	defer tcancel()
+	bctx := browser(t, ctx, exe, 60*time.Second)
 
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 	step := func(what string, err error) {

@@ -287,6 +287,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /debug/status", s.handleStatus)
 	mux.HandleFunc("GET /debug/status/resource", s.handleResource)
 	mux.HandleFunc("GET /debug/status/buckets", s.handleBuckets)
+	mux.HandleFunc("GET /debug/status/admin", s.handleAdmin)
 	mux.Handle("GET /debug/status/static/", http.StripPrefix("/debug/status/static/", http.FileServerFS(staticFS)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.handleReady)

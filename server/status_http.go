@@ -23,6 +23,7 @@ import (
 //	GET /debug/status           the server, its election and parent, the configuration, the resources
 //	GET /debug/status/resource  ?id=ID: one resource, its leases, its history (chart)
 //	GET /debug/status/buckets   the limits engine's token buckets: filter, sort, pages (status_buckets.go)
+//	GET /debug/status/admin     the configuration: browse, edit, diff, save, history, through /admin/v1/ (status_admin.go)
 //	GET /healthz                200 while the process runs
 //	GET /readyz                 200 when configured, mastership is known and not draining; else 503
 
