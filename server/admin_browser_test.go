@@ -28,11 +28,11 @@ limits:
         big: {size: 100, fill_rate: 50} # the big tenant
 `
 
-// startAdminServer runs a server as `sluice server --config FILE
-// --admin-insecure` does: the file in t.TempDir() watched and applied, the
-// admin API at /admin/v1/ (unauthenticated writes from loopback) beside
-// the server's handler on one port. It returns the base URL.
-func startAdminServer(t *testing.T, s *Server) string {
+// startAdminServer runs a server as `sluice server --config FILE` does
+// with the admin flags ao (Insecure: --admin-insecure): the file in
+// t.TempDir() watched and applied, the admin API at /admin/v1/ beside the
+// server's handler on one port. It returns the base URL.
+func startAdminServer(t *testing.T, s *Server, ao admin.AuthOptions) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(adminPageDoc), 0o644); err != nil {
@@ -57,7 +57,8 @@ func startAdminServer(t *testing.T, s *Server) string {
 		t.Fatal(err)
 	}
 	log := testutil.Logger()
-	auth, err := admin.NewAuth(admin.AuthOptions{Insecure: true, Logger: log})
+	ao.Logger = log
+	auth, err := admin.NewAuth(ao)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,44 +88,11 @@ func startAdminServer(t *testing.T, s *Server) string {
 func TestAdminPageInBrowser(t *testing.T) {
 	exe := chromium(t)
 	s := New(Options{ID: "admin-page", Logger: testutil.Logger()})
-	base := startAdminServer(t, s)
+	base := startAdminServer(t, s, admin.AuthOptions{Insecure: true})
 	bctx := browser(t, context.Background(), exe, 90*time.Second)
 
-	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
-	step := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf(`(e => !e ? "" : e.tagName === "TEXTAREA" ? e.value : e.textContent)(document.querySelector(%q))`, sel)))
-		step("read "+sel, err)
-		return v
-	}
-	// waitText waits for sel's text to contain want (the page's fetches
-	// are asynchronous).
-	waitText := func(sel, want string) string {
-		t.Helper()
-		var got string
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if got = text(sel); strings.Contains(got, want) {
-				return got
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s reads %q, want it to contain %q", sel, got, want)
-			}
-		}
-	}
-	edit := func(yaml, button string) {
-		t.Helper()
-		step("clear the message", chromedp.Do(bctx, chromedp.Evaluate[chromedp.Void](`document.getElementById("message").textContent = ""`)))
-		step("edit and click "+button, chromedp.Do(bctx,
-			chromedp.SetValue(css("#yaml"), yaml),
-			chromedp.Click(css(button)),
-		))
-	}
+	css, step, text, waitText, edit := pageHelpers(t, bctx)
+
 	// allowDelay takes a full bucket's 10 tokens and asks for one more
 	// at the same instant, waiting for nothing: the answer's retry-after is
 	// 1 ÷ fill rate. Refused requests take nothing, so the bucket is full
@@ -268,5 +236,97 @@ func TestAdminPageInBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("screenshot %s (%d bytes)", p, len(shot))
+	}
+}
+
+// pageHelpers returns the admin page tests' steps on the browser bctx:
+// css selects, step fails the test on an error, text reads an element's
+// text (a textarea's value), waitText waits for an element's text to
+// contain a string (the page's fetches are asynchronous) and returns it,
+// edit puts YAML in the editor and clicks a button.
+func pageHelpers(t *testing.T, bctx context.Context) (
+	css func(string) chromedp.CSS,
+	step func(string, error),
+	text func(string) string,
+	waitText func(sel, want string) string,
+	edit func(yaml, button string),
+) {
+	css = func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	step = func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text = func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf(`(e => !e ? "" : e.tagName === "TEXTAREA" ? e.value : e.textContent)(document.querySelector(%q))`, sel)))
+		step("read "+sel, err)
+		return v
+	}
+	// waitText waits for sel's text to contain want (the page's fetches
+	// are asynchronous).
+	waitText = func(sel, want string) string {
+		t.Helper()
+		var got string
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if got = text(sel); strings.Contains(got, want) {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s reads %q, want it to contain %q", sel, got, want)
+			}
+		}
+	}
+	edit = func(yaml, button string) {
+		t.Helper()
+		step("clear the message", chromedp.Do(bctx, chromedp.Evaluate[chromedp.Void](`document.getElementById("message").textContent = ""`)))
+		step("edit and click "+button, chromedp.Do(bctx,
+			chromedp.SetValue(css("#yaml"), yaml),
+			chromedp.Click(css(button)),
+		))
+	}
+	return css, step, text, waitText, edit
+}
+
+// The admin page with --admin-token-file: a save without a token is
+// refused with the API's 401 message; with the token typed into the page
+// (kept in sessionStorage, sent as Authorization: Bearer) it is saved,
+// and the history names the token's user.
+func TestAdminPageToken(t *testing.T) {
+	exe := chromium(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("alice s3cret-token-for-alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{ID: "admin-token", Logger: testutil.Logger()})
+	base := startAdminServer(t, s, admin.AuthOptions{TokenFile: tokens})
+	bctx := browser(t, context.Background(), exe, 60*time.Second)
+	css, step, text, waitText, edit := pageHelpers(t, bctx)
+
+	step("open the admin page", chromedp.Do(bctx,
+		chromedp.Navigate(base+"/debug/status/admin"),
+		chromedp.WaitVisible(css("#path")),
+		chromedp.SetValue(css("#path"), "limits/resources/api/domains/big"),
+		chromedp.Click(css("#load")),
+	))
+	waitText("#mode", "version 1 read")
+	edit("{size: 100, fill_rate: 60}", "#save")
+	waitText("#message", "authentication required")
+	waitText("#mode", "not allowed")
+	step("give the token", chromedp.Do(bctx,
+		chromedp.SetValue(css("#token"), "s3cret-token-for-alice"),
+		chromedp.Click(css("#token-save")),
+	))
+	edit("{size: 100, fill_rate: 60}", "#save")
+	waitText("#message", "saved: version 2")
+	waitText("#history tbody", "alice")
+	stored, err := chromedp.Run(bctx, chromedp.Evaluate[string](`sessionStorage.getItem("sluice-admin-token")`))
+	step("read sessionStorage", err)
+	if stored != "s3cret-token-for-alice" {
+		t.Errorf("sessionStorage holds %q", stored)
+	}
+	if m := text("#message"); m != "saved: version 2" {
+		t.Errorf("message %q", m)
 	}
 }

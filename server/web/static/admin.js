@@ -44,6 +44,11 @@ function failed(r) {
   text($("message"), r.body.error || "HTTP " + r.status);
   $("message").className = "bad";
   items($("errors"), r.body.errors);
+  if (r.body.code === "conflict") {
+    text($("mode"), "version " + r.body.version + " is current: load the object again to see it, then redo the change");
+  } else if (r.status === 401 || r.status === 403) {
+    text($("mode"), "not allowed: give a token above (or see the API's authentication flags)");
+  }
 }
 
 function row(tbody, cells) {
@@ -120,6 +125,7 @@ async function change(dry, del) {
     text($("mode"), "version " + res.version + " saved; the next save sends If-Match: " + res.version);
     if (res.view && res.view.yaml) $("yaml").value = res.view.yaml;
     history();
+    listInto("objects", $("kind").value);
   }
   items($("notes"), res.notes);
   text($("diff"), res.diff || "");
