@@ -410,6 +410,16 @@ func (h *qsHandler) load(ctx context.Context) (loaded, error) {
 	return loaded{snap: snap, doc: d, repo: repo}, nil
 }
 
+// existingNamespace is tokenBucket with an absent namespace an error
+// (404 "unable to locate namespace", as the quota service answers).
+func (l loaded) existingNamespace(ns string, status int) (*limits.Resource, error) {
+	r, err := l.tokenBucket(ns, status)
+	if err == nil && r == nil {
+		err = qsErrorf(http.StatusNotFound, "unable to locate namespace %s", ns)
+	}
+	return r, err
+}
+
 // tokenBucket returns resource ns of l if it is a token-bucket resource;
 // nil if there is no resource ns; an error answering status when ns is a
 // resource of another kind (404 to a read, 409 to a write).
@@ -488,10 +498,7 @@ func (h *qsHandler) statsOf(ctx context.Context, w http.ResponseWriter, seg []st
 		h.failAt(w, l.snap.Version, err)
 		return
 	}
-	r, err := l.tokenBucket(ns, http.StatusNotFound)
-	if err == nil && r == nil {
-		err = qsErrorf(http.StatusNotFound, "unable to locate namespace %s", ns)
-	}
+	_, err = l.existingNamespace(ns, http.StatusNotFound)
 	if err != nil {
 		h.failAt(w, l.snap.Version, err)
 		return
@@ -530,10 +537,7 @@ func (h *qsHandler) namespace(w http.ResponseWriter, r *http.Request, id Identit
 			h.failAt(w, l.snap.Version, err)
 			return
 		}
-		res, err := l.tokenBucket(ns, http.StatusNotFound)
-		if err == nil && res == nil {
-			err = qsErrorf(http.StatusNotFound, "unable to locate namespace %s", ns)
-		}
+		res, err := l.existingNamespace(ns, http.StatusNotFound)
 		if err != nil {
 			h.failAt(w, l.snap.Version, err)
 			return
@@ -567,10 +571,7 @@ func (h *qsHandler) namespace(w http.ResponseWriter, r *http.Request, id Identit
 		}, id)
 	case http.MethodDelete:
 		h.write(w, r, func(l loaded) (Change, error) {
-			old, err := l.tokenBucket(ns, http.StatusConflict)
-			if err == nil && old == nil {
-				err = qsErrorf(http.StatusNotFound, "unable to locate namespace %s", ns)
-			}
+			_, err := l.existingNamespace(ns, http.StatusConflict)
 			return Change{Op: OpDelete, Object: Resource(ns)}, err
 		}, id)
 	default:
@@ -619,10 +620,7 @@ func (h *qsHandler) bucket(w http.ResponseWriter, r *http.Request, id Identity, 
 		if o.Kind == KindGlobalDefault {
 			return nil, nil
 		}
-		res, err := l.tokenBucket(ns, status)
-		if err == nil && res == nil {
-			err = qsErrorf(http.StatusNotFound, "unable to locate namespace %s", ns)
-		}
+		res, err := l.existingNamespace(ns, status)
 		return res, err
 	}
 	notFound := func() error {

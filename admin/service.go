@@ -169,6 +169,12 @@ const maxRetries = 5
 // does not decode), errors wrapping ErrNotFound or ErrExists, and the
 // store's.
 func (s *Service) Apply(ctx context.Context, c Change) (Result, error) {
+	return s.apply(ctx, c, "", 0)
+}
+
+// apply is Apply, recorded as op (rather than c.Op) from version from
+// when op is set (a rollback).
+func (s *Service) apply(ctx context.Context, c Change, op Op, from int64) (Result, error) {
 	for attempt := 0; ; attempt++ {
 		snap, err := s.store.Read(ctx)
 		if err != nil {
@@ -178,11 +184,14 @@ func (s *Service) Apply(ctx context.Context, c Change) (Result, error) {
 			return Result{}, &ConflictError{Current: snap.Version}
 		}
 		res, doc, err := s.build(snap, c)
+		if op != "" {
+			res.Op, res.From = op, from
+		}
 		if err != nil || res.Unchanged || c.DryRun {
 			return res, err
 		}
 		a, err := s.store.Write(ctx, snap.Version, doc, Audit{Time: s.now(), User: c.User, Auth: c.Auth,
-			Op: res.Op, Object: res.Object.String(), Diff: res.Diff})
+			Op: res.Op, Object: res.Object.String(), From: from, Diff: res.Diff})
 		var ce *ConflictError
 		if errors.As(err, &ce) && c.IfVersion == 0 && attempt < maxRetries {
 			continue // someone else's change came first: build on it
@@ -473,30 +482,5 @@ func (s *Service) Rollback(ctx context.Context, n int64, c Change) (Result, erro
 		return Result{}, err
 	}
 	c.Op, c.Document = OpReplace, e.Document
-	for attempt := 0; ; attempt++ {
-		snap, err := s.store.Read(ctx)
-		if err != nil {
-			return Result{}, err
-		}
-		if c.IfVersion != 0 && snap.Version != c.IfVersion {
-			return Result{}, &ConflictError{Current: snap.Version}
-		}
-		res, doc, err := s.build(snap, c)
-		res.Op, res.From = OpRollback, n
-		if err != nil || res.Unchanged || c.DryRun {
-			return res, err
-		}
-		a, err := s.store.Write(ctx, snap.Version, doc, Audit{Time: s.now(), User: c.User, Auth: c.Auth,
-			Op: OpRollback, Object: res.Object.String(), From: n, Diff: res.Diff})
-		var ce *ConflictError
-		if errors.As(err, &ce) && c.IfVersion == 0 && attempt < maxRetries {
-			continue
-		}
-		if err != nil {
-			return Result{}, err
-		}
-		res.Version, res.Audit = a.Version, &a
-		s.audit(a)
-		return res, nil
-	}
+	return s.apply(ctx, c, OpRollback, n)
 }
