@@ -70,7 +70,8 @@ func (l *auditLog) changes(t *testing.T) []map[string]any {
 }
 
 // testServer is a Sluice server as `sluice server --config FILE` runs it
-// (the file watched and applied), with the admin API on its port.
+// (the file watched and applied), with the admin API (/admin/v1) and the
+// quota service's REST API (/api) on its port.
 type testServer struct {
 	addr, path string
 	url        string
@@ -110,8 +111,12 @@ func startServer(t *testing.T, doc string, ao admin.AuthOptions, tlsCfg *tls.Con
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc := admin.New(fs, admin.Options{Logger: log})
+	qs := admin.QuotaServiceHandler(svc, auth, admin.QSOptions{Stats: admin.EngineStats(ts.srv.Limits(), time.Now), Logger: log})
 	mux := http.NewServeMux()
-	mux.Handle(admin.Prefix, admin.Handler(admin.New(fs, admin.Options{Logger: log}), auth, log))
+	mux.Handle(admin.Prefix, admin.Handler(svc, auth, log))
+	mux.Handle(admin.QSPrefix, qs)
+	mux.Handle(admin.QSPrefix+"/", qs)
 	mux.Handle("/", ts.srv.Handler())
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

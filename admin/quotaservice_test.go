@@ -2,88 +2,18 @@ package admin_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/admin"
-	"github.com/sluice-rl/sluice/config"
-	"github.com/sluice-rl/sluice/internal/testutil"
-	"github.com/sluice-rl/sluice/server"
 )
-
-// qsServer is a Sluice server with its configuration file watched and
-// applied, the admin API at /admin/v1 and the quota service's REST API at
-// /api, on one loopback port.
-type qsServer struct {
-	url, path string
-	log       *auditLog
-}
-
-func startQSServer(t *testing.T, doc string, ao admin.AuthOptions) *qsServer {
-	t.Helper()
-	ts := &qsServer{path: filepath.Join(t.TempDir(), "config.yaml"), log: &auditLog{}}
-	if err := os.WriteFile(ts.path, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewJSONHandler(ts.log, nil))
-	srv := server.New(server.Options{ID: "qs-test", Logger: testutil.Logger()})
-	apply := func(r *config.Repository) {
-		srv.SetConfig(r)
-		if err := srv.SetLimits(r.Limits()); err != nil {
-			t.Errorf("SetLimits: %v", err)
-		}
-		_ = srv.SetCopies(r.Copies())
-	}
-	w, err := config.NewWatcher(ts.path, apply, func(err error) { t.Errorf("reload: %v", err) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	apply(w.Current())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	fs, err := admin.OpenFile(ts.path, admin.FileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ao.Logger = log
-	auth, err := admin.NewAuth(ao)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := admin.New(fs, admin.Options{Logger: log})
-	qs := admin.QuotaServiceHandler(svc, auth, admin.QSOptions{Stats: admin.EngineStats(srv.Limits(), time.Now), Logger: log})
-	mux := http.NewServeMux()
-	mux.Handle(admin.Prefix, admin.Handler(svc, auth, log))
-	mux.Handle(admin.QSPrefix, qs)
-	mux.Handle(admin.QSPrefix+"/", qs)
-	mux.Handle("/", srv.Handler())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep := srv.Serve(lis, mux, nil)
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		_ = ep.Shutdown(sctx)
-		cancel()
-		<-done
-	})
-	ts.url = "http://" + lis.Addr().String()
-	return ts
-}
 
 // qsAnswer is one answer of the REST API.
 type qsAnswer struct {
@@ -206,7 +136,7 @@ limits:
 // answer; the history (/api/configs) and the audit trail with the user
 // of X-Forwarded-User; stats; and what a whole configuration replaces.
 func TestQuotaServiceREST(t *testing.T) {
-	ts := startQSServer(t, qsDoc, admin.AuthOptions{Insecure: true})
+	ts := startServer(t, qsDoc, admin.AuthOptions{Insecure: true}, nil)
 	api := ts.url + "/api"
 
 	// show: the whole configuration, with version 1 (the file as found).
@@ -417,7 +347,7 @@ func TestQuotaServiceREST(t *testing.T) {
 // token its user is recorded; X-Forwarded-User from an untrusted address
 // is no credential.
 func TestQuotaServiceRESTAuth(t *testing.T) {
-	ts := startQSServer(t, qsDoc, admin.AuthOptions{TokenFile: tokenFile(t, "alice "+token+"\n")})
+	ts := startServer(t, qsDoc, admin.AuthOptions{TokenFile: tokenFile(t, "alice "+token+"\n")}, nil)
 	api := ts.url + "/api"
 	a := qsDo(t, "POST", api+"/Pinky", `{}`, "", "mallory")
 	if a.status != http.StatusUnauthorized || !strings.Contains(a.errorObject(t), "authentication required") {
