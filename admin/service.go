@@ -25,6 +25,7 @@ type Service struct {
 	store Store
 	log   *slog.Logger
 	now   func() time.Time
+	check func(*config.Repository) error
 }
 
 // Options configures a Service.
@@ -34,6 +35,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock of the audit records; nil: time.Now.
 	Now func() time.Time
+	// Check, if set, is asked about every new document that loads
+	// (config.Parse), before it is stored: an error refuses the change as
+	// invalid (*InvalidError, each joined error one entry), for what only
+	// the server knows, e.g. that its limits come from elsewhere.
+	Check func(*config.Repository) error
 }
 
 // New returns a Service over store.
@@ -44,7 +50,7 @@ func New(store Store, o Options) *Service {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Service{store: store, log: o.Logger, now: o.Now}
+	return &Service{store: store, log: o.Logger, now: o.Now, check: o.Check}
 }
 
 // Store returns the service's store.
@@ -249,6 +255,9 @@ func (s *Service) build(snap Snapshot, c Change) (Result, []byte, error) {
 		return res, nil, fmt.Errorf("admin: unknown change %q", c.Op)
 	}
 	repo, err := config.Parse(doc)
+	if err == nil && s.check != nil {
+		err = s.check(repo)
+	}
 	if err != nil {
 		return res, nil, invalid(err)
 	}

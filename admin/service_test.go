@@ -355,3 +355,32 @@ func TestDocumentLineComment(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 }
+
+// Options.Check refuses what only the server knows to be wrong: the
+// change is invalid, with the check's error, and nothing is stored.
+func TestServiceCheck(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte("resources: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := OpenFile(p, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(fs, Options{Check: func(r *config.Repository) error {
+		if r.Limits() != nil {
+			return errors.New("limits: this server reads its limits from --quotaservice-config q.yaml")
+		}
+		return nil
+	}})
+	c := yamlBody(t, "{domains: {d: {size: 1, fill_rate: 1}}}")
+	c.Op, c.Object = OpCreate, Resource("api")
+	_, err = s.Apply(context.Background(), c)
+	var ie *InvalidError
+	if !errors.As(err, &ie) || len(ie.Errors) != 1 || !strings.Contains(ie.Errors[0], "--quotaservice-config") {
+		t.Fatalf("a change the check refuses: %v", err)
+	}
+	if got, _ := os.ReadFile(p); string(got) != "resources: []\n" {
+		t.Fatalf("the refused change was stored: %q", got)
+	}
+}

@@ -309,7 +309,7 @@ command line wins.`,
 			if len(parents) > 0 {
 				adminCfg = "" // the parent's configuration: nothing to edit here
 			}
-			handler, err := adminHandler(srv.Handler(), adminF, adminCfg, cli, tlsClientCA != "", newQuotaServiceAPI(srv, quotaPath), log)
+			handler, err := adminHandler(srv.Handler(), adminF, adminCfg, quotaPath, cli, tlsClientCA != "", newQuotaServiceAPI(srv, quotaPath), log)
 			if err != nil {
 				lis.Close()
 				return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/admin/etcdstore"
+	"github.com/sluice-rl/sluice/config"
 )
 
 // adminFlags are sluice server's flags of the admin API (/admin/v1/).
@@ -35,7 +36,7 @@ func (a *adminFlags) register(f *pflag.FlagSet) {
 // etcd key), or, with neither (no --config, or --parent), answering that
 // there is nothing to edit. Changes take effect the one way configuration
 // changes do: the servers' watchers of the file or key.
-func adminHandler(handler http.Handler, flags adminFlags, cfgPath string, cli *clientv3.Client, clientCerts bool, qs quotaServiceAPI, log *slog.Logger) (http.Handler, error) {
+func adminHandler(handler http.Handler, flags adminFlags, cfgPath, quotaPath string, cli *clientv3.Client, clientCerts bool, qs quotaServiceAPI, log *slog.Logger) (http.Handler, error) {
 	prefixes, err := admin.ParsePrefixes(flags.forwarded)
 	if err != nil {
 		return nil, fmt.Errorf("--admin-trust-forwarded-user: %w", err)
@@ -60,7 +61,12 @@ func adminHandler(handler http.Handler, flags adminFlags, cfgPath string, cli *c
 	}
 	var svc *admin.Service
 	if store != nil {
-		svc = admin.New(store, admin.Options{Logger: log})
+		svc = admin.New(store, admin.Options{Logger: log, Check: func(r *config.Repository) error {
+			if quotaPath != "" && r.Limits() != nil {
+				return fmt.Errorf("limits: this server reads its limits from --quotaservice-config %s, and refuses a limits section in --config; edit that file instead", quotaPath)
+			}
+			return nil
+		}})
 		switch {
 		case flags.insecure:
 			log.Warn("--admin-insecure: anyone on this host may change the configuration through /admin/v1/ without credentials", "store", store.String())
