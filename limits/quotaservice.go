@@ -83,13 +83,7 @@ func ParseQuotaServiceYAML(data []byte) (*Config, error) {
 		case "global_default_bucket":
 			cfg.GlobalDefault = w.qsBucket(p.value, p.key)
 		case "namespaces":
-			nss, _ := w.mapping(p.value, p.key, nil)
-			if len(nss) > 0 {
-				cfg.Resources = make(map[string]*Resource, len(nss))
-			}
-			for _, ns := range nss {
-				cfg.Resources[ns.key] = w.qsNamespace(ns.value, key("namespaces", ns.key))
-			}
+			cfg.Resources = mapOf(w, p.value, p.key, w.qsNamespace)
 		case "version":
 			if v := w.int64(p.value, p.key, "an int32"); v != nil {
 				if *v < math.MinInt32 || *v > math.MaxInt32 {
@@ -138,18 +132,12 @@ func (w *walker) qsNamespace(n *yaml.Node, path string) *Resource {
 				}
 			}
 		case "buckets":
-			bs, _ := w.mapping(p.value, fp, nil)
-			if len(bs) > 0 {
-				r.Buckets = make(map[string]Bucket, len(bs))
-			}
-			for _, b := range bs {
-				bp := key(fp, b.key)
-				if v := w.qsBucket(b.value, bp); v != nil {
-					r.Buckets[b.key] = *v
-				} else {
-					r.Buckets[b.key] = w.qsDefaults(&qsRaw{}, bp)
+			r.Buckets = mapOf(w, p.value, fp, func(n *yaml.Node, bp string) Bucket {
+				if v := w.qsBucket(n, bp); v != nil {
+					return *v
 				}
-			}
+				return w.qsDefaults(&qsRaw{}, bp)
+			})
 		}
 	}
 	return r

@@ -245,21 +245,9 @@ func (s *Section) UnmarshalYAML(n *yaml.Node) error {
 		case "global_default":
 			s.GlobalDefault = w.sectionBucket(p.value, fp)
 		case "namespaces":
-			ns, _ := w.mapping(p.value, fp, nil)
-			if len(ns) > 0 {
-				s.Namespaces = make(map[string]*SectionNamespace, len(ns))
-			}
-			for _, n := range ns {
-				s.Namespaces[n.key] = w.sectionNamespace(n.value, key(fp, n.key))
-			}
+			s.Namespaces = mapOf(w, p.value, fp, w.sectionNamespace)
 		case "resources":
-			rs, _ := w.mapping(p.value, fp, nil)
-			if len(rs) > 0 {
-				s.Resources = make(map[string]*SectionResource, len(rs))
-			}
-			for _, r := range rs {
-				s.Resources[r.key] = w.sectionResource(r.value, key(fp, r.key))
-			}
+			s.Resources = mapOf(w, p.value, fp, w.sectionResource)
 		}
 	}
 	return w.err()
@@ -304,26 +292,15 @@ func (w *walker) sectionResource(n *yaml.Node, path string) *SectionResource {
 			r.Tiers = w.sectionTiers(p.value, fp)
 		case "domains":
 			if tiered {
-				ds, _ := w.mapping(p.value, fp, nil)
-				if len(ds) > 0 {
-					r.TierDomains = make(map[string]*SectionTierDomain, len(ds))
-				}
-				for _, d := range ds {
-					r.TierDomains[d.key] = w.sectionTierDomain(d.value, key(fp, d.key))
-				}
+				r.TierDomains = mapOf(w, p.value, fp, w.sectionTierDomain)
 				continue
 			}
-			ds, _ := w.mapping(p.value, fp, nil)
-			if len(ds) > 0 {
-				r.Domains = make(map[string]*SectionBucket, len(ds))
-			}
-			for _, d := range ds {
-				b := w.sectionBucket(d.value, key(fp, d.key))
-				if b == nil {
-					b = &SectionBucket{}
+			r.Domains = mapOf(w, p.value, fp, func(n *yaml.Node, path string) *SectionBucket {
+				if b := w.sectionBucket(n, path); b != nil {
+					return b
 				}
-				r.Domains[d.key] = b
-			}
+				return &SectionBucket{}
+			})
 		case "template":
 			r.Template = w.sectionBucket(p.value, fp)
 		case "max_dynamic_buckets":

@@ -107,6 +107,21 @@ type pair struct {
 	value *yaml.Node
 }
 
+// mapOf reads mapping n of user-named keys (resources, namespaces,
+// domains, buckets) with f on each value and its path; nil when null or
+// empty.
+func mapOf[T any](w *walker, n *yaml.Node, path string, f func(n *yaml.Node, path string) T) map[string]T {
+	pairs, _ := w.mapping(n, path, nil)
+	if len(pairs) == 0 {
+		return nil
+	}
+	m := make(map[string]T, len(pairs))
+	for _, p := range pairs {
+		m[p.key] = f(p.value, key(path, p.key))
+	}
+	return m
+}
+
 // mapping returns the pairs of the mapping n (merge keys applied: keys
 // given explicitly win), reporting under path a node that is not a
 // mapping, a key that is not a string, a duplicate key, and, when fields
