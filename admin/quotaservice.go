@@ -563,11 +563,7 @@ func (h *qsHandler) namespace(w http.ResponseWriter, r *http.Request, id Identit
 				return Change{}, fmt.Errorf("namespace %s: %w", ns, ErrExists)
 			}
 			prev, _ := l.doc.get(Resource(ns))
-			c := Change{Op: OpCreate, Object: Resource(ns), Value: resourceNode(res, prev)}
-			if !create {
-				c.Op, c.Upsert = OpUpdate, true
-			}
-			return c, nil
+			return putChange(create, Resource(ns), resourceNode(res, prev)), nil
 		}, id)
 	case http.MethodDelete:
 		h.write(w, r, func(l loaded) (Change, error) {
@@ -673,11 +669,7 @@ func (h *qsHandler) bucket(w http.ResponseWriter, r *http.Request, id Identity, 
 				}
 				return Change{}, fmt.Errorf("bucket %s of namespace %s: %w", bucket, ns, ErrExists)
 			}
-			c := Change{Op: OpCreate, Object: o, Value: bucketNode(b)}
-			if !create {
-				c.Op, c.Upsert = OpUpdate, true
-			}
-			return c, nil
+			return putChange(create, o, bucketNode(b)), nil
 		}, id)
 	case http.MethodDelete:
 		h.write(w, r, func(l loaded) (Change, error) {
@@ -1142,4 +1134,13 @@ func resourceNode(r *limits.Resource, prev *yaml.Node) *yaml.Node {
 		m.Style = yaml.FlowStyle // {}: a namespace with nothing configured
 	}
 	return m
+}
+
+// putChange is the quota service's POST (create: the object must not
+// exist) or PUT (an upsert) of o with value v.
+func putChange(create bool, o Object, v *yaml.Node) Change {
+	if create {
+		return Change{Op: OpCreate, Object: o, Value: v}
+	}
+	return Change{Op: OpUpdate, Object: o, Value: v, Upsert: true}
 }
