@@ -107,25 +107,36 @@ func ParsePrefixes(list []string) ([]netip.Prefix, error) {
 
 // WritesEnabled reports whether any way of authenticating writers is
 // configured.
-func (a *Auth) WritesEnabled() bool {
-	return a.tokens != nil || a.o.ClientCerts || len(a.o.TrustForwarded) > 0 || a.o.Insecure
-}
+func (a *Auth) WritesEnabled() bool { return len(a.methods()) > 0 }
 
 // Methods lists the configured ways of authenticating, for the start-up
 // log: "token", "mtls", "forwarded", "insecure".
 func (a *Auth) Methods() []string {
 	var m []string
+	for _, w := range a.methods() {
+		m = append(m, w.name)
+	}
+	return m
+}
+
+// method is one configured way of authenticating: its name and how a
+// client uses it.
+type method struct{ name, how string }
+
+// methods lists the configured ways of authenticating, in a fixed order.
+func (a *Auth) methods() []method {
+	var m []method
 	if a.tokens != nil {
-		m = append(m, "token")
+		m = append(m, method{"token", "Authorization: Bearer TOKEN (a token of --admin-token-file)"})
 	}
 	if a.o.ClientCerts {
-		m = append(m, "mtls")
+		m = append(m, method{"mtls", "a client certificate (its subject CN is the user)"})
 	}
 	if len(a.o.TrustForwarded) > 0 {
-		m = append(m, "forwarded")
+		m = append(m, method{"forwarded", "X-Forwarded-User through a trusted proxy"})
 	}
 	if a.o.Insecure {
-		m = append(m, "insecure")
+		m = append(m, method{"insecure", "a loopback address (--admin-insecure)"})
 	}
 	return m
 }
@@ -209,17 +220,8 @@ func (a *Auth) Identify(r *http.Request, write bool) (Identity, error) {
 // howTo says how a client may authenticate here.
 func (a *Auth) howTo() string {
 	var ways []string
-	if a.tokens != nil {
-		ways = append(ways, "Authorization: Bearer TOKEN (a token of --admin-token-file)")
-	}
-	if a.o.ClientCerts {
-		ways = append(ways, "a client certificate (its subject CN is the user)")
-	}
-	if len(a.o.TrustForwarded) > 0 {
-		ways = append(ways, "X-Forwarded-User through a trusted proxy")
-	}
-	if a.o.Insecure {
-		ways = append(ways, "a loopback address (--admin-insecure)")
+	for _, w := range a.methods() {
+		ways = append(ways, w.how)
 	}
 	return strings.Join(ways, ", or ")
 }
