@@ -133,15 +133,9 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Clients <= 0 {
 		opts.Clients = 6
 	}
-	if opts.Out == nil {
-		opts.Out = io.Discard
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	repo, err := config.Parse(configYAML)
+	repo, err := prepare(&opts.Out, &opts.Logger, configYAML)
 	if err != nil {
-		return nil, fmt.Errorf("demo: embedded config: %w", err)
+		return nil, err
 	}
 	tmpl, _ := repo.Find(ResourceID)
 	capacity := tmpl.Capacity
@@ -433,4 +427,20 @@ func (cr *clientRun) run(ctx context.Context, start time.Time, d time.Duration) 
 func (cr *clientRun) close() {
 	_ = cr.c.Close()
 	cr.http.CloseIdleConnections()
+}
+
+// prepare fills a demo's zero Out (io.Discard) and Logger (discarding),
+// and parses its embedded configuration.
+func prepare(out *io.Writer, logger **slog.Logger, yaml []byte) (*config.Repository, error) {
+	if *out == nil {
+		*out = io.Discard
+	}
+	if *logger == nil {
+		*logger = slog.New(slog.DiscardHandler)
+	}
+	repo, err := config.Parse(yaml)
+	if err != nil {
+		return nil, fmt.Errorf("demo: embedded configuration: %w", err)
+	}
+	return repo, nil
 }

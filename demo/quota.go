@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/client/quota"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/server"
 )
@@ -97,15 +96,9 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 	if opts.LoginsPerUser <= 0 {
 		opts.LoginsPerUser = 3
 	}
-	if opts.Out == nil {
-		opts.Out = io.Discard
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	repo, err := config.Parse(quotaYAML)
+	repo, err := prepare(&opts.Out, &opts.Logger, quotaYAML)
 	if err != nil {
-		return nil, fmt.Errorf("demo: embedded limits: %w", err)
+		return nil, err
 	}
 	cfg := repo.Limits()
 	ctx, cancel := context.WithCancel(ctx)

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/client/quota"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -76,15 +75,9 @@ func RunTiers(ctx context.Context, opts TiersOptions) (*TiersSummary, error) {
 	if opts.Duration <= 0 {
 		opts.Duration = 30 * time.Second
 	}
-	if opts.Out == nil {
-		opts.Out = io.Discard
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	repo, err := config.Parse(tiersYAML)
+	repo, err := prepare(&opts.Out, &opts.Logger, tiersYAML)
 	if err != nil {
-		return nil, fmt.Errorf("demo: embedded configuration: %w", err)
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
