@@ -79,37 +79,38 @@ func (rt *router) client(addr string) (v1.LimitsClient, error) {
 	return v1.NewLimitsClient(c), nil
 }
 
-// home returns a client of session id's home, or nil when the request is
-// to be answered here (no fleet, the session is homed here, or the request
-// was forwarded already).
-func (s *Server) home(ctx context.Context, id string) (v1.LimitsClient, context.Context, error) {
+// home returns a client of session id's home, its address and the context
+// to forward with, or a nil client when the request is to be answered here
+// (no fleet, the session is homed here, or the request was forwarded
+// already).
+func (s *Server) home(ctx context.Context, id string) (v1.LimitsClient, string, context.Context, error) {
 	rt := s.router.Load()
 	if rt == nil {
-		return nil, nil, nil
+		return nil, "", nil, nil
 	}
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
-		return nil, nil, nil
+		return nil, "", nil, nil
 	}
 	addr, here, err := rt.r.Home(ctx, id)
 	switch {
 	case err != nil:
-		return nil, nil, status.Errorf(codes.NotFound, "session_id: %v", err)
+		return nil, "", nil, status.Errorf(codes.NotFound, "session_id: %v", err)
 	case here:
-		return nil, nil, nil
+		return nil, "", nil, nil
 	}
 	c, err := rt.client(addr)
 	if err != nil {
-		return nil, nil, status.Errorf(codes.Unavailable, "session_id: its server %s: %v", addr, err)
+		return nil, "", nil, status.Errorf(codes.Unavailable, "session_id: its server %s: %v", addr, err)
 	}
 	s.forwarded.Add(1)
-	return c, metadata.AppendToOutgoingContext(ctx, forwardedKey, s.opts.Address), nil
+	return c, addr, metadata.AppendToOutgoingContext(ctx, forwardedKey, s.opts.Address), nil
 }
 
 // forward answers req at session id's home if it is another server: done
 // reports whether it did (then resp, err are the home's answer).
 func forward[Req, Resp any](s *Server, ctx context.Context, id string, req Req,
 	call func(v1.LimitsClient, context.Context, Req, ...grpc.CallOption) (Resp, error)) (resp Resp, done bool, err error) {
-	c, fctx, err := s.home(ctx, id)
+	c, _, fctx, err := s.home(ctx, id)
 	if err != nil || c == nil {
 		return resp, err != nil, err
 	}
@@ -131,11 +132,10 @@ type upstreams struct {
 // keepAlive forwards req to its session's home when it is another server:
 // done reports whether it did, with the home's answer.
 func (u *upstreams) keepAlive(req *v1.KeepAliveRequest) (*v1.KeepAliveResponse, bool, error) {
-	c, fctx, err := u.s.home(u.ctx, req.GetSessionId())
+	c, addr, fctx, err := u.s.home(u.ctx, req.GetSessionId())
 	if err != nil || c == nil {
 		return nil, err != nil, err
 	}
-	addr, _, _ := u.s.router.Load().r.Home(u.ctx, req.GetSessionId())
 	up := u.streams[addr]
 	if up == nil {
 		if up, err = c.KeepAlive(fctx); err != nil {
