@@ -40,9 +40,9 @@ type Log interface {
 	// subtracted).
 	Release(holds []Hold) error
 	// Stage moves h's copies from this server's contribution to staged
-	// transfer id, which ends ttl from now (the Log's clock), and returns
-	// that instant.
-	Stage(id string, h Hold, ttl time.Duration) (time.Time, error)
+	// transfer id, which session staged and which ends ttl from now (the
+	// Log's clock), and returns that instant.
+	Stage(id, session string, h Hold, ttl time.Duration) (time.Time, error)
 	// Seize moves staged transfer id, unexpired, into this server's
 	// contribution, once, and returns what it carried; an unknown, seized
 	// or expired id is an error wrapping ErrUnknownTransfer.

@@ -191,7 +191,7 @@ func (e *Engine) stageShared(s *session, k holdKey, copies int64, id string, ttl
 	e.drop(k, copies)
 	var deadline time.Time
 	var err error
-	e.unlocked([]string{k.res}, func() { deadline, err = e.o.Log.Stage(id, h, ttl) })
+	e.unlocked([]string{k.res}, func() { deadline, err = e.o.Log.Stage(id, s.id, h, ttl) })
 	if err != nil {
 		if e.logFailed(err); !e.fenced {
 			e.dirty[k.res] = true // staged or not: Restore counts the hold

@@ -36,7 +36,7 @@ func (l *downLog) Reserve(q LogReserve) (LogCounts, error) {
 	return LogCounts{Granted: q.Copies, DomainHolds: q.Copies, GlobalHolds: q.Copies, GroupHolds: make([]int64, len(q.Groups))}, nil
 }
 func (l *downLog) Release([]Hold) error { return l.err() }
-func (l *downLog) Stage(string, Hold, time.Duration) (time.Time, error) {
+func (l *downLog) Stage(string, string, Hold, time.Duration) (time.Time, error) {
 	return time.Unix(0, 0), l.err()
 }
 func (l *downLog) Seize(string) (Hold, error)        { return Hold{}, l.err() }

@@ -290,7 +290,7 @@ func (l *CopyLog) sweepKey() string { return l.prefix + "{x}ts" }
 // Stage implements copies.Log: the transfer's indexes are written first
 // (an index without its transfer is harmless), then one script moves the
 // copies from this server's contribution to the transfer's.
-func (l *CopyLog) Stage(id string, h copies.Hold, ttl time.Duration) (time.Time, error) {
+func (l *CopyLog) Stage(id, session string, h copies.Hold, ttl time.Duration) (time.Time, error) {
 	ctx, cancel := l.ctx()
 	defer cancel()
 	esc := escape(h.Resource)
@@ -312,7 +312,7 @@ func (l *CopyLog) Stage(id string, h copies.Hold, ttl time.Duration) (time.Time,
 	set := tag + "k:" + epoch
 	keys := append([]string{tag + "x:" + epoch, set, set, tag + "t:" + tid}, l.counts(tag, h.Domain, h.Groups)...)
 	v, err := l.move(ctx, keys, moveArgs{src: "s" + epoch, dst: "t" + tid, copies: h.Copies, mode: "stage", srcSet: true,
-		ttl: ttl, domain: h.Domain, groups: strings.Join(h.Groups, ","), session: ""})
+		ttl: ttl, domain: h.Domain, groups: strings.Join(h.Groups, ","), session: session})
 	if err != nil {
 		return time.Time{}, err
 	}

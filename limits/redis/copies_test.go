@@ -295,7 +295,7 @@ func TestCopiesTransferAcrossServers(t *testing.T) {
 			}
 		}
 		if len(ended) == 1 {
-			if ended[0].Transfer != st.ID || ended[0].Released[0].Copies != 1 {
+			if ended[0].Transfer != st.ID || ended[0].Session != sa.ID || ended[0].Released[0].Copies != 1 {
 				t.Fatalf("expired %+v", ended[0])
 			}
 			break
