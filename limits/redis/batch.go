@@ -139,6 +139,7 @@ type batcher struct {
 	cmds  []*command
 	group map[string]*command // take commands by resource, while building
 	keyIx map[string]int      // a take command's bucket keys, while building
+	asks  []*call             // a take command's asks, while building
 }
 
 // command is one script of a round trip and the calls it answers: a take
@@ -432,10 +433,14 @@ func (b *batcher) release(cmds []*command) {
 }
 
 // takeArgs builds a take command: its bucket keys each once, its limits
-// each once, then its requests (see take.lua).
+// each once, its asks (the requests' limit, tokens, min, max wait,
+// dynamic flag and now) each once, then its requests as pairs of a
+// bucket and an ask (see take.lua): in the common case of many requests
+// under one limit, two arguments a request.
 func (b *batcher) takeArgs(m *command) []any {
 	clear(b.keyIx)
 	var keys []*call // the first call of each bucket
+	asks := b.asks[:0]
 	for _, c := range m.calls {
 		if _, ok := b.keyIx[c.key]; !ok {
 			b.keyIx[c.key] = len(keys) + 2
@@ -444,13 +449,16 @@ func (b *batcher) takeArgs(m *command) []any {
 		if !slices.Contains(m.limits, c.la) {
 			m.limits = append(m.limits, c.la)
 		}
+		if !slices.ContainsFunc(asks, c.sameAsk) {
+			asks = append(asks, c)
+		}
 	}
-	args := make([]any, 0, 4+len(keys)+1+9*len(m.limits)+8*len(m.calls))
+	args := make([]any, 0, 4+len(keys)+2+9*len(m.limits)+1+6*len(asks)+2*len(m.calls))
 	args = append(args, argEvalSha, nil, 1+len(keys), m.calls[0].dynKey)
 	for _, c := range keys {
 		args = append(args, &c.key)
 	}
-	args = append(args, len(m.limits))
+	args = append(args, len(m.limits), len(m.calls[0].base)+3)
 	for _, la := range m.limits {
 		at := any("")
 		for _, c := range m.calls { // the change instant of la's generation
@@ -461,10 +469,23 @@ func (b *batcher) takeArgs(m *command) []any {
 		}
 		args = append(args, la.gen, la.size, la.rate, la.span, la.maxDyn, la.idle, at, la.kind, la.name)
 	}
-	for _, c := range m.calls {
-		args = append(args, b.keyIx[c.key], slices.Index(m.limits, c.la)+1, &c.tokens, &c.min, &c.maxWait, c.dyn, &c.member, c.now)
+	args = append(args, len(asks))
+	for _, c := range asks {
+		args = append(args, slices.Index(m.limits, c.la)+1, &c.tokens, &c.min, &c.maxWait, c.dyn, c.now)
 	}
+	for _, c := range m.calls {
+		args = append(args, b.keyIx[c.key], slices.IndexFunc(asks, c.sameAsk)+1)
+	}
+	clear(asks)
+	b.asks = asks[:0]
 	return args
+}
+
+// sameAsk reports whether c and d ask alike: the same limit, tokens, min,
+// max wait, dynamic flag and now.
+func (c *call) sameAsk(d *call) bool {
+	return c.la == d.la && c.tokens == d.tokens && c.min == d.min && c.maxWait == d.maxWait && c.dyn == d.dyn &&
+		(c.now == "") == (d.now == "") && c.nowNs == d.nowNs
 }
 
 // send runs cmds as one pipeline of EVALSHA (EVAL with eval).

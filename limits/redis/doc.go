@@ -38,10 +38,12 @@
 //
 // A rejected request writes nothing (so Snapshot.Rejections is always 0
 // and LastUsed is the last grant), nor does one refused for
-// max_dynamic_buckets. A grant writes the bucket's hash (state, last use,
-// grants, and on creation or reconfiguration its parameters, kind and
-// name) and sets its TTL (PEXPIRE): a token bucket's to the time until it
-// is full again, or MaxIdle when longer, plus one second, so that a key
+// max_dynamic_buckets. A grant writes a token bucket's string (one SET
+// with its TTL: "e l n g|size rate span dynamic kind name", its state,
+// last use, grants and generation, then the configuration it was granted
+// under) or a burst-tier domain's hash (and PEXPIRE). The TTL is, for a
+// token bucket, the time until it is full again, or MaxIdle when longer,
+// plus one second, so that a key
 // that expires comes back full, as a bucket the store never had does; a
 // burst-tier domain's to the time until it would be fresh again (no tier
 // active or in cooldown, no hit in the last second: limits.TierState's
@@ -54,7 +56,8 @@
 // A resource's keys share the hash tag {r<resource>}, so every script
 // touches one slot ("one slot per resource"):
 //
-//	<prefix>{r<resource>}b:<domain>   a bucket or a burst-tier domain (hash)
+//	<prefix>{r<resource>}s:<domain>   a token bucket (string)
+//	<prefix>{r<resource>}b:<domain>   a burst-tier domain (hash)
 //	<prefix>{r<resource>}d            the resource's dynamic buckets (sorted set)
 //	<prefix>{r<resource>}g            a burst-tier resource's global log (string)
 //
@@ -134,13 +137,13 @@
 // once, from the first to the last (the memory store rescales twice).
 //
 // A burst-tier domain under a new Limit keeps its one-second log and its
-// tiers by index (limits.Store.TakeHits); one whose hash is a token
-// bucket's starts fresh, and a token bucket whose hash is a burst-tier
-// domain's starts full (Take reports it Created, where the memory store
-// does not). Both happen at the domain's next grant: until then Redis
-// keeps the old state and Walk shows the domain under the Limit of its
-// last grant, and a dynamic count moves only then (the memory store moves
-// it at once). A key's TTL follows the Limit of its last grant: a change
+// tiers by index (limits.Store.TakeHits), at its next grant: until then
+// Redis keeps the old state and Walk shows the domain under the Limit of
+// its last grant, and a dynamic count moves only then (the memory store
+// moves it at once). A domain that changes algorithm changes at once, in
+// Reconfigure, as in the memory store: a token bucket becomes a fresh
+// burst-tier domain, a burst-tier domain a full token bucket, each
+// keeping its last use and grants. A key's TTL follows the Limit of its last grant: a change
 // that lengthens a domain's tiers may let its key expire before it is
 // fresh under the new ones (it comes back fresh).
 //
@@ -223,7 +226,7 @@
 //
 // Walk and Len SCAN the prefix (on every master of a cluster): O(buckets),
 // burst-tier domains included. A snapshot's Limit is rebuilt from the
-// bucket's hash (its MaxDynamic and the Bucket's other fields are zero);
+// bucket's string (its MaxDynamic and the Bucket's other fields are zero);
 // a burst-tier domain's has Tiers (limits.NewTierParams from tp) and the
 // snapshot its TierState (Snapshot.Tiers), so that limits.Describe shows
 // its tier, phases and hits.

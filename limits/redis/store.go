@@ -38,10 +38,43 @@ var takeLua string
 
 var (
 	takeScript = newScript(takeLua)
+	// The scripts of Reconfigure, on KEYS a domain's token bucket (a
+	// string), its burst-tier domain (a hash) and its resource's dynamic
+	// set; ARGV[1] the domain (escaped).
+	//
+	// dropScript deletes the domain, and removes it from the dynamic set
+	// if it was dynamic.
 	dropScript = redis.NewScript(`
-local dy = redis.call('HGET', KEYS[1], 'dy')
+local v = redis.call('GET', KEYS[1])
+local dy = redis.call('HGET', KEYS[2], 'dy')
+if v and string.match(v, '|%S+ %S+ %S+ (%S+)') == '1' then dy = '1' end
+redis.call('DEL', KEYS[1], KEYS[2])
+if dy == '1' then redis.call('ZREM', KEYS[3], ARGV[1]) end
+return 1`)
+	// toTiersScript turns a token bucket into a fresh burst-tier domain
+	// that keeps its last use, grants and what it was (a hash with e,
+	// which tiers.lua takes for a token bucket's), for as long as the
+	// bucket would have lived.
+	toTiersScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local ttl = redis.call('PTTL', KEYS[1])
 redis.call('DEL', KEYS[1])
-if dy == '1' then redis.call('ZREM', KEYS[2], ARGV[1]) end
+local l, n, dy, k, nm = string.match(v, '^%S+ (%S+) (%d+) %d+|%S+ %S+ %S+ (%S+) (%S+) (.*)$')
+if not l or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('HSET', KEYS[2], 'e', '0', 'l', l, 'n', n, 'dy', dy, 'k', k, 'nm', nm)
+if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+return 1`)
+	// toBucketScript turns a burst-tier domain into a full token bucket
+	// that keeps its last use and grants: ARGV[2] the generation, ARGV[3]
+	// the bucket's configuration as take.lua stores it, ARGV[4] its TTL
+	// (ms).
+	toBucketScript = redis.NewScript(`
+local h = redis.call('HMGET', KEYS[2], 'l', 'n', 's')
+if not h[3] then return 0 end
+redis.call('DEL', KEYS[2])
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('SET', KEYS[1], '0 ' .. (h[1] or '0') .. ' ' .. (h[2] or '0') .. ' ' .. ARGV[2] .. '|' .. ARGV[3], 'PX', ARGV[4])
 return 1`)
 )
 
@@ -231,9 +264,9 @@ func (s *Store) takeCall(now int64, k limits.Key, l *limits.Limit, a limits.Ask)
 		c.base = s.resourceKey(k.Resource)
 		c.dynKey = s.dynKey(k.Resource)
 	}
-	c.key = c.base + "b:" + c.member
+	c.key = c.base + "s:" + c.member
 	c.tokens, c.min, c.maxWait = a.Tokens, a.Min, min(a.MaxWait, MaxSpan)
-	c.now = ""
+	c.now, c.nowNs = "", 0
 	if s.callerTime {
 		c.nowNs = now
 		c.now = &c.nowNs
@@ -269,6 +302,13 @@ func (s *Store) limitArgs(l *limits.Limit) *limitArgs {
 	}
 	v, _ := s.args.LoadOrStore(l, la)
 	return v.(*limitArgs)
+}
+
+// config returns the configuration a token bucket of domain stores under
+// la's Limit, as take.lua builds it: "size rate span dynamic kind name".
+func (la *limitArgs) config(domain string) string {
+	p := la.l.Params
+	return fmt.Sprintf("%d %s %d %s %d %s", p.Size, la.rate, p.Span, la.dyn(domain), int(la.l.Kind), la.l.Name)
 }
 
 // dyn returns the take script's dynamic argument for domain: "1" for a
@@ -339,33 +379,62 @@ func (s *Store) Reconfigure(now int64, gen uint64, resolve func(limits.Key) *lim
 			break
 		}
 	}
-	var gone []limits.Snapshot
+	// Buckets that resolve to nothing go; those that change algorithm
+	// start afresh under the new one, keeping their use and grants, as
+	// in the memory store (their keys differ: a token bucket's string, a
+	// burst-tier domain's hash).
+	var gone, moved []limits.Snapshot
 	err := s.walk(context.Background(), func(snap limits.Snapshot) bool {
-		if resolve(snap.Key) == nil {
+		switch l := resolve(snap.Key); {
+		case l == nil:
 			gone = append(gone, snap)
+		case (l.Tiers != nil) != (snap.Limit.Algorithm == limits.BurstTiers):
+			moved = append(moved, snap)
 		}
 		return true
 	})
 	if err != nil {
 		return fmt.Errorf("limits/redis: reconfigure: %w", err)
 	}
-	for _, snap := range gone {
-		member := escape(snap.Key.Domain)
+	run := func(sc *redis.Script, k limits.Key, args ...any) error {
+		member := escape(k.Domain)
+		base := s.resourceKey(k.Resource)
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		err := dropScript.Run(ctx, s.c, []string{s.bucketKey(snap.Key.Resource, member), s.dynKey(snap.Key.Resource)}, member).Err()
-		cancel()
-		if err != nil {
+		defer cancel()
+		err := sc.Run(ctx, s.c, []string{base + "s:" + member, base + "b:" + member, base + "d"}, append([]any{member}, args...)...).Err()
+		if err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("limits/redis: reconfigure: %w", err)
+		}
+		return nil
+	}
+	for _, snap := range gone {
+		if err := run(dropScript, snap.Key); err != nil {
+			return err
 		}
 		if removed != nil {
 			removed(limits.Removed{Key: snap.Key, Limit: snap.Limit, Reason: limits.RemovedReconfigured})
+		}
+	}
+	for _, snap := range moved {
+		l := resolve(snap.Key)
+		var err error
+		if l.Tiers != nil {
+			err = run(toTiersScript, snap.Key)
+		} else {
+			la := s.limitArgs(l)
+			ttl := (max(int64(l.Bucket.MaxIdle), 0) + int64(time.Second) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+			err = run(toBucketScript, snap.Key, l.Gen, la.config(snap.Key.Domain), ttl)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
 // Walk implements limits.Store with SCAN over the prefix (on every master
-// of a cluster) and HGETALL per bucket. A snapshot's Limit is rebuilt from
+// of a cluster) and a GET per token bucket, an HGETALL per burst-tier
+// domain. A snapshot's Limit is rebuilt from
 // what the bucket stores (resource, kind, name, size, fill rate, the
 // generation that last wrote it): the Bucket's other fields are zero.
 func (s *Store) Walk(fn func(limits.Snapshot) bool) error {
@@ -383,10 +452,10 @@ func (s *Store) Len() int {
 	return n
 }
 
-// scan calls fn with batches of bucket keys, on every master of a cluster
-// (fn is serialised).
+// scan calls fn with batches of bucket and burst-tier domain keys, on
+// every master of a cluster (fn is serialised).
 func (s *Store) scan(ctx context.Context, fn func(keys []string) error) error {
-	return scanKeys(ctx, s.c, s.prefix+"{r*}b:*", fn)
+	return scanKeys(ctx, s.c, s.prefix+"{r*}[sb]:*", fn)
 }
 
 // scanKeys calls fn with batches of the keys matching match, on every
@@ -428,19 +497,37 @@ var errStop = errors.New("stop")
 func (s *Store) walk(ctx context.Context, fn func(limits.Snapshot) bool) error {
 	err := s.scan(ctx, func(keys []string) error {
 		pipe := s.c.Pipeline()
-		cmds := make([]*redis.MapStringStringCmd, len(keys))
+		buckets := make([]*redis.StringCmd, len(keys))
+		domains := make([]*redis.MapStringStringCmd, len(keys))
 		for i, key := range keys {
-			cmds[i] = pipe.HGetAll(ctx, key)
+			if s.isBucketKey(key) {
+				buckets[i] = pipe.Get(ctx, key)
+			} else {
+				domains[i] = pipe.HGetAll(ctx, key)
+			}
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return err
 		}
 		for i, key := range keys {
-			h, err := cmds[i].Result()
-			if err != nil || len(h) == 0 { // expired meanwhile
-				continue
+			var snap limits.Snapshot
+			var ok bool
+			if buckets[i] != nil {
+				v, err := buckets[i].Result()
+				if err != nil { // expired meanwhile
+					continue
+				}
+				snap, ok = s.bucketSnapshot(key, v)
+			} else {
+				h, err := domains[i].Result()
+				if err != nil || len(h) == 0 { // expired meanwhile
+					continue
+				}
+				var k limits.Key
+				if k, ok = s.parseKey(key); ok {
+					snap, ok = tierSnapshot(k, h)
+				}
 			}
-			snap, ok := s.snapshot(key, h)
 			if ok && !fn(snap) {
 				return errStop
 			}
@@ -453,49 +540,64 @@ func (s *Store) walk(ctx context.Context, fn func(limits.Snapshot) bool) error {
 	return err
 }
 
-// snapshot decodes one bucket's hash.
-func (s *Store) snapshot(key string, h map[string]string) (limits.Snapshot, bool) {
+// bucketSnapshot decodes one token bucket's string (see take.lua): "e l n
+// g|size rate span dynamic kind name".
+func (s *Store) bucketSnapshot(key, v string) (limits.Snapshot, bool) {
 	k, ok := s.parseKey(key)
-	if !ok {
+	head, cf, ok2 := strings.Cut(v, "|")
+	h, c := strings.Fields(head), strings.SplitN(cf, " ", 6)
+	if !ok || !ok2 || len(h) != 4 || len(c) != 6 {
 		return limits.Snapshot{}, false
 	}
-	if _, tb := h["e"]; !tb && h["s"] != "" { // a burst-tier domain (tiers.go)
-		return tierSnapshot(k, h)
-	}
-	num := func(f string) int64 { n, _ := strconv.ParseInt(h[f], 10, 64); return n }
-	rate, _ := strconv.ParseFloat(h["rt"], 64)
-	l := &limits.Limit{Resource: k.Resource, Name: h["nm"], Kind: limits.Kind(num("k")), Algorithm: limits.TokenBucket,
-		Bucket: limits.Bucket{Size: num("sz"), FillRate: rate},
-		Params: limits.Params{Size: num("sz"), Rate: rate, Span: num("sp")}, Gen: uint64(num("g"))}
-	return limits.Snapshot{Key: k, Limit: l, State: limits.State{Empty: num("e")}, LastUsed: num("l"), Grants: uint64(num("n"))}, true
+	num := func(s string) int64 { n, _ := strconv.ParseInt(s, 10, 64); return n }
+	rate, _ := strconv.ParseFloat(c[1], 64)
+	size := num(c[0])
+	l := &limits.Limit{Resource: k.Resource, Name: c[5], Kind: limits.Kind(num(c[4])), Algorithm: limits.TokenBucket,
+		Bucket: limits.Bucket{Size: size, FillRate: rate},
+		Params: limits.Params{Size: size, Rate: rate, Span: num(c[2])}, Gen: uint64(num(h[3]))}
+	return limits.Snapshot{Key: k, Limit: l, State: limits.State{Empty: num(h[0])}, LastUsed: num(h[1]), Grants: uint64(num(h[2]))}, true
 }
 
-// Key layout: prefix "{r" resource "}" then "b:" domain for a bucket (a
-// hash) or "d" for the resource's dynamic buckets (a sorted set), with the
-// prefix, resource and domain escaped.
+// Key layout: prefix "{r" resource "}" then "s:" domain for a token
+// bucket (a string), "b:" domain for a burst-tier domain (a hash), or "d"
+// for the resource's dynamic buckets (a sorted set), with the prefix,
+// resource and domain escaped.
 
 // resourceKey returns the prefix and hash tag of resource (escaped),
 // braces included: what its bucket keys and dynamic key start with.
 func (s *Store) resourceKey(resource string) string { return s.prefix + "{r" + escape(resource) + "}" }
 
+// bucketKey returns the key of a token bucket.
 func (s *Store) bucketKey(resource, escDomain string) string {
+	return s.resourceKey(resource) + "s:" + escDomain
+}
+
+// domainKey returns the key of a burst-tier domain.
+func (s *Store) domainKey(resource, escDomain string) string {
 	return s.resourceKey(resource) + "b:" + escDomain
 }
 
 func (s *Store) dynKey(resource string) string { return s.resourceKey(resource) + "d" }
 
-// parseKey returns the Key of a bucket key.
+// isBucketKey reports whether key, from scan, is a token bucket's (not a
+// burst-tier domain's).
+func (s *Store) isBucketKey(key string) bool {
+	_, rest, _ := strings.Cut(key[len(s.prefix):], "}")
+	return strings.HasPrefix(rest, "s:")
+}
+
+// parseKey returns the Key of a token bucket's or burst-tier domain's key.
 func (s *Store) parseKey(key string) (limits.Key, bool) {
 	rest, ok := strings.CutPrefix(key, s.prefix+"{r")
 	if !ok {
 		return limits.Key{}, false
 	}
-	res, dom, ok := strings.Cut(rest, "}b:")
-	if !ok {
+	res, dom, ok := strings.Cut(rest, "}")
+	if !ok || len(dom) < 2 || dom[1] != ':' || dom[0] != 's' && dom[0] != 'b' {
 		return limits.Key{}, false
 	}
 	r, ok1 := unescape(res)
-	d, ok2 := unescape(dom)
+	d, ok2 := unescape(dom[2:])
 	return limits.Key{Resource: r, Domain: d}, ok1 && ok2
 }
 

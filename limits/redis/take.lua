@@ -2,14 +2,18 @@
 -- one or more requests on the buckets of one resource (one slot), decided
 -- in order, each exactly as it would be alone in a script of its own.
 -- KEYS[1] the resource's dynamic buckets (a sorted set: member the
--- escaped domain, score its expiry in ms); KEYS[2..] the buckets (hashes),
--- each once.
--- ARGV[1] the number of limits L, then L limits of 9 fields: gen, size,
--- rate (shortest exact decimal), span, max dynamic (0: unlimited), max
--- idle (ns, 0: none), change instant (decimal ns or ''), kind, name; then
--- the requests, 8 fields each: bucket (its index in KEYS), limit (1 to
--- L), tokens, min, max wait, dynamic (0/1), member, now (decimal ns, or ''
--- for Redis TIME, read once).
+-- escaped domain, score its expiry in ms); KEYS[2..] the buckets, each
+-- once: strings "e l n g|size rate span dynamic kind name" (the instant
+-- the bucket is empty, last use, grants, generation; then the
+-- configuration it was granted under), each ending in the escaped domain
+-- from byte ARGV[2] on.
+-- ARGV[1] the number of limits L; ARGV[2] where the domain starts in a
+-- bucket key; then L limits of 9 fields: gen, size, rate (shortest exact
+-- decimal), span, max dynamic (0: unlimited), max idle (ns, 0: none),
+-- change instant (decimal ns or ''), kind, name; then the number of asks
+-- A and A asks of 6 fields: limit (1 to L), tokens, min, max wait,
+-- dynamic (0/1), now (decimal ns, or '' for Redis TIME, read once); then
+-- the requests, 2 fields each: bucket (its index in KEYS), ask (1 to A).
 -- Returns 6 values per request, in order: status (0 decided, 2 too many
 -- buckets), granted, wait, retry after, fill (ns: the tokens left are
 -- min(size, fill × rate ÷ 1e9), limits.Level's arithmetic, done by the
@@ -20,16 +24,18 @@
 -- relative to now and stays below 2^53 (the caller guarantees span and
 -- max wait at most 2^52).
 --
--- A bucket is read once (HMGET) and written once, after the last request
--- (one HSET, one PEXPIRE): the writes of the requests before are never
+-- A bucket is read once (GET) and written once, after the last request
+-- (one SET with its expiry): the writes of the requests before are never
 -- seen by anyone but the requests after, which see them here as they
 -- would in Redis. The dynamic set's changes are applied before any
--- request counts it, and at the end.
+-- request counts it, and at the end. Redis calls and Lua's conversions
+-- of numbers to strings are this script's main costs: each is done once
+-- where it can be.
 
 -- Globals read once (a global is a table lookup; these run per request).
 local ARGV, KEYS, tonumber, pairs, unpack = ARGV, KEYS, tonumber, pairs, unpack
 local call, floor, ceil, max, min = redis.call, math.floor, math.ceil, math.max, math.min
-local sub, format = string.sub, string.format
+local sub, format, match = string.sub, string.format, string.match
 
 local function split(s)
   local neg = false
@@ -99,14 +105,17 @@ local function fill(e)
   return -e
 end
 
--- The limits.
-local nl = tonumber(ARGV[1])
+-- The limits, each with its configuration as a bucket stores it (cf,
+-- by dynamic flag).
+local nl, mstart = tonumber(ARGV[1]), tonumber(ARGV[2])
 local limits = {}
 for j = 1, nl do
-  local b = 1 + (j - 1) * 9
+  local b = 2 + (j - 1) * 9
+  local pre, suf = ARGV[b + 2] .. ' ' .. ARGV[b + 3] .. ' ' .. ARGV[b + 4] .. ' ', ' ' .. ARGV[b + 8] .. ' ' .. ARGV[b + 9]
   limits[j] = {gen = ARGV[b + 1], sz = ARGV[b + 2], rt = ARGV[b + 3], sp = ARGV[b + 4],
     size = tonumber(ARGV[b + 2]), rate = tonumber(ARGV[b + 3]), span = tonumber(ARGV[b + 4]),
-    maxdyn = tonumber(ARGV[b + 5]), idle = tonumber(ARGV[b + 6]), at = ARGV[b + 7], k = ARGV[b + 8], nm = ARGV[b + 9]}
+    maxdyn = tonumber(ARGV[b + 5]), idle = tonumber(ARGV[b + 6]), at = ARGV[b + 7],
+    cf = {['0'] = pre .. '0' .. suf, ['1'] = pre .. '1' .. suf}}
 end
 
 -- Redis TIME, read once.
@@ -120,16 +129,27 @@ local function redisnow()
 end
 
 -- The buckets as stored (as they would be after the requests so far):
--- e and l as at's parts, the configuration fields as their strings, n
--- the grants; exists while e is known; ttl the last PEXPIRE's (ms);
--- full when a grant rewrote the configuration fields.
+-- e and l as at's parts, n the grants, g the generation and cf the
+-- configuration as stored (strings); exists while e is known; ttl the
+-- expiry to set (ms), once granted.
 local rows = {}
 local function row(i)
   local r = rows[i]
   if r then return r end
-  local h = call('HMGET', KEYS[i], 'e', 'sz', 'rt', 'sp', 'dy', 'k', 'nm', 'n')
-  r = {sz = h[2], rt = h[3], sp = h[4], dy = h[5], k = h[6], nm = h[7], n = tonumber(h[8]) or 0}
-  if h[1] then r.ehi, r.elo = split(h[1]) end
+  r = {n = 0}
+  local v = call('GET', KEYS[i])
+  if v then
+    -- The common case, e of at least ten digits, split by the pattern.
+    local ehi, elo, n, g, cf = match(v, '^(%d+)(%d%d%d%d%d%d%d%d%d) %S+ (%d+) (%d+)|(.*)$')
+    if ehi then
+      r.ehi, r.elo = tonumber(ehi), tonumber(elo)
+    else
+      local e
+      e, n, g, cf = match(v, '^(%S+) %S+ (%d+) (%d+)|(.*)$')
+      if e then r.ehi, r.elo = split(e) end
+    end
+    if n then r.n, r.g, r.cf = tonumber(n), g, cf end
+  end
   rows[i] = r
   return r
 end
@@ -156,17 +176,16 @@ local function flushset()
   zset, zttl = {}, nil
 end
 
--- take decides the request whose fields start at ARGV[b] and appends its
--- six values to out.
+-- take decides request ask on the bucket KEYS[ki] and appends its six
+-- values to out.
 local out = {}
-local function take(b)
-  local r = row(tonumber(ARGV[b]))
-  local l = limits[tonumber(ARGV[b + 1])]
-  local tokens, mn, maxwait = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
-  local dyn, member = ARGV[b + 5], ARGV[b + 6]
+local function take(ki, ask)
+  local r = row(ki)
+  local l = ask.l
+  local tokens, mn, maxwait, dyn = ask.tokens, ask.mn, ask.maxwait, ask.dyn
   local size, rate, span = l.size, l.rate, l.span
   local nhi, nlo
-  if ARGV[b + 7] == '' then nhi, nlo = redisnow() else nhi, nlo = split(ARGV[b + 7]) end
+  if ask.now == '' then nhi, nlo = redisnow() else nhi, nlo = split(ask.now) end
   local n0 = #out
 
   local created = r.ehi == nil
@@ -186,10 +205,18 @@ local function take(b)
   else
     local ehi, elo = r.ehi, r.elo
     e = max(rel(ehi, elo, nhi, nlo), -span)
-    if r.sz ~= l.sz or r.rt ~= l.rt or r.sp ~= l.sp then
-      -- limits.Rescale at the instant of the change (or now).
+    local cf = l.cf[dyn]
+    local osz, ort, osp
+    if r.cf == cf then
+      r.dy = dyn
+    else
+      -- Another configuration (or dynamic flag): rewritten on a grant.
+      osz, ort, osp, r.dy = match(r.cf, '^(%S+) (%S+) (%S+) (%S+)')
       relimit = true
-      local osize, orate, ospan = tonumber(r.sz), tonumber(r.rt), tonumber(r.sp)
+    end
+    if relimit and (osz ~= l.sz or ort ~= l.rt or osp ~= l.sp) then
+      -- limits.Rescale at the instant of the change (or now).
+      local osize, orate, ospan = tonumber(osz), tonumber(ort), tonumber(osp)
       local chi, clo = nhi, nlo
       if l.at ~= '' then
         chi, clo = split(l.at)
@@ -206,8 +233,6 @@ local function take(b)
         ne = max(-min(ns, span), -span)
       end
       e = max(ne + rel(chi, clo, nhi, nlo), -span)
-    elseif r.dy ~= dyn or r.k ~= l.k or r.nm ~= l.nm then
-      relimit = true
     end
   end
 
@@ -238,34 +263,52 @@ local function take(b)
   r.lhi, r.llo = nhi, nlo -- (at(0, nhi, nlo) when written)
   r.n = r.n + 1
   if created or relimit then
-    r.full = true
-    r.g, r.sz, r.rt, r.sp, r.dy, r.k, r.nm = l.gen, l.sz, l.rt, l.sp, dyn, l.k, l.nm
+    r.g, r.cf = l.gen, l.cf[dyn]
   end
   local ttl = ceil((max(e + span, l.idle) + 1e9) / 1e6)
   r.ttl = ttl
   if dyn == '1' then
-    zset[member] = nhi * 1000 + floor(nlo / 1e6) + ttl
+    zset[sub(KEYS[ki], mstart)] = nhi * 1000 + floor(nlo / 1e6) + ttl
     if not zttl or ttl > zttl then zttl = ttl end
   elseif olddy == '1' then
-    zset[member] = false
+    zset[sub(KEYS[ki], mstart)] = false
   end
   local cr = 0
   if created then cr = 1 end
   out[n0 + 1], out[n0 + 2], out[n0 + 3], out[n0 + 4], out[n0 + 5], out[n0 + 6] = 0, n, wait, 0, fill(e), cr
 end
 
-for b = 2 + nl * 9, #ARGV, 8 do take(b) end
+-- The asks, then the requests.
+local asks = {}
+local b = 3 + nl * 9
+local na = tonumber(ARGV[b])
+for j = 1, na do
+  local c = b + (j - 1) * 6
+  asks[j] = {l = limits[tonumber(ARGV[c + 1])], tokens = tonumber(ARGV[c + 2]), mn = tonumber(ARGV[c + 3]),
+    maxwait = tonumber(ARGV[c + 4]), dyn = ARGV[c + 5], now = ARGV[c + 6]}
+end
+for c = b + 1 + na * 6, #ARGV, 2 do take(tonumber(ARGV[c]), asks[tonumber(ARGV[c + 1])]) end
 
--- The writes.
+-- The writes: one SET each, its value formatted at once (Lua's own
+-- conversion of numbers to strings is slower), last use the same string
+-- for every request on Redis TIME.
+local nows
 for i, r in pairs(rows) do
   if r.ttl then
-    if r.full then
-      call('HSET', KEYS[i], 'e', fmt(r.ehi, r.elo), 'l', fmt(at(0, r.lhi, r.llo)), 'n', r.n, 'g', r.g, 'sz', r.sz,
-        'rt', r.rt, 'sp', r.sp, 'dy', r.dy, 'k', r.k, 'nm', r.nm)
+    local ls
+    if r.lhi == thi and r.llo == tlo then
+      if not nows then nows = fmt(thi, tlo) end
+      ls = nows
     else
-      call('HSET', KEYS[i], 'e', fmt(r.ehi, r.elo), 'l', fmt(at(0, r.lhi, r.llo)), 'n', r.n)
+      ls = fmt(at(0, r.lhi, r.llo))
     end
-    call('PEXPIRE', KEYS[i], r.ttl)
+    local v
+    if r.ehi >= 0 and r.elo >= 0 then
+      v = format('%d%09d %s %d %s|%s', r.ehi, r.elo, ls, r.n, r.g, r.cf)
+    else
+      v = format('%s %s %d %s|%s', fmt(r.ehi, r.elo), ls, r.n, r.g, r.cf)
+    end
+    call('SET', KEYS[i], v, 'PX', format('%d', r.ttl))
   end
 end
 flushset()

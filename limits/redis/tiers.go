@@ -50,7 +50,7 @@ func (s *Store) TakeHits(now int64, k limits.Key, l *limits.Limit, a limits.Ask)
 	}
 	member := escape(k.Domain)
 	base := s.resourceKey(k.Resource)
-	keys := []string{base + "b:" + member, base + "d", base + "g"}
+	keys := []string{s.domainKey(k.Resource, member), base + "d", base + "g"}
 	cmd, err := s.eval(tiersScript, keys, req, tierArg(p), nowArg, l.Gen, dyn, maxDyn, member, int(l.Kind), l.Name)
 	if err != nil {
 		return limits.HitOutcome{}, err
@@ -185,8 +185,8 @@ func unpackTierState(v string) (*limits.TierState, bool) {
 	return st, at == len(v)/8
 }
 
-// tierSnapshot decodes a burst-tier domain's hash (one with an s field
-// and no e field, which would make it a token bucket).
+// tierSnapshot decodes a burst-tier domain's hash (false for a hash
+// without its parameters and state).
 func tierSnapshot(k limits.Key, h map[string]string) (limits.Snapshot, bool) {
 	p, ok1 := unpackTierParams(h["tp"])
 	st, ok2 := unpackTierState(h["s"])

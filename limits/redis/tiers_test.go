@@ -311,6 +311,28 @@ func TestEngineTiers(t *testing.T) {
 	if m, r := infos(mem, t0.Add(9*time.Second)), infos(red, t0.Add(9*time.Second)); !slices.Equal(m, r) {
 		t.Fatalf("walk after the change:\nmemory %+v\nredis  %+v", m, r)
 	}
+
+	// And back: "tb" a token bucket again, full, its grants kept; one
+	// domain each, in memory and on Redis ("api"'s domains show their new
+	// Limit on Redis only after their next grant).
+	tb := func(e *limits.Engine, at time.Time) []limits.BucketInfo {
+		return slices.DeleteFunc(infos(e, at), func(b limits.BucketInfo) bool { return b.Resource != "tb" })
+	}
+	for _, e := range []*limits.Engine{mem, red} {
+		if err := e.SetConfig(t0.Add(10*time.Second), tiersConfig()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, r := tb(mem, t0.Add(10*time.Second)), tb(red, t0.Add(10*time.Second)); !slices.Equal(m, r) || len(r) != 1 || r[0].Grants != 2 || r[0].Tokens != 2 {
+		t.Fatalf("walk after the change back:\nmemory %+v\nredis  %+v", m, r)
+	}
+	req := limits.Request{Resource: "tb", Domain: "acme", Tokens: 2}
+	if dm, dr := mem.Allow(t0.Add(10*time.Second), req), red.Allow(t0.Add(10*time.Second), req); dm != dr || dr.Status != limits.StatusOK {
+		t.Fatalf("the burst-tier domain as a token bucket again:\nmemory %+v\nredis  %+v", dm, dr)
+	}
+	if m, r := tb(mem, t0.Add(10*time.Second)), tb(red, t0.Add(10*time.Second)); !slices.Equal(m, r) || len(r) != 1 || r[0].Grants != 3 {
+		t.Fatalf("walk after a grant:\nmemory %+v\nredis  %+v", m, r)
+	}
 }
 
 // TestTiersRejectionWritesNothing: a rejected request, or one past
@@ -415,7 +437,7 @@ func TestTiersExpiry(t *testing.T) {
 	if d := e.Allow(time.Now(), limits.Request{Resource: "r", Domain: "d", Tokens: 2}); d.Status != limits.StatusOK || d.Tiers.Tier != 2 {
 		t.Fatalf("%+v", d)
 	}
-	dom, glob := st.bucketKey("r", "d"), st.resourceKey("r")+"g"
+	dom, glob := st.domainKey("r", "d"), st.resourceKey("r")+"g"
 	for _, k := range []struct {
 		key      string
 		lo, high time.Duration
