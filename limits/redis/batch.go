@@ -70,14 +70,14 @@ type call struct {
 
 	// A take request: its limit's arguments, its resource's key prefix
 	// (its group) and dynamic set, the change instant and dynamic flag
-	// (boxed), and res, its six values of the reply.
+	// (boxed), and res, its part of the reply (six packed doubles).
 	take   bool
 	la     *limitArgs
 	base   string
 	dynKey any
 	at     any
 	dyn    any
-	res    []any
+	res    string
 
 	// Storage the arguments may point to.
 	key, member string
@@ -113,7 +113,7 @@ func getCall(sc *script) *call {
 func putCall(c *call) {
 	clear(c.args)
 	c.args = c.args[:0]
-	c.sc, c.cmd, c.err, c.res = nil, nil, nil, nil
+	c.sc, c.cmd, c.err, c.res = nil, nil, nil, ""
 	c.take, c.la, c.dynKey, c.at, c.dyn, c.now = false, nil, nil, nil, nil, nil
 	c.key, c.member, c.base = "", "", ""
 	callPool.Put(c)
@@ -383,16 +383,16 @@ func (m *command) answer() {
 		m.calls[0].cmd = m.cmd
 		return
 	}
-	v, ok := m.cmd.Val().([]any)
-	if !ok || len(v) != 6*len(m.calls) {
-		err := fmt.Errorf("limits/redis: take: reply %T of %d values for %d requests", m.cmd.Val(), len(v), len(m.calls))
+	v, ok := m.cmd.Val().(string)
+	if !ok || len(v) != takeReply*len(m.calls) {
+		err := fmt.Errorf("limits/redis: take: reply %T of %d bytes for %d requests", m.cmd.Val(), len(v), len(m.calls))
 		for _, c := range m.calls {
 			c.err = err
 		}
 		return
 	}
 	for i, c := range m.calls {
-		c.res = v[6*i : 6*i+6 : 6*i+6]
+		c.res = v[takeReply*i : takeReply*(i+1)]
 	}
 }
 

@@ -3,8 +3,10 @@ package redisstore
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,7 +49,7 @@ var (
 	dropScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 local dy = redis.call('HGET', KEYS[2], 'dy')
-if v and string.match(v, '|%S+ %S+ %S+ (%S+)') == '1' then dy = '1' end
+if v and string.match(string.sub(v, 49), '^%S+ %S+ %S+ (%S+)') == '1' then dy = '1' end
 redis.call('DEL', KEYS[1], KEYS[2])
 if dy == '1' then redis.call('ZREM', KEYS[3], ARGV[1]) end
 return 1`)
@@ -60,9 +62,12 @@ local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 local ttl = redis.call('PTTL', KEYS[1])
 redis.call('DEL', KEYS[1])
-local l, n, dy, k, nm = string.match(v, '^%S+ (%S+) (%d+) %d+|%S+ %S+ %S+ (%S+) (%S+) (.*)$')
-if not l or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-redis.call('HSET', KEYS[2], 'e', '0', 'l', l, 'n', n, 'dy', dy, 'k', k, 'nm', nm)
+if #v < 48 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+local _, _, lhi, llo, n = struct.unpack('<ddddd', v)
+local dy, k, nm = string.match(string.sub(v, 49), '^%S+ %S+ %S+ (%S+) (%S+) (.*)$')
+local l = string.format('%d%09d', lhi, llo)
+if lhi < 0 or llo < 0 then l = string.format('-%d%09d', -lhi, -llo) end
+redis.call('HSET', KEYS[2], 'e', '0', 'l', l, 'n', string.format('%d', n), 'dy', dy, 'k', k, 'nm', nm)
 if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
 return 1`)
 	// toBucketScript turns a burst-tier domain into a full token bucket
@@ -74,7 +79,10 @@ local h = redis.call('HMGET', KEYS[2], 'l', 'n', 's')
 if not h[3] then return 0 end
 redis.call('DEL', KEYS[2])
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('SET', KEYS[1], '0 ' .. (h[1] or '0') .. ' ' .. (h[2] or '0') .. ' ' .. ARGV[2] .. '|' .. ARGV[3], 'PX', ARGV[4])
+local l = h[1] or '0'
+local lhi, llo = tonumber(string.sub(l, 1, -10)) or 0, tonumber(string.sub(l, -9)) or 0
+if lhi < 0 then llo = -llo end
+redis.call('SET', KEYS[1], struct.pack('<dddddd', 0, 0, lhi, llo, tonumber(h[2]) or 0, tonumber(ARGV[2])) .. ARGV[3], 'PX', ARGV[4])
 return 1`)
 )
 
@@ -326,21 +334,21 @@ func (la *limitArgs) dyn(domain string) any {
 // dynArg holds the take script's dynamic argument ("0", "1") boxed once.
 var dynArg = [2]any{"0", "1"}
 
-// parseTake decodes a take request's six values (see take.lua): the
-// tokens left come as the bucket's fill in ns, turned into tokens with
+// takeReply is the length of a take request's reply: six little-endian
+// doubles.
+const takeReply = 6 * 8
+
+// parseTake decodes a take request's reply (see take.lua): the tokens
+// left come as the bucket's fill in ns, turned into tokens with
 // limits.Level's arithmetic under p, so that they are the memory store's
 // to the bit.
-func parseTake(v []any, p limits.Params) (limits.Outcome, error) {
-	if len(v) != 6 {
-		return limits.Outcome{}, fmt.Errorf("limits/redis: take: reply of %d values", len(v))
+func parseTake(v string, p limits.Params) (limits.Outcome, error) {
+	if len(v) != takeReply {
+		return limits.Outcome{}, fmt.Errorf("limits/redis: take: reply of %d bytes", len(v))
 	}
 	var n [6]int64
 	for i := range n {
-		x, ok := v[i].(int64)
-		if !ok {
-			return limits.Outcome{}, fmt.Errorf("limits/redis: take: reply %d is %T", i, v[i])
-		}
-		n[i] = x
+		n[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i : 8*i+8]))))
 	}
 	if n[0] == 2 {
 		return limits.Outcome{TooManyBuckets: true}, nil
@@ -540,13 +548,21 @@ func (s *Store) walk(ctx context.Context, fn func(limits.Snapshot) bool) error {
 	return err
 }
 
-// bucketSnapshot decodes one token bucket's string (see take.lua): "e l n
-// g|size rate span dynamic kind name".
+// bucketSnapshot decodes one token bucket's string (see take.lua): six
+// little-endian doubles (empty at, last use, each as seconds and ns;
+// grants; generation) and its configuration, "size rate span dynamic
+// kind name".
 func (s *Store) bucketSnapshot(key, v string) (limits.Snapshot, bool) {
 	k, ok := s.parseKey(key)
-	head, cf, ok2 := strings.Cut(v, "|")
-	h, c := strings.Fields(head), strings.SplitN(cf, " ", 6)
-	if !ok || !ok2 || len(h) != 4 || len(c) != 6 {
+	if !ok || len(v) < 48 {
+		return limits.Snapshot{}, false
+	}
+	var h [6]int64
+	for i := range h {
+		h[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i : 8*i+8]))))
+	}
+	c := strings.SplitN(v[48:], " ", 6)
+	if len(c) != 6 {
 		return limits.Snapshot{}, false
 	}
 	num := func(s string) int64 { n, _ := strconv.ParseInt(s, 10, 64); return n }
@@ -554,8 +570,8 @@ func (s *Store) bucketSnapshot(key, v string) (limits.Snapshot, bool) {
 	size := num(c[0])
 	l := &limits.Limit{Resource: k.Resource, Name: c[5], Kind: limits.Kind(num(c[4])), Algorithm: limits.TokenBucket,
 		Bucket: limits.Bucket{Size: size, FillRate: rate},
-		Params: limits.Params{Size: size, Rate: rate, Span: num(c[2])}, Gen: uint64(num(h[3]))}
-	return limits.Snapshot{Key: k, Limit: l, State: limits.State{Empty: num(h[0])}, LastUsed: num(h[1]), Grants: uint64(num(h[2]))}, true
+		Params: limits.Params{Size: size, Rate: rate, Span: num(c[2])}, Gen: uint64(h[5])}
+	return limits.Snapshot{Key: k, Limit: l, State: limits.State{Empty: h[0]*1e9 + h[1]}, LastUsed: h[2]*1e9 + h[3], Grants: uint64(h[4])}, true
 }
 
 // Key layout: prefix "{r" resource "}" then "s:" domain for a token

@@ -3,10 +3,11 @@
 -- in order, each exactly as it would be alone in a script of its own.
 -- KEYS[1] the resource's dynamic buckets (a sorted set: member the
 -- escaped domain, score its expiry in ms); KEYS[2..] the buckets, each
--- once: strings "e l n g|size rate span dynamic kind name" (the instant
--- the bucket is empty, last use, grants, generation; then the
--- configuration it was granted under), each ending in the escaped domain
--- from byte ARGV[2] on.
+-- once, each ending in the escaped domain from byte ARGV[2] on. A bucket
+-- is a string: six little-endian doubles, each an integer (the instant
+-- the bucket is empty and its last use, each as seconds and nanoseconds;
+-- its grants; the generation that wrote it), then the configuration it
+-- was granted under, "size rate span dynamic kind name".
 -- ARGV[1] the number of limits L; ARGV[2] where the domain starts in a
 -- bucket key; then L limits of 9 fields: gen, size, rate (shortest exact
 -- decimal), span, max dynamic (0: unlimited), max idle (ns, 0: none),
@@ -14,13 +15,13 @@
 -- A and A asks of 6 fields: limit (1 to L), tokens, min, max wait,
 -- dynamic (0/1), now (decimal ns, or '' for Redis TIME, read once); then
 -- the requests, 2 fields each: bucket (its index in KEYS), ask (1 to A).
--- Returns 6 values per request, in order: status (0 decided, 2 too many
--- buckets), granted, wait, retry after, fill (ns: the tokens left are
--- min(size, fill × rate ÷ 1e9), limits.Level's arithmetic, done by the
--- caller), created (0/1).
+-- Returns one string: 6 little-endian doubles per request, in order,
+-- each an integer: status (0 decided, 2 too many buckets), granted, wait,
+-- retry after, fill (ns: the tokens left are min(size, fill × rate ÷
+-- 1e9), limits.Level's arithmetic, done by the caller), created (0/1).
 --
--- Instants are decimal strings of Unix ns, split into seconds and
--- nanoseconds so that differences are exact; every quantity below is
+-- Instants come as decimal strings of Unix ns, split into seconds and
+-- nanoseconds so that differences are exact (and are stored so split); every quantity below is
 -- relative to now and stays below 2^53 (the caller guarantees span and
 -- max wait at most 2^52).
 --
@@ -29,13 +30,14 @@
 -- seen by anyone but the requests after, which see them here as they
 -- would in Redis. The dynamic set's changes are applied before any
 -- request counts it, and at the end. Redis calls and Lua's conversions
--- of numbers to strings are this script's main costs: each is done once
--- where it can be.
+-- between numbers and strings are this script's main costs: each is done
+-- once where it can be, and numbers travel packed (struct), not as text.
 
 -- Globals read once (a global is a table lookup; these run per request).
 local ARGV, KEYS, tonumber, pairs, unpack = ARGV, KEYS, tonumber, pairs, unpack
 local call, floor, ceil, max, min = redis.call, math.floor, math.ceil, math.max, math.min
-local sub, format, match = string.sub, string.format, string.match
+local sub, format, match, rep = string.sub, string.format, string.match, string.rep
+local pack, unpackd = struct.pack, struct.unpack
 
 local function split(s)
   local neg = false
@@ -53,8 +55,7 @@ local function rel(ahi, alo, bhi, blo)
   return d * 1e9 + (alo - blo)
 end
 
--- at returns b + v as split returns the decimal string of ns that fmt
--- writes for it.
+-- at returns b + v as split would the decimal string of its ns.
 local function at(v, bhi, blo)
   local t = blo + v
   local q = floor(t / 1e9)
@@ -67,12 +68,6 @@ local function at(v, bhi, blo)
     return sec, -r
   end
   return sec, r
-end
-
--- fmt returns the decimal string of ns of an instant from at.
-local function fmt(hi, lo)
-  if hi < 0 or lo < 0 then return format('-%d%09d', -hi, -lo) end
-  return format('%d%09d', hi, lo)
 end
 
 local function cost(n, rate)
@@ -115,7 +110,7 @@ for j = 1, nl do
   limits[j] = {gen = ARGV[b + 1], sz = ARGV[b + 2], rt = ARGV[b + 3], sp = ARGV[b + 4],
     size = tonumber(ARGV[b + 2]), rate = tonumber(ARGV[b + 3]), span = tonumber(ARGV[b + 4]),
     maxdyn = tonumber(ARGV[b + 5]), idle = tonumber(ARGV[b + 6]), at = ARGV[b + 7],
-    cf = {['0'] = pre .. '0' .. suf, ['1'] = pre .. '1' .. suf}}
+    g = tonumber(ARGV[b + 1]), cf = {['0'] = pre .. '0' .. suf, ['1'] = pre .. '1' .. suf}}
 end
 
 -- Redis TIME, read once.
@@ -129,26 +124,19 @@ local function redisnow()
 end
 
 -- The buckets as stored (as they would be after the requests so far):
--- e and l as at's parts, n the grants, g the generation and cf the
--- configuration as stored (strings); exists while e is known; ttl the
--- expiry to set (ms), once granted.
+-- e and l as at's parts, n the grants, g the generation, cf the
+-- configuration; e false for a bucket Redis does not have; ttl the expiry
+-- to set (ms) once granted. Every field is set at once (a table that
+-- grows is rehashed).
 local rows = {}
 local function row(i)
   local r = rows[i]
   if r then return r end
-  r = {n = 0}
+  r = {ehi = false, elo = false, lhi = false, llo = false, n = 0, g = false, cf = false, dy = false, ttl = false}
   local v = call('GET', KEYS[i])
-  if v then
-    -- The common case, e of at least ten digits, split by the pattern.
-    local ehi, elo, n, g, cf = match(v, '^(%d+)(%d%d%d%d%d%d%d%d%d) %S+ (%d+) (%d+)|(.*)$')
-    if ehi then
-      r.ehi, r.elo = tonumber(ehi), tonumber(elo)
-    else
-      local e
-      e, n, g, cf = match(v, '^(%S+) %S+ (%d+) (%d+)|(.*)$')
-      if e then r.ehi, r.elo = split(e) end
-    end
-    if n then r.n, r.g, r.cf = tonumber(n), g, cf end
+  if v and #v >= 48 then
+    r.ehi, r.elo, r.lhi, r.llo, r.n, r.g = unpackd('<dddddd', v)
+    r.cf = sub(v, 49)
   end
   rows[i] = r
   return r
@@ -188,7 +176,7 @@ local function take(ki, ask)
   if ask.now == '' then nhi, nlo = redisnow() else nhi, nlo = split(ask.now) end
   local n0 = #out
 
-  local created = r.ehi == nil
+  local created = not r.ehi
   local relimit = false
   local e
   if created then
@@ -260,10 +248,10 @@ local function take(ki, ask)
   -- creation or reconfiguration, and the expiry; written at the end.
   local olddy = r.dy
   r.ehi, r.elo = at(e, nhi, nlo)
-  r.lhi, r.llo = nhi, nlo -- (at(0, nhi, nlo) when written)
+  r.lhi, r.llo = nhi, nlo
   r.n = r.n + 1
   if created or relimit then
-    r.g, r.cf = l.gen, l.cf[dyn]
+    r.g, r.cf = l.g, l.cf[dyn]
   end
   local ttl = ceil((max(e + span, l.idle) + 1e9) / 1e6)
   r.ttl = ttl
@@ -289,27 +277,11 @@ for j = 1, na do
 end
 for c = b + 1 + na * 6, #ARGV, 2 do take(tonumber(ARGV[c]), asks[tonumber(ARGV[c + 1])]) end
 
--- The writes: one SET each, its value formatted at once (Lua's own
--- conversion of numbers to strings is slower), last use the same string
--- for every request on Redis TIME.
-local nows
+-- The writes: one SET each, with its expiry.
 for i, r in pairs(rows) do
   if r.ttl then
-    local ls
-    if r.lhi == thi and r.llo == tlo then
-      if not nows then nows = fmt(thi, tlo) end
-      ls = nows
-    else
-      ls = fmt(at(0, r.lhi, r.llo))
-    end
-    local v
-    if r.ehi >= 0 and r.elo >= 0 then
-      v = format('%d%09d %s %d %s|%s', r.ehi, r.elo, ls, r.n, r.g, r.cf)
-    else
-      v = format('%s %s %d %s|%s', fmt(r.ehi, r.elo), ls, r.n, r.g, r.cf)
-    end
-    call('SET', KEYS[i], v, 'PX', format('%d', r.ttl))
+    call('SET', KEYS[i], pack('<dddddd', r.ehi, r.elo, r.lhi, r.llo, r.n, r.g) .. r.cf, 'PX', format('%d', r.ttl))
   end
 end
 flushset()
-return out
+return pack('<' .. rep('d', #out), unpack(out))
