@@ -467,7 +467,7 @@ func (b *batcher) takeArgs(m *command) []any {
 				break
 			}
 		}
-		args = append(args, la.gen, la.size, la.rate, la.span, la.maxDyn, la.idle, at, la.kind, la.name)
+		args = append(args, la.gen, la.size, la.rate, la.span, la.maxDyn, la.idle, at, &la.config[0], &la.config[1])
 	}
 	args = append(args, len(asks))
 	for _, c := range asks {

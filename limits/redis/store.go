@@ -288,12 +288,15 @@ func (s *Store) takeCall(now int64, k limits.Key, l *limits.Limit, a limits.Ask)
 }
 
 // limitArgs are the take script's arguments that depend on the Limit
-// only, boxed once per Limit (Take then boxes nothing).
+// only, boxed once per Limit (Take then boxes nothing): among them the
+// configuration a bucket under it stores, "size rate span dynamic kind
+// name", for a static (config[0]) and a dynamic bucket (config[1]).
 type limitArgs struct {
-	base                                            string // resourceKey(l.Resource)
-	dynKey                                          any    // base + "d"
-	gen, size, rate, span, idle, kind, name, maxDyn any
-	l                                               *limits.Limit
+	base                                string // resourceKey(l.Resource)
+	dynKey                              any    // base + "d"
+	gen, size, rate, span, idle, maxDyn any
+	config                              [2]string
+	l                                   *limits.Limit
 }
 
 // limitArgs returns l's cached arguments. Reconfigure drops the cache.
@@ -303,20 +306,17 @@ func (s *Store) limitArgs(l *limits.Limit) *limitArgs {
 	}
 	p := l.Params
 	base := s.resourceKey(l.Resource)
+	rate := strconv.FormatFloat(p.Rate, 'g', -1, 64)
 	la := &limitArgs{
 		l: l, base: base, dynKey: base + "d",
-		gen: l.Gen, size: p.Size, rate: strconv.FormatFloat(p.Rate, 'g', -1, 64), span: p.Span,
-		idle: max(int64(l.Bucket.MaxIdle), 0), kind: int(l.Kind), name: l.Name, maxDyn: l.MaxDynamic,
+		gen: l.Gen, size: p.Size, rate: rate, span: p.Span,
+		idle: max(int64(l.Bucket.MaxIdle), 0), maxDyn: l.MaxDynamic,
+	}
+	for i := range la.config {
+		la.config[i] = fmt.Sprintf("%d %s %d %d %d %s", p.Size, rate, p.Span, i, int(l.Kind), l.Name)
 	}
 	v, _ := s.args.LoadOrStore(l, la)
 	return v.(*limitArgs)
-}
-
-// config returns the configuration a token bucket of domain stores under
-// la's Limit, as take.lua builds it: "size rate span dynamic kind name".
-func (la *limitArgs) config(domain string) string {
-	p := la.l.Params
-	return fmt.Sprintf("%d %s %d %s %d %s", p.Size, la.rate, p.Span, la.dyn(domain), int(la.l.Kind), la.l.Name)
 }
 
 // dyn returns the take script's dynamic argument for domain: "1" for a
@@ -333,6 +333,14 @@ func (la *limitArgs) dyn(domain string) any {
 
 // dynArg holds the take script's dynamic argument ("0", "1") boxed once.
 var dynArg = [2]any{"0", "1"}
+
+// dynIndex returns the index in dynArg of dyn.
+func dynIndex(dyn any) int {
+	if dyn == dynArg[1] {
+		return 1
+	}
+	return 0
+}
 
 // takeReply is the length of a take request's reply: six little-endian
 // doubles.
@@ -431,7 +439,7 @@ func (s *Store) Reconfigure(now int64, gen uint64, resolve func(limits.Key) *lim
 		} else {
 			la := s.limitArgs(l)
 			ttl := (max(int64(l.Bucket.MaxIdle), 0) + int64(time.Second) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
-			err = run(toBucketScript, snap.Key, l.Gen, la.config(snap.Key.Domain), ttl)
+			err = run(toBucketScript, snap.Key, l.Gen, la.config[dynIndex(la.dyn(snap.Key.Domain))], ttl)
 		}
 		if err != nil {
 			return err

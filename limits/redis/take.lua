@@ -11,7 +11,9 @@
 -- ARGV[1] the number of limits L; ARGV[2] where the domain starts in a
 -- bucket key; then L limits of 9 fields: gen, size, rate (shortest exact
 -- decimal), span, max dynamic (0: unlimited), max idle (ns, 0: none),
--- change instant (decimal ns or ''), kind, name; then the number of asks
+-- change instant (decimal ns or ''), the configuration a bucket stores
+-- under it, static and dynamic ("size rate span dynamic kind name", as
+-- described above); then the number of asks
 -- A and A asks of 6 fields: limit (1 to L), tokens, min, max wait,
 -- dynamic (0/1), now (decimal ns, or '' for Redis TIME, read once); then
 -- the requests, 2 fields each: bucket (its index in KEYS), ask (1 to A).
@@ -106,11 +108,10 @@ local nl, mstart = tonumber(ARGV[1]), tonumber(ARGV[2])
 local limits = {}
 for j = 1, nl do
   local b = 2 + (j - 1) * 9
-  local pre, suf = ARGV[b + 2] .. ' ' .. ARGV[b + 3] .. ' ' .. ARGV[b + 4] .. ' ', ' ' .. ARGV[b + 8] .. ' ' .. ARGV[b + 9]
-  limits[j] = {gen = ARGV[b + 1], sz = ARGV[b + 2], rt = ARGV[b + 3], sp = ARGV[b + 4],
+  limits[j] = {sz = ARGV[b + 2], rt = ARGV[b + 3], sp = ARGV[b + 4],
     size = tonumber(ARGV[b + 2]), rate = tonumber(ARGV[b + 3]), span = tonumber(ARGV[b + 4]),
     maxdyn = tonumber(ARGV[b + 5]), idle = tonumber(ARGV[b + 6]), at = ARGV[b + 7],
-    g = tonumber(ARGV[b + 1]), cf = {['0'] = pre .. '0' .. suf, ['1'] = pre .. '1' .. suf}}
+    g = tonumber(ARGV[b + 1]), cf = {['0'] = ARGV[b + 8], ['1'] = ARGV[b + 9]}}
 end
 
 -- Redis TIME, read once.
