@@ -38,13 +38,15 @@
 //
 // A rejected request writes nothing (so Snapshot.Rejections is always 0
 // and LastUsed is the last grant), nor does one refused for
-// max_dynamic_buckets. A grant writes a token bucket's string (one SET
-// with its TTL: "e l n g|size rate span dynamic kind name", its state,
-// last use, grants and generation, then the configuration it was granted
-// under) or a burst-tier domain's hash (and PEXPIRE). The TTL is, for a
-// token bucket, the time until it is full again, or MaxIdle when longer,
-// plus one second, so that a key
-// that expires comes back full, as a bucket the store never had does; a
+// max_dynamic_buckets. A grant writes a token bucket's string (one SET:
+// its state, last use, grants, generation and key expiry as packed
+// doubles, then the configuration it was granted under, "size rate span
+// dynamic kind name"; see take.lua) or a burst-tier domain's hash (and
+// PEXPIRE). A token bucket's key lives until the bucket is full again,
+// or MaxIdle when longer, plus one to two seconds (a grant that needs it
+// to live longer sets its TTL two seconds past that; the others keep it,
+// SET KEEPTTL, the cheaper write), so that a key that expires comes back
+// full, as a bucket the store never had does; a
 // burst-tier domain's to the time until it would be fresh again (no tier
 // active or in cooldown, no hit in the last second: limits.TierState's
 // Fresh) plus one second, so that it comes back fresh; the global log's

@@ -49,7 +49,7 @@ var (
 	dropScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 local dy = redis.call('HGET', KEYS[2], 'dy')
-if v and string.match(string.sub(v, 49), '^%S+ %S+ %S+ (%S+)') == '1' then dy = '1' end
+if v and string.match(string.sub(v, 57), '^%S+ %S+ %S+ (%S+)') == '1' then dy = '1' end
 redis.call('DEL', KEYS[1], KEYS[2])
 if dy == '1' then redis.call('ZREM', KEYS[3], ARGV[1]) end
 return 1`)
@@ -62,9 +62,9 @@ local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 local ttl = redis.call('PTTL', KEYS[1])
 redis.call('DEL', KEYS[1])
-if #v < 48 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if #v < 56 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 local _, _, lhi, llo, n = struct.unpack('<ddddd', v)
-local dy, k, nm = string.match(string.sub(v, 49), '^%S+ %S+ %S+ (%S+) (%S+) (.*)$')
+local dy, k, nm = string.match(string.sub(v, 57), '^%S+ %S+ %S+ (%S+) (%S+) (.*)$')
 local l = string.format('%d%09d', lhi, llo)
 if lhi < 0 or llo < 0 then l = string.format('-%d%09d', -lhi, -llo) end
 redis.call('HSET', KEYS[2], 'e', '0', 'l', l, 'n', string.format('%d', n), 'dy', dy, 'k', k, 'nm', nm)
@@ -82,7 +82,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local l = h[1] or '0'
 local lhi, llo = tonumber(string.sub(l, 1, -10)) or 0, tonumber(string.sub(l, -9)) or 0
 if lhi < 0 then llo = -llo end
-redis.call('SET', KEYS[1], struct.pack('<dddddd', 0, 0, lhi, llo, tonumber(h[2]) or 0, tonumber(ARGV[2])) .. ARGV[3], 'PX', ARGV[4])
+redis.call('SET', KEYS[1], struct.pack('<ddddddd', 0, 0, lhi, llo, tonumber(h[2]) or 0, tonumber(ARGV[2]), 0) .. ARGV[3], 'PX', ARGV[4])
 return 1`)
 )
 
@@ -366,9 +366,10 @@ func parseTake(v string, p limits.Params) (limits.Outcome, error) {
 	return limits.Outcome{Result: limits.Result{Granted: n[1], Wait: n[2], RetryAfter: n[3], Tokens: tokens}, Created: n[5] == 1}, nil
 }
 
-// Reap implements limits.Store: Redis expires the keys itself (a TTL of
-// max(MaxIdle, the time until full) plus one second, set on every grant),
-// so Reap removes nothing and returns 0.
+// Reap implements limits.Store: Redis expires the keys itself (a token
+// bucket's one to two seconds after max(MaxIdle, the time until full),
+// kept so by every grant; a burst-tier domain's once fresh), so Reap
+// removes nothing and returns 0.
 func (s *Store) Reap(int64, func(limits.Removed)) (int, error) { return 0, nil }
 
 // Reconfigure implements limits.Store. It records gen and its instant
@@ -556,20 +557,20 @@ func (s *Store) walk(ctx context.Context, fn func(limits.Snapshot) bool) error {
 	return err
 }
 
-// bucketSnapshot decodes one token bucket's string (see take.lua): six
+// bucketSnapshot decodes one token bucket's string (see take.lua): seven
 // little-endian doubles (empty at, last use, each as seconds and ns;
-// grants; generation) and its configuration, "size rate span dynamic
-// kind name".
+// grants; generation; the key's expiry) and its configuration, "size rate
+// span dynamic kind name".
 func (s *Store) bucketSnapshot(key, v string) (limits.Snapshot, bool) {
 	k, ok := s.parseKey(key)
-	if !ok || len(v) < 48 {
+	if !ok || len(v) < 56 {
 		return limits.Snapshot{}, false
 	}
 	var h [6]int64
 	for i := range h {
 		h[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i : 8*i+8]))))
 	}
-	c := strings.SplitN(v[48:], " ", 6)
+	c := strings.SplitN(v[56:], " ", 6)
 	if len(c) != 6 {
 		return limits.Snapshot{}, false
 	}

@@ -176,8 +176,9 @@ func TestRejectionWritesNothing(t *testing.T) {
 	}
 }
 
-// TestExpiry: keys expire once full again (plus a second), or after
-// MaxIdle when longer; an expired bucket comes back full.
+// TestExpiry: keys expire once full again, or after MaxIdle when longer,
+// plus one to two seconds (a new expiry is set two seconds past, and kept
+// while enough); an expired bucket comes back full.
 func TestExpiry(t *testing.T) {
 	c := client(t)
 	st := New(c, Options{Prefix: prefix(t)})
@@ -190,7 +191,7 @@ func TestExpiry(t *testing.T) {
 	for _, tc := range []struct {
 		res      string
 		lo, high time.Duration
-	}{{"fast", 900 * time.Millisecond, 1100 * time.Millisecond}, {"idle", 5 * time.Second, 6100 * time.Millisecond}} {
+	}{{"fast", 1900 * time.Millisecond, 2100 * time.Millisecond}, {"idle", 6900 * time.Millisecond, 7100 * time.Millisecond}} {
 		if d := e.Allow(time.Now(), limits.Request{Resource: tc.res, Domain: "d"}); d.Status != limits.StatusOK {
 			t.Fatalf("%s: %+v", tc.res, d)
 		}
@@ -202,7 +203,15 @@ func TestExpiry(t *testing.T) {
 			t.Errorf("%s: TTL %v, want in [%v, %v]", tc.res, ttl, tc.lo, tc.high)
 		}
 	}
-	time.Sleep(1200 * time.Millisecond)
+	// A grant that needs no longer keeps the TTL.
+	time.Sleep(200 * time.Millisecond)
+	if d := e.Allow(time.Now(), limits.Request{Resource: "fast", Domain: "d"}); d.Status != limits.StatusOK {
+		t.Fatalf("fast, again: %+v", d)
+	}
+	if ttl, err := c.PTTL(ctx, st.bucketKey("fast", "")).Result(); err != nil || ttl > 1900*time.Millisecond {
+		t.Errorf("fast, again: TTL %v %v, want the first one's, at most 1.9 s", ttl, err)
+	}
+	time.Sleep(2 * time.Second)
 	if n, _ := c.Exists(ctx, st.bucketKey("fast", "")).Result(); n != 0 {
 		t.Fatal("the full bucket did not expire")
 	}

@@ -4,10 +4,11 @@
 -- KEYS[1] the resource's dynamic buckets (a sorted set: member the
 -- escaped domain, score its expiry in ms); KEYS[2..] the buckets, each
 -- once, each ending in the escaped domain from byte ARGV[2] on. A bucket
--- is a string: six little-endian doubles, each an integer (the instant
+-- is a string: seven little-endian doubles, each an integer (the instant
 -- the bucket is empty and its last use, each as seconds and nanoseconds;
--- its grants; the generation that wrote it), then the configuration it
--- was granted under, "size rate span dynamic kind name".
+-- its grants; the generation that wrote it; x, the instant in ms until
+-- which its key lives), then the configuration it was granted under,
+-- "size rate span dynamic kind name".
 -- ARGV[1] the number of limits L; ARGV[2] where the domain starts in a
 -- bucket key; then L limits of 9 fields: gen, size, rate (shortest exact
 -- decimal), span, max dynamic (0: unlimited), max idle (ns, 0: none),
@@ -27,8 +28,15 @@
 -- relative to now and stays below 2^53 (the caller guarantees span and
 -- max wait at most 2^52).
 --
+-- A grant needs the bucket's key to live until the bucket is full again
+-- (or MaxIdle, when longer), plus one second. When x is earlier, the
+-- write sets the key's TTL to one second past that (PX, and x with it);
+-- otherwise it keeps the TTL (KEEPTTL, a cheaper write): a key expires
+-- one to two seconds after its bucket is full, and most writes of a busy
+-- bucket leave its TTL alone.
+--
 -- A bucket is read once (GET) and written once, after the last request
--- (one SET with its expiry): the writes of the requests before are never
+-- (one SET): the writes of the requests before are never
 -- seen by anyone but the requests after, which see them here as they
 -- would in Redis. The dynamic set's changes are applied before any
 -- request counts it, and at the end. Redis calls and Lua's conversions
@@ -125,19 +133,20 @@ local function redisnow()
 end
 
 -- The buckets as stored (as they would be after the requests so far):
--- e and l as at's parts, n the grants, g the generation, cf the
--- configuration; e false for a bucket Redis does not have; ttl the expiry
--- to set (ms) once granted. Every field is set at once (a table that
--- grows is rehashed).
+-- e and l as at's parts, n the grants, g the generation, x the key's
+-- expiry, cf the configuration; e false for a bucket Redis does not have;
+-- w once granted, px the TTL to set (ms) if x moved. Every field is set
+-- at once (a table that grows is rehashed).
 local rows = {}
 local function row(i)
   local r = rows[i]
   if r then return r end
-  r = {ehi = false, elo = false, lhi = false, llo = false, n = 0, g = false, cf = false, dy = false, ttl = false}
+  r = {ehi = false, elo = false, lhi = false, llo = false, n = 0, g = false, x = false, cf = false, dy = false,
+    w = false, px = false}
   local v = call('GET', KEYS[i])
-  if v and #v >= 48 then
-    r.ehi, r.elo, r.lhi, r.llo, r.n, r.g = unpackd('<dddddd', v)
-    r.cf = sub(v, 49)
+  if v and #v >= 56 then
+    r.ehi, r.elo, r.lhi, r.llo, r.n, r.g, r.x = unpackd('<ddddddd', v)
+    r.cf = sub(v, 57)
   end
   rows[i] = r
   return r
@@ -254,11 +263,16 @@ local function take(ki, ask)
   if created or relimit then
     r.g, r.cf = l.g, l.cf[dyn]
   end
-  local ttl = ceil((max(e + span, l.idle) + 1e9) / 1e6)
-  r.ttl = ttl
+  r.w = true
+  local nowms = nhi * 1000 + floor(nlo / 1e6)
+  local need = nowms + ceil((max(e + span, l.idle) + 1e9) / 1e6)
+  if not r.x or need > r.x then
+    r.x = need + 1000
+    r.px = r.x - nowms
+  end
   if dyn == '1' then
-    zset[sub(KEYS[ki], mstart)] = nhi * 1000 + floor(nlo / 1e6) + ttl
-    if not zttl or ttl > zttl then zttl = ttl end
+    zset[sub(KEYS[ki], mstart)] = r.x
+    if not zttl or r.x - nowms > zttl then zttl = r.x - nowms end
   elseif olddy == '1' then
     zset[sub(KEYS[ki], mstart)] = false
   end
@@ -278,10 +292,15 @@ for j = 1, na do
 end
 for c = b + 1 + na * 6, #ARGV, 2 do take(tonumber(ARGV[c]), asks[tonumber(ARGV[c + 1])]) end
 
--- The writes: one SET each, with its expiry.
+-- The writes: one SET each, setting or keeping the TTL.
 for i, r in pairs(rows) do
-  if r.ttl then
-    call('SET', KEYS[i], pack('<dddddd', r.ehi, r.elo, r.lhi, r.llo, r.n, r.g) .. r.cf, 'PX', format('%d', r.ttl))
+  if r.w then
+    local v = pack('<ddddddd', r.ehi, r.elo, r.lhi, r.llo, r.n, r.g, r.x) .. r.cf
+    if r.px then
+      call('SET', KEYS[i], v, 'PX', format('%d', r.px))
+    else
+      call('SET', KEYS[i], v, 'KEEPTTL')
+    end
   end
 end
 flushset()
