@@ -176,6 +176,28 @@ func TestRejectionWritesNothing(t *testing.T) {
 	}
 }
 
+// TestUnreadableBucket: a bucket key that holds something else than a
+// bucket (too short, or a configuration that does not parse) is taken
+// for a full bucket and rewritten on the next grant, never a script error.
+func TestUnreadableBucket(t *testing.T) {
+	c := client(t)
+	st := New(c, Options{Prefix: prefix(t)})
+	cfg := &limits.Config{Resources: map[string]*limits.Resource{"r": {Default: &limits.Bucket{Size: 5, FillRate: 1}}}}
+	e, _ := limits.New(cfg, limits.Options{Store: st})
+	ctx := context.Background()
+	for _, v := range []string{"garbage", strings.Repeat("\xff", 56) + "x"} {
+		if err := c.Set(ctx, st.bucketKey("r", ""), v, time.Minute).Err(); err != nil { // the default bucket, shared
+			t.Fatal(err)
+		}
+		if d := e.Allow(time.Now(), limits.Request{Resource: "r", Domain: "d"}); d.Status != limits.StatusOK || d.Remaining != 4 {
+			t.Fatalf("over %q: %+v, want granted from a full bucket of 5", v, d)
+		}
+		if d := e.Allow(time.Now(), limits.Request{Resource: "r", Domain: "d"}); d.Status != limits.StatusOK || d.Remaining > 3.01 {
+			t.Fatalf("over %q, again: %+v, want the bucket rewritten (3 left)", v, d)
+		}
+	}
+}
+
 // TestExpiry: keys expire once full again, or after MaxIdle when longer,
 // plus one to two seconds (a new expiry is set two seconds past, and kept
 // while enough); an expired bucket comes back full.

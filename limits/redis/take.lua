@@ -31,9 +31,8 @@
 -- A grant needs the bucket's key to live until the bucket is full again
 -- (or MaxIdle, when longer), plus one second. When x is earlier, the
 -- write sets the key's TTL to one second past that (PX, and x with it);
--- otherwise it keeps the TTL (KEEPTTL, a cheaper write): a key expires
--- one to two seconds after its bucket is full, and most writes of a busy
--- bucket leave its TTL alone.
+-- otherwise it keeps the TTL: a key expires one to two seconds after its
+-- bucket is full, and most writes of a busy bucket leave its TTL alone.
 --
 -- A bucket is read once (GET) and written once, after the last request
 -- (one SET): the writes of the requests before are never
@@ -135,14 +134,15 @@ end
 -- The buckets as stored (as they would be after the requests so far):
 -- e and l as at's parts, n the grants, g the generation, x the key's
 -- expiry, cf the configuration; e false for a bucket Redis does not have;
--- w once granted, px the TTL to set (ms) if x moved. Every field is set
--- at once (a table that grows is rehashed).
+-- w once granted, full when its configuration is to be written (new or
+-- changed), px the TTL to set (ms) if x moved. Every field is set at once
+-- (a table that grows is rehashed).
 local rows = {}
 local function row(i)
   local r = rows[i]
   if r then return r end
   r = {ehi = false, elo = false, lhi = false, llo = false, n = 0, g = false, x = false, cf = false, dy = false,
-    w = false, px = false}
+    w = false, full = false, px = false}
   local v = call('GET', KEYS[i])
   if v and #v >= 56 then
     r.ehi, r.elo, r.lhi, r.llo, r.n, r.g, r.x = unpackd('<ddddddd', v)
@@ -211,6 +211,7 @@ local function take(ki, ask)
       -- Another configuration (or dynamic flag): rewritten on a grant.
       osz, ort, osp, r.dy = match(r.cf, '^(%S+) (%S+) (%S+) (%S+)')
       relimit = true
+      if not osz then e, osz, ort, osp = -span, l.sz, l.rt, l.sp end -- unreadable: full
     end
     if relimit and (osz ~= l.sz or ort ~= l.rt or osp ~= l.sp) then
       -- limits.Rescale at the instant of the change (or now).
@@ -261,6 +262,7 @@ local function take(ki, ask)
   r.lhi, r.llo = nhi, nlo
   r.n = r.n + 1
   if created or relimit then
+    r.full = true
     r.g, r.cf = l.g, l.cf[dyn]
   end
   r.w = true
@@ -292,14 +294,21 @@ for j = 1, na do
 end
 for c = b + 1 + na * 6, #ARGV, 2 do take(tonumber(ARGV[c]), asks[tonumber(ARGV[c + 1])]) end
 
--- The writes: one SET each, setting or keeping the TTL.
+-- The writes: a new or reconfigured bucket is SET whole; another one has
+-- its numbers overwritten in place (SETRANGE, which keeps the TTL), and
+-- its TTL set only if x moved.
 for i, r in pairs(rows) do
   if r.w then
-    local v = pack('<ddddddd', r.ehi, r.elo, r.lhi, r.llo, r.n, r.g, r.x) .. r.cf
-    if r.px then
-      call('SET', KEYS[i], v, 'PX', format('%d', r.px))
+    local h = pack('<ddddddd', r.ehi, r.elo, r.lhi, r.llo, r.n, r.g, r.x)
+    if r.full then
+      if r.px then
+        call('SET', KEYS[i], h .. r.cf, 'PX', format('%d', r.px))
+      else
+        call('SET', KEYS[i], h .. r.cf, 'KEEPTTL')
+      end
     else
-      call('SET', KEYS[i], v, 'KEEPTTL')
+      call('SETRANGE', KEYS[i], '0', h)
+      if r.px then call('PEXPIRE', KEYS[i], format('%d', r.px)) end
     end
   end
 end
