@@ -175,16 +175,15 @@ local function flushset()
 end
 
 -- take decides request ask on the bucket KEYS[ki] and appends its six
--- values to out.
-local out = {}
+-- values to out, out[n0 - 5] to out[n0].
+local out, n0 = {}, 0
 local function take(ki, ask)
   local r = row(ki)
   local l = ask.l
   local tokens, mn, maxwait, dyn = ask.tokens, ask.mn, ask.maxwait, ask.dyn
   local size, rate, span = l.size, l.rate, l.span
-  local nhi, nlo
-  if ask.now == '' then nhi, nlo = redisnow() else nhi, nlo = split(ask.now) end
-  local n0 = #out
+  local nhi, nlo = ask.nhi, ask.nlo
+  n0 = n0 + 6
 
   local created = not r.ehi
   local relimit = false
@@ -195,7 +194,7 @@ local function take(ki, ask)
       local nowms = nhi * 1000 + floor(nlo / 1e6)
       call('ZREMRANGEBYSCORE', KEYS[1], '-inf', nowms)
       if call('ZCARD', KEYS[1]) >= l.maxdyn then
-        out[n0 + 1], out[n0 + 2], out[n0 + 3], out[n0 + 4], out[n0 + 5], out[n0 + 6] = 2, 0, 0, 0, 0, 0
+        out[n0 - 5], out[n0 - 4], out[n0 - 3], out[n0 - 2], out[n0 - 1], out[n0] = 2, 0, 0, 0, 0, 0
         return
       end
     end
@@ -239,16 +238,16 @@ local function take(ki, ask)
   local budget = maxwait - e
   local n, c = 0, 0
   if mn == tokens then
-    c = cost(tokens, rate)
+    c = ask.c
     if c <= budget then n = tokens end
   else
     n, c = fit(budget, rate, tokens)
   end
   if n < mn then
     local retry = -1
-    local cm = cost(mn, rate)
+    local cm = ask.cm
     if cm <= span + maxwait then retry = e + cm - maxwait end
-    out[n0 + 1], out[n0 + 2], out[n0 + 3], out[n0 + 4], out[n0 + 5], out[n0 + 6] = 0, 0, 0, retry, fill(e), 0
+    out[n0 - 5], out[n0 - 4], out[n0 - 3], out[n0 - 2], out[n0 - 1], out[n0] = 0, 0, 0, retry, fill(e), 0
     return
   end
   e = e + c
@@ -280,7 +279,7 @@ local function take(ki, ask)
   end
   local cr = 0
   if created then cr = 1 end
-  out[n0 + 1], out[n0 + 2], out[n0 + 3], out[n0 + 4], out[n0 + 5], out[n0 + 6] = 0, n, wait, 0, fill(e), cr
+  out[n0 - 5], out[n0 - 4], out[n0 - 3], out[n0 - 2], out[n0 - 1], out[n0] = 0, n, wait, 0, fill(e), cr
 end
 
 -- The asks, then the requests.
@@ -289,8 +288,11 @@ local b = 3 + nl * 9
 local na = tonumber(ARGV[b])
 for j = 1, na do
   local c = b + (j - 1) * 6
-  asks[j] = {l = limits[tonumber(ARGV[c + 1])], tokens = tonumber(ARGV[c + 2]), mn = tonumber(ARGV[c + 3]),
-    maxwait = tonumber(ARGV[c + 4]), dyn = ARGV[c + 5], now = ARGV[c + 6]}
+  local a = {l = limits[tonumber(ARGV[c + 1])], tokens = tonumber(ARGV[c + 2]), mn = tonumber(ARGV[c + 3]),
+    maxwait = tonumber(ARGV[c + 4]), dyn = ARGV[c + 5]}
+  if ARGV[c + 6] == '' then a.nhi, a.nlo = redisnow() else a.nhi, a.nlo = split(ARGV[c + 6]) end
+  a.c, a.cm = cost(a.tokens, a.l.rate), cost(a.mn, a.l.rate) -- what tokens and min cost (ns)
+  asks[j] = a
 end
 for c = b + 1 + na * 6, #ARGV, 2 do take(tonumber(ARGV[c]), asks[tonumber(ARGV[c + 1])]) end
 
@@ -313,4 +315,4 @@ for i, r in pairs(rows) do
   end
 end
 flushset()
-return pack('<' .. rep('d', #out), unpack(out))
+return pack('<' .. rep('d', n0), unpack(out, 1, n0))
