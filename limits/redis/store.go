@@ -3,10 +3,8 @@ package redisstore
 import (
 	"context"
 	_ "embed"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -343,8 +341,12 @@ func dynIndex(dyn any) int {
 }
 
 // takeReply is the length of a take request's reply: six little-endian
-// doubles.
-const takeReply = 6 * 8
+// doubles; bucketHead the length of a token bucket's numbers, seven (see
+// take.lua; the scripts of Reconfigure read them too).
+const (
+	takeReply  = 6 * 8
+	bucketHead = 7 * 8
+)
 
 // parseTake decodes a take request's reply (see take.lua): the tokens
 // left come as the bucket's fill in ns, turned into tokens with
@@ -356,7 +358,7 @@ func parseTake(v string, p limits.Params) (limits.Outcome, error) {
 	}
 	var n [6]int64
 	for i := range n {
-		n[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i : 8*i+8]))))
+		n[i] = doubleAt(v, i)
 	}
 	if n[0] == 2 {
 		return limits.Outcome{TooManyBuckets: true}, nil
@@ -563,14 +565,14 @@ func (s *Store) walk(ctx context.Context, fn func(limits.Snapshot) bool) error {
 // span dynamic kind name".
 func (s *Store) bucketSnapshot(key, v string) (limits.Snapshot, bool) {
 	k, ok := s.parseKey(key)
-	if !ok || len(v) < 56 {
+	if !ok || len(v) < bucketHead {
 		return limits.Snapshot{}, false
 	}
 	var h [6]int64
 	for i := range h {
-		h[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i : 8*i+8]))))
+		h[i] = doubleAt(v, i)
 	}
-	c := strings.SplitN(v[56:], " ", 6)
+	c := strings.SplitN(v[bucketHead:], " ", 6)
 	if len(c) != 6 {
 		return limits.Snapshot{}, false
 	}

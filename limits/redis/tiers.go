@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -218,6 +219,12 @@ func intAt(v string, i int) int64 {
 		u |= uint64(v[8*i+j]) << (8 * j)
 	}
 	return int64(u)
+}
+
+// doubleAt returns the i-th little-endian IEEE double of v, an integer
+// (take.lua packs its numbers so), as an int64.
+func doubleAt(v string, i int) int64 {
+	return int64(math.Float64frombits(uint64(intAt(v, i))))
 }
 
 // floorDiv returns ⌊a ÷ b⌋ for b > 0.
