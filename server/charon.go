@@ -37,6 +37,23 @@ import (
 // passed: the most a hold outlives its session's ttl.
 const expireEvery = 250 * time.Millisecond
 
+// DefaultMaxSessions is the cap on open sessions when Options.MaxSessions
+// is 0: far above what a server's clients hold (a session per client
+// process, typically), and a few tens of megabytes of hold sets at most.
+const DefaultMaxSessions = 100_000
+
+// maxSessions returns the cap on open sessions; 0 means none.
+func (s *Server) maxSessions() int {
+	switch n := s.opts.MaxSessions; {
+	case n == 0:
+		return DefaultMaxSessions
+	case n < 0:
+		return 0
+	default:
+		return n
+	}
+}
+
 // Copies returns the server's engine of copy-limited resources.
 func (s *Server) Copies() *copies.Engine { return s.copies }
 
@@ -130,11 +147,25 @@ func duration(field string, d *durationpb.Duration) (time.Duration, error) {
 }
 
 // OpenSession opens a session with the requested ttl (unset: 10 s; held
-// to 1 s … 1 h).
+// to 1 s … 1 h). At Options.MaxSessions open sessions it opens none and
+// answers ResourceExhausted (sessions whose ttl passed count until Run's
+// next expiry ends them, within expireEvery). A session is opened on the
+// server asked, its home: OpenSession is never forwarded.
 func (a LimitsAPI) OpenSession(_ context.Context, req *v1.OpenSessionRequest) (*v1.OpenSessionResponse, error) {
 	ttl, err := duration("ttl", req.GetTtl())
 	if err != nil {
 		return nil, err
+	}
+	if n := a.s.maxSessions(); n > 0 {
+		// Only opens add sessions: serializing them makes the check and
+		// the open one step, while sessions that end only free slots.
+		a.s.openMu.Lock()
+		defer a.s.openMu.Unlock()
+		if a.s.copies.Stats().Sessions >= n {
+			a.s.refused.Add(1)
+			return nil, status.Errorf(codes.ResourceExhausted,
+				"this server holds its maximum of %d open sessions (sluice server --max-sessions, Options.MaxSessions): close sessions, or retry when some have ended", n)
+		}
 	}
 	sess, err := a.s.copies.Open(a.s.now(), ttl)
 	if err != nil {

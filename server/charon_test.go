@@ -291,3 +291,103 @@ func TestBucketsPageShowsHolds(t *testing.T) {
 		t.Error("the page shows a whole session id")
 	}
 }
+
+// A server holds at most MaxSessions open sessions: the next OpenSession
+// is ResourceExhausted, naming the cap and the flag, and counted; a
+// session that ends — closed, its keep-alive stream broken, its ttl
+// passed — frees its slot.
+func TestCharonMaxSessions(t *testing.T) {
+	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
+	s := New(Options{ID: "charon", Now: clock.Now, Copies: sandboxes, MaxSessions: 3})
+	addr, _ := startEndpoint(t, s, s.Handler(), nil)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c := v1.NewLimitsClient(conn)
+	ctx := t.Context()
+	metric := func(name string) float64 {
+		t.Helper()
+		_, mfs := series(t, s.opts.Registry, name)
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				m := mf.GetMetric()[0]
+				return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("no metric %s", name)
+		return 0
+	}
+	refused := 0
+	full := func(when string) {
+		t.Helper()
+		_, err := c.OpenSession(ctx, &v1.OpenSessionRequest{Ttl: durationpb.New(5 * time.Second)})
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("%s: a 4th session: %v, want ResourceExhausted", when, err)
+		}
+		if msg := status.Convert(err).Message(); !strings.Contains(msg, "maximum of 3 open sessions") || !strings.Contains(msg, "--max-sessions") {
+			t.Errorf("%s: the refusal %q does not name the cap and the flag", when, msg)
+		}
+		refused++
+		if got := metric("sluice_copies_sessions_refused_total"); got != float64(refused) {
+			t.Errorf("%s: sluice_copies_sessions_refused_total = %v, want %d", when, got, refused)
+		}
+	}
+	if got := metric("sluice_copies_sessions_max"); got != 3 {
+		t.Errorf("sluice_copies_sessions_max = %v, want 3", got)
+	}
+
+	ids := []string{open(t, c), open(t, c), open(t, c)}
+	full("3 open")
+
+	// Closed: its slot opens one more.
+	if _, err := c.CloseSession(ctx, &v1.CloseSessionRequest{SessionId: ids[0]}); err != nil {
+		t.Fatal(err)
+	}
+	ids[0] = open(t, c)
+	full("one closed, one opened")
+
+	// The keep-alive stream broken.
+	sctx, cancel := context.WithCancel(ctx)
+	stream, err := c.KeepAlive(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&v1.KeepAliveRequest{SessionId: ids[1]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	testutil.Eventually(t, 10*time.Second, "the broken stream's session to end", func() bool { return s.Copies().Stats().Sessions == 2 })
+	ids[1] = open(t, c)
+	full("a stream broken, one opened")
+
+	// The ttl passed (5 s): Run's expiry ends all three.
+	clock.Advance(6 * time.Second)
+	s.expireSessions()
+	open(t, c)
+	open(t, c)
+	open(t, c)
+	full("3 expired, 3 opened")
+}
+
+// MaxSessions 0 is DefaultMaxSessions; negative, no cap.
+func TestMaxSessionsOption(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		opt, want int
+	}{
+		{"zero: the default", 0, DefaultMaxSessions},
+		{"set", 7, 7},
+		{"negative: none", -1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := (&Server{opts: Options{MaxSessions: tc.opt}}).maxSessions(); got != tc.want {
+				t.Errorf("MaxSessions %d: cap %d, want %d", tc.opt, got, tc.want)
+			}
+		})
+	}
+}

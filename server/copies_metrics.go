@@ -1,6 +1,8 @@
 package server
 
 import (
+	"math"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/limits/copies"
@@ -9,14 +11,16 @@ import (
 // registerCopiesMetrics exports the copy-limited resources' counters
 // (copies.Engine.Stats) and, with a shared copy log, the fleet's state:
 //
-//	sluice_copies_sessions             gauge    open sessions
-//	sluice_copies_reserves_total       counter  reserves by result: granted, rejected, degraded (granted fail-open)
-//	sluice_copies_released_total       counter  copies released
-//	sluice_copies_fenced               gauge    1 while the engine serves no holds (fleet membership lost)
-//	sluice_copies_fences_total         counter  times the engine was fenced
-//	sluice_copies_forwarded_total      counter  session requests forwarded to the session's home server
-//	sluice_fleet_leader                gauge    1 while this server leads the fleet
-//	sluice_fleet_buried_total          counter  dead epochs this server buried as leader
+//	sluice_copies_sessions                 gauge    open sessions
+//	sluice_copies_sessions_max             gauge    the cap on open sessions (Options.MaxSessions; +Inf: none)
+//	sluice_copies_sessions_refused_total   counter  sessions refused at the cap (OpenSession answered ResourceExhausted)
+//	sluice_copies_reserves_total           counter  reserves by result: granted, rejected, degraded (granted fail-open)
+//	sluice_copies_released_total           counter  copies released
+//	sluice_copies_fenced                   gauge    1 while the engine serves no holds (fleet membership lost)
+//	sluice_copies_fences_total             counter  times the engine was fenced
+//	sluice_copies_forwarded_total          counter  session requests forwarded to the session's home server
+//	sluice_fleet_leader                    gauge    1 while this server leads the fleet
+//	sluice_fleet_buried_total              counter  dead epochs this server buried as leader
 func (s *Server) registerCopiesMetrics() {
 	stats := func(f func(copies.Stats) float64) func() float64 {
 		return func() float64 { return f(s.copies.Stats()) }
@@ -24,6 +28,15 @@ func (s *Server) registerCopiesMetrics() {
 	reg := s.opts.Registry
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_sessions", Help: "Open sessions of copy-limited resources."},
 		stats(func(v copies.Stats) float64 { return float64(v.Sessions) })))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_sessions_max", Help: "The cap on open sessions of copy-limited resources (sluice server --max-sessions; +Inf: none)."},
+		func() float64 {
+			if n := s.maxSessions(); n > 0 {
+				return float64(n)
+			}
+			return math.Inf(1)
+		}))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_sessions_refused_total", Help: "Sessions refused because this server held its maximum of open sessions (sluice server --max-sessions)."},
+		func() float64 { return float64(s.refused.Load()) }))
 	for result, f := range map[string]func(copies.Stats) float64{
 		"granted":  func(v copies.Stats) float64 { return float64(v.Granted - v.Degraded) },
 		"rejected": func(v copies.Stats) float64 { return float64(v.Rejected) },

@@ -123,6 +123,17 @@ type Options struct {
 	// (package fleet) unfences it once it has an epoch. nil: the counts are
 	// this server's alone.
 	CopiesLog copies.Log
+	// MaxSessions caps the sessions of copy-limited resources this server
+	// holds open at once (OpenSession): at the cap, OpenSession answers
+	// ResourceExhausted, counted in sluice_copies_sessions_refused_total,
+	// until a session ends (closed, its keep-alive stream broken, or its
+	// ttl passed and Run's next expiry ended it). Each session costs the
+	// server memory until it ends, so without a cap a misbehaving client
+	// could open sessions until the process runs out of memory. A fleet's
+	// sessions count only on their home, the server that opened them (the
+	// requests forwarded to it open none). 0 means DefaultMaxSessions
+	// (100 000); negative means no cap.
+	MaxSessions int
 
 	// hooks are the simulator's and the tests' knobs (internal/hooks).
 	hooks hooks.Server
@@ -171,6 +182,8 @@ type Server struct {
 	fleet         atomic.Pointer[func() FleetStatus]
 	router        atomic.Pointer[router] // forwards other servers' sessions (SetSessionRouter)
 	forwarded     atomic.Uint64          // requests forwarded to sessions' homes
+	openMu        sync.Mutex             // serializes OpenSession's check of MaxSessions and the open
+	refused       atomic.Uint64          // sessions refused at MaxSessions
 
 	parent   *parentLink // nil at the root
 	started  time.Time   // wall time, for uptime

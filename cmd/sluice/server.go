@@ -57,6 +57,7 @@ func newServerCmd() *cobra.Command {
 		electTTL                        time.Duration
 		fleetPrefix                     string
 		fleetTTL                        time.Duration
+		maxSessions                     int
 		adminF                          adminFlags
 	)
 	cmd := &cobra.Command{
@@ -71,7 +72,8 @@ Their buckets come from the limits section of --config, or from
 --quotaservice-config FILE in the quota service's own YAML format. The limits
 section also holds Charon's resources (examples/charon.yaml): rate-limited ones
 with burst tiers (Allow), and copy-limited ones held in sessions
-(OpenSession, KeepAlive, Reserve, Release, Transfer, Seize, CloseSession).
+(OpenSession, KeepAlive, Reserve, Release, Transfer, Seize, CloseSession),
+at most --max-sessions of them open at once.
 
 The configuration file is reloaded when it changes and on SIGHUP; a bad new file
 is logged and counted (sluice_server_config_reloads_total{result="failed"}) and
@@ -164,7 +166,7 @@ command line wins.`,
 				log.Info("copy-limited resources stay in this server's memory: give --etcd-endpoints with --redis or --redis-cluster to share them (the servers' fleet needs etcd to clean up after a crashed server)")
 			}
 			srv := server.New(server.Options{ID: id, Address: addr, Logger: log, Parent: parents, ParentTLS: parentTLS,
-				RequireConfig: cfgPath != "" && len(parents) == 0, LimitsStore: store, CopiesLog: copiesLog})
+				RequireConfig: cfgPath != "" && len(parents) == 0, LimitsStore: store, CopiesLog: copiesLog, MaxSessions: maxSessions})
 
 			var cli *clientv3.Client
 			closeEtcd := func() {}
@@ -471,6 +473,7 @@ command line wins.`,
 	f.DurationVar(&electTTL, "election-ttl", 10*time.Second, "etcd session TTL (whole seconds): how long a master that cannot reach etcd stays master")
 	f.StringVar(&fleetPrefix, "fleet-prefix", "/sluice/fleet", "etcd key prefix of the fleet of servers sharing copy-limited resources on --redis or --redis-cluster (with --etcd-endpoints)")
 	adminF.register(f)
+	f.IntVar(&maxSessions, "max-sessions", server.DefaultMaxSessions, "most sessions of copy-limited resources this server holds open at once (each costs memory until it ends): at the cap, OpenSession answers ResourceExhausted (counted in sluice_copies_sessions_refused_total) until a session is closed, its keep-alive stream breaks or its ttl passes; a fleet's sessions count on the server that opened them; 0: the default; negative: no cap")
 	f.DurationVar(&fleetTTL, "fleet-ttl", 10*time.Second, "etcd session TTL (whole seconds) of this server's fleet membership: a crashed server's copies come back this long after its last keep-alive")
 	return cmd
 }
