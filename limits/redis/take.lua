@@ -12,21 +12,20 @@
 -- ARGV[1] the number of limits L; ARGV[2] where the domain starts in a
 -- bucket key; then L limits of 9 fields: gen, size, rate (shortest exact
 -- decimal), span, max dynamic (0: unlimited), max idle (ns, 0: none),
--- change instant (decimal ns or ''), the configuration a bucket stores
--- under it, static and dynamic ("size rate span dynamic kind name", as
--- described above); then the number of asks
--- A and A asks of 6 fields: limit (1 to L), tokens, min, max wait,
--- dynamic (0/1), now (decimal ns, or '' for Redis TIME, read once); then
--- the requests, 2 fields each: bucket (its index in KEYS), ask (1 to A).
+-- change instant (decimal ns or ''), and the configuration a bucket
+-- stores under it, static and dynamic; then the number of asks A and A
+-- asks of 6 fields: limit (1 to L), tokens, min, max wait, dynamic
+-- (0/1), now (decimal ns, or '' for Redis TIME, read once); then the
+-- requests, 2 fields each: bucket (its index in KEYS), ask (1 to A).
 -- Returns one string: 6 little-endian doubles per request, in order,
 -- each an integer: status (0 decided, 2 too many buckets), granted, wait,
 -- retry after, fill (ns: the tokens left are min(size, fill × rate ÷
 -- 1e9), limits.Level's arithmetic, done by the caller), created (0/1).
 --
 -- Instants come as decimal strings of Unix ns, split into seconds and
--- nanoseconds so that differences are exact (and are stored so split); every quantity below is
--- relative to now and stays below 2^53 (the caller guarantees span and
--- max wait at most 2^52).
+-- nanoseconds (and are stored so) so that differences are exact; every
+-- quantity below is relative to now and stays below 2^53 (the caller
+-- guarantees span and max wait at most 2^52).
 --
 -- A grant needs the bucket's key to live until the bucket is full again
 -- (or MaxIdle, when longer), plus one second. When x is earlier, the
@@ -35,9 +34,10 @@
 -- bucket is full, and most writes of a busy bucket leave its TTL alone.
 --
 -- A bucket is read once (GET) and written once, after the last request
--- (one SET): the writes of the requests before are never
--- seen by anyone but the requests after, which see them here as they
--- would in Redis. The dynamic set's changes are applied before any
+-- (its numbers in place, SETRANGE; or, new or reconfigured, the whole
+-- string, SET): the writes of the requests before are never seen by
+-- anyone but the requests after, which see them here as they would in
+-- Redis. The dynamic set's changes are applied before any
 -- request counts it, and at the end. Redis calls and Lua's conversions
 -- between numbers and strings are this script's main costs: each is done
 -- once where it can be, and numbers travel packed (struct), not as text.
