@@ -108,7 +108,8 @@
 // Measured (BenchmarkTakeHits, local redis-server, one caller, on a
 // 2-core VM shared with other work): 105 to 150 µs a decision end to end
 // and 41 to 69 µs of Redis CPU (INFO commandstats), the global limit's
-// log included, against 72 µs and 18 µs for Take's. Most of the script's
+// log included (Take's was then 72 µs and 18 µs; it has been made about a
+// third cheaper in Redis since, see the README). Most of the script's
 // time is its own Lua work (defining its functions, decoding, StepTiers
 // on exact 64-bit pairs, encoding), the rest its six to nine Redis calls.
 //
