@@ -455,6 +455,7 @@ func (c *Client) request(ctx context.Context, resource, domain string, tokens, l
 		if err == nil {
 			g.Wait = 0 // max_wait 0: the service grants no wait
 			g.Waited, g.Attempts = c.now().Sub(start), i
+			c.m.storeDegraded(callRequest, g.StoreDegraded)
 			return g, nil
 		}
 		if !errors.As(err, &rej) {

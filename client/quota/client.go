@@ -213,10 +213,21 @@ type Grant struct {
 	// and for a degraded grant made without an answer it is the requests
 	// tried).
 	Attempts int
+	// StoreDegraded reports a grant the service made while its store
+	// (Redis) could not be reached, on a resource configured
+	// on_store_error: open (the answer's degraded flag): the shared limit
+	// was not checked, and the service recorded nothing (Remaining is 0).
+	// For FromLocalBucket, some of the tokens taken came from a top-up so
+	// granted. Unlike Degraded, the service did answer (Source FromService
+	// or FromLocalBucket). Counted in
+	// sluice_quota_client_degraded_total{reason="store"}.
+	StoreDegraded bool
 }
 
 // Degraded reports a grant made by one of the paper's degraded modes:
-// failing open (FromDegraded) or the kill switch (FromKillSwitch).
+// failing open (FromDegraded) or the kill switch (FromKillSwitch). It is
+// the client's notion; a grant the service made while its own store was
+// down is StoreDegraded instead.
 func (g Grant) Degraded() bool { return g.Source == FromDegraded || g.Source == FromKillSwitch }
 
 // Option configures a Client.
@@ -619,6 +630,7 @@ func (c *Client) manual(ctx context.Context, resource, domain string, n int64, w
 	g, err := answer(resource, domain, resp.Msg)
 	switch {
 	case err == nil:
+		c.m.storeDegraded(callManual, g.StoreDegraded)
 		c.m.decision(modeManual, outcomeAllowed)
 	case isRejected(err):
 		c.m.decision(modeManual, outcomeRejected)
@@ -635,7 +647,7 @@ func answer(resource, domain string, r *sluicev1.AllowResponse) (Grant, error) {
 		return Grant{
 			Granted: r.GetGranted(), Wait: max(r.GetWait().AsDuration(), 0),
 			Remaining: r.GetRemaining(), Limit: r.GetLimit(), Bucket: r.GetBucket(), Source: FromService,
-			Tier: tierOf(r), Unlimited: r.GetUnlimited(),
+			Tier: tierOf(r), Unlimited: r.GetUnlimited(), StoreDegraded: r.GetDegraded(),
 		}, nil
 	case sluicev1.AllowResponse_STATUS_UNSPECIFIED:
 		return Grant{}, fmt.Errorf("%w: %s/%s: an answer without a status", ErrUnavailable, resource, domain)

@@ -152,6 +152,17 @@
 // service's limits are observed, not enforced — for trying a new
 // configuration on live traffic, or riding out a misbehaving one.
 //
+// The service's own fail-open is another matter: a server whose store
+// (Redis) cannot be reached grants, on a resource configured
+// on_store_error: open, what is asked without checking the shared limit,
+// and flags its answer degraded. Every call that reads such an answer
+// says so — Grant.StoreDegraded (Allow, Reserve, Acquire in either mode,
+// the smart mode's tokens from such a top-up, Request) and
+// Hold.StoreDegraded (ReserveCopies) — and counts it
+// (sluice_quota_client_degraded_total{reason="store"}). Such a grant is
+// the service's (Source FromService or FromLocalBucket; a hold is held
+// in the session), so Grant.Degraded and Hold.Degraded stay false.
+//
 // # Concurrency and goroutines
 //
 // A Client is safe for concurrent use. It runs one goroutine of its own
@@ -204,9 +215,11 @@
 //     sluice_quota_client_report_dropped_tokens_total{reason}: Report's
 //     tokens accepted, charged, and dropped (invalid, rejected, backlog,
 //     closed);
-//   - sluice_quota_client_degraded_total{call, reason}: Charon's grants
-//     made in a degraded mode, call request or reserve, reason
+//   - sluice_quota_client_degraded_total{call, reason}: grants made in a
+//     degraded mode: Charon's, call request or reserve, reason
 //     unavailable, timeout or server_error (failed open) or kill_switch;
+//     and the service's, reason store (granted while its store could not
+//     be reached), call manual, decide, topup, report, request or reserve;
 //   - sluice_quota_client_session_events_total{event}: the session
 //     opened, reconnected (a keep-alive stream resumed), lost or closed.
 //

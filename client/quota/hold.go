@@ -103,6 +103,7 @@ type Hold struct {
 	groups           []string
 	res              Reservation
 	source           Source
+	storeDegraded    bool // the answer's degraded flag
 	waited           time.Duration
 	attempts         int
 
@@ -145,6 +146,18 @@ func (h *Hold) Source() Source { return h.source }
 // Degraded reports a hold the client granted by itself (failing open, or
 // the kill switch): the service holds nothing for it.
 func (h *Hold) Degraded() bool { return h.s == nil }
+
+// StoreDegraded reports a hold the service granted while its store (the
+// copy log shared through Redis) could not be reached, on a resource
+// configured on_store_error: open (the answer's degraded flag): the
+// shared limit was not checked — the copies asked were granted without
+// looking at the limits, and the Reservation's counts are that server's
+// own. Unlike Degraded, the service holds the copies (Source FromService;
+// Release and Transfer go to it, and it writes them back to the shared
+// counts once its store answers). False for a seized hold (a seize's
+// answer carries no such flag). Counted in
+// sluice_quota_client_degraded_total{reason="store"}.
+func (h *Hold) StoreDegraded() bool { return h.storeDegraded }
 
 // Waited returns how long ReserveCopies took, retries included (the
 // paper's res.waited; 0 for a seized hold).
@@ -456,11 +469,13 @@ func (c *Client) reserve(ctx context.Context, resource, domain string, copies, l
 		c.answered()
 		waited := c.now().Sub(start)
 		if st == sluicev1.ReserveResponse_OK {
-			h := &Hold{c: c, s: s, resource: resource, domain: domain, res: reservationOf(m), source: FromService, waited: waited, attempts: i}
+			h := &Hold{c: c, s: s, resource: resource, domain: domain, res: reservationOf(m), source: FromService,
+				storeDegraded: m.GetDegraded(), waited: waited, attempts: i}
 			for _, g := range h.res.Groups {
 				h.groups = append(h.groups, g.Name)
 			}
 			h.copies.Store(m.GetGranted())
+			c.m.storeDegraded(callReserve, h.storeDegraded)
 			return h, nil
 		}
 		rej := &OverLimitError{Resource: resource, Domain: domain, Copies: copies, MinCopies: least, Reservation: reservationOf(m), Waited: waited, Attempts: i}

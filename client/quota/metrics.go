@@ -72,8 +72,9 @@ const (
 	callKeepAlive    = "keep_alive"    // a keep-alive stream (one per connection)
 	callCloseSession = "close_session" // Close
 
-	// sluice_quota_client_degraded_total's reason besides the results.
+	// sluice_quota_client_degraded_total's reasons besides the results.
 	reasonKillSwitch = "kill_switch"
+	reasonStore      = "store" // the service granted while its store was down
 )
 
 // metrics are the client's Prometheus metrics (see the package doc).
@@ -137,7 +138,7 @@ func newMetrics() *metrics {
 		}, []string{"reason"}),
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_quota_client_degraded_total",
-			Help: "Grants of Charon's calls made in a degraded mode, by call (request, reserve) and reason (unavailable, timeout, server_error: failed open with the minimum asked; kill_switch: a rejection the kill switch turned into a grant).",
+			Help: "Grants made in a degraded mode, by call (request, reserve; and manual, decide, topup, report for reason store) and reason (unavailable, timeout, server_error: Charon's calls failed open with the minimum asked; kill_switch: a rejection the kill switch turned into a grant; store: the service granted while its store could not be reached, on_store_error: open, without checking the shared limit).",
 		}, []string{"call", "reason"}),
 		sessions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_quota_client_session_events_total",
@@ -196,6 +197,14 @@ func rejectedOutcome(err error) outcome {
 		return outcomeFallbackRejected
 	}
 	return outcomeRejected
+}
+
+// storeDegraded counts a grant of call that the service made while its
+// store could not be reached (when degraded).
+func (m *metrics) storeDegraded(call string, degraded bool) {
+	if degraded {
+		m.degraded.WithLabelValues(call, reasonStore).Inc()
+	}
 }
 
 // rpc counts one request sent at start.

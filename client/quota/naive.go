@@ -90,6 +90,7 @@ func (c *Client) ask(ctx context.Context, call string, req *sluicev1.AllowReques
 			why = reasonServerError
 			return nil, errors.New("quota: an answer without a status")
 		}
+		c.m.storeDegraded(call, st == sluicev1.AllowResponse_OK && r.Msg.GetDegraded())
 		return r.Msg, nil
 	})
 	switch {

@@ -120,6 +120,7 @@ type localBucket struct {
 type lot struct {
 	n       int64
 	expires time.Time
+	store   bool // granted while the service's store was down (degraded)
 }
 
 // expire drops the lots expired at now and returns how many tokens went.
@@ -137,23 +138,27 @@ func (b *localBucket) expire(now time.Time) int64 {
 }
 
 // add adds n > 0 tokens expiring at expires (no earlier than the lots
-// already held: every lot has the same TTL and arrives later).
-func (b *localBucket) add(n int64, expires time.Time) {
-	b.lots = append(b.lots, lot{n: n, expires: expires})
+// already held: every lot has the same TTL and arrives later); store
+// marks tokens the service granted while its store was down.
+func (b *localBucket) add(n int64, expires time.Time, store bool) {
+	b.lots = append(b.lots, lot{n: n, expires: expires, store: store})
 	b.tokens += n
 }
 
-// take removes n ≤ b.tokens tokens, oldest first.
-func (b *localBucket) take(n int64) {
+// take removes n ≤ b.tokens tokens, oldest first, and reports whether any
+// of them came from a lot granted while the service's store was down.
+func (b *localBucket) take(n int64) (store bool) {
 	b.tokens -= n
 	for n > 0 {
+		store = store || b.lots[0].store
 		if b.lots[0].n > n {
 			b.lots[0].n -= n
-			return
+			return store
 		}
 		n -= b.lots[0].n
 		b.lots = b.lots[1:]
 	}
+	return store
 }
 
 // locals holds the local buckets, per target.
@@ -214,12 +219,12 @@ func (c *Client) acquireSmart(ctx context.Context, k key, n int64, until time.Ti
 		}
 		b.used = now
 		if b.tokens >= n {
-			b.take(n)
+			store := b.take(n)
 			left := b.tokens
 			c.topUp(b, k, now, 0)
 			b.mu.Unlock()
 			c.m.localUsed.Add(float64(n))
-			return Grant{Granted: n, Remaining: float64(left), Source: FromLocalBucket}, nil
+			return Grant{Granted: n, Remaining: float64(left), Source: FromLocalBucket, StoreDegraded: store}, nil
 		}
 		c.topUp(b, k, now, n)
 		switch {
@@ -309,7 +314,7 @@ func (c *Client) fetch(b *localBucket, k key, ask int64, done chan struct{}) {
 		b.notBefore = now.Add(c.smart.Retry)
 	case resp.GetStatus() == sluicev1.AllowResponse_OK && resp.GetGranted() > 0:
 		g := resp.GetGranted()
-		b.add(g, now.Add(c.smart.TTL))
+		b.add(g, now.Add(c.smart.TTL), resp.GetDegraded())
 		b.state = stateOK
 		c.m.localFetched.Add(float64(g))
 	default:
