@@ -60,7 +60,8 @@ type Health struct {
 	// gobreaker's terms: "closed", "half-open" or "open".
 	Breaker string
 	// Nodes is the number of Redis nodes the store has sent to (its
-	// batchers): 1 for a single Redis, the masters used for a cluster.
+	// batchers): 1 for a single Redis, the masters used for a cluster (a
+	// former master whose probe found it gone no longer counts).
 	Nodes int
 	// LastError is the text of the last error that meant Redis could not
 	// answer ("" if none yet), at LastErrorAt.
@@ -196,8 +197,14 @@ func (s *Store) startProbe(b *batcher) {
 // Options.Timeout, and reports it: an answer closes the breaker (and the
 // probe ends), none opens it for another period. It ends when the
 // breaker is closed or the store is closed (Close cancels the PING in
-// flight). No call waits for it: calls fail at once while the breaker is
-// not closed (see do).
+// flight), and, on a cluster, when a PING fails and the node is no longer
+// a master of the cluster (gone): after a failover the old master may
+// never answer again (go-redis closes its client a minute after it left
+// the cluster's slots), so its probe would run forever. Its batcher is
+// then dropped from Store.nodes too, out of Health (which would say
+// "down" for good); the calls of its slots go to the new master's.
+// No call waits for it: calls fail at once while the breaker is not
+// closed (see do).
 func (b *batcher) probeLoop() {
 	defer b.st.probeWG.Done()
 	defer b.st.running.Add(-1)
@@ -217,12 +224,20 @@ func (b *batcher) probeLoop() {
 				ctx, cancel := context.WithTimeout(b.st.closing, b.st.timeout)
 				err := b.node.Ping(ctx).Err()
 				cancel()
-				if !unavailable(err) {
+				failed := unavailable(err)
+				if !failed {
 					err = nil // an answer, even an error, is Redis
 				} else {
 					b.st.probeFailures.Add(1)
 				}
 				done(err)
+				if failed && b.gone() {
+					// Calls go to the node's successor (batcherFor):
+					// nothing will close this breaker. Probing stays
+					// set, so the dropped batcher never probes again.
+					b.st.nodes.CompareAndDelete(b.node, b)
+					return
+				}
 			case errors.Is(err, gobreaker.ErrOpenState):
 				// The timer can fire at the very end of the open period
 				// (gobreaker's clock is read under its lock): try again
@@ -242,6 +257,27 @@ func (b *batcher) probeLoop() {
 		}
 		t.Reset(wait)
 	}
+}
+
+// gone reports whether b's node is no longer a master of the store's
+// cluster: the cluster's slots, read again (ForEachMaster reloads them,
+// within Options.Timeout), name other masters only. It is false for a
+// single Redis, and when the slots cannot be read: the probe goes on.
+func (b *batcher) gone() bool {
+	cc := b.st.cluster
+	if cc == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(b.st.closing, b.st.timeout)
+	defer cancel()
+	var master atomic.Bool
+	err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		if c == b.node {
+			master.Store(true)
+		}
+		return nil
+	})
+	return err == nil && !master.Load()
 }
 
 // clusterOf returns c as a cluster client, or nil.

@@ -1,10 +1,12 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,12 +40,15 @@ func pausedRedis(t *testing.T) (*redistest.Server, *redis.Client) {
 
 // probeGoroutines counts the goroutines running a probe of st's
 // breakers: the store's count, checked against the goroutines' stacks
-// (which also hold other tests' stores' probes, so at least as many).
+// (which also hold other tests' stores' probes, so at least as many). A
+// probe's goroutine that has not run yet shows startProbe's wrapper of
+// the go statement (startProbe.gowrap1), not probeLoop.
 func probeGoroutines(t *testing.T, st *Store) int {
 	t.Helper()
 	buf := make([]byte, 1<<20)
 	n := runtime.Stack(buf, true)
-	all := strings.Count(string(buf[:n]), "(*batcher).probeLoop(")
+	stacks := string(buf[:n])
+	all := strings.Count(stacks, "(*batcher).probeLoop(") + strings.Count(stacks, "(*Store).startProbe.gowrap")
 	if r := int(st.running.Load()); r > all {
 		t.Fatalf("the store counts %d probes, the stacks show %d", r, all)
 	}
@@ -184,4 +189,111 @@ func TestBreakerProbeClose(t *testing.T) {
 	if _, err := take(st, "d"); !errors.Is(err, gobreaker.ErrOpenState) {
 		t.Fatalf("after Close, Redis back: %v, want the breaker still open", err)
 	}
+}
+
+// openBreaker opens b's breaker as failed round trips do (the store has
+// BreakerFailures 1), which starts b's probe.
+func openBreaker(t *testing.T, b *batcher) {
+	t.Helper()
+	done, err := b.brk.Allow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done(errors.New("test: a round trip failed"))
+	if gobreaker.State(b.state.Load()) != gobreaker.StateOpen || !b.probing.Load() {
+		t.Fatalf("breaker %v after a failed round trip, probing %v: want open, probing", gobreaker.State(b.state.Load()), b.probing.Load())
+	}
+}
+
+// failPings makes a cluster node's client fail every PING while on is
+// set, as a master that stopped answering; other commands pass.
+type failPings struct{ on *atomic.Bool }
+
+func (failPings) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h failPings) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() && cmd.Name() == "ping" {
+			err := errors.New("test: no answer")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+func (failPings) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestClusterProbeOfFormerMaster: on a Redis Cluster, the probe of a node
+// that is no longer a master of the cluster (as the old master after a
+// failover: here a node, dead, that none of the cluster's slots name)
+// stops after its first failed PING, and the node's batcher is dropped
+// (Health counts the masters alone, and is up again); the probe of a
+// master that does not answer goes on, its batcher kept, until Close
+// stops it. No goroutine is left (goleak).
+func TestClusterProbeOfFormerMaster(t *testing.T) {
+	leaks := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, leaks) }) // runs last
+	cc := clusterClient(t)
+	st := New(cc, Options{Prefix: prefix(t), Timeout: 500 * time.Millisecond, BreakerFailures: 1, BreakerProbe: 20 * time.Millisecond})
+	t.Cleanup(func() { st.Close() }) // should the test end early
+	for _, d := range []string{"a", "b", "c", "d", "e", "f"} {
+		if _, err := take(st, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	masters := st.Health().Nodes
+	if masters < 1 {
+		t.Fatalf("Health after Takes: %+v", st.Health())
+	}
+
+	// A former master: a node the store sent to, dead now, that the
+	// cluster's slots no longer name; its client closed, as go-redis
+	// closes a node's a minute after it left the slots.
+	dead := redistest.StartT(t)
+	former := redis.NewClient(&redis.Options{Addr: dead.Addr, MaxRetries: -1, DialerRetries: 1})
+	dead.Stop()
+	former.Close()
+	fb := st.newBatcher(former, dead.Addr)
+	st.nodes.Store(former, fb)
+	openBreaker(t, fb)
+	if h := st.Health(); h.State != "down" || h.Nodes != masters+1 {
+		t.Fatalf("the former master's breaker open: %+v", h)
+	}
+	testutil.Eventually(t, 10*time.Second, "the former master's probe to end", func() bool { return probeGoroutines(t, st) == 0 })
+	if _, ok := st.nodes.Load(former); ok {
+		t.Fatal("the former master's batcher is still in the store")
+	}
+	if h := st.Health(); h.State != "up" || h.Nodes != masters || h.ProbeFailures == 0 {
+		t.Fatalf("after the former master's probe: %+v, want up, %d nodes", h, masters)
+	}
+
+	// A master that does not answer PINGs: its probe goes on.
+	node, err := cc.MasterForKey(t.Context(), st.bucketKey("r", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := st.nodes.Load(node)
+	if !ok {
+		t.Fatal("no batcher for the master of r")
+	}
+	var silent atomic.Bool
+	silent.Store(true)
+	node.AddHook(failPings{&silent})
+	failed := st.Health().ProbeFailures
+	openBreaker(t, v.(*batcher))
+	testutil.Eventually(t, 10*time.Second, "three failed probes of the master", func() bool { return st.Health().ProbeFailures >= failed+3 })
+	if g := probeGoroutines(t, st); g != 1 {
+		t.Fatalf("%d probe goroutines for one silent master, want 1", g)
+	}
+	if w, ok := st.nodes.Load(node); !ok || w != v {
+		t.Fatal("the silent master's batcher was dropped")
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if g := probeGoroutines(t, st); g != 0 {
+		t.Fatalf("%d probe goroutines after Close", g)
+	}
+	silent.Store(false)
 }
