@@ -163,8 +163,10 @@
 // ErrUnavailable, until the node's probe finds Redis again. The probe is a
 // goroutine of the store, off the request path: it PINGs the node every
 // Options.BreakerProbe (1 s), bounded by the timeout, and closes the
-// breaker when Redis answers; Close stops it. Calls queued behind a round
-// trip that fails for want of Redis fail with it.
+// breaker when Redis answers; on a cluster, a probe whose PING fails also
+// stops when its node is no longer a master (after a failover), and the
+// node's batcher is dropped. Close stops every probe. Calls queued
+// behind a round trip that fails for want of Redis fail with it.
 //
 // So while Redis hangs, a call waits at most the timeout, and only during
 // the first BreakerFailures round trips to a node (the calls arriving
