@@ -177,16 +177,19 @@ func TestRejectionWritesNothing(t *testing.T) {
 }
 
 // TestUnreadableBucket: a bucket key that holds something else than a
-// bucket (too short, or a configuration that does not parse) is taken
-// for a full bucket and rewritten on the next grant, never a script error.
+// bucket (too short, numbers that are not numbers, or a configuration
+// that does not parse) is taken for a full bucket and rewritten on the
+// next grant with a TTL of its own, never a script error nor a bucket
+// that rejects or lives forever.
 func TestUnreadableBucket(t *testing.T) {
 	c := client(t)
 	st := New(c, Options{Prefix: prefix(t)})
 	cfg := &limits.Config{Resources: map[string]*limits.Resource{"r": {Default: &limits.Bucket{Size: 5, FillRate: 1}}}}
 	e, _ := limits.New(cfg, limits.Options{Store: st})
 	ctx := context.Background()
-	for _, v := range []string{"garbage", strings.Repeat("\xff", 56) + "x"} {
-		if err := c.Set(ctx, st.bucketKey("r", ""), v, time.Minute).Err(); err != nil { // the default bucket, shared
+	nan := strings.Repeat("\xff", 56) // seven NaNs
+	for _, v := range []string{"garbage", nan + "x", nan + "5 1 5000000000 0 3 "} {
+		if err := c.Set(ctx, st.bucketKey("r", ""), v, 0).Err(); err != nil { // the default bucket, shared; no TTL
 			t.Fatal(err)
 		}
 		if d := e.Allow(time.Now(), limits.Request{Resource: "r", Domain: "d"}); d.Status != limits.StatusOK || d.Remaining != 4 {
@@ -194,6 +197,9 @@ func TestUnreadableBucket(t *testing.T) {
 		}
 		if d := e.Allow(time.Now(), limits.Request{Resource: "r", Domain: "d"}); d.Status != limits.StatusOK || d.Remaining > 3.01 {
 			t.Fatalf("over %q, again: %+v, want the bucket rewritten (3 left)", v, d)
+		}
+		if ttl, err := c.PTTL(ctx, st.bucketKey("r", "")).Result(); err != nil || ttl <= 0 {
+			t.Fatalf("over %q: TTL %v %v, want the bucket's own", v, ttl, err)
 		}
 	}
 }

@@ -147,6 +147,10 @@ local function row(i)
   if v and #v >= 56 then
     r.ehi, r.elo, r.lhi, r.llo, r.n, r.g, r.x = unpackd('<ddddddd', v)
     r.cf = sub(v, 57)
+    if r.ehi ~= r.ehi or r.elo ~= r.elo or r.x ~= r.x or r.n ~= r.n then
+      -- Not numbers (NaN: not a bucket's): as if absent, written whole.
+      r.ehi, r.n, r.x = false, 0, false
+    end
   end
   rows[i] = r
   return r
@@ -210,7 +214,9 @@ local function take(ki, ask)
       -- Another configuration (or dynamic flag): rewritten on a grant.
       osz, ort, osp, r.dy = match(r.cf, '^(%S+) (%S+) (%S+) (%S+)')
       relimit = true
-      if not osz then e, osz, ort, osp = -span, l.sz, l.rt, l.sp end -- unreadable: full
+      if not osz then -- unreadable: full, and a new TTL
+        e, osz, ort, osp, r.x = -span, l.sz, l.rt, l.sp, false
+      end
     end
     if relimit and (osz ~= l.sz or ort ~= l.rt or osp ~= l.sp) then
       -- limits.Rescale at the instant of the change (or now).
