@@ -508,10 +508,15 @@ func TestTiersKeys(t *testing.T) {
 
 // BenchmarkTakeHits: Allow on a two-tier resource on the local
 // redis-server, through the engine (the request's whole path but the
-// network front end), one caller at a time: spread over 1000 domains
-// without and with a global limit (whose log holds every hit of the last
-// second across domains: one entry per instant), and on one hot domain
-// whose hard limit of 100 a second rejects most requests.
+// network front end), from 50 goroutines as sluice server's quota service
+// path does: spread over 1000 domains without and with a global limit
+// (whose log holds every hit of the last second across domains: one entry
+// per instant), and on one hot domain whose hard limit of 100 a second
+// rejects most requests. Reports Redis's own CPU per request (INFO cpu:
+// user + sys, as BenchmarkAllowRedisCPU), the scripts' share of it (INFO
+// commandstats) and the requests per round trip:
+//
+//	go test -run '^$' -bench TakeHits -benchtime 100000x ./limits/redis
 func BenchmarkTakeHits(b *testing.B) {
 	tiers := []limits.Tier{
 		{Limit: 1e9, Window: time.Second, Active: time.Hour},
@@ -527,7 +532,8 @@ func BenchmarkTakeHits(b *testing.B) {
 		{"hot,H=100", 100, 0, 1},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			st := New(client(b), Options{Prefix: prefix(b)})
+			c := client(b)
+			st := New(c, Options{Prefix: prefix(b)})
 			cfg := &limits.Config{Resources: map[string]*limits.Resource{
 				"r": {Algorithm: limits.BurstTiers, HardLimit: bc.h, GlobalLimit: bc.g, Tiers: tiers},
 			}}
@@ -539,20 +545,25 @@ func BenchmarkTakeHits(b *testing.B) {
 			for i := range reqs {
 				reqs[i] = limits.Request{Resource: "r", Domain: "d" + strconv.Itoa(i)}
 			}
-			c := client(b)
-			ctx := context.Background()
-			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
 				b.Fatal(err)
 			}
+			var next atomic.Uint64
+			h0, cpu0 := st.Health(), redisCPU(b, c)
 			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				if d := e.Allow(time.Now(), reqs[i%len(reqs)]); d.Err != nil || d.Status != limits.StatusOK && bc.h > 100 {
-					b.Fatal(d)
+			b.SetParallelism(25)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if d := e.Allow(time.Now(), reqs[next.Add(1)%uint64(len(reqs))]); d.Err != nil || d.Status != limits.StatusOK && bc.h > 100 {
+						b.Error(d)
+						return
+					}
 				}
-				i++
-			}
-			b.ReportMetric(scriptMicros(b, c), "redis-µs/op")
+			})
+			h, cpu := st.Health(), redisCPU(b, c)
+			b.ReportMetric((cpu-cpu0)*1e6/float64(b.N), "redis-µs/op")
+			b.ReportMetric(scriptMicros(b, c), "script-µs/op")
+			b.ReportMetric(float64(h.Calls-h0.Calls)/float64(max(h.RoundTrips-h0.RoundTrips, 1)), "requests/roundtrip")
 		})
 	}
 }
