@@ -69,40 +69,14 @@ end
 -- dbl returns a pair as a double (exact below 2⁵³).
 local function dbl(h, l) return h * B + l end
 
--- Packing: fmt(k) formats k int64s.
-local fmts = {}
-local function fmt(k)
-  local f = fmts[k]
-  if not f then
-    f = '<' .. string.rep('I4i4', k)
-    fmts[k] = f
-  end
-  return f
-end
+-- Packing: fmt(k) formats k int64s; R, the reply's twelve. Tables are
+-- few and built whole (a table grown one entry at a time reallocates as
+-- it grows): the parameters and a state's header are unpacked with one
+-- struct.unpack each into one table, pair j at [2j − 1] (low) and [2j]
+-- (high).
+local function fmt(k) return '<' .. string.rep('I4i4', k) end
 local P1, P2 = '<I4i4', '<I4i4I4i4'
-
--- decode returns the int64s of s as two arrays (high, low words). (One
--- struct.unpack per int64: cheaper than one for all into a table.)
-local function decode(s)
-  local vh, vl = {}, {}
-  for j = 1, math.floor(#s / 8) do
-    vl[j], vh[j] = struct.unpack(P1, s, 8 * j - 7)
-  end
-  return vh, vl
-end
-
--- An encoder collects int64s (low word first, as packed) and packs them.
-local out, on = {}, 0
-local function put(h, l)
-  out[on + 1] = l
-  out[on + 2] = h
-  on = on + 2
-end
-local function packed()
-  local s = struct.pack(fmt(on / 2), unpack(out, 1, on))
-  out, on = {}, 0
-  return s
-end
+local R = '<I4i4I4i4I4i4I4i4I4i4I4i4I4i4I4i4I4i4I4i4I4i4I4i4'
 
 -- A log (limits.HitLog) holds n entries in time order, 16 bytes each:
 -- the instant, then the cumulative count of hits since the log's origin
@@ -317,7 +291,7 @@ local function untilatmost(g, fh, fl, wh, wl, yh, yl)
 end
 
 -- The request and the parameters.
-local rh, rl = decode(ARGV[1])
+local rnl, rnh, rml, rmh, tokl, tokh, minl, minh = struct.unpack('<I4i4I4i4I4i4I4i4', ARGV[1])
 local nh, nl, nowdec, nowms
 if ARGV[3] == '' then
   local t = redis.call('TIME')
@@ -327,30 +301,22 @@ if ARGV[3] == '' then
   local x = a * 1e9
   local xh = math.floor(x / 65536)
   nh, nl = add(xh, (x - xh * 65536) * 65536, num((sec - a * 65536) * 1e9 + usec * 1000))
-  nowdec = t[1] .. string.format('%06d', usec) .. '000'
+  nowdec = t[1] .. string.sub('00000' .. t[2], -6) .. '000'
   nowms = sec * 1000 + math.floor(usec / 1000)
 else
-  nh, nl = rh[1], rl[1]
+  nh, nl = rnh, rnl
   nowdec = ARGV[3]
-  nowms = dbl(rh[2], rl[2])
+  nowms = dbl(rmh, rml)
 end
-local tokh, tokl, minh, minl = rh[3], rl[3], rh[4], rl[4]
 
-local ph, pl = decode(ARGV[2])
-local Hh, Hl, Gh, Gl = ph[1], pl[1], ph[2], pl[2]
+-- The parameters: tier i's L at pair 5i + 1, Tʷ 5i + 2, Tᵃ 5i + 3, Tᶜ
+-- 5i + 4, S 5i + 5 (so L's words at [10i + 1] and [10i + 2]).
+local P = {struct.unpack(fmt(#ARGV[2] / 8), ARGV[2])}
+local Hh, Hl, Gh, Gl = P[2], P[1], P[4], P[3]
 local hasH, hasG = pos(Hh, Hl), pos(Gh, Gl)
-local unlimited = pl[3] == 1
-local mosth, mostl = ph[4], pl[4]
-local NT = pl[5]
-local LH, LL, WH, WL, AH, AL, CH, CL, SK = {}, {}, {}, {}, {}, {}, {}, {}, {}
-for i = 1, NT do
-  local k = 5 + (i - 1) * 5
-  LH[i], LL[i] = ph[k + 1], pl[k + 1]
-  WH[i], WL[i] = ph[k + 2], pl[k + 2]
-  AH[i], AL[i] = ph[k + 3], pl[k + 3]
-  CH[i], CL[i] = ph[k + 4], pl[k + 4]
-  SK[i] = pl[k + 5] == 1
-end
+local unlimited = P[5] == 1
+local mosth, mostl = P[8], P[7]
+local NT = P[9]
 
 -- The domain.
 local hv = redis.call('HMGET', KEYS[1], 's', 'e', 'dy', 'k', 'nm', 'tp', 'n')
@@ -365,28 +331,27 @@ if hv[1] ~= false and not wastb then
   -- length), then the logs' entries in that order.
   local st = hv[1]
   local nr = struct.unpack('<I4', st)
-  local vh, vl = decode(string.sub(st, 1, 8 * (3 + 4 * nr)))
+  local V = {struct.unpack(fmt(3 + 4 * nr), st)}
   local at = 8 * (3 + 4 * nr) + 1
-  local function log(k)
-    local g = {bh = vh[k], bl = vl[k], n = vl[k + 1]}
-    g.s = string.sub(st, at, at + 16 * g.n - 1)
-    at = at + 16 * g.n
+  local function log(k) -- base at pair k, length at k + 1
+    local n = V[2 * k + 1]
+    local g = {s = string.sub(st, at, at + 16 * n - 1), n = n, bh = V[2 * k], bl = V[2 * k - 1]}
+    at = at + 16 * n
     return g
   end
   second = log(2)
   for i = 1, nr do
     local k = 4 * i
-    runs[i] = {eh = vh[k], el = vl[k], inuse = vl[k + 1] == 1, win = log(k + 2)}
+    runs[i] = {eh = V[2 * k], el = V[2 * k - 1], inuse = V[2 * k + 1] == 1, win = log(k + 2)}
   end
   relimit = hv[3] ~= ARGV[5] or hv[4] ~= ARGV[8] or hv[5] ~= ARGV[9] or hv[6] ~= ARGV[2]
 end
-local dyn, maxdyn = ARGV[5], tonumber(ARGV[6])
-if created and dyn == '1' and maxdyn > 0 then
+local dyn = ARGV[5]
+if created and dyn == '1' and ARGV[6] ~= '0' then
+  local maxdyn = tonumber(ARGV[6])
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', nowms)
   if redis.call('ZCARD', KEYS[2]) >= maxdyn then
-    put(0, 2)
-    for _ = 1, 11 do put(0, 0) end
-    return packed()
+    return struct.pack(R, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
   end
 end
 local glob
@@ -405,9 +370,9 @@ end
 local function phase(i, th, tl)
   local r = runs[i]
   if r == nil or not r.inuse then return 0, MAXH, MAXL end
-  local eh, el = addsat(r.eh, r.el, AH[i], AL[i])
+  local eh, el = addsat(r.eh, r.el, P[10 * i + 6], P[10 * i + 5])
   if lt(th, tl, eh, el) then return 1, eh, el end
-  local ch, cl = addsat(eh, el, CH[i], CL[i])
+  local ch, cl = addsat(eh, el, P[10 * i + 8], P[10 * i + 7])
   if lt(th, tl, ch, cl) then return 2, ch, cl end
   return 0, MAXH, MAXL
 end
@@ -422,16 +387,16 @@ local function plan(th, tl)
     if f ~= 0 then p.nxh, p.nxl = min2(p.nxh, p.nxl, uh, ul) end
     if f == 1 and p.cur == 0 then
       p.cur = i
-      p.kh, p.kl = since(runs[i].win, subsat(th, tl, WH[i], WL[i]))
-      p.rh, p.rl = max2(0, 0, sub(LH[i], LL[i], p.kh, p.kl))
+      p.kh, p.kl = since(runs[i].win, subsat(th, tl, P[10 * i + 4], P[10 * i + 3]))
+      p.rh, p.rl = max2(0, 0, sub(P[10 * i + 2], P[10 * i + 1], p.kh, p.kl))
     end
   end
   p.xh, p.xl = p.rh, p.rl
   for j = p.cur + 1, NT do
     if phase(j, th, tl) == 2 then
-      if not SK[j] then break end
+      if P[10 * j + 9] ~= 1 then break end
     else
-      p.xh, p.xl = add(p.xh, p.xl, LH[j], LL[j])
+      p.xh, p.xl = add(p.xh, p.xl, P[10 * j + 2], P[10 * j + 1])
     end
   end
   return p
@@ -458,9 +423,9 @@ local function retry(mh, ml)
     if c > 0 then
       local pathh, pathl = sub(p.xh, p.xl, p.rh, p.rl)
       local needh, needl = sub(mh, ml, pathh, pathl)
-      if not lt(LH[c], LL[c], needh, needl) then
-        local yh, yl = sub(LH[c], LL[c], needh, needl)
-        local t2h, t2l = untilatmost(runs[c].win, th, tl, WH[c], WL[c], yh, yl)
+      if not lt(P[10 * c + 2], P[10 * c + 1], needh, needl) then
+        local yh, yl = sub(P[10 * c + 2], P[10 * c + 1], needh, needl)
+        local t2h, t2l = untilatmost(runs[c].win, th, tl, P[10 * c + 4], P[10 * c + 3], yh, yl)
         if lt(t2h, t2l, p.nxh, p.nxl) then return retryafter(t2h, t2l) end
       end
     end
@@ -492,19 +457,9 @@ local gh, gl = min2(tokh, tokl, avh, avl)
 if unlimited then
   gh, gl = tokh, tokl
 elseif lt(gh, gl, minh, minl) then
-  put(0, 0)
-  put(0, 0)
-  put(0, 0)
-  put(retry(minh, minl))
-  put(avh, avl)
-  put(num(pln.cur))
-  put(pln.kh, pln.kl)
-  put(domh, doml)
-  put(globh, globl)
-  put(0, 0)
-  put(num(hardlim))
-  put(num(globlim))
-  return packed()
+  local wh, wl = retry(minh, minl)
+  return struct.pack(R, 0, 0, 0, 0, 0, 0, wl, wh, avl, avh, pln.cur, 0, pln.kl, pln.kh, doml, domh,
+    globl, globh, 0, 0, hardlim, 0, globlim, 0)
 end
 
 -- Grant: forget what no window holds any more, then place the hits.
@@ -514,7 +469,7 @@ for i = 1, NT do
   local r = runs[i]
   local f = phase(i, nh, nl)
   if f == 1 then
-    prune(r.win, subsat(nh, nl, WH[i], WL[i]))
+    prune(r.win, subsat(nh, nl, P[10 * i + 4], P[10 * i + 3]))
   elseif f == 2 then
     reset(r.win)
   else
@@ -533,10 +488,10 @@ end
 for j = pln.cur + 1, NT do
   if not pos(lefth, leftl) then break end
   if phase(j, nh, nl) == 2 then
-    if not SK[j] then break end
+    if P[10 * j + 9] ~= 1 then break end
   else
     local r = runs[j]
-    local xh, xl = min2(lefth, leftl, LH[j], LL[j])
+    local xh, xl = min2(lefth, leftl, P[10 * j + 2], P[10 * j + 1])
     r.inuse, r.eh, r.el = true, nh, nl
     reset(r.win)
     addhits(r.win, nh, nl, xh, xl)
@@ -563,27 +518,20 @@ avh, avl = max2(0, 0, avh, avl)
 -- the domain would be fresh again (no tier active or in cooldown, no hit
 -- in the last second), the global log's until it has no hit in the last
 -- second, plus a second each (as a token bucket's).
-put(num(NT))
-put(second.bh, second.bl)
-put(num(second.n))
 local lh, ll = atof(second, second.n)
 local fh, fl = addsat(lh, ll, 0, 1e9 + 1)
-local parts = {'', second.s}
+local parts = {struct.pack('<I4i4I4i4I4i4', NT, 0, second.bl, second.bh, second.n, 0), second.s}
 for i = 1, NT do
   local r = runs[i]
-  put(r.eh, r.el)
+  local u = 0
   if r.inuse then
-    put(0, 1)
-    local eh, el = addsat(r.eh, r.el, AH[i], AL[i])
-    fh, fl = max2(fh, fl, addsat(eh, el, CH[i], CL[i]))
-  else
-    put(0, 0)
+    u = 1
+    local eh, el = addsat(r.eh, r.el, P[10 * i + 6], P[10 * i + 5])
+    fh, fl = max2(fh, fl, addsat(eh, el, P[10 * i + 8], P[10 * i + 7]))
   end
-  put(r.win.bh, r.win.bl)
-  put(num(r.win.n))
+  parts[1] = parts[1] .. struct.pack('<I4i4I4i4I4i4I4i4', r.el, r.eh, u, 0, r.win.bl, r.win.bh, r.win.n, 0)
   parts[i + 2] = r.win.s
 end
-parts[1] = packed()
 local state = table.concat(parts)
 local grants = (tonumber(hv[7]) or 0) + 1
 local ttl = math.ceil(dbl(sub(fh, fl, nh, nl)) / 1e6) + 1000
@@ -606,16 +554,7 @@ if hasG then
   redis.call('PEXPIRE', KEYS[3], math.ceil(dbl(sub(gh2, gl2, nh, nl)) / 1e6) + 1000)
 end
 
-put(0, 0)
-if created then put(0, 1) else put(0, 0) end
-put(gh, gl)
-put(0, 0)
-put(avh, avl)
-put(num(cur))
-put(thh, thl)
-put(domh, doml)
-put(globh, globl)
-put(num(burst))
-put(num(hardlim))
-put(num(globlim))
-return packed()
+local crt = 0
+if created then crt = 1 end
+return struct.pack(R, 0, 0, crt, 0, gl, gh, 0, 0, avl, avh, cur, 0, thl, thh, doml, domh, globl, globh,
+  burst, 0, hardlim, 0, globlim, 0)
