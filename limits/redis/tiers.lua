@@ -82,20 +82,28 @@ local R = '<I4i4I4i4I4i4I4i4I4i4I4i4I4i4I4i4I4i4I4i4I4i4I4i4'
 -- the instant, then the cumulative count of hits since the log's origin
 -- (an entry's hits are its count minus the previous one's, or minus the
 -- base b for the first), so that a window's hits are one binary search
--- away and pruning is one cut. A domain's logs are strings s in the
--- script's memory, read and written with the domain's hash. The global
+-- away and pruning is one cut. A domain's logs live in the script's
+-- memory, read and written with the domain's hash: entries 1 to n of a
+-- log are at byte o + 1 of s on, but for the last when e holds it (the
+-- one entry a decision may append or change), so that neither reading
+-- the state, nor pruning, nor adding hits copies a log (strings are
+-- immutable: every cut or concatenation is a copy). The global
 -- log, whose size follows the whole resource's traffic, stays in its key
 -- and is read and written in place (GETRANGE, SETRANGE, APPEND: O(log n)
 -- calls and O(1) bytes a decision, amortized): its string is a header
 -- (head, the entries dropped from the front and not yet compacted away;
 -- the base) and then the entries, the live ones from head on; c caches
 -- the live entries read.
-local function newlog() return {s = '', n = 0, bh = 0, bl = 0} end
+local function newlog() return {s = '', o = 0, e = false, n = 0, bh = 0, bl = 0} end
 
 -- ent returns live entry k's instant and cumulative count.
 local function ent(g, k)
   if g.key == nil then
-    local al, ah, cl, ch = struct.unpack(P2, g.s, 16 * k - 15)
+    if g.e and k == g.n then
+      local al, ah, cl, ch = struct.unpack(P2, g.e)
+      return ah, al, ch, cl
+    end
+    local al, ah, cl, ch = struct.unpack(P2, g.s, g.o + 16 * k - 15)
     return ah, al, ch, cl
   end
   local e = g.c[k]
@@ -163,7 +171,7 @@ end
 local function header(g) return struct.pack(P2, g.head, 0, g.bl, g.bh) end
 -- reset forgets every hit.
 local function reset(g)
-  g.s, g.n, g.bh, g.bl = '', 0, 0, 0
+  g.s, g.o, g.e, g.n, g.bh, g.bl = '', 0, false, 0, 0, 0
   if g.key ~= nil then
     g.head, g.c = 0, {}
     redis.call('SET', g.key, header(g))
@@ -198,7 +206,7 @@ local function addhits(g, th, tl, nh, nl)
     if not lt(ah, al, th, tl) then
       ch, cl = add(ch, cl, nh, nl)
       if g.key == nil then
-        g.s = string.sub(g.s, 1, -9) .. struct.pack(P1, cl, ch)
+        g.e = struct.pack(P2, al, ah, cl, ch)
       else
         g.c[g.n] = {ah, al, ch, cl}
         redis.call('SETRANGE', g.key, 16 * (g.head + g.n) + 8, struct.pack(P1, cl, ch))
@@ -220,7 +228,7 @@ local function addhits(g, th, tl, nh, nl)
         xh, xl = sub(xh, xl, g.bh, g.bl)
         parts[k] = struct.pack(P2, al, ah, xl, xh)
       end
-      g.s = table.concat(parts)
+      g.s, g.o, g.e = table.concat(parts), 0, false
     else
       local bh, bl = g.bh, g.bl
       g.bh, g.bl = 0, 0
@@ -230,7 +238,11 @@ local function addhits(g, th, tl, nh, nl)
   end
   g.n = g.n + 1
   if g.key == nil then
-    g.s = g.s .. e
+    if g.e then -- (not in one decision: one addhits a log)
+      local m = 16 * (g.n - 2)
+      g.s, g.o = string.sub(g.s, g.o + 1, g.o + m) .. g.e, 0
+    end
+    g.e = e
   else
     g.c[g.n] = {th, tl, ch, cl}
     if g.missing then
@@ -252,7 +264,7 @@ local function prune(g, h, l)
   g.bh, g.bl = cumof(g, i - 1)
   g.n = g.n - (i - 1)
   if g.key == nil then
-    g.s = string.sub(g.s, 16 * i - 15)
+    g.o = g.o + 16 * (i - 1)
     return
   end
   local c = {}
@@ -335,7 +347,7 @@ if hv[1] ~= false and not wastb then
   local at = 8 * (3 + 4 * nr) + 1
   local function log(k) -- base at pair k, length at k + 1
     local n = V[2 * k + 1]
-    local g = {s = string.sub(st, at, at + 16 * n - 1), n = n, bh = V[2 * k], bl = V[2 * k - 1]}
+    local g = {s = st, o = at - 1, e = false, n = n, bh = V[2 * k], bl = V[2 * k - 1]}
     at = at + 16 * n
     return g
   end
@@ -520,7 +532,7 @@ avh, avl = max2(0, 0, avh, avl)
 -- second, plus a second each (as a token bucket's).
 local lh, ll = atof(second, second.n)
 local fh, fl = addsat(lh, ll, 0, 1e9 + 1)
-local parts = {struct.pack('<I4i4I4i4I4i4', NT, 0, second.bl, second.bh, second.n, 0), second.s}
+local hdr = struct.pack('<I4i4I4i4I4i4', NT, 0, second.bl, second.bh, second.n, 0)
 for i = 1, NT do
   local r = runs[i]
   local u = 0
@@ -529,9 +541,24 @@ for i = 1, NT do
     local eh, el = addsat(r.eh, r.el, P[10 * i + 6], P[10 * i + 5])
     fh, fl = max2(fh, fl, addsat(eh, el, P[10 * i + 8], P[10 * i + 7]))
   end
-  parts[1] = parts[1] .. struct.pack('<I4i4I4i4I4i4I4i4', r.el, r.eh, u, 0, r.win.bl, r.win.bh, r.win.n, 0)
-  parts[i + 2] = r.win.s
+  hdr = hdr .. struct.pack('<I4i4I4i4I4i4I4i4', r.el, r.eh, u, 0, r.win.bl, r.win.bh, r.win.n, 0)
 end
+-- The logs: the live part of each one's s, and its e.
+local parts, np = {hdr}, 1
+local function pieces(g)
+  local m = g.n
+  if g.e then m = m - 1 end
+  if m > 0 then
+    np = np + 1
+    parts[np] = string.sub(g.s, g.o + 1, g.o + 16 * m)
+  end
+  if g.e then
+    np = np + 1
+    parts[np] = g.e
+  end
+end
+pieces(second)
+for i = 1, NT do pieces(runs[i].win) end
 local state = table.concat(parts)
 local grants = (tonumber(hv[7]) or 0) + 1
 local ttl = math.ceil(dbl(sub(fh, fl, nh, nl)) / 1e6) + 1000
