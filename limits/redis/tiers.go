@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,7 +53,9 @@ func (s *Store) TakeHits(now int64, k limits.Key, l *limits.Limit, a limits.Ask)
 	member := escape(k.Domain)
 	base := s.resourceKey(k.Resource)
 	keys := []string{s.domainKey(k.Resource, member), base + "d", base + "g"}
-	cmd, err := s.eval(tiersScript, keys, req, tierArg(p), nowArg, l.Gen, dyn, maxDyn, member, int(l.Kind), l.Name)
+	tp := tierArg(p)
+	cmd, err := s.eval(tiersScript, keys, req, tp, nowArg, l.Gen, dyn, maxDyn, member, int(l.Kind), l.Name,
+		tierConfig(dyn.(string), int(l.Kind), l.Name, tp))
 	if err != nil {
 		return limits.HitOutcome{}, err
 	}
@@ -61,6 +64,26 @@ func (s *Store) TakeHits(now int64, k limits.Key, l *limits.Limit, a limits.Ask)
 		return limits.HitOutcome{}, scriptError(err)
 	}
 	return parseTiers(v, p)
+}
+
+// tierConfig returns the tiers script's configuration argument: the
+// dynamic flag, the kind, the name and the packed parameters in one string
+// (unambiguously: the name's length comes before it), which a domain's
+// hash keeps (its c field) so that the script notices a change of any of
+// them by reading one field.
+func tierConfig(dyn string, kind int, name, tp string) string {
+	return dyn + strconv.Itoa(kind) + "|" + strconv.Itoa(len(name)) + "|" + name + tp
+}
+
+// configParams returns the packed parameters in a tierConfig string.
+func configParams(c string) (string, bool) {
+	_, rest, ok1 := strings.Cut(c, "|")
+	n, rest, ok2 := strings.Cut(rest, "|")
+	k, err := strconv.Atoi(n)
+	if !ok1 || !ok2 || err != nil || k < 0 || k > len(rest) {
+		return "", false
+	}
+	return rest[k:], true
 }
 
 // tierReply is the number of int64s in the tiers script's reply.
@@ -189,9 +212,13 @@ func unpackTierState(v string) (*limits.TierState, bool) {
 // tierSnapshot decodes a burst-tier domain's hash (false for a hash
 // without its parameters and state).
 func tierSnapshot(k limits.Key, h map[string]string) (limits.Snapshot, bool) {
-	p, ok1 := unpackTierParams(h["tp"])
+	tp, ok := h["tp"] // (a hash written before c was)
+	if c, isC := h["c"]; isC {
+		tp, ok = configParams(c)
+	}
+	p, ok1 := unpackTierParams(tp)
 	st, ok2 := unpackTierState(h["s"])
-	if !ok1 || !ok2 {
+	if !ok || !ok1 || !ok2 {
 		return limits.Snapshot{}, false
 	}
 	num := func(f string) int64 { n, _ := strconv.ParseInt(h[f], 10, 64); return n }

@@ -7,7 +7,9 @@
 -- ARGV: 1 the request (int64s: now, now in ms, tokens, min), 2 the
 -- parameters (int64s: H, G, unlimited 0/1, Most, n, then per tier L, Tʷ,
 -- Tᵃ, Tᶜ, S 0/1), 3 now (decimal ns, or '' for Redis TIME), 4 gen, 5
--- dynamic (0/1), 6 max dynamic (0: unlimited), 7 member, 8 kind, 9 name.
+-- dynamic (0/1), 6 max dynamic (0: unlimited), 7 member, 8 kind, 9 name,
+-- 10 the configuration (ARGV[5], ARGV[8], ARGV[9] and ARGV[2] in one
+-- string, to notice a change with one field).
 -- Returns int64s: status (0 decided, 2 too many buckets), created (0/1),
 -- granted, retry after (-1: never), available, tier, tier hits, domain
 -- hits last second, global hits last second, burst, hard limited, global
@@ -25,8 +27,9 @@
 -- instant, in use 0/1, its window log's base and length; then the logs'
 -- entries in that order), l (last use, decimal ns), n (grants), and, set
 -- when created or reconfigured, g (generation), dy, k, nm (as a token
--- bucket's) and tp (ARGV[2], the parameters, for Walk). A hash with an e
--- field is a token bucket: the domain was one, and starts fresh. The
+-- bucket's) and c (ARGV[10], which holds the parameters for Walk). A
+-- hash with n but no s is a token bucket's (Reconfigure's, with an e
+-- field): the domain was one, and starts fresh. The
 -- global log's string is a header (int64s: head, base) and entries (see
 -- the logs below).
 
@@ -331,8 +334,8 @@ local mosth, mostl = P[8], P[7]
 local NT = P[9]
 
 -- The domain.
-local hv = redis.call('HMGET', KEYS[1], 's', 'e', 'dy', 'k', 'nm', 'tp', 'n')
-local wastb = hv[2] ~= false
+local hv = redis.call('HMGET', KEYS[1], 's', 'c', 'n')
+local wastb = hv[1] == false and hv[3] ~= false
 local created = hv[1] == false and not wastb
 local relimit = wastb
 local second = newlog()
@@ -356,7 +359,7 @@ if hv[1] ~= false and not wastb then
     local k = 4 * i
     runs[i] = {eh = V[2 * k], el = V[2 * k - 1], inuse = V[2 * k + 1] == 1, win = log(k + 2)}
   end
-  relimit = hv[3] ~= ARGV[5] or hv[4] ~= ARGV[8] or hv[5] ~= ARGV[9] or hv[6] ~= ARGV[2]
+  relimit = hv[2] ~= ARGV[10]
 end
 local dyn = ARGV[5]
 if created and dyn == '1' and ARGV[6] ~= '0' then
@@ -560,11 +563,13 @@ end
 pieces(second)
 for i = 1, NT do pieces(runs[i].win) end
 local state = table.concat(parts)
-local grants = (tonumber(hv[7]) or 0) + 1
+local grants = (tonumber(hv[3]) or 0) + 1
 local ttl = math.ceil(dbl(sub(fh, fl, nh, nl)) / 1e6) + 1000
+-- (A domain that is no longer dynamic leaves the set.)
+local wasdyn = relimit and dyn ~= '1' and redis.call('HGET', KEYS[1], 'dy') == '1'
 if created or relimit then
   if wastb then redis.call('HDEL', KEYS[1], 'e', 'sz', 'rt', 'sp') end
-  redis.call('HSET', KEYS[1], 's', state, 'l', nowdec, 'n', grants, 'g', ARGV[4], 'dy', dyn, 'k', ARGV[8], 'nm', ARGV[9], 'tp', ARGV[2])
+  redis.call('HSET', KEYS[1], 's', state, 'l', nowdec, 'n', grants, 'g', ARGV[4], 'dy', dyn, 'k', ARGV[8], 'nm', ARGV[9], 'c', ARGV[10])
 else
   redis.call('HSET', KEYS[1], 's', state, 'l', nowdec, 'n', grants)
 end
@@ -572,7 +577,7 @@ redis.call('PEXPIRE', KEYS[1], ttl)
 if dyn == '1' then
   redis.call('ZADD', KEYS[2], nowms + ttl, ARGV[7])
   if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
-elseif hv[3] == '1' then
+elseif wasdyn then
   redis.call('ZREM', KEYS[2], ARGV[7])
 end
 if hasG then

@@ -201,6 +201,36 @@ func TestTiersDifferential(t *testing.T) { tierDifferential(t, client(t), 60) }
 // CROSSSLOT).
 func TestClusterTiersDifferential(t *testing.T) { tierDifferential(t, clusterClient(t), 20) }
 
+// TestTierConfig: the configuration argument (a domain's c field) gives
+// back its parameters whatever the name holds, and tells apart what
+// differs in the dynamic flag, the kind, the name or the parameters.
+func TestTierConfig(t *testing.T) {
+	p1 := tierArg(limits.NewTierParams(3, 0, []limits.Tier{{Limit: 2, Window: time.Second, Active: time.Second}}, false))
+	p2 := tierArg(limits.NewTierParams(4, 0, nil, false))
+	seen := map[string]bool{}
+	for _, dyn := range []string{"0", "1"} {
+		for _, kind := range []int{1, 12} {
+			for _, name := range []string{"", "a", "a|1|", "|", "1|a"} {
+				for _, tp := range []string{p1, p2} {
+					c := tierConfig(dyn, kind, name, tp)
+					if got, ok := configParams(c); !ok || got != tp {
+						t.Fatalf("%q: params %q %v", c, got, ok)
+					}
+					if seen[c] {
+						t.Fatalf("%q twice", c)
+					}
+					seen[c] = true
+				}
+			}
+		}
+	}
+	for _, c := range []string{"", "0", "01|", "01|x|", "01|-1|", "01|5|ab"} {
+		if _, ok := configParams(c); ok {
+			t.Errorf("%q: ok", c)
+		}
+	}
+}
+
 // tiersConfig is an engine configuration with one burst-tier resource:
 // tier 1 takes 3 hits per 2 s, tier 2 four more for 2 s then cools down
 // for 4 s; H 6, G 8 across domains.
