@@ -5,6 +5,7 @@ import (
 	"context"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -228,6 +229,42 @@ func TestTierConfig(t *testing.T) {
 		if _, ok := configParams(c); ok {
 			t.Errorf("%q: ok", c)
 		}
+	}
+}
+
+// TestTierSnapshotBeforeC: a burst-tier domain's hash last written before
+// its configuration moved into c (parameters in tp) reads as the same
+// snapshot as one written now.
+func TestTierSnapshotBeforeC(t *testing.T) {
+	c := client(t)
+	st := New(c, Options{Prefix: prefix(t), CallerTime: true})
+	e, err := limits.New(tiersConfig(), limits.Options{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := e.Allow(t0, limits.Request{Resource: "api", Domain: "acme", Tokens: 2}); d.Status != limits.StatusOK {
+		t.Fatalf("%+v", d)
+	}
+	h, err := c.HGetAll(context.Background(), st.domainKey("api", "acme")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := limits.Key{Resource: "api", Domain: "acme"}
+	now, okNow := tierSnapshot(k, h)
+	tp, ok := configParams(h["c"])
+	if !okNow || !ok {
+		t.Fatalf("snapshot %v, c %q %v", okNow, h["c"], ok)
+	}
+	old := maps.Clone(h)
+	delete(old, "c")
+	old["tp"] = tp
+	before, okBefore := tierSnapshot(k, old)
+	if !okBefore || !reflect.DeepEqual(before, now) {
+		t.Fatalf("with tp:\n%+v %v\nwith c:\n%+v", before, okBefore, now)
+	}
+	delete(old, "tp")
+	if _, ok := tierSnapshot(k, old); ok {
+		t.Fatal("a hash with neither c nor tp read as a domain")
 	}
 }
 
