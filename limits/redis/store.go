@@ -285,15 +285,19 @@ func (s *Store) takeCall(now int64, k limits.Key, l *limits.Limit, a limits.Ask)
 	return c
 }
 
-// limitArgs are the take script's arguments that depend on the Limit
-// only, boxed once per Limit (Take then boxes nothing): among them the
+// limitArgs are the scripts' arguments that depend on the Limit only,
+// boxed once per Limit (Take then boxes nothing): among them the
 // configuration a bucket under it stores, "size rate span dynamic kind
-// name", for a static (config[0]) and a dynamic bucket (config[1]).
+// name", for a static (config[0]) and a dynamic bucket (config[1]); and
+// for a burst-tier Limit, the tiers script's packed parameters (tp) and
+// configuration (tierConfig, by dynamic flag likewise).
 type limitArgs struct {
 	base                                string // resourceKey(l.Resource)
 	dynKey                              any    // base + "d"
 	gen, size, rate, span, idle, maxDyn any
 	config                              [2]string
+	tp                                  string
+	tierConfig                          [2]string
 	l                                   *limits.Limit
 }
 
@@ -312,6 +316,12 @@ func (s *Store) limitArgs(l *limits.Limit) *limitArgs {
 	}
 	for i := range la.config {
 		la.config[i] = fmt.Sprintf("%d %s %d %d %d %s", p.Size, rate, p.Span, i, int(l.Kind), l.Name)
+	}
+	if l.Tiers != nil {
+		la.tp = packTierParams(l.Tiers)
+		for i := range la.tierConfig {
+			la.tierConfig[i] = tierConfig(dynArg[i].(string), int(l.Kind), l.Name, la.tp)
+		}
 	}
 	v, _ := s.args.LoadOrStore(l, la)
 	return v.(*limitArgs)

@@ -7,8 +7,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice/limits"
@@ -46,16 +44,16 @@ func (s *Store) TakeHits(now int64, k limits.Key, l *limits.Limit, a limits.Ask)
 		nowArg = strconv.FormatInt(now, 10)
 	}
 	req := packInts(now, floorDiv(now, int64(time.Millisecond)), a.Tokens, a.Min)
-	dyn, maxDyn := dynArg[0], int64(0)
-	if l.MaxDynamic > 0 && l.Dynamic(k.Domain) {
-		dyn, maxDyn = dynArg[1], l.MaxDynamic
+	la := s.limitArgs(l)
+	dyn, maxDyn := la.dyn(k.Domain), int64(0)
+	if dyn == dynArg[1] {
+		maxDyn = l.MaxDynamic
 	}
 	member := escape(k.Domain)
 	base := s.resourceKey(k.Resource)
 	keys := []string{s.domainKey(k.Resource, member), base + "d", base + "g"}
-	tp := tierArg(p)
-	cmd, err := s.eval(tiersScript, keys, req, tp, nowArg, l.Gen, dyn, maxDyn, member, int(l.Kind), l.Name,
-		tierConfig(dyn.(string), int(l.Kind), l.Name, tp))
+	cmd, err := s.eval(tiersScript, keys, req, la.tp, nowArg, l.Gen, dyn, maxDyn, member, int(l.Kind), l.Name,
+		la.tierConfig[dynIndex(dyn)])
 	if err != nil {
 		return limits.HitOutcome{}, err
 	}
@@ -113,32 +111,9 @@ func parseTiers(v string, p *limits.TierParams) (limits.HitOutcome, error) {
 	return limits.HitOutcome{TierResult: r, Created: n(1) == 1}, nil
 }
 
-// The tiers script's parameters argument, per *TierParams: the engine
-// builds new ones with each configuration, so the cache is dropped when it
-// grows past tierArgsMax (old configurations' entries go with it).
-var (
-	tierArgs    sync.Map // *limits.TierParams → string
-	tierArgsLen atomic.Int64
-)
-
-const tierArgsMax = 4096
-
-// tierArg returns p packed for the tiers script (int64s: H, G, unlimited,
-// Most, the number of tiers, then per tier its limit, window, active time,
-// cooldown and skippable).
-func tierArg(p *limits.TierParams) string {
-	if v, ok := tierArgs.Load(p); ok {
-		return v.(string)
-	}
-	v := packTierParams(p)
-	if tierArgsLen.Add(1) > tierArgsMax {
-		tierArgs.Clear()
-		tierArgsLen.Store(1)
-	}
-	tierArgs.Store(p, v)
-	return v
-}
-
+// packTierParams returns p packed for the tiers script (int64s: H, G,
+// unlimited, Most, the number of tiers, then per tier its limit, window,
+// active time, cooldown and skippable).
 func packTierParams(p *limits.TierParams) string {
 	ints := []int64{p.HardLimit, p.GlobalLimit, b2i(p.Unlimited), p.Most(), int64(len(p.Tiers))}
 	for _, t := range p.Tiers {

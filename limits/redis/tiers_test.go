@@ -206,8 +206,8 @@ func TestClusterTiersDifferential(t *testing.T) { tierDifferential(t, clusterCli
 // back its parameters whatever the name holds, and tells apart what
 // differs in the dynamic flag, the kind, the name or the parameters.
 func TestTierConfig(t *testing.T) {
-	p1 := tierArg(limits.NewTierParams(3, 0, []limits.Tier{{Limit: 2, Window: time.Second, Active: time.Second}}, false))
-	p2 := tierArg(limits.NewTierParams(4, 0, nil, false))
+	p1 := packTierParams(limits.NewTierParams(3, 0, []limits.Tier{{Limit: 2, Window: time.Second, Active: time.Second}}, false))
+	p2 := packTierParams(limits.NewTierParams(4, 0, nil, false))
 	seen := map[string]bool{}
 	for _, dyn := range []string{"0", "1"} {
 		for _, kind := range []int{1, 12} {
