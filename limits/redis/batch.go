@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"crypto/sha1"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -435,8 +436,9 @@ func (b *batcher) release(cmds []*command) {
 // takeArgs builds a take command: its bucket keys each once, its limits
 // each once, its asks (the requests' limit, tokens, min, max wait,
 // dynamic flag and now) each once, then its requests as pairs of a
-// bucket and an ask (see take.lua): in the common case of many requests
-// under one limit, two arguments a request.
+// bucket and an ask, packed into one string (see take.lua): in the common
+// case of many requests under one limit, a request is its key and four
+// bytes.
 func (b *batcher) takeArgs(m *command) []any {
 	clear(b.keyIx)
 	var keys []*call // the first call of each bucket
@@ -453,7 +455,7 @@ func (b *batcher) takeArgs(m *command) []any {
 			asks = append(asks, c)
 		}
 	}
-	args := make([]any, 0, 4+len(keys)+2+9*len(m.limits)+1+6*len(asks)+2*len(m.calls))
+	args := make([]any, 0, 4+len(keys)+2+9*len(m.limits)+1+6*len(asks)+1)
 	args = append(args, argEvalSha, nil, 1+len(keys), m.calls[0].dynKey)
 	for _, c := range keys {
 		args = append(args, &c.key)
@@ -473,9 +475,12 @@ func (b *batcher) takeArgs(m *command) []any {
 	for _, c := range asks {
 		args = append(args, slices.Index(m.limits, c.la)+1, &c.tokens, &c.min, &c.maxWait, c.dyn, c.now)
 	}
-	for _, c := range m.calls {
-		args = append(args, b.keyIx[c.key], slices.IndexFunc(asks, c.sameAsk)+1)
+	reqs := make([]byte, 0, 4*len(m.calls))
+	for _, c := range m.calls { // indexes below 2^16: see maxBatchLimit
+		reqs = binary.BigEndian.AppendUint16(reqs, uint16(b.keyIx[c.key]))
+		reqs = binary.BigEndian.AppendUint16(reqs, uint16(slices.IndexFunc(asks, c.sameAsk)+1))
 	}
+	args = append(args, reqs)
 	clear(asks)
 	b.asks = asks[:0]
 	return args

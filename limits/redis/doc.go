@@ -43,9 +43,10 @@
 // doubles, then the configuration it was granted under, "size rate span
 // dynamic kind name"; see take.lua) or a burst-tier domain's hash (and
 // PEXPIRE). A token bucket's key lives until the bucket is full again,
-// or MaxIdle when longer, plus one to two seconds (a grant that needs it
-// to live longer sets its TTL two seconds past that; the others keep it,
-// SET KEEPTTL, the cheaper write), so that a key that expires comes back
+// or MaxIdle when longer, plus one to four seconds (a grant that needs it
+// to live longer sets its TTL four seconds past that; the others keep it,
+// SETRANGE, the cheaper write: a busy bucket's TTL is set at most once in
+// three seconds), so that a key that expires comes back
 // full, as a bucket the store never had does; a
 // burst-tier domain's to the time until it would be fresh again (no tier
 // active or in cooldown, no hit in the last second: limits.TierState's

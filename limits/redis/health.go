@@ -47,6 +47,9 @@ const (
 	DefaultBreakerProbe = time.Second
 	// DefaultMaxBatch bounds the scripts of one round trip.
 	DefaultMaxBatch = 128
+	// maxBatchLimit bounds Options.MaxBatch: the take script's requests
+	// name their bucket (2 to the batch's size + 1) and ask in 16 bits.
+	maxBatchLimit = 1<<16 - 2
 )
 
 // Health is the store's view of Redis, for a status page and metrics.

@@ -120,7 +120,9 @@ type Options struct {
 	BreakerFailures int
 	BreakerProbe    time.Duration
 	// MaxBatch bounds the scripts sent in one round trip (0:
-	// DefaultMaxBatch, 128). Concurrent calls share round trips (see
+	// DefaultMaxBatch, 128; at most 65 534, which a larger value means:
+	// the take script numbers a round trip's buckets in 16 bits).
+	// Concurrent calls share round trips (see
 	// batch.go): while one to a node is in flight, calls queue, and go out
 	// together when it returns; no call waits for a timer.
 	MaxBatch int
@@ -193,6 +195,7 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	if s.maxBatch <= 0 {
 		s.maxBatch = DefaultMaxBatch
 	}
+	s.maxBatch = min(s.maxBatch, maxBatchLimit)
 	if s.failuresToOpen == 0 {
 		s.failuresToOpen = DefaultBreakerFailures
 	}
@@ -379,7 +382,7 @@ func parseTake(v string, p limits.Params) (limits.Outcome, error) {
 }
 
 // Reap implements limits.Store: Redis expires the keys itself (a token
-// bucket's one to two seconds after max(MaxIdle, the time until full),
+// bucket's one to four seconds after max(MaxIdle, the time until full),
 // kept so by every grant; a burst-tier domain's once fresh), so Reap
 // removes nothing and returns 0.
 func (s *Store) Reap(int64, func(limits.Removed)) (int, error) { return 0, nil }

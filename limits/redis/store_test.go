@@ -205,8 +205,8 @@ func TestUnreadableBucket(t *testing.T) {
 }
 
 // TestExpiry: keys expire once full again, or after MaxIdle when longer,
-// plus one to two seconds (a new expiry is set two seconds past, and kept
-// while enough); an expired bucket comes back full.
+// plus one to four seconds (a new expiry is set four seconds past, and
+// kept while enough); an expired bucket comes back full.
 func TestExpiry(t *testing.T) {
 	c := client(t)
 	st := New(c, Options{Prefix: prefix(t)})
@@ -219,7 +219,7 @@ func TestExpiry(t *testing.T) {
 	for _, tc := range []struct {
 		res      string
 		lo, high time.Duration
-	}{{"fast", 1900 * time.Millisecond, 2100 * time.Millisecond}, {"idle", 6900 * time.Millisecond, 7100 * time.Millisecond}} {
+	}{{"fast", 3900 * time.Millisecond, 4100 * time.Millisecond}, {"idle", 8900 * time.Millisecond, 9100 * time.Millisecond}} {
 		if d := e.Allow(time.Now(), limits.Request{Resource: tc.res, Domain: "d"}); d.Status != limits.StatusOK {
 			t.Fatalf("%s: %+v", tc.res, d)
 		}
@@ -236,10 +236,10 @@ func TestExpiry(t *testing.T) {
 	if d := e.Allow(time.Now(), limits.Request{Resource: "fast", Domain: "d"}); d.Status != limits.StatusOK {
 		t.Fatalf("fast, again: %+v", d)
 	}
-	if ttl, err := c.PTTL(ctx, st.bucketKey("fast", "")).Result(); err != nil || ttl > 1900*time.Millisecond {
-		t.Errorf("fast, again: TTL %v %v, want the first one's, at most 1.9 s", ttl, err)
+	if ttl, err := c.PTTL(ctx, st.bucketKey("fast", "")).Result(); err != nil || ttl > 3900*time.Millisecond {
+		t.Errorf("fast, again: TTL %v %v, want the first one's, at most 3.9 s", ttl, err)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(4 * time.Second)
 	if n, _ := c.Exists(ctx, st.bucketKey("fast", "")).Result(); n != 0 {
 		t.Fatal("the full bucket did not expire")
 	}

@@ -16,7 +16,8 @@
 -- stores under it, static and dynamic; then the number of asks A and A
 -- asks of 6 fields: limit (1 to L), tokens, min, max wait, dynamic
 -- (0/1), now (decimal ns, or '' for Redis TIME, read once); then the
--- requests, 2 fields each: bucket (its index in KEYS), ask (1 to A).
+-- requests, in one string of 4 bytes each: bucket (its index in KEYS)
+-- and ask (1 to A), each a big-endian uint16.
 -- Returns one string: 6 little-endian doubles per request, in order,
 -- each an integer: status (0 decided, 2 too many buckets), granted, wait,
 -- retry after, fill (ns: the tokens left are min(size, fill × rate ÷
@@ -29,11 +30,14 @@
 --
 -- A grant needs the bucket's key to live until the bucket is full again
 -- (or MaxIdle, when longer), plus one second. When x is earlier, the
--- write sets the key's TTL to one second past that (PX, and x with it);
--- otherwise it keeps the TTL: a key expires one to two seconds after its
--- bucket is full, and most writes of a busy bucket leave its TTL alone.
+-- write sets the key's TTL to three seconds past that (PEXPIRE, and x
+-- with it); otherwise it keeps the TTL: a key expires one to four seconds
+-- after its bucket is full, and a bucket used at any rate has its TTL
+-- set at most once in three seconds (PEXPIRE is the dearest command
+-- here, about as dear as the GET and the SETRANGE together).
 --
--- A bucket is read once (GET) and written once, after the last request
+-- The buckets are read at once (MGET: one Redis call, not one a bucket)
+-- and each is written once, after the last request
 -- (its numbers in place, SETRANGE; or, new or reconfigured, the whole
 -- string, SET): the writes of the requests before are never seen by
 -- anyone but the requests after, which see them here as they would in
@@ -45,7 +49,7 @@
 -- Globals read once (a global is a table lookup; these run per request).
 local ARGV, KEYS, tonumber, pairs, unpack = ARGV, KEYS, tonumber, pairs, unpack
 local call, floor, ceil, max, min = redis.call, math.floor, math.ceil, math.max, math.min
-local sub, format, match, rep = string.sub, string.format, string.match, string.rep
+local sub, format, match, rep, byte = string.sub, string.format, string.match, string.rep, string.byte
 local pack, unpackd = struct.pack, struct.unpack
 
 local function split(s)
@@ -138,12 +142,20 @@ end
 -- changed), px the TTL to set (ms) if x moved. Every field is set at once
 -- (a table that grows is rehashed).
 local rows = {}
+local vals = {}
+do
+  local nk = #KEYS
+  for i = 2, nk, 1000 do -- unpack's stack has room for about 8000
+    local got = call('MGET', unpack(KEYS, i, min(i + 999, nk)))
+    for j = 1, #got do vals[i + j - 1] = got[j] end
+  end
+end
 local function row(i)
   local r = rows[i]
   if r then return r end
   r = {ehi = false, elo = false, lhi = false, llo = false, n = 0, g = false, x = false, cf = false, dy = false,
     w = false, full = false, px = false}
-  local v = call('GET', KEYS[i])
+  local v = vals[i]
   if v and #v >= 56 then
     r.ehi, r.elo, r.lhi, r.llo, r.n, r.g, r.x = unpackd('<ddddddd', v)
     r.cf = sub(v, 57)
@@ -274,7 +286,7 @@ local function take(ki, ask)
   local nowms = nhi * 1000 + floor(nlo / 1e6)
   local need = nowms + ceil((max(e + span, l.idle) + 1e9) / 1e6)
   if not r.x or need > r.x then
-    r.x = need + 1000
+    r.x = need + 3000
     r.px = r.x - nowms
   end
   if dyn == '1' then
@@ -300,7 +312,11 @@ for j = 1, na do
   a.c, a.cm = cost(a.tokens, a.l.rate), cost(a.mn, a.l.rate) -- what tokens and min cost (ns)
   asks[j] = a
 end
-for c = b + 1 + na * 6, #ARGV, 2 do take(tonumber(ARGV[c]), asks[tonumber(ARGV[c + 1])]) end
+local rq = ARGV[b + 1 + na * 6]
+for p = 1, #rq, 4 do
+  local k1, k2, a1, a2 = byte(rq, p, p + 3)
+  take(k1 * 256 + k2, asks[a1 * 256 + a2])
+end
 
 -- The writes: a new or reconfigured bucket is SET whole; another one has
 -- its numbers overwritten in place (SETRANGE, which keeps the TTL), and
