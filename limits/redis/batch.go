@@ -71,7 +71,7 @@ type call struct {
 
 	// A take request: its limit's arguments, its resource's key prefix
 	// (its group) and dynamic set, the change instant and dynamic flag
-	// (boxed), and res, its part of the reply (six packed doubles).
+	// (boxed), and res, its part of the reply (four packed doubles).
 	take   bool
 	la     *limitArgs
 	base   string
@@ -144,7 +144,7 @@ type batcher struct {
 }
 
 // command is one script of a round trip and the calls it answers: a take
-// command answers every take request of the batch on one resource (six
+// command answers every take request of the batch on one resource (four
 // values each, in order), another one its one call.
 type command struct {
 	sc     *script

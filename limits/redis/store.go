@@ -353,12 +353,20 @@ func dynIndex(dyn any) int {
 	return 0
 }
 
-// takeReply is the length of a take request's reply: six little-endian
+// takeReply is the length of a take request's reply: four little-endian
 // doubles; bucketHead the length of a token bucket's numbers, seven (see
 // take.lua; the scripts of Reconfigure read them too).
 const (
-	takeReply  = 6 * 8
+	takeReply  = 4 * 8
 	bucketHead = 7 * 8
+)
+
+// The codes of a take request's reply (see take.lua).
+const (
+	takeGranted        = 0
+	takeGrantedCreated = 1
+	takeRejected       = 2
+	takeTooManyBuckets = 3
 )
 
 // parseTake decodes a take request's reply (see take.lua): the tokens
@@ -369,16 +377,18 @@ func parseTake(v string, p limits.Params) (limits.Outcome, error) {
 	if len(v) != takeReply {
 		return limits.Outcome{}, fmt.Errorf("limits/redis: take: reply of %d bytes", len(v))
 	}
-	var n [6]int64
-	for i := range n {
-		n[i] = doubleAt(v, i)
-	}
-	if n[0] == 2 {
+	code, n, t, fill := doubleAt(v, 0), doubleAt(v, 1), doubleAt(v, 2), doubleAt(v, 3)
+	// limits.Level at now with Empty = now − fill.
+	tokens := limits.Level(limits.State{Empty: -fill}, p, 0)
+	switch code {
+	case takeGranted, takeGrantedCreated:
+		return limits.Outcome{Result: limits.Result{Granted: n, Wait: t, Tokens: tokens}, Created: code == takeGrantedCreated}, nil
+	case takeRejected:
+		return limits.Outcome{Result: limits.Result{RetryAfter: t, Tokens: tokens}}, nil
+	case takeTooManyBuckets:
 		return limits.Outcome{TooManyBuckets: true}, nil
 	}
-	// limits.Level at now with Empty = now − fill.
-	tokens := limits.Level(limits.State{Empty: -n[4]}, p, 0)
-	return limits.Outcome{Result: limits.Result{Granted: n[1], Wait: n[2], RetryAfter: n[3], Tokens: tokens}, Created: n[5] == 1}, nil
+	return limits.Outcome{}, fmt.Errorf("limits/redis: take: reply code %d", code)
 }
 
 // Reap implements limits.Store: Redis expires the keys itself (a token

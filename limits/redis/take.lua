@@ -18,10 +18,12 @@
 -- (0/1), now (decimal ns, or '' for Redis TIME, read once); then the
 -- requests, in one string of 4 bytes each: bucket (its index in KEYS)
 -- and ask (1 to A), each a big-endian uint16.
--- Returns one string: 6 little-endian doubles per request, in order,
--- each an integer: status (0 decided, 2 too many buckets), granted, wait,
--- retry after, fill (ns: the tokens left are min(size, fill × rate ÷
--- 1e9), limits.Level's arithmetic, done by the caller), created (0/1).
+-- Returns one string: 4 little-endian doubles per request, in order,
+-- each an integer: code (0 granted, 1 granted to a bucket it created, 2
+-- rejected, 3 too many buckets), granted, then the wait (ns) of a grant
+-- or the retry after (ns, −1: never) of a rejection, and fill (ns: the
+-- tokens left are min(size, fill × rate ÷ 1e9), limits.Level's
+-- arithmetic, done by the caller).
 --
 -- Instants come as decimal strings of Unix ns, split into seconds and
 -- nanoseconds (and are stored so) so that differences are exact; every
@@ -49,7 +51,7 @@
 -- Globals read once (a global is a table lookup; these run per request).
 local ARGV, KEYS, tonumber, pairs, unpack = ARGV, KEYS, tonumber, pairs, unpack
 local call, floor, ceil, max, min = redis.call, math.floor, math.ceil, math.max, math.min
-local sub, format, match, rep, byte = string.sub, string.format, string.match, string.rep, string.byte
+local sub, format, match, rep, byte, find = string.sub, string.format, string.match, string.rep, string.byte, string.find
 local pack, unpackd = struct.pack, struct.unpack
 
 local function split(s)
@@ -107,12 +109,6 @@ local function fit(budget, rate, most)
   return n, c
 end
 
--- fill returns how long the bucket has been filling (−e; 0 in debt).
-local function fill(e)
-  if e >= 0 then return 0 end
-  return -e
-end
-
 -- The limits, each with its configuration as a bucket stores it (cf,
 -- by dynamic flag).
 local nl, mstart = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -135,37 +131,58 @@ local function redisnow()
   return thi, tlo
 end
 
--- The buckets as stored (as they would be after the requests so far):
--- e and l as at's parts, n the grants, g the generation, x the key's
--- expiry, cf the configuration; e false for a bucket Redis does not have;
--- w once granted, full when its configuration is to be written (new or
--- changed), px the TTL to set (ms) if x moved. Every field is set at once
--- (a table that grows is rehashed).
+-- The buckets as stored (as they would be after the requests so far),
+-- each a row: an array, not a record, for speed (a row is made per
+-- bucket and call, and the garbage collector's work grows with the bytes
+-- made; an array of 13 is a quarter of a record's size):
+--   [1], [2] e, the instant the bucket is empty (at's parts; false for a
+--     bucket Redis does not have), [3], [4] its last use, [5] grants,
+--   [6] the generation, [7] x, the key's expiry (ms),
+--   [8] the configuration (false: not read yet; see stored),
+--   [9] the dynamic flag it was last granted under,
+--   [10] granted (to be written), [11] written whole (new or
+--   reconfigured), [12] the TTL to set (ms) if x moved (else false),
+--   [13] the string as read.
 local rows = {}
-local vals = {}
+local vals -- the strings of KEYS[2..], vals[i - 1] for KEYS[i]
 do
   local nk = #KEYS
-  for i = 2, nk, 1000 do -- unpack's stack has room for about 8000
-    local got = call('MGET', unpack(KEYS, i, min(i + 999, nk)))
-    for j = 1, #got do vals[i + j - 1] = got[j] end
+  if nk <= 1001 then
+    vals = call('MGET', unpack(KEYS, 2))
+  else
+    vals = {}
+    for i = 2, nk, 1000 do -- unpack's stack has room for about 8000
+      local got = call('MGET', unpack(KEYS, i, min(i + 999, nk)))
+      for j = 1, #got do vals[i + j - 2] = got[j] end
+    end
   end
 end
 local function row(i)
   local r = rows[i]
   if r then return r end
-  r = {ehi = false, elo = false, lhi = false, llo = false, n = 0, g = false, x = false, cf = false, dy = false,
-    w = false, full = false, px = false}
-  local v = vals[i]
+  r = {false, false, false, false, 0, false, false, false, false, false, false, false, false}
+  local v = vals[i - 1]
   if v and #v >= 56 then
-    r.ehi, r.elo, r.lhi, r.llo, r.n, r.g, r.x = unpackd('<ddddddd', v)
-    r.cf = sub(v, 57)
-    if r.ehi ~= r.ehi or r.elo ~= r.elo or r.x ~= r.x or r.n ~= r.n then
+    r[1], r[2], r[3], r[4], r[5], r[6], r[7] = unpackd('<ddddddd', v)
+    r[13] = v
+    if r[1] ~= r[1] or r[2] ~= r[2] or r[7] ~= r[7] or r[5] ~= r[5] then
       -- Not numbers (NaN: not a bucket's): as if absent, written whole.
-      r.ehi, r.n, r.x = false, 0, false
+      r[1], r[5], r[7] = false, 0, false
     end
   end
   rows[i] = r
   return r
+end
+
+-- stored returns the configuration row r was written under, cf itself
+-- when the same (found in place: no new string is made, the common case).
+local function stored(r, cf)
+  local s = r[8]
+  if s then return s end
+  local v = r[13]
+  if #v == 56 + #cf and find(v, cf, 57, true) == 57 then s = cf else s = sub(v, 57) end
+  r[8] = s
+  return s
 end
 
 -- The dynamic set's changes not applied yet: member → score (ZADD) or
@@ -190,8 +207,8 @@ local function flushset()
   zset, zttl = {}, nil
 end
 
--- take decides request ask on the bucket KEYS[ki] and appends its six
--- values to out, out[n0 - 5] to out[n0].
+-- take decides request ask on the bucket KEYS[ki] and appends its four
+-- values to out, out[n0 - 3] to out[n0].
 local out, n0 = {}, 0
 local function take(ki, ask)
   local r = row(ki)
@@ -199,35 +216,35 @@ local function take(ki, ask)
   local tokens, mn, maxwait, dyn = ask.tokens, ask.mn, ask.maxwait, ask.dyn
   local size, rate, span = l.size, l.rate, l.span
   local nhi, nlo = ask.nhi, ask.nlo
-  n0 = n0 + 6
+  n0 = n0 + 4
 
-  local created = not r.ehi
+  local created = not r[1]
   local relimit = false
   local e
   if created then
     if dyn == '1' and l.maxdyn > 0 then
       flushset()
-      local nowms = nhi * 1000 + floor(nlo / 1e6)
-      call('ZREMRANGEBYSCORE', KEYS[1], '-inf', nowms)
+      call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ask.nowms)
       if call('ZCARD', KEYS[1]) >= l.maxdyn then
-        out[n0 - 5], out[n0 - 4], out[n0 - 3], out[n0 - 2], out[n0 - 1], out[n0] = 2, 0, 0, 0, 0, 0
+        out[n0 - 3], out[n0 - 2], out[n0 - 1], out[n0] = 3, 0, 0, 0
         return
       end
     end
     e = -span
   else
-    local ehi, elo = r.ehi, r.elo
+    local ehi, elo = r[1], r[2]
     e = max(rel(ehi, elo, nhi, nlo), -span)
     local cf = l.cf[dyn]
     local osz, ort, osp
-    if r.cf == cf then
-      r.dy = dyn
+    local rcf = stored(r, cf)
+    if rcf == cf then
+      r[9] = dyn
     else
       -- Another configuration (or dynamic flag): rewritten on a grant.
-      osz, ort, osp, r.dy = match(r.cf, '^(%S+) (%S+) (%S+) (%S+)')
+      osz, ort, osp, r[9] = match(rcf, '^(%S+) (%S+) (%S+) (%S+)')
       relimit = true
       if not osz then -- unreadable: full, and a new TTL
-        e, osz, ort, osp, r.x = -span, l.sz, l.rt, l.sp, false
+        e, osz, ort, osp, r[7] = -span, l.sz, l.rt, l.sp, false
       end
     end
     if relimit and (osz ~= l.sz or ort ~= l.rt or osp ~= l.sp) then
@@ -265,7 +282,9 @@ local function take(ki, ask)
     local retry = -1
     local cm = ask.cm
     if cm <= span + maxwait then retry = e + cm - maxwait end
-    out[n0 - 5], out[n0 - 4], out[n0 - 3], out[n0 - 2], out[n0 - 1], out[n0] = 0, 0, 0, retry, fill(e), 0
+    local f = 0
+    if e < 0 then f = -e end
+    out[n0 - 3], out[n0 - 2], out[n0 - 1], out[n0] = 2, 0, retry, f
     return
   end
   e = e + c
@@ -274,30 +293,31 @@ local function take(ki, ask)
 
   -- Granted: the state, the use, the grants, the configuration on
   -- creation or reconfiguration, and the expiry; written at the end.
-  local olddy = r.dy
-  r.ehi, r.elo = at(e, nhi, nlo)
-  r.lhi, r.llo = nhi, nlo
-  r.n = r.n + 1
+  local olddy = r[9]
+  r[1], r[2] = at(e, nhi, nlo)
+  r[3], r[4] = nhi, nlo
+  r[5] = r[5] + 1
   if created or relimit then
-    r.full = true
-    r.g, r.cf = l.g, l.cf[dyn]
+    r[11] = true
+    r[6], r[8] = l.g, l.cf[dyn]
   end
-  r.w = true
-  local nowms = nhi * 1000 + floor(nlo / 1e6)
+  r[10] = true
+  local nowms = ask.nowms
   local need = nowms + ceil((max(e + span, l.idle) + 1e9) / 1e6)
-  if not r.x or need > r.x then
-    r.x = need + 3000
-    r.px = r.x - nowms
+  if not r[7] or need > r[7] then
+    r[7] = need + 3000
+    r[12] = r[7] - nowms
   end
   if dyn == '1' then
-    zset[sub(KEYS[ki], mstart)] = r.x
-    if not zttl or r.x - nowms > zttl then zttl = r.x - nowms end
+    zset[sub(KEYS[ki], mstart)] = r[7]
+    if not zttl or r[7] - nowms > zttl then zttl = r[7] - nowms end
   elseif olddy == '1' then
     zset[sub(KEYS[ki], mstart)] = false
   end
-  local cr = 0
-  if created then cr = 1 end
-  out[n0 - 5], out[n0 - 4], out[n0 - 3], out[n0 - 2], out[n0 - 1], out[n0] = 0, n, wait, 0, fill(e), cr
+  local code, f = 0, 0
+  if created then code = 1 end
+  if e < 0 then f = -e end
+  out[n0 - 3], out[n0 - 2], out[n0 - 1], out[n0] = code, n, wait, f
 end
 
 -- The asks, then the requests.
@@ -307,8 +327,9 @@ local na = tonumber(ARGV[b])
 for j = 1, na do
   local c = b + (j - 1) * 6
   local a = {l = limits[tonumber(ARGV[c + 1])], tokens = tonumber(ARGV[c + 2]), mn = tonumber(ARGV[c + 3]),
-    maxwait = tonumber(ARGV[c + 4]), dyn = ARGV[c + 5]}
+    maxwait = tonumber(ARGV[c + 4]), dyn = ARGV[c + 5], nhi = 0, nlo = 0, nowms = 0, c = 0, cm = 0}
   if ARGV[c + 6] == '' then a.nhi, a.nlo = redisnow() else a.nhi, a.nlo = split(ARGV[c + 6]) end
+  a.nowms = a.nhi * 1000 + floor(a.nlo / 1e6)
   a.c, a.cm = cost(a.tokens, a.l.rate), cost(a.mn, a.l.rate) -- what tokens and min cost (ns)
   asks[j] = a
 end
@@ -322,17 +343,19 @@ end
 -- its numbers overwritten in place (SETRANGE, which keeps the TTL), and
 -- its TTL set only if x moved.
 for i, r in pairs(rows) do
-  if r.w then
-    local h = pack('<ddddddd', r.ehi, r.elo, r.lhi, r.llo, r.n, r.g, r.x)
-    if r.full then
-      if r.px then
-        call('SET', KEYS[i], h .. r.cf, 'PX', format('%d', r.px))
+  if r[10] then
+    if r[11] then
+      local h = pack('<ddddddd', r[1], r[2], r[3], r[4], r[5], r[6], r[7])
+      if r[12] then
+        call('SET', KEYS[i], h .. r[8], 'PX', format('%d', r[12]))
       else
-        call('SET', KEYS[i], h .. r.cf, 'KEEPTTL')
+        call('SET', KEYS[i], h .. r[8], 'KEEPTTL')
       end
-    else
-      call('SETRANGE', KEYS[i], '0', h)
-      if r.px then call('PEXPIRE', KEYS[i], format('%d', r.px)) end
+    elseif r[12] then
+      call('SETRANGE', KEYS[i], '0', pack('<ddddddd', r[1], r[2], r[3], r[4], r[5], r[6], r[7]))
+      call('PEXPIRE', KEYS[i], format('%d', r[12]))
+    else -- the generation and x unchanged: the first five numbers
+      call('SETRANGE', KEYS[i], '0', pack('<ddddd', r[1], r[2], r[3], r[4], r[5]))
     end
   end
 end
