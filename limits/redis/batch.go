@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -70,20 +71,24 @@ type call struct {
 	err  error
 
 	// A take request: its limit's arguments, its resource's key prefix
-	// (its group) and dynamic set, the change instant and dynamic flag
-	// (boxed), and res, its part of the reply (four packed doubles).
+	// (its group) and dynamic set, the instant (Unix ns) of the change to
+	// its limit's generation if hasAt, its dynamic flag (0/1), and res, its
+	// part of the reply (four packed doubles).
 	take   bool
 	la     *limitArgs
 	base   string
 	dynKey any
-	at     any
-	dyn    any
+	at     int64
+	hasAt  bool
+	dyn    int
 	res    string
 
-	// Storage the arguments may point to.
+	// Storage the arguments may point to, and the rest of the ask: the
+	// caller's instant (Unix ns) if hasNow (else Redis TIME), tokens, min
+	// and max wait (ns).
 	key, member string
-	now         any // "" or &nowNs
 	nowNs       int64
+	hasNow      bool
 	tokens, min int64
 	maxWait     int64
 
@@ -115,7 +120,7 @@ func putCall(c *call) {
 	clear(c.args)
 	c.args = c.args[:0]
 	c.sc, c.cmd, c.err, c.res = nil, nil, nil, ""
-	c.take, c.la, c.dynKey, c.at, c.dyn, c.now = false, nil, nil, nil, nil, nil
+	c.take, c.la, c.dynKey, c.at, c.hasAt, c.dyn, c.nowNs, c.hasNow = false, nil, nil, 0, false, 0, 0, false
 	c.key, c.member, c.base = "", "", ""
 	callPool.Put(c)
 }
@@ -433,12 +438,15 @@ func (b *batcher) release(cmds []*command) {
 	b.cmds = cmds[:0]
 }
 
-// takeArgs builds a take command: its bucket keys each once, its limits
-// each once, its asks (the requests' limit, tokens, min, max wait,
-// dynamic flag and now) each once, then its requests as pairs of a
-// bucket and an ask, packed into one string (see take.lua): in the common
-// case of many requests under one limit, a request is its key and four
-// bytes.
+// takeArgs builds a take command (see take.lua): its bucket keys each
+// once; the numbers of its limits and its asks (the requests' limit,
+// tokens, min, max wait, dynamic flag and now), each limit and ask once,
+// packed into one string; each limit's two stored configurations; then
+// its requests as pairs of a bucket and an ask, packed into one string.
+// In the common case of many requests under one limit, a request is its
+// key and four bytes, and a round trip has four arguments more: Redis
+// makes a Lua string of every argument, and the script would parse every
+// number.
 func (b *batcher) takeArgs(m *command) []any {
 	clear(b.keyIx)
 	var keys []*call // the first call of each bucket
@@ -455,25 +463,33 @@ func (b *batcher) takeArgs(m *command) []any {
 			asks = append(asks, c)
 		}
 	}
-	args := make([]any, 0, 4+len(keys)+2+9*len(m.limits)+1+6*len(asks)+1)
+	args := make([]any, 0, 4+len(keys)+1+2*len(m.limits)+1)
 	args = append(args, argEvalSha, nil, 1+len(keys), m.calls[0].dynKey)
 	for _, c := range keys {
 		args = append(args, &c.key)
 	}
-	args = append(args, len(m.limits), len(m.calls[0].base)+3)
+	nums := make([]byte, 0, 8*(3+takeLimitNums*len(m.limits)+takeAskNums*len(asks)))
+	nums = appendDoubles(nums, float64(len(m.limits)), float64(len(asks)), float64(len(m.calls[0].base)+3))
 	for _, la := range m.limits {
-		at := any("")
+		var at int64
+		var hasAt bool
 		for _, c := range m.calls { // the change instant of la's generation
 			if c.la == la {
-				at = c.at
+				at, hasAt = c.at, c.hasAt
 				break
 			}
 		}
-		args = append(args, la.gen, la.size, la.rate, la.span, la.maxDyn, la.idle, at, &la.config[0], &la.config[1])
+		atHi, atLo := splitNs(at)
+		nums = appendDoubles(append(nums, la.nums...), float64(b2i(hasAt)), atHi, atLo)
 	}
-	args = append(args, len(asks))
 	for _, c := range asks {
-		args = append(args, slices.Index(m.limits, c.la)+1, &c.tokens, &c.min, &c.maxWait, c.dyn, c.now)
+		nowHi, nowLo := splitNs(c.nowNs)
+		nums = appendDoubles(nums, float64(slices.Index(m.limits, c.la)+1), float64(c.tokens), float64(c.min), float64(c.maxWait),
+			float64(c.dyn), float64(b2i(c.hasNow)), nowHi, nowLo)
+	}
+	args = append(args, nums)
+	for _, la := range m.limits {
+		args = append(args, &la.config[0], &la.config[1])
 	}
 	reqs := make([]byte, 0, 4*len(m.calls))
 	for _, c := range m.calls { // indexes below 2^16: see maxBatchLimit
@@ -486,11 +502,33 @@ func (b *batcher) takeArgs(m *command) []any {
 	return args
 }
 
+// The numbers of a limit and of an ask in a take command (see take.lua).
+const (
+	takeLimitNums = 9
+	takeAskNums   = 8
+)
+
+// appendDoubles appends vs to b as little-endian IEEE doubles (take.lua
+// reads them with struct.unpack).
+func appendDoubles(b []byte, vs ...float64) []byte {
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return b
+}
+
+// splitNs returns ns as take.lua's split returns a decimal: seconds and
+// nanoseconds, both truncated toward zero (so of ns's sign), each exact
+// as a double.
+func splitNs(ns int64) (float64, float64) {
+	return float64(ns / 1e9), float64(ns % 1e9)
+}
+
 // sameAsk reports whether c and d ask alike: the same limit, tokens, min,
 // max wait, dynamic flag and now.
 func (c *call) sameAsk(d *call) bool {
 	return c.la == d.la && c.tokens == d.tokens && c.min == d.min && c.maxWait == d.maxWait && c.dyn == d.dyn &&
-		(c.now == "") == (d.now == "") && c.nowNs == d.nowNs
+		c.hasNow == d.hasNow && c.nowNs == d.nowNs
 }
 
 // send runs cmds as one pipeline of EVALSHA (EVAL with eval).

@@ -175,7 +175,7 @@ type Store struct {
 // change is one Reconfigure: its generation and instant.
 type change struct {
 	gen uint64
-	at  any // decimal Unix ns (a string), boxed once
+	at  int64 // Unix ns
 }
 
 // New returns a store on client (a *redis.Client, *redis.ClusterClient or
@@ -275,16 +275,15 @@ func (s *Store) takeCall(now int64, k limits.Key, l *limits.Limit, a limits.Ask)
 	}
 	c.key = c.base + "s:" + c.member
 	c.tokens, c.min, c.maxWait = a.Tokens, a.Min, min(a.MaxWait, MaxSpan)
-	c.now, c.nowNs = "", 0
+	c.nowNs, c.hasNow = 0, false
 	if s.callerTime {
-		c.nowNs = now
-		c.now = &c.nowNs
+		c.nowNs, c.hasNow = now, true
 	}
-	c.at = ""
+	c.at, c.hasAt = 0, false
 	if ch := s.change.Load(); ch != nil && ch.gen == l.Gen {
-		c.at = ch.at
+		c.at, c.hasAt = ch.at, true
 	}
-	c.dyn = la.dyn(k.Domain)
+	c.dyn = dynIndex(la.dyn(k.Domain))
 	return c
 }
 
@@ -295,13 +294,13 @@ func (s *Store) takeCall(now int64, k limits.Key, l *limits.Limit, a limits.Ask)
 // for a burst-tier Limit, the tiers script's packed parameters (tp) and
 // configuration (tierConfig, by dynamic flag likewise).
 type limitArgs struct {
-	base                                string // resourceKey(l.Resource)
-	dynKey                              any    // base + "d"
-	gen, size, rate, span, idle, maxDyn any
-	config                              [2]string
-	tp                                  string
-	tierConfig                          [2]string
-	l                                   *limits.Limit
+	base       string // resourceKey(l.Resource)
+	dynKey     any    // base + "d"
+	nums       []byte // the take script's numbers of l: gen, size, rate, span, max dynamic, max idle (ns)
+	config     [2]string
+	tp         string
+	tierConfig [2]string
+	l          *limits.Limit
 }
 
 // limitArgs returns l's cached arguments. Reconfigure drops the cache.
@@ -314,8 +313,8 @@ func (s *Store) limitArgs(l *limits.Limit) *limitArgs {
 	rate := strconv.FormatFloat(p.Rate, 'g', -1, 64)
 	la := &limitArgs{
 		l: l, base: base, dynKey: base + "d",
-		gen: l.Gen, size: p.Size, rate: rate, span: p.Span,
-		idle: max(int64(l.Bucket.MaxIdle), 0), maxDyn: l.MaxDynamic,
+		nums: appendDoubles(nil, float64(l.Gen), float64(p.Size), p.Rate, float64(p.Span), float64(l.MaxDynamic),
+			float64(max(int64(l.Bucket.MaxIdle), 0))),
 	}
 	for i := range la.config {
 		la.config[i] = fmt.Sprintf("%d %s %d %d %d %s", p.Size, rate, p.Span, i, int(l.Kind), l.Name)
@@ -413,7 +412,7 @@ func (s *Store) Reconfigure(now int64, gen uint64, resolve func(limits.Key) *lim
 		}
 		now = t.UnixNano()
 	}
-	s.change.Store(&change{gen: gen, at: strconv.FormatInt(now, 10)})
+	s.change.Store(&change{gen: gen, at: now})
 	s.args.Clear() // the old Limits' arguments
 	for {
 		old := s.minGen.Load()

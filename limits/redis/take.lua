@@ -3,21 +3,22 @@
 -- in order, each exactly as it would be alone in a script of its own.
 -- KEYS[1] the resource's dynamic buckets (a sorted set: member the
 -- escaped domain, score its expiry in ms); KEYS[2..] the buckets, each
--- once, each ending in the escaped domain from byte ARGV[2] on. A bucket
+-- once, each ending in the escaped domain from a byte ARGV[1] gives on. A bucket
 -- is a string: seven little-endian doubles, each an integer (the instant
 -- the bucket is empty and its last use, each as seconds and nanoseconds;
 -- its grants; the generation that wrote it; x, the instant in ms until
 -- which its key lives), then the configuration it was granted under,
 -- "size rate span dynamic kind name".
--- ARGV[1] the number of limits L; ARGV[2] where the domain starts in a
--- bucket key; then L limits of 9 fields: gen, size, rate (shortest exact
--- decimal), span, max dynamic (0: unlimited), max idle (ns, 0: none),
--- change instant (decimal ns or ''), and the configuration a bucket
--- stores under it, static and dynamic; then the number of asks A and A
--- asks of 6 fields: limit (1 to L), tokens, min, max wait, dynamic
--- (0/1), now (decimal ns, or '' for Redis TIME, read once); then the
--- requests, in one string of 4 bytes each: bucket (its index in KEYS)
--- and ask (1 to A), each a big-endian uint16.
+-- ARGV[1] the numbers, little-endian doubles: the number of limits L,
+-- the number of asks A, where the domain starts in a bucket key; then L
+-- limits of 9: gen, size, rate, span, max dynamic (0: unlimited), max
+-- idle (ns, 0: none), and the instant of the change to gen (1 and its
+-- seconds and ns, or 0 0 0); then A asks of 8: limit (1 to L), tokens,
+-- min, max wait, dynamic (0/1), and now (1 and its seconds and ns, or
+-- 0 0 0 for Redis TIME, read once). Then ARGV[2 .. 2L + 1], each limit's
+-- configuration as a bucket stores it, static and dynamic; and last the
+-- requests, one string of 4 bytes each: bucket (its index in KEYS) and
+-- ask (1 to A), each a big-endian uint16.
 -- Returns one string: 4 little-endian doubles per request, in order,
 -- each an integer: code (0 granted, 1 granted to a bucket it created, 2
 -- rejected, 3 too many buckets), granted, then the wait (ns) of a grant
@@ -25,8 +26,8 @@
 -- tokens left are min(size, fill × rate ÷ 1e9), limits.Level's
 -- arithmetic, done by the caller).
 --
--- Instants come as decimal strings of Unix ns, split into seconds and
--- nanoseconds (and are stored so) so that differences are exact; every
+-- Instants come as Unix ns split into seconds and nanoseconds (and are
+-- stored so) so that differences are exact; every
 -- quantity below is relative to now and stays below 2^53 (the caller
 -- guarantees span and max wait at most 2^52).
 --
@@ -54,15 +55,6 @@ local call, floor, ceil, max, min = redis.call, math.floor, math.ceil, math.max,
 local sub, format, match, rep, byte, find = string.sub, string.format, string.match, string.rep, string.byte, string.find
 local pack, unpackd = struct.pack, struct.unpack
 
-local function split(s)
-  local neg = false
-  if sub(s, 1, 1) == '-' then neg = true; s = sub(s, 2) end
-  local hi = tonumber(sub(s, 1, -10)) or 0
-  local lo = tonumber(sub(s, -9))
-  if neg then return -hi, -lo end
-  return hi, lo
-end
-
 -- rel returns a − b in ns, exact while |a − b| < 2^53; far below, −2^53.
 local function rel(ahi, alo, bhi, blo)
   local d = ahi - bhi
@@ -70,7 +62,8 @@ local function rel(ahi, alo, bhi, blo)
   return d * 1e9 + (alo - blo)
 end
 
--- at returns b + v as split would the decimal string of its ns.
+-- at returns b + v split as the caller splits an instant: seconds and
+-- nanoseconds, both truncated toward zero.
 local function at(v, bhi, blo)
   local t = blo + v
   local q = floor(t / 1e9)
@@ -110,15 +103,23 @@ local function fit(budget, rate, most)
 end
 
 -- The limits, each with its configuration as a bucket stores it (cf,
--- by dynamic flag).
-local nl, mstart = tonumber(ARGV[1]), tonumber(ARGV[2])
+-- by dynamic flag). The numbers are read with one unpack a limit or ask,
+-- not one tonumber a number (each about as dear as the unpack).
+local nums = ARGV[1]
+local nl, na, mstart, pos = unpackd('<ddd', nums)
 local limits = {}
 for j = 1, nl do
-  local b = 2 + (j - 1) * 9
-  limits[j] = {sz = ARGV[b + 2], rt = ARGV[b + 3], sp = ARGV[b + 4],
-    size = tonumber(ARGV[b + 2]), rate = tonumber(ARGV[b + 3]), span = tonumber(ARGV[b + 4]),
-    maxdyn = tonumber(ARGV[b + 5]), idle = tonumber(ARGV[b + 6]), at = ARGV[b + 7],
-    g = tonumber(ARGV[b + 1]), cf = {['0'] = ARGV[b + 8], ['1'] = ARGV[b + 9]}}
+  local l = {g = 0, size = 0, rate = 0, span = 0, maxdyn = 0, idle = 0, hasat = 0, athi = 0, atlo = 0,
+    cf = {['0'] = ARGV[2 * j], ['1'] = ARGV[2 * j + 1]}, sz = false, rt = false, sp = false}
+  l.g, l.size, l.rate, l.span, l.maxdyn, l.idle, l.hasat, l.athi, l.atlo, pos = unpackd('<ddddddddd', nums, pos)
+  limits[j] = l
+end
+
+-- decimals returns l's size, rate and span as its configuration writes
+-- them (to compare with a stored configuration's).
+local function decimals(l)
+  if not l.sz then l.sz, l.rt, l.sp = match(l.cf['0'], '^(%S+) (%S+) (%S+)') end
+  return l.sz, l.rt, l.sp
 end
 
 -- Redis TIME, read once.
@@ -244,15 +245,18 @@ local function take(ki, ask)
       osz, ort, osp, r[9] = match(rcf, '^(%S+) (%S+) (%S+) (%S+)')
       relimit = true
       if not osz then -- unreadable: full, and a new TTL
-        e, osz, ort, osp, r[7] = -span, l.sz, l.rt, l.sp, false
+        e, r[7] = -span, false
+        osz, ort, osp = decimals(l)
       end
     end
-    if relimit and (osz ~= l.sz or ort ~= l.rt or osp ~= l.sp) then
+    local lsz, lrt, lsp
+    if relimit then lsz, lrt, lsp = decimals(l) end
+    if relimit and (osz ~= lsz or ort ~= lrt or osp ~= lsp) then
       -- limits.Rescale at the instant of the change (or now).
       local osize, orate, ospan = tonumber(osz), tonumber(ort), tonumber(osp)
       local chi, clo = nhi, nlo
-      if l.at ~= '' then
-        chi, clo = split(l.at)
+      if l.hasat == 1 then
+        chi, clo = l.athi, l.atlo
         if rel(chi, clo, nhi, nlo) > 0 then chi, clo = nhi, nlo end
       end
       local et = max(rel(ehi, elo, chi, clo), -ospan)
@@ -322,18 +326,18 @@ end
 
 -- The asks, then the requests.
 local asks = {}
-local b = 3 + nl * 9
-local na = tonumber(ARGV[b])
+local dynflag = {[0] = '0', [1] = '1'}
 for j = 1, na do
-  local c = b + (j - 1) * 6
-  local a = {l = limits[tonumber(ARGV[c + 1])], tokens = tonumber(ARGV[c + 2]), mn = tonumber(ARGV[c + 3]),
-    maxwait = tonumber(ARGV[c + 4]), dyn = ARGV[c + 5], nhi = 0, nlo = 0, nowms = 0, c = 0, cm = 0}
-  if ARGV[c + 6] == '' then a.nhi, a.nlo = redisnow() else a.nhi, a.nlo = split(ARGV[c + 6]) end
+  local a = {l = false, tokens = 0, mn = 0, maxwait = 0, dyn = 0, nhi = 0, nlo = 0, nowms = 0, c = 0, cm = 0}
+  local li, dyn, hasnow
+  li, a.tokens, a.mn, a.maxwait, dyn, hasnow, a.nhi, a.nlo, pos = unpackd('<dddddddd', nums, pos)
+  a.l, a.dyn = limits[li], dynflag[dyn]
+  if hasnow == 0 then a.nhi, a.nlo = redisnow() end
   a.nowms = a.nhi * 1000 + floor(a.nlo / 1e6)
   a.c, a.cm = cost(a.tokens, a.l.rate), cost(a.mn, a.l.rate) -- what tokens and min cost (ns)
   asks[j] = a
 end
-local rq = ARGV[b + 1 + na * 6]
+local rq = ARGV[2 * nl + 2]
 for p = 1, #rq, 4 do
   local k1, k2, a1, a2 = byte(rq, p, p + 3)
   take(k1 * 256 + k2, asks[a1 * 256 + a2])
