@@ -50,7 +50,7 @@
 -- once where it can be, and numbers travel packed (struct), not as text.
 
 -- Globals read once (a global is a table lookup; these run per request).
-local ARGV, KEYS, tonumber, pairs, unpack = ARGV, KEYS, tonumber, pairs, unpack
+local ARGV, KEYS, tonumber, pairs, next, unpack = ARGV, KEYS, tonumber, pairs, next, unpack
 local call, floor, ceil, max, min = redis.call, math.floor, math.ceil, math.max, math.min
 local sub, format, match, rep, byte, find = string.sub, string.format, string.match, string.rep, string.byte, string.find
 local pack, unpackd = struct.pack, struct.unpack
@@ -191,6 +191,7 @@ end
 -- They go as one ZREM and one ZADD.
 local zset, zttl = {}, nil
 local function flushset()
+  if next(zset) == nil then return end
   local rem, add = {}, {}
   for m, score in pairs(zset) do
     if score then
