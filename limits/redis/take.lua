@@ -133,17 +133,18 @@ local function redisnow()
 end
 
 -- The buckets as stored (as they would be after the requests so far),
--- each a row: an array, not a record, for speed (a row is made per
--- bucket and call, and the garbage collector's work grows with the bytes
--- made; an array of 13 is a quarter of a record's size):
---   [1], [2] e, the instant the bucket is empty (at's parts; false for a
---     bucket Redis does not have), [3], [4] its last use, [5] grants,
---   [6] the generation, [7] x, the key's expiry (ms),
---   [8] the configuration (false: not read yet; see stored),
---   [9] the dynamic flag it was last granted under,
---   [10] granted (to be written), [11] written whole (new or
---   reconfigured), [12] the TTL to set (ms) if x moved (else false),
---   [13] the string as read.
+-- each a row: an array, not a record, made by one constructor, for speed
+-- (a row is made per bucket and call; the garbage collector's work grows
+-- with the bytes made, and an array of 13 is a quarter of a record's
+-- size; a constructor fills it in one step, not one store a field):
+--   [1] the configuration (false: not read yet; see stored),
+--   [2] the dynamic flag it was last granted under,
+--   [3] granted (to be written), [4] written whole (new or
+--   reconfigured), [5] the TTL to set (ms) if x moved (else false),
+--   [6] the string as read, then the stored numbers:
+--   [7], [8] e, the instant the bucket is empty (at's parts; false for a
+--     bucket Redis does not have), [9], [10] its last use, [11] grants,
+--   [12] the generation, [13] x, the key's expiry (ms).
 local rows = {}
 local vals -- the strings of KEYS[2..], vals[i - 1] for KEYS[i]
 do
@@ -161,15 +162,15 @@ end
 local function row(i)
   local r = rows[i]
   if r then return r end
-  r = {false, false, false, false, 0, false, false, false, false, false, false, false, false}
   local v = vals[i - 1]
   if v and #v >= 56 then
-    r[1], r[2], r[3], r[4], r[5], r[6], r[7] = unpackd('<ddddddd', v)
-    r[13] = v
-    if r[1] ~= r[1] or r[2] ~= r[2] or r[7] ~= r[7] or r[5] ~= r[5] then
+    r = {false, false, false, false, false, v, unpackd('<ddddddd', v)} -- and [14], unpack's next position
+    if r[7] ~= r[7] or r[8] ~= r[8] or r[13] ~= r[13] or r[11] ~= r[11] then
       -- Not numbers (NaN: not a bucket's): as if absent, written whole.
-      r[1], r[5], r[7] = false, 0, false
+      r[7], r[11], r[13] = false, 0, false
     end
+  else
+    r = {false, false, false, false, false, false, false, false, false, false, 0, false, false}
   end
   rows[i] = r
   return r
@@ -178,11 +179,11 @@ end
 -- stored returns the configuration row r was written under, cf itself
 -- when the same (found in place: no new string is made, the common case).
 local function stored(r, cf)
-  local s = r[8]
+  local s = r[1]
   if s then return s end
-  local v = r[13]
+  local v = r[6]
   if #v == 56 + #cf and find(v, cf, 57, true) == 57 then s = cf else s = sub(v, 57) end
-  r[8] = s
+  r[1] = s
   return s
 end
 
@@ -220,7 +221,7 @@ local function take(ki, ask)
   local nhi, nlo = ask.nhi, ask.nlo
   n0 = n0 + 4
 
-  local created = not r[1]
+  local created = not r[7]
   local relimit = false
   local e
   if created then
@@ -234,19 +235,19 @@ local function take(ki, ask)
     end
     e = -span
   else
-    local ehi, elo = r[1], r[2]
+    local ehi, elo = r[7], r[8]
     e = max(rel(ehi, elo, nhi, nlo), -span)
     local cf = l.cf[dyn]
     local osz, ort, osp
-    local rcf = stored(r, cf)
+    local rcf = r[1] or stored(r, cf)
     if rcf == cf then
-      r[9] = dyn
+      if r[2] ~= dyn then r[2] = dyn end
     else
       -- Another configuration (or dynamic flag): rewritten on a grant.
-      osz, ort, osp, r[9] = match(rcf, '^(%S+) (%S+) (%S+) (%S+)')
+      osz, ort, osp, r[2] = match(rcf, '^(%S+) (%S+) (%S+) (%S+)')
       relimit = true
       if not osz then -- unreadable: full, and a new TTL
-        e, r[7] = -span, false
+        e, r[13] = -span, false
         osz, ort, osp = decimals(l)
       end
     end
@@ -298,24 +299,24 @@ local function take(ki, ask)
 
   -- Granted: the state, the use, the grants, the configuration on
   -- creation or reconfiguration, and the expiry; written at the end.
-  local olddy = r[9]
-  r[1], r[2] = at(e, nhi, nlo)
-  r[3], r[4] = nhi, nlo
-  r[5] = r[5] + 1
+  local olddy = r[2]
+  r[7], r[8] = at(e, nhi, nlo)
+  r[9], r[10] = nhi, nlo
+  r[11] = r[11] + 1
   if created or relimit then
-    r[11] = true
-    r[6], r[8] = l.g, l.cf[dyn]
+    r[4] = true
+    r[12], r[1] = l.g, l.cf[dyn]
   end
-  r[10] = true
+  if not r[3] then r[3] = true end
   local nowms = ask.nowms
   local need = nowms + ceil((max(e + span, l.idle) + 1e9) / 1e6)
-  if not r[7] or need > r[7] then
-    r[7] = need + 3000
-    r[12] = r[7] - nowms
+  if not r[13] or need > r[13] then
+    r[13] = need + 3000
+    r[5] = r[13] - nowms
   end
   if dyn == '1' then
-    zset[sub(KEYS[ki], mstart)] = r[7]
-    if not zttl or r[7] - nowms > zttl then zttl = r[7] - nowms end
+    zset[sub(KEYS[ki], mstart)] = r[13]
+    if not zttl or r[13] - nowms > zttl then zttl = r[13] - nowms end
   elseif olddy == '1' then
     zset[sub(KEYS[ki], mstart)] = false
   end
@@ -348,19 +349,19 @@ end
 -- its numbers overwritten in place (SETRANGE, which keeps the TTL), and
 -- its TTL set only if x moved.
 for i, r in pairs(rows) do
-  if r[10] then
-    if r[11] then
-      local h = pack('<ddddddd', r[1], r[2], r[3], r[4], r[5], r[6], r[7])
-      if r[12] then
-        call('SET', KEYS[i], h .. r[8], 'PX', format('%d', r[12]))
+  if r[3] then
+    if r[4] then
+      local h = pack('<ddddddd', r[7], r[8], r[9], r[10], r[11], r[12], r[13])
+      if r[5] then
+        call('SET', KEYS[i], h .. r[1], 'PX', format('%d', r[5]))
       else
-        call('SET', KEYS[i], h .. r[8], 'KEEPTTL')
+        call('SET', KEYS[i], h .. r[1], 'KEEPTTL')
       end
-    elseif r[12] then
-      call('SETRANGE', KEYS[i], '0', pack('<ddddddd', r[1], r[2], r[3], r[4], r[5], r[6], r[7]))
-      call('PEXPIRE', KEYS[i], format('%d', r[12]))
+    elseif r[5] then
+      call('SETRANGE', KEYS[i], '0', pack('<ddddddd', r[7], r[8], r[9], r[10], r[11], r[12], r[13]))
+      call('PEXPIRE', KEYS[i], format('%d', r[5]))
     else -- the generation and x unchanged: the first five numbers
-      call('SETRANGE', KEYS[i], '0', pack('<ddddd', r[1], r[2], r[3], r[4], r[5]))
+      call('SETRANGE', KEYS[i], '0', pack('<ddddd', r[7], r[8], r[9], r[10], r[11]))
     end
   end
 end
