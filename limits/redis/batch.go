@@ -542,9 +542,9 @@ func appendDoubles(b []byte, vs ...float64) []byte {
 	return b
 }
 
-// splitNs returns ns as take.lua's split returns a decimal: seconds and
-// nanoseconds, both truncated toward zero (so of ns's sign), each exact
-// as a double.
+// splitNs returns the instant ns (Unix ns) split as take.lua takes and
+// stores instants: seconds and nanoseconds, both truncated toward zero
+// (so of ns's sign), each exact as a double.
 func splitNs(ns int64) (float64, float64) {
 	return float64(ns / 1e9), float64(ns % 1e9)
 }

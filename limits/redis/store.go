@@ -288,9 +288,10 @@ func (s *Store) takeCall(now int64, k limits.Key, l *limits.Limit, a limits.Ask)
 }
 
 // limitArgs are the scripts' arguments that depend on the Limit only,
-// boxed once per Limit (Take then boxes nothing): among them the
-// configuration a bucket under it stores, "size rate span dynamic kind
-// name", for a static (config[0]) and a dynamic bucket (config[1]); and
+// made once per Limit (Take then boxes nothing): the take script's
+// numbers of the Limit, packed (nums); the configuration a bucket under
+// it stores, "size rate span dynamic kind name", for a static (config[0])
+// and a dynamic bucket (config[1]); and
 // for a burst-tier Limit, the tiers script's packed parameters (tp) and
 // configuration (tierConfig, by dynamic flag likewise).
 type limitArgs struct {
