@@ -236,7 +236,10 @@ local function take(ki, ask)
     e = -span
   else
     local ehi, elo = r[7], r[8]
-    e = max(rel(ehi, elo, nhi, nlo), -span)
+    -- max(rel(ehi, elo, nhi, nlo), −span), inlined (this runs per request).
+    local d = ehi - nhi
+    if d < -9000000 then e = -span else e = d * 1e9 + (elo - nlo) end
+    if e < -span then e = -span end
     local cf = l.cf[dyn]
     local osz, ort, osp
     local rcf = r[1] or stored(r, cf)
@@ -309,9 +312,14 @@ local function take(ki, ask)
   end
   if not r[3] then r[3] = true end
   local nowms = ask.nowms
-  local need = nowms + ceil((max(e + span, l.idle) + 1e9) / 1e6)
-  if not r[13] or need > r[13] then
-    r[13] = need + 3000
+  -- The key must live until need = nowms + ⌈(hold + 1 s) ÷ 1 ms⌉; as x
+  -- − nowms is whole, need > x exactly when (hold + 1 s) ÷ 1 ms > x −
+  -- nowms, tested without the ceiling.
+  local hold = e + span
+  if l.idle > hold then hold = l.idle end
+  local x = r[13]
+  if not x or (hold + 1e9) / 1e6 > x - nowms then
+    r[13] = nowms + ceil((hold + 1e9) / 1e6) + 3000
     r[5] = r[13] - nowms
   end
   if dyn == '1' then
