@@ -164,7 +164,8 @@ local function row(i)
   if r then return r end
   local v = vals[i - 1]
   if v and #v >= 56 then
-    r = {false, false, false, false, false, v, unpackd('<ddddddd', v)} -- and [14], unpack's next position
+    local ehi, elo, lhi, llo, n, g, x = unpackd('<ddddddd', v)
+    r = {false, false, false, false, false, v, ehi, elo, lhi, llo, n, g, x}
     if r[7] ~= r[7] or r[8] ~= r[8] or r[13] ~= r[13] or r[11] ~= r[11] then
       -- Not numbers (NaN: not a bucket's): as if absent, written whole.
       r[7], r[11], r[13] = false, 0, false
