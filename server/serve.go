@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"time"
 
@@ -17,6 +18,17 @@ import (
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 )
+
+// streamWorkersPerCPU sizes grpc-go's pool of stream workers
+// (grpc.NumStreamWorkers): goroutines that serve one RPC after another,
+// so that an RPC runs on a stack already grown to its depth instead of a
+// new goroutine's, which grows it again (copying) on every request. With
+// more RPCs in flight than workers, the rest get goroutines of their
+// own, as without the pool. Measured with quota-bench on Redis (50
+// callers, 2 cores): 36 µs of server CPU a request with 64 workers, 40
+// µs without; the profile without showed 12 % of the server's CPU in
+// runtime.copystack under gRPC's reading of the request.
+const streamWorkersPerCPU = 32
 
 // Endpoint serves a Server on one listener: gRPC on grpc-go's own
 // transport (it batches its frame writes: about a third of the CPU per
@@ -65,7 +77,8 @@ func (s *Server) Serve(lis net.Listener, handler http.Handler, tlsConfig *tls.Co
 	grpcL := e.m.MatchWithWriters(cmux.HTTP2MatchHeaderFieldSendSettings("content-type", "application/grpc"))
 	httpL := ackFilterListener{e.m.Match(cmux.Any())}
 
-	e.gs = grpc.NewServer(grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.UnaryInterceptor(s.metrics.grpcInterceptor))
+	e.gs = grpc.NewServer(grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.UnaryInterceptor(s.metrics.grpcInterceptor),
+		grpc.NumStreamWorkers(uint32(streamWorkersPerCPU*runtime.GOMAXPROCS(0))))
 	e.gs.RegisterService(&pb.Capacity_ServiceDesc, s.GRPC())
 	e.gs.RegisterService(&v1.Limits_ServiceDesc, s.LimitsAPI())
 	e.gs.RegisterService(&qs.QuotaService_ServiceDesc, s.QuotaServiceAPI())
