@@ -534,3 +534,39 @@ func TestBatchTooManyBuckets(t *testing.T) {
 		t.Fatalf("dynamic set's TTL %v", ttl)
 	}
 }
+
+// TestTakeLargeBatch: one round trip of 17 000 requests on 8 500 buckets
+// (each twice, the second time under the first's write) is one script
+// whose keys and answer exceed what Lua's unpack takes at once (about
+// 8 000 values): the script reads its buckets 1 000 at a time and packs
+// its answer 4 000 numbers at a time, and every request is answered as
+// the memory store answers it, in order.
+func TestTakeLargeBatch(t *testing.T) {
+	const buckets, n = 8500, 17000
+	st := New(client(t), Options{Prefix: prefix(t), CallerTime: true, MaxBatch: n})
+	mem := limits.NewMemoryStore()
+	l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket,
+		Bucket: limits.Bucket{Size: 3, FillRate: 1}, Params: limits.Bucket{Size: 3, FillRate: 1}.Params(), Gen: 1}
+	now := t0.UnixNano()
+	batch := make([]*call, n)
+	for i := range batch {
+		batch[i] = st.takeCall(now, limits.Key{Resource: "r", Domain: "d" + strconv.Itoa(i%buckets)}, l, limits.Ask{Tokens: 2, Min: 1})
+	}
+	if err := st.single.roundTrip(batch); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range batch {
+		if c.err != nil {
+			t.Fatalf("request %d: %v", i, c.err)
+		}
+		got, err := parseTake(c.res, l.Params)
+		want, _ := mem.Take(now, limits.Key{Resource: "r", Domain: "d" + strconv.Itoa(i%buckets)}, l, limits.Ask{Tokens: 2, Min: 1})
+		if err != nil || got != want {
+			t.Fatalf("request %d: %+v %v, want %+v", i, got, err, want)
+		}
+		putCall(c)
+	}
+	if h := st.Health(); h.Calls != n || h.Scripts != 2 || h.RoundTrips != 2 { // the first EVALSHA is NOSCRIPT
+		t.Fatalf("health %+v: want %d requests in one script (sent twice: EVALSHA, then EVAL)", h, n)
+	}
+}

@@ -375,4 +375,12 @@ for i, r in pairs(rows) do
   end
 end
 flushset()
-return pack('<' .. rep('d', n0), unpack(out, 1, n0))
+-- The answer, packed 4000 numbers at a time (unpack's stack has room for
+-- about 8000).
+if n0 <= 4000 then return pack('<' .. rep('d', n0), unpack(out, 1, n0)) end
+local parts = {}
+for i = 1, n0, 4000 do
+  local j = min(i + 3999, n0)
+  parts[#parts + 1] = pack('<' .. rep('d', j - i + 1), unpack(out, i, j))
+end
+return table.concat(parts)
