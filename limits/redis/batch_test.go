@@ -566,7 +566,8 @@ func TestTakeLargeBatch(t *testing.T) {
 		}
 		putCall(c)
 	}
-	if h := st.Health(); h.Calls != n || h.Scripts != 2 || h.RoundTrips != 2 { // the first EVALSHA is NOSCRIPT
-		t.Fatalf("health %+v: want %d requests in one script (sent twice: EVALSHA, then EVAL)", h, n)
+	// One script, sent again as EVAL if Redis did not have it yet.
+	if h := st.Health(); h.Calls != n || h.Scripts != h.RoundTrips || h.RoundTrips < 1 || h.RoundTrips > 2 {
+		t.Fatalf("health %+v: want %d requests in one script (sent twice if NOSCRIPT)", h, n)
 	}
 }
