@@ -73,18 +73,25 @@
 // Measured (2-core VM, redis-server 7.0; the script before these changes,
 // 2026-11-25 at bf1ea01, in runs alternating with it):
 //
-//   - instructions Redis executes in command processing per request (a
-//     deterministic count: callgrind, redis-server under valgrind, 12
-//     requests a script on 10 000 existing buckets, each once, caller
-//     time): 41 200, before 56 100 (15 a script: 39 300, before 53 900).
-//     Of those, about 3 300 are EVALSHA's own, 3 500 the read (MGET and
-//     the Lua string of its value), 7 000 the write (SETRANGE, and packing
-//     the numbers), 8 000 the row and about 10 000 the decision;
+//   - instructions Redis executes in its command processing per request,
+//     counted, not timed, so the same from run to run (BenchmarkTakeInstructions:
+//     redis-server under valgrind's callgrind, 10 000 existing buckets,
+//     each request on another, caller time):
+//
+//     go test -run '^$' -bench TakeInstructions -benchtime 500x ./limits/redis
+//
+//     41 000 at 12 requests a script, before 55 800; 39 200 at 15, before
+//     53 300. Of those (from runs of the script with parts removed), about
+//     3 300 are EVALSHA's own, 3 500 the read (MGET, and the Lua string of
+//     its value), 7 000 the write (SETRANGE, and packing the numbers),
+//     8 000 the row and 10 000 the decision;
+//
 //   - Redis's CPU a request with 50 callers through the engine, no load
 //     generator beside it (go test -run '^$' -bench AllowRedisCPU
 //     -benchtime 200000x ./limits/redis; 25 requests a round trip): 10 000
 //     buckets 4.9 to 5.5 µs, before 6.1 to 7.7; one hot bucket 2.9 to 3.2
 //     µs, before 3.3 to 4.3;
+//
 //   - under quota-bench (see the README; 15 runs alternating with the
 //     script before, in a slow phase of the machine): 10 000 buckets 8.2
 //     to 11.0 µs, median 10.0, before 11.2 to 16.8, median 13.2; one hot

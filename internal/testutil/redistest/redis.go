@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -33,10 +34,21 @@ type Server struct {
 // free loopback port without persistence and waits, up to 10 s, until it
 // answers. Without redis-server it returns an error, or ErrSkip with
 // SLUICE_SKIP_REDIS=1. Stop it with Stop.
-func Start() (*Server, error) {
+func Start() (*Server, error) { return StartUnder() }
+
+// StartUnder is Start with redis-server run under a wrapper: wrapper's
+// first word is the program, the rest its arguments, followed by
+// redis-server's path and arguments (valgrind --tool=callgrind, for one:
+// the server then answers tens of times slower, and Start's wait is 60 s
+// rather than 10). Without a wrapper it is Start.
+func StartUnder(wrapper ...string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, missing("redis-server")
+	}
+	wait := 10 * time.Second
+	if len(wrapper) > 0 {
+		wait = 60 * time.Second
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -44,23 +56,38 @@ func Start() (*Server, error) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	args := slices.Concat(wrapper, []string{bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"})
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd}
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
-	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); c.Ping(context.Background()).Err() != nil; {
+	// Wait for the port first: go-redis logs every dial it retries.
+	for deadline := time.Now().Add(wait); ; time.Sleep(20 * time.Millisecond) {
+		if conn, err := net.DialTimeout("tcp", s.Addr, time.Second); err == nil {
+			conn.Close()
+			break
+		}
 		if time.Now().After(deadline) {
 			s.Stop()
-			return nil, fmt.Errorf("redis-server on %s did not answer within 10 s", s.Addr)
+			return nil, fmt.Errorf("redis-server on %s did not listen within %v", s.Addr, wait)
+		}
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer c.Close()
+	for deadline := time.Now().Add(wait); c.Ping(context.Background()).Err() != nil; {
+		if time.Now().After(deadline) {
+			s.Stop()
+			return nil, fmt.Errorf("redis-server on %s did not answer within %v", s.Addr, wait)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	return s, nil
 }
+
+// PID returns the process id of the server, or of its wrapper.
+func (s *Server) PID() int { return s.cmd.Process.Pid }
 
 // Stop kills the server and waits for it.
 func (s *Server) Stop() {
