@@ -3,7 +3,7 @@
 -- in order, each exactly as it would be alone in a script of its own.
 -- KEYS[1] the resource's dynamic buckets (a sorted set: member the
 -- escaped domain, score its expiry in ms); KEYS[2..] the buckets, each
--- once, each ending in the escaped domain from a byte ARGV[1] gives on. A bucket
+-- once, each ending in the escaped domain from the byte ARGV[1] gives on. A bucket
 -- is a string: seven little-endian doubles, each an integer (the instant
 -- the bucket is empty and its last use, each as seconds and nanoseconds;
 -- its grants; the generation that wrote it; x, the instant in ms until
@@ -37,7 +37,7 @@
 -- with it); otherwise it keeps the TTL: a key expires one to four seconds
 -- after its bucket is full, and a bucket used at any rate has its TTL
 -- set at most once in three seconds (PEXPIRE is the dearest command
--- here, about as dear as the GET and the SETRANGE together).
+-- here, about as dear as a bucket's read and write together).
 --
 -- The buckets are read at once (MGET: one Redis call, not one a bucket)
 -- and each is written once, after the last request
