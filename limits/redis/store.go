@@ -283,7 +283,7 @@ func (s *Store) takeCall(now int64, k limits.Key, l *limits.Limit, a limits.Ask)
 	if ch := s.change.Load(); ch != nil && ch.gen == l.Gen {
 		c.at, c.hasAt = ch.at, true
 	}
-	c.dyn = dynIndex(la.dyn(k.Domain))
+	c.dyn = la.dyn(k.Domain)
 	return c
 }
 
@@ -330,28 +330,20 @@ func (s *Store) limitArgs(l *limits.Limit) *limitArgs {
 	return v.(*limitArgs)
 }
 
-// dyn returns the take script's dynamic argument for domain: "1" for a
-// dynamic bucket of a resource that bounds them (max_dynamic_buckets > 0),
-// which the script counts in the resource's sorted set; else "0" (a
-// resource with no bound keeps no count: one sorted-set write less per
-// decision).
-func (la *limitArgs) dyn(domain string) any {
+// dyn returns the scripts' dynamic flag for domain: 1 for a dynamic
+// bucket of a resource that bounds them (max_dynamic_buckets > 0), which
+// the scripts count in the resource's sorted set; else 0 (a resource with
+// no bound keeps no count: one sorted-set write less per decision). It
+// indexes config, tierConfig and dynArg.
+func (la *limitArgs) dyn(domain string) int {
 	if la.l.MaxDynamic > 0 && la.l.Dynamic(domain) {
-		return dynArg[1]
-	}
-	return dynArg[0]
-}
-
-// dynArg holds the take script's dynamic argument ("0", "1") boxed once.
-var dynArg = [2]any{"0", "1"}
-
-// dynIndex returns the index in dynArg of dyn.
-func dynIndex(dyn any) int {
-	if dyn == dynArg[1] {
 		return 1
 	}
 	return 0
 }
+
+// dynArg holds the tiers script's dynamic argument ("0", "1") boxed once.
+var dynArg = [2]any{"0", "1"}
 
 // takeReply is the length of a take request's reply: four little-endian
 // doubles; bucketHead the length of a token bucket's numbers, seven (see
@@ -465,7 +457,7 @@ func (s *Store) Reconfigure(now int64, gen uint64, resolve func(limits.Key) *lim
 		} else {
 			la := s.limitArgs(l)
 			ttl := (max(int64(l.Bucket.MaxIdle), 0) + int64(time.Second) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
-			err = run(toBucketScript, snap.Key, l.Gen, la.config[dynIndex(la.dyn(snap.Key.Domain))], ttl)
+			err = run(toBucketScript, snap.Key, l.Gen, la.config[la.dyn(snap.Key.Domain)], ttl)
 		}
 		if err != nil {
 			return err

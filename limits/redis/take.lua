@@ -178,11 +178,10 @@ local function row(i)
 end
 
 -- stored returns the configuration row r was written under, cf itself
--- when the same (found in place: no new string is made, the common case).
+-- when the same (found in place: no new string is made, the common case),
+-- and keeps it in r[1]; its callers read r[1] first.
 local function stored(r, cf)
-  local s = r[1]
-  if s then return s end
-  local v = r[6]
+  local v, s = r[6], nil
   if #v == 56 + #cf and find(v, cf, 57, true) == 57 then s = cf else s = sub(v, 57) end
   r[1] = s
   return s

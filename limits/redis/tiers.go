@@ -46,14 +46,14 @@ func (s *Store) TakeHits(now int64, k limits.Key, l *limits.Limit, a limits.Ask)
 	req := packInts(now, floorDiv(now, int64(time.Millisecond)), a.Tokens, a.Min)
 	la := s.limitArgs(l)
 	dyn, maxDyn := la.dyn(k.Domain), int64(0)
-	if dyn == dynArg[1] {
+	if dyn == 1 {
 		maxDyn = l.MaxDynamic
 	}
 	member := escape(k.Domain)
 	base := s.resourceKey(k.Resource)
 	keys := []string{s.domainKey(k.Resource, member), base + "d", base + "g"}
-	cmd, err := s.eval(tiersScript, keys, req, la.tp, nowArg, l.Gen, dyn, maxDyn, member, int(l.Kind), l.Name,
-		la.tierConfig[dynIndex(dyn)])
+	cmd, err := s.eval(tiersScript, keys, req, la.tp, nowArg, l.Gen, dynArg[dyn], maxDyn, member, int(l.Kind), l.Name,
+		la.tierConfig[dyn])
 	if err != nil {
 		return limits.HitOutcome{}, err
 	}
