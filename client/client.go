@@ -664,7 +664,15 @@ func (c *Client) apply(resp *pb.GetCapacityResponse, rs []*resourceState, now ti
 	return next
 }
 
-func init() {
-	hooks.ClientOption = func(h hooks.Client) any { return Option(func(c *Client) { c.hooks = h }) }
-	hooks.ClientStep = func(c any, ctx context.Context) time.Duration { return c.(*Client).step(ctx) }
+// WithHooks installs the simulator's and the tests' knobs (package
+// internal/hooks: only Sluice's own packages can build them; nil means
+// none) and sets h.Step to the client's refresh step.
+func WithHooks(h *hooks.Client) Option {
+	return func(c *Client) {
+		if h == nil {
+			return
+		}
+		c.hooks = *h
+		h.Step = c.step
+	}
 }

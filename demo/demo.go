@@ -144,7 +144,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	defer cancel()
 
 	// The capacity server.
-	_, addr, stopServer, err := startServer(ctx, server.Options{Config: repo, Logger: opts.Logger})
+	_, addr, stopServer, err := startServer(ctx, server.Config{Doorman: repo, Logger: opts.Logger})
 	if err != nil {
 		return nil, err
 	}

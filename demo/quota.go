@@ -105,7 +105,7 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 	defer cancel()
 
 	// The Sluice server, on its production endpoint.
-	srv, addr, stopServer, err := startServer(ctx, server.Options{ID: "quota-demo", Logger: opts.Logger, Limits: cfg})
+	srv, addr, stopServer, err := startServer(ctx, server.Config{ID: "quota-demo", Logger: opts.Logger, Limits: cfg})
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +199,7 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 		}
 		usersMu.Unlock()
 		fmt.Fprintf(opts.Out, "%4d %18d %18d %14.2f %8d\n", s, callers["naive"].perSecond[s].Load(), callers["smart"].perSecond[s].Load(),
-			float64(total-lastLogins)/float64(opts.Users), srv.Limits().Len())
+			float64(total-lastLogins)/float64(opts.Users), srv.Limits().Engine().Len())
 		lastLogins = total
 	}
 	cancel()
@@ -237,7 +237,7 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 	usersMu.Unlock()
 	sort.Float64s(sum.LoginRates)
 	sum.Buckets = append(sum.Buckets, lb)
-	srv.Limits().Walk(time.Now(), func(b limits.BucketInfo) bool {
+	srv.Limits().Engine().Walk(time.Now(), func(b limits.BucketInfo) bool {
 		if b.Resource == "logins" {
 			sum.DynamicBuckets++
 		}

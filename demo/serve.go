@@ -9,28 +9,26 @@ import (
 	"github.com/sluice-rl/sluice/server"
 )
 
-// startServer starts a Sluice server with opts on a loopback port the
-// kernel picks, serving on its production endpoint (server.Endpoint) and
-// running its background work until ctx is done. stop shuts it down.
-func startServer(ctx context.Context, opts server.Options) (srv *server.Server, addr string, stop func(), err error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+// startServer assembles a Sluice server from cfg on a loopback port the
+// kernel picks and runs it (server.Server.Run: its production endpoint and
+// background work) until ctx is done or stop is called; stop drains it and
+// waits for it to end.
+func startServer(ctx context.Context, cfg server.Config) (srv *server.Server, addr string, stop func(), err error) {
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Grace = 5 * time.Second
+	srv, err = server.New(ctx, cfg)
 	if err != nil {
 		return nil, "", nil, err
 	}
-	addr = lis.Addr().String()
-	if opts.ID == "" {
-		opts.ID = addr
-	}
-	if opts.Address == "" {
-		opts.Address = addr
-	}
-	srv = server.New(opts)
-	ep := srv.Serve(lis, srv.Handler(), nil)
-	go func() { _ = srv.Run(ctx, time.Second) }()
-	return srv, addr, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = ep.Shutdown(sctx)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Run(rctx)
+	}()
+	return srv, srv.Addr(), func() {
+		cancel()
+		<-done
 	}, nil
 }
 

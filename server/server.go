@@ -1,18 +1,22 @@
-// Package server is Sluice's capacity server: the RPC handlers of the
-// Doorman service doorman.Capacity over the lease core (package lease),
-// with locking, configuration, mastership and metrics, served on one port
-// by an Endpoint: gRPC on grpc-go's own transport, and gRPC-Web, JSON over
-// HTTP (POST /doorman.Capacity/<Method>, Content-Type: application/json),
-// status pages and /metrics on net/http with Connect.
+// Package server is Sluice's server: one port serving every service —
+// Doorman's capacity service (package server/capacity), the limits service
+// of sluice.v1.Limits/Allow and Square's quota service (server/limitsvc),
+// Charon's copy-limited sessions (server/sessions), the status site
+// (server/status), the admin API, /metrics, /healthz and /readyz — and the
+// composition root that assembles them from a Config.
 //
-// The files, by job: server.go (options, the resource map, sweeping),
-// handlers.go (the RPCs and their wire conversion), mastership.go,
-// parent.go (an intermediate's link to its parent), serve.go (the
-// endpoint), grpc.go (the handlers for grpc-go), validate.go, metrics.go,
-// status.go (the status pages' data), status_http.go (their HTML and
-// JSON), status_filter.go (filter and sort), status_history.go (samples).
+// New assembles the services, the stores, the configuration sources, the
+// election, the fleet and the endpoint from a Config and returns every
+// error; Run serves until its context ends, then drains. `sluice server`
+// is flag parsing around these two calls.
 //
-// Source: doorman-design.md, "Server operation"; doorman-wire.md.
+// The endpoint (endpoint.go) serves gRPC on grpc-go's own transport and
+// gRPC-Web, JSON over HTTP (POST /<service>/<Method>, Content-Type:
+// application/json), the pages and /metrics on net/http with Connect. The
+// services' handlers have grpc-go's shape; rpc.go adapts them to Connect.
+//
+// Source: doorman-design.md, "Server operation"; doorman-wire.md;
+// quotaservice-wire.md; charon-paper.md.
 package server
 
 import (
@@ -21,8 +25,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
+	"net"
 	"net/http"
+	"net/http/pprof"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,538 +38,726 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
-	"github.com/sluice-rl/sluice/algorithm"
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	"github.com/sluice-rl/sluice/api/quotaservice/quotaserviceconnect"
+	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/api/sluice/v1/sluicev1connect"
 	"github.com/sluice-rl/sluice/config"
-	"github.com/sluice-rl/sluice/internal/hooks"
-	"github.com/sluice-rl/sluice/lease"
+	"github.com/sluice-rl/sluice/config/etcdconfig"
+	"github.com/sluice-rl/sluice/election"
+	"github.com/sluice-rl/sluice/fleet"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
-	"github.com/sluice-rl/sluice/ratelimit"
+	"github.com/sluice-rl/sluice/server/capacity"
+	"github.com/sluice-rl/sluice/server/limitsvc"
+	"github.com/sluice-rl/sluice/server/sessions"
+	"github.com/sluice-rl/sluice/server/status"
 )
 
-// Limits on the size of a request. A request beyond them is rejected with
-// InvalidArgument.
-const (
-	MaxResourcesPerRequest = 10_000
-	MaxIDLength            = 1024
-	MaxBandsPerResource    = 1024
-	MaxRequestBytes        = 8 << 20
-)
+// MaxRequestBytes bounds the size of one request message on either
+// transport; a larger one is refused (ResourceExhausted on gRPC).
+const MaxRequestBytes = 8 << 20
 
-// The lease length and refresh interval of a resource that matches no
-// template (it is granted what it asks: NO_ALGORITHM, per doorman-design.md,
-// "Root server configuration"), and at an intermediate server of a resource
-// it holds no lease for from its parent yet. (client.DefaultRefreshInterval,
-// 5 s, is the client's own, before any lease says otherwise.)
-const (
-	FallbackLeaseLength     = 60 * time.Second
-	FallbackRefreshInterval = 16 * time.Second
-)
+// DefaultMaxSessions is the cap on open sessions when Config.MaxSessions
+// is 0 (sessions.DefaultMaxSessions).
+const DefaultMaxSessions = sessions.DefaultMaxSessions
 
-// Options configures a Server.
-type Options struct {
+// Drain timing: a resignation etcd does not answer within resignTimeout is
+// given up (the session's TTL ends the candidacy).
+const resignTimeout = 2 * time.Second
+
+// Config is what `sluice server`'s flags parse into: everything New needs
+// to assemble a server. The zero value (with a Listen or Listener) is a
+// standalone server with no configuration, its buckets in memory.
+type Config struct {
 	// ID identifies this server (as a client of its parent, and in logs).
+	// Empty: the election key with Election "etcd", so that all tasks of
+	// a node are one requester to its parent; else host:pid.
 	ID string
-	// Address is the address clients should use to reach this server
-	// ("host:port"), reported in Discovery and mastership redirects. Empty
-	// means the local address of the connection each request came in on
-	// (the listener's address), so that Discovery never names a master
-	// without its address (doorman-design.md, "Discovery").
-	Address string
-	// Config is the resource configuration; nil means no templates (every
-	// resource is granted what it asks).
-	Config *config.Repository
-	// Now returns the current time; nil means time.Now. Tests and the
-	// simulator pass a fake clock.
-	Now func() time.Time
+	// Listen is the address to listen on ("host:port"; port 0 picks a
+	// free one), used when Listener is nil.
+	Listen string
+	// Listener, when set, is served instead of listening on Listen (New's
+	// caller keeps no other use of it; Run closes it).
+	Listener net.Listener
+	// Advertise is the address clients should use to reach this server;
+	// empty: the listener's address.
+	Advertise string
+	// TLS, when set, makes the endpoint serve TLS with it (mTLS when it
+	// requires client certificates); nil: plaintext (h2c and HTTP/1.1).
+	TLS *tls.Config
 	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
-	// Registry receives the server's metrics; nil means a new registry,
-	// served at /metrics by Handler, that also holds the process's and the
-	// Go runtime's collectors (process_cpu_seconds_total, go_*).
+	// Registry receives every metric; nil means a new registry that also
+	// holds the process's and the Go runtime's collectors.
 	Registry *prometheus.Registry
-	// Parent, when not empty, makes this an intermediate server: it asks
-	// the node at these addresses (its tasks; any of them, the master is
-	// found with Discovery and redirects) for capacity on behalf of its
-	// requesters, and adopts the capacity, algorithm and safe capacity the
-	// parent pushes down; Config is then not used. Run starts the link.
-	Parent []string
-	// ParentHTTP is the HTTP client for the parent link; nil means one
-	// speaking gRPC over unencrypted HTTP/2.
-	ParentHTTP *http.Client
-	// ParentTLS, when set (and ParentHTTP is not), makes the parent link
-	// speak gRPC over TLS with it (RootCAs verify the parent; Certificates
-	// are presented for mTLS).
-	ParentTLS *tls.Config
-	// RequireConfig makes /readyz fail until a configuration is set (a
-	// root started with a configuration file or key).
-	RequireConfig bool
-	// Limits is the limits configuration: the token buckets of
-	// sluice.v1.Limits and quotaservice.QuotaService (nil: none, every
-	// request is REJECTED_NO_BUCKET; SetLimits changes it). It must be
-	// valid (limits.Config.Validate); an invalid one is logged and not used.
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+	// Grace bounds the drain after Run's context ends (0: 10 s).
+	Grace time.Duration
+	// Pprof serves Go's profiler at /debug/pprof/.
+	Pprof bool
+
+	// ConfigPath is the resource configuration: a YAML file, or etcd:/KEY
+	// for an etcd key's value (needs Etcd.Endpoints); reloaded when it
+	// changes (Reload reloads a file at once). Empty: Doorman, Limits and
+	// Copies below, fixed.
+	ConfigPath string
+	// Doorman is the fixed resource configuration when ConfigPath is
+	// empty (nil: no templates, every resource granted what it asks).
+	Doorman *config.Repository
+	// QuotaServiceConfigPath is a file in Square's quota service format
+	// giving the limits instead of the limits section of ConfigPath.
+	QuotaServiceConfigPath string
+	// Limits and Copies are the fixed limits and copy-limited resources
+	// when ConfigPath is empty (nil: none).
 	Limits *limits.Config
-	// LimitsStore holds the limits' buckets (nil: a new limits.MemoryStore,
-	// this process's alone).
-	LimitsStore limits.Store
-	// Copies configures the copy-limited resources (Charon's counting
-	// semaphores) of sluice.v1.Limits' Reserve, Release, Transfer and
-	// Seize (nil: none; SetCopies changes it). It must be valid; an invalid
-	// one is logged and not used.
 	Copies *copies.Config
-	// CopiesLog, when set, is the copy log shared with the other servers
-	// using the same Redis (limits/redis.CopyLog): the engine asks it for
-	// every decision, keeps its sessions and hold sets, and Run writes its
-	// contributions back every reconcileEvery when they are in doubt. The
-	// engine starts fenced when it is set: the fleet membership
-	// (package fleet) unfences it once it has an epoch. nil: the counts are
-	// this server's alone.
-	CopiesLog copies.Log
-	// MaxSessions caps the sessions of copy-limited resources this server
-	// holds open at once (OpenSession): at the cap, OpenSession answers
-	// ResourceExhausted, counted in sluice_copies_sessions_refused_total,
-	// until a session ends (closed, its keep-alive stream broken, or its
-	// ttl passed and Run's next expiry ended it). Each session costs the
-	// server memory until it ends, so without a cap a misbehaving client
-	// could open sessions until the process runs out of memory. A fleet's
-	// sessions count only on their home, the server that opened them (the
-	// requests forwarded to it open none). 0 means DefaultMaxSessions
-	// (100 000); negative means no cap.
+
+	// Parents, when not empty, makes this an intermediate server that gets
+	// its capacity (and configuration) from the node at these addresses.
+	Parents []string
+	// ParentTLS, when set, makes the parent link (and the forwarding of
+	// sessions to their home servers) speak TLS with it.
+	ParentTLS *tls.Config
+
+	// Election is how the tasks of this node elect their master.
+	Election Election
+	// Etcd is the etcd cluster of the election, of an etcd:/KEY
+	// configuration and of the fleet (nil endpoints: none).
+	Etcd Etcd
+
+	// Shared, when set, holds the limits' buckets (and, with Etcd, the
+	// copy-limited resources' counts) in a store shared with other
+	// servers: limits/redis's. Nil: this process's memory.
+	Shared *Shared
+	// MaxSessions caps the open sessions of copy-limited resources
+	// (sessions.Options.MaxSessions; 0: DefaultMaxSessions, negative: no
+	// cap).
 	MaxSessions int
+	// FleetPrefix and FleetTTL configure the fleet sharing copy-limited
+	// resources (fleet.Options' Prefix and TTL).
+	FleetPrefix string
+	FleetTTL    time.Duration
 
-	// hooks are the simulator's and the tests' knobs (internal/hooks).
-	hooks hooks.Server
+	// Admin configures the admin API at /admin/v1/ (and the quota
+	// service's at /api).
+	Admin Admin
 }
 
-func init() {
-	hooks.ServerOptions = func(opts any, h hooks.Server) any {
-		o := opts.(Options)
-		o.hooks = h
-		return o
-	}
-	hooks.ServerStepParent = func(s any, ctx context.Context) time.Duration {
-		return s.(*Server).stepParent(ctx)
-	}
+// Election says how the tasks of a node elect their master.
+type Election struct {
+	// Kind is "standalone" (the default when empty: this process is
+	// always the master) or "etcd".
+	Kind string
+	// Key is the etcd key prefix the tasks campaign on ("etcd" only).
+	Key string
+	// TTL is the etcd session TTL (whole seconds): how long a master that
+	// cannot reach etcd stays master. 0: 10 s.
+	TTL time.Duration
 }
 
-// Server is a capacity server. It is safe for concurrent use: a server-wide
-// RWMutex guards the resource map and mastership, and each resource has a
-// mutex of its own, so decisions on different resources run in parallel.
+// Etcd is how to reach etcd.
+type Etcd struct {
+	// Endpoints are the etcd endpoints (URLs); empty: no etcd.
+	Endpoints []string
+	// TLS, when set, is the client's TLS configuration.
+	TLS *tls.Config
+}
+
+// Shared is a store shared by the servers using it (limits/redis provides
+// one): the buckets, the copy log and their health.
+type Shared struct {
+	// Limits holds the buckets.
+	Limits limits.Store
+	// Copies is the copy log the fleet shares (with Etcd; nil: copies
+	// stay in this server's memory).
+	Copies SharedLog
+	// Metrics exports the store's health (sluice_redis_*); may be nil.
+	Metrics prometheus.Collector
+	// Health is the store's health for the status page; may be nil.
+	Health func() *status.RedisStatus
+	// Close releases the store when the server stops; may be nil.
+	Close func() error
+}
+
+// SharedLog is a copy log shared by a fleet (limits/redis.CopyLog): the
+// copies engine's Log and the fleet's.
+type SharedLog interface {
+	copies.Log
+	fleet.Log
+}
+
+// Server is an assembled server: its services, configuration sources,
+// election, fleet and endpoint. Run serves it once.
 type Server struct {
-	opts    Options
-	now     func() time.Time
-	log     *slog.Logger
-	metrics *metrics
+	cfg   Config
+	log   *slog.Logger
+	reg   *prometheus.Registry
+	now   func() time.Time
+	lis   net.Listener
+	addr  string
+	rpc   *rpcMetrics
+	reloads *prometheus.CounterVec
 
-	mu          sync.RWMutex
-	cfg         *config.Repository
-	resources   map[string]*resource
-	isMaster    bool
-	masterAddr  string
-	masterSince time.Time
+	capacity *capacity.Service
+	limits   *limitsvc.Service
+	sessions *sessions.Service
+	status   *status.Site
+	handler  http.Handler // the net/http side, admin API and pprof included
 
-	loggedMu      sync.Mutex
-	logged        map[string]struct{} // see once
-	unrecordedLog *ratelimit.Limiter  // paces the log of claims without a record
-
-	// minRequest is doorman.MinRequestInterval; the package's tests of
-	// tree behaviour on the wall clock shorten it.
-	minRequest time.Duration
-
-	limits        *limits.Engine
-	limitsMetrics *limitsMetrics
-	rateNames     namesOf // resources the limits configuration names
-	copies        *copies.Engine
-	copyNames     namesOf // resources the copies configuration names
-	fleet         atomic.Pointer[func() FleetStatus]
-	router        atomic.Pointer[router] // forwards other servers' sessions (SetSessionRouter)
-	forwarded     atomic.Uint64          // requests forwarded to sessions' homes
-	openMu        sync.Mutex             // serializes OpenSession's check of MaxSessions and the open
-	refused       atomic.Uint64          // sessions refused at MaxSessions
-
-	parent   *parentLink // nil at the root
-	started  time.Time   // wall time, for uptime
-	election string      // how this node elects, for the status page
-	draining bool
-	hist     history
+	etcd      *clientv3.Client
+	closeEtcd func()
+	election  election.Election
+	member    *fleet.Member
+	watchers  []func(context.Context) error // configuration watchers, started by Run
+	files     []fileWatcher                 // reloaded by Reload
+	draining  atomic.Bool
 }
 
-type resource struct {
-	mu       sync.Mutex
-	store    *lease.Resource
-	template *config.Template // nil when no template matched
-	parent   parentLease      // intermediate servers: the lease from the parent
-}
-
-// New returns a standalone server: master from now on (Standalone
-// mastership; an election can change that with SetMastership).
-func New(opts Options) *Server {
-	s := &Server{
-		opts:      opts,
-		now:       opts.Now,
-		log:       opts.Logger,
-		cfg:       opts.Config,
-		resources: make(map[string]*resource),
-		logged:    make(map[string]struct{}),
+// New assembles a server from cfg: it listens, builds the services over
+// their stores, loads the configuration sources, and creates the election
+// and the fleet membership, without serving yet (Run does). Every error
+// is returned: a listener that cannot be opened, an unreadable or invalid
+// configuration, limits configured twice, a missing etcd, a bad election.
+// On error, whatever New opened is closed.
+func New(ctx context.Context, cfg Config) (_ *Server, err error) {
+	s := &Server{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, now: cfg.Now, closeEtcd: func() {}}
+	if s.log == nil {
+		s.log = slog.Default()
 	}
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
-	if opts.Registry == nil {
+	if s.reg == nil {
 		// The process's own figures too: process_cpu_seconds_total is what
 		// `sluice bench` divides by the requests it sent.
-		s.opts.Registry = prometheus.NewRegistry()
-		s.opts.Registry.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+		s.reg = prometheus.NewRegistry()
+		s.reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	}
-	s.started = time.Now()
-	s.minRequest = pb.MinRequestInterval
-	s.unrecordedLog = ratelimit.NewLimiter(float64(time.Second)/float64(unrecordedLogEvery), unrecordedLogEvery.Seconds(), ratelimit.WithClock(s.now))
-	s.metrics = newMetrics(s.opts.Registry, s)
-	s.limitsMetrics = newLimitsMetrics(s.opts.Registry)
-	s.limits, _ = limits.New(nil, limits.Options{Listener: s.limitsMetrics, Store: opts.LimitsStore})
-	if st, ok := s.redisStore(); ok {
-		s.opts.Registry.MustRegister(newRedisCollector(st))
+	if s.cfg.Grace <= 0 {
+		s.cfg.Grace = 10 * time.Second
 	}
-	s.opts.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "sluice_limits_buckets",
-		Help: "Token buckets the limits engine holds.",
-	}, func() float64 { return float64(s.limits.Len()) }))
-	s.rateNames.Store(&map[string]bool{})
-	if opts.Limits != nil {
-		if err := s.SetLimits(opts.Limits); err != nil {
-			s.log.Error("the limits configuration is invalid; serving no limits", "err", err)
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	s.lis = cfg.Listener
+	if s.lis == nil && cfg.Listen != "" {
+		if s.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, err
 		}
 	}
-	s.copies, _ = copies.New(nil, copies.Options{Log: opts.CopiesLog})
-	if opts.CopiesLog != nil {
-		s.copies.Fence()
+	s.addr = cfg.Advertise
+	if s.addr == "" && s.lis != nil {
+		s.addr = s.lis.Addr().String()
 	}
-	s.registerCopiesMetrics()
-	s.copyNames.Store(&map[string]bool{})
-	if opts.Copies != nil {
-		if err := s.SetCopies(opts.Copies); err != nil {
-			s.log.Error("the copy-limited resources' configuration is invalid; serving none", "err", err)
+	id := cfg.ID
+	switch {
+	case id != "":
+	case cfg.Election.Kind == "etcd" && cfg.Election.Key != "":
+		id = cfg.Election.Key
+	default:
+		host, _ := os.Hostname()
+		id = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	s.rpc = newRPCMetrics(s.reg)
+	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_server_config_reloads_total",
+		Help: "Configuration reloads, by result (ok, failed).",
+	}, []string{"result"})
+	s.reg.MustRegister(s.reloads)
+
+	if err := s.openEtcd(); err != nil {
+		return nil, err
+	}
+	if err := s.newServices(id); err != nil {
+		return nil, err
+	}
+	if err := s.newElection(); err != nil {
+		return nil, err
+	}
+	if err := s.loadConfig(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.newFleet(); err != nil {
+		return nil, err
+	}
+	s.status = status.New(status.Views{
+		Capacity: s.capacity, Limits: s.limits.Engine(), Sessions: s.sessions,
+		Ready: s.Ready, Draining: s.draining.Load, Redis: s.redisStatus, Now: s.now, Logger: s.log,
+	})
+	if s.handler, err = s.adminHandler(s.Handler()); err != nil {
+		return nil, err
+	}
+	if cfg.Pprof {
+		mux := http.NewServeMux()
+		mux.Handle("/", s.handler)
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		s.handler = mux
+	}
+	return s, nil
+}
+
+// openEtcd connects to etcd when the election, the configuration or the
+// fleet needs it.
+func (s *Server) openEtcd() error {
+	cfg := s.cfg
+	fleetOn := cfg.Shared != nil && cfg.Shared.Copies != nil && len(cfg.Etcd.Endpoints) > 0
+	if cfg.Election.Kind != "etcd" && !strings.HasPrefix(cfg.ConfigPath, "etcd:") && !fleetOn {
+		return nil
+	}
+	if len(cfg.Etcd.Endpoints) == 0 {
+		return errors.New("--etcd-endpoints is required with --election etcd or --config etcd:/KEY")
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd.Endpoints, DialTimeout: 5 * time.Second, TLS: cfg.Etcd.TLS, Logger: etcdLogger()})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	s.etcd = cli
+	s.closeEtcd = sync.OnceFunc(func() { _ = cli.Close() })
+	return nil
+}
+
+// sharedLog returns the copy log shared by the fleet, or nil: copies are
+// shared only with a fleet on etcd, whose leader cleans up after a
+// crashed server.
+func (s *Server) sharedLog() SharedLog {
+	sh := s.cfg.Shared
+	switch {
+	case sh == nil || sh.Copies == nil:
+		return nil
+	case s.etcd == nil || len(s.cfg.Etcd.Endpoints) == 0:
+		s.log.Info("copy-limited resources stay in this server's memory: give --etcd-endpoints with --redis or --redis-cluster to share them (the servers' fleet needs etcd to clean up after a crashed server)")
+		return nil
+	}
+	return sh.Copies
+}
+
+// newServices builds the capacity, limits and sessions services.
+func (s *Server) newServices(id string) error {
+	cfg := s.cfg
+	s.capacity = capacity.New(capacity.Options{ID: id, Address: s.addr, Config: cfg.Doorman, Now: s.now, Logger: s.log,
+		Registry: s.reg, Parent: cfg.Parents, ParentTLS: cfg.ParentTLS,
+		RequireConfig: cfg.ConfigPath != "" && len(cfg.Parents) == 0})
+	var store limits.Store
+	if cfg.Shared != nil {
+		store = cfg.Shared.Limits
+		if cfg.Shared.Metrics != nil {
+			s.reg.MustRegister(cfg.Shared.Metrics)
 		}
 	}
-	s.isMaster = true
-	s.masterAddr = opts.Address
-	s.masterSince = s.now()
-	if len(opts.Parent) > 0 {
-		s.parent = newParentLink(s, opts.Parent, opts.ParentHTTP, opts.hooks.ParentDial, opts.ParentTLS)
+	var err error
+	// Each service asks the other whether a resource is its kind: Allow
+	// on a copy-limited resource, or Reserve on a rate-limited one, is
+	// FailedPrecondition.
+	s.limits, err = limitsvc.New(limitsvc.Options{Now: s.now, Logger: s.log, Registry: s.reg, Config: cfg.Limits, Store: store,
+		CopyLimited: func(r string) bool { return s.sessions.CopyLimited(r) }})
+	if err != nil {
+		return err
 	}
-	return s
+	var log copies.Log
+	if sl := s.sharedLog(); sl != nil {
+		log = sl
+	}
+	s.sessions, err = sessions.New(sessions.Options{Address: s.addr, Now: s.now, Logger: s.log, Registry: s.reg, Config: cfg.Copies,
+		Log: log, MaxSessions: cfg.MaxSessions, RateLimited: s.limits.RateLimited})
+	return err
 }
 
-// Intermediate reports whether the server gets its capacity from a parent.
-func (s *Server) Intermediate() bool { return s.parent != nil }
-
-// Parent returns the state of the link to the parent; ok is false at the
-// root.
-func (s *Server) Parent() (st ParentStatus, ok bool) {
-	if s.parent == nil {
-		return ParentStatus{}, false
+// newElection creates the election of cfg.Election.
+func (s *Server) newElection() error {
+	el := s.cfg.Election
+	switch el.Kind {
+	case "", "standalone":
+		s.election = election.Standalone(s.addr)
+		s.capacity.SetElection("standalone")
+	case "etcd":
+		if el.Key == "" {
+			return errors.New("--election-key is required with --election etcd")
+		}
+		ttl := el.TTL
+		if ttl == 0 {
+			ttl = 10 * time.Second
+		}
+		e, err := election.Etcd(s.etcd, election.EtcdOptions{Key: el.Key, Address: s.addr, TTL: ttl, Logger: s.log})
+		if err != nil {
+			return err
+		}
+		s.election = e
+		s.capacity.SetMastership(false, "") // until the election says otherwise
+		s.capacity.SetElection(fmt.Sprintf("etcd %s at %s (session TTL %v)", el.Key, strings.Join(s.cfg.Etcd.Endpoints, ","), ttl))
+	default:
+		return fmt.Errorf("--election: %q, want standalone or etcd", el.Kind)
 	}
-	return s.parent.status(), true
+	return nil
 }
 
-// Registry returns the Prometheus registry the server's metrics live in.
-func (s *Server) Registry() *prometheus.Registry { return s.opts.Registry }
+// loadConfig loads the configuration sources (their watchers start with
+// Run) and installs what they hold.
+func (s *Server) loadConfig(ctx context.Context) error {
+	cfg := s.cfg
+	switch {
+	case len(cfg.Parents) > 0:
+		if cfg.ConfigPath != "" {
+			s.log.Warn("--config is ignored with --parent: the parent pushes the configuration down")
+		}
+		s.log.Info("intermediate server", "parent", cfg.Parents)
+	case strings.HasPrefix(cfg.ConfigPath, "etcd:"):
+		key := strings.TrimPrefix(cfg.ConfigPath, "etcd:")
+		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		w, err := etcdconfig.NewWatcher(gctx, s.etcd, key, func(r *config.Repository) {
+			s.applyConfig(r)
+			s.configReloaded(nil)
+			s.log.Info("configuration loaded", "etcd_key", key, "templates", r.Len(), "hash", r.Hash())
+		}, func(err error) {
+			s.configReloaded(err)
+			s.log.Error("configuration reload failed; keeping the last good configuration", "etcd_key", key, "err", err)
+		})
+		cancel()
+		if err != nil {
+			return err
+		}
+		if err := s.checkLimitsOnce(w.Current()); err != nil {
+			return err
+		}
+		s.applyConfig(w.Current())
+		s.watchers = append(s.watchers, w.Run)
+	case cfg.ConfigPath != "":
+		path := cfg.ConfigPath
+		w, err := config.NewWatcher(path, func(r *config.Repository) {
+			s.applyConfig(r)
+			s.configReloaded(nil)
+			s.log.Info("configuration loaded", "path", path, "templates", r.Len(), "hash", r.Hash())
+		}, func(err error) {
+			s.configReloaded(err)
+			s.log.Error("configuration reload failed; keeping the last good configuration", "path", path, "err", err)
+		})
+		if err != nil {
+			return fmt.Errorf("loading %s: %w", path, err)
+		}
+		if err := s.checkLimitsOnce(w.Current()); err != nil {
+			return err
+		}
+		s.applyConfig(w.Current())
+		s.watchers = append(s.watchers, w.Run)
+		s.files = append(s.files, fileWatcher{path, w})
+	case cfg.Doorman == nil && cfg.Limits == nil && cfg.Copies == nil && cfg.QuotaServiceConfigPath == "":
+		s.log.Warn("no --config: every resource is granted what it asks (NO_ALGORITHM)")
+	}
+	if path := cfg.QuotaServiceConfigPath; path != "" {
+		w, err := config.NewWatcherFunc(path, config.LoadQuotaService, func(r *config.Repository) {
+			err := s.limits.SetConfig(r.Limits())
+			s.configReloaded(err)
+			s.log.Info("quota service configuration loaded", "path", path, "namespaces", len(r.Limits().Resources), "hash", r.Hash(), "err", err)
+		}, func(err error) {
+			s.configReloaded(err)
+			s.log.Error("quota service configuration reload failed; keeping the last good configuration", "path", path, "err", err)
+		})
+		if err != nil {
+			return fmt.Errorf("loading %s: %w", path, err)
+		}
+		if err := s.limits.SetConfig(w.Current().Limits()); err != nil {
+			return fmt.Errorf("loading %s: %w", path, err)
+		}
+		s.watchers = append(s.watchers, w.Run)
+		s.files = append(s.files, fileWatcher{path, w})
+	}
+	return nil
+}
 
-// Handler returns an http.Handler that serves the Capacity service
-// (gRPC, gRPC-Web and JSON over HTTP) and /metrics. Serve it with
-// unencrypted HTTP/2 enabled so gRPC clients can connect without TLS.
+// fileWatcher is a configuration file's watcher.
+type fileWatcher struct {
+	path string
+	w    *config.Watcher
+}
+
+// applyConfig installs a repository: its templates, and its limits
+// section unless --quotaservice-config gives the limits.
+func (s *Server) applyConfig(r *config.Repository) {
+	s.capacity.SetConfig(r)
+	if s.cfg.QuotaServiceConfigPath == "" {
+		if err := s.limits.SetConfig(r.Limits()); err != nil {
+			s.log.Error("limits section refused", "err", err)
+		}
+	}
+	if err := s.sessions.SetConfig(r.Copies()); err != nil {
+		s.log.Error("copy-limited resources refused", "err", err)
+	}
+	for _, note := range r.Notes() {
+		s.log.Info("configuration normalized", "note", note)
+	}
+}
+
+// checkLimitsOnce refuses limits from two sources.
+func (s *Server) checkLimitsOnce(r *config.Repository) error {
+	if s.cfg.QuotaServiceConfigPath != "" && r.Limits() != nil {
+		return fmt.Errorf("limits configured twice: in the limits section of --config %s and by --quotaservice-config %s; keep one", s.cfg.ConfigPath, s.cfg.QuotaServiceConfigPath)
+	}
+	return nil
+}
+
+// configReloaded records the outcome of a configuration reload (err nil:
+// ok) in sluice_server_config_reloads_total.
+func (s *Server) configReloaded(err error) {
+	if err != nil {
+		s.reloads.WithLabelValues("failed").Inc()
+		return
+	}
+	s.reloads.WithLabelValues("ok").Inc()
+}
+
+// Reload rereads the configuration files (--config and
+// --quotaservice-config) at once, as on SIGHUP; a bad file is logged and
+// counted, and the last good configuration keeps serving.
+func (s *Server) Reload() {
+	for _, f := range s.files {
+		s.log.Info("reloading configuration", "path", f.path)
+		_ = f.w.Reload()
+	}
+}
+
+// newFleet creates the fleet membership of a shared copy log.
+func (s *Server) newFleet() error {
+	sl := s.sharedLog()
+	if sl == nil {
+		return nil
+	}
+	m, err := fleet.New(s.etcd, sl, s.sessions.Engine(), fleet.Options{Prefix: s.cfg.FleetPrefix, TTL: s.cfg.FleetTTL, Address: s.addr, Logger: s.log})
+	if err != nil {
+		return err
+	}
+	s.member = m
+	s.sessions.SetFleet(func() sessions.FleetStatus { return sessions.FleetStatus(m.Status()) })
+	// Requests for sessions homed on another server go there, with the
+	// client certificate of the parent link if any.
+	var creds credentials.TransportCredentials
+	if s.cfg.ParentTLS != nil {
+		creds = credentials.NewTLS(s.cfg.ParentTLS)
+	}
+	s.sessions.SetRouter(m, creds)
+	return nil
+}
+
+// Addr returns the advertised address (the listener's, unless
+// Config.Advertise).
+func (s *Server) Addr() string { return s.addr }
+
+// Capacity returns the Doorman capacity service.
+func (s *Server) Capacity() *capacity.Service { return s.capacity }
+
+// Limits returns the limits service.
+func (s *Server) Limits() *limitsvc.Service { return s.limits }
+
+// Sessions returns the copy-limited resources' service.
+func (s *Server) Sessions() *sessions.Service { return s.sessions }
+
+// Status returns the status site.
+func (s *Server) Status() *status.Site { return s.status }
+
+// Registry returns the Prometheus registry every metric lives in.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// Ready reports whether the server should receive traffic: not draining,
+// and the capacity service ready (configured, mastership known). why
+// says what is missing.
+func (s *Server) Ready() (ready bool, why string) {
+	if s.draining.Load() {
+		return false, "draining"
+	}
+	return s.capacity.Ready()
+}
+
+// redisStatus is the status page's view of the shared store.
+func (s *Server) redisStatus() *status.RedisStatus {
+	if sh := s.cfg.Shared; sh != nil && sh.Health != nil {
+		return sh.Health()
+	}
+	return nil
+}
+
+// Handler returns the net/http side of the endpoint without the admin API:
+// every service over Connect (gRPC, gRPC-Web and JSON), the status site,
+// /metrics, /healthz and /readyz. Serve it with unencrypted HTTP/2
+// enabled so gRPC clients can connect without TLS.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	path, h := doormanconnect.NewCapacityHandler(s,
-		connect.WithReadMaxBytes(MaxRequestBytes),
-		connect.WithInterceptors(s.metrics.interceptor()),
-	)
-	mux.Handle(path, h)
-	path, h = sluicev1connect.NewLimitsHandler(limitsConnect{api: s.LimitsAPI()},
-		connect.WithReadMaxBytes(MaxRequestBytes),
-		connect.WithInterceptors(s.metrics.interceptor()),
-	)
-	mux.Handle(path, h)
-	path, h = quotaserviceconnect.NewQuotaServiceHandler(quotaConnect{s.QuotaServiceAPI()},
-		connect.WithReadMaxBytes(MaxRequestBytes),
-		connect.WithInterceptors(s.metrics.interceptor()),
-	)
-	mux.Handle(path, h)
-	mux.Handle("/metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /debug/status", s.handleStatus)
-	mux.HandleFunc("GET /debug/status/resource", s.handleResource)
-	mux.HandleFunc("GET /debug/status/buckets", s.handleBuckets)
-	mux.HandleFunc("GET /debug/status/admin", s.handleAdmin)
-	mux.Handle("GET /debug/status/static/", http.StripPrefix("/debug/status/static/", http.FileServerFS(staticFS)))
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes), connect.WithInterceptors(s.rpc.interceptor())}
+	mux.Handle(doormanconnect.NewCapacityHandler(capacityConnect{s.capacity}, opts...))
+	mux.Handle(sluicev1connect.NewLimitsHandler(limitsConnect{api: s.limitsAPI()}, opts...))
+	mux.Handle(quotaserviceconnect.NewQuotaServiceHandler(quotaConnect{s.limits.QuotaService()}, opts...))
+	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	s.status.Register(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /readyz", s.handleReady)
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/debug/status", http.StatusFound)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if ok, why := s.Ready(); !ok {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux
 }
 
-// SetConfig installs a new resource configuration. Existing resources take
-// the new template's parameters at once; their outstanding leases are kept
-// and converge on the clients' next refreshes.
-func (s *Server) SetConfig(repo *config.Repository) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.cfg = repo
-	if s.parent != nil {
-		return // the parent pushes the parameters down
-	}
-	for id, r := range s.resources {
-		r.mu.Lock()
-		t, ok := s.find(id)
-		if ok {
-			r.template = &t
-		} else {
-			r.template = nil
-		}
-		r.store.SetParams(s.params(paramsFor(r.template)))
-		r.mu.Unlock()
-	}
+func (s *Server) limitsAPI() limitsAPI { return limitsAPI{limits: s.limits, sessions: s.sessions} }
+
+// registerGRPC registers every service with grpc-go's server.
+func (s *Server) registerGRPC(gs *grpc.Server) {
+	gs.RegisterService(&pb.Capacity_ServiceDesc, s.capacity)
+	gs.RegisterService(&v1.Limits_ServiceDesc, s.limitsAPI())
+	gs.RegisterService(&qs.QuotaService_ServiceDesc, s.limits.QuotaService())
 }
 
-// Config returns the configuration in force (nil if none).
-func (s *Server) Config() *config.Repository {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.cfg
-}
-
-func (s *Server) find(id string) (config.Template, bool) {
-	if s.cfg == nil {
-		return config.Template{}, false
+// Run serves until ctx ends, then drains: /readyz turns 503, the election
+// is resigned so that another task takes over at once (every capacity RPC
+// is then answered with a redirect to it), the listener closes and the
+// RPCs in flight finish, all within Config.Grace. It runs the services'
+// background work (sweeping leases, reaping buckets, ending sessions), the
+// configuration watchers, the fleet membership and the election. It
+// returns an error when serving fails or the drain did not finish within
+// the grace period. Run may be called once.
+func (s *Server) Run(ctx context.Context) error {
+	if s.lis == nil {
+		return errors.New("server: no listener (Config.Listen or Config.Listener)")
 	}
-	return s.cfg.Find(id)
-}
-
-// paramsFor resolves a template (nil: no template) into lease parameters.
-func paramsFor(t *config.Template) lease.Params {
-	if t == nil {
-		return lease.Params{
-			Kind:            algorithm.NoAlgorithm,
-			Capacity:        math.Inf(1),
-			LeaseLength:     FallbackLeaseLength,
-			RefreshInterval: FallbackRefreshInterval,
-		}
+	defer s.close()
+	var wg sync.WaitGroup
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		stopBG()
+		wg.Wait()
+	}()
+	for _, run := range []func(context.Context){
+		func(ctx context.Context) { s.capacity.Run(ctx, time.Second) },
+		func(ctx context.Context) { s.limits.Run(ctx, time.Second) },
+		s.sessions.Run,
+	} {
+		wg.Go(func() { run(bg) })
 	}
-	return lease.Params{
-		Kind:                 t.Algorithm.Kind,
-		Capacity:             t.Capacity,
-		SafeCapacity:         t.SafeCapacity,
-		HasSafeCapacity:      t.HasSafeCapacity,
-		LeaseLength:          t.Algorithm.LeaseLength,
-		RefreshInterval:      t.Algorithm.RefreshInterval,
-		LearningModeDuration: t.Algorithm.LearningModeDuration,
+	for _, w := range s.watchers {
+		wg.Go(func() { _ = w(bg) })
 	}
-}
-
-// params completes a resource's parameters with what is the server's, not
-// the template's: Doorman's minimum time between two requests.
-func (s *Server) params(p lease.Params) lease.Params {
-	p.MinRequestInterval = s.minRequest
-	return p
-}
-
-// resource returns the state of resource id, creating it if needed, or
-// nil if this server is not the master. The caller holds no lock.
-func (s *Server) resource(id string) *resource {
-	s.mu.RLock()
-	r, ok := s.resources[id]
-	master := s.isMaster
-	s.mu.RUnlock()
-	if ok || !master {
-		return r
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.isMaster {
-		return nil
-	}
-	if r, ok := s.resources[id]; ok {
-		return r
-	}
-	r = &resource{}
-	switch {
-	case s.parent != nil:
-		r.store = lease.NewResource(id, s.params(r.parent.params()), s.masterSince)
-	default:
-		if t, ok := s.find(id); ok {
-			r.template = &t
-		} else {
-			s.unmatched(id)
-		}
-		r.store = lease.NewResource(id, s.params(paramsFor(r.template)), s.masterSince)
-	}
-	s.resources[id] = r
-	return r
-}
-
-// resourceList returns the resources this server holds state for, ids[i]
-// naming rs[i], copied under the server's read lock (the caller then locks
-// each resource on its own).
-func (s *Server) resourceList() (ids []string, rs []*resource) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	ids = make([]string, 0, len(s.resources))
-	rs = make([]*resource, 0, len(s.resources))
-	for id, r := range s.resources {
-		ids = append(ids, id)
-		rs = append(rs, r)
-	}
-	return ids, rs
-}
-
-// unmatched logs, once per resource id (up to a bound), that a resource
-// matched no template, and counts it.
-func (s *Server) unmatched(id string) {
-	s.metrics.unmatched.Inc()
-	if s.once("unmatched", id) {
-		s.log.Warn("resource matches no template; granting what clients ask (NO_ALGORITHM)", "resource", id)
-	}
-}
-
-// once reports whether this is the first time (what, id) is seen, for
-// logging a condition once per resource: true at most once per pair, and
-// for at most maxLoggedOnce pairs in all (memory stays bounded; the metrics
-// count every occurrence).
-func (s *Server) once(what, id string) bool {
-	const maxLoggedOnce = 10_000
-	k := what + "\x00" + id
-	s.loggedMu.Lock()
-	defer s.loggedMu.Unlock()
-	if _, seen := s.logged[k]; seen || len(s.logged) >= maxLoggedOnce {
-		return false
-	}
-	s.logged[k] = struct{}{}
-	return true
-}
-
-// Sweep drops expired leases on every resource and forgets resources that
-// hold no lease (their state is rebuilt on the next request, so memory
-// stays bounded by the live leases; an intermediate server releases them at
-// its parent), and records a history sample per resource for the status
-// page. Run it periodically (Run does, every second).
-func (s *Server) Sweep() {
-	now := s.now()
-	var dropped []string
-	s.mu.Lock()
-	for id, r := range s.resources {
-		r.mu.Lock()
-		r.store.Cleanup(now)
-		_, _, _, n := r.store.Totals()
-		idle := n == 0 && !r.store.Learning(now)
-		r.mu.Unlock()
-		if idle {
-			delete(s.resources, id)
-			dropped = append(dropped, id)
-		}
-	}
-	s.mu.Unlock()
-	for _, id := range dropped {
-		s.hist.drop(id)
-	}
-	if s.parent != nil && len(dropped) > 0 {
-		// Nobody here holds these any more: give them back upstream rather
-		// than let the parent keep them booked until they expire.
-		s.parent.release(dropped)
-	}
-	s.sample(now)
-}
-
-// Run sweeps expired leases and reaps idle limits buckets every interval,
-// and ends the sessions and staged transfers whose ttl passed every 250 ms,
-// until ctx is done; on an intermediate server it also runs the link to
-// the parent.
-func (s *Server) Run(ctx context.Context, interval time.Duration) error {
-	if s.parent != nil && !s.opts.hooks.ManualParent {
-		done := make(chan struct{})
-		defer func() { <-done }()
+	fleetDone := make(chan struct{})
+	if s.member != nil {
 		go func() {
-			defer close(done)
-			s.parent.run(ctx)
+			defer close(fleetDone)
+			_ = s.member.Run(ctx) // leaves the fleet when ctx ends
 		}()
+	} else {
+		close(fleetDone)
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	sessions := time.NewTicker(expireEvery)
-	defer sessions.Stop()
-	var reconcile <-chan time.Time
-	if s.opts.CopiesLog != nil {
-		r := time.NewTicker(reconcileEvery)
-		defer r.Stop()
-		reconcile = r.C
+	// The election outlives ctx: it is resigned after the in-flight RPCs
+	// have finished.
+	ectx, ecancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer ecancel()
+	electionDone := make(chan struct{})
+	go func() {
+		defer close(electionDone)
+		_ = s.election.Run(ectx, func(st election.Status) {
+			s.capacity.SetMastership(st.IsMaster, st.Master)
+			s.log.Info("mastership", "is_master", st.IsMaster, "master", st.Master)
+		})
+	}()
+	ep := s.Serve(s.lis, s.handler, s.cfg.TLS)
+	s.log.Info("sluice server listening", "addr", s.lis.Addr().String(), "id", s.capacity.Node().ID)
+	select {
+	case err := <-ep.Err():
+		_ = ep.Shutdown(context.Background())
+		return err
+	case <-ctx.Done():
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			s.Sweep()
-			s.reapLimits()
-		case <-sessions.C:
-			s.expireSessions()
-		case <-reconcile:
-			s.reconcileCopies()
+	return s.drain(ep, fleetDone, electionDone, ecancel)
+}
+
+// drain stops the server within Config.Grace (see Run).
+func (s *Server) drain(ep *Endpoint, fleetDone, electionDone <-chan struct{}, stopElection func()) error {
+	grace := s.cfg.Grace
+	s.log.Info("draining: not ready, resigning mastership, finishing in-flight RPCs", "grace", grace)
+	s.draining.Store(true)
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	wasMaster := s.capacity.Node().IsMaster
+	// An etcd that does not answer at once is gone: the session's TTL
+	// ends the candidacy then.
+	rctx, rcancel := context.WithTimeout(sctx, min(grace/4, resignTimeout))
+	resignErr := s.election.Resign(rctx)
+	rcancel()
+	if resignErr != nil {
+		s.log.Warn("resigning the election failed; the etcd session's TTL will end the candidacy", "err", resignErr)
+	}
+	// A successor is elected at once after a resignation etcd took;
+	// without one, it takes the session's TTL: do not wait for it.
+	if wasMaster && s.cfg.Election.Kind == "etcd" && resignErr == nil {
+		deadline := time.Now().Add(grace / 2)
+		for time.Now().Before(deadline) {
+			if n := s.capacity.Node(); !n.IsMaster && n.Master != "" && n.Master != s.addr {
+				s.log.Info("successor elected", "master", n.Master)
+				// Linger a little: a client sent here by a candidate that
+				// had not yet heard of the election must still find us,
+				// and be redirected, not refused.
+				time.Sleep(min(500*time.Millisecond, time.Until(deadline)))
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	s.log.Info("closing the listener, finishing in-flight RPCs")
+	shutdownErr := ep.Shutdown(sctx)
+	s.log.Info("listener closed", "err", shutdownErr)
+	select { // the fleet membership revokes its session
+	case <-fleetDone:
+	case <-sctx.Done():
+	}
+	stopElection()
+	select {
+	case <-electionDone:
+	case <-sctx.Done():
+		// etcd's client can wait on its own context while etcd is
+		// unreachable (a campaign's clean-up resigns with it): closing
+		// the client ends that.
+		s.log.Warn("the election did not stop within the grace period; closing the etcd client")
+		s.closeEtcd()
+		<-electionDone
+	}
+	if shutdownErr != nil {
+		return fmt.Errorf("graceful shutdown: %w", shutdownErr)
+	}
+	s.log.Info("stopped")
+	return nil
 }
 
-// ResourceStatus is a snapshot of one resource, for status pages and tests.
-type ResourceStatus struct {
-	ID           string
-	Template     string // identifier_glob of the matched template; "" if none
-	Algorithm    algorithm.Kind
-	Capacity     float64
-	SumHas       float64
-	SumWants     float64
-	Clients      int
-	Learning     bool
-	SafeCapacity float64
-	// ParentExpiry is, at an intermediate server, when its lease from the
-	// parent for this resource ends; zero at the root or without a lease.
-	ParentExpiry time.Time
-	Leases       []lease.Lease
+// etcdLogger is the etcd client's zap logger: errors only, to stderr (the
+// client logs every retried RPC at warn).
+func etcdLogger() *zap.Logger {
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(zap.ErrorLevel)
+	lg, err := cfg.Build()
+	if err != nil {
+		return zap.NewNop()
+	}
+	return lg
 }
 
-// Status returns a snapshot of resource id, with its leases.
-func (s *Server) Status(id string) (ResourceStatus, error) {
-	s.mu.RLock()
-	r := s.resources[id]
-	s.mu.RUnlock()
-	if r == nil {
-		return ResourceStatus{}, fmt.Errorf("resource %q: %w", id, ErrUnknownResource)
+// close releases what New opened: the listener (if Run never served it),
+// the etcd client and the shared store.
+func (s *Server) close() {
+	if s.lis != nil {
+		_ = s.lis.Close()
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := s.now()
-	r.store.Cleanup(now)
-	p := r.store.Params()
-	w, h, _, n := r.store.Totals()
-	st := ResourceStatus{
-		ID: id, Algorithm: p.Kind, Capacity: p.Capacity, SumHas: h, SumWants: w, Clients: n,
-		Learning: r.store.Learning(now), SafeCapacity: r.store.SafeCapacity(), Leases: r.store.Leases(),
+	s.closeEtcd()
+	if sh := s.cfg.Shared; sh != nil && sh.Close != nil {
+		_ = sh.Close()
 	}
-	if r.template != nil {
-		st.Template = r.template.IdentifierGlob
-	}
-	if s.parent != nil && r.parent.ok {
-		st.ParentExpiry = r.parent.expiry
-	}
-	return st, nil
 }
-
-// ErrUnknownResource is returned by Status for a resource the server holds
-// no state for.
-var ErrUnknownResource = errors.New("unknown resource")

@@ -33,6 +33,7 @@ import (
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/server/capacity"
 )
 
 // ResourceID is the one resource every simulated client asks for.
@@ -57,13 +58,13 @@ type Options struct {
 	// Duration, when > 0, replaces the scenario's duration (seconds).
 	Duration float64
 	// DoormanAllocation runs the servers with Doorman's allocation across
-	// the tree (server.Options.DoormanAllocation), for comparison.
+	// the tree (internal/hooks.Server.DoormanAllocation), for comparison.
 	DoormanAllocation bool
 	// RefreshDecay is the direction of the refresh interval's decay
 	// across the tree: DecaySluice (also ""), each level further from the
 	// root refreshes 1/decay_factor times as long as the one above it
 	// (clients least often); or DecayDesign
-	// (server.Options.DesignRefreshDecay), decay_factor times as long
+	// (internal/hooks.Server.DesignRefreshDecay), decay_factor times as long
 	// (clients most often). Any other value is an error.
 	RefreshDecay string
 	// RefreshInterval, when > 0, replaces the scenario's refresh interval
@@ -139,7 +140,9 @@ type node struct {
 type task struct {
 	addr string
 	node *node
-	srv  *server.Server
+	srv  *capacity.Service
+	api  doormanconnect.CapacityClient // srv through Connect
+	link *hooks.Server                 // srv's hooks: its parent link's step
 	down bool
 	gen  int // invalidates scheduled parent-link turns
 }
@@ -148,6 +151,7 @@ type simClient struct {
 	name  string
 	node  *node
 	c     *client.Client
+	hooks *hooks.Client // c's hooks: its refresh step
 	res   *client.Resource
 	base  float64 // wants before fluctuation
 	spike float64 // added to base while a spike lasts
@@ -211,8 +215,8 @@ resources:
 			}
 			for i := range sc.Tasks {
 				t := &task{addr: fmt.Sprintf("%s/task-%d", nd.name, i), node: nd}
-				o := server.Options{ID: nd.name, Address: t.addr, Now: s.clock, Logger: s.log}
-				h := hooks.Server{Rand: s.jit, DoormanAllocation: opts.DoormanAllocation, DesignRefreshDecay: opts.RefreshDecay == DecayDesign}
+				h := &hooks.Server{Rand: s.jit, DoormanAllocation: opts.DoormanAllocation, DesignRefreshDecay: opts.RefreshDecay == DecayDesign}
+				o := capacity.Options{ID: nd.name, Address: t.addr, Now: s.clock, Logger: s.log, Hooks: h}
 				if parent == nil {
 					o.Config = cfg
 				} else {
@@ -221,7 +225,8 @@ resources:
 					}
 					h.ParentDial, h.ManualParent = s.dial, true
 				}
-				t.srv = server.New(hooks.ServerOptions(o, h).(server.Options))
+				t.srv = capacity.New(o)
+				t.api, t.link = server.CapacityClient(t.srv), h
 				nd.tasks = append(nd.tasks, t)
 				s.tasks[t.addr] = t
 			}
@@ -416,7 +421,7 @@ func (s *sim) scheduleLink(t *task, d time.Duration) {
 		if t.gen != gen || t.down {
 			return
 		}
-		next := hooks.ServerStepParent(t.srv, s.ctx)
+		next := t.link.StepParent(s.ctx)
 		s.scheduleLink(t, max(next, 10*time.Millisecond))
 	})
 }
@@ -426,8 +431,8 @@ func (s *sim) startClient(c *simClient) {
 	for _, t := range c.node.tasks {
 		addrs = append(addrs, t.addr)
 	}
-	h := hooks.ClientOption(hooks.Client{Dial: s.dial, Manual: true, Rand: s.jit}).(client.Option)
-	cl, err := client.New(strings.Join(addrs, ","), client.WithID(c.name), client.WithClock(s.clock), client.WithLogger(s.log), h)
+	c.hooks = &hooks.Client{Dial: s.dial, Manual: true, Rand: s.jit}
+	cl, err := client.New(strings.Join(addrs, ","), client.WithID(c.name), client.WithClock(s.clock), client.WithLogger(s.log), client.WithHooks(c.hooks))
 	if err != nil {
 		panic(err) // addresses are never empty
 	}
@@ -446,7 +451,7 @@ func (s *sim) scheduleClient(c *simClient, d time.Duration) {
 		if c.gen != gen {
 			return
 		}
-		next := hooks.ClientStep(c.c, s.ctx)
+		next := c.hooks.Step(s.ctx)
 		s.scheduleClient(c, max(next, 10*time.Millisecond))
 	})
 }
@@ -569,7 +574,7 @@ func (s *sim) sample() {
 	}
 	window := int(s.sc.LeaseLength) + 1
 	for _, nd := range s.nodes {
-		var st server.ResourceStatus
+		var st capacity.ResourceStatus
 		capacity := 0.0
 		if nd.master >= 0 {
 			t := nd.tasks[nd.master]
@@ -645,14 +650,14 @@ func (st *stub) Discovery(ctx context.Context, req *connect.Request[pb.Discovery
 	if err := st.down(); err != nil {
 		return nil, err
 	}
-	return st.t.srv.Discovery(ctx, req)
+	return st.t.api.Discovery(ctx, req)
 }
 
 func (st *stub) GetCapacity(ctx context.Context, req *connect.Request[pb.GetCapacityRequest]) (*connect.Response[pb.GetCapacityResponse], error) {
 	if err := st.down(); err != nil {
 		return nil, err
 	}
-	resp, err := st.t.srv.GetCapacity(ctx, req)
+	resp, err := st.t.api.GetCapacity(ctx, req)
 	if err == nil {
 		for _, rr := range resp.Msg.GetResponse() {
 			st.check(req.Msg.GetClientId(), rr.GetGets())
@@ -665,7 +670,7 @@ func (st *stub) GetServerCapacity(ctx context.Context, req *connect.Request[pb.G
 	if err := st.down(); err != nil {
 		return nil, err
 	}
-	resp, err := st.t.srv.GetServerCapacity(ctx, req)
+	resp, err := st.t.api.GetServerCapacity(ctx, req)
 	if err == nil {
 		for _, rr := range resp.Msg.GetResponse() {
 			st.check(req.Msg.GetServerId(), rr.GetGets())
@@ -678,7 +683,7 @@ func (st *stub) ReleaseCapacity(ctx context.Context, req *connect.Request[pb.Rel
 	if err := st.down(); err != nil {
 		return nil, err
 	}
-	return st.t.srv.ReleaseCapacity(ctx, req)
+	return st.t.api.ReleaseCapacity(ctx, req)
 }
 
 // check verifies that a lease granted by an intermediate task does not

@@ -2,36 +2,23 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc/credentials"
 
-	"github.com/sluice-rl/sluice/config"
-	"github.com/sluice-rl/sluice/config/etcdconfig"
-	"github.com/sluice-rl/sluice/election"
-	"github.com/sluice-rl/sluice/fleet"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
-	"github.com/sluice-rl/sluice/limits"
-	"github.com/sluice-rl/sluice/limits/copies"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/server/status"
 )
 
 func newServerCmd() *cobra.Command {
@@ -114,334 +101,54 @@ command line wins.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-
-			lis, err := net.Listen("tcp", listen)
-			if err != nil {
-				return err
-			}
-			addr := advertise
-			if addr == "" {
-				addr = lis.Addr().String()
-			}
-			switch {
-			case id != "":
-			case electKind == "etcd" && electKey != "":
-				// The tasks of one node are one requester to its parent, so
-				// a new master takes over its predecessor's lease there.
-				id = electKey
-			default:
-				host, _ := os.Hostname()
-				id = fmt.Sprintf("%s:%d", host, os.Getpid())
-			}
-			var serverTLS, parentTLS *tls.Config
+			cfg := server.Config{ID: id, Listen: listen, Advertise: advertise, Logger: log, Grace: grace, Pprof: pprofOn,
+				ConfigPath: cfgPath, QuotaServiceConfigPath: quotaPath, Parents: parents,
+				Election:    server.Election{Kind: electKind, Key: electKey, TTL: electTTL},
+				Etcd:        server.Etcd{Endpoints: endpoints},
+				MaxSessions: maxSessions, FleetPrefix: fleetPrefix, FleetTTL: fleetTTL, Admin: adminF.Admin}
 			if tlsCert != "" || tlsKey != "" || tlsClientCA != "" {
-				if serverTLS, err = tlsutil.Server(tlsCert, tlsKey, tlsClientCA); err != nil {
-					lis.Close()
+				if cfg.TLS, err = tlsutil.Server(tlsCert, tlsKey, tlsClientCA); err != nil {
 					return err
 				}
 			}
 			if parentCA != "" || parentCert != "" || parentKey != "" {
-				if parentTLS, err = tlsutil.Client(parentCA, parentCert, parentKey); err != nil {
-					lis.Close()
+				if cfg.ParentTLS, err = tlsutil.Client(parentCA, parentCert, parentKey); err != nil {
 					return err
 				}
 			}
-			store, rc, closeRedis, err := redisStore(redisURL, redisCluster, redisTimeout, log)
+			if etcdCA != "" || etcdCert != "" || etcdKey != "" {
+				if cfg.Etcd.TLS, err = tlsutil.Client(etcdCA, etcdCert, etcdKey); err != nil {
+					return fmt.Errorf("etcd TLS: %w", err)
+				}
+			}
+			if cfg.Shared, err = redisShared(redisURL, redisCluster, redisTimeout, log); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			srv, err := server.New(ctx, cfg)
 			if err != nil {
-				lis.Close()
 				return err
 			}
-			defer closeRedis()
-			// Copy-limited resources share Redis only with a fleet on etcd,
-			// whose leader cleans up after a crashed server.
-			var copyLog *redisstore.CopyLog
-			var copiesLog copies.Log
-			switch {
-			case rc != nil && len(endpoints) > 0:
-				copyLog = redisstore.NewCopyLog(store.(*redisstore.Store))
-				copiesLog = copyLog
-			case rc != nil:
-				log.Info("copy-limited resources stay in this server's memory: give --etcd-endpoints with --redis or --redis-cluster to share them (the servers' fleet needs etcd to clean up after a crashed server)")
-			}
-			srv := server.New(server.Options{ID: id, Address: addr, Logger: log, Parent: parents, ParentTLS: parentTLS,
-				RequireConfig: cfgPath != "" && len(parents) == 0, LimitsStore: store, CopiesLog: copiesLog, MaxSessions: maxSessions})
-
-			var cli *clientv3.Client
-			closeEtcd := func() {}
-			if electKind == "etcd" || strings.HasPrefix(cfgPath, "etcd:") || copyLog != nil {
-				if len(endpoints) == 0 {
-					lis.Close()
-					return errors.New("--etcd-endpoints is required with --election etcd or --config etcd:/KEY")
-				}
-				ecfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: etcdLogger()}
-				if etcdCA != "" || etcdCert != "" || etcdKey != "" {
-					if ecfg.TLS, err = tlsutil.Client(etcdCA, etcdCert, etcdKey); err != nil {
-						lis.Close()
-						return fmt.Errorf("etcd TLS: %w", err)
-					}
-				}
-				cli, err = clientv3.New(ecfg)
-				if err != nil {
-					lis.Close()
-					return fmt.Errorf("etcd client: %w", err)
-				}
-				closeEtcd = sync.OnceFunc(func() { _ = cli.Close() })
-				defer closeEtcd()
-			}
-			var el election.Election
-			switch electKind {
-			case "standalone":
-				el = election.Standalone(addr)
-				srv.SetElection("standalone")
-			case "etcd":
-				if electKey == "" {
-					lis.Close()
-					return errors.New("--election-key is required with --election etcd")
-				}
-				el, err = election.Etcd(cli, election.EtcdOptions{Key: electKey, Address: addr, TTL: electTTL, Logger: log})
-				if err != nil {
-					lis.Close()
-					return err
-				}
-				srv.SetMastership(false, "") // until the election says otherwise
-				srv.SetElection(fmt.Sprintf("etcd %s at %s (session TTL %v)", electKey, strings.Join(endpoints, ","), electTTL))
-			default:
-				lis.Close()
-				return fmt.Errorf("--election: %q, want standalone or etcd", electKind)
-			}
-
-			// applyConfig installs a repository: its templates, and its
-			// limits section unless --quotaservice-config gives the limits.
-			applyConfig := func(r *config.Repository) {
-				srv.SetConfig(r)
-				if quotaPath == "" {
-					if err := srv.SetLimits(r.Limits()); err != nil {
-						log.Error("limits section refused", "err", err)
-					}
-				}
-				if err := srv.SetCopies(r.Copies()); err != nil {
-					log.Error("copy-limited resources refused", "err", err)
-				}
-				for _, note := range r.Notes() {
-					log.Info("configuration normalized", "note", note)
-				}
-			}
-			// checkLimitsOnce refuses limits from two sources.
-			checkLimitsOnce := func(r *config.Repository) error {
-				if quotaPath != "" && r.Limits() != nil {
-					return fmt.Errorf("limits configured twice: in the limits section of --config %s and by --quotaservice-config %s; keep one", cfgPath, quotaPath)
-				}
-				return nil
-			}
-			switch {
-			case len(parents) > 0:
-				if cfgPath != "" {
-					log.Warn("--config is ignored with --parent: the parent pushes the configuration down")
-				}
-				log.Info("intermediate server", "parent", parents)
-			case strings.HasPrefix(cfgPath, "etcd:"):
-				key := strings.TrimPrefix(cfgPath, "etcd:")
-				gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
-				w, err := etcdconfig.NewWatcher(gctx, cli, key, func(r *config.Repository) {
-					applyConfig(r)
-					srv.ConfigReloaded(nil)
-					log.Info("configuration loaded", "etcd_key", key, "templates", r.Len(), "hash", r.Hash())
-				}, func(err error) {
-					srv.ConfigReloaded(err)
-					log.Error("configuration reload failed; keeping the last good configuration", "etcd_key", key, "err", err)
-				})
-				gcancel()
-				if err != nil {
-					lis.Close()
-					return err
-				}
-				if err := checkLimitsOnce(w.Current()); err != nil {
-					lis.Close()
-					return err
-				}
-				applyConfig(w.Current())
-				go func() { _ = w.Run(ctx) }()
-			case cfgPath != "":
-				w, err := config.NewWatcher(cfgPath, func(r *config.Repository) {
-					applyConfig(r)
-					srv.ConfigReloaded(nil)
-					log.Info("configuration loaded", "path", cfgPath, "templates", r.Len(), "hash", r.Hash())
-				}, func(err error) {
-					srv.ConfigReloaded(err)
-					log.Error("configuration reload failed; keeping the last good configuration", "path", cfgPath, "err", err)
-				})
-				if err != nil {
-					lis.Close()
-					return fmt.Errorf("loading %s: %w", cfgPath, err)
-				}
-				if err := checkLimitsOnce(w.Current()); err != nil {
-					lis.Close()
-					return err
-				}
-				applyConfig(w.Current())
-				go func() { _ = w.Run(ctx) }()
-				reloadOnHUP(ctx, log, cfgPath, w)
-			default:
-				log.Warn("no --config: every resource is granted what it asks (NO_ALGORITHM)")
-			}
-			if quotaPath != "" {
-				w, err := config.NewWatcherFunc(quotaPath, config.LoadQuotaService, func(r *config.Repository) {
-					err := srv.SetLimits(r.Limits())
-					srv.ConfigReloaded(err)
-					log.Info("quota service configuration loaded", "path", quotaPath, "namespaces", len(r.Limits().Resources), "hash", r.Hash(), "err", err)
-				}, func(err error) {
-					srv.ConfigReloaded(err)
-					log.Error("quota service configuration reload failed; keeping the last good configuration", "path", quotaPath, "err", err)
-				})
-				if err != nil {
-					lis.Close()
-					return fmt.Errorf("loading %s: %w", quotaPath, err)
-				}
-				if err := srv.SetLimits(w.Current().Limits()); err != nil {
-					lis.Close()
-					return fmt.Errorf("loading %s: %w", quotaPath, err)
-				}
-				go func() { _ = w.Run(ctx) }()
-				reloadOnHUP(ctx, log, quotaPath, w)
-			}
-
-			adminCfg := cfgPath
-			if len(parents) > 0 {
-				adminCfg = "" // the parent's configuration: nothing to edit here
-			}
-			handler, err := adminHandler(srv.Handler(), adminF, adminCfg, quotaPath, cli, tlsClientCA != "", newQuotaServiceAPI(srv, quotaPath), log)
-			if err != nil {
-				lis.Close()
-				return err
-			}
-			if pprofOn {
-				mux := http.NewServeMux()
-				mux.Handle("/", handler)
-				mux.HandleFunc("/debug/pprof/", pprof.Index)
-				mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-				mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-				mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-				mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-				handler = mux
-			}
-			go func() { _ = srv.Run(ctx, time.Second) }()
-			fleetDone := make(chan struct{})
-			if copyLog != nil {
-				member, err := fleet.New(cli, copyLog, srv.Copies(), fleet.Options{Prefix: fleetPrefix, TTL: fleetTTL, Address: addr, Logger: log})
-				if err != nil {
-					lis.Close()
-					return err
-				}
-				srv.SetFleet(func() server.FleetStatus { st := member.Status(); return server.FleetStatus(st) })
-				// Requests for sessions homed on another server go there,
-				// with the client certificate of the parent link if any.
-				var creds credentials.TransportCredentials
-				if parentTLS != nil {
-					creds = credentials.NewTLS(parentTLS)
-				}
-				srv.SetSessionRouter(member, creds)
-				go func() {
-					defer close(fleetDone)
-					_ = member.Run(ctx) // leaves the fleet when the signal comes
-				}()
-			} else {
-				close(fleetDone)
-			}
-			// The election outlives the signal: it is resigned after the
-			// in-flight RPCs have finished.
-			ectx, ecancel := context.WithCancel(context.Background())
-			defer ecancel()
-			electionDone := make(chan struct{})
+			reloadOnHUP(ctx, log, srv)
+			fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", srv.Addr())
 			go func() {
-				defer close(electionDone)
-				_ = el.Run(ectx, func(st election.Status) {
-					srv.SetMastership(st.IsMaster, st.Master)
-					log.Info("mastership", "is_master", st.IsMaster, "master", st.Master)
-				})
-			}()
-			// gRPC on grpc-go's transport, the rest on net/http, one port.
-			ep := srv.Serve(lis, handler, serverTLS)
-			log.Info("sluice server listening", "addr", lis.Addr().String(), "id", id)
-			fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", lis.Addr())
-
-			select {
-			case err := <-ep.Err():
-				return err
-			case <-ctx.Done():
-			}
-			// Drain: stop being ready, hand mastership over at once, let the
-			// clients hear of the successor (every RPC is now answered with
-			// a redirect), then close the listener and finish in-flight
-			// RPCs, all within --grace. Whatever etcd, the parent or the
-			// clients do, the process exits by grace + drainSlack; a second
-			// signal exits at once.
-			stop()
-			go func() {
+				<-ctx.Done()
+				// Drain (Server.Run): whatever etcd, the parent or the
+				// clients do, the process exits by grace + drainSlack; a
+				// second signal exits at once.
+				stop()
 				sig := make(chan os.Signal, 1)
 				signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+				time.AfterFunc(grace+drainSlack, func() {
+					log.Error("drain did not finish within --grace; exiting", "grace", grace)
+					os.Exit(1)
+				})
 				<-sig
 				log.Warn("second signal: exiting at once")
 				os.Exit(1)
 			}()
-			watchdog := time.AfterFunc(grace+drainSlack, func() {
-				log.Error("drain did not finish within --grace; exiting", "grace", grace)
-				os.Exit(1)
-			})
-			defer watchdog.Stop()
-			log.Info("draining: not ready, resigning mastership, finishing in-flight RPCs", "grace", grace)
-			srv.SetDraining(true)
-			sctx, cancel := context.WithTimeout(context.Background(), grace)
-			defer cancel()
-			wasMaster, _ := srv.IsMaster()
-			// An etcd that does not answer at once is gone: the session's
-			// TTL ends the candidacy then.
-			rctx, rcancel := context.WithTimeout(sctx, min(grace/4, resignTimeout))
-			resignErr := el.Resign(rctx)
-			if resignErr != nil {
-				log.Warn("resigning the election failed; the etcd session's TTL will end the candidacy", "err", resignErr)
-			}
-			rcancel()
-			// A successor is elected at once after a resignation etcd took;
-			// without one, it takes the session's TTL: do not wait for it.
-			if wasMaster && electKind == "etcd" && resignErr == nil {
-				deadline := time.Now().Add(grace / 2)
-				for time.Now().Before(deadline) {
-					if is, m := srv.IsMaster(); !is && m != "" && m != addr {
-						log.Info("successor elected", "master", m)
-						// Linger a little: a client sent here by a candidate
-						// that had not yet heard of the election must still
-						// find us, and be redirected, not refused.
-						time.Sleep(min(500*time.Millisecond, time.Until(deadline)))
-						break
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-			log.Info("closing the listener, finishing in-flight RPCs")
-			shutdownErr := ep.Shutdown(sctx)
-			log.Info("listener closed", "err", shutdownErr)
-			select { // the fleet membership revokes its session
-			case <-fleetDone:
-			case <-sctx.Done():
-			}
-			ecancel()
-			select {
-			case <-electionDone:
-			case <-sctx.Done():
-				// etcd's client can wait on its own context while etcd is
-				// unreachable (a campaign's clean-up resigns with it):
-				// closing the client ends that.
-				log.Warn("the election did not stop within --grace; closing the etcd client")
-				closeEtcd()
-				<-electionDone
-			}
-			if shutdownErr != nil {
-				return fmt.Errorf("graceful shutdown: %w", shutdownErr)
-			}
-			log.Info("stopped")
-			return nil
+			return srv.Run(ctx)
 		},
 	}
 	f := cmd.Flags()
@@ -478,25 +185,8 @@ command line wins.`,
 	return cmd
 }
 
-// Drain timing: a resignation etcd does not answer within resignTimeout is
-// given up (the session's TTL ends the candidacy); the process exits at the
-// latest drainSlack after --grace.
-const (
-	resignTimeout = 2 * time.Second
-	drainSlack    = 500 * time.Millisecond
-)
-
-// etcdLogger is the etcd client's zap logger: errors only, to stderr (the
-// client logs every retried RPC at warn).
-func etcdLogger() *zap.Logger {
-	cfg := zap.NewProductionConfig()
-	cfg.Level = zap.NewAtomicLevelAt(zap.ErrorLevel)
-	lg, err := cfg.Build()
-	if err != nil {
-		return zap.NewNop()
-	}
-	return lg
-}
+// drainSlack is how long after --grace the process exits at the latest.
+const drainSlack = 500 * time.Millisecond
 
 // flagsFromEnv sets every flag of cmd not given on the command line from
 // SLUICE_<FLAG> (upper case, dashes as underscores), if set.
@@ -531,8 +221,9 @@ func newLogger(w interface{ Write([]byte) (int, error) }, format, level string) 
 	return nil, fmt.Errorf("--log-format: %q, want text or json", format)
 }
 
-// reloadOnHUP reloads w on every SIGHUP until ctx is done.
-func reloadOnHUP(ctx context.Context, log *slog.Logger, path string, w *config.Watcher) {
+// reloadOnHUP reloads srv's configuration files on every SIGHUP until ctx
+// is done.
+func reloadOnHUP(ctx context.Context, log *slog.Logger, srv *server.Server) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
@@ -542,31 +233,31 @@ func reloadOnHUP(ctx context.Context, log *slog.Logger, path string, w *config.W
 			case <-ctx.Done():
 				return
 			case <-hup:
-				log.Info("SIGHUP: reloading configuration", "path", path)
-				_ = w.Reload()
+				log.Info("SIGHUP: reloading configuration")
+				srv.Reload()
 			}
 		}
 	}()
 }
 
-// redisStore returns the limits store of --redis or --redis-cluster (nil
-// for neither: each server's own memory), its client, and the function
-// that closes both (the store's breaker probes, then the client). The
-// store batches concurrent requests into pipelines, bounds each round
-// trip by timeout (--redis-timeout) and has a circuit breaker per node
-// (redisstore.Options' other defaults); the server shows its Health on
-// the status page and as sluice_redis_* metrics.
-func redisStore(url string, cluster []string, timeout time.Duration, log *slog.Logger) (limits.Store, redis.UniversalClient, func(), error) {
+// redisShared returns the shared store of --redis or --redis-cluster (nil
+// for neither: each server's own memory): the limits store, its copy log,
+// its health, and the function that closes the store (its breaker probes,
+// then the client). The store batches concurrent requests into pipelines,
+// bounds each round trip by timeout (--redis-timeout) and has a circuit
+// breaker per node (redisstore.Options' other defaults); the server shows
+// its Health on the status page and as sluice_redis_* metrics.
+func redisShared(url string, cluster []string, timeout time.Duration, log *slog.Logger) (*server.Shared, error) {
 	var c redis.UniversalClient
 	switch {
 	case (url != "" || len(cluster) > 0) && timeout <= 0:
-		return nil, nil, nil, fmt.Errorf("--redis-timeout: %v, want a positive duration", timeout)
+		return nil, fmt.Errorf("--redis-timeout: %v, want a positive duration", timeout)
 	case url != "" && len(cluster) > 0:
-		return nil, nil, nil, errors.New("--redis and --redis-cluster: give one")
+		return nil, errors.New("--redis and --redis-cluster: give one")
 	case url != "":
 		opts, err := redis.ParseURL(url)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("--redis: %w", err)
+			return nil, fmt.Errorf("--redis: %w", err)
 		}
 		// The store's short timeouts (--redis-timeout) bound
 		// a round trip only when the client honours context deadlines.
@@ -586,7 +277,7 @@ func redisStore(url string, cluster []string, timeout time.Duration, log *slog.L
 	case len(cluster) > 0:
 		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
 	default:
-		return nil, nil, func() {}, nil
+		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -594,5 +285,7 @@ func redisStore(url string, cluster []string, timeout time.Duration, log *slog.L
 		log.Warn("Redis does not answer yet; limits decisions fail until it does", "err", err)
 	}
 	st := redisstore.New(c, redisstore.Options{Timeout: timeout})
-	return st, c, func() { _ = st.Close(); _ = c.Close() }, nil
+	return &server.Shared{Limits: st, Copies: redisstore.NewCopyLog(st), Metrics: newRedisCollector(st),
+		Health: func() *status.RedisStatus { return redisStatus(st) },
+		Close:  func() error { _ = st.Close(); return c.Close() }}, nil
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-rl/sluice/internal/discovery"
-	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/server/status"
 )
 
 func newStatusCmd() *cobra.Command {
@@ -73,7 +73,7 @@ algorithm, capacity, sum_has, sum_wants, clients, learning, safe_capacity).
 				_, err := cmd.OutOrStdout().Write(body)
 				return err
 			}
-			var st server.ServerStatus
+			var st status.ServerStatus
 			if err := json.Unmarshal(body, &st); err != nil {
 				return fmt.Errorf("status of %s: %w", addr, err)
 			}
@@ -90,7 +90,7 @@ algorithm, capacity, sum_has, sum_wants, clients, learning, safe_capacity).
 	return cmd
 }
 
-func printStatus(w io.Writer, st *server.ServerStatus) error {
+func printStatus(w io.Writer, st *status.ServerStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	master := "master"
 	if !st.IsMaster {

@@ -1,14 +1,14 @@
-// Package hooks reaches the knobs of packages client and server that only
-// Sluice's simulator and tests use — in-process dialers, a refresh loop the
-// caller drives on virtual time, seeded jitter, and the comparison modes of
-// the allocation across the tree — so that they stay out of those
-// packages' public APIs.
+// Package hooks holds the knobs of packages client and server/capacity
+// that only Sluice's simulator and tests use — in-process dialers, a
+// refresh loop the caller drives on virtual time, seeded jitter, and the
+// comparison modes of the allocation across the tree — so that they stay
+// out of those packages' public APIs.
 //
-// Packages client and server fill the function variables below in their
-// init functions (so a program that imports hooks and one of them finds
-// them set). Their values are typed any where this package cannot name the
-// other packages' types; each variable's comment gives the concrete type,
-// as grpc-go's internal package does.
+// A client takes them through client.WithHooks(*hooks.Client), a capacity
+// service through capacity.Options.Hooks (*hooks.Server): both are public,
+// but their types are internal, so code outside Sluice can only pass nil.
+// The client and the service fill in the hooks' Step function, with which
+// the caller drives them on virtual time.
 package hooks
 
 import (
@@ -31,9 +31,15 @@ type Client struct {
 	// Rand is the source of the retry jitter; nil is math/rand/v2's global
 	// source.
 	Rand *rand.Rand
+
+	// Step is set by client.New: it takes one turn of the client's refresh
+	// loop at its clock and returns how long until the next is due (see
+	// the client's package doc for the rule). Not for concurrent use with
+	// itself.
+	Step func(ctx context.Context) time.Duration
 }
 
-// Server holds a server's knobs beyond its public Options.
+// Server holds a capacity service's knobs beyond its public Options.
 type Server struct {
 	// ParentDial, when set, replaces Options.ParentHTTP: it returns the
 	// stub for a parent address (the simulator passes in-process servers).
@@ -63,24 +69,9 @@ type Server struct {
 	// Source: doorman-design.md, "Algorithms" ("the refresh interval of a
 	// lease should halve with every level we go up in the tree").
 	DesignRefreshDecay bool
+
+	// StepParent is set by capacity.New: it takes one turn of the service's
+	// link to its parent (with ManualParent) and returns how long until
+	// the next is due; 0 at the root. Not for concurrent use with itself.
+	StepParent func(ctx context.Context) time.Duration
 }
-
-// Set by package client.
-var (
-	// ClientOption returns a client.Option that installs h.
-	ClientOption func(h Client) any
-	// ClientStep takes one turn of a *client.Client's refresh loop at its
-	// clock and returns how long until the next is due (see the client's
-	// package doc for the rule). Not for concurrent use with itself.
-	ClientStep func(c any, ctx context.Context) time.Duration
-)
-
-// Set by package server.
-var (
-	// ServerOptions returns a copy of a server.Options with h installed.
-	ServerOptions func(opts any, h Server) any
-	// ServerStepParent takes one turn of a *server.Server's link to its
-	// parent (with ManualParent) and returns how long until the next is
-	// due; 0 at the root. Not for concurrent use with itself.
-	ServerStepParent func(s any, ctx context.Context) time.Duration
-)

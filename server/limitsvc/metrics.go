@@ -1,4 +1,4 @@
-package server
+package limitsvc
 
 import (
 	"maps"
@@ -14,6 +14,10 @@ import (
 // configured (answered by the global default, or not at all) and of
 // invalid requests: request names never become labels.
 const otherResource = "other"
+
+// MaxResourceSeries bounds the per-resource series: at most this many
+// resource labels; the rest are aggregated under "other".
+const MaxResourceSeries = 200
 
 // limitsEvents are the engine's event types, in label order.
 var limitsEvents = []limits.EventType{

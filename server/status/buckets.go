@@ -1,4 +1,4 @@
-package server
+package status
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/server/sessions"
 )
 
 // The buckets page: the limits engine's token buckets, one row each,
@@ -106,7 +107,7 @@ type BucketsPage struct {
 
 // FleetState is the fleet membership's state on the buckets page.
 type FleetState struct {
-	FleetStatus
+	sessions.FleetStatus
 	// Fenced: the engine serves no holds (no epoch yet, or its etcd
 	// session ended: rejoining).
 	Fenced bool
@@ -337,13 +338,13 @@ func bucketRow(b *limits.BucketInfo, now time.Time) BucketRow {
 // where, sort, desc, page, per_page); an error names the bad parameter.
 // It is one limits.Engine.Query: one walk over the buckets, keeping only
 // the rows up to the page, and the hottest and most rejected on the way.
-func (s *Server) BucketsPage(q url.Values) (BucketsPage, error) {
+func (s *Site) BucketsPage(q url.Values) (BucketsPage, error) {
 	bq, err := parseBucketQuery(q)
 	if err != nil {
 		return BucketsPage{}, err
 	}
 	start := time.Now()
-	now := s.now()
+	now := s.v.Now()
 	out := BucketsPage{Prefix: bq.prefix, Where: bq.where, Sort: bq.sort, Desc: bq.desc, Page: bq.page, PerPage: bq.perPage}
 	hottest := newTopK(TopBuckets, func(a, b *limits.BucketInfo) bool {
 		return a.Grants > b.Grants || a.Grants == b.Grants && limits.ByKey(a, b)
@@ -351,7 +352,7 @@ func (s *Server) BucketsPage(q url.Values) (BucketsPage, error) {
 	rejected := newTopK(TopBuckets, func(a, b *limits.BucketInfo) bool {
 		return a.Rejections > b.Rejections || a.Rejections == b.Rejections && limits.ByKey(a, b)
 	})
-	page, err := s.limits.Query(now, limits.Query{
+	page, err := s.v.Limits.Query(now, limits.Query{
 		Filter: func(b *limits.BucketInfo) bool {
 			out.Total++
 			if b.Grants > 0 {
@@ -380,10 +381,12 @@ func (s *Server) BucketsPage(q url.Values) (BucketsPage, error) {
 	out.Matched = page.Total
 	out.Rows = rows(page.Buckets, now)
 	out.Hottest, out.MostRejected = rows(hottest.sorted(), now), rows(rejected.sorted(), now)
-	out.Copies = copiesShown(s.copies.Snapshot(), bq.prefix)
-	if f := s.fleet.Load(); f != nil {
-		st := s.copies.Stats()
-		out.Fleet = &FleetState{FleetStatus: (*f)(), Fenced: s.copies.Fenced(), Degraded: st.Degraded, Fences: st.Fenced}
+	if ss := s.v.Sessions; ss != nil {
+		out.Copies = copiesShown(ss.Snapshot(), bq.prefix)
+		if fs, ok := ss.Fleet(); ok {
+			st := ss.Stats()
+			out.Fleet = &FleetState{FleetStatus: fs, Fenced: ss.Fenced(), Degraded: st.Degraded, Fences: st.Fenced}
+		}
 	}
 	out.Took = time.Since(start).Seconds()
 	return out, nil
@@ -408,7 +411,7 @@ func hasKeyPrefix(resource, domain, prefix string) bool {
 		strings.HasPrefix(domain, prefix[len(resource)+1:])
 }
 
-func (s *Server) handleBuckets(w http.ResponseWriter, r *http.Request) {
+func (s *Site) handleBuckets(w http.ResponseWriter, r *http.Request) {
 	p, err := s.BucketsPage(r.URL.Query())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -420,7 +423,7 @@ func (s *Server) handleBuckets(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := pages.ExecuteTemplate(w, "buckets.html", p); err != nil {
-		s.log.Warn("rendering the buckets page", "err", err)
+		s.v.Logger.Warn("rendering the buckets page", "err", err)
 	}
 }
 

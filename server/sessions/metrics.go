@@ -1,4 +1,4 @@
-package server
+package sessions
 
 import (
 	"math"
@@ -8,7 +8,7 @@ import (
 	"github.com/sluice-rl/sluice/limits/copies"
 )
 
-// registerCopiesMetrics exports the copy-limited resources' counters
+// registerMetrics exports the copy-limited resources' counters
 // (copies.Engine.Stats) and, with a shared copy log, the fleet's state:
 //
 //	sluice_copies_sessions                 gauge    open sessions
@@ -21,11 +21,10 @@ import (
 //	sluice_copies_forwarded_total          counter  session requests forwarded to the session's home server
 //	sluice_fleet_leader                    gauge    1 while this server leads the fleet
 //	sluice_fleet_buried_total              counter  dead epochs this server buried as leader
-func (s *Server) registerCopiesMetrics() {
+func (s *Service) registerMetrics(reg prometheus.Registerer) {
 	stats := func(f func(copies.Stats) float64) func() float64 {
 		return func() float64 { return f(s.copies.Stats()) }
 	}
-	reg := s.opts.Registry
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_sessions", Help: "Open sessions of copy-limited resources."},
 		stats(func(v copies.Stats) float64 { return float64(v.Sessions) })))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_sessions_max", Help: "The cap on open sessions of copy-limited resources (sluice server --max-sessions; +Inf: none)."},
@@ -61,11 +60,18 @@ func (s *Server) registerCopiesMetrics() {
 }
 
 // fleetStatus returns the fleet membership's status (zero without one).
-func (s *Server) fleetStatus() FleetStatus {
+func (s *Service) fleetStatus() FleetStatus {
+	st, _ := s.Fleet()
+	return st
+}
+
+// Fleet returns the fleet membership's status; ok is false when the
+// service has no fleet (its copy log is this server's own).
+func (s *Service) Fleet() (st FleetStatus, ok bool) {
 	if f := s.fleet.Load(); f != nil {
-		return (*f)()
+		return (*f)(), true
 	}
-	return FleetStatus{}
+	return FleetStatus{}, false
 }
 
 func b2f(b bool) float64 {

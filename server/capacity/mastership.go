@@ -1,4 +1,4 @@
-package server
+package capacity
 
 import (
 	"google.golang.org/protobuf/proto"
@@ -11,7 +11,7 @@ import (
 // losing it drops all state at once.
 //
 // Source: doorman-design.md, "Master Election".
-func (s *Server) SetMastership(isMaster bool, masterAddr string) {
+func (s *Service) SetMastership(isMaster bool, masterAddr string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if isMaster != s.isMaster {
@@ -32,7 +32,7 @@ func (s *Server) SetMastership(isMaster bool, masterAddr string) {
 
 // IsMaster reports whether the server is the master and the master's
 // address.
-func (s *Server) IsMaster() (bool, string) {
+func (s *Service) IsMaster() (bool, string) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.isMaster, s.masterAddr
@@ -40,7 +40,7 @@ func (s *Server) IsMaster() (bool, string) {
 
 // mastership returns the redirect to put in a response when this server is
 // not the master, or nil when it is.
-func (s *Server) mastership() *pb.Mastership {
+func (s *Service) mastership() *pb.Mastership {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.isMaster {
@@ -53,7 +53,7 @@ func (s *Server) mastership() *pb.Mastership {
 	return m
 }
 
-func (s *Server) mastershipOrUnknown() *pb.Mastership {
+func (s *Service) mastershipOrUnknown() *pb.Mastership {
 	if m := s.mastership(); m != nil {
 		return m
 	}

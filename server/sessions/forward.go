@@ -1,4 +1,4 @@
-package server
+package sessions
 
 import (
 	"context"
@@ -44,10 +44,10 @@ type SessionRouter interface {
 // forwardedKey marks a forwarded request (gRPC metadata).
 const forwardedKey = "sluice-forwarded"
 
-// SetSessionRouter makes the server forward the requests of sessions
+// SetRouter makes the service forward the requests of sessions
 // homed on other servers (see above); creds are the transport credentials
 // to reach them (nil: plaintext). Safe for concurrent use.
-func (s *Server) SetSessionRouter(r SessionRouter, creds credentials.TransportCredentials) {
+func (s *Service) SetRouter(r SessionRouter, creds credentials.TransportCredentials) {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
@@ -83,7 +83,7 @@ func (rt *router) client(addr string) (v1.LimitsClient, error) {
 // to forward with, or a nil client when the request is to be answered here
 // (no fleet, the session is homed here, or the request was forwarded
 // already).
-func (s *Server) home(ctx context.Context, id string) (v1.LimitsClient, string, context.Context, error) {
+func (s *Service) home(ctx context.Context, id string) (v1.LimitsClient, string, context.Context, error) {
 	rt := s.router.Load()
 	if rt == nil {
 		return nil, "", nil, nil
@@ -108,7 +108,7 @@ func (s *Server) home(ctx context.Context, id string) (v1.LimitsClient, string, 
 
 // forward answers req at session id's home if it is another server: done
 // reports whether it did (then resp, err are the home's answer).
-func forward[Req, Resp any](s *Server, ctx context.Context, id string, req Req,
+func forward[Req, Resp any](s *Service, ctx context.Context, id string, req Req,
 	call func(v1.LimitsClient, context.Context, Req, ...grpc.CallOption) (Resp, error)) (resp Resp, done bool, err error) {
 	c, _, fctx, err := s.home(ctx, id)
 	if err != nil || c == nil {
@@ -124,7 +124,7 @@ func forward[Req, Resp any](s *Server, ctx context.Context, id string, req Req,
 // upstreams are the KeepAlive streams one client stream opened to other
 // servers, by address.
 type upstreams struct {
-	s       *Server
+	s       *Service
 	ctx     context.Context
 	streams map[string]grpc.BidiStreamingClient[v1.KeepAliveRequest, v1.KeepAliveResponse]
 }

@@ -1,4 +1,4 @@
-package server
+package status
 
 import "net/http"
 
@@ -12,16 +12,15 @@ import "net/http"
 // bearer token typed into the page is kept in the tab's sessionStorage and
 // sent as Authorization: Bearer; with --admin-insecure, requests from
 // loopback need none, and behind an authenticating proxy the proxy's
-// X-Forwarded-User names the user. Without the admin API (a Server's
-// Handler alone, or no --config) the page loads and shows the API's 404.
+// X-Forwarded-User names the user. Without the admin API (no --config) the page loads and shows the API's 404.
 // Edits carry the version read as If-Match: a stale one shows the API's
 // 409 ("configuration changed since you read it: version N now"); "show
 // the diff" is the API's dry_run; every validation error is listed.
 //
 // Source: issue 16, item 7 (an admin web page on the status site).
-func (s *Server) handleAdmin(w http.ResponseWriter, _ *http.Request) {
+func (s *Site) handleAdmin(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := pages.ExecuteTemplate(w, "admin.html", nil); err != nil {
-		s.log.Error("admin page", "err", err)
+		s.v.Logger.Error("admin page", "err", err)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package capacity
 
 import (
 	"sync"
@@ -68,13 +68,13 @@ func (h *history) drop(id string) {
 }
 
 // sample records one history point per resource (called from Sweep).
-func (s *Server) sample(now time.Time) {
+func (s *Service) sample(now time.Time) {
 	ids, rs := s.resourceList()
 	for i, r := range rs {
 		r.mu.Lock()
 		p := r.store.Params()
 		w, h, _, _ := r.store.Totals()
 		r.mu.Unlock()
-		s.hist.add(ids[i], Point{T: now.Unix(), Capacity: finite(p.Capacity), Has: h, Wants: w})
+		s.hist.add(ids[i], Point{T: now.Unix(), Capacity: Finite(p.Capacity), Has: h, Wants: w})
 	}
 }

@@ -13,9 +13,6 @@ import (
 	"github.com/soheilhy/cmux"
 	"google.golang.org/grpc"
 
-	pb "github.com/sluice-rl/sluice/api/doorman"
-	qs "github.com/sluice-rl/sluice/api/quotaservice"
-	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 )
 
@@ -30,7 +27,7 @@ import (
 // runtime.copystack under gRPC's reading of the request.
 const streamWorkersPerCPU = 32
 
-// Endpoint serves a Server on one listener: gRPC on grpc-go's own
+// Endpoint serves the services on one listener: gRPC on grpc-go's own
 // transport (it batches its frame writes: about a third of the CPU per
 // request of net/http's HTTP/2 server), and everything else — gRPC-Web,
 // Connect's JSON, status pages, /metrics, and gRPC on a connection that
@@ -43,8 +40,9 @@ const streamWorkersPerCPU = 32
 // first (ALPN h2 and http/1.1; mTLS when the config requires client
 // certificates), so both servers see the plaintext.
 //
-// Both paths run the same handlers (Server.GRPC and Server.Handler's),
-// with the same metrics, mastership redirects and drain.
+// Both paths run the same handlers (registered with grpc-go, and adapted to
+// Connect in Server.Handler), with the same metrics, mastership redirects
+// and drain.
 type Endpoint struct {
 	m    cmux.CMux
 	lis  net.Listener
@@ -53,10 +51,11 @@ type Endpoint struct {
 	errc chan error
 }
 
-// Serve starts serving s on lis, with handler (Server.Handler, possibly
-// wrapped) for the net/http side, and returns at once. tlsConfig nil means
-// plaintext (HTTP/2 without TLS, h2c, and HTTP/1.1). The caller stops it
-// with Shutdown; Err reports a listener that failed.
+// Serve starts serving s's services on lis, with handler (Server.Handler,
+// possibly wrapped) for the net/http side, and returns at once. tlsConfig
+// nil means plaintext (HTTP/2 without TLS, h2c, and HTTP/1.1). The caller
+// stops it with Shutdown; Err reports a listener that failed. Run serves
+// this way; Serve is for callers that run the services themselves.
 func (s *Server) Serve(lis net.Listener, handler http.Handler, tlsConfig *tls.Config) *Endpoint {
 	if tlsConfig != nil {
 		cfg := tlsConfig.Clone()
@@ -77,11 +76,9 @@ func (s *Server) Serve(lis net.Listener, handler http.Handler, tlsConfig *tls.Co
 	grpcL := e.m.MatchWithWriters(cmux.HTTP2MatchHeaderFieldSendSettings("content-type", "application/grpc"))
 	httpL := ackFilterListener{e.m.Match(cmux.Any())}
 
-	e.gs = grpc.NewServer(grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.UnaryInterceptor(s.metrics.grpcInterceptor),
+	e.gs = grpc.NewServer(grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.UnaryInterceptor(s.rpc.grpcInterceptor),
 		grpc.NumStreamWorkers(uint32(streamWorkersPerCPU*runtime.GOMAXPROCS(0))))
-	e.gs.RegisterService(&pb.Capacity_ServiceDesc, s.GRPC())
-	e.gs.RegisterService(&v1.Limits_ServiceDesc, s.LimitsAPI())
-	e.gs.RegisterService(&qs.QuotaService_ServiceDesc, s.QuotaServiceAPI())
+	s.registerGRPC(e.gs)
 	protocols := new(http.Protocols) // TLS, if any, is already terminated
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)

@@ -1,4 +1,4 @@
-package server
+package capacity
 
 import (
 	"context"
@@ -7,7 +7,8 @@ import (
 	"net/http"
 	"time"
 
-	"connectrpc.com/connect"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-rl/sluice/algorithm"
@@ -26,7 +27,7 @@ func wireSafeCapacity(c float64) *float64 {
 }
 
 // Discovery implements doorman.Capacity/Discovery. It always answers.
-func (s *Server) Discovery(ctx context.Context, _ *connect.Request[pb.DiscoveryRequest]) (*connect.Response[pb.DiscoveryResponse], error) {
+func (s *Service) Discovery(ctx context.Context, _ *pb.DiscoveryRequest) (*pb.DiscoveryResponse, error) {
 	master, addr := s.IsMaster()
 	if master && addr == "" {
 		if la, ok := ctx.Value(http.LocalAddrContextKey).(net.Addr); ok {
@@ -37,25 +38,25 @@ func (s *Server) Discovery(ctx context.Context, _ *connect.Request[pb.DiscoveryR
 	if addr != "" {
 		m.MasterAddress = proto.String(addr)
 	}
-	return connect.NewResponse(&pb.DiscoveryResponse{Mastership: m, IsMaster: proto.Bool(master)}), nil
+	return &pb.DiscoveryResponse{Mastership: m, IsMaster: proto.Bool(master)}, nil
 }
 
 // GetCapacity implements doorman.Capacity/GetCapacity: a bulk request for
 // capacity from one client.
 //
 // Source: doorman-design.md, "Processing the GetCapacity RPC".
-func (s *Server) GetCapacity(ctx context.Context, req *connect.Request[pb.GetCapacityRequest]) (*connect.Response[pb.GetCapacityResponse], error) {
-	if err := ValidateGetCapacity(req.Msg); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+func (s *Service) GetCapacity(ctx context.Context, req *pb.GetCapacityRequest) (*pb.GetCapacityResponse, error) {
+	if err := ValidateGetCapacity(req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if m := s.mastership(); m != nil {
-		return connect.NewResponse(&pb.GetCapacityResponse{Mastership: m}), nil
+		return &pb.GetCapacityResponse{Mastership: m}, nil
 	}
-	client := req.Msg.GetClientId()
-	out := &pb.GetCapacityResponse{Response: make([]*pb.ResourceResponse, 0, len(req.Msg.GetResource()))}
-	ids := make([]string, len(req.Msg.GetResource()))
+	client := req.GetClientId()
+	out := &pb.GetCapacityResponse{Response: make([]*pb.ResourceResponse, 0, len(req.GetResource()))}
+	ids := make([]string, len(req.GetResource()))
 	lrs := make([]lease.Request, len(ids))
-	for i, rr := range req.Msg.GetResource() {
+	for i, rr := range req.GetResource() {
 		lr := lease.Request{
 			Client:     client,
 			Priority:   rr.GetPriority(),
@@ -67,7 +68,7 @@ func (s *Server) GetCapacity(ctx context.Context, req *connect.Request[pb.GetCap
 	}
 	grants, ok := s.decideAll(ctx, ids, lrs)
 	if !ok {
-		return connect.NewResponse(&pb.GetCapacityResponse{Mastership: s.mastershipOrUnknown()}), nil
+		return &pb.GetCapacityResponse{Mastership: s.mastershipOrUnknown()}, nil
 	}
 	for i, g := range grants {
 		out.Response = append(out.Response, &pb.ResourceResponse{
@@ -76,7 +77,7 @@ func (s *Server) GetCapacity(ctx context.Context, req *connect.Request[pb.GetCap
 			SafeCapacity: wireSafeCapacity(g.SafeCapacity),
 		})
 	}
-	return connect.NewResponse(out), nil
+	return out, nil
 }
 
 // GetServerCapacity implements doorman.Capacity/GetServerCapacity: a
@@ -84,18 +85,18 @@ func (s *Server) GetCapacity(ctx context.Context, req *connect.Request[pb.GetCap
 // band. Each band counts as num_clients subclients at its priority (see
 // algorithm.PriorityFairTarget); the response pushes the resource's
 // algorithm and safe capacity down.
-func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.GetServerCapacityRequest]) (*connect.Response[pb.GetServerCapacityResponse], error) {
-	if err := ValidateGetServerCapacity(req.Msg); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+func (s *Service) GetServerCapacity(ctx context.Context, req *pb.GetServerCapacityRequest) (*pb.GetServerCapacityResponse, error) {
+	if err := ValidateGetServerCapacity(req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if m := s.mastership(); m != nil {
-		return connect.NewResponse(&pb.GetServerCapacityResponse{Mastership: m}), nil
+		return &pb.GetServerCapacityResponse{Mastership: m}, nil
 	}
-	server := req.Msg.GetServerId()
+	server := req.GetServerId()
 	out := &pb.GetServerCapacityResponse{}
-	ids := make([]string, len(req.Msg.GetResource()))
+	ids := make([]string, len(req.GetResource()))
 	lrs := make([]lease.Request, len(ids))
-	for i, rr := range req.Msg.GetResource() {
+	for i, rr := range req.GetResource() {
 		// Each band counts as that many subclients at its priority.
 		lr := lease.Request{Client: server, Subclients: 1}
 		for _, b := range rr.GetWants() {
@@ -103,13 +104,13 @@ func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.
 		}
 		// A downstream server's has is what it has handed out and that
 		// still runs: it stays booked until its clients give it back.
-		lr.KeepOutstanding = !s.opts.hooks.DoormanAllocation
+		lr.KeepOutstanding = !s.hooks.DoormanAllocation
 		s.claim(&lr, rr.GetHas())
 		ids[i], lrs[i] = rr.GetResourceId(), lr
 	}
 	grants, ok := s.decideAll(ctx, ids, lrs)
 	if !ok {
-		return connect.NewResponse(&pb.GetServerCapacityResponse{Mastership: s.mastershipOrUnknown()}), nil
+		return &pb.GetServerCapacityResponse{Mastership: s.mastershipOrUnknown()}, nil
 	}
 	for i, g := range grants {
 		p, params, decay := s.paramsOf(ids[i])
@@ -122,26 +123,26 @@ func (s *Server) GetServerCapacity(ctx context.Context, req *connect.Request[pb.
 				// The child refreshes with this server every
 				// p.RefreshInterval (Gets); its own requesters, one level
 				// further from the root, refresh 1/decay_factor as slowly.
-				RefreshInterval:      proto.Int64(int64(childInterval(p.RefreshInterval, p.LeaseLength, decay, s.opts.hooks.DesignRefreshDecay) / time.Second)),
+				RefreshInterval:      proto.Int64(int64(childInterval(p.RefreshInterval, p.LeaseLength, decay, s.hooks.DesignRefreshDecay) / time.Second)),
 				LearningModeDuration: proto.Int64(int64(p.LearningModeDuration / time.Second)),
 				Parameters:           params,
 			},
 			SafeCapacity: wireSafeCapacity(g.SafeCapacity),
 		})
 	}
-	return connect.NewResponse(out), nil
+	return out, nil
 }
 
 // ReleaseCapacity implements doorman.Capacity/ReleaseCapacity: it drops
 // the client's leases on the listed resources.
-func (s *Server) ReleaseCapacity(_ context.Context, req *connect.Request[pb.ReleaseCapacityRequest]) (*connect.Response[pb.ReleaseCapacityResponse], error) {
-	if err := ValidateReleaseCapacity(req.Msg); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+func (s *Service) ReleaseCapacity(_ context.Context, req *pb.ReleaseCapacityRequest) (*pb.ReleaseCapacityResponse, error) {
+	if err := ValidateReleaseCapacity(req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if m := s.mastership(); m != nil {
-		return connect.NewResponse(&pb.ReleaseCapacityResponse{Mastership: m}), nil
+		return &pb.ReleaseCapacityResponse{Mastership: m}, nil
 	}
-	for _, id := range req.Msg.GetResourceId() {
+	for _, id := range req.GetResourceId() {
 		if id == "" {
 			s.metrics.emptyReleaseIDs.Inc()
 			continue
@@ -153,10 +154,10 @@ func (s *Server) ReleaseCapacity(_ context.Context, req *connect.Request[pb.Rele
 			continue
 		}
 		r.mu.Lock()
-		r.store.Release(req.Msg.GetClientId())
+		r.store.Release(req.GetClientId())
 		r.mu.Unlock()
 	}
-	return connect.NewResponse(&pb.ReleaseCapacityResponse{}), nil
+	return &pb.ReleaseCapacityResponse{}, nil
 }
 
 // decideAll runs one decision per resource, each under its resource's
@@ -165,7 +166,7 @@ func (s *Server) ReleaseCapacity(_ context.Context, req *connect.Request[pb.Rele
 // are recorded first, so that the parent hears of their demand, and decided
 // again once the parent answered: one wait of at most firstLeaseWait for
 // the whole request.
-func (s *Server) decideAll(ctx context.Context, ids []string, reqs []lease.Request) ([]lease.Grant, bool) {
+func (s *Service) decideAll(ctx context.Context, ids []string, reqs []lease.Request) ([]lease.Grant, bool) {
 	grants := make([]lease.Grant, len(ids))
 	rs := make([]*resource, len(ids))
 	var pending []int
@@ -207,7 +208,7 @@ func (s *Server) decideAll(ctx context.Context, ids []string, reqs []lease.Reque
 // what the store flags: early requests (Doorman's 5-second rule) and
 // claimed leases without a record outside learning mode (logged at most
 // once every unrecordedLogEvery).
-func (s *Server) decide(r *resource, id string, req lease.Request) lease.Grant {
+func (s *Service) decide(r *resource, id string, req lease.Request) lease.Grant {
 	g := r.store.Decide(s.now(), req)
 	if g.Early {
 		s.metrics.early.Inc()
@@ -230,12 +231,12 @@ const unrecordedLogEvery = 10 * time.Second
 // claim sets lr's Has and HasExpiry from the lease the requester says it
 // holds (has; nil: none). Doorman's allocation (Options.DoormanAllocation)
 // does not use the claimed expiry.
-func (s *Server) claim(lr *lease.Request, has *pb.Lease) {
+func (s *Service) claim(lr *lease.Request, has *pb.Lease) {
 	if has == nil {
 		return
 	}
 	lr.Has = proto.Float64(has.GetCapacity())
-	if !s.opts.hooks.DoormanAllocation {
+	if !s.hooks.DoormanAllocation {
 		lr.HasExpiry = time.Unix(has.GetExpiryTime(), 0)
 	}
 }
@@ -244,7 +245,7 @@ func (s *Server) claim(lr *lease.Request, has *pb.Lease) {
 // for the wire, and their decay_factor (resolved when the template was
 // loaded or the parent's lease adopted; algorithm.DefaultDecayFactor when
 // there is none).
-func (s *Server) paramsOf(id string) (p lease.Params, params []*pb.NamedParameter, decay float64) {
+func (s *Service) paramsOf(id string) (p lease.Params, params []*pb.NamedParameter, decay float64) {
 	s.mu.RLock()
 	r := s.resources[id]
 	s.mu.RUnlock()

@@ -1,4 +1,4 @@
-package server
+package capacity
 
 import (
 	"context"
@@ -101,7 +101,7 @@ type ParentStatus struct {
 //
 // Source: doorman-design.md, "Getting capacity for the server".
 type parentLink struct {
-	s     *Server
+	s     *Service
 	addrs []string
 	dial  discovery.Dialer
 	wake  refresh.Wake
@@ -148,7 +148,7 @@ func (l *parentLink) sendReleases(ctx context.Context) {
 	}
 }
 
-func newParentLink(s *Server, addrs []string, hc *http.Client, dial discovery.Dialer, tlsCfg *tls.Config) *parentLink {
+func newParentLink(s *Service, addrs []string, hc *http.Client, dial discovery.Dialer, tlsCfg *tls.Config) *parentLink {
 	if dial == nil {
 		if hc == nil {
 			hc = &http.Client{Transport: discovery.Transport(tlsCfg, false)}
@@ -156,7 +156,7 @@ func newParentLink(s *Server, addrs []string, hc *http.Client, dial discovery.Di
 		dial = discovery.NewDialer(hc, discovery.Scheme(tlsCfg), false)
 	}
 	l := &parentLink{s: s, addrs: addrs, dial: dial, wake: refresh.NewWake(),
-		retry: refresh.Retry{Min: minBackoff, Max: maxBackoff, Rand: s.opts.hooks.Rand}}
+		retry: refresh.Retry{Min: minBackoff, Max: maxBackoff, Rand: s.hooks.Rand}}
 	l.use(addrs[0])
 	return l
 }
@@ -219,7 +219,7 @@ func (l *parentLink) step(ctx context.Context) time.Duration {
 // answer (or, on failure, backs off and fails over to the parent's
 // master), and returns how long until the next turn is due. It returns 0
 // at the root. Not for concurrent use with itself.
-func (s *Server) stepParent(ctx context.Context) time.Duration {
+func (s *Service) stepParent(ctx context.Context) time.Duration {
 	if s.parent == nil {
 		return 0
 	}
@@ -283,7 +283,7 @@ func (l *parentLink) send(ctx context.Context, req *pb.GetServerCapacityRequest,
 // serverRequest condenses this server's state into a GetServerCapacity
 // request: per resource, its demand per priority band and the lease it
 // holds from the parent.
-func (s *Server) serverRequest() (*pb.GetServerCapacityRequest, []*resource) {
+func (s *Service) serverRequest() (*pb.GetServerCapacityRequest, []*resource) {
 	now := s.now()
 	ids, rs := s.resourceList()
 	req := &pb.GetServerCapacityRequest{ServerId: proto.String(s.opts.ID)}
@@ -301,7 +301,7 @@ func (s *Server) serverRequest() (*pb.GetServerCapacityRequest, []*resource) {
 		// lease.Request.KeepOutstanding). In learning mode it is not known yet
 		// (the predecessor's clients have not all reported), so it is left
 		// out and the parent keeps what it had booked.
-		if s.opts.hooks.DoormanAllocation {
+		if s.hooks.DoormanAllocation {
 			// Doorman: the lease held from the parent.
 			if pl := r.parent; pl.ok && pl.expiry.After(now) {
 				rr.Has = &pb.Lease{
@@ -331,7 +331,7 @@ func (s *Server) serverRequest() (*pb.GetServerCapacityRequest, []*resource) {
 // parentAnswered applies the parent's answer (nil: the request failed) and
 // returns when to refresh next: the shortest refresh interval the parent
 // asked for, and no later than the earliest expiry.
-func (s *Server) parentAnswered(rs []*resource, resp *pb.GetServerCapacityResponse) time.Duration {
+func (s *Service) parentAnswered(rs []*resource, resp *pb.GetServerCapacityResponse) time.Duration {
 	now := s.now()
 	byID := map[string]*pb.ServerCapacityResourceResponse{}
 	for _, rr := range resp.GetResponse() {
@@ -403,7 +403,7 @@ func (pl *parentLease) adopt(rr *pb.ServerCapacityResourceResponse) (fellBack bo
 // waitFirstLeases waits, for resources this intermediate server has no
 // lease for from its parent yet, until the parent link has answered for
 // all of them, ctx ends, or firstLeaseWait passes, whichever is first.
-func (s *Server) waitFirstLeases(ctx context.Context, rs []*resource) {
+func (s *Service) waitFirstLeases(ctx context.Context, rs []*resource) {
 	readies := make([]chan struct{}, 0, len(rs))
 	for _, r := range rs {
 		r.mu.Lock()
@@ -418,7 +418,7 @@ func (s *Server) waitFirstLeases(ctx context.Context, rs []*resource) {
 	if len(readies) == 0 {
 		return
 	}
-	if s.opts.hooks.ManualParent {
+	if s.hooks.ManualParent {
 		// The caller drives the link and nothing runs concurrently (the
 		// simulator): take the turn the poke would trigger, inline.
 		s.parent.step(ctx)

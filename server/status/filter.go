@@ -1,4 +1,4 @@
-package server
+package status
 
 import (
 	"cmp"
@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/sluice-rl/sluice/server/capacity"
 )
 
 func parseFilter(q url.Values) (Filter, error) {
@@ -59,7 +61,7 @@ func ptrNum(p *float64) float64 {
 	return *p
 }
 
-func resourceKey(r ResourceRow, col string) (float64, string, bool) {
+func resourceKey(r capacity.ResourceRow, col string) (float64, string, bool) {
 	switch col {
 	case "template":
 		return 0, r.Template, false
@@ -81,7 +83,7 @@ func resourceKey(r ResourceRow, col string) (float64, string, bool) {
 	return 0, r.ID, false
 }
 
-func leaseKey(l LeaseRow, col string) (float64, string, bool) {
+func leaseKey(l capacity.LeaseRow, col string) (float64, string, bool) {
 	switch col {
 	case "priority":
 		return float64(l.Priority), "", true

@@ -1,75 +1,163 @@
-package server
+// Package limitsvc is the server-side limits service: sluice.v1.Limits/Allow
+// and, wire-compatible with Square's quota service,
+// quotaservice.QuotaService/Allow, both over one limits.Engine (token
+// buckets and burst tiers per resource and domain), with the engine's
+// metrics. Any server answers: limits have no master.
+//
+// Its handlers have grpc-go's shape (func(ctx, *Req) (*Resp, error));
+// package server registers them with grpc-go and adapts them to Connect.
+//
+// Source: quotaservice-design.md; quotaservice-wire.md; charon-paper.md,
+// section 3 (burst tiers).
+package limitsvc
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"log/slog"
 	"math"
+	"sync/atomic"
 	"time"
 
-	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
-	"github.com/sluice-rl/sluice/api/sluice/v1/sluicev1connect"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
 )
 
-// Limits returns the server's limits engine: the token buckets that
-// sluice.v1.Limits/Allow and quotaservice.QuotaService/Allow decide with.
-func (s *Server) Limits() *limits.Engine { return s.limits }
+// Options configures a Service.
+type Options struct {
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+	// Logger receives structured logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Registry receives the sluice_limits_* metrics; nil registers none.
+	Registry prometheus.Registerer
+	// Config is the limits configuration (nil: none, every request is
+	// REJECTED_NO_BUCKET; SetConfig changes it). An invalid one is New's
+	// error.
+	Config *limits.Config
+	// Store holds the buckets (nil: a new limits.MemoryStore, this
+	// process's alone).
+	Store limits.Store
+	// CopyLimited reports whether a resource is copy-limited (the sessions
+	// service's CopyLimited): Allow on one is FailedPrecondition. nil:
+	// none is.
+	CopyLimited func(resource string) bool
+}
 
-// SetLimits replaces the limits configuration (nil: none; every request is
+// Service serves sluice.v1.Limits/Allow and quotaservice.QuotaService/Allow
+// on one limits engine. It is safe for concurrent use.
+type Service struct {
+	opts      Options
+	now       func() time.Time
+	log       *slog.Logger
+	limits    *limits.Engine
+	metrics   *limitsMetrics
+	rateNames atomic.Pointer[map[string]bool] // resources the configuration names
+}
+
+// New returns the service. Errors: the configuration is invalid
+// (limits.Config.Validate's error).
+func New(opts Options) (*Service, error) {
+	s := &Service{opts: opts, now: opts.Now, log: opts.Logger}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.opts.CopyLimited == nil {
+		s.opts.CopyLimited = func(string) bool { return false }
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry() // registered nowhere
+	}
+	s.metrics = newLimitsMetrics(reg)
+	eng, err := limits.New(nil, limits.Options{Listener: s.metrics, Store: opts.Store})
+	if err != nil {
+		return nil, fmt.Errorf("limits: %w", err)
+	}
+	s.limits = eng
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_limits_buckets",
+		Help: "Token buckets the limits engine holds.",
+	}, func() float64 { return float64(s.limits.Len()) }))
+	s.rateNames.Store(&map[string]bool{})
+	if opts.Config != nil {
+		if err := s.SetConfig(opts.Config); err != nil {
+			return nil, fmt.Errorf("limits: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Run removes idle buckets every interval (limits.Engine.Reap) until ctx
+// is done.
+func (s *Service) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.reap()
+		}
+	}
+}
+
+// Engine returns the service's limits engine: the token buckets that
+// sluice.v1.Limits/Allow and quotaservice.QuotaService/Allow decide with.
+func (s *Service) Engine() *limits.Engine { return s.limits }
+
+// SetConfig replaces the limits configuration (nil: none; every request is
 // then REJECTED_NO_BUCKET). On error (the configuration is invalid:
 // limits.Config.Validate's error) the old one stays. Buckets whose
 // configuration did not change are untouched; a changed bucket keeps its
 // fill fraction (limits.Engine.SetConfig). Safe for concurrent use with
 // requests.
-func (s *Server) SetLimits(cfg *limits.Config) error {
+func (s *Service) SetConfig(cfg *limits.Config) error {
 	if err := s.limits.SetConfig(s.now(), cfg); err != nil {
 		return err
 	}
-	s.limitsMetrics.configured(cfg)
+	s.metrics.configured(cfg)
 	var resources map[string]*limits.Resource
 	if cfg != nil {
 		resources = cfg.Resources
 	}
-	storeNames(&s.rateNames, resources)
+	names := make(map[string]bool, len(resources))
+	for name := range resources {
+		names[name] = true
+	}
+	s.rateNames.Store(&names)
 	return nil
 }
 
-// isRateLimited reports whether resource is configured in the limits
+// RateLimited reports whether resource is configured in the limits
 // configuration (token buckets or burst tiers).
-func (s *Server) isRateLimited(resource string) bool { return (*s.rateNames.Load())[resource] }
+func (s *Service) RateLimited(resource string) bool { return (*s.rateNames.Load())[resource] }
 
-// reapLimits removes idle buckets (limits.Engine.Reap).
-func (s *Server) reapLimits() {
+// reap removes idle buckets (limits.Engine.Reap).
+func (s *Service) reap() {
 	if _, err := s.limits.Reap(s.now()); err != nil {
 		s.log.Warn("reaping idle buckets failed", "err", err)
 	}
-}
-
-// LimitsAPI returns sluice.v1.Limits for grpc-go and Connect. Its methods
-// decide on the server's limits engine at the server's clock; any server
-// answers (limits have no master).
-func (s *Server) LimitsAPI() LimitsAPI { return LimitsAPI{s: s} }
-
-// LimitsAPI serves sluice.v1.Limits (see Server.LimitsAPI).
-type LimitsAPI struct {
-	v1.UnimplementedLimitsServer
-	s *Server
 }
 
 // Allow decides one request for tokens. Over-limit answers are statuses in
 // the response; an invalid request is InvalidArgument naming the field; a
 // failed store is Unavailable, or, for a resource configured
 // on_store_error: open, OK with degraded set.
-func (a LimitsAPI) Allow(_ context.Context, req *v1.AllowRequest) (*v1.AllowResponse, error) {
-	if a.s.isCopyLimited(req.GetResource()) {
-		return nil, copiesError(copies.WrongKind(req.GetResource(), "copy-limited"))
+func (s *Service) Allow(_ context.Context, req *v1.AllowRequest) (*v1.AllowResponse, error) {
+	if s.opts.CopyLimited(req.GetResource()) {
+		return nil, status.Error(codes.FailedPrecondition, copies.WrongKind(req.GetResource(), "copy-limited").Error())
 	}
 	r := limits.Request{Resource: req.GetResource(), Domain: req.GetDomain(), Tokens: req.GetTokens(), MinTokens: req.GetMinTokens()}
 	if mw := req.GetMaxWait(); mw != nil {
@@ -78,7 +166,7 @@ func (a LimitsAPI) Allow(_ context.Context, req *v1.AllowRequest) (*v1.AllowResp
 		}
 		r.MaxWait, r.HasMaxWait = mw.AsDuration(), true
 	}
-	d := a.s.limits.Allow(a.s.now(), r)
+	d := s.limits.Allow(s.now(), r)
 	switch d.Status {
 	case limits.StatusInvalidRequest:
 		return nil, status.Error(codes.InvalidArgument, d.Err.Error())
@@ -113,16 +201,6 @@ func (a LimitsAPI) Allow(_ context.Context, req *v1.AllowRequest) (*v1.AllowResp
 	return resp, nil
 }
 
-// limitsConnect is LimitsAPI for Connect's handler.
-type limitsConnect struct {
-	sluicev1connect.UnimplementedLimitsHandler
-	api LimitsAPI
-}
-
-func (c limitsConnect) Allow(ctx context.Context, req *connect.Request[v1.AllowRequest]) (*connect.Response[v1.AllowResponse], error) {
-	return connectUnary(c.api.Allow(ctx, req.Msg))
-}
-
 // sluiceStatus maps the engine's status to sluice.v1's.
 func sluiceStatus(st limits.Status) v1.AllowResponse_Status {
 	switch st {
@@ -140,16 +218,15 @@ func sluiceStatus(st limits.Status) v1.AllowResponse_Status {
 	return v1.AllowResponse_STATUS_UNSPECIFIED
 }
 
-// QuotaServiceAPI returns quotaservice.QuotaService — Square's quota
-// service, wire-compatible — for grpc-go and Connect, on the same limits
-// engine as LimitsAPI: a namespace is a resource, a bucket name a domain.
-func (s *Server) QuotaServiceAPI() QuotaServiceAPI { return QuotaServiceAPI{s: s} }
+// QuotaService returns quotaservice.QuotaService — Square's quota
+// service, wire-compatible — on the same limits engine as Allow: a
+// namespace is a resource, a bucket name a domain.
+func (s *Service) QuotaService() QuotaService { return QuotaService{s: s} }
 
-// QuotaServiceAPI serves quotaservice.QuotaService (see
-// Server.QuotaServiceAPI).
-type QuotaServiceAPI struct {
+// QuotaService serves quotaservice.QuotaService (see Service.QuotaService).
+type QuotaService struct {
 	qs.UnimplementedQuotaServiceServer
-	s *Server
+	s *Service
 }
 
 // Allow decides one request as Square's quota service does: every answer,
@@ -162,7 +239,7 @@ type QuotaServiceAPI struct {
 // configured on_store_error: open) is a plain OK: the wire has no flag.
 //
 // Source: quotaservice-wire.md, "Service quotaservice.QuotaService".
-func (a QuotaServiceAPI) Allow(_ context.Context, req *qs.AllowRequest) (*qs.AllowResponse, error) {
+func (a QuotaService) Allow(_ context.Context, req *qs.AllowRequest) (*qs.AllowResponse, error) {
 	r := limits.Request{Resource: req.GetNamespace(), Domain: req.GetBucketName(), Tokens: req.GetTokensRequested()}
 	if req.GetMaxWaitTimeOverride() {
 		ms := req.GetMaxWaitMillisOverride()
@@ -178,13 +255,6 @@ func (a QuotaServiceAPI) Allow(_ context.Context, req *qs.AllowRequest) (*qs.All
 		resp.WaitMillis = int64((d.Wait + time.Millisecond - 1) / time.Millisecond)
 	}
 	return resp, nil
-}
-
-// quotaConnect is QuotaServiceAPI for Connect's handler.
-type quotaConnect struct{ api QuotaServiceAPI }
-
-func (c quotaConnect) Allow(ctx context.Context, req *connect.Request[qs.AllowRequest]) (*connect.Response[qs.AllowResponse], error) {
-	return connectUnary(c.api.Allow(ctx, req.Msg))
 }
 
 // quotaStatus maps the engine's status to the quota service's.
@@ -204,13 +274,4 @@ func quotaStatus(st limits.Status) qs.AllowResponse_Status {
 		return qs.AllowResponse_REJECTED_INVALID_REQUEST
 	}
 	return qs.AllowResponse_REJECTED_SERVER_ERROR
-}
-
-// connectError turns a gRPC status error into a Connect error with the
-// same code and message (Connect's codes are gRPC's).
-func connectError(err error) error {
-	if st, ok := status.FromError(err); ok {
-		return connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
-	}
-	return err
 }

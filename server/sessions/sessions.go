@@ -1,13 +1,24 @@
-package server
+// Package sessions is Charon's copy-limited resources on sluice.v1.Limits:
+// sessions (OpenSession, KeepAlive, CloseSession) and holds (Reserve,
+// Release, Transfer, Seize) over a copies.Engine, the cap on open
+// sessions, the forwarding of a fleet's requests to a session's home
+// server, and the fleet's view for the status pages and metrics.
+//
+// Its handlers have grpc-go's shape (func(ctx, *Req) (*Resp, error));
+// package server registers them with grpc-go and adapts them to Connect.
+package sessions
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,6 +27,114 @@ import (
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/limits/copies"
 )
+
+// Options configures a Service.
+type Options struct {
+	// Address is this server's advertised address ("host:port"): a
+	// forwarded request names it.
+	Address string
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+	// Logger receives structured logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Registry receives the sluice_copies_* and sluice_fleet_* metrics;
+	// nil registers none.
+	Registry prometheus.Registerer
+	// Config is the copy-limited resources' configuration (nil: none;
+	// SetConfig changes it). An invalid one is New's error.
+	Config *copies.Config
+	// Log, when set, is the copy log shared with the other servers using
+	// the same Redis (limits/redis.CopyLog): the engine asks it for every
+	// decision, and Run writes this server's contributions back every
+	// reconcileEvery when they are in doubt. The engine starts fenced when
+	// it is set: the fleet membership (package fleet) unfences it once it
+	// has an epoch. nil: the counts are this server's alone.
+	Log copies.Log
+	// MaxSessions caps the sessions this server holds open at once
+	// (OpenSession): at the cap, OpenSession answers ResourceExhausted,
+	// counted in sluice_copies_sessions_refused_total, until a session
+	// ends (closed, its keep-alive stream broken, or its ttl passed and
+	// Run's next expiry ended it). Each session costs memory until it
+	// ends, so without a cap a misbehaving client could open sessions
+	// until the process runs out of memory. A fleet's sessions count only
+	// on their home. 0 means DefaultMaxSessions; negative means no cap.
+	MaxSessions int
+	// RateLimited reports whether a resource is rate-limited (the limits
+	// service's RateLimited): Reserve on one is FailedPrecondition. nil:
+	// none is.
+	RateLimited func(resource string) bool
+}
+
+// Service serves the copy-limited RPCs of sluice.v1.Limits. It is safe
+// for concurrent use.
+type Service struct {
+	opts Options
+	now  func() time.Time
+	log  *slog.Logger
+
+	copies    *copies.Engine
+	copyNames namesOf // resources the configuration names
+	fleet     atomic.Pointer[func() FleetStatus]
+	router    atomic.Pointer[router] // forwards other servers' sessions (SetRouter)
+	forwarded atomic.Uint64          // requests forwarded to sessions' homes
+	openMu    sync.Mutex             // serializes OpenSession's check of MaxSessions and the open
+	refused   atomic.Uint64          // sessions refused at MaxSessions
+}
+
+// New returns the service. Errors: the configuration is invalid
+// (copies.Config.Validate's error), or the engine could not be built.
+func New(opts Options) (*Service, error) {
+	s := &Service{opts: opts, now: opts.Now, log: opts.Logger}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.opts.RateLimited == nil {
+		s.opts.RateLimited = func(string) bool { return false }
+	}
+	eng, err := copies.New(nil, copies.Options{Log: opts.Log})
+	if err != nil {
+		return nil, fmt.Errorf("copy-limited resources: %w", err)
+	}
+	s.copies = eng
+	if opts.Log != nil {
+		s.copies.Fence()
+	}
+	s.copyNames.Store(&map[string]bool{})
+	if err := s.SetConfig(opts.Config); err != nil {
+		return nil, fmt.Errorf("copy-limited resources: %w", err)
+	}
+	if opts.Registry != nil {
+		s.registerMetrics(opts.Registry)
+	}
+	return s, nil
+}
+
+// Run ends the sessions and staged transfers whose ttl passed every
+// expireEvery and, with a shared copy log, writes this server's
+// contributions back every reconcileEvery, until ctx is done.
+func (s *Service) Run(ctx context.Context) {
+	sessions := time.NewTicker(expireEvery)
+	defer sessions.Stop()
+	var reconcile <-chan time.Time
+	if s.opts.Log != nil {
+		r := time.NewTicker(reconcileEvery)
+		defer r.Stop()
+		reconcile = r.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sessions.C:
+			s.expireSessions()
+		case <-reconcile:
+			s.reconcileCopies()
+		}
+	}
+}
 
 // Charon's copy-limited resources on sluice.v1.Limits: sessions (OpenSession,
 // KeepAlive, CloseSession) and holds (Reserve, Release, Transfer, Seize),
@@ -43,7 +162,7 @@ const expireEvery = 250 * time.Millisecond
 const DefaultMaxSessions = 100_000
 
 // maxSessions returns the cap on open sessions; 0 means none.
-func (s *Server) maxSessions() int {
+func (s *Service) maxSessions() int {
 	switch n := s.opts.MaxSessions; {
 	case n == 0:
 		return DefaultMaxSessions
@@ -54,13 +173,13 @@ func (s *Server) maxSessions() int {
 	}
 }
 
-// Copies returns the server's engine of copy-limited resources.
-func (s *Server) Copies() *copies.Engine { return s.copies }
+// Engine returns the engine of copy-limited resources.
+func (s *Service) Engine() *copies.Engine { return s.copies }
 
-// SetCopies replaces the copy-limited resources' configuration (nil:
+// SetConfig replaces the copy-limited resources' configuration (nil:
 // none). On error (copies.Config.Validate's) the old one stays. Every live
 // hold stays, counted; new limits apply to new reserves.
-func (s *Server) SetCopies(cfg *copies.Config) error {
+func (s *Service) SetConfig(cfg *copies.Config) error {
 	if cfg == nil {
 		cfg = &copies.Config{}
 	}
@@ -71,8 +190,8 @@ func (s *Server) SetCopies(cfg *copies.Config) error {
 	return nil
 }
 
-// isCopyLimited reports whether resource is configured as copy-limited.
-func (s *Server) isCopyLimited(resource string) bool { return (*s.copyNames.Load())[resource] }
+// CopyLimited reports whether resource is configured as copy-limited.
+func (s *Service) CopyLimited(resource string) bool { return (*s.copyNames.Load())[resource] }
 
 // FleetStatus is this server's membership of the fleet sharing
 // copy-limited resources on Redis (package fleet's Status): its epoch (""
@@ -84,10 +203,10 @@ type FleetStatus struct {
 	Buried int
 }
 
-// SetFleet gives the server its fleet membership's status, for the
+// SetFleet gives the service its fleet membership's status, for the
 // buckets page (/debug/status/buckets) and the sluice_copies_* metrics.
 // Safe for concurrent use.
-func (s *Server) SetFleet(status func() FleetStatus) { s.fleet.Store(&status) }
+func (s *Service) SetFleet(status func() FleetStatus) { s.fleet.Store(&status) }
 
 // reconcileEvery is how often Run, with a shared copy log, checks that
 // this server's contributions are there and writes back those in doubt
@@ -97,7 +216,7 @@ func (s *Server) SetFleet(status func() FleetStatus) { s.fleet.Store(&status) }
 const reconcileEvery = time.Second
 
 // expireSessions ends the sessions and transfers whose ttl passed.
-func (s *Server) expireSessions() {
+func (s *Service) expireSessions() {
 	for _, e := range s.copies.Expire(s.now()) {
 		s.log.Debug("session ended", "session", e.Session, "transfer", e.Transfer, "reason", e.Reason, "holds_released", len(e.Released))
 	}
@@ -105,7 +224,7 @@ func (s *Server) expireSessions() {
 
 // reconcileCopies writes this server's contributions back to the shared
 // copy log where they are in doubt.
-func (s *Server) reconcileCopies() {
+func (s *Service) reconcileCopies() {
 	done, err := s.copies.Reconcile()
 	if len(done) > 0 {
 		s.log.Info("copy log: this server's contributions written back", "resources", done)
@@ -151,23 +270,23 @@ func duration(field string, d *durationpb.Duration) (time.Duration, error) {
 // answers ResourceExhausted (sessions whose ttl passed count until Run's
 // next expiry ends them, within expireEvery). A session is opened on the
 // server asked, its home: OpenSession is never forwarded.
-func (a LimitsAPI) OpenSession(_ context.Context, req *v1.OpenSessionRequest) (*v1.OpenSessionResponse, error) {
+func (s *Service) OpenSession(_ context.Context, req *v1.OpenSessionRequest) (*v1.OpenSessionResponse, error) {
 	ttl, err := duration("ttl", req.GetTtl())
 	if err != nil {
 		return nil, err
 	}
-	if n := a.s.maxSessions(); n > 0 {
+	if n := s.maxSessions(); n > 0 {
 		// Only opens add sessions: serializing them makes the check and
 		// the open one step, while sessions that end only free slots.
-		a.s.openMu.Lock()
-		defer a.s.openMu.Unlock()
-		if a.s.copies.Stats().Sessions >= n {
-			a.s.refused.Add(1)
+		s.openMu.Lock()
+		defer s.openMu.Unlock()
+		if s.copies.Stats().Sessions >= n {
+			s.refused.Add(1)
 			return nil, status.Errorf(codes.ResourceExhausted,
 				"this server holds its maximum of %d open sessions (sluice server --max-sessions, Options.MaxSessions): close sessions, or retry when some have ended", n)
 		}
 	}
-	sess, err := a.s.copies.Open(a.s.now(), ttl)
+	sess, err := s.copies.Open(s.now(), ttl)
 	if err != nil {
 		return nil, copiesError(err)
 	}
@@ -175,11 +294,11 @@ func (a LimitsAPI) OpenSession(_ context.Context, req *v1.OpenSessionRequest) (*
 }
 
 // CloseSession ends a session and releases its holds.
-func (a LimitsAPI) CloseSession(ctx context.Context, req *v1.CloseSessionRequest) (*v1.CloseSessionResponse, error) {
-	if resp, done, err := forward(a.s, ctx, req.GetSessionId(), req, v1.LimitsClient.CloseSession); done {
+func (s *Service) CloseSession(ctx context.Context, req *v1.CloseSessionRequest) (*v1.CloseSessionResponse, error) {
+	if resp, done, err := forward(s, ctx, req.GetSessionId(), req, v1.LimitsClient.CloseSession); done {
 		return resp, err
 	}
-	if _, err := a.s.copies.Close(a.s.now(), req.GetSessionId()); err != nil {
+	if _, err := s.copies.Close(s.now(), req.GetSessionId()); err != nil {
 		return nil, copiesError(err)
 	}
 	return &v1.CloseSessionResponse{}, nil
@@ -189,20 +308,21 @@ func (a LimitsAPI) CloseSession(ctx context.Context, req *v1.CloseSessionRequest
 // its ttl; when the stream ends — the client closed it, or its connection
 // broke — the sessions it kept alive end (a client that wants its session
 // to outlive the stream opens another stream first).
-func (a LimitsAPI) KeepAlive(stream grpc.BidiStreamingServer[v1.KeepAliveRequest, v1.KeepAliveResponse]) error {
-	return a.keepAlive(stream.Context(), stream.Recv, stream.Send)
+func (s *Service) KeepAlive(stream grpc.BidiStreamingServer[v1.KeepAliveRequest, v1.KeepAliveResponse]) error {
+	return s.KeepAliveStream(stream.Context(), stream.Recv, stream.Send)
 }
 
-// keepAlive is KeepAlive over any stream.
-func (a LimitsAPI) keepAlive(ctx context.Context, recv func() (*v1.KeepAliveRequest, error), send func(*v1.KeepAliveResponse) error) error {
+// KeepAliveStream is KeepAlive over any stream (Connect's bidi stream: recv
+// is its Receive, send its Send).
+func (s *Service) KeepAliveStream(ctx context.Context, recv func() (*v1.KeepAliveRequest, error), send func(*v1.KeepAliveResponse) error) error {
 	kept := map[string]bool{}
-	ups := &upstreams{s: a.s, ctx: ctx, streams: map[string]grpc.BidiStreamingClient[v1.KeepAliveRequest, v1.KeepAliveResponse]{}}
+	ups := &upstreams{s: s, ctx: ctx, streams: map[string]grpc.BidiStreamingClient[v1.KeepAliveRequest, v1.KeepAliveResponse]{}}
 	defer func() {
 		ups.close()
-		now := a.s.now()
+		now := s.now()
 		for id := range kept {
-			if _, err := a.s.copies.Close(now, id); err == nil {
-				a.s.log.Debug("session ended with its keep-alive stream", "session", id)
+			if _, err := s.copies.Close(now, id); err == nil {
+				s.log.Debug("session ended with its keep-alive stream", "session", id)
 			}
 		}
 	}()
@@ -223,7 +343,7 @@ func (a LimitsAPI) keepAlive(ctx context.Context, recv func() (*v1.KeepAliveRequ
 			}
 			continue
 		}
-		sess, err := a.s.copies.KeepAlive(a.s.now(), req.GetSessionId())
+		sess, err := s.copies.KeepAlive(s.now(), req.GetSessionId())
 		if err != nil {
 			return copiesError(err)
 		}
@@ -235,14 +355,14 @@ func (a LimitsAPI) keepAlive(ctx context.Context, recv func() (*v1.KeepAliveRequ
 }
 
 // Reserve holds copies for a domain in a session.
-func (a LimitsAPI) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.ReserveResponse, error) {
-	if resp, done, err := forward(a.s, ctx, req.GetSessionId(), req, v1.LimitsClient.Reserve); done {
+func (s *Service) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.ReserveResponse, error) {
+	if resp, done, err := forward(s, ctx, req.GetSessionId(), req, v1.LimitsClient.Reserve); done {
 		return resp, err
 	}
 	if _, err := duration("max_wait", req.GetMaxWait()); err != nil {
 		return nil, err
 	}
-	if a.s.isRateLimited(req.GetResource()) {
+	if s.opts.RateLimited(req.GetResource()) {
 		return nil, copiesError(copies.WrongKind(req.GetResource(), "rate-limited"))
 	}
 	n, lo := req.GetCopies(), req.GetMinCopies()
@@ -252,7 +372,7 @@ func (a LimitsAPI) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.Res
 	if lo == 0 {
 		lo = n
 	}
-	r, err := a.s.copies.Reserve(a.s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), n, lo)
+	r, err := s.copies.Reserve(s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), n, lo)
 	if err != nil {
 		return nil, copiesError(err)
 	}
@@ -279,26 +399,26 @@ func (a LimitsAPI) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.Res
 }
 
 // Release gives back copies the session holds.
-func (a LimitsAPI) Release(ctx context.Context, req *v1.ReleaseRequest) (*v1.ReleaseResponse, error) {
-	if resp, done, err := forward(a.s, ctx, req.GetSessionId(), req, v1.LimitsClient.Release); done {
+func (s *Service) Release(ctx context.Context, req *v1.ReleaseRequest) (*v1.ReleaseResponse, error) {
+	if resp, done, err := forward(s, ctx, req.GetSessionId(), req, v1.LimitsClient.Release); done {
 		return resp, err
 	}
-	if err := a.s.copies.Release(a.s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups()); err != nil {
+	if err := s.copies.Release(s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups()); err != nil {
 		return nil, copiesError(err)
 	}
 	return &v1.ReleaseResponse{}, nil
 }
 
 // Transfer stages copies for another session to Seize.
-func (a LimitsAPI) Transfer(ctx context.Context, req *v1.TransferRequest) (*v1.TransferResponse, error) {
-	if resp, done, err := forward(a.s, ctx, req.GetSessionId(), req, v1.LimitsClient.Transfer); done {
+func (s *Service) Transfer(ctx context.Context, req *v1.TransferRequest) (*v1.TransferResponse, error) {
+	if resp, done, err := forward(s, ctx, req.GetSessionId(), req, v1.LimitsClient.Transfer); done {
 		return resp, err
 	}
 	ttl, err := duration("ttl", req.GetTtl())
 	if err != nil {
 		return nil, err
 	}
-	st, err := a.s.copies.Transfer(a.s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups(), ttl)
+	st, err := s.copies.Transfer(s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups(), ttl)
 	if err != nil {
 		return nil, copiesError(err)
 	}
@@ -306,53 +426,15 @@ func (a LimitsAPI) Transfer(ctx context.Context, req *v1.TransferRequest) (*v1.T
 }
 
 // Seize takes a staged transfer into the session, once.
-func (a LimitsAPI) Seize(ctx context.Context, req *v1.SeizeRequest) (*v1.SeizeResponse, error) {
-	if resp, done, err := forward(a.s, ctx, req.GetSessionId(), req, v1.LimitsClient.Seize); done {
+func (s *Service) Seize(ctx context.Context, req *v1.SeizeRequest) (*v1.SeizeResponse, error) {
+	if resp, done, err := forward(s, ctx, req.GetSessionId(), req, v1.LimitsClient.Seize); done {
 		return resp, err
 	}
-	sz, err := a.s.copies.Seize(a.s.now(), req.GetSessionId(), req.GetTransferId())
+	sz, err := s.copies.Seize(s.now(), req.GetSessionId(), req.GetTransferId())
 	if err != nil {
 		return nil, copiesError(err)
 	}
 	return &v1.SeizeResponse{Resource: sz.Resource, Domain: sz.Domain, Groups: sz.Groups, Copies: sz.Copies}, nil
-}
-
-// The Connect side of the same methods.
-
-func (c limitsConnect) OpenSession(ctx context.Context, req *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error) {
-	return connectUnary(c.api.OpenSession(ctx, req.Msg))
-}
-
-func (c limitsConnect) CloseSession(ctx context.Context, req *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error) {
-	return connectUnary(c.api.CloseSession(ctx, req.Msg))
-}
-
-func (c limitsConnect) KeepAlive(ctx context.Context, stream *connect.BidiStream[v1.KeepAliveRequest, v1.KeepAliveResponse]) error {
-	return connectError(c.api.keepAlive(ctx, stream.Receive, stream.Send))
-}
-
-func (c limitsConnect) Reserve(ctx context.Context, req *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
-	return connectUnary(c.api.Reserve(ctx, req.Msg))
-}
-
-func (c limitsConnect) Release(ctx context.Context, req *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error) {
-	return connectUnary(c.api.Release(ctx, req.Msg))
-}
-
-func (c limitsConnect) Transfer(ctx context.Context, req *connect.Request[v1.TransferRequest]) (*connect.Response[v1.TransferResponse], error) {
-	return connectUnary(c.api.Transfer(ctx, req.Msg))
-}
-
-func (c limitsConnect) Seize(ctx context.Context, req *connect.Request[v1.SeizeRequest]) (*connect.Response[v1.SeizeResponse], error) {
-	return connectUnary(c.api.Seize(ctx, req.Msg))
-}
-
-// connectUnary wraps a grpc-go style answer for Connect.
-func connectUnary[T any](resp *T, err error) (*connect.Response[T], error) {
-	if err != nil {
-		return nil, connectError(err)
-	}
-	return connect.NewResponse(resp), nil
 }
 
 // namesOf is a set of resource names, replaced whole on reconfiguration.
@@ -366,3 +448,15 @@ func storeNames[V any](set *namesOf, m map[string]V) {
 	}
 	set.Store(&names)
 }
+
+// Snapshot returns the copy log as this server sees it: holds per
+// resource, domain, group and session, and the staged transfers (the
+// status pages' view; copies.Engine.Snapshot).
+func (s *Service) Snapshot() copies.Snapshot { return s.copies.Snapshot() }
+
+// Stats returns the engine's counters (copies.Engine.Stats).
+func (s *Service) Stats() copies.Stats { return s.copies.Stats() }
+
+// Fenced reports whether the engine serves no holds now (a fleet member
+// without an epoch).
+func (s *Service) Fenced() bool { return s.copies.Fenced() }

@@ -1,27 +1,18 @@
-package server
+package capacity
 
 import (
-	"context"
-	"errors"
 	"math"
 	"strconv"
 	"sync"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 )
 
-// metrics are the server's Prometheus metrics. Labels are bounded: RPC
-// method (four values), status code (the gRPC codes), and per-resource
-// series by template (see resourceCollector).
+// metrics are the capacity service's Prometheus metrics. Labels are
+// bounded: per-resource series by template (see resourceCollector).
 type metrics struct {
-	requests  *prometheus.CounterVec
-	latency   *prometheus.HistogramVec
 	unmatched prometheus.Counter
-	reloads   *prometheus.CounterVec
 	elections *prometheus.CounterVec
 
 	early           prometheus.Counter
@@ -30,25 +21,12 @@ type metrics struct {
 	algoFallbacks   prometheus.Counter
 }
 
-func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
+func newMetrics(reg prometheus.Registerer, s *Service) *metrics {
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_server_requests_total",
-			Help: "RPCs handled, by method and gRPC status code.",
-		}, []string{"method", "code"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "sluice_server_request_duration_seconds",
-			Help:    "RPC handling latency in seconds, by method.",
-			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10),
-		}, []string{"method"}),
 		unmatched: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_server_unmatched_resource_requests_total",
 			Help: "Requests for resources that match no template (granted what they ask).",
 		}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_server_config_reloads_total",
-			Help: "Configuration reloads, by result (ok, failed).",
-		}, []string{"result"}),
 		elections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_server_mastership_changes_total",
 			Help: "Mastership won or lost by this server, by change (won, lost).",
@@ -83,7 +61,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		Name: "sluice_server_uptime_seconds",
 		Help: "Seconds since the server started.",
 	}, func() float64 { return time.Since(s.started).Seconds() })
-	reg.MustRegister(m.requests, m.latency, m.unmatched, m.reloads, m.elections, m.early, m.unrecorded, m.emptyReleaseIDs, m.algoFallbacks, master, uptime,
+	reg.MustRegister(m.unmatched, m.elections, m.early, m.unrecorded, m.emptyReleaseIDs, m.algoFallbacks, master, uptime,
 		&resourceCollector{s: s, admitted: map[string]bool{}})
 	return m
 }
@@ -98,7 +76,7 @@ const MaxResourceSeries = 200
 // learning mode and algorithm, aggregated over the resources matching it,
 // computed at scrape time. Resources matching no template are "unmatched".
 type resourceCollector struct {
-	s        *Server
+	s        *Service
 	mu       sync.Mutex
 	admitted map[string]bool
 }
@@ -197,51 +175,4 @@ func (c *resourceCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCount, prometheus.GaugeValue, float64(a.count), l)
 		ch <- prometheus.MustNewConstMetric(descInfo, prometheus.GaugeValue, 1, l, a.algorithm)
 	}
-}
-
-// ConfigReloaded records the outcome of a configuration reload (err nil:
-// ok) in the sluice_server_config_reloads_total metric.
-func (s *Server) ConfigReloaded(err error) {
-	if err != nil {
-		s.metrics.reloads.WithLabelValues("failed").Inc()
-		return
-	}
-	s.metrics.reloads.WithLabelValues("ok").Inc()
-}
-
-func (m *metrics) interceptor() connect.UnaryInterceptorFunc {
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			start := time.Now()
-			resp, err := next(ctx, req)
-			m.observe(req.Spec().Procedure, err, start)
-			return resp, err
-		}
-	}
-}
-
-// grpcInterceptor is interceptor for grpc-go's server: the same series,
-// with the same method and code labels.
-func (m *metrics) grpcInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	start := time.Now()
-	resp, err := handler(ctx, req)
-	m.observe(info.FullMethod, err, start)
-	return resp, err
-}
-
-// observe counts one RPC of method ("/doorman.Capacity/GetCapacity") that
-// started at start and ended with err, labelled with Connect's name of its
-// code ("ok", "invalid_argument", …).
-func (m *metrics) observe(method string, err error, start time.Time) {
-	code := "ok"
-	if err != nil {
-		code = connect.CodeUnknown.String()
-		if ce := new(connect.Error); errors.As(err, &ce) {
-			code = ce.Code().String()
-		} else if st, ok := status.FromError(err); ok {
-			code = connect.Code(st.Code()).String()
-		}
-	}
-	m.requests.WithLabelValues(method, code).Inc()
-	m.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
 }

@@ -1,0 +1,110 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/admin/etcdstore"
+	"github.com/sluice-rl/sluice/config"
+)
+
+// Admin configures the admin API at /admin/v1/ (JSON: the configuration
+// of Config.ConfigPath, object by object, versioned, audited) and the
+// quota service's admin REST API at /api. Writes need TokenFile, client
+// certificates (Config.TLS with client CAs: the certificate's CN is the
+// user), TrustForwarded or Insecure; reads are open unless AuthReads.
+type Admin struct {
+	// TokenFile holds the bearer tokens for writes, one "USER TOKEN" pair
+	// per line (# comments); reread when it changes.
+	TokenFile string
+	// TrustForwarded takes the user from X-Forwarded-User for requests
+	// from these addresses (CIDRs or IPs): an authenticating proxy.
+	TrustForwarded []string
+	// Insecure allows writes without credentials from loopback addresses
+	// (development only).
+	Insecure bool
+	// AuthReads makes reads need the same authentication as writes.
+	AuthReads bool
+	// Keep is how many versions of the configuration to keep (in
+	// FILE.history/ or KEY/history/); 0: admin.DefaultKeep.
+	Keep int
+}
+
+// adminHandler returns handler with the admin API mounted at /admin/v1/
+// (and the quota service's at /api): over the configuration of
+// Config.ConfigPath (a file, or an etcd key), or, with neither (no
+// configuration path, or an intermediate server), answering that there is
+// nothing to edit. Changes take effect the one way configuration changes
+// do: the servers' watchers of the file or key.
+func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
+	a := s.cfg.Admin
+	if a.Keep == 0 {
+		a.Keep = admin.DefaultKeep
+	}
+	prefixes, err := admin.ParsePrefixes(a.TrustForwarded)
+	if err != nil {
+		return nil, fmt.Errorf("--admin-trust-forwarded-user: %w", err)
+	}
+	clientCerts := s.cfg.TLS != nil && s.cfg.TLS.ClientCAs != nil
+	auth, err := admin.NewAuth(admin.AuthOptions{TokenFile: a.TokenFile, ClientCerts: clientCerts, TrustForwarded: prefixes,
+		Insecure: a.Insecure, AuthReads: a.AuthReads, Logger: s.log})
+	if err != nil {
+		return nil, err
+	}
+	cfgPath, quotaPath := s.cfg.ConfigPath, s.cfg.QuotaServiceConfigPath
+	if len(s.cfg.Parents) > 0 {
+		cfgPath = "" // the parent's configuration: nothing to edit here
+	}
+	var store admin.Store
+	switch {
+	case cfgPath == "":
+	case strings.HasPrefix(cfgPath, "etcd:"):
+		store = etcdstore.New(s.etcd, strings.TrimPrefix(cfgPath, "etcd:"), etcdstore.Options{Keep: a.Keep})
+	default:
+		fs, err := admin.OpenFile(cfgPath, admin.FileOptions{Keep: a.Keep})
+		if err != nil {
+			s.log.Warn("admin API disabled", "err", err)
+		} else {
+			store = fs
+		}
+	}
+	var svc *admin.Service
+	if store != nil {
+		svc = admin.New(store, admin.Options{Logger: s.log, Check: func(r *config.Repository) error {
+			if quotaPath != "" && r.Limits() != nil {
+				return fmt.Errorf("limits: this server reads its limits from --quotaservice-config %s, and refuses a limits section in --config; edit that file instead", quotaPath)
+			}
+			return nil
+		}})
+		switch {
+		case a.Insecure:
+			s.log.Warn("--admin-insecure: anyone on this host may change the configuration through /admin/v1/ without credentials", "store", store.String())
+		case !auth.WritesEnabled():
+			s.log.Info("admin API read-only: " + admin.DisabledMessage)
+		default:
+			s.log.Info("admin API", "store", store.String(), "authentication", strings.Join(auth.Methods(), ","), "history", a.Keep)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle(admin.Prefix, admin.Handler(svc, auth, s.log))
+	// The quota service's admin REST API at /api, over the same Service
+	// and authentication, with the limits engine for /api/stats; with
+	// --quotaservice-config, a file the admin API does not edit, it
+	// answers 404 with the reason.
+	//
+	// Source: issue 16, "Compatible with quotaservice's admin tools";
+	// quotaservice-wire.md, "Admin REST API".
+	opts := admin.QSOptions{Stats: admin.EngineStats(s.limits.Engine(), time.Now), Logger: s.log}
+	if quotaPath != "" {
+		opts.Disabled = "the limits come from --quotaservice-config " + quotaPath + ", which the admin API does not edit: change that file (the server reloads it)"
+		svc = nil
+	}
+	qh := admin.QuotaServiceHandler(svc, auth, opts)
+	mux.Handle(admin.QSPrefix, qh)
+	mux.Handle(admin.QSPrefix+"/", qh)
+	mux.Handle("/", handler)
+	return mux, nil
+}

@@ -1,0 +1,432 @@
+// Package capacity is Doorman's capacity service, doorman.Capacity: the
+// RPC handlers over the lease core (package lease), with locking, the
+// resource configuration, mastership, the link of an intermediate server
+// to its parent, validation and metrics, and the read-only views the
+// status pages show.
+//
+// Its handlers have grpc-go's shape (func(ctx, *Req) (*Resp, error));
+// package server registers them with grpc-go and adapts them to Connect.
+//
+// The files, by job: capacity.go (options, the resource map, sweeping),
+// handlers.go (the RPCs and their wire conversion), mastership.go,
+// parent.go (an intermediate's link to its parent), validate.go,
+// metrics.go, view.go (the status pages' data), history.go (samples).
+//
+// Source: doorman-design.md, "Server operation"; doorman-wire.md.
+package capacity
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/algorithm"
+	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/internal/hooks"
+	"github.com/sluice-rl/sluice/lease"
+	"github.com/sluice-rl/sluice/ratelimit"
+)
+
+// Limits on the size of a request. A request beyond them is rejected with
+// InvalidArgument.
+const (
+	MaxResourcesPerRequest = 10_000
+	MaxIDLength            = 1024
+	MaxBandsPerResource    = 1024
+)
+
+// The lease length and refresh interval of a resource that matches no
+// template (it is granted what it asks: NO_ALGORITHM, per doorman-design.md,
+// "Root server configuration"), and at an intermediate server of a resource
+// it holds no lease for from its parent yet. (client.DefaultRefreshInterval,
+// 5 s, is the client's own, before any lease says otherwise.)
+const (
+	FallbackLeaseLength     = 60 * time.Second
+	FallbackRefreshInterval = 16 * time.Second
+)
+
+// Options configures a Service.
+type Options struct {
+	// ID identifies this server (as a client of its parent, and in logs).
+	ID string
+	// Address is the address clients should use to reach this server
+	// ("host:port"), reported in Discovery and mastership redirects. Empty
+	// means the local address of the connection each request came in on
+	// (the listener's address), so that Discovery never names a master
+	// without its address (doorman-design.md, "Discovery").
+	Address string
+	// Config is the resource configuration; nil means no templates (every
+	// resource is granted what it asks).
+	Config *config.Repository
+	// Now returns the current time; nil means time.Now. Tests and the
+	// simulator pass a fake clock.
+	Now func() time.Time
+	// Logger receives structured logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Registry receives the service's metrics (sluice_server_*); nil
+	// registers none.
+	Registry prometheus.Registerer
+	// Parent, when not empty, makes this an intermediate server: it asks
+	// the node at these addresses (its tasks; any of them, the master is
+	// found with Discovery and redirects) for capacity on behalf of its
+	// requesters, and adopts the capacity, algorithm and safe capacity the
+	// parent pushes down; Config is then not used. Run starts the link.
+	Parent []string
+	// ParentHTTP is the HTTP client for the parent link; nil means one
+	// speaking gRPC over unencrypted HTTP/2.
+	ParentHTTP *http.Client
+	// ParentTLS, when set (and ParentHTTP is not), makes the parent link
+	// speak gRPC over TLS with it (RootCAs verify the parent; Certificates
+	// are presented for mTLS).
+	ParentTLS *tls.Config
+	// RequireConfig makes Ready false until a configuration is set (a
+	// root started with a configuration file or key).
+	RequireConfig bool
+	// Hooks are the simulator's and the tests' knobs. Its type is
+	// internal: only Sluice's own packages can set it; nil means none.
+	Hooks *hooks.Server
+}
+
+// Service is Doorman's capacity service. It is safe for concurrent use: a
+// service-wide RWMutex guards the resource map and mastership, and each
+// resource has a mutex of its own, so decisions on different resources
+// run in parallel.
+type Service struct {
+	// Unimplemented answers the methods a newer doorman.proto may add
+	// (grpc-go's forward compatibility).
+	pb.UnimplementedCapacityServer
+
+	opts    Options
+	hooks   hooks.Server // *opts.Hooks, or none
+	now     func() time.Time
+	log     *slog.Logger
+	metrics *metrics
+
+	mu          sync.RWMutex
+	cfg         *config.Repository
+	resources   map[string]*resource
+	isMaster    bool
+	masterAddr  string
+	masterSince time.Time
+	election    string // how this node elects, for the status page
+
+	loggedMu      sync.Mutex
+	logged        map[string]struct{} // see once
+	unrecordedLog *ratelimit.Limiter  // paces the log of claims without a record
+
+	// minRequest is doorman.MinRequestInterval; the package's tests of
+	// tree behaviour on the wall clock shorten it.
+	minRequest time.Duration
+
+	parent  *parentLink // nil at the root
+	started time.Time   // wall time, for uptime
+	hist    history
+}
+
+type resource struct {
+	mu       sync.Mutex
+	store    *lease.Resource
+	template *config.Template // nil when no template matched
+	parent   parentLease      // intermediate servers: the lease from the parent
+}
+
+// New returns a standalone service: master from now on (Standalone
+// mastership; an election can change that with SetMastership).
+func New(opts Options) *Service {
+	s := &Service{
+		opts:      opts,
+		now:       opts.Now,
+		log:       opts.Logger,
+		cfg:       opts.Config,
+		resources: make(map[string]*resource),
+		logged:    make(map[string]struct{}),
+	}
+	if opts.Hooks != nil {
+		s.hooks = *opts.Hooks
+		opts.Hooks.StepParent = s.stepParent
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.started = time.Now()
+	s.minRequest = pb.MinRequestInterval
+	s.unrecordedLog = ratelimit.NewLimiter(float64(time.Second)/float64(unrecordedLogEvery), unrecordedLogEvery.Seconds(), ratelimit.WithClock(s.now))
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry() // registered nowhere
+	}
+	s.metrics = newMetrics(reg, s)
+	s.isMaster = true
+	s.masterAddr = opts.Address
+	s.masterSince = s.now()
+	if len(opts.Parent) > 0 {
+		s.parent = newParentLink(s, opts.Parent, opts.ParentHTTP, s.hooks.ParentDial, opts.ParentTLS)
+	}
+	return s
+}
+
+// Intermediate reports whether the server gets its capacity from a parent.
+func (s *Service) Intermediate() bool { return s.parent != nil }
+
+// Parent returns the state of the link to the parent; ok is false at the
+// root.
+func (s *Service) Parent() (st ParentStatus, ok bool) {
+	if s.parent == nil {
+		return ParentStatus{}, false
+	}
+	return s.parent.status(), true
+}
+
+// SetConfig installs a new resource configuration. Existing resources take
+// the new template's parameters at once; their outstanding leases are kept
+// and converge on the clients' next refreshes.
+func (s *Service) SetConfig(repo *config.Repository) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg = repo
+	if s.parent != nil {
+		return // the parent pushes the parameters down
+	}
+	for id, r := range s.resources {
+		r.mu.Lock()
+		t, ok := s.find(id)
+		if ok {
+			r.template = &t
+		} else {
+			r.template = nil
+		}
+		r.store.SetParams(s.params(paramsFor(r.template)))
+		r.mu.Unlock()
+	}
+}
+
+// Config returns the configuration in force (nil if none).
+func (s *Service) Config() *config.Repository {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.cfg
+}
+
+func (s *Service) find(id string) (config.Template, bool) {
+	if s.cfg == nil {
+		return config.Template{}, false
+	}
+	return s.cfg.Find(id)
+}
+
+// paramsFor resolves a template (nil: no template) into lease parameters.
+func paramsFor(t *config.Template) lease.Params {
+	if t == nil {
+		return lease.Params{
+			Kind:            algorithm.NoAlgorithm,
+			Capacity:        math.Inf(1),
+			LeaseLength:     FallbackLeaseLength,
+			RefreshInterval: FallbackRefreshInterval,
+		}
+	}
+	return lease.Params{
+		Kind:                 t.Algorithm.Kind,
+		Capacity:             t.Capacity,
+		SafeCapacity:         t.SafeCapacity,
+		HasSafeCapacity:      t.HasSafeCapacity,
+		LeaseLength:          t.Algorithm.LeaseLength,
+		RefreshInterval:      t.Algorithm.RefreshInterval,
+		LearningModeDuration: t.Algorithm.LearningModeDuration,
+	}
+}
+
+// params completes a resource's parameters with what is the server's, not
+// the template's: Doorman's minimum time between two requests.
+func (s *Service) params(p lease.Params) lease.Params {
+	p.MinRequestInterval = s.minRequest
+	return p
+}
+
+// resource returns the state of resource id, creating it if needed, or
+// nil if this server is not the master. The caller holds no lock.
+func (s *Service) resource(id string) *resource {
+	s.mu.RLock()
+	r, ok := s.resources[id]
+	master := s.isMaster
+	s.mu.RUnlock()
+	if ok || !master {
+		return r
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.isMaster {
+		return nil
+	}
+	if r, ok := s.resources[id]; ok {
+		return r
+	}
+	r = &resource{}
+	switch {
+	case s.parent != nil:
+		r.store = lease.NewResource(id, s.params(r.parent.params()), s.masterSince)
+	default:
+		if t, ok := s.find(id); ok {
+			r.template = &t
+		} else {
+			s.unmatched(id)
+		}
+		r.store = lease.NewResource(id, s.params(paramsFor(r.template)), s.masterSince)
+	}
+	s.resources[id] = r
+	return r
+}
+
+// resourceList returns the resources this server holds state for, ids[i]
+// naming rs[i], copied under the server's read lock (the caller then locks
+// each resource on its own).
+func (s *Service) resourceList() (ids []string, rs []*resource) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ids = make([]string, 0, len(s.resources))
+	rs = make([]*resource, 0, len(s.resources))
+	for id, r := range s.resources {
+		ids = append(ids, id)
+		rs = append(rs, r)
+	}
+	return ids, rs
+}
+
+// unmatched logs, once per resource id (up to a bound), that a resource
+// matched no template, and counts it.
+func (s *Service) unmatched(id string) {
+	s.metrics.unmatched.Inc()
+	if s.once("unmatched", id) {
+		s.log.Warn("resource matches no template; granting what clients ask (NO_ALGORITHM)", "resource", id)
+	}
+}
+
+// once reports whether this is the first time (what, id) is seen, for
+// logging a condition once per resource: true at most once per pair, and
+// for at most maxLoggedOnce pairs in all (memory stays bounded; the metrics
+// count every occurrence).
+func (s *Service) once(what, id string) bool {
+	const maxLoggedOnce = 10_000
+	k := what + "\x00" + id
+	s.loggedMu.Lock()
+	defer s.loggedMu.Unlock()
+	if _, seen := s.logged[k]; seen || len(s.logged) >= maxLoggedOnce {
+		return false
+	}
+	s.logged[k] = struct{}{}
+	return true
+}
+
+// Sweep drops expired leases on every resource and forgets resources that
+// hold no lease (their state is rebuilt on the next request, so memory
+// stays bounded by the live leases; an intermediate server releases them at
+// its parent), and records a history sample per resource for the status
+// page. Run it periodically (Run does, every second).
+func (s *Service) Sweep() {
+	now := s.now()
+	var dropped []string
+	s.mu.Lock()
+	for id, r := range s.resources {
+		r.mu.Lock()
+		r.store.Cleanup(now)
+		_, _, _, n := r.store.Totals()
+		idle := n == 0 && !r.store.Learning(now)
+		r.mu.Unlock()
+		if idle {
+			delete(s.resources, id)
+			dropped = append(dropped, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range dropped {
+		s.hist.drop(id)
+	}
+	if s.parent != nil && len(dropped) > 0 {
+		// Nobody here holds these any more: give them back upstream rather
+		// than let the parent keep them booked until they expire.
+		s.parent.release(dropped)
+	}
+	s.sample(now)
+}
+
+// Run sweeps expired leases every interval until ctx is done; on an
+// intermediate server it also runs the link to the parent.
+func (s *Service) Run(ctx context.Context, interval time.Duration) {
+	if s.parent != nil && !s.hooks.ManualParent {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			s.parent.run(ctx)
+		}()
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Sweep()
+		}
+	}
+}
+
+// ResourceStatus is a snapshot of one resource, for status pages and tests.
+type ResourceStatus struct {
+	ID           string
+	Template     string // identifier_glob of the matched template; "" if none
+	Algorithm    algorithm.Kind
+	Capacity     float64
+	SumHas       float64
+	SumWants     float64
+	Clients      int
+	Learning     bool
+	SafeCapacity float64
+	// ParentExpiry is, at an intermediate server, when its lease from the
+	// parent for this resource ends; zero at the root or without a lease.
+	ParentExpiry time.Time
+	Leases       []lease.Lease
+}
+
+// Status returns a snapshot of resource id, with its leases.
+func (s *Service) Status(id string) (ResourceStatus, error) {
+	s.mu.RLock()
+	r := s.resources[id]
+	s.mu.RUnlock()
+	if r == nil {
+		return ResourceStatus{}, fmt.Errorf("resource %q: %w", id, ErrUnknownResource)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := s.now()
+	r.store.Cleanup(now)
+	p := r.store.Params()
+	w, h, _, n := r.store.Totals()
+	st := ResourceStatus{
+		ID: id, Algorithm: p.Kind, Capacity: p.Capacity, SumHas: h, SumWants: w, Clients: n,
+		Learning: r.store.Learning(now), SafeCapacity: r.store.SafeCapacity(), Leases: r.store.Leases(),
+	}
+	if r.template != nil {
+		st.Template = r.template.IdentifierGlob
+	}
+	if s.parent != nil && r.parent.ok {
+		st.ParentExpiry = r.parent.expiry
+	}
+	return st, nil
+}
+
+// ErrUnknownResource is returned by Status for a resource the server holds
+// no state for.
+var ErrUnknownResource = errors.New("unknown resource")

@@ -1,0 +1,289 @@
+// Package status is the status site on the server's one port: pages over
+// the read-only views the services export (the capacity service's node,
+// configuration and resources; the limits engine's buckets; the sessions'
+// holds and fleet; the store's health), as server-rendered HTML and as
+// JSON.
+package status
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"math"
+	"net/http"
+	"regexp"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/server/capacity"
+	"github.com/sluice-rl/sluice/server/sessions"
+)
+
+// The status pages (doorman-design.md's introspection; the keyed-limiter
+// write-up, "Introspection"): server-rendered HTML with a little embedded
+// JavaScript for sorting links and the live chart, and the same data as
+// JSON with Accept: application/json or ?format=json.
+//
+//	GET /                       redirect to /debug/status
+//	GET /debug/status           the server, its election and parent, the configuration, the resources
+//	GET /debug/status/resource  ?id=ID: one resource, its leases, its history (chart)
+//	GET /debug/status/buckets   the limits engine's token buckets: filter, sort, pages (status_buckets.go)
+//	GET /debug/status/admin     the configuration: browse, edit, diff, save, history, through /admin/v1/ (status_admin.go)
+
+//go:embed web
+var webFS embed.FS
+
+// staticFS is web/static: the style sheet and the chart's script.
+var staticFS = func() fs.FS {
+	sub, err := fs.Sub(webFS, "web/static")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	return sub
+}()
+
+var pages = template.Must(template.New("").Funcs(template.FuncMap{
+	"num":        formatNum,
+	"safe":       formatSafe,
+	"sortURL":    sortURL,
+	"ago":        func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
+	"bucketsURL": bucketsURL,
+	"add":        func(a, b int) int { return a + b },
+	"mul":        func(a, b int) int { return a * b },
+	"ms":         func(seconds float64) float64 { return seconds * 1000 },
+}).ParseFS(webFS, "web/*.html"))
+
+// formatSafe formats a safe capacity: -1 (config.NoSafeCapacityLimit) is
+// "no limit".
+func formatSafe(x *float64) string {
+	if x != nil && *x == config.NoSafeCapacityLimit {
+		return "no limit"
+	}
+	return formatNum(x)
+}
+
+func wantsJSON(r *http.Request) bool {
+	return r.URL.Query().Get("format") == "json" || strings.Contains(r.Header.Get("Accept"), "application/json")
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// Version is the server's version, from the module's build information.
+var Version = func() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "devel"
+}()
+
+// Views are what the site shows: read-only views of the services.
+type Views struct {
+	// Capacity is the Doorman capacity service (required).
+	Capacity *capacity.Service
+	// Limits is the limits engine (its Query and Len); nil shows no
+	// buckets.
+	Limits *limits.Engine
+	// Sessions is the copy-limited resources' service; nil shows no holds.
+	Sessions *sessions.Service
+	// Ready reports the server's readiness (draining included); nil is
+	// the capacity service's.
+	Ready func() (bool, string)
+	// Draining reports whether the server is stopping; nil: never.
+	Draining func() bool
+	// Redis is the limits store's view of Redis; nil, or a nil result,
+	// when the store is not on Redis.
+	Redis func() *RedisStatus
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+	// Logger receives rendering errors; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Site serves the status pages. It is safe for concurrent use.
+type Site struct {
+	v Views
+}
+
+// New returns the site over v.
+func New(v Views) *Site {
+	if v.Ready == nil {
+		v.Ready = v.Capacity.Ready
+	}
+	if v.Draining == nil {
+		v.Draining = func() bool { return false }
+	}
+	if v.Redis == nil {
+		v.Redis = func() *RedisStatus { return nil }
+	}
+	if v.Logger == nil {
+		v.Logger = slog.Default()
+	}
+	if v.Now == nil {
+		v.Now = time.Now
+	}
+	return &Site{v: v}
+}
+
+// Register adds the pages to mux: GET /, /debug/status,
+// /debug/status/resource, /debug/status/buckets, /debug/status/admin and
+// the static files under /debug/status/static/.
+func (s *Site) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/status", s.handleStatus)
+	mux.HandleFunc("GET /debug/status/resource", s.handleResource)
+	mux.HandleFunc("GET /debug/status/buckets", s.handleBuckets)
+	mux.HandleFunc("GET /debug/status/admin", s.handleAdmin)
+	mux.Handle("GET /debug/status/static/", http.StripPrefix("/debug/status/static/", http.FileServerFS(staticFS)))
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/debug/status", http.StatusFound)
+	})
+}
+
+// ServerStatus is the /debug/status page's data.
+type ServerStatus struct {
+	ID            string                 `json:"id"`
+	Address       string                 `json:"address"`
+	Version       string                 `json:"version"`
+	Started       time.Time              `json:"started"`
+	UptimeSeconds float64                `json:"uptime_seconds"`
+	IsMaster      bool                   `json:"is_master"`
+	Master        string                 `json:"master"`     // the master's address, "" if unknown
+	MasterURL     string                 `json:"master_url"` // its status page
+	Election      string                 `json:"election"`   // how this node elects (capacity.Service.SetElection)
+	Ready         bool                   `json:"ready"`
+	Draining      bool                   `json:"draining"`
+	Parent        *capacity.ParentStatus `json:"parent,omitempty"` // intermediate servers
+	Redis         *RedisStatus           `json:"redis,omitempty"`  // the limits store on Redis (--redis, --redis-cluster)
+	Config        *capacity.ConfigStatus `json:"config,omitempty"` // the root's configuration
+	Resources     []capacity.ResourceRow `json:"resources"`
+	Filter        Filter                 `json:"filter"`
+	Total         int                    `json:"total"` // resources before filtering
+}
+
+// ResourcePage is the /debug/status/resource page's data.
+type ResourcePage struct {
+	Resource capacity.ResourceRow `json:"resource"`
+	Leases   []capacity.LeaseRow  `json:"leases"`
+	Total    int                  `json:"total"` // leases before filtering
+	Filter   Filter               `json:"filter"`
+	History  []capacity.Point     `json:"history"` // oldest first, one per second
+	ParentOf string               `json:"parent_expiry,omitempty"`
+}
+
+// Filter selects and orders table rows: rows whose id (resources) or
+// client (leases) starts with Prefix and matches Regex, sorted by the
+// column named Sort (a JSON field name), descending if Desc.
+type Filter struct {
+	Prefix string `json:"prefix,omitempty"`
+	Regex  string `json:"regex,omitempty"`
+	Sort   string `json:"sort,omitempty"`
+	Desc   bool   `json:"desc,omitempty"`
+	re     *regexp.Regexp
+}
+
+// StatusPage returns the /debug/status data, resources filtered and sorted
+// by f.
+func (s *Site) StatusPage(f Filter) ServerStatus {
+	n := s.v.Capacity.Node()
+	st := ServerStatus{
+		ID: n.ID, Address: n.Address, Version: Version, Started: n.Started,
+		UptimeSeconds: time.Since(n.Started).Seconds(), IsMaster: n.IsMaster, Master: n.Master,
+		Election: n.Election, Draining: s.v.Draining(), Filter: f, Parent: n.Parent,
+	}
+	if st.Master != "" {
+		st.MasterURL = "http://" + st.Master + "/debug/status"
+	}
+	st.Ready, _ = s.v.Ready()
+	st.Redis = s.v.Redis()
+	st.Config = s.v.Capacity.ConfigView()
+	st.Resources, st.Total = s.v.Capacity.ResourceRows(f.match)
+	sortRows(st.Resources, f.Sort, f.Desc, resourceKey)
+	return st
+}
+
+// ResourceStatusPage returns the /debug/status/resource data for id, leases
+// filtered and sorted by f. Errors: capacity.ErrUnknownResource.
+func (s *Site) ResourceStatusPage(id string, f Filter) (ResourcePage, error) {
+	p, err := s.v.Capacity.ResourcePage(id)
+	if err != nil {
+		return ResourcePage{}, err
+	}
+	page := ResourcePage{Resource: p.Resource, Filter: f, History: p.History, ParentOf: p.ParentOf, Total: len(p.Leases), Leases: []capacity.LeaseRow{}}
+	for _, l := range p.Leases {
+		if f.match(l.Client) {
+			page.Leases = append(page.Leases, l)
+		}
+	}
+	sortRows(page.Leases, f.Sort, f.Desc, leaseKey)
+	return page, nil
+}
+
+func (s *Site) handleStatus(w http.ResponseWriter, r *http.Request) {
+	f, err := parseFilter(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	st := s.StatusPage(f)
+	if wantsJSON(r) {
+		writeJSON(w, st)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := pages.ExecuteTemplate(w, "status.html", st); err != nil {
+		s.v.Logger.Error("status page", "err", err)
+	}
+}
+
+func (s *Site) handleResource(w http.ResponseWriter, r *http.Request) {
+	f, err := parseFilter(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	id := r.URL.Query().Get("id")
+	page, err := s.ResourceStatusPage(id, f)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	if wantsJSON(r) {
+		writeJSON(w, page)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := pages.ExecuteTemplate(w, "resource.html", struct {
+		ResourcePage
+		ID string
+	}{page, id}); err != nil {
+		s.v.Logger.Error("resource page", "err", err)
+	}
+}
+
+// formatNum prints a number for a table: "∞" for unlimited, else up to
+// three decimals.
+func formatNum(v any) string {
+	switch x := v.(type) {
+	case *float64:
+		if x == nil {
+			return "∞"
+		}
+		return formatNum(*x)
+	case float64:
+		if math.IsInf(x, 0) {
+			return "∞"
+		}
+		return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", x), "0"), ".")
+	}
+	return fmt.Sprint(v)
+}
