@@ -86,13 +86,17 @@ func startServer(t *testing.T, doc string, ao admin.AuthOptions, tlsCfg *tls.Con
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewJSONHandler(ts.log, nil))
-	ts.srv = server.New(server.Options{ID: "admin-test", Logger: testutil.Logger()})
+	srv, err := server.New(context.Background(), server.Config{ID: "admin-test", Logger: testutil.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.srv = srv
 	apply := func(r *config.Repository) {
-		ts.srv.SetConfig(r)
-		if err := ts.srv.SetLimits(r.Limits()); err != nil {
+		ts.srv.Capacity().SetConfig(r)
+		if err := ts.srv.Limits().SetConfig(r.Limits()); err != nil {
 			t.Errorf("SetLimits: %v", err)
 		}
-		_ = ts.srv.SetCopies(r.Copies())
+		_ = ts.srv.Sessions().SetConfig(r.Copies())
 	}
 	w, err := config.NewWatcher(ts.path, apply, func(err error) { t.Errorf("reload: %v", err) })
 	if err != nil {
@@ -112,7 +116,7 @@ func startServer(t *testing.T, doc string, ao admin.AuthOptions, tlsCfg *tls.Con
 		t.Fatal(err)
 	}
 	svc := admin.New(fs, admin.Options{Logger: log})
-	qs := admin.QuotaServiceHandler(svc, auth, admin.QSOptions{Stats: admin.EngineStats(ts.srv.Limits(), time.Now), Logger: log})
+	qs := admin.QuotaServiceHandler(svc, auth, admin.QSOptions{Stats: admin.EngineStats(ts.srv.Limits().Engine(), time.Now), Logger: log})
 	mux := http.NewServeMux()
 	mux.Handle(admin.Prefix, admin.Handler(svc, auth, log))
 	mux.Handle(admin.QSPrefix, qs)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/server/capacity"
 )
 
 func TestDemandEstimator(t *testing.T) {
@@ -36,8 +37,8 @@ func TestDemandEstimator(t *testing.T) {
 // fakeTimeClient is a client of an in-process server, refreshed by hand,
 // for tests inside a synctest bubble.
 func fakeTimeClient(t *testing.T) *client.Client {
-	srv := server.New(server.Options{Address: "s:1", Logger: quiet})
-	c, err := client.New("s:1", manualOf(srv), client.WithLogger(quiet))
+	srv := capacity.New(capacity.Options{Address: "s:1", Logger: quiet})
+	c, err := client.New("s:1", manualOf(server.CapacityClient(srv)), client.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}

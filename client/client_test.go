@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/server/capacity"
 )
 
 const cfg = `
@@ -41,7 +42,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var quiet = testutil.Logger()
 
 type testServer struct {
-	*server.Server
+	*capacity.Service
 	addr     string
 	requests atomic.Int64 // GetCapacity RPCs
 	hs       *http.Server
@@ -58,8 +59,12 @@ func startServer(t *testing.T) *testServer {
 		t.Fatal(err)
 	}
 	ts := &testServer{addr: lis.Addr().String()}
-	ts.Server = server.New(server.Options{Address: ts.addr, Config: repo, Logger: quiet})
-	h := ts.Handler()
+	srv, err := server.New(context.Background(), server.Config{Advertise: ts.addr, Doorman: repo, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.Service = srv.Capacity()
+	h := srv.Handler()
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
@@ -145,8 +150,8 @@ func TestAskGetsNewLease(t *testing.T) {
 func TestFairShareBetweenClients(t *testing.T) {
 	clock := newFakeClock()
 	srv := fakeServer(t, cfg, clock)
-	a := clientOf(t, srv, clock)
-	b := clientOf(t, srv, clock)
+	a := clientOf(t, server.CapacityClient(srv), clock)
+	b := clientOf(t, server.CapacityClient(srv), clock)
 	if a.ID() == b.ID() {
 		t.Fatalf("two clients share id %q", a.ID())
 	}

@@ -37,7 +37,11 @@ resources:
 	}
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Handler: server.New(server.Options{Address: lis.Addr().String(), Config: repo, Logger: slog.New(slog.DiscardHandler)}).Handler(), Protocols: p}
+	srv, err := server.New(context.Background(), server.Config{Advertise: lis.Addr().String(), Doorman: repo, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	hs := &http.Server{Handler: srv.Handler(), Protocols: p}
 	go func() { _ = hs.Serve(lis) }()
 	return lis.Addr().String(), func() { hs.Close() }
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/server/capacity"
 )
 
 // newFakeClock returns the clock the client tests move by hand.
@@ -21,13 +22,13 @@ func newFakeClock() *testutil.Clock { return testutil.NewClock(time.Unix(1_800_0
 
 // fakeServer returns an in-process server on clock holding the resources
 // of yaml.
-func fakeServer(t *testing.T, yaml string, clock *testutil.Clock) *server.Server {
+func fakeServer(t *testing.T, yaml string, clock *testutil.Clock) *capacity.Service {
 	t.Helper()
 	repo, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return server.New(server.Options{Address: "s:1", Config: repo, Now: clock.Now, Logger: quiet})
+	return capacity.New(capacity.Options{Address: "s:1", Config: repo, Now: clock.Now, Logger: quiet})
 }
 
 // clientOf returns a client of srv refreshed by hand (Step) on clock; the
@@ -45,10 +46,10 @@ func clientOf(t *testing.T, srv doormanconnect.CapacityClient, clock *testutil.C
 
 // manualClient returns a client refreshed by hand (Step) on clock, of an
 // in-process server on the same clock holding the resources of yaml.
-func manualClient(t *testing.T, yaml string, clock *testutil.Clock, opts ...client.Option) (*client.Client, *server.Server) {
+func manualClient(t *testing.T, yaml string, clock *testutil.Clock, opts ...client.Option) (*client.Client, *capacity.Service) {
 	t.Helper()
 	srv := fakeServer(t, yaml, clock)
-	return clientOf(t, srv, clock, opts...), srv
+	return clientOf(t, server.CapacityClient(srv), clock, opts...), srv
 }
 
 // run drives clients as their refresh loops would, on clock, for d: each is

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/server/capacity"
 )
 
 // limiterAt returns a rate limiter (no stored permits) holding a lease of
@@ -34,8 +35,8 @@ func limiterAt(t *testing.T, rate float64) *client.RateLimiter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(server.Options{Address: "s:1", Config: cfg, Logger: quiet})
-	c, err := client.New("s:1", manualOf(srv), client.WithLogger(quiet))
+	srv := capacity.New(capacity.Options{Address: "s:1", Config: cfg, Logger: quiet})
+	c, err := client.New("s:1", manualOf(server.CapacityClient(srv)), client.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -177,8 +177,9 @@ type Etcd struct {
 type Shared struct {
 	// Limits holds the buckets.
 	Limits limits.Store
-	// Copies is the copy log the fleet shares (with Etcd; nil: copies
-	// stay in this server's memory).
+	// Copies is the copy log the fleet shares (nil: copies stay in this
+	// server's memory). It needs Etcd: the fleet's leader cleans up after
+	// a crashed server.
 	Copies SharedLog
 	// Metrics exports the store's health (sluice_redis_*); may be nil.
 	Metrics prometheus.Collector
@@ -315,11 +316,14 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 // fleet needs it.
 func (s *Server) openEtcd() error {
 	cfg := s.cfg
-	fleetOn := cfg.Shared != nil && cfg.Shared.Copies != nil && len(cfg.Etcd.Endpoints) > 0
+	fleetOn := cfg.Shared != nil && cfg.Shared.Copies != nil
 	if cfg.Election.Kind != "etcd" && !strings.HasPrefix(cfg.ConfigPath, "etcd:") && !fleetOn {
 		return nil
 	}
 	if len(cfg.Etcd.Endpoints) == 0 {
+		if fleetOn {
+			return errors.New("a shared copy log (Shared.Copies) needs etcd (--etcd-endpoints): the servers' fleet cleans up after a crashed server")
+		}
 		return errors.New("--etcd-endpoints is required with --election etcd or --config etcd:/KEY")
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd.Endpoints, DialTimeout: 5 * time.Second, TLS: cfg.Etcd.TLS, Logger: etcdLogger()})
@@ -331,19 +335,12 @@ func (s *Server) openEtcd() error {
 	return nil
 }
 
-// sharedLog returns the copy log shared by the fleet, or nil: copies are
-// shared only with a fleet on etcd, whose leader cleans up after a
-// crashed server.
+// sharedLog returns the copy log shared by the fleet, or nil.
 func (s *Server) sharedLog() SharedLog {
-	sh := s.cfg.Shared
-	switch {
-	case sh == nil || sh.Copies == nil:
-		return nil
-	case s.etcd == nil || len(s.cfg.Etcd.Endpoints) == 0:
-		s.log.Info("copy-limited resources stay in this server's memory: give --etcd-endpoints with --redis or --redis-cluster to share them (the servers' fleet needs etcd to clean up after a crashed server)")
-		return nil
+	if sh := s.cfg.Shared; sh != nil {
+		return sh.Copies
 	}
-	return sh.Copies
+	return nil
 }
 
 // newServices builds the capacity, limits and sessions services.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"net"
 	"time"
 
 	"github.com/sluice-rl/sluice/client/quota"
@@ -19,8 +18,9 @@ import (
 // 5, group trusted = {acme, initech} with limit 4), a few gpus, and a
 // rate-limited "api" whose every domain gets 3 tokens.
 func exampleCharon() (addr string, stop func()) {
-	s := server.New(server.Options{
+	s, err := server.New(context.Background(), server.Config{
 		ID:     "example",
+		Listen: "127.0.0.1:0",
 		Logger: quiet,
 		Limits: &limits.Config{Resources: map[string]*limits.Resource{
 			"api": {Default: &limits.Bucket{Size: 3, FillRate: 0.01, MaxTokensPerRequest: 10}},
@@ -30,12 +30,13 @@ func exampleCharon() (addr string, stop func()) {
 			"gpus":               {DomainLimit: 2, GlobalLimit: 8},
 		}},
 	})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
 	}
-	ep := s.Serve(lis, s.Handler(), nil)
-	return lis.Addr().String(), func() { _ = ep.Shutdown(context.Background()) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	return s.Addr(), func() { cancel(); <-done }
 }
 
 // Charon's rate-limited requests: the most hits in [min, n] available now,

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -175,27 +174,21 @@ func TestRealProcesses(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	cfg := &copies.Config{Resources: map[string]copies.Resource{"cookbook/sandboxes": copiesConfig().Resources["sandboxes"]}}
-	s := server.New(server.Options{ID: "quota-test", Copies: cfg, Logger: quiet})
 	ctx, cancel := context.WithCancel(context.Background())
+	s, err := server.New(ctx, server.Config{ID: "quota-test", Listen: "127.0.0.1:0", Copies: cfg, Logger: quiet})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
 	ran := make(chan struct{})
 	go func() {
 		defer close(ran)
-		_ = s.Run(ctx, time.Second)
+		_ = s.Run(ctx)
 	}()
 	defer func() { cancel(); <-ran }()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep := s.Serve(lis, s.Handler(), nil)
-	defer func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		_ = ep.Shutdown(sctx)
-	}()
-	addr := lis.Addr().String()
+	addr := s.Addr()
 	held := func() int64 {
-		r, _ := s.Copies().Resource("cookbook/sandboxes")
+		r, _ := s.Sessions().Engine().Resource("cookbook/sandboxes")
 		return r.GlobalHolds
 	}
 

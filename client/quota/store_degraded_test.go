@@ -2,13 +2,14 @@ package quota_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/client/quota"
+	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
@@ -28,8 +29,6 @@ func startRedisServer(t *testing.T, rs *redistest.Server) string {
 	t.Cleanup(func() { _ = rc.Close() })
 	st := redisstore.New(rc, redisstore.Options{Prefix: "t:" + t.Name() + ":", BreakerFailures: 1, BreakerProbe: time.Hour})
 	t.Cleanup(func() { _ = st.Close() })
-	cl := redisstore.NewCopyLog(st)
-	cl.SetEpoch("e1") // what the fleet membership does before unfencing
 	cfg, err := limits.ParseSection([]byte(`
 resources:
   open: {default: {size: 1000, fill_rate: 1000, max_tokens_per_request: 100}, on_store_error: open}
@@ -37,21 +36,26 @@ resources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := server.New(server.Options{ID: "quota-test", Limits: cfg, LimitsStore: st, Logger: quiet,
-		Copies:    &copies.Config{Resources: map[string]copies.Resource{"open-copies": {DomainLimit: 5, OnStoreError: copies.FailOpen}}},
-		CopiesLog: cl})
-	s.Copies().Unfence()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	// The copy log is shared through a fleet on a real etcd, as in
+	// production: the membership gives the server its epoch.
+	etcd := etcdtest.StartEtcd(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := server.New(ctx, server.Config{ID: "quota-test", Listen: "127.0.0.1:0", Logger: quiet, Limits: cfg,
+		Copies:      &copies.Config{Resources: map[string]copies.Resource{"open-copies": {DomainLimit: 5, OnStoreError: copies.FailOpen}}},
+		Shared:      &server.Shared{Limits: st, Copies: redisstore.NewCopyLog(st)},
+		Etcd:        server.Etcd{Endpoints: []string{etcd.Endpoint}},
+		FleetTTL:    time.Second,
+		FleetPrefix: "/" + t.Name(),
+	})
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
-	ep := s.Serve(lis, s.Handler(), nil)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = ep.Shutdown(ctx)
-	})
-	return lis.Addr().String()
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testutil.Eventually(t, 30*time.Second, "the fleet unfences the server", func() bool { return !s.Sessions().Fenced() })
+	return s.Addr()
 }
 
 // TestStoreDegraded: against the real server on a real Redis, every path

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/testutil"
-	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/server/status"
 )
 
 // Twenty client processes with adaptive demand on one resource: the sum of
@@ -51,7 +51,7 @@ resources:
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		var page server.ResourcePage
+		var page status.ResourcePage
 		if json.Unmarshal(body, &page) != nil {
 			return 0, 0
 		}

@@ -124,6 +124,12 @@ command line wins.`,
 			if cfg.Shared, err = redisShared(redisURL, redisCluster, redisTimeout, log); err != nil {
 				return err
 			}
+			if cfg.Shared != nil && len(endpoints) == 0 {
+				// Copy-limited resources share Redis only with a fleet on
+				// etcd, whose leader cleans up after a crashed server.
+				cfg.Shared.Copies = nil
+				log.Info("copy-limited resources stay in this server's memory: give --etcd-endpoints with --redis or --redis-cluster to share them (the servers' fleet needs etcd to clean up after a crashed server)")
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			srv, err := server.New(ctx, cfg)

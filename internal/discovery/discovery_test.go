@@ -8,21 +8,25 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/discovery"
 	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/server/capacity"
 )
 
-func serve(t *testing.T) (*server.Server, string) {
+func serve(t *testing.T) (*capacity.Service, string) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := server.New(server.Options{Address: lis.Addr().String()})
+	srv, err := server.New(context.Background(), server.Config{Advertise: lis.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Handler: s.Handler(), Protocols: p}
+	hs := &http.Server{Handler: srv.Handler(), Protocols: p}
 	go func() { _ = hs.Serve(lis) }()
 	t.Cleanup(func() { hs.Close() })
-	return s, lis.Addr().String()
+	return srv.Capacity(), lis.Addr().String()
 }
 
 func h2c() *http.Client {
