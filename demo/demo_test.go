@@ -16,7 +16,7 @@ import (
 // run, and every client that stays to the end got requests through (one
 // that leaves early may have left before its turn came). How close to the capacity
 // the demo runs (its utilization) is the demo's own report, measured on
-// an idle machine (README), not a test: under -race beside other tests the
+// an idle machine (docs/performance.md), not a test: under -race beside other tests the
 // load generators cannot keep up.
 func TestDemo(t *testing.T) {
 	if testing.Short() {

@@ -100,7 +100,7 @@ type Request struct {
 	// False (a client, or Doorman's allocation): what the requester is no
 	// longer granted is free at once.
 	//
-	// Source: the README, "What Sluice changes in the allocation across
+	// Source: docs/departures.md, "What Sluice changes in the allocation across
 	// the tree", rules 2 and 3 (doorman-design.md, "Shortfall", accepts
 	// the overshoot instead).
 	KeepOutstanding bool
@@ -394,7 +394,7 @@ func (r *Resource) sumHas() float64 {
 //   - record: the store's record of the decision (Step 4).
 //
 // Sluice's rules are those under "What Sluice changes in the allocation
-// across the tree" in the README.
+// across the tree" in docs/departures.md.
 //
 // Source: doorman-design.md, "Processing the GetCapacity RPC", steps 1-4.
 func (r *Resource) Decide(now time.Time, req Request) Grant {
@@ -441,7 +441,7 @@ type decision struct {
 // is never early.
 //
 // Source: doorman-design.md, "Step 2: Insertion step" (which leaves the
-// resource out of the response instead; see the README, "Where Sluice
+// resource out of the response instead; see docs/departures.md, "Where Sluice
 // departs from Doorman").
 func (r *Resource) early(now time.Time, e *entry, repeat bool) bool {
 	return !repeat && now.UnixNano()-e.lastRequest < int64(r.params.MinRequestInterval)
@@ -457,7 +457,7 @@ func (r *Resource) early(now time.Time, e *entry, repeat bool) bool {
 // granted no more than it asks. Otherwise ps is returned as it is and the
 // ceiling is +Inf. e is nil for a requester the store has no record of.
 //
-// Source: the README, "What Sluice changes in the allocation across the
+// Source: docs/departures.md, "What Sluice changes in the allocation across the
 // tree", rule 2; doorman-design.md, "On learning mode".
 func floorLearningChild(e *entry, keepOutstanding bool, has *float64, ps []Band) (_ []Band, ceiling float64) {
 	if e == nil || !keepOutstanding || has != nil || !fewerClients(ps, e) {
@@ -550,7 +550,7 @@ func learningHandBack(has *float64, free float64) float64 {
 // and ends when it would have anyway; taking it away would not give the
 // capacity back any sooner than the parent's booking (booked) allows.
 //
-// Source: the README, "What Sluice changes in the allocation across the
+// Source: docs/departures.md, "What Sluice changes in the allocation across the
 // tree", rule 1 (doorman-design.md, "On learning mode", hands back the
 // claim, and Doorman cuts it to what is free).
 func (r *Resource) handBackUnextended(now time.Time, learning bool, has *float64, hasExpiry time.Time, gets float64) (_ decision, ok bool) {
@@ -592,7 +592,7 @@ func (r *Resource) withinOwnLease(now time.Time, gets float64) decision {
 // child must take back from its clients thus goes to others only once they
 // gave it back: children shrink before others grow.
 //
-// Source: the README, "What Sluice changes in the allocation across the
+// Source: docs/departures.md, "What Sluice changes in the allocation across the
 // tree", rule 3; doorman-design.md, "Shortfall".
 func booked(gets float64, keepOutstanding bool, has *float64, wasBooked float64) float64 {
 	if !keepOutstanding {

@@ -40,16 +40,18 @@ func startEndpoint(t *testing.T, s *Server, handler http.Handler, cfg *tls.Confi
 	return lis.Addr().String(), ep
 }
 
-func capacityRequest(client string) *pb.GetCapacityRequest {
-	return &pb.GetCapacityRequest{ClientId: proto.String(client),
-		Resource: []*pb.ResourceRequest{{ResourceId: proto.String("fixed/a"), Priority: proto.Int64(0), Wants: proto.Float64(5)}}}
+// endpointServer is a standalone server with doormanYAML, not running:
+// the endpoint tests serve it themselves.
+func endpointServer(t *testing.T) *Server {
+	t.Helper()
+	return assemble(t, Config{ID: "test", Doorman: doormanRepo(t)})
 }
 
 // gRPC goes to grpc-go's server, not to the HTTP handler: with a handler
 // that answers 404 to everything, gRPC still works and JSON does not.
 // Both sides count in the same metrics.
 func TestEndpointGRPCOnItsOwnTransport(t *testing.T) {
-	s := newTestServer(t)
+	s := endpointServer(t)
 	addr, _ := startEndpoint(t, s, http.NotFoundHandler(), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -58,7 +60,7 @@ func TestEndpointGRPCOnItsOwnTransport(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	resp, err := pb.NewCapacityClient(conn).GetCapacity(ctx, capacityRequest("g"))
+	resp, err := pb.NewCapacityClient(conn).GetCapacity(ctx, capacityRequest("g", "fixed/a", 5))
 	if err != nil || resp.GetResponse()[0].GetGets().GetCapacity() != 5 {
 		t.Fatalf("gRPC through grpc-go: %v, %v", resp, err)
 	}
@@ -66,10 +68,10 @@ func TestEndpointGRPCOnItsOwnTransport(t *testing.T) {
 	if _, err := pb.NewCapacityClient(conn).GetCapacity(ctx, &pb.GetCapacityRequest{ClientId: proto.String("")}); err == nil || !strings.Contains(err.Error(), "InvalidArgument") {
 		t.Fatalf("empty client id over grpc-go: %v, want InvalidArgument", err)
 	}
-	if got := prom.ToFloat64(s.metrics.requests.WithLabelValues("/doorman.Capacity/GetCapacity", "ok")); got != 1 {
+	if got := prom.ToFloat64(s.rpc.requests.WithLabelValues("/doorman.Capacity/GetCapacity", "ok")); got != 1 {
 		t.Errorf("requests{ok} = %v, want 1", got)
 	}
-	if got := prom.ToFloat64(s.metrics.requests.WithLabelValues("/doorman.Capacity/GetCapacity", "invalid_argument")); got != 1 {
+	if got := prom.ToFloat64(s.rpc.requests.WithLabelValues("/doorman.Capacity/GetCapacity", "invalid_argument")); got != 1 {
 		t.Errorf("requests{invalid_argument} = %v, want 1", got)
 	}
 	r, err := http.Post("http://"+addr+"/doorman.Capacity/GetCapacity", "application/json", strings.NewReader(`{"clientId":"j"}`))
@@ -100,8 +102,10 @@ func TestEndpointAllProtocols(t *testing.T) {
 		client *tls.Config
 	}{{"plaintext", nil, nil}, {"mTLS", serverTLS, clientTLS}} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newTestServer(t)
-			addr, _ := startEndpoint(t, s, s.Handler(), tc.server)
+			// As `sluice server --tls-*` serves: New and Run with
+			// Config.TLS.
+			s, _ := startServer(t, Config{ID: "test", Doorman: doormanRepo(t), TLS: tc.server})
+			addr := s.Addr()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			scheme, creds := "http", insecure.NewCredentials()
@@ -123,7 +127,7 @@ func TestEndpointAllProtocols(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			if _, err := pb.NewCapacityClient(conn).GetCapacity(ctx, capacityRequest("grpc-go")); err != nil {
+			if _, err := pb.NewCapacityClient(conn).GetCapacity(ctx, capacityRequest("grpc-go", "fixed/a", 5)); err != nil {
 				t.Errorf("grpc-go client: %v", err)
 			}
 			for name, c := range map[string]doormanconnect.CapacityClient{
@@ -133,7 +137,7 @@ func TestEndpointAllProtocols(t *testing.T) {
 				"JSON HTTP/1.1":           doormanconnect.NewCapacityClient(&http.Client{Transport: h1}, scheme+"://"+addr, connect.WithProtoJSON()),
 				"JSON HTTP/2":             doormanconnect.NewCapacityClient(&http.Client{Transport: h2()}, scheme+"://"+addr, connect.WithProtoJSON()),
 			} {
-				if _, err := c.GetCapacity(ctx, connect.NewRequest(capacityRequest(name))); err != nil {
+				if _, err := c.GetCapacity(ctx, connect.NewRequest(capacityRequest(name, "fixed/a", 5))); err != nil {
 					t.Errorf("%s: %v", name, err)
 				}
 			}
@@ -149,14 +153,14 @@ func TestEndpointAllProtocols(t *testing.T) {
 					t.Errorf("/healthz over %s: %d %q (%s)", name, r.StatusCode, body.String(), r.Proto)
 				}
 			}
-			if st, _ := s.Status("fixed/a"); len(st.Leases) != 6 {
+			if st, _ := s.Capacity().Status("fixed/a"); len(st.Leases) != 6 {
 				t.Errorf("%d leases, want one per client (6)", len(st.Leases))
 			}
 		})
 	}
 	// Without a client certificate the mTLS endpoint refuses.
-	s := newTestServer(t)
-	addr, _ := startEndpoint(t, s, s.Handler(), serverTLS)
+	s, _ := startServer(t, Config{ID: "test", Doorman: doormanRepo(t), TLS: serverTLS})
+	addr := s.Addr()
 	noCert, err := tlsutil.Client(certs.CA, "", "")
 	if err != nil {
 		t.Fatal(err)
@@ -168,14 +172,14 @@ func TestEndpointAllProtocols(t *testing.T) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := pb.NewCapacityClient(conn).GetCapacity(ctx, capacityRequest("anon")); err == nil {
+	if _, err := pb.NewCapacityClient(conn).GetCapacity(ctx, capacityRequest("anon", "fixed/a", 5)); err == nil {
 		t.Error("a client without a certificate was served over mTLS")
 	}
 }
 
 // Shutdown lets an RPC in flight finish and refuses new connections.
 func TestEndpointShutdown(t *testing.T) {
-	s := newTestServer(t)
+	s := endpointServer(t)
 	addr, ep := startEndpoint(t, s, s.Handler(), nil)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -184,7 +188,7 @@ func TestEndpointShutdown(t *testing.T) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := pb.NewCapacityClient(conn).GetCapacity(ctx, capacityRequest("a")); err != nil {
+	if _, err := pb.NewCapacityClient(conn).GetCapacity(ctx, capacityRequest("a", "fixed/a", 5)); err != nil {
 		t.Fatal(err)
 	}
 	if err := ep.Shutdown(ctx); err != nil {

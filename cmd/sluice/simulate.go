@@ -34,7 +34,7 @@ state machines, a server tree with three tasks per node and scripted elections, 
 one process. A run is deterministic for a seed.
 
 --scenario is a built-in (one … seven, the scenarios of doorman-design.md,
-"Convergence and shortfall"), "all", or a YAML file with the same fields as
+"Convergence and shortfall", and eight, Sluice's own), "all", or a YAML file with the same fields as
 sim.Scenario. It prints a summary table (or JSON with --json): mean utilization
 after the initial learning period, worst and mean overshoot of the clients' Σ
 leases over the capacity, shortfall episodes (runs of seconds above capacity),
@@ -43,7 +43,7 @@ NAME.csv (per tree level: Σ wants, Σ has, capacity, leases, every second),
 NAME.json, NAME.png and NAME.svg (a plot like the design's figures).
 
 --allocation doorman runs the servers with Doorman's allocation across the tree
-instead of Sluice's (see the README), for comparison.
+instead of Sluice's (see docs/departures.md), for comparison.
 
 --refresh-decay sets the direction in which the refresh interval changes from
 level to level of the tree: sluice (each level further from the root refreshes
@@ -121,7 +121,7 @@ act as 5 s.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&scenario, "scenario", "all", "built-in scenario (one … seven), all, or a scenario YAML file")
+	f.StringVar(&scenario, "scenario", "all", "built-in scenario (one … eight), all, or a scenario YAML file")
 	f.Int64Var(&seed, "seed", 1, "random seed (demand, mishaps, jitter)")
 	f.DurationVar(&duration, "duration", 0, "virtual time to simulate (default: the scenario's)")
 	f.StringVar(&out, "out", "", "directory for CSV, JSON, PNG and SVG outputs per scenario")

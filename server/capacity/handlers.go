@@ -229,7 +229,7 @@ func (s *Service) decide(r *resource, id string, req lease.Request) lease.Grant 
 const unrecordedLogEvery = 10 * time.Second
 
 // claim sets lr's Has and HasExpiry from the lease the requester says it
-// holds (has; nil: none). Doorman's allocation (Options.DoormanAllocation)
+// holds (has; nil: none). Doorman's allocation (hooks.Server.DoormanAllocation)
 // does not use the claimed expiry.
 func (s *Service) claim(lr *lease.Request, has *pb.Lease) {
 	if has == nil {

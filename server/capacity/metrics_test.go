@@ -1,4 +1,4 @@
-package server
+package capacity
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
@@ -36,13 +35,13 @@ func series(t *testing.T, reg *prometheus.Registry, prefix string) (int, []*dto.
 }
 
 // askMany sends one GetCapacity for ids (as one client).
-func askMany(t *testing.T, s *Server, client string, ids []string) {
+func askMany(t *testing.T, s *Service, client string, ids []string) {
 	t.Helper()
 	req := &pb.GetCapacityRequest{ClientId: proto.String(client)}
 	for _, id := range ids {
 		req.Resource = append(req.Resource, &pb.ResourceRequest{ResourceId: proto.String(id), Priority: proto.Int64(0), Wants: proto.Float64(1)})
 	}
-	if _, err := s.GetCapacity(context.Background(), connect.NewRequest(req)); err != nil {
+	if _, err := s.GetCapacity(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -65,7 +64,7 @@ func TestMetricsCardinalityBounded(t *testing.T) {
 		}
 	}
 	askMany(t, s, "fair-client", []string{"fair"})
-	got, mfs := series(t, s.Registry(), "sluice_server_")
+	got, mfs := series(t, registry(t, s), "sluice_server_")
 	t.Logf("root: %d series after %d distinct resource ids", got, n+1)
 	// 3 labels (fixed/*, fair, unmatched) × 7 per-resource metrics, plus
 	// the fixed families.
@@ -87,11 +86,11 @@ func TestMetricsCardinalityBounded(t *testing.T) {
 	// At an intermediate server resources have no template: per id, up to
 	// MaxResourceSeries, then "other".
 	root := New(Options{ID: "root", Address: "root:1", Logger: slog.New(slog.DiscardHandler)})
-	mid := New(Options{ID: "mid", Address: "127.0.0.1:2", Parent: []string{"root:1"},
-		hooks: hooks.Server{ParentDial: func(string) doormanconnect.CapacityClient { return root }}})
+	mid := New(Options{ID: "mid", Address: "127.0.0.1:2", Parent: []string{"root:1"}, Registry: prometheus.NewRegistry(),
+		Hooks: &hooks.Server{ParentDial: func(string) doormanconnect.CapacityClient { return connectService{root} }}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = mid.Run(ctx, time.Second) }()
+	go func() { defer close(done); mid.Run(ctx, time.Second) }()
 	defer func() { cancel(); <-done }()
 	const midN = 20_000
 	for i := 0; i < midN; i += 1000 {
@@ -106,25 +105,24 @@ func TestMetricsCardinalityBounded(t *testing.T) {
 	if g := getCap(t, mid, "c", fmt.Sprintf("r/%d", midN-1), 1).GetResponse()[0].GetGets().GetCapacity(); g != 1 {
 		t.Fatalf("the last resource got %v from the intermediate, want 1", g)
 	}
-	got, _ = series(t, mid.Registry(), "sluice_server_resource")
+	got, _ = series(t, registry(t, mid), "sluice_server_resource")
 	t.Logf("intermediate: %d per-resource series after %d distinct resource ids", got, midN)
 	if want := 7 * (MaxResourceSeries + 1); got != want {
 		t.Fatalf("%d per-resource series, want %d (%d ids + other, 7 metrics)", got, want, MaxResourceSeries)
 	}
 }
 
-func TestMetricsMastershipAndConfig(t *testing.T) {
+// The capacity service's part of package server's
+// TestMetricsMastershipAndConfig (the configuration reloads are counted by
+// the composition root, and tested there).
+func TestMetricsMastershipAndConfigInfo(t *testing.T) {
 	s := newTestServer(t)
 	s.SetMastership(false, "x:1")
 	s.SetMastership(true, "")
-	s.ConfigReloaded(nil)
-	s.ConfigReloaded(fmt.Errorf("bad"))
-	_, mfs := series(t, s.Registry(), "sluice_server_")
+	_, mfs := series(t, registry(t, s), "sluice_server_")
 	want := map[string]bool{
 		`sluice_server_mastership_changes_total{change="lost"} 1`:                     false,
 		`sluice_server_mastership_changes_total{change="won"} 1`:                      false,
-		`sluice_server_config_reloads_total{result="failed"} 1`:                       false,
-		`sluice_server_config_reloads_total{result="ok"} 1`:                           false,
 		`sluice_server_config_info{hash="` + s.Config().Hash() + `",templates="2"} 1`: false,
 	}
 	for _, mf := range mfs {

@@ -1,4 +1,4 @@
-package server
+package capacity
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 
 // serve serves s on a kernel-chosen loopback port until the test ends and
 // returns its address.
-func serve(t *testing.T, s *Server) string {
+func serve(t *testing.T, s *Service) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -31,7 +31,7 @@ func serve(t *testing.T, s *Server) string {
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Handler: s.Handler(), Protocols: p}
+	hs := &http.Server{Handler: handler(s), Protocols: p}
 	go func() { _ = hs.Serve(lis) }()
 	t.Cleanup(func() { hs.Close() })
 	return lis.Addr().String()
@@ -39,7 +39,7 @@ func serve(t *testing.T, s *Server) string {
 
 // fakeClockServer returns a server of the configuration cfg on a fake
 // clock, and the clock.
-func fakeClockServer(t *testing.T, cfg string) (*Server, *fakeClock) {
+func fakeClockServer(t *testing.T, cfg string) (*Service, *fakeClock) {
 	t.Helper()
 	repo, err := config.Parse([]byte(cfg))
 	if err != nil {
@@ -130,12 +130,13 @@ resources:
     capacity: 100
     algorithm: {kind: FAIR_SHARE, lease_length: 30, refresh_interval: 1, learning_mode_duration: 30}
 `)
-	mid := New(Options{ID: "mid", Address: "127.0.0.1:1", Parent: []string{root.addr}, hooks: hooks.Server{ManualParent: true}})
+	h := &hooks.Server{ManualParent: true}
+	mid := New(Options{ID: "mid", Address: "127.0.0.1:1", Parent: []string{root.addr}, Hooks: h})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	getCap(t, mid, "c", "r", 10) // takes the link's first turn inline
-	if _, err := mid.ReleaseCapacity(ctx, connect.NewRequest(&pb.ReleaseCapacityRequest{
-		ClientId: proto.String("c"), ResourceId: []string{"r"}})); err != nil {
+	if _, err := mid.ReleaseCapacity(ctx, &pb.ReleaseCapacityRequest{
+		ClientId: proto.String("c"), ResourceId: []string{"r"}}); err != nil {
 		t.Fatal(err)
 	}
 	stop := time.Now().Add(time.Second)
@@ -148,7 +149,7 @@ resources:
 	}()
 	steps := 0
 	for ; time.Now().Before(stop); steps++ {
-		mid.stepParent(ctx)
+		h.StepParent(ctx)
 	}
 	<-done
 	if st, err := mid.Status("r"); err != nil || len(st.Leases) != 0 || !st.Learning {
@@ -219,11 +220,11 @@ func TestUnknownAlgorithmFallsBackToNone(t *testing.T) {
 	go func() { _ = hs.Serve(lis) }()
 	defer hs.Close()
 
-	s := New(Options{ID: "leaf", Address: "127.0.0.1:1", Parent: []string{lis.Addr().String()}, hooks: hooks.Server{ManualParent: true}})
+	s := New(Options{ID: "leaf", Address: "127.0.0.1:1", Parent: []string{lis.Addr().String()}, Hooks: &hooks.Server{ManualParent: true}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := s.GetCapacity(ctx, connect.NewRequest(&pb.GetCapacityRequest{ClientId: proto.String("c"),
-		Resource: []*pb.ResourceRequest{{ResourceId: proto.String("r"), Priority: proto.Int64(0), Wants: proto.Float64(500)}}}))
+	resp, err := s.GetCapacity(ctx, &pb.GetCapacityRequest{ClientId: proto.String("c"),
+		Resource: []*pb.ResourceRequest{{ResourceId: proto.String("r"), Priority: proto.Int64(0), Wants: proto.Float64(500)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +235,7 @@ func TestUnknownAlgorithmFallsBackToNone(t *testing.T) {
 	if st.Algorithm != algorithm.NoAlgorithm {
 		t.Fatalf("algorithm %v, want NO_ALGORITHM", st.Algorithm)
 	}
-	if got := resp.Msg.GetResponse()[0].GetGets().GetCapacity(); got != 500 {
+	if got := resp.GetResponse()[0].GetGets().GetCapacity(); got != 500 {
 		t.Fatalf("granted %v, want what the client asks (500) under NO_ALGORITHM", got)
 	}
 	if got := testutil.ToFloat64(s.metrics.algoFallbacks); got < 1 {

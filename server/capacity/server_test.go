@@ -1,11 +1,11 @@
-package server
+package capacity
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
@@ -23,29 +23,39 @@ resources:
     algorithm: {kind: STATIC, lease_length: 20, refresh_interval: 5}
 `
 
-func newTestServer(tb testing.TB) *Server {
+func newTestServer(tb testing.TB) *Service {
 	tb.Helper()
 	repo, err := config.Parse([]byte(testConfig))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return New(Options{ID: "test", Address: "127.0.0.1:1", Config: repo})
+	return New(Options{ID: "test", Address: "127.0.0.1:1", Config: repo, Registry: prometheus.NewRegistry()})
+}
+
+// registry returns the registry s's metrics live in (newTestServer's).
+func registry(tb testing.TB, s *Service) *prometheus.Registry {
+	tb.Helper()
+	reg, ok := s.opts.Registry.(*prometheus.Registry)
+	if !ok {
+		tb.Fatalf("the service's metrics are in %T, not a *prometheus.Registry", s.opts.Registry)
+	}
+	return reg
 }
 
 type fakeClock struct{ t time.Time }
 
 func (c *fakeClock) now() time.Time { return c.t }
 
-func getCap(t *testing.T, s *Server, client, resource string, wants float64) *pb.GetCapacityResponse {
+func getCap(t *testing.T, s *Service, client, resource string, wants float64) *pb.GetCapacityResponse {
 	t.Helper()
-	resp, err := s.GetCapacity(context.Background(), connect.NewRequest(&pb.GetCapacityRequest{
+	resp, err := s.GetCapacity(context.Background(), &pb.GetCapacityRequest{
 		ClientId: proto.String(client),
 		Resource: []*pb.ResourceRequest{{ResourceId: proto.String(resource), Priority: proto.Int64(0), Wants: proto.Float64(wants)}},
-	}))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.Msg
+	return resp
 }
 
 func TestMastershipRedirectAndReset(t *testing.T) {
@@ -58,9 +68,9 @@ func TestMastershipRedirectAndReset(t *testing.T) {
 	if len(resp.GetResponse()) != 0 || resp.GetMastership().GetMasterAddress() != "10.0.0.9:15000" {
 		t.Fatalf("non-master answered %v", resp)
 	}
-	d, _ := s.Discovery(context.Background(), connect.NewRequest(&pb.DiscoveryRequest{}))
-	if d.Msg.GetIsMaster() || d.Msg.GetMastership().GetMasterAddress() != "10.0.0.9:15000" {
-		t.Fatalf("discovery %v", d.Msg)
+	d, _ := s.Discovery(context.Background(), &pb.DiscoveryRequest{})
+	if d.GetIsMaster() || d.GetMastership().GetMasterAddress() != "10.0.0.9:15000" {
+		t.Fatalf("discovery %v", d)
 	}
 	// Winning again starts from an empty state in learning mode (the
 	// lease length, 60 s): a newcomer gets 0.

@@ -1,125 +1,97 @@
-package server
+package capacity
 
 import (
-	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
+	"errors"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/sluice-rl/sluice/config"
 )
 
-func get(t *testing.T, h http.Handler, url string, header ...string) (int, string, http.Header) {
-	t.Helper()
-	req := httptest.NewRequest("GET", url, nil)
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	body, _ := io.ReadAll(rec.Result().Body)
-	return rec.Code, string(body), rec.Result().Header
-}
-
-func TestStatusPages(t *testing.T) {
+// The views the status pages show (package status renders them; package
+// server's TestStatusPages tests the pages): the node, the configuration,
+// the resources' rows and one resource's detail.
+func TestStatusViews(t *testing.T) {
 	s := newTestServer(t)
 	getCap(t, s, "alice", "fair", 30)
 	getCap(t, s, "bob", "fair", 90)
 	getCap(t, s, "carol", "fixed/a", 3)
 	getCap(t, s, "dave", "other", 7)
 	s.Sweep()
-	h := s.Handler()
 
-	code, _, hdr := get(t, h, "/")
-	if code != http.StatusFound || hdr.Get("Location") != "/debug/status" {
-		t.Fatalf("/ → %d %q", code, hdr.Get("Location"))
+	if n := s.Node(); !n.IsMaster || n.ID != "test" || n.Address != "127.0.0.1:1" || n.Master != "127.0.0.1:1" || n.Election != "standalone" || n.Parent != nil {
+		t.Fatalf("node %+v", n)
 	}
-	code, body, _ := get(t, h, "/debug/status?sort=sum_wants&desc=1", "Accept", "application/json")
-	if code != 200 {
-		t.Fatalf("status %d: %s", code, body)
+	if cs := s.ConfigView(); cs == nil || cs.Hash != s.Config().Hash() || len(cs.Templates) != 2 {
+		t.Fatalf("configuration %+v", cs)
 	}
-	var st ServerStatus
-	if err := json.Unmarshal([]byte(body), &st); err != nil {
+	rows, total := s.ResourceRows(nil)
+	byID := map[string]ResourceRow{}
+	for _, r := range rows {
+		byID[r.ID] = r
+	}
+	if total != 3 || len(rows) != 3 {
+		t.Fatalf("%d rows of %d resources, want 3 of 3: %+v", len(rows), total, rows)
+	}
+	if r := byID["fair"]; r.Template != "fair" || r.Capacity == nil || *r.Capacity != 100 || r.SumWants != 120 || r.SumHas != 100 || r.Clients != 2 {
+		t.Fatalf("fair: %+v", r)
+	}
+	if r := byID["other"]; r.Template != "" || r.Capacity != nil || r.SumWants != 7 {
+		t.Fatalf("unmatched resource %+v, want no template and capacity null (unlimited)", r)
+	}
+	if r := byID["fixed/a"]; r.Template != "fixed/*" || r.SumWants != 3 {
+		t.Fatalf("fixed/a: %+v", r)
+	}
+	// Filtered (the status page's prefix f and regex a$): the total is
+	// before filtering.
+	re := regexp.MustCompile("a$")
+	rows, total = s.ResourceRows(func(id string) bool { return strings.HasPrefix(id, "f") && re.MatchString(id) })
+	if len(rows) != 1 || rows[0].ID != "fixed/a" || total != 3 {
+		t.Fatalf("filtered: %+v of %d", rows, total)
+	}
+
+	// A resource's detail.
+	rp, err := s.ResourcePage("fair")
+	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for _, r := range st.Resources {
-		ids = append(ids, r.ID)
+	has := map[string]float64{}
+	for _, l := range rp.Leases {
+		has[l.Client] = l.Has
 	}
-	if got := strings.Join(ids, ","); got != "fair,other,fixed/a" || !st.IsMaster || st.Config == nil || len(st.Config.Templates) != 2 {
-		t.Fatalf("resources sorted by Σ wants desc: %s; %+v", got, st)
-	}
-	if st.Resources[1].Capacity != nil {
-		t.Fatalf("unmatched resource capacity %v, want null (unlimited)", *st.Resources[1].Capacity)
-	}
-	// Filter by prefix and by regex.
-	_, body, _ = get(t, h, "/debug/status?format=json&prefix=f&regex=a$")
-	st = ServerStatus{}
-	_ = json.Unmarshal([]byte(body), &st)
-	if len(st.Resources) != 1 || st.Resources[0].ID != "fixed/a" || st.Total != 3 {
-		t.Fatalf("filtered: %+v", st.Resources)
-	}
-	if code, body, _ := get(t, h, "/debug/status?regex=("); code != 400 || !strings.Contains(body, "regex") {
-		t.Fatalf("bad regex: %d %s", code, body)
-	}
-	// HTML.
-	code, body, _ = get(t, h, "/debug/status?sort=id")
-	if code != 200 || !strings.Contains(body, `<a href="/debug/status/resource?id=fair">fair</a>`) || !strings.Contains(body, "<b>master</b>") {
-		t.Fatalf("HTML status page: %d\n%s", code, body)
-	}
-	// A resource page, leases sorted by has.
-	_, body, _ = get(t, h, "/debug/status/resource?id=fair&sort=has&desc=1&format=json")
-	var rp ResourcePage
-	if err := json.Unmarshal([]byte(body), &rp); err != nil {
-		t.Fatal(err)
-	}
-	if len(rp.Leases) != 2 || rp.Leases[0].Client != "bob" || rp.Leases[0].Has != 70 || rp.Resource.SumWants != 120 || len(rp.History) != 1 {
+	if len(rp.Leases) != 2 || has["bob"] != 70 || has["alice"] != 30 || rp.Resource.SumWants != 120 || len(rp.History) != 1 || rp.ParentOf != "" {
 		t.Fatalf("resource page: %+v", rp)
 	}
-	code, body, _ = get(t, h, "/debug/status/resource?id=fair")
-	if code != 200 || !strings.Contains(body, `id="chart"`) || !strings.Contains(body, "alice") {
-		t.Fatalf("HTML resource page: %d\n%s", code, body)
-	}
-	if code, _, _ := get(t, h, "/debug/status/resource?id=nope"); code != 404 {
-		t.Fatalf("unknown resource: %d", code)
-	}
-	if code, body, _ := get(t, h, "/debug/status/static/chart.js"); code != 200 || !strings.Contains(body, "polyline") {
-		t.Fatalf("chart.js: %d", code)
+	if _, err := s.ResourcePage("nope"); !errors.Is(err, ErrUnknownResource) {
+		t.Fatalf("unknown resource: %v, want ErrUnknownResource", err)
 	}
 }
 
-func TestHealthAndReadiness(t *testing.T) {
+// The capacity service's part of package server's TestHealthAndReadiness
+// (/readyz, and draining, are the server's).
+func TestReady(t *testing.T) {
 	s := New(Options{ID: "x", Address: "a:1", RequireConfig: true})
-	h := s.Handler()
-	if code, _, _ := get(t, h, "/healthz"); code != 200 {
-		t.Fatalf("healthz %d", code)
-	}
-	if code, body, _ := get(t, h, "/readyz"); code != 503 || !strings.Contains(body, "configuration") {
-		t.Fatalf("readyz without config: %d %s", code, body)
+	if ok, why := s.Ready(); ok || !strings.Contains(why, "configuration") {
+		t.Fatalf("ready without config: %v %s", ok, why)
 	}
 	s = newTestServer(t)
-	h = s.Handler()
-	if code, _, _ := get(t, h, "/readyz"); code != 200 {
-		t.Fatalf("readyz: %d", code)
+	if ok, why := s.Ready(); !ok {
+		t.Fatalf("not ready: %s", why)
 	}
 	s.SetMastership(false, "")
-	if code, body, _ := get(t, h, "/readyz"); code != 503 || !strings.Contains(body, "mastership") {
-		t.Fatalf("readyz with mastership unknown: %d %s", code, body)
+	if ok, why := s.Ready(); ok || !strings.Contains(why, "mastership") {
+		t.Fatalf("ready with mastership unknown: %v %s", ok, why)
 	}
 	s.SetMastership(false, "b:1")
-	if code, _, _ := get(t, h, "/readyz"); code != 200 {
-		t.Fatalf("readyz as a standby that knows its master: %d", code)
-	}
-	s.SetDraining(true)
-	if code, body, _ := get(t, h, "/readyz"); code != 503 || !strings.Contains(body, "draining") {
-		t.Fatalf("readyz draining: %d %s", code, body)
+	if ok, why := s.Ready(); !ok {
+		t.Fatalf("not ready as a standby that knows its master: %s", why)
 	}
 }
 
-// safe_capacity -1 (no limit) goes to clients as -1 and shows as "no
-// limit" on the status page.
+// safe_capacity -1 (no limit) goes to clients as -1, and to the status
+// views as -1 (which the pages show as "no limit"; package server's
+// TestSafeCapacityNoLimit tests the pages).
 func TestSafeCapacityNoLimit(t *testing.T) {
 	repo, err := config.Parse([]byte(`
 resources:
@@ -135,10 +107,16 @@ resources:
 	if got := getCap(t, s, "a", "open", 5).GetResponse()[0].GetSafeCapacity(); got != -1 {
 		t.Fatalf("safe capacity on the wire %v, want -1", got)
 	}
-	for _, url := range []string{"/debug/status", "/debug/status/resource?id=open"} {
-		if code, body, _ := get(t, s.Handler(), url); code != 200 || !strings.Contains(body, "no limit") {
-			t.Errorf("%s: %d, no \"no limit\" in the page", url, code)
-		}
+	if cs := s.ConfigView(); cs == nil || len(cs.Templates) != 1 || cs.Templates[0].SafeCapacity == nil || *cs.Templates[0].SafeCapacity != config.NoSafeCapacityLimit {
+		t.Errorf("configuration view %+v, want safe capacity -1", cs)
+	}
+	rows, _ := s.ResourceRows(nil)
+	if len(rows) != 1 || rows[0].SafeCapacity == nil || *rows[0].SafeCapacity != config.NoSafeCapacityLimit {
+		t.Errorf("resource rows %+v, want safe capacity -1", rows)
+	}
+	rp, err := s.ResourcePage("open")
+	if err != nil || rp.Resource.SafeCapacity == nil || *rp.Resource.SafeCapacity != config.NoSafeCapacityLimit {
+		t.Errorf("resource page %+v, %v; want safe capacity -1", rp, err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package server
+package capacity
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 
 // node is a server of a test tree, serving on loopback.
 type node struct {
-	*Server
+	*Service
 	addr   string
 	hs     *http.Server
 	cancel context.CancelFunc
@@ -46,20 +46,20 @@ func startNodeSweeping(t *testing.T, sweep time.Duration, id string, cfg string,
 		t.Fatal(err)
 	}
 	n := &node{addr: lis.Addr().String(), done: make(chan struct{})}
-	n.Server = New(Options{ID: id, Address: n.addr, Config: repo, Parent: parent})
+	n.Service = New(Options{ID: id, Address: n.addr, Config: repo, Parent: parent})
 	// These tests are about the tree on the wall clock; Doorman's 5-second
 	// rule has tests of its own (TestMinRequestInterval*).
 	n.minRequest = 0
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
-	n.hs = &http.Server{Handler: n.Handler(), Protocols: p}
+	n.hs = &http.Server{Handler: handler(n.Service), Protocols: p}
 	go func() { _ = n.hs.Serve(lis) }()
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go func() {
 		defer close(n.done)
-		_ = n.Run(ctx, sweep)
+		n.Run(ctx, sweep)
 	}()
 	t.Cleanup(n.stop)
 	return n
@@ -242,7 +242,7 @@ func TestTreeParentLost(t *testing.T) {
 	root2 := New(Options{ID: "root2", Address: rootAddr, Config: repo})
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Handler: root2.Handler(), Protocols: p}
+	hs := &http.Server{Handler: handler(root2), Protocols: p}
 	go func() { _ = hs.Serve(lis) }()
 	defer hs.Close()
 	deadline = time.Now().Add(15 * time.Second)

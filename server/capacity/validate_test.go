@@ -6,7 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"connectrpc.com/connect"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
@@ -110,23 +111,23 @@ func FuzzGetCapacity(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var req pb.GetCapacityRequest
 		if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(data, &req); err == nil {
-			resp, err := s.GetCapacity(context.Background(), connect.NewRequest(&req))
+			resp, err := s.GetCapacity(context.Background(), &req)
 			if err != nil {
-				if connect.CodeOf(err) != connect.CodeInvalidArgument {
+				if status.Code(err) != codes.InvalidArgument {
 					t.Fatalf("GetCapacity: %v", err)
 				}
-			} else if err := proto.CheckInitialized(resp.Msg); err != nil {
+			} else if err := proto.CheckInitialized(resp); err != nil {
 				t.Fatalf("response lacks a required field: %v", err)
 			}
 		}
 		var sreq pb.GetServerCapacityRequest
 		if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(data, &sreq); err == nil {
-			resp, err := s.GetServerCapacity(context.Background(), connect.NewRequest(&sreq))
+			resp, err := s.GetServerCapacity(context.Background(), &sreq)
 			if err != nil {
-				if connect.CodeOf(err) != connect.CodeInvalidArgument {
+				if status.Code(err) != codes.InvalidArgument {
 					t.Fatalf("GetServerCapacity: %v", err)
 				}
-			} else if err := proto.CheckInitialized(resp.Msg); err != nil {
+			} else if err := proto.CheckInitialized(resp); err != nil {
 				t.Fatalf("response lacks a required field: %v", err)
 			}
 		}
