@@ -1,0 +1,143 @@
+package server
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sluice-rl/sluice/config"
+)
+
+func get(t *testing.T, h http.Handler, url string, header ...string) (int, string, http.Header) {
+	t.Helper()
+	req := httptest.NewRequest("GET", url, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	body, _ := io.ReadAll(rec.Result().Body)
+	return rec.Code, string(body), rec.Result().Header
+}
+
+func TestStatusPages(t *testing.T) {
+	s := newTestServer(t)
+	getCap(t, s, "alice", "fair", 30)
+	getCap(t, s, "bob", "fair", 90)
+	getCap(t, s, "carol", "fixed/a", 3)
+	getCap(t, s, "dave", "other", 7)
+	s.Sweep()
+	h := s.Handler()
+
+	code, _, hdr := get(t, h, "/")
+	if code != http.StatusFound || hdr.Get("Location") != "/debug/status" {
+		t.Fatalf("/ → %d %q", code, hdr.Get("Location"))
+	}
+	code, body, _ := get(t, h, "/debug/status?sort=sum_wants&desc=1", "Accept", "application/json")
+	if code != 200 {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	var st ServerStatus
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range st.Resources {
+		ids = append(ids, r.ID)
+	}
+	if got := strings.Join(ids, ","); got != "fair,other,fixed/a" || !st.IsMaster || st.Config == nil || len(st.Config.Templates) != 2 {
+		t.Fatalf("resources sorted by Σ wants desc: %s; %+v", got, st)
+	}
+	if st.Resources[1].Capacity != nil {
+		t.Fatalf("unmatched resource capacity %v, want null (unlimited)", *st.Resources[1].Capacity)
+	}
+	// Filter by prefix and by regex.
+	_, body, _ = get(t, h, "/debug/status?format=json&prefix=f&regex=a$")
+	st = ServerStatus{}
+	_ = json.Unmarshal([]byte(body), &st)
+	if len(st.Resources) != 1 || st.Resources[0].ID != "fixed/a" || st.Total != 3 {
+		t.Fatalf("filtered: %+v", st.Resources)
+	}
+	if code, body, _ := get(t, h, "/debug/status?regex=("); code != 400 || !strings.Contains(body, "regex") {
+		t.Fatalf("bad regex: %d %s", code, body)
+	}
+	// HTML.
+	code, body, _ = get(t, h, "/debug/status?sort=id")
+	if code != 200 || !strings.Contains(body, `<a href="/debug/status/resource?id=fair">fair</a>`) || !strings.Contains(body, "<b>master</b>") {
+		t.Fatalf("HTML status page: %d\n%s", code, body)
+	}
+	// A resource page, leases sorted by has.
+	_, body, _ = get(t, h, "/debug/status/resource?id=fair&sort=has&desc=1&format=json")
+	var rp ResourcePage
+	if err := json.Unmarshal([]byte(body), &rp); err != nil {
+		t.Fatal(err)
+	}
+	if len(rp.Leases) != 2 || rp.Leases[0].Client != "bob" || rp.Leases[0].Has != 70 || rp.Resource.SumWants != 120 || len(rp.History) != 1 {
+		t.Fatalf("resource page: %+v", rp)
+	}
+	code, body, _ = get(t, h, "/debug/status/resource?id=fair")
+	if code != 200 || !strings.Contains(body, `id="chart"`) || !strings.Contains(body, "alice") {
+		t.Fatalf("HTML resource page: %d\n%s", code, body)
+	}
+	if code, _, _ := get(t, h, "/debug/status/resource?id=nope"); code != 404 {
+		t.Fatalf("unknown resource: %d", code)
+	}
+	if code, body, _ := get(t, h, "/debug/status/static/chart.js"); code != 200 || !strings.Contains(body, "polyline") {
+		t.Fatalf("chart.js: %d", code)
+	}
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	s := New(Options{ID: "x", Address: "a:1", RequireConfig: true})
+	h := s.Handler()
+	if code, _, _ := get(t, h, "/healthz"); code != 200 {
+		t.Fatalf("healthz %d", code)
+	}
+	if code, body, _ := get(t, h, "/readyz"); code != 503 || !strings.Contains(body, "configuration") {
+		t.Fatalf("readyz without config: %d %s", code, body)
+	}
+	s = newTestServer(t)
+	h = s.Handler()
+	if code, _, _ := get(t, h, "/readyz"); code != 200 {
+		t.Fatalf("readyz: %d", code)
+	}
+	s.SetMastership(false, "")
+	if code, body, _ := get(t, h, "/readyz"); code != 503 || !strings.Contains(body, "mastership") {
+		t.Fatalf("readyz with mastership unknown: %d %s", code, body)
+	}
+	s.SetMastership(false, "b:1")
+	if code, _, _ := get(t, h, "/readyz"); code != 200 {
+		t.Fatalf("readyz as a standby that knows its master: %d", code)
+	}
+	s.SetDraining(true)
+	if code, body, _ := get(t, h, "/readyz"); code != 503 || !strings.Contains(body, "draining") {
+		t.Fatalf("readyz draining: %d %s", code, body)
+	}
+}
+
+// safe_capacity -1 (no limit) goes to clients as -1 and shows as "no
+// limit" on the status page.
+func TestSafeCapacityNoLimit(t *testing.T) {
+	repo, err := config.Parse([]byte(`
+resources:
+  - identifier_glob: open
+    capacity: 10
+    safe_capacity: -1
+    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 5, learning_mode_duration: 0}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{Address: "127.0.0.1:1", Config: repo})
+	if got := getCap(t, s, "a", "open", 5).GetResponse()[0].GetSafeCapacity(); got != -1 {
+		t.Fatalf("safe capacity on the wire %v, want -1", got)
+	}
+	for _, url := range []string{"/debug/status", "/debug/status/resource?id=open"} {
+		if code, body, _ := get(t, s.Handler(), url); code != 200 || !strings.Contains(body, "no limit") {
+			t.Errorf("%s: %d, no \"no limit\" in the page", url, code)
+		}
+	}
+}
