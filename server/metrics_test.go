@@ -27,18 +27,18 @@ func series(t *testing.T, reg *prometheus.Registry, prefix string) (int, []*dto.
 }
 
 func TestMetricsMastershipAndConfig(t *testing.T) {
-	s := newTestServer(t)
-	s.SetMastership(false, "x:1")
-	s.SetMastership(true, "")
-	s.ConfigReloaded(nil)
-	s.ConfigReloaded(fmt.Errorf("bad"))
+	s := newDoormanServer(t)
+	s.Capacity().SetMastership(false, "x:1")
+	s.Capacity().SetMastership(true, "")
+	s.configReloaded(nil)
+	s.configReloaded(fmt.Errorf("bad"))
 	_, mfs := series(t, s.Registry(), "sluice_server_")
 	want := map[string]bool{
-		`sluice_server_mastership_changes_total{change="lost"} 1`:                     false,
-		`sluice_server_mastership_changes_total{change="won"} 1`:                      false,
-		`sluice_server_config_reloads_total{result="failed"} 1`:                       false,
-		`sluice_server_config_reloads_total{result="ok"} 1`:                           false,
-		`sluice_server_config_info{hash="` + s.Config().Hash() + `",templates="2"} 1`: false,
+		`sluice_server_mastership_changes_total{change="lost"} 1`:                                false,
+		`sluice_server_mastership_changes_total{change="won"} 1`:                                 false,
+		`sluice_server_config_reloads_total{result="failed"} 1`:                                  false,
+		`sluice_server_config_reloads_total{result="ok"} 1`:                                      false,
+		`sluice_server_config_info{hash="` + s.Capacity().Config().Hash() + `",templates="2"} 1`: false,
 	}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {

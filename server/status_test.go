@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -8,7 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/server/status"
 )
 
 func get(t *testing.T, h http.Handler, url string, header ...string) (int, string, http.Header) {
@@ -23,13 +26,30 @@ func get(t *testing.T, h http.Handler, url string, header ...string) (int, strin
 	return rec.Code, string(body), rec.Result().Header
 }
 
+// newDoormanServer assembles a server with doormanYAML (not run: the
+// tests call its services and handler).
+func newDoormanServer(t *testing.T) *Server {
+	t.Helper()
+	return assemble(t, Config{ID: "test", Advertise: "127.0.0.1:1", Doorman: doormanRepo(t)})
+}
+
+// getCap asks s's capacity service for wants of resource for client.
+func getCap(t *testing.T, s *Server, client, resource string, wants float64) *pb.GetCapacityResponse {
+	t.Helper()
+	resp, err := s.Capacity().GetCapacity(context.Background(), capacityRequest(client, resource, wants))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 func TestStatusPages(t *testing.T) {
-	s := newTestServer(t)
+	s := newDoormanServer(t)
 	getCap(t, s, "alice", "fair", 30)
 	getCap(t, s, "bob", "fair", 90)
 	getCap(t, s, "carol", "fixed/a", 3)
 	getCap(t, s, "dave", "other", 7)
-	s.Sweep()
+	s.Capacity().Sweep()
 	h := s.Handler()
 
 	code, _, hdr := get(t, h, "/")
@@ -40,7 +60,7 @@ func TestStatusPages(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("status %d: %s", code, body)
 	}
-	var st ServerStatus
+	var st status.ServerStatus
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +76,7 @@ func TestStatusPages(t *testing.T) {
 	}
 	// Filter by prefix and by regex.
 	_, body, _ = get(t, h, "/debug/status?format=json&prefix=f&regex=a$")
-	st = ServerStatus{}
+	st = status.ServerStatus{}
 	_ = json.Unmarshal([]byte(body), &st)
 	if len(st.Resources) != 1 || st.Resources[0].ID != "fixed/a" || st.Total != 3 {
 		t.Fatalf("filtered: %+v", st.Resources)
@@ -71,7 +91,7 @@ func TestStatusPages(t *testing.T) {
 	}
 	// A resource page, leases sorted by has.
 	_, body, _ = get(t, h, "/debug/status/resource?id=fair&sort=has&desc=1&format=json")
-	var rp ResourcePage
+	var rp status.ResourcePage
 	if err := json.Unmarshal([]byte(body), &rp); err != nil {
 		t.Fatal(err)
 	}
@@ -90,29 +110,27 @@ func TestStatusPages(t *testing.T) {
 	}
 }
 
+// TestHealthAndReadiness: /healthz and /readyz on the endpoint (the
+// capacity service's own readiness, a configuration required and not
+// loaded included, is capacity's TestReady).
 func TestHealthAndReadiness(t *testing.T) {
-	s := New(Options{ID: "x", Address: "a:1", RequireConfig: true})
+	s := newDoormanServer(t)
 	h := s.Handler()
 	if code, _, _ := get(t, h, "/healthz"); code != 200 {
 		t.Fatalf("healthz %d", code)
 	}
-	if code, body, _ := get(t, h, "/readyz"); code != 503 || !strings.Contains(body, "configuration") {
-		t.Fatalf("readyz without config: %d %s", code, body)
-	}
-	s = newTestServer(t)
-	h = s.Handler()
 	if code, _, _ := get(t, h, "/readyz"); code != 200 {
 		t.Fatalf("readyz: %d", code)
 	}
-	s.SetMastership(false, "")
+	s.Capacity().SetMastership(false, "")
 	if code, body, _ := get(t, h, "/readyz"); code != 503 || !strings.Contains(body, "mastership") {
 		t.Fatalf("readyz with mastership unknown: %d %s", code, body)
 	}
-	s.SetMastership(false, "b:1")
+	s.Capacity().SetMastership(false, "b:1")
 	if code, _, _ := get(t, h, "/readyz"); code != 200 {
 		t.Fatalf("readyz as a standby that knows its master: %d", code)
 	}
-	s.SetDraining(true)
+	s.draining.Store(true) // what Run does when its context ends
 	if code, body, _ := get(t, h, "/readyz"); code != 503 || !strings.Contains(body, "draining") {
 		t.Fatalf("readyz draining: %d %s", code, body)
 	}
@@ -131,7 +149,7 @@ resources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(Options{Address: "127.0.0.1:1", Config: repo})
+	s := assemble(t, Config{Advertise: "127.0.0.1:1", Doorman: repo})
 	if got := getCap(t, s, "a", "open", 5).GetResponse()[0].GetSafeCapacity(); got != -1 {
 		t.Fatalf("safe capacity on the wire %v, want -1", got)
 	}
