@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,8 +14,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluice-rl/sluice/admin"
-	"github.com/sluice-rl/sluice/config"
-	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/limits"
 )
 
@@ -29,55 +26,18 @@ limits:
 `
 
 // startAdminServer runs a server as `sluice server --config FILE` does
-// with the admin flags ao (Insecure: --admin-insecure): the file in
-// t.TempDir() watched and applied, the admin API at /admin/v1/ beside the
-// server's handler on one port. It returns the base URL.
-func startAdminServer(t *testing.T, s *Server, ao admin.AuthOptions) string {
+// with the admin flags a (Insecure: --admin-insecure): the file in
+// t.TempDir() holding adminPageDoc, watched and applied, the admin API at
+// /admin/v1/ on the server's one port. It returns the server and its base
+// URL.
+func startAdminServer(t *testing.T, id string, a Admin) (*Server, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(adminPageDoc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	apply := func(r *config.Repository) {
-		s.SetConfig(r)
-		if err := s.SetLimits(r.Limits()); err != nil {
-			t.Errorf("SetLimits: %v", err)
-		}
-	}
-	w, err := config.NewWatcher(path, apply, func(err error) { t.Errorf("reload: %v", err) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	apply(w.Current())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	fs, err := admin.OpenFile(path, admin.FileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := testutil.Logger()
-	ao.Logger = log
-	auth, err := admin.NewAuth(ao)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle(admin.Prefix, admin.Handler(admin.New(fs, admin.Options{Logger: log}), auth, log))
-	mux.Handle("/", s.Handler())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep := s.Serve(lis, mux, nil)
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		_ = ep.Shutdown(sctx)
-		cancel()
-		<-done
-	})
-	return "http://" + lis.Addr().String()
+	s, _ := startServer(t, Config{ID: id, ConfigPath: path, Admin: a})
+	return s, "http://" + s.Addr()
 }
 
 // The admin page in a real browser (issue 16, item 7): create a quota
@@ -87,8 +47,7 @@ func startAdminServer(t *testing.T, s *Server, ao admin.AuthOptions) string {
 // refused with the API's 409 message; the history diffs a version.
 func TestAdminPageInBrowser(t *testing.T) {
 	exe := chromium(t)
-	s := New(Options{ID: "admin-page", Logger: testutil.Logger()})
-	base := startAdminServer(t, s, admin.AuthOptions{Insecure: true})
+	s, base := startAdminServer(t, "admin-page", Admin{Insecure: true})
 	bctx := browser(t, context.Background(), exe, 90*time.Second)
 
 	css, step, text, waitText, edit := pageHelpers(t, bctx)
@@ -100,11 +59,11 @@ func TestAdminPageInBrowser(t *testing.T) {
 	// exist or is not full.
 	allowDelay := func(domain string) (time.Duration, bool) {
 		now := time.Now()
-		d := s.Limits().Allow(now, limits.Request{Resource: "api", Domain: domain, Tokens: 10, HasMaxWait: true})
+		d := s.Limits().Engine().Allow(now, limits.Request{Resource: "api", Domain: domain, Tokens: 10, HasMaxWait: true})
 		if d.Status != limits.StatusOK {
 			return 0, false
 		}
-		d = s.Limits().Allow(now, limits.Request{Resource: "api", Domain: domain, Tokens: 1, HasMaxWait: true})
+		d = s.Limits().Engine().Allow(now, limits.Request{Resource: "api", Domain: domain, Tokens: 1, HasMaxWait: true})
 		if d.Status != limits.StatusTimeout {
 			t.Fatalf("api/%s: one more token than the bucket holds, not waiting: %+v", domain, d)
 		}
@@ -159,7 +118,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 	if v := text("#version"); v != "1" {
 		t.Errorf("version after a dry run: %s, want 1", v)
 	}
-	if d := s.Limits().Allow(time.Now(), limits.Request{Resource: "api", Domain: "tenant-1", HasMaxWait: true}); d.Status != limits.StatusNoBucket {
+	if d := s.Limits().Engine().Allow(time.Now(), limits.Request{Resource: "api", Domain: "tenant-1", HasMaxWait: true}); d.Status != limits.StatusNoBucket {
 		t.Errorf("api/tenant-1 after a dry run: %v, want no bucket", d.Status)
 	}
 	// Save: created, applied by the server's watcher.
@@ -299,8 +258,7 @@ func TestAdminPageToken(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("alice s3cret-token-for-alice\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := New(Options{ID: "admin-token", Logger: testutil.Logger()})
-	base := startAdminServer(t, s, admin.AuthOptions{TokenFile: tokens})
+	_, base := startAdminServer(t, "admin-token", Admin{TokenFile: tokens})
 	bctx := browser(t, context.Background(), exe, 60*time.Second)
 	css, step, text, waitText, edit := pageHelpers(t, bctx)
 

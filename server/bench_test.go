@@ -1,10 +1,8 @@
-package server_test
+package server
 
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -17,7 +15,6 @@ import (
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/config"
-	"github.com/sluice-rl/sluice/server"
 )
 
 // BenchmarkGetCapacityGRPC measures GetCapacity over real gRPC on loopback
@@ -35,21 +32,13 @@ resources:
 			if err != nil {
 				b.Fatal(err)
 			}
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv := server.New(server.Options{Config: repo, Address: lis.Addr().String()})
-			p := new(http.Protocols)
-			p.SetUnencryptedHTTP2(true)
-			hs := &http.Server{Handler: srv.Handler(), Protocols: p}
-			go func() { _ = hs.Serve(lis) }()
-			defer hs.Close()
+			// A whole server, as `sluice server` runs one.
+			srv, _ := startServer(b, Config{Doorman: repo})
 
 			const conns = 8
 			stubs := make([]pb.CapacityClient, conns)
 			for i := range stubs {
-				cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+				cc, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 				if err != nil {
 					b.Fatal(err)
 				}

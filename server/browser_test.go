@@ -3,8 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluice-rl/sluice/limits"
+	sitestatus "github.com/sluice-rl/sluice/server/status"
 )
 
 // chromium returns the path of Debian's chromium (installed by .ci/run);
@@ -66,39 +66,28 @@ func browser(t *testing.T, ctx context.Context, exe string, timeout time.Duratio
 // the live chart draw, and take screenshots.
 func TestStatusPageInBrowser(t *testing.T) {
 	exe := chromium(t)
-	s := newTestServer(t)
+	// Token buckets for the buckets page: user-00 … user-29, user-<i>
+	// granted i%10 + 1 tokens of 10, every third one rejected once. Run
+	// sweeps every second, so the chart gets samples.
+	s, _ := startServer(t, Config{ID: "test", Doorman: doormanRepo(t), Limits: &limits.Config{Resources: map[string]*limits.Resource{"users": {Template: &limits.Bucket{
+		Size: 10, FillRate: 0.001, MaxIdle: -1, MaxTokensPerRequest: 10}}}}})
 	for i, w := range []float64{30, 90, 50} {
 		getCap(t, s, fmt.Sprintf("client-%d", i), "fair", w)
 	}
 	for i := range 4 {
 		getCap(t, s, fmt.Sprintf("client-%d", i), fmt.Sprintf("fixed/%c", 'a'+i), float64(2+i))
 	}
-	s.Sweep()
-	// Token buckets for the buckets page: user-00 … user-29, user-<i>
-	// granted i%10 + 1 tokens of 10, every third one rejected once.
-	if err := s.SetLimits(&limits.Config{Resources: map[string]*limits.Resource{"users": {Template: &limits.Bucket{
-		Size: 10, FillRate: 0.001, MaxIdle: -1, MaxTokensPerRequest: 10}}}}); err != nil {
-		t.Fatal(err)
-	}
+	s.Capacity().Sweep()
 	for i := range 30 {
 		d := fmt.Sprintf("user-%02d", i)
-		s.Limits().Allow(time.Now(), limits.Request{Resource: "users", Domain: d, Tokens: int64(i%10 + 1)})
+		s.Limits().Engine().Allow(time.Now(), limits.Request{Resource: "users", Domain: d, Tokens: int64(i%10 + 1)})
 		if i%3 == 0 {
-			s.Limits().Allow(time.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 10})
+			s.Limits().Engine().Allow(time.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 10})
 		}
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: s.Handler()}
-	go func() { _ = hs.Serve(lis) }()
-	t.Cleanup(func() { hs.Close() })
-	base := "http://" + lis.Addr().String()
-	// Sweep every second, as Run does, so the chart gets samples.
+	base := "http://" + s.Addr()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go func() { _ = s.Run(ctx, time.Second) }()
 
 	bctx := browser(t, ctx, exe, 60*time.Second)
 
@@ -138,7 +127,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	step("screenshot", err)
 
 	// The resource page: values match the server's state; the chart draws.
-	want, err := s.ResourceStatusPage("fair", Filter{})
+	want, err := s.Status().ResourceStatusPage("fair", sitestatus.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,9 +162,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 	shot2, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	step("screenshot", err)
 	r := want.Resource
-	if capacity != formatNum(r.Capacity) || has != formatNum(r.SumHas) || wants != formatNum(r.SumWants) || clients != fmt.Sprint(r.Clients) {
+	if capacity != pageNum(r.Capacity) || has != pageNum(r.SumHas) || wants != pageNum(r.SumWants) || clients != fmt.Sprint(r.Clients) {
 		t.Errorf("page shows capacity %s Σ has %s Σ wants %s clients %s; server has %s %s %s %d",
-			capacity, has, wants, clients, formatNum(r.Capacity), formatNum(r.SumHas), formatNum(r.SumWants), r.Clients)
+			capacity, has, wants, clients, pageNum(r.Capacity), pageNum(r.SumHas), pageNum(r.SumWants), r.Clients)
 	}
 	if strings.Join(leases, ",") != "client-0,client-1,client-2" {
 		t.Errorf("leases %v", leases)
@@ -240,4 +229,22 @@ func TestStatusPageInBrowser(t *testing.T) {
 		}
 		t.Logf("screenshot %s (%d bytes)", p, len(b))
 	}
+}
+
+// pageNum is a number as the status pages print it: "∞" for unlimited (a
+// nil capacity), else up to three decimals.
+func pageNum(v any) string {
+	switch x := v.(type) {
+	case *float64:
+		if x == nil {
+			return "∞"
+		}
+		return pageNum(*x)
+	case float64:
+		if math.IsInf(x, 0) {
+			return "∞"
+		}
+		return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", x), "0"), ".")
+	}
+	return fmt.Sprint(v)
 }

@@ -146,12 +146,9 @@ func startChild(t *testing.T, addr, do string) (*exec.Cmd, childReport) {
 // ttl passes); another process seizes a transfer staged by a third and
 // releases it.
 func TestCharonProcesses(t *testing.T) {
-	s := New(Options{ID: "charon", Copies: sandboxes})
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go func() { _ = s.Run(ctx, time.Second) }()
-	addr, _ := startEndpoint(t, s, s.Handler(), nil)
-	held := func() int64 { return globalHolds(s.Copies().Snapshot()) }
+	s, _ := startServer(t, Config{ID: "charon", Copies: sandboxes})
+	addr := s.Addr()
+	held := func() int64 { return globalHolds(s.Sessions().Snapshot()) }
 
 	holder, r := startChild(t, addr, "hold globex 3")
 	if r.Granted != 3 || held() != 3 {

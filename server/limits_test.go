@@ -3,23 +3,18 @@ package server
 import (
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	prom "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/limits"
 )
@@ -47,8 +42,8 @@ namespaces:
         max_tokens_per_request: 5
 `
 
-// limitsServer serves quotaYAML's limits on a loopback endpoint at a fake
-// clock, and returns a grpc-go connection to it and its address.
+// limitsServer runs a server with quotaYAML's limits at a fake clock, and
+// returns it, a grpc-go connection to it and its address.
 func limitsServer(t *testing.T) (*Server, *testutil.Clock, *grpc.ClientConn, string) {
 	t.Helper()
 	cfg, err := limits.ParseQuotaServiceYAML([]byte(quotaYAML))
@@ -56,14 +51,8 @@ func limitsServer(t *testing.T) (*Server, *testutil.Clock, *grpc.ClientConn, str
 		t.Fatal(err)
 	}
 	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
-	s := New(Options{ID: "limits", Now: clock.Now, Limits: cfg})
-	addr, _ := startEndpoint(t, s, s.Handler(), nil)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return s, clock, conn, addr
+	s, _ := startServer(t, Config{ID: "limits", Now: clock.Now, Limits: cfg})
+	return s, clock, dial(t, s.Addr()), s.Addr()
 }
 
 // A client generated from Square's protos (the project's own copy, field
@@ -124,15 +113,6 @@ func TestQuotaServiceAllowEveryStatus(t *testing.T) {
 	}
 }
 
-// No namespace configured and no global default: REJECTED_NO_BUCKET.
-func TestQuotaServiceNoBucket(t *testing.T) {
-	s := New(Options{ID: "empty"})
-	resp, err := s.QuotaServiceAPI().Allow(t.Context(), &qs.AllowRequest{Namespace: "a", BucketName: "b"})
-	if err != nil || resp.GetStatus() != qs.AllowResponse_REJECTED_NO_BUCKET {
-		t.Fatalf("%v, %v; want REJECTED_NO_BUCKET", resp, err)
-	}
-}
-
 // sluice.v1.Limits over gRPC: partial grants, durations, retry-after,
 // which bucket answered; invalid requests are InvalidArgument naming the
 // field; the same over JSON on the same port; and the metrics count per
@@ -179,7 +159,7 @@ func TestLimitsAllow(t *testing.T) {
 			t.Errorf("Allow(%v): %v; want InvalidArgument naming %s", tc.req, err, tc.field)
 		}
 	}
-	if n := s.Limits().Len(); n != 1 {
+	if n := s.Limits().Engine().Len(); n != 1 {
 		t.Errorf("%d buckets after invalid requests, want only api/small", n)
 	}
 	// JSON over HTTP/1.1 on the same port.
@@ -203,39 +183,23 @@ func TestLimitsAllow(t *testing.T) {
 	if r.StatusCode != http.StatusOK || !strings.Contains(string(body), `"tokensGranted":"1"`) {
 		t.Fatalf("quota service JSON: %d %s", r.StatusCode, body)
 	}
-	m := s.limitsMetrics
-	if got := prom.ToFloat64(m.events.WithLabelValues("api", "tokens_served")); got != 3 {
+	counter := func(name string, labels map[string]string) float64 {
+		t.Helper()
+		v, _ := metricValue(t, s.Registry(), name, labels)
+		return v
+	}
+	if got := counter("sluice_limits_events_total", map[string]string{"resource": "api", "event": "tokens_served"}); got != 3 {
 		t.Errorf("events{api, tokens_served} = %v, want 3", got)
 	}
-	if got := prom.ToFloat64(m.tokens.WithLabelValues("api")); got != 12 {
+	if got := counter("sluice_limits_tokens_granted_total", map[string]string{"resource": "api"}); got != 12 {
 		t.Errorf("tokens granted{api} = %v, want 12", got)
 	}
-	if got := prom.ToFloat64(m.events.WithLabelValues("logins", "bucket_created")); got != 1 {
+	if got := counter("sluice_limits_events_total", map[string]string{"resource": "logins", "event": "bucket_created"}); got != 1 {
 		t.Errorf("events{logins, bucket_created} = %v, want 1", got)
 	}
 	// The malformed duration never reaches the engine: 6 of the 7.
-	if got := prom.ToFloat64(m.events.WithLabelValues(otherResource, "invalid_request")); got != 6 {
+	if got := counter("sluice_limits_events_total", map[string]string{"resource": "other", "event": "invalid_request"}); got != 6 {
 		t.Errorf("events{other, invalid_request} = %v, want 6 (request names are never labels)", got)
-	}
-}
-
-// SetLimits replaces the configuration; an invalid one is refused and the
-// old one keeps answering.
-func TestSetLimits(t *testing.T) {
-	s, _, _, _ := limitsServer(t)
-	api := s.LimitsAPI()
-	bad := &limits.Config{Resources: map[string]*limits.Resource{"x": {Default: &limits.Bucket{Size: 1}}}}
-	if err := s.SetLimits(bad); err == nil {
-		t.Fatal("a bucket without a fill rate was accepted")
-	}
-	if resp, _ := api.Allow(t.Context(), &v1.AllowRequest{Resource: "api", Domain: "small"}); resp.GetStatus() != v1.AllowResponse_OK {
-		t.Fatalf("after a refused configuration: %v", resp)
-	}
-	if err := s.SetLimits(nil); err != nil {
-		t.Fatal(err)
-	}
-	if resp, _ := api.Allow(t.Context(), &v1.AllowRequest{Resource: "api", Domain: "small"}); resp.GetStatus() != v1.AllowResponse_REJECTED_NO_BUCKET {
-		t.Fatalf("with no limits: %v", resp)
 	}
 }
 
@@ -256,13 +220,8 @@ func TestLimitsStoreFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(Options{ID: "failing", Limits: cfg, LimitsStore: failingStore{limits.NewMemoryStore()}})
-	addr, _ := startEndpoint(t, s, s.Handler(), nil)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	s, _ := startServer(t, Config{ID: "failing", Limits: cfg, Shared: &Shared{Limits: failingStore{limits.NewMemoryStore()}}})
+	conn := dial(t, s.Addr())
 	resp, err := qs.NewQuotaServiceClient(conn).Allow(t.Context(), &qs.AllowRequest{Namespace: "api", BucketName: "small"})
 	if err != nil || resp.GetStatus() != qs.AllowResponse_REJECTED_SERVER_ERROR {
 		t.Errorf("quota service on a failed store: %v, %v; want REJECTED_SERVER_ERROR", resp, err)
@@ -271,125 +230,4 @@ func TestLimitsStoreFailure(t *testing.T) {
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "store down") {
 		t.Errorf("sluice.v1 on a failed store: %v; want Unavailable saying why", err)
 	}
-}
-
-// FuzzQuotaServiceAllow: any request to the compat handler gets a status,
-// never a panic or an RPC error; an invalid one is REJECTED_INVALID_REQUEST
-// and creates no bucket; a grant never exceeds the ask. The same request
-// to sluice.v1.Limits is answered or refused with InvalidArgument.
-func FuzzQuotaServiceAllow(f *testing.F) {
-	for _, seed := range []struct {
-		ns, bucket string
-		tokens     int64
-		ms         int64
-		override   bool
-	}{
-		{"api", "small", 1, 0, false},
-		{"logins", "ann", 0, 100, true},
-		{"api", "small", -1, -5, true},
-		{"", "", 0, 0, false},
-		{"a b", "c\x00", 1 << 62, 1 << 62, true},
-		{"elsewhere", "x/y/z", 5, 0, false},
-	} {
-		f.Add(seed.ns, seed.bucket, seed.tokens, seed.ms, seed.override)
-	}
-	cfg, err := limits.ParseQuotaServiceYAML([]byte(quotaYAML))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Fuzz(func(t *testing.T, ns, bucket string, tokens, ms int64, override bool) {
-		s := New(Options{ID: "fuzz", Limits: cfg, Logger: slog.New(slog.DiscardHandler)})
-		req := &qs.AllowRequest{Namespace: ns, BucketName: bucket, TokensRequested: tokens, MaxWaitMillisOverride: ms, MaxWaitTimeOverride: override}
-		resp, err := s.QuotaServiceAPI().Allow(t.Context(), req)
-		if err != nil {
-			t.Fatalf("%v: RPC error %v", req, err)
-		}
-		want := max(tokens, 1)
-		switch resp.GetStatus() {
-		case qs.AllowResponse_OK:
-			if resp.GetTokensGranted() != want || resp.GetWaitMillis() < 0 {
-				t.Fatalf("%v: granted %d wait %d, asked %d", req, resp.GetTokensGranted(), resp.GetWaitMillis(), want)
-			}
-		case qs.AllowResponse_REJECTED_INVALID_REQUEST:
-			if n := s.Limits().Len(); n != 0 {
-				t.Fatalf("%v: invalid, yet %d buckets exist", req, n)
-			}
-		}
-		r := &v1.AllowRequest{Resource: ns, Domain: bucket, Tokens: tokens}
-		if override {
-			r.MaxWait = durationpb.New(time.Duration(ms) * time.Millisecond)
-		}
-		if _, err := s.LimitsAPI().Allow(t.Context(), r); err != nil && status.Code(err) != codes.InvalidArgument {
-			t.Fatalf("%v: %v; want an answer or InvalidArgument", r, err)
-		}
-	})
-}
-
-// Allow on a burst-tier resource answers with the paper's context: the
-// issue's cookbook/tiers bursts into tier 2 on its fourth hit, and
-// cookbook/hard's hard limit cuts a bulk request.
-func TestLimitsAllowBurstTiers(t *testing.T) {
-	s, _ := charonLimitsServer(t)
-	api := s.LimitsAPI()
-	allow := func(resource string, tokens, lo int64) *v1.AllowResponse {
-		t.Helper()
-		resp, err := api.Allow(t.Context(), &v1.AllowRequest{Resource: resource, Domain: "acme", Tokens: tokens, MinTokens: lo})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
-	for i := 1; i <= 3; i++ {
-		if r := allow("cookbook/tiers", 1, 0); r.GetStatus() != v1.AllowResponse_OK || r.GetTier() != 1 || r.GetTierLimit() != 3 || r.GetTierHits() != int64(i) {
-			t.Fatalf("hit %d: %v", i, r)
-		}
-	}
-	r := allow("cookbook/tiers", 1, 0)
-	if r.GetStatus() != v1.AllowResponse_OK || r.GetTier() != 2 || r.GetTierLimit() != 4 || !r.GetBurst() || r.HardLimit != nil || r.GlobalLimit != nil {
-		t.Fatalf("the fourth hit should burst into tier 2: %v", r)
-	}
-	r = allow("cookbook/hard", 5, 1)
-	if r.GetGranted() != 2 || !r.GetHardLimited() || r.GetHardLimit() != 2 || r.GetGlobalLimit() != 3 || r.GetDomainHitsLastSecond() != 2 {
-		t.Fatalf("5 hits against a hard limit of 2: %v", r)
-	}
-	if r := allow("muted/r", 3, 0); r.GetStatus() != v1.AllowResponse_OK || r.GetGranted() != 3 || !r.GetUnlimited() {
-		t.Fatalf("a muted resource: %v", r)
-	}
-}
-
-// The buckets page describes a burst-tier domain: its tier, phase, time
-// left, hits, and a tier cooling down.
-func TestBucketsPageShowsTiers(t *testing.T) {
-	s, clock := charonLimitsServer(t)
-	for range 5 { // 3 in tier 1, then 2 in tier 2
-		s.Limits().Allow(clock.Now(), limits.Request{Resource: "cookbook/tiers", Domain: "acme"})
-	}
-	clock.Advance(time.Second)
-	p, err := s.BucketsPage(url.Values{"prefix": {"cookbook/tiers"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(p.Rows) != 1 {
-		t.Fatalf("rows %+v", p.Rows)
-	}
-	r := p.Rows[0]
-	if r.Algorithm != "burst_tiers" || r.Tier != 2 || r.TierPhase != "active" || r.TierLeftSeconds != 1 || r.TierLimit != 4 || r.TierHits != 2 {
-		t.Errorf("tier 2 entered 1 s ago (active 2 s): %+v", r)
-	}
-	clock.Advance(2 * time.Second) // tier 2 cools down (4 s); tier 1 is current again
-	p, _ = s.BucketsPage(url.Values{"prefix": {"cookbook/tiers"}})
-	if r := p.Rows[0]; r.Tier != 1 || r.CooldownTier != 2 || r.CooldownLeftSecs != 3 {
-		t.Errorf("after tier 2's active time: %+v", r)
-	}
-}
-
-// charonLimitsServer serves examples/charon.yaml's limits at a fake clock.
-func charonLimitsServer(t *testing.T) (*Server, *testutil.Clock) {
-	t.Helper()
-	repo, err := config.Load("../examples/charon.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
-	return New(Options{ID: "tiers", Now: clock.Now, Limits: repo.Limits(), Copies: repo.Copies()}), clock
 }

@@ -10,15 +10,19 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 	"github.com/sluice-rl/sluice/limits"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
+	sitestatus "github.com/sluice-rl/sluice/server/status"
 )
 
 // TestRedisDown: a server on a real Redis shows it up on the status page
-// and in the metrics; with the Redis stopped, a resource configured
+// and in the metrics (Shared's Health and Metrics: the collector of
+// `sluice server --redis` is cmd/sluice's); with the Redis stopped, a resource configured
 // on_store_error: open answers OK with degraded set (quota service: a
 // plain OK) and one that fails closed Unavailable, fast once the breaker
 // is open; the status page and the metrics say down and count the
@@ -46,18 +50,20 @@ resources:
 	}
 	st := redisstore.New(c, redisstore.Options{Prefix: "t:" + t.Name() + ":", BreakerFailures: 1, BreakerProbe: time.Hour})
 	t.Cleanup(func() { _ = st.Close() })
-	s := New(Options{ID: "redis", Limits: cfg, LimitsStore: st})
+	sh := redisShared(st, nil)
+	sh.Copies = nil // no fleet: no etcd
+	s := assemble(t, Config{ID: "redis", Limits: cfg, Shared: sh})
 	h := s.Handler()
-	api := s.LimitsAPI()
+	api := s.Limits()
 	for _, res := range []string{"open", "closed"} {
 		if resp, err := api.Allow(t.Context(), &v1.AllowRequest{Resource: res, Domain: "d"}); err != nil || resp.GetStatus() != v1.AllowResponse_OK || resp.GetDegraded() {
 			t.Fatalf("%s, Redis up: %v %v", res, resp, err)
 		}
 	}
-	redisSection := func() RedisStatus {
+	redisSection := func() sitestatus.RedisStatus {
 		t.Helper()
 		code, body, _ := get(t, h, "/debug/status?format=json")
-		var st ServerStatus
+		var st sitestatus.ServerStatus
 		if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil || st.Redis == nil {
 			t.Fatalf("status page: %d %v\n%s", code, err, body)
 		}
@@ -69,8 +75,13 @@ resources:
 	if _, body, _ := get(t, h, "/debug/status"); !strings.Contains(body, `<td id="redis-state">up</td>`) {
 		t.Fatalf("HTML status page, Redis up:\n%s", body)
 	}
-	if _, body, _ := get(t, h, "/metrics"); !strings.Contains(body, "sluice_redis_up 1") || !strings.Contains(body, "sluice_redis_round_trip_seconds_count") {
+	// Shared.Metrics (redisShared's sluice_redis_up) is served at
+	// /metrics, collected at each scrape.
+	if _, body, _ := get(t, h, "/metrics"); !strings.Contains(body, "sluice_redis_up 1") {
 		t.Fatalf("metrics, Redis up:\n%s", grepLines(body, "sluice_redis"))
+	}
+	if h := st.Health(); h.Latency.Count < 1 {
+		t.Fatalf("Redis up: no round trip timed: %+v", h)
 	}
 
 	srv.Stop()
@@ -88,21 +99,21 @@ resources:
 			t.Fatalf("closed, Redis down: %v, want Unavailable", err)
 		}
 	}
-	if resp, _ := s.QuotaServiceAPI().Allow(t.Context(), &qs.AllowRequest{Namespace: "open", BucketName: "d"}); resp.GetStatus() != qs.AllowResponse_OK || resp.GetTokensGranted() != 1 {
+	if resp, _ := s.Limits().QuotaService().Allow(t.Context(), &qs.AllowRequest{Namespace: "open", BucketName: "d"}); resp.GetStatus() != qs.AllowResponse_OK || resp.GetTokensGranted() != 1 {
 		t.Fatalf("quota service, open, Redis down: %v", resp)
 	}
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("41 answers with the breaker open took %v", took)
 	}
 	rs := redisSection()
-	if rs.State != "down" || rs.Breaker != "open" || rs.LastError == "" || rs.LastErrorAt == nil || rs.Failures != 1 || rs.Refused != 41 {
+	if rs.State != "down" || rs.Breaker != "open" || rs.LastError == "" || rs.LastErrorAt == nil || rs.Failures != 1 || rs.Refused != 41 || rs.Calls != 3 {
 		t.Fatalf("Redis down: %+v", rs)
 	}
 	if _, body, _ := get(t, h, "/debug/status"); !strings.Contains(body, `<td id="redis-state">down (circuit breaker open`) {
 		t.Fatalf("HTML status page, Redis down:\n%s", body)
 	}
 	_, body, _ := get(t, h, "/metrics")
-	for _, want := range []string{"sluice_redis_up 0", "sluice_redis_breaker_state 2", "sluice_redis_refused_total 41", "sluice_redis_calls_total 3",
+	for _, want := range []string{"sluice_redis_up 0",
 		`sluice_limits_events_total{event="degraded",resource="open"} 21`, `sluice_limits_events_total{event="server_error",resource="closed"} 21`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics, Redis down: no %q in\n%s", want, grepLines(body, "sluice_redis", "degraded", "server_error"))
@@ -122,4 +133,47 @@ func grepLines(s string, subs ...string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// redisShared is the shared store on st as `sluice server --redis` builds
+// it (cmd/sluice's redisShared): st's buckets, its copy log, its health for
+// the status page, and, for /metrics, sluice_redis_up (cmd/sluice exports
+// the whole of st's Health); closing it closes st and then c, if any.
+func redisShared(st *redisstore.Store, c redis.UniversalClient) *Shared {
+	return &Shared{
+		Limits: st,
+		Copies: redisstore.NewCopyLog(st),
+		Metrics: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_redis_up", Help: "1 while no circuit breaker of the store's Redis nodes is open."},
+			func() float64 {
+				if st.Health().Breaker == "closed" {
+					return 1
+				}
+				return 0
+			}),
+		Health: func() *sitestatus.RedisStatus { return redisSectionOf(st.Health()) },
+		Close: func() error {
+			_ = st.Close()
+			if c != nil {
+				return c.Close()
+			}
+			return nil
+		},
+	}
+}
+
+// redisSectionOf is the status page's Redis section for h.
+func redisSectionOf(h redisstore.Health) *sitestatus.RedisStatus {
+	rs := &sitestatus.RedisStatus{State: h.State, Breaker: h.Breaker, Nodes: h.Nodes, LastError: h.LastError,
+		Calls: h.Calls, Scripts: h.Scripts, RoundTrips: h.RoundTrips, Failures: h.Failures, Refused: h.Refused, Timeout: h.Timeout.Seconds()}
+	if !h.LastErrorAt.IsZero() {
+		at := h.LastErrorAt.UTC()
+		rs.LastErrorAt = &at
+	}
+	if h.Calls > 0 {
+		rs.RoundTripsPerCall = float64(h.RoundTrips) / float64(h.Calls)
+	}
+	if h.Latency.Count > 0 {
+		rs.MeanRoundTrip = h.Latency.Sum.Seconds() / float64(h.Latency.Count)
+	}
+	return rs
 }
