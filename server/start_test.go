@@ -125,7 +125,13 @@ resources:
 // doormanRepo parses doormanYAML.
 func doormanRepo(t testing.TB) *config.Repository {
 	t.Helper()
-	repo, err := config.Parse([]byte(doormanYAML))
+	return parseDoorman(t, doormanYAML)
+}
+
+// parseDoorman parses a Doorman configuration.
+func parseDoorman(t testing.TB, yaml string) *config.Repository {
+	t.Helper()
+	repo, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
