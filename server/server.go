@@ -199,13 +199,13 @@ type SharedLog interface {
 // Server is an assembled server: its services, configuration sources,
 // election, fleet and endpoint. Run serves it once.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	reg   *prometheus.Registry
-	now   func() time.Time
-	lis   net.Listener
-	addr  string
-	rpc   *rpcMetrics
+	cfg     Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	now     func() time.Time
+	lis     net.Listener
+	addr    string
+	rpc     *rpcMetrics
 	reloads *prometheus.CounterVec
 
 	capacity *capacity.Service
