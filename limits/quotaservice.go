@@ -8,12 +8,14 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// qsVocab names fields as the quota service's YAML does.
-var qsVocab = vocab{
-	global: "global_default_bucket", resources: "namespaces", buckets: "buckets", template: "dynamic_bucket_template", def: "default_bucket",
-	maxDynamic: "max_dynamic_buckets", algorithm: "algorithm",
-	size: "size", fillRate: "fill_rate", waitTimeout: "wait_timeout_millis", maxIdle: "max_idle_millis", maxDebt: "max_debt_millis", maxPerRequest: "max_tokens_per_request",
-	millis: true,
+// qsVocabulary names fields as the quota service's YAML does.
+var qsVocabulary = Vocabulary{
+	Names: map[string]string{
+		"global_default": "global_default_bucket", "resources": "namespaces", "domains": "buckets",
+		"template": "dynamic_bucket_template", "default": "default_bucket",
+		"wait_timeout": "wait_timeout_millis", "max_idle": "max_idle_millis", "max_debt": "max_debt_millis",
+	},
+	Millis: true,
 }
 
 var (
@@ -104,7 +106,7 @@ func ParseQuotaServiceYAML(data []byte) (*Config, error) {
 	}
 	// Fields that did not read are absent (defaults), so the range checks
 	// add only problems of their own: report both.
-	if err := errors.Join(w.err(), cfg.validate(qsVocab, "")); err != nil {
+	if err := errors.Join(w.err(), cfg.ValidateIn(qsVocabulary)); err != nil {
 		return nil, err
 	}
 	return cfg, nil

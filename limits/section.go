@@ -509,7 +509,7 @@ func (s *Section) Validate() (*Config, error) {
 		}
 		cfg.Namespaces[prefix] = ns
 	}
-	if err := errors.Join(w.err(), cfg.validate(goVocab, sectionPath)); err != nil {
+	if err := errors.Join(w.err(), cfg.ValidateIn(Vocabulary{Prefix: sectionPath})); err != nil {
 		return nil, err
 	}
 	return cfg, nil
