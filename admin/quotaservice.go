@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
 // The quota service's admin REST API, served over the same configuration
@@ -254,7 +255,7 @@ func (s engineStats) Scores(ns, bucket string) (BucketScores, bool, error) {
 // service.
 //
 // Bodies are JSON objects whose keys are the proto field names, decoded
-// strictly (DecodeJSON, then limits.ParseQuotaServiceYAML's reading and
+// strictly (DecodeJSON, then limitsyaml.ParseQuotaService's reading and
 // defaults: an unknown field, a wrong type, a duplicate key is refused,
 // naming the field); an empty body is {} (every default), but POST /api
 // refuses one. A body's name (and a bucket's namespace), when given, must
@@ -923,7 +924,7 @@ func qsServiceConfig(lc *limits.Config) QSServiceConfig {
 
 // The decoding of request bodies: strict JSON (DecodeJSON) placed where
 // it belongs in a quota service ServiceConfig and read by
-// limits.ParseQuotaServiceYAML, the one reading of the quota service's
+// limitsyaml.ParseQuotaService, the one reading of the quota service's
 // format (its fields, types and defaults), so that errors name the field
 // as the quota service's configuration does
 // ("namespaces.Pinky.buckets.users.fill_rate: want an integer ...").
@@ -962,7 +963,7 @@ func qsParse(root *yaml.Node) (*limits.Config, error) {
 	if err != nil {
 		return nil, invalid(err)
 	}
-	cfg, err := limits.ParseQuotaServiceYAML(doc)
+	cfg, err := limitsyaml.ParseQuotaService(doc)
 	if err != nil {
 		return nil, invalid(err)
 	}

@@ -293,8 +293,10 @@ type Namespace struct {
 var UnconfiguredTiers = []Tier{{Limit: MaxTokens, Window: time.Second, Active: MaxDuration, Cooldown: 0}}
 
 // Config is a limits configuration: the resources and the global default.
-// Build it in Go, or with ParseQuotaServiceYAML or Section.Validate; the
-// engine validates it (Validate) before use and never changes it.
+// Build it in Go, or read it from a configuration file with package
+// limits/limitsyaml (Sluice's limits section, the quota service's
+// format); the engine validates it (Validate) before use and never
+// changes it.
 type Config struct {
 	// GlobalDefault, when set, is one bucket shared by every request that
 	// no resource configuration answers, including requests for resources

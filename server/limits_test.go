@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
 // Square's configuration format, as an existing deployment has it.
@@ -51,7 +52,7 @@ namespaces:
 // clock, and returns a grpc-go connection to it and its address.
 func limitsServer(t *testing.T) (*Server, *testutil.Clock, *grpc.ClientConn, string) {
 	t.Helper()
-	cfg, err := limits.ParseQuotaServiceYAML([]byte(quotaYAML))
+	cfg, err := limitsyaml.ParseQuotaService([]byte(quotaYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func (failingStore) Take(int64, limits.Key, *limits.Limit, limits.Ask) (limits.O
 // A store that fails: REJECTED_SERVER_ERROR on the quota service (a status,
 // as every answer there), Unavailable on sluice.v1.Limits; both over gRPC.
 func TestLimitsStoreFailure(t *testing.T) {
-	cfg, err := limits.ParseQuotaServiceYAML([]byte(quotaYAML))
+	cfg, err := limitsyaml.ParseQuotaService([]byte(quotaYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +294,7 @@ func FuzzQuotaServiceAllow(f *testing.F) {
 	} {
 		f.Add(seed.ns, seed.bucket, seed.tokens, seed.ms, seed.override)
 	}
-	cfg, err := limits.ParseQuotaServiceYAML([]byte(quotaYAML))
+	cfg, err := limitsyaml.ParseQuotaService([]byte(quotaYAML))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/sluice-rl/sluice/client/quota"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
-	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/server"
 )
@@ -30,7 +30,7 @@ func startRedisServer(t *testing.T, rs *redistest.Server) string {
 	t.Cleanup(func() { _ = st.Close() })
 	cl := redisstore.NewCopyLog(st)
 	cl.SetEpoch("e1") // what the fleet membership does before unfencing
-	cfg, err := limits.ParseSection([]byte(`
+	cfg, err := limitsyaml.ParseSection([]byte(`
 resources:
   open: {default: {size: 1000, fill_rate: 1000, max_tokens_per_request: 100}, on_store_error: open}
 `))

@@ -1,4 +1,4 @@
-package limits
+package limitsyaml
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-rl/sluice/limits"
 )
 
 // Section is Sluice's own limits configuration, as it appears under the
@@ -77,9 +79,9 @@ import (
 // Either kind of resource may say what its requests get while the store
 // fails (a shared Redis, sluice server --redis, unreachable):
 // on_store_error: closed (the default: a server error) or open (granted,
-// flagged degraded, counted); see OnStoreError. The global default bucket
+// flagged degraded, counted); see limits.OnStoreError. The global default bucket
 // always fails closed.
-// Validate does not normalize (Config.Normalize, which the engine applies
+// Validate does not normalize (limits.Config.Normalize, which the engine applies
 // to its own copy, says what it changes). A namespace (a resource-name
 // prefix; the longest matching one decides) has ignore_configured and
 // allow_unconfigured, both default false (see Namespace).
@@ -87,13 +89,13 @@ import (
 // Decoding is strict at every level: unknown fields, values of the wrong
 // type (a duration must be a string with a unit: 1000 is an error, not
 // 1000 ns), duplicate keys and invalid names are errors, each a
-// *ConfigError naming its path under "limits" and its line:
+// *limits.ConfigError naming its path under "limits" and its line:
 //
 //	limits.resources.api.domains.rate_limit.fill_rate: 0 must be > 0 (tokens per second)
 //
 // A Section decodes through yaml.v3 (UnmarshalYAML applies the strict
 // reading whatever the outer decoder's settings) and encodes back to the
-// same form; Validate converts it to a *Config.
+// same form; Validate converts it to a *limits.Config.
 type Section struct {
 	GlobalDefault *SectionBucket               `yaml:"global_default,omitempty"`
 	Namespaces    map[string]*SectionNamespace `yaml:"namespaces,omitempty"`
@@ -273,7 +275,7 @@ func (w *walker) sectionResource(n *yaml.Node, path string) *SectionResource {
 	pairs, _ := w.mapping(n, path, resourceFields)
 	tiered := false // the domains are burst-tier configurations
 	for _, p := range pairs {
-		if v := w.deref(p.value); p.key == "algorithm" && v != nil && v.Kind == yaml.ScalarNode && v.Value == BurstTiers.String() {
+		if v := w.deref(p.value); p.key == "algorithm" && v != nil && v.Kind == yaml.ScalarNode && v.Value == limits.BurstTiers.String() {
 			tiered = true
 		}
 	}
@@ -444,10 +446,10 @@ func (w *walker) sectionBucket(n *yaml.Node, path string) *SectionBucket {
 }
 
 // Validate applies the defaults and checks s, returning the configuration
-// or every problem found, joined, each a *ConfigError naming its path
+// or every problem found, joined, each a *limits.ConfigError naming its path
 // under "limits". A nil Section is an empty configuration.
-func (s *Section) Validate() (*Config, error) {
-	cfg := &Config{}
+func (s *Section) Validate() (*limits.Config, error) {
+	cfg := &limits.Config{}
 	if s == nil {
 		return cfg, nil
 	}
@@ -457,22 +459,22 @@ func (s *Section) Validate() (*Config, error) {
 		cfg.GlobalDefault = &b
 	}
 	if len(s.Resources) > 0 {
-		cfg.Resources = make(map[string]*Resource, len(s.Resources))
+		cfg.Resources = make(map[string]*limits.Resource, len(s.Resources))
 	}
 	for _, name := range sortedKeys(s.Resources) {
 		sr := s.Resources[name]
 		rp := key(join(sectionPath, "resources"), name)
-		r := &Resource{}
+		r := &limits.Resource{}
 		cfg.Resources[name] = r
 		if sr == nil {
 			continue
 		}
-		alg, err := ParseAlgorithm(sr.Algorithm)
+		alg, err := limits.ParseAlgorithm(sr.Algorithm)
 		if err != nil {
 			w.bad(rp+".algorithm", nil, "%v", err)
 		}
 		r.Algorithm = alg
-		if r.OnStoreError, err = ParseOnStoreError(sr.OnStoreError); err != nil {
+		if r.OnStoreError, err = limits.ParseOnStoreError(sr.OnStoreError); err != nil {
 			w.bad(rp+".on_store_error", nil, "%v", err)
 		}
 		if sr.MaxDynamicBuckets != nil {
@@ -488,7 +490,7 @@ func (s *Section) Validate() (*Config, error) {
 		}
 		sectionTierResource(w, sr, r, rp)
 		if len(sr.Domains) > 0 {
-			r.Buckets = make(map[string]Bucket, len(sr.Domains))
+			r.Buckets = make(map[string]limits.Bucket, len(sr.Domains))
 		}
 		for _, d := range sortedKeys(sr.Domains) {
 			sb := sr.Domains[d]
@@ -499,24 +501,24 @@ func (s *Section) Validate() (*Config, error) {
 		}
 	}
 	if len(s.Namespaces) > 0 {
-		cfg.Namespaces = make(map[string]Namespace, len(s.Namespaces))
+		cfg.Namespaces = make(map[string]limits.Namespace, len(s.Namespaces))
 	}
 	for prefix, sn := range s.Namespaces {
-		var ns Namespace
+		var ns limits.Namespace
 		if sn != nil {
 			ns.IgnoreConfigured = sn.IgnoreConfigured != nil && *sn.IgnoreConfigured
 			ns.AllowUnconfigured = sn.AllowUnconfigured != nil && *sn.AllowUnconfigured
 		}
 		cfg.Namespaces[prefix] = ns
 	}
-	if err := errors.Join(w.err(), cfg.ValidateIn(Vocabulary{Prefix: sectionPath})); err != nil {
+	if err := errors.Join(w.err(), cfg.ValidateIn(limits.Vocabulary{Prefix: sectionPath})); err != nil {
 		return nil, err
 	}
 	return cfg, nil
 }
 
 // sectionTierResource converts sr's burst-tier fields into r.
-func sectionTierResource(w *walker, sr *SectionResource, r *Resource, rp string) {
+func sectionTierResource(w *walker, sr *SectionResource, r *limits.Resource, rp string) {
 	if sr.HardLimit != nil {
 		r.HardLimit = int64(*sr.HardLimit)
 	}
@@ -527,15 +529,15 @@ func sectionTierResource(w *walker, sr *SectionResource, r *Resource, rp string)
 		r.Tiers = sectionTierList(w, *sr.Tiers, rp+".tiers")
 	}
 	if sr.TierDomains != nil {
-		r.TierDomains = make(map[string]TierDomain, len(sr.TierDomains))
+		r.TierDomains = make(map[string]limits.TierDomain, len(sr.TierDomains))
 	}
 	for _, d := range sortedKeys(sr.TierDomains) {
-		var td TierDomain
+		var td limits.TierDomain
 		if sd := sr.TierDomains[d]; sd != nil {
 			if sd.HardLimit != nil {
 				td.HardLimit = int64(*sd.HardLimit)
 				if td.HardLimit == 0 {
-					td.HardLimit = Unbounded
+					td.HardLimit = limits.Unbounded
 				}
 			}
 			if sd.Tiers != nil {
@@ -548,11 +550,11 @@ func sectionTierResource(w *walker, sr *SectionResource, r *Resource, rp string)
 
 // sectionTierList converts tiers (never nil, even empty), reporting the
 // required fields that are absent.
-func sectionTierList(w *walker, tiers []SectionTier, path string) []Tier {
-	out := make([]Tier, 0, len(tiers))
+func sectionTierList(w *walker, tiers []SectionTier, path string) []limits.Tier {
+	out := make([]limits.Tier, 0, len(tiers))
 	for i, st := range tiers {
 		tp := path + "[" + strconv.Itoa(i) + "]"
-		t := Tier{Limit: 1, Window: time.Second, Active: time.Second}
+		t := limits.Tier{Limit: 1, Window: time.Second, Active: time.Second}
 		if st.Limit != nil {
 			t.Limit = *st.Limit
 		} else {
@@ -580,8 +582,8 @@ func sectionTierList(w *walker, tiers []SectionTier, path string) []Tier {
 }
 
 // bucket applies the defaults to b.
-func (b *SectionBucket) bucket(w *walker, path string) Bucket {
-	out := DefaultBucket()
+func (b *SectionBucket) bucket(w *walker, path string) limits.Bucket {
+	out := limits.DefaultBucket()
 	if b.Size != nil {
 		out.Size = *b.Size
 	}
@@ -597,7 +599,7 @@ func (b *SectionBucket) bucket(w *walker, path string) Bucket {
 	if b.MaxIdle != nil {
 		switch d := *b.MaxIdle; {
 		case d == Never:
-			out.MaxIdle = DefaultMaxIdle
+			out.MaxIdle = limits.DefaultMaxIdle
 		case d <= 0:
 			w.bad(path+".max_idle", nil, "%v must be > 0, or \"never\"", time.Duration(d))
 		default:
@@ -616,7 +618,7 @@ func (b *SectionBucket) bucket(w *walker, path string) Bucket {
 
 // DecodeSection reads and validates a Section from node (the value of the
 // `limits:` key).
-func DecodeSection(node *yaml.Node) (*Config, error) {
+func DecodeSection(node *yaml.Node) (*limits.Config, error) {
 	var s Section
 	rerr := s.UnmarshalYAML(node)
 	cfg, verr := s.Validate()
@@ -629,13 +631,13 @@ func DecodeSection(node *yaml.Node) (*Config, error) {
 // ParseSection reads and validates a YAML document holding a Section's
 // fields at its top level (global_default, resources). An empty document
 // is an empty configuration.
-func ParseSection(data []byte) (*Config, error) {
+func ParseSection(data []byte) (*limits.Config, error) {
 	root, err := parseDocument(data)
 	if err != nil {
 		return nil, err
 	}
 	if root == nil {
-		return &Config{}, nil
+		return &limits.Config{}, nil
 	}
 	return DecodeSection(root)
 }
