@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/sluice-rl/sluice/limits"
 )
 
@@ -53,13 +51,16 @@ func TestOnStoreErrorSectionErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "limits.resources.r.on_store_error") {
 		t.Errorf("on_store_error 1: %v", err)
 	}
-	// A Section round-trips the key.
-	var sec Section
-	if err := yaml.Unmarshal([]byte("resources:\n  r: {default: {size: 1, fill_rate: 1}, on_store_error: open}\n"), &sec); err != nil {
+	// A section round-trips the key.
+	cfg, err := ParseSection([]byte("resources:\n  r: {default: {size: 1, fill_rate: 1}, on_store_error: open}\n"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := yaml.Marshal(&sec)
-	if err != nil || sec.Resources["r"].OnStoreError != "open" || !strings.Contains(string(out), "on_store_error: open") {
-		t.Fatalf("section: %+v\n%s%v", sec.Resources["r"], out, err)
+	out, err := MarshalSection(cfg)
+	if err != nil || cfg.Resources["r"].OnStoreError != limits.FailOpen || !strings.Contains(string(out), "on_store_error: open") {
+		t.Fatalf("section: %+v\n%s%v", cfg.Resources["r"], out, err)
+	}
+	if again, err := ParseSection(out); err != nil || again.Resources["r"].OnStoreError != limits.FailOpen {
+		t.Fatalf("read back: %+v %v", again, err)
 	}
 }

@@ -78,15 +78,7 @@ func FuzzSluiceSection(f *testing.F) {
 			return
 		}
 		exercise(t, cfg)
-		var s Section
-		root, _ := parseDocument(data)
-		if root == nil {
-			return
-		}
-		if err := s.UnmarshalYAML(root); err != nil {
-			t.Fatalf("parsed, yet does not decode: %v", err)
-		}
-		out, err := yaml.Marshal(&s)
+		out, err := MarshalSection(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,8 +16,6 @@ func at(d time.Duration) time.Time { return time.Unix(0, t0).Add(d) }
 
 func bp(b limits.Bucket) *limits.Bucket { return &b }
 
-func ptr[T any](v T) *T { return &v }
-
 // newEngine returns an engine on cfg, failing t if cfg is refused.
 func newEngine(t *testing.T, cfg *limits.Config) *limits.Engine {
 	t.Helper()

@@ -55,9 +55,11 @@ func examples() *limits.Config {
 // file is how Sluice's configuration file embeds the section.
 type file struct {
 	Resources []map[string]any `yaml:"resources"`
-	Limits    *Section         `yaml:"limits"`
+	Limits    yaml.Node        `yaml:"limits"`
 }
 
+// decodeFile reads the section of a configuration file as package config
+// does: the node under limits:, decoded by DecodeSection.
 func decodeFile(t *testing.T, data []byte) (*limits.Config, error) {
 	t.Helper()
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -66,7 +68,7 @@ func decodeFile(t *testing.T, data []byte) (*limits.Config, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, err
 	}
-	return f.Limits.Validate()
+	return DecodeSection(&f.Limits)
 }
 
 func TestSectionExample(t *testing.T) {
@@ -349,13 +351,13 @@ resources:
 	}
 }
 
-// A Section encodes back to YAML that decodes to the same configuration.
+// A section encodes back to YAML that decodes to the same configuration.
 func TestSectionRoundTrip(t *testing.T) {
-	var f file
-	if err := yaml.Unmarshal(readFile(t, "testdata/limits.yaml"), &f); err != nil {
+	cfg, err := decodeFile(t, readFile(t, "testdata/limits.yaml"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := yaml.Marshal(f.Limits)
+	out, err := MarshalSection(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,20 +383,23 @@ func TestExamplesValidate(t *testing.T) {
 	}
 }
 
-// A SectionBucket decoded on its own reads its durations strictly too.
+// A bucket's durations read strictly, and write as Go duration strings,
+// max_idle never as "never".
 func TestDurationYAML(t *testing.T) {
-	var b SectionBucket
-	if err := yaml.Unmarshal([]byte("max_idle: never\nwait_timeout: 250ms\n"), &b); err != nil {
+	cfg, err := ParseSection([]byte("global_default: {max_idle: never, wait_timeout: 250ms}\n"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if *b.MaxIdle != Never || time.Duration(*b.WaitTimeout) != 250*time.Millisecond {
-		t.Fatalf("%v %v", *b.MaxIdle, *b.WaitTimeout)
+	if b := cfg.GlobalDefault; b.MaxIdle != limits.DefaultMaxIdle || b.WaitTimeout != 250*time.Millisecond {
+		t.Fatalf("%v %v", b.MaxIdle, b.WaitTimeout)
 	}
-	if err := yaml.Unmarshal([]byte("wait_timeout: 250\n"), &b); err == nil || !strings.Contains(err.Error(), "want a Go duration string") {
+	if _, err := ParseSection([]byte("global_default: {wait_timeout: 250}\n")); err == nil || !strings.Contains(err.Error(), "want a Go duration string") {
 		t.Fatalf("a bare number: %v", err)
 	}
-	out, err := yaml.Marshal(SectionBucket{MaxIdle: ptr(Never), MaxDebt: ptr(Duration(2 * time.Second))})
-	if err != nil || string(out) != "max_idle: never\nmax_debt: 2s\n" {
+	b := limits.DefaultBucket()
+	b.MaxDebt = 2 * time.Second
+	out, err := yaml.Marshal(BucketNode(b))
+	if err != nil || string(out) != "{size: 100, fill_rate: 50, wait_timeout: 1s, max_idle: never, max_debt: 2s, max_tokens_per_request: 50}\n" {
 		t.Fatalf("%q %v", out, err)
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/sluice-rl/sluice/limits"
 )
 
@@ -218,19 +216,20 @@ func TestTierSectionErrors(t *testing.T) {
 	}
 }
 
-// A Section with burst tiers and namespaces encodes back to YAML that
+// A section with burst tiers and namespaces encodes back to YAML that
 // decodes to the same configuration.
 func TestTierSectionRoundTrip(t *testing.T) {
-	var f file
-	if err := yaml.Unmarshal(readFile(t, "testdata/charon.yaml"), &f); err != nil {
+	cfg, err := decodeFile(t, readFile(t, "testdata/charon.yaml"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	f.Limits.Resources["cookbook/hard"].TierDomains = map[string]*SectionTierDomain{
-		"acme":    {HardLimit: ptr(HitsLimit(0))},
-		"initech": {Tiers: &[]SectionTier{}},
-		"hooli":   {HardLimit: ptr(HitsLimit(9)), Tiers: &[]SectionTier{{Limit: ptr(int64(3)), Window: ptr(Duration(sec)), Active: ptr(Duration(sec)), Skippable: ptr(true)}}},
+	cfg.Resources["cookbook/hard"].TierDomains = map[string]limits.TierDomain{
+		"acme":    {HardLimit: limits.Unbounded},
+		"initech": {Tiers: []limits.Tier{}},
+		"hooli":   {HardLimit: 9, Tiers: []limits.Tier{skippable(tier(3, sec, sec, 0))}},
+		"globex":  {},
 	}
-	out, err := yaml.Marshal(f.Limits)
+	out, err := MarshalSection(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,6 +242,7 @@ func TestTierSectionRoundTrip(t *testing.T) {
 		"acme":    {HardLimit: limits.Unbounded},
 		"initech": {Tiers: []limits.Tier{}},
 		"hooli":   {HardLimit: 9, Tiers: []limits.Tier{skippable(tier(3, sec, sec, 0))}},
+		"globex":  {},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("round trip:\n%s\ngot  %+v\nwant %+v", out, got, want)
