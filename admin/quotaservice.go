@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
 // The quota service's admin REST API, served over the same configuration
@@ -254,7 +255,7 @@ func (s engineStats) Scores(ns, bucket string) (BucketScores, bool, error) {
 // service.
 //
 // Bodies are JSON objects whose keys are the proto field names, decoded
-// strictly (DecodeJSON, then limits.ParseQuotaServiceYAML's reading and
+// strictly (DecodeJSON, then limitsyaml.ParseQuotaService's reading and
 // defaults: an unknown field, a wrong type, a duplicate key is refused,
 // naming the field); an empty body is {} (every default), but POST /api
 // refuses one. A body's name (and a bucket's namespace), when given, must
@@ -669,7 +670,7 @@ func (h *qsHandler) bucket(w http.ResponseWriter, r *http.Request, id Identity, 
 				}
 				return Change{}, fmt.Errorf("bucket %s of namespace %s: %w", bucket, ns, ErrExists)
 			}
-			return putChange(create, o, bucketNode(b)), nil
+			return putChange(create, o, limitsyaml.BucketNode(b)), nil
 		}, id)
 	case http.MethodDelete:
 		h.write(w, r, func(l loaded) (Change, error) {
@@ -727,7 +728,7 @@ func (h *qsHandler) replace(w http.ResponseWriter, r *http.Request, id Identity)
 		}
 		switch _, err := l.doc.get(GlobalDefault()); {
 		case cfg.GlobalDefault != nil:
-			if err := l.doc.put(GlobalDefault(), bucketNode(*cfg.GlobalDefault), modeUpsert); err != nil {
+			if err := l.doc.put(GlobalDefault(), limitsyaml.BucketNode(*cfg.GlobalDefault), modeUpsert); err != nil {
 				errs = append(errs, err)
 			}
 		case err == nil:
@@ -923,7 +924,7 @@ func qsServiceConfig(lc *limits.Config) QSServiceConfig {
 
 // The decoding of request bodies: strict JSON (DecodeJSON) placed where
 // it belongs in a quota service ServiceConfig and read by
-// limits.ParseQuotaServiceYAML, the one reading of the quota service's
+// limitsyaml.ParseQuotaService, the one reading of the quota service's
 // format (its fields, types and defaults), so that errors name the field
 // as the quota service's configuration does
 // ("namespaces.Pinky.buckets.users.fill_rate: want an integer ...").
@@ -962,7 +963,7 @@ func qsParse(root *yaml.Node) (*limits.Config, error) {
 	if err != nil {
 		return nil, invalid(err)
 	}
-	cfg, err := limits.ParseQuotaServiceYAML(doc)
+	cfg, err := limitsyaml.ParseQuotaService(doc)
 	if err != nil {
 		return nil, invalid(err)
 	}
@@ -1071,67 +1072,24 @@ func decodeQSService(body []byte) (*limits.Config, error) {
 	return qsParse(n)
 }
 
-// bucketNode writes b as a bucket of the limits section, every field
-// given, in flow style: {size: 100, fill_rate: 50, wait_timeout: 1s,
-// max_idle: never, max_debt: 10s, max_tokens_per_request: 50}.
-func bucketNode(b limits.Bucket) *yaml.Node {
-	scalar := func(tag, v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: v} }
-	dur := func(d time.Duration) *yaml.Node { return scalar("!!str", d.String()) }
-	rate := scalar("!!float", strconv.FormatFloat(b.FillRate, 'g', -1, 64))
-	if b.FillRate == math.Trunc(b.FillRate) && math.Abs(b.FillRate) < 1<<53 {
-		rate = scalar("!!int", strconv.FormatInt(int64(b.FillRate), 10))
-	}
-	idle := scalar("!!str", "never")
-	if b.MaxIdle > 0 {
-		idle = dur(b.MaxIdle)
-	}
-	n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Style: yaml.FlowStyle, Content: []*yaml.Node{
-		newKey("size"), scalar("!!int", strconv.FormatInt(b.Size, 10)),
-		newKey("fill_rate"), rate,
-		newKey("wait_timeout"), dur(b.WaitTimeout),
-		newKey("max_idle"), idle,
-		newKey("max_debt"), dur(b.MaxDebt),
-	}}
-	if b.MaxTokensPerRequest > 0 {
-		n.Content = append(n.Content, newKey("max_tokens_per_request"), scalar("!!int", strconv.FormatInt(b.MaxTokensPerRequest, 10)))
-	}
-	return n
-}
-
 // resourceNode writes r, a quota service namespace, as a token-bucket
-// resource of the limits section; prev, the resource it replaces (nil:
-// none), gives it the fields the quota service's format has no place for
-// (algorithm, on_store_error).
+// resource of the limits section (limitsyaml.ResourceNode); prev, the
+// resource it replaces (nil: none), gives it the fields the quota
+// service's format has no place for (algorithm, on_store_error, which r,
+// read from that format, never sets).
 func resourceNode(r *limits.Resource, prev *yaml.Node) *yaml.Node {
-	m := newMapping()
-	if prev = deref(prev); prev != nil && prev.Kind == yaml.MappingNode {
-		if a := mapGet(prev, "algorithm"); a != nil {
-			m.Content = append(m.Content, newKey("algorithm"), a)
-		}
+	m := limitsyaml.ResourceNode(r)
+	if prev = deref(prev); prev == nil || prev.Kind != yaml.MappingNode {
+		return m
 	}
-	if len(r.Buckets) > 0 {
-		ds := newMapping()
-		for _, d := range slices.Sorted(maps.Keys(r.Buckets)) {
-			ds.Content = append(ds.Content, newKey(d), bucketNode(r.Buckets[d]))
-		}
-		m.Content = append(m.Content, newKey("domains"), ds)
+	if a := mapGet(prev, "algorithm"); a != nil {
+		m.Content = append([]*yaml.Node{newKey("algorithm"), a}, m.Content...)
 	}
-	if r.Template != nil {
-		m.Content = append(m.Content, newKey("template"), bucketNode(*r.Template))
+	if v := mapGet(prev, "on_store_error"); v != nil {
+		m.Content = append(m.Content, newKey("on_store_error"), v)
 	}
-	if r.MaxDynamicBuckets != 0 {
-		m.Content = append(m.Content, newKey("max_dynamic_buckets"), &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(r.MaxDynamicBuckets, 10)})
-	}
-	if r.Default != nil {
-		m.Content = append(m.Content, newKey("default"), bucketNode(*r.Default))
-	}
-	if prev != nil && prev.Kind == yaml.MappingNode {
-		if v := mapGet(prev, "on_store_error"); v != nil {
-			m.Content = append(m.Content, newKey("on_store_error"), v)
-		}
-	}
-	if len(m.Content) == 0 {
-		m.Style = yaml.FlowStyle // {}: a namespace with nothing configured
+	if len(m.Content) > 0 {
+		m.Style &^= yaml.FlowStyle // {} only for a namespace with nothing configured
 	}
 	return m
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
 var qsSeeds = []string{
@@ -94,7 +95,7 @@ func FuzzQuotaServiceBody(f *testing.F) {
 					t.Fatal(err)
 				}
 			}
-			if err := d.put(o, bucketNode(b), modeUpsert); err != nil {
+			if err := d.put(o, limitsyaml.BucketNode(b), modeUpsert); err != nil {
 				t.Fatal(err)
 			}
 			lc := load(d).Limits()
@@ -145,7 +146,7 @@ func FuzzQuotaServiceBody(f *testing.F) {
 				}
 			}
 			if cfg.GlobalDefault != nil {
-				if err := d.put(GlobalDefault(), bucketNode(*cfg.GlobalDefault), modeCreate); err != nil {
+				if err := d.put(GlobalDefault(), limitsyaml.BucketNode(*cfg.GlobalDefault), modeCreate); err != nil {
 					t.Fatal(err)
 				}
 			}

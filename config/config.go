@@ -52,7 +52,7 @@
 //
 // A `limits:` section beside `resources:` configures the server-side
 // token buckets of sluice.v1.Limits and quotaservice.QuotaService (see
-// limits.Section for its fields); Repository.Limits returns it. Its errors
+// package limits/limitsyaml for its fields); Repository.Limits returns it. Its errors
 // name their path under "limits", e.g.
 //
 //	limits.resources.api.domains.small.fill_rate: 0 must be > 0 (tokens per second)
@@ -84,6 +84,7 @@ import (
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
 // Template is one validated resource template.
@@ -200,7 +201,7 @@ func normalizeNotes(lc *limits.Config, cc *copies.Config) []string {
 
 // Limits returns the file's limits section, validated (nil when the file
 // has none): the server-side token buckets of sluice.v1.Limits and
-// quotaservice.QuotaService. See limits.Section for its format. The
+// quotaservice.QuotaService. See package limits/limitsyaml for its format. The
 // caller must not change it.
 func (r *Repository) Limits() *limits.Config { return r.limits }
 
@@ -261,7 +262,7 @@ func (r *Repository) Proto() *pb.ResourceRepository {
 }
 
 // LoadQuotaService reads the file at path in Square's quota service
-// configuration format (limits.ParseQuotaServiceYAML) as a repository with
+// configuration format (limitsyaml.ParseQuotaService) as a repository with
 // no templates whose Limits are the file's namespaces and buckets: what
 // `sluice server --quotaservice-config` serves, so that a quota service
 // deployment moves over without rewriting its configuration.
@@ -279,7 +280,7 @@ func LoadQuotaService(path string) (*Repository, error) {
 
 // ParseQuotaService is LoadQuotaService for the file's content.
 func ParseQuotaService(data []byte) (*Repository, error) {
-	cfg, err := limits.ParseQuotaServiceYAML(data)
+	cfg, err := limitsyaml.ParseQuotaService(data)
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +308,7 @@ type rawRepo struct {
 }
 
 // nodeOf keeps a YAML value as a node, for a package that decodes it
-// strictly itself (limits.DecodeSection).
+// strictly itself (limitsyaml.DecodeSection).
 type nodeOf struct{ node *yaml.Node }
 
 func (n *nodeOf) UnmarshalYAML(node *yaml.Node) error {
@@ -370,7 +371,7 @@ func Parse(data []byte) (*Repository, error) {
 		if err != nil {
 			errs = append(errs, err)
 		} else {
-			cfg, err := limits.DecodeSection(section)
+			cfg, err := limitsyaml.DecodeSection(section)
 			if err != nil {
 				errs = append(errs, err)
 			}

@@ -30,7 +30,7 @@ import (
 //	      on_store_error: closed   # shared copy log (--redis) failing: closed (refuse, the default) or open (grant, flagged degraded)
 //
 // Parse hands them to package limits/copies (Repository.Copies) and the
-// rest of the section to package limits. Normalization (charon-paper.md
+// rest of the section to package limits/limitsyaml. Normalization (charon-paper.md
 // §4.1: limits above the global limit lowered to it) is reported by
 // Repository.Notes.
 
@@ -51,7 +51,7 @@ type rawGroup struct {
 }
 
 // splitCopies takes the copy-limited resources out of a limits section
-// node: it returns the section without them (for limits.DecodeSection),
+// node: it returns the section without them (for limitsyaml.DecodeSection),
 // their configuration (nil when there are none and no namespace applies
 // to them) and every problem found, each naming its path under "limits".
 func splitCopies(section *yaml.Node) (*yaml.Node, *copies.Config, error) {

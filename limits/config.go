@@ -293,8 +293,10 @@ type Namespace struct {
 var UnconfiguredTiers = []Tier{{Limit: MaxTokens, Window: time.Second, Active: MaxDuration, Cooldown: 0}}
 
 // Config is a limits configuration: the resources and the global default.
-// Build it in Go, or with ParseQuotaServiceYAML or Section.Validate; the
-// engine validates it (Validate) before use and never changes it.
+// Build it in Go, or read it from a configuration file with package
+// limits/limitsyaml (Sluice's limits section, the quota service's
+// format); the engine validates it (Validate) before use and never
+// changes it.
 type Config struct {
 	// GlobalDefault, when set, is one bucket shared by every request that
 	// no resource configuration answers, including requests for resources
@@ -338,6 +340,45 @@ func (e *ConfigError) Error() string { return e.Path + ": " + e.Msg }
 // Unwrap returns ErrInvalidConfig.
 func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 
+// Vocabulary says how a configuration format names the fields that
+// ValidateIn reports, so that an error names the field as the file the
+// configuration came from writes it. The zero Vocabulary is Validate's:
+// Sluice's limits section at the top level.
+type Vocabulary struct {
+	// Prefix is the configuration's path in its document (for example
+	// "limits", the key Sluice's section sits under): every error path
+	// starts with it. "": the top level.
+	Prefix string
+	// Names gives the format's name of each field that it names
+	// differently from Sluice's limits section, keyed by the section's
+	// name. Honoured for global_default, resources, domains, template,
+	// default, max_dynamic_buckets, algorithm, size, fill_rate,
+	// wait_timeout, max_idle, max_debt and max_tokens_per_request; every
+	// other field keeps the section's name. nil: none renamed.
+	Names map[string]string
+	// Millis says the format writes durations as whole milliseconds:
+	// errors show wait timeouts, max debts and their bound in
+	// milliseconds rather than as Go duration strings.
+	Millis bool
+}
+
+// vocab resolves v's names against goVocab.
+func (v Vocabulary) vocab() vocab {
+	name := func(s string) string {
+		if n, ok := v.Names[s]; ok {
+			return n
+		}
+		return s
+	}
+	g := goVocab
+	return vocab{
+		global: name(g.global), resources: name(g.resources), buckets: name(g.buckets), template: name(g.template), def: name(g.def),
+		maxDynamic: name(g.maxDynamic), algorithm: name(g.algorithm),
+		size: name(g.size), fillRate: name(g.fillRate), waitTimeout: name(g.waitTimeout), maxIdle: name(g.maxIdle), maxDebt: name(g.maxDebt), maxPerRequest: name(g.maxPerRequest),
+		millis: v.Millis,
+	}
+}
+
 // vocab names a configuration's fields in one format's terms, for errors.
 type vocab struct {
 	global, resources, buckets, template, def, maxDynamic, algorithm string
@@ -357,8 +398,17 @@ var goVocab = vocab{
 // Validate checks c and returns every problem found, joined, each a
 // *ConfigError naming the field in the terms of Sluice's limits section
 // (for example `resources.api.domains.login.fill_rate`). A nil Config is
-// valid and configures nothing.
+// valid and configures nothing. Validate is ValidateIn with the zero
+// Vocabulary.
 func (c *Config) Validate() error { return c.validate(goVocab, "") }
+
+// ValidateIn is Validate with every error naming its field in the terms
+// of v, the vocabulary of the format c was read from, under v.Prefix: a
+// format's parser validates what it read with it, so that its errors
+// name the fields as its file does, for example
+// `namespaces.Pinky.buckets.users.fill_rate` for the quota service's
+// format. It checks exactly what Validate checks.
+func (c *Config) ValidateIn(v Vocabulary) error { return c.validate(v.vocab(), v.Prefix) }
 
 func (c *Config) validate(v vocab, prefix string) error {
 	if c == nil {

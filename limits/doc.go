@@ -199,13 +199,13 @@
 //
 // # Configuration
 //
-// ParseQuotaServiceYAML reads the quota service's configuration file as it
-// is (token buckets only); Section is Sluice's own limits section
-// (durations as Go strings, fractional fill rates, burst tiers,
-// namespaces), decoded under `limits:` in Sluice's configuration file.
-// testdata/limits.yaml and testdata/quotaservice.yaml express the
-// design's naming examples and the keyed limiter's rate_limit example in
-// each; testdata/charon.yaml holds Charon's cookbook resources.
+// A Config is built in Go or read from a file: package limits/limitsyaml
+// reads Sluice's own limits section (durations as Go strings, fractional
+// fill rates, burst tiers, namespaces; `limits:` in Sluice's configuration
+// file) and the quota service's configuration file as it is (token
+// buckets only). Whatever its source, a configuration passes Validate
+// (ValidateIn names the fields in the terms of the format it came from)
+// before the engine takes it. Package limits reads no file format.
 //
 // The engine normalizes its own copy of every configuration as Charon's
 // configuration API does (section 4.1): tiers with an active time of 0

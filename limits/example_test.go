@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
 // The keyed limiter of ratelimiting-in-150-lines.md: any client IP may
 // make one request per second with bursts of 10, 192.168.11.3 a hundred
 // per second with bursts of 500; each IP has a bucket of its own.
 func Example() {
-	cfg, err := limits.ParseSection([]byte(`
+	cfg, err := limitsyaml.ParseSection([]byte(`
 resources:
   frontend:
     max_dynamic_buckets: 100000
@@ -65,30 +66,6 @@ func ExampleEngine_Allow() {
 	// OK granted 3 wait 300ms
 	// TIMEOUT granted 0 wait 0s
 	// OK granted 2 wait 500ms
-}
-
-// The quota service's own configuration file, read as it is.
-func ExampleParseQuotaServiceYAML() {
-	cfg, err := limits.ParseQuotaServiceYAML([]byte(`
-namespaces:
-  Pinky_TheBrain:
-    default_bucket: {}
-    buckets:
-      UserService: {size: 200, fill_rate: 100}
-`))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	ns := cfg.Resources["Pinky_TheBrain"]
-	fmt.Println(ns.Buckets["UserService"])
-	fmt.Println(*ns.Default)
-	_, err = limits.ParseQuotaServiceYAML([]byte("namespaces:\n  a:\n    buckets:\n      b: {fill_rate: 0}\n"))
-	fmt.Println(err)
-	// Output:
-	// size=200 fill_rate=100 wait_timeout=1s max_debt=10s max_tokens_per_request=100
-	// size=100 fill_rate=50 wait_timeout=1s max_debt=10s max_tokens_per_request=50
-	// namespaces.a.buckets.b.fill_rate: 0 must be > 0 (tokens per second)
 }
 
 // Listeners hear every event, synchronously.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
 // Charon's burst tiers (charon-paper.md, section 2.1): a tenant may make
@@ -12,7 +13,7 @@ import (
 // for 2 s only, after which tier 2 cools down for 4 s and blocks further
 // bursts.
 func ExampleEngine_Allow_burstTiers() {
-	cfg, err := limits.ParseSection([]byte(`
+	cfg, err := limitsyaml.ParseSection([]byte(`
 resources:
   cookbook/tiers:
     algorithm: burst_tiers
@@ -55,7 +56,7 @@ resources:
 // Normalize reports what the engine changes in a configuration's tiers
 // (charon-paper.md, section 4.1).
 func ExampleConfig_Normalize() {
-	cfg, _ := limits.ParseSection([]byte(`
+	cfg, _ := limitsyaml.ParseSection([]byte(`
 resources:
   api:
     algorithm: burst_tiers

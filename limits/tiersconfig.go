@@ -87,7 +87,7 @@ func validateTiers(tiers []Tier, path string, bad func(path, format string, args
 // Normalize rewrites c's burst tiers as Charon's configuration API does
 // before it commits a configuration, and returns a note for each change,
 // naming the tier by its path as Validate does (prefix "limits." for a
-// configuration from a Section), for example
+// configuration read from Sluice's limits section), for example
 //
 //	resources.cookbook/x.tiers[1].window: 10s is longer than the active time 5s: shortened to 5s
 //

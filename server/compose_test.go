@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 )
 
@@ -227,7 +228,7 @@ func sharedBucket(t *testing.T, a, b v1.LimitsClient) {
 // etcd: no fleet). closed counts the closes of its shared store.
 func redisServer(t *testing.T, c redis.UniversalClient, prefix string, closed *atomic.Int32) (*Server, func() error) {
 	t.Helper()
-	cfg, err := limits.ParseSection([]byte(apiYAML))
+	cfg, err := limitsyaml.ParseSection([]byte(apiYAML))
 	if err != nil {
 		t.Fatal(err)
 	}

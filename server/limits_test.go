@@ -17,6 +17,7 @@ import (
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
 // Square's configuration format, as an existing deployment has it.
@@ -46,7 +47,7 @@ namespaces:
 // returns it, a grpc-go connection to it and its address.
 func limitsServer(t *testing.T) (*Server, *testutil.Clock, *grpc.ClientConn, string) {
 	t.Helper()
-	cfg, err := limits.ParseQuotaServiceYAML([]byte(quotaYAML))
+	cfg, err := limitsyaml.ParseQuotaService([]byte(quotaYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func (failingStore) Take(int64, limits.Key, *limits.Limit, limits.Ask) (limits.O
 // A store that fails: REJECTED_SERVER_ERROR on the quota service (a status,
 // as every answer there), Unavailable on sluice.v1.Limits; both over gRPC.
 func TestLimitsStoreFailure(t *testing.T) {
-	cfg, err := limits.ParseQuotaServiceYAML([]byte(quotaYAML))
+	cfg, err := limitsyaml.ParseQuotaService([]byte(quotaYAML))
 	if err != nil {
 		t.Fatal(err)
 	}

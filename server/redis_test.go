@@ -15,7 +15,7 @@ import (
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
-	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	sitestatus "github.com/sluice-rl/sluice/server/status"
 )
@@ -40,7 +40,7 @@ func TestRedisDown(t *testing.T) {
 	}()
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	defer c.Close()
-	cfg, err := limits.ParseSection([]byte(`
+	cfg, err := limitsyaml.ParseSection([]byte(`
 resources:
   open: {default: {size: 100, fill_rate: 1, max_tokens_per_request: 5}, on_store_error: open}
   closed: {default: {size: 100, fill_rate: 1}}

@@ -11,8 +11,8 @@ import (
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
-	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/server"
 )
@@ -29,7 +29,7 @@ func startRedisServer(t *testing.T, rs *redistest.Server) string {
 	t.Cleanup(func() { _ = rc.Close() })
 	st := redisstore.New(rc, redisstore.Options{Prefix: "t:" + t.Name() + ":", BreakerFailures: 1, BreakerProbe: time.Hour})
 	t.Cleanup(func() { _ = st.Close() })
-	cfg, err := limits.ParseSection([]byte(`
+	cfg, err := limitsyaml.ParseSection([]byte(`
 resources:
   open: {default: {size: 1000, fill_rate: 1000, max_tokens_per_request: 100}, on_store_error: open}
 `))

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
 // Square's configuration format, as an existing deployment has it (the
@@ -43,7 +44,7 @@ namespaces:
 // newService returns the service with quotaYAML's limits.
 func newService(tb testing.TB, opts Options) *Service {
 	tb.Helper()
-	cfg, err := limits.ParseQuotaServiceYAML([]byte(quotaYAML))
+	cfg, err := limitsyaml.ParseQuotaService([]byte(quotaYAML))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func FuzzQuotaServiceAllow(f *testing.F) {
 	} {
 		f.Add(seed.ns, seed.bucket, seed.tokens, seed.ms, seed.override)
 	}
-	cfg, err := limits.ParseQuotaServiceYAML([]byte(quotaYAML))
+	cfg, err := limitsyaml.ParseQuotaService([]byte(quotaYAML))
 	if err != nil {
 		f.Fatal(err)
 	}

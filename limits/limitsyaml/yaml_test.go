@@ -1,48 +1,49 @@
-package limits
+package limitsyaml
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-rl/sluice/limits"
 )
 
 // examples is the configuration of testdata/limits.yaml and
 // testdata/quotaservice.yaml (the quota service's format cannot say
 // "no waiting" or express the frontend resource's domains: see below).
-func examples() *Config {
-	b := func(size int64, rate float64, f ...func(*Bucket)) Bucket {
-		x := DefaultBucket()
+func examples() *limits.Config {
+	b := func(size int64, rate float64, f ...func(*limits.Bucket)) limits.Bucket {
+		x := limits.DefaultBucket()
 		x.Size, x.FillRate, x.MaxTokensPerRequest = size, rate, int64(rate)
 		for _, f := range f {
 			f(&x)
 		}
 		return x
 	}
-	wait := func(d time.Duration) func(*Bucket) { return func(b *Bucket) { b.WaitTimeout = d } }
-	idle := func(d time.Duration) func(*Bucket) { return func(b *Bucket) { b.MaxIdle = d } }
-	debt := func(d time.Duration) func(*Bucket) { return func(b *Bucket) { b.MaxDebt = d } }
-	return &Config{
+	wait := func(d time.Duration) func(*limits.Bucket) { return func(b *limits.Bucket) { b.WaitTimeout = d } }
+	idle := func(d time.Duration) func(*limits.Bucket) { return func(b *limits.Bucket) { b.MaxIdle = d } }
+	debt := func(d time.Duration) func(*limits.Bucket) { return func(b *limits.Bucket) { b.MaxDebt = d } }
+	return &limits.Config{
 		GlobalDefault: bp(b(100, 50)),
-		Resources: map[string]*Resource{
+		Resources: map[string]*limits.Resource{
 			"Pinky_TheBrain": {
 				Default: bp(b(1000, 500)),
-				Buckets: map[string]Bucket{"UserService": b(200, 100), "UserService_getUser": b(20, 10, wait(500*time.Millisecond))},
+				Buckets: map[string]limits.Bucket{"UserService": b(200, 100), "UserService_getUser": b(20, 10, wait(500*time.Millisecond))},
 			},
 			"Pinky_PinkyMySQL": {
 				Default: bp(b(500, 250)),
-				Buckets: map[string]Bucket{"users": b(100, 50), "users_insert": b(10, 5, debt(2*time.Second))},
+				Buckets: map[string]limits.Bucket{"users": b(100, 50), "users_insert": b(10, 5, debt(2*time.Second))},
 			},
 			"TheBrain_userLogins": {Template: bp(b(1, 1, wait(0), idle(10*time.Minute))), MaxDynamicBuckets: 100000},
 			"frontend": {
 				MaxDynamicBuckets: 1000000,
-				Buckets: map[string]Bucket{
+				Buckets: map[string]limits.Bucket{
 					"rate_limit":              b(10, 1, wait(0), idle(time.Minute)),
 					"rate_limit/192.168.11.3": b(500, 100, wait(0)),
 				},
@@ -51,22 +52,15 @@ func examples() *Config {
 	}
 }
 
-func readFile(t *testing.T, name string) []byte {
-	t.Helper()
-	data, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
-}
-
 // file is how Sluice's configuration file embeds the section.
 type file struct {
 	Resources []map[string]any `yaml:"resources"`
-	Limits    *Section         `yaml:"limits"`
+	Limits    yaml.Node        `yaml:"limits"`
 }
 
-func decodeFile(t *testing.T, data []byte) (*Config, error) {
+// decodeFile reads the section of a configuration file as package config
+// does: the node under limits:, decoded by DecodeSection.
+func decodeFile(t *testing.T, data []byte) (*limits.Config, error) {
 	t.Helper()
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -74,7 +68,7 @@ func decodeFile(t *testing.T, data []byte) (*Config, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, err
 	}
-	return f.Limits.Validate()
+	return DecodeSection(&f.Limits)
 }
 
 func TestSectionExample(t *testing.T) {
@@ -85,39 +79,39 @@ func TestSectionExample(t *testing.T) {
 	if want := examples(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
 	}
-	e := newEngine(t, got, nil)
+	e := newEngine(t, got)
 	// Example 3: one login per second per user, no waiting.
-	for i, want := range []Status{StatusOK, StatusTimeout} {
-		if d := e.Allow(at(0), Request{Resource: "TheBrain_userLogins", Domain: "user-17"}); d.Status != want || d.Bucket.Source != SourceDynamic {
+	for i, want := range []limits.Status{limits.StatusOK, limits.StatusTimeout} {
+		if d := e.Allow(at(0), limits.Request{Resource: "TheBrain_userLogins", Domain: "user-17"}); d.Status != want || d.Bucket.Source != limits.SourceDynamic {
 			t.Fatalf("login %d: %v %v", i, d.Status, d.Bucket)
 		}
 	}
-	if d := e.Allow(at(time.Second), Request{Resource: "TheBrain_userLogins", Domain: "user-17"}); d.Status != StatusOK {
+	if d := e.Allow(at(time.Second), limits.Request{Resource: "TheBrain_userLogins", Domain: "user-17"}); d.Status != limits.StatusOK {
 		t.Fatalf("login a second later: %v", d.Status)
 	}
 	// The keyed limiter: any IP 10 at once then one per second; the
 	// special IP 500 at once.
 	for ip, burst := range map[string]int{"10.0.0.1": 10, "192.168.11.3": 500} {
 		for i := range burst {
-			if d := e.Allow(at(0), Request{Resource: "frontend", Domain: "rate_limit/" + ip}); d.Status != StatusOK {
+			if d := e.Allow(at(0), limits.Request{Resource: "frontend", Domain: "rate_limit/" + ip}); d.Status != limits.StatusOK {
 				t.Fatalf("%s request %d: %v", ip, i, d.Status)
 			}
 		}
-		if d := e.Allow(at(0), Request{Resource: "frontend", Domain: "rate_limit/" + ip}); d.Status != StatusTimeout {
+		if d := e.Allow(at(0), limits.Request{Resource: "frontend", Domain: "rate_limit/" + ip}); d.Status != limits.StatusTimeout {
 			t.Fatalf("%s past its burst: %v", ip, d.Status)
 		}
 	}
 	// Example 1: a listed endpoint, an unlisted one (the shared default).
-	if d := e.Allow(at(0), Request{Resource: "Pinky_TheBrain", Domain: "UserService_getUser"}); d.Limit != 20 || d.Bucket.Source != SourceNamed {
+	if d := e.Allow(at(0), limits.Request{Resource: "Pinky_TheBrain", Domain: "UserService_getUser"}); d.Limit != 20 || d.Bucket.Source != limits.SourceNamed {
 		t.Fatalf("getUser: %+v", d)
 	}
-	if d := e.Allow(at(0), Request{Resource: "Pinky_TheBrain", Domain: "OrderService"}); d.Limit != 1000 || d.Bucket.Source != SourceDefault {
+	if d := e.Allow(at(0), limits.Request{Resource: "Pinky_TheBrain", Domain: "OrderService"}); d.Limit != 1000 || d.Bucket.Source != limits.SourceDefault {
 		t.Fatalf("OrderService: %+v", d)
 	}
 }
 
 func TestQuotaServiceExample(t *testing.T) {
-	got, err := ParseQuotaServiceYAML(readFile(t, "testdata/quotaservice.yaml"))
+	got, err := ParseQuotaService(readFile(t, "testdata/quotaservice.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +126,7 @@ func TestQuotaServiceExample(t *testing.T) {
 }
 
 func TestQuotaServiceDefaults(t *testing.T) {
-	got, err := ParseQuotaServiceYAML([]byte(`
+	got, err := ParseQuotaService([]byte(`
 namespaces:
   plain:
     buckets:
@@ -158,16 +152,16 @@ namespaces:
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := DefaultBucket()
-	with := func(f func(*Bucket)) Bucket { b := d; f(&b); return b }
-	want := &Config{Resources: map[string]*Resource{
-		"plain": {Buckets: map[string]Bucket{
-			"one": with(func(b *Bucket) {
+	d := limits.DefaultBucket()
+	with := func(f func(*limits.Bucket)) limits.Bucket { b := d; f(&b); return b }
+	want := &limits.Config{Resources: map[string]*limits.Resource{
+		"plain": {Buckets: map[string]limits.Bucket{
+			"one": with(func(b *limits.Bucket) {
 				b.FillRate, b.WaitTimeout, b.MaxIdle, b.MaxDebt, b.MaxTokensPerRequest = 321, 9999*time.Millisecond, 20*time.Second, 30*time.Second, 321
 			}),
 			"defaults": d, "zeros": d, "never": d, "named": d, "empty": d,
 		}},
-		"dynamic":      {MaxDynamicBuckets: 50, Template: bp(with(func(b *Bucket) { b.FillRate, b.MaxTokensPerRequest = 999, 5 }))},
+		"dynamic":      {MaxDynamicBuckets: 50, Template: bp(with(func(b *limits.Bucket) { b.FillRate, b.MaxTokensPerRequest = 999, 5 }))},
 		"default_only": {Default: bp(d)},
 		"nothing":      {},
 	}}
@@ -176,14 +170,14 @@ namespaces:
 	}
 	// Empty documents configure nothing.
 	for _, doc := range []string{"", "\n", "# comment\n", "---\n", "{}"} {
-		if c, err := ParseQuotaServiceYAML([]byte(doc)); err != nil || c.GlobalDefault != nil || len(c.Resources) != 0 {
+		if c, err := ParseQuotaService([]byte(doc)); err != nil || c.GlobalDefault != nil || len(c.Resources) != 0 {
 			t.Errorf("%q: %+v %v", doc, c, err)
 		}
 	}
 }
 
 func TestYAMLAnchorsAndMerges(t *testing.T) {
-	got, err := ParseQuotaServiceYAML([]byte(`
+	got, err := ParseQuotaService([]byte(`
 global_default_bucket: &base {size: 7, fill_rate: 3}
 namespaces:
   a:
@@ -268,12 +262,12 @@ func TestQuotaServiceErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := ParseQuotaServiceYAML([]byte(tc.doc))
+			cfg, err := ParseQuotaService([]byte(tc.doc))
 			if err == nil {
 				t.Fatalf("accepted: %+v", cfg)
 			}
-			if !errors.Is(err, ErrInvalidConfig) {
-				t.Errorf("%v does not wrap ErrInvalidConfig", err)
+			if !errors.Is(err, limits.ErrInvalidConfig) {
+				t.Errorf("%v does not wrap limits.ErrInvalidConfig", err)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -318,8 +312,8 @@ func TestSectionErrors(t *testing.T) {
 			if err == nil {
 				t.Fatalf("accepted: %+v", cfg)
 			}
-			if !errors.Is(err, ErrInvalidConfig) {
-				t.Errorf("%v does not wrap ErrInvalidConfig", err)
+			if !errors.Is(err, limits.ErrInvalidConfig) {
+				t.Errorf("%v does not wrap limits.ErrInvalidConfig", err)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -347,23 +341,23 @@ resources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	half := DefaultBucket()
+	half := limits.DefaultBucket()
 	half.FillRate, half.MaxTokensPerRequest = 0.5, 1
-	idle := DefaultBucket()
+	idle := limits.DefaultBucket()
 	idle.WaitTimeout, idle.MaxDebt, idle.Size, idle.MaxTokensPerRequest = 250*time.Millisecond, 0, 3, 2
-	want := map[string]Bucket{"half": half, "idle": idle, "empty": DefaultBucket()}
+	want := map[string]limits.Bucket{"half": half, "idle": idle, "empty": limits.DefaultBucket()}
 	if got := cfg.Resources["r"].Buckets; !reflect.DeepEqual(got, want) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
 	}
 }
 
-// A Section encodes back to YAML that decodes to the same configuration.
+// A section encodes back to YAML that decodes to the same configuration.
 func TestSectionRoundTrip(t *testing.T) {
-	var f file
-	if err := yaml.Unmarshal(readFile(t, "testdata/limits.yaml"), &f); err != nil {
+	cfg, err := decodeFile(t, readFile(t, "testdata/limits.yaml"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := yaml.Marshal(f.Limits)
+	out, err := MarshalSection(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,53 +373,33 @@ func TestSectionRoundTrip(t *testing.T) {
 	}
 }
 
-func TestConfigValidate(t *testing.T) {
-	bad := &Config{
-		GlobalDefault: &Bucket{Size: 1, FillRate: 1, WaitTimeout: -1},
-		Resources: map[string]*Resource{
-			"r":   {Buckets: map[string]Bucket{"": {Size: 1, FillRate: 1}}, Algorithm: 3},
-			"r 2": nil,
-		},
-	}
-	err := bad.Validate()
-	for _, w := range []string{
-		`global_default.wait_timeout: -1ns is negative`,
-		`resources.r.domains[""]: domain name is empty`,
-		`resources.r.algorithm: unknown algorithm 3 (want token_bucket or burst_tiers)`,
-		`resources["r 2"]: resource name "r 2" has ' '`,
-	} {
-		if err == nil || !strings.Contains(err.Error(), w) {
-			t.Errorf("error %v does not say %s", err, w)
-		}
-	}
-	var ce *ConfigError
-	if !errors.As(err, &ce) {
-		t.Errorf("%T is not a *ConfigError", err)
-	}
-	if _, err := New(bad, Options{}); err == nil {
-		t.Error("New accepted a bad configuration")
-	}
+// The Go configurations the tests expect are valid.
+func TestExamplesValidate(t *testing.T) {
 	if err := examples().Validate(); err != nil {
 		t.Errorf("examples: %v", err)
 	}
+	if err := charon().Validate(); err != nil {
+		t.Errorf("charon: %v", err)
+	}
 }
 
-// A SectionBucket decoded on its own reads its durations strictly too.
+// A bucket's durations read strictly, and write as Go duration strings,
+// max_idle never as "never".
 func TestDurationYAML(t *testing.T) {
-	var b SectionBucket
-	if err := yaml.Unmarshal([]byte("max_idle: never\nwait_timeout: 250ms\n"), &b); err != nil {
+	cfg, err := ParseSection([]byte("global_default: {max_idle: never, wait_timeout: 250ms}\n"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if *b.MaxIdle != Never || time.Duration(*b.WaitTimeout) != 250*time.Millisecond {
-		t.Fatalf("%v %v", *b.MaxIdle, *b.WaitTimeout)
+	if b := cfg.GlobalDefault; b.MaxIdle != limits.DefaultMaxIdle || b.WaitTimeout != 250*time.Millisecond {
+		t.Fatalf("%v %v", b.MaxIdle, b.WaitTimeout)
 	}
-	if err := yaml.Unmarshal([]byte("wait_timeout: 250\n"), &b); err == nil || !strings.Contains(err.Error(), "want a Go duration string") {
+	if _, err := ParseSection([]byte("global_default: {wait_timeout: 250}\n")); err == nil || !strings.Contains(err.Error(), "want a Go duration string") {
 		t.Fatalf("a bare number: %v", err)
 	}
-	out, err := yaml.Marshal(SectionBucket{MaxIdle: ptr(Never), MaxDebt: ptr(Duration(2 * time.Second))})
-	if err != nil || string(out) != "max_idle: never\nmax_debt: 2s\n" {
+	b := limits.DefaultBucket()
+	b.MaxDebt = 2 * time.Second
+	out, err := yaml.Marshal(BucketNode(b))
+	if err != nil || string(out) != "{size: 100, fill_rate: 50, wait_timeout: 1s, max_idle: never, max_debt: 2s, max_tokens_per_request: 50}\n" {
 		t.Fatalf("%q %v", out, err)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

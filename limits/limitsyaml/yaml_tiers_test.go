@@ -1,4 +1,4 @@
-package limits
+package limitsyaml
 
 import (
 	"errors"
@@ -7,17 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/sluice-rl/sluice/limits"
 )
 
 // charon is the configuration of testdata/charon.yaml.
-func charon() *Config {
-	bt := func(h, g int64, tiers ...Tier) *Resource {
-		return &Resource{Algorithm: BurstTiers, HardLimit: h, GlobalLimit: g, Tiers: tiers}
+func charon() *limits.Config {
+	bt := func(h, g int64, tiers ...limits.Tier) *limits.Resource {
+		return &limits.Resource{Algorithm: limits.BurstTiers, HardLimit: h, GlobalLimit: g, Tiers: tiers}
 	}
-	return &Config{
-		Namespaces: map[string]Namespace{"open/": {AllowUnconfigured: true}, "muted/": {IgnoreConfigured: true}},
-		Resources: map[string]*Resource{
+	return &limits.Config{
+		Namespaces: map[string]limits.Namespace{"open/": {AllowUnconfigured: true}, "muted/": {IgnoreConfigured: true}},
+		Resources: map[string]*limits.Resource{
 			"cookbook/tiers": bt(0, 0, tier(3, 2*sec, 6*sec, 0), tier(4, 2*sec, 2*sec, 4*sec)),
 			"cookbook/hard":  bt(2, 3, tier(1000, sec, 3600*sec, 0)),
 			"cookbook/batch": bt(0, 0, tier(5000, 300*sec, 300*sec, 86100*sec)),
@@ -39,9 +39,9 @@ func TestCharonExample(t *testing.T) {
 	if notes := got.Clone().Normalize(); notes != nil {
 		t.Fatalf("the example needs normalizing: %v", notes)
 	}
-	e := newEngine(t, got, nil)
-	allow := func(when time.Duration, resource, domain string, tokens, lo int64) Decision {
-		return e.Allow(at(when), Request{Resource: resource, Domain: domain, Tokens: tokens, MinTokens: lo})
+	e := newEngine(t, got)
+	allow := func(when time.Duration, resource, domain string, tokens, lo int64) limits.Decision {
+		return e.Allow(at(when), limits.Request{Resource: resource, Domain: domain, Tokens: tokens, MinTokens: lo})
 	}
 	ns := time.Nanosecond
 
@@ -54,13 +54,13 @@ func TestCharonExample(t *testing.T) {
 		if d := allow(0, "cookbook/tiers", "acme", 5, 1); d.Granted != 4 || d.Tiers.Tier != 2 || !d.Tiers.Burst || d.Tiers.TierLimit != 4 {
 			t.Fatalf("burst into tier 2: %+v", d)
 		}
-		if d := allow(0, "cookbook/tiers", "acme", 1, 0); d.Status != StatusTimeout || d.RetryAfter != 2*sec+ns {
+		if d := allow(0, "cookbook/tiers", "acme", 1, 0); d.Status != limits.StatusTimeout || d.RetryAfter != 2*sec+ns {
 			t.Fatalf("tier 2 full: %+v", d)
 		}
 		if d := allow(2*sec+ns, "cookbook/tiers", "acme", 4, 1); d.Granted != 3 || d.Tiers.Tier != 1 {
 			t.Fatalf("fallback: %+v", d)
 		}
-		if d := allow(3*sec, "cookbook/tiers", "acme", 1, 0); d.Status != StatusTimeout || d.Tiers.Tier != 1 {
+		if d := allow(3*sec, "cookbook/tiers", "acme", 1, 0); d.Status != limits.StatusTimeout || d.Tiers.Tier != 1 {
 			t.Fatalf("blocked by tier 2's cooldown: %+v", d)
 		}
 		if d := allow(6*sec, "cookbook/tiers", "acme", 9, 1); d.Granted != 7 || d.Tiers.Tier != 2 {
@@ -77,10 +77,10 @@ func TestCharonExample(t *testing.T) {
 		if d := allow(0, "cookbook/hard", "initech", 2, 1); d.Granted != 1 || !d.Tiers.GlobalLimited || d.Tiers.GlobalHitsLastSecond != 3 {
 			t.Fatalf("G: %+v", d)
 		}
-		if d := allow(sec, "cookbook/hard", "hooli", 1, 0); d.Status != StatusTimeout || d.RetryAfter != ns {
+		if d := allow(sec, "cookbook/hard", "hooli", 1, 0); d.Status != limits.StatusTimeout || d.RetryAfter != ns {
 			t.Fatalf("G over the closed last second: %+v", d)
 		}
-		if d := allow(sec+ns, "cookbook/hard", "hooli", 3, 3); d.Status != StatusTimeout || !d.RetryNever {
+		if d := allow(sec+ns, "cookbook/hard", "hooli", 3, 3); d.Status != limits.StatusTimeout || !d.RetryNever {
 			t.Fatalf("min above H: %+v", d)
 		}
 		if d := allow(sec+ns, "cookbook/hard", "hooli", 3, 1); d.Granted != 2 {
@@ -91,7 +91,7 @@ func TestCharonExample(t *testing.T) {
 		if d := allow(0, "cookbook/batch", "acme", 5000, 0); d.Granted != 5000 {
 			t.Fatalf("the batch: %+v", d)
 		}
-		if d := allow(299*sec, "cookbook/batch", "acme", 1, 0); d.Status != StatusTimeout || d.RetryAfter != 86101*sec {
+		if d := allow(299*sec, "cookbook/batch", "acme", 1, 0); d.Status != limits.StatusTimeout || d.RetryAfter != 86101*sec {
 			t.Fatalf("5001st: %+v", d)
 		}
 		if d := allow(86400*sec, "cookbook/batch", "acme", 1, 0); d.Granted != 1 || !d.Tiers.Burst {
@@ -113,7 +113,7 @@ func TestCharonExample(t *testing.T) {
 		}
 	})
 	t.Run("anything else is unknown", func(t *testing.T) {
-		if d := allow(0, "cookbook/unknown", "acme", 1, 0); d.Status != StatusNoBucket {
+		if d := allow(0, "cookbook/unknown", "acme", 1, 0); d.Status != limits.StatusNoBucket {
 			t.Fatalf("%+v", d)
 		}
 	})
@@ -143,18 +143,18 @@ resources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Config{
-		Namespaces: map[string]Namespace{"a/": {IgnoreConfigured: true}, "b/": {}},
-		Resources: map[string]*Resource{
-			"r": {Algorithm: BurstTiers, HardLimit: 5, MaxDynamicBuckets: 10,
-				Tiers: []Tier{tier(2, sec, mn, 0), skippable(tier(9, mn, hr, 2*hr))},
-				TierDomains: map[string]TierDomain{
+	want := &limits.Config{
+		Namespaces: map[string]limits.Namespace{"a/": {IgnoreConfigured: true}, "b/": {}},
+		Resources: map[string]*limits.Resource{
+			"r": {Algorithm: limits.BurstTiers, HardLimit: 5, MaxDynamicBuckets: 10,
+				Tiers: []limits.Tier{tier(2, sec, mn, 0), skippable(tier(9, mn, hr, 2*hr))},
+				TierDomains: map[string]limits.TierDomain{
 					"inherits":  {},
-					"unbounded": {HardLimit: Unbounded},
-					"own":       {HardLimit: 7, Tiers: []Tier{tier(1, sec, sec, 0)}},
-					"none":      {Tiers: []Tier{}},
+					"unbounded": {HardLimit: limits.Unbounded},
+					"own":       {HardLimit: 7, Tiers: []limits.Tier{tier(1, sec, sec, 0)}},
+					"none":      {Tiers: []limits.Tier{}},
 				}},
-			"empty": {Algorithm: BurstTiers},
+			"empty": {Algorithm: limits.BurstTiers},
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -204,8 +204,8 @@ func TestTierSectionErrors(t *testing.T) {
 			if err == nil {
 				t.Fatalf("accepted: %+v", cfg)
 			}
-			if !errors.Is(err, ErrInvalidConfig) {
-				t.Errorf("%v does not wrap ErrInvalidConfig", err)
+			if !errors.Is(err, limits.ErrInvalidConfig) {
+				t.Errorf("%v does not wrap limits.ErrInvalidConfig", err)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -216,19 +216,20 @@ func TestTierSectionErrors(t *testing.T) {
 	}
 }
 
-// A Section with burst tiers and namespaces encodes back to YAML that
+// A section with burst tiers and namespaces encodes back to YAML that
 // decodes to the same configuration.
 func TestTierSectionRoundTrip(t *testing.T) {
-	var f file
-	if err := yaml.Unmarshal(readFile(t, "testdata/charon.yaml"), &f); err != nil {
+	cfg, err := decodeFile(t, readFile(t, "testdata/charon.yaml"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	f.Limits.Resources["cookbook/hard"].TierDomains = map[string]*SectionTierDomain{
-		"acme":    {HardLimit: ptr(HitsLimit(0))},
-		"initech": {Tiers: &[]SectionTier{}},
-		"hooli":   {HardLimit: ptr(HitsLimit(9)), Tiers: &[]SectionTier{{Limit: ptr(int64(3)), Window: ptr(Duration(sec)), Active: ptr(Duration(sec)), Skippable: ptr(true)}}},
+	cfg.Resources["cookbook/hard"].TierDomains = map[string]limits.TierDomain{
+		"acme":    {HardLimit: limits.Unbounded},
+		"initech": {Tiers: []limits.Tier{}},
+		"hooli":   {HardLimit: 9, Tiers: []limits.Tier{skippable(tier(3, sec, sec, 0))}},
+		"globex":  {},
 	}
-	out, err := yaml.Marshal(f.Limits)
+	out, err := MarshalSection(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,10 +238,11 @@ func TestTierSectionRoundTrip(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	want := charon()
-	want.Resources["cookbook/hard"].TierDomains = map[string]TierDomain{
-		"acme":    {HardLimit: Unbounded},
-		"initech": {Tiers: []Tier{}},
-		"hooli":   {HardLimit: 9, Tiers: []Tier{skippable(tier(3, sec, sec, 0))}},
+	want.Resources["cookbook/hard"].TierDomains = map[string]limits.TierDomain{
+		"acme":    {HardLimit: limits.Unbounded},
+		"initech": {Tiers: []limits.Tier{}},
+		"hooli":   {HardLimit: 9, Tiers: []limits.Tier{skippable(tier(3, sec, sec, 0))}},
+		"globex":  {},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("round trip:\n%s\ngot  %+v\nwant %+v", out, got, want)

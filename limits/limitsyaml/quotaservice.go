@@ -1,4 +1,4 @@
-package limits
+package limitsyaml
 
 import (
 	"errors"
@@ -6,14 +6,18 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-rl/sluice/limits"
 )
 
-// qsVocab names fields as the quota service's YAML does.
-var qsVocab = vocab{
-	global: "global_default_bucket", resources: "namespaces", buckets: "buckets", template: "dynamic_bucket_template", def: "default_bucket",
-	maxDynamic: "max_dynamic_buckets", algorithm: "algorithm",
-	size: "size", fillRate: "fill_rate", waitTimeout: "wait_timeout_millis", maxIdle: "max_idle_millis", maxDebt: "max_debt_millis", maxPerRequest: "max_tokens_per_request",
-	millis: true,
+// qsVocabulary names fields as the quota service's YAML does.
+var qsVocabulary = limits.Vocabulary{
+	Names: map[string]string{
+		"global_default": "global_default_bucket", "resources": "namespaces", "domains": "buckets",
+		"template": "dynamic_bucket_template", "default": "default_bucket",
+		"wait_timeout": "wait_timeout_millis", "max_idle": "max_idle_millis", "max_debt": "max_debt_millis",
+	},
+	Millis: true,
 }
 
 var (
@@ -22,7 +26,7 @@ var (
 	qsBucketFields    = []string{"name", "namespace", "size", "fill_rate", "wait_timeout_millis", "max_idle_millis", "max_debt_millis", "max_tokens_per_request"}
 )
 
-// ParseQuotaServiceYAML reads the quota service's configuration file as it
+// ParseQuotaService reads the quota service's configuration file as it
 // is: a ServiceConfig (quotaservice-wire.md) in YAML, whose keys are the
 // proto field names:
 //
@@ -53,9 +57,9 @@ var (
 // dynamic_bucket_template is an error (the quota service refuses it too).
 //
 // Decoding is strict: an unknown field, a value of the wrong type, a
-// duplicate key or a name outside NameChars is an error. Every problem is
-// reported, joined, each a *ConfigError naming its field's path, for
-// example
+// duplicate key or a name outside limits.NameChars is an error. Every
+// problem is reported, joined, each a *limits.ConfigError naming its
+// field's path, for example
 //
 //	namespaces.Pinky_TheBrain.buckets.UserService.fill_rate: want an integer (tokens per second), got str "fast" (line 7)
 //
@@ -63,12 +67,12 @@ var (
 //
 // Source: quotaservice-wire.md, "Configuration"; quotaservice-design.md,
 // "Configuration".
-func ParseQuotaServiceYAML(data []byte) (*Config, error) {
+func ParseQuotaService(data []byte) (*limits.Config, error) {
 	root, err := parseDocument(data)
 	if err != nil {
 		return nil, err
 	}
-	cfg := &Config{}
+	cfg := &limits.Config{}
 	if root == nil {
 		return cfg, nil
 	}
@@ -104,15 +108,15 @@ func ParseQuotaServiceYAML(data []byte) (*Config, error) {
 	}
 	// Fields that did not read are absent (defaults), so the range checks
 	// add only problems of their own: report both.
-	if err := errors.Join(w.err(), cfg.validate(qsVocab, "")); err != nil {
+	if err := errors.Join(w.err(), cfg.ValidateIn(qsVocabulary)); err != nil {
 		return nil, err
 	}
 	return cfg, nil
 }
 
 // qsNamespace reads a NamespaceConfig. A null namespace is an empty one.
-func (w *walker) qsNamespace(n *yaml.Node, path string) *Resource {
-	r := &Resource{}
+func (w *walker) qsNamespace(n *yaml.Node, path string) *limits.Resource {
+	r := &limits.Resource{}
 	pairs, _ := w.mapping(n, path, qsNamespaceFields)
 	for _, p := range pairs {
 		fp := join(path, p.key)
@@ -132,7 +136,7 @@ func (w *walker) qsNamespace(n *yaml.Node, path string) *Resource {
 				}
 			}
 		case "buckets":
-			r.Buckets = mapOf(w, p.value, fp, func(n *yaml.Node, bp string) Bucket {
+			r.Buckets = mapOf(w, p.value, fp, func(n *yaml.Node, bp string) limits.Bucket {
 				if v := w.qsBucket(n, bp); v != nil {
 					return *v
 				}
@@ -149,7 +153,7 @@ type qsRaw struct {
 }
 
 // qsBucket reads a BucketConfig; nil when null (absent).
-func (w *walker) qsBucket(n *yaml.Node, path string) *Bucket {
+func (w *walker) qsBucket(n *yaml.Node, path string) *limits.Bucket {
 	pairs, ok := w.mapping(n, path, qsBucketFields)
 	if !ok {
 		return nil
@@ -179,8 +183,8 @@ func (w *walker) qsBucket(n *yaml.Node, path string) *Bucket {
 }
 
 // qsDefaults applies the quota service's defaults to raw.
-func (w *walker) qsDefaults(raw *qsRaw, path string) Bucket {
-	b := DefaultBucket()
+func (w *walker) qsDefaults(raw *qsRaw, path string) limits.Bucket {
+	b := limits.DefaultBucket()
 	if raw.size != nil {
 		b.Size = *raw.size
 	}
@@ -193,9 +197,9 @@ func (w *walker) qsDefaults(raw *qsRaw, path string) Bucket {
 		}
 		return w.millis(*v, join(path, field))
 	}
-	b.WaitTimeout = ms(raw.wait, "wait_timeout_millis", DefaultWaitTimeout)
-	b.MaxDebt = ms(raw.debt, "max_debt_millis", DefaultMaxDebt)
-	b.MaxIdle = DefaultMaxIdle
+	b.WaitTimeout = ms(raw.wait, "wait_timeout_millis", limits.DefaultWaitTimeout)
+	b.MaxDebt = ms(raw.debt, "max_debt_millis", limits.DefaultMaxDebt)
+	b.MaxIdle = limits.DefaultMaxIdle
 	if raw.idle != nil && *raw.idle > 0 {
 		b.MaxIdle = w.millis(*raw.idle, join(path, "max_idle_millis"))
 	}

@@ -1,15 +1,19 @@
-package limits
+package limitsyaml
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-rl/sluice/internal/names"
+	"github.com/sluice-rl/sluice/limits"
 )
 
 // The YAML formats are read by walking yaml.Node trees rather than by
@@ -60,7 +64,7 @@ func (w *walker) bad(path string, n *yaml.Node, format string, args ...any) {
 	if n != nil && n.Line > 0 {
 		msg += fmt.Sprintf(" (line %d)", n.Line)
 	}
-	w.errs = append(w.errs, &ConfigError{Path: path, Msg: msg})
+	w.errs = append(w.errs, &limits.ConfigError{Path: path, Msg: msg})
 }
 
 func (w *walker) err() error { return errors.Join(w.errs...) }
@@ -75,7 +79,7 @@ func (w *walker) deref(n *yaml.Node) *yaml.Node {
 	}
 	if w.budget--; w.budget < 0 {
 		if w.budget == -1 {
-			w.errs = append(w.errs, &ConfigError{Path: "(document)", Msg: fmt.Sprintf("more than %d YAML nodes to read (aliases expanded)", w.limit)})
+			w.errs = append(w.errs, &limits.ConfigError{Path: "(document)", Msg: fmt.Sprintf("more than %d YAML nodes to read (aliases expanded)", w.limit)})
 		}
 		return nil
 	}
@@ -326,11 +330,11 @@ func parseDocument(data []byte) (*yaml.Node, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, nil
 		}
-		return nil, &ConfigError{Path: "(document)", Msg: err.Error()}
+		return nil, &limits.ConfigError{Path: "(document)", Msg: err.Error()}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		return nil, &ConfigError{Path: "(document)", Msg: "more than one YAML document; want one"}
+		return nil, &limits.ConfigError{Path: "(document)", Msg: "more than one YAML document; want one"}
 	}
 	if len(doc.Content) == 0 {
 		return nil, nil
@@ -341,17 +345,26 @@ func parseDocument(data []byte) (*yaml.Node, error) {
 // millis converts whole milliseconds to a duration, reporting under path
 // values beyond MaxDuration.
 func (w *walker) millis(v int64, path string) time.Duration {
-	if v > MaxDuration.Milliseconds() || v < -MaxDuration.Milliseconds() {
-		w.bad(path, nil, "%d ms exceeds %d ms (ten years)", v, MaxDuration.Milliseconds())
+	if v > limits.MaxDuration.Milliseconds() || v < -limits.MaxDuration.Milliseconds() {
+		w.bad(path, nil, "%d ms exceeds %d ms (ten years)", v, limits.MaxDuration.Milliseconds())
 		return 0
 	}
 	return time.Duration(v) * time.Millisecond
 }
+
+// join returns prefix.field, or field when prefix is empty.
+func join(prefix, field string) string { return names.Join(prefix, field) }
+
+// key returns path.name, or path["name"] when name is ambiguous in a path.
+func key(path, name string) string { return names.Key(path, name) }
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // roundUpTokens is the default max tokens per request for a fill rate.
 func roundUpTokens(rate float64) int64 {
 	if math.IsNaN(rate) || rate <= 0 {
 		return 0
 	}
-	return int64(math.Min(math.Ceil(rate), MaxTokens))
+	return int64(math.Min(math.Ceil(rate), limits.MaxTokens))
 }
