@@ -237,7 +237,7 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 	usersMu.Unlock()
 	sort.Float64s(sum.LoginRates)
 	sum.Buckets = append(sum.Buckets, lb)
-	srv.Limits().Walk(time.Now(), func(b limits.BucketInfo) bool {
+	srv.Limits().Walk(ctx, time.Now(), func(b limits.BucketInfo) bool {
 		if b.Resource == "logins" {
 			sum.DynamicBuckets++
 		}

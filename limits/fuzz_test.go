@@ -68,7 +68,7 @@ func FuzzAllow(f *testing.F) {
 		now := t0
 		for i := range 3 {
 			before := e.Len()
-			d := e.Allow(time.Unix(0, now), req)
+			d := e.Allow(t.Context(), time.Unix(0, now), req)
 			switch d.Status {
 			case StatusOK:
 				want := max(tokens, 1)
@@ -120,10 +120,10 @@ func FuzzAllow(f *testing.F) {
 			}
 			now += dt
 		}
-		if _, err := e.Reap(time.Unix(0, now)); err != nil {
+		if _, err := e.Reap(t.Context(), time.Unix(0, now)); err != nil {
 			t.Fatal(err)
 		}
-		_ = e.Walk(time.Unix(0, now), func(bi BucketInfo) bool {
+		_ = e.Walk(t.Context(), time.Unix(0, now), func(bi BucketInfo) bool {
 			if bi.Tokens < 0 || bi.Tokens > float64(bi.Size) || bi.Fraction < 0 || bi.Fraction > 1 {
 				t.Fatalf("walk: %+v", bi)
 			}
@@ -233,7 +233,7 @@ func exercise(t *testing.T, cfg *Config) {
 	}
 	for name := range cfg.Resources {
 		for _, d := range []string{"d", "d/e"} {
-			if got := e.Allow(time.Unix(0, t0), Request{Resource: name, Domain: d}); got.Status == StatusUnspecified || got.Status == StatusServerError || got.Status == StatusInvalidRequest {
+			if got := e.Allow(t.Context(), time.Unix(0, t0), Request{Resource: name, Domain: d}); got.Status == StatusUnspecified || got.Status == StatusServerError || got.Status == StatusInvalidRequest {
 				t.Fatalf("%s/%s: %v %v", name, d, got.Status, got.Err)
 			}
 		}

@@ -88,30 +88,30 @@ func TestSectionExample(t *testing.T) {
 	e := newEngine(t, got, nil)
 	// Example 3: one login per second per user, no waiting.
 	for i, want := range []Status{StatusOK, StatusTimeout} {
-		if d := e.Allow(at(0), Request{Resource: "TheBrain_userLogins", Domain: "user-17"}); d.Status != want || d.Bucket.Source != SourceDynamic {
+		if d := e.Allow(t.Context(), at(0), Request{Resource: "TheBrain_userLogins", Domain: "user-17"}); d.Status != want || d.Bucket.Source != SourceDynamic {
 			t.Fatalf("login %d: %v %v", i, d.Status, d.Bucket)
 		}
 	}
-	if d := e.Allow(at(time.Second), Request{Resource: "TheBrain_userLogins", Domain: "user-17"}); d.Status != StatusOK {
+	if d := e.Allow(t.Context(), at(time.Second), Request{Resource: "TheBrain_userLogins", Domain: "user-17"}); d.Status != StatusOK {
 		t.Fatalf("login a second later: %v", d.Status)
 	}
 	// The keyed limiter: any IP 10 at once then one per second; the
 	// special IP 500 at once.
 	for ip, burst := range map[string]int{"10.0.0.1": 10, "192.168.11.3": 500} {
 		for i := range burst {
-			if d := e.Allow(at(0), Request{Resource: "frontend", Domain: "rate_limit/" + ip}); d.Status != StatusOK {
+			if d := e.Allow(t.Context(), at(0), Request{Resource: "frontend", Domain: "rate_limit/" + ip}); d.Status != StatusOK {
 				t.Fatalf("%s request %d: %v", ip, i, d.Status)
 			}
 		}
-		if d := e.Allow(at(0), Request{Resource: "frontend", Domain: "rate_limit/" + ip}); d.Status != StatusTimeout {
+		if d := e.Allow(t.Context(), at(0), Request{Resource: "frontend", Domain: "rate_limit/" + ip}); d.Status != StatusTimeout {
 			t.Fatalf("%s past its burst: %v", ip, d.Status)
 		}
 	}
 	// Example 1: a listed endpoint, an unlisted one (the shared default).
-	if d := e.Allow(at(0), Request{Resource: "Pinky_TheBrain", Domain: "UserService_getUser"}); d.Limit != 20 || d.Bucket.Source != SourceNamed {
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "Pinky_TheBrain", Domain: "UserService_getUser"}); d.Limit != 20 || d.Bucket.Source != SourceNamed {
 		t.Fatalf("getUser: %+v", d)
 	}
-	if d := e.Allow(at(0), Request{Resource: "Pinky_TheBrain", Domain: "OrderService"}); d.Limit != 1000 || d.Bucket.Source != SourceDefault {
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "Pinky_TheBrain", Domain: "OrderService"}); d.Limit != 1000 || d.Bucket.Source != SourceDefault {
 		t.Fatalf("OrderService: %+v", d)
 	}
 }

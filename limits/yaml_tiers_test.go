@@ -41,7 +41,7 @@ func TestCharonExample(t *testing.T) {
 	}
 	e := newEngine(t, got, nil)
 	allow := func(when time.Duration, resource, domain string, tokens, lo int64) Decision {
-		return e.Allow(at(when), Request{Resource: resource, Domain: domain, Tokens: tokens, MinTokens: lo})
+		return e.Allow(t.Context(), at(when), Request{Resource: resource, Domain: domain, Tokens: tokens, MinTokens: lo})
 	}
 	ns := time.Nanosecond
 

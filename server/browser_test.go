@@ -82,9 +82,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	for i := range 30 {
 		d := fmt.Sprintf("user-%02d", i)
-		s.Limits().Allow(time.Now(), limits.Request{Resource: "users", Domain: d, Tokens: int64(i%10 + 1)})
+		s.Limits().Allow(t.Context(), time.Now(), limits.Request{Resource: "users", Domain: d, Tokens: int64(i%10 + 1)})
 		if i%3 == 0 {
-			s.Limits().Allow(time.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 10})
+			s.Limits().Allow(t.Context(), time.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 10})
 		}
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

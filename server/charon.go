@@ -97,16 +97,16 @@ func (s *Server) SetFleet(status func() FleetStatus) { s.fleet.Store(&status) }
 const reconcileEvery = time.Second
 
 // expireSessions ends the sessions and transfers whose ttl passed.
-func (s *Server) expireSessions() {
-	for _, e := range s.copies.Expire(s.now()) {
+func (s *Server) expireSessions(ctx context.Context) {
+	for _, e := range s.copies.Expire(ctx, s.now()) {
 		s.log.Debug("session ended", "session", e.Session, "transfer", e.Transfer, "reason", e.Reason, "holds_released", len(e.Released))
 	}
 }
 
 // reconcileCopies writes this server's contributions back to the shared
 // copy log where they are in doubt.
-func (s *Server) reconcileCopies() {
-	done, err := s.copies.Reconcile()
+func (s *Server) reconcileCopies(ctx context.Context) {
+	done, err := s.copies.Reconcile(ctx)
 	if len(done) > 0 {
 		s.log.Info("copy log: this server's contributions written back", "resources", done)
 	}
@@ -179,7 +179,7 @@ func (a LimitsAPI) CloseSession(ctx context.Context, req *v1.CloseSessionRequest
 	if resp, done, err := forward(a.s, ctx, req.GetSessionId(), req, v1.LimitsClient.CloseSession); done {
 		return resp, err
 	}
-	if _, err := a.s.copies.Close(a.s.now(), req.GetSessionId()); err != nil {
+	if _, err := a.s.copies.Close(ctx, a.s.now(), req.GetSessionId()); err != nil {
 		return nil, copiesError(err)
 	}
 	return &v1.CloseSessionResponse{}, nil
@@ -200,8 +200,11 @@ func (a LimitsAPI) keepAlive(ctx context.Context, recv func() (*v1.KeepAliveRequ
 	defer func() {
 		ups.close()
 		now := a.s.now()
+		// The stream's context has ended: the releases are cleanup, bounded
+		// by the copy log's own timeout.
+		cctx := context.WithoutCancel(ctx)
 		for id := range kept {
-			if _, err := a.s.copies.Close(now, id); err == nil {
+			if _, err := a.s.copies.Close(cctx, now, id); err == nil {
 				a.s.log.Debug("session ended with its keep-alive stream", "session", id)
 			}
 		}
@@ -252,7 +255,7 @@ func (a LimitsAPI) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.Res
 	if lo == 0 {
 		lo = n
 	}
-	r, err := a.s.copies.Reserve(a.s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), n, lo)
+	r, err := a.s.copies.Reserve(ctx, a.s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), n, lo)
 	if err != nil {
 		return nil, copiesError(err)
 	}
@@ -283,7 +286,7 @@ func (a LimitsAPI) Release(ctx context.Context, req *v1.ReleaseRequest) (*v1.Rel
 	if resp, done, err := forward(a.s, ctx, req.GetSessionId(), req, v1.LimitsClient.Release); done {
 		return resp, err
 	}
-	if err := a.s.copies.Release(a.s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups()); err != nil {
+	if err := a.s.copies.Release(ctx, a.s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups()); err != nil {
 		return nil, copiesError(err)
 	}
 	return &v1.ReleaseResponse{}, nil
@@ -298,7 +301,7 @@ func (a LimitsAPI) Transfer(ctx context.Context, req *v1.TransferRequest) (*v1.T
 	if err != nil {
 		return nil, err
 	}
-	st, err := a.s.copies.Transfer(a.s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups(), ttl)
+	st, err := a.s.copies.Transfer(ctx, a.s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups(), ttl)
 	if err != nil {
 		return nil, copiesError(err)
 	}
@@ -310,7 +313,7 @@ func (a LimitsAPI) Seize(ctx context.Context, req *v1.SeizeRequest) (*v1.SeizeRe
 	if resp, done, err := forward(a.s, ctx, req.GetSessionId(), req, v1.LimitsClient.Seize); done {
 		return resp, err
 	}
-	sz, err := a.s.copies.Seize(a.s.now(), req.GetSessionId(), req.GetTransferId())
+	sz, err := a.s.copies.Seize(ctx, a.s.now(), req.GetSessionId(), req.GetTransferId())
 	if err != nil {
 		return nil, copiesError(err)
 	}

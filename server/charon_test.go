@@ -196,7 +196,7 @@ func TestCharonSessionsEnd(t *testing.T) {
 		if resp, err := stream.Recv(); err != nil || resp.GetSessionId() != a {
 			t.Fatalf("keep-alive answer: %v, %v", resp, err)
 		}
-		s.expireSessions()
+		s.expireSessions(t.Context())
 	}
 	if held() != 1 {
 		t.Fatalf("kept alive 12 s on a 5 s ttl: %d held, want 1", held())
@@ -208,12 +208,12 @@ func TestCharonSessionsEnd(t *testing.T) {
 	b := open(t, c)
 	hold(b)
 	clock.Advance(4 * time.Second)
-	s.expireSessions()
+	s.expireSessions(t.Context())
 	if held() != 1 {
 		t.Fatal("released before its ttl")
 	}
 	clock.Advance(2 * time.Second)
-	s.expireSessions()
+	s.expireSessions(t.Context())
 	if held() != 0 {
 		t.Fatalf("%d held after the ttl passed", held())
 	}
@@ -260,7 +260,7 @@ func TestBucketsPageShowsHolds(t *testing.T) {
 	if _, err := c.Reserve(t.Context(), &v1.ReserveRequest{SessionId: a, Resource: "cookbook/sandboxes", Domain: "acme", Copies: 3}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := s.BucketsPage(url.Values{"prefix": {"cookbook/"}})
+	p, err := s.BucketsPage(t.Context(), url.Values{"prefix": {"cookbook/"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestBucketsPageShowsHolds(t *testing.T) {
 	if len(cp.Sessions) != 1 || cp.Sessions[0].ID != a[:idShown]+"…" || cp.Sessions[0].Holds[0].Copies != 3 {
 		t.Fatalf("sessions on the page: %+v (the id must be cut to %d digits)", cp.Sessions, idShown)
 	}
-	if p, _ := s.BucketsPage(url.Values{"prefix": {"other"}}); len(p.Copies.Resources)+len(p.Copies.Sessions) != 0 {
+	if p, _ := s.BucketsPage(t.Context(), url.Values{"prefix": {"other"}}); len(p.Copies.Resources)+len(p.Copies.Sessions) != 0 {
 		t.Errorf("prefix other still shows %+v", p.Copies)
 	}
 	srv := httptest.NewServer(s.Handler())
@@ -367,7 +367,7 @@ func TestCharonMaxSessions(t *testing.T) {
 
 	// The ttl passed (5 s): Run's expiry ends all three.
 	clock.Advance(6 * time.Second)
-	s.expireSessions()
+	s.expireSessions(t.Context())
 	open(t, c)
 	open(t, c)
 	open(t, c)

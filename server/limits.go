@@ -46,8 +46,8 @@ func (s *Server) SetLimits(cfg *limits.Config) error {
 func (s *Server) isRateLimited(resource string) bool { return (*s.rateNames.Load())[resource] }
 
 // reapLimits removes idle buckets (limits.Engine.Reap).
-func (s *Server) reapLimits() {
-	if _, err := s.limits.Reap(s.now()); err != nil {
+func (s *Server) reapLimits(ctx context.Context) {
+	if _, err := s.limits.Reap(ctx, s.now()); err != nil {
 		s.log.Warn("reaping idle buckets failed", "err", err)
 	}
 }
@@ -67,7 +67,7 @@ type LimitsAPI struct {
 // the response; an invalid request is InvalidArgument naming the field; a
 // failed store is Unavailable, or, for a resource configured
 // on_store_error: open, OK with degraded set.
-func (a LimitsAPI) Allow(_ context.Context, req *v1.AllowRequest) (*v1.AllowResponse, error) {
+func (a LimitsAPI) Allow(ctx context.Context, req *v1.AllowRequest) (*v1.AllowResponse, error) {
 	if a.s.isCopyLimited(req.GetResource()) {
 		return nil, copiesError(copies.WrongKind(req.GetResource(), "copy-limited"))
 	}
@@ -78,7 +78,7 @@ func (a LimitsAPI) Allow(_ context.Context, req *v1.AllowRequest) (*v1.AllowResp
 		}
 		r.MaxWait, r.HasMaxWait = mw.AsDuration(), true
 	}
-	d := a.s.limits.Allow(a.s.now(), r)
+	d := a.s.limits.Allow(ctx, a.s.now(), r)
 	switch d.Status {
 	case limits.StatusInvalidRequest:
 		return nil, status.Error(codes.InvalidArgument, d.Err.Error())
@@ -162,7 +162,7 @@ type QuotaServiceAPI struct {
 // configured on_store_error: open) is a plain OK: the wire has no flag.
 //
 // Source: quotaservice-wire.md, "Service quotaservice.QuotaService".
-func (a QuotaServiceAPI) Allow(_ context.Context, req *qs.AllowRequest) (*qs.AllowResponse, error) {
+func (a QuotaServiceAPI) Allow(ctx context.Context, req *qs.AllowRequest) (*qs.AllowResponse, error) {
 	r := limits.Request{Resource: req.GetNamespace(), Domain: req.GetBucketName(), Tokens: req.GetTokensRequested()}
 	if req.GetMaxWaitTimeOverride() {
 		ms := req.GetMaxWaitMillisOverride()
@@ -171,7 +171,7 @@ func (a QuotaServiceAPI) Allow(_ context.Context, req *qs.AllowRequest) (*qs.All
 		}
 		r.MaxWait, r.HasMaxWait = time.Duration(ms)*time.Millisecond, true
 	}
-	d := a.s.limits.Allow(a.s.now(), r)
+	d := a.s.limits.Allow(ctx, a.s.now(), r)
 	resp := &qs.AllowResponse{Status: quotaStatus(d.Status)}
 	if d.Status == limits.StatusOK {
 		resp.TokensGranted = d.Granted

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -245,7 +246,7 @@ type failingStore struct{ limits.Store }
 
 var errStoreDown = errors.New("store down")
 
-func (failingStore) Take(int64, limits.Key, *limits.Limit, limits.Ask) (limits.Outcome, error) {
+func (failingStore) Take(context.Context, int64, limits.Key, *limits.Limit, limits.Ask) (limits.Outcome, error) {
 	return limits.Outcome{}, errStoreDown
 }
 
@@ -362,10 +363,10 @@ func TestLimitsAllowBurstTiers(t *testing.T) {
 func TestBucketsPageShowsTiers(t *testing.T) {
 	s, clock := charonLimitsServer(t)
 	for range 5 { // 3 in tier 1, then 2 in tier 2
-		s.Limits().Allow(clock.Now(), limits.Request{Resource: "cookbook/tiers", Domain: "acme"})
+		s.Limits().Allow(t.Context(), clock.Now(), limits.Request{Resource: "cookbook/tiers", Domain: "acme"})
 	}
 	clock.Advance(time.Second)
-	p, err := s.BucketsPage(url.Values{"prefix": {"cookbook/tiers"}})
+	p, err := s.BucketsPage(t.Context(), url.Values{"prefix": {"cookbook/tiers"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +378,7 @@ func TestBucketsPageShowsTiers(t *testing.T) {
 		t.Errorf("tier 2 entered 1 s ago (active 2 s): %+v", r)
 	}
 	clock.Advance(2 * time.Second) // tier 2 cools down (4 s); tier 1 is current again
-	p, _ = s.BucketsPage(url.Values{"prefix": {"cookbook/tiers"}})
+	p, _ = s.BucketsPage(t.Context(), url.Values{"prefix": {"cookbook/tiers"}})
 	if r := p.Rows[0]; r.Tier != 1 || r.CooldownTier != 2 || r.CooldownLeftSecs != 3 {
 		t.Errorf("after tier 2's active time: %+v", r)
 	}

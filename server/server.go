@@ -510,11 +510,11 @@ func (s *Server) Run(ctx context.Context, interval time.Duration) error {
 			return nil
 		case <-t.C:
 			s.Sweep()
-			s.reapLimits()
+			s.reapLimits(ctx)
 		case <-sessions.C:
-			s.expireSessions()
+			s.expireSessions(ctx)
 		case <-reconcile:
-			s.reconcileCopies()
+			s.reconcileCopies(ctx)
 		}
 	}
 }

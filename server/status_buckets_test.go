@@ -30,15 +30,15 @@ func bucketsServer(tb testing.TB, n int) (*Server, *testutil.Clock) {
 	for i := range n {
 		d := fmt.Sprintf("u%d", i)
 		if k := int64(i % 7); k > 0 {
-			e.Allow(clock.Now(), limits.Request{Resource: "users", Domain: d, Tokens: k})
+			e.Allow(tb.Context(), clock.Now(), limits.Request{Resource: "users", Domain: d, Tokens: k})
 		} else {
-			e.Allow(clock.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 0, MinTokens: 0})
+			e.Allow(tb.Context(), clock.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 0, MinTokens: 0})
 		}
 		if i%10 == 0 {
-			e.Allow(clock.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 10})
+			e.Allow(tb.Context(), clock.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 10})
 		}
 	}
-	e.Allow(clock.Now(), limits.Request{Resource: "api", Domain: "small", Tokens: 5})
+	e.Allow(tb.Context(), clock.Now(), limits.Request{Resource: "api", Domain: "small", Tokens: 5})
 	return s, clock
 }
 
@@ -48,7 +48,7 @@ func TestBucketsPage(t *testing.T) {
 	page := func(q string) BucketsPage {
 		t.Helper()
 		v, _ := url.ParseQuery(q)
-		p, err := s.BucketsPage(v)
+		p, err := s.BucketsPage(t.Context(), v)
 		if err != nil {
 			t.Fatalf("%q: %v", q, err)
 		}
@@ -89,7 +89,7 @@ func TestBucketsPage(t *testing.T) {
 	}
 	for _, q := range []string{"sort=nope", "where=fraction<<0.5", "where=key<3", "where=grants>x", "where=bogus", "page=0", "per_page=5000", "page=1000&per_page=1000"} {
 		v, _ := url.ParseQuery(q)
-		if _, err := s.BucketsPage(v); err == nil {
+		if _, err := s.BucketsPage(t.Context(), v); err == nil {
 			t.Errorf("%q accepted", q)
 		}
 	}
@@ -132,7 +132,7 @@ func BenchmarkBucketsPage(b *testing.B) {
 	q := url.Values{"where": {"fraction<0.9"}, "sort": {"tokens"}, "page": {"3"}}
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := s.BucketsPage(q); err != nil {
+		if _, err := s.BucketsPage(b.Context(), q); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -44,7 +44,7 @@ func loadBuckets(b testing.TB, st *Store, n int) {
 		wg.Go(func() {
 			for i := w; i < n && errs[w] == nil; i += workers {
 				k := limits.Key{Resource: "r", Domain: "d" + fmt.Sprintf("%07d", i)}
-				_, errs[w] = st.Take(time.Now().UnixNano(), k, l, limits.Ask{Tokens: 1, Min: 1})
+				_, errs[w] = st.Take(b.Context(), time.Now().UnixNano(), k, l, limits.Ask{Tokens: 1, Min: 1})
 			}
 		})
 	}

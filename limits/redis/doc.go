@@ -230,7 +230,17 @@
 //
 // So while Redis hangs, a call waits at most the timeout, and only during
 // the first BreakerFailures round trips to a node (the calls arriving
-// meanwhile fail with them); after that calls fail at once. A fail-open
+// meanwhile fail with them); after that calls fail at once.
+//
+// A call also waits no longer than its context allows: the request's
+// deadline and cancellation reach Redis. A call whose context is done
+// before its round trip leaves is not sent (it takes no tokens); a caller
+// whose context ends while it waits returns at once, its error wrapping
+// ctx.Err() (not ErrUnavailable), without waiting for anyone's round
+// trip. A round trip ends at the store's timeout, or sooner at the latest
+// deadline of its callers when all have one, and its context is
+// cancelled once every caller left; cut short so, it is no failure of
+// Redis: the breaker does not count it. A fail-open
 // token bucket's answers are then granted, flagged degraded, within about
 // the timeout: with a timeout of 40 ms, 50 clients on one fail-open
 // bucket through sluice server saw every answer within 50 ms over 5 s of

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -73,3 +74,20 @@ func prefix(t testing.TB) string { return "t:" + t.Name() + ":" }
 
 // ExampleAddr gives the example the test server's address.
 var ExampleAddr = func() string { return redisAddr }
+
+// sendNow sends batch (calls not yet queued) as one round trip at once,
+// on the test's goroutine, as the sender would with ctx as every call's
+// context, and returns the round trip's error for the calls queued
+// behind it.
+func (b *batcher) sendNow(ctx context.Context, batch []*call) error {
+	for _, c := range batch {
+		c.ctx = ctx
+	}
+	t, sent := b.start(batch)
+	if t == nil {
+		return nil
+	}
+	defer finish(sent)
+	defer t.cancel()
+	return b.roundTrip(t, sent)
+}

@@ -38,11 +38,11 @@ func TestTakeMatchesMemory(t *testing.T) {
 		// One parameter set per key, as a configuration has: the memory
 		// store would rescale otherwise (as would Redis, at another instant).
 		k.Domain += "-" + time.Duration(p.Span).String()
-		om, err := mem.Take(now, k, l, a)
+		om, err := mem.Take(t.Context(), now, k, l, a)
 		if err != nil {
 			t.Fatal(err)
 		}
-		or, err := st.Take(now, k, l, a)
+		or, err := st.Take(t.Context(), now, k, l, a)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -95,17 +95,23 @@ type Options struct {
 	// Key expiry (PEXPIRE) still runs on Redis's own clock.
 	CallerTime bool
 	// Timeout bounds each round trip to Redis (0: DefaultTimeout, 200
-	// ms; see there why), and the breakers' probes' PINGs. Take has no
-	// context: this is its deadline (a call queued behind a round trip in
-	// flight waits for it first, and fails with it if Redis did not
-	// answer: while Redis hangs, no call waits longer than Timeout, and
-	// only the first BreakerFailures round trips to a node wait at all
-	// before its breaker opens). A Redis stall longer than Timeout counts
-	// as a failure. The
-	// client must respect context deadlines for it to bound a round trip
-	// that Redis does not answer: go-redis's ContextTimeoutEnabled, or a
-	// ReadTimeout and WriteTimeout no longer than Timeout (otherwise its
-	// own timeouts, 3 s by default, apply). Its retries (MaxRetries, 3 by
+	// ms; see there why), and the breakers' probes' PINGs. A call's own
+	// context (Take's ctx) may end it sooner for that call: the call
+	// returns then, and a round trip whose callers all have earlier
+	// deadlines ends at the latest of them (see batch.go); a call queued
+	// behind a round trip in flight waits for it first, and fails with
+	// it if Redis did not answer within Timeout: while Redis hangs, no
+	// call waits longer than Timeout, and only the first BreakerFailures
+	// round trips to a node wait at all before its breaker opens. A Redis
+	// stall longer than Timeout counts as a failure; a round trip its
+	// callers' deadlines cut short does not. The client must respect
+	// context deadlines for them to bound a round trip that Redis does
+	// not answer: go-redis's ContextTimeoutEnabled, or a ReadTimeout and
+	// WriteTimeout no longer than Timeout (otherwise its own timeouts, 3 s
+	// by default, apply). go-redis honours a deadline while it waits for
+	// a reply, a cancellation only before it sends: a round trip whose
+	// callers all left by cancellation still occupies the node's sender
+	// until Redis answers or Timeout passes (its callers are gone). Its retries (MaxRetries, 3 by
 	// default, with backoff) happen within a round trip: a client with
 	// MaxRetries -1 and DialerRetries 1, as sluice server's, leaves them to
 	// the breaker, so that a Redis that refuses connections fails calls in
@@ -241,8 +247,11 @@ func (s *Store) Close() error {
 //
 // Concurrent Takes share round trips (Options.MaxBatch). When Redis cannot
 // answer (Options.Timeout, the circuit breaker) the error wraps
-// ErrUnavailable.
-func (s *Store) Take(now int64, k limits.Key, l *limits.Limit, a limits.Ask) (limits.Outcome, error) {
+// ErrUnavailable. ctx is the request's: a Take whose ctx is done before
+// its round trip leaves is not sent (it takes no tokens), and one whose
+// ctx ends while it waits returns at once (see batch.go); the error then
+// wraps ctx.Err().
+func (s *Store) Take(ctx context.Context, now int64, k limits.Key, l *limits.Limit, a limits.Ask) (limits.Outcome, error) {
 	if l.Tiers != nil {
 		return limits.Outcome{}, errTiers
 	}
@@ -253,7 +262,7 @@ func (s *Store) Take(now int64, k limits.Key, l *limits.Limit, a limits.Ask) (li
 		return limits.Outcome{}, ErrSpan
 	}
 	c := s.takeCall(now, k, l, a)
-	err := s.run(c.key, c)
+	err := s.run(ctx, c.key, c)
 	var out limits.Outcome
 	if err == nil {
 		out, err = parseTake(c.res, l.Params)
@@ -387,19 +396,20 @@ func parseTake(v string, p limits.Params) (limits.Outcome, error) {
 // bucket's one to four seconds after max(MaxIdle, the time until full),
 // kept so by every grant; a burst-tier domain's once fresh), so Reap
 // removes nothing and returns 0.
-func (s *Store) Reap(int64, func(limits.Removed)) (int, error) { return 0, nil }
+func (s *Store) Reap(context.Context, int64, func(limits.Removed)) (int, error) { return 0, nil }
 
 // Reconfigure implements limits.Store. It records gen and its instant
 // (now with Options.CallerTime, else Redis TIME) so that Take rescales
 // each bucket lazily at that instant, and from then on answers
 // ErrStaleConfig to Limits older than gen. It scans the store's buckets
 // and deletes those for which resolve returns nil (with their dynamic
-// count), calling removed for each.
-func (s *Store) Reconfigure(now int64, gen uint64, resolve func(limits.Key) *limits.Limit, removed func(limits.Removed)) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
+// count), calling removed for each. ctx bounds it all, and each of its
+// commands is bounded by Options.Timeout too.
+func (s *Store) Reconfigure(ctx context.Context, now int64, gen uint64, resolve func(limits.Key) *limits.Limit, removed func(limits.Removed)) error {
 	if !s.callerTime {
-		t, err := s.c.Time(ctx).Result()
+		tctx, cancel := context.WithTimeout(ctx, s.timeout)
+		t, err := s.c.Time(tctx).Result()
+		cancel()
 		if err != nil {
 			return fmt.Errorf("limits/redis: reconfigure: %w", err)
 		}
@@ -418,7 +428,7 @@ func (s *Store) Reconfigure(now int64, gen uint64, resolve func(limits.Key) *lim
 	// in the memory store (their keys differ: a token bucket's string, a
 	// burst-tier domain's hash).
 	var gone, moved []limits.Snapshot
-	err := s.walk(context.Background(), func(snap limits.Snapshot) bool {
+	err := s.walk(ctx, func(snap limits.Snapshot) bool {
 		switch l := resolve(snap.Key); {
 		case l == nil:
 			gone = append(gone, snap)
@@ -433,7 +443,7 @@ func (s *Store) Reconfigure(now int64, gen uint64, resolve func(limits.Key) *lim
 	run := func(sc *redis.Script, k limits.Key, args ...any) error {
 		member := escape(k.Domain)
 		base := s.resourceKey(k.Resource)
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		ctx, cancel := context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 		err := sc.Run(ctx, s.c, []string{base + "s:" + member, base + "b:" + member, base + "d"}, append([]any{member}, args...)...).Err()
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -471,8 +481,9 @@ func (s *Store) Reconfigure(now int64, gen uint64, resolve func(limits.Key) *lim
 // domain. A snapshot's Limit is rebuilt from
 // what the bucket stores (resource, kind, name, size, fill rate, the
 // generation that last wrote it): the Bucket's other fields are zero.
-func (s *Store) Walk(fn func(limits.Snapshot) bool) error {
-	return s.walk(context.Background(), fn)
+// ctx (the status page's request) bounds the walk.
+func (s *Store) Walk(ctx context.Context, fn func(limits.Snapshot) bool) error {
+	return s.walk(ctx, fn)
 }
 
 // Len implements limits.Store: it counts the buckets with a SCAN over the
