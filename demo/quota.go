@@ -199,7 +199,7 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 		}
 		usersMu.Unlock()
 		fmt.Fprintf(opts.Out, "%4d %18d %18d %14.2f %8d\n", s, callers["naive"].perSecond[s].Load(), callers["smart"].perSecond[s].Load(),
-			float64(total-lastLogins)/float64(opts.Users), srv.Limits().Len())
+			float64(total-lastLogins)/float64(opts.Users), buckets(ctx, srv))
 		lastLogins = total
 	}
 	cancel()
@@ -322,4 +322,11 @@ func PrintQuotaSummary(w io.Writer, s *QuotaSummary) {
 		fmt.Fprintf(w, "  logins per user per second: min %.2f, median %.2f, max %.2f; %d per-user buckets made on the fly\n",
 			s.LoginRates[0], s.LoginRates[n/2], s.LoginRates[n-1], s.DynamicBuckets)
 	}
+}
+
+// buckets returns the number of buckets of srv's limits engine (its
+// store's estimate: exact in memory).
+func buckets(ctx context.Context, srv *server.Server) int {
+	n, _ := srv.Limits().EstimateLen(ctx)
+	return n
 }

@@ -202,8 +202,8 @@ func BenchmarkMemoryPerBucket(b *testing.B) {
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
-		if e.Len() != n {
-			b.Fatalf("%d buckets", e.Len())
+		if bucketCount(e) != n {
+			b.Fatalf("%d buckets", bucketCount(e))
 		}
 		perBucket = float64(after.HeapAlloc-before.HeapAlloc) / n
 		runtime.KeepAlive(e)

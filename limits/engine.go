@@ -253,8 +253,11 @@ func (e *Engine) Reap(ctx context.Context, now time.Time) (int, error) {
 	return e.store.Reap(ctx, now.UnixNano(), e.removed)
 }
 
-// Len returns the number of buckets.
-func (e *Engine) Len() int { return e.store.Len() }
+// EstimateLen returns the number of buckets, or the store's estimate of
+// it (Store.EstimateLen: exact on the memory store; on Redis, the keys of
+// its database), at a cost that does not grow with the buckets: what a
+// metrics scrape reads. ctx is the caller's.
+func (e *Engine) EstimateLen(ctx context.Context) (int, error) { return e.store.EstimateLen(ctx) }
 
 // Allow decides req at now. It never blocks beyond the store's per-bucket
 // lock (and, for a resource with a global limit, the resource's) and, on

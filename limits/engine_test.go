@@ -111,8 +111,8 @@ func TestNoBucket(t *testing.T) {
 			t.Errorf("%+v: %+v, want NO_BUCKET, never", req, d)
 		}
 	}
-	if e.Len() != 0 {
-		t.Errorf("%d buckets after misses", e.Len())
+	if bucketCount(e) != 0 {
+		t.Errorf("%d buckets after misses", bucketCount(e))
 	}
 	// A nil configuration configures nothing.
 	if d := newEngine(t, nil, nil).Allow(t.Context(), at(0), Request{Resource: "r", Domain: "d"}); d.Status != StatusNoBucket {
@@ -169,8 +169,8 @@ func TestTooManyBuckets(t *testing.T) {
 			t.Fatalf("%v", d.Status)
 		}
 	}
-	if e.Len() != 3 {
-		t.Fatalf("%d buckets, want 3", e.Len())
+	if bucketCount(e) != 3 {
+		t.Fatalf("%d buckets, want 3", bucketCount(e))
 	}
 }
 
@@ -285,8 +285,8 @@ func TestTooManyTokens(t *testing.T) {
 			if d.Status != tc.status || d.Granted != tc.granted {
 				t.Fatalf("%+v", d)
 			}
-			if d.Status == StatusTooManyTokensRequested && (!d.RetryNever || e.Len() != 0 || d.Limit != 100) {
-				t.Fatalf("too many tokens: %+v, %d buckets", d, e.Len())
+			if d.Status == StatusTooManyTokensRequested && (!d.RetryNever || bucketCount(e) != 0 || d.Limit != 100) {
+				t.Fatalf("too many tokens: %+v, %d buckets", d, bucketCount(e))
 			}
 		})
 	}
@@ -348,8 +348,8 @@ func TestInvalidRequests(t *testing.T) {
 			if d.Status != StatusInvalidRequest || !errors.As(d.Err, &re) || re.Field != tc.field || !errors.Is(d.Err, ErrInvalidRequest) {
 				t.Fatalf("got %v %v, want INVALID_REQUEST on %s", d.Status, d.Err, tc.field)
 			}
-			if e.Len() != 0 {
-				t.Fatalf("an invalid request created %d buckets", e.Len())
+			if bucketCount(e) != 0 {
+				t.Fatalf("an invalid request created %d buckets", bucketCount(e))
 			}
 			if len(events) != 1 || events[0].Type != EventInvalidRequest {
 				t.Fatalf("events %+v", events)
@@ -404,8 +404,8 @@ func TestReap(t *testing.T) {
 	for _, tc := range tests {
 		removed = nil
 		n, err := e.Reap(t.Context(), at(tc.at))
-		if err != nil || n != len(tc.removed) || e.Len() != tc.left {
-			t.Fatalf("reap at %v: %d removed (%v), %d left, %v", tc.at, n, removed, e.Len(), err)
+		if err != nil || n != len(tc.removed) || bucketCount(e) != tc.left {
+			t.Fatalf("reap at %v: %d removed (%v), %d left, %v", tc.at, n, removed, bucketCount(e), err)
 		}
 		slicesSort(removed)
 		if fmt.Sprint(removed) != fmt.Sprint(tc.removed) {
@@ -817,4 +817,11 @@ func TestNames(t *testing.T) {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
 		}
 	}
+}
+
+// bucketCount returns e's number of buckets (exact: the tests' stores
+// are in memory).
+func bucketCount(e *Engine) int {
+	n, _ := e.EstimateLen(context.Background())
+	return n
 }

@@ -39,8 +39,8 @@ const memShards = 256
 // No method blocks on I/O, so the contexts matter little: Take, TakeHits
 // and Reap check theirs once, at the start (a call whose context is done
 // changes nothing and returns an error wrapping ctx.Err()), Walk before
-// each of its 256 shards, Reconfigure not at all (it cannot stop
-// halfway).
+// each of its 256 shards, Reconfigure and EstimateLen not at all (the
+// one cannot stop halfway, the other reads a counter).
 //
 // The zero MemoryStore is not usable: use NewMemoryStore.
 type MemoryStore struct {
@@ -490,8 +490,13 @@ func (s *MemoryStore) Walk(ctx context.Context, fn func(Snapshot) bool) error {
 	return nil
 }
 
-// Len implements Store.
+// Len returns the number of buckets (token buckets and burst-tier
+// domains), exactly: a counter kept as buckets are created and removed,
+// read with one atomic load.
 func (s *MemoryStore) Len() int { return int(s.n.Load()) }
+
+// EstimateLen implements Store: Len, exact, never an error.
+func (s *MemoryStore) EstimateLen(context.Context) (int, error) { return s.Len(), nil }
 
 // Dynamic returns the number of dynamic buckets of resource.
 func (s *MemoryStore) Dynamic(resource string) int64 {

@@ -95,9 +95,10 @@ var ErrStaleConfig = errors.New("limits: stale configuration")
 // Redis (one Lua script per operation, mirroring Step) answers exactly as
 // the memory store does.
 //
-// Its methods take the context of the work they serve: the request's,
-// for Take and TakeHits (an RPC) and for Walk (a status page); the
-// caller's own for Reap and Reconfigure (background work). A store that does I/O bounds it by ctx's deadline and
+// Every method takes the context of the work it serves: the request's,
+// for Take and TakeHits (an RPC), Walk (a status page) and EstimateLen (a
+// scrape); the caller's own for Reap and Reconfigure (background work).
+// A store that does I/O bounds it by ctx's deadline and
 // cancellation: a call whose ctx is done before the store acts on it
 // changes nothing and returns an error wrapping ctx.Err() (checked with
 // errors.Is against context.Canceled or context.DeadlineExceeded); one
@@ -165,6 +166,11 @@ type Store interface {
 	// scrape.
 	Walk(ctx context.Context, fn func(Snapshot) bool) error
 
-	// Len returns the number of buckets.
-	Len() int
+	// EstimateLen returns the number of buckets (token buckets and
+	// burst-tier domains), or an estimate of it, at a cost that does not
+	// grow with them: O(1) work per store node, what a metrics scrape may
+	// read. The memory store's is exact; a store that cannot count its
+	// buckets so cheaply says what its number counts (limits/redis: the
+	// keys of its Redis databases, DBSIZE).
+	EstimateLen(ctx context.Context) (int, error)
 }

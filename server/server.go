@@ -233,8 +233,13 @@ func New(opts Options) *Server {
 	}
 	s.opts.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_limits_buckets",
-		Help: "Token buckets the limits engine holds.",
-	}, func() float64 { return float64(s.limits.Len()) }))
+		Help: "Buckets (token buckets and burst-tier domains) the limits engine's store holds: exact in memory; on Redis an estimate, the keys of its database (DBSIZE per node, other keys included); 0 when Redis does not answer.",
+	}, func() float64 {
+		// A scrape has no context (client_golang's collectors take
+		// none): the store bounds the call by its own timeout.
+		n, _ := s.limits.EstimateLen(context.Background())
+		return float64(n)
+	}))
 	s.rateNames.Store(&map[string]bool{})
 	if opts.Limits != nil {
 		if err := s.SetLimits(opts.Limits); err != nil {

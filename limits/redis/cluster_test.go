@@ -166,8 +166,8 @@ func TestClusterSlots(t *testing.T) {
 			t.Errorf("walk missed %q", k)
 		}
 	}
-	if n := st.Len(); n != len(want) {
-		t.Fatalf("Len %d, want %d", n, len(want))
+	if n := walkLen(t, st); n != len(want) {
+		t.Fatalf("walk counts %d, want %d", n, len(want))
 	}
 
 	// Reconfigure drops the resources that vanished, on every master.
@@ -175,8 +175,8 @@ func TestClusterSlots(t *testing.T) {
 	if err := e.SetConfig(t0.Add(time.Second), cfg2); err != nil {
 		t.Fatal(err)
 	}
-	if n := st.Len(); n != 2 {
-		t.Fatalf("Len after keeping %q and %q: %d", a, z, n)
+	if n := walkLen(t, st); n != 2 {
+		t.Fatalf("walk counts %d after keeping %q and %q", n, a, z)
 	}
 	for _, r := range []string{a, z} {
 		if d := e.Allow(ctx, t0.Add(time.Second), limits.Request{Resource: r, Domain: "d"}); d.Status != limits.StatusOK || d.Remaining > 0.1 {

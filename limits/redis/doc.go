@@ -299,8 +299,11 @@
 //
 // # Introspection
 //
-// Walk and Len SCAN the prefix (on every master of a cluster): O(buckets),
-// burst-tier domains included. A snapshot's Limit is rebuilt from the
+// Walk SCANs the prefix (on every master of a cluster): O(buckets),
+// burst-tier domains included, for a status page that asked for it.
+// EstimateLen, which a metrics scrape reads, is one DBSIZE per node,
+// O(1): the keys of the database, an estimate of the buckets (see there
+// what it counts). A snapshot's Limit is rebuilt from the
 // bucket's string (its MaxDynamic and the Bucket's other fields are zero);
 // a burst-tier domain's has Tiers (limits.NewTierParams from tp) and the
 // snapshot its TierState (Snapshot.Tiers), so that limits.Describe shows

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
+	"github.com/sluice-rl/sluice/limits"
 )
 
 // redisAddr is the address of the redis-server TestMain started.
@@ -90,4 +91,15 @@ func (b *batcher) sendNow(ctx context.Context, batch []*call) error {
 	defer finish(sent)
 	defer t.cancel()
 	return b.roundTrip(t, sent)
+}
+
+// walkLen counts st's buckets with a walk: those of its prefix only (the
+// test Redis is shared, so EstimateLen counts other tests' keys too).
+func walkLen(t testing.TB, st *Store) int {
+	t.Helper()
+	n := 0
+	if err := st.Walk(t.Context(), func(limits.Snapshot) bool { n++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
 
 	"github.com/sluice-rl/sluice/limits"
 )
@@ -486,15 +487,55 @@ func (s *Store) Walk(ctx context.Context, fn func(limits.Snapshot) bool) error {
 	return s.walk(ctx, fn)
 }
 
-// Len implements limits.Store: it counts the buckets with a SCAN over the
-// prefix, O(buckets); 0 when Redis cannot be reached.
-func (s *Store) Len() int {
-	n := 0
-	_ = s.scan(context.Background(), func(keys []string) error {
-		n += len(keys)
-		return nil
+// EstimateLen implements limits.Store with one DBSIZE per Redis node (the
+// single Redis, or every master of a cluster, in parallel): O(1) work per
+// node, however many buckets there are. (It replaces a SCAN of the
+// prefix, which took about a second and 1 952 SCANs a call at 1 000 000
+// buckets: see BenchmarkBucketCount.)
+//
+// The number is an estimate: the keys of the Redis database the client
+// uses (on a cluster, database 0 of every master). It counts every token
+// bucket and burst-tier domain, under every prefix, and also each
+// resource's dynamic set (resources with max_dynamic_buckets) and global
+// log (burst tiers with a global limit), the copy log's keys (CopyLog),
+// keys that have expired but that Redis has not reclaimed yet (it does so
+// lazily and in a background cycle), and any other key of the database.
+// So it is about the buckets when the database is this store's alone,
+// and an upper bound on them whatever else shares it.
+//
+// ctx and Options.Timeout bound the call; while the breaker of a node is
+// open it fails at once, wrapping ErrUnavailable.
+func (s *Store) EstimateLen(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	one := func(ctx context.Context, b *batcher, c redis.UniversalClient) (int64, error) {
+		if b != nil && gobreaker.State(b.state.Load()) != gobreaker.StateClosed {
+			return 0, errBreakerOpen
+		}
+		n, err := c.DBSize(ctx).Result()
+		if err != nil {
+			return 0, scriptError(fmt.Errorf("DBSIZE: %w", err)) // ErrUnavailable when Redis cannot answer
+		}
+		return n, nil
+	}
+	if s.cluster == nil {
+		n, err := one(ctx, s.single, s.c)
+		return int(n), err
+	}
+	var total atomic.Int64
+	err := s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		var b *batcher
+		if v, ok := s.nodes.Load(c); ok {
+			b = v.(*batcher)
+		}
+		n, err := one(ctx, b, c)
+		total.Add(n)
+		return err
 	})
-	return n
+	if err != nil {
+		return 0, fmt.Errorf("limits/redis: estimate len: %w", err)
+	}
+	return int(total.Load()), nil
 }
 
 // scan calls fn with batches of bucket and burst-tier domain keys, on
