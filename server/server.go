@@ -228,8 +228,8 @@ func New(opts Options) *Server {
 	s.metrics = newMetrics(s.opts.Registry, s)
 	s.limitsMetrics = newLimitsMetrics(s.opts.Registry)
 	s.limits, _ = limits.New(nil, limits.Options{Listener: s.limitsMetrics, Store: opts.LimitsStore})
-	if st, ok := s.redisStore(); ok {
-		s.opts.Registry.MustRegister(newRedisCollector(st))
+	if st, ok := s.limits.Store().(collectorOf); ok {
+		s.opts.Registry.MustRegister(st.Collector())
 	}
 	s.opts.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_limits_buckets",

@@ -252,7 +252,9 @@
 // snapshot: tens of milliseconds). When Redis is slow but answers, a call
 // queued behind a round trip waits for it and then for its own: at most
 // about twice the timeout. Health reports the state, the counters, the
-// probes and the round trips' latency.
+// probes and the round trips' latency, as a limits.StoreHealth (plain
+// data: a status page shows it without importing this package or
+// go-redis); Collector exports it to Prometheus as sluice_redis_*.
 //
 // # Copy log
 //
