@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -148,21 +147,25 @@ command line wins.`,
 					return err
 				}
 			}
-			store, rc, closeRedis, err := redisStore(redisURL, redisCluster, redisTimeout, log)
+			rstore, err := redisStore(ctx, redisURL, redisCluster, redisTimeout, log)
 			if err != nil {
 				lis.Close()
 				return err
 			}
-			defer closeRedis()
+			var store limits.Store // (nil, not a nil *redisstore.Store: the server's memory)
+			if rstore != nil {
+				defer rstore.Close() // and its client
+				store = rstore
+			}
 			// Copy-limited resources share Redis only with a fleet on etcd,
 			// whose leader cleans up after a crashed server.
 			var copyLog *redisstore.CopyLog
 			var copiesLog copies.Log
 			switch {
-			case rc != nil && len(endpoints) > 0:
-				copyLog = redisstore.NewCopyLog(store.(*redisstore.Store))
+			case rstore != nil && len(endpoints) > 0:
+				copyLog = redisstore.NewCopyLog(rstore)
 				copiesLog = copyLog
-			case rc != nil:
+			case rstore != nil:
 				log.Info("copy-limited resources stay in this server's memory: give --etcd-endpoints with --redis or --redis-cluster to share them (the servers' fleet needs etcd to clean up after a crashed server)")
 			}
 			srv := server.New(server.Options{ID: id, Address: addr, Logger: log, Parent: parents, ParentTLS: parentTLS,
@@ -550,49 +553,23 @@ func reloadOnHUP(ctx context.Context, log *slog.Logger, path string, w *config.W
 }
 
 // redisStore returns the limits store of --redis or --redis-cluster (nil
-// for neither: each server's own memory), its client, and the function
-// that closes both (the store's breaker probes, then the client). The
-// store batches concurrent requests into pipelines, bounds each round
-// trip by timeout (--redis-timeout) and has a circuit breaker per node
-// (redisstore.Options' other defaults); the server shows its Health on
-// the status page and as sluice_redis_* metrics.
-func redisStore(url string, cluster []string, timeout time.Duration, log *slog.Logger) (limits.Store, redis.UniversalClient, func(), error) {
-	var c redis.UniversalClient
+// for neither: each server's own memory), which owns its client (Close
+// closes both): redisstore.Open, which batches concurrent requests into
+// pipelines, bounds each round trip by timeout (--redis-timeout) and has
+// a circuit breaker per node; the server shows its Health on the status
+// page and its Collector's sluice_redis_* metrics.
+func redisStore(ctx context.Context, url string, cluster []string, timeout time.Duration, log *slog.Logger) (*redisstore.Store, error) {
 	switch {
-	case (url != "" || len(cluster) > 0) && timeout <= 0:
-		return nil, nil, nil, fmt.Errorf("--redis-timeout: %v, want a positive duration", timeout)
+	case url == "" && len(cluster) == 0:
+		return nil, nil
+	case timeout <= 0:
+		return nil, fmt.Errorf("--redis-timeout: %v, want a positive duration", timeout)
 	case url != "" && len(cluster) > 0:
-		return nil, nil, nil, errors.New("--redis and --redis-cluster: give one")
-	case url != "":
-		opts, err := redis.ParseURL(url)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("--redis: %w", err)
-		}
-		// The store's short timeouts (--redis-timeout) bound
-		// a round trip only when the client honours context deadlines.
-		// Its circuit breaker, not the client, retries: a retried
-		// pipeline of scripts could take tokens twice, and a Redis that
-		// refuses connections then fails in microseconds, not after
-		// backoffs that outlast the timeout (a max_retries in the URL
-		// still wins).
-		opts.ContextTimeoutEnabled = true
-		if opts.MaxRetries == 0 {
-			opts.MaxRetries = -1
-		}
-		if opts.DialerRetries == 0 {
-			opts.DialerRetries = 1
-		}
-		c = redis.NewClient(opts)
-	case len(cluster) > 0:
-		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-	default:
-		return nil, nil, func() {}, nil
+		return nil, errors.New("--redis and --redis-cluster: give one")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		log.Warn("Redis does not answer yet; limits decisions fail until it does", "err", err)
+	st, err := redisstore.Open(ctx, redisstore.Dial{URL: url, Cluster: cluster, Timeout: timeout, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("--redis: %w", err)
 	}
-	st := redisstore.New(c, redisstore.Options{Timeout: timeout})
-	return st, c, func() { _ = st.Close(); _ = c.Close() }, nil
+	return st, nil
 }

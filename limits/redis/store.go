@@ -146,10 +146,12 @@ type Options struct {
 // the time source, expiry, round trips and failures. It is safe for concurrent use, by any number of
 // processes sharing one Redis.
 //
-// The zero Store is not usable: use New, and Close when done (it stops
-// the breakers' probes).
+// The zero Store is not usable: use New (on a client of yours) or Open
+// (on a client it makes), and Close when done (it stops the breakers'
+// probes, and closes the client Open made).
 type Store struct {
 	c          redis.UniversalClient
+	owned      redis.UniversalClient // the client Open made, closed by Close
 	prefix     string
 	callerTime bool
 	timeout    time.Duration
@@ -172,6 +174,9 @@ type Store struct {
 	probeMu sync.Mutex // orders startProbe's probeWG.Add before Close's Wait
 	probeWG sync.WaitGroup
 	running atomic.Int32 // probes running (for tests: one per open node at most)
+
+	closeOnce sync.Once // closes owned
+	closeErr  error
 
 	args sync.Map // *limits.Limit → *limitArgs
 
@@ -223,17 +228,25 @@ func New(client redis.UniversalClient, opts Options) *Store {
 var _ limits.Store = (*Store)(nil)
 
 // Close stops the probes of the store's open circuit breakers (their
-// goroutines, cancelling a PING in flight) and waits for them to end. It
-// does not close the client, which the caller owns. The store still
-// answers afterwards, but a breaker open then stays open: its calls fail
-// with ErrUnavailable. Close is idempotent and safe for concurrent use;
-// it returns nil.
+// goroutines, cancelling a PING in flight) and waits for them to end.
+// Ownership of the client: a store made by New does not close it (the
+// caller owns it); the store still answers afterwards, but a breaker open
+// then stays open: its calls fail with ErrUnavailable. A store made by
+// Open owns its client and closes it then: its calls fail afterwards (a
+// round trip in flight fails with the client). Close is idempotent and
+// safe for concurrent use; it returns the error of closing the client
+// (the first Close's), or nil.
 func (s *Store) Close() error {
 	s.probeMu.Lock()
 	s.stop()
 	s.probeMu.Unlock()
 	s.probeWG.Wait()
-	return nil
+	s.closeOnce.Do(func() {
+		if s.owned != nil {
+			s.closeErr = s.owned.Close()
+		}
+	})
+	return s.closeErr
 }
 
 // Take implements limits.Store: one EVALSHA of the take script (EVAL when
