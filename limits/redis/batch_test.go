@@ -82,7 +82,7 @@ func TestBatchExact(t *testing.T) {
 // one of 40 requests on each of 20 buckets of 30 tokens (asking 1 to 3)
 // is answered as alone.
 func TestBatchMatchesMemory(t *testing.T) {
-	st := New(client(t), Options{Prefix: prefix(t), CallerTime: true, MaxBatch: 7})
+	st := New(client(t), Options{Prefix: prefix(t), callerTime: true, MaxBatch: 7})
 	mem := limits.NewMemoryStore()
 	l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket,
 		Bucket: limits.Bucket{Size: 30, FillRate: 3}, Params: limits.Bucket{Size: 30, FillRate: 3}.Params(), Gen: 1}
@@ -120,7 +120,7 @@ func TestNoScriptInPipeline(t *testing.T) {
 	ctx := context.Background()
 	for name, c := range map[string]redis.UniversalClient{"single": client(t), "cluster": clusterClient(t)} {
 		t.Run(name, func(t *testing.T) {
-			st := New(c, Options{Prefix: prefix(t), CallerTime: true})
+			st := New(c, Options{Prefix: prefix(t), callerTime: true})
 			l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket,
 				Bucket: limits.Bucket{Size: 5, FillRate: 1}, Params: limits.Bucket{Size: 5, FillRate: 1}.Params(), Gen: 1}
 			k := limits.Key{Resource: "r", Domain: "d"}
@@ -396,7 +396,7 @@ func redisCPU(b *testing.B, c *redis.Client) float64 {
 func TestBatchDifferential(t *testing.T) {
 	for seed := range uint64(12) {
 		r := rand.New(rand.NewPCG(seed, 9))
-		st := New(client(t), Options{Prefix: prefix(t) + strconvU(seed) + ":", CallerTime: true})
+		st := New(client(t), Options{Prefix: prefix(t) + strconvU(seed) + ":", callerTime: true})
 		mem := limits.NewMemoryStore()
 		mk := func(gen uint64) map[string]*limits.Limit {
 			ls := map[string]*limits.Limit{}
@@ -497,7 +497,7 @@ func TestBatchDifferential(t *testing.T) {
 // bucket with its expiry.
 func TestBatchTooManyBuckets(t *testing.T) {
 	c := client(t)
-	st := New(c, Options{Prefix: prefix(t), CallerTime: true})
+	st := New(c, Options{Prefix: prefix(t), callerTime: true})
 	bk := limits.Bucket{Size: 2, FillRate: 1}
 	l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket, Bucket: bk, Params: bk.Params(), MaxDynamic: 2, Gen: 1}
 	ask := func(tokens int64) limits.Ask { return limits.Ask{Tokens: tokens, Min: tokens} }
@@ -543,7 +543,7 @@ func TestBatchTooManyBuckets(t *testing.T) {
 // the memory store answers it, in order.
 func TestTakeLargeBatch(t *testing.T) {
 	const buckets, n = 8500, 17000
-	st := New(client(t), Options{Prefix: prefix(t), CallerTime: true, MaxBatch: n})
+	st := New(client(t), Options{Prefix: prefix(t), callerTime: true, MaxBatch: n})
 	mem := limits.NewMemoryStore()
 	l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket,
 		Bucket: limits.Bucket{Size: 3, FillRate: 1}, Params: limits.Bucket{Size: 3, FillRate: 1}.Params(), Gen: 1}

@@ -32,7 +32,7 @@ func TestClusterTwoEngines(t *testing.T) {
 func TestClusterSlots(t *testing.T) {
 	cc := clusterClient(t)
 	ctx := context.Background()
-	st := New(cc, Options{Prefix: prefix(t), CallerTime: true})
+	st := New(cc, Options{Prefix: prefix(t), callerTime: true})
 	b := &limits.Bucket{Size: 3, FillRate: 1}
 	cfg := &limits.Config{Resources: map[string]*limits.Resource{}}
 	var res []string

@@ -84,7 +84,7 @@ var _ copies.Log = (*CopyLog)(nil)
 // (so that while Redis is down its calls fail at once, wrapping
 // ErrUnavailable and copies.ErrUnavailable), and its other commands are
 // refused at once while the breaker of their node is open. Staged
-// transfers' ttls run on Redis TIME (Options.CallerTime does not apply).
+// transfers' ttls run on Redis TIME, always.
 // It has no epoch: every write fails with copies.ErrFenced until
 // SetEpoch. It does not contact Redis.
 func NewCopyLog(store *Store) *CopyLog {

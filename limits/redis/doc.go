@@ -31,8 +31,9 @@
 // # Time
 //
 // The script reads Redis TIME: servers whose clocks disagree still share
-// one clock. The now passed to Take is ignored, unless Options.CallerTime,
-// which exists for deterministic tests only.
+// one clock. The now passed to Take is ignored (but by this package's
+// own tests, which run the scripts on virtual time through an unexported
+// option).
 //
 // # Writes and expiry
 //

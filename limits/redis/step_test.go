@@ -12,7 +12,7 @@ import (
 // (rates from 10⁻³ to 10⁹ tokens per second, sizes up to the span bound,
 // waits up to MaxSpan) and compares every Outcome with the memory store's.
 func TestTakeMatchesMemory(t *testing.T) {
-	st := New(client(t), Options{Prefix: prefix(t), CallerTime: true})
+	st := New(client(t), Options{Prefix: prefix(t), callerTime: true})
 	mem := limits.NewMemoryStore()
 	r := rand.New(rand.NewPCG(3, 4))
 	rates := []float64{1e-3, 0.3, 1, 7, 1e3 / 3, 1e6 + 0.5, 1e9}

@@ -90,11 +90,6 @@ type Options struct {
 	// Prefix starts every key ("": DefaultPrefix). It is escaped like a
 	// name, so braces in it cannot make a hash tag.
 	Prefix string
-	// CallerTime makes the scripts use the now passed to Take instead of
-	// Redis TIME. For tests only (deterministic, virtual time): servers
-	// sharing a Redis must not use it, since their clocks may disagree.
-	// Key expiry (PEXPIRE) still runs on Redis's own clock.
-	CallerTime bool
 	// Timeout bounds each round trip to Redis (0: DefaultTimeout, 200
 	// ms; see there why), and the breakers' probes' PINGs. A call's own
 	// context (Take's ctx) may end it sooner for that call: the call
@@ -139,6 +134,13 @@ type Options struct {
 	// caller's goroutine, before the batch's answers are handed out: keep
 	// it fast.
 	Observe func(op string, d time.Duration, err error)
+
+	// callerTime makes the scripts use the now passed to Take instead of
+	// Redis TIME: for this package's tests only (deterministic, virtual
+	// time), which set it; servers sharing a Redis must not, since their
+	// clocks may disagree. Key expiry (PEXPIRE) still runs on Redis's own
+	// clock.
+	callerTime bool
 }
 
 // Store is a limits.Store on Redis or Redis Cluster for token-bucket and
@@ -198,7 +200,7 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	if p == "" {
 		p = DefaultPrefix
 	}
-	s := &Store{c: client, prefix: escape(p), callerTime: opts.CallerTime, timeout: opts.Timeout,
+	s := &Store{c: client, prefix: escape(p), callerTime: opts.callerTime, timeout: opts.Timeout,
 		maxBatch: opts.MaxBatch, failuresToOpen: uint32(max(opts.BreakerFailures, 0)), probe: opts.BreakerProbe,
 		observe: opts.Observe, cluster: clusterOf(client)}
 	if s.timeout <= 0 {
@@ -250,9 +252,9 @@ func (s *Store) Close() error {
 }
 
 // Take implements limits.Store: one EVALSHA of the take script (EVAL when
-// Redis does not have it yet), which reads Redis TIME (now is ignored
-// unless Options.CallerTime) and mirrors limits.Step exactly. A rejected
-// request writes nothing: Snapshot.Rejections stays 0 and LastUsed is the
+// Redis does not have it yet), which reads Redis TIME (now is ignored,
+// except in this package's own tests) and mirrors limits.Step exactly. A
+// rejected request writes nothing: Snapshot.Rejections stays 0 and LastUsed is the
 // last grant. A bucket whose stored parameters differ from l's is rescaled
 // (limits.Rescale) at the instant of the last Reconfigure of l.Gen, or at
 // now if this store has not seen it: Reconfigure is applied lazily.
@@ -413,7 +415,7 @@ func parseTake(v string, p limits.Params) (limits.Outcome, error) {
 func (s *Store) Reap(context.Context, int64, func(limits.Removed)) (int, error) { return 0, nil }
 
 // Reconfigure implements limits.Store. It records gen and its instant
-// (now with Options.CallerTime, else Redis TIME) so that Take rescales
+// (Redis TIME; now in this package's tests) so that Take rescales
 // each bucket lazily at that instant, and from then on answers
 // ErrStaleConfig to Limits older than gen. It scans the store's buckets
 // and deletes those for which resolve returns nil (with their dynamic

@@ -62,7 +62,7 @@ func differential(t *testing.T, c redis.UniversalClient, seeds uint64, steps int
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := New(c, Options{Prefix: prefix(t) + strconvU(seed) + ":", CallerTime: true})
+		st := New(c, Options{Prefix: prefix(t) + strconvU(seed) + ":", callerTime: true})
 		red, err := limits.New(cfg, limits.Options{Store: st})
 		if err != nil {
 			t.Fatal(err)
@@ -109,7 +109,7 @@ func twoEngines(t *testing.T, cs [2]redis.UniversalClient) {
 	var eng [2]*limits.Engine
 	for i := range eng {
 		var err error
-		eng[i], err = limits.New(cfg, limits.Options{Store: New(cs[i], Options{Prefix: prefix(t), CallerTime: true})})
+		eng[i], err = limits.New(cfg, limits.Options{Store: New(cs[i], Options{Prefix: prefix(t), callerTime: true})})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,7 +286,7 @@ func TestKeys(t *testing.T) {
 	}
 }
 
-// TestRedisTime: without CallerTime, the scripts use Redis TIME and ignore
+// TestRedisTime: without callerTime, the scripts use Redis TIME and ignore
 // the caller's clock.
 func TestRedisTime(t *testing.T) {
 	st := New(client(t), Options{Prefix: prefix(t)})
@@ -305,7 +305,7 @@ func TestRedisTime(t *testing.T) {
 // TestWalkReconfigure: Walk sees the buckets; Reconfigure removes those
 // whose configuration vanished.
 func TestWalkReconfigure(t *testing.T) {
-	st := New(client(t), Options{Prefix: prefix(t), CallerTime: true})
+	st := New(client(t), Options{Prefix: prefix(t), callerTime: true})
 	b := &limits.Bucket{Size: 5, FillRate: 1, MaxTokensPerRequest: 5}
 	cfg := &limits.Config{Resources: map[string]*limits.Resource{"r": {Template: b}, "s": {Default: b}}}
 	e, _ := limits.New(cfg, limits.Options{Store: st})

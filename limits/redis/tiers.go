@@ -23,13 +23,13 @@ var errNotTiers = errors.New("limits/redis: TakeHits on a limit without burst ti
 
 // TakeHits implements limits.Store: one EVALSHA of the tiers script (EVAL
 // when Redis does not have it yet; sharing round trips and the circuit
-// breaker with Take, whose errors it returns), which reads Redis TIME (now is ignored
-// unless Options.CallerTime) and mirrors limits.StepTiers exactly over the
-// domain's TierState and, when l.Tiers.GlobalLimit > 0, the resource's
-// global log, all in the resource's slot. A rejection writes nothing. A
-// domain last configured under another burst-tier Limit keeps its
-// one-second log and its tiers by index; one that was a token bucket
-// starts fresh (not Created). The dynamic count, TooManyBuckets,
+// breaker with Take, whose errors it returns), which reads Redis TIME
+// (now is ignored, except in this package's own tests) and mirrors
+// limits.StepTiers exactly over the domain's TierState and, when
+// l.Tiers.GlobalLimit > 0, the resource's global log, all in the
+// resource's slot. A rejection writes nothing. A domain last configured
+// under another burst-tier Limit keeps its one-second log and its tiers
+// by index; one that was a token bucket starts fresh (not Created). The dynamic count, TooManyBuckets,
 // ErrStaleConfig and ctx are as for Take. See the package documentation
 // for the key layout and expiry.
 func (s *Store) TakeHits(ctx context.Context, now int64, k limits.Key, l *limits.Limit, a limits.Ask) (limits.HitOutcome, error) {

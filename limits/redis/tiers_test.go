@@ -95,7 +95,7 @@ const tierDomains = 6
 var caseID atomic.Int64
 
 // tierDifferential runs random sequences of TakeHits on the memory store
-// and on a Redis store on c (virtual time: Options.CallerTime) and
+// and on a Redis store on c (virtual time: Options.callerTime) and
 // requires identical HitOutcomes; halfway through, the Limits change to a
 // new generation (the domains keep their logs and tiers by index). At the
 // end, every domain's snapshot describes the same state in both stores.
@@ -103,7 +103,7 @@ func tierDifferential(t *testing.T, c redis.UniversalClient, steps int) {
 	rapidChecks()
 	rapid.Check(t, func(rt *rapid.T) {
 		pre := prefix(t) + strconv.FormatInt(caseID.Add(1), 10) + ":"
-		st := New(c, Options{Prefix: pre, CallerTime: true})
+		st := New(c, Options{Prefix: pre, callerTime: true})
 		mem := limits.NewMemoryStore()
 		gen1 := genTierLimits(rt, 1)
 		gen2 := genTierLimits(rt, 2)
@@ -237,7 +237,7 @@ func TestTierConfig(t *testing.T) {
 // snapshot as one written now.
 func TestTierSnapshotBeforeC(t *testing.T) {
 	c := client(t)
-	st := New(c, Options{Prefix: prefix(t), CallerTime: true})
+	st := New(c, Options{Prefix: prefix(t), callerTime: true})
 	e, err := limits.New(tiersConfig(), limits.Options{Store: st})
 	if err != nil {
 		t.Fatal(err)
@@ -290,7 +290,7 @@ func TestEngineTiers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := New(client(t), Options{Prefix: prefix(t), CallerTime: true})
+	st := New(client(t), Options{Prefix: prefix(t), callerTime: true})
 	red, err := limits.New(tiersConfig(), limits.Options{Store: st})
 	if err != nil {
 		t.Fatal(err)
@@ -408,7 +408,7 @@ func TestEngineTiers(t *testing.T) {
 func TestTiersRejectionWritesNothing(t *testing.T) {
 	c := client(t)
 	ctx := context.Background()
-	st := New(c, Options{Prefix: prefix(t), CallerTime: true})
+	st := New(c, Options{Prefix: prefix(t), callerTime: true})
 	cfg := &limits.Config{Resources: map[string]*limits.Resource{
 		"r": {Algorithm: limits.BurstTiers, HardLimit: 3, GlobalLimit: 4, MaxDynamicBuckets: 2,
 			Tiers: []limits.Tier{{Limit: 5, Window: time.Second, Active: 3 * time.Second, Cooldown: time.Second}}},
@@ -547,7 +547,7 @@ func TestTiersExpiry(t *testing.T) {
 func TestTiersKeys(t *testing.T) {
 	cc := clusterClient(t)
 	ctx := context.Background()
-	st := New(cc, Options{Prefix: prefix(t), CallerTime: true})
+	st := New(cc, Options{Prefix: prefix(t), callerTime: true})
 	p := limits.NewTierParams(0, 5, []limits.Tier{{Limit: 3, Window: time.Second, Active: time.Second}}, false)
 	for _, k := range []limits.Key{{Resource: "r{1}", Domain: "a}b"}, {Resource: "x", Domain: "{y}"}, {Resource: "", Domain: "z"}} {
 		l := &limits.Limit{Resource: k.Resource, Kind: limits.KindTemplate, Algorithm: limits.BurstTiers, Tiers: p, MaxDynamic: 10, Gen: 1}
@@ -653,7 +653,7 @@ func scriptMicros(b *testing.B, c *redis.Client) float64 {
 // memory store's do: an unlimited domain (its one-second log and the
 // resource's global log take every hit) gets MaxTokens hits at a time.
 func TestTiersLargeCounts(t *testing.T) {
-	st := New(client(t), Options{Prefix: prefix(t), CallerTime: true})
+	st := New(client(t), Options{Prefix: prefix(t), callerTime: true})
 	mem := limits.NewMemoryStore()
 	p := limits.NewTierParams(0, 5, []limits.Tier{{Limit: 3, Window: time.Second, Active: time.Hour}}, true)
 	l := &limits.Limit{Resource: "u", Kind: limits.KindNamespace, Algorithm: limits.BurstTiers, Tiers: p, Unlimited: true, Gen: 1}
