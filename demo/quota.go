@@ -237,7 +237,9 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 	usersMu.Unlock()
 	sort.Float64s(sum.LoginRates)
 	sum.Buckets = append(sum.Buckets, lb)
-	srv.Limits().Walk(ctx, time.Now(), func(b limits.BucketInfo) bool {
+	// (ctx is cancelled by now, to stop the callers: the walk is the run's
+	// last step, on the demo's memory store.)
+	srv.Limits().Walk(context.WithoutCancel(ctx), time.Now(), func(b limits.BucketInfo) bool {
 		if b.Resource == "logins" {
 			sum.DynamicBuckets++
 		}
