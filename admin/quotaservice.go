@@ -157,12 +157,13 @@ const QSTopBuckets = 10
 type QuotaStats interface {
 	// Top returns at most n buckets of resource ns with a count above 0,
 	// most first (ties by domain): by granted requests, or with misses by
-	// rejected ones.
-	Top(ns string, n int, misses bool) ([]BucketScore, error)
+	// rejected ones. ctx is the request's: it bounds the walk of the
+	// buckets (on Redis, its round trips).
+	Top(ctx context.Context, ns string, n int, misses bool) ([]BucketScore, error)
 	// Scores returns the counts of bucket (a domain; QSDefaultBucket for
 	// the resource's default bucket) of resource ns; ok is false when the
-	// bucket has no state.
-	Scores(ns, bucket string) (s BucketScores, ok bool, err error)
+	// bucket has no state. ctx is as for Top.
+	Scores(ctx context.Context, ns, bucket string) (s BucketScores, ok bool, err error)
 }
 
 // EngineStats returns the QuotaStats of a limits engine (the counts of
@@ -184,14 +185,14 @@ func bucketName(domain string) string {
 	return domain
 }
 
-func (s engineStats) Top(ns string, n int, misses bool) ([]BucketScore, error) {
+func (s engineStats) Top(ctx context.Context, ns string, n int, misses bool) ([]BucketScore, error) {
 	count := func(b *limits.BucketInfo) uint64 {
 		if misses {
 			return b.Rejections
 		}
 		return b.Grants
 	}
-	page, err := s.e.Query(s.now(), limits.Query{
+	page, err := s.e.Query(ctx, s.now(), limits.Query{
 		Filter: func(b *limits.BucketInfo) bool {
 			return b.Resource == ns && b.Algorithm == limits.TokenBucket && count(b) > 0
 		},
@@ -209,12 +210,12 @@ func (s engineStats) Top(ns string, n int, misses bool) ([]BucketScore, error) {
 	return out, nil
 }
 
-func (s engineStats) Scores(ns, bucket string) (BucketScores, bool, error) {
+func (s engineStats) Scores(ctx context.Context, ns, bucket string) (BucketScores, bool, error) {
 	domain := bucket
 	if bucket == QSDefaultBucket {
 		domain = ""
 	}
-	page, err := s.e.Query(s.now(), limits.Query{
+	page, err := s.e.Query(ctx, s.now(), limits.Query{
 		Filter: func(b *limits.BucketInfo) bool { return b.Resource == ns && b.Domain == domain },
 		Limit:  1,
 	})
@@ -508,7 +509,7 @@ func (h *qsHandler) statsOf(ctx context.Context, w http.ResponseWriter, seg []st
 		bucket := strings.Join(seg[1:], "/")
 		var s BucketScores
 		if h.stats != nil {
-			if s, _, err = h.stats.Scores(ns, bucket); err != nil {
+			if s, _, err = h.stats.Scores(ctx, ns, bucket); err != nil {
 				h.failAt(w, l.snap.Version, err)
 				return
 			}
@@ -518,8 +519,8 @@ func (h *qsHandler) statsOf(ctx context.Context, w http.ResponseWriter, seg []st
 	}
 	out := QSStats{Namespace: ns, TopHits: []BucketScore{}, TopMisses: []BucketScore{}}
 	if h.stats != nil {
-		if out.TopHits, err = h.stats.Top(ns, QSTopBuckets, false); err == nil {
-			out.TopMisses, err = h.stats.Top(ns, QSTopBuckets, true)
+		if out.TopHits, err = h.stats.Top(ctx, ns, QSTopBuckets, false); err == nil {
+			out.TopMisses, err = h.stats.Top(ctx, ns, QSTopBuckets, true)
 		}
 		if err != nil {
 			h.failAt(w, l.snap.Version, err)

@@ -282,7 +282,7 @@ func TestExampleLimitsIsValid(t *testing.T) {
 		}
 		var d limits.Decision
 		for range n {
-			d = e.Allow(now, limits.Request{Resource: tc.resource, Domain: tc.domain, Tokens: tc.tokens})
+			d = e.Allow(t.Context(), now, limits.Request{Resource: tc.resource, Domain: tc.domain, Tokens: tc.tokens})
 		}
 		if d.Status != tc.status || d.Bucket.String() != tc.bucket || d.Limit != tc.limit {
 			t.Errorf("%s %s ×%d: %v from %q (size %d), want %v from %q (size %d)", tc.resource, tc.domain, tc.tokens,

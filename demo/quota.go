@@ -199,7 +199,7 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 		}
 		usersMu.Unlock()
 		fmt.Fprintf(opts.Out, "%4d %18d %18d %14.2f %8d\n", s, callers["naive"].perSecond[s].Load(), callers["smart"].perSecond[s].Load(),
-			float64(total-lastLogins)/float64(opts.Users), srv.Limits().Engine().Len())
+			float64(total-lastLogins)/float64(opts.Users), buckets(ctx, srv))
 		lastLogins = total
 	}
 	cancel()
@@ -237,7 +237,9 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 	usersMu.Unlock()
 	sort.Float64s(sum.LoginRates)
 	sum.Buckets = append(sum.Buckets, lb)
-	srv.Limits().Engine().Walk(time.Now(), func(b limits.BucketInfo) bool {
+	// (ctx is cancelled by now, to stop the callers: the walk is the run's
+	// last step, on the demo's memory store.)
+	srv.Limits().Engine().Walk(context.WithoutCancel(ctx), time.Now(), func(b limits.BucketInfo) bool {
 		if b.Resource == "logins" {
 			sum.DynamicBuckets++
 		}
@@ -322,4 +324,11 @@ func PrintQuotaSummary(w io.Writer, s *QuotaSummary) {
 		fmt.Fprintf(w, "  logins per user per second: min %.2f, median %.2f, max %.2f; %d per-user buckets made on the fly\n",
 			s.LoginRates[0], s.LoginRates[n/2], s.LoginRates[n-1], s.DynamicBuckets)
 	}
+}
+
+// buckets returns the number of buckets of srv's limits engine (its
+// store's estimate: exact in memory).
+func buckets(ctx context.Context, srv *server.Server) int {
+	n, _ := srv.Limits().Engine().EstimateLen(ctx)
+	return n
 }

@@ -121,7 +121,7 @@ func TestCrashCleanup(t *testing.T) {
 		s, dom string
 		n      int64
 	}{{a.eng, sa.ID, "acme", 2}, {a.eng, sa.ID, "beta", 1}, {b.eng, sb.ID, "acme", 1}} {
-		if r, err := q.e.Reserve(now, q.s, "sandbox", q.dom, q.n, q.n); err != nil || r.Granted != q.n {
+		if r, err := q.e.Reserve(t.Context(), now, q.s, "sandbox", q.dom, q.n, q.n); err != nil || r.Granted != q.n {
 			t.Fatalf("reserve %s: %+v %v", q.dom, r, err)
 		}
 	}
@@ -129,7 +129,7 @@ func TestCrashCleanup(t *testing.T) {
 		t.Fatalf("global count %d, want 4", n)
 	}
 	// b cannot have a's copies yet.
-	if r, _ := b.eng.Reserve(now, sb.ID, "sandbox", "acme", 2, 2); r.Granted != 0 {
+	if r, _ := b.eng.Reserve(t.Context(), now, sb.ID, "sandbox", "acme", 2, 2); r.Granted != 0 {
 		t.Fatalf("b got %d copies over the global limit", r.Granted)
 	}
 	epoch := a.member.Status().Epoch
@@ -149,12 +149,12 @@ func TestCrashCleanup(t *testing.T) {
 	if n := global(t, rc, p); n != 1 {
 		t.Fatalf("after the burial: global count %d, want b's 1", n)
 	}
-	if r, err := b.eng.Reserve(time.Now(), sb.ID, "sandbox", "acme", 3, 3); err != nil || r.Granted != 3 {
+	if r, err := b.eng.Reserve(t.Context(), time.Now(), sb.ID, "sandbox", "acme", 3, 3); err != nil || r.Granted != 3 {
 		t.Fatalf("b reserves a's copies: %+v %v", r, err)
 	}
 	// a's engine no longer serves its holds.
 	testutil.Eventually(t, 30*time.Second, "a's engine is fenced", a.eng.Fenced)
-	if err := a.eng.Release(time.Now(), sa.ID, "sandbox", "acme", 1, []string{"gold"}); copies.ClassOf(err) != copies.ClassUnavailable {
+	if err := a.eng.Release(t.Context(), time.Now(), sa.ID, "sandbox", "acme", 1, []string{"gold"}); copies.ClassOf(err) != copies.ClassUnavailable {
 		t.Fatalf("a releases after its burial: %v, want Unavailable", err)
 	}
 	if n := global(t, rc, p); n != 4 {
@@ -177,7 +177,7 @@ func TestStaleEpochsBuried(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := oe.Open(time.Now(), time.Minute)
-	if r, err := oe.Reserve(time.Now(), s.ID, "sandbox", "acme", 4, 4); err != nil || r.Granted != 4 {
+	if r, err := oe.Reserve(t.Context(), time.Now(), s.ID, "sandbox", "acme", 4, 4); err != nil || r.Granted != 4 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	var mu sync.Mutex
@@ -199,13 +199,13 @@ func TestStaleEpochsBuried(t *testing.T) {
 		t.Fatalf("global count %d after the burial, want 0", n)
 	}
 	sa, _ := a.eng.Open(time.Now(), time.Minute)
-	if r, err := a.eng.Reserve(time.Now(), sa.ID, "sandbox", "acme", 5, 5); err != nil || r.Granted != 5 {
+	if r, err := a.eng.Reserve(t.Context(), time.Now(), sa.ID, "sandbox", "acme", 5, 5); err != nil || r.Granted != 5 {
 		t.Fatalf("the new server reserves all 5: %+v %v", r, err)
 	}
 	// A second member joining is not buried, and its copies count.
 	b := start(t, etcd, rc, p, "b", buried)
 	sb, _ := b.eng.Open(time.Now(), time.Minute)
-	if r, _ := b.eng.Reserve(time.Now(), sb.ID, "sandbox", "beta", 1, 1); r.Granted != 0 {
+	if r, _ := b.eng.Reserve(t.Context(), time.Now(), sb.ID, "sandbox", "beta", 1, 1); r.Granted != 0 {
 		t.Fatalf("b was granted over the global limit: %+v", r)
 	}
 	select {

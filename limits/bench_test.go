@@ -30,7 +30,7 @@ func benchEngine(b *testing.B, n int) *Engine {
 	}
 	var buf [12]byte
 	for i := range n {
-		if d := e.Allow(time.Unix(0, t0), Request{Resource: "r", Domain: domainOf(&buf, i)}); d.Status != StatusOK {
+		if d := e.Allow(b.Context(), time.Unix(0, t0), Request{Resource: "r", Domain: domainOf(&buf, i)}); d.Status != StatusOK {
 			b.Fatal(d.Status)
 		}
 	}
@@ -116,7 +116,7 @@ func BenchmarkAllow(b *testing.B) {
 				if i += step; i >= c.active {
 					i -= c.active
 				}
-				if d := e.Allow(time.Unix(0, now), Request{Resource: "r", Domain: domainOf(&buf, i*scale)}); d.Status != StatusOK {
+				if d := e.Allow(b.Context(), time.Unix(0, now), Request{Resource: "r", Domain: domainOf(&buf, i*scale)}); d.Status != StatusOK {
 					b.Fatal(d.Status)
 				}
 			}
@@ -138,7 +138,7 @@ func BenchmarkAllow(b *testing.B) {
 					if i += step; i >= c.active {
 						i -= c.active
 					}
-					e.Allow(time.Unix(0, now), Request{Resource: "r", Domain: domainOf(&buf, i*scale)})
+					e.Allow(b.Context(), time.Unix(0, now), Request{Resource: "r", Domain: domainOf(&buf, i*scale)})
 				}
 			})
 		})
@@ -159,7 +159,7 @@ func BenchmarkAllowNamed(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				now += 1000
-				e.Allow(time.Unix(0, now), Request{Resource: "api", Domain: domain})
+				e.Allow(b.Context(), time.Unix(0, now), Request{Resource: "api", Domain: domain})
 			}
 		})
 	}
@@ -198,12 +198,12 @@ func BenchmarkMemoryPerBucket(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, d := range domains {
-			e.Allow(time.Unix(0, t0), Request{Resource: "r", Domain: d})
+			e.Allow(b.Context(), time.Unix(0, t0), Request{Resource: "r", Domain: d})
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
-		if e.Len() != n {
-			b.Fatalf("%d buckets", e.Len())
+		if bucketCount(e) != n {
+			b.Fatalf("%d buckets", bucketCount(e))
 		}
 		perBucket = float64(after.HeapAlloc-before.HeapAlloc) / n
 		runtime.KeepAlive(e)
@@ -219,7 +219,7 @@ func BenchmarkWalk(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		n := 0
-		_ = e.Walk(now, func(BucketInfo) bool { n++; return true })
+		_ = e.Walk(b.Context(), now, func(BucketInfo) bool { n++; return true })
 		if n != 1_000_000 {
 			b.Fatalf("walked %d buckets", n)
 		}
@@ -240,7 +240,7 @@ func BenchmarkQuery(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				p, err := e.Query(now, Query{Filter: func(bi *BucketInfo) bool { return bi.Fraction < 1 }, Less: byFraction, Offset: c.offset, Limit: 50})
+				p, err := e.Query(b.Context(), now, Query{Filter: func(bi *BucketInfo) bool { return bi.Fraction < 1 }, Less: byFraction, Offset: c.offset, Limit: 50})
 				if err != nil || p.Total != 1_000_000 || len(p.Buckets) != 50 {
 					b.Fatalf("%d buckets of %d: %v", len(p.Buckets), p.Total, err)
 				}

@@ -186,6 +186,15 @@
 // FailOpen grants the tokens asked at once, flagged Decision.Degraded
 // and reported as EventDegraded, recording nothing.
 //
+// Allow takes the request's context, and so does every store call made
+// for it: on Redis its deadline and cancellation reach the round trip. A
+// request whose context is done before the store sees it takes no
+// tokens; one whose context ends while it waits gets StatusServerError
+// with ctx.Err() wrapped at once — never a degraded grant: the caller gave
+// up, the store did not fail. EstimateLen, which metrics read, costs O(1)
+// per store node (exact in memory, an estimate on Redis); Walk and Query
+// cost a pass over the buckets.
+//
 // # Events and introspection
 //
 // A Listener hears of tokens served (with the wait), timeouts, too many

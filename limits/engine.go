@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -206,6 +207,11 @@ func (e *Engine) Store() Store { return e.store }
 // pass over the buckets. Requests decided concurrently are decided under
 // the old or the new configuration, never a mix.
 //
+// The store's pass (Store.Reconfigure) runs under a context of its own
+// that nothing cancels (a reconfiguration is background work: the Redis
+// store bounds each of its round trips by its Options.Timeout); its error
+// is returned, the new configuration applied nonetheless.
+//
 // Source: the issue's "A changed bucket keeps its fill fraction; unchanged
 // buckets are untouched" (the reference resets every bucket on any
 // change: quotaservice-wire.md, "Known weaknesses").
@@ -218,7 +224,7 @@ func (e *Engine) SetConfig(now time.Time, cfg *Config) error {
 		return err
 	}
 	e.cfg.Store(c)
-	return e.store.Reconfigure(now.UnixNano(), c.gen, c.resolveKey, e.removed)
+	return e.store.Reconfigure(context.Background(), now.UnixNano(), c.gen, c.resolveKey, e.removed)
 }
 
 // removed reports a removed bucket to the listener.
@@ -237,23 +243,33 @@ func (e *Engine) removed(r Removed) {
 // Reap removes the buckets that have been idle for at least their MaxIdle
 // (> 0) at now and are full (so a reaped bucket comes back exactly as it
 // went: full), reporting each (EventBucketRemoved). It returns how many
-// it removed. Call it periodically (the server does); it costs one pass
-// over the buckets.
+// it removed. Call it periodically (the server does), with the context
+// of the loop that calls it; it costs one pass over the buckets.
 //
 // Source: quotaservice-design.md, "Deleting buckets" ("If a bucket is
 // removed and subsequently accessed, it is recreated and filled");
 // ratelimiting-in-150-lines.md discards full buckets.
-func (e *Engine) Reap(now time.Time) (int, error) {
-	return e.store.Reap(now.UnixNano(), e.removed)
+func (e *Engine) Reap(ctx context.Context, now time.Time) (int, error) {
+	return e.store.Reap(ctx, now.UnixNano(), e.removed)
 }
 
-// Len returns the number of buckets.
-func (e *Engine) Len() int { return e.store.Len() }
+// EstimateLen returns the number of buckets, or the store's estimate of
+// it (Store.EstimateLen: exact on the memory store; on Redis, the keys of
+// its database), at a cost that does not grow with the buckets: what a
+// metrics scrape reads. ctx is the caller's.
+func (e *Engine) EstimateLen(ctx context.Context) (int, error) { return e.store.EstimateLen(ctx) }
 
 // Allow decides req at now. It never blocks beyond the store's per-bucket
 // lock (and, for a resource with a global limit, the resource's) and, on
 // the memory store, does not allocate (except to create a bucket). A
 // rejected request changes no bucket and creates none.
+//
+// ctx is the request's: its deadline and cancellation reach the store
+// (on Redis, the round trip; see Store). When it ends before the store
+// answers, the decision is StatusServerError with Err wrapping ctx.Err()
+// (EventServerError), never a degraded grant: the caller gave up, the
+// store did not fail. A request whose ctx is done before the store sees
+// it takes no tokens.
 //
 // Lookup, in order: the domain's own configuration (a named bucket); for a
 // domain with '/', the longest configured prefix (a bucket of its own with
@@ -281,7 +297,7 @@ func (e *Engine) Len() int { return e.store.Len() }
 // Source: quotaservice-design.md, "Tokens and Token Buckets",
 // "Hierarchies and bucket search order", "Filling tokens";
 // charon-paper.md, sections 2.1, 3.1 and 4.3.
-func (e *Engine) Allow(now time.Time, req Request) Decision {
+func (e *Engine) Allow(ctx context.Context, now time.Time, req Request) Decision {
 	tokens, lo, maxWait, rerr := check(&req)
 	if rerr != nil {
 		e.event(Event{Type: EventInvalidRequest, Resource: req.Resource, Domain: req.Domain, Tokens: req.Tokens, Status: StatusInvalidRequest})
@@ -296,7 +312,7 @@ func (e *Engine) Allow(now time.Time, req Request) Decision {
 			return Decision{Status: StatusNoBucket, RetryNever: true}
 		}
 		if l.slow {
-			d, again := e.allowSlow(ns, &req, tokens, lo, k, l)
+			d, again := e.allowSlow(ctx, ns, &req, tokens, lo, k, l)
 			if again {
 				continue
 			}
@@ -311,7 +327,7 @@ func (e *Engine) Allow(now time.Time, req Request) Decision {
 		if maxWait >= 0 {
 			a.MaxWait = min(a.MaxWait, maxWait)
 		}
-		out, err := e.store.Take(ns, k, l, a)
+		out, err := e.store.Take(ctx, ns, k, l, a)
 		if err == nil && out.Granted > 0 {
 			// The common case, kept in line.
 			d := Decision{Status: StatusOK, Granted: out.Granted, Wait: time.Duration(out.Wait), Remaining: out.Tokens, Limit: l.Params.Size, Bucket: ref}
@@ -323,7 +339,7 @@ func (e *Engine) Allow(now time.Time, req Request) Decision {
 		if err != nil && errors.Is(err, ErrStaleConfig) {
 			continue
 		}
-		return e.reject(&req, tokens, l, ref, &out, err)
+		return e.reject(ctx, &req, tokens, l, ref, &out, err)
 	}
 	err := fmt.Errorf("limits: the configuration kept changing during the request: %w", ErrStaleConfig)
 	e.event(Event{Type: EventServerError, Resource: req.Resource, Domain: req.Domain, Tokens: tokens, Status: StatusServerError})
@@ -333,15 +349,15 @@ func (e *Engine) Allow(now time.Time, req Request) Decision {
 // allowSlow decides req on a burst-tier resource, or on a resource under
 // a namespace that ignores configured limits; again reports a stale
 // configuration (look it up again).
-func (e *Engine) allowSlow(ns int64, req *Request, tokens, lo int64, k Key, l *Limit) (d Decision, again bool) {
+func (e *Engine) allowSlow(ctx context.Context, ns int64, req *Request, tokens, lo int64, k Key, l *Limit) (d Decision, again bool) {
 	ref := l.Ref(req.Domain)
 	if l.Tiers == nil { // an unlimited token bucket
-		out, err := e.store.Take(ns, k, l, Ask{Tokens: min(tokens, l.maxPerRequest), Min: 1})
+		out, err := e.store.Take(ctx, ns, k, l, Ask{Tokens: min(tokens, l.maxPerRequest), Min: 1})
 		if err != nil && errors.Is(err, ErrStaleConfig) {
 			return d, true
 		}
 		if err != nil {
-			return e.reject(req, tokens, l, ref, &out, err), false
+			return e.reject(ctx, req, tokens, l, ref, &out, err), false
 		}
 		d = Decision{Status: StatusOK, Granted: tokens, Remaining: out.Tokens, Limit: l.Params.Size, Bucket: ref, Unlimited: true}
 		if e.listener != nil {
@@ -349,14 +365,14 @@ func (e *Engine) allowSlow(ns int64, req *Request, tokens, lo int64, k Key, l *L
 		}
 		return d, false
 	}
-	out, err := e.store.TakeHits(ns, k, l, Ask{Tokens: tokens, Min: lo})
+	out, err := e.store.TakeHits(ctx, ns, k, l, Ask{Tokens: tokens, Min: lo})
 	if err != nil && errors.Is(err, ErrStaleConfig) {
 		return d, true
 	}
 	p := l.Tiers
 	d = Decision{Limit: p.Most(), Bucket: ref, Algorithm: BurstTiers, Unlimited: l.Unlimited}
 	switch {
-	case err != nil && l.failOpen:
+	case err != nil && l.failOpen && ctx.Err() == nil:
 		e.degrade(req, tokens, l, &d, err)
 	case err != nil:
 		d.Status, d.RetryNever, d.Err = StatusServerError, true, err
@@ -398,11 +414,14 @@ func (e *Engine) served(req *Request, k Key, l *Limit, d *Decision, created bool
 	e.listener.OnEvent(Event{Type: EventTokensServed, Resource: req.Resource, Domain: req.Domain, Bucket: d.Bucket, Dynamic: l.Dynamic(req.Domain), Tokens: d.Granted, Wait: d.Wait, Status: d.Status})
 }
 
-// reject turns a store's refusal or error into a decision and its event.
-func (e *Engine) reject(req *Request, tokens int64, l *Limit, ref BucketRef, out *Outcome, err error) Decision {
+// reject turns a store's refusal or error into a decision and its event:
+// a store's error is a degraded grant on a resource that fails open,
+// unless the request's ctx ended (the error is then the caller's, not the
+// store's).
+func (e *Engine) reject(ctx context.Context, req *Request, tokens int64, l *Limit, ref BucketRef, out *Outcome, err error) Decision {
 	d := Decision{Limit: l.Params.Size, Bucket: ref}
 	switch {
-	case err != nil && l.failOpen:
+	case err != nil && l.failOpen && ctx.Err() == nil:
 		e.degrade(req, min(tokens, l.maxPerRequest), l, &d, err)
 		return d
 	case err != nil:
@@ -604,11 +623,12 @@ type TierStatus struct {
 // Walk calls fn for every bucket, described at now, in no particular
 // order, until fn returns false. fn runs outside the store's locks and may
 // be slow; the walk of a million buckets on the memory store takes about
-// 80 ms plus fn's time (BenchmarkWalk). For a sorted, filtered page, see
-// Query.
-func (e *Engine) Walk(now time.Time, fn func(BucketInfo) bool) error {
+// 80 ms plus fn's time (BenchmarkWalk). ctx is the request's (a status
+// page): the walk stops with an error wrapping ctx.Err() when it ends.
+// For a sorted, filtered page, see Query.
+func (e *Engine) Walk(ctx context.Context, now time.Time, fn func(BucketInfo) bool) error {
 	ns := now.UnixNano()
-	return e.store.Walk(func(s Snapshot) bool {
+	return e.store.Walk(ctx, func(s Snapshot) bool {
 		return fn(Describe(s, ns))
 	})
 }

@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -84,12 +85,12 @@ func TestLookupOrder(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEngine(t, lookupConfig(), nil)
-			d := e.Allow(at(0), Request{Resource: tc.resource, Domain: tc.domain})
+			d := e.Allow(t.Context(), at(0), Request{Resource: tc.resource, Domain: tc.domain})
 			if d.Status != StatusOK || d.Limit != tc.limit || d.Bucket.String() != tc.bucket {
 				t.Fatalf("got %v limit %d bucket %q, want OK limit %d bucket %q", d.Status, d.Limit, d.Bucket, tc.limit, tc.bucket)
 			}
 			var keys []Key
-			_ = e.Walk(at(0), func(b BucketInfo) bool {
+			_ = e.Walk(t.Context(), at(0), func(b BucketInfo) bool {
 				keys = append(keys, Key{b.Resource, b.Domain})
 				return true
 			})
@@ -105,16 +106,16 @@ func TestNoBucket(t *testing.T) {
 	cfg.GlobalDefault = nil
 	e := newEngine(t, cfg, nil)
 	for _, req := range []Request{{Resource: "nope", Domain: "y"}, {Resource: "bare", Domain: "y"}, {Resource: "empty", Domain: "x"}} {
-		d := e.Allow(at(0), req)
+		d := e.Allow(t.Context(), at(0), req)
 		if d.Status != StatusNoBucket || !d.RetryNever || d.Bucket.Source != SourceNone {
 			t.Errorf("%+v: %+v, want NO_BUCKET, never", req, d)
 		}
 	}
-	if e.Len() != 0 {
-		t.Errorf("%d buckets after misses", e.Len())
+	if bucketCount(e) != 0 {
+		t.Errorf("%d buckets after misses", bucketCount(e))
 	}
 	// A nil configuration configures nothing.
-	if d := newEngine(t, nil, nil).Allow(at(0), Request{Resource: "r", Domain: "d"}); d.Status != StatusNoBucket {
+	if d := newEngine(t, nil, nil).Allow(t.Context(), at(0), Request{Resource: "r", Domain: "d"}); d.Status != StatusNoBucket {
 		t.Errorf("nil config: %v", d.Status)
 	}
 }
@@ -124,18 +125,18 @@ func TestTooManyBuckets(t *testing.T) {
 	// Template and prefix buckets count against max_dynamic_buckets (3);
 	// named buckets do not.
 	for i, domain := range []string{"rate_limit", "u1", "rate_limit/1.1.1.1", "a", "u2"} {
-		if d := e.Allow(at(0), Request{Resource: "api", Domain: domain}); d.Status != StatusOK {
+		if d := e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: domain}); d.Status != StatusOK {
 			t.Fatalf("request %d (%s): %v", i, domain, d.Status)
 		}
 	}
 	for _, domain := range []string{"u3", "a/b/c"} {
-		d := e.Allow(at(0), Request{Resource: "api", Domain: domain})
+		d := e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: domain})
 		if d.Status != StatusTooManyBuckets || !d.RetryNever {
 			t.Fatalf("%s: %v, want TOO_MANY_BUCKETS", domain, d.Status)
 		}
 	}
 	// Existing buckets still answer; other resources are not affected.
-	if d := e.Allow(at(0), Request{Resource: "api", Domain: "u1"}); d.Status != StatusOK {
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: "u1"}); d.Status != StatusOK {
 		t.Fatalf("existing dynamic bucket: %v", d.Status)
 	}
 	if got := e.Store().(*MemoryStore).Dynamic("api"); got != 3 {
@@ -147,13 +148,13 @@ func TestTooManyBuckets(t *testing.T) {
 		Template: &Bucket{Size: 1, FillRate: 1, MaxTokensPerRequest: 5}, MaxDynamicBuckets: 1,
 	}}}, nil)
 	big := Request{Resource: "r", Domain: "x", Tokens: 5, MaxWait: 0, HasMaxWait: true}
-	if d := small.Allow(at(0), big); d.Status != StatusTimeout || !d.RetryNever {
+	if d := small.Allow(t.Context(), at(0), big); d.Status != StatusTimeout || !d.RetryNever {
 		t.Fatalf("5 tokens from a new bucket of 1: %+v", d)
 	}
-	if d := small.Allow(at(0), Request{Resource: "r", Domain: "y"}); d.Status != StatusOK {
+	if d := small.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "y"}); d.Status != StatusOK {
 		t.Fatalf("the one dynamic bucket: %v", d.Status)
 	}
-	if d := small.Allow(at(0), big); d.Status != StatusTooManyBuckets {
+	if d := small.Allow(t.Context(), at(0), big); d.Status != StatusTooManyBuckets {
 		t.Fatalf("past the limit: %v, want TOO_MANY_BUCKETS", d.Status)
 	}
 	// A refused request on a new domain creates nothing, so it does not
@@ -161,15 +162,15 @@ func TestTooManyBuckets(t *testing.T) {
 	cfg := lookupConfig()
 	e = newEngine(t, cfg, nil)
 	for i := range 3 {
-		if d := e.Allow(at(0), Request{Resource: "api", Domain: fmt.Sprint("big", i), Tokens: 3}); d.Status != StatusTooManyTokensRequested {
+		if d := e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: fmt.Sprint("big", i), Tokens: 3}); d.Status != StatusTooManyTokensRequested {
 			t.Fatalf("3 tokens from a bucket allowing 1 per request: %v", d.Status)
 		}
-		if d := e.Allow(at(0), Request{Resource: "api", Domain: fmt.Sprint("slow", i), Tokens: 1, MaxWait: 0, HasMaxWait: true}); d.Status != StatusOK {
+		if d := e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: fmt.Sprint("slow", i), Tokens: 1, MaxWait: 0, HasMaxWait: true}); d.Status != StatusOK {
 			t.Fatalf("%v", d.Status)
 		}
 	}
-	if e.Len() != 3 {
-		t.Fatalf("%d buckets, want 3", e.Len())
+	if bucketCount(e) != 3 {
+		t.Fatalf("%d buckets, want 3", bucketCount(e))
 	}
 }
 
@@ -180,33 +181,33 @@ func TestDefaults(t *testing.T) {
 	}
 	e := newEngine(t, &Config{GlobalDefault: &b}, nil)
 	req := Request{Resource: "r", Domain: "d"} // Tokens 0 means 1
-	if d := e.Allow(at(0), req); d.Status != StatusOK || d.Granted != 1 || d.Wait != 0 || d.Remaining != 99 || d.Limit != 100 {
+	if d := e.Allow(t.Context(), at(0), req); d.Status != StatusOK || d.Granted != 1 || d.Wait != 0 || d.Remaining != 99 || d.Limit != 100 {
 		t.Fatalf("first: %+v", d)
 	}
 	// Drain the rest: 99 tokens at once is more than 50 per request.
-	if d := e.Allow(at(0), Request{Resource: "r", Domain: "d", Tokens: 99}); d.Status != StatusTooManyTokensRequested {
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "d", Tokens: 99}); d.Status != StatusTooManyTokensRequested {
 		t.Fatalf("99 tokens: %v", d.Status)
 	}
 	for _, n := range []int64{50, 49} {
-		if d := e.Allow(at(0), Request{Resource: "r", Domain: "d", Tokens: n}); d.Status != StatusOK || d.Wait != 0 {
+		if d := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "d", Tokens: n}); d.Status != StatusOK || d.Wait != 0 {
 			t.Fatalf("%d tokens: %+v", n, d)
 		}
 	}
 	// Empty: 50 tokens take a second at 50/s, within the default wait.
-	if d := e.Allow(at(0), Request{Resource: "r", Domain: "d", Tokens: 50}); d.Status != StatusOK || d.Wait != time.Second {
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "d", Tokens: 50}); d.Status != StatusOK || d.Wait != time.Second {
 		t.Fatalf("50 future tokens: %+v", d)
 	}
 	// One more would wait 1.02 s.
-	if d := e.Allow(at(0), req); d.Status != StatusTimeout || d.RetryAfter != 20*time.Millisecond {
+	if d := e.Allow(t.Context(), at(0), req); d.Status != StatusTimeout || d.RetryAfter != 20*time.Millisecond {
 		t.Fatalf("past the wait: %+v", d)
 	}
 	// A Bucket built in Go with MaxTokensPerRequest 0 allows the fill
 	// rate, rounded up.
 	e = newEngine(t, &Config{GlobalDefault: &Bucket{Size: 10, FillRate: 0.5}}, nil)
-	if d := e.Allow(at(0), Request{Resource: "r", Domain: "d", Tokens: 2}); d.Status != StatusTooManyTokensRequested {
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "d", Tokens: 2}); d.Status != StatusTooManyTokensRequested {
 		t.Fatalf("2 tokens at 0.5/s: %v", d.Status)
 	}
-	if d := e.Allow(at(0), req); d.Status != StatusOK {
+	if d := e.Allow(t.Context(), at(0), req); d.Status != StatusOK {
 		t.Fatalf("1 token at 0.5/s: %v", d.Status)
 	}
 }
@@ -247,14 +248,14 @@ func TestMaxWait(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEngine(t, &Config{GlobalDefault: &tc.bucket}, nil)
 			// Empty the bucket (10 tokens now), leaving no debt.
-			if d := e.Allow(at(0), Request{Resource: "r", Domain: "d", Tokens: 10, MaxWait: 0, HasMaxWait: true}); d.Status != StatusOK && tc.bucket.MaxTokensPerRequest == 0 {
+			if d := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "d", Tokens: 10, MaxWait: 0, HasMaxWait: true}); d.Status != StatusOK && tc.bucket.MaxTokensPerRequest == 0 {
 				t.Fatalf("drain: %+v", d)
 			}
 			if tc.bucket.MaxTokensPerRequest != 0 {
-				e.Allow(at(0), Request{Resource: "r", Domain: "d", Tokens: 10})
+				e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "d", Tokens: 10})
 			}
 			tc.req.Resource, tc.req.Domain = "r", "d"
-			d := e.Allow(at(0), tc.req)
+			d := e.Allow(t.Context(), at(0), tc.req)
 			if d.Status != tc.status || d.Granted != tc.granted || d.Wait != tc.wait || d.RetryAfter != tc.retry || d.RetryNever != tc.never {
 				t.Fatalf("got %v granted %d wait %v retry %v never %v; want %v %d %v %v %v",
 					d.Status, d.Granted, d.Wait, d.RetryAfter, d.RetryNever, tc.status, tc.granted, tc.wait, tc.retry, tc.never)
@@ -280,12 +281,12 @@ func TestTooManyTokens(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEngine(t, &Config{GlobalDefault: &b}, nil)
 			tc.req.Resource, tc.req.Domain = "r", "d"
-			d := e.Allow(at(0), tc.req)
+			d := e.Allow(t.Context(), at(0), tc.req)
 			if d.Status != tc.status || d.Granted != tc.granted {
 				t.Fatalf("%+v", d)
 			}
-			if d.Status == StatusTooManyTokensRequested && (!d.RetryNever || e.Len() != 0 || d.Limit != 100) {
-				t.Fatalf("too many tokens: %+v, %d buckets", d, e.Len())
+			if d.Status == StatusTooManyTokensRequested && (!d.RetryNever || bucketCount(e) != 0 || d.Limit != 100) {
+				t.Fatalf("too many tokens: %+v, %d buckets", d, bucketCount(e))
 			}
 		})
 	}
@@ -294,24 +295,24 @@ func TestTooManyTokens(t *testing.T) {
 func TestRejectionChangesNothing(t *testing.T) {
 	e := newEngine(t, &Config{GlobalDefault: &Bucket{Size: 10, FillRate: 10, WaitTimeout: 100 * time.Millisecond, MaxDebt: time.Second}}, nil)
 	req := func(n int64) Request { return Request{Resource: "r", Domain: "d", Tokens: n} }
-	if d := e.Allow(at(0), req(8)); d.Status != StatusOK {
+	if d := e.Allow(t.Context(), at(0), req(8)); d.Status != StatusOK {
 		t.Fatal(d.Status)
 	}
 	snap := func() State {
 		var s State
-		_ = e.Store().Walk(func(sn Snapshot) bool { s = sn.State; return true })
+		_ = e.Store().Walk(t.Context(), func(sn Snapshot) bool { s = sn.State; return true })
 		return s
 	}
 	before := snap()
 	for _, r := range []Request{req(4), req(9), req(1 << 40), {Resource: "r", Domain: "d", Tokens: 3, MinTokens: 3, MaxWait: 0, HasMaxWait: true}, {Resource: "r", Domain: "d", Tokens: -1}} {
-		if d := e.Allow(at(0), r); d.Status == StatusOK {
+		if d := e.Allow(t.Context(), at(0), r); d.Status == StatusOK {
 			t.Fatalf("%+v granted", r)
 		}
 		if after := snap(); after != before {
 			t.Fatalf("%+v changed the state: %+v → %+v", r, before, after)
 		}
 	}
-	if d := e.Allow(at(0), req(3)); d.Status != StatusOK || d.Granted != 3 || d.Wait != 100*time.Millisecond {
+	if d := e.Allow(t.Context(), at(0), req(3)); d.Status != StatusOK || d.Granted != 3 || d.Wait != 100*time.Millisecond {
 		t.Fatalf("after the rejections: %+v", d)
 	}
 }
@@ -342,13 +343,13 @@ func TestInvalidRequests(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var events []Event
 			e := newEngine(t, &Config{GlobalDefault: bp(DefaultBucket()), Resources: map[string]*Resource{"r": {Template: bp(DefaultBucket())}}}, ListenerFunc(func(ev Event) { events = append(events, ev) }))
-			d := e.Allow(at(0), tc.req)
+			d := e.Allow(t.Context(), at(0), tc.req)
 			var re *RequestError
 			if d.Status != StatusInvalidRequest || !errors.As(d.Err, &re) || re.Field != tc.field || !errors.Is(d.Err, ErrInvalidRequest) {
 				t.Fatalf("got %v %v, want INVALID_REQUEST on %s", d.Status, d.Err, tc.field)
 			}
-			if e.Len() != 0 {
-				t.Fatalf("an invalid request created %d buckets", e.Len())
+			if bucketCount(e) != 0 {
+				t.Fatalf("an invalid request created %d buckets", bucketCount(e))
 			}
 			if len(events) != 1 || events[0].Type != EventInvalidRequest {
 				t.Fatalf("events %+v", events)
@@ -358,7 +359,7 @@ func TestInvalidRequests(t *testing.T) {
 	// The longest valid names, and every allowed character.
 	e := newEngine(t, &Config{GlobalDefault: bp(DefaultBucket())}, nil)
 	for _, req := range []Request{{Resource: long, Domain: long}, {Resource: "AZaz09/_-.:", Domain: "AZaz09/_-.:"}} {
-		if d := e.Allow(at(0), req); d.Status != StatusOK {
+		if d := e.Allow(t.Context(), at(0), req); d.Status != StatusOK {
 			t.Errorf("%q/%q: %v %v", req.Resource, req.Domain, d.Status, d.Err)
 		}
 	}
@@ -382,11 +383,11 @@ func TestReap(t *testing.T) {
 		}
 	}))
 	for _, d := range []string{"fast", "slow", "never", "zero", "a/1"} {
-		if got := e.Allow(at(0), Request{Resource: "r", Domain: d, Tokens: 10, MaxWait: 0, HasMaxWait: true}); got.Status != StatusOK {
+		if got := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: d, Tokens: 10, MaxWait: 0, HasMaxWait: true}); got.Status != StatusOK {
 			t.Fatalf("%s: %v", d, got.Status)
 		}
 	}
-	if d := e.Allow(at(0), Request{Resource: "r", Domain: "a/2"}); d.Status != StatusTooManyBuckets {
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "a/2"}); d.Status != StatusTooManyBuckets {
 		t.Fatalf("a/2: %v", d.Status)
 	}
 	tests := []struct {
@@ -402,9 +403,9 @@ func TestReap(t *testing.T) {
 	}
 	for _, tc := range tests {
 		removed = nil
-		n, err := e.Reap(at(tc.at))
-		if err != nil || n != len(tc.removed) || e.Len() != tc.left {
-			t.Fatalf("reap at %v: %d removed (%v), %d left, %v", tc.at, n, removed, e.Len(), err)
+		n, err := e.Reap(t.Context(), at(tc.at))
+		if err != nil || n != len(tc.removed) || bucketCount(e) != tc.left {
+			t.Fatalf("reap at %v: %d removed (%v), %d left, %v", tc.at, n, removed, bucketCount(e), err)
 		}
 		slicesSort(removed)
 		if fmt.Sprint(removed) != fmt.Sprint(tc.removed) {
@@ -412,19 +413,19 @@ func TestReap(t *testing.T) {
 		}
 	}
 	// A reaped bucket comes back full, and the dynamic count went down.
-	if d := e.Allow(at(time.Hour), Request{Resource: "r", Domain: "fast", Tokens: 10, MaxWait: 0, HasMaxWait: true}); d.Status != StatusOK {
+	if d := e.Allow(t.Context(), at(time.Hour), Request{Resource: "r", Domain: "fast", Tokens: 10, MaxWait: 0, HasMaxWait: true}); d.Status != StatusOK {
 		t.Fatalf("fast after reaping: %+v", d)
 	}
-	if d := e.Allow(at(time.Hour), Request{Resource: "r", Domain: "a/2"}); d.Status != StatusOK {
+	if d := e.Allow(t.Context(), at(time.Hour), Request{Resource: "r", Domain: "a/2"}); d.Status != StatusOK {
 		t.Fatalf("a/2 after a/1 was reaped: %v", d.Status)
 	}
 	// Rejected requests count as use: fast, refused at +0.5 s, is full at
 	// +1 s but idle only 0.7 s at +1.2 s; a/2 goes.
-	if d := e.Allow(at(time.Hour+500*time.Millisecond), Request{Resource: "r", Domain: "fast", Tokens: 10, MaxWait: 0, HasMaxWait: true}); d.Status != StatusTimeout {
+	if d := e.Allow(t.Context(), at(time.Hour+500*time.Millisecond), Request{Resource: "r", Domain: "fast", Tokens: 10, MaxWait: 0, HasMaxWait: true}); d.Status != StatusTimeout {
 		t.Fatalf("fast at +0.5 s: %v", d.Status)
 	}
 	removed = nil
-	if n, _ := e.Reap(at(time.Hour + 1200*time.Millisecond)); n != 1 || fmt.Sprint(removed) != "[a/2 idle]" {
+	if n, _ := e.Reap(t.Context(), at(time.Hour+1200*time.Millisecond)); n != 1 || fmt.Sprint(removed) != "[a/2 idle]" {
 		t.Fatalf("reaped %d: %v, want a/2 only", n, removed)
 	}
 }
@@ -444,7 +445,7 @@ func state(t *testing.T, e *Engine, k Key) (State, bool) {
 	t.Helper()
 	var s State
 	found := false
-	_ = e.Store().Walk(func(sn Snapshot) bool {
+	_ = e.Store().Walk(t.Context(), func(sn Snapshot) bool {
 		if sn.Key == k {
 			s, found = sn.State, true
 			return false
@@ -475,7 +476,7 @@ func TestSetConfig(t *testing.T) {
 	}))
 	// Half of each bucket, at t0.
 	for _, k := range []Key{{"r", "changed"}, {"r", "same"}, {"r", "gone"}, {"r", "dyn"}, {"r", "dyn2"}, {"other", "x"}, {"nope", "x"}} {
-		if d := e.Allow(at(0), Request{Resource: k.Resource, Domain: k.Domain, Tokens: 5}); d.Status != StatusOK {
+		if d := e.Allow(t.Context(), at(0), Request{Resource: k.Resource, Domain: k.Domain, Tokens: 5}); d.Status != StatusOK {
 			t.Fatalf("%v: %v", k, d.Status)
 		}
 	}
@@ -509,7 +510,7 @@ func TestSetConfig(t *testing.T) {
 	}
 	for _, tc := range tests {
 		var got *BucketInfo
-		_ = e.Walk(now, func(b BucketInfo) bool {
+		_ = e.Walk(t.Context(), now, func(b BucketInfo) bool {
 			if b.Resource == tc.key.Resource && b.Domain == tc.key.Domain {
 				got = &b
 			}
@@ -528,7 +529,7 @@ func TestSetConfig(t *testing.T) {
 	if got := e.Store().(*MemoryStore).Dynamic("r"); got != 0 {
 		t.Errorf("dynamic count of r %d, want 0", got)
 	}
-	if d := e.Allow(now, Request{Resource: "r", Domain: "dyn2"}); d.Bucket.Source != SourceDefault || d.Limit != 30 {
+	if d := e.Allow(t.Context(), now, Request{Resource: "r", Domain: "dyn2"}); d.Bucket.Source != SourceDefault || d.Limit != 30 {
 		t.Errorf("dyn2 after: %v %d", d.Bucket, d.Limit)
 	}
 	// A bad configuration is refused and the old one stays.
@@ -538,7 +539,7 @@ func TestSetConfig(t *testing.T) {
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "resources.r.domains.changed.fill_rate: 0 must be > 0") {
 		t.Fatalf("bad config: %v", err)
 	}
-	if d := e.Allow(now, Request{Resource: "r", Domain: "changed"}); d.Limit != 20 {
+	if d := e.Allow(t.Context(), now, Request{Resource: "r", Domain: "changed"}); d.Limit != 20 {
 		t.Errorf("after a refused config: limit %d, want 20", d.Limit)
 	}
 }
@@ -558,21 +559,21 @@ func TestEvents(t *testing.T) {
 		}
 		got = append(got, s)
 	}))
-	e.Allow(at(0), Request{Resource: "api", Domain: "u1"})
-	e.Allow(at(0), Request{Resource: "api", Domain: "u1"})
-	e.Allow(at(0), Request{Resource: "api", Domain: "u1"})
-	e.Allow(at(0), Request{Resource: "api", Domain: "u1", MaxWait: 0, HasMaxWait: true})
-	e.Allow(at(0), Request{Resource: "api", Domain: "u1", Tokens: 5})
-	e.Allow(at(0), Request{Resource: "api", Domain: "u2"})
-	e.Allow(at(0), Request{Resource: "api", Domain: "u3"})
-	e.Allow(at(0), Request{Resource: "api", Domain: "u4"})
-	e.Allow(at(0), Request{Resource: "api", Domain: "bad domain"})
+	e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: "u1"})
+	e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: "u1"})
+	e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: "u1"})
+	e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: "u1", MaxWait: 0, HasMaxWait: true})
+	e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: "u1", Tokens: 5})
+	e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: "u2"})
+	e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: "u3"})
+	e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: "u4"})
+	e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: "bad domain"})
 	cfg := lookupConfig()
 	cfg.GlobalDefault = nil
 	if err := e.SetConfig(at(0), cfg); err != nil {
 		t.Fatal(err)
 	}
-	e.Allow(at(0), Request{Resource: "nope", Domain: "x"})
+	e.Allow(t.Context(), at(0), Request{Resource: "nope", Domain: "x"})
 	want := []string{
 		"bucket_created api/u1 dynamic tokens=0 dynamic",
 		"tokens_served api/u1 dynamic tokens=1 dynamic OK",
@@ -596,11 +597,11 @@ func TestEvents(t *testing.T) {
 func TestWalk(t *testing.T) {
 	e := newEngine(t, lookupConfig(), nil)
 	for range 10 {
-		e.Allow(at(0), Request{Resource: "api", Domain: "rate_limit/1.2.3.4"})
+		e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: "rate_limit/1.2.3.4"})
 	}
-	e.Allow(at(0), Request{Resource: "api", Domain: "rate_limit/1.2.3.4", MaxWait: 0, HasMaxWait: true})
+	e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: "rate_limit/1.2.3.4", MaxWait: 0, HasMaxWait: true})
 	var infos []BucketInfo
-	if err := e.Walk(at(500*time.Millisecond), func(b BucketInfo) bool { infos = append(infos, b); return true }); err != nil {
+	if err := e.Walk(t.Context(), at(500*time.Millisecond), func(b BucketInfo) bool { infos = append(infos, b); return true }); err != nil {
 		t.Fatal(err)
 	}
 	if len(infos) != 1 {
@@ -615,9 +616,9 @@ func TestWalk(t *testing.T) {
 		t.Fatalf("got  %+v\nwant %+v", b, want)
 	}
 	// Stopping early.
-	e.Allow(at(0), Request{Resource: "api", Domain: "x"})
+	e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: "x"})
 	n := 0
-	_ = e.Walk(at(0), func(BucketInfo) bool { n++; return false })
+	_ = e.Walk(t.Context(), at(0), func(BucketInfo) bool { n++; return false })
 	if n != 1 {
 		t.Fatalf("walk went on after false: %d", n)
 	}
@@ -639,7 +640,7 @@ func TestConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := range 2000 {
 				domain := fmt.Sprint("d", i%3)
-				d := e.Allow(at(time.Duration(i)*time.Microsecond), Request{Resource: "r", Domain: domain, MaxWait: 0, HasMaxWait: true})
+				d := e.Allow(t.Context(), at(time.Duration(i)*time.Microsecond), Request{Resource: "r", Domain: domain, MaxWait: 0, HasMaxWait: true})
 				if d.Status == StatusOK {
 					mu.Lock()
 					granted[domain] += d.Granted
@@ -649,7 +650,7 @@ func TestConcurrent(t *testing.T) {
 					if err := e.SetConfig(at(0), cfg); err != nil {
 						t.Error(err)
 					}
-					_, _ = e.Reap(at(0))
+					_, _ = e.Reap(t.Context(), at(0))
 				}
 			}
 		}()
@@ -672,13 +673,13 @@ func TestQuery(t *testing.T) {
 	// msg/u0 … msg/u19 hold 10 − i%10 tokens; api/u0 … api/u4 are full.
 	for i := range 20 {
 		if i%10 > 0 {
-			e.Allow(at(0), Request{Resource: "msg", Domain: fmt.Sprint("u", i), Tokens: int64(i % 10)})
+			e.Allow(t.Context(), at(0), Request{Resource: "msg", Domain: fmt.Sprint("u", i), Tokens: int64(i % 10)})
 		} else {
-			e.Allow(at(0), Request{Resource: "msg", Domain: fmt.Sprint("u", i), Tokens: 1, MaxWait: 0, HasMaxWait: true})
+			e.Allow(t.Context(), at(0), Request{Resource: "msg", Domain: fmt.Sprint("u", i), Tokens: 1, MaxWait: 0, HasMaxWait: true})
 		}
 	}
 	for i := range 5 {
-		e.Allow(at(0), Request{Resource: "api", Domain: fmt.Sprint("u", i), Tokens: 1})
+		e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: fmt.Sprint("u", i), Tokens: 1})
 	}
 	// "Show all buckets whose key begins with msg where the fraction is
 	// below 50 %", lowest first.
@@ -687,7 +688,7 @@ func TestQuery(t *testing.T) {
 		Less:   func(a, b *BucketInfo) bool { return a.Fraction < b.Fraction },
 		Limit:  100,
 	}
-	p, err := e.Query(at(0), half)
+	p, err := e.Query(t.Context(), at(0), half)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -700,15 +701,15 @@ func TestQuery(t *testing.T) {
 		t.Fatalf("got %v (total %d), want %s", got, p.Total, want)
 	}
 	// Pages of 3 follow each other exactly, whatever the order.
-	all, _ := e.Query(at(0), Query{Limit: 1000})
+	all, _ := e.Query(t.Context(), at(0), Query{Limit: 1000})
 	if all.Total != 25 || len(all.Buckets) != 25 || all.Buckets[0].Resource != "api" || all.Buckets[24].Domain != "u9" {
 		t.Fatalf("by key: %d of %d, first %v", len(all.Buckets), all.Total, all.Buckets[0])
 	}
 	for _, less := range []func(a, b *BucketInfo) bool{nil, func(a, b *BucketInfo) bool { return a.Fraction > b.Fraction }} {
-		full, _ := e.Query(at(0), Query{Less: less, Limit: 1000})
+		full, _ := e.Query(t.Context(), at(0), Query{Less: less, Limit: 1000})
 		var paged []BucketInfo
 		for off := 0; ; off += 3 {
-			p, _ := e.Query(at(0), Query{Less: less, Offset: off, Limit: 3})
+			p, _ := e.Query(t.Context(), at(0), Query{Less: less, Offset: off, Limit: 3})
 			if len(p.Buckets) == 0 {
 				break
 			}
@@ -719,7 +720,7 @@ func TestQuery(t *testing.T) {
 		}
 	}
 	// Limit 0: only the total.
-	if p, _ := e.Query(at(0), Query{Filter: func(b *BucketInfo) bool { return b.Resource == "api" }}); p.Total != 5 || len(p.Buckets) != 0 {
+	if p, _ := e.Query(t.Context(), at(0), Query{Filter: func(b *BucketInfo) bool { return b.Resource == "api" }}); p.Total != 5 || len(p.Buckets) != 0 {
 		t.Fatalf("total only: %+v", p)
 	}
 }
@@ -729,7 +730,7 @@ func TestQuery(t *testing.T) {
 func TestStartsFullAtEpoch(t *testing.T) {
 	e := newEngine(t, &Config{Resources: map[string]*Resource{"r": {Template: &Bucket{Size: 100, FillRate: 1, MaxTokensPerRequest: 100}}}}, nil)
 	for _, now := range []time.Time{time.Unix(0, 0), time.Unix(-5, 0)} {
-		if d := e.Allow(now, Request{Resource: "r", Domain: "d" + fmt.Sprint(now.Unix()), Tokens: 100, MaxWait: 0, HasMaxWait: true}); d.Status != StatusOK {
+		if d := e.Allow(t.Context(), now, Request{Resource: "r", Domain: "d" + fmt.Sprint(now.Unix()), Tokens: 100, MaxWait: 0, HasMaxWait: true}); d.Status != StatusOK {
 			t.Fatalf("at %v: %v", now, d.Status)
 		}
 	}
@@ -742,7 +743,7 @@ type failingStore struct {
 	err error
 }
 
-func (f failingStore) Take(now int64, k Key, l *Limit, a Ask) (Outcome, error) {
+func (f failingStore) Take(context.Context, int64, Key, *Limit, Ask) (Outcome, error) {
 	return Outcome{}, f.err
 }
 
@@ -760,7 +761,7 @@ func TestStoreErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := e.Allow(at(0), Request{Resource: "r", Domain: "d"})
+		d := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "d"})
 		if d.Status != StatusServerError || !errors.Is(d.Err, tc.want) || !d.RetryNever {
 			t.Errorf("%v: %+v", tc.err, d)
 		}
@@ -775,7 +776,7 @@ func TestConfigCopies(t *testing.T) {
 	e := newEngine(t, cfg, nil)
 	// The engine keeps a copy: changing the caller's changes nothing.
 	cfg.Resources["api"].Buckets["rate_limit"] = bucket(1, 1)
-	if d := e.Allow(at(0), Request{Resource: "api", Domain: "rate_limit"}); d.Limit != 10 {
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "api", Domain: "rate_limit"}); d.Limit != 10 {
 		t.Fatalf("the engine saw the caller's change: limit %d", d.Limit)
 	}
 	got := e.Config()
@@ -816,4 +817,11 @@ func TestNames(t *testing.T) {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
 		}
 	}
+}
+
+// bucketCount returns e's number of buckets (exact: the tests' stores
+// are in memory).
+func bucketCount(e *Engine) int {
+	n, _ := e.EstimateLen(context.Background())
+	return n
 }

@@ -1,6 +1,7 @@
 package limits_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -31,7 +32,7 @@ resources:
 	}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	consume := func(ip string) limits.Decision {
-		return e.Allow(now, limits.Request{Resource: "frontend", Domain: "rate_limit/" + ip})
+		return e.Allow(context.Background(), now, limits.Request{Resource: "frontend", Domain: "rate_limit/" + ip})
 	}
 	for range 10 {
 		consume("10.0.0.1")
@@ -54,7 +55,7 @@ func ExampleEngine_Allow() {
 	}}, limits.Options{})
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	ask := func(tokens, atLeast int64) {
-		d := e.Allow(now, limits.Request{Resource: "TheBrain_userLogins", Domain: "user-42", Tokens: tokens, MinTokens: atLeast})
+		d := e.Allow(context.Background(), now, limits.Request{Resource: "TheBrain_userLogins", Domain: "user-42", Tokens: tokens, MinTokens: atLeast})
 		fmt.Printf("%s granted %d wait %v\n", d.Status, d.Granted, d.Wait)
 	}
 	ask(10, 0) // all it holds
@@ -77,9 +78,9 @@ func ExampleListener() {
 		"api": {Template: &limits.Bucket{Size: 1, FillRate: 1}, MaxDynamicBuckets: 1},
 	}}, limits.Options{Listener: l})
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	e.Allow(now, limits.Request{Resource: "api", Domain: "alice"})
-	e.Allow(now, limits.Request{Resource: "api", Domain: "alice"})
-	e.Allow(now, limits.Request{Resource: "api", Domain: "bob"})
+	e.Allow(context.Background(), now, limits.Request{Resource: "api", Domain: "alice"})
+	e.Allow(context.Background(), now, limits.Request{Resource: "api", Domain: "alice"})
+	e.Allow(context.Background(), now, limits.Request{Resource: "api", Domain: "bob"})
 	// Output:
 	// bucket_created api alice dynamic 0
 	// tokens_served api alice dynamic 1

@@ -1,6 +1,7 @@
 package limits_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -28,7 +29,7 @@ resources:
 	e, _ := limits.New(cfg, limits.Options{})
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	request := func(at time.Duration, hits int64) {
-		d := e.Allow(start.Add(at), limits.Request{Resource: "cookbook/tiers", Domain: "acme", Tokens: hits, MinTokens: 1})
+		d := e.Allow(context.Background(), start.Add(at), limits.Request{Resource: "cookbook/tiers", Domain: "acme", Tokens: hits, MinTokens: 1})
 		c := d.Tiers
 		fmt.Printf("at %v: %s granted %d, tier %d (%d of %d), burst %v", at, d.Status, d.Granted, c.Tier, c.TierHits, c.TierLimit, c.Burst)
 		if d.Status == limits.StatusTimeout {

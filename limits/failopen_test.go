@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -15,18 +16,18 @@ type downStore struct {
 	err *error
 }
 
-func (s downStore) Take(now int64, k Key, l *Limit, a Ask) (Outcome, error) {
+func (s downStore) Take(ctx context.Context, now int64, k Key, l *Limit, a Ask) (Outcome, error) {
 	if *s.err != nil {
 		return Outcome{}, *s.err
 	}
-	return s.MemoryStore.Take(now, k, l, a)
+	return s.MemoryStore.Take(ctx, now, k, l, a)
 }
 
-func (s downStore) TakeHits(now int64, k Key, l *Limit, a Ask) (HitOutcome, error) {
+func (s downStore) TakeHits(ctx context.Context, now int64, k Key, l *Limit, a Ask) (HitOutcome, error) {
 	if *s.err != nil {
 		return HitOutcome{}, *s.err
 	}
-	return s.MemoryStore.TakeHits(now, k, l, a)
+	return s.MemoryStore.TakeHits(ctx, now, k, l, a)
 }
 
 // TestOnStoreError: while the store fails, a resource with on_store_error
@@ -74,7 +75,7 @@ func TestOnStoreError(t *testing.T) {
 	} {
 		events = events[:0]
 		req := Request{Resource: tc.res, Domain: "d", Tokens: tc.tokens, MinTokens: 1}
-		d := e.Allow(at(0), req)
+		d := e.Allow(t.Context(), at(0), req)
 		if tc.degraded {
 			if d.Status != StatusOK || !d.Degraded || d.Granted != tc.granted || d.Wait != 0 || !errors.Is(d.Err, down) {
 				t.Errorf("%s: %+v, want a degraded grant of %d", tc.res, d, tc.granted)
@@ -96,7 +97,7 @@ func TestOnStoreError(t *testing.T) {
 	// degraded grants took nothing from it: 10 tokens, 5 per request).
 	storeErr = nil
 	for i, want := range []Status{StatusOK, StatusOK, StatusTimeout} {
-		d := e.Allow(at(0), Request{Resource: "open", Domain: "d", Tokens: 5, MaxWait: 0, HasMaxWait: true})
+		d := e.Allow(t.Context(), at(0), Request{Resource: "open", Domain: "d", Tokens: 5, MaxWait: 0, HasMaxWait: true})
 		if d.Status != want || d.Degraded || d.Err != nil {
 			t.Fatalf("after recovery, request %d: %+v, want %v", i, d, want)
 		}
@@ -118,5 +119,48 @@ func TestOnStoreErrorConfig(t *testing.T) {
 		if s != "" && want.String() != s {
 			t.Errorf("%v.String() = %q", want, want.String())
 		}
+	}
+}
+
+// TestAllowContextDone: a request whose context is done (cancelled, or
+// past its deadline) takes no tokens and creates no bucket, on the memory
+// store: StatusServerError with ctx.Err() wrapped (EventServerError),
+// never a degraded grant, even on a resource that fails open; token
+// buckets and burst tiers alike.
+func TestAllowContextDone(t *testing.T) {
+	// The configuration of the section
+	//   open:  {default: {size: 10, fill_rate: 1}, on_store_error: open}
+	//   tiers: {algorithm: burst_tiers, tiers: [{limit: 3, window: 1s, active: 1m}], on_store_error: open}
+	// built in Go (limits reads no YAML).
+	bucket := DefaultBucket()
+	bucket.Size, bucket.FillRate, bucket.MaxTokensPerRequest = 10, 1, 1
+	cfg := &Config{Resources: map[string]*Resource{
+		"open":  {Default: bp(bucket), OnStoreError: FailOpen},
+		"tiers": {Algorithm: BurstTiers, Tiers: []Tier{{Limit: 3, Window: time.Second, Active: time.Minute}}, OnStoreError: FailOpen},
+	}}
+	var events []EventType
+	e, err := New(cfg, Options{Listener: ListenerFunc(func(ev Event) { events = append(events, ev.Type) })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	canceled, cancel := context.WithCancel(t.Context())
+	cancel()
+	expired, cancel2 := context.WithDeadline(t.Context(), time.Unix(0, 0))
+	defer cancel2()
+	for _, ctx := range []context.Context{canceled, expired} {
+		for _, res := range []string{"open", "tiers"} {
+			events = events[:0]
+			d := e.Allow(ctx, at(0), Request{Resource: res, Domain: "d"})
+			if d.Status != StatusServerError || d.Degraded || d.Granted != 0 || !errors.Is(d.Err, ctx.Err()) ||
+				len(events) != 1 || events[0] != EventServerError {
+				t.Errorf("%s, %v: %+v, events %v; want StatusServerError (not degraded), %v wrapped", res, ctx.Err(), d, events, ctx.Err())
+			}
+		}
+	}
+	if n := e.Store().(*MemoryStore).Len(); n != 0 {
+		t.Fatalf("%d buckets after requests whose context was done, want 0", n)
+	}
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "open", Domain: "d"}); d.Status != StatusOK || d.Degraded {
+		t.Fatalf("a live context: %+v", d)
 	}
 }

@@ -1,7 +1,9 @@
 package limits
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"strings"
@@ -33,6 +35,12 @@ const memShards = 256
 // domains serialise on it (the limit spans them), decisions on other
 // resources do not touch it. Reap drops the global logs with no hit in
 // the last second.
+//
+// No method blocks on I/O, so the contexts matter little: Take, TakeHits
+// and Reap check theirs once, at the start (a call whose context is done
+// changes nothing and returns an error wrapping ctx.Err()), Walk before
+// each of its 256 shards, Reconfigure and EstimateLen not at all (the
+// one cannot stop halfway, the other reads a counter).
 //
 // The zero MemoryStore is not usable: use NewMemoryStore.
 type MemoryStore struct {
@@ -101,8 +109,14 @@ func (s *MemoryStore) counter(resource string) *atomic.Int64 {
 	return c
 }
 
+// ctxError is the error of a call whose context ended (err, ctx.Err()).
+func ctxError(op string, err error) error { return fmt.Errorf("limits: %s: %w", op, err) }
+
 // Take implements Store.
-func (s *MemoryStore) Take(now int64, k Key, l *Limit, a Ask) (Outcome, error) {
+func (s *MemoryStore) Take(ctx context.Context, now int64, k Key, l *Limit, a Ask) (Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return Outcome{}, ctxError("take", err)
+	}
 	if l.Tiers != nil {
 		return Outcome{}, errTiers
 	}
@@ -152,7 +166,10 @@ func (s *MemoryStore) Take(now int64, k Key, l *Limit, a Ask) (Outcome, error) {
 }
 
 // TakeHits implements Store.
-func (s *MemoryStore) TakeHits(now int64, k Key, l *Limit, a Ask) (HitOutcome, error) {
+func (s *MemoryStore) TakeHits(ctx context.Context, now int64, k Key, l *Limit, a Ask) (HitOutcome, error) {
+	if err := ctx.Err(); err != nil {
+		return HitOutcome{}, ctxError("take hits", err)
+	}
 	p := l.Tiers
 	if p == nil {
 		return HitOutcome{}, errNotTiers
@@ -371,7 +388,10 @@ func (s *MemoryStore) sweep(sh *memShard, gone []Removed, visit func(sl *slot, d
 }
 
 // Reap implements Store.
-func (s *MemoryStore) Reap(now int64, removed func(Removed)) (int, error) {
+func (s *MemoryStore) Reap(ctx context.Context, now int64, removed func(Removed)) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, ctxError("reap", err)
+	}
 	total := 0
 	var gone []Removed
 	for i := range s.shards {
@@ -411,8 +431,9 @@ func (s *MemoryStore) Reap(now int64, removed func(Removed)) (int, error) {
 	return total, nil
 }
 
-// Reconfigure implements Store.
-func (s *MemoryStore) Reconfigure(now int64, gen uint64, resolve func(Key) *Limit, removed func(Removed)) error {
+// Reconfigure implements Store. It does not look at ctx: it always
+// completes.
+func (s *MemoryStore) Reconfigure(_ context.Context, now int64, gen uint64, resolve func(Key) *Limit, removed func(Removed)) error {
 	var gone []Removed
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -439,10 +460,14 @@ func (s *MemoryStore) Reconfigure(now int64, gen uint64, resolve func(Key) *Limi
 }
 
 // Walk implements Store. It copies one shard at a time under its lock and
-// calls fn after releasing it.
-func (s *MemoryStore) Walk(fn func(Snapshot) bool) error {
+// calls fn after releasing it. It stops, returning an error wrapping
+// ctx.Err(), when ctx ends (checked before each shard).
+func (s *MemoryStore) Walk(ctx context.Context, fn func(Snapshot) bool) error {
 	var buf []Snapshot
 	for i := range s.shards {
+		if err := ctx.Err(); err != nil {
+			return ctxError("walk", err)
+		}
 		sh := &s.shards[i]
 		buf = buf[:0]
 		sh.mu.Lock()
@@ -465,8 +490,13 @@ func (s *MemoryStore) Walk(fn func(Snapshot) bool) error {
 	return nil
 }
 
-// Len implements Store.
+// Len returns the number of buckets (token buckets and burst-tier
+// domains), exactly: a counter kept as buckets are created and removed,
+// read with one atomic load.
 func (s *MemoryStore) Len() int { return int(s.n.Load()) }
+
+// EstimateLen implements Store: Len, exact, never an error.
+func (s *MemoryStore) EstimateLen(context.Context) (int, error) { return s.Len(), nil }
 
 // Dynamic returns the number of dynamic buckets of resource.
 func (s *MemoryStore) Dynamic(resource string) int64 {

@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"testing"
@@ -130,13 +131,13 @@ func TestPropertyBatching(t *testing.T) {
 				when := now + st.dt*int64(k+1)/int64(extra+1)
 				switch rapid.IntRange(0, 5).Draw(t, "kind") {
 				case 0: // can never succeed: more than size plus any wait
-					busy.Allow(time.Unix(0, when), Request{Resource: "r", Domain: "d", Tokens: 2 * p.Size, MaxWait: 0, HasMaxWait: true})
+					busy.Allow(context.Background(), time.Unix(0, when), Request{Resource: "r", Domain: "d", Tokens: 2 * p.Size, MaxWait: 0, HasMaxWait: true})
 				case 1:
-					busy.Allow(time.Unix(0, when), Request{Resource: "r", Domain: "other", Tokens: 1})
+					busy.Allow(context.Background(), time.Unix(0, when), Request{Resource: "r", Domain: "other", Tokens: 1})
 				case 2:
-					_ = busy.Walk(time.Unix(0, when), func(BucketInfo) bool { return true })
+					_ = busy.Walk(context.Background(), time.Unix(0, when), func(BucketInfo) bool { return true })
 				case 3:
-					if _, err := busy.Reap(time.Unix(0, when)); err != nil {
+					if _, err := busy.Reap(context.Background(), time.Unix(0, when)); err != nil {
 						t.Fatal(err)
 					}
 				case 4:
@@ -144,13 +145,13 @@ func TestPropertyBatching(t *testing.T) {
 						t.Fatal(err)
 					}
 				case 5: // too many tokens: changes nothing either
-					busy.Allow(time.Unix(0, when), Request{Resource: "r", Domain: "d", Tokens: 3 * p.Size, MinTokens: 3 * p.Size})
+					busy.Allow(context.Background(), time.Unix(0, when), Request{Resource: "r", Domain: "d", Tokens: 3 * p.Size, MinTokens: 3 * p.Size})
 				}
 			}
 			now += st.dt
 			req := Request{Resource: "r", Domain: "d", Tokens: st.a.Tokens, MinTokens: st.a.Min, MaxWait: time.Duration(st.a.MaxWait), HasMaxWait: true}
-			d1 := plain.Allow(time.Unix(0, now), req)
-			d2 := busy.Allow(time.Unix(0, now), req)
+			d1 := plain.Allow(context.Background(), time.Unix(0, now), req)
+			d2 := busy.Allow(context.Background(), time.Unix(0, now), req)
 			if fmt.Sprint(d1) != fmt.Sprint(d2) {
 				t.Fatalf("request %d: plain %+v, busy %+v", i, d1, d2)
 			}

@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"context"
 	"slices"
 	"time"
 )
@@ -46,7 +47,8 @@ func ByKey(a, b *BucketInfo) bool {
 // (BenchmarkQuery: 60 to 90 ms on a shared 2-core VM); a page deep in
 // the order keeps as many buckets as its offset (0.6 to 0.95 s for a page
 // 100 000 deep when every bucket ties on the sort key, the worst case).
-func (e *Engine) Query(now time.Time, q Query) (Page, error) {
+// ctx is the request's, as for Walk.
+func (e *Engine) Query(ctx context.Context, now time.Time, q Query) (Page, error) {
 	less := ByKey
 	if by := q.Less; by != nil {
 		less = func(a, b *BucketInfo) bool {
@@ -89,7 +91,7 @@ func (e *Engine) Query(now time.Time, q Query) (Page, error) {
 			i = l
 		}
 	}
-	err := e.Walk(now, func(b BucketInfo) bool {
+	err := e.Walk(ctx, now, func(b BucketInfo) bool {
 		cur = b
 		if q.Filter != nil && !q.Filter(&cur) {
 			return true

@@ -1,6 +1,9 @@
 package limits
 
-import "errors"
+import (
+	"context"
+	"errors"
+)
 
 // Key identifies one bucket in a Store. A domain's own bucket (named, below
 // a prefix, or from the template) is {resource, domain}; a resource's
@@ -91,6 +94,17 @@ var ErrStaleConfig = errors.New("limits: stale configuration")
 // The engine's answers depend only on what Take returns, so a store on
 // Redis (one Lua script per operation, mirroring Step) answers exactly as
 // the memory store does.
+//
+// Every method takes the context of the work it serves: the request's,
+// for Take and TakeHits (an RPC), Walk (a status page) and EstimateLen (a
+// scrape); the caller's own for Reap and Reconfigure (background work).
+// A store that does I/O bounds it by ctx's deadline and
+// cancellation: a call whose ctx is done before the store acts on it
+// changes nothing and returns an error wrapping ctx.Err() (checked with
+// errors.Is against context.Canceled or context.DeadlineExceeded); one
+// whose ctx ends while Redis holds its request in flight returns at once
+// with such an error, its outcome unknown. The memory store checks ctx
+// once, at the start of each call, and never blocks on I/O.
 type Store interface {
 	// Take is one atomic decision on bucket k with configuration l at now
 	// (Unix nanoseconds): it finds the bucket, or, when it does not exist,
@@ -105,9 +119,10 @@ type Store interface {
 	// A bucket last configured under another Limit first has its state
 	// rescaled (Rescale) to l.Params at now, if l is newer (Gen); if l is
 	// older than what the store has applied, Take returns ErrStaleConfig.
-	// Any other error is the store's own (a Redis outage): the engine
-	// answers StatusServerError.
-	Take(now int64, k Key, l *Limit, a Ask) (Outcome, error)
+	// An error wrapping ctx.Err() means the request's context ended (see
+	// above). Any other error is the store's own (a Redis outage): the
+	// engine answers StatusServerError.
+	Take(ctx context.Context, now int64, k Key, l *Limit, a Ask) (Outcome, error)
 
 	// TakeHits is one atomic decision on the burst-tier domain k with
 	// configuration l (l.Algorithm BurstTiers) at now: as Take, with the
@@ -122,7 +137,7 @@ type Store interface {
 	// A domain last configured under another Limit keeps its one-second
 	// log and its tiers by index (extra ones dropped, missing ones
 	// inactive); one that was a token bucket starts fresh.
-	TakeHits(now int64, k Key, l *Limit, a Ask) (HitOutcome, error)
+	TakeHits(ctx context.Context, now int64, k Key, l *Limit, a Ask) (HitOutcome, error)
 
 	// Reap removes every bucket whose Limit has Bucket.MaxIdle > 0, unused
 	// for at least MaxIdle at now, and full at now (so that it comes back
@@ -132,7 +147,7 @@ type Store interface {
 	// returns how many buckets it removed. A store that expires
 	// keys itself (Redis: a TTL of max(MaxIdle, the time until full) set on
 	// every write) may remove nothing here.
-	Reap(now int64, removed func(Removed)) (int, error)
+	Reap(ctx context.Context, now int64, removed func(Removed)) (int, error)
 
 	// Reconfigure applies configuration generation gen at now: for every
 	// bucket, resolve returns its new Limit, or nil to remove it (calling
@@ -142,13 +157,20 @@ type Store interface {
 	// ErrStaleConfig. A store may apply it lazily in Take instead (Take
 	// rescales any bucket under an older Limit), provided it rescales at
 	// the instant of the change.
-	Reconfigure(now int64, gen uint64, resolve func(Key) *Limit, removed func(Removed)) error
+	Reconfigure(ctx context.Context, now int64, gen uint64, resolve func(Key) *Limit, removed func(Removed)) error
 
 	// Walk calls fn for every bucket, in no particular order, until fn
 	// returns false. fn runs outside the store's locks; buckets changed
-	// during the walk may be seen before or after the change.
-	Walk(fn func(Snapshot) bool) error
+	// during the walk may be seen before or after the change. It costs
+	// O(buckets): for a status page that asked for it, never for a
+	// scrape.
+	Walk(ctx context.Context, fn func(Snapshot) bool) error
 
-	// Len returns the number of buckets.
-	Len() int
+	// EstimateLen returns the number of buckets (token buckets and
+	// burst-tier domains), or an estimate of it, at a cost that does not
+	// grow with them: O(1) work per store node, what a metrics scrape may
+	// read. The memory store's is exact; a store that cannot count its
+	// buckets so cheaply says what its number counts (limits/redis: the
+	// keys of its Redis databases, DBSIZE).
+	EstimateLen(ctx context.Context) (int, error)
 }

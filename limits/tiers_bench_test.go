@@ -35,7 +35,7 @@ func BenchmarkAllowTiers(b *testing.B) {
 				var buf [12]byte
 				now := t0
 				for i := range domains {
-					e.Allow(time.Unix(0, now), Request{Resource: "r", Domain: domainOf(&buf, i)})
+					e.Allow(b.Context(), time.Unix(0, now), Request{Resource: "r", Domain: domainOf(&buf, i)})
 				}
 				step := stride(domains)
 				var granted int64
@@ -47,7 +47,7 @@ func BenchmarkAllowTiers(b *testing.B) {
 					if i += step; i >= domains {
 						i -= domains
 					}
-					granted += e.Allow(time.Unix(0, now), Request{Resource: "r", Domain: domainOf(&buf, i)}).Granted
+					granted += e.Allow(b.Context(), time.Unix(0, now), Request{Resource: "r", Domain: domainOf(&buf, i)}).Granted
 				}
 				b.ReportMetric(float64(granted)/float64(b.N), "granted/op")
 			})
@@ -60,7 +60,7 @@ func BenchmarkAllowTiers(b *testing.B) {
 		var seed, clock atomic.Int64
 		var buf [12]byte
 		for i := range 100_000 {
-			e.Allow(time.Unix(0, t0), Request{Resource: "r", Domain: domainOf(&buf, i)})
+			e.Allow(b.Context(), time.Unix(0, t0), Request{Resource: "r", Domain: domainOf(&buf, i)})
 		}
 		clock.Store(t0)
 		b.ReportAllocs()
@@ -72,7 +72,7 @@ func BenchmarkAllowTiers(b *testing.B) {
 				if i += 104729; i >= 100_000 {
 					i %= 100_000
 				}
-				e.Allow(time.Unix(0, clock.Add(2e6)), Request{Resource: "r", Domain: domainOf(&buf, i)})
+				e.Allow(b.Context(), time.Unix(0, clock.Add(2e6)), Request{Resource: "r", Domain: domainOf(&buf, i)})
 			}
 		})
 	})
@@ -110,12 +110,12 @@ func BenchmarkMemoryPerTierDomain(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		e := newEngine(b, cfg, nil)
 		for _, d := range domains {
-			e.Allow(time.Unix(0, t0), Request{Resource: "r", Domain: d})
+			e.Allow(b.Context(), time.Unix(0, t0), Request{Resource: "r", Domain: d})
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
-		if e.Len() != n {
-			b.Fatalf("%d domains", e.Len())
+		if bucketCount(e) != n {
+			b.Fatalf("%d domains", bucketCount(e))
 		}
 		perDomain = float64(after.HeapAlloc-before.HeapAlloc) / n
 		runtime.KeepAlive(e)

@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"testing"
@@ -251,9 +252,9 @@ func TestPropertyTiersEngine(t *testing.T) {
 			for range rapid.IntRange(0, 2).Draw(t, "extra") {
 				switch rapid.IntRange(0, 2).Draw(t, "kind") {
 				case 0:
-					_ = e.Walk(time.Unix(0, now), func(BucketInfo) bool { return true })
+					_ = e.Walk(context.Background(), time.Unix(0, now), func(BucketInfo) bool { return true })
 				case 1:
-					if _, err := e.Reap(time.Unix(0, now)); err != nil {
+					if _, err := e.Reap(context.Background(), time.Unix(0, now)); err != nil {
 						t.Fatal(err)
 					}
 				case 2:
@@ -264,7 +265,7 @@ func TestPropertyTiersEngine(t *testing.T) {
 			}
 			now += rq.dt
 			dom := fmt.Sprint("d", rq.domain)
-			d := e.Allow(time.Unix(0, now), Request{Resource: "r", Domain: dom, Tokens: rq.a.Tokens, MinTokens: rq.a.Min})
+			d := e.Allow(context.Background(), time.Unix(0, now), Request{Resource: "r", Domain: dom, Tokens: rq.a.Tokens, MinTokens: rq.a.Min})
 			r := StepTiers(p, model[rq.domain], &glob, now, rq.a)
 			want := Decision{Status: StatusOK, Granted: r.Granted, Remaining: float64(r.Available), Limit: p.Most(), Bucket: BucketRef{Source: SourceDynamic},
 				Algorithm: BurstTiers, Tiers: r.TierContext}

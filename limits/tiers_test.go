@@ -58,7 +58,7 @@ func run(t *testing.T, e *Engine, hits []hit) {
 			dom = "d"
 		}
 		tok := max(h.tokens, 1)
-		d := e.Allow(at(h.at), Request{Resource: "r", Domain: dom, Tokens: tok, MinTokens: h.min})
+		d := e.Allow(t.Context(), at(h.at), Request{Resource: "r", Domain: dom, Tokens: tok, MinTokens: h.min})
 		label := fmt.Sprintf("hit %d at %v (%s)", i, h.at, h.why)
 		if d.Algorithm != BurstTiers {
 			t.Fatalf("%s: algorithm %v", label, d.Algorithm)
@@ -260,24 +260,24 @@ func TestTierSequences(t *testing.T) {
 // second, which limit held the request back.
 func TestTierContext(t *testing.T) {
 	e := newEngine(t, tiered(2, 3, tier(10, sec, hr, 0)), nil)
-	d := e.Allow(at(0), Request{Resource: "r", Domain: "a", Tokens: 5, MinTokens: 1})
+	d := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "a", Tokens: 5, MinTokens: 1})
 	want := TierContext{HardLimit: 2, GlobalLimit: 3, Tier: 1, TierLimit: 10, TierHits: 2, DomainHitsLastSecond: 2, GlobalHitsLastSecond: 2, Burst: true, HardLimited: true, GlobalLimited: true}
 	if d.Status != StatusOK || d.Granted != 2 || d.Tiers != want || d.Limit != 2 || d.Remaining != 0 || d.Bucket.Source != SourceDynamic {
 		t.Fatalf("a: %+v", d)
 	}
-	d = e.Allow(at(0), Request{Resource: "r", Domain: "b", Tokens: 2, MinTokens: 1})
+	d = e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "b", Tokens: 2, MinTokens: 1})
 	want = TierContext{HardLimit: 2, GlobalLimit: 3, Tier: 1, TierLimit: 10, TierHits: 1, DomainHitsLastSecond: 1, GlobalHitsLastSecond: 3, Burst: true, GlobalLimited: true}
 	if d.Status != StatusOK || d.Granted != 1 || d.Tiers != want {
 		t.Fatalf("b: %+v", d)
 	}
-	d = e.Allow(at(0), Request{Resource: "r", Domain: "c"})
+	d = e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "c"})
 	want = TierContext{HardLimit: 2, GlobalLimit: 3, GlobalHitsLastSecond: 3, GlobalLimited: true}
 	if d.Status != StatusTimeout || d.Tiers != want || d.RetryAfter != sec+1 {
 		t.Fatalf("c: %+v", d)
 	}
 	// Unbounded limits are 0 and not flagged; without G no global count.
 	e = newEngine(t, tiered(0, 0, tier(1, sec, hr, 0)), nil)
-	d = e.Allow(at(0), Request{Resource: "r", Domain: "a"})
+	d = e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "a"})
 	want = TierContext{Tier: 1, TierLimit: 1, TierHits: 1, DomainHitsLastSecond: 1, Burst: true}
 	if d.Tiers != want || d.Remaining != 0 || d.Limit != 1 {
 		t.Fatalf("unbounded: %+v", d)
@@ -308,18 +308,18 @@ func TestTierDomains(t *testing.T) {
 		{"free/x", 0, SourcePrefix},  // G exhausted
 		{"other2", 0, SourceDynamic}, // G exhausted
 	} {
-		d := e.Allow(at(0), Request{Resource: "r", Domain: c.domain, Tokens: 10, MinTokens: 1})
+		d := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: c.domain, Tokens: 10, MinTokens: 1})
 		if d.Granted != c.granted || d.Bucket.Source != c.source || d.Tiers.GlobalLimit != 4 {
 			t.Errorf("%s: %+v", c.domain, d)
 		}
 	}
 	// A second later: free has no hard limit, only its tier (the
 	// resource's: L 1).
-	d := e.Allow(at(2*sec), Request{Resource: "r", Domain: "free", Tokens: 10, MinTokens: 1})
+	d := e.Allow(t.Context(), at(2*sec), Request{Resource: "r", Domain: "free", Tokens: 10, MinTokens: 1})
 	if d.Granted != 1 || d.Tiers.HardLimit != 0 || d.Tiers.HardLimited {
 		t.Errorf("free: %+v", d)
 	}
-	if d := e.Allow(at(2*sec), Request{Resource: "r", Domain: "blocked"}); d.Status != StatusTimeout || !d.RetryNever || d.Limit != 0 {
+	if d := e.Allow(t.Context(), at(2*sec), Request{Resource: "r", Domain: "blocked"}); d.Status != StatusTimeout || !d.RetryNever || d.Limit != 0 {
 		t.Errorf("blocked: %+v", d)
 	}
 }
@@ -363,7 +363,7 @@ func TestNormalize(t *testing.T) {
 	}
 	// The engine runs the normalized tiers: tier 1 is the 2-hit one.
 	e := newEngine(t, tiered(0, 0, tier(1, sec, 0, 0), tier(2, 10*sec, 5*sec, 0)), nil)
-	if d := e.Allow(at(0), Request{Resource: "r", Domain: "d", Tokens: 9, MinTokens: 1}); d.Granted != 2 || d.Tiers.Tier != 1 {
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "d", Tokens: 9, MinTokens: 1}); d.Granted != 2 || d.Tiers.Tier != 1 {
 		t.Fatalf("%+v", d)
 	}
 	if got := e.Config().Resources["r"].Tiers; len(got) != 1 || got[0].Window != 5*sec {
@@ -394,60 +394,60 @@ func TestNamespaces(t *testing.T) {
 	// Ignored: every request granted in full; the tiers take what they
 	// can, the logs everything.
 	for i := range 3 {
-		d := e.Allow(at(0), Request{Resource: "muted/r", Domain: "d", Tokens: 4})
+		d := e.Allow(t.Context(), at(0), Request{Resource: "muted/r", Domain: "d", Tokens: 4})
 		want := TierContext{HardLimit: 5, GlobalLimit: 7, Tier: 1, TierLimit: 1, TierHits: 1, DomainHitsLastSecond: 4 * int64(i+1), GlobalHitsLastSecond: 4 * int64(i+1),
 			Burst: i == 0, HardLimited: i > 0, GlobalLimited: i > 0}
 		if d.Status != StatusOK || d.Granted != 4 || !d.Unlimited || d.Tiers != want {
 			t.Fatalf("muted/r %d: %+v", i, d)
 		}
 	}
-	if d := e.Allow(at(0), Request{Resource: "both/none", Domain: "d", Tokens: 3}); d.Status != StatusOK || d.Granted != 3 || !d.Unlimited || d.Tiers.DomainHitsLastSecond != 3 {
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "both/none", Domain: "d", Tokens: 3}); d.Status != StatusOK || d.Granted != 3 || !d.Unlimited || d.Tiers.DomainHitsLastSecond != 3 {
 		t.Fatalf("no tiers, ignored: %+v", d)
 	}
 	// A token bucket: drained to empty, never in debt, no wait.
 	for i := range 3 {
-		d := e.Allow(at(0), Request{Resource: "muted/tb", Domain: "d", Tokens: 5, MinTokens: 5})
+		d := e.Allow(t.Context(), at(0), Request{Resource: "muted/tb", Domain: "d", Tokens: 5, MinTokens: 5})
 		if d.Status != StatusOK || d.Granted != 5 || d.Wait != 0 || !d.Unlimited || d.Remaining != 0 {
 			t.Fatalf("muted/tb %d: %+v", i, d)
 		}
 	}
-	if d := e.Allow(at(1500*time.Millisecond), Request{Resource: "muted/tb", Domain: "d"}); d.Remaining != 0.5 {
+	if d := e.Allow(t.Context(), at(1500*time.Millisecond), Request{Resource: "muted/tb", Domain: "d"}); d.Remaining != 0.5 {
 		t.Fatalf("muted/tb refills from empty, not from debt: %+v", d)
 	}
 	// The longest prefix decides: muted/loud/ does not ignore.
-	e.Allow(at(0), Request{Resource: "muted/loud/r", Domain: "d"})
-	if d := e.Allow(at(0), Request{Resource: "muted/loud/r", Domain: "d"}); d.Status != StatusTimeout || d.Unlimited {
+	e.Allow(t.Context(), at(0), Request{Resource: "muted/loud/r", Domain: "d"})
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "muted/loud/r", Domain: "d"}); d.Status != StatusTimeout || d.Unlimited {
 		t.Fatalf("muted/loud/r: %+v", d)
 	}
 	// Configured, under a prefix that only allows unconfigured: limited.
-	e.Allow(at(0), Request{Resource: "open/r", Domain: "d"})
-	if d := e.Allow(at(0), Request{Resource: "open/r", Domain: "d"}); d.Status != StatusTimeout {
+	e.Allow(t.Context(), at(0), Request{Resource: "open/r", Domain: "d"})
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "open/r", Domain: "d"}); d.Status != StatusTimeout {
 		t.Fatalf("open/r: %+v", d)
 	}
 	// Unconfigured under open/: the most permissive configuration,
 	// recorded per (resource, domain).
 	for i := range 3 {
-		d := e.Allow(at(0), Request{Resource: "open/new", Domain: "d", Tokens: MaxTokens / 4})
+		d := e.Allow(t.Context(), at(0), Request{Resource: "open/new", Domain: "d", Tokens: MaxTokens / 4})
 		if d.Status != StatusOK || d.Granted != MaxTokens/4 || !d.Unlimited || d.Bucket.String() != "namespace open/" ||
 			d.Tiers.DomainHitsLastSecond != int64(i+1)*(MaxTokens/4) || d.Tiers.HardLimit != 0 {
 			t.Fatalf("open/new %d: %+v", i, d)
 		}
 	}
-	if d := e.Allow(at(0), Request{Resource: "open/other", Domain: "d"}); d.Tiers.DomainHitsLastSecond != 1 {
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "open/other", Domain: "d"}); d.Tiers.DomainHitsLastSecond != 1 {
 		t.Fatalf("open/other shares open/new's state: %+v", d)
 	}
 	// Unconfigured elsewhere: the global default bucket, limited, even
 	// under muted/ (the global default is not the resource's
 	// configuration).
 	for _, r := range []string{"elsewhere", "muted/unknown"} {
-		e.Allow(at(0), Request{Resource: r, Domain: "d"})
-		if d := e.Allow(at(0), Request{Resource: r, Domain: "d"}); d.Status != StatusTimeout || d.Unlimited || d.Bucket.Source != SourceGlobalDefault {
+		e.Allow(t.Context(), at(0), Request{Resource: r, Domain: "d"})
+		if d := e.Allow(t.Context(), at(0), Request{Resource: r, Domain: "d"}); d.Status != StatusTimeout || d.Unlimited || d.Bucket.Source != SourceGlobalDefault {
 			t.Fatalf("%s: %+v", r, d)
 		}
 	}
 	// The buckets are recorded: the walk shows them.
 	seen := map[Key]BucketInfo{}
-	_ = e.Walk(at(0), func(b BucketInfo) bool { seen[Key{b.Resource, b.Domain}] = b; return true })
+	_ = e.Walk(t.Context(), at(0), func(b BucketInfo) bool { seen[Key{b.Resource, b.Domain}] = b; return true })
 	if b, ok := seen[Key{"open/new", "d"}]; !ok || b.HitsLastSecond != 3*(MaxTokens/4) || b.Bucket.Source != SourceNamespace {
 		t.Fatalf("open/new: %+v (%v)", b, ok)
 	}
@@ -461,7 +461,7 @@ func TestNamespaces(t *testing.T) {
 	if err := e.SetConfig(at(0), cfg2); err != nil {
 		t.Fatal(err)
 	}
-	if d := e.Allow(at(0), Request{Resource: "open/new", Domain: "d"}); d.Bucket.Source != SourceGlobalDefault {
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "open/new", Domain: "d"}); d.Bucket.Source != SourceGlobalDefault {
 		t.Fatalf("open/new after: %+v", d)
 	}
 	if _, ok := state(t, e, Key{"open/new", "d"}); ok {
@@ -473,10 +473,10 @@ func TestNamespaces(t *testing.T) {
 // time left, hits in its window, the cooldown that blocks it.
 func TestTierWalk(t *testing.T) {
 	e := newEngine(t, tiered(5, 0, cookbookTiers...), nil)
-	e.Allow(at(0), Request{Resource: "r", Domain: "d", Tokens: 5})
+	e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "d", Tokens: 5})
 	info := func(when time.Duration) BucketInfo {
 		var got BucketInfo
-		_ = e.Walk(at(when), func(b BucketInfo) bool { got = b; return true })
+		_ = e.Walk(t.Context(), at(when), func(b BucketInfo) bool { got = b; return true })
 		return got
 	}
 	b := info(500 * time.Millisecond)
@@ -493,17 +493,17 @@ func TestTierWalk(t *testing.T) {
 		t.Fatalf("at 3 s:\n%+v\nwant\n%+v", b, want)
 	}
 	var snap Snapshot
-	_ = e.Store().Walk(func(s Snapshot) bool { snap = s; return true })
+	_ = e.Store().Walk(t.Context(), func(s Snapshot) bool { snap = s; return true })
 	if got := TierStatuses(snap, at(3*sec).UnixNano()); !reflect.DeepEqual(got, []TierStatus{{PhaseActive, 3 * sec, 0}, {PhaseCooldown, 3 * sec, 0}}) {
 		t.Fatalf("statuses %+v", got)
 	}
 	// Fresh again once everything is inactive and a second has passed:
 	// Reap removes it.
-	if n, _ := e.Reap(at(6*sec - 1)); n != 0 {
+	if n, _ := e.Reap(t.Context(), at(6*sec-1)); n != 0 {
 		t.Fatalf("reaped a domain with tier 2 in cooldown")
 	}
-	if n, _ := e.Reap(at(6 * sec)); n != 1 || e.Len() != 0 {
-		t.Fatalf("reaped %d, %d left", n, e.Len())
+	if n, _ := e.Reap(t.Context(), at(6*sec)); n != 1 || bucketCount(e) != 0 {
+		t.Fatalf("reaped %d, %d left", n, bucketCount(e))
 	}
 }
 
@@ -511,24 +511,24 @@ func TestTierWalk(t *testing.T) {
 // and its tiers by index; a domain changing algorithm starts afresh.
 func TestTierSetConfig(t *testing.T) {
 	e := newEngine(t, tiered(3, 0, tier(2, sec, hr, 0), tier(2, sec, hr, 0)), nil)
-	e.Allow(at(0), Request{Resource: "r", Domain: "d", Tokens: 3})
+	e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "d", Tokens: 3})
 	if err := e.SetConfig(at(0), tiered(4, 0, tier(2, sec, hr, 0))); err != nil {
 		t.Fatal(err)
 	}
 	// Tier 2 is gone: tier 1 is full; H has room for one.
-	if d := e.Allow(at(0), Request{Resource: "r", Domain: "d"}); d.Status != StatusTimeout || d.Tiers.Tier != 1 || d.Tiers.DomainHitsLastSecond != 3 {
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "d"}); d.Status != StatusTimeout || d.Tiers.Tier != 1 || d.Tiers.DomainHitsLastSecond != 3 {
 		t.Fatalf("%+v", d)
 	}
 	if err := e.SetConfig(at(0), &Config{Resources: map[string]*Resource{"r": {Template: &Bucket{Size: 5, FillRate: 1, MaxTokensPerRequest: 5}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if d := e.Allow(at(0), Request{Resource: "r", Domain: "d", Tokens: 5}); d.Status != StatusOK || d.Algorithm != TokenBucket {
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "d", Tokens: 5}); d.Status != StatusOK || d.Algorithm != TokenBucket {
 		t.Fatalf("token bucket: %+v", d)
 	}
 	if err := e.SetConfig(at(0), tiered(0, 0, tier(2, sec, hr, 0))); err != nil {
 		t.Fatal(err)
 	}
-	if d := e.Allow(at(0), Request{Resource: "r", Domain: "d", Tokens: 2}); d.Status != StatusOK || d.Tiers.DomainHitsLastSecond != 2 {
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "d", Tokens: 2}); d.Status != StatusOK || d.Tiers.DomainHitsLastSecond != 2 {
 		t.Fatalf("tiers again: %+v", d)
 	}
 }
@@ -542,8 +542,8 @@ func TestTierTooManyDomains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.Allow(at(0), Request{Resource: "r", Domain: "a"})
-	if d := e.Allow(at(0), Request{Resource: "r", Domain: "b"}); d.Status != StatusTooManyBuckets || !d.RetryNever {
+	e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "a"})
+	if d := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "b"}); d.Status != StatusTooManyBuckets || !d.RetryNever {
 		t.Fatalf("%+v", d)
 	}
 	if want := []EventType{EventBucketCreated, EventTokensServed, EventBucketMiss}; !reflect.DeepEqual(events, want) {
@@ -567,17 +567,17 @@ func TestTierConcurrent(t *testing.T) {
 				// Instants out of order across goroutines, all within the
 				// windows (an hour) and the same second.
 				when := at(time.Duration(i%7) * time.Millisecond)
-				d := e.Allow(when, Request{Resource: "r", Domain: "d", Tokens: 1 + int64(i%4), MinTokens: 1})
+				d := e.Allow(t.Context(), when, Request{Resource: "r", Domain: "d", Tokens: 1 + int64(i%4), MinTokens: 1})
 				if d.Tiers.Tier > 0 && d.Tiers.TierHits > d.Tiers.TierLimit {
 					t.Errorf("tier %d holds %d > %d", d.Tiers.Tier, d.Tiers.TierHits, d.Tiers.TierLimit)
 				}
 				one.Add(d.Granted)
-				d = e.Allow(when, Request{Resource: "g", Domain: fmt.Sprint("d", g), Tokens: 1 + int64(i%3), MinTokens: 1})
+				d = e.Allow(t.Context(), when, Request{Resource: "g", Domain: fmt.Sprint("d", g), Tokens: 1 + int64(i%3), MinTokens: 1})
 				global.Add(d.Granted)
 				perDomain[g].Add(d.Granted)
 				if g == 0 && i%100 == 0 {
-					_ = e.Walk(when, func(BucketInfo) bool { return true })
-					_, _ = e.Reap(when)
+					_ = e.Walk(t.Context(), when, func(BucketInfo) bool { return true })
+					_, _ = e.Reap(t.Context(), when)
 					if err := e.SetConfig(when, cfg); err != nil {
 						t.Error(err)
 					}

@@ -59,11 +59,11 @@ func TestAdminPageInBrowser(t *testing.T) {
 	// exist or is not full.
 	allowDelay := func(domain string) (time.Duration, bool) {
 		now := time.Now()
-		d := s.Limits().Engine().Allow(now, limits.Request{Resource: "api", Domain: domain, Tokens: 10, HasMaxWait: true})
+		d := s.Limits().Engine().Allow(context.Background(), now, limits.Request{Resource: "api", Domain: domain, Tokens: 10, HasMaxWait: true})
 		if d.Status != limits.StatusOK {
 			return 0, false
 		}
-		d = s.Limits().Engine().Allow(now, limits.Request{Resource: "api", Domain: domain, Tokens: 1, HasMaxWait: true})
+		d = s.Limits().Engine().Allow(context.Background(), now, limits.Request{Resource: "api", Domain: domain, Tokens: 1, HasMaxWait: true})
 		if d.Status != limits.StatusTimeout {
 			t.Fatalf("api/%s: one more token than the bucket holds, not waiting: %+v", domain, d)
 		}
@@ -118,7 +118,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 	if v := text("#version"); v != "1" {
 		t.Errorf("version after a dry run: %s, want 1", v)
 	}
-	if d := s.Limits().Engine().Allow(time.Now(), limits.Request{Resource: "api", Domain: "tenant-1", HasMaxWait: true}); d.Status != limits.StatusNoBucket {
+	if d := s.Limits().Engine().Allow(context.Background(), time.Now(), limits.Request{Resource: "api", Domain: "tenant-1", HasMaxWait: true}); d.Status != limits.StatusNoBucket {
 		t.Errorf("api/tenant-1 after a dry run: %v, want no bucket", d.Status)
 	}
 	// Save: created, applied by the server's watcher.

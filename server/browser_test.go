@@ -80,9 +80,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 	s.Capacity().Sweep()
 	for i := range 30 {
 		d := fmt.Sprintf("user-%02d", i)
-		s.Limits().Engine().Allow(time.Now(), limits.Request{Resource: "users", Domain: d, Tokens: int64(i%10 + 1)})
+		s.Limits().Engine().Allow(context.Background(), time.Now(), limits.Request{Resource: "users", Domain: d, Tokens: int64(i%10 + 1)})
 		if i%3 == 0 {
-			s.Limits().Engine().Allow(time.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 10})
+			s.Limits().Engine().Allow(context.Background(), time.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 10})
 		}
 	}
 	base := "http://" + s.Addr()

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -160,7 +161,7 @@ func TestLimitsAllow(t *testing.T) {
 			t.Errorf("Allow(%v): %v; want InvalidArgument naming %s", tc.req, err, tc.field)
 		}
 	}
-	if n := s.Limits().Engine().Len(); n != 1 {
+	if n, _ := s.Limits().Engine().EstimateLen(t.Context()); n != 1 {
 		t.Errorf("%d buckets after invalid requests, want only api/small", n)
 	}
 	// JSON over HTTP/1.1 on the same port.
@@ -210,7 +211,7 @@ type failingStore struct{ limits.Store }
 
 var errStoreDown = errors.New("store down")
 
-func (failingStore) Take(int64, limits.Key, *limits.Limit, limits.Ask) (limits.Outcome, error) {
+func (failingStore) Take(context.Context, int64, limits.Key, *limits.Limit, limits.Ask) (limits.Outcome, error) {
 	return limits.Outcome{}, errStoreDown
 }
 

@@ -10,8 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
@@ -77,7 +75,7 @@ resources:
 	}
 	// Shared.Metrics (redisShared's sluice_redis_up) is served at
 	// /metrics, collected at each scrape.
-	if _, body, _ := get(t, h, "/metrics"); !strings.Contains(body, "sluice_redis_up 1") {
+	if _, body, _ := get(t, h, "/metrics"); !strings.Contains(body, "sluice_redis_up 1") || !strings.Contains(body, "sluice_redis_round_trip_seconds_count") {
 		t.Fatalf("metrics, Redis up:\n%s", grepLines(body, "sluice_redis"))
 	}
 	if h := st.Health(); h.Latency.Count < 1 {
@@ -113,7 +111,7 @@ resources:
 		t.Fatalf("HTML status page, Redis down:\n%s", body)
 	}
 	_, body, _ := get(t, h, "/metrics")
-	for _, want := range []string{"sluice_redis_up 0",
+	for _, want := range []string{"sluice_redis_up 0", "sluice_redis_breaker_state 2", "sluice_redis_refused_total 41", "sluice_redis_calls_total 3",
 		`sluice_limits_events_total{event="degraded",resource="open"} 21`, `sluice_limits_events_total{event="server_error",resource="closed"} 21`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics, Redis down: no %q in\n%s", want, grepLines(body, "sluice_redis", "degraded", "server_error"))
@@ -136,21 +134,15 @@ func grepLines(s string, subs ...string) string {
 }
 
 // redisShared is the shared store on st as `sluice server --redis` builds
-// it (cmd/sluice's redisShared): st's buckets, its copy log, its health for
-// the status page, and, for /metrics, sluice_redis_up (cmd/sluice exports
-// the whole of st's Health); closing it closes st and then c, if any.
+// it (cmd/sluice's redisShared): st's buckets, its copy log, its health
+// (the status page) and its collector (sluice_redis_* on /metrics);
+// closing it closes st and then c, if any.
 func redisShared(st *redisstore.Store, c redis.UniversalClient) *Shared {
 	return &Shared{
-		Limits: st,
-		Copies: redisstore.NewCopyLog(st),
-		Metrics: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_redis_up", Help: "1 while no circuit breaker of the store's Redis nodes is open."},
-			func() float64 {
-				if st.Health().Breaker == "closed" {
-					return 1
-				}
-				return 0
-			}),
-		Health: func() *sitestatus.RedisStatus { return redisSectionOf(st.Health()) },
+		Limits:  st,
+		Copies:  redisstore.NewCopyLog(st),
+		Metrics: st.Collector(),
+		Health:  st.Health,
 		Close: func() error {
 			_ = st.Close()
 			if c != nil {
@@ -159,21 +151,4 @@ func redisShared(st *redisstore.Store, c redis.UniversalClient) *Shared {
 			return nil
 		},
 	}
-}
-
-// redisSectionOf is the status page's Redis section for h.
-func redisSectionOf(h redisstore.Health) *sitestatus.RedisStatus {
-	rs := &sitestatus.RedisStatus{State: h.State, Breaker: h.Breaker, Nodes: h.Nodes, LastError: h.LastError,
-		Calls: h.Calls, Scripts: h.Scripts, RoundTrips: h.RoundTrips, Failures: h.Failures, Refused: h.Refused, Timeout: h.Timeout.Seconds()}
-	if !h.LastErrorAt.IsZero() {
-		at := h.LastErrorAt.UTC()
-		rs.LastErrorAt = &at
-	}
-	if h.Calls > 0 {
-		rs.RoundTripsPerCall = float64(h.RoundTrips) / float64(h.Calls)
-	}
-	if h.Latency.Count > 0 {
-		rs.MeanRoundTrip = h.Latency.Sum.Seconds() / float64(h.Latency.Count)
-	}
-	return rs
 }

@@ -184,7 +184,7 @@ type Shared struct {
 	// Metrics exports the store's health (sluice_redis_*); may be nil.
 	Metrics prometheus.Collector
 	// Health is the store's health for the status page; may be nil.
-	Health func() *status.RedisStatus
+	Health func() limits.StoreHealth
 	// Close releases the store when the server stops; may be nil.
 	Close func() error
 }
@@ -580,7 +580,7 @@ func (s *Server) Ready() (ready bool, why string) {
 // redisStatus is the status page's view of the shared store.
 func (s *Server) redisStatus() *status.RedisStatus {
 	if sh := s.cfg.Shared; sh != nil && sh.Health != nil {
-		return sh.Health()
+		return status.RedisStatusOf(sh.Health())
 	}
 	return nil
 }

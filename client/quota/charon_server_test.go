@@ -79,7 +79,7 @@ func (h *charon) expire() {
 		case <-h.stop:
 			return
 		case now := <-tick.C:
-			h.copies.Expire(now)
+			h.copies.Expire(context.Background(), now)
 		}
 	}
 }
@@ -188,7 +188,7 @@ func (h *charon) KeepAlive(ctx context.Context, st *connect.BidiStream[sluicev1.
 	defer func() {
 		if !h.keepOnBreak.Load() {
 			for id := range kept {
-				_, _ = h.copies.Close(time.Now(), id)
+				_, _ = h.copies.Close(ctx, time.Now(), id)
 			}
 		}
 	}()
@@ -240,17 +240,17 @@ func (h *charon) KeepAlive(ctx context.Context, st *connect.BidiStream[sluicev1.
 	}
 }
 
-func (h *charon) CloseSession(_ context.Context, req *connect.Request[sluicev1.CloseSessionRequest]) (*connect.Response[sluicev1.CloseSessionResponse], error) {
+func (h *charon) CloseSession(ctx context.Context, req *connect.Request[sluicev1.CloseSessionRequest]) (*connect.Response[sluicev1.CloseSessionResponse], error) {
 	if err := h.failing(); err != nil {
 		return nil, err
 	}
-	if _, err := h.copies.Close(time.Now(), req.Msg.GetSessionId()); err != nil {
+	if _, err := h.copies.Close(ctx, time.Now(), req.Msg.GetSessionId()); err != nil {
 		return nil, codeOf(err)
 	}
 	return connect.NewResponse(&sluicev1.CloseSessionResponse{}), nil
 }
 
-func (h *charon) Reserve(_ context.Context, req *connect.Request[sluicev1.ReserveRequest]) (*connect.Response[sluicev1.ReserveResponse], error) {
+func (h *charon) Reserve(ctx context.Context, req *connect.Request[sluicev1.ReserveRequest]) (*connect.Response[sluicev1.ReserveResponse], error) {
 	if err := h.failing(); err != nil {
 		return nil, err
 	}
@@ -258,7 +258,7 @@ func (h *charon) Reserve(_ context.Context, req *connect.Request[sluicev1.Reserv
 	if h.rateLimited(m.GetResource()) {
 		return nil, codeOf(copies.WrongKind(m.GetResource(), "rate-limited"))
 	}
-	r, err := h.copies.Reserve(time.Now(), m.GetSessionId(), m.GetResource(), m.GetDomain(), m.GetCopies(), m.GetMinCopies())
+	r, err := h.copies.Reserve(ctx, time.Now(), m.GetSessionId(), m.GetResource(), m.GetDomain(), m.GetCopies(), m.GetMinCopies())
 	if err != nil {
 		return nil, codeOf(err)
 	}
@@ -276,34 +276,34 @@ func (h *charon) Reserve(_ context.Context, req *connect.Request[sluicev1.Reserv
 	return connect.NewResponse(resp), nil
 }
 
-func (h *charon) Release(_ context.Context, req *connect.Request[sluicev1.ReleaseRequest]) (*connect.Response[sluicev1.ReleaseResponse], error) {
+func (h *charon) Release(ctx context.Context, req *connect.Request[sluicev1.ReleaseRequest]) (*connect.Response[sluicev1.ReleaseResponse], error) {
 	if err := h.failing(); err != nil {
 		return nil, err
 	}
 	m := req.Msg
-	if err := h.copies.Release(time.Now(), m.GetSessionId(), m.GetResource(), m.GetDomain(), m.GetCopies(), m.GetGroups()); err != nil {
+	if err := h.copies.Release(ctx, time.Now(), m.GetSessionId(), m.GetResource(), m.GetDomain(), m.GetCopies(), m.GetGroups()); err != nil {
 		return nil, codeOf(err)
 	}
 	return connect.NewResponse(&sluicev1.ReleaseResponse{}), nil
 }
 
-func (h *charon) Transfer(_ context.Context, req *connect.Request[sluicev1.TransferRequest]) (*connect.Response[sluicev1.TransferResponse], error) {
+func (h *charon) Transfer(ctx context.Context, req *connect.Request[sluicev1.TransferRequest]) (*connect.Response[sluicev1.TransferResponse], error) {
 	if err := h.failing(); err != nil {
 		return nil, err
 	}
 	m := req.Msg
-	st, err := h.copies.Transfer(time.Now(), m.GetSessionId(), m.GetResource(), m.GetDomain(), m.GetCopies(), m.GetGroups(), m.GetTtl().AsDuration())
+	st, err := h.copies.Transfer(ctx, time.Now(), m.GetSessionId(), m.GetResource(), m.GetDomain(), m.GetCopies(), m.GetGroups(), m.GetTtl().AsDuration())
 	if err != nil {
 		return nil, codeOf(err)
 	}
 	return connect.NewResponse(&sluicev1.TransferResponse{TransferId: st.ID}), nil
 }
 
-func (h *charon) Seize(_ context.Context, req *connect.Request[sluicev1.SeizeRequest]) (*connect.Response[sluicev1.SeizeResponse], error) {
+func (h *charon) Seize(ctx context.Context, req *connect.Request[sluicev1.SeizeRequest]) (*connect.Response[sluicev1.SeizeResponse], error) {
 	if err := h.failing(); err != nil {
 		return nil, err
 	}
-	s, err := h.copies.Seize(time.Now(), req.Msg.GetSessionId(), req.Msg.GetTransferId())
+	s, err := h.copies.Seize(ctx, time.Now(), req.Msg.GetSessionId(), req.Msg.GetTransferId())
 	if err != nil {
 		return nil, codeOf(err)
 	}

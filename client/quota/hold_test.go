@@ -228,7 +228,7 @@ func TestSessionLost(t *testing.T) {
 		end  func(h *charon, id string)
 	}{
 		{name: "stream broken", end: func(h *charon, _ string) { h.breakStreams() }},
-		{name: "closed by the service", end: func(h *charon, id string) { _, _ = h.copies.Close(time.Now(), id) }},
+		{name: "closed by the service", end: func(h *charon, id string) { _, _ = h.copies.Close(t.Context(), time.Now(), id) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -303,7 +303,7 @@ func TestSessionLostReserveReopens(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if _, err := h.copies.Close(time.Now(), first.Session()); err != nil { // the keep-alive renews only every 20 min
+		if _, err := h.copies.Close(ctx, time.Now(), first.Session()); err != nil { // the keep-alive renews only every 20 min
 			t.Fatal(err)
 		}
 		second, err := c.ReserveCopies(ctx, "gpus", "acme", 1, 0, 0)
@@ -429,7 +429,7 @@ func TestSessionLostFoundByRelease(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if _, err := h.copies.Close(time.Now(), hold.Session()); err != nil { // the keep-alive renews only every 20 min
+		if _, err := h.copies.Close(ctx, time.Now(), hold.Session()); err != nil { // the keep-alive renews only every 20 min
 			t.Fatal(err)
 		}
 		if err := hold.Release(ctx, 1); !errors.Is(err, quota.ErrSessionLost) {

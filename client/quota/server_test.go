@@ -144,7 +144,7 @@ func (s *service) Allow(ctx context.Context, req *connect.Request[sluicev1.Allow
 	if m.GetMaxWait() != nil {
 		r.MaxWait, r.HasMaxWait = m.GetMaxWait().AsDuration(), true
 	}
-	d := s.engine.Allow(time.Now(), r)
+	d := s.engine.Allow(ctx, time.Now(), r)
 	switch d.Status {
 	case limits.StatusInvalidRequest:
 		return nil, connect.NewError(connect.CodeInvalidArgument, d.Err)

@@ -11,14 +11,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/server"
-	"github.com/sluice-rl/sluice/server/status"
 )
 
 func newServerCmd() *cobra.Command {
@@ -121,7 +119,7 @@ command line wins.`,
 					return fmt.Errorf("etcd TLS: %w", err)
 				}
 			}
-			if cfg.Shared, err = redisShared(redisURL, redisCluster, redisTimeout, log); err != nil {
+			if cfg.Shared, err = redisShared(cmd.Context(), redisURL, redisCluster, redisTimeout, log); err != nil {
 				return err
 			}
 			if cfg.Shared != nil && len(endpoints) == 0 {
@@ -247,51 +245,23 @@ func reloadOnHUP(ctx context.Context, log *slog.Logger, srv *server.Server) {
 }
 
 // redisShared returns the shared store of --redis or --redis-cluster (nil
-// for neither: each server's own memory): the limits store, its copy log,
-// its health, and the function that closes the store (its breaker probes,
-// then the client). The store batches concurrent requests into pipelines,
-// bounds each round trip by timeout (--redis-timeout) and has a circuit
-// breaker per node (redisstore.Options' other defaults); the server shows
-// its Health on the status page and as sluice_redis_* metrics.
-func redisShared(url string, cluster []string, timeout time.Duration, log *slog.Logger) (*server.Shared, error) {
-	var c redis.UniversalClient
+// for neither: each server's own memory): the limits store
+// (redisstore.Open: it batches concurrent requests into pipelines, bounds
+// each round trip by timeout, --redis-timeout, and has a circuit breaker
+// per node), its copy log, and its health, shown on the status page and as
+// sluice_redis_* metrics.
+func redisShared(ctx context.Context, url string, cluster []string, timeout time.Duration, log *slog.Logger) (*server.Shared, error) {
 	switch {
-	case (url != "" || len(cluster) > 0) && timeout <= 0:
+	case url == "" && len(cluster) == 0:
+		return nil, nil
+	case timeout <= 0:
 		return nil, fmt.Errorf("--redis-timeout: %v, want a positive duration", timeout)
 	case url != "" && len(cluster) > 0:
 		return nil, errors.New("--redis and --redis-cluster: give one")
-	case url != "":
-		opts, err := redis.ParseURL(url)
-		if err != nil {
-			return nil, fmt.Errorf("--redis: %w", err)
-		}
-		// The store's short timeouts (--redis-timeout) bound
-		// a round trip only when the client honours context deadlines.
-		// Its circuit breaker, not the client, retries: a retried
-		// pipeline of scripts could take tokens twice, and a Redis that
-		// refuses connections then fails in microseconds, not after
-		// backoffs that outlast the timeout (a max_retries in the URL
-		// still wins).
-		opts.ContextTimeoutEnabled = true
-		if opts.MaxRetries == 0 {
-			opts.MaxRetries = -1
-		}
-		if opts.DialerRetries == 0 {
-			opts.DialerRetries = 1
-		}
-		c = redis.NewClient(opts)
-	case len(cluster) > 0:
-		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-	default:
-		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		log.Warn("Redis does not answer yet; limits decisions fail until it does", "err", err)
+	st, err := redisstore.Open(ctx, redisstore.Dial{URL: url, Cluster: cluster, Timeout: timeout, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("--redis: %w", err)
 	}
-	st := redisstore.New(c, redisstore.Options{Timeout: timeout})
-	return &server.Shared{Limits: st, Copies: redisstore.NewCopyLog(st), Metrics: newRedisCollector(st),
-		Health: func() *status.RedisStatus { return redisStatus(st) },
-		Close:  func() error { _ = st.Close(); return c.Close() }}, nil
+	return &server.Shared{Limits: st, Copies: redisstore.NewCopyLog(st), Metrics: st.Collector(), Health: st.Health, Close: st.Close}, nil
 }

@@ -32,7 +32,7 @@ func benchEngine(b *testing.B, n int, groups bool) (*Engine, string, []string) {
 	}
 	holder, _ := e.Open(t0, time.Hour)
 	for _, d := range domains {
-		if r, err := e.Reserve(t0, holder.ID, "r", d, 1, 0); err != nil || r.Granted != 1 {
+		if r, err := e.Reserve(b.Context(), t0, holder.ID, "r", d, 1, 0); err != nil || r.Granted != 1 {
 			b.Fatal(r, err)
 		}
 	}
@@ -60,11 +60,11 @@ func BenchmarkReserveRelease(b *testing.B) {
 				i := 0
 				for b.Loop() {
 					i = (i + 7919) % len(domains)
-					r, err := e.Reserve(now, s, "r", domains[i], 1, 0)
+					r, err := e.Reserve(b.Context(), now, s, "r", domains[i], 1, 0)
 					if err != nil || r.Granted != 1 {
 						b.Fatal(r, err)
 					}
-					if err := e.Release(now, s, "r", domains[i], 1, names[i]); err != nil {
+					if err := e.Release(b.Context(), now, s, "r", domains[i], 1, names[i]); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -84,10 +84,10 @@ func BenchmarkReserveReleaseParallel(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			i = (i + 7919) % len(domains)
-			if r, err := e.Reserve(t0, s.ID, "r", domains[i], 1, 0); err != nil || r.Granted != 1 {
+			if r, err := e.Reserve(b.Context(), t0, s.ID, "r", domains[i], 1, 0); err != nil || r.Granted != 1 {
 				b.Fatal(r, err)
 			}
-			if err := e.Release(t0, s.ID, "r", domains[i], 1, nil); err != nil {
+			if err := e.Release(b.Context(), t0, s.ID, "r", domains[i], 1, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -105,7 +105,7 @@ func BenchmarkSession(b *testing.B) {
 	for b.Loop() {
 		s, _ := e.Open(t0, time.Minute)
 		e.KeepAlive(t0, s.ID)
-		e.Close(t0, s.ID)
+		e.Close(b.Context(), t0, s.ID)
 	}
 }
 
@@ -115,14 +115,14 @@ func BenchmarkTransferSeize(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		e.Reserve(t0, s, "r", domains[0], 1, 0)
-		tr, err := e.Transfer(t0, s, "r", domains[0], 1, nil, 0)
+		e.Reserve(b.Context(), t0, s, "r", domains[0], 1, 0)
+		tr, err := e.Transfer(b.Context(), t0, s, "r", domains[0], 1, nil, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := e.Seize(t0, s, tr.ID); err != nil {
+		if _, err := e.Seize(b.Context(), t0, s, tr.ID); err != nil {
 			b.Fatal(err)
 		}
-		e.Release(t0, s, "r", domains[0], 1, nil)
+		e.Release(b.Context(), t0, s, "r", domains[0], 1, nil)
 	}
 }

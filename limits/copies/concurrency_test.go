@@ -32,10 +32,10 @@ func TestConcurrentReserves(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			defer e.Close(now(), s.ID)
+			defer e.Close(t.Context(), now(), s.ID)
 			dom := domains[w%len(domains)]
 			for i := range rounds {
-				r, err := e.Reserve(now(), s.ID, "sandboxes", dom, 1, 0)
+				r, err := e.Reserve(t.Context(), now(), s.ID, "sandboxes", dom, 1, 0)
 				if err != nil {
 					t.Error(err)
 					return
@@ -59,7 +59,7 @@ func TestConcurrentReserves(t *testing.T) {
 				if i%10 == 9 {
 					// Hand the copy to whoever seizes it; it stays counted.
 					inUse.Add(-1)
-					tr, err := e.Transfer(now(), s.ID, "sandboxes", dom, 1, groups, time.Minute)
+					tr, err := e.Transfer(t.Context(), now(), s.ID, "sandboxes", dom, 1, groups, time.Minute)
 					if err != nil {
 						t.Error(err)
 						return
@@ -68,7 +68,7 @@ func TestConcurrentReserves(t *testing.T) {
 					continue
 				}
 				inUse.Add(-1)
-				if err := e.Release(now(), s.ID, "sandboxes", dom, 1, groups); err != nil {
+				if err := e.Release(t.Context(), now(), s.ID, "sandboxes", dom, 1, groups); err != nil {
 					t.Error(err)
 					return
 				}
@@ -82,16 +82,16 @@ func TestConcurrentReserves(t *testing.T) {
 		for {
 			select {
 			case id := <-handoff:
-				got, err := e.Seize(now(), s.ID, id)
+				got, err := e.Seize(t.Context(), now(), s.ID, id)
 				if err != nil {
 					t.Error(err)
 					continue
 				}
-				if err := e.Release(now(), s.ID, got.Resource, got.Domain, got.Copies, got.Groups); err != nil {
+				if err := e.Release(t.Context(), now(), s.ID, got.Resource, got.Domain, got.Copies, got.Groups); err != nil {
 					t.Error(err)
 				}
 			case <-done:
-				e.Close(now(), s.ID)
+				e.Close(t.Context(), now(), s.ID)
 				return
 			}
 		}
@@ -103,7 +103,7 @@ func TestConcurrentReserves(t *testing.T) {
 				return
 			default:
 			}
-			e.Expire(now())
+			e.Expire(t.Context(), now())
 			snap := e.Snapshot()
 			if err := consistent(snap); err != nil {
 				t.Error(err)

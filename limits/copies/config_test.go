@@ -152,7 +152,7 @@ func TestConfigPrivate(t *testing.T) {
 	cfg.Resources["cookbook/sandboxes"].DomainLimits["acme"] = 0
 	cfg.Resources["cookbook/sandboxes"].Groups[0].Domains[0] = "x"
 	s, _ := e.Open(t0, 0)
-	if r, _ := e.Reserve(t0, s.ID, "cookbook/sandboxes", "acme", 4, 0); r.Granted != 4 || len(r.Groups) != 1 {
+	if r, _ := e.Reserve(t.Context(), t0, s.ID, "cookbook/sandboxes", "acme", 4, 0); r.Granted != 4 || len(r.Groups) != 1 {
 		t.Fatalf("%+v", r)
 	}
 	got := e.Config()

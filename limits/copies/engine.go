@@ -1,6 +1,7 @@
 package copies
 
 import (
+	"context"
 	"crypto/rand"
 	"fmt"
 	"io"
@@ -318,8 +319,12 @@ type GroupHolds struct {
 // above copies), ErrUnknownSession (no such session, or its ttl passed),
 // ErrUnknownResource.
 //
+// With a shared Log (Options.Log), ctx is the request's: it bounds the
+// Log's call (see Log), and a request whose ctx ends is never granted
+// fail-open. Without one, ctx is not used.
+//
 // Source: charon-paper.md, sections 2.2 and 3.1 (reserve).
-func (e *Engine) Reserve(now time.Time, session, resource, domain string, copies, minCopies int64) (Reservation, error) {
+func (e *Engine) Reserve(ctx context.Context, now time.Time, session, resource, domain string, copies, minCopies int64) (Reservation, error) {
 	if err := checkNames(session, resource, domain); err != nil {
 		return Reservation{}, err
 	}
@@ -361,7 +366,7 @@ func (e *Engine) Reserve(now time.Time, session, resource, domain string, copies
 	m := c.member[domain]
 	dl := c.limitOf(domain)
 	if e.o.Log != nil {
-		return e.reserveShared(s, st, resource, domain, copies, minCopies)
+		return e.reserveShared(ctx, s, st, resource, domain, copies, minCopies)
 	}
 	dh := st.domains[domain]
 	free := min(MaxCopies-dh, MaxCopies-st.global)
@@ -426,10 +431,12 @@ func (e *Engine) hold(s *session, st *resState, resource, domain string, m *memb
 // MaxCopies; a group named twice), ErrUnknownSession, ErrNotHeld (the
 // session holds fewer than copies under resource, domain and groups;
 // nothing is released), ErrUnknownResource (the session holds nothing of
-// a resource that is not configured).
+// a resource that is not configured). ctx is as for Reserve; the copies
+// leave the session even when the Log's release fails (Reconcile writes
+// them back).
 //
 // Source: charon-paper.md, section 3.1 (release; client error 4).
-func (e *Engine) Release(now time.Time, session, resource, domain string, copies int64, groups []string) error {
+func (e *Engine) Release(ctx context.Context, now time.Time, session, resource, domain string, copies int64, groups []string) error {
 	k, err := checkHold(session, resource, domain, copies, groups)
 	if err != nil {
 		return err
@@ -448,7 +455,7 @@ func (e *Engine) Release(now time.Time, session, resource, domain string, copies
 	e.drop(k, copies)
 	e.stats.Released += uint64(copies)
 	if e.o.Log != nil {
-		e.release([]Hold{{Resource: resource, Domain: domain, Groups: splitGroups(k.groups), Copies: copies}})
+		e.release(ctx, []Hold{{Resource: resource, Domain: domain, Groups: splitGroups(k.groups), Copies: copies}})
 	}
 	return nil
 }
@@ -473,12 +480,13 @@ type Staged struct {
 // leaves it staged (its ttl is its only bound), so a process may stage
 // copies, hand the id to another and exit.
 //
-// Errors: Release's, and ErrInvalidArgument for a negative ttl.
+// Errors: Release's, and ErrInvalidArgument for a negative ttl; with a
+// shared Log, ErrUnavailable when it failed (ctx is as for Reserve).
 //
 // Source: charon-paper.md, section 3.1 (transfer: "Resources staged for
 // transfer are still implicitly held ... but can no longer be explicitly
 // released by the client"), Figure 6.
-func (e *Engine) Transfer(now time.Time, session, resource, domain string, copies int64, groups []string, ttl time.Duration) (Staged, error) {
+func (e *Engine) Transfer(ctx context.Context, now time.Time, session, resource, domain string, copies int64, groups []string, ttl time.Duration) (Staged, error) {
 	k, err := checkHold(session, resource, domain, copies, groups)
 	if err != nil {
 		return Staged{}, err
@@ -507,7 +515,7 @@ func (e *Engine) Transfer(now time.Time, session, resource, domain string, copie
 		return Staged{}, err
 	}
 	if e.o.Log != nil {
-		return e.stageShared(s, k, copies, id, ttl)
+		return e.stageShared(ctx, s, k, copies, id, ttl)
 	}
 	_ = e.take(s, k, copies, "transfer")
 	t := &transfer{timer: timer{deadline: ns + int64(ttl), id: id}, from: s.id, k: k, copies: copies}
@@ -539,8 +547,9 @@ type Seized struct {
 // Source: charon-paper.md, section 3.1 (seize). The paper's answer names
 // "the groups to which the domain currently belongs"; this one names the
 // groups the copies are counted in, which a later Release needs (the
-// same, unless the domain's groups changed since the reserve).
-func (e *Engine) Seize(now time.Time, session, id string) (Seized, error) {
+// same, unless the domain's groups changed since the reserve). ctx is as
+// for Reserve.
+func (e *Engine) Seize(ctx context.Context, now time.Time, session, id string) (Seized, error) {
 	if session == "" {
 		return Seized{}, fail("session_id", "is empty", ErrInvalidArgument)
 	}
@@ -555,7 +564,7 @@ func (e *Engine) Seize(now time.Time, session, id string) (Seized, error) {
 		return Seized{}, err
 	}
 	if e.o.Log != nil {
-		return e.seizeShared(s, id)
+		return e.seizeShared(ctx, s, id)
 	}
 	t := e.transfers[id]
 	if t == nil {

@@ -1,6 +1,7 @@
 package copies
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -109,14 +110,14 @@ func (h *harness) run(i int, res string, st step) {
 	}
 	switch st.do {
 	case "reserve":
-		got, err := h.e.Reserve(h.now, h.sess(st.s), st.res, st.dom, st.n, st.lo)
+		got, err := h.e.Reserve(context.Background(), h.now, h.sess(st.s), st.res, st.dom, st.n, st.lo)
 		if check(err) && !reflect.DeepEqual(got, st.want) {
 			h.t.Fatalf("%s:\n got %+v\nwant %+v", where, got, st.want)
 		}
 	case "release":
-		check(h.e.Release(h.now, h.sess(st.s), st.res, st.dom, st.n, st.groups))
+		check(h.e.Release(context.Background(), h.now, h.sess(st.s), st.res, st.dom, st.n, st.groups))
 	case "transfer":
-		got, err := h.e.Transfer(h.now, h.sess(st.s), st.res, st.dom, st.n, st.groups, st.ttl)
+		got, err := h.e.Transfer(context.Background(), h.now, h.sess(st.s), st.res, st.dom, st.n, st.groups, st.ttl)
 		if check(err) {
 			h.transfers[st.tid] = got.ID
 		}
@@ -125,15 +126,15 @@ func (h *harness) run(i int, res string, st step) {
 		if !ok {
 			id = st.tid
 		}
-		got, err := h.e.Seize(h.now, h.sess(st.s), id)
+		got, err := h.e.Seize(context.Background(), h.now, h.sess(st.s), id)
 		if check(err) && !reflect.DeepEqual(got, st.seized) {
 			h.t.Fatalf("%s: seized %+v, want %+v", where, got, st.seized)
 		}
 	case "close":
-		_, err := h.e.Close(h.now, h.sess(st.s))
+		_, err := h.e.Close(context.Background(), h.now, h.sess(st.s))
 		check(err)
 	case "expire":
-		if got := h.e.Expire(h.now); len(got) != st.ended {
+		if got := h.e.Expire(context.Background(), h.now); len(got) != st.ended {
 			h.t.Fatalf("%s: %d ended, want %d: %+v", where, len(got), st.ended, got)
 		}
 	case "config":
@@ -414,7 +415,7 @@ func TestUnlimited(t *testing.T) {
 		t.Fatal("a configured resource has no copy log")
 	}
 	// A rejected reserve of an unconfigured resource leaves nothing.
-	if _, err := h.e.Reserve(h.now, h.sess("a"), "open/x", "d", MaxCopies, 0); err != nil {
+	if _, err := h.e.Reserve(t.Context(), h.now, h.sess("a"), "open/x", "d", MaxCopies, 0); err != nil {
 		t.Fatal(err)
 	}
 	if st := h.e.Stats(); st.Resources != 3 {
@@ -436,7 +437,7 @@ func TestSessions(t *testing.T) {
 		if err != nil || s.TTL != tc.want || !s.Expires.Equal(t0.Add(tc.want)) || len(s.ID) != 32 {
 			t.Fatalf("Open(%v) = %+v, %v; want ttl %v", tc.ask, s, err, tc.want)
 		}
-		if _, err := e.Close(t0, s.ID); err != nil {
+		if _, err := e.Close(t.Context(), t0, s.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -451,7 +452,7 @@ func TestSessions(t *testing.T) {
 	}
 	mustReserve := func(now time.Time, id, dom string, n int64) {
 		t.Helper()
-		if r, err := e.Reserve(now, id, res, dom, n, 0); err != nil || r.Granted != n {
+		if r, err := e.Reserve(t.Context(), now, id, res, dom, n, 0); err != nil || r.Granted != n {
 			t.Fatalf("reserve %d for %s: %+v %v", n, dom, r, err)
 		}
 	}
@@ -466,37 +467,37 @@ func TestSessions(t *testing.T) {
 	if s, _ := e.KeepAlive(t0.Add(time.Second), a.ID); !s.Expires.Equal(t0.Add(3500 * time.Millisecond)) {
 		t.Fatalf("an earlier keep-alive shortened the session to %v", s.Expires)
 	}
-	if got := e.Expire(t0.Add(1999 * time.Millisecond)); got != nil {
+	if got := e.Expire(t.Context(), t0.Add(1999*time.Millisecond)); got != nil {
 		t.Fatalf("expired early: %+v", got)
 	}
 	// At its deadline b can no longer be used, though Expire has not run.
 	at2 := t0.Add(2 * time.Second)
 	for name, err := range map[string]error{
 		"keep-alive": func() error { _, err := e.KeepAlive(at2, b.ID); return err }(),
-		"reserve":    func() error { _, err := e.Reserve(at2, b.ID, res, "globex", 1, 0); return err }(),
-		"release":    e.Release(at2, b.ID, res, "globex", 1, nil),
-		"transfer":   func() error { _, err := e.Transfer(at2, b.ID, res, "globex", 1, nil, 0); return err }(),
-		"seize":      func() error { _, err := e.Seize(at2, b.ID, "x"); return err }(),
+		"reserve":    func() error { _, err := e.Reserve(t.Context(), at2, b.ID, res, "globex", 1, 0); return err }(),
+		"release":    e.Release(t.Context(), at2, b.ID, res, "globex", 1, nil),
+		"transfer":   func() error { _, err := e.Transfer(t.Context(), at2, b.ID, res, "globex", 1, nil, 0); return err }(),
+		"seize":      func() error { _, err := e.Seize(t.Context(), at2, b.ID, "x"); return err }(),
 	} {
 		if !errors.Is(err, ErrUnknownSession) || ClassOf(err) != ClassNotFound || !strings.Contains(err.Error(), "ttl (2s) passed") {
 			t.Fatalf("%s on an expired session: %v", name, err)
 		}
 	}
-	if r, _ := e.Reserve(at2, a.ID, res, "hooli", 5, 1); r.Granted != 1 || r.GlobalHolds != 5 {
+	if r, _ := e.Reserve(t.Context(), at2, a.ID, res, "hooli", 5, 1); r.Granted != 1 || r.GlobalHolds != 5 {
 		t.Fatalf("b's copies stop counting before Expire: %+v", r)
 	}
-	got := e.Expire(at2)
+	got := e.Expire(t.Context(), at2)
 	want := []Ended{{Session: b.ID, Reason: Expired, Released: []Hold{{Resource: res, Domain: "globex", Copies: 1}}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Expire:\n got %+v\nwant %+v", got, want)
 	}
-	if got := e.Expire(at2); got != nil {
+	if got := e.Expire(t.Context(), at2); got != nil {
 		t.Fatalf("expired twice: %+v", got)
 	}
-	if _, err := e.Close(at2, b.ID); !errors.Is(err, ErrUnknownSession) {
+	if _, err := e.Close(t.Context(), at2, b.ID); !errors.Is(err, ErrUnknownSession) {
 		t.Fatalf("close of an expired session: %v", err)
 	}
-	ended, err := e.Close(at2, a.ID)
+	ended, err := e.Close(t.Context(), at2, a.ID)
 	want = []Ended{{Session: a.ID, Reason: Closed, Released: []Hold{
 		{Resource: res, Domain: "acme", Groups: []string{"trusted"}, Copies: 2},
 		{Resource: res, Domain: "globex", Copies: 1},
@@ -505,16 +506,16 @@ func TestSessions(t *testing.T) {
 	if err != nil || !reflect.DeepEqual([]Ended{ended}, want) {
 		t.Fatalf("Close:\n got %+v %v\nwant %+v", ended, err, want)
 	}
-	if _, err := e.Close(at2, a.ID); !errors.Is(err, ErrUnknownSession) {
+	if _, err := e.Close(t.Context(), at2, a.ID); !errors.Is(err, ErrUnknownSession) {
 		t.Fatalf("second close: %v", err)
 	}
 	// Closing a session whose ttl passed before Expire: it ended expired.
 	c, _ := e.Open(at2, time.Second)
 	mustReserve(at2, c.ID, "acme", 1)
-	if ended, err := e.Close(at2.Add(time.Second), c.ID); err != nil || ended.Reason != Expired || len(ended.Released) != 1 {
+	if ended, err := e.Close(t.Context(), at2.Add(time.Second), c.ID); err != nil || ended.Reason != Expired || len(ended.Released) != 1 {
 		t.Fatalf("close after the ttl: %+v %v", ended, err)
 	}
-	if got := e.Expire(at2.Add(time.Hour)); got != nil {
+	if got := e.Expire(t.Context(), at2.Add(time.Hour)); got != nil {
 		t.Fatalf("released again: %+v", got)
 	}
 	r, _ := e.Resource(res)
@@ -568,23 +569,23 @@ func TestTransferExpiry(t *testing.T) {
 	e, _ := New(sandboxes(), Options{Rand: seeded(3)})
 	res := "cookbook/sandboxes"
 	s, _ := e.Open(t0, time.Hour)
-	if _, err := e.Reserve(t0, s.ID, res, "acme", 3, 0); err != nil {
+	if _, err := e.Reserve(t.Context(), t0, s.ID, res, "acme", 3, 0); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := e.Transfer(t0, s.ID, res, "acme", 2, []string{"trusted"}, 5*time.Second)
+	tr, err := e.Transfer(t.Context(), t0, s.ID, res, "acme", 2, []string{"trusted"}, 5*time.Second)
 	if err != nil || tr.TTL != 5*time.Second || !tr.Expires.Equal(t0.Add(5*time.Second)) || len(tr.ID) != 32 {
 		t.Fatalf("%+v %v", tr, err)
 	}
-	if long, err := e.Transfer(t0, s.ID, res, "acme", 1, []string{"trusted"}, 2*time.Hour); err != nil || long.TTL != MaxTransferTTL {
+	if long, err := e.Transfer(t.Context(), t0, s.ID, res, "acme", 1, []string{"trusted"}, 2*time.Hour); err != nil || long.TTL != MaxTransferTTL {
 		t.Fatalf("a 2 h transfer: %+v %v", long, err)
 	}
-	if _, err := e.Close(t0, s.ID); err != nil {
+	if _, err := e.Close(t.Context(), t0, s.ID); err != nil {
 		t.Fatal(err)
 	}
 	if r, _ := e.Resource(res); r.GlobalHolds != 3 {
 		t.Fatalf("after the close, %d held; want the 2 staged", r.GlobalHolds)
 	}
-	got := e.Expire(t0.Add(5 * time.Second))
+	got := e.Expire(t.Context(), t0.Add(5*time.Second))
 	want := []Ended{{Session: s.ID, Transfer: tr.ID, Reason: Expired, Released: []Hold{{Resource: res, Domain: "acme", Groups: []string{"trusted"}, Copies: 2}}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("\n got %+v\nwant %+v", got, want)
@@ -592,7 +593,7 @@ func TestTransferExpiry(t *testing.T) {
 	if r, _ := e.Resource(res); r.GlobalHolds != 1 || len(r.Domains) != 1 || r.Groups[0].Holds != 1 {
 		t.Fatalf("%+v", r)
 	}
-	if got := e.Expire(t0.Add(MaxTransferTTL)); len(got) != 1 || got[0].Released[0].Copies != 1 {
+	if got := e.Expire(t.Context(), t0.Add(MaxTransferTTL)); len(got) != 1 || got[0].Released[0].Copies != 1 {
 		t.Fatalf("%+v", got)
 	}
 	if r, _ := e.Resource(res); r.GlobalHolds != 0 || len(r.Domains) != 0 || r.Groups[0].Holds != 0 {
@@ -609,10 +610,15 @@ func TestErrors(t *testing.T) {
 	s, _ := e.Open(t0, time.Hour)
 	id := s.ID
 	long := strings.Repeat("a", MaxNameLen+1)
-	reserve := func(sess, r, d string, n, lo int64) error { _, err := e.Reserve(t0, sess, r, d, n, lo); return err }
-	release := func(sess, r, d string, n int64, g ...string) error { return e.Release(t0, sess, r, d, n, g) }
+	reserve := func(sess, r, d string, n, lo int64) error {
+		_, err := e.Reserve(t.Context(), t0, sess, r, d, n, lo)
+		return err
+	}
+	release := func(sess, r, d string, n int64, g ...string) error {
+		return e.Release(t.Context(), t0, sess, r, d, n, g)
+	}
 	transfer := func(sess, r, d string, n int64, ttl time.Duration, g ...string) error {
-		_, err := e.Transfer(t0, sess, r, d, n, g, ttl)
+		_, err := e.Transfer(t.Context(), t0, sess, r, d, n, g, ttl)
 		return err
 	}
 	tests := []struct {
@@ -641,13 +647,13 @@ func TestErrors(t *testing.T) {
 		{"transfer: negative ttl", transfer(id, res, "acme", 1, -1), ClassInvalidArgument, "ttl"},
 		{"transfer: too many copies", transfer(id, res, "acme", MaxCopies+1, 0), ClassInvalidArgument, "copies"},
 		{"transfer: not held", transfer(id, res, "acme", 1, 0), ClassFailedPrecondition, "copies"},
-		{"seize: empty id", func() error { _, err := e.Seize(t0, id, ""); return err }(), ClassInvalidArgument, "transfer_id"},
-		{"seize: empty session", func() error { _, err := e.Seize(t0, "", "x"); return err }(), ClassInvalidArgument, "session_id"},
-		{"seize: unknown", func() error { _, err := e.Seize(t0, id, "x"); return err }(), ClassNotFound, "transfer_id"},
+		{"seize: empty id", func() error { _, err := e.Seize(t.Context(), t0, id, ""); return err }(), ClassInvalidArgument, "transfer_id"},
+		{"seize: empty session", func() error { _, err := e.Seize(t.Context(), t0, "", "x"); return err }(), ClassInvalidArgument, "session_id"},
+		{"seize: unknown", func() error { _, err := e.Seize(t.Context(), t0, id, "x"); return err }(), ClassNotFound, "transfer_id"},
 		{"keep-alive: empty", func() error { _, err := e.KeepAlive(t0, ""); return err }(), ClassInvalidArgument, "session_id"},
 		{"keep-alive: unknown", func() error { _, err := e.KeepAlive(t0, "x"); return err }(), ClassNotFound, "session_id"},
-		{"close: empty", func() error { _, err := e.Close(t0, ""); return err }(), ClassInvalidArgument, "session_id"},
-		{"close: unknown", func() error { _, err := e.Close(t0, "x"); return err }(), ClassNotFound, "session_id"},
+		{"close: empty", func() error { _, err := e.Close(t.Context(), t0, ""); return err }(), ClassInvalidArgument, "session_id"},
+		{"close: unknown", func() error { _, err := e.Close(t.Context(), t0, "x"); return err }(), ClassNotFound, "session_id"},
 		{"open: negative ttl", func() error { _, err := e.Open(t0, -1); return err }(), ClassInvalidArgument, "ttl"},
 		{"wrong kind", WrongKind("api", "rate-limited"), ClassFailedPrecondition, "resource"},
 	}
@@ -678,8 +684,8 @@ func TestNotHeldMessage(t *testing.T) {
 	e, _ := New(sandboxes(), Options{Rand: seeded(5)})
 	res := "cookbook/sandboxes"
 	s, _ := e.Open(t0, time.Hour)
-	e.Reserve(t0, s.ID, res, "acme", 2, 0)
-	err := e.Release(t0, s.ID, res, "acme", 1, nil)
+	e.Reserve(t.Context(), t0, s.ID, res, "acme", 2, 0)
+	err := e.Release(t.Context(), t0, s.ID, res, "acme", 1, nil)
 	want := `copies: release of 1 copies of "cookbook/sandboxes" for domain "acme" in no group; the session holds 0 (and 2 in [trusted])`
 	if err == nil || err.Error() != want {
 		t.Fatalf("\n got %v\nwant %s", err, want)
@@ -756,24 +762,24 @@ func TestManyGroups(t *testing.T) {
 	}
 	e, _ := New(&Config{Resources: map[string]Resource{"r": {DomainLimit: 10, Groups: groups}}}, Options{})
 	s, _ := e.Open(t0, 0)
-	if r, err := e.Reserve(t0, s.ID, "r", "d", 2, 0); err != nil || r.Granted != 2 || len(r.Groups) != 40 {
+	if r, err := e.Reserve(t.Context(), t0, s.ID, "r", "d", 2, 0); err != nil || r.Granted != 2 || len(r.Groups) != 40 {
 		t.Fatal(r, err)
 	}
 	dup := append(slices.Clone(names), "g07")
-	if err := e.Release(t0, s.ID, "r", "d", 1, dup); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), `"g07" is named twice`) {
+	if err := e.Release(t.Context(), t0, s.ID, "r", "d", 1, dup); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), `"g07" is named twice`) {
 		t.Fatal(err)
 	}
 	slices.Reverse(names)
-	if err := e.Release(t0, s.ID, "r", "d", 1, names); err != nil {
+	if err := e.Release(t.Context(), t0, s.ID, "r", "d", 1, names); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Release(t0, s.ID, "r", "d", 1, names[1:]); !errors.Is(err, ErrNotHeld) {
+	if err := e.Release(t.Context(), t0, s.ID, "r", "d", 1, names[1:]); !errors.Is(err, ErrNotHeld) {
 		t.Fatal(err)
 	}
-	if err := e.Release(t0, s.ID, "r", "d", 1, names[:5]); !errors.Is(err, ErrNotHeld) {
+	if err := e.Release(t.Context(), t0, s.ID, "r", "d", 1, names[:5]); !errors.Is(err, ErrNotHeld) {
 		t.Fatal(err)
 	}
-	if err := e.Release(t0, s.ID, "r", "d", 1, names); err != nil {
+	if err := e.Release(t.Context(), t0, s.ID, "r", "d", 1, names); err != nil {
 		t.Fatal(err)
 	}
 }

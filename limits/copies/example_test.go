@@ -1,6 +1,7 @@
 package copies_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -27,15 +28,15 @@ func Example() {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s, _ := e.Open(now, 10*time.Second)
 	for _, domain := range []string{"acme", "initech", "globex", "globex"} {
-		r, _ := e.Reserve(now, s.ID, "cookbook/sandboxes", domain, 4, 1)
+		r, _ := e.Reserve(context.Background(), now, s.ID, "cookbook/sandboxes", domain, 4, 1)
 		fmt.Printf("%-7s granted %d (domain %d/%d, global %d/%d, groups %v)\n",
 			domain, r.Granted, r.DomainHolds, r.DomainLimit, r.GlobalHolds, r.GlobalLimit, r.Groups)
 	}
 	// Release names the groups the copies were reserved under.
-	err = e.Release(now, s.ID, "cookbook/sandboxes", "acme", 5, []string{"trusted"})
+	err = e.Release(context.Background(), now, s.ID, "cookbook/sandboxes", "acme", 5, []string{"trusted"})
 	fmt.Println(err, errors.Is(err, copies.ErrNotHeld), copies.ClassOf(err))
 	// Closing the session releases the rest.
-	ended, _ := e.Close(now, s.ID)
+	ended, _ := e.Close(context.Background(), now, s.ID)
 	for _, h := range ended.Released {
 		fmt.Println("released", h.Copies, "for", h.Domain, h.Groups)
 	}
@@ -56,11 +57,11 @@ func ExampleEngine_Transfer() {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	p1, _ := e.Open(now, 0)
 	p2, _ := e.Open(now, 0)
-	r, _ := e.Reserve(now, p1.ID, "workers", "acme", 15, 0)
-	tr, _ := e.Transfer(now, p1.ID, "workers", "acme", 10, nil, 30*time.Second)
-	ended, _ := e.Close(now, p1.ID) // releases p1's other 5
-	got, _ := e.Seize(now.Add(time.Second), p2.ID, tr.ID)
-	_, err := e.Seize(now.Add(time.Second), p2.ID, tr.ID)
+	r, _ := e.Reserve(context.Background(), now, p1.ID, "workers", "acme", 15, 0)
+	tr, _ := e.Transfer(context.Background(), now, p1.ID, "workers", "acme", 10, nil, 30*time.Second)
+	ended, _ := e.Close(context.Background(), now, p1.ID) // releases p1's other 5
+	got, _ := e.Seize(context.Background(), now.Add(time.Second), p2.ID, tr.ID)
+	_, err := e.Seize(context.Background(), now.Add(time.Second), p2.ID, tr.ID)
 	fmt.Println("reserved", r.Granted, "released at close", ended.Released[0].Copies, "seized", got.Copies)
 	fmt.Println(errors.Is(err, copies.ErrUnknownTransfer), copies.ClassOf(err))
 	// Output:
@@ -74,11 +75,11 @@ func ExampleEngine_Expire() {
 	e, _ := copies.New(&copies.Config{AllowUnconfigured: []string{"open/"}}, copies.Options{})
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s, _ := e.Open(now, 2*time.Second)
-	r, _ := e.Reserve(now, s.ID, "open/anything", "acme", 3, 0)
+	r, _ := e.Reserve(context.Background(), now, s.ID, "open/anything", "acme", 3, 0)
 	fmt.Println("granted", r.Granted, "unlimited", r.Unlimited)
 	e.KeepAlive(now.Add(time.Second), s.ID)
-	fmt.Println(len(e.Expire(now.Add(2*time.Second))), "ended at 2 s")
-	for _, end := range e.Expire(now.Add(3 * time.Second)) {
+	fmt.Println(len(e.Expire(context.Background(), now.Add(2*time.Second))), "ended at 2 s")
+	for _, end := range e.Expire(context.Background(), now.Add(3*time.Second)) {
 		fmt.Println(end.Reason, "released", end.Released[0].Copies)
 	}
 	// Output:

@@ -73,7 +73,7 @@ func FuzzConfig(f *testing.F) {
 		}
 		s, _ := e.Open(t0, 0)
 		for _, d := range append(domains, override, "other") {
-			res, err := e.Reserve(t0, s.ID, name, d, 3, 1)
+			res, err := e.Reserve(t.Context(), t0, s.ID, name, d, 3, 1)
 			if err != nil {
 				t.Fatalf("reserve for %q: %v", d, err)
 			}
@@ -88,7 +88,7 @@ func FuzzConfig(f *testing.F) {
 				}
 			}
 		}
-		if _, err := e.Close(t0.Add(time.Second), s.ID); err != nil {
+		if _, err := e.Close(t.Context(), t0.Add(time.Second), s.ID); err != nil {
 			t.Fatal(err)
 		}
 		if err := consistent(e.Snapshot()); err != nil {

@@ -1,6 +1,7 @@
 package copies
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"time"
@@ -24,7 +25,15 @@ import (
 // repair with Restore. Errors wrap ErrUnavailable when the shared state
 // cannot be reached, and ErrFenced when this server's contributions were
 // taken over (its membership ended: see Engine.Fence). The Engine calls
-// the Log under its own lock, one call at a time.
+// each method outside its own lock.
+//
+// Every method but Epoch takes the context of the work it serves: the
+// request's (Reserve, Release, Stage, Seize on an RPC; Release too when a
+// session is closed), or the caller's own for background work (Release
+// and ExpireTransfers from Engine.Expire; Lost and Restore from
+// Engine.Reconcile). Its deadline and cancellation bound the call: when
+// ctx ends, the call returns at once with an error wrapping ctx.Err()
+// (and ErrUnavailable), its outcome unknown unless it was never sent.
 //
 // Source: charon-paper.md, sections 4.2 and 4.3.2 (the copy log in shared
 // memory, per-server contributions).
@@ -34,33 +43,33 @@ type Log interface {
 	// of q.Groups' within its limit and the global count within
 	// q.GlobalLimit (q.Ignore: whatever the limits), adding n to this
 	// server's contribution to each count; or nothing, changing nothing.
-	Reserve(q LogReserve) (LogCounts, error)
+	Reserve(ctx context.Context, q LogReserve) (LogCounts, error)
 	// Release subtracts each hold's copies from this server's
 	// contributions (never below zero: what is not there is not
 	// subtracted).
-	Release(holds []Hold) error
+	Release(ctx context.Context, holds []Hold) error
 	// Stage moves h's copies from this server's contribution to staged
 	// transfer id, which session staged and which ends ttl from now (the
 	// Log's clock), and returns that instant.
-	Stage(id, session string, h Hold, ttl time.Duration) (time.Time, error)
+	Stage(ctx context.Context, id, session string, h Hold, ttl time.Duration) (time.Time, error)
 	// Seize moves staged transfer id, unexpired, into this server's
 	// contribution, once, and returns what it carried; an unknown, seized
 	// or expired id is an error wrapping ErrUnknownTransfer.
-	Seize(id string) (Hold, error)
+	Seize(ctx context.Context, id string) (Hold, error)
 	// ExpireTransfers releases every staged transfer whose ttl has passed
 	// unseized (any server may call it; each is released once) and
 	// returns them.
-	ExpireTransfers() ([]Ended, error)
+	ExpireTransfers(ctx context.Context) ([]Ended, error)
 	// Restore makes this server's contributions to resource's counts
 	// exactly holds (the copies its sessions hold there, one Hold per
 	// domain and groups; none: zero), whatever they were: after the shared state lost
 	// them, or after an operation whose outcome is unknown.
-	Restore(resource string, holds []Hold) error
+	Restore(ctx context.Context, resource string, holds []Hold) error
 	// Lost returns those of resources, to each of which this server
 	// contributes, whose record of this server's contributions has
 	// vanished (Redis restarted empty, FLUSHALL, a failover that lost
 	// writes): Restore rebuilds them.
-	Lost(resources []string) ([]string, error)
+	Lost(ctx context.Context, resources []string) ([]string, error)
 	// Epoch returns this server's epoch ("" while it has none). The
 	// engine names its sessions after it, EPOCH-ID, so that any server of
 	// the fleet can tell which one holds a session (SessionEpoch).

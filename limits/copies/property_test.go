@@ -1,6 +1,7 @@
 package copies
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -440,7 +441,7 @@ func TestPropertyCopyLog(t *testing.T) {
 			case 4:
 				op = "close"
 				id := pickSession()
-				got, err := e.Close(now(), id)
+				got, err := e.Close(context.Background(), now(), id)
 				ms := m.sessions[id]
 				if ms == nil {
 					if !errors.Is(err, ErrUnknownSession) {
@@ -459,7 +460,7 @@ func TestPropertyCopyLog(t *testing.T) {
 				m.report(got)
 			case 5, 6:
 				op = "expire"
-				got := e.Expire(now())
+				got := e.Expire(context.Background(), now())
 				want := m.expire(ns)
 				if fmt.Sprint(got) != fmt.Sprint(want) {
 					t.Fatalf("expire:\n got %+v\nwant %+v", got, want)
@@ -472,7 +473,7 @@ func TestPropertyCopyLog(t *testing.T) {
 				dom := rapid.SampledFrom(propDomains).Draw(t, "domain")
 				n := rapid.Int64Range(0, 4).Draw(t, "copies")
 				lo := rapid.Int64Range(0, max(n, 1)).Draw(t, "min")
-				got, err := e.Reserve(now(), id, res, dom, n, lo)
+				got, err := e.Reserve(context.Background(), now(), id, res, dom, n, lo)
 				want, werr := m.reserve(ns, id, res, dom, n, lo)
 				if !sameErr(err, werr) || fmt.Sprint(got) != fmt.Sprint(want) {
 					t.Fatalf("reserve %s %s %d..%d:\n got %+v %v\nwant %+v %v", res, dom, lo, n, got, err, want, werr)
@@ -492,7 +493,7 @@ func TestPropertyCopyLog(t *testing.T) {
 				id := pickSession()
 				k, groups := pickHold(id)
 				n := copiesFor(id, k)
-				err := e.Release(now(), id, k.res, k.dom, n, groups)
+				err := e.Release(context.Background(), now(), id, k.res, k.dom, n, groups)
 				werr := m.take(ns, id, k, n)
 				if !sameErr(err, werr) {
 					t.Fatalf("release %+v %d: %v, want %v", k, n, err, werr)
@@ -507,7 +508,7 @@ func TestPropertyCopyLog(t *testing.T) {
 				k, groups := pickHold(id)
 				n := copiesFor(id, k)
 				ttl := rapid.SampledFrom([]time.Duration{0, time.Second, 3 * time.Second, 2 * time.Hour}).Draw(t, "transfer ttl")
-				got, err := e.Transfer(now(), id, k.res, k.dom, n, groups, ttl)
+				got, err := e.Transfer(context.Background(), now(), id, k.res, k.dom, n, groups, ttl)
 				werr := m.take(ns, id, k, n)
 				if !sameErr(err, werr) {
 					t.Fatalf("transfer %+v %d: %v, want %v", k, n, err, werr)
@@ -532,7 +533,7 @@ func TestPropertyCopyLog(t *testing.T) {
 				if len(m.tids) > 0 && rapid.IntRange(0, 9).Draw(t, "bogus transfer") > 0 {
 					tid = rapid.SampledFrom(m.tids).Draw(t, "transfer")
 				}
-				got, err := e.Seize(now(), id, tid)
+				got, err := e.Seize(context.Background(), now(), id, tid)
 				s, tr := m.live(ns, id), m.transfers[tid]
 				switch {
 				case s == nil:
@@ -564,7 +565,7 @@ func TestPropertyCopyLog(t *testing.T) {
 			}
 		}
 		// Ending everything releases everything.
-		m.report(e.Expire(time.Unix(0, ns).Add(2 * time.Hour))...)
+		m.report(e.Expire(context.Background(), time.Unix(0, ns).Add(2*time.Hour))...)
 		m.expire(ns + int64(2*time.Hour))
 		if err := m.check(e, loosen); err != nil {
 			t.Fatal(err)

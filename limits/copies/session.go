@@ -2,6 +2,7 @@ package copies
 
 import (
 	"container/heap"
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -162,9 +163,12 @@ type Ended struct {
 //
 // Errors (*Error): ErrInvalidArgument (empty id), ErrUnknownSession (no
 // such session: never opened, closed already, or ended by Expire).
+// ctx is the request's: with a shared Log it bounds the release of the
+// holds there, which, when it fails (ctx ended, Redis down), leaves them
+// to Reconcile; the session is closed either way.
 //
 // Source: charon-paper.md, section 4.3.1.
-func (e *Engine) Close(now time.Time, id string) (Ended, error) {
+func (e *Engine) Close(ctx context.Context, now time.Time, id string) (Ended, error) {
 	if id == "" {
 		return Ended{}, fail("session_id", "is empty", ErrInvalidArgument)
 	}
@@ -183,7 +187,7 @@ func (e *Engine) Close(now time.Time, id string) (Ended, error) {
 		why = Expired
 	}
 	e.stimers.remove(s.idx)
-	return e.end(s, why), nil
+	return e.end(ctx, s, why), nil
 }
 
 // Expire ends, at now, every session whose ttl has passed without a
@@ -191,19 +195,20 @@ func (e *Engine) Close(now time.Time, id string) (Ended, error) {
 // passed unseized, releasing what each held exactly once, and returns
 // them in order of deadline (sessions, then transfers); nil when none. It
 // costs O(log n) per ended session or transfer and nothing else: call it
-// periodically.
+// periodically, with the context of the loop that calls it (with a
+// shared Log, it bounds the Log's calls).
 //
 // Source: charon-paper.md, sections 3.1 (transfer: "released implicitly
 // after ttl seconds") and 4.3.1; the issue (a session ends when its ttl
 // passes without a keep-alive).
-func (e *Engine) Expire(now time.Time) []Ended {
+func (e *Engine) Expire(ctx context.Context, now time.Time) []Ended {
 	ns := now.UnixNano()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []Ended
 	for len(e.stimers) > 0 && e.stimers[0].deadline <= ns {
 		t := heap.Pop(&e.stimers).(*timer)
-		out = append(out, e.end(e.sessions[t.id], Expired))
+		out = append(out, e.end(ctx, e.sessions[t.id], Expired))
 	}
 	for len(e.ttimers) > 0 && e.ttimers[0].deadline <= ns {
 		t := e.transfers[heap.Pop(&e.ttimers).(*timer).id]
@@ -218,7 +223,7 @@ func (e *Engine) Expire(now time.Time) []Ended {
 		// is expired by a later call (of this server or another).
 		var ended []Ended
 		var err error
-		e.unlocked(nil, func() { ended, err = e.o.Log.ExpireTransfers() })
+		e.unlocked(nil, func() { ended, err = e.o.Log.ExpireTransfers(ctx) })
 		if err == nil {
 			for _, t := range ended {
 				e.stats.TransfersExpired++
@@ -232,8 +237,9 @@ func (e *Engine) Expire(now time.Time) []Ended {
 	return out
 }
 
-// end removes s (its timer already gone) and releases its holds.
-func (e *Engine) end(s *session, why EndReason) Ended {
+// end removes s (its timer already gone) and releases its holds (with a
+// Log, under ctx).
+func (e *Engine) end(ctx context.Context, s *session, why EndReason) Ended {
 	delete(e.sessions, s.id)
 	if why == Closed {
 		e.stats.Closed++
@@ -247,7 +253,7 @@ func (e *Engine) end(s *session, why EndReason) Ended {
 	}
 	s.holds = nil
 	if e.o.Log != nil && len(held) > 0 {
-		e.release(held)
+		e.release(ctx, held)
 	}
 	return Ended{Session: s.id, Reason: why, Released: held}
 }

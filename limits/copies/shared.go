@@ -1,6 +1,7 @@
 package copies
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -94,7 +95,7 @@ func (e *Engine) resState(resource string) *resState {
 
 // reserveShared is Reserve's decision on the Log, for session s; the Log
 // is called outside the engine's lock.
-func (e *Engine) reserveShared(s *session, st *resState, resource, domain string, copies, minCopies int64) (Reservation, error) {
+func (e *Engine) reserveShared(ctx context.Context, s *session, st *resState, resource, domain string, copies, minCopies int64) (Reservation, error) {
 	c := st.c
 	m := c.member[domain]
 	q := LogReserve{Resource: resource, Domain: domain, Copies: copies, Min: minCopies,
@@ -105,7 +106,7 @@ func (e *Engine) reserveShared(s *session, st *resState, resource, domain string
 	r := Reservation{DomainLimit: q.DomainLimit, GlobalLimit: c.global, Unlimited: q.Ignore}
 	var got LogCounts
 	var err error
-	e.unlocked([]string{resource}, func() { got, err = e.o.Log.Reserve(q) })
+	e.unlocked([]string{resource}, func() { got, err = e.o.Log.Reserve(ctx, q) })
 	if !errors.Is(err, ErrFenced) {
 		if err := e.after(s, resource, err != nil || got.Granted > 0); err != nil {
 			return Reservation{}, err
@@ -113,7 +114,8 @@ func (e *Engine) reserveShared(s *session, st *resState, resource, domain string
 	}
 	st = e.resState(resource)
 	switch {
-	case err != nil && (!c.failOpen || errors.Is(err, ErrFenced)):
+	case err != nil && (!c.failOpen || errors.Is(err, ErrFenced) || ctx.Err() != nil):
+		// (A request whose ctx ended is no outage: not granted fail-open.)
 		e.logFailed(err)
 		if !e.fenced {
 			e.dirty[resource] = true // the outcome is unknown
@@ -158,9 +160,10 @@ func (e *Engine) reserveShared(s *session, st *resState, resource, domain string
 }
 
 // release gives holds, already gone from the hold sets, back to the Log
-// (outside the engine's lock); on failure their resources are dirty (the
-// hold sets are right; Reconcile writes them back).
-func (e *Engine) release(holds []Hold) {
+// (outside the engine's lock; ctx bounds the call); on failure their
+// resources are dirty (the hold sets are right; Reconcile writes them
+// back).
+func (e *Engine) release(ctx context.Context, holds []Hold) {
 	if e.fenced {
 		return
 	}
@@ -171,7 +174,7 @@ func (e *Engine) release(holds []Hold) {
 		}
 	}
 	var err error
-	e.unlocked(res, func() { err = e.o.Log.Release(holds) })
+	e.unlocked(res, func() { err = e.o.Log.Release(ctx, holds) })
 	if err != nil {
 		if e.logFailed(err); e.fenced {
 			return
@@ -185,13 +188,13 @@ func (e *Engine) release(holds []Hold) {
 // stageShared is Transfer on the Log: copies of k leave session s for
 // staged transfer id. They leave the hold set first (so that no other
 // operation uses them meanwhile) and come back if the Log fails.
-func (e *Engine) stageShared(s *session, k holdKey, copies int64, id string, ttl time.Duration) (Staged, error) {
+func (e *Engine) stageShared(ctx context.Context, s *session, k holdKey, copies int64, id string, ttl time.Duration) (Staged, error) {
 	h := Hold{Resource: k.res, Domain: k.dom, Groups: splitGroups(k.groups), Copies: copies}
 	_ = e.take(s, k, copies, "transfer")
 	e.drop(k, copies)
 	var deadline time.Time
 	var err error
-	e.unlocked([]string{k.res}, func() { deadline, err = e.o.Log.Stage(id, s.id, h, ttl) })
+	e.unlocked([]string{k.res}, func() { deadline, err = e.o.Log.Stage(ctx, id, s.id, h, ttl) })
 	if err != nil {
 		if e.logFailed(err); !e.fenced {
 			e.dirty[k.res] = true // staged or not: Restore counts the hold
@@ -217,10 +220,10 @@ func (e *Engine) restoreHold(s *session, k holdKey, copies int64) {
 }
 
 // seizeShared is Seize on the Log: staged transfer id joins session s.
-func (e *Engine) seizeShared(s *session, id string) (Seized, error) {
+func (e *Engine) seizeShared(ctx context.Context, s *session, id string) (Seized, error) {
 	var h Hold
 	var err error
-	e.unlocked(nil, func() { h, err = e.o.Log.Seize(id) })
+	e.unlocked(nil, func() { h, err = e.o.Log.Seize(ctx, id) })
 	switch {
 	case errors.Is(err, ErrUnknownTransfer):
 		return Seized{}, fail("transfer_id", "no staged transfer "+short(id)+" (never staged, seized already, or expired)", ErrUnknownTransfer)
@@ -295,12 +298,13 @@ func (e *Engine) Fenced() bool {
 // reports lost (Log.Lost: Redis came back empty). It returns the
 // resources restored, and the first error (those resources stay dirty
 // for the next call). Without a Log, or fenced, it does nothing. Call it
-// periodically: its period bounds how long counts stay wrong after Redis
+// periodically, with the context of the loop that calls it (it bounds the
+// Log's calls): its period bounds how long counts stay wrong after Redis
 // loses its data.
 //
 // Source: the issue "Cluster mode on Redis", item 4 (live holds are
 // written back from the servers' in-memory hold sets).
-func (e *Engine) Reconcile() ([]string, error) {
+func (e *Engine) Reconcile(ctx context.Context) ([]string, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.o.Log == nil || e.fenced {
@@ -314,7 +318,7 @@ func (e *Engine) Reconcile() ([]string, error) {
 	}
 	todo := maps.Clone(e.dirty)
 	slices.Sort(held)
-	lost, err := e.o.Log.Lost(held) // also when nothing is held: the Log checks its own records
+	lost, err := e.o.Log.Lost(ctx, held) // also when nothing is held: the Log checks its own records
 	if err != nil {
 		e.logFailed(err)
 		return nil, unavailable("reconcile", err)
@@ -342,7 +346,7 @@ func (e *Engine) Reconcile() ([]string, error) {
 	}
 	var done []string
 	for _, r := range slices.Sorted(maps.Keys(todo)) {
-		if err := e.o.Log.Restore(r, by[r]); err != nil {
+		if err := e.o.Log.Restore(ctx, r, by[r]); err != nil {
 			e.logFailed(err)
 			return done, unavailable("reconcile", err)
 		}

@@ -1,6 +1,7 @@
 package copies
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -29,27 +30,30 @@ func (l *downLog) err() error {
 	return nil
 }
 
-func (l *downLog) Reserve(q LogReserve) (LogCounts, error) {
+func (l *downLog) Reserve(ctx context.Context, q LogReserve) (LogCounts, error) {
+	if err := ctx.Err(); err != nil { // as a Log on Redis: not sent
+		return LogCounts{}, fmt.Errorf("redis: %w: %w", ErrUnavailable, err)
+	}
 	if err := l.err(); err != nil {
 		return LogCounts{}, err
 	}
 	return LogCounts{Granted: q.Copies, DomainHolds: q.Copies, GlobalHolds: q.Copies, GroupHolds: make([]int64, len(q.Groups))}, nil
 }
-func (l *downLog) Release([]Hold) error { return l.err() }
-func (l *downLog) Stage(string, string, Hold, time.Duration) (time.Time, error) {
+func (l *downLog) Release(context.Context, []Hold) error { return l.err() }
+func (l *downLog) Stage(context.Context, string, string, Hold, time.Duration) (time.Time, error) {
 	return time.Unix(0, 0), l.err()
 }
-func (l *downLog) Seize(string) (Hold, error)        { return Hold{}, l.err() }
-func (l *downLog) ExpireTransfers() ([]Ended, error) { return nil, l.err() }
-func (l *downLog) Restore(r string, h []Hold) error {
+func (l *downLog) Seize(context.Context, string) (Hold, error)      { return Hold{}, l.err() }
+func (l *downLog) ExpireTransfers(context.Context) ([]Ended, error) { return nil, l.err() }
+func (l *downLog) Restore(_ context.Context, r string, h []Hold) error {
 	if err := l.err(); err != nil {
 		return err
 	}
 	l.restored[r] = h
 	return nil
 }
-func (l *downLog) Lost([]string) ([]string, error) { return l.lost, l.err() }
-func (l *downLog) Epoch() string                   { return "e1" }
+func (l *downLog) Lost(context.Context, []string) ([]string, error) { return l.lost, l.err() }
+func (l *downLog) Epoch() string                                    { return "e1" }
 
 func sharedTestEngine(t *testing.T, l *downLog) *Engine {
 	t.Helper()
@@ -79,31 +83,31 @@ func TestSharedLogDown(t *testing.T) {
 	if SessionEpoch(s.ID) != "e1" || SessionEpoch("abc") != "" {
 		t.Fatalf("session %q: epoch %q, want e1", s.ID, SessionEpoch(s.ID))
 	}
-	if r, err := e.Reserve(now, s.ID, "closed", "d", 1, 1); err != nil || r.Granted != 1 || r.Degraded {
+	if r, err := e.Reserve(t.Context(), now, s.ID, "closed", "d", 1, 1); err != nil || r.Granted != 1 || r.Degraded {
 		t.Fatalf("reserve with the log up: %+v %v", r, err)
 	}
 	l.down = true
-	if _, err := e.Reserve(now, s.ID, "closed", "d", 1, 1); ClassOf(err) != ClassUnavailable || !errors.Is(err, ErrUnavailable) {
+	if _, err := e.Reserve(t.Context(), now, s.ID, "closed", "d", 1, 1); ClassOf(err) != ClassUnavailable || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("fail-closed reserve with the log down: %v, want Unavailable", err)
 	}
-	r, err := e.Reserve(now, s.ID, "open", "d", 3, 3)
+	r, err := e.Reserve(t.Context(), now, s.ID, "open", "d", 3, 3)
 	if err != nil || r.Granted != 3 || !r.Degraded {
 		t.Fatalf("fail-open reserve with the log down: %+v %v, want 3 granted, degraded", r, err)
 	}
-	if err := e.Release(now, s.ID, "closed", "d", 1, nil); err != nil {
+	if err := e.Release(t.Context(), now, s.ID, "closed", "d", 1, nil); err != nil {
 		t.Fatalf("release with the log down: %v", err)
 	}
-	if err := e.Release(now, s.ID, "open", "d", 1, nil); err != nil {
+	if err := e.Release(t.Context(), now, s.ID, "open", "d", 1, nil); err != nil {
 		t.Fatalf("release with the log down: %v", err)
 	}
 	if got := e.Stats().Degraded; got != 1 {
 		t.Errorf("Stats.Degraded %d, want 1", got)
 	}
-	if _, err := e.Reconcile(); ClassOf(err) != ClassUnavailable {
+	if _, err := e.Reconcile(t.Context()); ClassOf(err) != ClassUnavailable {
 		t.Fatalf("reconcile with the log down: %v", err)
 	}
 	l.down = false
-	done, err := e.Reconcile()
+	done, err := e.Reconcile(t.Context())
 	if err != nil || fmt.Sprint(done) != "[closed open]" {
 		t.Fatalf("reconcile: %v %v, want [closed open]", done, err)
 	}
@@ -111,13 +115,38 @@ func TestSharedLogDown(t *testing.T) {
 		t.Errorf("restored %s", got)
 	}
 	clear(l.restored)
-	if done, err := e.Reconcile(); err != nil || len(done) != 0 {
+	if done, err := e.Reconcile(t.Context()); err != nil || len(done) != 0 {
 		t.Fatalf("second reconcile: %v %v, want nothing to do", done, err)
 	}
 	// A resource the log reports lost is written back.
 	l.lost = []string{"open"}
-	if done, _ := e.Reconcile(); fmt.Sprint(done) != "[open]" || fmt.Sprint(l.restored) != "map[open:[{open d [] 2}]]" {
+	if done, _ := e.Reconcile(t.Context()); fmt.Sprint(done) != "[open]" || fmt.Sprint(l.restored) != "map[open:[{open d [] 2}]]" {
 		t.Fatalf("lost: reconciled %v, restored %v", done, l.restored)
+	}
+}
+
+// TestSharedLogContextDone: a reserve whose context ended fails
+// (Unavailable, the context's error wrapped) rather than being granted
+// fail-open: the caller gave up, the Log did not fail.
+func TestSharedLogContextDone(t *testing.T) {
+	l := &downLog{restored: map[string][]Hold{}}
+	e := sharedTestEngine(t, l)
+	now := time.Unix(100, 0)
+	s, err := e.Open(now, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	r, err := e.Reserve(ctx, now, s.ID, "open", "d", 1, 1)
+	if ClassOf(err) != ClassUnavailable || !errors.Is(err, context.Canceled) || r.Granted != 0 {
+		t.Fatalf("fail-open reserve, context cancelled: %+v %v, want Unavailable wrapping context.Canceled", r, err)
+	}
+	if st := e.Stats(); st.Degraded != 0 || st.Granted != 0 {
+		t.Fatalf("stats %+v: want nothing granted, nothing degraded", st)
+	}
+	if r, err := e.Reserve(t.Context(), now, s.ID, "open", "d", 1, 1); err != nil || r.Granted != 1 || r.Degraded {
+		t.Fatalf("a live context: %+v %v", r, err)
 	}
 }
 
@@ -129,11 +158,11 @@ func TestSharedLogFenced(t *testing.T) {
 	e := sharedTestEngine(t, l)
 	now := time.Unix(100, 0)
 	s, _ := e.Open(now, time.Minute)
-	if _, err := e.Reserve(now, s.ID, "closed", "d", 1, 1); err != nil {
+	if _, err := e.Reserve(t.Context(), now, s.ID, "closed", "d", 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	l.fenced = true
-	if _, err := e.Reserve(now, s.ID, "open", "d", 1, 1); ClassOf(err) != ClassUnavailable {
+	if _, err := e.Reserve(t.Context(), now, s.ID, "open", "d", 1, 1); ClassOf(err) != ClassUnavailable {
 		t.Fatalf("reserve on a fenced log: %v, want Unavailable (even fail-open)", err)
 	}
 	if !e.Fenced() || e.Stats().Sessions != 0 {
@@ -142,8 +171,8 @@ func TestSharedLogFenced(t *testing.T) {
 	for name, err := range map[string]error{
 		"open":      func() error { _, err := e.Open(now, 0); return err }(),
 		"keepalive": func() error { _, err := e.KeepAlive(now, s.ID); return err }(),
-		"close":     func() error { _, err := e.Close(now, s.ID); return err }(),
-		"release":   e.Release(now, s.ID, "closed", "d", 1, nil),
+		"close":     func() error { _, err := e.Close(t.Context(), now, s.ID); return err }(),
+		"release":   e.Release(t.Context(), now, s.ID, "closed", "d", 1, nil),
 	} {
 		if ClassOf(err) != ClassUnavailable {
 			t.Errorf("%s while fenced: %v, want Unavailable", name, err)
@@ -151,7 +180,7 @@ func TestSharedLogFenced(t *testing.T) {
 	}
 	l.fenced = false
 	e.Unfence()
-	if done, err := e.Reconcile(); err != nil || len(done) != 0 {
+	if done, err := e.Reconcile(t.Context()); err != nil || len(done) != 0 {
 		t.Fatalf("reconcile after the fence: %v %v, want nothing (the holds were dropped)", done, err)
 	}
 	if _, err := e.KeepAlive(now, s.ID); ClassOf(err) != ClassNotFound {

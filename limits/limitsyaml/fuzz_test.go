@@ -105,7 +105,7 @@ func exercise(t *testing.T, cfg *limits.Config) {
 	}
 	for name := range cfg.Resources {
 		for _, d := range []string{"d", "d/e"} {
-			if got := e.Allow(time.Unix(0, t0), limits.Request{Resource: name, Domain: d}); got.Status == limits.StatusUnspecified || got.Status == limits.StatusServerError || got.Status == limits.StatusInvalidRequest {
+			if got := e.Allow(t.Context(), time.Unix(0, t0), limits.Request{Resource: name, Domain: d}); got.Status == limits.StatusUnspecified || got.Status == limits.StatusServerError || got.Status == limits.StatusInvalidRequest {
 				t.Fatalf("%s/%s: %v %v", name, d, got.Status, got.Err)
 			}
 		}

@@ -82,30 +82,30 @@ func TestSectionExample(t *testing.T) {
 	e := newEngine(t, got)
 	// Example 3: one login per second per user, no waiting.
 	for i, want := range []limits.Status{limits.StatusOK, limits.StatusTimeout} {
-		if d := e.Allow(at(0), limits.Request{Resource: "TheBrain_userLogins", Domain: "user-17"}); d.Status != want || d.Bucket.Source != limits.SourceDynamic {
+		if d := e.Allow(t.Context(), at(0), limits.Request{Resource: "TheBrain_userLogins", Domain: "user-17"}); d.Status != want || d.Bucket.Source != limits.SourceDynamic {
 			t.Fatalf("login %d: %v %v", i, d.Status, d.Bucket)
 		}
 	}
-	if d := e.Allow(at(time.Second), limits.Request{Resource: "TheBrain_userLogins", Domain: "user-17"}); d.Status != limits.StatusOK {
+	if d := e.Allow(t.Context(), at(time.Second), limits.Request{Resource: "TheBrain_userLogins", Domain: "user-17"}); d.Status != limits.StatusOK {
 		t.Fatalf("login a second later: %v", d.Status)
 	}
 	// The keyed limiter: any IP 10 at once then one per second; the
 	// special IP 500 at once.
 	for ip, burst := range map[string]int{"10.0.0.1": 10, "192.168.11.3": 500} {
 		for i := range burst {
-			if d := e.Allow(at(0), limits.Request{Resource: "frontend", Domain: "rate_limit/" + ip}); d.Status != limits.StatusOK {
+			if d := e.Allow(t.Context(), at(0), limits.Request{Resource: "frontend", Domain: "rate_limit/" + ip}); d.Status != limits.StatusOK {
 				t.Fatalf("%s request %d: %v", ip, i, d.Status)
 			}
 		}
-		if d := e.Allow(at(0), limits.Request{Resource: "frontend", Domain: "rate_limit/" + ip}); d.Status != limits.StatusTimeout {
+		if d := e.Allow(t.Context(), at(0), limits.Request{Resource: "frontend", Domain: "rate_limit/" + ip}); d.Status != limits.StatusTimeout {
 			t.Fatalf("%s past its burst: %v", ip, d.Status)
 		}
 	}
 	// Example 1: a listed endpoint, an unlisted one (the shared default).
-	if d := e.Allow(at(0), limits.Request{Resource: "Pinky_TheBrain", Domain: "UserService_getUser"}); d.Limit != 20 || d.Bucket.Source != limits.SourceNamed {
+	if d := e.Allow(t.Context(), at(0), limits.Request{Resource: "Pinky_TheBrain", Domain: "UserService_getUser"}); d.Limit != 20 || d.Bucket.Source != limits.SourceNamed {
 		t.Fatalf("getUser: %+v", d)
 	}
-	if d := e.Allow(at(0), limits.Request{Resource: "Pinky_TheBrain", Domain: "OrderService"}); d.Limit != 1000 || d.Bucket.Source != limits.SourceDefault {
+	if d := e.Allow(t.Context(), at(0), limits.Request{Resource: "Pinky_TheBrain", Domain: "OrderService"}); d.Limit != 1000 || d.Bucket.Source != limits.SourceDefault {
 		t.Fatalf("OrderService: %+v", d)
 	}
 }

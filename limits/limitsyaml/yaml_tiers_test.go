@@ -41,7 +41,7 @@ func TestCharonExample(t *testing.T) {
 	}
 	e := newEngine(t, got)
 	allow := func(when time.Duration, resource, domain string, tokens, lo int64) limits.Decision {
-		return e.Allow(at(when), limits.Request{Resource: resource, Domain: domain, Tokens: tokens, MinTokens: lo})
+		return e.Allow(t.Context(), at(when), limits.Request{Resource: resource, Domain: domain, Tokens: tokens, MinTokens: lo})
 	}
 	ns := time.Nanosecond
 

@@ -22,14 +22,37 @@ import (
 // Batching: concurrent scripts share round trips. Each Redis node (one for
 // a single Redis, one per master of a cluster) has a batcher. While a
 // pipeline to the node is in flight, arriving calls queue; when it
-// returns, its leader (the call that sent it) hands the queue to its first
-// call, which sends up to Options.MaxBatch of it as the next pipeline. So
-// no call waits for a timer: alone, a call goes out at once, as one round
-// trip of its own; under load, a round trip carries every call that
-// arrived during the previous one. No goroutine runs between calls: the
-// leader is always a caller.
+// returns, the batcher sends up to Options.MaxBatch of the queue as the
+// next pipeline. So no call waits for a timer: alone, a call goes out at
+// once, as one round trip of its own; under load, a round trip carries
+// every call that arrived during the previous one.
 //
-// Under load (the last batch carried more than one call), the leader
+// The round trips run on a goroutine of the batcher (its sender, loop),
+// started by the call that finds it idle and ending when the queue is
+// empty: no goroutine runs between calls, and no caller runs a round trip,
+// so every caller can leave when its context ends. A caller waits for its
+// answer or its context, whichever comes first:
+//
+//   - a call whose context is done when it arrives, or when the sender
+//     takes it from the queue, is not sent (it takes no tokens) and fails
+//     with an error wrapping ctx.Err();
+//   - a caller whose context ends while its call waits in the queue
+//     leaves at once, and the call is not sent;
+//   - a caller whose context ends while its call is in flight leaves at
+//     once too (the outcome unknown: the script may have run), without
+//     waiting for the round trip, which goes on for the others.
+//
+// A round trip's own context bounds it, and never outlives every caller
+// in it: its deadline is the store's Timeout from its start, or, when
+// every call it carries has a deadline and the latest of them comes
+// sooner, that latest deadline; and it is cancelled as soon as the last
+// of its callers has left. It carries the values of its first call's
+// context (a trace, say), not its cancellation. A round trip cut short
+// this way (by its callers, before the Timeout) says nothing about Redis:
+// it is neither a failure nor a success for the circuit breaker, and the
+// calls queued behind it do not fail with it.
+//
+// Under load (the last batch carried more than one call), the sender
 // first yields the processor (runtime.Gosched), up to gatherYields times
 // while the queue grows, so that callers whose goroutines are runnable
 // (a gRPC handler about to call) join its batch rather than wait a round
@@ -46,12 +69,13 @@ import (
 // one goroutine per open node), which every Options.BreakerProbe sends a
 // PING with Options.Timeout through the breaker (half-open) and closes it
 // when Redis answers. The calls queued behind a round trip that fails for
-// want of Redis fail with it (they do not lead another one): so while
+// want of Redis fail with it (they are not sent in another one): so while
 // Redis hangs, no call waits longer than Options.Timeout.
 //
 // Source: issue 15, "Redis trouble" (short timeouts, a circuit breaker;
 // "fail-open answers during an outage of Redis are flagged and arrive
-// within 50 ms").
+// within 50 ms"); issue 22, "Stores say what they cost" (the request's
+// deadline and cancellation reach Redis).
 
 // gatherYields bounds the leader's yields (see above).
 const gatherYields = 10
@@ -105,9 +129,30 @@ type call struct {
 	tokens, min int64
 	maxWait     int64
 
-	lead bool          // handed the lead of the next batch
-	done chan struct{} // one send: the result is in, or lead
+	// The caller's side: its context; the call's state (queued, sent,
+	// done, abandoned), which the sender and the caller move on with
+	// compare-and-swap, so that exactly one of them decides what becomes
+	// of the call; the round trip carrying it, set before it is sent; and
+	// done, which receives one send once the call is done (never for an
+	// abandoned call).
+	ctx   context.Context
+	state atomic.Int32
+	trip  *trip
+	done  chan struct{}
 }
+
+// The states of a call.
+const (
+	// callQueued: waiting for a round trip (or not yet queued).
+	callQueued int32 = iota
+	// callSent: in a round trip in flight.
+	callSent
+	// callDone: its answer or error is set, and done receives a send.
+	callDone
+	// callAbandoned: its caller left (its context ended); nobody waits
+	// for it, and it is not returned to the pool.
+	callAbandoned
+)
 
 var callPool = sync.Pool{New: func() any {
 	return &call{args: make([]any, 0, 20), done: make(chan struct{}, 1)}
@@ -128,8 +173,19 @@ func getCall(sc *script) *call {
 	return c
 }
 
-// putCall returns c to the pool, keeping nothing it referred to.
+// putCall returns c to the pool, keeping nothing it referred to. An
+// abandoned call is left to the garbage collector: the sender may still
+// write its answer.
 func putCall(c *call) {
+	if c.state.Load() == callAbandoned {
+		return
+	}
+	select { // done and never received (a test's round trip)
+	case <-c.done:
+	default:
+	}
+	c.state.Store(callQueued)
+	c.ctx, c.trip = nil, nil
 	clear(c.args)
 	c.args = c.args[:0]
 	c.sc, c.cmd, c.err, c.res = nil, nil, nil, ""
@@ -150,12 +206,12 @@ type batcher struct {
 	probing atomic.Bool  // the node's probe runs (see probeLoop)
 
 	mu    sync.Mutex
-	busy  bool    // a pipeline is in flight: calls queue
+	busy  bool    // the sender runs: calls queue for it
 	last  int     // the number of calls of the last batch
 	queue []*call // waiting for the next pipeline
 	spare []*call // the previous batch's slice, for reuse
 
-	// The leader's scratch (one round trip in flight at a time).
+	// The sender's scratch (one round trip in flight at a time).
 	cmds  []*command
 	group map[string]*command // take commands by resource, while building
 	keyIx map[string]int      // a take command's bucket keys, while building
@@ -182,6 +238,8 @@ func (s *Store) newBatcher(node redis.UniversalClient, addr string) *batcher {
 		MaxRequests: 1,
 		Timeout:     s.probe,
 		ReadyToTrip: func(n gobreaker.Counts) bool { return n.ConsecutiveFailures >= s.failuresToOpen },
+		// A round trip its callers cut short says nothing about Redis.
+		IsExcluded: func(err error) bool { return errors.Is(err, errCallersLeft) },
 		OnStateChange: func(_ string, _, to gobreaker.State) {
 			// Mirror first: a probe that is ending reads it after
 			// clearing probing (see probeLoop).
@@ -194,12 +252,13 @@ func (s *Store) newBatcher(node redis.UniversalClient, addr string) *batcher {
 	return b
 }
 
-// batcherFor returns the batcher of the node holding key.
-func (s *Store) batcherFor(key string) (*batcher, error) {
+// batcherFor returns the batcher of the node holding key (on a cluster,
+// ctx bounds loading the cluster's slots, when the client must).
+func (s *Store) batcherFor(ctx context.Context, key string) (*batcher, error) {
 	if s.cluster == nil {
 		return s.single, nil
 	}
-	node, err := s.cluster.MasterForKey(context.Background(), key)
+	node, err := s.cluster.MasterForKey(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -212,103 +271,251 @@ func (s *Store) batcherFor(key string) (*batcher, error) {
 
 // run runs c on the node holding key, sharing a round trip with the
 // calls that queue meanwhile, and returns c's error (c.cmd holds the
-// reply). Errors that mean Redis cannot be reached wrap ErrUnavailable.
-func (s *Store) run(key string, c *call) error {
-	b, err := s.batcherFor(key)
+// reply) once c is done, or as soon as ctx ends (see above: the error
+// then wraps ctx.Err(), and c is abandoned: putCall leaves it). Errors
+// that mean Redis cannot be reached wrap ErrUnavailable.
+func (s *Store) run(ctx context.Context, key string, c *call) error {
+	if err := ctx.Err(); err != nil {
+		return notSent(err)
+	}
+	b, err := s.batcherFor(ctx, key)
 	if err != nil {
+		if err := ctx.Err(); err != nil {
+			return notSent(err)
+		}
 		s.noteFailure(err)
 		return unavailableError(err)
 	}
-	b.do(c)
-	return c.err
+	return b.do(ctx, c)
 }
 
-// do runs c in a batch: it queues c while a pipeline is in flight, or
-// leads the next one.
-func (b *batcher) do(c *call) {
+// notSent is the error of a call not sent because its context ended
+// (err is ctx.Err()): it did nothing.
+func notSent(err error) error {
+	return fmt.Errorf("limits/redis: the request's context ended before it was sent (nothing done): %w", err)
+}
+
+// leftInFlight is the error of a call whose caller left while its round
+// trip was in flight (err is ctx.Err()): its outcome is unknown.
+func leftInFlight(err error) error {
+	return fmt.Errorf("limits/redis: the request's context ended during its round trip (outcome unknown): %w", err)
+}
+
+// errCallersLeft is what a round trip cut short by its callers (their
+// deadlines, or all of them gone) reports to the breaker: excluded, it
+// counts neither as a failure nor as a success.
+var errCallersLeft = errors.New("limits/redis: the round trip's callers left")
+
+// do queues c (whose context is ctx) for the sender, starting the sender
+// if idle, and waits until c is done or ctx ends.
+func (b *batcher) do(ctx context.Context, c *call) error {
 	if gobreaker.State(b.state.Load()) != gobreaker.StateClosed {
 		// Fail at once while the breaker is open, and while the probe
 		// tests Redis (half-open): only the probe closes it.
-		c.err = errBreakerOpen
 		b.st.refused.Add(1)
-		return
+		return errBreakerOpen
 	}
+	c.ctx = ctx
 	b.mu.Lock()
-	if b.busy {
-		b.queue = append(b.queue, c)
-		b.mu.Unlock()
-		<-c.done
-		if !c.lead {
+	b.queue = append(b.queue, c)
+	idle := !b.busy
+	b.busy = true
+	b.mu.Unlock()
+	if idle {
+		go b.loop()
+	}
+	select {
+	case <-c.done:
+		if c.err == errCutShort {
+			// Its deadline has come (the connection's read deadline may
+			// fire before ctx's timer): the error wraps ctx.Err(), which
+			// is set by the time the caller sees it.
+			<-ctx.Done()
+			return leftInFlight(ctx.Err())
+		}
+		return c.err
+	case <-ctx.Done():
+	}
+	switch {
+	case c.state.CompareAndSwap(callQueued, callAbandoned):
+		return notSent(ctx.Err())
+	case c.state.CompareAndSwap(callSent, callAbandoned):
+		c.trip.leave()
+		return leftInFlight(ctx.Err())
+	}
+	<-c.done // done meanwhile: its answer is in
+	if c.err == errCutShort {
+		return leftInFlight(ctx.Err())
+	}
+	return c.err
+}
+
+// loop is the sender: it sends the queue in pipelines, one at a time,
+// until the queue is empty.
+func (b *batcher) loop() {
+	b.mu.Lock()
+	for {
+		// Under load, the calls whose goroutines are runnable join first.
+		for i := 0; i < gatherYields && b.last > 1 && len(b.queue) < b.st.maxBatch; i++ {
+			n0 := len(b.queue)
+			b.mu.Unlock()
+			runtime.Gosched()
+			b.mu.Lock()
+			if len(b.queue) == n0 {
+				break
+			}
+		}
+		n := min(len(b.queue), b.st.maxBatch)
+		if n == 0 {
+			b.busy = false
+			b.mu.Unlock()
 			return
 		}
-		c.lead = false
-		b.mu.Lock()
-	} else {
-		b.busy = true
-		b.queue = append(b.queue, c)
-	}
-	// c leads: it is b.queue[0] (queued first, or handed the lead). Under
-	// load, the calls whose goroutines are runnable join first.
-	for i := 0; i < gatherYields && b.last > 1 && len(b.queue) < b.st.maxBatch; i++ {
-		n0 := len(b.queue)
+		b.last = n
+		batch := append(b.spare[:0], b.queue[:n]...)
+		b.spare = nil
+		b.queue = b.queue[:copy(b.queue, b.queue[n:])]
 		b.mu.Unlock()
-		runtime.Gosched()
-		b.mu.Lock()
-		if len(b.queue) == n0 {
-			break
+
+		var down error
+		if t, sent := b.start(batch); t != nil {
+			down = b.roundTrip(t, sent)
+			t.cancel()
+			finish(sent)
 		}
-	}
-	n := min(len(b.queue), b.st.maxBatch)
-	b.last = n
-	batch := append(b.spare[:0], b.queue[:n]...)
-	b.spare = nil
-	b.queue = b.queue[:copy(b.queue, b.queue[n:])]
-	b.mu.Unlock()
 
-	down := b.roundTrip(batch)
-	for _, x := range batch[1:] {
-		x.done <- struct{}{}
-	}
-
-	b.mu.Lock()
-	clear(batch)
-	b.spare = batch[:0]
-	var next *call
-	var failed []*call
-	switch {
-	case len(b.queue) == 0:
-		b.busy = false
-	case down != nil:
-		// Redis did not answer: the calls that queued meanwhile have
-		// waited for it already, and fail with it rather than wait for a
-		// round trip of their own (which would most likely time out too).
-		failed = slices.Clone(b.queue)
-		clear(b.queue)
-		b.queue = b.queue[:0]
-		b.busy = false
-	default:
-		next = b.queue[0]
-		next.lead = true
-	}
-	b.mu.Unlock()
-	if next != nil {
-		next.done <- struct{}{}
-	}
-	if failed != nil {
-		b.st.refused.Add(uint64(len(failed)))
-		for _, x := range failed {
-			x.err = down
-			x.done <- struct{}{}
+		b.mu.Lock()
+		clear(batch)
+		b.spare = batch[:0]
+		if down != nil && len(b.queue) > 0 {
+			// Redis did not answer: the calls that queued meanwhile have
+			// waited for it already, and fail with it rather than wait for
+			// a round trip of their own (which would most likely time out
+			// too).
+			failed := slices.Clone(b.queue)
+			clear(b.queue)
+			b.queue = b.queue[:0]
+			b.mu.Unlock()
+			for _, x := range failed {
+				x.err = down
+				if finish1(x, callQueued) {
+					b.st.refused.Add(1)
+				}
+			}
+			b.mu.Lock()
 		}
 	}
 }
 
-// roundTrip sends batch as one pipeline through the breaker and sets
-// every call's cmd and err. It returns nil when Redis answered (even
-// with errors of single scripts), else the error for the calls queued
+// finish hands the calls of a round trip their answers: each one still
+// sent becomes done (an abandoned one is left alone).
+func finish(sent []*call) {
+	for _, c := range sent {
+		finish1(c, callSent)
+	}
+}
+
+// finish1 makes c, in state from, done, unless its caller left, and
+// reports whether it did.
+func finish1(c *call, from int32) bool {
+	if !c.state.CompareAndSwap(from, callDone) {
+		return false
+	}
+	c.done <- struct{}{}
+	return true
+}
+
+// trip is one round trip: its context and the callers waiting for it.
+type trip struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	// bound reports that ctx's deadline is its callers' (every call has
+	// a deadline, and the latest comes before the Timeout).
+	bound    bool
+	deadline time.Time
+
+	mu   sync.Mutex
+	live int  // callers waiting for it
+	gone bool // every caller left: ctx is cancelled
+}
+
+// leave is called by a caller that leaves the round trip in flight: the
+// last one to leave cancels it.
+func (t *trip) leave() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.live--; t.live == 0 {
+		t.gone = true
+		t.cancel()
+	}
+}
+
+// cutShort reports whether the round trip, which failed, ended for want
+// of its callers: its deadline, theirs, has come (the connection's read
+// deadline may fire before ctx's timer), or all of them left.
+func (t *trip) cutShort() bool {
+	if t.bound && !time.Now().Before(t.deadline) {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.gone
+}
+
+// errCutShort marks the calls of a round trip cut short by its callers:
+// do returns leftInFlight once the call's context is done.
+var errCutShort = errors.New("limits/redis: the round trip was cut short by its callers")
+
+// start begins the round trip of batch: the calls whose context is done
+// become done with notSent, those whose caller left are dropped, and the
+// others are sent. It returns the round trip and its calls, or nil when
+// there is none to send. The round trip's context ends at the Timeout, or
+// at its callers' latest deadline when every one has a deadline and the
+// latest comes sooner, or when every caller has left.
+func (b *batcher) start(batch []*call) (*trip, []*call) {
+	t := &trip{}
+	t.mu.Lock() // until ctx and live are set: callers leaving wait
+	defer t.mu.Unlock()
+	sent := batch[:0]
+	var latest time.Time
+	all := true
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.err = notSent(err)
+			finish1(c, callQueued)
+			continue
+		}
+		c.trip = t
+		if !c.state.CompareAndSwap(callQueued, callSent) {
+			continue // abandoned
+		}
+		sent = append(sent, c)
+		if d, ok := c.ctx.Deadline(); !ok {
+			all = false
+		} else if d.After(latest) {
+			latest = d
+		}
+	}
+	if len(sent) == 0 {
+		return nil, nil
+	}
+	deadline := time.Now().Add(b.st.timeout)
+	if all && latest.Before(deadline) {
+		deadline, t.bound = latest, true
+	}
+	t.deadline = deadline
+	t.ctx, t.cancel = context.WithDeadline(context.WithoutCancel(sent[0].ctx), deadline)
+	t.live = len(sent)
+	return t, sent
+}
+
+// roundTrip sends batch as one pipeline through the breaker, under t's
+// context, and sets every call's cmd and err. It returns nil when Redis
+// answered (even with errors of single scripts), or when the round trip
+// was cut short by its callers, else the error for the calls queued
 // meanwhile (wrapping ErrUnavailable): Redis could not answer, or the
 // breaker refused the batch.
-func (b *batcher) roundTrip(batch []*call) error {
+func (b *batcher) roundTrip(t *trip, batch []*call) error {
 	if gobreaker.State(b.state.Load()) != gobreaker.StateClosed {
 		// Open since this batch queued: fail it without asking the
 		// breaker, which would let the batch probe once the open period
@@ -321,11 +528,20 @@ func (b *batcher) roundTrip(batch []*call) error {
 	}
 	b.st.calls.Add(uint64(len(batch)))
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), b.st.timeout)
-	err = b.exec(ctx, batch)
-	cancel()
+	err = b.exec(t.ctx, batch)
 	d := time.Since(start)
-	done(err)
+	if err != nil && t.cutShort() {
+		// Not Redis's failure: the calls fail with their contexts.
+		done(errCallersLeft)
+		for _, c := range batch {
+			if c.err != nil {
+				c.err = errCutShort
+			}
+		}
+		err = nil
+	} else {
+		done(err)
+	}
 	b.st.stats.observe(d)
 	if err != nil {
 		b.st.noteFailure(err)
@@ -650,21 +866,22 @@ var errBreakerOpen error = &storeError{err: gobreaker.ErrOpenState, down: true}
 
 // eval runs sc over keys (one slot: keys[0] picks the node) and args as
 // Take runs its script: sharing round trips, through the breaker, with
-// Options.Timeout. It returns the reply's command (nil with an error);
-// errors are as Take's (ErrUnavailable when Redis could not answer). For
-// the scripts of the request path other than Take's (TakeHits).
-func (s *Store) eval(sc *script, keys []string, args ...any) (*redis.Cmd, error) {
+// Options.Timeout and ctx (the caller's). It returns the reply's command
+// (nil with an error); errors are as Take's (ErrUnavailable when Redis
+// could not answer, ctx.Err() wrapped when ctx ended). For the scripts of
+// the request path other than Take's (TakeHits, CopyLog's).
+func (s *Store) eval(ctx context.Context, sc *script, keys []string, args ...any) (*redis.Cmd, error) {
 	c := getCall(sc)
 	c.args = append(c.args, len(keys))
 	for _, k := range keys {
 		c.args = append(c.args, k)
 	}
 	c.args = append(c.args, args...)
-	err := s.run(keys[0], c)
-	cmd := c.cmd
-	putCall(c)
-	if err != nil {
+	if err := s.run(ctx, keys[0], c); err != nil {
+		putCall(c) // (an abandoned call is not read: the sender may still write it)
 		return nil, err
 	}
+	cmd := c.cmd
+	putCall(c)
 	return cmd, nil
 }

@@ -29,7 +29,7 @@ func concurrently(e *limits.Engine, n int, req limits.Request) []limits.Decision
 	for i := range out {
 		wg.Go(func() {
 			<-start
-			out[i] = e.Allow(time.Now(), req)
+			out[i] = e.Allow(context.Background(), time.Now(), req)
 		})
 	}
 	close(start)
@@ -82,7 +82,7 @@ func TestBatchExact(t *testing.T) {
 // one of 40 requests on each of 20 buckets of 30 tokens (asking 1 to 3)
 // is answered as alone.
 func TestBatchMatchesMemory(t *testing.T) {
-	st := New(client(t), Options{Prefix: prefix(t), CallerTime: true, MaxBatch: 7})
+	st := New(client(t), Options{Prefix: prefix(t), callerTime: true, MaxBatch: 7})
 	mem := limits.NewMemoryStore()
 	l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket,
 		Bucket: limits.Bucket{Size: 30, FillRate: 3}, Params: limits.Bucket{Size: 30, FillRate: 3}.Params(), Gen: 1}
@@ -94,12 +94,12 @@ func TestBatchMatchesMemory(t *testing.T) {
 		ask := func(i int) limits.Ask { n := int64(1 + (i+step)%3); return limits.Ask{Tokens: n, Min: 1} }
 		for i := range got {
 			wg.Go(func() {
-				got[i], errs[i] = st.Take(now, limits.Key{Resource: "r", Domain: string(rune('a' + i))}, l, ask(i))
+				got[i], errs[i] = st.Take(t.Context(), now, limits.Key{Resource: "r", Domain: string(rune('a' + i))}, l, ask(i))
 			})
 		}
 		wg.Wait()
 		for i := range got {
-			want, _ := mem.Take(now, limits.Key{Resource: "r", Domain: string(rune('a' + i))}, l, ask(i))
+			want, _ := mem.Take(t.Context(), now, limits.Key{Resource: "r", Domain: string(rune('a' + i))}, l, ask(i))
 			if errs[i] != nil || got[i] != want {
 				t.Fatalf("step %d bucket %d: %+v %v, want %+v", step, i, got[i], errs[i], want)
 			}
@@ -120,7 +120,7 @@ func TestNoScriptInPipeline(t *testing.T) {
 	ctx := context.Background()
 	for name, c := range map[string]redis.UniversalClient{"single": client(t), "cluster": clusterClient(t)} {
 		t.Run(name, func(t *testing.T) {
-			st := New(c, Options{Prefix: prefix(t), CallerTime: true})
+			st := New(c, Options{Prefix: prefix(t), callerTime: true})
 			l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket,
 				Bucket: limits.Bucket{Size: 5, FillRate: 1}, Params: limits.Bucket{Size: 5, FillRate: 1}.Params(), Gen: 1}
 			k := limits.Key{Resource: "r", Domain: "d"}
@@ -131,7 +131,7 @@ func TestNoScriptInPipeline(t *testing.T) {
 			get := newScript("return redis.call('GET', KEYS[1])")
 			other := getCall(get)
 			other.args = append(other.args, 1, calls[0].key)
-			b, err := st.batcherFor(calls[0].key)
+			b, err := st.batcherFor(ctx, calls[0].key)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,7 +139,7 @@ func TestNoScriptInPipeline(t *testing.T) {
 				t.Fatal(err)
 			}
 			h0 := st.Health()
-			b.roundTrip(append(calls, other))
+			_ = b.sendNow(ctx, append(calls, other))
 			for i, c := range calls {
 				if c.err != nil {
 					t.Fatalf("call %d: %v", i, c.err)
@@ -163,10 +163,10 @@ func TestNoScriptInPipeline(t *testing.T) {
 					h.Calls-h0.Calls, h.RoundTrips-h0.RoundTrips, h.Scripts-h0.Scripts)
 			}
 			// The scripts are cached again: one round trip now.
-			if out, err := st.Take(t0.UnixNano(), limits.Key{Resource: "r", Domain: "e"}, l, limits.Ask{Tokens: 1, Min: 1}); err != nil || out.Granted != 1 || !out.Created {
+			if out, err := st.Take(ctx, t0.UnixNano(), limits.Key{Resource: "r", Domain: "e"}, l, limits.Ask{Tokens: 1, Min: 1}); err != nil || out.Granted != 1 || !out.Created {
 				t.Fatalf("Take: %+v %v", out, err)
 			}
-			if _, err := st.eval(get, []string{st.bucketKey("r", "e")}); err != nil {
+			if _, err := st.eval(ctx, get, []string{st.bucketKey("r", "e")}); err != nil {
 				t.Fatal(err)
 			}
 			if h2 := st.Health(); h2.RoundTrips != h.RoundTrips+2 || h2.Scripts != h.Scripts+2 {
@@ -206,7 +206,7 @@ func TestBreaker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := e.Allow(time.Now(), limits.Request{Resource: "closed", Domain: "d"}); d.Status != limits.StatusOK {
+		if d := e.Allow(t.Context(), time.Now(), limits.Request{Resource: "closed", Domain: "d"}); d.Status != limits.StatusOK {
 			t.Fatalf("Redis up: %+v", d)
 		}
 		return st, e
@@ -220,7 +220,7 @@ func TestBreaker(t *testing.T) {
 	stopped = true
 	for _, e := range []*limits.Engine{e, e2} {
 		for i := range 2 {
-			d := e.Allow(time.Now(), limits.Request{Resource: "closed", Domain: "d"})
+			d := e.Allow(t.Context(), time.Now(), limits.Request{Resource: "closed", Domain: "d"})
 			if d.Status != limits.StatusServerError || !errors.Is(d.Err, ErrUnavailable) {
 				t.Fatalf("Redis stopped, request %d: %+v", i, d)
 			}
@@ -233,12 +233,12 @@ func TestBreaker(t *testing.T) {
 	// Open: at once, no round trip.
 	start := time.Now()
 	for range 50 {
-		d := e.Allow(time.Now(), limits.Request{Resource: "closed", Domain: "d"})
+		d := e.Allow(t.Context(), time.Now(), limits.Request{Resource: "closed", Domain: "d"})
 		if d.Status != limits.StatusServerError || !errors.Is(d.Err, ErrUnavailable) || !errors.Is(d.Err, gobreaker.ErrOpenState) {
 			t.Fatalf("breaker open: %+v", d)
 		}
 	}
-	d := e.Allow(time.Now(), limits.Request{Resource: "open", Domain: "d", Tokens: 3})
+	d := e.Allow(t.Context(), time.Now(), limits.Request{Resource: "open", Domain: "d", Tokens: 3})
 	if d.Status != limits.StatusOK || !d.Degraded || d.Granted != 3 || !errors.Is(d.Err, ErrUnavailable) {
 		t.Fatalf("fail-open resource, Redis down: %+v", d)
 	}
@@ -255,7 +255,7 @@ func TestBreaker(t *testing.T) {
 	defer back()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		d := e2.Allow(time.Now(), limits.Request{Resource: "closed", Domain: "d"})
+		d := e2.Allow(t.Context(), time.Now(), limits.Request{Resource: "closed", Domain: "d"})
 		if d.Status == limits.StatusOK {
 			break
 		}
@@ -301,7 +301,7 @@ func BenchmarkAllowParallel(b *testing.B) {
 	h0 := st.Health()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if d := e.Allow(time.Now(), req); d.Status != limits.StatusOK {
+			if d := e.Allow(b.Context(), time.Now(), req); d.Status != limits.StatusOK {
 				b.Error(d)
 				return
 			}
@@ -355,7 +355,7 @@ func allowParallel(b *testing.B, c *redis.Client, st *Store, e *limits.Engine, p
 	b.SetParallelism(25)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if d := e.Allow(time.Now(), reqs[next.Add(1)%uint64(len(reqs))]); !ok(d) {
+			if d := e.Allow(b.Context(), time.Now(), reqs[next.Add(1)%uint64(len(reqs))]); !ok(d) {
 				b.Error(d)
 				return
 			}
@@ -396,7 +396,7 @@ func redisCPU(b *testing.B, c *redis.Client) float64 {
 func TestBatchDifferential(t *testing.T) {
 	for seed := range uint64(12) {
 		r := rand.New(rand.NewPCG(seed, 9))
-		st := New(client(t), Options{Prefix: prefix(t) + strconvU(seed) + ":", CallerTime: true})
+		st := New(client(t), Options{Prefix: prefix(t) + strconvU(seed) + ":", callerTime: true})
 		mem := limits.NewMemoryStore()
 		mk := func(gen uint64) map[string]*limits.Limit {
 			ls := map[string]*limits.Limit{}
@@ -426,10 +426,10 @@ func TestBatchDifferential(t *testing.T) {
 		for step := range 30 {
 			if step == 15 {
 				ls = mk(2)
-				if err := mem.Reconfigure(now, 2, resolve, nil); err != nil {
+				if err := mem.Reconfigure(t.Context(), now, 2, resolve, nil); err != nil {
 					t.Fatal(err)
 				}
-				if err := st.Reconfigure(now, 2, resolve, nil); err != nil {
+				if err := st.Reconfigure(t.Context(), now, 2, resolve, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -450,13 +450,13 @@ func TestBatchDifferential(t *testing.T) {
 				reqs[i] = req{now, k, resolve(k), a}
 				batch[i] = st.takeCall(now, k, reqs[i].l, a)
 			}
-			b, err := st.batcherFor(batch[0].key)
+			b, err := st.batcherFor(t.Context(), batch[0].key)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b.roundTrip(batch)
+			_ = b.sendNow(t.Context(), batch)
 			for i, c := range batch {
-				want, err := mem.Take(reqs[i].now, reqs[i].k, reqs[i].l, reqs[i].a)
+				want, err := mem.Take(t.Context(), reqs[i].now, reqs[i].k, reqs[i].l, reqs[i].a)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -473,11 +473,11 @@ func TestBatchDifferential(t *testing.T) {
 		// What the batches wrote is what the memory store holds (but
 		// rejections: Redis records grants only).
 		got := map[limits.Key]limits.Snapshot{}
-		if err := st.Walk(func(s limits.Snapshot) bool { got[s.Key] = s; return true }); err != nil {
+		if err := st.Walk(t.Context(), func(s limits.Snapshot) bool { got[s.Key] = s; return true }); err != nil {
 			t.Fatal(err)
 		}
 		n := 0
-		_ = mem.Walk(func(s limits.Snapshot) bool {
+		_ = mem.Walk(t.Context(), func(s limits.Snapshot) bool {
 			n++
 			g, ok := got[s.Key]
 			if !ok || g.State != s.State || g.Grants != s.Grants || g.Limit.Params != s.Limit.Params {
@@ -497,7 +497,7 @@ func TestBatchDifferential(t *testing.T) {
 // bucket with its expiry.
 func TestBatchTooManyBuckets(t *testing.T) {
 	c := client(t)
-	st := New(c, Options{Prefix: prefix(t), CallerTime: true})
+	st := New(c, Options{Prefix: prefix(t), callerTime: true})
 	bk := limits.Bucket{Size: 2, FillRate: 1}
 	l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket, Bucket: bk, Params: bk.Params(), MaxDynamic: 2, Gen: 1}
 	ask := func(tokens int64) limits.Ask { return limits.Ask{Tokens: tokens, Min: tokens} }
@@ -510,8 +510,8 @@ func TestBatchTooManyBuckets(t *testing.T) {
 		st.takeCall(now, limits.Key{Resource: "r", Domain: "x"}, l, ask(1)), // too many buckets
 		st.takeCall(now, limits.Key{Resource: "r", Domain: "y"}, l, ask(1)), // exists, empty: rejected
 	}
-	b, _ := st.batcherFor(batch[0].key)
-	b.roundTrip(batch)
+	b, _ := st.batcherFor(t.Context(), batch[0].key)
+	_ = b.sendNow(t.Context(), batch)
 	want := []limits.Outcome{
 		{Result: limits.Result{RetryAfter: -1, Tokens: 2}},
 		{Result: limits.Result{Granted: 1, Tokens: 1}, Created: true},
@@ -543,7 +543,7 @@ func TestBatchTooManyBuckets(t *testing.T) {
 // the memory store answers it, in order.
 func TestTakeLargeBatch(t *testing.T) {
 	const buckets, n = 8500, 17000
-	st := New(client(t), Options{Prefix: prefix(t), CallerTime: true, MaxBatch: n})
+	st := New(client(t), Options{Prefix: prefix(t), callerTime: true, MaxBatch: n})
 	mem := limits.NewMemoryStore()
 	l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket,
 		Bucket: limits.Bucket{Size: 3, FillRate: 1}, Params: limits.Bucket{Size: 3, FillRate: 1}.Params(), Gen: 1}
@@ -552,7 +552,7 @@ func TestTakeLargeBatch(t *testing.T) {
 	for i := range batch {
 		batch[i] = st.takeCall(now, limits.Key{Resource: "r", Domain: "d" + strconv.Itoa(i%buckets)}, l, limits.Ask{Tokens: 2, Min: 1})
 	}
-	if err := st.single.roundTrip(batch); err != nil {
+	if err := st.single.sendNow(t.Context(), batch); err != nil {
 		t.Fatal(err)
 	}
 	for i, c := range batch {
@@ -560,7 +560,7 @@ func TestTakeLargeBatch(t *testing.T) {
 			t.Fatalf("request %d: %v", i, c.err)
 		}
 		got, err := parseTake(c.res, l.Params)
-		want, _ := mem.Take(now, limits.Key{Resource: "r", Domain: "d" + strconv.Itoa(i%buckets)}, l, limits.Ask{Tokens: 2, Min: 1})
+		want, _ := mem.Take(t.Context(), now, limits.Key{Resource: "r", Domain: "d" + strconv.Itoa(i%buckets)}, l, limits.Ask{Tokens: 2, Min: 1})
 		if err != nil || got != want {
 			t.Fatalf("request %d: %+v %v, want %+v", i, got, err, want)
 		}

@@ -32,7 +32,7 @@ func TestClusterTwoEngines(t *testing.T) {
 func TestClusterSlots(t *testing.T) {
 	cc := clusterClient(t)
 	ctx := context.Background()
-	st := New(cc, Options{Prefix: prefix(t), CallerTime: true})
+	st := New(cc, Options{Prefix: prefix(t), callerTime: true})
 	b := &limits.Bucket{Size: 3, FillRate: 1}
 	cfg := &limits.Config{Resources: map[string]*limits.Resource{}}
 	var res []string
@@ -74,7 +74,7 @@ func TestClusterSlots(t *testing.T) {
 	want := map[limits.Key]bool{}
 	for _, r := range res {
 		for i := range 4 {
-			d := e.Allow(t0, limits.Request{Resource: r, Domain: "d"})
+			d := e.Allow(ctx, t0, limits.Request{Resource: r, Domain: "d"})
 			if ok := i < 3; (d.Status == limits.StatusOK) != ok || d.Err != nil {
 				t.Fatalf("%q, request %d: %+v", r, i+1, d)
 			}
@@ -83,7 +83,7 @@ func TestClusterSlots(t *testing.T) {
 	}
 	// Dynamic buckets: the bucket and the resource's set in one script.
 	for i, dom := range []string{"p", "q:1", "s"} {
-		d := e.Allow(t0, limits.Request{Resource: "dyn", Domain: dom})
+		d := e.Allow(ctx, t0, limits.Request{Resource: "dyn", Domain: dom})
 		if ok := i < 2; (d.Status == limits.StatusOK) != ok || d.Err != nil {
 			t.Fatalf("dyn/%s: %+v", dom, d)
 		}
@@ -149,7 +149,7 @@ func TestClusterSlots(t *testing.T) {
 
 	// Walk and Len over every master.
 	got := map[limits.Key]bool{}
-	if err := st.Walk(func(s limits.Snapshot) bool {
+	if err := st.Walk(ctx, func(s limits.Snapshot) bool {
 		if s.Grants == 0 || got[s.Key] {
 			t.Errorf("walk: %+v", s)
 		}
@@ -166,8 +166,8 @@ func TestClusterSlots(t *testing.T) {
 			t.Errorf("walk missed %q", k)
 		}
 	}
-	if n := st.Len(); n != len(want) {
-		t.Fatalf("Len %d, want %d", n, len(want))
+	if n := walkLen(t, st); n != len(want) {
+		t.Fatalf("walk counts %d, want %d", n, len(want))
 	}
 
 	// Reconfigure drops the resources that vanished, on every master.
@@ -175,11 +175,11 @@ func TestClusterSlots(t *testing.T) {
 	if err := e.SetConfig(t0.Add(time.Second), cfg2); err != nil {
 		t.Fatal(err)
 	}
-	if n := st.Len(); n != 2 {
-		t.Fatalf("Len after keeping %q and %q: %d", a, z, n)
+	if n := walkLen(t, st); n != 2 {
+		t.Fatalf("walk counts %d after keeping %q and %q", n, a, z)
 	}
 	for _, r := range []string{a, z} {
-		if d := e.Allow(t0.Add(time.Second), limits.Request{Resource: r, Domain: "d"}); d.Status != limits.StatusOK || d.Remaining > 0.1 {
+		if d := e.Allow(ctx, t0.Add(time.Second), limits.Request{Resource: r, Domain: "d"}); d.Status != limits.StatusOK || d.Remaining > 0.1 {
 			t.Fatalf("%q after reconfiguring: %+v", r, d)
 		}
 	}

@@ -84,7 +84,7 @@ var _ copies.Log = (*CopyLog)(nil)
 // (so that while Redis is down its calls fail at once, wrapping
 // ErrUnavailable and copies.ErrUnavailable), and its other commands are
 // refused at once while the breaker of their node is open. Staged
-// transfers' ttls run on Redis TIME (Options.CallerTime does not apply).
+// transfers' ttls run on Redis TIME, always.
 // It has no epoch: every write fails with copies.ErrFenced until
 // SetEpoch. It does not contact Redis.
 func NewCopyLog(store *Store) *CopyLog {
@@ -134,16 +134,18 @@ func (l *CopyLog) counts(tag, domain string, groups []string) []string {
 	return keys
 }
 
-// ctx returns a context bounded by the log's timeout.
-func (l *CopyLog) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), l.timeout)
+// ctx returns the caller's ctx bounded by the log's timeout too: the
+// context of the commands the log sends outside the store's batches (its
+// scripts are bounded by the batches' round trips and the caller's ctx).
+func (l *CopyLog) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, l.timeout)
 }
 
 // guard refuses at once, for op, while the circuit breaker of the node
 // holding key is open (the commands a CopyLog sends outside scripts do
 // not queue behind a dead Redis).
-func (l *CopyLog) guard(op, key string) error {
-	b, err := l.s.batcherFor(key)
+func (l *CopyLog) guard(ctx context.Context, op, key string) error {
+	b, err := l.s.batcherFor(ctx, key)
 	if err != nil {
 		return fail(op, unavailableError(err))
 	}
@@ -173,7 +175,7 @@ func (l *CopyLog) current(ctx context.Context, escRes string, force bool) (strin
 		return epoch, nil
 	}
 	s := l.prefix + "{s" + epoch + "}"
-	cmd, err := l.s.eval(registerScript, []string{s + "x", s + "r"}, escRes)
+	cmd, err := l.s.eval(ctx, registerScript, []string{s + "x", s + "r"}, escRes)
 	v := 0
 	if err == nil {
 		v, err = cmd.Int()
@@ -192,10 +194,9 @@ func (l *CopyLog) current(ctx context.Context, escRes string, force bool) (strin
 	return epoch, nil
 }
 
-// Reserve implements copies.Log: one script over the resource's slot.
-func (l *CopyLog) Reserve(q copies.LogReserve) (copies.LogCounts, error) {
-	ctx, cancel := l.ctx()
-	defer cancel()
+// Reserve implements copies.Log: one script over the resource's slot
+// (sharing the store's round trips: ctx is as for Store.Take).
+func (l *CopyLog) Reserve(ctx context.Context, q copies.LogReserve) (copies.LogCounts, error) {
 	esc := escape(q.Resource)
 	epoch, err := l.current(ctx, esc, false)
 	if err != nil {
@@ -212,7 +213,7 @@ func (l *CopyLog) Reserve(q copies.LogReserve) (copies.LogCounts, error) {
 	for _, g := range q.GroupLimits {
 		args = append(args, g)
 	}
-	cmd, err := l.s.eval(copiesReserveScript, keys, args...)
+	cmd, err := l.s.eval(ctx, copiesReserveScript, keys, args...)
 	var v []int64
 	if err == nil {
 		v, err = cmd.Int64Slice()
@@ -249,7 +250,7 @@ func (l *CopyLog) move(ctx context.Context, keys []string, a moveArgs) ([]any, e
 		}
 		return "0"
 	}
-	cmd, err := l.s.eval(copiesMoveScript, keys, a.src, a.dst, a.copies, a.mode, b(a.srcSet), b(a.dstSet),
+	cmd, err := l.s.eval(ctx, copiesMoveScript, keys, a.src, a.dst, a.copies, a.mode, b(a.srcSet), b(a.dstSet),
 		a.ttl.Milliseconds(), a.domain, a.groups, a.session)
 	var v []any
 	if err == nil {
@@ -265,9 +266,7 @@ func (l *CopyLog) move(ctx context.Context, keys []string, a moveArgs) ([]any, e
 }
 
 // Release implements copies.Log: one script per hold.
-func (l *CopyLog) Release(holds []copies.Hold) error {
-	ctx, cancel := l.ctx()
-	defer cancel()
+func (l *CopyLog) Release(ctx context.Context, holds []copies.Hold) error {
 	for _, h := range holds {
 		esc := escape(h.Resource)
 		epoch, err := l.current(ctx, esc, false)
@@ -290,22 +289,23 @@ func (l *CopyLog) sweepKey() string { return l.prefix + "{x}ts" }
 // Stage implements copies.Log: the transfer's indexes are written first
 // (an index without its transfer is harmless), then one script moves the
 // copies from this server's contribution to the transfer's.
-func (l *CopyLog) Stage(id, session string, h copies.Hold, ttl time.Duration) (time.Time, error) {
-	ctx, cancel := l.ctx()
-	defer cancel()
+func (l *CopyLog) Stage(ctx context.Context, id, session string, h copies.Hold, ttl time.Duration) (time.Time, error) {
 	esc := escape(h.Resource)
 	epoch, err := l.current(ctx, esc, false)
 	if err != nil {
 		return time.Time{}, err
 	}
 	tid := escape(id)
-	if err := l.guard("stage", l.prefix+"{t"+tid+"}"); err != nil {
+	if err := l.guard(ctx, "stage", l.prefix+"{t"+tid+"}"); err != nil {
 		return time.Time{}, err
 	}
+	dctx, cancel := l.ctx(ctx)
 	pipe := l.c.Pipeline()
-	pipe.Set(ctx, l.prefix+"{t"+tid+"}", esc, ttl+time.Hour)
-	pipe.ZAdd(ctx, l.sweepKey(), redis.Z{Score: float64(time.Now().Add(ttl).UnixMilli()), Member: esc + " " + tid})
-	if _, err := pipe.Exec(ctx); err != nil {
+	pipe.Set(dctx, l.prefix+"{t"+tid+"}", esc, ttl+time.Hour)
+	pipe.ZAdd(dctx, l.sweepKey(), redis.Z{Score: float64(time.Now().Add(ttl).UnixMilli()), Member: esc + " " + tid})
+	_, err = pipe.Exec(dctx)
+	cancel()
+	if err != nil {
 		return time.Time{}, fail("stage", err)
 	}
 	tag := l.tag(esc)
@@ -326,10 +326,12 @@ func (l *CopyLog) Stage(id, session string, h copies.Hold, ttl time.Duration) (t
 // transfer reads staged transfer tid (escaped): its resource (escaped),
 // hold and staging session; ok false when there is none.
 func (l *CopyLog) transfer(ctx context.Context, tid string) (esc string, h copies.Hold, session string, ok bool, err error) {
-	if err := l.guard("seize", l.prefix+"{t"+tid+"}"); err != nil {
+	if err := l.guard(ctx, "seize", l.prefix+"{t"+tid+"}"); err != nil {
 		return "", h, "", false, err
 	}
-	esc, err = l.c.Get(ctx, l.prefix+"{t"+tid+"}").Result()
+	dctx, cancel := l.ctx(ctx)
+	esc, err = l.c.Get(dctx, l.prefix+"{t"+tid+"}").Result()
+	cancel()
 	if errors.Is(err, redis.Nil) {
 		return "", h, "", false, nil
 	}
@@ -341,6 +343,8 @@ func (l *CopyLog) transfer(ctx context.Context, tid string) (esc string, h copie
 
 // transferIn reads staged transfer tid of resource esc.
 func (l *CopyLog) transferIn(ctx context.Context, esc, tid string) (string, copies.Hold, string, bool, error) {
+	ctx, cancel := l.ctx(ctx)
+	defer cancel()
 	m, err := l.c.HGetAll(ctx, l.tag(esc)+"t:"+tid).Result()
 	if err != nil {
 		return "", copies.Hold{}, "", false, fail("transfer", err)
@@ -360,9 +364,7 @@ func (l *CopyLog) transferIn(ctx context.Context, esc, tid string) (string, copi
 // Seize implements copies.Log: the transfer is read, then one script
 // moves its copies to this server's contribution if it is still there,
 // unexpired, with the same copies.
-func (l *CopyLog) Seize(id string) (copies.Hold, error) {
-	ctx, cancel := l.ctx()
-	defer cancel()
+func (l *CopyLog) Seize(ctx context.Context, id string) (copies.Hold, error) {
 	tid := escape(id)
 	esc, h, _, ok, err := l.transfer(ctx, tid)
 	if err != nil {
@@ -393,6 +395,8 @@ func (l *CopyLog) Seize(id string) (copies.Hold, error) {
 // forget drops a finished transfer's indexes (best effort: an index left
 // behind is dropped by the next sweep, or expires).
 func (l *CopyLog) forget(ctx context.Context, esc, tid string) {
+	ctx, cancel := l.ctx(ctx)
+	defer cancel()
 	pipe := l.c.Pipeline()
 	pipe.Del(ctx, l.prefix+"{t"+tid+"}")
 	pipe.ZRem(ctx, l.sweepKey(), esc+" "+tid)
@@ -406,20 +410,20 @@ const sweepBatch = 128
 // transfers from the sorted set of deadlines and releases each with one
 // script that checks, on Redis TIME, that it is still staged and expired
 // (so that several servers sweeping at once release each once).
-func (l *CopyLog) ExpireTransfers() ([]copies.Ended, error) {
+func (l *CopyLog) ExpireTransfers(ctx context.Context) ([]copies.Ended, error) {
 	l.mu.Lock()
 	epoch := l.epoch
 	l.mu.Unlock()
 	if epoch == "" {
 		return nil, errFenced
 	}
-	if err := l.guard("expire", l.sweepKey()); err != nil {
+	if err := l.guard(ctx, "expire", l.sweepKey()); err != nil {
 		return nil, err
 	}
-	ctx, cancel := l.ctx()
-	defer cancel()
-	due, err := l.c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: l.sweepKey(), ByScore: true, Start: "-inf",
+	dctx, cancel := l.ctx(ctx)
+	due, err := l.c.ZRangeArgs(dctx, redis.ZRangeArgs{Key: l.sweepKey(), ByScore: true, Start: "-inf",
 		Stop: strconv.FormatInt(time.Now().UnixMilli(), 10), Count: sweepBatch}).Result()
+	cancel()
 	if err != nil {
 		return nil, fail("expire", err)
 	}
@@ -427,7 +431,9 @@ func (l *CopyLog) ExpireTransfers() ([]copies.Ended, error) {
 	for _, member := range due {
 		esc, tid, ok := strings.Cut(member, " ")
 		if !ok {
-			_ = l.c.ZRem(ctx, l.sweepKey(), member).Err()
+			dctx, cancel := l.ctx(ctx)
+			_ = l.c.ZRem(dctx, l.sweepKey(), member).Err()
+			cancel()
 			continue
 		}
 		_, h, session, ok, err := l.transferIn(ctx, esc, tid)
@@ -452,7 +458,9 @@ func (l *CopyLog) ExpireTransfers() ([]copies.Ended, error) {
 			out = append(out, copies.Ended{Session: session, Transfer: id, Reason: copies.Expired, Released: []copies.Hold{h}})
 		case len(v) == 3 && v[1] == "early":
 			dl, _ := v[2].(int64)
-			_ = l.c.ZAdd(ctx, l.sweepKey(), redis.Z{Score: float64(dl), Member: member}).Err()
+			dctx, cancel := l.ctx(ctx)
+			_ = l.c.ZAdd(dctx, l.sweepKey(), redis.Z{Score: float64(dl), Member: member}).Err()
+			cancel()
 		default: // seized or gone meanwhile
 			l.forget(ctx, esc, tid)
 		}
@@ -463,9 +471,7 @@ func (l *CopyLog) ExpireTransfers() ([]copies.Ended, error) {
 // Restore implements copies.Log: it registers the resource again (Redis
 // may have lost the set), reads the count keys this server contributes
 // to, and one script sets each contribution to what holds add up to.
-func (l *CopyLog) Restore(resource string, holds []copies.Hold) error {
-	ctx, cancel := l.ctx()
-	defer cancel()
+func (l *CopyLog) Restore(ctx context.Context, resource string, holds []copies.Hold) error {
 	esc := escape(resource)
 	epoch, err := l.current(ctx, esc, true)
 	if err != nil {
@@ -473,10 +479,12 @@ func (l *CopyLog) Restore(resource string, holds []copies.Hold) error {
 	}
 	tag := l.tag(esc)
 	set := tag + "k:" + epoch
-	if err := l.guard("restore", set); err != nil {
+	if err := l.guard(ctx, "restore", set); err != nil {
 		return err
 	}
-	have, err := l.c.SMembers(ctx, set).Result()
+	dctx, cancel := l.ctx(ctx)
+	have, err := l.c.SMembers(dctx, set).Result()
+	cancel()
 	if err != nil {
 		return fail("restore", err)
 	}
@@ -497,7 +505,7 @@ func (l *CopyLog) Restore(resource string, holds []copies.Hold) error {
 		keys = append(keys, k)
 		args = append(args, want[k])
 	}
-	cmd, err := l.s.eval(copiesRestoreScript, keys, args...)
+	cmd, err := l.s.eval(ctx, copiesRestoreScript, keys, args...)
 	v := 0
 	if err == nil {
 		v, err = cmd.Int()
@@ -516,20 +524,20 @@ func (l *CopyLog) Restore(resource string, holds []copies.Hold) error {
 // EXISTS each, pipelined). When the epoch's set of resources is gone too,
 // the log forgets which resources it registered, so that each is
 // registered again (for Bury) before its next write.
-func (l *CopyLog) Lost(resources []string) ([]string, error) {
+func (l *CopyLog) Lost(ctx context.Context, resources []string) ([]string, error) {
 	l.mu.Lock()
 	epoch := l.epoch
 	l.mu.Unlock()
 	if epoch == "" {
 		return nil, errFenced
 	}
-	ctx, cancel := l.ctx()
+	ctx, cancel := l.ctx(ctx)
 	defer cancel()
 	pipe := l.c.Pipeline()
 	cmds := make([]*redis.IntCmd, len(resources))
 	for i, r := range resources {
 		key := l.tag(escape(r)) + "k:" + epoch
-		if err := l.guard("lost", key); err != nil {
+		if err := l.guard(ctx, "lost", key); err != nil {
 			return nil, err
 		}
 		cmds[i] = pipe.Exists(ctx, key)
@@ -537,7 +545,7 @@ func (l *CopyLog) Lost(resources []string) ([]string, error) {
 	// The epoch's set of resources: gone, Redis lost it, and every
 	// resource must be registered again before its next write.
 	set := l.prefix + "{s" + epoch + "}r"
-	if err := l.guard("lost", set); err != nil {
+	if err := l.guard(ctx, "lost", set); err != nil {
 		return nil, err
 	}
 	registered := pipe.Exists(ctx, set)
@@ -573,7 +581,7 @@ func (l *CopyLog) Lost(resources []string) ([]string, error) {
 // server's contributions); the issue "Cluster mode on Redis", item 3.
 func (l *CopyLog) Bury(ctx context.Context, epoch string) (map[string]int64, error) {
 	s := l.prefix + "{s" + epoch + "}"
-	cmd, err := l.s.eval(buryScript, []string{s + "x", s + "r"}, FenceTTL.Milliseconds())
+	cmd, err := l.s.eval(ctx, buryScript, []string{s + "x", s + "r"}, FenceTTL.Milliseconds())
 	var res []string
 	if err == nil {
 		res, err = cmd.StringSlice()

@@ -93,8 +93,8 @@ func copiesSequence(t *testing.T, seed uint64, a, b *copies.Engine, steps int) {
 			res, dom := resources[r.IntN(len(resources))], domains[r.IntN(len(domains))]
 			n := 1 + r.Int64N(3)
 			lo := 1 + r.Int64N(n)
-			ra, err1 := a.Reserve(now, s[0], res, dom, n, lo)
-			rb, err2 := b.Reserve(now, s[1], res, dom, n, lo)
+			ra, err1 := a.Reserve(t.Context(), now, s[0], res, dom, n, lo)
+			rb, err2 := b.Reserve(t.Context(), now, s[1], res, dom, n, lo)
 			ga, gb, ea, eb = ra, rb, err1, err2
 			if err1 == nil && ra.Granted > 0 {
 				var gs []string
@@ -106,12 +106,12 @@ func copiesSequence(t *testing.T, seed uint64, a, b *copies.Engine, steps int) {
 		case op <= 6 && len(holds) > 0:
 			h := holds[r.IntN(len(holds))]
 			n := 1 + r.Int64N(2)
-			ea = a.Release(now, h.session[0], h.res, h.dom, n, h.groups)
-			eb = b.Release(now, h.session[1], h.res, h.dom, n, h.groups)
+			ea = a.Release(t.Context(), now, h.session[0], h.res, h.dom, n, h.groups)
+			eb = b.Release(t.Context(), now, h.session[1], h.res, h.dom, n, h.groups)
 		case op == 7 && len(holds) > 0:
 			h := holds[r.IntN(len(holds))]
-			sa, err1 := a.Transfer(now, h.session[0], h.res, h.dom, 1, h.groups, time.Hour)
-			sb, err2 := b.Transfer(now, h.session[1], h.res, h.dom, 1, h.groups, time.Hour)
+			sa, err1 := a.Transfer(t.Context(), now, h.session[0], h.res, h.dom, 1, h.groups, time.Hour)
+			sb, err2 := b.Transfer(t.Context(), now, h.session[1], h.res, h.dom, 1, h.groups, time.Hour)
 			ga, gb, ea, eb = sa.ID, sb.ID, err1, err2
 			if err1 == nil {
 				staged = append(staged, sa.ID)
@@ -119,8 +119,8 @@ func copiesSequence(t *testing.T, seed uint64, a, b *copies.Engine, steps int) {
 		case op == 8 && len(staged) > 0:
 			id := staged[r.IntN(len(staged))]
 			s := sessions[r.IntN(len(sessions))]
-			za, err1 := a.Seize(now, s[0], id)
-			zb, err2 := b.Seize(now, s[1], id)
+			za, err1 := a.Seize(t.Context(), now, s[0], id)
+			zb, err2 := b.Seize(t.Context(), now, s[1], id)
 			ga, gb, ea, eb = za, zb, err1, err2
 			if err1 == nil {
 				holds = append(holds, held{s, za.Resource, za.Domain, za.Groups})
@@ -128,8 +128,8 @@ func copiesSequence(t *testing.T, seed uint64, a, b *copies.Engine, steps int) {
 		default:
 			i := r.IntN(len(sessions))
 			s := sessions[i]
-			ca, err1 := a.Close(now, s[0])
-			cb, err2 := b.Close(now, s[1])
+			ca, err1 := a.Close(t.Context(), now, s[0])
+			cb, err2 := b.Close(t.Context(), now, s[1])
 			cb.Session = ca.Session
 			ga, gb, ea, eb = ca, cb, err1, err2
 			sessions = append(sessions[:i], sessions[i+1:]...)
@@ -196,7 +196,7 @@ func sharedGlobalLimit(t *testing.T, c redis.UniversalClient) {
 			}
 			dom := []string{"acme", "beta", "gamma", "delta"}[w%4]
 			for range 10 { // 50 × 10 reserves + their releases: 1 000 operations
-				r, err := e.Reserve(time.Now(), s.ID, "sandbox", dom, 1, 1)
+				r, err := e.Reserve(t.Context(), time.Now(), s.ID, "sandbox", dom, 1, 1)
 				if err != nil {
 					errs <- err
 					return
@@ -215,7 +215,7 @@ func sharedGlobalLimit(t *testing.T, c redis.UniversalClient) {
 				for _, g := range r.Groups {
 					gs = append(gs, g.Name)
 				}
-				if err := e.Release(time.Now(), s.ID, "sandbox", dom, 1, gs); err != nil {
+				if err := e.Release(t.Context(), time.Now(), s.ID, "sandbox", dom, 1, gs); err != nil {
 					errs <- err
 					return
 				}
@@ -249,28 +249,28 @@ func TestCopiesTransferAcrossServers(t *testing.T) {
 	now := time.Now()
 	sa, _ := a.Open(now, time.Minute)
 	sb, _ := b.Open(now, time.Minute)
-	r, err := a.Reserve(now, sa.ID, "sandbox", "beta", 2, 2)
+	r, err := a.Reserve(t.Context(), now, sa.ID, "sandbox", "beta", 2, 2)
 	if err != nil || r.Granted != 2 {
 		t.Fatalf("reserve: %+v, %v", r, err)
 	}
-	st, err := a.Transfer(now, sa.ID, "sandbox", "beta", 2, []string{"gold"}, time.Minute)
+	st, err := a.Transfer(t.Context(), now, sa.ID, "sandbox", "beta", 2, []string{"gold"}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Close(now, sa.ID); err != nil {
+	if _, err := a.Close(t.Context(), now, sa.ID); err != nil {
 		t.Fatal(err)
 	}
 	if n := globalCount(t, c, p, "sandbox"); n != 2 {
 		t.Fatalf("staged copies: global count %d, want 2", n)
 	}
-	z, err := b.Seize(now, sb.ID, st.ID)
+	z, err := b.Seize(t.Context(), now, sb.ID, st.ID)
 	if err != nil || z.Copies != 2 || z.Domain != "beta" || fmt.Sprint(z.Groups) != "[gold]" {
 		t.Fatalf("seize: %+v, %v", z, err)
 	}
-	if _, err := a.Seize(now, sb.ID, st.ID); copies.ClassOf(err) != copies.ClassNotFound {
+	if _, err := a.Seize(t.Context(), now, sb.ID, st.ID); copies.ClassOf(err) != copies.ClassNotFound {
 		t.Fatalf("second seize: %v, want NotFound", err)
 	}
-	if err := b.Release(now, sb.ID, "sandbox", "beta", 2, z.Groups); err != nil {
+	if err := b.Release(t.Context(), now, sb.ID, "sandbox", "beta", 2, z.Groups); err != nil {
 		t.Fatal(err)
 	}
 	if n := globalCount(t, c, p, "sandbox"); n != 0 {
@@ -279,17 +279,17 @@ func TestCopiesTransferAcrossServers(t *testing.T) {
 
 	// An unseized transfer: staged for 1 s, swept by b.
 	sa, _ = a.Open(now, time.Minute)
-	if _, err := a.Reserve(now, sa.ID, "sandbox", "gamma", 1, 1); err != nil {
+	if _, err := a.Reserve(t.Context(), now, sa.ID, "sandbox", "gamma", 1, 1); err != nil {
 		t.Fatal(err)
 	}
-	st, err = a.Transfer(now, sa.ID, "sandbox", "gamma", 1, []string{"eu"}, time.Second)
+	st, err = a.Transfer(t.Context(), now, sa.ID, "sandbox", "gamma", 1, []string{"eu"}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var ended []copies.Ended
-		for _, e := range b.Expire(time.Now()) {
+		for _, e := range b.Expire(t.Context(), time.Now()) {
 			if e.Transfer != "" {
 				ended = append(ended, e)
 			}
@@ -308,7 +308,7 @@ func TestCopiesTransferAcrossServers(t *testing.T) {
 	if n := globalCount(t, c, p, "sandbox"); n != 0 {
 		t.Fatalf("after the expiry: global count %d, want 0", n)
 	}
-	if got := a.Expire(time.Now()); len(got) != 0 {
+	if got := a.Expire(t.Context(), time.Now()); len(got) != 0 {
 		t.Fatalf("the other server expired it again: %+v", got)
 	}
 }
@@ -330,7 +330,7 @@ func TestCopiesBury(t *testing.T) {
 				s, dom string
 				n      int64
 			}{{a, sa.ID, "acme", 2}, {a, sa.ID, "gamma", 1}, {b, sb.ID, "beta", 1}} {
-				if r, err := q.e.Reserve(now, q.s, "sandbox", q.dom, q.n, q.n); err != nil || r.Granted != q.n {
+				if r, err := q.e.Reserve(t.Context(), now, q.s, "sandbox", q.dom, q.n, q.n); err != nil || r.Granted != q.n {
 					t.Fatalf("reserve %s: %+v %v", q.dom, r, err)
 				}
 			}
@@ -352,18 +352,18 @@ func TestCopiesBury(t *testing.T) {
 				t.Fatalf("second burial: %v %v", again, err)
 			}
 			// b can now reserve what a held (acme's limit in group eu is 3).
-			if r, err := b.Reserve(now, sb.ID, "sandbox", "acme", 3, 3); err != nil || r.Granted != 3 || r.GlobalHolds != 4 {
+			if r, err := b.Reserve(t.Context(), now, sb.ID, "sandbox", "acme", 3, 3); err != nil || r.Granted != 3 || r.GlobalHolds != 4 {
 				t.Fatalf("b reserves a's copies: %+v %v", r, err)
 			}
 			// a, fenced in Redis, cannot release: its engine fences itself.
-			err = a.Release(now, sa.ID, "sandbox", "acme", 1, []string{"eu", "gold"})
+			err = a.Release(t.Context(), now, sa.ID, "sandbox", "acme", 1, []string{"eu", "gold"})
 			if err != nil {
 				t.Fatalf("release on a fenced epoch: %v (the hold set is dropped, not an error)", err)
 			}
 			if !a.Fenced() {
 				t.Fatal("a's engine is not fenced after its epoch was buried")
 			}
-			if _, err := a.Reserve(now, sa.ID, "sandbox", "acme", 1, 1); copies.ClassOf(err) != copies.ClassUnavailable {
+			if _, err := a.Reserve(t.Context(), now, sa.ID, "sandbox", "acme", 1, 1); copies.ClassOf(err) != copies.ClassUnavailable {
 				t.Fatalf("reserve on a fenced engine: %v, want Unavailable", err)
 			}
 			if n := globalCount(t, c, p, "sandbox"); n != 4 {
@@ -402,7 +402,7 @@ func TestCopiesRestoreAfterFlush(t *testing.T) {
 	}
 	for i := range 20 {
 		e := engines[i%2]
-		if r, err := e.Reserve(time.Now(), sessions[i%2], "pool", fmt.Sprint("d", i%3), 1, 1); err != nil || r.Granted != 1 {
+		if r, err := e.Reserve(t.Context(), time.Now(), sessions[i%2], "pool", fmt.Sprint("d", i%3), 1, 1); err != nil || r.Granted != 1 {
 			t.Fatalf("reserve %d: %+v %v", i, r, err)
 		}
 	}
@@ -413,7 +413,7 @@ func TestCopiesRestoreAfterFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range engines {
-		done, err := e.Reconcile()
+		done, err := e.Reconcile(t.Context())
 		if err != nil || fmt.Sprint(done) != "[pool]" {
 			t.Fatalf("reconcile: %v %v, want [pool]", done, err)
 		}
@@ -423,7 +423,7 @@ func TestCopiesRestoreAfterFlush(t *testing.T) {
 	}
 	// Releasing everything brings it to 0, never below.
 	for i := range 20 {
-		if err := engines[i%2].Release(time.Now(), sessions[i%2], "pool", fmt.Sprint("d", i%3), 1, nil); err != nil {
+		if err := engines[i%2].Release(t.Context(), time.Now(), sessions[i%2], "pool", fmt.Sprint("d", i%3), 1, nil); err != nil {
 			t.Fatal(err)
 		}
 		if n := globalCount(t, c, p, "pool"); n < 0 || n != int64(19-i) {
@@ -433,13 +433,13 @@ func TestCopiesRestoreAfterFlush(t *testing.T) {
 	// A second flush with nothing held: nothing to restore, nothing negative.
 	_ = c.FlushAll(context.Background()).Err()
 	for _, e := range engines {
-		if done, err := e.Reconcile(); err != nil || len(done) != 0 {
+		if done, err := e.Reconcile(t.Context()); err != nil || len(done) != 0 {
 			t.Fatalf("reconcile with nothing held: %v %v", done, err)
 		}
 	}
 	// The flush also lost which resources each epoch wrote to: the next
 	// reserve registers the resource again, so that a burial finds it.
-	if r, err := engines[0].Reserve(time.Now(), sessions[0], "pool", "d0", 2, 2); err != nil || r.Granted != 2 {
+	if r, err := engines[0].Reserve(t.Context(), time.Now(), sessions[0], "pool", "d0", 2, 2); err != nil || r.Granted != 2 {
 		t.Fatalf("reserve after the second flush: %+v %v", r, err)
 	}
 	buried, err := logs[0].Bury(context.Background(), "e0")
@@ -488,7 +488,7 @@ func TestCopiesConcurrentOneServer(t *testing.T) {
 			}
 			for range 30 {
 				dom := []string{"acme", "beta", "gamma", "delta"}[r.IntN(4)]
-				res, err := e.Reserve(time.Now(), s.ID, "sandbox", dom, 1, 1)
+				res, err := e.Reserve(t.Context(), time.Now(), s.ID, "sandbox", dom, 1, 1)
 				if err != nil || res.Granted == 0 {
 					continue
 				}
@@ -498,9 +498,9 @@ func TestCopiesConcurrentOneServer(t *testing.T) {
 				}
 				switch r.IntN(3) {
 				case 0:
-					_ = e.Release(time.Now(), s.ID, "sandbox", dom, 1, gs)
+					_ = e.Release(t.Context(), time.Now(), s.ID, "sandbox", dom, 1, gs)
 				case 1:
-					if st, err := e.Transfer(time.Now(), s.ID, "sandbox", dom, 1, gs, time.Minute); err == nil {
+					if st, err := e.Transfer(t.Context(), time.Now(), s.ID, "sandbox", dom, 1, gs, time.Minute); err == nil {
 						mu.Lock()
 						staged = append(staged, st.ID)
 						mu.Unlock()
@@ -511,18 +511,18 @@ func TestCopiesConcurrentOneServer(t *testing.T) {
 					id := staged[len(staged)-1]
 					staged = staged[:len(staged)-1]
 					mu.Unlock()
-					if _, err := e.Seize(time.Now(), s.ID, id); err != nil {
+					if _, err := e.Seize(t.Context(), time.Now(), s.ID, id); err != nil {
 						t.Errorf("seize: %v", err)
 					}
 				} else {
 					mu.Unlock()
 				}
 			}
-			_, _ = e.Close(time.Now(), s.ID)
+			_, _ = e.Close(t.Context(), time.Now(), s.ID)
 		}()
 	}
 	wg.Wait()
-	if _, err := e.Reconcile(); err != nil {
+	if _, err := e.Reconcile(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	// What is still counted: the transfers left staged (they belong to no

@@ -31,8 +31,9 @@
 // # Time
 //
 // The script reads Redis TIME: servers whose clocks disagree still share
-// one clock. The now passed to Take is ignored, unless Options.CallerTime,
-// which exists for deterministic tests only.
+// one clock. The now passed to Take is ignored (but by this package's
+// own tests, which run the scripts on virtual time through an unexported
+// option).
 //
 // # Writes and expiry
 //
@@ -230,7 +231,17 @@
 //
 // So while Redis hangs, a call waits at most the timeout, and only during
 // the first BreakerFailures round trips to a node (the calls arriving
-// meanwhile fail with them); after that calls fail at once. A fail-open
+// meanwhile fail with them); after that calls fail at once.
+//
+// A call also waits no longer than its context allows: the request's
+// deadline and cancellation reach Redis. A call whose context is done
+// before its round trip leaves is not sent (it takes no tokens); a caller
+// whose context ends while it waits returns at once, its error wrapping
+// ctx.Err() (not ErrUnavailable), without waiting for anyone's round
+// trip. A round trip ends at the store's timeout, or sooner at the latest
+// deadline of its callers when all have one, and its context is
+// cancelled once every caller left; cut short so, it is no failure of
+// Redis: the breaker does not count it. A fail-open
 // token bucket's answers are then granted, flagged degraded, within about
 // the timeout: with a timeout of 40 ms, 50 clients on one fail-open
 // bucket through sluice server saw every answer within 50 ms over 5 s of
@@ -242,7 +253,9 @@
 // snapshot: tens of milliseconds). When Redis is slow but answers, a call
 // queued behind a round trip waits for it and then for its own: at most
 // about twice the timeout. Health reports the state, the counters, the
-// probes and the round trips' latency.
+// probes and the round trips' latency, as a limits.StoreHealth (plain
+// data: a status page shows it without importing this package or
+// go-redis); Collector exports it to Prometheus as sluice_redis_*.
 //
 // # Copy log
 //
@@ -289,8 +302,11 @@
 //
 // # Introspection
 //
-// Walk and Len SCAN the prefix (on every master of a cluster): O(buckets),
-// burst-tier domains included. A snapshot's Limit is rebuilt from the
+// Walk SCANs the prefix (on every master of a cluster): O(buckets),
+// burst-tier domains included, for a status page that asked for it.
+// EstimateLen, which a metrics scrape reads, is one DBSIZE per node,
+// O(1): the keys of the database, an estimate of the buckets (see there
+// what it counts). A snapshot's Limit is rebuilt from the
 // bucket's string (its MaxDynamic and the Bucket's other fields are zero);
 // a burst-tier domain's has Tiers (limits.NewTierParams from tp) and the
 // snapshot its TierState (Snapshot.Tiers), so that limits.Describe shows

@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -24,7 +25,7 @@ func Example() {
 		return
 	}
 	for range 3 {
-		d := e.Allow(time.Now(), limits.Request{Resource: "logins", Domain: "user-42"})
+		d := e.Allow(context.Background(), time.Now(), limits.Request{Resource: "logins", Domain: "user-42"})
 		fmt.Println(d.Status)
 	}
 	// Output:

@@ -9,6 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/sluice-rl/sluice/limits"
 )
 
 // ErrUnavailable is wrapped by the errors of Take when Redis could not
@@ -52,64 +54,11 @@ const (
 	maxBatchLimit = 1<<16 - 2
 )
 
-// Health is the store's view of Redis, for a status page and metrics.
-// Counters count from New.
-type Health struct {
-	// State is "up" (no breaker open), "down" (a node's breaker is open:
-	// its calls fail at once with ErrUnavailable) or "half-open" (the
-	// node's probe is testing it again; its calls still fail at once).
-	State string
-	// Breaker is the worst of the nodes' circuit breakers' states, in
-	// gobreaker's terms: "closed", "half-open" or "open".
-	Breaker string
-	// Nodes is the number of Redis nodes the store has sent to (its
-	// batchers): 1 for a single Redis, the masters used for a cluster (a
-	// former master whose probe found it gone no longer counts).
-	Nodes int
-	// LastError is the text of the last error that meant Redis could not
-	// answer ("" if none yet), at LastErrorAt.
-	LastError   string
-	LastErrorAt time.Time
-	// Calls is the calls sent to Redis (Takes, and other scripts on the
-	// request path), Scripts the scripts that carried them (EVALSHA and
-	// EVAL: one for all of a round trip's Takes on one resource; a script
-	// resent after NOSCRIPT or a cluster redirection counts again),
-	// RoundTrips the round trips that carried those (pipelines;
-	// RoundTrips ÷ Calls is the round trips per request), Failures the
-	// round trips that failed for want of Redis, Refused the calls failed
-	// without a round trip of their own: at once by an open breaker, or
-	// queued behind a round trip that failed for want of Redis.
-	Calls, Scripts, RoundTrips, Failures, Refused uint64
-	// Probes is the PINGs the open breakers' probes sent, ProbeFailures
-	// those Redis did not answer (within Timeout). Neither counts in the
-	// round trips, failures or latency above.
-	Probes, ProbeFailures uint64
-	// Timeout is Options.Timeout as applied.
-	Timeout time.Duration
-	// Latency is the distribution of the round trips' durations.
-	Latency Latency
-}
-
-// LatencyBounds are the upper bounds of Latency's buckets, in seconds
-// (Prometheus's le): 0.5 ms to 1 s.
-var LatencyBounds = [...]float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
-
-// Latency is a histogram of round-trip durations (each a pipeline of
-// scripts, failed ones included), counted from New.
-type Latency struct {
-	// Buckets[i] counts the round trips of at most LatencyBounds[i] (and
-	// more than the bound before); the last counts the slower ones.
-	Buckets [len(LatencyBounds) + 1]uint64
-	// Count is their number, Sum their total duration.
-	Count uint64
-	Sum   time.Duration
-}
-
 // stats are the store's counters and its last failure.
 type stats struct {
 	calls, scripts, roundTrips, failures, refused atomic.Uint64
 	probes, probeFailures                         atomic.Uint64
-	latency                                       [len(LatencyBounds) + 1]atomic.Uint64
+	latency                                       [len(limits.StoreLatencyBounds) + 1]atomic.Uint64
 	latencySum                                    atomic.Int64 // ns
 
 	mu        sync.Mutex
@@ -128,17 +77,19 @@ func (s *stats) noteFailure(err error) {
 // observe counts a round trip of d.
 func (s *stats) observe(d time.Duration) {
 	i := 0
-	for i < len(LatencyBounds) && d.Seconds() > LatencyBounds[i] {
+	for i < len(limits.StoreLatencyBounds) && d.Seconds() > limits.StoreLatencyBounds[i] {
 		i++
 	}
 	s.latency[i].Add(1)
 	s.latencySum.Add(int64(d))
 }
 
-// Health returns the store's view of Redis now. It is safe for
-// concurrent use and does not contact Redis.
-func (s *Store) Health() Health {
-	h := Health{
+// Health returns the store's view of Redis now (see limits.StoreHealth
+// for its fields: the nodes are the single Redis or the cluster's
+// masters, the pings the probes' PINGs, Timeout is Options.Timeout). It
+// is safe for concurrent use and does not contact Redis.
+func (s *Store) Health() limits.StoreHealth {
+	h := limits.StoreHealth{
 		Calls: s.calls.Load(), Scripts: s.scripts.Load(), RoundTrips: s.roundTrips.Load(), Failures: s.failures.Load(), Refused: s.refused.Load(),
 		Probes: s.probes.Load(), ProbeFailures: s.probeFailures.Load(), Timeout: s.timeout,
 	}

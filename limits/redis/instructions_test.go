@@ -56,7 +56,7 @@ func takeInstructions(b *testing.B, perScript int) {
 	defer srv.Stop()
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
 	defer c.Close()
-	st := New(c, Options{Prefix: "b:", CallerTime: true, Timeout: time.Minute})
+	st := New(c, Options{Prefix: "b:", callerTime: true, Timeout: time.Minute})
 	bucket := limits.Bucket{Size: 1e6, FillRate: 1e6, MaxIdle: time.Hour}
 	l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket, Bucket: bucket, Params: bucket.Params(), Gen: 1}
 	now := t0.UnixNano()
@@ -66,7 +66,7 @@ func takeInstructions(b *testing.B, perScript int) {
 		for i, d := range domains {
 			batch[i] = st.takeCall(now, limits.Key{Resource: "r", Domain: "k" + strconv.Itoa(d)}, l, limits.Ask{Tokens: 1, Min: 1})
 		}
-		if err := st.single.roundTrip(batch); err != nil {
+		if err := st.single.sendNow(b.Context(), batch); err != nil {
 			b.Fatal(err)
 		}
 		for _, c := range batch {

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
+	"github.com/sluice-rl/sluice/limits"
 )
 
 // redisAddr is the address of the redis-server TestMain started.
@@ -73,3 +75,31 @@ func prefix(t testing.TB) string { return "t:" + t.Name() + ":" }
 
 // ExampleAddr gives the example the test server's address.
 var ExampleAddr = func() string { return redisAddr }
+
+// sendNow sends batch (calls not yet queued) as one round trip at once,
+// on the test's goroutine, as the sender would with ctx as every call's
+// context, and returns the round trip's error for the calls queued
+// behind it.
+func (b *batcher) sendNow(ctx context.Context, batch []*call) error {
+	for _, c := range batch {
+		c.ctx = ctx
+	}
+	t, sent := b.start(batch)
+	if t == nil {
+		return nil
+	}
+	defer finish(sent)
+	defer t.cancel()
+	return b.roundTrip(t, sent)
+}
+
+// walkLen counts st's buckets with a walk: those of its prefix only (the
+// test Redis is shared, so EstimateLen counts other tests' keys too).
+func walkLen(t testing.TB, st *Store) int {
+	t.Helper()
+	n := 0
+	if err := st.Walk(t.Context(), func(limits.Snapshot) bool { n++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -62,7 +62,7 @@ var bigLimit = &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm
 // take is one Take of a token of bigLimit, and how long it took.
 func take(st *Store, domain string) (time.Duration, error) {
 	start := time.Now()
-	_, err := st.Take(time.Now().UnixNano(), limits.Key{Resource: "r", Domain: domain}, bigLimit, limits.Ask{Tokens: 1, Min: 1})
+	_, err := st.Take(context.Background(), time.Now().UnixNano(), limits.Key{Resource: "r", Domain: domain}, bigLimit, limits.Ask{Tokens: 1, Min: 1})
 	return time.Since(start), err
 }
 
@@ -132,7 +132,7 @@ func TestBreakerProbeOffRequestPath(t *testing.T) {
 			t.Fatalf("call %d, breaker open: %v after %v, want ErrUnavailable (open) at once", n, err, d)
 		}
 		worst = max(worst, d)
-		if dec := e.Allow(time.Now(), limits.Request{Resource: "open", Domain: "x"}); dec.Status != limits.StatusOK || !dec.Degraded {
+		if dec := e.Allow(t.Context(), time.Now(), limits.Request{Resource: "open", Domain: "x"}); dec.Status != limits.StatusOK || !dec.Degraded {
 			t.Fatalf("fail-open resource, breaker open: %+v", dec)
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -12,7 +12,7 @@ import (
 // (rates from 10⁻³ to 10⁹ tokens per second, sizes up to the span bound,
 // waits up to MaxSpan) and compares every Outcome with the memory store's.
 func TestTakeMatchesMemory(t *testing.T) {
-	st := New(client(t), Options{Prefix: prefix(t), CallerTime: true})
+	st := New(client(t), Options{Prefix: prefix(t), callerTime: true})
 	mem := limits.NewMemoryStore()
 	r := rand.New(rand.NewPCG(3, 4))
 	rates := []float64{1e-3, 0.3, 1, 7, 1e3 / 3, 1e6 + 0.5, 1e9}
@@ -38,11 +38,11 @@ func TestTakeMatchesMemory(t *testing.T) {
 		// One parameter set per key, as a configuration has: the memory
 		// store would rescale otherwise (as would Redis, at another instant).
 		k.Domain += "-" + time.Duration(p.Span).String()
-		om, err := mem.Take(now, k, l, a)
+		om, err := mem.Take(t.Context(), now, k, l, a)
 		if err != nil {
 			t.Fatal(err)
 		}
-		or, err := st.Take(now, k, l, a)
+		or, err := st.Take(t.Context(), now, k, l, a)
 		if err != nil {
 			t.Fatal(err)
 		}

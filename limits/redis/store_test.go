@@ -62,7 +62,7 @@ func differential(t *testing.T, c redis.UniversalClient, seeds uint64, steps int
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := New(c, Options{Prefix: prefix(t) + strconvU(seed) + ":", CallerTime: true})
+		st := New(c, Options{Prefix: prefix(t) + strconvU(seed) + ":", callerTime: true})
 		red, err := limits.New(cfg, limits.Options{Store: st})
 		if err != nil {
 			t.Fatal(err)
@@ -80,7 +80,7 @@ func differential(t *testing.T, c redis.UniversalClient, seeds uint64, steps int
 				}
 			}
 			req := randRequest(r)
-			dm, dr := mem.Allow(now, req), red.Allow(now, req)
+			dm, dr := mem.Allow(t.Context(), now, req), red.Allow(t.Context(), now, req)
 			if dm != dr {
 				t.Fatalf("seed %d step %d %+v:\nmemory %+v\nredis  %+v", seed, i, req, dm, dr)
 			}
@@ -109,7 +109,7 @@ func twoEngines(t *testing.T, cs [2]redis.UniversalClient) {
 	var eng [2]*limits.Engine
 	for i := range eng {
 		var err error
-		eng[i], err = limits.New(cfg, limits.Options{Store: New(cs[i], Options{Prefix: prefix(t), CallerTime: true})})
+		eng[i], err = limits.New(cfg, limits.Options{Store: New(cs[i], Options{Prefix: prefix(t), callerTime: true})})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +118,7 @@ func twoEngines(t *testing.T, cs [2]redis.UniversalClient) {
 	for i := range 400 {
 		now = now.Add(time.Duration(r.IntN(300)) * time.Millisecond)
 		req := randRequest(r)
-		dm, dr := mem.Allow(now, req), eng[i%2].Allow(now, req)
+		dm, dr := mem.Allow(t.Context(), now, req), eng[i%2].Allow(t.Context(), now, req)
 		if dm != dr {
 			t.Fatalf("step %d %+v:\nmemory %+v\nredis  %+v", i, req, dm, dr)
 		}
@@ -145,33 +145,33 @@ func TestRejectionWritesNothing(t *testing.T) {
 		}
 		return k
 	}
-	if d := e.Allow(time.Now(), limits.Request{Resource: "r", Domain: "d1", Tokens: 3}); d.Status != limits.StatusTimeout {
+	if d := e.Allow(ctx, time.Now(), limits.Request{Resource: "r", Domain: "d1", Tokens: 3}); d.Status != limits.StatusTimeout {
 		t.Fatalf("3 of 2: %+v", d)
 	}
 	if k := keys(); len(k) != 0 {
 		t.Fatalf("a rejection wrote %v", k)
 	}
-	if d := e.Allow(time.Now(), limits.Request{Resource: "r", Domain: "d1"}); d.Status != limits.StatusOK {
+	if d := e.Allow(ctx, time.Now(), limits.Request{Resource: "r", Domain: "d1"}); d.Status != limits.StatusOK {
 		t.Fatalf("1 of 2: %+v", d)
 	}
 	if k := keys(); len(k) != 2 {
 		t.Fatalf("after a grant: %v, want the bucket and the dynamic set", k)
 	}
-	if d := e.Allow(time.Now(), limits.Request{Resource: "r", Domain: "d2"}); d.Status != limits.StatusTooManyBuckets {
+	if d := e.Allow(ctx, time.Now(), limits.Request{Resource: "r", Domain: "d2"}); d.Status != limits.StatusTooManyBuckets {
 		t.Fatalf("second dynamic bucket: %+v", d)
 	}
 	if k := keys(); len(k) != 2 {
 		t.Fatalf("after too many buckets: %v", k)
 	}
-	if n := st.Len(); n != 1 {
-		t.Fatalf("Len %d, want 1", n)
+	if n := walkLen(t, st); n != 1 {
+		t.Fatalf("walk counts %d, want 1", n)
 	}
 	// A second engine on the same Redis sees the same count.
 	e2, _ := limits.New(cfg, limits.Options{Store: New(c, Options{Prefix: prefix(t)})})
-	if d := e2.Allow(time.Now(), limits.Request{Resource: "r", Domain: "d3"}); d.Status != limits.StatusTooManyBuckets {
+	if d := e2.Allow(ctx, time.Now(), limits.Request{Resource: "r", Domain: "d3"}); d.Status != limits.StatusTooManyBuckets {
 		t.Fatalf("second engine, second dynamic bucket: %+v", d)
 	}
-	if d := e2.Allow(time.Now(), limits.Request{Resource: "r", Domain: "d1"}); d.Status != limits.StatusOK || d.Remaining > 0.1 {
+	if d := e2.Allow(ctx, time.Now(), limits.Request{Resource: "r", Domain: "d1"}); d.Status != limits.StatusOK || d.Remaining > 0.1 {
 		t.Fatalf("second engine, the first engine's bucket: %+v", d)
 	}
 }
@@ -192,10 +192,10 @@ func TestUnreadableBucket(t *testing.T) {
 		if err := c.Set(ctx, st.bucketKey("r", ""), v, 0).Err(); err != nil { // the default bucket, shared; no TTL
 			t.Fatal(err)
 		}
-		if d := e.Allow(time.Now(), limits.Request{Resource: "r", Domain: "d"}); d.Status != limits.StatusOK || d.Remaining != 4 {
+		if d := e.Allow(ctx, time.Now(), limits.Request{Resource: "r", Domain: "d"}); d.Status != limits.StatusOK || d.Remaining != 4 {
 			t.Fatalf("over %q: %+v, want granted from a full bucket of 5", v, d)
 		}
-		if d := e.Allow(time.Now(), limits.Request{Resource: "r", Domain: "d"}); d.Status != limits.StatusOK || d.Remaining > 3.01 {
+		if d := e.Allow(ctx, time.Now(), limits.Request{Resource: "r", Domain: "d"}); d.Status != limits.StatusOK || d.Remaining > 3.01 {
 			t.Fatalf("over %q, again: %+v, want the bucket rewritten (3 left)", v, d)
 		}
 		if ttl, err := c.PTTL(ctx, st.bucketKey("r", "")).Result(); err != nil || ttl <= 0 {
@@ -220,7 +220,7 @@ func TestExpiry(t *testing.T) {
 		res      string
 		lo, high time.Duration
 	}{{"fast", 3900 * time.Millisecond, 4100 * time.Millisecond}, {"idle", 8900 * time.Millisecond, 9100 * time.Millisecond}} {
-		if d := e.Allow(time.Now(), limits.Request{Resource: tc.res, Domain: "d"}); d.Status != limits.StatusOK {
+		if d := e.Allow(ctx, time.Now(), limits.Request{Resource: tc.res, Domain: "d"}); d.Status != limits.StatusOK {
 			t.Fatalf("%s: %+v", tc.res, d)
 		}
 		ttl, err := c.PTTL(ctx, st.bucketKey(tc.res, "")).Result()
@@ -233,7 +233,7 @@ func TestExpiry(t *testing.T) {
 	}
 	// A grant that needs no longer keeps the TTL.
 	time.Sleep(200 * time.Millisecond)
-	if d := e.Allow(time.Now(), limits.Request{Resource: "fast", Domain: "d"}); d.Status != limits.StatusOK {
+	if d := e.Allow(ctx, time.Now(), limits.Request{Resource: "fast", Domain: "d"}); d.Status != limits.StatusOK {
 		t.Fatalf("fast, again: %+v", d)
 	}
 	if ttl, err := c.PTTL(ctx, st.bucketKey("fast", "")).Result(); err != nil || ttl > 3900*time.Millisecond {
@@ -243,7 +243,7 @@ func TestExpiry(t *testing.T) {
 	if n, _ := c.Exists(ctx, st.bucketKey("fast", "")).Result(); n != 0 {
 		t.Fatal("the full bucket did not expire")
 	}
-	if d := e.Allow(time.Now(), limits.Request{Resource: "fast", Domain: "d"}); d.Status != limits.StatusOK || d.Remaining > 0.1 {
+	if d := e.Allow(ctx, time.Now(), limits.Request{Resource: "fast", Domain: "d"}); d.Status != limits.StatusOK || d.Remaining > 0.1 {
 		t.Fatalf("after expiry: %+v", d)
 	}
 }
@@ -286,18 +286,18 @@ func TestKeys(t *testing.T) {
 	}
 }
 
-// TestRedisTime: without CallerTime, the scripts use Redis TIME and ignore
+// TestRedisTime: without callerTime, the scripts use Redis TIME and ignore
 // the caller's clock.
 func TestRedisTime(t *testing.T) {
 	st := New(client(t), Options{Prefix: prefix(t)})
 	cfg := &limits.Config{Resources: map[string]*limits.Resource{"r": {Default: &limits.Bucket{Size: 3, FillRate: 0.01}}}}
 	e, _ := limits.New(cfg, limits.Options{Store: st})
 	for i, when := range []time.Time{time.Now(), time.Now().Add(time.Hour), time.Now().Add(-time.Hour)} {
-		if d := e.Allow(when, limits.Request{Resource: "r", Domain: "d"}); d.Status != limits.StatusOK {
+		if d := e.Allow(t.Context(), when, limits.Request{Resource: "r", Domain: "d"}); d.Status != limits.StatusOK {
 			t.Fatalf("%d: %+v", i, d)
 		}
 	}
-	if d := e.Allow(time.Now().Add(24*time.Hour), limits.Request{Resource: "r", Domain: "d"}); d.Status != limits.StatusTimeout {
+	if d := e.Allow(t.Context(), time.Now().Add(24*time.Hour), limits.Request{Resource: "r", Domain: "d"}); d.Status != limits.StatusTimeout {
 		t.Fatalf("a fourth token a day later by the caller's clock: %+v", d)
 	}
 }
@@ -305,16 +305,16 @@ func TestRedisTime(t *testing.T) {
 // TestWalkReconfigure: Walk sees the buckets; Reconfigure removes those
 // whose configuration vanished.
 func TestWalkReconfigure(t *testing.T) {
-	st := New(client(t), Options{Prefix: prefix(t), CallerTime: true})
+	st := New(client(t), Options{Prefix: prefix(t), callerTime: true})
 	b := &limits.Bucket{Size: 5, FillRate: 1, MaxTokensPerRequest: 5}
 	cfg := &limits.Config{Resources: map[string]*limits.Resource{"r": {Template: b}, "s": {Default: b}}}
 	e, _ := limits.New(cfg, limits.Options{Store: st})
 	for _, d := range []string{"x", "y", "z"} {
-		e.Allow(t0, limits.Request{Resource: "r", Domain: d, Tokens: 2})
+		e.Allow(t.Context(), t0, limits.Request{Resource: "r", Domain: d, Tokens: 2})
 	}
-	e.Allow(t0, limits.Request{Resource: "s", Domain: "q"})
+	e.Allow(t.Context(), t0, limits.Request{Resource: "s", Domain: "q"})
 	got := map[limits.Key]limits.Snapshot{}
-	if err := st.Walk(func(s limits.Snapshot) bool { got[s.Key] = s; return true }); err != nil {
+	if err := st.Walk(t.Context(), func(s limits.Snapshot) bool { got[s.Key] = s; return true }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 4 || got[limits.Key{Resource: "r", Domain: "y"}].Grants != 1 {
@@ -327,8 +327,8 @@ func TestWalkReconfigure(t *testing.T) {
 	if err := e.SetConfig(t0, &limits.Config{Resources: map[string]*limits.Resource{"s": {Default: b}}}); err != nil {
 		t.Fatal(err)
 	}
-	if n := st.Len(); n != 1 {
-		t.Fatalf("Len after removing r: %d", n)
+	if n := walkLen(t, st); n != 1 {
+		t.Fatalf("walk counts %d after removing r", n)
 	}
 }
 
@@ -339,7 +339,7 @@ func BenchmarkAllow(b *testing.B) {
 	req := limits.Request{Resource: "r", Domain: "d"}
 	b.ReportAllocs()
 	for b.Loop() {
-		if d := e.Allow(time.Now(), req); d.Status != limits.StatusOK {
+		if d := e.Allow(b.Context(), time.Now(), req); d.Status != limits.StatusOK {
 			b.Fatal(d)
 		}
 	}

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -22,16 +23,16 @@ var errNotTiers = errors.New("limits/redis: TakeHits on a limit without burst ti
 
 // TakeHits implements limits.Store: one EVALSHA of the tiers script (EVAL
 // when Redis does not have it yet; sharing round trips and the circuit
-// breaker with Take, whose errors it returns), which reads Redis TIME (now is ignored
-// unless Options.CallerTime) and mirrors limits.StepTiers exactly over the
-// domain's TierState and, when l.Tiers.GlobalLimit > 0, the resource's
-// global log, all in the resource's slot. A rejection writes nothing. A
-// domain last configured under another burst-tier Limit keeps its
-// one-second log and its tiers by index; one that was a token bucket
-// starts fresh (not Created). The dynamic count, TooManyBuckets and
-// ErrStaleConfig are as for Take. See the package documentation for the
-// key layout and expiry.
-func (s *Store) TakeHits(now int64, k limits.Key, l *limits.Limit, a limits.Ask) (limits.HitOutcome, error) {
+// breaker with Take, whose errors it returns), which reads Redis TIME
+// (now is ignored, except in this package's own tests) and mirrors
+// limits.StepTiers exactly over the domain's TierState and, when
+// l.Tiers.GlobalLimit > 0, the resource's global log, all in the
+// resource's slot. A rejection writes nothing. A domain last configured
+// under another burst-tier Limit keeps its one-second log and its tiers
+// by index; one that was a token bucket starts fresh (not Created). The dynamic count, TooManyBuckets,
+// ErrStaleConfig and ctx are as for Take. See the package documentation
+// for the key layout and expiry.
+func (s *Store) TakeHits(ctx context.Context, now int64, k limits.Key, l *limits.Limit, a limits.Ask) (limits.HitOutcome, error) {
 	p := l.Tiers
 	if p == nil {
 		return limits.HitOutcome{}, errNotTiers
@@ -52,7 +53,7 @@ func (s *Store) TakeHits(now int64, k limits.Key, l *limits.Limit, a limits.Ask)
 	member := escape(k.Domain)
 	base := s.resourceKey(k.Resource)
 	keys := []string{s.domainKey(k.Resource, member), base + "d", base + "g"}
-	cmd, err := s.eval(tiersScript, keys, req, la.tp, nowArg, l.Gen, dynArg[dyn], maxDyn, member, int(l.Kind), l.Name,
+	cmd, err := s.eval(ctx, tiersScript, keys, req, la.tp, nowArg, l.Gen, dynArg[dyn], maxDyn, member, int(l.Kind), l.Name,
 		la.tierConfig[dyn])
 	if err != nil {
 		return limits.HitOutcome{}, err

@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -28,7 +29,7 @@ func Example_burstTiers() {
 		return
 	}
 	for _, hits := range []int64{4, 2, 1} {
-		d := e.Allow(time.Now(), limits.Request{Resource: "reports", Domain: "acme", Tokens: hits, MinTokens: 1})
+		d := e.Allow(context.Background(), time.Now(), limits.Request{Resource: "reports", Domain: "acme", Tokens: hits, MinTokens: 1})
 		fmt.Printf("%d asked: %s, %d granted, tier %d (%d of %d)\n", hits, d.Status, d.Granted, d.Tiers.Tier, d.Tiers.TierHits, d.Tiers.TierLimit)
 	}
 	// Output:

@@ -95,7 +95,7 @@ const tierDomains = 6
 var caseID atomic.Int64
 
 // tierDifferential runs random sequences of TakeHits on the memory store
-// and on a Redis store on c (virtual time: Options.CallerTime) and
+// and on a Redis store on c (virtual time: Options.callerTime) and
 // requires identical HitOutcomes; halfway through, the Limits change to a
 // new generation (the domains keep their logs and tiers by index). At the
 // end, every domain's snapshot describes the same state in both stores.
@@ -103,7 +103,7 @@ func tierDifferential(t *testing.T, c redis.UniversalClient, steps int) {
 	rapidChecks()
 	rapid.Check(t, func(rt *rapid.T) {
 		pre := prefix(t) + strconv.FormatInt(caseID.Add(1), 10) + ":"
-		st := New(c, Options{Prefix: pre, CallerTime: true})
+		st := New(c, Options{Prefix: pre, callerTime: true})
 		mem := limits.NewMemoryStore()
 		gen1 := genTierLimits(rt, 1)
 		gen2 := genTierLimits(rt, 2)
@@ -125,11 +125,11 @@ func tierDifferential(t *testing.T, c redis.UniversalClient, steps int) {
 			k, l := ls.pick(rapid.IntRange(0, tierDomains-1).Draw(rt, "domain"))
 			tok := rapid.OneOf(rapid.Int64Range(1, 10), rapid.Int64Range(limits.MaxTokens-3, limits.MaxTokens)).Draw(rt, "tokens")
 			a := limits.Ask{Tokens: tok, Min: rapid.Int64Range(1, tok).Draw(rt, "min")}
-			om, err := mem.TakeHits(now, k, l, a)
+			om, err := mem.TakeHits(t.Context(), now, k, l, a)
 			if err != nil {
 				rt.Fatal(err)
 			}
-			or, err := st.TakeHits(now, k, l, a)
+			or, err := st.TakeHits(t.Context(), now, k, l, a)
 			if err != nil {
 				rt.Fatalf("step %d: %v", i, err)
 			}
@@ -143,11 +143,11 @@ func tierDifferential(t *testing.T, c redis.UniversalClient, steps int) {
 		// both states are described under the memory store's Limit, and
 		// Redis's must be one of the domain's two.
 		seen := map[limits.Key]limits.Snapshot{}
-		if err := mem.Walk(func(s limits.Snapshot) bool { seen[s.Key] = s; return true }); err != nil {
+		if err := mem.Walk(t.Context(), func(s limits.Snapshot) bool { seen[s.Key] = s; return true }); err != nil {
 			rt.Fatal(err)
 		}
 		got := 0
-		if err := st.Walk(func(s limits.Snapshot) bool {
+		if err := st.Walk(t.Context(), func(s limits.Snapshot) bool {
 			got++
 			ms, ok := seen[s.Key]
 			if !ok {
@@ -237,12 +237,12 @@ func TestTierConfig(t *testing.T) {
 // snapshot as one written now.
 func TestTierSnapshotBeforeC(t *testing.T) {
 	c := client(t)
-	st := New(c, Options{Prefix: prefix(t), CallerTime: true})
+	st := New(c, Options{Prefix: prefix(t), callerTime: true})
 	e, err := limits.New(tiersConfig(), limits.Options{Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := e.Allow(t0, limits.Request{Resource: "api", Domain: "acme", Tokens: 2}); d.Status != limits.StatusOK {
+	if d := e.Allow(t.Context(), t0, limits.Request{Resource: "api", Domain: "acme", Tokens: 2}); d.Status != limits.StatusOK {
 		t.Fatalf("%+v", d)
 	}
 	h, err := c.HGetAll(context.Background(), st.domainKey("api", "acme")).Result()
@@ -290,7 +290,7 @@ func TestEngineTiers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := New(client(t), Options{Prefix: prefix(t), CallerTime: true})
+	st := New(client(t), Options{Prefix: prefix(t), callerTime: true})
 	red, err := limits.New(tiersConfig(), limits.Options{Store: st})
 	if err != nil {
 		t.Fatal(err)
@@ -310,7 +310,7 @@ func TestEngineTiers(t *testing.T) {
 	}
 	for i, s := range steps {
 		req := limits.Request{Resource: "api", Domain: s.domain, Tokens: s.hits, MinTokens: min(s.hits, 1+s.hits/2)}
-		dm, dr := mem.Allow(t0.Add(s.at), req), red.Allow(t0.Add(s.at), req)
+		dm, dr := mem.Allow(t.Context(), t0.Add(s.at), req), red.Allow(t.Context(), t0.Add(s.at), req)
 		if dm != dr {
 			t.Fatalf("step %d %+v:\nmemory %+v\nredis  %+v", i, req, dm, dr)
 		}
@@ -326,7 +326,7 @@ func TestEngineTiers(t *testing.T) {
 	at := t0.Add(3 * time.Second)
 	infos := func(e *limits.Engine, at time.Time) []limits.BucketInfo {
 		var out []limits.BucketInfo
-		if err := e.Walk(at, func(b limits.BucketInfo) bool {
+		if err := e.Walk(t.Context(), at, func(b limits.BucketInfo) bool {
 			b.LastUsed, b.Rejections = time.Time{}, 0
 			out = append(out, b)
 			return true
@@ -348,7 +348,7 @@ func TestEngineTiers(t *testing.T) {
 	cfg2.Resources["api"].Tiers = cfg2.Resources["api"].Tiers[:1]
 	cfg2.Resources["tb"] = &limits.Resource{Algorithm: limits.BurstTiers, Tiers: []limits.Tier{{Limit: 5, Window: time.Second, Active: time.Second}}}
 	for _, e := range []*limits.Engine{mem, red} {
-		if d := e.Allow(t0.Add(4*time.Second), limits.Request{Resource: "tb", Domain: "acme", Tokens: 2}); d.Status != limits.StatusOK {
+		if d := e.Allow(t.Context(), t0.Add(4*time.Second), limits.Request{Resource: "tb", Domain: "acme", Tokens: 2}); d.Status != limits.StatusOK {
 			t.Fatalf("token bucket: %+v", d)
 		}
 		if err := e.SetConfig(t0.Add(4*time.Second), cfg2); err != nil {
@@ -365,7 +365,7 @@ func TestEngineTiers(t *testing.T) {
 		{9 * time.Second, limits.Request{Resource: "api", Domain: "acme", Tokens: 2}},
 		{9 * time.Second, limits.Request{Resource: "api", Domain: "other", Tokens: 1}},
 	} {
-		dm, dr := mem.Allow(t0.Add(s.at), s.req), red.Allow(t0.Add(s.at), s.req)
+		dm, dr := mem.Allow(t.Context(), t0.Add(s.at), s.req), red.Allow(t.Context(), t0.Add(s.at), s.req)
 		if dm != dr {
 			t.Fatalf("after the change, %d %+v:\nmemory %+v\nredis  %+v", i, s.req, dm, dr)
 		}
@@ -394,7 +394,7 @@ func TestEngineTiers(t *testing.T) {
 		t.Fatalf("walk after the change back:\nmemory %+v\nredis  %+v", m, r)
 	}
 	req := limits.Request{Resource: "tb", Domain: "acme", Tokens: 2}
-	if dm, dr := mem.Allow(t0.Add(10*time.Second), req), red.Allow(t0.Add(10*time.Second), req); dm != dr || dr.Status != limits.StatusOK {
+	if dm, dr := mem.Allow(t.Context(), t0.Add(10*time.Second), req), red.Allow(t.Context(), t0.Add(10*time.Second), req); dm != dr || dr.Status != limits.StatusOK {
 		t.Fatalf("the burst-tier domain as a token bucket again:\nmemory %+v\nredis  %+v", dm, dr)
 	}
 	if m, r := tb(mem, t0.Add(10*time.Second)), tb(red, t0.Add(10*time.Second)); !slices.Equal(m, r) || len(r) != 1 || r[0].Grants != 3 {
@@ -408,7 +408,7 @@ func TestEngineTiers(t *testing.T) {
 func TestTiersRejectionWritesNothing(t *testing.T) {
 	c := client(t)
 	ctx := context.Background()
-	st := New(c, Options{Prefix: prefix(t), CallerTime: true})
+	st := New(c, Options{Prefix: prefix(t), callerTime: true})
 	cfg := &limits.Config{Resources: map[string]*limits.Resource{
 		"r": {Algorithm: limits.BurstTiers, HardLimit: 3, GlobalLimit: 4, MaxDynamicBuckets: 2,
 			Tiers: []limits.Tier{{Limit: 5, Window: time.Second, Active: 3 * time.Second, Cooldown: time.Second}}},
@@ -434,7 +434,7 @@ func TestTiersRejectionWritesNothing(t *testing.T) {
 	}
 	allow := func(dom string, tok, lo int64, want limits.Status) {
 		t.Helper()
-		d := e.Allow(t0, limits.Request{Resource: "r", Domain: dom, Tokens: tok, MinTokens: lo})
+		d := e.Allow(ctx, t0, limits.Request{Resource: "r", Domain: dom, Tokens: tok, MinTokens: lo})
 		if d.Status != want {
 			t.Fatalf("%s ×%d: %+v, want %v", dom, tok, d, want)
 		}
@@ -501,7 +501,7 @@ func TestTiersExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := e.Allow(time.Now(), limits.Request{Resource: "r", Domain: "d", Tokens: 2}); d.Status != limits.StatusOK || d.Tiers.Tier != 2 {
+	if d := e.Allow(ctx, time.Now(), limits.Request{Resource: "r", Domain: "d", Tokens: 2}); d.Status != limits.StatusOK || d.Tiers.Tier != 2 {
 		t.Fatalf("%+v", d)
 	}
 	dom, glob := st.domainKey("r", "d"), st.resourceKey("r")+"g"
@@ -536,7 +536,7 @@ func TestTiersExpiry(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if d := e.Allow(time.Now(), limits.Request{Resource: "r", Domain: "d", Tokens: 2}); d.Status != limits.StatusOK || d.Tiers.Tier != 2 || d.Tiers.GlobalHitsLastSecond != 2 || created != 2 {
+	if d := e.Allow(ctx, time.Now(), limits.Request{Resource: "r", Domain: "d", Tokens: 2}); d.Status != limits.StatusOK || d.Tiers.Tier != 2 || d.Tiers.GlobalHitsLastSecond != 2 || created != 2 {
 		t.Fatalf("after expiry: %+v, %d created", d, created)
 	}
 }
@@ -547,11 +547,11 @@ func TestTiersExpiry(t *testing.T) {
 func TestTiersKeys(t *testing.T) {
 	cc := clusterClient(t)
 	ctx := context.Background()
-	st := New(cc, Options{Prefix: prefix(t), CallerTime: true})
+	st := New(cc, Options{Prefix: prefix(t), callerTime: true})
 	p := limits.NewTierParams(0, 5, []limits.Tier{{Limit: 3, Window: time.Second, Active: time.Second}}, false)
 	for _, k := range []limits.Key{{Resource: "r{1}", Domain: "a}b"}, {Resource: "x", Domain: "{y}"}, {Resource: "", Domain: "z"}} {
 		l := &limits.Limit{Resource: k.Resource, Kind: limits.KindTemplate, Algorithm: limits.BurstTiers, Tiers: p, MaxDynamic: 10, Gen: 1}
-		out, err := st.TakeHits(t0.UnixNano(), k, l, limits.Ask{Tokens: 2, Min: 1})
+		out, err := st.TakeHits(ctx, t0.UnixNano(), k, l, limits.Ask{Tokens: 2, Min: 1})
 		if err != nil || out.Granted != 2 || !out.Created || out.GlobalHitsLastSecond != 2 {
 			t.Fatalf("%q: %+v, %v", k, out, err)
 		}
@@ -653,18 +653,18 @@ func scriptMicros(b *testing.B, c *redis.Client) float64 {
 // memory store's do: an unlimited domain (its one-second log and the
 // resource's global log take every hit) gets MaxTokens hits at a time.
 func TestTiersLargeCounts(t *testing.T) {
-	st := New(client(t), Options{Prefix: prefix(t), CallerTime: true})
+	st := New(client(t), Options{Prefix: prefix(t), callerTime: true})
 	mem := limits.NewMemoryStore()
 	p := limits.NewTierParams(0, 5, []limits.Tier{{Limit: 3, Window: time.Second, Active: time.Hour}}, true)
 	l := &limits.Limit{Resource: "u", Kind: limits.KindNamespace, Algorithm: limits.BurstTiers, Tiers: p, Unlimited: true, Gen: 1}
 	a := limits.Ask{Tokens: limits.MaxTokens, Min: 1}
 	now := t0.UnixNano()
 	step := func(i int, k limits.Key) limits.HitOutcome {
-		om, err := mem.TakeHits(now, k, l, a)
+		om, err := mem.TakeHits(t.Context(), now, k, l, a)
 		if err != nil {
 			t.Fatal(err)
 		}
-		or, err := st.TakeHits(now, k, l, a)
+		or, err := st.TakeHits(t.Context(), now, k, l, a)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -87,8 +87,13 @@ func New(opts Options) (*Service, error) {
 	s.limits = eng
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_limits_buckets",
-		Help: "Token buckets the limits engine holds.",
-	}, func() float64 { return float64(s.limits.Len()) }))
+		Help: "Buckets (token buckets and burst-tier domains) the limits engine's store holds: exact in memory; on Redis an estimate, the keys of its database (DBSIZE per node, other keys included); 0 when Redis does not answer.",
+	}, func() float64 {
+		// A scrape has no context (client_golang's collectors take
+		// none): the store bounds the call by its own timeout.
+		n, _ := s.limits.EstimateLen(context.Background())
+		return float64(n)
+	}))
 	s.rateNames.Store(&map[string]bool{})
 	if opts.Config != nil {
 		if err := s.SetConfig(opts.Config); err != nil {
@@ -108,7 +113,7 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.reap()
+			s.reap(ctx)
 		}
 	}
 }
@@ -145,8 +150,8 @@ func (s *Service) SetConfig(cfg *limits.Config) error {
 func (s *Service) RateLimited(resource string) bool { return (*s.rateNames.Load())[resource] }
 
 // reap removes idle buckets (limits.Engine.Reap).
-func (s *Service) reap() {
-	if _, err := s.limits.Reap(s.now()); err != nil {
+func (s *Service) reap(ctx context.Context) {
+	if _, err := s.limits.Reap(ctx, s.now()); err != nil {
 		s.log.Warn("reaping idle buckets failed", "err", err)
 	}
 }
@@ -154,8 +159,10 @@ func (s *Service) reap() {
 // Allow decides one request for tokens. Over-limit answers are statuses in
 // the response; an invalid request is InvalidArgument naming the field; a
 // failed store is Unavailable, or, for a resource configured
-// on_store_error: open, OK with degraded set.
-func (s *Service) Allow(_ context.Context, req *v1.AllowRequest) (*v1.AllowResponse, error) {
+// on_store_error: open, OK with degraded set; a request whose context
+// ended first (the caller's deadline or cancellation, which reaches the
+// store) is DeadlineExceeded or Canceled.
+func (s *Service) Allow(ctx context.Context, req *v1.AllowRequest) (*v1.AllowResponse, error) {
 	if s.opts.CopyLimited(req.GetResource()) {
 		return nil, status.Error(codes.FailedPrecondition, copies.WrongKind(req.GetResource(), "copy-limited").Error())
 	}
@@ -166,11 +173,14 @@ func (s *Service) Allow(_ context.Context, req *v1.AllowRequest) (*v1.AllowRespo
 		}
 		r.MaxWait, r.HasMaxWait = mw.AsDuration(), true
 	}
-	d := s.limits.Allow(s.now(), r)
+	d := s.limits.Allow(ctx, s.now(), r)
 	switch d.Status {
 	case limits.StatusInvalidRequest:
 		return nil, status.Error(codes.InvalidArgument, d.Err.Error())
 	case limits.StatusServerError:
+		if err := ctx.Err(); err != nil { // the caller gave up, not the store
+			return nil, status.FromContextError(err).Err()
+		}
 		return nil, status.Errorf(codes.Unavailable, "limits store: %v", d.Err)
 	}
 	resp := &v1.AllowResponse{
@@ -239,7 +249,7 @@ type QuotaService struct {
 // configured on_store_error: open) is a plain OK: the wire has no flag.
 //
 // Source: quotaservice-wire.md, "Service quotaservice.QuotaService".
-func (a QuotaService) Allow(_ context.Context, req *qs.AllowRequest) (*qs.AllowResponse, error) {
+func (a QuotaService) Allow(ctx context.Context, req *qs.AllowRequest) (*qs.AllowResponse, error) {
 	r := limits.Request{Resource: req.GetNamespace(), Domain: req.GetBucketName(), Tokens: req.GetTokensRequested()}
 	if req.GetMaxWaitTimeOverride() {
 		ms := req.GetMaxWaitMillisOverride()
@@ -248,7 +258,7 @@ func (a QuotaService) Allow(_ context.Context, req *qs.AllowRequest) (*qs.AllowR
 		}
 		r.MaxWait, r.HasMaxWait = time.Duration(ms)*time.Millisecond, true
 	}
-	d := a.s.limits.Allow(a.s.now(), r)
+	d := a.s.limits.Allow(ctx, a.s.now(), r)
 	resp := &qs.AllowResponse{Status: quotaStatus(d.Status)}
 	if d.Status == limits.StatusOK {
 		resp.TokensGranted = d.Granted

@@ -129,9 +129,9 @@ func (s *Service) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-sessions.C:
-			s.expireSessions()
+			s.expireSessions(ctx)
 		case <-reconcile:
-			s.reconcileCopies()
+			s.reconcileCopies(ctx)
 		}
 	}
 }
@@ -216,16 +216,16 @@ func (s *Service) SetFleet(status func() FleetStatus) { s.fleet.Store(&status) }
 const reconcileEvery = time.Second
 
 // expireSessions ends the sessions and transfers whose ttl passed.
-func (s *Service) expireSessions() {
-	for _, e := range s.copies.Expire(s.now()) {
+func (s *Service) expireSessions(ctx context.Context) {
+	for _, e := range s.copies.Expire(ctx, s.now()) {
 		s.log.Debug("session ended", "session", e.Session, "transfer", e.Transfer, "reason", e.Reason, "holds_released", len(e.Released))
 	}
 }
 
 // reconcileCopies writes this server's contributions back to the shared
 // copy log where they are in doubt.
-func (s *Service) reconcileCopies() {
-	done, err := s.copies.Reconcile()
+func (s *Service) reconcileCopies(ctx context.Context) {
+	done, err := s.copies.Reconcile(ctx)
 	if len(done) > 0 {
 		s.log.Info("copy log: this server's contributions written back", "resources", done)
 	}
@@ -298,7 +298,7 @@ func (s *Service) CloseSession(ctx context.Context, req *v1.CloseSessionRequest)
 	if resp, done, err := forward(s, ctx, req.GetSessionId(), req, v1.LimitsClient.CloseSession); done {
 		return resp, err
 	}
-	if _, err := s.copies.Close(s.now(), req.GetSessionId()); err != nil {
+	if _, err := s.copies.Close(ctx, s.now(), req.GetSessionId()); err != nil {
 		return nil, copiesError(err)
 	}
 	return &v1.CloseSessionResponse{}, nil
@@ -320,8 +320,11 @@ func (s *Service) KeepAliveStream(ctx context.Context, recv func() (*v1.KeepAliv
 	defer func() {
 		ups.close()
 		now := s.now()
+		// The stream's context has ended: the releases are cleanup, bounded
+		// by the copy log's own timeout.
+		cctx := context.WithoutCancel(ctx)
 		for id := range kept {
-			if _, err := s.copies.Close(now, id); err == nil {
+			if _, err := s.copies.Close(cctx, now, id); err == nil {
 				s.log.Debug("session ended with its keep-alive stream", "session", id)
 			}
 		}
@@ -372,7 +375,7 @@ func (s *Service) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.Rese
 	if lo == 0 {
 		lo = n
 	}
-	r, err := s.copies.Reserve(s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), n, lo)
+	r, err := s.copies.Reserve(ctx, s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), n, lo)
 	if err != nil {
 		return nil, copiesError(err)
 	}
@@ -403,7 +406,7 @@ func (s *Service) Release(ctx context.Context, req *v1.ReleaseRequest) (*v1.Rele
 	if resp, done, err := forward(s, ctx, req.GetSessionId(), req, v1.LimitsClient.Release); done {
 		return resp, err
 	}
-	if err := s.copies.Release(s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups()); err != nil {
+	if err := s.copies.Release(ctx, s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups()); err != nil {
 		return nil, copiesError(err)
 	}
 	return &v1.ReleaseResponse{}, nil
@@ -418,7 +421,7 @@ func (s *Service) Transfer(ctx context.Context, req *v1.TransferRequest) (*v1.Tr
 	if err != nil {
 		return nil, err
 	}
-	st, err := s.copies.Transfer(s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups(), ttl)
+	st, err := s.copies.Transfer(ctx, s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups(), ttl)
 	if err != nil {
 		return nil, copiesError(err)
 	}
@@ -430,7 +433,7 @@ func (s *Service) Seize(ctx context.Context, req *v1.SeizeRequest) (*v1.SeizeRes
 	if resp, done, err := forward(s, ctx, req.GetSessionId(), req, v1.LimitsClient.Seize); done {
 		return resp, err
 	}
-	sz, err := s.copies.Seize(s.now(), req.GetSessionId(), req.GetTransferId())
+	sz, err := s.copies.Seize(ctx, s.now(), req.GetSessionId(), req.GetTransferId())
 	if err != nil {
 		return nil, copiesError(err)
 	}

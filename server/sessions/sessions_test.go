@@ -151,7 +151,7 @@ func TestCharonSessionsEnd(t *testing.T) {
 		if resp, err := stream.Recv(); err != nil || resp.GetSessionId() != a {
 			t.Fatalf("keep-alive answer: %v, %v", resp, err)
 		}
-		s.expireSessions()
+		s.expireSessions(context.Background())
 	}
 	if held() != 1 {
 		t.Fatalf("kept alive 12 s on a 5 s ttl: %d held, want 1", held())
@@ -163,12 +163,12 @@ func TestCharonSessionsEnd(t *testing.T) {
 	b := open(t, c)
 	hold(b)
 	clock.Advance(4 * time.Second)
-	s.expireSessions()
+	s.expireSessions(context.Background())
 	if held() != 1 {
 		t.Fatal("released before its ttl")
 	}
 	clock.Advance(2 * time.Second)
-	s.expireSessions()
+	s.expireSessions(context.Background())
 	if held() != 0 {
 		t.Fatalf("%d held after the ttl passed", held())
 	}
@@ -278,7 +278,7 @@ func TestCharonMaxSessions(t *testing.T) {
 
 	// The ttl passed (5 s): Run's expiry ends all three.
 	clock.Advance(6 * time.Second)
-	s.expireSessions()
+	s.expireSessions(context.Background())
 	open(t, c)
 	open(t, c)
 	open(t, c)

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -338,7 +339,7 @@ func bucketRow(b *limits.BucketInfo, now time.Time) BucketRow {
 // where, sort, desc, page, per_page); an error names the bad parameter.
 // It is one limits.Engine.Query: one walk over the buckets, keeping only
 // the rows up to the page, and the hottest and most rejected on the way.
-func (s *Site) BucketsPage(q url.Values) (BucketsPage, error) {
+func (s *Site) BucketsPage(ctx context.Context, q url.Values) (BucketsPage, error) {
 	bq, err := parseBucketQuery(q)
 	if err != nil {
 		return BucketsPage{}, err
@@ -352,7 +353,7 @@ func (s *Site) BucketsPage(q url.Values) (BucketsPage, error) {
 	rejected := newTopK(TopBuckets, func(a, b *limits.BucketInfo) bool {
 		return a.Rejections > b.Rejections || a.Rejections == b.Rejections && limits.ByKey(a, b)
 	})
-	page, err := s.v.Limits.Query(now, limits.Query{
+	page, err := s.v.Limits.Query(ctx, now, limits.Query{
 		Filter: func(b *limits.BucketInfo) bool {
 			out.Total++
 			if b.Grants > 0 {
@@ -412,7 +413,7 @@ func hasKeyPrefix(resource, domain, prefix string) bool {
 }
 
 func (s *Site) handleBuckets(w http.ResponseWriter, r *http.Request) {
-	p, err := s.BucketsPage(r.URL.Query())
+	p, err := s.BucketsPage(r.Context(), r.URL.Query())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return

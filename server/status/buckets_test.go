@@ -1,6 +1,7 @@
 package status
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -61,15 +62,15 @@ func bucketsSite(tb testing.TB, n int) (*Site, *testutil.Clock) {
 	for i := range n {
 		d := fmt.Sprintf("u%d", i)
 		if k := int64(i % 7); k > 0 {
-			e.Allow(clock.Now(), limits.Request{Resource: "users", Domain: d, Tokens: k})
+			e.Allow(context.Background(), clock.Now(), limits.Request{Resource: "users", Domain: d, Tokens: k})
 		} else {
-			e.Allow(clock.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 0, MinTokens: 0})
+			e.Allow(context.Background(), clock.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 0, MinTokens: 0})
 		}
 		if i%10 == 0 {
-			e.Allow(clock.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 10})
+			e.Allow(context.Background(), clock.Now(), limits.Request{Resource: "users", Domain: d, Tokens: 10})
 		}
 	}
-	e.Allow(clock.Now(), limits.Request{Resource: "api", Domain: "small", Tokens: 5})
+	e.Allow(context.Background(), clock.Now(), limits.Request{Resource: "api", Domain: "small", Tokens: 5})
 	return s, clock
 }
 
@@ -79,7 +80,7 @@ func TestBucketsPage(t *testing.T) {
 	page := func(q string) BucketsPage {
 		t.Helper()
 		v, _ := url.ParseQuery(q)
-		p, err := s.BucketsPage(v)
+		p, err := s.BucketsPage(context.Background(), v)
 		if err != nil {
 			t.Fatalf("%q: %v", q, err)
 		}
@@ -120,7 +121,7 @@ func TestBucketsPage(t *testing.T) {
 	}
 	for _, q := range []string{"sort=nope", "where=fraction<<0.5", "where=key<3", "where=grants>x", "where=bogus", "page=0", "per_page=5000", "page=1000&per_page=1000"} {
 		v, _ := url.ParseQuery(q)
-		if _, err := s.BucketsPage(v); err == nil {
+		if _, err := s.BucketsPage(context.Background(), v); err == nil {
 			t.Errorf("%q accepted", q)
 		}
 	}
@@ -163,7 +164,7 @@ func BenchmarkBucketsPage(b *testing.B) {
 	q := url.Values{"where": {"fraction<0.9"}, "sort": {"tokens"}, "page": {"3"}}
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := s.BucketsPage(q); err != nil {
+		if _, err := s.BucketsPage(context.Background(), q); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -179,10 +180,10 @@ func TestBucketsPageShowsTiers(t *testing.T) {
 	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
 	s, e, _ := site(t, clock, repo.Limits(), repo.Copies())
 	for range 5 { // 3 in tier 1, then 2 in tier 2
-		e.Allow(clock.Now(), limits.Request{Resource: "cookbook/tiers", Domain: "acme"})
+		e.Allow(context.Background(), clock.Now(), limits.Request{Resource: "cookbook/tiers", Domain: "acme"})
 	}
 	clock.Advance(time.Second)
-	p, err := s.BucketsPage(url.Values{"prefix": {"cookbook/tiers"}})
+	p, err := s.BucketsPage(context.Background(), url.Values{"prefix": {"cookbook/tiers"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestBucketsPageShowsTiers(t *testing.T) {
 		t.Errorf("tier 2 entered 1 s ago (active 2 s): %+v", r)
 	}
 	clock.Advance(2 * time.Second) // tier 2 cools down (4 s); tier 1 is current again
-	p, _ = s.BucketsPage(url.Values{"prefix": {"cookbook/tiers"}})
+	p, _ = s.BucketsPage(context.Background(), url.Values{"prefix": {"cookbook/tiers"}})
 	if r := p.Rows[0]; r.Tier != 1 || r.CooldownTier != 2 || r.CooldownLeftSecs != 3 {
 		t.Errorf("after tier 2's active time: %+v", r)
 	}
@@ -224,7 +225,7 @@ func TestBucketsPageShowsHolds(t *testing.T) {
 	if _, err := ss.Reserve(t.Context(), &v1.ReserveRequest{SessionId: a, Resource: "cookbook/sandboxes", Domain: "acme", Copies: 3}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := s.BucketsPage(url.Values{"prefix": {"cookbook/"}})
+	p, err := s.BucketsPage(context.Background(), url.Values{"prefix": {"cookbook/"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +236,7 @@ func TestBucketsPageShowsHolds(t *testing.T) {
 	if len(cp.Sessions) != 1 || cp.Sessions[0].ID != a[:idShown]+"…" || cp.Sessions[0].Holds[0].Copies != 3 {
 		t.Fatalf("sessions on the page: %+v (the id must be cut to %d digits)", cp.Sessions, idShown)
 	}
-	if p, _ := s.BucketsPage(url.Values{"prefix": {"other"}}); len(p.Copies.Resources)+len(p.Copies.Sessions) != 0 {
+	if p, _ := s.BucketsPage(context.Background(), url.Values{"prefix": {"other"}}); len(p.Copies.Resources)+len(p.Copies.Sessions) != 0 {
 		t.Errorf("prefix other still shows %+v", p.Copies)
 	}
 	srv := httptest.NewServer(handler(s))

@@ -1,6 +1,10 @@
 package status
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluice-rl/sluice/limits"
+)
 
 // RedisStatus is the status page's Redis section: the limits store's
 // view of Redis (limits/redis.Health). Durations are seconds.
@@ -26,4 +30,21 @@ type RedisStatus struct {
 	// MeanRoundTrip is the mean round trip; Timeout the bound on one.
 	MeanRoundTrip float64 `json:"mean_round_trip_seconds"`
 	Timeout       float64 `json:"timeout_seconds"`
+}
+
+// RedisStatusOf is the Redis section for a store's health.
+func RedisStatusOf(h limits.StoreHealth) *RedisStatus {
+	rs := &RedisStatus{State: h.State, Breaker: h.Breaker, Nodes: h.Nodes, LastError: h.LastError,
+		Calls: h.Calls, Scripts: h.Scripts, RoundTrips: h.RoundTrips, Failures: h.Failures, Refused: h.Refused, Timeout: h.Timeout.Seconds()}
+	if !h.LastErrorAt.IsZero() {
+		at := h.LastErrorAt.UTC()
+		rs.LastErrorAt = &at
+	}
+	if h.Calls > 0 {
+		rs.RoundTripsPerCall = float64(h.RoundTrips) / float64(h.Calls)
+	}
+	if h.Latency.Count > 0 {
+		rs.MeanRoundTrip = h.Latency.Sum.Seconds() / float64(h.Latency.Count)
+	}
+	return rs
 }

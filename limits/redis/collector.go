@@ -1,33 +1,33 @@
-package main
+package redisstore
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rl/sluice/server/status"
-
-	redisstore "github.com/sluice-rl/sluice/limits/redis"
+	"github.com/sluice-rl/sluice/limits"
 )
 
-// redisHealth is a limits store on Redis (limits/redis.Store): the server
-// shows its Health on the status page and exports it as metrics.
-type redisHealth interface {
-	Health() redisstore.Health
-}
-
-// redisCollector exports a Redis store's Health at every scrape: nothing
-// on the request path (the store counts with atomics).
+// Collector returns a prometheus.Collector of the store's Health, read at
+// every scrape (nothing on the request path: the store counts with
+// atomics), under the names sluice_redis_*: up, breaker_state (0 closed,
+// 1 half-open, 2 open), calls_total, scripts_total, round_trips_total,
+// failures_total, refused_total and the histogram round_trip_seconds
+// (limits.StoreLatencyBounds). Register it once per registry; each call
+// returns a new collector.
 //
 // Source: issue 15, "Redis trouble" ("The status page and metrics show the
 // Redis state, script latency and degraded answers"; the degraded answers
 // are sluice_limits_events_total{event="degraded"}, by resource).
-type redisCollector struct {
-	store                                             redisHealth
+func (s *Store) Collector() prometheus.Collector { return newCollector(s) }
+
+// collector exports a store's Health (see Store.Collector).
+type collector struct {
+	store                                             interface{ Health() limits.StoreHealth }
 	up, breaker, calls, scripts, roundTrips, failures *prometheus.Desc
 	refused, latency                                  *prometheus.Desc
 }
 
-func newRedisCollector(st redisHealth) *redisCollector {
-	return &redisCollector{
+func newCollector(st interface{ Health() limits.StoreHealth }) *collector {
+	return &collector{
 		store:      st,
 		up:         prometheus.NewDesc("sluice_redis_up", "1 while no circuit breaker of the limits store's Redis nodes is open (limits decisions reach Redis), else 0.", nil, nil),
 		breaker:    prometheus.NewDesc("sluice_redis_breaker_state", "The worst circuit breaker state of the limits store's Redis nodes: 0 closed, 1 half-open (probing), 2 open (calls fail at once).", nil, nil),
@@ -41,14 +41,14 @@ func newRedisCollector(st redisHealth) *redisCollector {
 }
 
 // Describe implements prometheus.Collector.
-func (c *redisCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.breaker, c.calls, c.scripts, c.roundTrips, c.failures, c.refused, c.latency} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
-func (c *redisCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	h := c.store.Health()
 	up, state := 0.0, 2.0
 	switch h.Breaker {
@@ -64,30 +64,11 @@ func (c *redisCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.roundTrips, prometheus.CounterValue, float64(h.RoundTrips))
 	ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(h.Failures))
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(h.Refused))
-	buckets := make(map[float64]uint64, len(redisstore.LatencyBounds))
+	buckets := make(map[float64]uint64, len(limits.StoreLatencyBounds))
 	var cum uint64
-	for i, le := range redisstore.LatencyBounds {
+	for i, le := range limits.StoreLatencyBounds {
 		cum += h.Latency.Buckets[i]
 		buckets[le] = cum
 	}
 	ch <- prometheus.MustNewConstHistogram(c.latency, h.Latency.Count, h.Latency.Sum.Seconds(), buckets)
-}
-
-// redisStatus returns the Redis section, or nil when the limits store is
-// not on Redis.
-func redisStatus(st redisHealth) *status.RedisStatus {
-	h := st.Health()
-	rs := &status.RedisStatus{State: h.State, Breaker: h.Breaker, Nodes: h.Nodes, LastError: h.LastError,
-		Calls: h.Calls, Scripts: h.Scripts, RoundTrips: h.RoundTrips, Failures: h.Failures, Refused: h.Refused, Timeout: h.Timeout.Seconds()}
-	if !h.LastErrorAt.IsZero() {
-		at := h.LastErrorAt.UTC()
-		rs.LastErrorAt = &at
-	}
-	if h.Calls > 0 {
-		rs.RoundTripsPerCall = float64(h.RoundTrips) / float64(h.Calls)
-	}
-	if h.Latency.Count > 0 {
-		rs.MeanRoundTrip = h.Latency.Sum.Seconds() / float64(h.Latency.Count)
-	}
-	return rs
 }
