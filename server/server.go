@@ -56,6 +56,7 @@ import (
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/server/capacity"
+	"github.com/sluice-rl/sluice/server/internal/rpc"
 	"github.com/sluice-rl/sluice/server/limitsvc"
 	"github.com/sluice-rl/sluice/server/sessions"
 	"github.com/sluice-rl/sluice/server/status"
@@ -592,9 +593,11 @@ func (s *Server) redisStatus() *status.RedisStatus {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes), connect.WithInterceptors(s.rpc.interceptor())}
-	mux.Handle(doormanconnect.NewCapacityHandler(capacityConnect{s.capacity}, opts...))
-	mux.Handle(sluicev1connect.NewLimitsHandler(limitsConnect{api: s.limitsAPI()}, opts...))
-	mux.Handle(quotaserviceconnect.NewQuotaServiceHandler(quotaConnect{s.limits.QuotaService()}, opts...))
+	// The services' handlers, written in grpc-go's shape, served to Connect
+	// by package rpc's adapters.
+	mux.Handle(doormanconnect.NewCapacityHandler(rpc.Capacity{S: s.capacity}, opts...))
+	mux.Handle(sluicev1connect.NewLimitsHandler(rpc.LimitsConnect{L: s.limitsAPI()}, opts...))
+	mux.Handle(quotaserviceconnect.NewQuotaServiceHandler(rpc.QuotaService{S: s.limits.QuotaService()}, opts...))
 	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	s.status.Register(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -608,7 +611,9 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-func (s *Server) limitsAPI() limitsAPI { return limitsAPI{limits: s.limits, sessions: s.sessions} }
+// limitsAPI is sluice.v1.Limits: Allow from the limits service, the
+// copy-limited RPCs from the sessions service.
+func (s *Server) limitsAPI() *rpc.Limits { return rpc.NewLimits(s.limits, s.sessions) }
 
 // registerGRPC registers every service with grpc-go's server.
 func (s *Server) registerGRPC(gs *grpc.Server) {

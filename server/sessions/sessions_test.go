@@ -19,6 +19,7 @@ import (
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/server/internal/rpc"
 )
 
 // sandboxes is the cookbook/sandboxes: domain limit 3 (acme: 4),
@@ -32,41 +33,6 @@ var sandboxes = &copies.Config{Resources: map[string]copies.Resource{
 	},
 }}
 
-// limitsServer is sluice.v1.Limits with the service's copy-limited RPCs
-// (package server adds Allow, from the limits service).
-type limitsServer struct {
-	v1.UnimplementedLimitsServer
-	s *Service
-}
-
-func (l limitsServer) OpenSession(ctx context.Context, req *v1.OpenSessionRequest) (*v1.OpenSessionResponse, error) {
-	return l.s.OpenSession(ctx, req)
-}
-
-func (l limitsServer) CloseSession(ctx context.Context, req *v1.CloseSessionRequest) (*v1.CloseSessionResponse, error) {
-	return l.s.CloseSession(ctx, req)
-}
-
-func (l limitsServer) KeepAlive(stream grpc.BidiStreamingServer[v1.KeepAliveRequest, v1.KeepAliveResponse]) error {
-	return l.s.KeepAlive(stream)
-}
-
-func (l limitsServer) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.ReserveResponse, error) {
-	return l.s.Reserve(ctx, req)
-}
-
-func (l limitsServer) Release(ctx context.Context, req *v1.ReleaseRequest) (*v1.ReleaseResponse, error) {
-	return l.s.Release(ctx, req)
-}
-
-func (l limitsServer) Transfer(ctx context.Context, req *v1.TransferRequest) (*v1.TransferResponse, error) {
-	return l.s.Transfer(ctx, req)
-}
-
-func (l limitsServer) Seize(ctx context.Context, req *v1.SeizeRequest) (*v1.SeizeResponse, error) {
-	return l.s.Seize(ctx, req)
-}
-
 // serve serves s over grpc-go on a kernel-picked loopback port until the
 // test ends, and returns a client of it.
 func serve(t *testing.T, s *Service) v1.LimitsClient {
@@ -76,7 +42,7 @@ func serve(t *testing.T, s *Service) v1.LimitsClient {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	gs.RegisterService(&v1.Limits_ServiceDesc, limitsServer{s: s})
+	gs.RegisterService(&v1.Limits_ServiceDesc, rpc.NewLimits(nil, s)) // the copy-limited RPCs alone
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

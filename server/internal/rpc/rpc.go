@@ -1,0 +1,230 @@
+// Package rpc is the one place where the services' RPC handlers, written
+// once in grpc-go's shape (func(ctx, *Req) (*Resp, error), gRPC status
+// errors), meet Connect: adapters that serve them to Connect's handlers
+// (gRPC-Web, JSON, and gRPC on a connection net/http took) with the same
+// codes and messages, and sluice.v1.Limits composed of its two services
+// (Allow from the limits service, the copy-limited RPCs from the sessions
+// service). It imports no service, so that the services' own tests can use
+// it too.
+package rpc
+
+import (
+	"context"
+	"errors"
+
+	"connectrpc.com/connect"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+	qs "github.com/sluice-rl/sluice/api/quotaservice"
+	"github.com/sluice-rl/sluice/api/quotaservice/quotaserviceconnect"
+	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/api/sluice/v1/sluicev1connect"
+)
+
+// Allower is sluice.v1.Limits/Allow (limitsvc.Service).
+type Allower interface {
+	Allow(context.Context, *v1.AllowRequest) (*v1.AllowResponse, error)
+}
+
+// Sessions is sluice.v1.Limits' copy-limited RPCs (sessions.Service);
+// KeepAliveStream is KeepAlive over any stream (Connect's).
+type Sessions interface {
+	OpenSession(context.Context, *v1.OpenSessionRequest) (*v1.OpenSessionResponse, error)
+	CloseSession(context.Context, *v1.CloseSessionRequest) (*v1.CloseSessionResponse, error)
+	KeepAlive(grpc.BidiStreamingServer[v1.KeepAliveRequest, v1.KeepAliveResponse]) error
+	KeepAliveStream(ctx context.Context, recv func() (*v1.KeepAliveRequest, error), send func(*v1.KeepAliveResponse) error) error
+	Reserve(context.Context, *v1.ReserveRequest) (*v1.ReserveResponse, error)
+	Release(context.Context, *v1.ReleaseRequest) (*v1.ReleaseResponse, error)
+	Transfer(context.Context, *v1.TransferRequest) (*v1.TransferResponse, error)
+	Seize(context.Context, *v1.SeizeRequest) (*v1.SeizeResponse, error)
+}
+
+// Limits is sluice.v1.Limits for grpc-go: Allow from an Allower, the
+// copy-limited RPCs from Sessions. A nil part answers Unimplemented.
+type Limits struct {
+	v1.UnimplementedLimitsServer
+	allow    Allower
+	sessions Sessions
+}
+
+// NewLimits returns sluice.v1.Limits over a and s (either may be nil).
+func NewLimits(a Allower, s Sessions) *Limits { return &Limits{allow: a, sessions: s} }
+
+var errNoSessions = status.Error(codes.Unimplemented, "copy-limited resources are not served here")
+
+// Allow implements v1.LimitsServer.
+func (l *Limits) Allow(ctx context.Context, req *v1.AllowRequest) (*v1.AllowResponse, error) {
+	if l.allow == nil {
+		return l.UnimplementedLimitsServer.Allow(ctx, req)
+	}
+	return l.allow.Allow(ctx, req)
+}
+
+// OpenSession implements v1.LimitsServer.
+func (l *Limits) OpenSession(ctx context.Context, req *v1.OpenSessionRequest) (*v1.OpenSessionResponse, error) {
+	if l.sessions == nil {
+		return nil, errNoSessions
+	}
+	return l.sessions.OpenSession(ctx, req)
+}
+
+// CloseSession implements v1.LimitsServer.
+func (l *Limits) CloseSession(ctx context.Context, req *v1.CloseSessionRequest) (*v1.CloseSessionResponse, error) {
+	if l.sessions == nil {
+		return nil, errNoSessions
+	}
+	return l.sessions.CloseSession(ctx, req)
+}
+
+// KeepAlive implements v1.LimitsServer.
+func (l *Limits) KeepAlive(stream grpc.BidiStreamingServer[v1.KeepAliveRequest, v1.KeepAliveResponse]) error {
+	if l.sessions == nil {
+		return errNoSessions
+	}
+	return l.sessions.KeepAlive(stream)
+}
+
+// Reserve implements v1.LimitsServer.
+func (l *Limits) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.ReserveResponse, error) {
+	if l.sessions == nil {
+		return nil, errNoSessions
+	}
+	return l.sessions.Reserve(ctx, req)
+}
+
+// Release implements v1.LimitsServer.
+func (l *Limits) Release(ctx context.Context, req *v1.ReleaseRequest) (*v1.ReleaseResponse, error) {
+	if l.sessions == nil {
+		return nil, errNoSessions
+	}
+	return l.sessions.Release(ctx, req)
+}
+
+// Transfer implements v1.LimitsServer.
+func (l *Limits) Transfer(ctx context.Context, req *v1.TransferRequest) (*v1.TransferResponse, error) {
+	if l.sessions == nil {
+		return nil, errNoSessions
+	}
+	return l.sessions.Transfer(ctx, req)
+}
+
+// Seize implements v1.LimitsServer.
+func (l *Limits) Seize(ctx context.Context, req *v1.SeizeRequest) (*v1.SeizeResponse, error) {
+	if l.sessions == nil {
+		return nil, errNoSessions
+	}
+	return l.sessions.Seize(ctx, req)
+}
+
+// Capacity is doorman.Capacity for Connect over a grpc-go shaped server:
+// a handler (doormanconnect.NewCapacityHandler) and, the interfaces being
+// alike, an in-process client.
+type Capacity struct{ S pb.CapacityServer }
+
+var (
+	_ doormanconnect.CapacityHandler = Capacity{}
+	_ doormanconnect.CapacityClient  = Capacity{}
+)
+
+// Discovery implements doormanconnect.CapacityHandler.
+func (c Capacity) Discovery(ctx context.Context, req *connect.Request[pb.DiscoveryRequest]) (*connect.Response[pb.DiscoveryResponse], error) {
+	return Unary(c.S.Discovery(ctx, req.Msg))
+}
+
+// GetCapacity implements doormanconnect.CapacityHandler.
+func (c Capacity) GetCapacity(ctx context.Context, req *connect.Request[pb.GetCapacityRequest]) (*connect.Response[pb.GetCapacityResponse], error) {
+	return Unary(c.S.GetCapacity(ctx, req.Msg))
+}
+
+// GetServerCapacity implements doormanconnect.CapacityHandler.
+func (c Capacity) GetServerCapacity(ctx context.Context, req *connect.Request[pb.GetServerCapacityRequest]) (*connect.Response[pb.GetServerCapacityResponse], error) {
+	return Unary(c.S.GetServerCapacity(ctx, req.Msg))
+}
+
+// ReleaseCapacity implements doormanconnect.CapacityHandler.
+func (c Capacity) ReleaseCapacity(ctx context.Context, req *connect.Request[pb.ReleaseCapacityRequest]) (*connect.Response[pb.ReleaseCapacityResponse], error) {
+	return Unary(c.S.ReleaseCapacity(ctx, req.Msg))
+}
+
+// LimitsConnect is sluice.v1.Limits for Connect.
+type LimitsConnect struct {
+	sluicev1connect.UnimplementedLimitsHandler
+	L *Limits
+}
+
+// Allow implements sluicev1connect.LimitsHandler.
+func (c LimitsConnect) Allow(ctx context.Context, req *connect.Request[v1.AllowRequest]) (*connect.Response[v1.AllowResponse], error) {
+	return Unary(c.L.Allow(ctx, req.Msg))
+}
+
+// OpenSession implements sluicev1connect.LimitsHandler.
+func (c LimitsConnect) OpenSession(ctx context.Context, req *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error) {
+	return Unary(c.L.OpenSession(ctx, req.Msg))
+}
+
+// CloseSession implements sluicev1connect.LimitsHandler.
+func (c LimitsConnect) CloseSession(ctx context.Context, req *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error) {
+	return Unary(c.L.CloseSession(ctx, req.Msg))
+}
+
+// KeepAlive implements sluicev1connect.LimitsHandler.
+func (c LimitsConnect) KeepAlive(ctx context.Context, stream *connect.BidiStream[v1.KeepAliveRequest, v1.KeepAliveResponse]) error {
+	if c.L.sessions == nil {
+		return Error(errNoSessions)
+	}
+	return Error(c.L.sessions.KeepAliveStream(ctx, stream.Receive, stream.Send))
+}
+
+// Reserve implements sluicev1connect.LimitsHandler.
+func (c LimitsConnect) Reserve(ctx context.Context, req *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
+	return Unary(c.L.Reserve(ctx, req.Msg))
+}
+
+// Release implements sluicev1connect.LimitsHandler.
+func (c LimitsConnect) Release(ctx context.Context, req *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error) {
+	return Unary(c.L.Release(ctx, req.Msg))
+}
+
+// Transfer implements sluicev1connect.LimitsHandler.
+func (c LimitsConnect) Transfer(ctx context.Context, req *connect.Request[v1.TransferRequest]) (*connect.Response[v1.TransferResponse], error) {
+	return Unary(c.L.Transfer(ctx, req.Msg))
+}
+
+// Seize implements sluicev1connect.LimitsHandler.
+func (c LimitsConnect) Seize(ctx context.Context, req *connect.Request[v1.SeizeRequest]) (*connect.Response[v1.SeizeResponse], error) {
+	return Unary(c.L.Seize(ctx, req.Msg))
+}
+
+// QuotaService is quotaservice.QuotaService for Connect.
+type QuotaService struct{ S qs.QuotaServiceServer }
+
+var _ quotaserviceconnect.QuotaServiceHandler = QuotaService{}
+
+// Allow implements quotaserviceconnect.QuotaServiceHandler.
+func (c QuotaService) Allow(ctx context.Context, req *connect.Request[qs.AllowRequest]) (*connect.Response[qs.AllowResponse], error) {
+	return Unary(c.S.Allow(ctx, req.Msg))
+}
+
+// Unary wraps a grpc-go style answer for Connect.
+func Unary[T any](resp *T, err error) (*connect.Response[T], error) {
+	if err != nil {
+		return nil, Error(err)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// Error turns a gRPC status error into a Connect error with the same code
+// and message (Connect's codes are gRPC's); nil and other errors pass.
+func Error(err error) error {
+	if err == nil {
+		return nil
+	}
+	if st, ok := status.FromError(err); ok {
+		return connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
+	}
+	return err
+}
