@@ -649,13 +649,19 @@ func (s *Server) Run(ctx context.Context) error {
 		wg.Go(func() { run(bg) })
 	}
 	for _, w := range s.watchers {
-		wg.Go(func() { _ = w(bg) })
+		wg.Go(func() {
+			if err := w(bg); err != nil && bg.Err() == nil {
+				s.log.Error("configuration watcher stopped; the configuration in force stays", "err", err)
+			}
+		})
 	}
 	fleetDone := make(chan struct{})
 	if s.member != nil {
 		go func() {
 			defer close(fleetDone)
-			_ = s.member.Run(ctx) // leaves the fleet when ctx ends
+			if err := s.member.Run(ctx); err != nil { // leaves the fleet when ctx ends
+				s.log.Error("fleet membership stopped", "err", err)
+			}
 		}()
 	} else {
 		close(fleetDone)
@@ -667,10 +673,13 @@ func (s *Server) Run(ctx context.Context) error {
 	electionDone := make(chan struct{})
 	go func() {
 		defer close(electionDone)
-		_ = s.election.Run(ectx, func(st election.Status) {
+		err := s.election.Run(ectx, func(st election.Status) {
 			s.capacity.SetMastership(st.IsMaster, st.Master)
 			s.log.Info("mastership", "is_master", st.IsMaster, "master", st.Master)
 		})
+		if err != nil {
+			s.log.Error("the election stopped: this task no longer campaigns", "err", err)
+		}
 	}()
 	ep := s.Serve(s.lis, s.handler, s.cfg.TLS)
 	s.log.Info("sluice server listening", "addr", s.lis.Addr().String(), "id", s.capacity.Node().ID)
