@@ -20,31 +20,7 @@ import (
 )
 
 func newServerCmd() *cobra.Command {
-	var (
-		cfgPath, quotaPath              string
-		redisURL                        string
-		redisCluster                    []string
-		redisTimeout                    time.Duration
-		listen                          string
-		advertise                       string
-		id                              string
-		grace                           time.Duration
-		logLevel                        string
-		logFormat                       string
-		parents                         []string
-		pprofOn                         bool
-		tlsCert, tlsKey, tlsClientCA    string
-		parentCA, parentCert, parentKey string
-		etcdCA, etcdCert, etcdKey       string
-		electKind                       string
-		endpoints                       []string
-		electKey                        string
-		electTTL                        time.Duration
-		fleetPrefix                     string
-		fleetTTL                        time.Duration
-		maxSessions                     int
-		adminF                          adminFlags
-	)
+	var sf serverFlags
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a capacity server (a root, or with --parent an intermediate)",
@@ -91,102 +67,149 @@ Every flag can also be set in the environment as SLUICE_<FLAG>, upper case with
 dashes as underscores (SLUICE_LISTEN, SLUICE_ETCD_ENDPOINTS, …); a flag on the
 command line wins.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := flagsFromEnv(cmd); err != nil {
-				return err
-			}
-			log, err := newLogger(cmd.ErrOrStderr(), logFormat, logLevel)
-			if err != nil {
-				return err
-			}
-			cfg := server.Config{ID: id, Listen: listen, Advertise: advertise, Logger: log, Grace: grace, Pprof: pprofOn,
-				ConfigPath: cfgPath, QuotaServiceConfigPath: quotaPath, Parents: parents,
-				Election:    server.Election{Kind: electKind, Key: electKey, TTL: electTTL},
-				Etcd:        server.Etcd{Endpoints: endpoints},
-				MaxSessions: maxSessions, FleetPrefix: fleetPrefix, FleetTTL: fleetTTL, Admin: adminF.Admin}
-			if tlsCert != "" || tlsKey != "" || tlsClientCA != "" {
-				if cfg.TLS, err = tlsutil.Server(tlsCert, tlsKey, tlsClientCA); err != nil {
-					return err
-				}
-			}
-			if parentCA != "" || parentCert != "" || parentKey != "" {
-				if cfg.ParentTLS, err = tlsutil.Client(parentCA, parentCert, parentKey); err != nil {
-					return err
-				}
-			}
-			if etcdCA != "" || etcdCert != "" || etcdKey != "" {
-				if cfg.Etcd.TLS, err = tlsutil.Client(etcdCA, etcdCert, etcdKey); err != nil {
-					return fmt.Errorf("etcd TLS: %w", err)
-				}
-			}
-			if cfg.Shared, err = redisShared(cmd.Context(), redisURL, redisCluster, redisTimeout, log); err != nil {
-				return err
-			}
-			if cfg.Shared != nil && len(endpoints) == 0 {
-				// Copy-limited resources share Redis only with a fleet on
-				// etcd, whose leader cleans up after a crashed server.
-				cfg.Shared.Copies = nil
-				log.Info("copy-limited resources stay in this server's memory: give --etcd-endpoints with --redis or --redis-cluster to share them (the servers' fleet needs etcd to clean up after a crashed server)")
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			srv, err := server.New(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			reloadOnHUP(ctx, log, srv)
-			fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", srv.Addr())
-			go func() {
-				<-ctx.Done()
-				// Drain (Server.Run): whatever etcd, the parent or the
-				// clients do, the process exits by grace + drainSlack; a
-				// second signal exits at once.
-				stop()
-				sig := make(chan os.Signal, 1)
-				signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-				time.AfterFunc(grace+drainSlack, func() {
-					log.Error("drain did not finish within --grace; exiting", "grace", grace)
-					os.Exit(1)
-				})
-				<-sig
-				log.Warn("second signal: exiting at once")
-				os.Exit(1)
-			}()
-			return srv.Run(ctx)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return sf.run(cmd) },
 	}
-	f := cmd.Flags()
-	f.StringVar(&cfgPath, "config", "", "resource configuration: a YAML file, or etcd:/KEY for an etcd key's value; empty: no templates")
-	f.StringVar(&redisURL, "redis", "", "keep the limits' token buckets in this Redis (a go-redis URL, redis://127.0.0.1:6379/0), shared by every server using it")
-	f.StringSliceVar(&redisCluster, "redis-cluster", nil, "keep the limits' token buckets in this Redis Cluster (HOST:PORT,... of some of its nodes)")
-	f.DurationVar(&redisTimeout, "redis-timeout", redisstore.DefaultTimeout, fmt.Sprintf("bound on each round trip to --redis or --redis-cluster: a Redis stall longer than this counts as a failure (%d in a row open a node's circuit breaker: decisions then fail at once, fail-open resources granted and flagged degraded, until a probe every %v finds Redis again); during an outage, answers wait at most this long, for the first %d round trips", redisstore.DefaultBreakerFailures, redisstore.DefaultBreakerProbe, redisstore.DefaultBreakerFailures))
-	f.StringVar(&quotaPath, "quotaservice-config", "", "limits in Square's quota service configuration format (a YAML file, reloaded like --config), instead of --config's limits section")
-	f.StringVar(&listen, "listen", "127.0.0.1:15000", "address to listen on (host:port; port 0 picks a free one)")
-	f.StringVar(&advertise, "advertise", "", "address clients should use to reach this server (default: the listen address)")
-	f.StringVar(&id, "id", "", "server id: the requester id toward the parent, and in logs (default: the --election-key with --election etcd, so that all tasks of a node are one requester; else host:pid)")
-	f.DurationVar(&grace, "grace", 10*time.Second, "how long SIGTERM waits for in-flight RPCs")
-	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
-	f.StringSliceVar(&parents, "parent", nil, "parent node addresses (host:port, comma-separated): run as an intermediate server that gets its capacity from them")
-	f.BoolVar(&pprofOn, "pprof", false, "serve Go's profiler at /debug/pprof/")
-	f.StringVar(&tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM); empty: plaintext (h2c)")
-	f.StringVar(&tlsKey, "tls-key", "", "the private key of --tls-cert (PEM)")
-	f.StringVar(&tlsClientCA, "tls-client-ca", "", "require client certificates signed by these CAs (PEM): mTLS")
-	f.StringVar(&parentCA, "parent-tls-ca", "", "speak TLS to the parent, verifying it with these CAs (PEM)")
-	f.StringVar(&parentCert, "parent-tls-cert", "", "client certificate (PEM) to present to the parent (mTLS)")
-	f.StringVar(&parentKey, "parent-tls-key", "", "the private key of --parent-tls-cert (PEM)")
-	f.StringVar(&etcdCA, "etcd-tls-ca", "", "speak TLS to etcd, verifying it with these CAs (PEM); use https:// endpoints")
-	f.StringVar(&etcdCert, "etcd-tls-cert", "", "client certificate (PEM) to present to etcd (mTLS)")
-	f.StringVar(&etcdKey, "etcd-tls-key", "", "the private key of --etcd-tls-cert (PEM)")
-	f.StringVar(&electKind, "election", "standalone", "master election: standalone (always master) or etcd")
-	f.StringSliceVar(&endpoints, "etcd-endpoints", nil, "etcd endpoints (comma-separated URLs) for --election etcd, --config etcd:/KEY, and the fleet sharing copy-limited resources on --redis")
-	f.StringVar(&electKey, "election-key", "", "etcd key prefix the tasks of this node campaign on, e.g. /sluice/root")
-	f.DurationVar(&electTTL, "election-ttl", 10*time.Second, "etcd session TTL (whole seconds): how long a master that cannot reach etcd stays master")
-	f.StringVar(&fleetPrefix, "fleet-prefix", "/sluice/fleet", "etcd key prefix of the fleet of servers sharing copy-limited resources on --redis or --redis-cluster (with --etcd-endpoints)")
-	adminF.register(f)
-	f.IntVar(&maxSessions, "max-sessions", server.DefaultMaxSessions, "most sessions of copy-limited resources this server holds open at once (each costs memory until it ends): at the cap, OpenSession answers ResourceExhausted (counted in sluice_copies_sessions_refused_total) until a session is closed, its keep-alive stream breaks or its ttl passes; a fleet's sessions count on the server that opened them; 0: the default; negative: no cap")
-	f.DurationVar(&fleetTTL, "fleet-ttl", 10*time.Second, "etcd session TTL (whole seconds) of this server's fleet membership: a crashed server's copies come back this long after its last keep-alive")
+	sf.register(cmd.Flags())
 	return cmd
+}
+
+// serverFlags are sluice server's flags.
+type serverFlags struct {
+	cfgPath, quotaPath              string
+	redisURL                        string
+	redisCluster                    []string
+	redisTimeout                    time.Duration
+	listen                          string
+	advertise                       string
+	id                              string
+	grace                           time.Duration
+	logLevel                        string
+	logFormat                       string
+	parents                         []string
+	pprofOn                         bool
+	tlsCert, tlsKey, tlsClientCA    string
+	parentCA, parentCert, parentKey string
+	etcdCA, etcdCert, etcdKey       string
+	electKind                       string
+	endpoints                       []string
+	electKey                        string
+	electTTL                        time.Duration
+	fleetPrefix                     string
+	fleetTTL                        time.Duration
+	maxSessions                     int
+	adminF                          adminFlags
+}
+
+// register defines the flags on f.
+func (sf *serverFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&sf.cfgPath, "config", "", "resource configuration: a YAML file, or etcd:/KEY for an etcd key's value; empty: no templates")
+	f.StringVar(&sf.redisURL, "redis", "", "keep the limits' token buckets in this Redis (a go-redis URL, redis://127.0.0.1:6379/0), shared by every server using it")
+	f.StringSliceVar(&sf.redisCluster, "redis-cluster", nil, "keep the limits' token buckets in this Redis Cluster (HOST:PORT,... of some of its nodes)")
+	f.DurationVar(&sf.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, fmt.Sprintf("bound on each round trip to --redis or --redis-cluster: a Redis stall longer than this counts as a failure (%d in a row open a node's circuit breaker: decisions then fail at once, fail-open resources granted and flagged degraded, until a probe every %v finds Redis again); during an outage, answers wait at most this long, for the first %d round trips", redisstore.DefaultBreakerFailures, redisstore.DefaultBreakerProbe, redisstore.DefaultBreakerFailures))
+	f.StringVar(&sf.quotaPath, "quotaservice-config", "", "limits in Square's quota service configuration format (a YAML file, reloaded like --config), instead of --config's limits section")
+	f.StringVar(&sf.listen, "listen", "127.0.0.1:15000", "address to listen on (host:port; port 0 picks a free one)")
+	f.StringVar(&sf.advertise, "advertise", "", "address clients should use to reach this server (default: the listen address)")
+	f.StringVar(&sf.id, "id", "", "server id: the requester id toward the parent, and in logs (default: the --election-key with --election etcd, so that all tasks of a node are one requester; else host:pid)")
+	f.DurationVar(&sf.grace, "grace", 10*time.Second, "how long SIGTERM waits for in-flight RPCs")
+	f.StringVar(&sf.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&sf.logFormat, "log-format", "text", "log format: text or json")
+	f.StringSliceVar(&sf.parents, "parent", nil, "parent node addresses (host:port, comma-separated): run as an intermediate server that gets its capacity from them")
+	f.BoolVar(&sf.pprofOn, "pprof", false, "serve Go's profiler at /debug/pprof/")
+	f.StringVar(&sf.tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM); empty: plaintext (h2c)")
+	f.StringVar(&sf.tlsKey, "tls-key", "", "the private key of --tls-cert (PEM)")
+	f.StringVar(&sf.tlsClientCA, "tls-client-ca", "", "require client certificates signed by these CAs (PEM): mTLS")
+	f.StringVar(&sf.parentCA, "parent-tls-ca", "", "speak TLS to the parent, verifying it with these CAs (PEM)")
+	f.StringVar(&sf.parentCert, "parent-tls-cert", "", "client certificate (PEM) to present to the parent (mTLS)")
+	f.StringVar(&sf.parentKey, "parent-tls-key", "", "the private key of --parent-tls-cert (PEM)")
+	f.StringVar(&sf.etcdCA, "etcd-tls-ca", "", "speak TLS to etcd, verifying it with these CAs (PEM); use https:// endpoints")
+	f.StringVar(&sf.etcdCert, "etcd-tls-cert", "", "client certificate (PEM) to present to etcd (mTLS)")
+	f.StringVar(&sf.etcdKey, "etcd-tls-key", "", "the private key of --etcd-tls-cert (PEM)")
+	f.StringVar(&sf.electKind, "election", "standalone", "master election: standalone (always master) or etcd")
+	f.StringSliceVar(&sf.endpoints, "etcd-endpoints", nil, "etcd endpoints (comma-separated URLs) for --election etcd, --config etcd:/KEY, and the fleet sharing copy-limited resources on --redis")
+	f.StringVar(&sf.electKey, "election-key", "", "etcd key prefix the tasks of this node campaign on, e.g. /sluice/root")
+	f.DurationVar(&sf.electTTL, "election-ttl", 10*time.Second, "etcd session TTL (whole seconds): how long a master that cannot reach etcd stays master")
+	f.StringVar(&sf.fleetPrefix, "fleet-prefix", "/sluice/fleet", "etcd key prefix of the fleet of servers sharing copy-limited resources on --redis or --redis-cluster (with --etcd-endpoints)")
+	sf.adminF.register(f)
+	f.IntVar(&sf.maxSessions, "max-sessions", server.DefaultMaxSessions, "most sessions of copy-limited resources this server holds open at once (each costs memory until it ends): at the cap, OpenSession answers ResourceExhausted (counted in sluice_copies_sessions_refused_total) until a session is closed, its keep-alive stream breaks or its ttl passes; a fleet's sessions count on the server that opened them; 0: the default; negative: no cap")
+	f.DurationVar(&sf.fleetTTL, "fleet-ttl", 10*time.Second, "etcd session TTL (whole seconds) of this server's fleet membership: a crashed server's copies come back this long after its last keep-alive")
+}
+
+// config parses the flags into a server configuration: the TLS
+// configurations read from their files, and the Redis store opened.
+func (sf *serverFlags) config(ctx context.Context, log *slog.Logger) (server.Config, error) {
+	var err error
+	cfg := server.Config{ID: sf.id, Listen: sf.listen, Advertise: sf.advertise, Logger: log, Grace: sf.grace, Pprof: sf.pprofOn,
+		ConfigPath: sf.cfgPath, QuotaServiceConfigPath: sf.quotaPath, Parents: sf.parents,
+		Election:    server.Election{Kind: sf.electKind, Key: sf.electKey, TTL: sf.electTTL},
+		Etcd:        server.Etcd{Endpoints: sf.endpoints},
+		MaxSessions: sf.maxSessions, FleetPrefix: sf.fleetPrefix, FleetTTL: sf.fleetTTL, Admin: sf.adminF.Admin}
+	if sf.tlsCert != "" || sf.tlsKey != "" || sf.tlsClientCA != "" {
+		if cfg.TLS, err = tlsutil.Server(sf.tlsCert, sf.tlsKey, sf.tlsClientCA); err != nil {
+			return server.Config{}, err
+		}
+	}
+	if sf.parentCA != "" || sf.parentCert != "" || sf.parentKey != "" {
+		if cfg.ParentTLS, err = tlsutil.Client(sf.parentCA, sf.parentCert, sf.parentKey); err != nil {
+			return server.Config{}, err
+		}
+	}
+	if sf.etcdCA != "" || sf.etcdCert != "" || sf.etcdKey != "" {
+		if cfg.Etcd.TLS, err = tlsutil.Client(sf.etcdCA, sf.etcdCert, sf.etcdKey); err != nil {
+			return server.Config{}, fmt.Errorf("etcd TLS: %w", err)
+		}
+	}
+	if cfg.Shared, err = redisShared(ctx, sf.redisURL, sf.redisCluster, sf.redisTimeout, log); err != nil {
+		return server.Config{}, err
+	}
+	if cfg.Shared != nil && len(sf.endpoints) == 0 {
+		// Copy-limited resources share Redis only with a fleet on
+		// etcd, whose leader cleans up after a crashed server.
+		cfg.Shared.Copies = nil
+		log.Info("copy-limited resources stay in this server's memory: give --etcd-endpoints with --redis or --redis-cluster to share them (the servers' fleet needs etcd to clean up after a crashed server)")
+	}
+	return cfg, nil
+}
+
+// run is sluice server: the flags (and SLUICE_* variables) parsed into a
+// server.Config, the server assembled from it and run until SIGTERM or
+// SIGINT, then drained.
+func (sf *serverFlags) run(cmd *cobra.Command) error {
+	if err := flagsFromEnv(cmd); err != nil {
+		return err
+	}
+	log, err := newLogger(cmd.ErrOrStderr(), sf.logFormat, sf.logLevel)
+	if err != nil {
+		return err
+	}
+	cfg, err := sf.config(cmd.Context(), log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := server.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	reloadOnHUP(ctx, log, srv)
+	fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", srv.Addr())
+	go func() {
+		<-ctx.Done()
+		// Drain (Server.Run): whatever etcd, the parent or the
+		// clients do, the process exits by --grace + drainSlack; a
+		// second signal exits at once.
+		stop()
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		time.AfterFunc(sf.grace+drainSlack, func() {
+			log.Error("drain did not finish within --grace; exiting", "grace", sf.grace)
+			os.Exit(1)
+		})
+		<-sig
+		log.Warn("second signal: exiting at once")
+		os.Exit(1)
+	}()
+	return srv.Run(ctx)
 }
 
 // drainSlack is how long after --grace the process exits at the latest.
