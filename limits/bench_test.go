@@ -86,7 +86,7 @@ func domainOf(buf *[12]byte, i int) string {
 // them in a scattered order, so that every decision misses the cache (its
 // bucket's slot was last touched a million decisions ago): it measures the
 // machine's memory latency (one dependent miss costs about 200 ns on the
-// 2-core VM the figures in the README come from) more than the engine.
+// 2-core VM the figures in docs/performance.md come from) more than the engine.
 // "hot" spreads them over 1 000 of the million buckets, as skewed real
 // traffic does: the cost of a decision with a million buckets present.
 //

@@ -93,7 +93,7 @@
 //     buckets 4.9 to 5.5 µs, before 6.1 to 7.7; one hot bucket 2.9 to 3.2
 //     µs, before 3.3 to 4.3;
 //
-//   - under quota-bench (see the README; 15 runs alternating with the
+//   - under quota-bench (see docs/performance.md; 15 runs alternating with the
 //     script before, in a slow phase of the machine): 10 000 buckets 8.2
 //     to 11.0 µs, median 10.0, before 11.2 to 16.8, median 13.2; one hot
 //     bucket 5.2 to 7.8 µs, before 7.2 to 10.5.
