@@ -13,6 +13,7 @@ import (
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/internal/testutil"
 )
 
 // runDeadline bounds how long a test waits for Run to return after its
@@ -80,33 +81,14 @@ func dial(t testing.TB, addr string) *grpc.ClientConn {
 }
 
 // metricValue returns the value of the series of metric name in reg whose
-// labels include labels (a counter's, a gauge's or an untyped value), and
-// whether there is one.
+// labels include labels, and whether there is one.
 func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) (float64, bool) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	var pairs []string
+	for k, v := range labels {
+		pairs = append(pairs, k, v)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue series
-				}
-			}
-			return m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue(), true
-		}
-	}
-	return 0, false
+	return testutil.MetricValue(t, reg, name, pairs...)
 }
 
 // doormanYAML is the Doorman configuration of the tests of package server:
