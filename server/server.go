@@ -42,6 +42,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
@@ -222,6 +225,7 @@ type Server struct {
 	watchers  []func(context.Context) error // configuration watchers, started by Run
 	files     []fileWatcher                 // reloaded by Reload
 	draining  atomic.Bool
+	health    *health.Server // grpc.health.v1.Health, following Ready
 }
 
 // New assembles a server from cfg: it listens, builds the services over
@@ -272,6 +276,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		id = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
 	s.rpc = newRPCMetrics(s.reg)
+	s.health = health.NewServer()
 	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_server_config_reloads_total",
 		Help: "Configuration reloads, by result (ok, failed).",
@@ -615,11 +620,46 @@ func (s *Server) Handler() http.Handler {
 // copy-limited RPCs from the sessions service.
 func (s *Server) limitsAPI() *rpc.Limits { return rpc.NewLimits(s.limits, s.sessions) }
 
-// registerGRPC registers every service with grpc-go's server.
+// registerGRPC registers every service with grpc-go's server, and
+// beside them the standard grpc.health.v1.Health (following Ready, see
+// followReadiness) and gRPC server reflection (v1 and v1alpha), so that
+// Envoy's and Kubernetes' health checks, grpcurl and ghz need no proto
+// files.
 func (s *Server) registerGRPC(gs *grpc.Server) {
 	gs.RegisterService(&pb.Capacity_ServiceDesc, s.capacity)
 	gs.RegisterService(&v1.Limits_ServiceDesc, s.limitsAPI())
 	gs.RegisterService(&qs.QuotaService_ServiceDesc, s.limits.QuotaService())
+	healthpb.RegisterHealthServer(gs, s.health)
+	reflection.Register(gs)
+}
+
+// readinessEvery is how often the health service's statuses follow
+// Ready (a change of mastership or configuration shows within it;
+// draining shows at once).
+const readinessEvery = 250 * time.Millisecond
+
+// followReadiness sets the health service's status of the server ("")
+// and of each of its services to SERVING while Ready, else NOT_SERVING,
+// every readinessEvery until ctx ends: the answers /readyz gives, for
+// gRPC health checks (Envoy's cluster health checks, Kubernetes' grpc
+// probes).
+func (s *Server) followReadiness(ctx context.Context) {
+	t := time.NewTicker(readinessEvery)
+	defer t.Stop()
+	for {
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if ok, _ := s.Ready(); ok {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		for _, name := range []string{"", pb.Capacity_ServiceDesc.ServiceName, v1.Limits_ServiceDesc.ServiceName, qs.QuotaService_ServiceDesc.ServiceName} {
+			s.health.SetServingStatus(name, st)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // Run serves until ctx ends, then drains: /readyz turns 503, the election
@@ -645,6 +685,7 @@ func (s *Server) Run(ctx context.Context) error {
 		func(ctx context.Context) { s.capacity.Run(ctx, time.Second) },
 		func(ctx context.Context) { s.limits.Run(ctx, time.Second) },
 		s.sessions.Run,
+		s.followReadiness,
 	} {
 		wg.Go(func() { run(bg) })
 	}
@@ -697,6 +738,7 @@ func (s *Server) drain(ep *Endpoint, fleetDone, electionDone <-chan struct{}, st
 	grace := s.cfg.Grace
 	s.log.Info("draining: not ready, resigning mastership, finishing in-flight RPCs", "grace", grace)
 	s.draining.Store(true)
+	s.health.Shutdown() // every status NOT_SERVING at once, and for good
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	wasMaster := s.capacity.Node().IsMaster
