@@ -1,0 +1,338 @@
+// Package rls holds the rules of Envoy's rate limit service as
+// envoyproxy/ratelimit's configuration writes them — domains, each a tree
+// of descriptor rules with their rate limits — and how the descriptors of
+// a request find their rules: Config.Match for one descriptor,
+// Config.Resolve for a request's (the replaces rule applied across them).
+// It is deterministic and does no I/O; limits/limitsyaml reads the files
+// (ParseEnvoyRateLimit, LoadEnvoyRateLimit) into a Config.
+//
+// The matching rules, as envoyproxy/ratelimit applies them (its README,
+// "Configuration"; src/config/config_impl.go):
+//
+//   - A request descriptor's entries are walked level by level down the
+//     domain's tree. At each level a rule with the entry's key and value
+//     is preferred, then a rule whose value is a wildcard pattern matching
+//     the value ('*' stands for any run of characters, anywhere in the
+//     value), in the order the file gives them, then a key-only rule (no
+//     value), which matches any value.
+//   - A rule's limit applies only when the descriptor ends at the rule's
+//     depth: a descriptor with more entries than the tree has levels
+//     matches nothing (the depth rule), and so does one that stops above a
+//     rule's level.
+//   - A rule without a rate_limit matches and limits nothing (a
+//     whitelisted descriptor), as does a descriptor that matches no rule;
+//     both answer OK with no current limit.
+//   - The counter (Match.Bucket) is the domain and the request's entries:
+//     each distinct value of a key-only rule, and of a wildcard rule, has a
+//     counter of its own — except a wildcard rule with share_threshold,
+//     whose matching values share one counter.
+//   - replaces: when a request's descriptors match both a named rule and a
+//     rule that replaces that name, only the replacing one applies
+//     (Resolve).
+//
+// One departure, on purpose: envoyproxy/ratelimit looks rules up by the
+// joined string key + "_" + value, so distinct entries can collide (the
+// entry client = "ip_192.0.2.66" finds the rule client_ip = 192.0.2.66);
+// here a key and a value are always told apart.
+package rls
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Unit is the unit of a rate limit's requests_per_unit.
+type Unit uint8
+
+// The units, as envoy.service.ratelimit.v3's RateLimitResponse.RateLimit.Unit
+// numbers them (UNKNOWN 0, SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5,
+// YEAR 6, WEEK 7).
+const (
+	UnitUnknown Unit = iota
+	Second
+	Minute
+	Hour
+	Day
+	Month
+	Year
+	Week
+)
+
+var unitNames = [...]string{"unknown", "second", "minute", "hour", "day", "month", "year", "week"}
+
+// String returns the unit's name in the configuration ("second", …).
+func (u Unit) String() string {
+	if int(u) < len(unitNames) {
+		return unitNames[u]
+	}
+	return fmt.Sprintf("Unit(%d)", u)
+}
+
+// ParseUnit reads a unit name, in any case ("second", "MINUTE", …); an
+// unknown name (or "unknown") is an error.
+func ParseUnit(s string) (Unit, error) {
+	for u, name := range unitNames {
+		if u != int(UnitUnknown) && strings.EqualFold(s, name) {
+			return Unit(u), nil
+		}
+	}
+	return UnitUnknown, fmt.Errorf("%q is not a unit (want second, minute, hour, day, week, month or year)", s)
+}
+
+// Duration returns the unit's length: a month is 30 days and a year 365
+// (envoyproxy/ratelimit's lengths), UnitUnknown 0.
+func (u Unit) Duration() time.Duration {
+	switch u {
+	case Second:
+		return time.Second
+	case Minute:
+		return time.Minute
+	case Hour:
+		return time.Hour
+	case Day:
+		return 24 * time.Hour
+	case Week:
+		return 7 * 24 * time.Hour
+	case Month:
+		return 30 * 24 * time.Hour
+	case Year:
+		return 365 * 24 * time.Hour
+	}
+	return 0
+}
+
+// Limit is a rule's rate_limit.
+type Limit struct {
+	// RequestsPerUnit is the number of requests allowed per Unit; 0 is a
+	// limit every request is over (a block list).
+	RequestsPerUnit uint32
+	// Unit is requests_per_unit's unit (UnitUnknown when Unlimited).
+	Unit Unit
+	// Unlimited answers OK without counting.
+	Unlimited bool
+	// Name names the limit for replaces (and current_limit.name); may be
+	// empty.
+	Name string
+	// Replaces names the limits this one replaces in a request that
+	// matches both.
+	Replaces []string
+}
+
+// Rule is one descriptor rule of a domain's tree.
+type Rule struct {
+	// Key is the entry's key (never empty).
+	Key string
+	// Value is the entry's value: "" matches any value (a key-only rule);
+	// with '*' it is a wildcard pattern.
+	Value string
+	// Limit is the rule's rate limit; nil: the rule limits nothing (it is
+	// whitelisted, or only leads to nested rules).
+	Limit *Limit
+	// ShadowMode decides and counts as usual, but answers OK.
+	ShadowMode bool
+	// DetailedMetric and ValueToMetric ask for the request's values in the
+	// rule's metrics (bounded by the server).
+	DetailedMetric, ValueToMetric bool
+	// ShareThreshold makes the values a wildcard matches share one
+	// counter.
+	ShareThreshold bool
+	// Descriptors are the nested rules, one level further.
+	Descriptors []*Rule
+}
+
+// Wildcard reports whether the rule's value is a pattern.
+func (r *Rule) Wildcard() bool { return strings.Contains(r.Value, "*") }
+
+// Domain is one domain's rules, from one configuration document.
+type Domain struct {
+	// Name is the domain (never empty).
+	Name string
+	// Descriptors are the tree's first level.
+	Descriptors []*Rule
+	// Source names where the domain was read (a file), for errors.
+	Source string
+}
+
+// Config is a set of domains. Its zero value has none. A Config is not
+// changed once built: safe for concurrent reads.
+type Config struct {
+	domains map[string]*Domain
+}
+
+// NewConfig returns the configuration of domains. Errors: a domain with
+// an empty name, or a domain defined twice (naming both sources).
+func NewConfig(domains ...*Domain) (*Config, error) {
+	c := &Config{domains: make(map[string]*Domain, len(domains))}
+	for _, d := range domains {
+		if d.Name == "" {
+			return nil, fmt.Errorf("%s: domain: empty", d.Source)
+		}
+		if prev, ok := c.domains[d.Name]; ok {
+			return nil, fmt.Errorf("domain %q defined twice: in %s and in %s", d.Name, prev.Source, d.Source)
+		}
+		c.domains[d.Name] = d
+	}
+	return c, nil
+}
+
+// Domain returns the rules of domain name, or nil.
+func (c *Config) Domain(name string) *Domain {
+	if c == nil {
+		return nil
+	}
+	return c.domains[name]
+}
+
+// Len returns the number of domains.
+func (c *Config) Len() int {
+	if c == nil {
+		return 0
+	}
+	return len(c.domains)
+}
+
+// Entry is one entry of a request descriptor.
+type Entry struct {
+	Key, Value string
+}
+
+// Match is what one request descriptor matched.
+type Match struct {
+	// Rule is the matched rule, with a Limit; nil when the descriptor
+	// matched no rule with a limit (no such domain, no such rule, the
+	// depth rule, or a whitelisted rule): the answer is OK with no
+	// current limit.
+	Rule *Rule
+	// Path is the matched rules from the tree's first level down
+	// (Path[len(Path)-1] == Rule), for metrics.
+	Path []*Rule
+	// Bucket identifies the counter: the domain and the request's entries,
+	// a share_threshold wildcard's pattern standing for its values. Keys
+	// and values are length-prefixed, so that no two distinct descriptors
+	// share a counter by accident.
+	Bucket string
+}
+
+// Match returns what the descriptor entries of a request in domain match
+// (see the package doc). It costs O(entries × rules on one level).
+func (c *Config) Match(domain string, entries []Entry) Match {
+	d := c.Domain(domain)
+	if d == nil || len(entries) == 0 {
+		return Match{}
+	}
+	level := d.Descriptors
+	path := make([]*Rule, 0, len(entries))
+	for _, e := range entries {
+		r := find(level, e)
+		if r == nil {
+			return Match{}
+		}
+		path = append(path, r)
+		level = r.Descriptors
+	}
+	r := path[len(path)-1]
+	if r.Limit == nil {
+		return Match{}
+	}
+	return Match{Rule: r, Path: path, Bucket: bucket(domain, entries, path)}
+}
+
+// find returns the rule of level that e matches: key and value, then a
+// wildcard, then key only; nil if none.
+func find(level []*Rule, e Entry) *Rule {
+	var wild, keyOnly *Rule
+	for _, r := range level {
+		if r.Key != e.Key {
+			continue
+		}
+		switch {
+		case r.Value == "":
+			if keyOnly == nil {
+				keyOnly = r
+			}
+		case r.Value == e.Value:
+			return r
+		case wild == nil && r.Wildcard() && glob(r.Value, e.Value):
+			wild = r
+		}
+	}
+	if wild != nil {
+		return wild
+	}
+	return keyOnly
+}
+
+// glob reports whether s matches pattern, in which '*' stands for any run
+// of characters (none included) and every other byte for itself.
+func glob(pattern, s string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return s == pattern
+	}
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	last := parts[len(parts)-1]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return len(s) >= len(last) && strings.HasSuffix(s, last)
+}
+
+// bucket encodes the counter's identity: the domain, then each level's
+// key and value (a shared wildcard's pattern for its values), each
+// length-prefixed.
+func bucket(domain string, entries []Entry, path []*Rule) string {
+	b := make([]byte, 0, 64)
+	b = appendString(b, domain)
+	for i, e := range entries {
+		v := e.Value
+		if r := path[i]; r.ShareThreshold && r.Wildcard() {
+			v = r.Value
+		}
+		b = appendString(b, e.Key)
+		b = appendString(b, v)
+	}
+	return string(b)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// Resolve matches each of a request's descriptors in domain (Match) and
+// then applies replaces: a match whose limit's name another match's limit
+// replaces matches nothing (its answer is OK with no current limit).
+// matches[i] is descriptors[i]'s.
+func (c *Config) Resolve(domain string, descriptors [][]Entry) []Match {
+	out := make([]Match, len(descriptors))
+	var replaced map[string]bool
+	for i, d := range descriptors {
+		out[i] = c.Match(domain, d)
+		if m := out[i]; m.Rule != nil {
+			for _, name := range m.Rule.Limit.Replaces {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
+				replaced[name] = true
+			}
+		}
+	}
+	if replaced == nil {
+		return out
+	}
+	for i, m := range out {
+		if m.Rule != nil && m.Rule.Limit.Name != "" && replaced[m.Rule.Limit.Name] {
+			out[i] = Match{}
+		}
+	}
+	return out
+}
