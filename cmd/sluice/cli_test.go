@@ -79,6 +79,29 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// TestConfigValidateEnvoy: envoyproxy/ratelimit's files and directories,
+// each reported with its domains, or its errors naming file and field; a
+// domain in two paths is an error naming both files.
+func TestConfigValidateEnvoy(t *testing.T) {
+	dir := "../../limits/limitsyaml/testdata/envoy"
+	out, err := exec.Command(binary, "config", "validate", "--envoy-ratelimit", dir).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), ": ok (3 domains: edge_proxy_per_ip, messaging, mongo_cps; 16 rules)") {
+		t.Fatalf("a directory: %v\n%s", err, out)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(binary, "config", "validate", "--envoy-ratelimit", bad).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `bad.yaml: descriptors[0].rate_limit.unit: "fortnight" is not a unit`) {
+		t.Fatalf("a bad file: %v\n%s", err, out)
+	}
+	out, err = exec.Command(binary, "config", "validate", "--envoy-ratelimit", dir, filepath.Join(dir, "messaging.yaml")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `domain "messaging" defined twice`) {
+		t.Fatalf("a domain twice: %v\n%s", err, out)
+	}
+}
+
 func TestGetCommand(t *testing.T) {
 	srv := cliServer(t)
 	out, err := exec.Command(binary, "get", "--server", srv.addr, "--resource", "res", "--wants", "30", "--json").CombinedOutput()

@@ -4,15 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
+	"github.com/sluice-rl/sluice/limits/rls"
 )
 
 func newConfigCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Work with resource configuration files"}
-	var quota bool
+	var quota, envoy bool
 	validate := &cobra.Command{
 		Use:   "validate FILE...",
 		Short: "Check configuration files; print every error, naming template and field",
@@ -24,9 +27,15 @@ rules: tiers with no active time removed, windows shortened to the active time,
 active times trimmed to whole windows, copy limits above the global limit
 lowered to it), a line each. With --quotaservice the files are in
 Square's quota service format (what sluice server --quotaservice-config reads).
+With --envoy-ratelimit they are envoyproxy/ratelimit's configuration, files
+or directories of them (their *.yaml and *.yml files), read as one: a domain
+defined twice is an error naming both files.
 The exit code is 1 if any file is invalid.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, files []string) error {
+			if envoy {
+				return validateEnvoy(cmd, files)
+			}
 			bad := 0
 			for _, f := range files {
 				parse := config.Parse
@@ -65,8 +74,53 @@ The exit code is 1 if any file is invalid.`,
 		},
 	}
 	validate.Flags().BoolVar(&quota, "quotaservice", false, "the files are in Square's quota service format")
+	validate.Flags().BoolVar(&envoy, "envoy-ratelimit", false, "the files (or directories) are envoyproxy/ratelimit's configuration")
+	validate.MarkFlagsMutuallyExclusive("quotaservice", "envoy-ratelimit")
 	cmd.AddCommand(validate)
 	return cmd
+}
+
+// validateEnvoy checks envoyproxy/ratelimit's files and directories as
+// one configuration: each path's domains, or every error found.
+func validateEnvoy(cmd *cobra.Command, paths []string) error {
+	out := cmd.OutOrStdout()
+	var domains []*rls.Domain
+	bad := 0
+	for _, p := range paths {
+		c, err := limitsyaml.LoadEnvoyRateLimit(p)
+		if err != nil {
+			bad++
+			fmt.Fprintf(out, "%s: invalid:\n", p)
+			for _, e := range flatten(err) {
+				fmt.Fprintf(out, "  %v\n", e)
+			}
+			continue
+		}
+		names := c.Names()
+		rules := 0
+		for _, n := range names {
+			d := c.Domain(n)
+			domains = append(domains, d)
+			rules += d.Rules()
+		}
+		fmt.Fprintf(out, "%s: ok (%s: %s; %s)\n", p, plural(len(names), "domain"), strings.Join(names, ", "), plural(rules, "rule"))
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d of %d paths invalid", bad, len(paths))
+	}
+	if _, err := rls.NewConfig(domains...); err != nil {
+		fmt.Fprintf(out, "together: invalid: %v\n", err)
+		return err
+	}
+	return nil
+}
+
+// plural returns "1 rule", "2 rules".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // flatten returns the errors joined in err, one per problem.

@@ -39,6 +39,8 @@ package rls
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -183,6 +185,27 @@ func (c *Config) Domain(name string) *Domain {
 		return nil
 	}
 	return c.domains[name]
+}
+
+// Names returns the domains' names, in order.
+func (c *Config) Names() []string {
+	if c == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(c.domains))
+}
+
+// Rules returns the number of rules in the domain's tree, at every level.
+func (d *Domain) Rules() int {
+	var count func([]*Rule) int
+	count = func(rs []*Rule) int {
+		n := len(rs)
+		for _, r := range rs {
+			n += count(r.Descriptors)
+		}
+		return n
+	}
+	return count(d.Descriptors)
 }
 
 // Len returns the number of domains.

@@ -1,0 +1,327 @@
+package limitsyaml
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/rls"
+)
+
+var (
+	envoyDomainFields     = []string{"domain", "descriptors"}
+	envoyDescriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"}
+	envoyLimitFields      = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces"}
+	envoyReplacesFields   = []string{"name"}
+)
+
+// ParseEnvoyRateLimit reads a file of envoyproxy/ratelimit's
+// configuration as it is: each YAML document is one domain (the reference
+// reads one document a file; more are accepted here), as in its README's
+// "Configuration":
+//
+//	domain: edge
+//	descriptors:
+//	  - key: remote_address              # key only: a counter per value
+//	    rate_limit: {unit: second, requests_per_unit: 10}
+//	  - key: path
+//	    value: "/api/*/items"            # '*' anywhere in the value
+//	    share_threshold: true            # its values share one counter
+//	    rate_limit: {unit: minute, requests_per_unit: 100, name: items}
+//	  - key: tenant                      # no limit here: leads on
+//	    descriptors:
+//	      - key: plan
+//	        value: free
+//	        rate_limit: {unit: day, requests_per_unit: 1000, replaces: [{name: items}]}
+//	        shadow_mode: true
+//
+// Every field of the reference is read: domain; descriptors with key,
+// value, rate_limit (unit second, minute, hour, day, week, month or year
+// in any case, requests_per_unit, unlimited, name, replaces), shadow_mode,
+// detailed_metric, value_to_metric, share_threshold, and nested
+// descriptors. Decoding is strict, and every error names its file and
+// field by path (descriptors[0].descriptors[1].rate_limit.unit) and line:
+// an unknown field, a value of the wrong type, an empty domain or key, two
+// sibling rules with the same key and value, a unit missing or unknown
+// (or given with unlimited: true), requests_per_unit beyond 2³²−1, an
+// empty replaces name or one naming its own limit. A key or value written
+// as a number or a boolean is read as its text, as the reference reads it.
+// source names the file in errors and in rls.Domain.Source.
+func ParseEnvoyRateLimit(source string, data []byte) ([]*rls.Domain, error) {
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	var out []*rls.Domain
+	var errs []error
+	for i := 0; ; i++ {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", source, &limits.ConfigError{Path: "(document)", Msg: err.Error()}))
+			break
+		}
+		if len(doc.Content) == 0 || isNull(doc.Content[0]) {
+			continue // an empty document
+		}
+		where := source
+		if i > 0 {
+			where = fmt.Sprintf("%s (document %d)", source, i+1)
+		}
+		root := doc.Content[0]
+		w := newWalker(root)
+		d := w.envoyDomain(root)
+		if err := w.err(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			continue
+		}
+		d.Source = where
+		out = append(out, d)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// LoadEnvoyRateLimit reads path, a file of envoyproxy/ratelimit's
+// configuration or a directory of them (its *.yaml and *.yml files, in
+// name order, not recursing: the reference's config/ directory), into one
+// configuration. Errors: a file that cannot be read or parsed
+// (ParseEnvoyRateLimit's errors, every file's), and a domain defined twice,
+// naming both files.
+func LoadEnvoyRateLimit(path string) (*rls.Config, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	files := []string{path}
+	if st.IsDir() {
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			return nil, err
+		}
+		files = files[:0]
+		for _, e := range entries {
+			if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
+				files = append(files, filepath.Join(path, e.Name()))
+			}
+		}
+		slices.Sort(files)
+	}
+	var domains []*rls.Domain
+	var errs []error
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ds, err := ParseEnvoyRateLimit(f, data)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		domains = append(domains, ds...)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return rls.NewConfig(domains...)
+}
+
+// envoyDomain reads one domain's document.
+func (w *walker) envoyDomain(n *yaml.Node) *rls.Domain {
+	d := &rls.Domain{}
+	pairs, ok := w.mapping(n, "", envoyDomainFields)
+	if !ok {
+		if !isNull(n) && n.Kind != yaml.MappingNode {
+			return d
+		}
+		w.bad("domain", n, "missing")
+		return d
+	}
+	var hasDomain bool
+	for _, p := range pairs {
+		switch p.key {
+		case "domain":
+			hasDomain = true
+			if s := w.envoyText(p.value, "domain"); s != nil {
+				d.Name = *s
+				if d.Name == "" {
+					w.bad("domain", p.value, "empty")
+				}
+			}
+		case "descriptors":
+			d.Descriptors = w.envoyRules(p.value, "descriptors")
+		}
+	}
+	if !hasDomain {
+		w.bad("domain", n, "missing")
+	}
+	return d
+}
+
+// envoyRules reads a list of descriptor rules at path.
+func (w *walker) envoyRules(n *yaml.Node, path string) []*rls.Rule {
+	items, _ := w.sequence(n, path)
+	rules := make([]*rls.Rule, 0, len(items))
+	type kv struct{ k, v string }
+	seen := map[kv]int{}
+	for i, item := range items {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		r := w.envoyRule(item, p)
+		if r == nil {
+			continue
+		}
+		if j, dup := seen[kv{r.Key, r.Value}]; dup {
+			w.bad(p, item, "the same key and value as %s[%d] (key %q, value %q)", path, j, r.Key, r.Value)
+			continue
+		}
+		seen[kv{r.Key, r.Value}] = i
+		rules = append(rules, r)
+	}
+	return rules
+}
+
+// envoyRule reads one descriptor rule.
+func (w *walker) envoyRule(n *yaml.Node, path string) *rls.Rule {
+	pairs, ok := w.mapping(n, path, envoyDescriptorFields)
+	if !ok {
+		if isNull(n) {
+			w.bad(path, n, "want a mapping with a key, got null")
+		}
+		return nil
+	}
+	r := &rls.Rule{}
+	var hasKey bool
+	for _, p := range pairs {
+		fp := join(path, p.key)
+		switch p.key {
+		case "key":
+			if s := w.envoyText(p.value, fp); s != nil {
+				hasKey = true
+				r.Key = *s
+			}
+		case "value":
+			if s := w.envoyText(p.value, fp); s != nil {
+				r.Value = *s
+			}
+		case "rate_limit":
+			r.Limit = w.envoyLimit(p.value, fp)
+		case "descriptors":
+			r.Descriptors = w.envoyRules(p.value, fp)
+		case "shadow_mode":
+			r.ShadowMode = w.flag(p.value, fp)
+		case "detailed_metric":
+			r.DetailedMetric = w.flag(p.value, fp)
+		case "value_to_metric":
+			r.ValueToMetric = w.flag(p.value, fp)
+		case "share_threshold":
+			r.ShareThreshold = w.flag(p.value, fp)
+		}
+	}
+	if !hasKey || r.Key == "" {
+		w.bad(join(path, "key"), n, "missing or empty")
+		return nil
+	}
+	return r
+}
+
+// envoyLimit reads a rate_limit block.
+func (w *walker) envoyLimit(n *yaml.Node, path string) *rls.Limit {
+	pairs, ok := w.mapping(n, path, envoyLimitFields)
+	if !ok {
+		return nil
+	}
+	l := &rls.Limit{}
+	var unit *string
+	var unitNode *yaml.Node
+	for _, p := range pairs {
+		fp := join(path, p.key)
+		switch p.key {
+		case "unit":
+			unit, unitNode = w.str(p.value, fp), p.value
+		case "requests_per_unit":
+			if v := w.int64(p.value, fp, "requests"); v != nil {
+				if *v < 0 || *v > math.MaxUint32 {
+					w.bad(fp, p.value, "%d is outside 0 … %d", *v, uint32(math.MaxUint32))
+				} else {
+					l.RequestsPerUnit = uint32(*v)
+				}
+			}
+		case "unlimited":
+			l.Unlimited = w.flag(p.value, fp)
+		case "name":
+			if s := w.envoyText(p.value, fp); s != nil {
+				l.Name = *s
+			}
+		case "replaces":
+			items, _ := w.sequence(p.value, fp)
+			for i, item := range items {
+				ip := fmt.Sprintf("%s[%d]", fp, i)
+				rp, _ := w.mapping(item, ip, envoyReplacesFields)
+				var name string
+				for _, q := range rp {
+					if s := w.envoyText(q.value, join(ip, "name")); s != nil {
+						name = *s
+					}
+				}
+				l.Replaces = append(l.Replaces, name)
+				if name == "" {
+					w.bad(join(ip, "name"), item, "missing or empty")
+				}
+			}
+		}
+	}
+	for i, name := range l.Replaces {
+		if name != "" && name == l.Name {
+			w.bad(fmt.Sprintf("%s[%d].name", join(path, "replaces"), i), n, "%q is this limit's own name", name)
+		}
+	}
+	switch {
+	case l.Unlimited && unit != nil && *unit != "":
+		if u, err := rls.ParseUnit(*unit); err == nil && u != rls.UnitUnknown {
+			w.bad(join(path, "unit"), unitNode, "given with unlimited: true (an unlimited limit has no unit)")
+		}
+	case l.Unlimited:
+	case unit == nil:
+		w.bad(join(path, "unit"), n, "missing (second, minute, hour, day, week, month or year)")
+	default:
+		u, err := rls.ParseUnit(*unit)
+		if err != nil {
+			w.bad(join(path, "unit"), unitNode, "%v", err)
+		}
+		l.Unit = u
+	}
+	return l
+}
+
+// envoyText reads a scalar as its text (a string, or a number or boolean
+// as written); nil when absent or null.
+func (w *walker) envoyText(n *yaml.Node, path string) *string {
+	s, ok := w.scalar(n, path)
+	if !ok {
+		return nil
+	}
+	switch s.Tag {
+	case "!!str", "!!int", "!!float", "!!bool":
+		v := s.Value
+		return &v
+	}
+	w.bad(path, s, "want a string, got %s", kindName(s))
+	return nil
+}
+
+// flag reads a boolean field; false when absent.
+func (w *walker) flag(n *yaml.Node, path string) bool {
+	b := w.boolean(n, path)
+	return b != nil && *b
+}
