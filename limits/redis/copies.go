@@ -61,8 +61,8 @@ const FenceTTL = 7 * 24 * time.Hour
 // epoch ends, subtracts them and fences the epoch: every later write under
 // it fails with copies.ErrFenced.
 //
-// Every method is safe for concurrent use; copies.Engine calls them one
-// at a time. Errors wrap copies.ErrUnavailable (Redis unreachable, a
+// Every method is safe for concurrent use, and copies.Engine calls them
+// concurrently (outside its own lock). Errors wrap copies.ErrUnavailable (Redis unreachable, a
 // timeout) or copies.ErrFenced.
 //
 // The zero CopyLog is not usable: use NewCopyLog.
