@@ -51,10 +51,10 @@ type ResourceRow struct {
 // its history, and at an intermediate server when its lease from the
 // parent ends (RFC 3339; "" at the root or without a lease).
 type ResourcePage struct {
-	Resource ResourceRow
-	Leases   []LeaseRow
-	History  []Point // oldest first, one per second
-	ParentOf string
+	Resource ResourceRow `json:"resource"`
+	Leases   []LeaseRow  `json:"leases"`
+	History  []Point     `json:"history"` // oldest first, one per second
+	ParentOf string      `json:"parent_expiry,omitempty"`
 }
 
 // LeaseRow is one lease. Expiry is RFC 3339; durations are seconds.
@@ -113,12 +113,13 @@ func (s *Service) Ready() (ready bool, why string) {
 // Node is the service's view of its node: its identity, mastership,
 // election, and its parent at an intermediate server.
 type Node struct {
-	ID, Address string
-	Started     time.Time // wall time
-	IsMaster    bool
-	Master      string        // the master's address, "" if unknown
-	Election    string        // how this node elects (SetElection); "standalone" if not set
-	Parent      *ParentStatus // intermediate servers
+	ID       string        `json:"id"`
+	Address  string        `json:"address"`
+	Started  time.Time     `json:"started"` // wall time
+	IsMaster bool          `json:"is_master"`
+	Master   string        `json:"master"`           // the master's address, "" if unknown
+	Election string        `json:"election"`         // how this node elects (SetElection); "standalone" if not set
+	Parent   *ParentStatus `json:"parent,omitempty"` // intermediate servers
 }
 
 // Node returns the node's view.

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -149,20 +150,15 @@ func (s *Site) Register(mux *http.ServeMux) {
 	})
 }
 
-// ServerStatus is the /debug/status page's data.
+// ServerStatus is the /debug/status page's data: the capacity service's
+// node, and the server's.
 type ServerStatus struct {
-	ID            string                 `json:"id"`
-	Address       string                 `json:"address"`
+	capacity.Node
 	Version       string                 `json:"version"`
-	Started       time.Time              `json:"started"`
 	UptimeSeconds float64                `json:"uptime_seconds"`
-	IsMaster      bool                   `json:"is_master"`
-	Master        string                 `json:"master"`     // the master's address, "" if unknown
-	MasterURL     string                 `json:"master_url"` // its status page
-	Election      string                 `json:"election"`   // how this node elects (capacity.Service.SetElection)
+	MasterURL     string                 `json:"master_url"` // the master's status page
 	Ready         bool                   `json:"ready"`
 	Draining      bool                   `json:"draining"`
-	Parent        *capacity.ParentStatus `json:"parent,omitempty"` // intermediate servers
 	Redis         *RedisStatus           `json:"redis,omitempty"`  // the limits store on Redis (--redis, --redis-cluster)
 	Config        *capacity.ConfigStatus `json:"config,omitempty"` // the root's configuration
 	Resources     []capacity.ResourceRow `json:"resources"`
@@ -170,14 +166,12 @@ type ServerStatus struct {
 	Total         int                    `json:"total"` // resources before filtering
 }
 
-// ResourcePage is the /debug/status/resource page's data.
+// ResourcePage is the /debug/status/resource page's data: the capacity
+// service's page of the resource, its leases filtered and sorted.
 type ResourcePage struct {
-	Resource capacity.ResourceRow `json:"resource"`
-	Leases   []capacity.LeaseRow  `json:"leases"`
-	Total    int                  `json:"total"` // leases before filtering
-	Filter   Filter               `json:"filter"`
-	History  []capacity.Point     `json:"history"` // oldest first, one per second
-	ParentOf string               `json:"parent_expiry,omitempty"`
+	capacity.ResourcePage
+	Total  int    `json:"total"` // leases before filtering
+	Filter Filter `json:"filter"`
 }
 
 // Filter selects and orders table rows: rows whose id (resources) or
@@ -195,11 +189,7 @@ type Filter struct {
 // by f.
 func (s *Site) StatusPage(f Filter) ServerStatus {
 	n := s.v.Capacity.Node()
-	st := ServerStatus{
-		ID: n.ID, Address: n.Address, Version: Version, Started: n.Started,
-		UptimeSeconds: time.Since(n.Started).Seconds(), IsMaster: n.IsMaster, Master: n.Master,
-		Election: n.Election, Draining: s.v.Draining(), Filter: f, Parent: n.Parent,
-	}
+	st := ServerStatus{Node: n, Version: Version, UptimeSeconds: time.Since(n.Started).Seconds(), Draining: s.v.Draining(), Filter: f}
 	if st.Master != "" {
 		st.MasterURL = "http://" + st.Master + "/debug/status"
 	}
@@ -218,12 +208,8 @@ func (s *Site) ResourceStatusPage(id string, f Filter) (ResourcePage, error) {
 	if err != nil {
 		return ResourcePage{}, err
 	}
-	page := ResourcePage{Resource: p.Resource, Filter: f, History: p.History, ParentOf: p.ParentOf, Total: len(p.Leases), Leases: []capacity.LeaseRow{}}
-	for _, l := range p.Leases {
-		if f.match(l.Client) {
-			page.Leases = append(page.Leases, l)
-		}
-	}
+	page := ResourcePage{ResourcePage: p, Filter: f, Total: len(p.Leases)}
+	page.Leases = slices.DeleteFunc(p.Leases, func(l capacity.LeaseRow) bool { return !f.match(l.Client) })
 	sortRows(page.Leases, f.Sort, f.Desc, leaseKey)
 	return page, nil
 }
