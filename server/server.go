@@ -418,45 +418,46 @@ func (s *Server) loadConfig(ctx context.Context) error {
 			s.log.Warn("--config is ignored with --parent: the parent pushes the configuration down")
 		}
 		s.log.Info("intermediate server", "parent", cfg.Parents)
-	case strings.HasPrefix(cfg.ConfigPath, "etcd:"):
-		key := strings.TrimPrefix(cfg.ConfigPath, "etcd:")
-		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		w, err := etcdconfig.NewWatcher(gctx, s.etcd, key, func(r *config.Repository) {
-			s.applyConfig(r)
-			s.configReloaded(nil)
-			s.log.Info("configuration loaded", "etcd_key", key, "templates", r.Len(), "hash", r.Hash())
-		}, func(err error) {
-			s.configReloaded(err)
-			s.log.Error("configuration reload failed; keeping the last good configuration", "etcd_key", key, "err", err)
-		})
-		cancel()
-		if err != nil {
-			return err
-		}
-		if err := s.checkLimitsOnce(w.Current()); err != nil {
-			return err
-		}
-		s.applyConfig(w.Current())
-		s.watchers = append(s.watchers, w.Run)
 	case cfg.ConfigPath != "":
-		path := cfg.ConfigPath
-		w, err := config.NewWatcher(path, func(r *config.Repository) {
+		// The file or etcd key: installed now, and on every change (a bad
+		// one is logged and counted; the last good one stays).
+		key, inEtcd := strings.CutPrefix(cfg.ConfigPath, "etcd:")
+		where := []any{"path", cfg.ConfigPath}
+		if inEtcd {
+			where = []any{"etcd_key", key}
+		}
+		onLoad := func(r *config.Repository) {
 			s.applyConfig(r)
 			s.configReloaded(nil)
-			s.log.Info("configuration loaded", "path", path, "templates", r.Len(), "hash", r.Hash())
-		}, func(err error) {
-			s.configReloaded(err)
-			s.log.Error("configuration reload failed; keeping the last good configuration", "path", path, "err", err)
-		})
-		if err != nil {
-			return fmt.Errorf("loading %s: %w", path, err)
+			s.log.Info("configuration loaded", append(where, "templates", r.Len(), "hash", r.Hash())...)
 		}
-		if err := s.checkLimitsOnce(w.Current()); err != nil {
+		onError := func(err error) {
+			s.configReloaded(err)
+			s.log.Error("configuration reload failed; keeping the last good configuration", append(where, "err", err)...)
+		}
+		var current *config.Repository
+		if inEtcd {
+			gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			w, err := etcdconfig.NewWatcher(gctx, s.etcd, key, onLoad, onError)
+			cancel()
+			if err != nil {
+				return err
+			}
+			current = w.Current()
+			s.watchers = append(s.watchers, w.Run)
+		} else {
+			w, err := config.NewWatcher(cfg.ConfigPath, onLoad, onError)
+			if err != nil {
+				return fmt.Errorf("loading %s: %w", cfg.ConfigPath, err)
+			}
+			current = w.Current()
+			s.watchers = append(s.watchers, w.Run)
+			s.files = append(s.files, fileWatcher{cfg.ConfigPath, w})
+		}
+		if err := s.checkLimitsOnce(current); err != nil {
 			return err
 		}
-		s.applyConfig(w.Current())
-		s.watchers = append(s.watchers, w.Run)
-		s.files = append(s.files, fileWatcher{path, w})
+		s.applyConfig(current)
 	case cfg.Doorman == nil && cfg.Limits == nil && cfg.Copies == nil && cfg.QuotaServiceConfigPath == "":
 		s.log.Warn("no --config: every resource is granted what it asks (NO_ALGORITHM)")
 	}
@@ -646,13 +647,17 @@ const readinessEvery = 250 * time.Millisecond
 func (s *Server) followReadiness(ctx context.Context) {
 	t := time.NewTicker(readinessEvery)
 	defer t.Stop()
+	last := healthpb.HealthCheckResponse_UNKNOWN
 	for {
 		st := healthpb.HealthCheckResponse_NOT_SERVING
 		if ok, _ := s.Ready(); ok {
 			st = healthpb.HealthCheckResponse_SERVING
 		}
-		for _, name := range []string{"", pb.Capacity_ServiceDesc.ServiceName, v1.Limits_ServiceDesc.ServiceName, qs.QuotaService_ServiceDesc.ServiceName} {
-			s.health.SetServingStatus(name, st)
+		if st != last {
+			for _, name := range []string{"", pb.Capacity_ServiceDesc.ServiceName, v1.Limits_ServiceDesc.ServiceName, qs.QuotaService_ServiceDesc.ServiceName} {
+				s.health.SetServingStatus(name, st)
+			}
+			last = st
 		}
 		select {
 		case <-ctx.Done():
@@ -741,7 +746,7 @@ func (s *Server) drain(ep *Endpoint, fleetDone, electionDone <-chan struct{}, st
 	s.health.Shutdown() // every status NOT_SERVING at once, and for good
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	wasMaster := s.capacity.Node().IsMaster
+	wasMaster, _ := s.capacity.IsMaster()
 	// An etcd that does not answer at once is gone: the session's TTL
 	// ends the candidacy then.
 	rctx, rcancel := context.WithTimeout(sctx, min(grace/4, resignTimeout))
@@ -755,8 +760,8 @@ func (s *Server) drain(ep *Endpoint, fleetDone, electionDone <-chan struct{}, st
 	if wasMaster && s.cfg.Election.Kind == "etcd" && resignErr == nil {
 		deadline := time.Now().Add(grace / 2)
 		for time.Now().Before(deadline) {
-			if n := s.capacity.Node(); !n.IsMaster && n.Master != "" && n.Master != s.addr {
-				s.log.Info("successor elected", "master", n.Master)
+			if is, m := s.capacity.IsMaster(); !is && m != "" && m != s.addr {
+				s.log.Info("successor elected", "master", m)
 				// Linger a little: a client sent here by a candidate that
 				// had not yet heard of the election must still find us,
 				// and be redirected, not refused.
