@@ -75,6 +75,6 @@ func (s *Service) sample(now time.Time) {
 		p := r.store.Params()
 		w, h, _, _ := r.store.Totals()
 		r.mu.Unlock()
-		s.hist.add(ids[i], Point{T: now.Unix(), Capacity: Finite(p.Capacity), Has: h, Wants: w})
+		s.hist.add(ids[i], Point{T: now.Unix(), Capacity: finite(p.Capacity), Has: h, Wants: w})
 	}
 }

@@ -78,9 +78,9 @@ type Point struct {
 	Wants    float64  `json:"wants"`
 }
 
-// Finite returns &x, or nil when x is infinite or NaN (JSON's null: an
+// finite returns &x, or nil when x is infinite or NaN (JSON's null: an
 // unlimited capacity).
-func Finite(x float64) *float64 {
+func finite(x float64) *float64 {
 	if math.IsInf(x, 0) || math.IsNaN(x) {
 		return nil
 	}
@@ -149,7 +149,7 @@ func (s *Service) ConfigView() *ConfigStatus {
 			LeaseLength: t.Algorithm.LeaseLength.Seconds(), RefreshInterval: t.Algorithm.RefreshInterval.Seconds(),
 			Learning: t.Algorithm.LearningModeDuration.Seconds(), Description: t.Description}
 		if t.HasSafeCapacity {
-			row.SafeCapacity = Finite(t.SafeCapacity)
+			row.SafeCapacity = finite(t.SafeCapacity)
 		}
 		cs.Templates = append(cs.Templates, row)
 	}
@@ -178,8 +178,8 @@ func (s *Service) row(id string, r *resource, now time.Time) ResourceRow {
 	r.store.Cleanup(now)
 	p := r.store.Params()
 	w, h, _, n := r.store.Totals()
-	row := ResourceRow{ID: id, Algorithm: p.Kind.String(), Capacity: Finite(p.Capacity), SumHas: h, SumWants: w,
-		Clients: n, Learning: r.store.Learning(now) && sharing(p.Kind), SafeCapacity: Finite(r.store.SafeCapacity())}
+	row := ResourceRow{ID: id, Algorithm: p.Kind.String(), Capacity: finite(p.Capacity), SumHas: h, SumWants: w,
+		Clients: n, Learning: r.store.Learning(now) && sharing(p.Kind), SafeCapacity: finite(r.store.SafeCapacity())}
 	if r.template != nil {
 		row.Template = r.template.IdentifierGlob
 	}
