@@ -277,14 +277,12 @@ func redisShared(ctx context.Context, url string, cluster []string, timeout time
 	switch {
 	case url == "" && len(cluster) == 0:
 		return nil, nil
-	case timeout <= 0:
+	case timeout <= 0: // an explicit 0 is a mistake: the flag defaults to DefaultTimeout
 		return nil, fmt.Errorf("--redis-timeout: %v, want a positive duration", timeout)
-	case url != "" && len(cluster) > 0:
-		return nil, errors.New("--redis and --redis-cluster: give one")
 	}
 	st, err := redisstore.Open(ctx, redisstore.Dial{URL: url, Cluster: cluster, Timeout: timeout, Logger: log})
 	if err != nil {
-		return nil, fmt.Errorf("--redis: %w", err)
+		return nil, fmt.Errorf("--redis, --redis-cluster: %w", err)
 	}
 	return &server.Shared{Limits: st, Copies: redisstore.NewCopyLog(st), Metrics: st.Collector(), Health: st.Health, Close: st.Close}, nil
 }
