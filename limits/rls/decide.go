@@ -1,0 +1,255 @@
+package rls
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Algorithm is how a limit counts its requests.
+type Algorithm uint8
+
+// The algorithms.
+const (
+	// AlgorithmDefault inherits: a rule's from its domain, a domain's
+	// from the server (TokenBucket unless told otherwise).
+	AlgorithmDefault Algorithm = iota
+	// TokenBucket holds RequestsPerUnit tokens and refills them at
+	// RequestsPerUnit per Unit, continuously: over any interval T it
+	// grants at most RequestsPerUnit + RequestsPerUnit × T ÷ Unit, so no
+	// double burst across a window's edge.
+	TokenBucket
+	// FixedWindow counts requests in windows of one Unit aligned to the
+	// Unix epoch, as envoyproxy/ratelimit counts them
+	// (src/limiter/base_limiter.go): up to 2 × RequestsPerUnit can pass
+	// around a window's edge.
+	FixedWindow
+)
+
+var algorithmNames = [...]string{"", "token_bucket", "fixed_window"}
+
+// String returns the algorithm's name in the configuration
+// ("token_bucket", "fixed_window"; "" for AlgorithmDefault).
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", a)
+}
+
+// ParseAlgorithm reads an algorithm's name, token_bucket or fixed_window
+// (any case); anything else is an error.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a, name := range algorithmNames {
+		if a != int(AlgorithmDefault) && strings.EqualFold(s, name) {
+			return Algorithm(a), nil
+		}
+	}
+	return AlgorithmDefault, fmt.Errorf("%q is not an algorithm (want token_bucket or fixed_window)", s)
+}
+
+// Policy is one counter's limit as a Store applies it.
+type Policy struct {
+	// Algorithm is TokenBucket or FixedWindow.
+	Algorithm Algorithm
+	// Limit is the requests allowed per Period (≥ 1: a limit of 0 never
+	// reaches a store; every request is over it).
+	Limit uint32
+	// Period is the limit's unit in microseconds (≥ 1).
+	Period int64
+}
+
+// PolicyOf returns the policy of l (a limit with a unit and
+// RequestsPerUnit ≥ 1) under algorithm a.
+func PolicyOf(l *Limit, a Algorithm) Policy {
+	return Policy{Algorithm: a, Limit: l.RequestsPerUnit, Period: l.Unit.Duration().Microseconds()}
+}
+
+// Hit is one request descriptor's part of a decision.
+type Hit struct {
+	// Bucket identifies the counter (Match.Bucket, or an override's own).
+	Bucket string
+	// Policy is the counter's limit.
+	Policy Policy
+	// Hits is what the descriptor adds (0: check only, charge nothing).
+	// Hits above Policy.Limit never fit.
+	Hits uint64
+	// Refund gives Hits back instead of taking them (never over limit).
+	Refund bool
+	// Soft (shadow mode) decides and counts as usual, but a soft hit over
+	// its limit does not refuse the request's other hits.
+	Soft bool
+}
+
+// State is a counter's stored state. The zero value is a counter the
+// store does not hold: a full bucket, an empty window.
+type State struct {
+	// Set is false for a counter the store does not hold.
+	Set bool
+	// A is, for a token bucket, the instant (Unix µs) at which it is, was
+	// or will be empty (it holds min(Limit, (now − A) × Limit ÷ Period)
+	// tokens); for a fixed window, the window's index (now ÷ Period).
+	A int64
+	// N is, for a fixed window, the hits counted in window A.
+	N int64
+	// Until is the instant (Unix µs) from which the state is the same as
+	// no state (the bucket is full, the window over): a store may drop it
+	// then.
+	Until int64
+}
+
+// Result is one hit's answer.
+type Result struct {
+	// Over reports that the hit did not fit: its counter has fewer than
+	// Hits left.
+	Over bool
+	// Remaining is what the counter has left after the decision: whole
+	// tokens in a bucket, requests left in a window.
+	Remaining uint32
+	// Reset is the microseconds until the bucket is full again (token
+	// bucket) or the window ends (fixed window), after the decision.
+	Reset int64
+}
+
+// Decide decides a request's hits together at now (Unix µs), the rule
+// every Store runs: hits on one bucket are counted in order, each
+// against the state the ones before it left; when a hit that is not Soft
+// is over its limit, the request is refused and nothing is charged (the
+// others' results then say what their counters have, untouched).
+// states[i] is, on entry, the stored state of hits[i].Bucket (the same
+// for every hit on one bucket); when Decide returns true, the request is
+// granted and, for each bucket, the state at the first of its hits is the
+// one to store (a state with Set false needs no write). results[i] is
+// hits[i]'s answer. It does no I/O and never fails.
+func Decide(now int64, hits []Hit, states []State, results []Result) bool {
+	var buf [8]State
+	work := append(buf[:0], states...)
+	granted := true
+	for i, h := range hits {
+		j := first(hits, i)
+		st, r := step(h, work[j], now)
+		results[i] = r
+		if r.Over {
+			granted = granted && h.Soft
+			continue
+		}
+		work[j] = st
+	}
+	if granted {
+		copy(states, work)
+		return true
+	}
+	for i, h := range hits {
+		if !results[i].Over {
+			_, results[i] = step(Hit{Policy: h.Policy}, states[first(hits, i)], now)
+		}
+	}
+	return false
+}
+
+// first returns the index of the first hit on hits[i]'s bucket and
+// algorithm.
+func first(hits []Hit, i int) int {
+	for j := range i {
+		if hits[j].Bucket == hits[i].Bucket && hits[j].Policy.Algorithm == hits[i].Policy.Algorithm {
+			return j
+		}
+	}
+	return i
+}
+
+// step is one hit on a counter in state s at now: the new state (s when
+// over) and the answer.
+func step(h Hit, s State, now int64) (State, Result) {
+	if h.Policy.Algorithm == FixedWindow {
+		return windowStep(h, s, now)
+	}
+	return bucketStep(h, s, now)
+}
+
+// bucketStep is a token bucket's step, a GCRA over microseconds: the
+// bucket is kept as the instant e it is empty; n tokens cost
+// ⌈n × Period ÷ Limit⌉ µs of fill. Every quantity but the products is an
+// integer below 2⁵³, so a Lua mirror on doubles computes the same values.
+func bucketStep(h Hit, s State, now int64) (State, Result) {
+	lim, period := int64(h.Policy.Limit), h.Policy.Period
+	e := now - period // full
+	if s.Set && s.A > e {
+		e = s.A
+	}
+	n := int64(min(h.Hits, uint64(lim)+1))
+	switch {
+	case h.Refund:
+		e = max(e-cost(min(n, lim), lim, period), now-period)
+	case n > lim || cost(n, lim, period) > now-e:
+		return s, Result{Over: true, Remaining: tokens(e, lim, period, now), Reset: e + period - now}
+	default:
+		e += cost(n, lim, period)
+	}
+	if n == 0 && !h.Refund {
+		return s, Result{Remaining: tokens(e, lim, period, now), Reset: e + period - now}
+	}
+	return State{Set: true, A: e, Until: e + period}, Result{Remaining: tokens(e, lim, period, now), Reset: e + period - now}
+}
+
+// cost returns the microseconds of fill of n tokens, rounded up.
+func cost(n, lim, period int64) int64 {
+	return int64(math.Ceil(float64(float64(n)*float64(period)) / float64(lim)))
+}
+
+// tokens returns the whole tokens a bucket empty at e holds at now.
+func tokens(e, lim, period, now int64) uint32 {
+	if e >= now {
+		return 0
+	}
+	return uint32(min(lim, int64(math.Floor(float64(float64(now-e)*float64(lim))/float64(period)))))
+}
+
+// windowStep is a fixed window's step: windows of Period aligned to the
+// epoch; a hit is over when the window's count plus it exceeds Limit.
+func windowStep(h Hit, s State, now int64) (State, Result) {
+	lim, period := int64(h.Policy.Limit), h.Policy.Period
+	w := floorDiv(now, period)
+	var count int64
+	if s.Set && s.A == w {
+		count = s.N
+	}
+	n := int64(min(h.Hits, uint64(lim)+1))
+	end := (w + 1) * period
+	switch {
+	case h.Refund:
+		count = max(0, count-n)
+	case n > lim-count:
+		return s, Result{Over: true, Remaining: uint32(lim - count), Reset: end - now}
+	case n == 0:
+		return s, Result{Remaining: uint32(lim - count), Reset: end - now}
+	default:
+		count += n
+	}
+	return State{Set: true, A: w, N: count, Until: end}, Result{Remaining: uint32(lim - count), Reset: end - now}
+}
+
+// floorDiv returns ⌊a ÷ b⌋ for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) {
+		q--
+	}
+	return q
+}
+
+// Store holds the counters of Envoy's rate limit service. Every method is
+// safe for concurrent use.
+type Store interface {
+	// Decide is one atomic decision on a request's hits in domain at now
+	// (Unix µs; a store with a clock of its own, Redis, uses that
+	// instead): it reads each bucket's State, runs Decide and, when it
+	// grants, stores the new states (a refused request writes nothing),
+	// all as one step no other decision interleaves with. results[i] is
+	// hits[i]'s answer (len(results) ≥ len(hits)). It returns whether the
+	// request was granted. Errors: an error wrapping ctx.Err() when the
+	// request's context ended (nothing done, or, in flight, outcome
+	// unknown); any other is the store's own (Redis unreachable).
+	Decide(ctx context.Context, now int64, domain string, hits []Hit, results []Result) (bool, error)
+}
