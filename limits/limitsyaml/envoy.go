@@ -17,8 +17,8 @@ import (
 )
 
 var (
-	envoyDomainFields     = []string{"domain", "descriptors"}
-	envoyDescriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"}
+	envoyDomainFields     = []string{"domain", "descriptors", "algorithm"}
+	envoyDescriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "algorithm"}
 	envoyLimitFields      = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces"}
 	envoyReplacesFields   = []string{"name"}
 )
@@ -47,7 +47,9 @@ var (
 // value, rate_limit (unit second, minute, hour, day, week, month or year
 // in any case, requests_per_unit, unlimited, name, replaces), shadow_mode,
 // detailed_metric, value_to_metric, share_threshold, and nested
-// descriptors. Decoding is strict, and every error names its file and
+// descriptors. One field is Sluice's own: algorithm (token_bucket, the
+// default, or fixed_window), on a domain or a rule, which
+// envoyproxy/ratelimit would refuse. Decoding is strict, and every error names its file and
 // field by path (descriptors[0].descriptors[1].rate_limit.unit) and line:
 // an unknown field, a value of the wrong type, an empty domain or key, two
 // sibling rules with the same key and value, a unit missing or unknown
@@ -161,6 +163,8 @@ func (w *walker) envoyDomain(n *yaml.Node) *rls.Domain {
 			}
 		case "descriptors":
 			d.Descriptors = w.envoyRules(p.value, "descriptors")
+		case "algorithm":
+			d.Algorithm = w.algorithm(p.value, "algorithm")
 		}
 	}
 	if !hasDomain {
@@ -226,6 +230,8 @@ func (w *walker) envoyRule(n *yaml.Node, path string) *rls.Rule {
 			r.ValueToMetric = w.flag(p.value, fp)
 		case "share_threshold":
 			r.ShareThreshold = w.flag(p.value, fp)
+		case "algorithm":
+			r.Algorithm = w.algorithm(p.value, fp)
 		}
 	}
 	if !hasKey || r.Key == "" {
@@ -318,6 +324,20 @@ func (w *walker) envoyText(n *yaml.Node, path string) *string {
 	}
 	w.bad(path, s, "want a string, got %s", kindName(s))
 	return nil
+}
+
+// algorithm reads the algorithm field (Sluice's extension of the
+// format): token_bucket or fixed_window.
+func (w *walker) algorithm(n *yaml.Node, path string) rls.Algorithm {
+	s := w.str(n, path)
+	if s == nil {
+		return rls.AlgorithmDefault
+	}
+	a, err := rls.ParseAlgorithm(*s)
+	if err != nil {
+		w.bad(path, n, "%v", err)
+	}
+	return a
 }
 
 // flag reads a boolean field; false when absent.

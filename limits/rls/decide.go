@@ -110,6 +110,10 @@ type Result struct {
 	// Reset is the microseconds until the bucket is full again (token
 	// bucket) or the window ends (fixed window), after the decision.
 	Reset int64
+	// RetryAfter is, for a hit over its limit, the microseconds until it
+	// would fit if nobody else took any (> 0), or -1 when it never can
+	// (Hits > Limit); 0 otherwise.
+	RetryAfter int64
 }
 
 // Decide decides a request's hits together at now (Unix µs), the rule
@@ -182,8 +186,11 @@ func bucketStep(h Hit, s State, now int64) (State, Result) {
 	switch {
 	case h.Refund:
 		e = max(e-cost(min(n, lim), lim, period), now-period)
-	case n > lim || cost(n, lim, period) > now-e:
-		return s, Result{Over: true, Remaining: tokens(e, lim, period, now), Reset: e + period - now}
+	case n > lim:
+		return s, Result{Over: true, Remaining: tokens(e, lim, period, now), Reset: e + period - now, RetryAfter: -1}
+	case cost(n, lim, period) > now-e:
+		return s, Result{Over: true, Remaining: tokens(e, lim, period, now), Reset: e + period - now,
+			RetryAfter: cost(n, lim, period) - (now - e)}
 	default:
 		e += cost(n, lim, period)
 	}
@@ -220,8 +227,10 @@ func windowStep(h Hit, s State, now int64) (State, Result) {
 	switch {
 	case h.Refund:
 		count = max(0, count-n)
+	case n > lim:
+		return s, Result{Over: true, Remaining: uint32(lim - count), Reset: end - now, RetryAfter: -1}
 	case n > lim-count:
-		return s, Result{Over: true, Remaining: uint32(lim - count), Reset: end - now}
+		return s, Result{Over: true, Remaining: uint32(lim - count), Reset: end - now, RetryAfter: end - now}
 	case n == 0:
 		return s, Result{Remaining: uint32(lim - count), Reset: end - now}
 	default:

@@ -37,8 +37,11 @@
 package rls
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -140,6 +143,9 @@ type Rule struct {
 	// ShareThreshold makes the values a wildcard matches share one
 	// counter.
 	ShareThreshold bool
+	// Algorithm counts the rule's limit (AlgorithmDefault: the domain's).
+	// A Sluice extension of the format (the field algorithm).
+	Algorithm Algorithm
 	// Descriptors are the nested rules, one level further.
 	Descriptors []*Rule
 }
@@ -155,12 +161,28 @@ type Domain struct {
 	Descriptors []*Rule
 	// Source names where the domain was read (a file), for errors.
 	Source string
+	// Algorithm counts the domain's limits (AlgorithmDefault: the
+	// server's). A Sluice extension of the format (the field algorithm).
+	Algorithm Algorithm
+}
+
+// AlgorithmOf returns the algorithm of rule r in d: r's own, else d's,
+// else def.
+func (d *Domain) AlgorithmOf(r *Rule, def Algorithm) Algorithm {
+	switch {
+	case r != nil && r.Algorithm != AlgorithmDefault:
+		return r.Algorithm
+	case d != nil && d.Algorithm != AlgorithmDefault:
+		return d.Algorithm
+	}
+	return def
 }
 
 // Config is a set of domains. Its zero value has none. A Config is not
 // changed once built: safe for concurrent reads.
 type Config struct {
 	domains map[string]*Domain
+	hash    string
 }
 
 // NewConfig returns the configuration of domains. Errors: a domain with
@@ -176,7 +198,35 @@ func NewConfig(domains ...*Domain) (*Config, error) {
 		}
 		c.domains[d.Name] = d
 	}
+	h := sha256.New()
+	for _, name := range c.Names() {
+		d := c.domains[name]
+		fmt.Fprintf(h, "domain %q %d\n", d.Name, d.Algorithm)
+		hashRules(h, d.Descriptors, 1)
+	}
+	c.hash = hex.EncodeToString(h.Sum(nil))
 	return c, nil
+}
+
+// hashRules writes rules, every field, into h at depth.
+func hashRules(h io.Writer, rules []*Rule, depth int) {
+	for _, r := range rules {
+		fmt.Fprintf(h, "%d %q %q %t %t %t %t %d", depth, r.Key, r.Value, r.ShadowMode, r.DetailedMetric, r.ValueToMetric, r.ShareThreshold, r.Algorithm)
+		if l := r.Limit; l != nil {
+			fmt.Fprintf(h, " limit %d %d %t %q %q", l.RequestsPerUnit, l.Unit, l.Unlimited, l.Name, l.Replaces)
+		}
+		fmt.Fprintln(h)
+		hashRules(h, r.Descriptors, depth+1)
+	}
+}
+
+// Hash returns a digest of the rules (SHA-256, hex): equal for equal
+// rules, whatever files or order they came from (sources aside).
+func (c *Config) Hash() string {
+	if c == nil {
+		return ""
+	}
+	return c.hash
 }
 
 // Domain returns the rules of domain name, or nil.
@@ -322,6 +372,19 @@ func bucket(domain string, entries []Entry, path []*Rule) string {
 		}
 		b = appendString(b, e.Key)
 		b = appendString(b, v)
+	}
+	return string(b)
+}
+
+// Bucket returns the counter of a descriptor's entries in domain as
+// Match.Bucket encodes it, with no wildcard shared: a descriptor's own
+// (an override's, say).
+func Bucket(domain string, entries []Entry) string {
+	b := make([]byte, 0, 64)
+	b = appendString(b, domain)
+	for _, e := range entries {
+		b = appendString(b, e.Key)
+		b = appendString(b, e.Value)
 	}
 	return string(b)
 }
