@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -58,7 +59,10 @@ import (
 	"github.com/sluice-rl/sluice/fleet"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
+	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/server/capacity"
+	"github.com/sluice-rl/sluice/server/envoyrls"
 	"github.com/sluice-rl/sluice/server/internal/rpc"
 	"github.com/sluice-rl/sluice/server/limitsvc"
 	"github.com/sluice-rl/sluice/server/sessions"
@@ -120,6 +124,16 @@ type Config struct {
 	// QuotaServiceConfigPath is a file in Square's quota service format
 	// giving the limits instead of the limits section of ConfigPath.
 	QuotaServiceConfigPath string
+	// EnvoyRateLimitPath is envoyproxy/ratelimit's configuration for
+	// Envoy's rate limit service: one YAML file, or a directory of them
+	// (limitsyaml.LoadEnvoyRateLimit), reloaded when one changes and by
+	// Reload (a bad one is logged and counted; the last good one keeps
+	// serving). Empty: ShouldRateLimit answers every descriptor OK.
+	EnvoyRateLimitPath string
+	// EnvoyRateLimit configures Envoy's rate limit service: its
+	// algorithm, shadow mode, headers and answer on store errors (its
+	// Store, Now, Registry and Logger are the server's).
+	EnvoyRateLimit envoyrls.Options
 	// Limits and Copies are the fixed limits and copy-limited resources
 	// when ConfigPath is empty (nil: none).
 	Limits *limits.Config
@@ -181,6 +195,9 @@ type Etcd struct {
 type Shared struct {
 	// Limits holds the buckets.
 	Limits limits.Store
+	// RLS holds the counters of Envoy's rate limit service (nil: this
+	// process's memory).
+	RLS rls.Store
 	// Copies is the copy log the fleet shares (nil: copies stay in this
 	// server's memory). It needs Etcd: the fleet's leader cleans up after
 	// a crashed server.
@@ -215,6 +232,8 @@ type Server struct {
 	capacity *capacity.Service
 	limits   *limitsvc.Service
 	sessions *sessions.Service
+	envoy    *envoyrls.Service
+	rlsMem   *rls.MemoryStore // the envoy service's store when in memory (reaped by Run)
 	status   *status.Site
 	handler  http.Handler // the net/http side, admin API and pprof included
 
@@ -377,7 +396,37 @@ func (s *Server) newServices(id string) error {
 	}
 	s.sessions, err = sessions.New(sessions.Options{Address: s.addr, Now: s.now, Logger: s.log, Registry: s.reg, Config: cfg.Copies,
 		Log: log, MaxSessions: cfg.MaxSessions, RateLimited: s.limits.RateLimited})
+	if err != nil {
+		return err
+	}
+	eo := cfg.EnvoyRateLimit
+	eo.Now, eo.Logger, eo.Registry = s.now, s.log, s.reg
+	if cfg.Shared != nil && cfg.Shared.RLS != nil {
+		eo.Store = cfg.Shared.RLS
+	} else {
+		s.rlsMem = rls.NewMemoryStore()
+		eo.Store = s.rlsMem
+	}
+	s.envoy, err = envoyrls.New(eo)
 	return err
+}
+
+// reapRLS drops the envoy service's counters that are full again (or
+// whose window is over) every interval, until ctx ends.
+func (s *Server) reapRLS(ctx context.Context, interval time.Duration) {
+	if s.rlsMem == nil {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.rlsMem.Reap(s.now().UnixMicro())
+		}
+	}
 }
 
 // newElection creates the election of cfg.Election.
@@ -458,7 +507,7 @@ func (s *Server) loadConfig(ctx context.Context) error {
 			return err
 		}
 		s.applyConfig(current)
-	case cfg.Doorman == nil && cfg.Limits == nil && cfg.Copies == nil && cfg.QuotaServiceConfigPath == "":
+	case cfg.Doorman == nil && cfg.Limits == nil && cfg.Copies == nil && cfg.QuotaServiceConfigPath == "" && cfg.EnvoyRateLimitPath == "":
 		s.log.Warn("no --config: every resource is granted what it asks (NO_ALGORITHM)")
 	}
 	if path := cfg.QuotaServiceConfigPath; path != "" {
@@ -479,13 +528,30 @@ func (s *Server) loadConfig(ctx context.Context) error {
 		s.watchers = append(s.watchers, w.Run)
 		s.files = append(s.files, fileWatcher{path, w})
 	}
+	if path := cfg.EnvoyRateLimitPath; path != "" {
+		w, err := config.NewFileWatcher(path, limitsyaml.LoadEnvoyRateLimit, func(c *rls.Config) {
+			s.envoy.SetConfig(c)
+			s.configReloaded(nil)
+			s.log.Info("envoy rate limit configuration loaded", "path", path, "domains", c.Len(), "hash", c.Hash())
+		}, func(err error) {
+			s.configReloaded(err)
+			s.log.Error("envoy rate limit configuration reload failed; keeping the last good configuration", "path", path, "err", err)
+		})
+		if err != nil {
+			return fmt.Errorf("loading %s: %w", path, err)
+		}
+		s.envoy.SetConfig(w.Current())
+		s.log.Info("envoy rate limit configuration loaded", "path", path, "domains", w.Current().Len(), "hash", w.Current().Hash())
+		s.watchers = append(s.watchers, w.Run)
+		s.files = append(s.files, fileWatcher{path, w})
+	}
 	return nil
 }
 
 // fileWatcher is a configuration file's watcher.
 type fileWatcher struct {
 	path string
-	w    *config.Watcher
+	w    interface{ Reload() error }
 }
 
 // applyConfig installs a repository: its templates, and its limits
@@ -604,6 +670,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(doormanconnect.NewCapacityHandler(rpc.Capacity{S: s.capacity}, opts...))
 	mux.Handle(sluicev1connect.NewLimitsHandler(rpc.LimitsConnect{L: s.limitsAPI()}, opts...))
 	mux.Handle(quotaserviceconnect.NewQuotaServiceHandler(rpc.QuotaService{S: s.limits.QuotaService()}, opts...))
+	mux.Handle(rpc.NewRateLimitServiceHandler(s.envoy, opts...))
 	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	s.status.Register(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -630,6 +697,7 @@ func (s *Server) registerGRPC(gs *grpc.Server) {
 	gs.RegisterService(&pb.Capacity_ServiceDesc, s.capacity)
 	gs.RegisterService(&v1.Limits_ServiceDesc, s.limitsAPI())
 	gs.RegisterService(&qs.QuotaService_ServiceDesc, s.limits.QuotaService())
+	gs.RegisterService(&rlsv3.RateLimitService_ServiceDesc, s.envoy)
 	healthpb.RegisterHealthServer(gs, s.health)
 	reflection.Register(gs)
 }
@@ -654,7 +722,8 @@ func (s *Server) followReadiness(ctx context.Context) {
 			st = healthpb.HealthCheckResponse_SERVING
 		}
 		if st != last {
-			for _, name := range []string{"", pb.Capacity_ServiceDesc.ServiceName, v1.Limits_ServiceDesc.ServiceName, qs.QuotaService_ServiceDesc.ServiceName} {
+			for _, name := range []string{"", pb.Capacity_ServiceDesc.ServiceName, v1.Limits_ServiceDesc.ServiceName, qs.QuotaService_ServiceDesc.ServiceName,
+				rlsv3.RateLimitService_ServiceDesc.ServiceName} {
 				s.health.SetServingStatus(name, st)
 			}
 			last = st
@@ -691,6 +760,7 @@ func (s *Server) Run(ctx context.Context) error {
 		func(ctx context.Context) { s.limits.Run(ctx, time.Second) },
 		s.sessions.Run,
 		s.followReadiness,
+		func(ctx context.Context) { s.reapRLS(ctx, 10*time.Second) },
 	} {
 		wg.Go(func() { run(bg) })
 	}

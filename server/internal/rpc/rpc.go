@@ -11,6 +11,9 @@ package rpc
 import (
 	"context"
 	"errors"
+	"net/http"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
@@ -227,4 +230,25 @@ func Error(err error) error {
 		return connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
 	}
 	return err
+}
+
+// RateLimitService is envoy.service.ratelimit.v3.RateLimitService
+// (envoyrls.Service) in grpc-go's shape.
+type RateLimitService interface {
+	ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error)
+}
+
+// RateLimitServiceProcedure is ShouldRateLimit's full method name.
+const RateLimitServiceProcedure = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+// NewRateLimitServiceHandler serves s's ShouldRateLimit to Connect
+// (JSON, gRPC-Web, and gRPC on a connection net/http took): go-control-plane
+// has no Connect code, so the one procedure is made here. It returns the
+// path to mount it at and the handler.
+func NewRateLimitServiceHandler(s RateLimitService, opts ...connect.HandlerOption) (string, http.Handler) {
+	h := connect.NewUnaryHandler(RateLimitServiceProcedure,
+		func(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
+			return Unary(s.ShouldRateLimit(ctx, req.Msg))
+		}, opts...)
+	return RateLimitServiceProcedure, h
 }

@@ -1,0 +1,455 @@
+// Package envoyrls is Envoy's rate limit service,
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, over the
+// rules of envoyproxy/ratelimit's configuration (limits/rls) and a store
+// of counters (rls.MemoryStore, or Redis through limits/redis): what
+// Envoy's HTTP, network and Thrift rate limit filters call, and with them
+// Istio, Envoy Gateway, Contour and every other proxy built on Envoy.
+//
+// A request's descriptors are matched (rls.Config.Resolve) and decided
+// together (rls.Store.Decide): when any is over its limit, none is
+// charged. The answers follow envoyproxy/ratelimit's (its README and
+// src/service/ratelimit.go) except where docs/envoy.md lists a departure.
+//
+// The types are go-control-plane's (github.com/envoyproxy/go-control-plane/envoy
+// v1.40.0): RateLimitRequest{domain, descriptors, hits_addend},
+// RateLimitDescriptor{entries, limit (requests_per_unit, unit,
+// unit_multiplier), hits_addend (UInt64Value), is_negative_hits},
+// RateLimitResponse{overall_code, statuses, response_headers_to_add,
+// request_headers_to_add, raw_body, dynamic_metadata, quota} and
+// DescriptorStatus{code, current_limit, limit_remaining,
+// duration_until_reset, quota}.
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/rls"
+)
+
+// The bounds of a request, beyond which it is InvalidArgument: at most
+// MaxDescriptors descriptors, each of at most MaxEntries entries, and
+// every domain, key and value at most MaxNameBytes bytes.
+const (
+	MaxDescriptors = 64
+	MaxEntries     = 32
+	MaxNameBytes   = 1024
+)
+
+// Headers says which response headers ShouldRateLimit adds
+// (response_headers_to_add), for the descriptors that have a limit.
+type Headers struct {
+	// Draft adds the IETF draft's RateLimit-Policy and RateLimit fields
+	// (draft-ietf-httpapi-ratelimit-headers-10, Structured Fields), one
+	// policy per limited descriptor, and Retry-After (RFC 9110, whole
+	// seconds, rounded up) on OVER_LIMIT.
+	Draft bool
+	// XRateLimit adds the older X-RateLimit-Limit, -Remaining and -Reset
+	// (seconds) of the descriptor with the least remaining.
+	XRateLimit bool
+}
+
+// Options configure a Service.
+type Options struct {
+	// Store holds the counters (required).
+	Store rls.Store
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+	// Algorithm counts the limits of domains and rules that name none
+	// (AlgorithmDefault: TokenBucket).
+	Algorithm rls.Algorithm
+	// ShadowMode answers every request OK, deciding and counting as
+	// usual (would-be rejections count as shadow_mode).
+	ShadowMode bool
+	// Headers are the response headers to add.
+	Headers Headers
+	// OnStoreError is the answer when the store fails: FailClosed (the
+	// zero value) answers the error (Unavailable: Envoy's
+	// failure_mode_deny decides), FailOpen answers OK.
+	OnStoreError limits.OnStoreError
+	// NearLimitRatio is the fraction of a limit above which a granted hit
+	// counts as near_limit (0: 0.8, envoyproxy/ratelimit's).
+	NearLimitRatio float64
+	// Registry registers the metrics (nil: none).
+	Registry prometheus.Registerer
+	// Logger logs store errors (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Service is envoy.service.ratelimit.v3.RateLimitService. Safe for
+// concurrent use; SetConfig replaces the rules atomically.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	opts    Options
+	cfg     atomic.Pointer[rls.Config]
+	metrics *metrics
+	log     *slog.Logger
+}
+
+// New returns a service with no rules (every descriptor answers OK with
+// no limit) until SetConfig. It errs when opts has no Store.
+func New(opts Options) (*Service, error) {
+	if opts.Store == nil {
+		return nil, errors.New("envoyrls: Options.Store: nil")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Algorithm == rls.AlgorithmDefault {
+		opts.Algorithm = rls.TokenBucket
+	}
+	if opts.NearLimitRatio <= 0 || opts.NearLimitRatio > 1 {
+		opts.NearLimitRatio = 0.8
+	}
+	s := &Service{opts: opts, metrics: newMetrics(opts.Registry), log: opts.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s, nil
+}
+
+// SetConfig installs rules (nil: none); requests in flight finish under
+// the rules they started with.
+func (s *Service) SetConfig(c *rls.Config) {
+	s.metrics.setConfig(c)
+	s.cfg.Store(c)
+}
+
+// Config returns the rules in force (nil: none).
+func (s *Service) Config() *rls.Config { return s.cfg.Load() }
+
+// descriptor is one request descriptor's decision in progress.
+type descriptor struct {
+	match   rls.Match
+	limit   *rls.Limit    // the limit in force (the rule's or the override's)
+	period  time.Duration // the limit's unit (times an override's multiplier)
+	hits    uint64        // what it adds
+	entries []rls.Entry   // the request's
+	domain  string
+	hit     int  // its index in hits, or -1 (no store decision)
+	shadow  bool // the rule's shadow mode (or the service's)
+	status  *rlsv3.RateLimitResponse_DescriptorStatus
+}
+
+// ShouldRateLimit implements rlsv3.RateLimitServiceServer. Errors:
+// InvalidArgument naming the field for an empty domain, no descriptors, a
+// descriptor with no entries, an entry with an empty key, more than
+// MaxDescriptors or MaxEntries, a name longer than MaxNameBytes, or an
+// override with no unit (nothing is counted); Unavailable when the store
+// fails and OnStoreError is FailClosed; the context's error when the
+// request's context ends.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := validate(req); err != nil {
+		s.metrics.invalid.Inc()
+		return nil, err
+	}
+	cfg := s.cfg.Load()
+	domain := cfg.Domain(req.Domain)
+	entries := make([][]rls.Entry, len(req.Descriptors))
+	for i, d := range req.Descriptors {
+		entries[i] = make([]rls.Entry, len(d.Entries))
+		for j, e := range d.Entries {
+			entries[i][j] = rls.Entry{Key: e.Key, Value: e.Value}
+		}
+	}
+	matches := cfg.Resolve(req.Domain, entries)
+	now := s.opts.Now()
+	ds := make([]descriptor, len(req.Descriptors))
+	var hits []rls.Hit
+	for i, d := range req.Descriptors {
+		ds[i] = s.plan(req, domain, d, matches[i], entries[i], &hits)
+	}
+	results := make([]rls.Result, len(hits))
+	degraded := false
+	if len(hits) > 0 {
+		if _, err := s.opts.Store.Decide(ctx, now.UnixMicro(), req.Domain, hits, results); err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return nil, status.FromContextError(ctxErr).Err()
+			}
+			s.metrics.storeErrors.Inc()
+			if s.opts.OnStoreError != limits.FailOpen {
+				s.log.Warn("envoy rate limit: store error", "domain", req.Domain, "err", err)
+				return nil, status.Errorf(codes.Unavailable, "rate limit store: %v", err)
+			}
+			degraded = true
+		}
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	for i := range ds {
+		s.answer(&ds[i], results, degraded)
+		resp.Statuses[i] = ds[i].status
+		if ds[i].status.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	resp.ResponseHeadersToAdd = s.headers(ds, results)
+	return resp, nil
+}
+
+// plan decides what descriptor d needs: no limit, an answer without the
+// store (unlimited, a limit of 0), or a hit (appended to hits).
+func (s *Service) plan(req *rlsv3.RateLimitRequest, domain *rls.Domain, d *ratelimitv3.RateLimitDescriptor, m rls.Match, entries []rls.Entry, hits *[]rls.Hit) descriptor {
+	ds := descriptor{match: m, domain: req.Domain, entries: entries, hit: -1, status: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}}
+	if domain == nil {
+		return ds // an unknown domain: OK, no limit (overrides too)
+	}
+	bucket := m.Bucket
+	if m.Rule != nil {
+		ds.limit = m.Rule.Limit
+		ds.shadow = m.Rule.ShadowMode
+	}
+	if o := d.Limit; o != nil {
+		ds.limit, bucket = override(req.Domain, o, entries)
+	}
+	ds.shadow = ds.shadow || s.opts.ShadowMode
+	ds.hits = uint64(req.HitsAddend)
+	if ds.hits == 0 {
+		ds.hits = 1
+	}
+	if d.HitsAddend != nil {
+		ds.hits = d.HitsAddend.Value
+	}
+	l := ds.limit
+	if l == nil || l.Unlimited {
+		return ds
+	}
+	ds.period = l.Unit.Duration()
+	if o := d.Limit; o != nil && o.UnitMultiplier != nil && o.UnitMultiplier.Value > 1 {
+		ds.period *= time.Duration(o.UnitMultiplier.Value)
+	}
+	if l.RequestsPerUnit == 0 {
+		return ds // always over: no counter
+	}
+	ds.hit = len(*hits)
+	policy := rls.PolicyOf(l, domain.AlgorithmOf(m.Rule, s.opts.Algorithm))
+	policy.Period = ds.period.Microseconds()
+	*hits = append(*hits, rls.Hit{Bucket: bucket, Policy: policy, Hits: ds.hits, Refund: d.IsNegativeHits, Soft: ds.shadow})
+	return ds
+}
+
+// override returns the limit of a descriptor's override and its own
+// bucket (the descriptor's entries and the override, apart from any
+// rule's).
+func override(domain string, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, entries []rls.Entry) (*rls.Limit, string) {
+	l := &rls.Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: rls.Unit(o.Unit)}
+	var b strings.Builder
+	b.WriteString("\x00override ")
+	b.WriteString(strconv.FormatUint(uint64(o.RequestsPerUnit), 10))
+	b.WriteString("/")
+	b.WriteString(l.Unit.String())
+	if o.UnitMultiplier != nil {
+		b.WriteString("*" + strconv.FormatUint(uint64(o.UnitMultiplier.Value), 10))
+	}
+	b.WriteString(rls.Bucket(domain, entries))
+	return l, b.String()
+}
+
+// answer fills d's status from its limit and its hit's result.
+func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool) {
+	l, st := d.limit, d.status
+	switch {
+	case l == nil:
+		return
+	case l.Unlimited:
+		st.LimitRemaining = math.MaxUint32
+		s.metrics.record(d, resultWithin)
+		return
+	}
+	st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit,
+		Unit: rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)}
+	switch {
+	case d.hit < 0: // requests_per_unit: 0, always over
+		st.DurationUntilReset = durationpb.New(d.period)
+		s.over(d)
+	case degraded:
+		st.LimitRemaining = l.RequestsPerUnit
+		s.metrics.record(d, resultDegraded)
+	default:
+		r := results[d.hit]
+		st.LimitRemaining = r.Remaining
+		st.DurationUntilReset = durationpb.New(time.Duration(r.Reset) * time.Microsecond)
+		switch {
+		case r.Over:
+			s.over(d)
+		case float64(l.RequestsPerUnit-r.Remaining) > s.opts.NearLimitRatio*float64(l.RequestsPerUnit):
+			s.metrics.record(d, resultNear)
+		default:
+			s.metrics.record(d, resultWithin)
+		}
+	}
+}
+
+// over answers d over its limit, or OK in shadow mode.
+func (s *Service) over(d *descriptor) {
+	if d.shadow {
+		s.metrics.record(d, resultShadow)
+		return
+	}
+	d.status.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	s.metrics.record(d, resultOver)
+}
+
+// headers returns the response headers for the limited descriptors.
+func (s *Service) headers(ds []descriptor, results []rls.Result) []*corev3.HeaderValue {
+	h := s.opts.Headers
+	if !h.Draft && !h.XRateLimit {
+		return nil
+	}
+	var policies, states []string
+	var retry int64 = -1 // µs
+	least := -1
+	for i := range ds {
+		st := ds[i].status
+		if st.CurrentLimit == nil {
+			continue
+		}
+		if least < 0 || st.LimitRemaining < ds[least].status.LimitRemaining {
+			least = i
+		}
+		name := sfString(policyName(&ds[i], i))
+		policies = append(policies, fmt.Sprintf("%s;q=%d;w=%d", name, st.CurrentLimit.RequestsPerUnit, seconds(ds[i].period)))
+		states = append(states, fmt.Sprintf("%s;r=%d;t=%d", name, st.LimitRemaining, seconds(st.DurationUntilReset.AsDuration())))
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			wait := st.DurationUntilReset.AsDuration().Microseconds()
+			if j := ds[i].hit; j >= 0 && results[j].RetryAfter > 0 {
+				wait = results[j].RetryAfter
+			}
+			retry = max(retry, wait)
+		}
+	}
+	if least < 0 {
+		return nil
+	}
+	var out []*corev3.HeaderValue
+	add := func(k, v string) { out = append(out, &corev3.HeaderValue{Key: k, Value: v}) }
+	if h.Draft {
+		add("RateLimit-Policy", strings.Join(policies, ", "))
+		add("RateLimit", strings.Join(states, ", "))
+		if retry >= 0 {
+			add("Retry-After", strconv.FormatInt(seconds(time.Duration(retry)*time.Microsecond), 10))
+		}
+	}
+	if h.XRateLimit {
+		st := ds[least].status
+		add("X-RateLimit-Limit", strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10))
+		add("X-RateLimit-Remaining", strconv.FormatUint(uint64(st.LimitRemaining), 10))
+		add("X-RateLimit-Reset", strconv.FormatInt(seconds(st.DurationUntilReset.AsDuration()), 10))
+	}
+	return out
+}
+
+// seconds rounds d up to whole seconds.
+func seconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
+
+// policyName names descriptor i's policy in the headers: its limit's
+// name, else its rule's keys and values (rule_path), else
+// "descriptor_<i>" (an override on no rule).
+func policyName(d *descriptor, i int) string {
+	if d.limit.Name != "" {
+		return d.limit.Name
+	}
+	if d.match.Rule != nil {
+		return rulePath(d.match.Path)
+	}
+	return "descriptor_" + strconv.Itoa(i)
+}
+
+// rulePath names a rule as envoyproxy/ratelimit's statistics do: each
+// level's key, and _value when the rule has one, joined by dots.
+func rulePath(path []*rls.Rule) string {
+	var b strings.Builder
+	for i, r := range path {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(r.Key)
+		if r.Value != "" {
+			b.WriteByte('_')
+			b.WriteString(r.Value)
+		}
+	}
+	return b.String()
+}
+
+// sfString returns s as a Structured Field string (RFC 9651 §3.3.3):
+// quoted, with '"' and '\' escaped and bytes outside printable ASCII
+// replaced by '?'.
+func sfString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('?')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// validate checks a request's shape; the error names the field.
+func validate(req *rlsv3.RateLimitRequest) error {
+	bad := func(field, format string, args ...any) error {
+		return status.Errorf(codes.InvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case req.Domain == "":
+		return bad("domain", "empty")
+	case len(req.Domain) > MaxNameBytes:
+		return bad("domain", "%d bytes, at most %d", len(req.Domain), MaxNameBytes)
+	case len(req.Descriptors) == 0:
+		return bad("descriptors", "none (at least one)")
+	case len(req.Descriptors) > MaxDescriptors:
+		return bad("descriptors", "%d, at most %d", len(req.Descriptors), MaxDescriptors)
+	}
+	for i, d := range req.Descriptors {
+		f := fmt.Sprintf("descriptors[%d]", i)
+		switch {
+		case d == nil || len(d.Entries) == 0:
+			return bad(f+".entries", "none (at least one)")
+		case len(d.Entries) > MaxEntries:
+			return bad(f+".entries", "%d, at most %d", len(d.Entries), MaxEntries)
+		}
+		for j, e := range d.Entries {
+			ef := fmt.Sprintf("%s.entries[%d]", f, j)
+			switch {
+			case e == nil || e.Key == "":
+				return bad(ef+".key", "empty")
+			case len(e.Key) > MaxNameBytes:
+				return bad(ef+".key", "%d bytes, at most %d", len(e.Key), MaxNameBytes)
+			case len(e.Value) > MaxNameBytes:
+				return bad(ef+".value", "%d bytes, at most %d", len(e.Value), MaxNameBytes)
+			}
+		}
+		if o := d.Limit; o != nil {
+			if u := rls.Unit(o.Unit); u == rls.UnitUnknown || u.Duration() == 0 {
+				return bad(f+".limit.unit", "%v is not a unit", o.Unit)
+			}
+			if m := o.UnitMultiplier; m != nil && m.Value > 1000000 {
+				return bad(f+".limit.unit_multiplier", "%d, at most 1000000", m.Value)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,140 @@
+package envoyrls
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/limits/rls"
+)
+
+// MaxDetailedSeries bounds the series that carry a request's values
+// (rules with detailed_metric or value_to_metric): once this many exist,
+// further values are counted under their rule's own label.
+const MaxDetailedSeries = 1000
+
+// The results a descriptor's hits are counted under (the result label).
+type result int
+
+const (
+	resultWithin result = iota
+	resultNear
+	resultOver
+	resultShadow
+	resultDegraded
+	nResults
+)
+
+var resultNames = [nResults]string{"within_limit", "near_limit", "over_limit", "shadow_mode", "degraded"}
+
+// metrics are the service's counters: hits per domain, configured rule
+// and result — envoyproxy/ratelimit's per-rule statistics (total_hits is
+// their sum) as Prometheus series. Request values become labels only for
+// rules that ask (detailed_metric, value_to_metric), and at most
+// MaxDetailedSeries of them.
+type metrics struct {
+	hits        *prometheus.CounterVec
+	invalid     prometheus.Counter
+	storeErrors prometheus.Counter
+
+	series   sync.Map // domain "\x00" rule label → *[nResults]prometheus.Counter
+	detailed atomic.Int64
+	labels   atomic.Pointer[map[*rls.Rule]string] // a configured rule's label
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_envoy_ratelimit_hits_total",
+			Help: "Hits of Envoy rate limit descriptors by domain, rule (envoyproxy/ratelimit's stat name: key_value.key...; \"override\" for a descriptor's own limit) and result (within_limit, near_limit: granted above the near-limit ratio, over_limit, shadow_mode: over but answered OK, degraded: answered OK while the store failed).",
+		}, []string{"domain", "rule", "result"}),
+		invalid: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_envoy_ratelimit_invalid_requests_total",
+			Help: "ShouldRateLimit requests refused with InvalidArgument.",
+		}),
+		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_envoy_ratelimit_store_errors_total",
+			Help: "ShouldRateLimit decisions the counters' store failed.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.hits, m.invalid, m.storeErrors)
+	}
+	m.labels.Store(&map[*rls.Rule]string{})
+	return m
+}
+
+// setConfig resolves the configured rules' labels.
+func (m *metrics) setConfig(c *rls.Config) {
+	labels := map[*rls.Rule]string{}
+	var walk func(path []*rls.Rule, rules []*rls.Rule)
+	walk = func(path []*rls.Rule, rules []*rls.Rule) {
+		for _, r := range rules {
+			p := append(path[:len(path):len(path)], r)
+			labels[r] = rulePath(p)
+			walk(p, r.Descriptors)
+		}
+	}
+	for _, name := range c.Names() {
+		walk(nil, c.Domain(name).Descriptors)
+	}
+	m.labels.Store(&labels)
+}
+
+// record counts d's hits under res.
+func (m *metrics) record(d *descriptor, res result) {
+	label := "override"
+	detailed := false
+	if r := d.match.Rule; r != nil {
+		label = (*m.labels.Load())[r]
+		detailed = r.DetailedMetric || r.ValueToMetric
+	}
+	key := d.domain + "\x00" + label
+	if detailed {
+		if k := d.domain + "\x00\x00" + valuesPath(d.entries); m.has(k) || m.detailed.Load() < MaxDetailedSeries {
+			key, label = k, k[len(d.domain)+2:]
+		} else {
+			detailed = false
+		}
+	}
+	m.counters(key, d.domain, label, detailed)[res].Add(float64(d.hits))
+}
+
+func (m *metrics) has(key string) bool {
+	_, ok := m.series.Load(key)
+	return ok
+}
+
+// counters returns the series of key, made on first use.
+// (detailed: one of the request values' series, which are counted).
+func (m *metrics) counters(key, domain, label string, detailed bool) *[nResults]prometheus.Counter {
+	if c, ok := m.series.Load(key); ok {
+		return c.(*[nResults]prometheus.Counter)
+	}
+	c := new([nResults]prometheus.Counter)
+	for i := range c {
+		c[i] = m.hits.WithLabelValues(domain, label, resultNames[i])
+	}
+	got, loaded := m.series.LoadOrStore(key, c)
+	if !loaded && detailed {
+		m.detailed.Add(1)
+	}
+	return got.(*[nResults]prometheus.Counter)
+}
+
+// valuesPath names a request descriptor by its keys and values, as a
+// detailed_metric rule's statistics do.
+func valuesPath(entries []rls.Entry) string {
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.Key)
+		b.WriteByte('_')
+		b.WriteString(e.Value)
+	}
+	return b.String()
+}
