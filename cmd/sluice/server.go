@@ -15,8 +15,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sluice-rl/sluice/internal/tlsutil"
+	"github.com/sluice-rl/sluice/limits"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
+	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/server/envoyrls"
 )
 
 func newServerCmd() *cobra.Command {
@@ -34,7 +37,11 @@ Their buckets come from the limits section of --config, or from
 section also holds Charon's resources (examples/charon.yaml): rate-limited ones
 with burst tiers (Allow), and copy-limited ones held in sessions
 (OpenSession, KeepAlive, Reserve, Release, Transfer, Seize, CloseSession),
-at most --max-sessions of them open at once.
+at most --max-sessions of them open at once. Also on the port: Envoy's rate
+limit service (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit)
+over envoyproxy/ratelimit's configuration as it is (--envoy-ratelimit-config
+FILE|DIR; docs/envoy.md), for Envoy, Istio, Envoy Gateway and Contour; gRPC
+health (grpc.health.v1, following /readyz) and server reflection.
 
 The configuration file is reloaded when it changes and on SIGHUP; a bad new file
 is logged and counted (sluice_server_config_reloads_total{result="failed"}) and
@@ -98,6 +105,7 @@ type serverFlags struct {
 	fleetTTL                        time.Duration
 	maxSessions                     int
 	adminF                          adminFlags
+	envoy                           envoyFlags
 }
 
 // register defines the flags on f.
@@ -106,6 +114,7 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&sf.redisURL, "redis", "", "keep the limits' token buckets in this Redis (a go-redis URL, redis://127.0.0.1:6379/0), shared by every server using it")
 	f.StringSliceVar(&sf.redisCluster, "redis-cluster", nil, "keep the limits' token buckets in this Redis Cluster (HOST:PORT,... of some of its nodes)")
 	f.DurationVar(&sf.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, fmt.Sprintf("bound on each round trip to --redis or --redis-cluster: a Redis stall longer than this counts as a failure (%d in a row open a node's circuit breaker: decisions then fail at once, fail-open resources granted and flagged degraded, until a probe every %v finds Redis again); during an outage, answers wait at most this long, for the first %d round trips", redisstore.DefaultBreakerFailures, redisstore.DefaultBreakerProbe, redisstore.DefaultBreakerFailures))
+	sf.envoy.register(f)
 	f.StringVar(&sf.quotaPath, "quotaservice-config", "", "limits in Square's quota service configuration format (a YAML file, reloaded like --config), instead of --config's limits section")
 	f.StringVar(&sf.listen, "listen", "127.0.0.1:15000", "address to listen on (host:port; port 0 picks a free one)")
 	f.StringVar(&sf.advertise, "advertise", "", "address clients should use to reach this server (default: the listen address)")
@@ -142,7 +151,11 @@ func (sf *serverFlags) config(ctx context.Context, log *slog.Logger) (server.Con
 		ConfigPath: sf.cfgPath, QuotaServiceConfigPath: sf.quotaPath, Parents: sf.parents,
 		Election:    server.Election{Kind: sf.electKind, Key: sf.electKey, TTL: sf.electTTL},
 		Etcd:        server.Etcd{Endpoints: sf.endpoints},
-		MaxSessions: sf.maxSessions, FleetPrefix: sf.fleetPrefix, FleetTTL: sf.fleetTTL, Admin: sf.adminF.Admin}
+		MaxSessions: sf.maxSessions, FleetPrefix: sf.fleetPrefix, FleetTTL: sf.fleetTTL, Admin: sf.adminF.Admin,
+		EnvoyRateLimitPath: sf.envoy.path}
+	if cfg.EnvoyRateLimit, err = sf.envoy.options(); err != nil {
+		return server.Config{}, err
+	}
 	if sf.tlsCert != "" || sf.tlsKey != "" || sf.tlsClientCA != "" {
 		if cfg.TLS, err = tlsutil.Server(sf.tlsCert, sf.tlsKey, sf.tlsClientCA); err != nil {
 			return server.Config{}, err
@@ -284,5 +297,48 @@ func redisShared(ctx context.Context, url string, cluster []string, timeout time
 	if err != nil {
 		return nil, fmt.Errorf("--redis, --redis-cluster: %w", err)
 	}
-	return &server.Shared{Limits: st, Copies: redisstore.NewCopyLog(st), Metrics: st.Collector(), Health: st.Health, Close: st.Close}, nil
+	return &server.Shared{Limits: st, Copies: redisstore.NewCopyLog(st), RLS: redisstore.NewRLS(st), Metrics: st.Collector(), Health: st.Health, Close: st.Close}, nil
+}
+
+// envoyFlags are the flags of Envoy's rate limit service.
+type envoyFlags struct {
+	path         string
+	algorithm    string
+	shadow       bool
+	headers      bool
+	xHeaders     bool
+	onStoreError string
+	nearLimit    float64
+}
+
+func (ef *envoyFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&ef.path, "envoy-ratelimit-config", "", "envoyproxy/ratelimit's configuration for Envoy's rate limit service (ShouldRateLimit): a YAML file or a directory of them, one domain per document, reloaded on change and SIGHUP")
+	f.StringVar(&ef.algorithm, "envoy-algorithm", "token_bucket", "how Envoy rate limits count where the configuration names no algorithm: token_bucket (refilled continuously) or fixed_window (epoch-aligned windows, as envoyproxy/ratelimit counts)")
+	f.BoolVar(&ef.shadow, "envoy-shadow-mode", false, "answer every ShouldRateLimit OK, deciding and counting as usual (would-be rejections counted as shadow_mode); envoyproxy/ratelimit's SHADOW_MODE")
+	f.BoolVar(&ef.headers, "envoy-ratelimit-headers", true, "add the IETF draft's RateLimit-Policy and RateLimit headers, and Retry-After on OVER_LIMIT, to Envoy's response")
+	f.BoolVar(&ef.xHeaders, "envoy-x-ratelimit-headers", false, "also add X-RateLimit-Limit, -Remaining and -Reset (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
+	f.StringVar(&ef.onStoreError, "envoy-on-store-error", "closed", "ShouldRateLimit's answer when the store (Redis) fails: closed (an Unavailable error: Envoy's failure_mode_deny decides) or open (OK)")
+	f.Float64Var(&ef.nearLimit, "envoy-near-limit-ratio", 0.8, "the fraction of a limit above which granted hits count as near_limit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO)")
+}
+
+// options returns the service's options the flags give.
+func (ef *envoyFlags) options() (envoyrls.Options, error) {
+	o := envoyrls.Options{ShadowMode: ef.shadow, Headers: envoyrls.Headers{Draft: ef.headers, XRateLimit: ef.xHeaders},
+		NearLimitRatio: ef.nearLimit}
+	var err error
+	if o.Algorithm, err = rls.ParseAlgorithm(ef.algorithm); err != nil {
+		return o, fmt.Errorf("--envoy-algorithm: %w", err)
+	}
+	switch ef.onStoreError {
+	case "closed":
+		o.OnStoreError = limits.FailClosed
+	case "open":
+		o.OnStoreError = limits.FailOpen
+	default:
+		return o, fmt.Errorf("--envoy-on-store-error: %q, want open or closed", ef.onStoreError)
+	}
+	if ef.nearLimit <= 0 || ef.nearLimit > 1 {
+		return o, fmt.Errorf("--envoy-near-limit-ratio: %v, want a fraction in (0, 1]", ef.nearLimit)
+	}
+	return o, nil
 }

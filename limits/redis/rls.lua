@@ -1,12 +1,13 @@
 -- Envoy's rate limit service: one request's hits decided together,
 -- mirroring limits/rls's Decide (decide.go) exactly: a token bucket kept
--- as the instant it is empty (Unix µs), or an epoch-aligned fixed window
--- kept as its index and count; when a hit that is not soft is over its
--- limit, nothing is written.
+-- as its level (tokens, fractional) at an instant (Unix µs), or an
+-- epoch-aligned fixed window kept as its index and count; when a hit that
+-- is not soft is over its limit, nothing is written.
 -- KEYS: the request's counters, each once, all under the domain's hash
--- tag (one slot). Each is a string: "A" (token bucket: the instant it is
--- empty) or "A N" (fixed window: its index and count), with a TTL to the
--- instant it is the same as no key (full again, or its window over).
+-- tag (one slot). Each is a string "A B": a token bucket's instant and
+-- level (%.17g, which round-trips a double), or a fixed window's index
+-- and count, with a TTL to the instant it is the same as no key (full
+-- again, or its window over).
 -- ARGV[1] now in Unix µs ("" for Redis TIME); ARGV[2] the number of hits;
 -- then 7 per hit: its key's index in KEYS, the algorithm (1 token bucket,
 -- 2 fixed window), the limit, the period (µs), the hits (at most limit +
@@ -14,8 +15,7 @@
 -- Returns: granted (0/1), then 4 per hit: over (0/1), remaining, reset
 -- (µs), retry after (µs; -1 never; 0 when not over).
 --
--- Every quantity is an integer below 2^53 but the products inside cost
--- and tokens, which are computed as limits/rls computes them in float64.
+-- The arithmetic is limits/rls's float64 arithmetic, in the same order.
 
 local floor, ceil, max, min, tonumber, format, match = math.floor, math.ceil, math.max, math.min, tonumber, string.format, string.match
 
@@ -30,47 +30,45 @@ end
 local vals = redis.call('MGET', unpack(KEYS))
 local stored, work = {}, {}
 for i = 1, #KEYS do
-  local s = {set = false, a = 0, n = 0}
+  local s = {set = false, a = 0, b = 0}
   local v = vals[i]
   if v then
-    local a, c = match(v, '^(%-?%d+) ?(%d*)$')
-    if a then
-      s.set, s.a, s.n = true, tonumber(a), tonumber(c) or 0
-    end
+    local a, b = match(v, '^(%-?%d+) (%S+)$')
+    a, b = tonumber(a), tonumber(b)
+    if a and b then s.set, s.a, s.b = true, a, b end
   end
   stored[i] = s
-  work[i] = {set = s.set, a = s.a, n = s.n, u = 0, alg = 0, dirty = false}
+  work[i] = {set = s.set, a = s.a, b = s.b, u = 0, alg = 0, dirty = false}
 end
 
-local function cost(k, lim, period) return ceil((k * period) / lim) end
-local function tokens(e, lim, period)
-  if e >= now then return 0 end
-  return min(lim, floor(((now - e) * lim) / period))
-end
+local function untilfull(level, lim, period) return ceil(((lim - level) * period) / lim) end
 
 -- step is one hit on the counter s: over, remaining, reset, retry after;
 -- when write and the hit changes s, s takes the new state.
 local function step(s, alg, lim, period, k, refund, write)
   if alg == 1 then
-    local e = now - period
-    if s.set and s.a > e then e = s.a end
+    local level = lim
+    if s.set then level = min(lim, s.b + (max(0, now - s.a) * lim) / period) end
     if refund then
-      e = max(e - cost(min(k, lim), lim, period), now - period)
+      level = min(lim, level + k)
     elseif k > lim then
-      return 1, tokens(e, lim, period), e + period - now, -1
+      return 1, floor(level), untilfull(level, lim, period), -1
+    elseif k > level then
+      return 1, floor(level), untilfull(level, lim, period), ceil(((k - level) * period) / lim)
+    elseif k == 0 then
+      return 0, floor(level), untilfull(level, lim, period), 0
     else
-      local c = cost(k, lim, period)
-      if c > now - e then return 1, tokens(e, lim, period), e + period - now, c - (now - e) end
-      e = e + c
+      level = level - k
     end
-    if write and (k > 0 or refund) then
-      s.set, s.a, s.u, s.alg, s.dirty = true, e, e + period, 1, true
+    local reset = untilfull(level, lim, period)
+    if write then
+      s.set, s.a, s.b, s.u, s.alg, s.dirty = true, now, level, now + reset, 1, true
     end
-    return 0, tokens(e, lim, period), e + period - now, 0
+    return 0, floor(level), reset, 0
   end
   local w = floor(now / period)
   local count = 0
-  if s.set and s.a == w then count = s.n end
+  if s.set and s.a == w then count = s.b end
   local wend = (w + 1) * period
   if refund then
     count = max(0, count - k)
@@ -84,7 +82,7 @@ local function step(s, alg, lim, period, k, refund, write)
     count = count + k
   end
   if write then
-    s.set, s.a, s.n, s.u, s.alg, s.dirty = true, w, count, wend, 2, true
+    s.set, s.a, s.b, s.u, s.alg, s.dirty = true, w, count, wend, 2, true
   end
   return 0, lim - count, wend - now, 0
 end
@@ -109,9 +107,9 @@ if granted == 1 then
       if ttl <= 0 then
         redis.call('DEL', KEYS[i])
       elseif s.alg == 1 then
-        redis.call('SET', KEYS[i], format('%.0f', s.a), 'PX', ttl)
+        redis.call('SET', KEYS[i], format('%.0f %.17g', s.a, s.b), 'PX', ttl)
       else
-        redis.call('SET', KEYS[i], format('%.0f %.0f', s.a, s.n), 'PX', ttl)
+        redis.call('SET', KEYS[i], format('%.0f %.0f', s.a, s.b), 'PX', ttl)
       end
     end
   end

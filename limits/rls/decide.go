@@ -87,10 +87,12 @@ type Hit struct {
 type State struct {
 	// Set is false for a counter the store does not hold.
 	Set bool
-	// A is, for a token bucket, the instant (Unix µs) at which it is, was
-	// or will be empty (it holds min(Limit, (now − A) × Limit ÷ Period)
-	// tokens); for a fixed window, the window's index (now ÷ Period).
+	// A is, for a token bucket, the instant (Unix µs) of its Level; for
+	// a fixed window, the window's index (now ÷ Period).
 	A int64
+	// Level is, for a token bucket, the tokens it held at A (it holds
+	// min(Limit, Level + (now − A) × Limit ÷ Period) at now).
+	Level float64
 	// N is, for a fixed window, the hits counted in window A.
 	N int64
 	// Until is the instant (Unix µs) from which the state is the same as
@@ -172,45 +174,40 @@ func step(h Hit, s State, now int64) (State, Result) {
 	return bucketStep(h, s, now)
 }
 
-// bucketStep is a token bucket's step, a GCRA over microseconds: the
-// bucket is kept as the instant e it is empty; n tokens cost
-// ⌈n × Period ÷ Limit⌉ µs of fill. Every quantity but the products is an
-// integer below 2⁵³, so a Lua mirror on doubles computes the same values.
+// bucketStep is a token bucket's step. The bucket is kept as its level
+// (tokens, fractional) at an instant (A, Unix µs); it fills at Limit per
+// Period, continuously, up to Limit. A hit of n fits when the level is
+// at least n. The arithmetic is float64 in an order a Lua mirror on
+// doubles repeats exactly (no fused multiply-add: every product is
+// converted before it is added).
 func bucketStep(h Hit, s State, now int64) (State, Result) {
-	lim, period := int64(h.Policy.Limit), h.Policy.Period
-	e := now - period // full
-	if s.Set && s.A > e {
-		e = s.A
+	lim, period := float64(h.Policy.Limit), float64(h.Policy.Period)
+	level := lim // a bucket the store does not hold is full
+	if s.Set {
+		level = min(lim, s.Level+float64(float64(max(0, now-s.A))*lim)/period)
 	}
-	n := int64(min(h.Hits, uint64(lim)+1))
+	n := float64(min(h.Hits, uint64(h.Policy.Limit)+1))
 	switch {
 	case h.Refund:
-		e = max(e-cost(min(n, lim), lim, period), now-period)
+		level = min(lim, level+n)
 	case n > lim:
-		return s, Result{Over: true, Remaining: tokens(e, lim, period, now), Reset: e + period - now, RetryAfter: -1}
-	case cost(n, lim, period) > now-e:
-		return s, Result{Over: true, Remaining: tokens(e, lim, period, now), Reset: e + period - now,
-			RetryAfter: cost(n, lim, period) - (now - e)}
+		return s, Result{Over: true, Remaining: uint32(level), Reset: untilFull(level, lim, period), RetryAfter: -1}
+	case n > level:
+		return s, Result{Over: true, Remaining: uint32(level), Reset: untilFull(level, lim, period),
+			RetryAfter: int64(math.Ceil(float64((n-level)*period) / lim))}
+	case n == 0:
+		return s, Result{Remaining: uint32(level), Reset: untilFull(level, lim, period)}
 	default:
-		e += cost(n, lim, period)
+		level -= n
 	}
-	if n == 0 && !h.Refund {
-		return s, Result{Remaining: tokens(e, lim, period, now), Reset: e + period - now}
-	}
-	return State{Set: true, A: e, Until: e + period}, Result{Remaining: tokens(e, lim, period, now), Reset: e + period - now}
+	reset := untilFull(level, lim, period)
+	return State{Set: true, A: now, Level: level, Until: now + reset}, Result{Remaining: uint32(level), Reset: reset}
 }
 
-// cost returns the microseconds of fill of n tokens, rounded up.
-func cost(n, lim, period int64) int64 {
-	return int64(math.Ceil(float64(float64(n)*float64(period)) / float64(lim)))
-}
-
-// tokens returns the whole tokens a bucket empty at e holds at now.
-func tokens(e, lim, period, now int64) uint32 {
-	if e >= now {
-		return 0
-	}
-	return uint32(min(lim, int64(math.Floor(float64(float64(now-e)*float64(lim))/float64(period)))))
+// untilFull returns the microseconds a bucket at level takes to fill,
+// rounded up.
+func untilFull(level, lim, period float64) int64 {
+	return int64(math.Ceil(float64((lim-level)*period) / lim))
 }
 
 // windowStep is a fixed window's step: windows of Period aligned to the

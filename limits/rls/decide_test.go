@@ -33,8 +33,8 @@ type refWindow map[int64]int64
 // TestDecideMatchesReference runs random requests of one to three hits on
 // a few buckets against the reference models: the same answers (grant,
 // over, remaining), nothing charged by a refused request. Token buckets
-// use periods that Limit divides, where the reference's exact rationals
-// and the store's whole microseconds agree exactly.
+// move the clock by whole tokens of fill, where the reference's exact
+// rationals and the store's float64 levels agree exactly.
 func TestDecideMatchesReference(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		alg := rapid.SampledFrom([]Algorithm{TokenBucket, FixedWindow}).Draw(t, "alg")
@@ -47,7 +47,9 @@ func TestDecideMatchesReference(t *testing.T) {
 		win := map[string]refWindow{}
 		now := rapid.Int64Range(0, 1e15).Draw(t, "start")
 		for step := range rapid.IntRange(1, 60).Draw(t, "steps") {
-			now += rapid.Int64Range(0, period).Draw(t, "dt")
+			// Whole tokens of fill (period ÷ limit µs each), so that the
+			// store's float64 levels are exact integers, as the reference's.
+			now += rapid.Int64Range(0, int64(lim)).Draw(t, "dt") * (period / int64(lim))
 			n := rapid.IntRange(1, 3).Draw(t, "hits")
 			hits := make([]Hit, n)
 			for i := range hits {

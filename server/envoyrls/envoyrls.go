@@ -177,6 +177,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	results := make([]rls.Result, len(hits))
 	degraded := false
+	for i := range ds {
+		if ds[i].blocks() {
+			// A limit of 0 refuses the request without the store: the
+			// others are only checked, so that nothing is charged.
+			for j := range hits {
+				hits[j].Hits, hits[j].Refund = 0, false
+			}
+			break
+		}
+	}
 	if len(hits) > 0 {
 		if _, err := s.opts.Store.Decide(ctx, now.UnixMicro(), req.Domain, hits, results); err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
@@ -200,6 +210,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	resp.ResponseHeadersToAdd = s.headers(ds, results)
 	return resp, nil
+}
+
+// blocks reports whether d refuses the request without the store: a
+// limit of 0, not in shadow mode.
+func (d *descriptor) blocks() bool {
+	return d.limit != nil && !d.limit.Unlimited && d.limit.RequestsPerUnit == 0 && !d.shadow
 }
 
 // plan decides what descriptor d needs: no limit, an answer without the
