@@ -1,0 +1,171 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/redistest"
+)
+
+// envoyRules is a directory of envoyproxy/ratelimit's files, as its
+// config/ directory holds them.
+func envoyRules(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string]string{
+		"api.yaml": `domain: api
+descriptors:
+  - key: client
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`,
+		"mongo.yaml": `domain: mongo_cps
+descriptors:
+  - key: database
+    value: users
+    rate_limit: {unit: second, requests_per_unit: 500}
+`,
+	}
+	for name, y := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(y), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func rlsClient(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
+func clientRequest(client string, more ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: "api", Descriptors: append([]*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "client", Value: client}}}}, more...)}
+}
+
+// TestEnvoyServersShareRedis: three sluice server processes reading one
+// directory of envoyproxy/ratelimit's files, on one redis-server and on a
+// 3-master Redis Cluster: 60 concurrent ShouldRateLimit on one descriptor
+// limited to 10 an hour, spread over the servers, grant exactly 10, with
+// no error (no CROSSSLOT: a request's descriptors share the domain's
+// slot).
+func TestEnvoyServersShareRedis(t *testing.T) {
+	rs := redistest.StartT(t)
+	cl, err := redistest.StartCluster(3)
+	if errors.Is(err, redistest.ErrSkip) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop)
+	dir := envoyRules(t)
+	for _, mode := range []struct{ name, flag, value string }{
+		{"redis", "--redis", "redis://" + rs.Addr + "/0"},
+		{"cluster", "--redis-cluster", cl.Addrs()[0]},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			var clients []rlsv3.RateLimitServiceClient
+			for range 3 {
+				addr, _, _ := startServerWith(t, testConfig, "--envoy-ratelimit-config", dir, mode.flag, mode.value)
+				clients = append(clients, rlsClient(t, addr))
+			}
+			var ok, over atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 60 {
+				wg.Go(func() {
+					// Each request carries a second descriptor on another
+					// counter of the domain: one script, one slot.
+					other := &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "client", Value: "other-" + mode.name}}}
+					resp, err := clients[i%3].ShouldRateLimit(t.Context(), clientRequest("hot-"+mode.name, other))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					switch resp.Statuses[0].Code {
+					case rlsv3.RateLimitResponse_OK:
+						ok.Add(1)
+					case rlsv3.RateLimitResponse_OVER_LIMIT:
+						over.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			if ok.Load() != 10 || over.Load() != 50 {
+				t.Fatalf("%d OK, %d OVER_LIMIT over 3 servers; want exactly the limit's 10 and 50", ok.Load(), over.Load())
+			}
+			// The refused requests charged nothing: "other" was taken
+			// only by the 10 granted ones.
+			req := clientRequest("other-" + mode.name)
+			req.Descriptors[0].HitsAddend = wrapperspb.UInt64(0) // check only
+			resp, err := clients[0].ShouldRateLimit(t.Context(), req)
+			if err != nil || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 0 {
+				t.Fatalf("other: %v %v; want OK with 0 left (10 taken by the 10 granted)", resp, err)
+			}
+		})
+	}
+}
+
+// TestEnvoyConfigReload: a new file in the directory adds its domain
+// (SIGHUP, or the watcher); a bad one is refused and the last good rules
+// keep serving.
+func TestEnvoyConfigReload(t *testing.T) {
+	dir := envoyRules(t)
+	addr, cmd, _ := startServerWith(t, testConfig, "--envoy-ratelimit-config", dir)
+	c := rlsClient(t, addr)
+	limited := func(domain string) bool {
+		resp, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: domain,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Statuses[0].CurrentLimit != nil
+	}
+	if limited("late") {
+		t.Fatal("domain late limited before its file exists")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "late.yaml"), []byte("domain: late\ndescriptors: [{key: k, rate_limit: {unit: minute, requests_per_unit: 5}}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGHUP)
+	testutil.Eventually(t, 30*time.Second, "domain late loaded", func() bool { return limited("late") })
+	// A second file defining api: refused (a domain defined twice), the
+	// rules in force stay.
+	if err := os.WriteFile(filepath.Join(dir, "twice.yaml"), []byte("domain: api\ndescriptors: [{key: k}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGHUP)
+	testutil.Eventually(t, 30*time.Second, "the bad directory to be read and refused", func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `sluice_server_config_reloads_total{result="failed"}`)
+	})
+	if !limited("late") {
+		t.Fatal("a bad directory replaced the rules in force")
+	}
+}
