@@ -2,6 +2,7 @@ package envoyrls_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net"
 	"strings"
@@ -44,19 +45,7 @@ func start(t *testing.T, opts envoyrls.Options, yamls ...string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var domains []*rls.Domain
-	for i, y := range yamls {
-		ds, err := limitsyaml.ParseEnvoyRateLimit("test"+string(rune('0'+i)), []byte(y))
-		if err != nil {
-			t.Fatal(err)
-		}
-		domains = append(domains, ds...)
-	}
-	cfg, err := rls.NewConfig(domains...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc.SetConfig(cfg)
+	svc.SetConfig(rulesOf(t, yamls...))
 	r.svc = svc
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -73,6 +62,24 @@ func start(t *testing.T, opts envoyrls.Options, yamls ...string) *rig {
 	t.Cleanup(func() { conn.Close() })
 	r.client = rlsv3.NewRateLimitServiceClient(conn)
 	return r
+}
+
+// rulesOf reads envoyproxy/ratelimit's YAML documents.
+func rulesOf(tb testing.TB, yamls ...string) *rls.Config {
+	tb.Helper()
+	var domains []*rls.Domain
+	for i, y := range yamls {
+		ds, err := limitsyaml.ParseEnvoyRateLimit(fmt.Sprint("test", i), []byte(y))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		domains = append(domains, ds...)
+	}
+	cfg, err := rls.NewConfig(domains...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cfg
 }
 
 // desc makes a descriptor of key, value pairs.
