@@ -57,14 +57,14 @@ func (s *MemoryStore) Decide(ctx context.Context, now int64, _ string, hits []Hi
 	if len(hits) > MaxHits {
 		return false, fmt.Errorf("rls: decide: %d hits, at most %d", len(hits), MaxHits)
 	}
-	var sbuf [8]uint8
+	var sbuf, obuf [8]uint8
 	var stbuf [8]State
 	idx := sbuf[:0]
 	states := stbuf[:0]
 	for _, h := range hits {
 		idx = append(idx, uint8(maphash.String(s.seed, h.Bucket)%memShards))
 	}
-	order := slices.Clone(idx) // (small: on the stack when it does not escape)
+	order := append(obuf[:0], idx...)
 	slices.Sort(order)
 	order = slices.Compact(order)
 	for _, i := range order {

@@ -142,8 +142,9 @@ type descriptor struct {
 	hits    uint64        // what it adds
 	entries []rls.Entry   // the request's
 	domain  string
-	hit     int  // its index in hits, or -1 (no store decision)
-	shadow  bool // the rule's shadow mode (or the service's)
+	info    *ruleInfo // the matched rule's, or nil
+	hit     int       // its index in hits, or -1 (no store decision)
+	shadow  bool      // the rule's shadow mode (or the service's)
 	status  *rlsv3.RateLimitResponse_DescriptorStatus
 }
 
@@ -229,6 +230,7 @@ func (s *Service) plan(req *rlsv3.RateLimitRequest, domain *rls.Domain, d *ratel
 	if m.Rule != nil {
 		ds.limit = m.Rule.Limit
 		ds.shadow = m.Rule.ShadowMode
+		ds.info = s.metrics.rule(m.Rule)
 	}
 	if o := d.Limit; o != nil {
 		ds.limit, bucket = override(req.Domain, o, entries)
@@ -327,7 +329,7 @@ func (s *Service) headers(ds []descriptor, results []rls.Result) []*corev3.Heade
 	if !h.Draft && !h.XRateLimit {
 		return nil
 	}
-	var policies, states []string
+	var policy, state []byte
 	var retry int64 = -1 // µs
 	least := -1
 	for i := range ds {
@@ -338,9 +340,17 @@ func (s *Service) headers(ds []descriptor, results []rls.Result) []*corev3.Heade
 		if least < 0 || st.LimitRemaining < ds[least].status.LimitRemaining {
 			least = i
 		}
-		name := sfString(policyName(&ds[i], i))
-		policies = append(policies, fmt.Sprintf("%s;q=%d;w=%d", name, st.CurrentLimit.RequestsPerUnit, seconds(ds[i].period)))
-		states = append(states, fmt.Sprintf("%s;r=%d;t=%d", name, st.LimitRemaining, seconds(st.DurationUntilReset.AsDuration())))
+		name := policyName(&ds[i], i)
+		if len(policy) > 0 {
+			policy = append(policy, ", "...)
+			state = append(state, ", "...)
+		}
+		policy = append(append(policy, name...), ";q="...)
+		policy = strconv.AppendUint(policy, uint64(st.CurrentLimit.RequestsPerUnit), 10)
+		policy = strconv.AppendInt(append(policy, ";w="...), seconds(ds[i].period), 10)
+		state = append(append(state, name...), ";r="...)
+		state = strconv.AppendUint(state, uint64(st.LimitRemaining), 10)
+		state = strconv.AppendInt(append(state, ";t="...), seconds(st.DurationUntilReset.AsDuration()), 10)
 		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			wait := st.DurationUntilReset.AsDuration().Microseconds()
 			if j := ds[i].hit; j >= 0 && results[j].RetryAfter > 0 {
@@ -355,8 +365,8 @@ func (s *Service) headers(ds []descriptor, results []rls.Result) []*corev3.Heade
 	var out []*corev3.HeaderValue
 	add := func(k, v string) { out = append(out, &corev3.HeaderValue{Key: k, Value: v}) }
 	if h.Draft {
-		add("RateLimit-Policy", strings.Join(policies, ", "))
-		add("RateLimit", strings.Join(states, ", "))
+		add("RateLimit-Policy", string(policy))
+		add("RateLimit", string(state))
 		if retry >= 0 {
 			add("Retry-After", strconv.FormatInt(seconds(time.Duration(retry)*time.Microsecond), 10))
 		}
@@ -373,17 +383,22 @@ func (s *Service) headers(ds []descriptor, results []rls.Result) []*corev3.Heade
 // seconds rounds d up to whole seconds.
 func seconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
 
-// policyName names descriptor i's policy in the headers: its limit's
-// name, else its rule's keys and values (rule_path), else
-// "descriptor_<i>" (an override on no rule).
+// policyName names descriptor i's policy in the headers, as a
+// Structured Field string: its limit's name, else its rule's keys and
+// values (rulePath), else "descriptor_<i>" (an override on no rule).
 func policyName(d *descriptor, i int) string {
-	if d.limit.Name != "" {
-		return d.limit.Name
+	switch {
+	case d.limit.Name != "":
+		if d.info != nil && d.limit == d.match.Rule.Limit {
+			return d.info.policy
+		}
+		return sfString(d.limit.Name)
+	case d.info != nil:
+		return d.info.policy
+	case d.match.Rule != nil:
+		return sfString(rulePath(d.match.Path))
 	}
-	if d.match.Rule != nil {
-		return rulePath(d.match.Path)
-	}
-	return "descriptor_" + strconv.Itoa(i)
+	return sfString("descriptor_" + strconv.Itoa(i))
 }
 
 // rulePath names a rule as envoyproxy/ratelimit's statistics do: each
@@ -440,30 +455,31 @@ func validate(req *rlsv3.RateLimitRequest) error {
 		return bad("descriptors", "%d, at most %d", len(req.Descriptors), MaxDescriptors)
 	}
 	for i, d := range req.Descriptors {
-		f := fmt.Sprintf("descriptors[%d]", i)
+		// (field names are made only for an error: this runs per request)
+		f := func() string { return "descriptors[" + strconv.Itoa(i) + "]" }
 		switch {
 		case d == nil || len(d.Entries) == 0:
-			return bad(f+".entries", "none (at least one)")
+			return bad(f()+".entries", "none (at least one)")
 		case len(d.Entries) > MaxEntries:
-			return bad(f+".entries", "%d, at most %d", len(d.Entries), MaxEntries)
+			return bad(f()+".entries", "%d, at most %d", len(d.Entries), MaxEntries)
 		}
 		for j, e := range d.Entries {
-			ef := fmt.Sprintf("%s.entries[%d]", f, j)
+			ef := func() string { return f() + ".entries[" + strconv.Itoa(j) + "]" }
 			switch {
 			case e == nil || e.Key == "":
-				return bad(ef+".key", "empty")
+				return bad(ef()+".key", "empty")
 			case len(e.Key) > MaxNameBytes:
-				return bad(ef+".key", "%d bytes, at most %d", len(e.Key), MaxNameBytes)
+				return bad(ef()+".key", "%d bytes, at most %d", len(e.Key), MaxNameBytes)
 			case len(e.Value) > MaxNameBytes:
-				return bad(ef+".value", "%d bytes, at most %d", len(e.Value), MaxNameBytes)
+				return bad(ef()+".value", "%d bytes, at most %d", len(e.Value), MaxNameBytes)
 			}
 		}
 		if o := d.Limit; o != nil {
 			if u := rls.Unit(o.Unit); u == rls.UnitUnknown || u.Duration() == 0 {
-				return bad(f+".limit.unit", "%v is not a unit", o.Unit)
+				return bad(f()+".limit.unit", "%v is not a unit", o.Unit)
 			}
 			if m := o.UnitMultiplier; m != nil && m.Value > 1000000 {
-				return bad(f+".limit.unit_multiplier", "%d, at most 1000000", m.Value)
+				return bad(f()+".limit.unit_multiplier", "%d, at most 1000000", m.Value)
 			}
 		}
 	}

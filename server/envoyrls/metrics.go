@@ -41,7 +41,16 @@ type metrics struct {
 
 	series   sync.Map // domain "\x00" rule label → *[nResults]prometheus.Counter
 	detailed atomic.Int64
-	labels   atomic.Pointer[map[*rls.Rule]string] // a configured rule's label
+	rules    atomic.Pointer[map[*rls.Rule]*ruleInfo] // the configured rules'
+}
+
+// ruleInfo is what a configured rule's answers need, resolved once per
+// configuration: its metric label and series, and its policy's name in
+// the response headers (a Structured Field string).
+type ruleInfo struct {
+	label    string
+	counters *[nResults]prometheus.Counter
+	policy   string
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -62,34 +71,55 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.hits, m.invalid, m.storeErrors)
 	}
-	m.labels.Store(&map[*rls.Rule]string{})
+	m.rules.Store(&map[*rls.Rule]*ruleInfo{})
 	return m
 }
 
-// setConfig resolves the configured rules' labels.
+// setConfig resolves the configured rules' labels, series and policy
+// names.
 func (m *metrics) setConfig(c *rls.Config) {
-	labels := map[*rls.Rule]string{}
-	var walk func(path []*rls.Rule, rules []*rls.Rule)
-	walk = func(path []*rls.Rule, rules []*rls.Rule) {
-		for _, r := range rules {
+	rules := map[*rls.Rule]*ruleInfo{}
+	var walk func(domain string, path []*rls.Rule, rs []*rls.Rule)
+	walk = func(domain string, path []*rls.Rule, rs []*rls.Rule) {
+		for _, r := range rs {
 			p := append(path[:len(path):len(path)], r)
-			labels[r] = rulePath(p)
-			walk(p, r.Descriptors)
+			label := rulePath(p)
+			info := &ruleInfo{label: label, policy: sfString(label)}
+			if r.Limit != nil {
+				info.counters = m.counters(domain+"\x00"+label, domain, label, false)
+				if r.Limit.Name != "" {
+					info.policy = sfString(r.Limit.Name)
+				}
+			}
+			rules[r] = info
+			walk(domain, p, r.Descriptors)
 		}
 	}
 	for _, name := range c.Names() {
-		walk(nil, c.Domain(name).Descriptors)
+		walk(name, nil, c.Domain(name).Descriptors)
 	}
-	m.labels.Store(&labels)
+	m.rules.Store(&rules)
 }
+
+// rule returns a configured rule's resolved information (nil for a rule
+// of an older configuration).
+func (m *metrics) rule(r *rls.Rule) *ruleInfo { return (*m.rules.Load())[r] }
 
 // record counts d's hits under res.
 func (m *metrics) record(d *descriptor, res result) {
 	label := "override"
 	detailed := false
 	if r := d.match.Rule; r != nil {
-		label = (*m.labels.Load())[r]
 		detailed = r.DetailedMetric || r.ValueToMetric
+		info := d.info
+		if info == nil {
+			info = &ruleInfo{label: rulePath(d.match.Path)}
+		}
+		if info.counters != nil && !detailed && d.limit == r.Limit {
+			info.counters[res].Add(float64(d.hits))
+			return
+		}
+		label = info.label
 	}
 	key := d.domain + "\x00" + label
 	if detailed {
