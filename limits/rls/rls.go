@@ -278,9 +278,6 @@ type Match struct {
 	// depth rule, or a whitelisted rule): the answer is OK with no
 	// current limit.
 	Rule *Rule
-	// Path is the matched rules from the tree's first level down
-	// (Path[len(Path)-1] == Rule), for metrics.
-	Path []*Rule
 	// Bucket identifies the counter: the domain and the request's entries,
 	// a share_threshold wildcard's pattern standing for its values. Keys
 	// and values are length-prefixed, so that no two distinct descriptors
@@ -289,27 +286,32 @@ type Match struct {
 }
 
 // Match returns what the descriptor entries of a request in domain match
-// (see the package doc). It costs O(entries × rules on one level).
+// (see the package doc). It costs O(entries × rules on one level) and one
+// allocation (the bucket) when it matches a limit.
 func (c *Config) Match(domain string, entries []Entry) Match {
 	d := c.Domain(domain)
 	if d == nil || len(entries) == 0 {
 		return Match{}
 	}
 	level := d.Descriptors
-	path := make([]*Rule, 0, len(entries))
+	var r *Rule
+	var buf [128]byte // the bucket, built on the way down
+	b := appendString(buf[:0], domain)
 	for _, e := range entries {
-		r := find(level, e)
-		if r == nil {
+		if r = find(level, e); r == nil {
 			return Match{}
 		}
-		path = append(path, r)
+		v := e.Value
+		if r.ShareThreshold && r.Wildcard() {
+			v = r.Value // the values a shared wildcard matches: one counter
+		}
+		b = appendString(appendString(b, e.Key), v)
 		level = r.Descriptors
 	}
-	r := path[len(path)-1]
 	if r.Limit == nil {
 		return Match{}
 	}
-	return Match{Rule: r, Path: path, Bucket: bucket(domain, entries, path)}
+	return Match{Rule: r, Bucket: string(b)}
 }
 
 // find returns the rule of level that e matches: key and value, then a
@@ -359,23 +361,6 @@ func glob(pattern, s string) bool {
 	return len(s) >= len(last) && strings.HasSuffix(s, last)
 }
 
-// bucket encodes the counter's identity: the domain, then each level's
-// key and value (a shared wildcard's pattern for its values), each
-// length-prefixed.
-func bucket(domain string, entries []Entry, path []*Rule) string {
-	b := make([]byte, 0, 64)
-	b = appendString(b, domain)
-	for i, e := range entries {
-		v := e.Value
-		if r := path[i]; r.ShareThreshold && r.Wildcard() {
-			v = r.Value
-		}
-		b = appendString(b, e.Key)
-		b = appendString(b, v)
-	}
-	return string(b)
-}
-
 // Bucket returns the counter of a descriptor's entries in domain as
 // Match.Bucket encodes it, with no wildcard shared: a descriptor's own
 // (an override's, say).
@@ -399,7 +384,13 @@ func appendString(b []byte, s string) []byte {
 // replaces matches nothing (its answer is OK with no current limit).
 // matches[i] is descriptors[i]'s.
 func (c *Config) Resolve(domain string, descriptors [][]Entry) []Match {
-	out := make([]Match, len(descriptors))
+	return c.ResolveInto(make([]Match, len(descriptors)), domain, descriptors)
+}
+
+// ResolveInto is Resolve writing into out (len(out) ≥ len(descriptors)),
+// which it returns, cut to len(descriptors).
+func (c *Config) ResolveInto(out []Match, domain string, descriptors [][]Entry) []Match {
+	out = out[:len(descriptors)]
 	var replaced map[string]bool
 	for i, d := range descriptors {
 		out[i] = c.Match(domain, d)

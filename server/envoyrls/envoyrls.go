@@ -28,6 +28,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -162,21 +163,31 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	cfg := s.cfg.Load()
 	domain := cfg.Domain(req.Domain)
-	entries := make([][]rls.Entry, len(req.Descriptors))
-	for i, d := range req.Descriptors {
-		entries[i] = make([]rls.Entry, len(d.Entries))
-		for j, e := range d.Entries {
-			entries[i][j] = rls.Entry{Key: e.Key, Value: e.Value}
+	sc := scratchPool.Get().(*scratch)
+	defer sc.put()
+	n := len(req.Descriptors)
+	sc.views = sc.views[:0]
+	for _, d := range req.Descriptors {
+		start := len(sc.entries)
+		for _, e := range d.Entries {
+			sc.entries = append(sc.entries, rls.Entry{Key: e.Key, Value: e.Value})
 		}
+		sc.views = append(sc.views, sc.entries[start:len(sc.entries):len(sc.entries)])
 	}
-	matches := cfg.Resolve(req.Domain, entries)
+	sc.matches = cfg.ResolveInto(grow(sc.matches, n), req.Domain, sc.views)
 	now := s.opts.Now()
-	ds := make([]descriptor, len(req.Descriptors))
-	var hits []rls.Hit
+	ds := grow(sc.ds, n)
+	sc.ds = ds
+	// The answers, in one block each (one allocation, not one a descriptor).
+	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
 	for i, d := range req.Descriptors {
-		ds[i] = s.plan(req, domain, d, matches[i], entries[i], &hits)
+		ds[i] = s.plan(req, domain, d, sc.matches[i], sc.views[i], &sc.hits)
+		statuses[i].Code = rlsv3.RateLimitResponse_OK
+		ds[i].status = &statuses[i]
 	}
-	results := make([]rls.Result, len(hits))
+	hits := sc.hits
+	results := grow(sc.results, len(hits))
+	sc.results = results
 	degraded := false
 	for i := range ds {
 		if ds[i].blocks() {
@@ -201,9 +212,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			degraded = true
 		}
 	}
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+	limitsBlock := make([]rlsv3.RateLimitResponse_RateLimit, 0, n)
+	resets := make([]durationpb.Duration, 0, n)
 	for i := range ds {
-		s.answer(&ds[i], results, degraded)
+		s.answer(&ds[i], results, degraded, &limitsBlock, &resets)
 		resp.Statuses[i] = ds[i].status
 		if ds[i].status.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -211,6 +224,41 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	resp.ResponseHeadersToAdd = s.headers(ds, results)
 	return resp, nil
+}
+
+// scratch is a request's working memory, pooled: the descriptors' entries
+// (one block), their matches, decisions, hits and results.
+type scratch struct {
+	entries []rls.Entry
+	views   [][]rls.Entry
+	matches []rls.Match
+	ds      []descriptor
+	hits    []rls.Hit
+	results []rls.Result
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// put clears what the request left (so that the pool keeps no answer or
+// name alive) and returns sc to the pool.
+func (sc *scratch) put() {
+	clear(sc.entries)
+	clear(sc.views)
+	clear(sc.matches)
+	clear(sc.ds)
+	clear(sc.hits)
+	sc.entries, sc.views, sc.matches, sc.ds, sc.hits, sc.results = sc.entries[:0], sc.views[:0], sc.matches[:0], sc.ds[:0], sc.hits[:0], sc.results[:0]
+	scratchPool.Put(sc)
+}
+
+// grow returns s with length n, reusing its array when it is big enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 // blocks reports whether d refuses the request without the store: a
@@ -222,7 +270,7 @@ func (d *descriptor) blocks() bool {
 // plan decides what descriptor d needs: no limit, an answer without the
 // store (unlimited, a limit of 0), or a hit (appended to hits).
 func (s *Service) plan(req *rlsv3.RateLimitRequest, domain *rls.Domain, d *ratelimitv3.RateLimitDescriptor, m rls.Match, entries []rls.Entry, hits *[]rls.Hit) descriptor {
-	ds := descriptor{match: m, domain: req.Domain, entries: entries, hit: -1, status: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}}
+	ds := descriptor{match: m, domain: req.Domain, entries: entries, hit: -1}
 	if domain == nil {
 		return ds // an unknown domain: OK, no limit (overrides too)
 	}
@@ -279,7 +327,9 @@ func override(domain string, o *ratelimitv3.RateLimitDescriptor_RateLimitOverrid
 }
 
 // answer fills d's status from its limit and its hit's result.
-func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool) {
+// Its current limit and reset are appended to limitsBlock and resets
+// (blocks with room for every descriptor, so that they never move).
+func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool, limitsBlock *[]rlsv3.RateLimitResponse_RateLimit, resets *[]durationpb.Duration) {
 	l, st := d.limit, d.status
 	switch {
 	case l == nil:
@@ -289,11 +339,16 @@ func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool) {
 		s.metrics.record(d, resultWithin)
 		return
 	}
-	st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit,
-		Unit: rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)}
+	*limitsBlock = append(*limitsBlock, rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit,
+		Unit: rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)})
+	st.CurrentLimit = &(*limitsBlock)[len(*limitsBlock)-1]
+	reset := func(d time.Duration) *durationpb.Duration {
+		*resets = append(*resets, durationpb.Duration{Seconds: int64(d / time.Second), Nanos: int32(d % time.Second)})
+		return &(*resets)[len(*resets)-1]
+	}
 	switch {
 	case d.hit < 0: // requests_per_unit: 0, always over
-		st.DurationUntilReset = durationpb.New(d.period)
+		st.DurationUntilReset = reset(d.period)
 		s.over(d)
 	case degraded:
 		st.LimitRemaining = l.RequestsPerUnit
@@ -301,7 +356,7 @@ func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool) {
 	default:
 		r := results[d.hit]
 		st.LimitRemaining = r.Remaining
-		st.DurationUntilReset = durationpb.New(time.Duration(r.Reset) * time.Microsecond)
+		st.DurationUntilReset = reset(time.Duration(r.Reset) * time.Microsecond)
 		switch {
 		case r.Over:
 			s.over(d)
@@ -329,7 +384,8 @@ func (s *Service) headers(ds []descriptor, results []rls.Result) []*corev3.Heade
 	if !h.Draft && !h.XRateLimit {
 		return nil
 	}
-	var policy, state []byte
+	var pbuf, sbuf [256]byte // (on the stack: only their strings are kept)
+	policy, state := pbuf[:0], sbuf[:0]
 	var retry int64 = -1 // µs
 	least := -1
 	for i := range ds {
@@ -362,8 +418,13 @@ func (s *Service) headers(ds []descriptor, results []rls.Result) []*corev3.Heade
 	if least < 0 {
 		return nil
 	}
-	var out []*corev3.HeaderValue
-	add := func(k, v string) { out = append(out, &corev3.HeaderValue{Key: k, Value: v}) }
+	// The headers in one block, and the list pointing into it.
+	block := make([]corev3.HeaderValue, 0, 6)
+	out := make([]*corev3.HeaderValue, 0, 6)
+	add := func(k, v string) {
+		block = append(block, corev3.HeaderValue{Key: k, Value: v})
+		out = append(out, &block[len(block)-1])
+	}
 	if h.Draft {
 		add("RateLimit-Policy", string(policy))
 		add("RateLimit", string(state))
@@ -395,8 +456,8 @@ func policyName(d *descriptor, i int) string {
 		return sfString(d.limit.Name)
 	case d.info != nil:
 		return d.info.policy
-	case d.match.Rule != nil:
-		return sfString(rulePath(d.match.Path))
+	case d.match.Rule != nil: // a rule of a configuration just replaced
+		return sfString(d.match.Rule.Key)
 	}
 	return sfString("descriptor_" + strconv.Itoa(i))
 }

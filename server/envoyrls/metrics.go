@@ -113,7 +113,7 @@ func (m *metrics) record(d *descriptor, res result) {
 		detailed = r.DetailedMetric || r.ValueToMetric
 		info := d.info
 		if info == nil {
-			info = &ruleInfo{label: rulePath(d.match.Path)}
+			info = &ruleInfo{label: r.Key} // a rule of a configuration just replaced
 		}
 		if info.counters != nil && !detailed && d.limit == r.Limit {
 			info.counters[res].Add(float64(d.hits))
