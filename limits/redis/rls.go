@@ -41,12 +41,11 @@ func (r *RLS) Decide(ctx context.Context, now int64, domain string, hits []rls.H
 	}
 	tag := r.s.prefix + "{e" + escape(domain) + "}"
 	keys := make([]string, 0, len(hits))
-	args := make([]any, 0, 2+7*len(hits))
+	packed := make([]byte, 0, 56*len(hits))
 	nowArg := ""
 	if r.s.callerTime {
 		nowArg = strconv.FormatInt(now, 10)
 	}
-	args = append(args, nowArg, len(hits))
 	for _, h := range hits {
 		alg, letter := 1, "t"
 		if h.Policy.Algorithm == rls.FixedWindow {
@@ -64,17 +63,11 @@ func (r *RLS) Decide(ctx context.Context, now int64, domain string, hits []rls.H
 			ki = len(keys)
 			keys = append(keys, key)
 		}
-		refund, soft := 0, 0
-		if h.Refund {
-			refund = 1
-		}
-		if h.Soft {
-			soft = 1
-		}
 		n := min(h.Hits, uint64(h.Policy.Limit)+1)
-		args = append(args, ki+1, alg, h.Policy.Limit, h.Policy.Period, n, refund, soft)
+		packed = appendDoubles(packed, float64(ki+1), float64(alg), float64(h.Policy.Limit), float64(h.Policy.Period), float64(n),
+			float64(b2i(h.Refund)), float64(b2i(h.Soft)))
 	}
-	cmd, err := r.s.eval(ctx, rlsScript, keys, args...)
+	cmd, err := r.s.eval(ctx, rlsScript, keys, nowArg, string(packed))
 	if err != nil {
 		return false, err
 	}

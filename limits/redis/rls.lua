@@ -4,20 +4,21 @@
 -- epoch-aligned fixed window kept as its index and count; when a hit that
 -- is not soft is over its limit, nothing is written.
 -- KEYS: the request's counters, each once, all under the domain's hash
--- tag (one slot). Each is a string "A B": a token bucket's instant and
--- level (%.17g, which round-trips a double), or a fixed window's index
--- and count, with a TTL to the instant it is the same as no key (full
--- again, or its window over).
--- ARGV[1] now in Unix µs ("" for Redis TIME); ARGV[2] the number of hits;
--- then 7 per hit: its key's index in KEYS, the algorithm (1 token bucket,
--- 2 fixed window), the limit, the period (µs), the hits (at most limit +
--- 1), refund (0/1), soft (0/1).
+-- tag (one slot). Each is a string of two little-endian doubles, A and
+-- B: a token bucket's instant and level, or a fixed window's index and
+-- count, with a TTL to the instant it is the same as no key (full again,
+-- or its window over).
+-- ARGV[1] now in Unix µs ("" for Redis TIME); ARGV[2] the hits, 7
+-- little-endian doubles each: its key's index in KEYS, the algorithm (1
+-- token bucket, 2 fixed window), the limit, the period (µs), the hits (at
+-- most limit + 1), refund (0/1), soft (0/1).
 -- Returns: granted (0/1), then 4 per hit: over (0/1), remaining, reset
 -- (µs), retry after (µs; -1 never; 0 when not over).
 --
 -- The arithmetic is limits/rls's float64 arithmetic, in the same order.
 
-local floor, ceil, max, min, tonumber, format, match = math.floor, math.ceil, math.max, math.min, tonumber, string.format, string.match
+local floor, ceil, max, min, tonumber = math.floor, math.ceil, math.max, math.min, tonumber
+local pack, unpackd = struct.pack, struct.unpack
 
 local now
 if ARGV[1] ~= '' then
@@ -32,10 +33,9 @@ local stored, work = {}, {}
 for i = 1, #KEYS do
   local s = {set = false, a = 0, b = 0}
   local v = vals[i]
-  if v then
-    local a, b = match(v, '^(%-?%d+) (%S+)$')
-    a, b = tonumber(a), tonumber(b)
-    if a and b then s.set, s.a, s.b = true, a, b end
+  if v and #v == 16 then
+    local a, b = unpackd('<dd', v)
+    if a == a and b == b then s.set, s.a, s.b = true, a, b end -- (not NaN)
   end
   stored[i] = s
   work[i] = {set = s.set, a = s.a, b = s.b, u = 0, alg = 0, dirty = false}
@@ -87,14 +87,22 @@ local function step(s, alg, lim, period, k, refund, write)
   return 0, lim - count, wend - now, 0
 end
 
-local nh = tonumber(ARGV[2])
+local hits = {}
+do
+  local packed, pos = ARGV[2], 1
+  for h = 1, #packed / 56 do
+    local ki, alg, lim, period, k, refund, soft
+    ki, alg, lim, period, k, refund, soft, pos = unpackd('<ddddddd', packed, pos)
+    hits[h] = {ki, alg, lim, period, k, refund == 1, soft == 1}
+  end
+end
+local nh = #hits
 local out = {1}
 local granted = 1
 for h = 1, nh do
-  local b = 3 + (h - 1) * 7
-  local ki, alg, lim, period, k = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
-  local over, rem, reset, retry = step(work[ki], alg, lim, period, k, ARGV[b + 5] == '1', true)
-  if over == 1 and ARGV[b + 6] ~= '1' then granted = 0 end
+  local x = hits[h]
+  local over, rem, reset, retry = step(work[x[1]], x[2], x[3], x[4], x[5], x[6], true)
+  if over == 1 and not x[7] then granted = 0 end
   local o = 2 + (h - 1) * 4
   out[o], out[o + 1], out[o + 2], out[o + 3] = over, rem, reset, retry
 end
@@ -106,10 +114,8 @@ if granted == 1 then
       local ttl = ceil((s.u - now) / 1000)
       if ttl <= 0 then
         redis.call('DEL', KEYS[i])
-      elseif s.alg == 1 then
-        redis.call('SET', KEYS[i], format('%.0f %.17g', s.a, s.b), 'PX', ttl)
       else
-        redis.call('SET', KEYS[i], format('%.0f %.0f', s.a, s.b), 'PX', ttl)
+        redis.call('SET', KEYS[i], pack('<dd', s.a, s.b), 'PX', ttl)
       end
     end
   end
@@ -118,9 +124,8 @@ else
   for h = 1, nh do
     local o = 2 + (h - 1) * 4
     if out[o] == 0 then
-      local b = 3 + (h - 1) * 7
-      local ki = tonumber(ARGV[b])
-      local _, rem, reset, retry = step(stored[ki], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), 0, false, false)
+      local x = hits[h]
+      local _, rem, reset, retry = step(stored[x[1]], x[2], x[3], x[4], 0, false, false)
       out[o + 1], out[o + 2], out[o + 3] = rem, reset, retry
     end
   end
