@@ -112,7 +112,13 @@ func TestContextLeavesQueue(t *testing.T) {
 	inflight, cancelInflight := context.WithCancel(t.Context())
 	errs := make(chan error, 3)
 	go func() { errs <- takeCtx(inflight, st, "inflight") }()
-	testutil.Eventually(t, 10*time.Second, "the first call in flight", func() bool { return b.queued() == 0 && !b.idle() })
+	// In flight: sent (counted as the second call, after warm's), not
+	// merely "the sender is busy", which warm's sender may still be when
+	// the call has not even queued (and then it and the next would share
+	// a batch).
+	testutil.Eventually(t, 10*time.Second, "the first call in flight", func() bool {
+		return b.queued() == 0 && !b.idle() && st.Health().Calls == 2
+	})
 
 	queued, cancelQueued := context.WithCancel(t.Context())
 	go func() { errs <- takeCtx(queued, st, "canceled") }()
