@@ -159,3 +159,29 @@ resources:
 		}
 	}
 }
+
+// TestStatusEnvoyRules: the status page lists Envoy's rate limit rules in
+// force, in JSON and in HTML.
+func TestStatusEnvoyRules(t *testing.T) {
+	s, _ := startServer(t, Config{Doorman: doormanRepo(t), EnvoyRateLimitPath: "../limits/limitsyaml/testdata/envoy"})
+	h := s.Handler()
+	code, body, _ := get(t, h, "/debug/status?format=json")
+	var st struct {
+		EnvoyRules []struct{ Domain, Rule, Limit, Algorithm string } `json:"envoy_rules"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil {
+		t.Fatalf("%d %v", code, err)
+	}
+	found := false
+	for _, r := range st.EnvoyRules {
+		if r.Domain == "edge_proxy_per_ip" && r.Rule == "remote_address_50.0.0.5" && r.Limit == "0/second" && r.Algorithm == "token_bucket" {
+			found = true
+		}
+	}
+	if len(st.EnvoyRules) < 10 || !found {
+		t.Fatalf("envoy rules %+v", st.EnvoyRules)
+	}
+	if _, body, _ := get(t, h, "/debug/status"); !strings.Contains(body, `id="envoy-rules"`) || !strings.Contains(body, "remote_address_50.0.0.5") {
+		t.Fatal("the HTML status page lacks the rules")
+	}
+}

@@ -546,3 +546,56 @@ func validate(req *rlsv3.RateLimitRequest) error {
 	}
 	return nil
 }
+
+// RuleRow is one configured rule with a limit, for the status page.
+type RuleRow struct {
+	Domain string `json:"domain"`
+	// Rule names the rule as the metrics do (key_value.key).
+	Rule string `json:"rule"`
+	// Name is the limit's name; Replaces the names it replaces.
+	Name     string   `json:"name,omitempty"`
+	Replaces []string `json:"replaces,omitempty"`
+	// Limit is "10/second", "unlimited" or "0/minute" (always over).
+	Limit string `json:"limit"`
+	// Algorithm is the one counting it (the rule's, the domain's or the
+	// server's).
+	Algorithm string `json:"algorithm"`
+	// Flags lists shadow_mode, detailed_metric, value_to_metric and
+	// share_threshold when set.
+	Flags []string `json:"flags,omitempty"`
+}
+
+// Rules returns the rules in force that have a limit, by domain and in
+// file order: O(configured rules), never O(counters).
+func (s *Service) Rules() []RuleRow {
+	cfg := s.cfg.Load()
+	var rows []RuleRow
+	var walk func(d *rls.Domain, path []*rls.Rule, rs []*rls.Rule)
+	walk = func(d *rls.Domain, path []*rls.Rule, rs []*rls.Rule) {
+		for _, r := range rs {
+			p := append(path[:len(path):len(path)], r)
+			if l := r.Limit; l != nil {
+				row := RuleRow{Domain: d.Name, Rule: rulePath(p), Name: l.Name, Replaces: l.Replaces,
+					Algorithm: d.AlgorithmOf(r, s.opts.Algorithm).String(), Limit: "unlimited"}
+				if !l.Unlimited {
+					row.Limit = strconv.FormatUint(uint64(l.RequestsPerUnit), 10) + "/" + l.Unit.String()
+				}
+				for _, f := range []struct {
+					on   bool
+					name string
+				}{{r.ShadowMode, "shadow_mode"}, {r.DetailedMetric, "detailed_metric"}, {r.ValueToMetric, "value_to_metric"}, {r.ShareThreshold, "share_threshold"}} {
+					if f.on {
+						row.Flags = append(row.Flags, f.name)
+					}
+				}
+				rows = append(rows, row)
+			}
+			walk(d, p, r.Descriptors)
+		}
+	}
+	for _, name := range cfg.Names() {
+		d := cfg.Domain(name)
+		walk(d, nil, d.Descriptors)
+	}
+	return rows
+}

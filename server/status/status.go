@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/server/capacity"
+	"github.com/sluice-rl/sluice/server/envoyrls"
 	"github.com/sluice-rl/sluice/server/sessions"
 )
 
@@ -97,6 +98,8 @@ type Views struct {
 	Limits *limits.Engine
 	// Sessions is the copy-limited resources' service; nil shows no holds.
 	Sessions *sessions.Service
+	// Envoy is Envoy's rate limit service; nil shows no rules.
+	Envoy *envoyrls.Service
 	// Ready reports the server's readiness (draining included); nil is
 	// the capacity service's.
 	Ready func() (bool, string)
@@ -159,8 +162,9 @@ type ServerStatus struct {
 	MasterURL     string                 `json:"master_url"` // the master's status page
 	Ready         bool                   `json:"ready"`
 	Draining      bool                   `json:"draining"`
-	Redis         *RedisStatus           `json:"redis,omitempty"`  // the limits store on Redis (--redis, --redis-cluster)
-	Config        *capacity.ConfigStatus `json:"config,omitempty"` // the root's configuration
+	Redis         *RedisStatus           `json:"redis,omitempty"`       // the limits store on Redis (--redis, --redis-cluster)
+	Config        *capacity.ConfigStatus `json:"config,omitempty"`      // the root's configuration
+	EnvoyRules    []envoyrls.RuleRow     `json:"envoy_rules,omitempty"` // Envoy's rate limit service's rules in force
 	Resources     []capacity.ResourceRow `json:"resources"`
 	Filter        Filter                 `json:"filter"`
 	Total         int                    `json:"total"` // resources before filtering
@@ -196,6 +200,9 @@ func (s *Site) StatusPage(f Filter) ServerStatus {
 	st.Ready, _ = s.v.Ready()
 	st.Redis = s.v.Redis()
 	st.Config = s.v.Capacity.ConfigView()
+	if s.v.Envoy != nil {
+		st.EnvoyRules = s.v.Envoy.Rules()
+	}
 	st.Resources, st.Total = s.v.Capacity.ResourceRows(f.match)
 	sortRows(st.Resources, f.Sort, f.Desc, resourceKey)
 	return st
