@@ -28,6 +28,8 @@ func TestParseObject(t *testing.T) {
 		{"limits/namespaces/open%2F", Namespace("open/")},
 		{"limits/namespaces", Object{Kind: KindNamespace}},
 		{"limits/global_default", GlobalDefault()},
+		{"envoy_ratelimit", Object{Kind: KindEnvoyDomain}},
+		{"envoy_ratelimit/edge%2Fproxy", EnvoyDomain("edge/proxy")},
 	}
 	for _, c := range cases {
 		got, err := ParseObject(c.path)

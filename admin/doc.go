@@ -24,6 +24,7 @@
 //	limits/resources/{name}/template              its dynamic bucket template
 //	limits/namespaces/{prefix}                    a namespace's flags
 //	limits/global_default                         the global default bucket
+//	envoy_ratelimit/{domain}                      an Envoy rate limit domain (an item of envoy_ratelimit:)
 //	config                                        the whole document
 //
 // Names are path-escaped in paths ("templates/db%2F*"). Each object can

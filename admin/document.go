@@ -185,11 +185,11 @@ func join(a, b string) string {
 }
 
 // slot is where an object's value lives: the value of key in mapping m,
-// or (templates) item index of sequence seq.
+// or (templates, Envoy domains) item index of sequence seq.
 type slot struct {
 	m     *yaml.Node // mapping holding the object (nil for a template)
 	key   string
-	seq   *yaml.Node // the resources: sequence (templates)
+	seq   *yaml.Node // the resources: or envoy_ratelimit: sequence
 	index int        // the template's index, -1 when absent
 }
 
@@ -212,17 +212,17 @@ func (s slot) value() *yaml.Node {
 // must exist). Errors wrap ErrNotFound for a missing parent.
 func (d *document) locate(o Object, create bool) (slot, error) {
 	top := d.top()
-	if o.Kind == KindTemplate {
-		i := mapIndex(top, "resources")
+	if ik, ok := itemKinds[o.Kind]; ok {
+		i := mapIndex(top, ik.list)
 		var seq *yaml.Node
 		switch {
 		case i >= 0 && !isNull(top.Content[i+1]):
 			seq = deref(top.Content[i+1])
 			if seq.Kind != yaml.SequenceNode {
-				return slot{}, fmt.Errorf("resources: want a sequence of templates, got %s", kindName(seq))
+				return slot{}, fmt.Errorf("%s: want a sequence of %ss, got %s", ik.list, ik.what, kindName(seq))
 			}
 			if seq != top.Content[i+1] {
-				return slot{}, errors.New("resources: is an alias; edit the anchored sequence it refers to")
+				return slot{}, fmt.Errorf("%s: is an alias; edit the anchored sequence it refers to", ik.list)
 			}
 		case !create:
 			return slot{seq: newSequence(), index: -1}, nil
@@ -231,11 +231,11 @@ func (d *document) locate(o Object, create bool) (slot, error) {
 			top.Content[i+1] = seq
 		default:
 			seq = newSequence()
-			top.Content = append(top.Content, newKey("resources"), seq)
+			top.Content = append(top.Content, newKey(ik.list), seq)
 		}
 		s := slot{seq: seq, index: -1}
 		for j, t := range seq.Content {
-			if g := mapGet(deref(t), "identifier_glob"); g != nil && deref(g).Kind == yaml.ScalarNode && deref(g).Value == o.Name {
+			if g := mapGet(deref(t), ik.name); g != nil && deref(g).Kind == yaml.ScalarNode && deref(g).Value == o.Name {
 				s.index = j
 				break
 			}
@@ -453,14 +453,14 @@ func (d *document) remove(o Object) error {
 // list returns the objects of collection c, in document order.
 func (d *document) list(c Object) ([]Object, error) {
 	var out []Object
-	if c.Kind == KindTemplate {
+	if ik, ok := itemKinds[c.Kind]; ok {
 		s, err := d.locate(c, false)
 		if err != nil {
 			return nil, err
 		}
 		for _, t := range s.seq.Content {
-			if g := deref(mapGet(deref(t), "identifier_glob")); g != nil && g.Kind == yaml.ScalarNode {
-				out = append(out, Template(g.Value))
+			if g := deref(mapGet(deref(t), ik.name)); g != nil && g.Kind == yaml.ScalarNode {
+				out = append(out, Object{Kind: c.Kind, Name: g.Value})
 			}
 		}
 		return out, nil

@@ -218,7 +218,7 @@ func (h *handler) object(w http.ResponseWriter, r *http.Request, o Object, id Id
 		writeJSON(w, http.StatusOK, v)
 	case http.MethodPost, http.MethodPut, http.MethodDelete:
 		op := map[string]Op{http.MethodPost: OpCreate, http.MethodPut: OpUpdate, http.MethodDelete: OpDelete}[r.Method]
-		if o.IsCollection() && !(op == OpCreate && o.Kind == KindTemplate) {
+		if _, item := itemKinds[o.Kind]; o.IsCollection() && !(op == OpCreate && item) {
 			methodNotAllowed(w, "GET")
 			return
 		}

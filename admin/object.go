@@ -39,12 +39,23 @@ const (
 	// KindGlobalDefault is the limits section's global default bucket:
 	// "limits/global_default".
 	KindGlobalDefault
+	// KindEnvoyDomain is one domain of Envoy's rate limit service's rules,
+	// an item of the `envoy_ratelimit:` list (envoyproxy/ratelimit's
+	// format), found by its domain: "envoy_ratelimit/{domain}".
+	KindEnvoyDomain
 )
 
-var kindNames = [...]string{"document", "template", "resource", "domain", "default", "bucket_template", "namespace", "global_default"}
+var kindNames = [...]string{"document", "template", "resource", "domain", "default", "bucket_template", "namespace", "global_default", "envoy_domain"}
+
+// itemKinds are the kinds whose objects are items of a top-level list of
+// the document, each named by a field of its own.
+var itemKinds = map[Kind]struct{ list, name, what string }{
+	KindTemplate:    {list: "resources", name: "identifier_glob", what: "template"},
+	KindEnvoyDomain: {list: "envoy_ratelimit", name: "domain", what: "domain"},
+}
 
 // String returns the kind's name: document, template, resource, domain,
-// default, bucket_template, namespace or global_default.
+// default, bucket_template, namespace, global_default or envoy_domain.
 func (k Kind) String() string {
 	if k >= 0 && int(k) < len(kindNames) {
 		return kindNames[k]
@@ -99,11 +110,14 @@ func Namespace(prefix string) Object { return Object{Kind: KindNamespace, Name: 
 // GlobalDefault returns the Object of the global default bucket.
 func GlobalDefault() Object { return Object{Kind: KindGlobalDefault} }
 
+// EnvoyDomain returns the Object of Envoy rate limit domain name.
+func EnvoyDomain(name string) Object { return Object{Kind: KindEnvoyDomain, Name: name} }
+
 // IsCollection reports whether o names a collection (its last name is
 // empty) rather than one object.
 func (o Object) IsCollection() bool {
 	switch o.Kind {
-	case KindTemplate, KindResource, KindNamespace:
+	case KindTemplate, KindResource, KindNamespace, KindEnvoyDomain:
 		return o.Name == ""
 	case KindDomain:
 		return o.Domain == ""
@@ -146,6 +160,11 @@ func (o Object) String() string {
 		return "limits/namespaces/" + e(o.Name)
 	case KindGlobalDefault:
 		return "limits/global_default"
+	case KindEnvoyDomain:
+		if o.Name == "" {
+			return "envoy_ratelimit"
+		}
+		return "envoy_ratelimit/" + e(o.Name)
 	}
 	return o.Kind.String()
 }
@@ -183,14 +202,17 @@ func ParseObject(path string) (Object, error) {
 		seg[i] = u
 	}
 	bad := func() (Object, error) {
-		return Object{}, fmt.Errorf("%w: %q; want config, templates[/GLOB], limits/resources[/NAME[/domains[/DOMAIN]|/default|/template]], limits/namespaces[/PREFIX] or limits/global_default (names path-escaped)", ErrBadObject, path)
+		return Object{}, fmt.Errorf("%w: %q; want config, templates[/GLOB], limits/resources[/NAME[/domains[/DOMAIN]|/default|/template]], limits/namespaces[/PREFIX], limits/global_default or envoy_ratelimit[/DOMAIN] (names path-escaped)", ErrBadObject, path)
 	}
 	nonEmpty := func(s string) bool { return s != "" }
 	switch {
 	case len(seg) == 1 && seg[0] == "config":
 		return Object{}, nil
-	case seg[0] == "templates" && len(seg) <= 2:
+	case (seg[0] == "templates" || seg[0] == "envoy_ratelimit") && len(seg) <= 2:
 		o := Object{Kind: KindTemplate}
+		if seg[0] == "envoy_ratelimit" {
+			o.Kind = KindEnvoyDomain
+		}
 		if len(seg) == 2 {
 			if !nonEmpty(seg[1]) {
 				return bad()

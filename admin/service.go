@@ -299,9 +299,9 @@ func (s *Service) edit(d *document, res *Result, c Change) (Object, error) {
 		return o, invalid(&DecodeError{Msg: "empty; want a JSON or YAML object"})
 	}
 	v := c.Value
-	if o.Kind == KindTemplate {
+	if _, ok := itemKinds[o.Kind]; ok {
 		var err error
-		if o, err = templateName(o, v); err != nil {
+		if o, err = itemName(o, v); err != nil {
 			return o, err
 		}
 	} else if o.IsCollection() {
@@ -342,30 +342,31 @@ func sameValue(d *document, doc []byte) error {
 	return nil
 }
 
-// templateName checks a template's identifier_glob against the object's
-// name, sets it when absent, and names a template created through the
-// collection.
-func templateName(o Object, v *yaml.Node) (Object, error) {
+// itemName checks the name field of a list item (a template's
+// identifier_glob, an Envoy domain's domain) against the object's name,
+// sets it when absent, and names an item created through the collection.
+func itemName(o Object, v *yaml.Node) (Object, error) {
+	ik := itemKinds[o.Kind]
 	if v.Kind != yaml.MappingNode {
-		return o, invalid(&DecodeError{Msg: fmt.Sprintf("want a mapping (the template's fields), got %s", kindName(v))})
+		return o, invalid(&DecodeError{Msg: fmt.Sprintf("want a mapping (the %s's fields), got %s", ik.what, kindName(v))})
 	}
-	i := mapIndex(v, "identifier_glob")
+	i := mapIndex(v, ik.name)
 	switch {
 	case i < 0 && o.Name == "":
-		return o, invalid(&DecodeError{Field: "identifier_glob", Msg: "required (the template's name)"})
+		return o, invalid(&DecodeError{Field: ik.name, Msg: fmt.Sprintf("required (the %s's name)", ik.what)})
 	case i < 0:
-		v.Content = append([]*yaml.Node{newKey("identifier_glob"), {Kind: yaml.ScalarNode, Tag: "!!str", Value: o.Name}}, v.Content...)
+		v.Content = append([]*yaml.Node{newKey(ik.name), {Kind: yaml.ScalarNode, Tag: "!!str", Value: o.Name}}, v.Content...)
 		return o, nil
 	}
 	g := v.Content[i+1]
 	if g.Kind != yaml.ScalarNode || g.Tag != "!!str" || g.Value == "" {
-		return o, invalid(&DecodeError{Field: "identifier_glob", Msg: fmt.Sprintf("want a non-empty string, got %s", kindName(g))})
+		return o, invalid(&DecodeError{Field: ik.name, Msg: fmt.Sprintf("want a non-empty string, got %s", kindName(g))})
 	}
 	if o.Name == "" {
-		return Template(g.Value), nil
+		return Object{Kind: o.Kind, Name: g.Value}, nil
 	}
 	if g.Value != o.Name {
-		return o, invalid(&DecodeError{Field: "identifier_glob", Msg: fmt.Sprintf("%q is not the path's %q (rename a template by deleting it and creating the new one)", g.Value, o.Name)})
+		return o, invalid(&DecodeError{Field: ik.name, Msg: fmt.Sprintf("%q is not the path's %q (rename a %s by deleting it and creating the new one)", g.Value, o.Name, ik.what)})
 	}
 	return o, nil
 }

@@ -136,6 +136,10 @@ func TestServiceObjects(t *testing.T) {
 			[]string{"+    Pinky_TheBrain:", "+      default:", "+        size: 1000"}},
 		{"delete a template", with(Change{}, OpDelete, Template("cache/*")),
 			[]string{"-  - identifier_glob: cache/*"}},
+		{"create an Envoy domain through the collection", with(yamlBody(t, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n"), OpCreate, Object{Kind: KindEnvoyDomain}),
+			[]string{"+envoy_ratelimit:", "+  - domain: edge", "+        rate_limit: {unit: second, requests_per_unit: 10}"}},
+		{"update an Envoy domain without its name", with(jsonBody(t, `{"algorithm": "fixed_window", "descriptors": [{"key": "remote_address", "rate_limit": {"unit": "minute", "requests_per_unit": 5}}]}`), OpUpdate, EnvoyDomain("edge")),
+			[]string{"+    algorithm: fixed_window"}},
 	}
 	version := int64(1)
 	for _, st := range steps {
@@ -184,6 +188,13 @@ func TestServiceObjects(t *testing.T) {
 	}
 	if _, err := s.Apply(ctx, with(yamlBody(t, "identifier_glob: other\ncapacity: 1\n"), OpUpdate, Template("db/*"))); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "body.identifier_glob") {
 		t.Errorf("a template body naming another glob: %v", err)
+	}
+	v, _, err = s.Get(ctx, EnvoyDomain("edge"))
+	if err != nil || v.Effective.(EnvoyDomainView) != (EnvoyDomainView{Domain: "edge", Algorithm: "fixed_window", Rules: 1}) {
+		t.Errorf("Envoy domain as the loader sees it: %+v %v", v.Effective, err)
+	}
+	if _, err := s.Apply(ctx, with(yamlBody(t, "descriptors: [{key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}]\n"), OpUpdate, EnvoyDomain("edge"))); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "envoy_ratelimit[0]: descriptors[0].rate_limit.unit") {
+		t.Errorf("an Envoy domain with a bad unit: %v, want the field named", err)
 	}
 	if h, _ := s.History(ctx); len(h) != len(steps)+1 || h[0].Version != version || h[len(h)-1].Op != OpImport {
 		t.Errorf("history: %d entries, newest %+v", len(h), h[0])

@@ -292,9 +292,25 @@ func copiesView(r copies.Resource) *ResourceView {
 	return v
 }
 
+// EnvoyDomainView is an Envoy rate limit domain as the loader sees it:
+// its algorithm ("" for the server's) and its number of rules, at every
+// level.
+type EnvoyDomainView struct {
+	Domain    string `json:"domain"`
+	Algorithm string `json:"algorithm,omitempty"`
+	Rules     int    `json:"rules"`
+}
+
 // effective returns o as repo's loader sees it, or nil when repo has no
 // such object.
 func effective(o Object, repo *config.Repository) any {
+	if o.Kind == KindEnvoyDomain {
+		d := repo.EnvoyRateLimit().Domain(o.Name)
+		if d == nil {
+			return nil
+		}
+		return EnvoyDomainView{Domain: d.Name, Algorithm: d.Algorithm.String(), Rules: d.Rules()}
+	}
 	if o.Kind == KindTemplate {
 		for _, t := range repo.Templates() {
 			if t.IdentifierGlob != o.Name {

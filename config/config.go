@@ -85,6 +85,7 @@ import (
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
+	"github.com/sluice-rl/sluice/limits/rls"
 )
 
 // Template is one validated resource template.
@@ -163,6 +164,7 @@ type Repository struct {
 	globs     []int
 	limits    *limits.Config
 	copies    *copies.Config
+	envoy     *rls.Config
 	notes     []string
 	hash      string
 }
@@ -204,6 +206,11 @@ func normalizeNotes(lc *limits.Config, cc *copies.Config) []string {
 // quotaservice.QuotaService. See package limits/limitsyaml for its format. The
 // caller must not change it.
 func (r *Repository) Limits() *limits.Config { return r.limits }
+
+// EnvoyRateLimit returns the envoy_ratelimit section: Envoy's rate limit
+// service's rules, written in envoyproxy/ratelimit's format
+// (limitsyaml.DecodeEnvoySection); nil when the file has no such section.
+func (r *Repository) EnvoyRateLimit() *rls.Config { return r.envoy }
 
 // Templates returns the templates in file order.
 func (r *Repository) Templates() []Template { return append([]Template(nil), r.templates...) }
@@ -303,8 +310,9 @@ func Load(file string) (*Repository, error) {
 
 // raw mirrors the YAML with pointers, so absent fields can be told apart.
 type rawRepo struct {
-	Resources []rawTemplate `yaml:"resources"`
-	Limits    *nodeOf       `yaml:"limits"`
+	Resources      []rawTemplate `yaml:"resources"`
+	Limits         *nodeOf       `yaml:"limits"`
+	EnvoyRateLimit *nodeOf       `yaml:"envoy_ratelimit"`
 }
 
 // nodeOf keeps a YAML value as a node, for a package that decodes it
@@ -378,6 +386,13 @@ func Parse(data []byte) (*Repository, error) {
 			repo.limits, repo.copies = cfg, cp
 			repo.notes = normalizeNotes(cfg, cp)
 		}
+	}
+	if raw.EnvoyRateLimit != nil {
+		c, err := limitsyaml.DecodeEnvoySection(raw.EnvoyRateLimit.node)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		repo.envoy = c
 	}
 	seen := map[string]int{}
 	for i, rt := range raw.Resources {
@@ -539,7 +554,7 @@ func unjoin(err error) []error {
 // Fields each level of the file may have (the yaml tags of rawRepo,
 // rawTemplate, rawAlgorithm and rawParameter).
 var (
-	repoFields      = []string{"resources", "limits"}
+	repoFields      = []string{"resources", "limits", "envoy_ratelimit"}
 	templateFields  = []string{"identifier_glob", "capacity", "safe_capacity", "description", "algorithm"}
 	algorithmFields = []string{"kind", "lease_length", "refresh_interval", "learning_mode_duration", "parameters"}
 	parameterFields = []string{"name", "value"}

@@ -518,3 +518,34 @@ func TestExampleCharon(t *testing.T) {
 		t.Errorf("normalization notes %v, %v", r.Notes(), err)
 	}
 }
+
+// TestEnvoyRateLimitSection: Envoy's rate limit rules in Sluice's own
+// file, in envoyproxy/ratelimit's format, each error naming its item.
+func TestEnvoyRateLimitSection(t *testing.T) {
+	r, err := Parse([]byte(`
+envoy_ratelimit:
+  - domain: edge
+    algorithm: fixed_window
+    descriptors:
+      - key: remote_address
+        rate_limit: {unit: second, requests_per_unit: 10}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := r.EnvoyRateLimit().Domain("edge"); d == nil || d.Rules() != 1 || d.Algorithm.String() != "fixed_window" {
+		t.Fatalf("domain edge: %+v", d)
+	}
+	if r, _ := Parse([]byte("resources: []\n")); r.EnvoyRateLimit() != nil {
+		t.Fatal("a file without the section has Envoy rules")
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{"envoy_ratelimit:\n  - domain: a\n  - domain: a\n", `domain "a" defined twice: in envoy_ratelimit[0] and in envoy_ratelimit[1]`},
+		{"envoy_ratelimit:\n  - domain: a\n    descriptors: [{key: k, rate_limt: {}}]\n", `envoy_ratelimit[0]: descriptors[0]`},
+		{"envoy_ratelimit: {domain: a}\n", "envoy_ratelimit"},
+	} {
+		if _, err := Parse([]byte(c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.yaml, err, c.want)
+		}
+	}
+}

@@ -566,15 +566,21 @@ func (s *Server) applyConfig(r *config.Repository) {
 	if err := s.sessions.SetConfig(r.Copies()); err != nil {
 		s.log.Error("copy-limited resources refused", "err", err)
 	}
+	if s.cfg.EnvoyRateLimitPath == "" {
+		s.envoy.SetConfig(r.EnvoyRateLimit())
+	}
 	for _, note := range r.Notes() {
 		s.log.Info("configuration normalized", "note", note)
 	}
 }
 
-// checkLimitsOnce refuses limits from two sources.
+// checkLimitsOnce refuses limits, or Envoy's rules, from two sources.
 func (s *Server) checkLimitsOnce(r *config.Repository) error {
 	if s.cfg.QuotaServiceConfigPath != "" && r.Limits() != nil {
 		return fmt.Errorf("limits configured twice: in the limits section of --config %s and by --quotaservice-config %s; keep one", s.cfg.ConfigPath, s.cfg.QuotaServiceConfigPath)
+	}
+	if s.cfg.EnvoyRateLimitPath != "" && r.EnvoyRateLimit() != nil {
+		return fmt.Errorf("envoy rate limit rules configured twice: in the envoy_ratelimit section of --config %s and by --envoy-ratelimit-config %s; keep one", s.cfg.ConfigPath, s.cfg.EnvoyRateLimitPath)
 	}
 	return nil
 }

@@ -93,6 +93,47 @@ func ParseEnvoyRateLimit(source string, data []byte) ([]*rls.Domain, error) {
 	return out, nil
 }
 
+// DecodeEnvoySection reads the envoy_ratelimit section of Sluice's own
+// configuration: a sequence of domains, each written as one document of
+// envoyproxy/ratelimit's format (ParseEnvoyRateLimit), for example
+//
+//	envoy_ratelimit:
+//	  - domain: edge
+//	    descriptors:
+//	      - key: remote_address
+//	        rate_limit: {unit: second, requests_per_unit: 10}
+//
+// A null section has no domains. Errors name the item and the field
+// (envoy_ratelimit[1]: descriptors[0].key: missing or empty (line 7)), and
+// a domain defined twice names both items.
+func DecodeEnvoySection(n *yaml.Node) (*rls.Config, error) {
+	if isNull(n) {
+		return rls.NewConfig()
+	}
+	w := newWalker(n)
+	items, _ := w.sequence(n, "envoy_ratelimit")
+	if err := w.err(); err != nil {
+		return nil, err
+	}
+	var domains []*rls.Domain
+	var errs []error
+	for i, item := range items {
+		where := fmt.Sprintf("envoy_ratelimit[%d]", i)
+		iw := newWalker(item)
+		d := iw.envoyDomain(item)
+		if err := iw.err(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			continue
+		}
+		d.Source = where
+		domains = append(domains, d)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return rls.NewConfig(domains...)
+}
+
 // LoadEnvoyRateLimit reads path, a file of envoyproxy/ratelimit's
 // configuration or a directory of them (its *.yaml and *.yml files, in
 // name order, not recursing: the reference's config/ directory), into one
