@@ -42,9 +42,11 @@ func (r *RLS) Decide(ctx context.Context, now int64, domain string, hits []rls.H
 	tag := r.s.prefix + "{e" + escape(domain) + "}"
 	keys := make([]string, 0, len(hits))
 	packed := make([]byte, 0, 56*len(hits))
-	nowArg := ""
+	nowArg, extraTTL := "", "0"
 	if r.s.callerTime {
-		nowArg = strconv.FormatInt(now, 10)
+		// The tests' instants are not Redis's: keys must not expire by
+		// Redis's clock before the tests' clock says they may.
+		nowArg, extraTTL = strconv.FormatInt(now, 10), "3600000"
 	}
 	for _, h := range hits {
 		alg, letter := 1, "t"
@@ -67,7 +69,7 @@ func (r *RLS) Decide(ctx context.Context, now int64, domain string, hits []rls.H
 		packed = appendDoubles(packed, float64(ki+1), float64(alg), float64(h.Policy.Limit), float64(h.Policy.Period), float64(n),
 			float64(b2i(h.Refund)), float64(b2i(h.Soft)))
 	}
-	cmd, err := r.s.eval(ctx, rlsScript, keys, nowArg, string(packed))
+	cmd, err := r.s.eval(ctx, rlsScript, keys, nowArg, string(packed), extraTTL)
 	if err != nil {
 		return false, err
 	}
