@@ -57,6 +57,7 @@ import (
 	"github.com/sluice-rl/sluice/config/etcdconfig"
 	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/fleet"
+	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
@@ -233,7 +234,6 @@ type Server struct {
 	limits   *limitsvc.Service
 	sessions *sessions.Service
 	envoy    *envoyrls.Service
-	rlsMem   *rls.MemoryStore // the envoy service's store when in memory (reaped by Run)
 	status   *status.Site
 	handler  http.Handler // the net/http side, admin API and pprof included
 
@@ -400,33 +400,12 @@ func (s *Server) newServices(id string) error {
 		return err
 	}
 	eo := cfg.EnvoyRateLimit
-	eo.Now, eo.Logger, eo.Registry = s.now, s.log, s.reg
+	eo.Now, eo.Logger, eo.Registry, eo.Store = s.now, s.log, s.reg, rls.NewMemoryStore()
 	if cfg.Shared != nil && cfg.Shared.RLS != nil {
 		eo.Store = cfg.Shared.RLS
-	} else {
-		s.rlsMem = rls.NewMemoryStore()
-		eo.Store = s.rlsMem
 	}
 	s.envoy, err = envoyrls.New(eo)
 	return err
-}
-
-// reapRLS drops the envoy service's counters that are full again (or
-// whose window is over) every interval, until ctx ends.
-func (s *Server) reapRLS(ctx context.Context, interval time.Duration) {
-	if s.rlsMem == nil {
-		return
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.rlsMem.Reap(s.now().UnixMicro())
-		}
-	}
 }
 
 // newElection creates the election of cfg.Election.
@@ -719,10 +698,8 @@ const readinessEvery = 250 * time.Millisecond
 // gRPC health checks (Envoy's cluster health checks, Kubernetes' grpc
 // probes).
 func (s *Server) followReadiness(ctx context.Context) {
-	t := time.NewTicker(readinessEvery)
-	defer t.Stop()
 	last := healthpb.HealthCheckResponse_UNKNOWN
-	for {
+	refresh.Run(ctx, nil, func(context.Context) time.Duration {
 		st := healthpb.HealthCheckResponse_NOT_SERVING
 		if ok, _ := s.Ready(); ok {
 			st = healthpb.HealthCheckResponse_SERVING
@@ -734,12 +711,8 @@ func (s *Server) followReadiness(ctx context.Context) {
 			}
 			last = st
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+		return readinessEvery
+	})
 }
 
 // Run serves until ctx ends, then drains: /readyz turns 503, the election
@@ -766,7 +739,7 @@ func (s *Server) Run(ctx context.Context) error {
 		func(ctx context.Context) { s.limits.Run(ctx, time.Second) },
 		s.sessions.Run,
 		s.followReadiness,
-		func(ctx context.Context) { s.reapRLS(ctx, 10*time.Second) },
+		func(ctx context.Context) { s.envoy.Run(ctx, 10*time.Second) },
 	} {
 		wg.Go(func() { run(bg) })
 	}

@@ -1,5 +1,7 @@
 // Package refresh is the one refresh machinery of Sluice's lease keepers:
-// the loop that runs a step when it is due or when woken (Run, Wake), the
+// the loop that runs a step when it is due or when woken (Run, Wake; and
+// Every, the same loop at a fixed interval, which the servers' background
+// work uses: sweeps, reaps, readiness), the
 // failure bookkeeping that turns consecutive failures into a backoff
 // (Retry), and the following of mastership redirects (Follow). The
 // client's refresh loop, an intermediate server's link to its parent and
@@ -58,6 +60,19 @@ func Run(ctx context.Context, w Wake, step func(context.Context) time.Duration) 
 		}
 		timer.Reset(next)
 	}
+}
+
+// Every calls step every interval, the first time one interval after the
+// call, until ctx is done: Run at a fixed interval, with no Wake.
+func Every(ctx context.Context, interval time.Duration, step func(context.Context)) {
+	first := true
+	Run(ctx, nil, func(ctx context.Context) time.Duration {
+		if !first {
+			step(ctx)
+		}
+		first = false
+		return interval
+	})
 }
 
 // Retry is the failure bookkeeping of a refresh loop: after a failure the

@@ -152,3 +152,24 @@ func TestPokesMerge(t *testing.T) {
 		t.Fatalf("%d pokes pending, want 1", len(w))
 	}
 }
+
+// TestEvery: the first step comes one interval after the call, then one
+// every interval, until the context ends; on virtual time (synctest).
+func TestEvery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		start := time.Now()
+		var at []time.Duration
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			Every(ctx, time.Second, func(context.Context) { at = append(at, time.Since(start)) })
+		}()
+		time.Sleep(3500 * time.Millisecond)
+		cancel()
+		<-done
+		if len(at) != 3 || at[0] != time.Second || at[1] != 2*time.Second || at[2] != 3*time.Second {
+			t.Fatalf("steps at %v, want 1s 2s 3s", at)
+		}
+	})
+}

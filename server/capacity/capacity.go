@@ -32,6 +32,7 @@ import (
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/hooks"
+	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/ratelimit"
 )
@@ -371,16 +372,7 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 			s.parent.run(ctx)
 		}()
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.Sweep()
-		}
-	}
+	refresh.Every(ctx, interval, func(context.Context) { s.Sweep() })
 }
 
 // ResourceStatus is a snapshot of one resource, for status pages and tests.

@@ -40,6 +40,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/rls"
 )
@@ -130,6 +131,17 @@ func New(opts Options) (*Service, error) {
 func (s *Service) SetConfig(c *rls.Config) {
 	s.metrics.setConfig(c)
 	s.cfg.Store(c)
+}
+
+// Run removes, every interval until ctx is done, the counters of a store
+// that keeps them in this process (rls.MemoryStore's Reap: full buckets,
+// windows over); a store that expires them itself (Redis) needs none.
+func (s *Service) Run(ctx context.Context, interval time.Duration) {
+	r, ok := s.opts.Store.(interface{ Reap(now int64) int })
+	if !ok {
+		return
+	}
+	refresh.Every(ctx, interval, func(context.Context) { r.Reap(s.opts.Now().UnixMicro()) })
 }
 
 // Config returns the rules in force (nil: none).

@@ -26,6 +26,7 @@ import (
 
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
 )
@@ -106,16 +107,7 @@ func New(opts Options) (*Service, error) {
 // Run removes idle buckets every interval (limits.Engine.Reap) until ctx
 // is done.
 func (s *Service) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.reap(ctx)
-		}
-	}
+	refresh.Every(ctx, interval, s.reap)
 }
 
 // Engine returns the service's limits engine: the token buckets that
