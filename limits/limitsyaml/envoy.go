@@ -77,14 +77,11 @@ func ParseEnvoyRateLimit(source string, data []byte) ([]*rls.Domain, error) {
 		if i > 0 {
 			where = fmt.Sprintf("%s (document %d)", source, i+1)
 		}
-		root := doc.Content[0]
-		w := newWalker(root)
-		d := w.envoyDomain(root)
-		if err := w.err(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+		d, err := decodeEnvoyDomain(doc.Content[0], where)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		d.Source = where
 		out = append(out, d)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -118,20 +115,29 @@ func DecodeEnvoySection(n *yaml.Node) (*rls.Config, error) {
 	var domains []*rls.Domain
 	var errs []error
 	for i, item := range items {
-		where := fmt.Sprintf("envoy_ratelimit[%d]", i)
-		iw := newWalker(item)
-		d := iw.envoyDomain(item)
-		if err := iw.err(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+		d, err := decodeEnvoyDomain(item, fmt.Sprintf("envoy_ratelimit[%d]", i))
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		d.Source = where
 		domains = append(domains, d)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return rls.NewConfig(domains...)
+}
+
+// decodeEnvoyDomain reads one domain's document n, read from where (its
+// Source, and the prefix of its errors).
+func decodeEnvoyDomain(n *yaml.Node, where string) (*rls.Domain, error) {
+	w := newWalker(n)
+	d := w.envoyDomain(n)
+	if err := w.err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	d.Source = where
+	return d, nil
 }
 
 // LoadEnvoyRateLimit reads path, a file of envoyproxy/ratelimit's

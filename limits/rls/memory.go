@@ -118,27 +118,3 @@ func (s *MemoryStore) Len() int {
 	}
 	return n
 }
-
-// Snapshot is one counter as a store holds it, for a status page.
-type Snapshot struct {
-	Bucket    string
-	Algorithm Algorithm
-	State     State
-}
-
-// Walk calls fn for each counter, one shard at a time (fn runs under
-// that shard's lock: it must not call the store), until fn returns false.
-// It costs O(counters): for a page that asked for it.
-func (s *MemoryStore) Walk(fn func(Snapshot) bool) {
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for k, st := range sh.m {
-			if !fn(Snapshot{Bucket: k.bucket, Algorithm: k.alg, State: st}) {
-				sh.mu.Unlock()
-				return
-			}
-		}
-		sh.mu.Unlock()
-	}
-}

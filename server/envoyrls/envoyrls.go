@@ -178,7 +178,6 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	sc := scratchPool.Get().(*scratch)
 	defer sc.put()
 	n := len(req.Descriptors)
-	sc.views = sc.views[:0]
 	for _, d := range req.Descriptors {
 		start := len(sc.entries)
 		for _, e := range d.Entries {
@@ -461,13 +460,10 @@ func seconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
 // values (rulePath), else "descriptor_<i>" (an override on no rule).
 func policyName(d *descriptor, i int) string {
 	switch {
-	case d.limit.Name != "":
-		if d.info != nil && d.limit == d.match.Rule.Limit {
-			return d.info.policy
-		}
-		return sfString(d.limit.Name)
-	case d.info != nil:
+	case d.info != nil: // a configured rule: its name resolved once
 		return d.info.policy
+	case d.limit.Name != "":
+		return sfString(d.limit.Name)
 	case d.match.Rule != nil: // a rule of a configuration just replaced
 		return sfString(d.match.Rule.Key)
 	}
