@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/internal/testutil"
 )
 
 // BenchmarkGetCapacityGRPC measures GetCapacity over real gRPC on loopback
@@ -38,11 +37,7 @@ resources:
 			const conns = 8
 			stubs := make([]pb.CapacityClient, conns)
 			for i := range stubs {
-				cc, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer cc.Close()
+				cc := testutil.Dial(b, srv.Addr())
 				stubs[i] = pb.NewCapacityClient(cc)
 			}
 			reqs := make([]*pb.GetCapacityRequest, n)

@@ -33,7 +33,7 @@ func charonServer(t *testing.T) (*Server, v1.LimitsClient) {
 	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
 	rate := &limits.Config{Resources: map[string]*limits.Resource{"api": {Default: &limits.Bucket{Size: 10, FillRate: 1, MaxTokensPerRequest: 10}}}}
 	s, _ := startServer(t, Config{ID: "charon", Now: clock.Now, Limits: rate, Copies: sandboxes})
-	return s, v1.NewLimitsClient(dial(t, s.Addr()))
+	return s, v1.NewLimitsClient(testutil.Dial(t, s.Addr()))
 }
 
 func open(t *testing.T, c v1.LimitsClient) string {

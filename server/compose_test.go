@@ -62,7 +62,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 func TestComposeStandalone(t *testing.T) {
 	s, stop := startServer(t, Config{ID: "standalone", ConfigPath: writeFile(t, "config.yaml", doormanYAML)})
 	ctx := t.Context()
-	c := pb.NewCapacityClient(dial(t, s.Addr()))
+	c := pb.NewCapacityClient(testutil.Dial(t, s.Addr()))
 	resp, err := c.GetCapacity(ctx, capacityRequest("alice", "fixed/a", 5))
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestComposeTree(t *testing.T) {
 	}
 	a, stopA := root()
 	b, stopB := root()
-	ca, cb := pb.NewCapacityClient(dial(t, a.Addr())), pb.NewCapacityClient(dial(t, b.Addr()))
+	ca, cb := pb.NewCapacityClient(testutil.Dial(t, a.Addr())), pb.NewCapacityClient(testutil.Dial(t, b.Addr()))
 	discover := func(c pb.CapacityClient) *pb.DiscoveryResponse {
 		t.Helper()
 		d, err := c.Discovery(ctx, &pb.DiscoveryRequest{})
@@ -161,7 +161,7 @@ func TestComposeTree(t *testing.T) {
 
 	// The intermediate server: its parent is the root (either task).
 	mid, _ := startServer(t, Config{ID: "mid", Parents: []string{other.Addr(), master.Addr()}})
-	cm := pb.NewCapacityClient(dial(t, mid.Addr()))
+	cm := pb.NewCapacityClient(testutil.Dial(t, mid.Addr()))
 	testutil.Eventually(t, 60*time.Second, "the intermediate server to grant its client 30 from the root's capacity", func() bool {
 		resp, err := cm.GetCapacity(ctx, capacityRequest("leaf-client", "r", 30))
 		return err == nil && len(resp.GetResponse()) == 1 && resp.GetResponse()[0].GetGets().GetCapacity() == 30
@@ -250,7 +250,7 @@ func TestComposeRedis(t *testing.T) {
 	}
 	a, stopA := redisServer(t, newClient(), "compose:", &closed)
 	b, stopB := redisServer(t, newClient(), "compose:", &closed)
-	sharedBucket(t, v1.NewLimitsClient(dial(t, a.Addr())), v1.NewLimitsClient(dial(t, b.Addr())))
+	sharedBucket(t, v1.NewLimitsClient(testutil.Dial(t, a.Addr())), v1.NewLimitsClient(testutil.Dial(t, b.Addr())))
 	check := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer check.Close()
 	keys, err := check.Keys(t.Context(), "compose:*").Result()
@@ -281,7 +281,7 @@ func TestComposeRedisCluster(t *testing.T) {
 	var closed atomic.Int32
 	a, _ := redisServer(t, cl.Client(), "cluster:", &closed)
 	b, _ := redisServer(t, cl.Client(), "cluster:", &closed)
-	sharedBucket(t, v1.NewLimitsClient(dial(t, a.Addr())), v1.NewLimitsClient(dial(t, b.Addr())))
+	sharedBucket(t, v1.NewLimitsClient(testutil.Dial(t, a.Addr())), v1.NewLimitsClient(testutil.Dial(t, b.Addr())))
 	check := cl.Client()
 	defer check.Close()
 	var found atomic.Bool
@@ -308,7 +308,7 @@ func TestComposeFleet(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 		s, _ := startServer(t, Config{Copies: sandboxes, Shared: redisShared(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c),
 			Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, FleetPrefix: "/" + t.Name()})
-		lc := v1.NewLimitsClient(dial(t, s.Addr()))
+		lc := v1.NewLimitsClient(testutil.Dial(t, s.Addr()))
 		// A member serves holds once it has its epoch.
 		testutil.Eventually(t, 30*time.Second, s.Addr()+" to serve holds", func() bool {
 			r, err := lc.OpenSession(t.Context(), &v1.OpenSessionRequest{})

@@ -13,9 +13,9 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
+	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
@@ -42,11 +42,7 @@ namespaces:
 	const conns, keys = 4, 10_000
 	ccs := make([]*grpc.ClientConn, conns)
 	for i := range ccs {
-		cc, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer cc.Close()
+		cc := testutil.Dial(b, srv.Addr())
 		ccs[i] = cc
 	}
 	calls := map[string]func(ctx context.Context, i int64) error{}

@@ -25,7 +25,7 @@ func TestEnvoyRulesInSluiceConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := startServer(t, Config{ConfigPath: path, Admin: Admin{Insecure: true}})
-	c := rlsv3.NewRateLimitServiceClient(dial(t, s.Addr()))
+	c := rlsv3.NewRateLimitServiceClient(testutil.Dial(t, s.Addr()))
 	limit := func() uint32 {
 		resp, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.1"}}}}})

@@ -18,7 +18,7 @@ import (
 // unknown), over real gRPC on the one port.
 func TestHealthFollowsReadiness(t *testing.T) {
 	s, _ := startServer(t, Config{Doorman: doormanRepo(t), Logger: testutil.Logger()})
-	hc := healthpb.NewHealthClient(dial(t, s.Addr()))
+	hc := healthpb.NewHealthClient(testutil.Dial(t, s.Addr()))
 	status := func(service string) healthpb.HealthCheckResponse_ServingStatus {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -46,7 +46,7 @@ func TestReflection(t *testing.T) {
 	s, _ := startServer(t, Config{Logger: testutil.Logger()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	stream, err := reflectionpb.NewServerReflectionClient(dial(t, s.Addr())).ServerReflectionInfo(ctx)
+	stream, err := reflectionpb.NewServerReflectionClient(testutil.Dial(t, s.Addr())).ServerReflectionInfo(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func limitsServer(t *testing.T) (*Server, *testutil.Clock, *grpc.ClientConn, str
 	}
 	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
 	s, _ := startServer(t, Config{ID: "limits", Now: clock.Now, Limits: cfg})
-	return s, clock, dial(t, s.Addr()), s.Addr()
+	return s, clock, testutil.Dial(t, s.Addr()), s.Addr()
 }
 
 // A client generated from Square's protos (the project's own copy, field
@@ -223,7 +223,7 @@ func TestLimitsStoreFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := startServer(t, Config{ID: "failing", Limits: cfg, Shared: &Shared{Limits: failingStore{limits.NewMemoryStore()}}})
-	conn := dial(t, s.Addr())
+	conn := testutil.Dial(t, s.Addr())
 	resp, err := qs.NewQuotaServiceClient(conn).Allow(t.Context(), &qs.AllowRequest{Namespace: "api", BucketName: "small"})
 	if err != nil || resp.GetStatus() != qs.AllowResponse_REJECTED_SERVER_ERROR {
 		t.Errorf("quota service on a failed store: %v, %v; want REJECTED_SERVER_ERROR", resp, err)

@@ -55,11 +55,7 @@ func TestEndpointGRPCOnItsOwnTransport(t *testing.T) {
 	addr, _ := startEndpoint(t, s, http.NotFoundHandler(), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := testutil.Dial(t, addr)
 	resp, err := pb.NewCapacityClient(conn).GetCapacity(ctx, capacityRequest("g", "fixed/a", 5))
 	if err != nil || resp.GetResponse()[0].GetGets().GetCapacity() != 5 {
 		t.Fatalf("gRPC through grpc-go: %v, %v", resp, err)
@@ -181,11 +177,7 @@ func TestEndpointAllProtocols(t *testing.T) {
 func TestEndpointShutdown(t *testing.T) {
 	s := endpointServer(t)
 	addr, ep := startEndpoint(t, s, s.Handler(), nil)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := testutil.Dial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := pb.NewCapacityClient(conn).GetCapacity(ctx, capacityRequest("a", "fixed/a", 5)); err != nil {

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
@@ -66,18 +64,6 @@ func assemble(t testing.TB, cfg Config) *Server {
 		t.Fatalf("New: %v", err)
 	}
 	return s
-}
-
-// dial returns a grpc-go connection to addr, plaintext, closed when the
-// test ends (before the servers it started earlier stop).
-func dial(t testing.TB, addr string) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
 }
 
 // metricValue returns the value of the series of metric name in reg whose

@@ -15,8 +15,6 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-rl/sluice/internal/testutil"
@@ -51,11 +49,7 @@ descriptors:
 
 func rlsClient(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := testutil.Dial(t, addr)
 	return rlsv3.NewRateLimitServiceClient(conn)
 }
 

@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -56,11 +54,7 @@ func startFleetServer(t *testing.T, name, cfgPath, etcd string, redisFlag ...str
 	t.Helper()
 	args := append([]string{"server", "--config", cfgPath, "--etcd-endpoints", etcd, "--fleet-ttl", "2s", "--fleet-prefix", "/" + t.Name()}, redisFlag...)
 	p := startProc(t, name, args...)
-	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := testutil.Dial(t, p.addr)
 	s := &fleetServer{proc: p, c: v1.NewLimitsClient(conn)}
 	testutil.Eventually(t, 30*time.Second, name+" serves holds", func() bool {
 		r, err := s.c.OpenSession(t.Context(), &v1.OpenSessionRequest{})

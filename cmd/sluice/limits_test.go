@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/testutil"
@@ -37,11 +34,7 @@ func limitsConfigAt(rate string) string { return strings.Replace(limitsConfig, "
 // file keeps the last good limits.
 func TestServerLimitsReload(t *testing.T) {
 	addr, _, path := startServerWith(t, limitsConfigAt("0.001"))
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := testutil.Dial(t, addr)
 	c := v1.NewLimitsClient(conn)
 	allow := func() v1.AllowResponse_Status {
 		t.Helper()
@@ -86,11 +79,7 @@ func TestServerQuotaServiceConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr, _, _ := startServerWith(t, testConfig, "--quotaservice-config", qpath)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := testutil.Dial(t, addr)
 	c := qs.NewQuotaServiceClient(conn)
 	for i, want := range []qs.AllowResponse_Status{qs.AllowResponse_OK, qs.AllowResponse_REJECTED_TIMEOUT} {
 		resp, err := c.Allow(t.Context(), &qs.AllowRequest{Namespace: "logins", BucketName: "ann", MaxWaitTimeOverride: true})
@@ -116,11 +105,7 @@ func TestServerCharonExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr, _, _ := startServerWith(t, string(data))
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := testutil.Dial(t, addr)
 	c := v1.NewLimitsClient(conn)
 	ctx := t.Context()
 	r, err := c.Allow(ctx, &v1.AllowRequest{Resource: "cookbook/hard", Domain: "acme", Tokens: 5, MinTokens: 1})
@@ -156,11 +141,7 @@ limits:
 	var clients []v1.LimitsClient
 	for range 3 {
 		addr, _, _ := startServerWith(t, cfg, "--redis", "redis://"+rs.Addr+"/0")
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := testutil.Dial(t, addr)
 		clients = append(clients, v1.NewLimitsClient(conn))
 	}
 	var granted, answered atomic.Int64
@@ -194,11 +175,7 @@ limits:
 	var tiers []v1.LimitsClient
 	for range 2 {
 		addr, _, _ := startServerWith(t, string(charon), "--redis", "redis://"+rs.Addr+"/0")
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := testutil.Dial(t, addr)
 		tiers = append(tiers, v1.NewLimitsClient(conn))
 	}
 	for i, want := range []int64{4000, 1000, 0} {

@@ -17,9 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -115,11 +113,7 @@ func req(resource string, wants float64) *pb.ResourceRequest {
 // doorman.Capacity, as an unmodified Doorman client would.
 func TestServerOverGRPC(t *testing.T) {
 	addr, _ := startServer(t, testConfig)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := testutil.Dial(t, addr)
 	c := pb.NewCapacityClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

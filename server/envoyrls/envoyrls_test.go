@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -47,20 +45,7 @@ func start(t *testing.T, opts envoyrls.Options, yamls ...string) *rig {
 	}
 	svc.SetConfig(rulesOf(t, yamls...))
 	r.svc = svc
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(gs, svc)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	r.client = rlsv3.NewRateLimitServiceClient(conn)
+	r.client = rlsv3.NewRateLimitServiceClient(testutil.ServeGRPC(t, func(gs *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(gs, svc) }))
 	return r
 }
 

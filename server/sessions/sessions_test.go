@@ -2,7 +2,6 @@ package sessions
 
 import (
 	"context"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -37,19 +35,9 @@ var sandboxes = &copies.Config{Resources: map[string]copies.Resource{
 // test ends, and returns a client of it.
 func serve(t *testing.T, s *Service) v1.LimitsClient {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	gs.RegisterService(&v1.Limits_ServiceDesc, rpc.NewLimits(nil, s)) // the copy-limited RPCs alone
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := testutil.ServeGRPC(t, func(gs *grpc.Server) {
+		gs.RegisterService(&v1.Limits_ServiceDesc, rpc.NewLimits(nil, s)) // the copy-limited RPCs alone
+	})
 	return v1.NewLimitsClient(conn)
 }
 
