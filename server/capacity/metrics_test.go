@@ -9,31 +9,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/internal/hooks"
+	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/server/internal/rpc"
 )
-
-// series counts the series of every metric family in reg whose name starts
-// with prefix.
-func series(t *testing.T, reg *prometheus.Registry, prefix string) (int, []*dto.MetricFamily) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, mf := range mfs {
-		if strings.HasPrefix(mf.GetName(), prefix) {
-			n += len(mf.GetMetric())
-		}
-	}
-	return n, mfs
-}
 
 // askMany sends one GetCapacity for ids (as one client).
 func askMany(t *testing.T, s *Service, client string, ids []string) {
@@ -65,7 +48,7 @@ func TestMetricsCardinalityBounded(t *testing.T) {
 		}
 	}
 	askMany(t, s, "fair-client", []string{"fair"})
-	got, mfs := series(t, registry(t, s), "sluice_server_")
+	got, mfs := testutil.Series(t, registry(t, s), "sluice_server_")
 	t.Logf("root: %d series after %d distinct resource ids", got, n+1)
 	// 3 labels (fixed/*, fair, unmatched) × 7 per-resource metrics, plus
 	// the fixed families.
@@ -106,7 +89,7 @@ func TestMetricsCardinalityBounded(t *testing.T) {
 	if g := getCap(t, mid, "c", fmt.Sprintf("r/%d", midN-1), 1).GetResponse()[0].GetGets().GetCapacity(); g != 1 {
 		t.Fatalf("the last resource got %v from the intermediate, want 1", g)
 	}
-	got, _ = series(t, registry(t, mid), "sluice_server_resource")
+	got, _ = testutil.Series(t, registry(t, mid), "sluice_server_resource")
 	t.Logf("intermediate: %d per-resource series after %d distinct resource ids", got, midN)
 	if want := 7 * (MaxResourceSeries + 1); got != want {
 		t.Fatalf("%d per-resource series, want %d (%d ids + other, 7 metrics)", got, want, MaxResourceSeries)
@@ -120,28 +103,12 @@ func TestMetricsMastershipAndConfigInfo(t *testing.T) {
 	s := newTestServer(t)
 	s.SetMastership(false, "x:1")
 	s.SetMastership(true, "")
-	_, mfs := series(t, registry(t, s), "sluice_server_")
-	want := map[string]bool{
-		`sluice_server_mastership_changes_total{change="lost"} 1`:                     false,
-		`sluice_server_mastership_changes_total{change="won"} 1`:                      false,
-		`sluice_server_config_info{hash="` + s.Config().Hash() + `",templates="2"} 1`: false,
-	}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			var ls []string
-			for _, l := range m.GetLabel() {
-				ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-			}
-			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			key := fmt.Sprintf("%s{%s} %v", mf.GetName(), strings.Join(ls, ","), v)
-			if _, ok := want[key]; ok {
-				want[key] = true
-			}
-		}
-	}
-	for k, seen := range want {
-		if !seen {
-			t.Errorf("missing %s", k)
-		}
+	_, mfs := testutil.Series(t, registry(t, s), "sluice_server_")
+	for _, line := range testutil.MissingSeries(mfs,
+		`sluice_server_mastership_changes_total{change="lost"} 1`,
+		`sluice_server_mastership_changes_total{change="won"} 1`,
+		`sluice_server_config_info{hash="`+s.Config().Hash()+`",templates="2"} 1`,
+	) {
+		t.Errorf("missing %s", line)
 	}
 }
