@@ -19,6 +19,7 @@ import (
 
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 )
 
 // charonChildEnv makes the test binary a client process: its value is the
@@ -146,7 +147,7 @@ func startChild(t *testing.T, addr, do string) (*exec.Cmd, childReport) {
 // ttl passes); another process seizes a transfer staged by a third and
 // releases it.
 func TestCharonProcesses(t *testing.T) {
-	s, _ := startServer(t, Config{ID: "charon", Copies: sandboxes})
+	s, _ := startServer(t, Config{ID: "charon", Copies: fixture.Sandboxes()})
 	addr := s.Addr()
 	held := func() int64 { return globalHolds(s.Sessions().Snapshot()) }
 

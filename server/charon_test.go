@@ -10,29 +10,19 @@ import (
 
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
 )
 
-// sandboxes is the cookbook/sandboxes: domain limit 3 (acme: 4),
-// global limit 5, group trusted = {acme, initech} with limit 4.
-var sandboxes = &copies.Config{Resources: map[string]copies.Resource{
-	"cookbook/sandboxes": {
-		DomainLimit:  3,
-		DomainLimits: map[string]int64{"acme": 4},
-		GlobalLimit:  5,
-		Groups:       []copies.Group{{Name: "trusted", Limit: 4, Domains: []string{"acme", "initech"}}},
-	},
-}}
-
-// charonServer runs a server of sandboxes and a rate-limited resource
+// charonServer runs a server of fixture.Sandboxes and a rate-limited resource
 // "api" at a fake clock (no session expires); it returns it and a client
 // of it.
 func charonServer(t *testing.T) (*Server, v1.LimitsClient) {
 	t.Helper()
 	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
 	rate := &limits.Config{Resources: map[string]*limits.Resource{"api": {Default: &limits.Bucket{Size: 10, FillRate: 1, MaxTokensPerRequest: 10}}}}
-	s, _ := startServer(t, Config{ID: "charon", Now: clock.Now, Limits: rate, Copies: sandboxes})
+	s, _ := startServer(t, Config{ID: "charon", Now: clock.Now, Limits: rate, Copies: fixture.Sandboxes()})
 	return s, v1.NewLimitsClient(testutil.Dial(t, s.Addr()))
 }
 

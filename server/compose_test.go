@@ -20,6 +20,7 @@ import (
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
+	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/limits"
@@ -60,7 +61,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 // the configuration is loaded; Run returns nil when its context ends, and
 // the port is closed then.
 func TestComposeStandalone(t *testing.T) {
-	s, stop := startServer(t, Config{ID: "standalone", ConfigPath: writeFile(t, "config.yaml", doormanYAML)})
+	s, stop := startServer(t, Config{ID: "standalone", ConfigPath: writeFile(t, "config.yaml", fixture.Doorman)})
 	ctx := t.Context()
 	c := pb.NewCapacityClient(testutil.Dial(t, s.Addr()))
 	resp, err := c.GetCapacity(ctx, capacityRequest("alice", "fixed/a", 5))
@@ -306,7 +307,7 @@ func TestComposeFleet(t *testing.T) {
 	srv := redistest.StartT(t)
 	fleetServer := func() (*Server, v1.LimitsClient) {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		s, _ := startServer(t, Config{Copies: sandboxes, Shared: redisShared(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c),
+		s, _ := startServer(t, Config{Copies: fixture.Sandboxes(), Shared: redisShared(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c),
 			Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, FleetPrefix: "/" + t.Name()})
 		lc := v1.NewLimitsClient(testutil.Dial(t, s.Addr()))
 		// A member serves holds once it has its epoch.
@@ -377,14 +378,14 @@ func TestComposeFleet(t *testing.T) {
 // cannot serve.
 func TestNewErrors(t *testing.T) {
 	badBucket := &limits.Config{Resources: map[string]*limits.Resource{"x": {Default: &limits.Bucket{Size: 1}}}}
-	withLimits := writeFile(t, "config.yaml", doormanYAML+`
+	withLimits := writeFile(t, "config.yaml", fixture.Doorman+`
 limits:
   resources:
     api:
       domains:
         small: {size: 3, fill_rate: 1}
 `)
-	quota := writeFile(t, "quota.yaml", quotaYAML)
+	quota := writeFile(t, "quota.yaml", fixture.QuotaService)
 	badFile := writeFile(t, "bad.yaml", `
 limits:
   resources:

@@ -17,38 +17,16 @@ import (
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
-// Square's configuration format, as an existing deployment has it.
-const quotaYAML = `
-global_default_bucket:
-  size: 5
-  fill_rate: 1
-  max_tokens_per_request: 5
-namespaces:
-  logins:
-    dynamic_bucket_template:
-      size: 2
-      fill_rate: 1
-      wait_timeout_millis: 0
-    max_dynamic_buckets: 2
-  api:
-    buckets:
-      small:
-        size: 10
-        fill_rate: 10
-        wait_timeout_millis: 1000
-        max_debt_millis: 1000
-        max_tokens_per_request: 5
-`
-
-// limitsServer runs a server with quotaYAML's limits at a fake clock, and
+// limitsServer runs a server with fixture.QuotaService's limits at a fake clock, and
 // returns it, a grpc-go connection to it and its address.
 func limitsServer(t *testing.T) (*Server, *testutil.Clock, *grpc.ClientConn, string) {
 	t.Helper()
-	cfg, err := limitsyaml.ParseQuotaService([]byte(quotaYAML))
+	cfg, err := limitsyaml.ParseQuotaService([]byte(fixture.QuotaService))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +196,7 @@ func (failingStore) Take(context.Context, int64, limits.Key, *limits.Limit, limi
 // A store that fails: REJECTED_SERVER_ERROR on the quota service (a status,
 // as every answer there), Unavailable on sluice.v1.Limits; both over gRPC.
 func TestLimitsStoreFailure(t *testing.T) {
-	cfg, err := limitsyaml.ParseQuotaService([]byte(quotaYAML))
+	cfg, err := limitsyaml.ParseQuotaService([]byte(fixture.QuotaService))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func startEndpoint(t *testing.T, s *Server, handler http.Handler, cfg *tls.Confi
 	return lis.Addr().String(), ep
 }
 
-// endpointServer is a standalone server with doormanYAML, not running:
+// endpointServer is a standalone server with fixture.Doorman, not running:
 // the endpoint tests serve it themselves.
 func endpointServer(t *testing.T) *Server {
 	t.Helper()

@@ -12,6 +12,7 @@ import (
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 )
 
 // runDeadline bounds how long a test waits for Run to return after its
@@ -77,23 +78,10 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map
 	return testutil.MetricValue(t, reg, name, pairs...)
 }
 
-// doormanYAML is the Doorman configuration of the tests of package server:
-// a FAIR_SHARE resource and STATIC fixed/* resources.
-const doormanYAML = `
-resources:
-  - identifier_glob: fair
-    capacity: 100
-    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 10, learning_mode_duration: 0}
-  - identifier_glob: "fixed/*"
-    capacity: 10
-    safe_capacity: 1
-    algorithm: {kind: STATIC, lease_length: 20, refresh_interval: 5}
-`
-
-// doormanRepo parses doormanYAML.
+// doormanRepo parses fixture.Doorman.
 func doormanRepo(t testing.TB) *config.Repository {
 	t.Helper()
-	return parseDoorman(t, doormanYAML)
+	return parseDoorman(t, fixture.Doorman)
 }
 
 // parseDoorman parses a Doorman configuration.

@@ -26,7 +26,7 @@ func get(t *testing.T, h http.Handler, url string, header ...string) (int, strin
 	return rec.Code, string(body), rec.Result().Header
 }
 
-// newDoormanServer assembles a server with doormanYAML (not run: the
+// newDoormanServer assembles a server with fixture.Doorman (not run: the
 // tests call its services and handler).
 func newDoormanServer(t *testing.T) *Server {
 	t.Helper()

@@ -10,22 +10,12 @@ import (
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 )
-
-const testConfig = `
-resources:
-  - identifier_glob: fair
-    capacity: 100
-    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 10, learning_mode_duration: 0}
-  - identifier_glob: "fixed/*"
-    capacity: 10
-    safe_capacity: 1
-    algorithm: {kind: STATIC, lease_length: 20, refresh_interval: 5}
-`
 
 func newTestServer(tb testing.TB) *Service {
 	tb.Helper()
-	repo, err := config.Parse([]byte(testConfig))
+	repo, err := config.Parse([]byte(fixture.Doorman))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -89,7 +79,7 @@ func TestMastershipRedirectAndReset(t *testing.T) {
 
 func TestConfigReloadAppliesToExistingResources(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	repo, _ := config.Parse([]byte(testConfig))
+	repo, _ := config.Parse([]byte(fixture.Doorman))
 	s := New(Options{Config: repo, Now: clk.now})
 	getCap(t, s, "a", "fixed/x", 50)
 	next, err := config.Parse([]byte(`
@@ -114,7 +104,7 @@ resources:
 
 func TestSweepForgetsIdleResources(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	repo, _ := config.Parse([]byte(testConfig))
+	repo, _ := config.Parse([]byte(fixture.Doorman))
 	s := New(Options{Config: repo, Now: clk.now})
 	getCap(t, s, "a", "fixed/x", 5)
 	s.Sweep()

@@ -14,38 +14,15 @@ import (
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
-// Square's configuration format, as an existing deployment has it (the
-// same as package server's tests of the service over gRPC).
-const quotaYAML = `
-global_default_bucket:
-  size: 5
-  fill_rate: 1
-  max_tokens_per_request: 5
-namespaces:
-  logins:
-    dynamic_bucket_template:
-      size: 2
-      fill_rate: 1
-      wait_timeout_millis: 0
-    max_dynamic_buckets: 2
-  api:
-    buckets:
-      small:
-        size: 10
-        fill_rate: 10
-        wait_timeout_millis: 1000
-        max_debt_millis: 1000
-        max_tokens_per_request: 5
-`
-
-// newService returns the service with quotaYAML's limits.
+// newService returns the service with fixture.QuotaService's limits.
 func newService(tb testing.TB, opts Options) *Service {
 	tb.Helper()
-	cfg, err := limitsyaml.ParseQuotaService([]byte(quotaYAML))
+	cfg, err := limitsyaml.ParseQuotaService([]byte(fixture.QuotaService))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -116,7 +93,7 @@ func FuzzQuotaServiceAllow(f *testing.F) {
 	} {
 		f.Add(seed.ns, seed.bucket, seed.tokens, seed.ms, seed.override)
 	}
-	cfg, err := limitsyaml.ParseQuotaService([]byte(quotaYAML))
+	cfg, err := limitsyaml.ParseQuotaService([]byte(fixture.QuotaService))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -16,20 +16,10 @@ import (
 
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/server/internal/rpc"
 )
-
-// sandboxes is the cookbook/sandboxes: domain limit 3 (acme: 4),
-// global limit 5, group trusted = {acme, initech} with limit 4.
-var sandboxes = &copies.Config{Resources: map[string]copies.Resource{
-	"cookbook/sandboxes": {
-		DomainLimit:  3,
-		DomainLimits: map[string]int64{"acme": 4},
-		GlobalLimit:  5,
-		Groups:       []copies.Group{{Name: "trusted", Limit: 4, Domains: []string{"acme", "initech"}}},
-	},
-}}
 
 // serve serves s over grpc-go on a kernel-picked loopback port until the
 // test ends, and returns a client of it.
@@ -41,12 +31,12 @@ func serve(t *testing.T, s *Service) v1.LimitsClient {
 	return v1.NewLimitsClient(conn)
 }
 
-// charonService serves sandboxes over gRPC at a fake clock, with opts'
+// charonService serves fixture.Sandboxes() over gRPC at a fake clock, with opts'
 // other fields; it returns the service, the clock and a client.
 func charonService(t *testing.T, opts Options) (*Service, *testutil.Clock, v1.LimitsClient) {
 	t.Helper()
 	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
-	opts.Now, opts.Config = clock.Now, sandboxes
+	opts.Now, opts.Config = clock.Now, fixture.Sandboxes()
 	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)

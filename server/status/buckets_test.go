@@ -17,6 +17,7 @@ import (
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/server/capacity"
@@ -204,16 +205,8 @@ func TestBucketsPageShowsTiers(t *testing.T) {
 // The buckets page shows the copy log: holds per resource, domain, group
 // and session (ids cut short), in HTML and JSON.
 func TestBucketsPageShowsHolds(t *testing.T) {
-	sandboxes := &copies.Config{Resources: map[string]copies.Resource{
-		"cookbook/sandboxes": {
-			DomainLimit:  3,
-			DomainLimits: map[string]int64{"acme": 4},
-			GlobalLimit:  5,
-			Groups:       []copies.Group{{Name: "trusted", Limit: 4, Domains: []string{"acme", "initech"}}},
-		},
-	}}
 	rate := &limits.Config{Resources: map[string]*limits.Resource{"api": {Default: &limits.Bucket{Size: 10, FillRate: 1, MaxTokensPerRequest: 10}}}}
-	s, _, ss := site(t, testutil.NewClock(time.Unix(1_700_000_000, 0)), rate, sandboxes)
+	s, _, ss := site(t, testutil.NewClock(time.Unix(1_700_000_000, 0)), rate, fixture.Sandboxes())
 	open, err := ss.OpenSession(t.Context(), &v1.OpenSessionRequest{Ttl: durationpb.New(5 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
