@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -271,14 +270,7 @@ func TestComposeRedis(t *testing.T) {
 // Redis Cluster, as `sluice server --redis-cluster`: two servers on a
 // three-master cluster decide on one bucket, a key of the cluster.
 func TestComposeRedisCluster(t *testing.T) {
-	cl, err := redistest.StartCluster(3)
-	if errors.Is(err, redistest.ErrSkip) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
+	cl := redistest.StartClusterT(t, 3)
 	var closed atomic.Int32
 	a, _ := redisServer(t, cl.Client(), "cluster:", &closed)
 	b, _ := redisServer(t, cl.Client(), "cluster:", &closed)
@@ -286,7 +278,7 @@ func TestComposeRedisCluster(t *testing.T) {
 	check := cl.Client()
 	defer check.Close()
 	var found atomic.Bool
-	err = check.ForEachMaster(t.Context(), func(ctx context.Context, m *redis.Client) error {
+	err := check.ForEachMaster(t.Context(), func(ctx context.Context, m *redis.Client) error {
 		keys, err := m.Keys(ctx, "cluster:*").Result()
 		if slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(k, "api") && strings.Contains(k, "small") }) {
 			found.Store(true)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -66,14 +65,7 @@ func clientRequest(client string, more ...*ratelimitv3.RateLimitDescriptor) *rls
 // slot).
 func TestEnvoyServersShareRedis(t *testing.T) {
 	rs := redistest.StartT(t)
-	cl, err := redistest.StartCluster(3)
-	if errors.Is(err, redistest.ErrSkip) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
+	cl := redistest.StartClusterT(t, 3)
 	dir := envoyRules(t)
 	for _, mode := range []struct{ name, flag, value string }{
 		{"redis", "--redis", "redis://" + rs.Addr + "/0"},

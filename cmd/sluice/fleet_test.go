@@ -280,14 +280,7 @@ func globalLimitAcross(t *testing.T, servers []*fleetServer, count func() int64)
 // concurrent Allow calls on a bucket of 10 grant exactly 10, and the
 // global limit of a copy-limited resource holds over 1 000 operations.
 func TestFleetOnRedisCluster(t *testing.T) {
-	cl, err := redistest.StartCluster(3)
-	if errors.Is(err, redistest.ErrSkip) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Stop()
+	cl := redistest.StartClusterT(t, 3)
 	rc := cl.Client()
 	defer rc.Close()
 	etcd := etcdtest.StartEtcd(t)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -100,6 +101,22 @@ func StartCluster(masters int) (*Cluster, error) {
 	}
 	ok = true
 	return c, nil
+}
+
+// StartClusterT starts a cluster of masters for t, stopped when t ends;
+// it skips t when redis-server or redis-cli is missing (ErrSkip) and fails
+// it on any other error.
+func StartClusterT(t testing.TB, masters int) *Cluster {
+	t.Helper()
+	c, err := StartCluster(masters)
+	if errors.Is(err, ErrSkip) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
 }
 
 // missing is the error for a missing binary.
