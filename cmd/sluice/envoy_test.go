@@ -1,8 +1,6 @@
 package main
 
 import (
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,13 +141,7 @@ func TestEnvoyConfigReload(t *testing.T) {
 	}
 	_ = cmd.Process.Signal(syscall.SIGHUP)
 	testutil.Eventually(t, 30*time.Second, "the bad directory to be read and refused", func() bool {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return strings.Contains(string(b), `sluice_server_config_reloads_total{result="failed"}`)
+		return strings.Contains(scrape(addr), `sluice_server_config_reloads_total{result="failed"}`)
 	})
 	if !limited("late") {
 		t.Fatal("a bad directory replaced the rules in force")

@@ -27,6 +27,18 @@ limits:
 `
 
 // limitsConfigAt is limitsConfig with api/small's fill rate.
+// scrape returns the /metrics page of the server at addr ("" when it
+// cannot be read).
+func scrape(addr string) string {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
 func limitsConfigAt(rate string) string { return strings.Replace(limitsConfig, "%s", rate, 1) }
 
 // `sluice server --config` serves the file's limits section over gRPC and
@@ -58,13 +70,7 @@ func TestServerLimitsReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 30*time.Second, "the bad file to be read and refused", func() bool {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return strings.Contains(string(b), `sluice_server_config_reloads_total{result="failed"} 1`)
+		return strings.Contains(scrape(addr), `sluice_server_config_reloads_total{result="failed"} 1`)
 	})
 	if got := allow(); got != v1.AllowResponse_OK {
 		t.Fatalf("after a bad file: %v; the last good limits (1000/s) should still serve", got)
