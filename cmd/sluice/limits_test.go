@@ -26,7 +26,6 @@ limits:
         small: {size: 1, fill_rate: %s, wait_timeout: 0s}
 `
 
-// limitsConfigAt is limitsConfig with api/small's fill rate.
 // scrape returns the /metrics page of the server at addr ("" when it
 // cannot be read).
 func scrape(addr string) string {
@@ -39,6 +38,7 @@ func scrape(addr string) string {
 	return string(b)
 }
 
+// limitsConfigAt is limitsConfig with api/small's fill rate.
 func limitsConfigAt(rate string) string { return strings.Replace(limitsConfig, "%s", rate, 1) }
 
 // `sluice server --config` serves the file's limits section over gRPC and
