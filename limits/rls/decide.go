@@ -60,12 +60,6 @@ type Policy struct {
 	Period int64
 }
 
-// PolicyOf returns the policy of l (a limit with a unit and
-// RequestsPerUnit ≥ 1) under algorithm a.
-func PolicyOf(l *Limit, a Algorithm) Policy {
-	return Policy{Algorithm: a, Limit: l.RequestsPerUnit, Period: l.Unit.Duration().Microseconds()}
-}
-
 // Hit is one request descriptor's part of a decision.
 type Hit struct {
 	// Bucket identifies the counter (Match.Bucket, or an override's own).

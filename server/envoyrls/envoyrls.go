@@ -314,8 +314,7 @@ func (s *Service) plan(req *rlsv3.RateLimitRequest, domain *rls.Domain, d *ratel
 		return ds // always over: no counter
 	}
 	ds.hit = len(*hits)
-	policy := rls.PolicyOf(l, domain.AlgorithmOf(m.Rule, s.opts.Algorithm))
-	policy.Period = ds.period.Microseconds()
+	policy := rls.Policy{Algorithm: domain.AlgorithmOf(m.Rule, s.opts.Algorithm), Limit: l.RequestsPerUnit, Period: ds.period.Microseconds()}
 	*hits = append(*hits, rls.Hit{Bucket: bucket, Policy: policy, Hits: ds.hits, Refund: d.IsNegativeHits, Soft: ds.shadow})
 	return ds
 }
