@@ -155,10 +155,11 @@ type descriptor struct {
 	hits    uint64        // what it adds
 	entries []rls.Entry   // the request's
 	domain  string
-	info    *ruleInfo // the matched rule's, or nil
-	hit     int       // its index in hits, or -1 (no store decision)
-	shadow  bool      // the rule's shadow mode (or the service's)
-	status  *rlsv3.RateLimitResponse_DescriptorStatus
+	info    *ruleInfo                                 // the matched rule's, or nil
+	hit     int                                       // its index in hits, or -1 (no store decision)
+	shadow  bool                                      // the rule's shadow mode (or the service's)
+	answer  *answer                                   // its place in the reply
+	status  *rlsv3.RateLimitResponse_DescriptorStatus // &answer.status
 }
 
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer. Errors:
@@ -189,12 +190,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	now := s.opts.Now()
 	ds := grow(sc.ds, n)
 	sc.ds = ds
-	// The answers, in one block each (one allocation, not one a descriptor).
-	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
+	r := newReply(n)
 	for i, d := range req.Descriptors {
 		ds[i] = s.plan(req, domain, d, sc.matches[i], sc.views[i], &sc.hits)
-		statuses[i].Code = rlsv3.RateLimitResponse_OK
-		ds[i].status = &statuses[i]
+		ds[i].answer = &r.answers[i]
+		ds[i].status = &ds[i].answer.status
+		ds[i].status.Code = rlsv3.RateLimitResponse_OK
+		r.resp.Statuses[i] = ds[i].status
 	}
 	hits := sc.hits
 	results := grow(sc.results, len(hits))
@@ -223,18 +225,68 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			degraded = true
 		}
 	}
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
-	limitsBlock := make([]rlsv3.RateLimitResponse_RateLimit, 0, n)
-	resets := make([]durationpb.Duration, 0, n)
 	for i := range ds {
-		s.answer(&ds[i], results, degraded, &limitsBlock, &resets)
-		resp.Statuses[i] = ds[i].status
+		s.answer(&ds[i], results, degraded)
 		if ds[i].status.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			r.resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
-	resp.ResponseHeadersToAdd = s.headers(ds, results)
-	return resp, nil
+	s.headers(r, ds, results)
+	return &r.resp, nil
+}
+
+// reply is a response and every message it points to, made in one
+// allocation for a request of one descriptor (most of Envoy's) and in
+// three for more, and its headers in one more: the gRPC codec marshals it after the handler returns,
+// so none of it can be pooled.
+type reply struct {
+	resp    rlsv3.RateLimitResponse
+	answers []answer
+	one     struct {
+		status  [1]*rlsv3.RateLimitResponse_DescriptorStatus
+		answers [1]answer
+	}
+	headers *headerBlock // made by the first addHeader
+}
+
+// headerBlock holds a response's headers.
+type headerBlock struct {
+	values [maxHeaders]corev3.HeaderValue
+	ptrs   [maxHeaders]*corev3.HeaderValue
+}
+
+// answer is one descriptor's status and the messages it points to.
+type answer struct {
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	limit  rlsv3.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
+}
+
+// maxHeaders is the most headers a response adds: RateLimit-Policy,
+// RateLimit, Retry-After and the three X-RateLimit-*.
+const maxHeaders = 6
+
+// newReply returns an OK reply with room for n descriptors.
+func newReply(n int) *reply {
+	r := &reply{}
+	r.resp.OverallCode = rlsv3.RateLimitResponse_OK
+	if n == 1 {
+		r.resp.Statuses, r.answers = r.one.status[:], r.one.answers[:]
+	} else {
+		r.resp.Statuses, r.answers = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n), make([]answer, n)
+	}
+	return r
+}
+
+// addHeader appends a response header to r.
+func (r *reply) addHeader(k, v string) {
+	if r.headers == nil {
+		r.headers = new(headerBlock)
+	}
+	h, i := r.headers, len(r.resp.ResponseHeadersToAdd)
+	h.values[i].Key, h.values[i].Value = k, v
+	h.ptrs[i] = &h.values[i]
+	r.resp.ResponseHeadersToAdd = h.ptrs[:i+1]
 }
 
 // scratch is a request's working memory, pooled: the descriptors' entries
@@ -337,9 +389,7 @@ func override(domain string, o *ratelimitv3.RateLimitDescriptor_RateLimitOverrid
 }
 
 // answer fills d's status from its limit and its hit's result.
-// Its current limit and reset are appended to limitsBlock and resets
-// (blocks with room for every descriptor, so that they never move).
-func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool, limitsBlock *[]rlsv3.RateLimitResponse_RateLimit, resets *[]durationpb.Duration) {
+func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool) {
 	l, st := d.limit, d.status
 	switch {
 	case l == nil:
@@ -349,12 +399,12 @@ func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool, lim
 		s.metrics.record(d, resultWithin)
 		return
 	}
-	*limitsBlock = append(*limitsBlock, rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit,
-		Unit: rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)})
-	st.CurrentLimit = &(*limitsBlock)[len(*limitsBlock)-1]
+	a := d.answer
+	a.limit.Name, a.limit.RequestsPerUnit, a.limit.Unit = l.Name, l.RequestsPerUnit, rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)
+	st.CurrentLimit = &a.limit
 	reset := func(d time.Duration) *durationpb.Duration {
-		*resets = append(*resets, durationpb.Duration{Seconds: int64(d / time.Second), Nanos: int32(d % time.Second)})
-		return &(*resets)[len(*resets)-1]
+		a.reset.Seconds, a.reset.Nanos = int64(d/time.Second), int32(d%time.Second)
+		return &a.reset
 	}
 	switch {
 	case d.hit < 0: // requests_per_unit: 0, always over
@@ -388,13 +438,13 @@ func (s *Service) over(d *descriptor) {
 	s.metrics.record(d, resultOver)
 }
 
-// headers returns the response headers for the limited descriptors.
-func (s *Service) headers(ds []descriptor, results []rls.Result) []*corev3.HeaderValue {
+// headers adds to r the response headers for the limited descriptors.
+func (s *Service) headers(r *reply, ds []descriptor, results []rls.Result) {
 	h := s.opts.Headers
 	if !h.Draft && !h.XRateLimit {
-		return nil
+		return
 	}
-	var pbuf, sbuf [256]byte // (on the stack: only their strings are kept)
+	var pbuf, sbuf [256]byte // (on the stack: only one string of both is kept)
 	policy, state := pbuf[:0], sbuf[:0]
 	var retry int64 = -1 // µs
 	least := -1
@@ -426,29 +476,22 @@ func (s *Service) headers(ds []descriptor, results []rls.Result) []*corev3.Heade
 		}
 	}
 	if least < 0 {
-		return nil
-	}
-	// The headers in one block, and the list pointing into it.
-	block := make([]corev3.HeaderValue, 0, 6)
-	out := make([]*corev3.HeaderValue, 0, 6)
-	add := func(k, v string) {
-		block = append(block, corev3.HeaderValue{Key: k, Value: v})
-		out = append(out, &block[len(block)-1])
+		return
 	}
 	if h.Draft {
-		add("RateLimit-Policy", string(policy))
-		add("RateLimit", string(state))
+		both := string(append(policy, state...))
+		r.addHeader("RateLimit-Policy", both[:len(policy)])
+		r.addHeader("RateLimit", both[len(policy):])
 		if retry >= 0 {
-			add("Retry-After", strconv.FormatInt(seconds(time.Duration(retry)*time.Microsecond), 10))
+			r.addHeader("Retry-After", strconv.FormatInt(seconds(time.Duration(retry)*time.Microsecond), 10))
 		}
 	}
 	if h.XRateLimit {
 		st := ds[least].status
-		add("X-RateLimit-Limit", strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10))
-		add("X-RateLimit-Remaining", strconv.FormatUint(uint64(st.LimitRemaining), 10))
-		add("X-RateLimit-Reset", strconv.FormatInt(seconds(st.DurationUntilReset.AsDuration()), 10))
+		r.addHeader("X-RateLimit-Limit", strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10))
+		r.addHeader("X-RateLimit-Remaining", strconv.FormatUint(uint64(st.LimitRemaining), 10))
+		r.addHeader("X-RateLimit-Reset", strconv.FormatInt(seconds(st.DurationUntilReset.AsDuration()), 10))
 	}
-	return out
 }
 
 // seconds rounds d up to whole seconds.
