@@ -393,6 +393,7 @@ func Parse(data []byte) (*Repository, error) {
 			errs = append(errs, err)
 		}
 		repo.envoy = c
+		errs = append(errs, checkBurstTiers(c, repo.limits)...)
 	}
 	seen := map[string]int{}
 	for i, rt := range raw.Resources {
@@ -617,5 +618,31 @@ func unknownFields(data []byte) []error {
 			})
 		}
 	})
+	return errs
+}
+
+// checkBurstTiers checks that every burst-tier rule of the envoy_ratelimit
+// section names a resource of the limits section with algorithm
+// burst_tiers.
+func checkBurstTiers(envoy *rls.Config, lim *limits.Config) []error {
+	var errs []error
+	for _, name := range envoy.Names() {
+		envoy.Domain(name).Each(func(p []*rls.Rule) {
+			l := p[len(p)-1].Limit
+			if l == nil || l.BurstTiers == "" {
+				return
+			}
+			var r *limits.Resource
+			if lim != nil {
+				r = lim.Resources[l.BurstTiers]
+			}
+			switch {
+			case r == nil:
+				errs = append(errs, fmt.Errorf("envoy_ratelimit: domain %q, rule %s: rate_limit.burst_tiers: %q is not a resource of the limits section", name, rls.RulePath(p), l.BurstTiers))
+			case r.Algorithm != limits.BurstTiers:
+				errs = append(errs, fmt.Errorf("envoy_ratelimit: domain %q, rule %s: rate_limit.burst_tiers: resource %q has algorithm %s, not burst_tiers", name, rls.RulePath(p), l.BurstTiers, r.Algorithm))
+			}
+		})
+	}
 	return errs
 }

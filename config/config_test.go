@@ -536,6 +536,20 @@ envoy_ratelimit:
 	if d := r.EnvoyRateLimit().Domain("edge"); d == nil || d.Rules() != 1 || d.Algorithm.String() != "fixed_window" {
 		t.Fatalf("domain edge: %+v", d)
 	}
+	r, err = Parse([]byte(`
+limits:
+  resources:
+    api/tenants: {algorithm: burst_tiers, tiers: [{limit: 2, window: 1s, active: 1m}]}
+envoy_ratelimit:
+  - domain: api
+    descriptors: [{key: tenant, rate_limit: {burst_tiers: api/tenants, name: tiers}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := r.EnvoyRateLimit().Domain("api").Descriptors[0].Limit; l.BurstTiers != "api/tenants" || l.Name != "tiers" {
+		t.Fatalf("burst tiers: %+v", l)
+	}
 	if r, _ := Parse([]byte("resources: []\n")); r.EnvoyRateLimit() != nil {
 		t.Fatal("a file without the section has Envoy rules")
 	}
@@ -543,6 +557,14 @@ envoy_ratelimit:
 		{"envoy_ratelimit:\n  - domain: a\n  - domain: a\n", `domain "a" defined twice: in envoy_ratelimit[0] and in envoy_ratelimit[1]`},
 		{"envoy_ratelimit:\n  - domain: a\n    descriptors: [{key: k, rate_limt: {}}]\n", `envoy_ratelimit[0]: descriptors[0]`},
 		{"envoy_ratelimit: {domain: a}\n", "envoy_ratelimit"},
+		// Charon's burst tiers: a resource of the limits section, alone.
+		{"envoy_ratelimit:\n  - domain: a\n    descriptors: [{key: k, rate_limit: {burst_tiers: t}}]\n",
+			`envoy_ratelimit: domain "a", rule k: rate_limit.burst_tiers: "t" is not a resource of the limits section`},
+		{"limits: {resources: {t: {default: {size: 1, fill_rate: 1}}}}\nenvoy_ratelimit:\n  - domain: a\n    descriptors: [{key: k, value: v, rate_limit: {burst_tiers: t}}]\n",
+			`envoy_ratelimit: domain "a", rule k_v: rate_limit.burst_tiers: resource "t" has algorithm token_bucket, not burst_tiers`},
+		{"envoy_ratelimit:\n  - domain: a\n    descriptors: [{key: k, rate_limit: {burst_tiers: t, unit: second}}]\n", "descriptors[0].rate_limit.unit: given with burst_tiers"},
+		{"envoy_ratelimit:\n  - domain: a\n    descriptors: [{key: k, rate_limit: {burst_tiers: t, requests_per_unit: 3}}]\n", "descriptors[0].rate_limit.requests_per_unit: given with burst_tiers"},
+		{"envoy_ratelimit:\n  - domain: a\n    descriptors: [{key: k, rate_limit: {burst_tiers: ''}}]\n", "descriptors[0].rate_limit.burst_tiers: empty"},
 	} {
 		if _, err := Parse([]byte(c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.yaml, err, c.want)

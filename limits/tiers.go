@@ -392,11 +392,13 @@ type TierContext struct {
 	// HardLimit and GlobalLimit are the limits applied (0: unbounded).
 	HardLimit, GlobalLimit int64
 	// Tier is the domain's current tier after the decision (its index,
-	// 1-based; 0 is the fake tier: none active); TierLimit its limit (0
-	// for the fake tier) and TierHits the hits in its window.
-	Tier      int
-	TierLimit int64
-	TierHits  int64
+	// 1-based; 0 is the fake tier: none active); TierLimit its limit and
+	// TierWindow its window (0 for the fake tier), TierHits the hits in
+	// its window.
+	Tier       int
+	TierLimit  int64
+	TierWindow time.Duration
+	TierHits   int64
 	// DomainHitsLastSecond and GlobalHitsLastSecond are the hits granted
 	// in the last second, after the decision, to the domain and to every
 	// domain of the resource (GlobalHitsLastSecond: 0 when the resource
@@ -518,7 +520,7 @@ func StepTiers(p *TierParams, s *TierState, g *HitLog, now int64, a Ask) TierRes
 	} else if n < a.Min {
 		r.Tier, r.TierHits = pl.cur, pl.count
 		if pl.cur > 0 {
-			r.TierLimit = p.Tiers[pl.cur-1].Limit
+			r.TierLimit, r.TierWindow = p.Tiers[pl.cur-1].Limit, p.Tiers[pl.cur-1].Window
 		}
 		r.DomainHitsLastSecond, r.GlobalHitsLastSecond = dom, glob
 		r.Available = avail
@@ -575,7 +577,7 @@ func StepTiers(p *TierParams, s *TierState, g *HitLog, now int64, a Ask) TierRes
 	r.Granted = n
 	r.Tier = cur
 	if cur > 0 {
-		r.TierLimit = p.Tiers[cur-1].Limit
+		r.TierLimit, r.TierWindow = p.Tiers[cur-1].Limit, p.Tiers[cur-1].Window
 		r.TierHits = s.Tiers[cur-1].Window.Total()
 	}
 	r.DomainHitsLastSecond = s.Second.Total()

@@ -261,12 +261,12 @@ func TestTierSequences(t *testing.T) {
 func TestTierContext(t *testing.T) {
 	e := newEngine(t, tiered(2, 3, tier(10, sec, hr, 0)), nil)
 	d := e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "a", Tokens: 5, MinTokens: 1})
-	want := TierContext{HardLimit: 2, GlobalLimit: 3, Tier: 1, TierLimit: 10, TierHits: 2, DomainHitsLastSecond: 2, GlobalHitsLastSecond: 2, Burst: true, HardLimited: true, GlobalLimited: true}
+	want := TierContext{HardLimit: 2, GlobalLimit: 3, Tier: 1, TierLimit: 10, TierWindow: time.Second, TierHits: 2, DomainHitsLastSecond: 2, GlobalHitsLastSecond: 2, Burst: true, HardLimited: true, GlobalLimited: true}
 	if d.Status != StatusOK || d.Granted != 2 || d.Tiers != want || d.Limit != 2 || d.Remaining != 0 || d.Bucket.Source != SourceDynamic {
 		t.Fatalf("a: %+v", d)
 	}
 	d = e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "b", Tokens: 2, MinTokens: 1})
-	want = TierContext{HardLimit: 2, GlobalLimit: 3, Tier: 1, TierLimit: 10, TierHits: 1, DomainHitsLastSecond: 1, GlobalHitsLastSecond: 3, Burst: true, GlobalLimited: true}
+	want = TierContext{HardLimit: 2, GlobalLimit: 3, Tier: 1, TierLimit: 10, TierWindow: time.Second, TierHits: 1, DomainHitsLastSecond: 1, GlobalHitsLastSecond: 3, Burst: true, GlobalLimited: true}
 	if d.Status != StatusOK || d.Granted != 1 || d.Tiers != want {
 		t.Fatalf("b: %+v", d)
 	}
@@ -278,7 +278,7 @@ func TestTierContext(t *testing.T) {
 	// Unbounded limits are 0 and not flagged; without G no global count.
 	e = newEngine(t, tiered(0, 0, tier(1, sec, hr, 0)), nil)
 	d = e.Allow(t.Context(), at(0), Request{Resource: "r", Domain: "a"})
-	want = TierContext{Tier: 1, TierLimit: 1, TierHits: 1, DomainHitsLastSecond: 1, Burst: true}
+	want = TierContext{Tier: 1, TierLimit: 1, TierWindow: time.Second, TierHits: 1, DomainHitsLastSecond: 1, Burst: true}
 	if d.Tiers != want || d.Remaining != 0 || d.Limit != 1 {
 		t.Fatalf("unbounded: %+v", d)
 	}
@@ -395,7 +395,7 @@ func TestNamespaces(t *testing.T) {
 	// can, the logs everything.
 	for i := range 3 {
 		d := e.Allow(t.Context(), at(0), Request{Resource: "muted/r", Domain: "d", Tokens: 4})
-		want := TierContext{HardLimit: 5, GlobalLimit: 7, Tier: 1, TierLimit: 1, TierHits: 1, DomainHitsLastSecond: 4 * int64(i+1), GlobalHitsLastSecond: 4 * int64(i+1),
+		want := TierContext{HardLimit: 5, GlobalLimit: 7, Tier: 1, TierLimit: 1, TierWindow: time.Minute, TierHits: 1, DomainHitsLastSecond: 4 * int64(i+1), GlobalHitsLastSecond: 4 * int64(i+1),
 			Burst: i == 0, HardLimited: i > 0, GlobalLimited: i > 0}
 		if d.Status != StatusOK || d.Granted != 4 || !d.Unlimited || d.Tiers != want {
 			t.Fatalf("muted/r %d: %+v", i, d)

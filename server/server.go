@@ -400,7 +400,7 @@ func (s *Server) newServices(id string) error {
 		return err
 	}
 	eo := cfg.EnvoyRateLimit
-	eo.Now, eo.Logger, eo.Registry, eo.Store = s.now, s.log, s.reg, rls.NewMemoryStore()
+	eo.Now, eo.Logger, eo.Registry, eo.Store, eo.Tiers = s.now, s.log, s.reg, rls.NewMemoryStore(), s.limits.Engine()
 	if cfg.Shared != nil && cfg.Shared.RLS != nil {
 		eo.Store = cfg.Shared.RLS
 	}

@@ -19,7 +19,7 @@ import (
 var (
 	envoyDomainFields     = []string{"domain", "descriptors", "algorithm"}
 	envoyDescriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "algorithm"}
-	envoyLimitFields      = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces"}
+	envoyLimitFields      = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "burst_tiers"}
 	envoyReplacesFields   = []string{"name"}
 )
 
@@ -77,7 +77,7 @@ func ParseEnvoyRateLimit(source string, data []byte) ([]*rls.Domain, error) {
 		if i > 0 {
 			where = fmt.Sprintf("%s (document %d)", source, i+1)
 		}
-		d, err := decodeEnvoyDomain(doc.Content[0], where)
+		d, err := decodeEnvoyDomain(doc.Content[0], where, false)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -100,6 +100,14 @@ func ParseEnvoyRateLimit(source string, data []byte) ([]*rls.Domain, error) {
 //	      - key: remote_address
 //	        rate_limit: {unit: second, requests_per_unit: 10}
 //
+// Here, and only here, a rate_limit may be Charon's burst tiers instead of
+// a unit and requests_per_unit: burst_tiers names a resource of the
+// limits section with algorithm burst_tiers (rls.Limit.BurstTiers; the
+// caller checks that it exists), with name and replaces as usual:
+//
+//   - key: tenant
+//     rate_limit: {burst_tiers: api/tenants}
+//
 // A null section has no domains. Errors name the item and the field
 // (envoy_ratelimit[1]: descriptors[0].key: missing or empty (line 7)), and
 // a domain defined twice names both items.
@@ -115,7 +123,7 @@ func DecodeEnvoySection(n *yaml.Node) (*rls.Config, error) {
 	var domains []*rls.Domain
 	var errs []error
 	for i, item := range items {
-		d, err := decodeEnvoyDomain(item, fmt.Sprintf("envoy_ratelimit[%d]", i))
+		d, err := decodeEnvoyDomain(item, fmt.Sprintf("envoy_ratelimit[%d]", i), true)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -129,9 +137,11 @@ func DecodeEnvoySection(n *yaml.Node) (*rls.Config, error) {
 }
 
 // decodeEnvoyDomain reads one domain's document n, read from where (its
-// Source, and the prefix of its errors).
-func decodeEnvoyDomain(n *yaml.Node, where string) (*rls.Domain, error) {
+// Source, and the prefix of its errors); sluice when it is an item of
+// Sluice's envoy_ratelimit section.
+func decodeEnvoyDomain(n *yaml.Node, where string, sluice bool) (*rls.Domain, error) {
 	w := newWalker(n)
+	w.sluice = sluice
 	d := w.envoyDomain(n)
 	if err := w.err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
@@ -296,13 +306,14 @@ func (w *walker) envoyLimit(n *yaml.Node, path string) *rls.Limit {
 	}
 	l := &rls.Limit{}
 	var unit *string
-	var unitNode *yaml.Node
+	var unitNode, rpuNode *yaml.Node
 	for _, p := range pairs {
 		fp := join(path, p.key)
 		switch p.key {
 		case "unit":
 			unit, unitNode = w.str(p.value, fp), p.value
 		case "requests_per_unit":
+			rpuNode = p.value
 			if v := w.int64(p.value, fp, "requests"); v != nil {
 				if *v < 0 || *v > math.MaxUint32 {
 					w.bad(fp, p.value, "%d is outside 0 … %d", *v, uint32(math.MaxUint32))
@@ -312,6 +323,14 @@ func (w *walker) envoyLimit(n *yaml.Node, path string) *rls.Limit {
 			}
 		case "unlimited":
 			l.Unlimited = w.flag(p.value, fp)
+		case "burst_tiers":
+			if !w.sluice {
+				w.bad(fp, p.value, "only in Sluice's own configuration (its envoy_ratelimit section, beside the limits section whose resource it names)")
+			} else if s := w.str(p.value, fp); s != nil {
+				if l.BurstTiers = *s; l.BurstTiers == "" {
+					w.bad(fp, p.value, "empty (want a resource of the limits section with algorithm burst_tiers)")
+				}
+			}
 		case "name":
 			if s := w.envoyText(p.value, fp); s != nil {
 				l.Name = *s
@@ -340,6 +359,16 @@ func (w *walker) envoyLimit(n *yaml.Node, path string) *rls.Limit {
 		}
 	}
 	switch {
+	case l.BurstTiers != "":
+		for _, f := range []struct {
+			name string
+			node *yaml.Node
+			set  bool
+		}{{"unit", unitNode, unit != nil}, {"requests_per_unit", rpuNode, rpuNode != nil}, {"unlimited", n, l.Unlimited}} {
+			if f.set {
+				w.bad(join(path, f.name), f.node, "given with burst_tiers (the resource's tiers are the limit)")
+			}
+		}
 	case l.Unlimited && unit != nil && *unit != "":
 		if u, err := rls.ParseUnit(*unit); err == nil && u != rls.UnitUnknown {
 			w.bad(join(path, "unit"), unitNode, "given with unlimited: true (an unlimited limit has no unit)")

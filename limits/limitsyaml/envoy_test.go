@@ -126,6 +126,7 @@ func TestParseEnvoyRateLimitErrors(t *testing.T) {
 		{"descriptors not a list", "domain: d\ndescriptors: {key: a}\n", "descriptors: want a sequence"},
 		{"not a mapping", "- domain: d\n", "want a mapping"},
 		{"bad YAML", "domain: [\n", "(document)"},
+		{"burst tiers", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {burst_tiers: api/t}\n", "descriptors[0].rate_limit.burst_tiers: only in Sluice's own configuration"},
 	} {
 		_, err := ParseEnvoyRateLimit("bad.yaml", []byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "bad.yaml") {

@@ -38,6 +38,9 @@ type walker struct {
 	budget int
 	limit  int
 	active map[*yaml.Node]bool // mappings being read: a merge into one is a cycle
+	// sluice reports an envoy_ratelimit section of Sluice's own
+	// configuration, where rate_limit.burst_tiers is allowed.
+	sluice bool
 }
 
 // newWalker returns a walker for the document rooted at root.

@@ -107,7 +107,7 @@ func parseTiers(v string, p *limits.TierParams) (limits.HitOutcome, error) {
 		Granted: n(2), RetryAfter: n(3), Available: n(4),
 	}
 	if r.Tier > 0 && r.Tier <= len(p.Tiers) {
-		r.TierLimit = p.Tiers[r.Tier-1].Limit
+		r.TierLimit, r.TierWindow = p.Tiers[r.Tier-1].Limit, p.Tiers[r.Tier-1].Window
 	}
 	return limits.HitOutcome{TierResult: r, Created: n(1) == 1}, nil
 }

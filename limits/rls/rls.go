@@ -123,6 +123,15 @@ type Limit struct {
 	// Replaces names the limits this one replaces in a request that
 	// matches both.
 	Replaces []string
+	// BurstTiers, when set, names a resource of Sluice's limits section
+	// (algorithm burst_tiers) whose hard limit, global limit and tiers
+	// decide the rule instead of RequestsPerUnit and Unit (0 and
+	// UnitUnknown): each counter of the rule (Match.Bucket) is one of the
+	// resource's domains (TierDomain). A Sluice extension (the field
+	// rate_limit.burst_tiers), in Sluice's own configuration only.
+	//
+	// Source: charon-paper.md, section 2.1, "Rate-Limited Resources".
+	BurstTiers string
 }
 
 // Rule is one descriptor rule of a domain's tree.
@@ -213,7 +222,7 @@ func hashRules(h io.Writer, rules []*Rule, depth int) {
 	for _, r := range rules {
 		fmt.Fprintf(h, "%d %q %q %t %t %t %t %d", depth, r.Key, r.Value, r.ShadowMode, r.DetailedMetric, r.ValueToMetric, r.ShareThreshold, r.Algorithm)
 		if l := r.Limit; l != nil {
-			fmt.Fprintf(h, " limit %d %d %t %q %q", l.RequestsPerUnit, l.Unit, l.Unlimited, l.Name, l.Replaces)
+			fmt.Fprintf(h, " limit %d %d %t %q %q %q", l.RequestsPerUnit, l.Unit, l.Unlimited, l.Name, l.Replaces, l.BurstTiers)
 		}
 		fmt.Fprintln(h)
 		hashRules(h, r.Descriptors, depth+1)
@@ -247,15 +256,42 @@ func (c *Config) Names() []string {
 
 // Rules returns the number of rules in the domain's tree, at every level.
 func (d *Domain) Rules() int {
-	var count func([]*Rule) int
-	count = func(rs []*Rule) int {
-		n := len(rs)
-		for _, r := range rs {
-			n += count(r.Descriptors)
+	n := 0
+	d.Each(func([]*Rule) { n++ })
+	return n
+}
+
+// RulePath names a rule as envoyproxy/ratelimit's statistics do: each
+// level's key, and _value when the rule has one, joined by dots
+// (key_value.key), path's first rule first.
+func RulePath(path []*Rule) string {
+	var b strings.Builder
+	for i, r := range path {
+		if i > 0 {
+			b.WriteByte('.')
 		}
-		return n
+		b.WriteString(r.Key)
+		if r.Value != "" {
+			b.WriteByte('_')
+			b.WriteString(r.Value)
+		}
 	}
-	return count(d.Descriptors)
+	return b.String()
+}
+
+// Each calls fn with the path (the first level's rule first) of every
+// rule of the domain's tree, depth first, in order. fn must not keep
+// path, which Each reuses.
+func (d *Domain) Each(fn func(path []*Rule)) {
+	var walk func(path []*Rule, rules []*Rule)
+	walk = func(path []*Rule, rules []*Rule) {
+		for _, r := range rules {
+			path := append(path, r)
+			fn(path)
+			walk(path, r.Descriptors)
+		}
+	}
+	walk(make([]*Rule, 0, 8), d.Descriptors)
 }
 
 // Len returns the number of domains.
@@ -372,6 +408,25 @@ func Bucket(domain string, entries []Entry) string {
 		b = appendString(b, e.Value)
 	}
 	return string(b)
+}
+
+// BucketValues returns the values of a counter's entries (Match.Bucket,
+// Bucket), in order: for a shared wildcard, its pattern. A string that is
+// no counter gives what it holds up to where it stops being one.
+func BucketValues(bucket string) []string {
+	var out []string
+	b := []byte(bucket)
+	for i := 0; len(b) > 0; i++ {
+		n, w := binary.Uvarint(b)
+		if w <= 0 || uint64(len(b)-w) < n {
+			break
+		}
+		if i%2 == 0 && i > 0 {
+			out = append(out, string(b[w:w+int(n)]))
+		}
+		b = b[w+int(n):]
+	}
+	return out
 }
 
 func appendString(b []byte, s string) []byte {

@@ -22,6 +22,8 @@ package envoyrls
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,6 +42,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluice-rl/sluice/internal/names"
 	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/rls"
@@ -88,10 +91,19 @@ type Options struct {
 	// NearLimitRatio is the fraction of a limit above which a granted hit
 	// counts as near_limit (0: 0.8, envoyproxy/ratelimit's).
 	NearLimitRatio float64
+	// Tiers decides the rules with burst tiers (rls.Limit.BurstTiers):
+	// the limits engine whose configuration holds the resources they
+	// name (nil: such a rule's descriptor fails as a store error would).
+	Tiers TierLimiter
 	// Registry registers the metrics (nil: none).
 	Registry prometheus.Registerer
 	// Logger logs store errors (nil: slog.Default()).
 	Logger *slog.Logger
+}
+
+// TierLimiter decides a burst-tier resource's hits: *limits.Engine.
+type TierLimiter interface {
+	Allow(ctx context.Context, now time.Time, req limits.Request) limits.Decision
 }
 
 // Service is envoy.service.ratelimit.v3.RateLimitService. Safe for
@@ -157,6 +169,11 @@ type descriptor struct {
 	domain  string
 	info    *ruleInfo                                 // the matched rule's, or nil
 	hit     int                                       // its index in hits, or -1 (no store decision)
+	bucket  string                                    // its counter (a burst-tier rule's domain)
+	tiers   *limits.Decision                          // a burst-tier rule's decision, once taken
+	limited bool                                      // answered with a limit: in the headers
+	quota   uint32                                    // the headers' policy quota (q)
+	retry   int64                                     // µs until refused hits fit (0: none; -1 never)
 	shadow  bool                                      // the rule's shadow mode (or the service's)
 	answer  *answer                                   // its place in the reply
 	status  *rlsv3.RateLimitResponse_DescriptorStatus // &answer.status
@@ -201,28 +218,49 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	hits := sc.hits
 	results := grow(sc.results, len(hits))
 	sc.results = results
-	degraded := false
+	granted, tiers := true, false
 	for i := range ds {
-		if ds[i].blocks() {
+		switch {
+		case ds[i].blocks():
 			// A limit of 0 refuses the request without the store: the
 			// others are only checked, so that nothing is charged.
+			granted = false
 			for j := range hits {
 				hits[j].Hits, hits[j].Refund = 0, false
 			}
-			break
+		case ds[i].bucket != "":
+			if req.Descriptors[i].IsNegativeHits {
+				s.metrics.invalid.Inc()
+				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].is_negative_hits: a burst-tier rule takes no refunds", i)
+			}
+			tiers = true
 		}
 	}
+	degraded := false
 	if len(hits) > 0 {
-		if _, err := s.opts.Store.Decide(ctx, now.UnixMicro(), req.Domain, hits, results); err != nil {
-			if ctxErr := ctx.Err(); ctxErr != nil {
-				return nil, status.FromContextError(ctxErr).Err()
+		ok, err := s.opts.Store.Decide(ctx, now.UnixMicro(), req.Domain, hits, results)
+		if err != nil {
+			if err := s.storeError(ctx, req.Domain, err); err != nil {
+				return nil, err
 			}
-			s.metrics.storeErrors.Inc()
-			if s.opts.OnStoreError != limits.FailOpen {
-				s.log.Warn("envoy rate limit: store error", "domain", req.Domain, "err", err)
-				return nil, status.Errorf(codes.Unavailable, "rate limit store: %v", err)
+			degraded, ok = true, true
+		}
+		granted = granted && ok
+	}
+	if tiers && granted {
+		// The burst tiers last, each only when all before it granted; when
+		// one refuses, the counters are given back what they were charged.
+		// (The limits engine takes no refunds: two burst-tier descriptors
+		// are atomic only when the first refuses.)
+		if refused, err := s.takeTiers(ctx, now, ds); refused || err != nil {
+			if !degraded {
+				s.refund(ctx, now, req.Domain, hits, sc)
 			}
-			degraded = true
+			if err != nil {
+				if err := s.storeError(ctx, req.Domain, err); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
 	for i := range ds {
@@ -231,8 +269,109 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			r.resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
-	s.headers(r, ds, results)
+	s.headers(r, ds)
 	return &r.resp, nil
+}
+
+// storeError counts a store's failure and returns the request's answer:
+// the context's error when it ended, Unavailable when the service fails
+// closed, nil (answer, degraded) when it fails open.
+func (s *Service) storeError(ctx context.Context, domain string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return status.FromContextError(ctxErr).Err()
+	}
+	s.metrics.storeErrors.Inc()
+	if s.opts.OnStoreError != limits.FailOpen {
+		s.log.Warn("envoy rate limit: store error", "domain", domain, "err", err)
+		return status.Errorf(codes.Unavailable, "rate limit store: %v", err)
+	}
+	return nil
+}
+
+// takeTiers takes the hits of the burst-tier descriptors of ds, in order,
+// on the limits engine, up to the first that refuses (refused) or fails
+// (err: the engine had no answer). Shadow-mode refusals do not stop it.
+func (s *Service) takeTiers(ctx context.Context, now time.Time, ds []descriptor) (refused bool, err error) {
+	if s.opts.Tiers == nil {
+		return false, errors.New("burst tiers: the service has no limits engine")
+	}
+	for i := range ds {
+		d := &ds[i]
+		if d.bucket == "" || d.hits == 0 { // (0: check only, nothing to take)
+			continue
+		}
+		hits := int64(min(d.hits, uint64(limits.MaxTokens)+1)) // (beyond MaxTokens: never fits)
+		dec := s.opts.Tiers.Allow(ctx, now, limits.Request{Resource: d.limit.BurstTiers, Domain: TierDomain(d.bucket), Tokens: hits, MinTokens: hits})
+		d.tiers = &dec
+		switch dec.Status {
+		case limits.StatusOK:
+		case limits.StatusNoBucket, limits.StatusServerError:
+			if dec.Err == nil {
+				dec.Err = fmt.Errorf("burst tiers: resource %q: %v", d.limit.BurstTiers, dec.Status)
+			}
+			return false, dec.Err
+		default:
+			if !d.shadow {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// refund gives back what hits charged (their refunds stay), after the
+// limits engine refused or failed a burst-tier descriptor of the same
+// request. It runs even when the request's context has ended: the charge
+// happened.
+func (s *Service) refund(ctx context.Context, now time.Time, domain string, hits []rls.Hit, sc *scratch) {
+	back := false
+	for j := range hits {
+		if hits[j].Refund {
+			hits[j].Hits = 0
+		}
+		hits[j].Refund = true
+		back = back || hits[j].Hits > 0
+	}
+	if !back {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
+	defer cancel()
+	sc.refunds = grow(sc.refunds, len(hits))
+	if _, err := s.opts.Store.Decide(ctx, now.UnixMicro(), domain, hits, sc.refunds); err != nil {
+		s.metrics.storeErrors.Inc()
+		s.log.Warn("envoy rate limit: refund after a burst-tier refusal failed", "domain", domain, "err", err)
+	}
+}
+
+// refundTimeout bounds a refund's store call.
+const refundTimeout = 5 * time.Second
+
+// TierDomain returns the domain of the limits engine's burst-tier
+// resource that a counter (rls.Match.Bucket) is: its entries' values
+// joined by '/' ("acme", "acme/free"; a shared wildcard's pattern stands
+// for its values) when that is a valid name and no value of several has a
+// '/'; else "h:" and 32 hex digits of the bucket's SHA-256, so that two
+// counters never share a domain.
+func TierDomain(bucket string) string {
+	var b [limits.MaxNameLen]byte
+	name, ok := b[:0], true
+	values := rls.BucketValues(bucket)
+	for i, v := range values {
+		if i > 0 {
+			name = append(name, '/')
+		}
+		if len(values) > 1 && strings.IndexByte(v, '/') >= 0 || len(name)+len(v) > len(b) {
+			ok = false
+			break
+		}
+		name = append(name, v...)
+	}
+	if ok && names.Check(string(name)) == "" {
+		return string(name)
+	}
+	sum := sha256.Sum256([]byte(bucket))
+	return "h:" + hex.EncodeToString(sum[:16])
 }
 
 // reply is a response and every message it points to, made in one
@@ -298,6 +437,7 @@ type scratch struct {
 	ds      []descriptor
 	hits    []rls.Hit
 	results []rls.Result
+	refunds []rls.Result
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -310,7 +450,7 @@ func (sc *scratch) put() {
 	clear(sc.matches)
 	clear(sc.ds)
 	clear(sc.hits)
-	sc.entries, sc.views, sc.matches, sc.ds, sc.hits, sc.results = sc.entries[:0], sc.views[:0], sc.matches[:0], sc.ds[:0], sc.hits[:0], sc.results[:0]
+	sc.entries, sc.views, sc.matches, sc.ds, sc.hits, sc.results, sc.refunds = sc.entries[:0], sc.views[:0], sc.matches[:0], sc.ds[:0], sc.hits[:0], sc.results[:0], sc.refunds[:0]
 	scratchPool.Put(sc)
 }
 
@@ -327,7 +467,8 @@ func grow[T any](s []T, n int) []T {
 // blocks reports whether d refuses the request without the store: a
 // limit of 0, not in shadow mode.
 func (d *descriptor) blocks() bool {
-	return d.limit != nil && !d.limit.Unlimited && d.limit.RequestsPerUnit == 0 && !d.shadow
+	l := d.limit
+	return l != nil && !l.Unlimited && l.BurstTiers == "" && l.RequestsPerUnit == 0 && !d.shadow
 }
 
 // plan decides what descriptor d needs: no limit, an answer without the
@@ -355,7 +496,11 @@ func (s *Service) plan(req *rlsv3.RateLimitRequest, domain *rls.Domain, d *ratel
 		ds.hits = d.HitsAddend.Value
 	}
 	l := ds.limit
-	if l == nil || l.Unlimited {
+	switch {
+	case l == nil || l.Unlimited:
+		return ds
+	case l.BurstTiers != "":
+		ds.bucket = bucket // decided by the limits engine, after the others
 		return ds
 	}
 	ds.period = l.Unit.Duration()
@@ -388,7 +533,8 @@ func override(domain string, o *ratelimitv3.RateLimitDescriptor_RateLimitOverrid
 	return l, b.String()
 }
 
-// answer fills d's status from its limit and its hit's result.
+// answer fills d's status from its limit and its hit's result (or its
+// burst tiers' decision).
 func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool) {
 	l, st := d.limit, d.status
 	switch {
@@ -398,17 +544,17 @@ func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool) {
 		st.LimitRemaining = math.MaxUint32
 		s.metrics.record(d, resultWithin)
 		return
+	case l.BurstTiers != "":
+		s.answerTiers(d)
+		return
 	}
+	d.limited, d.quota = true, l.RequestsPerUnit
 	a := d.answer
 	a.limit.Name, a.limit.RequestsPerUnit, a.limit.Unit = l.Name, l.RequestsPerUnit, rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)
 	st.CurrentLimit = &a.limit
-	reset := func(d time.Duration) *durationpb.Duration {
-		a.reset.Seconds, a.reset.Nanos = int64(d/time.Second), int32(d%time.Second)
-		return &a.reset
-	}
 	switch {
 	case d.hit < 0: // requests_per_unit: 0, always over
-		st.DurationUntilReset = reset(d.period)
+		st.DurationUntilReset = a.setReset(d.period)
 		s.over(d)
 	case degraded:
 		st.LimitRemaining = l.RequestsPerUnit
@@ -416,16 +562,73 @@ func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool) {
 	default:
 		r := results[d.hit]
 		st.LimitRemaining = r.Remaining
-		st.DurationUntilReset = reset(time.Duration(r.Reset) * time.Microsecond)
+		st.DurationUntilReset = a.setReset(time.Duration(r.Reset) * time.Microsecond)
+		d.retry = r.RetryAfter
 		switch {
 		case r.Over:
 			s.over(d)
-		case float64(l.RequestsPerUnit-r.Remaining) > s.opts.NearLimitRatio*float64(l.RequestsPerUnit):
-			s.metrics.record(d, resultNear)
 		default:
-			s.metrics.record(d, resultWithin)
+			s.within(d, l.RequestsPerUnit, r.Remaining)
 		}
 	}
+}
+
+// answerTiers fills a burst-tier descriptor's status from the limits
+// engine's decision: OK with no current limit when it was not taken (the
+// request was refused before it, or its hits are 0); else limit_remaining
+// the hits a request could be granted now, duration_until_reset (refused)
+// the time until its hits would fit, and current_limit the resource's
+// hard limit per second when it has one (tiers have windows of any
+// length, which Envoy's units cannot say; the headers can: the policy is
+// the current tier's limit, q, with its window, w).
+func (s *Service) answerTiers(d *descriptor) {
+	dec, st := d.tiers, d.status
+	if dec == nil {
+		return
+	}
+	d.limited = true
+	d.quota = uint32(min(dec.Tiers.TierLimit, math.MaxUint32))
+	if d.quota == 0 {
+		d.quota = uint32(min(dec.Limit, math.MaxUint32)) // no tier active: the most one request can have
+	}
+	d.period = dec.Tiers.TierWindow
+	st.LimitRemaining = uint32(min(max(dec.Remaining, 0), math.MaxUint32))
+	if h := dec.Tiers.HardLimit; h > 0 {
+		a := d.answer
+		a.limit.Name, a.limit.RequestsPerUnit, a.limit.Unit = d.limit.Name, uint32(min(h, math.MaxUint32)), rlsv3.RateLimitResponse_RateLimit_SECOND
+		if a.limit.Name == "" {
+			a.limit.Name = d.limit.BurstTiers
+		}
+		st.CurrentLimit = &a.limit
+	}
+	switch {
+	case dec.Degraded:
+		s.metrics.record(d, resultDegraded)
+	case dec.Status == limits.StatusOK:
+		s.within(d, uint32(min(dec.Limit, math.MaxUint32)), st.LimitRemaining)
+	default:
+		if !dec.RetryNever {
+			d.retry = int64((dec.RetryAfter + time.Microsecond - 1) / time.Microsecond) // (µs, rounded up)
+			st.DurationUntilReset = d.answer.setReset(time.Duration(d.retry) * time.Microsecond)
+		}
+		s.over(d)
+	}
+}
+
+// within counts a granted hit as near_limit when less than
+// 1 − NearLimitRatio of limit remains, else within_limit.
+func (s *Service) within(d *descriptor, limit, remaining uint32) {
+	if float64(limit-min(remaining, limit)) > s.opts.NearLimitRatio*float64(limit) {
+		s.metrics.record(d, resultNear)
+		return
+	}
+	s.metrics.record(d, resultWithin)
+}
+
+// setReset sets a's reset to t and returns it.
+func (a *answer) setReset(t time.Duration) *durationpb.Duration {
+	a.reset.Seconds, a.reset.Nanos = int64(t/time.Second), int32(t%time.Second)
+	return &a.reset
 }
 
 // over answers d over its limit, or OK in shadow mode.
@@ -439,7 +642,7 @@ func (s *Service) over(d *descriptor) {
 }
 
 // headers adds to r the response headers for the limited descriptors.
-func (s *Service) headers(r *reply, ds []descriptor, results []rls.Result) {
+func (s *Service) headers(r *reply, ds []descriptor) {
 	h := s.opts.Headers
 	if !h.Draft && !h.XRateLimit {
 		return
@@ -449,28 +652,33 @@ func (s *Service) headers(r *reply, ds []descriptor, results []rls.Result) {
 	var retry int64 = -1 // µs
 	least := -1
 	for i := range ds {
-		st := ds[i].status
-		if st.CurrentLimit == nil {
+		d := &ds[i]
+		st := d.status
+		if !d.limited {
 			continue
 		}
 		if least < 0 || st.LimitRemaining < ds[least].status.LimitRemaining {
 			least = i
 		}
-		name := policyName(&ds[i], i)
+		name := policyName(d, i)
 		if len(policy) > 0 {
 			policy = append(policy, ", "...)
 			state = append(state, ", "...)
 		}
 		policy = append(append(policy, name...), ";q="...)
-		policy = strconv.AppendUint(policy, uint64(st.CurrentLimit.RequestsPerUnit), 10)
-		policy = strconv.AppendInt(append(policy, ";w="...), seconds(ds[i].period), 10)
+		policy = strconv.AppendUint(policy, uint64(d.quota), 10)
+		if d.period > 0 {
+			policy = strconv.AppendInt(append(policy, ";w="...), seconds(d.period), 10)
+		}
 		state = append(append(state, name...), ";r="...)
 		state = strconv.AppendUint(state, uint64(st.LimitRemaining), 10)
-		state = strconv.AppendInt(append(state, ";t="...), seconds(st.DurationUntilReset.AsDuration()), 10)
+		if st.DurationUntilReset != nil {
+			state = strconv.AppendInt(append(state, ";t="...), seconds(st.DurationUntilReset.AsDuration()), 10)
+		}
 		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			wait := st.DurationUntilReset.AsDuration().Microseconds()
-			if j := ds[i].hit; j >= 0 && results[j].RetryAfter > 0 {
-				wait = results[j].RetryAfter
+			if d.retry > 0 {
+				wait = d.retry
 			}
 			retry = max(retry, wait)
 		}
@@ -488,7 +696,7 @@ func (s *Service) headers(r *reply, ds []descriptor, results []rls.Result) {
 	}
 	if h.XRateLimit {
 		st := ds[least].status
-		r.addHeader("X-RateLimit-Limit", strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10))
+		r.addHeader("X-RateLimit-Limit", strconv.FormatUint(uint64(ds[least].quota), 10))
 		r.addHeader("X-RateLimit-Remaining", strconv.FormatUint(uint64(st.LimitRemaining), 10))
 		r.addHeader("X-RateLimit-Reset", strconv.FormatInt(seconds(st.DurationUntilReset.AsDuration()), 10))
 	}
@@ -499,7 +707,7 @@ func seconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
 
 // policyName names descriptor i's policy in the headers, as a
 // Structured Field string: its limit's name, else its rule's keys and
-// values (rulePath), else "descriptor_<i>" (an override on no rule).
+// values (rls.RulePath), else "descriptor_<i>" (an override on no rule).
 func policyName(d *descriptor, i int) string {
 	switch {
 	case d.info != nil: // a configured rule: its name resolved once
@@ -510,23 +718,6 @@ func policyName(d *descriptor, i int) string {
 		return sfString(d.match.Rule.Key)
 	}
 	return sfString("descriptor_" + strconv.Itoa(i))
-}
-
-// rulePath names a rule as envoyproxy/ratelimit's statistics do: each
-// level's key, and _value when the rule has one, joined by dots.
-func rulePath(path []*rls.Rule) string {
-	var b strings.Builder
-	for i, r := range path {
-		if i > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(r.Key)
-		if r.Value != "" {
-			b.WriteByte('_')
-			b.WriteString(r.Value)
-		}
-	}
-	return b.String()
 }
 
 // sfString returns s as a Structured Field string (RFC 9651 §3.3.3):
@@ -605,7 +796,9 @@ type RuleRow struct {
 	// Name is the limit's name; Replaces the names it replaces.
 	Name     string   `json:"name,omitempty"`
 	Replaces []string `json:"replaces,omitempty"`
-	// Limit is "10/second", "unlimited" or "0/minute" (always over).
+	// Limit is "10/second", "unlimited", "0/minute" (always over), or
+	// for a burst-tier rule the resource of the limits section whose
+	// tiers decide it.
 	Limit string `json:"limit"`
 	// Algorithm is the one counting it (the rule's, the domain's or the
 	// server's).
@@ -620,32 +813,32 @@ type RuleRow struct {
 func (s *Service) Rules() []RuleRow {
 	cfg := s.cfg.Load()
 	var rows []RuleRow
-	var walk func(d *rls.Domain, path []*rls.Rule, rs []*rls.Rule)
-	walk = func(d *rls.Domain, path []*rls.Rule, rs []*rls.Rule) {
-		for _, r := range rs {
-			p := append(path[:len(path):len(path)], r)
-			if l := r.Limit; l != nil {
-				row := RuleRow{Domain: d.Name, Rule: rulePath(p), Name: l.Name, Replaces: l.Replaces,
-					Algorithm: d.AlgorithmOf(r, s.opts.Algorithm).String(), Limit: "unlimited"}
-				if !l.Unlimited {
-					row.Limit = strconv.FormatUint(uint64(l.RequestsPerUnit), 10) + "/" + l.Unit.String()
-				}
-				for _, f := range []struct {
-					on   bool
-					name string
-				}{{r.ShadowMode, "shadow_mode"}, {r.DetailedMetric, "detailed_metric"}, {r.ValueToMetric, "value_to_metric"}, {r.ShareThreshold, "share_threshold"}} {
-					if f.on {
-						row.Flags = append(row.Flags, f.name)
-					}
-				}
-				rows = append(rows, row)
-			}
-			walk(d, p, r.Descriptors)
-		}
-	}
 	for _, name := range cfg.Names() {
 		d := cfg.Domain(name)
-		walk(d, nil, d.Descriptors)
+		d.Each(func(p []*rls.Rule) {
+			r := p[len(p)-1]
+			l := r.Limit
+			if l == nil {
+				return
+			}
+			row := RuleRow{Domain: d.Name, Rule: rls.RulePath(p), Name: l.Name, Replaces: l.Replaces,
+				Algorithm: d.AlgorithmOf(r, s.opts.Algorithm).String(), Limit: "unlimited"}
+			switch {
+			case l.BurstTiers != "":
+				row.Algorithm, row.Limit = limits.BurstTiers.String(), l.BurstTiers
+			case !l.Unlimited:
+				row.Limit = strconv.FormatUint(uint64(l.RequestsPerUnit), 10) + "/" + l.Unit.String()
+			}
+			for _, f := range []struct {
+				on   bool
+				name string
+			}{{r.ShadowMode, "shadow_mode"}, {r.DetailedMetric, "detailed_metric"}, {r.ValueToMetric, "value_to_metric"}, {r.ShareThreshold, "share_threshold"}} {
+				if f.on {
+					row.Flags = append(row.Flags, f.name)
+				}
+			}
+			rows = append(rows, row)
+		})
 	}
 	return rows
 }

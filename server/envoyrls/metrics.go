@@ -79,24 +79,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // names.
 func (m *metrics) setConfig(c *rls.Config) {
 	rules := map[*rls.Rule]*ruleInfo{}
-	var walk func(domain string, path []*rls.Rule, rs []*rls.Rule)
-	walk = func(domain string, path []*rls.Rule, rs []*rls.Rule) {
-		for _, r := range rs {
-			p := append(path[:len(path):len(path)], r)
-			label := rulePath(p)
+	for _, name := range c.Names() {
+		c.Domain(name).Each(func(p []*rls.Rule) {
+			r := p[len(p)-1]
+			label := rls.RulePath(p)
 			info := &ruleInfo{label: label, policy: sfString(label)}
 			if r.Limit != nil {
-				info.counters = m.counters(domain+"\x00"+label, domain, label, false)
+				info.counters = m.counters(name+"\x00"+label, name, label, false)
 				if r.Limit.Name != "" {
 					info.policy = sfString(r.Limit.Name)
 				}
 			}
 			rules[r] = info
-			walk(domain, p, r.Descriptors)
-		}
-	}
-	for _, name := range c.Names() {
-		walk(name, nil, c.Domain(name).Descriptors)
+		})
 	}
 	m.rules.Store(&rules)
 }
