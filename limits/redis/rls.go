@@ -3,9 +3,14 @@ package redisstore
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluice-rl/sluice/limits/rls"
 )
 
@@ -85,4 +90,63 @@ func (r *RLS) Decide(ctx context.Context, now int64, domain string, hits []rls.H
 		results[i] = rls.Result{Over: o[0] == 1, Remaining: uint32(o[1]), Reset: o[2], RetryAfter: o[3]}
 	}
 	return v[0] == 1, nil
+}
+
+// Walk implements rls.Store with SCAN over the prefix's counter keys (on
+// every master of a cluster) and a GET for each, pipelined. A counter's
+// State.Until is 0: its key expires then. ctx (the status page's request)
+// bounds the walk.
+func (r *RLS) Walk(ctx context.Context, fn func(rls.Counter) bool) error {
+	prefix := r.s.prefix + "{e"
+	err := scanKeys(ctx, r.s.c, prefix+"*}[tw]*", func(keys []string) error {
+		pipe := r.s.c.Pipeline()
+		gets := make([]*redis.StringCmd, len(keys))
+		for i, key := range keys {
+			gets[i] = pipe.Get(ctx, key)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		for i, key := range keys {
+			v, err := gets[i].Result()
+			if err != nil || len(v) != 16 { // expired meanwhile
+				continue
+			}
+			c, ok := rlsCounter(key[len(prefix):], v)
+			if ok && !fn(c) {
+				return errStop
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	return err
+}
+
+// rlsCounter decodes a counter's key after its prefix and "{e" (the
+// escaped domain, "}", t or w, the escaped bucket) and its value (two
+// little-endian doubles, as rls.lua writes them).
+func rlsCounter(key, v string) (rls.Counter, bool) {
+	end := strings.IndexByte(key, '}')
+	if end < 0 || end+1 >= len(key) {
+		return rls.Counter{}, false
+	}
+	bucket, ok := unescape(key[end+2:])
+	if !ok {
+		return rls.Counter{}, false
+	}
+	a := math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[:8])))
+	b := math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8:])))
+	c := rls.Counter{Bucket: bucket, State: rls.State{Set: true, A: int64(a)}}
+	switch key[end+1] {
+	case 't':
+		c.Algorithm, c.State.Level = rls.TokenBucket, b
+	case 'w':
+		c.Algorithm, c.State.N = rls.FixedWindow, int64(b)
+	default:
+		return rls.Counter{}, false
+	}
+	return c, true
 }

@@ -59,6 +59,34 @@ func TestRLSMatchesMemory(t *testing.T) {
 				}
 			}
 		}
+		// Walk reads back what the script wrote: every counter Redis holds
+		// is the memory store's (which also keeps those Redis deleted when
+		// they were written the same as none), and every memory counter
+		// not yet the same as none is in Redis.
+		type id struct {
+			bucket string
+			alg    rls.Algorithm
+		}
+		held := func(s rls.Store) map[id]rls.State {
+			m := map[id]rls.State{}
+			if err := s.Walk(ctx, func(c rls.Counter) bool { m[id{c.Bucket, c.Algorithm}] = c.State; return true }); err != nil {
+				rt.Fatal(err)
+			}
+			return m
+		}
+		mh, rh := held(mem), held(red)
+		for k, rs := range rh {
+			ms, ok := mh[k]
+			ms.Until = 0
+			if !ok || ms != rs {
+				rt.Fatalf("counter %v: redis %+v, memory %+v (held %v)", k, rs, ms, ok)
+			}
+		}
+		for k, ms := range mh {
+			if _, ok := rh[k]; !ok && ms.Until > now {
+				rt.Fatalf("counter %v: %+v in memory, not in redis", k, ms)
+			}
+		}
 	})
 }
 

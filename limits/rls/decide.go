@@ -252,4 +252,20 @@ type Store interface {
 	// request's context ended (nothing done, or, in flight, outcome
 	// unknown); any other is the store's own (Redis unreachable).
 	Decide(ctx context.Context, now int64, domain string, hits []Hit, results []Result) (bool, error)
+	// Walk calls fn with every counter the store holds, in no order,
+	// until fn returns false, outside the store's locks. It costs
+	// O(counters): a status page's work, never a request's. Errors: ctx's
+	// when it ends (ctx bounds the walk), the store's own.
+	Walk(ctx context.Context, fn func(Counter) bool) error
+}
+
+// Counter is one counter a store holds.
+type Counter struct {
+	// Bucket is the counter (Match.Bucket; ParseBucket reads it back).
+	Bucket string
+	// Algorithm counts it.
+	Algorithm Algorithm
+	// State is its state (Until 0 when the store keeps no such instant:
+	// Redis, whose keys expire then).
+	State State
 }

@@ -107,6 +107,30 @@ func (s *MemoryStore) Reap(now int64) int {
 	return n
 }
 
+// Walk implements Store: one shard at a time, copied under its lock, fn
+// called after. ctx is checked between shards.
+func (s *MemoryStore) Walk(ctx context.Context, fn func(Counter) bool) error {
+	var buf []Counter
+	for i := range s.shards {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("rls: walk: %w", err)
+		}
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		buf = buf[:0]
+		for k, st := range sh.m {
+			buf = append(buf, Counter{Bucket: k.bucket, Algorithm: k.alg, State: st})
+		}
+		sh.mu.Unlock()
+		for _, c := range buf {
+			if !fn(c) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
 // Len returns the number of counters held (an O(shards) sum).
 func (s *MemoryStore) Len() int {
 	n := 0

@@ -410,23 +410,38 @@ func Bucket(domain string, entries []Entry) string {
 	return string(b)
 }
 
-// BucketValues returns the values of a counter's entries (Match.Bucket,
-// Bucket), in order: for a shared wildcard, its pattern. A string that is
-// no counter gives what it holds up to where it stops being one.
-func BucketValues(bucket string) []string {
-	var out []string
-	b := []byte(bucket)
-	for i := 0; len(b) > 0; i++ {
-		n, w := binary.Uvarint(b)
+// TaggedBucket returns the counter of a descriptor's entries in domain
+// apart from Bucket's: the same, followed by tag (an override's limit,
+// say), so that ParseBucket reads it back.
+func TaggedBucket(domain string, entries []Entry, tag string) string {
+	return string(appendString([]byte(Bucket(domain, entries)), tag))
+}
+
+// ParseBucket reads a counter (Match.Bucket, Bucket, TaggedBucket) back:
+// its domain, its entries (for a shared wildcard, its pattern as the
+// value) and its tag ("" when none). ok is false for a string that is no
+// counter.
+func ParseBucket(bucket string) (domain string, entries []Entry, tag string, ok bool) {
+	var parts []string
+	for b := bucket; len(b) > 0; {
+		n, w := binary.Uvarint([]byte(b[:min(len(b), binary.MaxVarintLen64)]))
 		if w <= 0 || uint64(len(b)-w) < n {
-			break
+			return "", nil, "", false
 		}
-		if i%2 == 0 && i > 0 {
-			out = append(out, string(b[w:w+int(n)]))
-		}
+		parts = append(parts, b[w:w+int(n)])
 		b = b[w+int(n):]
 	}
-	return out
+	if len(parts) == 0 {
+		return "", nil, "", false
+	}
+	domain, parts = parts[0], parts[1:]
+	if len(parts)%2 == 1 {
+		tag, parts = parts[len(parts)-1], parts[:len(parts)-1]
+	}
+	for i := 0; i < len(parts); i += 2 {
+		entries = append(entries, Entry{Key: parts[i], Value: parts[i+1]})
+	}
+	return domain, entries, tag, true
 }
 
 func appendString(b []byte, s string) []byte {

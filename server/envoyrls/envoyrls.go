@@ -356,12 +356,13 @@ const refundTimeout = 5 * time.Second
 func TierDomain(bucket string) string {
 	var b [limits.MaxNameLen]byte
 	name, ok := b[:0], true
-	values := rls.BucketValues(bucket)
-	for i, v := range values {
+	_, entries, _, _ := rls.ParseBucket(bucket)
+	for i, e := range entries {
+		v := e.Value
 		if i > 0 {
 			name = append(name, '/')
 		}
-		if len(values) > 1 && strings.IndexByte(v, '/') >= 0 || len(name)+len(v) > len(b) {
+		if len(entries) > 1 && strings.IndexByte(v, '/') >= 0 || len(name)+len(v) > len(b) {
 			ok = false
 			break
 		}
@@ -517,21 +518,19 @@ func (s *Service) plan(req *rlsv3.RateLimitRequest, domain *rls.Domain, d *ratel
 }
 
 // override returns the limit of a descriptor's override and its own
-// bucket (the descriptor's entries and the override, apart from any
-// rule's).
+// bucket (the descriptor's entries tagged with the override, apart from
+// any rule's).
 func override(domain string, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, entries []rls.Entry) (*rls.Limit, string) {
 	l := &rls.Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: rls.Unit(o.Unit)}
-	var b strings.Builder
-	b.WriteString("\x00override ")
-	b.WriteString(strconv.FormatUint(uint64(o.RequestsPerUnit), 10))
-	b.WriteString("/")
-	b.WriteString(l.Unit.String())
+	tag := overrideTag + strconv.FormatUint(uint64(o.RequestsPerUnit), 10) + "/" + l.Unit.String()
 	if o.UnitMultiplier != nil {
-		b.WriteString("*" + strconv.FormatUint(uint64(o.UnitMultiplier.Value), 10))
+		tag += "*" + strconv.FormatUint(uint64(o.UnitMultiplier.Value), 10)
 	}
-	b.WriteString(rls.Bucket(domain, entries))
-	return l, b.String()
+	return l, rls.TaggedBucket(domain, entries, tag)
 }
+
+// overrideTag begins the tag of an override's bucket.
+const overrideTag = "override "
 
 // answer fills d's status from its limit and its hit's result (or its
 // burst tiers' decision).

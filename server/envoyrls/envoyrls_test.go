@@ -399,6 +399,8 @@ func (failing) Decide(context.Context, int64, string, []rls.Hit, []rls.Result) (
 	return false, limits.ErrStaleConfig // any error of the store's own
 }
 
+func (failing) Walk(context.Context, func(rls.Counter) bool) error { return limits.ErrStaleConfig }
+
 // TestStoreError: closed answers Unavailable (Envoy's failure_mode_deny
 // decides), open answers OK.
 func TestStoreError(t *testing.T) {

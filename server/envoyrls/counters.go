@@ -1,0 +1,148 @@
+package envoyrls
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/limits/rls"
+)
+
+// CounterRow is one counter of the service's store, for the buckets page.
+type CounterRow struct {
+	// Key is the domain and the entries' values, joined by '/'
+	// ("edge/10.0.0.1"): what the page's prefix filter reads.
+	Key    string `json:"key"`
+	Domain string `json:"domain"`
+	// Entries are the descriptor's, "key=value, key=value" (a shared
+	// wildcard's pattern as its value).
+	Entries string `json:"entries"`
+	// Rule names the rule that counts it now, as the metrics do
+	// (key_value.key); "" for an override's counter, or when no rule
+	// matches it any more (the configuration changed).
+	Rule string `json:"rule,omitempty"`
+	// Override is a descriptor's own limit ("5/minute", "5/minute*2").
+	Override  string `json:"override,omitempty"`
+	Algorithm string `json:"algorithm"`
+	// Limit is the limit it counts for ("10/second"; "" when none).
+	Limit string `json:"limit,omitempty"`
+	// Remaining and ResetSeconds are what a request would be told now:
+	// whole hits left, and the time until the bucket is full again or the
+	// window ends (both 0 when no limit applies).
+	Remaining    uint32  `json:"remaining"`
+	ResetSeconds float64 `json:"reset_seconds"`
+}
+
+// CounterPage is one page of counters.
+type CounterPage struct {
+	// Total is every counter the store holds; Matched those with the
+	// prefix.
+	Total, Matched int
+	Rows           []CounterRow
+}
+
+// Counters returns the counters whose Key starts with prefix, ordered by
+// Key, from offset, at most limit of them, described at the clock's now.
+// It is one walk of the store (rls.Store.Walk: O(counters), a status
+// page's cost, never a request's) keeping only offset + limit rows.
+func (s *Service) Counters(ctx context.Context, prefix string, offset, limit int) (CounterPage, error) {
+	cfg, now := s.cfg.Load(), s.opts.Now().UnixMicro()
+	keep := max(offset, 0) + max(limit, 0)
+	var p CounterPage
+	err := s.opts.Store.Walk(ctx, func(c rls.Counter) bool {
+		p.Total++
+		domain, entries, tag, ok := rls.ParseBucket(c.Bucket)
+		if !ok {
+			return true
+		}
+		key := counterKey(domain, entries)
+		if !strings.HasPrefix(key, prefix) {
+			return true
+		}
+		p.Matched++
+		if keep == 0 {
+			return true
+		}
+		i, _ := slices.BinarySearchFunc(p.Rows, key, func(r CounterRow, k string) int { return strings.Compare(r.Key, k) })
+		if i >= keep {
+			return true
+		}
+		if len(p.Rows) == keep {
+			p.Rows = p.Rows[:keep-1]
+		}
+		p.Rows = slices.Insert(p.Rows, i, s.counterRow(cfg, now, c, key, domain, entries, tag))
+		return true
+	})
+	p.Rows = p.Rows[min(max(offset, 0), len(p.Rows)):]
+	return p, err
+}
+
+// counterKey is a counter's Key.
+func counterKey(domain string, entries []rls.Entry) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range entries {
+		b.WriteByte('/')
+		b.WriteString(e.Value)
+	}
+	return b.String()
+}
+
+// counterRow describes counter c at now under cfg.
+func (s *Service) counterRow(cfg *rls.Config, now int64, c rls.Counter, key, domain string, entries []rls.Entry, tag string) CounterRow {
+	row := CounterRow{Key: key, Domain: domain, Algorithm: c.Algorithm.String()}
+	kv := make([]string, len(entries))
+	for i, e := range entries {
+		kv[i] = e.Key + "=" + e.Value
+	}
+	row.Entries = strings.Join(kv, ", ")
+	var limit uint32
+	var period time.Duration
+	if o, ok := strings.CutPrefix(tag, overrideTag); ok {
+		row.Override, row.Limit = o, o
+		limit, period, ok = parseOverride(o)
+		if !ok {
+			return row
+		}
+	} else if m := cfg.Match(domain, entries); m.Rule != nil && m.Rule.Limit.BurstTiers == "" && !m.Rule.Limit.Unlimited {
+		l := m.Rule.Limit
+		row.Rule = m.Rule.Key
+		if info := s.metrics.rule(m.Rule); info != nil {
+			row.Rule = info.label
+		}
+		limit, period = l.RequestsPerUnit, l.Unit.Duration()
+		row.Limit = strconv.FormatUint(uint64(limit), 10) + "/" + l.Unit.String()
+	} else {
+		return row
+	}
+	if limit == 0 || period <= 0 {
+		return row
+	}
+	var res [1]rls.Result
+	rls.Decide(now, []rls.Hit{{Bucket: c.Bucket, Policy: rls.Policy{Algorithm: c.Algorithm, Limit: limit, Period: period.Microseconds()}}}, []rls.State{c.State}, res[:])
+	row.Remaining, row.ResetSeconds = res[0].Remaining, float64(res[0].Reset)/1e6
+	return row
+}
+
+// parseOverride reads an override's tag after overrideTag
+// ("5/minute*2"): its limit and period.
+func parseOverride(o string) (uint32, time.Duration, bool) {
+	rpu, rest, ok := strings.Cut(o, "/")
+	unit, mult, hasMult := strings.Cut(rest, "*")
+	n, err := strconv.ParseUint(rpu, 10, 32)
+	u, uerr := rls.ParseUnit(unit)
+	if !ok || err != nil || uerr != nil {
+		return 0, 0, false
+	}
+	period := u.Duration()
+	if hasMult {
+		m, err := strconv.ParseUint(mult, 10, 32)
+		if err != nil {
+			return 0, 0, false
+		}
+		period *= time.Duration(max(m, 1))
+	}
+	return uint32(n), period, true
+}
