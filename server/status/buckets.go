@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/server/envoyrls"
 	"github.com/sluice-rl/sluice/server/sessions"
 )
 
@@ -103,7 +104,12 @@ type BucketsPage struct {
 	// Copies' counts are this server's contributions, and Fenced says
 	// whether it serves holds now.
 	Fleet *FleetState `json:"fleet,omitempty"`
-	Took  float64     `json:"took_seconds"`
+	// Envoy is the counters of Envoy's rate limit service whose key,
+	// domain/value/value, starts with Prefix: the same page of them, by
+	// key (Where and Sort apply to the token buckets only). Nil when the
+	// server has no such service.
+	Envoy *envoyrls.CounterPage `json:"envoy,omitempty"`
+	Took  float64               `json:"took_seconds"`
 }
 
 // FleetState is the fleet membership's state on the buckets page.
@@ -338,7 +344,8 @@ func bucketRow(b *limits.BucketInfo, now time.Time) BucketRow {
 // BucketsPage returns the buckets page for a query (the URL's: prefix,
 // where, sort, desc, page, per_page); an error names the bad parameter.
 // It is one limits.Engine.Query: one walk over the buckets, keeping only
-// the rows up to the page, and the hottest and most rejected on the way.
+// the rows up to the page, and the hottest and most rejected on the way;
+// and one walk over the Envoy rate limit counters (envoyrls.Counters).
 func (s *Site) BucketsPage(ctx context.Context, q url.Values) (BucketsPage, error) {
 	bq, err := parseBucketQuery(q)
 	if err != nil {
@@ -388,6 +395,13 @@ func (s *Site) BucketsPage(ctx context.Context, q url.Values) (BucketsPage, erro
 			st := ss.Stats()
 			out.Fleet = &FleetState{FleetStatus: fs, Fenced: ss.Fenced(), Degraded: st.Degraded, Fences: st.Fenced}
 		}
+	}
+	if e := s.v.Envoy; e != nil {
+		ep, err := e.Counters(ctx, bq.prefix, (bq.page-1)*bq.perPage, bq.perPage)
+		if err != nil {
+			return BucketsPage{}, fmt.Errorf("walking the Envoy rate limit counters: %w", err)
+		}
+		out.Envoy = &ep
 	}
 	out.Took = time.Since(start).Seconds()
 	return out, nil

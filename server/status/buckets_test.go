@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
@@ -20,7 +22,10 @@ import (
 	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
+	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/server/capacity"
+	"github.com/sluice-rl/sluice/server/envoyrls"
 	"github.com/sluice-rl/sluice/server/limitsvc"
 	"github.com/sluice-rl/sluice/server/sessions"
 )
@@ -247,5 +252,59 @@ func TestBucketsPageShowsHolds(t *testing.T) {
 	}
 	if strings.Contains(string(body), a) {
 		t.Error("the page shows a whole session id")
+	}
+}
+
+// The buckets page shows the counters of Envoy's rate limit service with
+// the prefix, in HTML and JSON.
+func TestBucketsPageShowsEnvoyCounters(t *testing.T) {
+	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
+	svc, err := envoyrls.New(envoyrls.Options{Store: rls.NewMemoryStore(), Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	domains, err := limitsyaml.ParseEnvoyRateLimit("edge.yaml", []byte("domain: edge\ndescriptors: [{key: ip, rate_limit: {unit: minute, requests_per_unit: 10}}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := rls.NewConfig(domains...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.SetConfig(cfg)
+	for _, ip := range []string{"10.0.0.1", "10.0.0.1", "10.0.0.1", "192.168.0.1"} {
+		req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "ip", Value: ip}}}}}
+		if _, err := svc.ShouldRateLimit(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _, _ := site(t, clock, nil, nil)
+	s.v.Envoy = svc
+	srv := httptest.NewServer(handler(s))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/debug/status/buckets?format=json&prefix=edge/10.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p BucketsPage
+	err = json.NewDecoder(resp.Body).Decode(&p)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Envoy == nil || p.Envoy.Total != 2 || p.Envoy.Matched != 1 || len(p.Envoy.Rows) != 1 || p.Envoy.Rows[0].Key != "edge/10.0.0.1" || p.Envoy.Rows[0].Remaining != 7 {
+		t.Fatalf("envoy counters: %+v", p.Envoy)
+	}
+	resp, err = http.Get(srv.URL + "/debug/status/buckets?prefix=edge/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	html := string(body)
+	for _, want := range []string{`id="envoy-counters"`, `<td class="id">edge/10.0.0.1</td>`, `<td class="id">edge/192.168.0.1</td>`, `<td class="n remaining">9</td>`, `2 of 2 counters`} {
+		if !strings.Contains(html, want) {
+			t.Errorf("the page has no %s", want)
+		}
 	}
 }
