@@ -98,14 +98,14 @@ func (r *RLS) Decide(ctx context.Context, now int64, domain string, hits []rls.H
 // bounds the walk.
 func (r *RLS) Walk(ctx context.Context, fn func(rls.Counter) bool) error {
 	prefix := r.s.prefix + "{e"
-	err := scanKeys(ctx, r.s.c, prefix+"*}[tw]*", func(keys []string) error {
+	return walkKeys(ctx, r.s.c, prefix+"*}[tw]*", func(keys []string) (bool, error) {
 		pipe := r.s.c.Pipeline()
 		gets := make([]*redis.StringCmd, len(keys))
 		for i, key := range keys {
 			gets[i] = pipe.Get(ctx, key)
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return err
+			return false, err
 		}
 		for i, key := range keys {
 			v, err := gets[i].Result()
@@ -114,15 +114,11 @@ func (r *RLS) Walk(ctx context.Context, fn func(rls.Counter) bool) error {
 			}
 			c, ok := rlsCounter(key[len(prefix):], v)
 			if ok && !fn(c) {
-				return errStop
+				return false, nil
 			}
 		}
-		return nil
+		return true, nil
 	})
-	if errors.Is(err, errStop) {
-		return nil
-	}
-	return err
 }
 
 // rlsCounter decodes a counter's key after its prefix and "{e" (the

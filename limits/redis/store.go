@@ -553,11 +553,9 @@ func (s *Store) EstimateLen(ctx context.Context) (int, error) {
 	return int(total.Load()), nil
 }
 
-// scan calls fn with batches of bucket and burst-tier domain keys, on
-// every master of a cluster (fn is serialised).
-func (s *Store) scan(ctx context.Context, fn func(keys []string) error) error {
-	return scanKeys(ctx, s.c, s.prefix+"{r*}[sb]:*", fn)
-}
+// scanMatch is the SCAN pattern of the bucket and burst-tier domain
+// keys.
+func (s *Store) scanMatch() string { return s.prefix + "{r*}[sb]:*" }
 
 // scanKeys calls fn with batches of the keys matching match, on every
 // master of a cluster (fn is serialised).
@@ -595,8 +593,24 @@ func scanKeys(ctx context.Context, c redis.UniversalClient, match string, fn fun
 // errStop ends a walk early.
 var errStop = errors.New("stop")
 
+// walkKeys is scanKeys for a walk: fn returns false to end it early,
+// which is no error.
+func walkKeys(ctx context.Context, c redis.UniversalClient, match string, fn func(keys []string) (bool, error)) error {
+	err := scanKeys(ctx, c, match, func(keys []string) error {
+		more, err := fn(keys)
+		if err == nil && !more {
+			return errStop
+		}
+		return err
+	})
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	return err
+}
+
 func (s *Store) walk(ctx context.Context, fn func(limits.Snapshot) bool) error {
-	err := s.scan(ctx, func(keys []string) error {
+	return walkKeys(ctx, s.c, s.scanMatch(), func(keys []string) (bool, error) {
 		pipe := s.c.Pipeline()
 		buckets := make([]*redis.StringCmd, len(keys))
 		domains := make([]*redis.MapStringStringCmd, len(keys))
@@ -608,7 +622,7 @@ func (s *Store) walk(ctx context.Context, fn func(limits.Snapshot) bool) error {
 			}
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return err
+			return false, err
 		}
 		for i, key := range keys {
 			var snap limits.Snapshot
@@ -630,15 +644,11 @@ func (s *Store) walk(ctx context.Context, fn func(limits.Snapshot) bool) error {
 				}
 			}
 			if ok && !fn(snap) {
-				return errStop
+				return false, nil
 			}
 		}
-		return nil
+		return true, nil
 	})
-	if errors.Is(err, errStop) {
-		return nil
-	}
-	return err
 }
 
 // bucketSnapshot decodes one token bucket's string (see take.lua): seven

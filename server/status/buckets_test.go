@@ -46,6 +46,23 @@ func site(tb testing.TB, clock *testutil.Clock, lim *limits.Config, cp *copies.C
 	return New(Views{Capacity: capacity.New(capacity.Options{ID: "b", Now: clock.Now}), Limits: ls.Engine(), Sessions: ss, Now: clock.Now}), ls.Engine(), ss
 }
 
+// pageOf returns the body of the site's page at path, served over HTTP.
+func pageOf(tb testing.TB, s *Site, path string) string {
+	tb.Helper()
+	srv := httptest.NewServer(handler(s))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(body)
+}
+
 // handler serves the site's pages.
 func handler(s *Site) http.Handler {
 	mux := http.NewServeMux()
@@ -237,20 +254,13 @@ func TestBucketsPageShowsHolds(t *testing.T) {
 	if p, _ := s.BucketsPage(context.Background(), url.Values{"prefix": {"other"}}); len(p.Copies.Resources)+len(p.Copies.Sessions) != 0 {
 		t.Errorf("prefix other still shows %+v", p.Copies)
 	}
-	srv := httptest.NewServer(handler(s))
-	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/debug/status/buckets")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := pageOf(t, s, "/debug/status/buckets")
 	for _, want := range []string{`id="session-holds"`, "cookbook/sandboxes", "trusted 3 / 4", a[:idShown] + "…"} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("the page lacks %q", want)
 		}
 	}
-	if strings.Contains(string(body), a) {
+	if strings.Contains(body, a) {
 		t.Error("the page shows a whole session id")
 	}
 }
@@ -287,15 +297,7 @@ func TestBucketsPageShowsEnvoyCounters(t *testing.T) {
 	if p.Envoy == nil || p.Envoy.Total != 2 || p.Envoy.Matched != 1 || len(p.Envoy.Rows) != 1 || p.Envoy.Rows[0].Key != "edge/10.0.0.1" || p.Envoy.Rows[0].Remaining != 7 {
 		t.Fatalf("envoy counters: %+v", p.Envoy)
 	}
-	srv := httptest.NewServer(handler(s))
-	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/debug/status/buckets?prefix=edge/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	html := string(body)
+	html := pageOf(t, s, "/debug/status/buckets?prefix=edge/")
 	for _, want := range []string{`id="envoy-counters"`, `<td class="id">edge/10.0.0.1</td>`, `<td class="id">edge/192.168.0.1</td>`, `<td class="n remaining">9</td>`, `2 of 2 counters`} {
 		if !strings.Contains(html, want) {
 			t.Errorf("the page has no %s", want)
