@@ -39,8 +39,9 @@ type CounterRow struct {
 type CounterPage struct {
 	// Total is every counter the store holds; Matched those with the
 	// prefix.
-	Total, Matched int
-	Rows           []CounterRow
+	Total   int          `json:"total"`
+	Matched int          `json:"matched"`
+	Rows    []CounterRow `json:"rows"`
 }
 
 // Counters returns the counters whose Key starts with prefix, ordered by
