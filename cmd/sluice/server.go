@@ -329,13 +329,8 @@ func (ef *envoyFlags) options() (envoyrls.Options, error) {
 	if o.Algorithm, err = rls.ParseAlgorithm(ef.algorithm); err != nil {
 		return o, fmt.Errorf("--envoy-algorithm: %w", err)
 	}
-	switch ef.onStoreError {
-	case "closed":
-		o.OnStoreError = limits.FailClosed
-	case "open":
-		o.OnStoreError = limits.FailOpen
-	default:
-		return o, fmt.Errorf("--envoy-on-store-error: %q, want open or closed", ef.onStoreError)
+	if o.OnStoreError, err = limits.ParseOnStoreError(ef.onStoreError); err != nil {
+		return o, fmt.Errorf("--envoy-on-store-error: %w", err)
 	}
 	if ef.nearLimit <= 0 || ef.nearLimit > 1 {
 		return o, fmt.Errorf("--envoy-near-limit-ratio: %v, want a fraction in (0, 1]", ef.nearLimit)

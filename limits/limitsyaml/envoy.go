@@ -105,8 +105,11 @@ func ParseEnvoyRateLimit(source string, data []byte) ([]*rls.Domain, error) {
 // limits section with algorithm burst_tiers (rls.Limit.BurstTiers; the
 // caller checks that it exists), with name and replaces as usual:
 //
-//   - key: tenant
-//     rate_limit: {burst_tiers: api/tenants}
+//	envoy_ratelimit:
+//	  - domain: api
+//	    descriptors:
+//	      - key: tenant
+//	        rate_limit: {burst_tiers: api/tenants}
 //
 // A null section has no domains. Errors name the item and the field
 // (envoy_ratelimit[1]: descriptors[0].key: missing or empty (line 7)), and
