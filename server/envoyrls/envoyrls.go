@@ -167,16 +167,15 @@ type descriptor struct {
 	hits    uint64        // what it adds
 	entries []rls.Entry   // the request's
 	domain  string
-	info    *ruleInfo                                 // the matched rule's, or nil
-	hit     int                                       // its index in hits, or -1 (no store decision)
-	bucket  string                                    // its counter (a burst-tier rule's domain)
-	tiers   *limits.Decision                          // a burst-tier rule's decision, once taken
-	limited bool                                      // answered with a limit: in the headers
-	quota   uint32                                    // the headers' policy quota (q)
-	retry   int64                                     // µs until refused hits fit (0: none; -1 never)
-	shadow  bool                                      // the rule's shadow mode (or the service's)
-	answer  *answer                                   // its place in the reply
-	status  *rlsv3.RateLimitResponse_DescriptorStatus // &answer.status
+	info    *ruleInfo        // the matched rule's, or nil
+	hit     int              // its index in hits, or -1 (no store decision)
+	bucket  string           // a burst-tier rule's counter (TierDomain's)
+	tiers   *limits.Decision // a burst-tier rule's decision, once taken
+	limited bool             // answered with a limit: in the headers
+	quota   uint32           // the headers' policy quota (q)
+	retry   int64            // µs until refused hits fit (0: none; -1 never)
+	shadow  bool             // the rule's shadow mode (or the service's)
+	answer  *answer          // its place in the reply
 }
 
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer. Errors:
@@ -211,9 +210,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	for i, d := range req.Descriptors {
 		ds[i] = s.plan(req, domain, d, sc.matches[i], sc.views[i], &sc.hits)
 		ds[i].answer = &r.answers[i]
-		ds[i].status = &ds[i].answer.status
-		ds[i].status.Code = rlsv3.RateLimitResponse_OK
-		r.resp.Statuses[i] = ds[i].status
+		ds[i].answer.status.Code = rlsv3.RateLimitResponse_OK
+		r.resp.Statuses[i] = &ds[i].answer.status
 	}
 	hits := sc.hits
 	results := grow(sc.results, len(hits))
@@ -228,7 +226,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			for j := range hits {
 				hits[j].Hits, hits[j].Refund = 0, false
 			}
-		case ds[i].bucket != "":
+		case ds[i].tiered():
 			if req.Descriptors[i].IsNegativeHits {
 				s.metrics.invalid.Inc()
 				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].is_negative_hits: a burst-tier rule takes no refunds", i)
@@ -265,7 +263,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	for i := range ds {
 		s.answer(&ds[i], results, degraded)
-		if ds[i].status.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+		if ds[i].answer.status.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			r.resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
@@ -297,7 +295,7 @@ func (s *Service) takeTiers(ctx context.Context, now time.Time, ds []descriptor)
 	}
 	for i := range ds {
 		d := &ds[i]
-		if d.bucket == "" || d.hits == 0 { // (0: check only, nothing to take)
+		if !d.tiered() || d.hits == 0 { // (0: check only, nothing to take)
 			continue
 		}
 		hits := int64(min(d.hits, uint64(limits.MaxTokens)+1)) // (beyond MaxTokens: never fits)
@@ -465,11 +463,15 @@ func grow[T any](s []T, n int) []T {
 	return s
 }
 
+// tiered reports whether d's limit is a burst-tier resource's, decided by
+// the limits engine.
+func (d *descriptor) tiered() bool { return d.limit != nil && d.limit.BurstTiers != "" }
+
 // blocks reports whether d refuses the request without the store: a
 // limit of 0, not in shadow mode.
 func (d *descriptor) blocks() bool {
 	l := d.limit
-	return l != nil && !l.Unlimited && l.BurstTiers == "" && l.RequestsPerUnit == 0 && !d.shadow
+	return l != nil && !l.Unlimited && !d.tiered() && l.RequestsPerUnit == 0 && !d.shadow
 }
 
 // plan decides what descriptor d needs: no limit, an answer without the
@@ -535,7 +537,7 @@ const overrideTag = "override "
 // answer fills d's status from its limit and its hit's result (or its
 // burst tiers' decision).
 func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool) {
-	l, st := d.limit, d.status
+	l, st := d.limit, &d.answer.status
 	switch {
 	case l == nil:
 		return
@@ -581,7 +583,7 @@ func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool) {
 // length, which Envoy's units cannot say; the headers can: the policy is
 // the current tier's limit, q, with its window, w).
 func (s *Service) answerTiers(d *descriptor) {
-	dec, st := d.tiers, d.status
+	dec, st := d.tiers, &d.answer.status
 	if dec == nil {
 		return
 	}
@@ -636,7 +638,7 @@ func (s *Service) over(d *descriptor) {
 		s.metrics.record(d, resultShadow)
 		return
 	}
-	d.status.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	d.answer.status.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	s.metrics.record(d, resultOver)
 }
 
@@ -652,11 +654,11 @@ func (s *Service) headers(r *reply, ds []descriptor) {
 	least := -1
 	for i := range ds {
 		d := &ds[i]
-		st := d.status
+		st := &d.answer.status
 		if !d.limited {
 			continue
 		}
-		if least < 0 || st.LimitRemaining < ds[least].status.LimitRemaining {
+		if least < 0 || st.LimitRemaining < ds[least].answer.status.LimitRemaining {
 			least = i
 		}
 		name := policyName(d, i)
@@ -694,7 +696,7 @@ func (s *Service) headers(r *reply, ds []descriptor) {
 		}
 	}
 	if h.XRateLimit {
-		st := ds[least].status
+		st := &ds[least].answer.status
 		r.addHeader("X-RateLimit-Limit", strconv.FormatUint(uint64(ds[least].quota), 10))
 		r.addHeader("X-RateLimit-Remaining", strconv.FormatUint(uint64(st.LimitRemaining), 10))
 		r.addHeader("X-RateLimit-Reset", strconv.FormatInt(seconds(st.DurationUntilReset.AsDuration()), 10))
