@@ -108,6 +108,12 @@ type Request struct {
 	// request decided again at once (an intermediate server that recorded
 	// it, then waited for its first lease from its parent).
 	Repeat bool
+	// Watched reports that the requester receives pushed leases (it has a
+	// sluice.v1.Leases Watch stream open to this server): when the
+	// decision grants it less than its share because the rest is not free
+	// yet, the store offers it what becomes free (Offer) without waiting
+	// for its next request.
+	Watched bool
 }
 
 // Grant is the outcome of a decision.
@@ -132,6 +138,13 @@ type Grant struct {
 	//
 	// Source: doorman-design.md, "Step 2: Insertion step", the note.
 	Unrecorded bool
+	// Sequence identifies the decision that made the lease: Unix
+	// nanoseconds of the decision, made strictly increasing per resource
+	// (doorman.proto's Lease.sequence, Sluice's extension); 0 on an Early
+	// grant, which repeats the requester's last decision. A holder of
+	// pushed leases applies one only if its sequence is higher than that of
+	// the lease it holds.
+	Sequence int64
 }
 
 // Lease describes one outstanding lease, for status pages and tests.
@@ -148,10 +161,9 @@ type Lease struct {
 
 // entry is one requester's state and its part in its (highest) priority
 // band's tree; a requester asking in several bands (a downstream server)
-// has one more entry per further band, owned by the first. It is 128
-// bytes, two cache lines, with what every decision reads in the first: a
-// decision on a resource with many clients is bound by memory latency, not
-// arithmetic.
+// has one more entry per further band, owned by the first. What every
+// decision reads is in its first cache line: a decision on a resource with
+// many clients is bound by memory latency, not arithmetic.
 type entry struct {
 	wants      float64
 	subclients float64
@@ -161,6 +173,7 @@ type entry struct {
 	expSec     int64   // expiry, Unix seconds
 	filed      bool    // filed in the expiry index under expSec
 	expired    bool    // the last grant was an expired lease (MaxExpiry had passed)
+	waiting    uint32  // > 0: in Resource.waiting, with this mark (see wait)
 
 	priority    int64 // the band
 	id          string
@@ -187,6 +200,19 @@ type Resource struct {
 	bands       []*band // by descending priority; never empty bands
 	fanout      int     // tree fanout for new bands (tests); 0: default
 	expiries    expiries
+
+	// The watched requesters granted less than their share, first come
+	// first served (see Offer): each item is live while its entry's waiting
+	// mark equals the item's.
+	waiting  []waiter
+	waitMark uint32
+	lastSeq  int64 // the last Grant.Sequence given
+}
+
+// waiter is an item of Resource.waiting.
+type waiter struct {
+	e    *entry
+	mark uint32
 }
 
 // NewResource returns an empty store for resource id. masterSince is when
@@ -235,6 +261,7 @@ func (r *Resource) Cleanup(now time.Time) {
 }
 
 func (r *Resource) drop(e *entry) {
+	e.waiting = 0
 	r.unplace(e)
 	r.expiries.remove(e)
 	delete(r.entries, e.id)
@@ -418,6 +445,7 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 		d = r.withinOwnLease(now, gets)
 	}
 	r.record(now, e, d, booked(d.gets, req.KeepOutstanding, req.Has, wasBooked))
+	r.wait(e, req.Watched && !learning && !ok && d.expiry.After(now) && ceiling > d.gets && r.short(e))
 	return Grant{
 		Capacity:        d.gets,
 		Expiry:          d.expiry,
@@ -425,6 +453,7 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 		SafeCapacity:    r.SafeCapacity(),
 		Learning:        learning,
 		Unrecorded:      unrecorded,
+		Sequence:        r.sequence(now),
 	}
 }
 
@@ -518,10 +547,27 @@ func (r *Resource) allot(learning bool, e *entry, has *float64, othersHas float6
 	switch {
 	case learning && sharing(p.Kind):
 		return learningHandBack(has, p.Capacity-othersHas)
-	case p.Kind == algorithm.FairShare && len(r.bands) > 1:
-		return algorithm.Clamp(algorithm.PriorityFairTarget(p.Capacity, r.algoParts(e), r.algoBands()), p.Capacity-othersHas)
+	case sharing(p.Kind):
+		return algorithm.Clamp(r.target(e), p.Capacity-othersHas)
 	default:
 		return algorithm.Decide(p.Kind, p.Capacity, total(e), r.pooled(), othersHas)
+	}
+}
+
+// target returns requester e's share by a sharing algorithm, before it is
+// limited to what is free: FAIR_SHARE over several priority bands serves
+// the higher bands first. O(log n).
+//
+// Source: doorman-design.md, "Algorithms".
+func (r *Resource) target(e *entry) float64 {
+	p := r.params
+	switch {
+	case p.Kind == algorithm.FairShare && len(r.bands) > 1:
+		return algorithm.PriorityFairTarget(p.Capacity, r.algoParts(e), r.algoBands())
+	case p.Kind == algorithm.FairShare:
+		return algorithm.FairTarget(p.Capacity, total(e), r.pooled())
+	default:
+		return algorithm.ProportionalTarget(p.Capacity, total(e), r.pooled())
 	}
 }
 

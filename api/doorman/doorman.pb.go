@@ -100,8 +100,14 @@ type Lease struct {
 	ExpiryTime      *int64                 `protobuf:"varint,1,req,name=expiry_time,json=expiryTime" json:"expiry_time,omitempty"`
 	RefreshInterval *int64                 `protobuf:"varint,2,req,name=refresh_interval,json=refreshInterval" json:"refresh_interval,omitempty"`
 	Capacity        *float64               `protobuf:"fixed64,3,req,name=capacity" json:"capacity,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Sluice's extension (Doorman neither sends nor reads it): the sequence
+	// of the decision that made this lease, Unix nanoseconds at the master,
+	// strictly increasing per holder and resource. A Sluice server sets it in
+	// its answers; a holder that watches for pushed leases (sluice.v1.Leases)
+	// compares it with theirs.
+	Sequence      *int64 `protobuf:"varint,100,opt,name=sequence" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
@@ -151,6 +157,13 @@ func (x *Lease) GetRefreshInterval() int64 {
 func (x *Lease) GetCapacity() float64 {
 	if x != nil && x.Capacity != nil {
 		return *x.Capacity
+	}
+	return 0
+}
+
+func (x *Lease) GetSequence() int64 {
+	if x != nil && x.Sequence != nil {
+		return *x.Sequence
 	}
 	return 0
 }
@@ -1165,12 +1178,13 @@ var File_doorman_proto protoreflect.FileDescriptor
 
 const file_doorman_proto_rawDesc = "" +
 	"\n" +
-	"\rdoorman.proto\x12\adoorman\"o\n" +
+	"\rdoorman.proto\x12\adoorman\"\x8b\x01\n" +
 	"\x05Lease\x12\x1f\n" +
 	"\vexpiry_time\x18\x01 \x02(\x03R\n" +
 	"expiryTime\x12)\n" +
 	"\x10refresh_interval\x18\x02 \x02(\x03R\x0frefreshInterval\x12\x1a\n" +
-	"\bcapacity\x18\x03 \x02(\x01R\bcapacity\"\x86\x01\n" +
+	"\bcapacity\x18\x03 \x02(\x01R\bcapacity\x12\x1a\n" +
+	"\bsequence\x18d \x01(\x03R\bsequence\"\x86\x01\n" +
 	"\x0fResourceRequest\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x02(\tR\n" +
 	"resourceId\x12\x1a\n" +

@@ -1,0 +1,139 @@
+package lease
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/sluice-rl/sluice/algorithm"
+)
+
+// pushes records what Offer sends.
+type pushes map[string]Grant
+
+func (p pushes) send(client string, g Grant) bool {
+	p[client] = g
+	return true
+}
+
+func TestOfferGivesBackFreedCapacity(t *testing.T) {
+	r := pastLearning(algorithm.FairShare, 100)
+	now := t0
+	r.Decide(now, Request{Client: "a", Wants: 100, Watched: true})
+	g := r.Decide(now, Request{Client: "b", Wants: 100, Watched: true})
+	if g.Capacity != 0 || r.Waiting() != 1 {
+		t.Fatalf("b gets %v (waiting %d), want 0 and waiting", g.Capacity, r.Waiting())
+	}
+	if n := r.Offer(now, pushes{}.send); n != 0 {
+		t.Fatalf("nothing is free, yet %d pushed", n)
+	}
+	// a's refresh cuts it to its share: the 50 it gives back go to b at
+	// once, not at b's next request.
+	now = now.Add(5 * time.Second)
+	if g := r.Decide(now, Request{Client: "a", Wants: 100, Watched: true}); g.Capacity != 50 {
+		t.Fatalf("a refreshes to %v, want 50", g.Capacity)
+	}
+	p := pushes{}
+	if n := r.Offer(now, p.send); n != 1 || p["b"].Capacity != 50 {
+		t.Fatalf("pushed %d: %+v, want b 50", n, p)
+	}
+	if !p["b"].Expiry.Equal(now.Add(60*time.Second)) || p["b"].Sequence <= g.Sequence {
+		t.Fatalf("pushed lease %+v: want a lease length from now and a later sequence than %d", p["b"], g.Sequence)
+	}
+	if l, _ := r.Has("b"); l.Has != 50 || r.Waiting() != 0 {
+		t.Fatalf("b's record %+v, waiting %d", l, r.Waiting())
+	}
+	// b may still send its request 5 s after its last one: the push was
+	// not a request.
+	if g := r.Decide(now, Request{Client: "b", Wants: 100, Watched: true}); g.Early || g.Capacity != 50 {
+		t.Fatalf("b's request after the push: %+v", g)
+	}
+	// a leaves: b gets all at once.
+	r.Release("a")
+	p = pushes{}
+	if r.Offer(now, p.send); p["b"].Capacity != 0 {
+		t.Fatalf("b was not waiting (it had its share), yet pushed %+v", p)
+	}
+	now = now.Add(5 * time.Second)
+	if g := r.Decide(now, Request{Client: "b", Wants: 100, Watched: true}); g.Capacity != 100 {
+		t.Fatalf("b alone gets %v", g.Capacity)
+	}
+	r.Decide(now, Request{Client: "a", Wants: 100, Watched: true}) // back: 0 free
+	r.Decide(now, Request{Client: "c", Wants: 100})                // not watched: never pushed
+	r.Release("b")
+	p = pushes{}
+	if r.Offer(now, p.send); len(p) != 1 || p["a"].Capacity != 50 {
+		t.Fatalf("after b left: %+v, want a its share of 50 and nothing for c (it does not watch)", p)
+	}
+}
+
+func TestOfferNotDelivered(t *testing.T) {
+	r := pastLearning(algorithm.FairShare, 100)
+	r.Decide(t0, Request{Client: "a", Wants: 100})
+	r.Decide(t0, Request{Client: "b", Wants: 100, Watched: true})
+	r.Release("a")
+	if n := r.Offer(t0, func(string, Grant) bool { return false }); n != 0 {
+		t.Fatalf("%d pushed", n)
+	}
+	if l, _ := r.Has("b"); l.Has != 0 || r.Waiting() != 0 {
+		t.Fatalf("an undelivered lease was recorded: %+v, waiting %d", l, r.Waiting())
+	}
+}
+
+func TestOfferNotInLearningMode(t *testing.T) {
+	r := NewResource("r", params(algorithm.FairShare, 100), t0)
+	r.Decide(t0, Request{Client: "a", Wants: 100, Watched: true, Has: f(10)})
+	if r.Waiting() != 0 || r.Offer(t0, pushes{}.send) != 0 {
+		t.Fatal("learning mode queued or pushed")
+	}
+}
+
+func TestOfferStaticNeverQueues(t *testing.T) {
+	r := pastLearning(algorithm.Static, 10)
+	r.Decide(t0, Request{Client: "a", Wants: 100, Watched: true})
+	if r.Waiting() != 0 {
+		t.Fatal("STATIC queued a requester")
+	}
+}
+
+// TestOfferNeverOvercommits runs random requests, releases, expiries and
+// offers, and checks that Σ has never exceeds the capacity and that a
+// pushed lease never exceeds its holder's share or its wants.
+func TestOfferNeverOvercommits(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		capacity := rapid.Float64Range(0, 1000).Draw(t, "capacity")
+		kind := rapid.SampledFrom([]algorithm.Kind{algorithm.FairShare, algorithm.ProportionalShare}).Draw(t, "kind")
+		r := pastLearning(kind, capacity)
+		now := t0
+		wants := map[string]float64{}
+		for i := range rapid.IntRange(1, 60).Draw(t, "steps") {
+			c := fmt.Sprintf("c%d", rapid.IntRange(0, 5).Draw(t, "client"))
+			switch rapid.IntRange(0, 3).Draw(t, "op") {
+			case 0, 1:
+				w := rapid.Float64Range(0, 600).Draw(t, "wants")
+				prio := int64(rapid.IntRange(0, 1).Draw(t, "priority"))
+				r.Decide(now, Request{Client: c, Wants: w, Priority: prio, Watched: rapid.Bool().Draw(t, "watched")})
+				wants[c] = w
+			case 2:
+				r.Release(c)
+			case 3:
+				now = now.Add(time.Duration(rapid.IntRange(0, 70).Draw(t, "advance")) * time.Second)
+			}
+			r.Offer(now, func(client string, g Grant) bool {
+				if g.Capacity > wants[client]+1e-9 {
+					t.Fatalf("step %d: pushed %s %v, above its wants %v", i, client, g.Capacity, wants[client])
+				}
+				return true
+			})
+			if _, h, _, _ := r.Totals(); h > capacity*(1+1e-9)+1e-9 {
+				t.Fatalf("step %d: Σ has %v > capacity %v", i, h, capacity)
+			}
+			if math.IsNaN(r.sumHas()) {
+				t.Fatal("NaN")
+			}
+		}
+	})
+}
