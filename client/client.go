@@ -64,10 +64,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 
 	"github.com/sluice-rl/sluice/internal/discovery"
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/internal/refresh"
+	"github.com/sluice-rl/sluice/internal/watch"
 )
 
 // Mode is what a resource does when its lease has expired without renewal.
@@ -177,6 +179,7 @@ type Client struct {
 	registerer prometheus.Registerer
 	metrics    *clientMetrics
 	hooks      hooks.Client // the simulator's and the tests' knobs
+	noPush     bool         // WithoutPush
 
 	// Refresh-loop state, used only by step (one caller at a time): the
 	// backoff after failures, capped by the last answer's refresh interval.
@@ -262,11 +265,49 @@ func New(addr string, opts ...Option) (*Client, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
+	watching := make(chan struct{})
 	go func() {
 		defer close(c.done)
+		defer func() { <-watching }()
 		refresh.Run(ctx, c.wake, c.step)
 	}()
+	go func() {
+		defer close(watching)
+		if c.noPush {
+			return
+		}
+		dial := watch.NewDialer(c.http, discovery.Scheme(c.tls), c.json)
+		if c.hooks.WatchDial != nil {
+			dial = c.hooks.WatchDial
+		}
+		watch.Run(ctx, watch.Options{Holder: c.id, Server: c.Server, Dial: dial, Apply: c.applyPushed, Rand: c.hooks.Rand})
+	}()
 	return c, nil
+}
+
+// WithoutPush makes the client only poll, as Doorman's clients do: it
+// opens no sluice.v1.Leases Watch stream, so capacity another client
+// gives back reaches it only at its next request.
+func WithoutPush() Option { return func(c *Client) { c.noPush = true } }
+
+// applyPushed applies leases the server pushed (sluice.v1.Leases/Watch):
+// each replaces its resource's lease if it is newer than the one held (see
+// resourceState.grant).
+func (c *Client) applyPushed(ls []*v1.PushedLease) {
+	now := c.now()
+	for _, l := range ls {
+		c.mu.Lock()
+		r := c.resources[l.GetResourceId()]
+		c.mu.Unlock()
+		if r == nil {
+			continue
+		}
+		ri := time.Duration(l.GetRefreshInterval()) * time.Second
+		if ri <= 0 {
+			ri = DefaultRefreshInterval
+		}
+		r.grant(l.GetCapacity(), time.Unix(l.GetExpiryTime(), 0), ri, nil, l.GetSequence(), true, now)
+	}
 }
 
 // ID returns the client id.
@@ -653,7 +694,7 @@ func (c *Client) apply(resp *pb.GetCapacityResponse, rs []*resourceState, now ti
 		if ri <= 0 {
 			ri = DefaultRefreshInterval
 		}
-		r.grant(g.GetCapacity(), time.Unix(g.GetExpiryTime(), 0), ri, rr.SafeCapacity, now)
+		r.grant(g.GetCapacity(), time.Unix(g.GetExpiryTime(), 0), ri, rr.SafeCapacity, g.GetSequence(), false, now)
 		if ri = max(ri, pb.MinRequestInterval); next == 0 || ri < next {
 			next = ri
 		}
@@ -674,5 +715,6 @@ func WithHooks(h *hooks.Client) Option {
 		}
 		c.hooks = *h
 		h.Step = c.step
+		h.Push = c.applyPushed
 	}
 }

@@ -51,6 +51,7 @@ type resourceState struct {
 	capacity  float64 // the lease's capacity, when hasLease
 	expiry    time.Time
 	refresh   time.Duration
+	leaseSeq  int64 // the sequence of the newest lease applied (0: none known)
 	safe      float64
 	safeKnown bool
 	released  bool
@@ -443,12 +444,16 @@ func (r *resourceState) schedule(now time.Time) (ready, due, latest time.Time) {
 	return ready, due, latest
 }
 
-func (r *resourceState) grant(capacity float64, expiry time.Time, refresh time.Duration, safe *float64, now time.Time) {
+func (r *resourceState) grant(capacity float64, expiry time.Time, refresh time.Duration, safe *float64, seq int64, pushed bool, now time.Time) {
 	r.mu.Lock()
-	if r.released {
+	if r.released || (pushed || seq != 0) && seq <= r.leaseSeq {
+		// Released; or a lease decided before the one held (a push the
+		// answer to a later request overtook, or that answer behind a
+		// later push): the newer one stands.
 		r.mu.Unlock()
 		return
 	}
+	r.leaseSeq = max(r.leaseSeq, seq)
 	r.hasLease, r.capacity, r.expiry, r.refresh = true, capacity, expiry, refresh
 	if safe != nil {
 		r.safe, r.safeKnown = *safe, true

@@ -64,6 +64,7 @@ import (
 	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/envoyrls"
+	"github.com/sluice-rl/sluice/server/leases"
 	"github.com/sluice-rl/sluice/server/internal/rpc"
 	"github.com/sluice-rl/sluice/server/limitsvc"
 	"github.com/sluice-rl/sluice/server/sessions"
@@ -146,6 +147,10 @@ type Config struct {
 	// ParentTLS, when set, makes the parent link (and the forwarding of
 	// sessions to their home servers) speak TLS with it.
 	ParentTLS *tls.Config
+	// NoLeasePush turns off pushed leases (sluice.v1.Leases/Watch): capacity
+	// that becomes free waits for its takers' next requests, as in Doorman
+	// (capacity.Options.NoPush). The zero value pushes.
+	NoLeasePush bool
 
 	// Election is how the tasks of this node elect their master.
 	Election Election
@@ -234,6 +239,7 @@ type Server struct {
 	limits   *limitsvc.Service
 	sessions *sessions.Service
 	envoy    *envoyrls.Service
+	leases   *leases.Service
 	status   *status.Site
 	handler  http.Handler // the net/http side, admin API and pprof included
 
@@ -373,7 +379,8 @@ func (s *Server) newServices(id string) error {
 	cfg := s.cfg
 	s.capacity = capacity.New(capacity.Options{ID: id, Address: s.addr, Config: cfg.Doorman, Now: s.now, Logger: s.log,
 		Registry: s.reg, Parent: cfg.Parents, ParentTLS: cfg.ParentTLS,
-		RequireConfig: cfg.ConfigPath != "" && len(cfg.Parents) == 0})
+		RequireConfig: cfg.ConfigPath != "" && len(cfg.Parents) == 0, NoPush: cfg.NoLeasePush})
+	s.leases = leases.New(s.capacity)
 	var store limits.Store
 	if cfg.Shared != nil {
 		store = cfg.Shared.Limits
@@ -656,6 +663,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(sluicev1connect.NewLimitsHandler(rpc.LimitsConnect{L: s.limitsAPI()}, opts...))
 	mux.Handle(quotaserviceconnect.NewQuotaServiceHandler(rpc.QuotaService{S: s.limits.QuotaService()}, opts...))
 	mux.Handle(rpc.NewRateLimitServiceHandler(s.envoy, opts...))
+	mux.Handle(sluicev1connect.NewLeasesHandler(rpc.Leases{W: s.leases}, opts...))
 	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	s.status.Register(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -683,6 +691,7 @@ func (s *Server) registerGRPC(gs *grpc.Server) {
 	gs.RegisterService(&v1.Limits_ServiceDesc, s.limitsAPI())
 	gs.RegisterService(&qs.QuotaService_ServiceDesc, s.limits.QuotaService())
 	gs.RegisterService(&rlsv3.RateLimitService_ServiceDesc, s.envoy)
+	gs.RegisterService(&v1.Leases_ServiceDesc, s.leases)
 	healthpb.RegisterHealthServer(gs, s.health)
 	reflection.Register(gs)
 }
@@ -706,7 +715,7 @@ func (s *Server) followReadiness(ctx context.Context) {
 		}
 		if st != last {
 			for _, name := range []string{"", pb.Capacity_ServiceDesc.ServiceName, v1.Limits_ServiceDesc.ServiceName, qs.QuotaService_ServiceDesc.ServiceName,
-				rlsv3.RateLimitService_ServiceDesc.ServiceName} {
+				rlsv3.RateLimitService_ServiceDesc.ServiceName, v1.Leases_ServiceDesc.ServiceName} {
 				s.health.SetServingStatus(name, st)
 			}
 			last = st

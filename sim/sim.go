@@ -28,12 +28,15 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
+	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/server/capacity"
+	"github.com/sluice-rl/sluice/server/leases"
 )
 
 // ResourceID is the one resource every simulated client asks for.
@@ -67,6 +70,12 @@ type Options struct {
 	// (internal/hooks.Server.DesignRefreshDecay), decay_factor times as long
 	// (clients most often). Any other value is an error.
 	RefreshDecay string
+	// NoPush runs servers that push no leases (capacity.Options.NoPush)
+	// and holders that only poll, as in Doorman, for comparison. By
+	// default every client and intermediate server watches its master for
+	// pushed leases (sluice.v1.Leases), delivered at the instant they are
+	// decided.
+	NoPush bool
 	// RefreshInterval, when > 0, replaces the scenario's refresh interval
 	// at the root (seconds).
 	RefreshInterval float64
@@ -216,7 +225,7 @@ resources:
 			for i := range sc.Tasks {
 				t := &task{addr: fmt.Sprintf("%s/task-%d", nd.name, i), node: nd}
 				h := &hooks.Server{Rand: s.jit, DoormanAllocation: opts.DoormanAllocation, DesignRefreshDecay: opts.RefreshDecay == DecayDesign}
-				o := capacity.Options{ID: nd.name, Address: t.addr, Now: s.clock, Logger: s.log, Hooks: h}
+				o := capacity.Options{ID: nd.name, Address: t.addr, Now: s.clock, Logger: s.log, Hooks: h, NoPush: opts.NoPush}
 				if parent == nil {
 					o.Config = cfg
 				} else {
@@ -380,6 +389,60 @@ func (s *sim) elect(nd *node, i int) {
 		}
 		t.srv.SetMastership(j == i, addr)
 	}
+	// The holders' streams find the new master: nd's clients and
+	// children, and nd itself at its parent.
+	for _, c := range s.clients {
+		if c.node == nd && c.c != nil {
+			s.watchClient(c)
+		}
+	}
+	for _, ch := range nd.children {
+		s.watchParent(ch)
+	}
+	s.watchParent(nd)
+}
+
+// watchClient opens client c's stream to its node's master: pushed leases
+// reach it at the instant they are decided.
+func (s *sim) watchClient(c *simClient) {
+	nd := c.node
+	if s.opts.NoPush || nd.master < 0 {
+		return
+	}
+	_, _ = nd.tasks[nd.master].srv.Watch(c.name, &capacity.Watcher{
+		Deliver: func(resource string, g lease.Grant) bool {
+			l := leases.Pushed(resource, g)
+			s.after(0, func() { c.hooks.Push([]*v1.PushedLease{l}) })
+			return true
+		},
+		Stop: func() {},
+	})
+}
+
+// watchParent opens the stream of nd's master to the master of nd's
+// parent; a lease pushed to a task that has crashed or lost mastership
+// since is not delivered.
+func (s *sim) watchParent(nd *node) {
+	p := nd.parent
+	if s.opts.NoPush || p == nil || p.master < 0 || nd.master < 0 {
+		return
+	}
+	t := nd.tasks[nd.master]
+	_, _ = p.tasks[p.master].srv.Watch(nd.name, &capacity.Watcher{
+		Deliver: func(resource string, g lease.Grant) bool {
+			if t.down || nd.master < 0 || nd.tasks[nd.master] != t {
+				return false
+			}
+			l := leases.Pushed(resource, g)
+			s.after(0, func() {
+				if !t.down {
+					t.link.Push([]*v1.PushedLease{l})
+				}
+			})
+			return true
+		},
+		Stop: func() {},
+	})
 }
 
 // loseMaster crashes nd's master: its state is gone and it answers
@@ -437,6 +500,7 @@ func (s *sim) startClient(c *simClient) {
 		panic(err) // addresses are never empty
 	}
 	c.c = cl
+	s.watchClient(c)
 	c.res, err = cl.Resource(ResourceID, c.base)
 	if err != nil {
 		panic(err) // a fresh client, a valid id and wants

@@ -24,6 +24,7 @@ func newSimulateCmd() *cobra.Command {
 		allocation string
 		decay      string
 		refresh    time.Duration
+		push       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -44,6 +45,10 @@ NAME.json, NAME.png and NAME.svg (a plot like the design's figures).
 
 --allocation doorman runs the servers with Doorman's allocation across the tree
 instead of Sluice's (see docs/departures.md), for comparison.
+
+--push=false runs servers that push no leases and holders that only poll, as in
+Doorman: capacity one requester gives back waits for the others' next requests
+(by default it is pushed, on sluice.v1.Leases, at once; see docs/departures.md).
 
 --refresh-decay sets the direction in which the refresh interval changes from
 level to level of the tree: sluice (each level further from the root refreshes
@@ -89,7 +94,7 @@ act as 5 s.`,
 			var verr error
 			for _, sc := range scs {
 				opts := sim.Options{Seed: seed, Duration: duration.Seconds(), DoormanAllocation: allocation == "doorman",
-					RefreshDecay: decay, RefreshInterval: refresh.Seconds()}
+					RefreshDecay: decay, RefreshInterval: refresh.Seconds(), NoPush: !push}
 				opts.Progress = newProgress(cmd.ErrOrStderr(), "scenario "+sc.Name)
 				began := time.Now()
 				res, err := sim.Run(sc, opts)
@@ -129,6 +134,7 @@ act as 5 s.`,
 	f.StringVar(&allocation, "allocation", "sluice", "allocation across the tree: sluice, or doorman for comparison")
 	f.StringVar(&decay, "refresh-decay", sim.DecaySluice, "refresh interval across the tree: sluice (longer toward the clients) or design (shorter toward the clients)")
 	f.DurationVar(&refresh, "refresh-interval", 0, "refresh interval at the root (default: the scenario's)")
+	f.BoolVar(&push, "push", true, "push leases to their holders when capacity becomes free (false: poll only, as Doorman)")
 	return cmd
 }
 

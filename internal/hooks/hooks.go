@@ -16,6 +16,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/api/sluice/v1/sluicev1connect"
 	"github.com/sluice-rl/sluice/internal/discovery"
 )
 
@@ -31,6 +33,14 @@ type Client struct {
 	// Rand is the source of the retry jitter; nil is math/rand/v2's global
 	// source.
 	Rand *rand.Rand
+
+	// WatchDial, when set, reaches servers' sluice.v1.Leases instead of
+	// the client's HTTP client (tests).
+	WatchDial func(addr string) sluicev1connect.LeasesClient
+
+	// Push is set by client.New: it applies leases pushed to the client
+	// (the simulator delivers them, with Manual, on virtual time).
+	Push func([]*v1.PushedLease)
 
 	// Step is set by client.New: it takes one turn of the client's refresh
 	// loop at its clock and returns how long until the next is due (see
@@ -69,6 +79,10 @@ type Server struct {
 	// Source: doorman-design.md, "Algorithms" ("the refresh interval of a
 	// lease should halve with every level we go up in the tree").
 	DesignRefreshDecay bool
+
+	// Push is set by capacity.New: it applies leases the parent pushed
+	// (the simulator delivers them, with ManualParent, on virtual time).
+	Push func([]*v1.PushedLease)
 
 	// StepParent is set by capacity.New: it takes one turn of the service's
 	// link to its parent (with ManualParent) and returns how long until

@@ -92,6 +92,10 @@ type Options struct {
 	// RequireConfig makes Ready false until a configuration is set (a
 	// root started with a configuration file or key).
 	RequireConfig bool
+	// NoPush turns off pushed leases (sluice.v1.Leases): Watch fails, and
+	// capacity that becomes free waits for its takers' next requests, as
+	// in Doorman. The zero value pushes.
+	NoPush bool
 	// Hooks are the simulator's and the tests' knobs. Its type is
 	// internal: only Sluice's own packages can set it; nil means none.
 	Hooks *hooks.Server
@@ -128,6 +132,9 @@ type Service struct {
 	// tree behaviour on the wall clock shorten it.
 	minRequest time.Duration
 
+	wmu      sync.Mutex
+	watchers map[string]*Watcher // by holder (see Watch)
+
 	parent  *parentLink // nil at the root
 	started time.Time   // wall time, for uptime
 	hist    history
@@ -150,10 +157,12 @@ func New(opts Options) *Service {
 		cfg:       opts.Config,
 		resources: make(map[string]*resource),
 		logged:    make(map[string]struct{}),
+		watchers:  make(map[string]*Watcher),
 	}
 	if opts.Hooks != nil {
 		s.hooks = *opts.Hooks
 		opts.Hooks.StepParent = s.stepParent
+		opts.Hooks.Push = s.parentPushed
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -209,6 +218,7 @@ func (s *Service) SetConfig(repo *config.Repository) {
 			r.template = nil
 		}
 		r.store.SetParams(s.params(paramsFor(r.template)))
+		s.offer(r)
 		r.mu.Unlock()
 	}
 }
@@ -341,6 +351,7 @@ func (s *Service) Sweep() {
 	for id, r := range s.resources {
 		r.mu.Lock()
 		r.store.Cleanup(now)
+		s.offer(r)
 		_, _, _, n := r.store.Totals()
 		idle := n == 0 && !r.store.Learning(now)
 		r.mu.Unlock()
@@ -371,6 +382,14 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 			defer close(done)
 			s.parent.run(ctx)
 		}()
+		if s.parent.watch != nil && !s.opts.NoPush {
+			watched := make(chan struct{})
+			defer func() { <-watched }()
+			go func() {
+				defer close(watched)
+				s.parent.watchParent(ctx, s.parent.watch)
+			}()
+		}
 	}
 	refresh.Every(ctx, interval, func(context.Context) { s.Sweep() })
 }

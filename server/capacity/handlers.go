@@ -155,6 +155,7 @@ func (s *Service) ReleaseCapacity(_ context.Context, req *pb.ReleaseCapacityRequ
 		}
 		r.mu.Lock()
 		r.store.Release(req.GetClientId())
+		s.offer(r)
 		r.mu.Unlock()
 	}
 	return &pb.ReleaseCapacityResponse{}, nil
@@ -209,7 +210,11 @@ func (s *Service) decideAll(ctx context.Context, ids []string, reqs []lease.Requ
 // claimed leases without a record outside learning mode (logged at most
 // once every unrecordedLogEvery).
 func (s *Service) decide(r *resource, id string, req lease.Request) lease.Grant {
+	req.Watched = !s.opts.NoPush && s.watched(req.Client)
 	g := r.store.Decide(s.now(), req)
+	if !g.Early {
+		s.offer(r)
+	}
 	if g.Early {
 		s.metrics.early.Inc()
 	}
@@ -274,5 +279,15 @@ func wireLease(g lease.Grant) *pb.Lease {
 		ExpiryTime:      proto.Int64(g.Expiry.Unix()),
 		RefreshInterval: proto.Int64(int64(math.Ceil(g.RefreshInterval.Seconds()))),
 		Capacity:        proto.Float64(g.Capacity),
+		Sequence:        sequence(g.Sequence),
 	}
+}
+
+// sequence returns a grant's sequence for the wire: nil (left out) for an
+// Early grant, which has none.
+func sequence(seq int64) *int64 {
+	if seq == 0 {
+		return nil
+	}
+	return proto.Int64(seq)
 }

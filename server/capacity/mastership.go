@@ -14,6 +14,9 @@ import (
 func (s *Service) SetMastership(isMaster bool, masterAddr string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !isMaster && s.isMaster {
+		defer s.stopWatchers()
+	}
 	if isMaster != s.isMaster {
 		s.resources = make(map[string]*resource)
 		if isMaster {

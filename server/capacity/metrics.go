@@ -19,6 +19,8 @@ type metrics struct {
 	unrecorded      prometheus.Counter
 	emptyReleaseIDs prometheus.Counter
 	algoFallbacks   prometheus.Counter
+	pushes          prometheus.Counter
+	watchers        prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, s *Service) *metrics {
@@ -47,6 +49,14 @@ func newMetrics(reg prometheus.Registerer, s *Service) *metrics {
 			Name: "sluice_server_algorithm_fallbacks_total",
 			Help: "Algorithms that could not be built (an unknown kind pushed down by the parent) and ran as NO_ALGORITHM instead.",
 		}),
+		pushes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_server_pushed_leases_total",
+			Help: "Leases pushed to watching holders without a request of theirs (capacity that became free, sluice.v1.Leases/Watch).",
+		}),
+		watchers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_server_lease_watchers",
+			Help: "Holders with an open sluice.v1.Leases/Watch stream to this server.",
+		}),
 	}
 	master := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_server_is_master",
@@ -61,7 +71,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) *metrics {
 		Name: "sluice_server_uptime_seconds",
 		Help: "Seconds since the server started.",
 	}, func() float64 { return time.Since(s.started).Seconds() })
-	reg.MustRegister(m.unmatched, m.elections, m.early, m.unrecorded, m.emptyReleaseIDs, m.algoFallbacks, master, uptime,
+	reg.MustRegister(m.unmatched, m.elections, m.early, m.unrecorded, m.emptyReleaseIDs, m.algoFallbacks, m.pushes, m.watchers, master, uptime,
 		&resourceCollector{s: s, admitted: map[string]bool{}})
 	return m
 }

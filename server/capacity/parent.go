@@ -14,8 +14,10 @@ import (
 	"github.com/sluice-rl/sluice/algorithm"
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/discovery"
 	"github.com/sluice-rl/sluice/internal/refresh"
+	"github.com/sluice-rl/sluice/internal/watch"
 	"github.com/sluice-rl/sluice/lease"
 )
 
@@ -51,6 +53,7 @@ type parentLease struct {
 	algoParams []*pb.NamedParameter // pushed down with the algorithm
 	decay      float64              // their decay_factor, resolved
 	ready      chan struct{}        // closed when the first answer arrives
+	seq        int64                // the sequence of the newest lease applied (0: none known)
 }
 
 // params resolves the parent lease into lease parameters: the capacity,
@@ -104,6 +107,7 @@ type parentLink struct {
 	s     *Service
 	addrs []string
 	dial  discovery.Dialer
+	watch watch.Dialer // nil: no pushed leases from the parent
 	wake  refresh.Wake
 
 	// Loop state, used only by step (one caller at a time): the backoff
@@ -149,13 +153,15 @@ func (l *parentLink) sendReleases(ctx context.Context) {
 }
 
 func newParentLink(s *Service, addrs []string, hc *http.Client, dial discovery.Dialer, tlsCfg *tls.Config) *parentLink {
+	var wd watch.Dialer
 	if dial == nil {
 		if hc == nil {
 			hc = &http.Client{Transport: discovery.Transport(tlsCfg, false)}
 		}
 		dial = discovery.NewDialer(hc, discovery.Scheme(tlsCfg), false)
+		wd = watch.NewDialer(hc, discovery.Scheme(tlsCfg), false)
 	}
-	l := &parentLink{s: s, addrs: addrs, dial: dial, wake: refresh.NewWake(),
+	l := &parentLink{s: s, addrs: addrs, dial: dial, watch: wd, wake: refresh.NewWake(),
 		retry: refresh.Retry{Min: minBackoff, Max: maxBackoff, Rand: s.hooks.Rand}}
 	l.use(addrs[0])
 	return l
@@ -340,7 +346,7 @@ func (s *Service) parentAnswered(rs []*resource, resp *pb.GetServerCapacityRespo
 	next := time.Duration(math.MaxInt64)
 	for _, r := range rs {
 		r.mu.Lock()
-		if rr := byID[r.store.ID()]; rr != nil {
+		if rr := byID[r.store.ID()]; rr != nil && !r.parent.stale(rr.GetGets().GetSequence()) {
 			if r.parent.adopt(rr) {
 				s.metrics.algoFallbacks.Inc()
 				if s.once("algorithm", r.store.ID()) {
@@ -349,6 +355,7 @@ func (s *Service) parentAnswered(rs []*resource, resp *pb.GetServerCapacityRespo
 				}
 			}
 			r.store.SetParams(s.params(r.parent.params()))
+			s.offer(r)
 		}
 		if r.parent.ok {
 			// Never more often than Doorman's 5 s per resource: the parent
@@ -371,6 +378,51 @@ func (s *Service) parentAnswered(rs []*resource, resp *pb.GetServerCapacityRespo
 		next = time.Second
 	}
 	return next
+}
+
+// stale reports whether a lease from the parent with sequence seq was
+// decided before the one held (an answer a pushed lease overtook); 0 is
+// never stale. It records seq otherwise.
+func (pl *parentLease) stale(seq int64) bool {
+	if seq != 0 && seq <= pl.seq {
+		return true
+	}
+	pl.seq = max(pl.seq, seq)
+	return false
+}
+
+// parentPushed applies leases the parent pushed (sluice.v1.Leases/Watch)
+// to the resources this server holds a lease for, newer ones only, and
+// pushes in turn what that frees here to this server's own watchers.
+func (s *Service) parentPushed(ls []*v1.PushedLease) {
+	for _, l := range ls {
+		s.mu.RLock()
+		r := s.resources[l.GetResourceId()]
+		s.mu.RUnlock()
+		if r == nil {
+			continue
+		}
+		r.mu.Lock()
+		if r.parent.ok && !r.parent.stale(l.GetSequence()) {
+			r.parent.capacity = math.Max(l.GetCapacity(), 0)
+			r.parent.expiry = time.Unix(l.GetExpiryTime(), 0)
+			r.store.SetParams(s.params(r.parent.params()))
+			s.offer(r)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// watchParent watches the parent for pushed leases until ctx ends (see
+// package internal/watch).
+func (l *parentLink) watchParent(ctx context.Context, dial watch.Dialer) {
+	watch.Run(ctx, watch.Options{
+		Holder: l.s.opts.ID,
+		Server: func() string { addr, _ := l.current(); return addr },
+		Dial:   dial,
+		Apply:  l.s.parentPushed,
+		Rand:   l.s.hooks.Rand,
+	})
 }
 
 // adopt records a lease from the parent and what it pushed down. It

@@ -13,7 +13,7 @@ import (
 // resource listed twice, or more than MaxResourcesPerRequest resources.
 // The server answers such a request with InvalidArgument.
 func ValidateGetCapacity(m *pb.GetCapacityRequest) error {
-	if err := checkID("client_id", m.GetClientId()); err != nil {
+	if err := CheckID("client_id", m.GetClientId()); err != nil {
 		return err
 	}
 	rs := m.GetResource()
@@ -23,7 +23,7 @@ func ValidateGetCapacity(m *pb.GetCapacityRequest) error {
 	seen := make(map[string]struct{}, len(rs))
 	for i, r := range rs {
 		field := fmt.Sprintf("resource[%d]", i)
-		if err := checkID(field+".resource_id", r.GetResourceId()); err != nil {
+		if err := CheckID(field+".resource_id", r.GetResourceId()); err != nil {
 			return err
 		}
 		if _, dup := seen[r.GetResourceId()]; dup {
@@ -44,7 +44,7 @@ func ValidateGetCapacity(m *pb.GetCapacityRequest) error {
 // ValidateGetCapacity, and also every priority band: num_clients ≥ 1 and
 // wants finite and ≥ 0, at most MaxBandsPerResource bands.
 func ValidateGetServerCapacity(m *pb.GetServerCapacityRequest) error {
-	if err := checkID("server_id", m.GetServerId()); err != nil {
+	if err := CheckID("server_id", m.GetServerId()); err != nil {
 		return err
 	}
 	rs := m.GetResource()
@@ -54,7 +54,7 @@ func ValidateGetServerCapacity(m *pb.GetServerCapacityRequest) error {
 	seen := make(map[string]struct{}, len(rs))
 	for i, r := range rs {
 		field := fmt.Sprintf("resource[%d]", i)
-		if err := checkID(field+".resource_id", r.GetResourceId()); err != nil {
+		if err := CheckID(field+".resource_id", r.GetResourceId()); err != nil {
 			return err
 		}
 		if _, dup := seen[r.GetResourceId()]; dup {
@@ -86,7 +86,7 @@ func ValidateGetServerCapacity(m *pb.GetServerCapacityRequest) error {
 // list that starts with empty strings (it makes the slice with a length and
 // then appends), and would retry a rejected release forever.
 func ValidateReleaseCapacity(m *pb.ReleaseCapacityRequest) error {
-	if err := checkID("client_id", m.GetClientId()); err != nil {
+	if err := CheckID("client_id", m.GetClientId()); err != nil {
 		return err
 	}
 	if len(m.GetResourceId()) > MaxResourcesPerRequest {
@@ -96,14 +96,16 @@ func ValidateReleaseCapacity(m *pb.ReleaseCapacityRequest) error {
 		if id == "" {
 			continue
 		}
-		if err := checkID(fmt.Sprintf("resource_id[%d]", i), id); err != nil {
+		if err := CheckID(fmt.Sprintf("resource_id[%d]", i), id); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func checkID(field, id string) error {
+// CheckID checks a client, server or resource id: 1 to MaxIDLength bytes.
+// The error names field.
+func CheckID(field, id string) error {
 	switch {
 	case id == "":
 		return fmt.Errorf("%s: must not be empty", field)

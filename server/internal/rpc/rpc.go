@@ -252,3 +252,19 @@ func NewRateLimitServiceHandler(s RateLimitService, opts ...connect.HandlerOptio
 		}, opts...)
 	return RateLimitServiceProcedure, h
 }
+
+// Watcher is sluice.v1.Leases/Watch on any transport (leases.Service).
+type Watcher interface {
+	Stream(ctx context.Context, req *v1.WatchRequest, send func(*v1.WatchResponse) error) error
+}
+
+// Leases is sluice.v1.Leases for Connect.
+type Leases struct {
+	sluicev1connect.UnimplementedLeasesHandler
+	W Watcher
+}
+
+// Watch implements sluicev1connect.LeasesHandler.
+func (c Leases) Watch(ctx context.Context, req *connect.Request[v1.WatchRequest], stream *connect.ServerStream[v1.WatchResponse]) error {
+	return Error(c.W.Stream(ctx, req.Msg, stream.Send))
+}
