@@ -201,9 +201,9 @@ type Resource struct {
 	fanout      int     // tree fanout for new bands (tests); 0: default
 	expiries    expiries
 
-	// The watched requesters granted less than their share, first come
-	// first served (see Offer): each item is live while its entry's waiting
-	// mark equals the item's.
+	// The watched requesters granted less than they want, served in turn
+	// (see Offer): each item is live while its entry's waiting mark equals
+	// the item's.
 	waiting  []waiter
 	waitMark uint32
 	lastSeq  int64 // the last Grant.Sequence given
@@ -445,7 +445,7 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 		d = r.withinOwnLease(now, gets)
 	}
 	r.record(now, e, d, booked(d.gets, req.KeepOutstanding, req.Has, wasBooked))
-	r.wait(e, req.Watched && !learning && !ok && d.expiry.After(now) && ceiling > d.gets && r.short(e))
+	r.wait(e, req.Watched && sharing(r.params.Kind) && !learning && !ok && d.expiry.After(now) && ceiling > d.gets && short(e))
 	return Grant{
 		Capacity:        d.gets,
 		Expiry:          d.expiry,

@@ -43,8 +43,8 @@ func TestOfferGivesBackFreedCapacity(t *testing.T) {
 	if !p["b"].Expiry.Equal(now.Add(60*time.Second)) || p["b"].Sequence <= g.Sequence {
 		t.Fatalf("pushed lease %+v: want a lease length from now and a later sequence than %d", p["b"], g.Sequence)
 	}
-	if l, _ := r.Has("b"); l.Has != 50 || r.Waiting() != 0 {
-		t.Fatalf("b's record %+v, waiting %d", l, r.Waiting())
+	if l, _ := r.Has("b"); l.Has != 50 || r.Waiting() != 2 {
+		t.Fatalf("b's record %+v, waiting %d (a and b both want more)", l, r.Waiting())
 	}
 	// b may still send its request 5 s after its last one: the push was
 	// not a request.
@@ -54,19 +54,28 @@ func TestOfferGivesBackFreedCapacity(t *testing.T) {
 	// a leaves: b gets all at once.
 	r.Release("a")
 	p = pushes{}
-	if r.Offer(now, p.send); p["b"].Capacity != 0 {
-		t.Fatalf("b was not waiting (it had its share), yet pushed %+v", p)
+	if r.Offer(now, p.send); p["b"].Capacity != 100 {
+		t.Fatalf("after a left: %+v, want b 100", p)
+	}
+	if r.Waiting() != 0 {
+		t.Fatalf("waiting %d, want 0: b has all it wants", r.Waiting())
 	}
 	now = now.Add(5 * time.Second)
-	if g := r.Decide(now, Request{Client: "b", Wants: 100, Watched: true}); g.Capacity != 100 {
-		t.Fatalf("b alone gets %v", g.Capacity)
-	}
 	r.Decide(now, Request{Client: "a", Wants: 100, Watched: true}) // back: 0 free
 	r.Decide(now, Request{Client: "c", Wants: 100})                // not watched: never pushed
 	r.Release("b")
 	p = pushes{}
 	if r.Offer(now, p.send); len(p) != 1 || p["a"].Capacity != 50 {
 		t.Fatalf("after b left: %+v, want a its share of 50 and nothing for c (it does not watch)", p)
+	}
+	// A change of the others' demand raises a's share: c wants less.
+	now = now.Add(5 * time.Second)
+	if g := r.Decide(now, Request{Client: "c", Wants: 10}); g.Capacity != 10 {
+		t.Fatalf("c gets %v, want 10", g.Capacity)
+	}
+	p = pushes{}
+	if r.Offer(now, p.send); p["a"].Capacity != 90 {
+		t.Fatalf("after c asked less: %+v, want a 90", p)
 	}
 }
 

@@ -143,6 +143,7 @@ type node struct {
 	master   int // index of the master task, -1 while there is none
 	outage   bool
 	capHist  []float64 // capacity held at each of the last lease-length seconds
+	capPeak  float64   // the most capacity held since the last sample (see notePeak)
 	children []*node
 }
 
@@ -437,6 +438,7 @@ func (s *sim) watchParent(nd *node) {
 			s.after(0, func() {
 				if !t.down {
 					t.link.Push([]*v1.PushedLease{l})
+					s.notePeak(t)
 				}
 			})
 			return true
@@ -485,6 +487,7 @@ func (s *sim) scheduleLink(t *task, d time.Duration) {
 			return
 		}
 		next := t.link.StepParent(s.ctx)
+		s.notePeak(t)
 		s.scheduleLink(t, max(next, 10*time.Millisecond))
 	})
 }
@@ -624,6 +627,19 @@ func (s *sim) violation(format string, args ...any) {
 	}
 }
 
+// notePeak records the capacity intermediate task t holds from its parent
+// now, if it is its node's master: a lease pushed and then cut within one
+// second still counts for the shortfall bound (see sample).
+func (s *sim) notePeak(t *task) {
+	nd := t.node
+	if nd.master < 0 || nd.tasks[nd.master] != t {
+		return
+	}
+	if st, err := t.srv.Status(ResourceID); err == nil && st.ParentExpiry.After(s.now) {
+		nd.capPeak = math.Max(nd.capPeak, st.Capacity)
+	}
+}
+
 // sample records the state of every level, and checks the outstanding
 // leases of every master against its capacity.
 func (s *sim) sample() {
@@ -656,7 +672,8 @@ func (s *sim) sample() {
 				capacity = s.sc.Capacity
 			}
 		}
-		nd.capHist = append(nd.capHist, capacity)
+		nd.capHist = append(nd.capHist, math.Max(capacity, nd.capPeak))
+		nd.capPeak = 0
 		if len(nd.capHist) > window {
 			nd.capHist = nd.capHist[len(nd.capHist)-window:]
 		}
