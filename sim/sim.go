@@ -28,13 +28,13 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
-	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/hooks"
-	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/lease"
+	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/leases"
 )
