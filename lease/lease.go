@@ -50,6 +50,14 @@ type Params struct {
 	// has passed, every grant is 0 with an expired lease, while the
 	// requesters' demand is still recorded.
 	MaxExpiry time.Time
+	// LearningEndsBy, when not zero, ends learning mode then at the latest:
+	// an intermediate server's parent reports when the last lease it
+	// granted this node's predecessor ends (Grant.PreviousExpiry), and no
+	// lease the predecessor granted outlives that.
+	//
+	// Source: docs/departures.md, "What Sluice changes in the allocation
+	// across the tree", rule 4.
+	LearningEndsBy time.Time
 	// MinRequestInterval is the shortest time between two decisions for
 	// one requester (0: none). A request that comes sooner after the
 	// requester's last one is not recorded and runs no algorithm: it gets
@@ -145,6 +153,12 @@ type Grant struct {
 	// pushed leases applies one only if its sequence is higher than that of
 	// the lease it holds.
 	Sequence int64
+	// PreviousExpiry is when the last lease granted to the requester
+	// before this decision ends, or the decision's time if none runs; zero
+	// in learning mode, when the store does not know. (The record of a
+	// requester only ever extends, and is dropped only once every lease it
+	// was granted has ended.)
+	PreviousExpiry time.Time
 }
 
 // Lease describes one outstanding lease, for status pages and tests.
@@ -225,9 +239,20 @@ func NewResource(id string, p Params, masterSince time.Time) *Resource {
 		id:          id,
 		params:      p,
 		masterSince: masterSince,
-		learningEnd: masterSince.Add(p.LearningModeDuration),
+		learningEnd: learningEnd(masterSince, p),
 		entries:     make(map[string]*entry),
 	}
+}
+
+// learningEnd returns when learning mode ends for a master since
+// masterSince: LearningModeDuration later, or by LearningEndsBy if that is
+// sooner.
+func learningEnd(masterSince time.Time, p Params) time.Time {
+	end := masterSince.Add(p.LearningModeDuration)
+	if by := p.LearningEndsBy; !by.IsZero() && by.Before(end) {
+		end = by
+	}
+	return end
 }
 
 // ID returns the resource id.
@@ -243,7 +268,7 @@ func (r *Resource) Params() Params { return r.params }
 // Learning mode still ends LearningModeDuration after mastership began.
 func (r *Resource) SetParams(p Params) {
 	r.params = p
-	r.learningEnd = r.masterSince.Add(p.LearningModeDuration)
+	r.learningEnd = learningEnd(r.masterSince, p)
 }
 
 // Learning reports whether the resource is in learning mode at now.
@@ -427,10 +452,19 @@ func (r *Resource) sumHas() float64 {
 func (r *Resource) Decide(now time.Time, req Request) Grant {
 	r.Cleanup(now)
 	e := r.entries[req.Client] // nil: a requester the store has no record of
-	if e != nil && r.early(now, e, req.Repeat) {
-		return r.current(now, e)
-	}
 	learning := r.Learning(now)
+	var previous time.Time
+	if !learning {
+		previous = now.Truncate(time.Second)
+		if e != nil {
+			previous = time.Unix(max(e.expSec, previous.Unix()), 0)
+		}
+	}
+	if e != nil && r.early(now, e, req.Repeat) {
+		g := r.current(now, e)
+		g.PreviousExpiry = previous
+		return g
+	}
 	unrecorded := e == nil && req.Has != nil && *req.Has > 0 && !learning
 	var buf [4]Band
 	ps, ceiling := floorLearningChild(e, req.KeepOutstanding, req.Has, parts(req, buf[:]))
@@ -454,6 +488,7 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 		Learning:        learning,
 		Unrecorded:      unrecorded,
 		Sequence:        r.sequence(now),
+		PreviousExpiry:  previous,
 	}
 }
 

@@ -623,13 +623,20 @@ func (x *GetServerCapacityRequest) GetResource() []*ServerCapacityResourceReques
 }
 
 type ServerCapacityResourceResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ResourceId    *string                `protobuf:"bytes,1,req,name=resource_id,json=resourceId" json:"resource_id,omitempty"`
-	Gets          *Lease                 `protobuf:"bytes,2,req,name=gets" json:"gets,omitempty"`
-	Algorithm     *Algorithm             `protobuf:"bytes,3,opt,name=algorithm" json:"algorithm,omitempty"`
-	SafeCapacity  *float64               `protobuf:"fixed64,4,opt,name=safe_capacity,json=safeCapacity" json:"safe_capacity,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ResourceId   *string                `protobuf:"bytes,1,req,name=resource_id,json=resourceId" json:"resource_id,omitempty"`
+	Gets         *Lease                 `protobuf:"bytes,2,req,name=gets" json:"gets,omitempty"`
+	Algorithm    *Algorithm             `protobuf:"bytes,3,opt,name=algorithm" json:"algorithm,omitempty"`
+	SafeCapacity *float64               `protobuf:"fixed64,4,opt,name=safe_capacity,json=safeCapacity" json:"safe_capacity,omitempty"`
+	// Sluice's extension (Doorman neither sends nor reads it): Unix seconds
+	// by which every lease this server granted the requester before this
+	// answer has ended (at most the answer's time when none runs). A
+	// downstream server whose master has just changed ends its learning mode
+	// then at the latest: its predecessor's leases never outlived its lease
+	// from here. Left out while this server is in learning mode itself.
+	PreviousExpiryTime *int64 `protobuf:"varint,100,opt,name=previous_expiry_time,json=previousExpiryTime" json:"previous_expiry_time,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ServerCapacityResourceResponse) Reset() {
@@ -686,6 +693,13 @@ func (x *ServerCapacityResourceResponse) GetAlgorithm() *Algorithm {
 func (x *ServerCapacityResourceResponse) GetSafeCapacity() float64 {
 	if x != nil && x.SafeCapacity != nil {
 		return *x.SafeCapacity
+	}
+	return 0
+}
+
+func (x *ServerCapacityResourceResponse) GetPreviousExpiryTime() int64 {
+	if x != nil && x.PreviousExpiryTime != nil {
+		return *x.PreviousExpiryTime
 	}
 	return 0
 }
@@ -1219,13 +1233,14 @@ const file_doorman_proto_rawDesc = "" +
 	"\x05wants\x18\x03 \x03(\v2\x1e.doorman.PriorityBandAggregateR\x05wants\"{\n" +
 	"\x18GetServerCapacityRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x02(\tR\bserverId\x12B\n" +
-	"\bresource\x18\x02 \x03(\v2&.doorman.ServerCapacityResourceRequestR\bresource\"\xbc\x01\n" +
+	"\bresource\x18\x02 \x03(\v2&.doorman.ServerCapacityResourceRequestR\bresource\"\xee\x01\n" +
 	"\x1eServerCapacityResourceResponse\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x02(\tR\n" +
 	"resourceId\x12\"\n" +
 	"\x04gets\x18\x02 \x02(\v2\x0e.doorman.LeaseR\x04gets\x120\n" +
 	"\talgorithm\x18\x03 \x01(\v2\x12.doorman.AlgorithmR\talgorithm\x12#\n" +
-	"\rsafe_capacity\x18\x04 \x01(\x01R\fsafeCapacity\"\x95\x01\n" +
+	"\rsafe_capacity\x18\x04 \x01(\x01R\fsafeCapacity\x120\n" +
+	"\x14previous_expiry_time\x18d \x01(\x03R\x12previousExpiryTime\"\x95\x01\n" +
 	"\x19GetServerCapacityResponse\x12C\n" +
 	"\bresponse\x18\x01 \x03(\v2'.doorman.ServerCapacityResourceResponseR\bresponse\x123\n" +
 	"\n" +

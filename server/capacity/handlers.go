@@ -127,10 +127,20 @@ func (s *Service) GetServerCapacity(ctx context.Context, req *pb.GetServerCapaci
 				LearningModeDuration: proto.Int64(int64(p.LearningModeDuration / time.Second)),
 				Parameters:           params,
 			},
-			SafeCapacity: wireSafeCapacity(g.SafeCapacity),
+			SafeCapacity:       wireSafeCapacity(g.SafeCapacity),
+			PreviousExpiryTime: previousExpiry(g, s.hooks.DoormanAllocation),
 		})
 	}
 	return out, nil
+}
+
+// previousExpiry returns g.PreviousExpiry for the wire, or nil when it is
+// not known (learning mode) or under Doorman's allocation.
+func previousExpiry(g lease.Grant, doorman bool) *int64 {
+	if g.PreviousExpiry.IsZero() || doorman {
+		return nil
+	}
+	return proto.Int64(g.PreviousExpiry.Unix())
 }
 
 // ReleaseCapacity implements doorman.Capacity/ReleaseCapacity: it drops

@@ -54,6 +54,7 @@ type parentLease struct {
 	decay      float64              // their decay_factor, resolved
 	ready      chan struct{}        // closed when the first answer arrives
 	seq        int64                // the sequence of the newest lease applied (0: none known)
+	learnBy    time.Time            // the earliest previous_expiry_time the parent sent (zero: none)
 }
 
 // params resolves the parent lease into lease parameters: the capacity,
@@ -80,6 +81,7 @@ func (pl *parentLease) params() lease.Params {
 		LeaseLength:          pl.length,
 		RefreshInterval:      pl.interval,
 		LearningModeDuration: pl.learning,
+		LearningEndsBy:       pl.learnBy,
 		MaxExpiry:            pl.expiry,
 	}
 }
@@ -449,6 +451,13 @@ func (pl *parentLease) adopt(rr *pb.ServerCapacityResourceResponse) (fellBack bo
 		pl.length, pl.interval = FallbackLeaseLength, FallbackRefreshInterval
 	}
 	pl.safe, pl.hasSafe = rr.GetSafeCapacity(), rr.SafeCapacity != nil
+	if rr.PreviousExpiryTime != nil {
+		// No lease this node's predecessor granted outlives its lease from
+		// the parent: learning mode need not last beyond it.
+		if by := time.Unix(rr.GetPreviousExpiryTime(), 0); pl.learnBy.IsZero() || by.Before(pl.learnBy) {
+			pl.learnBy = by
+		}
+	}
 	return fellBack
 }
 
