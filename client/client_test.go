@@ -326,3 +326,42 @@ func TestKillSwitch(t *testing.T) {
 		t.Fatalf("kill switch off: capacity %v, rate %v", r.Capacity(), lim.Rate())
 	}
 }
+
+// Capacity another client gives back reaches a client that wants it at
+// once, pushed on its Watch stream, not at its next request (its refresh
+// interval here is 30 s).
+func TestPushedLease(t *testing.T) {
+	ts := startServer(t)
+	a, err := client.New(ts.addr, client.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ra, err := a.Resource("other", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a's lease of 10", func() bool { return ra.Capacity() == 10 })
+	b, err := client.New(ts.addr, client.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	eventually(t, "b's watch", func() bool { return ts.Watched(b.ID()) })
+	rb, err := b.Resource("other", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b's first lease", func() bool { _, _, _, ok := rb.Lease(); return ok })
+	if got := rb.Capacity(); got != 0 {
+		t.Fatalf("b got %v while a holds everything", got)
+	}
+	before := ts.requests.Load()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b's pushed lease of 10", func() bool { return rb.Capacity() == 10 })
+	if n := ts.requests.Load(); n != before {
+		t.Fatalf("%d GetCapacity requests since a left: b's lease came by a request, not a push", n-before)
+	}
+}

@@ -47,6 +47,13 @@ type BenchResult struct {
 // serverCPU reads process_cpu_seconds_total from the /metrics page at base
 // ("http://host:port") with hc; ok is false when it cannot.
 func serverCPU(ctx context.Context, hc *http.Client, base string) (seconds float64, ok bool) {
+	return serverGauge(ctx, hc, base, "process_cpu_seconds_total")
+}
+
+// serverGauge reads the first sample of the metric name (a counter or a
+// gauge) from the /metrics page at base with hc; ok is false when it
+// cannot.
+func serverGauge(ctx context.Context, hc *http.Client, base, name string) (value float64, ok bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
 		return 0, false
@@ -64,11 +71,15 @@ func serverCPU(ctx context.Context, hc *http.Client, base string) (seconds float
 	if err != nil {
 		return 0, false
 	}
-	f := families["process_cpu_seconds_total"]
+	f := families[name]
 	if f == nil || len(f.GetMetric()) == 0 {
 		return 0, false
 	}
-	return f.GetMetric()[0].GetCounter().GetValue(), true
+	m := f.GetMetric()[0]
+	if m.GetGauge() != nil {
+		return m.GetGauge().GetValue(), true
+	}
+	return m.GetCounter().GetValue(), true
 }
 
 func newBenchCmd() *cobra.Command {
@@ -221,5 +232,6 @@ against an otherwise idle server). A progress bar shows on a terminal. Point it 
 	f.DurationVar(&duration, "duration", 10*time.Second, "how long to run")
 	f.Float64Var(&wants, "wants", 1, "wants per resource")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	cmd.AddCommand(newBenchWatchCmd())
 	return cmd
 }

@@ -62,8 +62,9 @@ func (s *Service) Watch(holder string, w *Watcher) (cancel func(), err error) {
 	}, nil
 }
 
-// watched reports whether holder has a watcher.
-func (s *Service) watched(holder string) bool {
+// Watched reports whether holder has a watcher (see Watch). Safe for
+// concurrent use.
+func (s *Service) Watched(holder string) bool {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	return s.watchers[holder] != nil
