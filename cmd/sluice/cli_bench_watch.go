@@ -156,6 +156,9 @@ you own.`,
 			}
 			time.Sleep(time.Second)
 			res.RSSLeased = rss()
+			// A holder's next request is decided only 5 s after its last
+			// (Doorman's rule): before that, asking for nothing frees nothing.
+			time.Sleep(pb.MinRequestInterval)
 			p0 := pushes.Load()
 			cpu0, _ := serverCPU(ctx, mc, base)
 			for k := range shifts {
