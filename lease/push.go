@@ -81,8 +81,11 @@ func (r *Resource) Waiting() int {
 // Source: Sluice's; doorman-design.md's first goal, "no capacity is left
 // unused" (see docs/departures.md, "Leases pushed to their holders").
 func (r *Resource) Offer(now time.Time, send func(client string, g Grant) bool) (pushed int) {
+	if len(r.waiting) == 0 {
+		return 0
+	}
 	r.Cleanup(now)
-	if len(r.waiting) == 0 || r.Learning(now) || !sharing(r.params.Kind) {
+	if r.Learning(now) || !sharing(r.params.Kind) {
 		return 0
 	}
 	for looked := 0; looked < OfferBudget && len(r.waiting) > 0; {

@@ -24,6 +24,7 @@ import (
 	"math"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -132,8 +133,9 @@ type Service struct {
 	// tree behaviour on the wall clock shorten it.
 	minRequest time.Duration
 
-	wmu      sync.Mutex
+	wmu      sync.RWMutex
 	watchers map[string]*Watcher // by holder (see Watch)
+	nwatch   atomic.Int64        // len(watchers)
 
 	parent  *parentLink // nil at the root
 	started time.Time   // wall time, for uptime

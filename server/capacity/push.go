@@ -46,6 +46,7 @@ func (s *Service) Watch(holder string, w *Watcher) (cancel func(), err error) {
 	s.wmu.Lock()
 	old := s.watchers[holder]
 	s.watchers[holder] = w
+	s.nwatch.Store(int64(len(s.watchers)))
 	s.wmu.Unlock()
 	s.mu.RUnlock()
 	if old != nil {
@@ -57,6 +58,7 @@ func (s *Service) Watch(holder string, w *Watcher) (cancel func(), err error) {
 		if s.watchers[holder] == w {
 			delete(s.watchers, holder)
 		}
+		s.nwatch.Store(int64(len(s.watchers)))
 		s.wmu.Unlock()
 		s.metrics.watchers.Dec()
 	}, nil
@@ -65,8 +67,11 @@ func (s *Service) Watch(holder string, w *Watcher) (cancel func(), err error) {
 // Watched reports whether holder has a watcher (see Watch). Safe for
 // concurrent use.
 func (s *Service) Watched(holder string) bool {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
+	if s.nwatch.Load() == 0 {
+		return false // the polling path of a server nobody watches
+	}
+	s.wmu.RLock()
+	defer s.wmu.RUnlock()
 	return s.watchers[holder] != nil
 }
 
@@ -76,6 +81,7 @@ func (s *Service) stopWatchers() {
 	s.wmu.Lock()
 	ws := s.watchers
 	s.watchers = make(map[string]*Watcher)
+	s.nwatch.Store(0)
 	s.wmu.Unlock()
 	for _, w := range ws {
 		w.Stop()
@@ -85,14 +91,14 @@ func (s *Service) stopWatchers() {
 // offer pushes what is free on r to its watched requesters waiting for
 // capacity (lease.Resource.Offer). The caller holds r.mu.
 func (s *Service) offer(r *resource) {
-	if s.opts.NoPush {
+	if s.opts.NoPush || s.nwatch.Load() == 0 {
 		return
 	}
 	id := r.store.ID()
 	n := r.store.Offer(s.now(), func(holder string, g lease.Grant) bool {
-		s.wmu.Lock()
+		s.wmu.RLock()
 		w := s.watchers[holder]
-		s.wmu.Unlock()
+		s.wmu.RUnlock()
 		return w != nil && w.Deliver(id, g)
 	})
 	if n > 0 {
