@@ -48,6 +48,9 @@ type Options struct {
 	Out io.Writer
 	// Logger for the server and clients (default: discard).
 	Logger *slog.Logger
+	// NoPush runs a server that pushes no leases and clients that only
+	// poll, as Doorman's (server.Config.NoLeasePush, client.WithoutPush).
+	NoPush bool
 }
 
 // Second is one second of the run as the target saw it.
@@ -144,7 +147,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	defer cancel()
 
 	// The capacity server.
-	_, addr, stopServer, err := startServer(ctx, server.Config{Doorman: repo, Logger: opts.Logger})
+	_, addr, stopServer, err := startServer(ctx, server.Config{Doorman: repo, Logger: opts.Logger, NoLeasePush: opts.NoPush})
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +305,11 @@ type clientRun struct {
 }
 
 func startClient(_ context.Context, i int, p profile, serverAddr, url string, opts Options) (*clientRun, error) {
-	c, err := client.New(serverAddr, client.WithLogger(opts.Logger))
+	copts := []client.Option{client.WithLogger(opts.Logger)}
+	if opts.NoPush {
+		copts = append(copts, client.WithoutPush())
+	}
+	c, err := client.New(serverAddr, copts...)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ func newDemoCmd() *cobra.Command {
 		duration time.Duration
 		clients  int
 		asJSON   bool
+		push     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -36,7 +37,7 @@ each client's share next to its max-min fair share.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			opts := demo.Options{Duration: duration, Clients: clients, Out: cmd.OutOrStdout()}
+			opts := demo.Options{Duration: duration, Clients: clients, Out: cmd.OutOrStdout(), NoPush: !push}
 			if asJSON {
 				opts.Out = nil
 			}
@@ -55,6 +56,7 @@ each client's share next to its max-min fair share.`,
 	cmd.Flags().DurationVar(&duration, "duration", 30*time.Second, "how long to run")
 	cmd.Flags().IntVar(&clients, "clients", 6, "number of clients (each its own process-level client and connection)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print only the summary, as one JSON object")
+	cmd.Flags().BoolVar(&push, "push", true, "push leases to the clients when capacity becomes free (false: they only poll, as Doorman's)")
 	return cmd
 }
 

@@ -94,6 +94,7 @@ type serverFlags struct {
 	logFormat                       string
 	parents                         []string
 	pprofOn                         bool
+	push                            bool
 	tlsCert, tlsKey, tlsClientCA    string
 	parentCA, parentCert, parentKey string
 	etcdCA, etcdCert, etcdKey       string
@@ -124,6 +125,7 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&sf.logFormat, "log-format", "text", "log format: text or json")
 	f.StringSliceVar(&sf.parents, "parent", nil, "parent node addresses (host:port, comma-separated): run as an intermediate server that gets its capacity from them")
 	f.BoolVar(&sf.pprofOn, "pprof", false, "serve Go's profiler at /debug/pprof/")
+	f.BoolVar(&sf.push, "push-leases", true, "push leases to watching holders when capacity becomes free (sluice.v1.Leases/Watch); false: they wait for their next requests, as with Doorman")
 	f.StringVar(&sf.tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM); empty: plaintext (h2c)")
 	f.StringVar(&sf.tlsKey, "tls-key", "", "the private key of --tls-cert (PEM)")
 	f.StringVar(&sf.tlsClientCA, "tls-client-ca", "", "require client certificates signed by these CAs (PEM): mTLS")
@@ -152,7 +154,7 @@ func (sf *serverFlags) config(ctx context.Context, log *slog.Logger) (server.Con
 		Election:    server.Election{Kind: sf.electKind, Key: sf.electKey, TTL: sf.electTTL},
 		Etcd:        server.Etcd{Endpoints: sf.endpoints},
 		MaxSessions: sf.maxSessions, FleetPrefix: sf.fleetPrefix, FleetTTL: sf.fleetTTL, Admin: sf.adminF.Admin,
-		EnvoyRateLimitPath: sf.envoy.path}
+		EnvoyRateLimitPath: sf.envoy.path, NoLeasePush: !sf.push}
 	if cfg.EnvoyRateLimit, err = sf.envoy.options(); err != nil {
 		return server.Config{}, err
 	}
