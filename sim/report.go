@@ -25,6 +25,12 @@ type Summary struct {
 	// learning period, of the clients' Σ has ÷ min(capacity, Σ wants)
 	// (0.985 is 98.5 %); samples with nothing to hand out are skipped.
 	UtilizationMean float64 `json:"utilization_mean"`
+	// UnfairMean is the mean, over the same samples, of the clients'
+	// distance from their max-min fair shares (Sample.Unfair) ÷
+	// min(capacity, Σ wants): 0 when every client holds its fair share,
+	// 0.02 when 2 % of what should be handed out is held by the wrong
+	// clients or by none.
+	UnfairMean float64 `json:"unfair_mean"`
 	// OvershootMaxPercent is the worst of 100·(Σ has − capacity)/capacity
 	// over all samples; 0 if Σ has never exceeded the capacity.
 	OvershootMaxPercent float64 `json:"overshoot_max_percent"`
@@ -64,7 +70,7 @@ func Summarize(s *Series) Summary {
 	if len(s.Samples) > 1 {
 		spacing = s.Samples[1].T - s.Samples[0].T
 	}
-	var util, nUtil, over float64
+	var util, unfair, nUtil, over float64
 	var nOver int
 	above := false
 	for _, smp := range s.Samples {
@@ -72,6 +78,7 @@ func Summarize(s *Series) Summary {
 		if smp.T >= s.LearningEnd {
 			if steady := math.Min(s.Capacity, c.Wants); steady > 0 {
 				util += c.Has / steady
+				unfair += smp.Unfair / steady
 				nUtil++
 			}
 		}
@@ -90,6 +97,7 @@ func Summarize(s *Series) Summary {
 	}
 	if nUtil > 0 {
 		sum.UtilizationMean = util / nUtil
+		sum.UnfairMean = unfair / nUtil
 	}
 	if nOver > 0 {
 		sum.OvershootMeanPercent = over / float64(nOver)
@@ -184,10 +192,10 @@ func WriteJSON(w io.Writer, sums []Summary) error {
 // WriteTable writes the summaries as an aligned text table.
 func WriteTable(w io.Writer, sums []Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\trefresh (root → leaf)\tutilization\tovershoot max\tovershoot mean\tshortfall episodes\treconverge max\trun time\t")
+	fmt.Fprintln(tw, "scenario\trefresh (root → leaf)\tutilization\tfairness distance\tovershoot max\tovershoot mean\tshortfall episodes\treconverge max\trun time\t")
 	for _, s := range sums {
-		fmt.Fprintf(tw, "%s\t%s\t%.2f %%\t%.2f %%\t%.2f %%\t%d\t%.0f s\t%.2f s\t\n", s.Scenario, refreshLabel(s), 100*s.UtilizationMean,
-			s.OvershootMaxPercent, s.OvershootMeanPercent, s.ShortfallEpisodes, s.ReconvergeMaxSeconds, s.RunSeconds)
+		fmt.Fprintf(tw, "%s\t%s\t%.2f %%\t%.2f %%\t%.2f %%\t%.2f %%\t%d\t%.0f s\t%.2f s\t\n", s.Scenario, refreshLabel(s), 100*s.UtilizationMean,
+			100*s.UnfairMean, s.OvershootMaxPercent, s.OvershootMeanPercent, s.ShortfallEpisodes, s.ReconvergeMaxSeconds, s.RunSeconds)
 	}
 	return tw.Flush()
 }

@@ -20,6 +20,10 @@ type Series struct {
 type Sample struct {
 	T      float64 // seconds since the start
 	Levels []Level // per level, index-aligned with Series.Levels
+	// Unfair is Σ over the clients of |lease − max-min fair share of the
+	// root's capacity given every client's wants| (permits/s): 0 when every
+	// client holds exactly its fair share.
+	Unfair float64
 }
 
 // Level aggregates one level of the tree at one instant (permits/s).

@@ -28,6 +28,7 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/client"
@@ -645,12 +646,25 @@ func (s *sim) notePeak(t *task) {
 func (s *sim) sample() {
 	now := s.now
 	levels := make([]Level, len(s.series.Levels))
-	for _, c := range s.clients {
-		levels[0].Wants += c.res.Wants()
+	wants := make([]float64, len(s.clients))
+	has := make([]float64, len(s.clients))
+	for i, c := range s.clients {
+		wants[i] = c.res.Wants()
+		levels[0].Wants += wants[i]
 		if capacity, _, _, ok := c.res.Lease(); ok {
+			has[i] = capacity
 			levels[0].Has += capacity
 			levels[0].Leases++
 		}
+	}
+	var unfair float64
+	d := make(algorithm.Slice, len(wants))
+	for i, w := range wants {
+		d[i] = algorithm.Requester{Wants: w, Subclients: 1}
+	}
+	level := d.WaterLevel(s.sc.Capacity)
+	for i, w := range wants {
+		unfair += math.Abs(has[i] - math.Min(w, level))
 	}
 	window := int(s.sc.LeaseLength) + 1
 	for _, nd := range s.nodes {
@@ -693,7 +707,7 @@ func (s *sim) sample() {
 		l.Leases += st.Clients
 	}
 	levels[0].Capacity = s.sc.Capacity
-	s.series.Samples = append(s.series.Samples, Sample{T: s.elapsed(), Levels: levels})
+	s.series.Samples = append(s.series.Samples, Sample{T: s.elapsed(), Levels: levels, Unfair: unfair})
 	if s.onSample != nil {
 		s.onSample(s)
 	}
