@@ -146,3 +146,33 @@ func TestOfferNeverOvercommits(t *testing.T) {
 		}
 	})
 }
+
+// An intermediate's learning mode ends when its predecessor's lease from
+// the parent has ended (Params.LearningEndsBy), and the parent reports when
+// that is (Grant.PreviousExpiry).
+func TestLearningEndsBy(t *testing.T) {
+	p := params(algorithm.FairShare, 100)
+	p.LearningEndsBy = t0.Add(5 * time.Second)
+	r := NewResource("r", p, t0)
+	if !r.Learning(t0.Add(4*time.Second)) || r.Learning(t0.Add(5*time.Second)) {
+		t.Fatalf("learning ends at %v, want t0+5s", r.LearningEnd())
+	}
+	p.LearningEndsBy = t0.Add(time.Hour) // later than the duration: no effect
+	r.SetParams(p)
+	if !r.LearningEnd().Equal(t0.Add(60 * time.Second)) {
+		t.Fatalf("learning ends at %v, want t0+60s", r.LearningEnd())
+	}
+
+	parent := pastLearning(algorithm.FairShare, 100)
+	if g := parent.Decide(t0, Request{Client: "child", Wants: 10}); !g.PreviousExpiry.Equal(t0) {
+		t.Fatalf("first grant's previous expiry %v, want now (none ran)", g.PreviousExpiry)
+	}
+	g := parent.Decide(t0.Add(10*time.Second), Request{Client: "child", Wants: 10})
+	if !g.PreviousExpiry.Equal(t0.Add(60 * time.Second)) {
+		t.Fatalf("previous expiry %v, want the first lease's t0+60s", g.PreviousExpiry)
+	}
+	learning := NewResource("r", params(algorithm.FairShare, 100), t0)
+	if g := learning.Decide(t0, Request{Client: "child", Wants: 10}); !g.PreviousExpiry.IsZero() {
+		t.Fatalf("a store in learning mode reported %v, want nothing", g.PreviousExpiry)
+	}
+}
