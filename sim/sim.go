@@ -27,8 +27,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/algorithm"
+	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/client"
