@@ -830,6 +830,7 @@ func (s *Server) drain(ep *Endpoint, fleetDone, electionDone <-chan struct{}, st
 		}
 	}
 	s.log.Info("closing the listener, finishing in-flight RPCs")
+	s.capacity.EndWatches() // the streams would hold the listener open until the grace ends
 	shutdownErr := ep.Shutdown(sctx)
 	s.log.Info("listener closed", "err", shutdownErr)
 	select { // the fleet membership revokes its session

@@ -137,6 +137,8 @@ type Service struct {
 	watchers map[string]*Watcher // by holder (see Watch)
 	nwatch   atomic.Int64        // len(watchers)
 
+	watchesEnded bool // EndWatches was called (under mu)
+
 	parent  *parentLink // nil at the root
 	started time.Time   // wall time, for uptime
 	hist    history

@@ -43,6 +43,10 @@ func (s *Service) Watch(holder string, w *Watcher) (cancel func(), err error) {
 		s.mu.RUnlock()
 		return nil, ErrNotMaster
 	}
+	if s.watchesEnded {
+		s.mu.RUnlock()
+		return nil, errors.New("draining")
+	}
 	s.wmu.Lock()
 	old := s.watchers[holder]
 	s.watchers[holder] = w
@@ -73,6 +77,16 @@ func (s *Service) Watched(holder string) bool {
 	s.wmu.RLock()
 	defer s.wmu.RUnlock()
 	return s.watchers[holder] != nil
+}
+
+// EndWatches ends every watch and refuses new ones from then on: the
+// server is draining, and its listener waits for the streams in flight to
+// end. Safe for concurrent use.
+func (s *Service) EndWatches() {
+	s.mu.Lock()
+	s.watchesEnded = true
+	s.mu.Unlock()
+	s.stopWatchers()
 }
 
 // stopWatchers ends every watch (mastership lost): the holders find the

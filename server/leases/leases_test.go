@@ -125,3 +125,22 @@ func TestWatchLeaseNotTaken(t *testing.T) {
 	default:
 	}
 }
+
+// A draining server ends every watch and refuses new ones, so that its
+// listener is not held open by streams until the grace ends.
+func TestWatchEndsOnDrain(t *testing.T) {
+	c := service(t)
+	s := leases.New(c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, done := watch(ctx, s, "b")
+	next(t, msgs)
+	c.EndWatches()
+	if err := next(t, done); status.Code(err) != codes.Unavailable {
+		t.Fatalf("watch on a draining server ended with %v, want Unavailable", err)
+	}
+	_, done2 := watch(ctx, s, "b")
+	if err := next(t, done2); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("new watch on a draining server: %v, want FailedPrecondition", err)
+	}
+}
