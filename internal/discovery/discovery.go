@@ -67,17 +67,28 @@ func HTTPDialer(hc *http.Client, json bool) Dialer { return NewDialer(hc, "http"
 // TLS (addresses without a scheme, as mastership redirects carry them, get
 // this one).
 func NewDialer(hc *http.Client, scheme string, json bool) Dialer {
-	var opts []connect.ClientOption
-	if !json {
-		opts = append(opts, connect.WithGRPC())
-	}
+	opts := ClientOptions(json)
 	return func(addr string) doormanconnect.CapacityClient {
-		u := addr
-		if !strings.Contains(addr, "://") {
-			u = scheme + "://" + addr
-		}
-		return doormanconnect.NewCapacityClient(hc, u, opts...)
+		return doormanconnect.NewCapacityClient(hc, Target(scheme, addr), opts...)
 	}
+}
+
+// ClientOptions returns the Connect options of Sluice's lease RPCs: gRPC,
+// or with json Connect's own protocol (JSON over HTTP/1.1 or HTTP/2).
+func ClientOptions(json bool) []connect.ClientOption {
+	if json {
+		return nil
+	}
+	return []connect.ClientOption{connect.WithGRPC()}
+}
+
+// Target returns the base URL of a server address: addr itself if it has a
+// scheme, else scheme://addr.
+func Target(scheme, addr string) string {
+	if strings.Contains(addr, "://") {
+		return addr
+	}
+	return scheme + "://" + addr
 }
 
 // Ask asks the server at addr who the master is. It returns addr if that

@@ -9,13 +9,13 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/api/sluice/v1/sluicev1connect"
+	"github.com/sluice-rl/sluice/internal/discovery"
 	"github.com/sluice-rl/sluice/internal/refresh"
 )
 
@@ -37,16 +37,9 @@ type Dialer func(addr string) sluicev1connect.LeasesClient
 // NewDialer returns a Dialer speaking gRPC (or, with json, Connect's
 // protocol) through hc; addresses without a scheme get scheme.
 func NewDialer(hc *http.Client, scheme string, json bool) Dialer {
-	var opts []connect.ClientOption
-	if !json {
-		opts = append(opts, connect.WithGRPC())
-	}
+	opts := discovery.ClientOptions(json)
 	return func(addr string) sluicev1connect.LeasesClient {
-		u := addr
-		if !strings.Contains(addr, "://") {
-			u = scheme + "://" + addr
-		}
-		return sluicev1connect.NewLeasesClient(hc, u, opts...)
+		return sluicev1connect.NewLeasesClient(hc, discovery.Target(scheme, addr), opts...)
 	}
 }
 
