@@ -118,9 +118,8 @@ type Request struct {
 	Repeat bool
 	// Watched reports that the requester receives pushed leases (it has a
 	// sluice.v1.Leases Watch stream open to this server): when the
-	// decision grants it less than its share because the rest is not free
-	// yet, the store offers it what becomes free (Offer) without waiting
-	// for its next request.
+	// decision grants it less than it wants, the store offers it what
+	// becomes free (Offer) without waiting for its next request.
 	Watched bool
 }
 
@@ -686,15 +685,22 @@ func booked(gets float64, keepOutstanding bool, has *float64, wasBooked float64)
 	return math.Max(gets, math.Min(claim, wasBooked))
 }
 
-// record stores decision d for requester e, with booked booked for it,
-// and files it under its new expiry.
+// record stores decision d on requester e's request at now, with booked
+// booked for it (book), and starts its MinRequestInterval.
 //
 // Source: doorman-design.md, "Step 4: Response step".
 func (r *Resource) record(now time.Time, e *entry, d decision, booked float64) {
+	r.book(now, e, d, booked)
+	e.lastRequest = now.UnixNano()
+}
+
+// book stores lease d of requester e, with booked booked for it, and files
+// it under its new expiry: a decision on its request (record), or one
+// pushed to it (Offer).
+func (r *Resource) book(now time.Time, e *entry, d decision, booked float64) {
 	r.band(e.priority, false).tree.setHas(e, booked)
 	e.gets = d.gets
 	e.expired = !d.expiry.After(now)
-	e.lastRequest = now.UnixNano()
 	r.expiries.set(e, d.keep.Unix())
 }
 

@@ -76,7 +76,7 @@ func (r *Resource) Waiting() int {
 //
 // Nothing is offered in learning mode or under an algorithm that does not
 // share (STATIC, NO_ALGORITHM). It returns the number of leases pushed.
-// O(OfferBudget × log n) at most; O(1) when nothing is free.
+// O(OfferBudget × log n) at most; it returns at once when nobody waits.
 //
 // Source: Sluice's; doorman-design.md's first goal, "no capacity is left
 // unused" (see docs/departures.md, "Leases pushed to their holders").
@@ -119,9 +119,7 @@ func (r *Resource) Offer(now time.Time, send func(client string, g Grant) bool) 
 				e.waiting = 0
 				continue
 			}
-			r.band(e.priority, false).tree.setHas(e, math.Max(d.gets, e.has))
-			e.gets = d.gets
-			r.expiries.set(e, d.keep.Unix())
+			r.book(now, e, d, math.Max(d.gets, e.has))
 			pushed++
 			if !short(e) {
 				e.waiting = 0

@@ -110,7 +110,7 @@ func TestOfferStaticNeverQueues(t *testing.T) {
 
 // TestOfferNeverOvercommits runs random requests, releases, expiries and
 // offers, and checks that Σ has never exceeds the capacity and that a
-// pushed lease never exceeds its holder's share or its wants.
+// pushed lease never exceeds its holder's wants.
 func TestOfferNeverOvercommits(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		capacity := rapid.Float64Range(0, 1000).Draw(t, "capacity")

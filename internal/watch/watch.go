@@ -68,22 +68,17 @@ func Run(ctx context.Context, o Options) {
 	retry := refresh.Retry{Min: MinBackoff, Max: MaxBackoff, Rand: o.Rand}
 	for ctx.Err() == nil {
 		opened, err := once(ctx, o)
-		var wait time.Duration
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return
-		case connect.CodeOf(err) == connect.CodeUnimplemented, connect.CodeOf(err) == connect.CodeFailedPrecondition && !opened:
-			// No pushes here (or not the master: the refresh loop finds
-			// it, and the backoff tries again).
-			wait = retry.Failed()
-			if connect.CodeOf(err) == connect.CodeUnimplemented {
-				wait = Unsupported
-			}
-		case opened:
-			retry.Succeeded(MinBackoff)
-			wait = retry.Failed() // soon, but not in a tight loop
-		default:
-			wait = retry.Failed()
+		}
+		if opened {
+			retry.Succeeded(MinBackoff) // the next one soon, but not in a tight loop
+		}
+		// Not the master (FailedPrecondition): the refresh loop finds it
+		// meanwhile.
+		wait := retry.Failed()
+		if connect.CodeOf(err) == connect.CodeUnimplemented {
+			wait = Unsupported // no pushes here
 		}
 		t := time.NewTimer(wait)
 		select {

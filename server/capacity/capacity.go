@@ -391,7 +391,7 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 			defer func() { <-watched }()
 			go func() {
 				defer close(watched)
-				s.parent.watchParent(ctx, s.parent.watch)
+				s.parent.watchParent(ctx)
 			}()
 		}
 	}

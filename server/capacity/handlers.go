@@ -220,7 +220,7 @@ func (s *Service) decideAll(ctx context.Context, ids []string, reqs []lease.Requ
 // claimed leases without a record outside learning mode (logged at most
 // once every unrecordedLogEvery).
 func (s *Service) decide(r *resource, id string, req lease.Request) lease.Grant {
-	req.Watched = !s.opts.NoPush && s.Watched(req.Client)
+	req.Watched = s.Watched(req.Client)
 	g := r.store.Decide(s.now(), req)
 	if !g.Early {
 		s.offer(r)

@@ -20,7 +20,6 @@ type metrics struct {
 	emptyReleaseIDs prometheus.Counter
 	algoFallbacks   prometheus.Counter
 	pushes          prometheus.Counter
-	watchers        prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, s *Service) *metrics {
@@ -53,11 +52,11 @@ func newMetrics(reg prometheus.Registerer, s *Service) *metrics {
 			Name: "sluice_server_pushed_leases_total",
 			Help: "Leases pushed to watching holders without a request of theirs (capacity that became free, sluice.v1.Leases/Watch).",
 		}),
-		watchers: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_server_lease_watchers",
-			Help: "Holders with an open sluice.v1.Leases/Watch stream to this server.",
-		}),
 	}
+	watchers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_server_lease_watchers",
+		Help: "Holders with an open sluice.v1.Leases/Watch stream to this server.",
+	}, func() float64 { return float64(s.nwatch.Load()) })
 	master := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_server_is_master",
 		Help: "1 if this server is the master of its node, else 0.",
@@ -71,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) *metrics {
 		Name: "sluice_server_uptime_seconds",
 		Help: "Seconds since the server started.",
 	}, func() float64 { return time.Since(s.started).Seconds() })
-	reg.MustRegister(m.unmatched, m.elections, m.early, m.unrecorded, m.emptyReleaseIDs, m.algoFallbacks, m.pushes, m.watchers, master, uptime,
+	reg.MustRegister(m.unmatched, m.elections, m.early, m.unrecorded, m.emptyReleaseIDs, m.algoFallbacks, m.pushes, watchers, master, uptime,
 		&resourceCollector{s: s, admitted: map[string]bool{}})
 	return m
 }

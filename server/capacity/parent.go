@@ -416,12 +416,12 @@ func (s *Service) parentPushed(ls []*v1.PushedLease) {
 }
 
 // watchParent watches the parent for pushed leases until ctx ends (see
-// package internal/watch).
-func (l *parentLink) watchParent(ctx context.Context, dial watch.Dialer) {
+// package internal/watch). l.watch is not nil.
+func (l *parentLink) watchParent(ctx context.Context) {
 	watch.Run(ctx, watch.Options{
 		Holder: l.s.opts.ID,
 		Server: func() string { addr, _ := l.current(); return addr },
-		Dial:   dial,
+		Dial:   l.watch,
 		Apply:  l.s.parentPushed,
 		Rand:   l.s.hooks.Rand,
 	})

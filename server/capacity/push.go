@@ -27,8 +27,8 @@ var ErrNotMaster = errors.New("not the master")
 // Watch registers w for holder (a client id, or the server id of an
 // intermediate) until the returned cancel is called, replacing, and
 // stopping, any watcher of the same holder. From then on, a decision that
-// grants holder less than its share because the rest is not free yet
-// makes the server push it what becomes free (see lease.Request.Watched).
+// grants holder less than it wants makes the server push it what becomes
+// free (see lease.Request.Watched).
 // It fails with ErrNotMaster on a server that is not the master (the
 // holder should watch the master it sends its requests to), or when the
 // server pushes no leases (Options.NoPush). Safe for concurrent use.
@@ -56,7 +56,6 @@ func (s *Service) Watch(holder string, w *Watcher) (cancel func(), err error) {
 	if old != nil {
 		old.Stop()
 	}
-	s.metrics.watchers.Inc()
 	return func() {
 		s.wmu.Lock()
 		if s.watchers[holder] == w {
@@ -64,7 +63,6 @@ func (s *Service) Watch(holder string, w *Watcher) (cancel func(), err error) {
 		}
 		s.nwatch.Store(int64(len(s.watchers)))
 		s.wmu.Unlock()
-		s.metrics.watchers.Dec()
 	}, nil
 }
 
@@ -103,9 +101,10 @@ func (s *Service) stopWatchers() {
 }
 
 // offer pushes what is free on r to its watched requesters waiting for
-// capacity (lease.Resource.Offer). The caller holds r.mu.
+// capacity (lease.Resource.Offer). The caller holds r.mu. Nobody watches a
+// server with Options.NoPush (Watch refuses).
 func (s *Service) offer(r *resource) {
-	if s.opts.NoPush || s.nwatch.Load() == 0 {
+	if s.nwatch.Load() == 0 {
 		return
 	}
 	id := r.store.ID()
