@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/discovery"
 	"github.com/sluice-rl/sluice/internal/watch"
@@ -90,8 +91,10 @@ you own.`,
 			}
 			res.RSSBefore = rss()
 			hcs := make([]*http.Client, conns)
+			capStubs := make([]doormanconnect.CapacityClient, conns)
 			for i := range hcs {
 				hcs[i] = &http.Client{Transport: discovery.Transport(cfg, false)}
+				capStubs[i] = discovery.NewDialer(hcs[i], scheme, false)(rf.server)
 			}
 			var pushes atomic.Int64
 			opened := make(chan struct{}, holders)
@@ -136,8 +139,7 @@ you own.`,
 				g.SetLimit(64)
 				for _, i := range ids {
 					g.Go(func() error {
-						stub := discovery.NewDialer(hcs[i%conns], scheme, false)(rf.server)
-						_, err := stub.GetCapacity(gctx, connect.NewRequest(&pb.GetCapacityRequest{
+						_, err := capStubs[i%conns].GetCapacity(gctx, connect.NewRequest(&pb.GetCapacityRequest{
 							ClientId: proto.String(fmt.Sprintf("bench-watch-%d", i)),
 							Resource: []*pb.ResourceRequest{{ResourceId: proto.String(resource), Priority: proto.Int64(0), Wants: proto.Float64(wants)}},
 						}))
