@@ -4,6 +4,8 @@
 package etcdtest
 
 import (
+	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"sync"
@@ -40,9 +42,22 @@ func StartEtcdTLS(t testing.TB, certs *testutil.Certs) *Etcd { return startEtcd(
 
 func startEtcd(t testing.TB, certs *testutil.Certs) *Etcd {
 	t.Helper()
+	e, err := start(t.TempDir(), certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Stop)
+	return e
+}
+
+// Start is StartEtcd outside a test: its data in dir, an error if it does
+// not serve within 30 s. Stop it with Stop.
+func Start(dir string) (*Etcd, error) { return start(dir, nil) }
+
+func start(dir string, certs *testutil.Certs) (*Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "test"
-	cfg.Dir = t.TempDir()
+	cfg.Dir = dir
 	cfg.LogLevel = "error"
 	if os.Getenv("SLUICE_TEST_ETCD_LOG") == "" {
 		cfg.LogOutputs = []string{"/dev/null"}
@@ -63,22 +78,22 @@ func startEtcd(t testing.TB, certs *testutil.Certs) *Etcd {
 	cfg.InitialCluster = cfg.Name + "=" + peer.String()
 	srv, err := embed.StartEtcd(cfg)
 	if err != nil {
-		t.Fatalf("start embedded etcd: %v", err)
+		return nil, fmt.Errorf("start embedded etcd: %w", err)
 	}
 	e := &Etcd{srv: srv}
-	t.Cleanup(e.Stop)
 	select {
 	case <-srv.Server.ReadyNotify():
 	case err := <-srv.Err():
-		t.Fatalf("embedded etcd: %v", err)
+		e.Stop()
+		return nil, fmt.Errorf("embedded etcd: %w", err)
 	case <-time.After(30 * time.Second):
-		srv.Server.Stop()
-		t.Fatal("embedded etcd did not become ready in 30 s")
+		e.Stop()
+		return nil, errors.New("embedded etcd did not become ready in 30 s")
 	}
 	addr := srv.Clients[0].Addr().String()
 	client.Host = addr
 	e.Endpoint, e.Addr = client.String(), addr
-	return e
+	return e, nil
 }
 
 // Stop stops the etcd server at once, as if its process had been killed:

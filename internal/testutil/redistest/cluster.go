@@ -17,26 +17,38 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Cluster is a running Redis Cluster of masters only (no replicas), every
-// node a redis-server process on a loopback port.
+// Cluster is a running Redis Cluster, every node a redis-server process
+// on a loopback port.
 type Cluster struct {
 	addrs []string
 	cmds  []*exec.Cmd
 	dir   string
 }
 
+// ReplicaNodeTimeout is the cluster-node-timeout of a cluster with
+// replicas: how long a master may be unreachable before its replica takes
+// over.
+const ReplicaNodeTimeout = 2 * time.Second
+
 // clusterWait bounds the wait for the cluster to be usable.
 const clusterWait = 20 * time.Second
 
 // StartCluster starts masters (at least 3) redis-server processes with
-// cluster mode on, free loopback ports whose cluster bus ports (port +
+// cluster mode on and no replicas, free loopback ports whose cluster bus ports (port +
 // 10000) are free too, no persistence, and their nodes files in a
 // temporary directory; joins them with redis-cli --cluster create; and
 // waits, up to 20 s, until every node reports cluster_state:ok and a
 // ClusterClient can write and read keys in different slots. Without
 // redis-server or redis-cli it returns an error, or ErrSkip with
 // SLUICE_SKIP_REDIS=1. Stop it with Stop.
-func StartCluster(masters int) (*Cluster, error) {
+func StartCluster(masters int) (*Cluster, error) { return StartClusterReplicas(masters, 0) }
+
+// StartClusterReplicas is StartCluster with replicas replicas per master
+// (redis-cli --cluster create --cluster-replicas), so that a master that
+// fails or is told to (CLUSTER FAILOVER on its replica) is replaced; the
+// nodes then use a cluster-node-timeout of ReplicaNodeTimeout, and Start
+// waits until every replica is in sync.
+func StartClusterReplicas(masters, replicas int) (*Cluster, error) {
 	if masters < 3 {
 		return nil, fmt.Errorf("redistest: a Redis Cluster needs at least 3 masters, not %d", masters)
 	}
@@ -60,19 +72,23 @@ func StartCluster(masters int) (*Cluster, error) {
 		}
 	}()
 	held := map[int]bool{}
-	for range masters {
+	for range masters * (1 + replicas) {
 		port, err := clusterPort(held)
 		if err != nil {
 			return nil, err
 		}
 		held[port] = true
 		p := strconv.Itoa(port)
-		cmd := exec.Command(server,
+		args := []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes-"+p+".conf"),
 			"--port", p, "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no",
-			"--dir", dir)
+			"--dir", dir}
+		if replicas > 0 {
+			args = append(args, "--cluster-node-timeout", strconv.Itoa(int(ReplicaNodeTimeout/time.Millisecond)))
+		}
+		cmd := exec.Command(server, args...)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			return nil, err
@@ -89,7 +105,7 @@ func StartCluster(masters int) (*Cluster, error) {
 		}
 	}
 	args := append([]string{"--cluster", "create"}, c.addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	create := exec.CommandContext(ctx, cli, args...)
 	var out bytes.Buffer
 	create.Stdout, create.Stderr = &out, &out
@@ -98,6 +114,11 @@ func StartCluster(masters int) (*Cluster, error) {
 	}
 	if err := c.waitReady(ctx); err != nil {
 		return nil, err
+	}
+	if replicas > 0 {
+		if err := c.waitReplicas(ctx); err != nil {
+			return nil, err
+		}
 	}
 	ok = true
 	return c, nil
@@ -232,7 +253,64 @@ func (c *Cluster) probe(ctx context.Context, cc *redis.ClusterClient) error {
 	return nil
 }
 
-// Addrs returns the masters' host:port addresses on 127.0.0.1.
+// waitReplicas waits until every replica's link to its master is up.
+func (c *Cluster) waitReplicas(ctx context.Context) error {
+	for _, a := range c.addrs {
+		n := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
+		for {
+			info, err := n.Info(ctx, "replication").Result()
+			if err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				n.Close()
+				return fmt.Errorf("redistest: replica %s not in sync within %v: %v %v", a, clusterWait, info, err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		n.Close()
+	}
+	return nil
+}
+
+// MasterOf returns the address of the master serving key's slot, and of a
+// replica of it ("" without replicas), as the cluster reports them now.
+func (c *Cluster) MasterOf(ctx context.Context, key string) (master, replica string, err error) {
+	cc := c.Client()
+	defer cc.Close()
+	slot, err := cc.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		return "", "", err
+	}
+	shards, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return "", "", err
+	}
+	for _, s := range shards {
+		if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
+			master = s.Nodes[0].Addr
+			if len(s.Nodes) > 1 {
+				replica = s.Nodes[1].Addr
+			}
+			return master, replica, nil
+		}
+	}
+	return "", "", fmt.Errorf("redistest: no node serves slot %d", slot)
+}
+
+// Kill kills the node at addr (SIGKILL), as a crashed host.
+func (c *Cluster) Kill(addr string) error {
+	for i, a := range c.addrs {
+		if a == addr {
+			return c.cmds[i].Process.Kill()
+		}
+	}
+	return fmt.Errorf("redistest: no node %s", addr)
+}
+
+// Addrs returns the nodes' host:port addresses on 127.0.0.1 (masters and
+// replicas, in the order they started).
 func (c *Cluster) Addrs() []string { return append([]string(nil), c.addrs...) }
 
 // Client returns a new ClusterClient of the cluster; the caller closes it.

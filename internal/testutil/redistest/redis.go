@@ -28,6 +28,8 @@ type Server struct {
 	// Addr is its host:port on 127.0.0.1.
 	Addr string
 	cmd  *exec.Cmd
+	args []string
+	wait time.Duration
 }
 
 // Start starts redis-server (Debian's; scripts/test installs it) on a
@@ -42,6 +44,16 @@ func Start() (*Server, error) { return StartUnder() }
 // the server then answers tens of times slower, and Start's wait is 60 s
 // rather than 10). Without a wrapper it is Start.
 func StartUnder(wrapper ...string) (*Server, error) {
+	return start(wrapper, "--save", "", "--appendonly", "no")
+}
+
+// StartPersistent is Start with an append-only file in dir, written on
+// every write (appendfsync always), so that Restart loses nothing.
+func StartPersistent(dir string) (*Server, error) {
+	return start(nil, "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir", dir)
+}
+
+func start(wrapper []string, opts ...string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, missing("redis-server")
@@ -56,13 +68,22 @@ func StartUnder(wrapper ...string) (*Server, error) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	args := slices.Concat(wrapper, []string{bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"})
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), wait: wait,
+		args: slices.Concat(wrapper, []string{bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1"}, opts)}
+	if err := s.run(); err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd}
+	return s, nil
+}
+
+// run starts the process and waits until it answers.
+func (s *Server) run() error {
+	wait := s.wait
+	s.cmd = exec.Command(s.args[0], s.args[1:]...)
+	s.cmd.Stderr = os.Stderr
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
 	// Wait for the port first: go-redis logs every dial it retries.
 	for deadline := time.Now().Add(wait); ; time.Sleep(20 * time.Millisecond) {
 		if conn, err := net.DialTimeout("tcp", s.Addr, time.Second); err == nil {
@@ -71,7 +92,7 @@ func StartUnder(wrapper ...string) (*Server, error) {
 		}
 		if time.Now().After(deadline) {
 			s.Stop()
-			return nil, fmt.Errorf("redis-server on %s did not listen within %v", s.Addr, wait)
+			return fmt.Errorf("redis-server on %s did not listen within %v", s.Addr, wait)
 		}
 	}
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
@@ -79,11 +100,18 @@ func StartUnder(wrapper ...string) (*Server, error) {
 	for deadline := time.Now().Add(wait); c.Ping(context.Background()).Err() != nil; {
 		if time.Now().After(deadline) {
 			s.Stop()
-			return nil, fmt.Errorf("redis-server on %s did not answer within %v", s.Addr, wait)
+			return fmt.Errorf("redis-server on %s did not answer within %v", s.Addr, wait)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return s, nil
+	return nil
+}
+
+// Restart kills the server (SIGKILL) and starts it again on the same
+// port, with the same options: without persistence it comes back empty.
+func (s *Server) Restart() error {
+	s.Stop()
+	return s.run()
 }
 
 // PID returns the process id of the server, or of its wrapper.

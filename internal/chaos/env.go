@@ -1,0 +1,243 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
+	"github.com/sluice-rl/sluice/internal/testutil/redistest"
+)
+
+// Server is one `sluice server` child process on a fixed loopback port,
+// so that a restart comes back where its clients look for it.
+type Server struct {
+	Name string
+	// Addr is its host:port on 127.0.0.1.
+	Addr string
+	args []string
+	bin  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	logw io.Writer
+}
+
+// freePort asks the kernel for a free loopback port.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startServer starts `bin server args… --listen 127.0.0.1:PORT` and waits,
+// up to 60 s, until /readyz answers 200.
+func startServer(bin, name string, logw io.Writer, args ...string) (*Server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Name: name, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, logw: logw,
+		args: append([]string{"server", "--listen", "127.0.0.1:" + strconv.Itoa(port), "--log-level", "warn"}, args...)}
+	return s, s.start()
+}
+
+func (s *Server) start() error {
+	s.cmd = exec.Command(s.bin, s.args...)
+	s.cmd.Stdout = io.Discard
+	s.cmd.Stderr = prefixed(s.logw, s.Name+": ")
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("%s: %w", s.Name, err)
+	}
+	s.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(s.cmd, s.done)
+	return s.waitReady(60 * time.Second)
+}
+
+// waitReady waits until /readyz answers 200.
+func (s *Server) waitReady(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	c := http.Client{Timeout: time.Second}
+	for {
+		select {
+		case <-s.done:
+			return fmt.Errorf("%s exited before it was ready", s.Name)
+		default:
+		}
+		if r, err := c.Get("http://" + s.Addr + "/readyz"); err == nil {
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready within %v", s.Name, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Signal sends sig to the process.
+func (s *Server) Signal(sig syscall.Signal) error { return s.cmd.Process.Signal(sig) }
+
+// Kill kills the process (SIGKILL) and waits for it.
+func (s *Server) Kill() {
+	_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	_ = s.cmd.Process.Kill()
+	<-s.done
+}
+
+// Restart starts the process again, with the same arguments and port.
+func (s *Server) Restart() error { return s.start() }
+
+// prefixed writes each line to w with prefix.
+func prefixed(w io.Writer, prefix string) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			fmt.Fprintln(w, prefix+sc.Text())
+		}
+	}()
+	return pw
+}
+
+// Proxies are the toxiproxy proxies between the servers and a store, one
+// per server, so that a fault can reach every server or cut one off.
+type Proxies struct {
+	api     *toxiproxy.ApiServer
+	proxies []*toxiproxy.Proxy
+}
+
+func newProxies() *Proxies {
+	logger := zerolog.Nop()
+	return &Proxies{api: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), logger)}
+}
+
+// add starts a proxy to upstream on a free loopback port and returns its
+// address.
+func (p *Proxies) add(name, upstream string) (string, error) {
+	px := toxiproxy.NewProxy(p.api, name, "127.0.0.1:0", upstream)
+	if err := px.Start(); err != nil {
+		return "", err
+	}
+	p.proxies = append(p.proxies, px)
+	return px.Listen, nil
+}
+
+// toxic adds a toxic (toxiproxy's JSON: type, stream, attributes) to the
+// proxies i (every proxy when i is empty).
+func (p *Proxies) toxic(spec string, i ...int) error {
+	for k, px := range p.proxies {
+		if len(i) > 0 && !contains(i, k) {
+			continue
+		}
+		if _, err := px.Toxics.AddToxicJson(strings.NewReader(spec)); err != nil {
+			return fmt.Errorf("toxic %s on %s: %w", spec, px.Name, err)
+		}
+	}
+	return nil
+}
+
+// heal removes every toxic and restarts stopped proxies.
+func (p *Proxies) heal() error {
+	var errs []error
+	for _, px := range p.proxies {
+		px.Toxics.ResetToxics(context.Background())
+		if !px.Enabled {
+			// Restart on the address it had (Start would take a new
+			// one if Listen were still ":0").
+			errs = append(errs, px.Start())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cut stops the proxies i: their connections close and new ones are
+// refused until heal.
+func (p *Proxies) cut(i ...int) {
+	for k, px := range p.proxies {
+		if contains(i, k) {
+			px.Stop()
+		}
+	}
+}
+
+func (p *Proxies) stop() {
+	for _, px := range p.proxies {
+		px.Stop()
+	}
+}
+
+func contains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Env is what a run needs: the stores, the proxies in front of them, and
+// the servers.
+type Env struct {
+	Dir     string
+	Redis   *redistest.Server
+	Cluster *redistest.Cluster
+	Etcd    *etcdtest.Etcd
+	// RedisProxies and EtcdProxies: proxy i sits between server i and the
+	// store (none for a Redis Cluster, whose nodes advertise their own
+	// addresses).
+	RedisProxies, EtcdProxies *Proxies
+	Servers                   []*Server
+}
+
+// Close stops everything.
+func (e *Env) Close() {
+	for _, s := range e.Servers {
+		if s.cmd != nil && s.cmd.Process != nil {
+			s.Kill()
+		}
+	}
+	for _, p := range []*Proxies{e.RedisProxies, e.EtcdProxies} {
+		if p != nil {
+			p.stop()
+		}
+	}
+	if e.Redis != nil {
+		e.Redis.Resume()
+		e.Redis.Stop()
+	}
+	if e.Cluster != nil {
+		e.Cluster.Stop()
+	}
+	if e.Etcd != nil {
+		e.Etcd.Stop()
+	}
+}
+
+// writeFile writes a file in the env's directory and returns its path.
+func (e *Env) writeFile(name, content string) (string, error) {
+	p := filepath.Join(e.Dir, name)
+	return p, os.WriteFile(p, []byte(content), 0o644)
+}

@@ -1,0 +1,243 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+)
+
+// Fault is one thing that goes wrong: inject starts it at the fault's
+// start, and the function it returns heals it (nil when there is nothing
+// to heal: a kill, a restart).
+type Fault struct {
+	Name, Doc string
+	// applies reports whether the fault means something for the mode.
+	applies func(m *Mode) bool
+	inject  func(r *runner) (heal func() error, err error)
+}
+
+func onRedis(m *Mode) bool   { return m.Store == Redis }
+func onCluster(m *Mode) bool { return m.Store == Cluster }
+func always(*Mode) bool      { return true }
+
+// latency is a toxic adding d to every answer from the store.
+func latency(d time.Duration) func(r *runner) (func() error, error) {
+	return toxic(fmt.Sprintf(`{"type":"latency","stream":"downstream","attributes":{"latency":%d}}`, d.Milliseconds()))
+}
+
+func toxic(spec string) func(r *runner) (func() error, error) {
+	return func(r *runner) (func() error, error) {
+		return r.env.RedisProxies.heal, r.env.RedisProxies.toxic(spec)
+	}
+}
+
+// Faults are the faults the harness knows, by name.
+var Faults = map[string]*Fault{
+	"none": {Doc: "no fault: the baseline", applies: always,
+		inject: func(*runner) (func() error, error) { return nil, nil }},
+	"server-kill": {Doc: "SIGKILL one server, start it again when the fault heals", applies: always,
+		inject: func(r *runner) (func() error, error) {
+			r.env.Servers[0].Kill()
+			return r.env.Servers[0].Restart, nil
+		}},
+	"server-stop": {Doc: "SIGSTOP one server (a stalled host), SIGCONT when the fault heals", applies: always,
+		inject: func(r *runner) (func() error, error) {
+			s := r.env.Servers[0]
+			return func() error { return s.Signal(syscall.SIGCONT) }, s.Signal(syscall.SIGSTOP)
+		}},
+	"redis-latency-10ms":  {Doc: "every answer from Redis 10 ms late (toxiproxy latency)", applies: onRedis, inject: latency(10 * time.Millisecond)},
+	"redis-latency-100ms": {Doc: "every answer from Redis 100 ms late", applies: onRedis, inject: latency(100 * time.Millisecond)},
+	"redis-latency-2s":    {Doc: "every answer from Redis 2 s late (past --redis-timeout)", applies: onRedis, inject: latency(2 * time.Second)},
+	"redis-reset": {Doc: "every connection to Redis reset as data arrives (toxiproxy reset_peer)", applies: onRedis,
+		inject: toxic(`{"type":"reset_peer","stream":"upstream","attributes":{"timeout":0}}`)},
+	"redis-blackhole": {Doc: "Redis's packets dropped: connections hang, nothing answers (toxiproxy timeout 0)", applies: onRedis,
+		inject: toxic(`{"type":"timeout","stream":"upstream","attributes":{"timeout":0}}`)},
+	"server-cut": {Doc: "one server cut off from Redis and etcd (its proxies closed), the others unharmed", applies: onRedis,
+		inject: func(r *runner) (func() error, error) {
+			r.env.RedisProxies.cut(0)
+			if r.env.EtcdProxies != nil {
+				r.env.EtcdProxies.cut(0)
+			}
+			return func() error {
+				err := r.env.RedisProxies.heal()
+				if r.env.EtcdProxies != nil && err == nil {
+					err = r.env.EtcdProxies.heal()
+				}
+				return err
+			}, nil
+		}},
+	"redis-stop": {Doc: "SIGSTOP redis-server (a stalled Redis), SIGCONT when the fault heals", applies: onRedis,
+		inject: func(r *runner) (func() error, error) {
+			r.env.Redis.Pause()
+			return func() error { r.env.Redis.Resume(); return nil }, nil
+		}},
+	"redis-restart": {Doc: "SIGKILL redis-server and start it again without persistence: it comes back empty", applies: onRedis,
+		inject: func(r *runner) (func() error, error) { return nil, r.env.Redis.Restart() }},
+	"redis-restart-aof": {Doc: "SIGKILL redis-server and start it again from its append-only file (appendfsync always)", applies: onRedis,
+		inject: func(r *runner) (func() error, error) { return nil, r.env.Redis.Restart() }},
+	"cluster-failover": {Doc: "CLUSTER FAILOVER on the replica of the master holding the bucket", applies: onCluster,
+		inject: func(r *runner) (func() error, error) {
+			_, replica, err := r.env.Cluster.MasterOf(context.Background(), r.mode.hashKey())
+			if err != nil {
+				return nil, err
+			}
+			c := redis.NewClient(&redis.Options{Addr: replica})
+			defer c.Close()
+			return nil, c.ClusterFailover(context.Background()).Err()
+		}},
+	"cluster-kill-master": {Doc: "SIGKILL the master holding the bucket: its replica takes over after the node timeout (2 s)", applies: onCluster,
+		inject: func(r *runner) (func() error, error) {
+			master, _, err := r.env.Cluster.MasterOf(context.Background(), r.mode.hashKey())
+			if err != nil {
+				return nil, err
+			}
+			return nil, r.env.Cluster.Kill(master)
+		}},
+	"etcd-cut": {Doc: "every server cut off from etcd (proxies closed)", applies: func(m *Mode) bool { return m.Etcd },
+		inject: func(r *runner) (func() error, error) {
+			r.env.EtcdProxies.cut(0, 1, 2)
+			return r.env.EtcdProxies.heal, nil
+		}},
+	"client-kill": {Doc: "SIGKILL a client process while it holds copies: its session's ttl (2 s) releases them", applies: func(m *Mode) bool { return m.Kind == "copies" },
+		inject: func(r *runner) (func() error, error) {
+			h, err := startHolder(r.env.Servers[0].Addr, r.mode.resource, holderDomain, GlobalLimit-CopyLimit)
+			if err != nil {
+				return nil, err
+			}
+			r.holder = h
+			r.addHold(Hold{Key: holderDomain, N: h.granted, Acquired: r.hist.Since(h.at)})
+			return func() error {
+				err := h.cmd.Process.Kill()
+				_ = h.cmd.Wait()
+				h.killed = r.hist.Since(time.Now())
+				h.released = make(chan time.Duration, 1)
+				go func() { h.released <- r.untilReleased(holderDomain) }()
+				return err
+			}, nil
+		}},
+}
+
+func init() {
+	for name, f := range Faults {
+		f.Name = name
+	}
+}
+
+// hashKey is a key in the slot of the mode's bucket (limits/redis's hash
+// tag of a resource).
+func (m *Mode) hashKey() string { return "{r" + m.resource + "}" }
+
+// holderEnv, when set, makes MaybeRunHolder run the holder.
+const holderEnv = "SLUICE_CHAOS_HOLDER"
+
+// holderDomain is the domain the killed client holds copies in, apart
+// from the load's, so that its count tells when they are back.
+const holderDomain = "killed"
+
+// holder is a client process holding copies.
+type holder struct {
+	cmd     *exec.Cmd
+	granted int64
+	at      time.Time
+	// killed is when it was killed; released receives how long after
+	// that its copies were released (zero: not within 30 s).
+	killed   time.Duration
+	released chan time.Duration
+}
+
+// untilReleased polls Redis for domain's count of the mode's resource
+// (limits/redis's key) until it is 0, for up to 30 s, and returns how
+// long that took (zero if it did not happen).
+func (r *runner) untilReleased(domain string) time.Duration {
+	c := redis.NewClient(&redis.Options{Addr: r.env.Redis.Addr})
+	defer c.Close()
+	start := time.Now()
+	key := "sluice:{c" + r.mode.resource + "}n:d:" + domain
+	for time.Since(start) < 30*time.Second {
+		n, err := c.HGet(context.Background(), key, "_").Int64()
+		if err == nil && n == 0 || errors.Is(err, redis.Nil) {
+			return time.Since(start)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return 0
+}
+
+// holderSpec is what the holder process is told, and answers.
+type holderSpec struct {
+	Addr, Resource, Domain string
+	Copies, Granted        int64
+	Err                    string
+}
+
+// startHolder runs this executable again as a holder (MaybeRunHolder) and
+// waits for it to hold its copies.
+func startHolder(addr, resource, domain string, copies int64) (*holder, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	spec, _ := json.Marshal(holderSpec{Addr: addr, Resource: resource, Domain: domain, Copies: copies})
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), holderEnv+"="+string(spec))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	var got holderSpec
+	if err := json.NewDecoder(out).Decode(&got); err != nil || got.Err != "" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("holder: %v%s", err, got.Err)
+	}
+	return &holder{cmd: cmd, granted: got.Granted, at: time.Now()}, nil
+}
+
+// MaybeRunHolder is the holder process: when this process was started by
+// the harness as a client holding copies, it opens a session, reserves
+// them, prints what it got, keeps the session alive until it is killed,
+// and never returns. Otherwise it returns at once. Call it first thing in
+// main (and in TestMain of tests that run the harness).
+func MaybeRunHolder() {
+	v, ok := os.LookupEnv(holderEnv)
+	if !ok {
+		return
+	}
+	var spec holderSpec
+	fail := func(err error) {
+		spec.Err = err.Error()
+		_ = json.NewEncoder(os.Stdout).Encode(spec)
+		os.Exit(1)
+	}
+	if err := json.Unmarshal([]byte(v), &spec); err != nil {
+		fail(err)
+	}
+	conn, err := dial(spec.Addr)
+	if err != nil {
+		fail(err)
+	}
+	c := v1.NewLimitsClient(conn)
+	s, err := openSession(context.Background(), c)
+	if err != nil {
+		fail(err)
+	}
+	granted, err := reserve(context.Background(), c, s.id, spec.Resource, spec.Domain, spec.Copies)
+	if err != nil {
+		fail(err)
+	}
+	spec.Granted = granted
+	_ = json.NewEncoder(os.Stdout).Encode(spec)
+	select {}
+}

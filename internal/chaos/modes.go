@@ -1,0 +1,343 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	quotapb "github.com/sluice-rl/sluice/api/quotaservice"
+	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+)
+
+// The limits every mode's servers enforce.
+const (
+	// BucketSize and BucketRate are the token bucket's size (tokens) and
+	// fill rate (tokens per second).
+	BucketSize = 20
+	BucketRate = 50
+	// CopyLimit is the copy-limited resource's limit per domain, and
+	// GlobalLimit across its domains: the load holds in one domain, a
+	// killed client in another.
+	CopyLimit   = 8
+	GlobalLimit = 12
+	// SessionTTL is the sessions' ttl: a client killed while holding
+	// copies has them released within it.
+	SessionTTL = 2 * time.Second
+)
+
+// limitsConfig is the servers' --config: one token bucket per on_store_error
+// choice and one copy-limited resource.
+var limitsConfig = fmt.Sprintf(`
+limits:
+  resources:
+    chaos:
+      domains:
+        closed: {size: %[1]d, fill_rate: %[2]d, wait_timeout: 0s}
+    chaosopen:
+      on_store_error: open
+      domains:
+        open: {size: %[1]d, fill_rate: %[2]d, wait_timeout: 0s}
+    pool:
+      algorithm: copies
+      domain_limit: %[3]d
+      global_limit: %[4]d
+`, BucketSize, BucketRate, CopyLimit, GlobalLimit)
+
+// Store is where a mode's servers keep the limits.
+type Store string
+
+const (
+	Memory  Store = "memory"
+	Redis   Store = "redis"
+	Cluster Store = "cluster"
+)
+
+// Mode is one way of using Sluice, with the load that exercises it.
+type Mode struct {
+	Name, Doc string
+	// Store, and how many servers share it.
+	Store   Store
+	Servers int
+	// Etcd: the servers form a fleet on etcd (copy-limited resources).
+	Etcd bool
+	// load runs one worker until ctx ends, recording into log (and holds
+	// into r).
+	load func(ctx context.Context, r *runner, worker int, log Log)
+	// Kind says which check applies: "bucket" or "copies".
+	Kind string
+	// resource, domain: the bucket asked for.
+	resource, domain string
+}
+
+// Modes are the modes the harness knows, by name.
+var Modes = map[string]*Mode{
+	"bucket-memory": {Doc: "sluice.v1.Limits/Allow on one server's token buckets in memory",
+		Store: Memory, Servers: 1, Kind: "bucket", load: allowLoad, resource: "chaos", domain: "closed"},
+	"bucket-memory-unshared": {Doc: "three servers, each with its own token buckets in memory: the fleet admits three times the limit (a control: the check must fail)",
+		Store: Memory, Servers: 3, Kind: "bucket", load: allowLoad, resource: "chaos", domain: "closed"},
+	"bucket-redis": {Doc: "sluice.v1.Limits/Allow, three servers sharing a token bucket on Redis (on_store_error: closed)",
+		Store: Redis, Servers: 3, Kind: "bucket", load: allowLoad, resource: "chaos", domain: "closed"},
+	"bucket-redis-open": {Doc: "as bucket-redis, on a bucket configured on_store_error: open (fail-open answers flagged degraded)",
+		Store: Redis, Servers: 3, Kind: "bucket", load: allowLoad, resource: "chaosopen", domain: "open"},
+	"quota-redis": {Doc: "quotaservice.QuotaService/Allow (Square's API), three servers sharing a token bucket on Redis",
+		Store: Redis, Servers: 3, Kind: "bucket", load: quotaLoad, resource: "chaos", domain: "closed"},
+	"bucket-cluster": {Doc: "sluice.v1.Limits/Allow, three servers sharing a token bucket on a Redis Cluster (3 masters, 1 replica each)",
+		Store: Cluster, Servers: 3, Kind: "bucket", load: allowLoad, resource: "chaos", domain: "closed"},
+	"quota-cluster": {Doc: "quotaservice.QuotaService/Allow, three servers on a Redis Cluster (3 masters, 1 replica each)",
+		Store: Cluster, Servers: 3, Kind: "bucket", load: quotaLoad, resource: "chaos", domain: "closed"},
+	"copies-redis": {Doc: "copy-limited resource held in sessions (Reserve/Release), three servers on Redis with their fleet on etcd",
+		Store: Redis, Servers: 3, Etcd: true, Kind: "copies", load: copiesLoad, resource: "pool", domain: "d"},
+}
+
+func init() {
+	for name, m := range Modes {
+		m.Name = name
+	}
+}
+
+// pace is the gap between a worker's requests: with 8 workers about
+// 1 600 requests a second, far above the bucket's fill rate, so the
+// bucket is always empty and the bound is tight.
+const pace = 5 * time.Millisecond
+
+// callTimeout bounds every request; an answer later than this is Failed
+// (DeadlineExceeded).
+const callTimeout = time.Second
+
+func dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// code names an error for the report: its gRPC code.
+func code(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "DeadlineExceeded"
+	}
+	return status.Code(err).String()
+}
+
+// every runs f every pace until ctx ends.
+func every(ctx context.Context, f func()) {
+	t := time.NewTicker(pace)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
+}
+
+// allowLoad asks Sluice's Allow for one token at a time.
+func allowLoad(ctx context.Context, r *runner, worker int, log Log) {
+	c := v1.NewLimitsClient(r.conn(worker))
+	every(ctx, func() {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		op := Op{Worker: worker, Key: r.mode.resource + "/" + r.mode.domain, N: 1, Start: r.hist.Since(time.Now())}
+		resp, err := c.Allow(cctx, &v1.AllowRequest{Resource: r.mode.resource, Domain: r.mode.domain, Tokens: 1})
+		op.End = r.hist.Since(time.Now())
+		switch {
+		case ctx.Err() != nil:
+			return // the run ended under it
+		case err != nil:
+			op.Outcome, op.Code = Failed, code(err)
+		case resp.GetStatus() == v1.AllowResponse_OK:
+			op.Outcome, op.N, op.Degraded = Granted, resp.GetGranted(), resp.GetDegraded()
+		default:
+			op.Outcome, op.Code = Rejected, resp.GetStatus().String()
+		}
+		log.Add(op)
+	})
+}
+
+// quotaLoad asks the quota service's Allow for one token at a time, with
+// no wait (max_wait_millis_override 0).
+func quotaLoad(ctx context.Context, r *runner, worker int, log Log) {
+	c := quotapb.NewQuotaServiceClient(r.conn(worker))
+	every(ctx, func() {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		op := Op{Worker: worker, Key: r.mode.resource + "/" + r.mode.domain, N: 1, Start: r.hist.Since(time.Now())}
+		resp, err := c.Allow(cctx, &quotapb.AllowRequest{Namespace: r.mode.resource, BucketName: r.mode.domain, TokensRequested: 1,
+			MaxWaitTimeOverride: true, MaxWaitMillisOverride: 0})
+		op.End = r.hist.Since(time.Now())
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			op.Outcome, op.Code = Failed, code(err)
+		case resp.GetStatus() == quotapb.AllowResponse_OK && resp.GetWaitMillis() == 0:
+			op.Outcome, op.N = Granted, resp.GetTokensGranted()
+		case resp.GetStatus() == quotapb.AllowResponse_OK:
+			// A grant due later: not this check's model (see CheckBucket).
+			op.Outcome, op.Code = Failed, "OK with a wait"
+		case resp.GetStatus() == quotapb.AllowResponse_REJECTED_SERVER_ERROR:
+			op.Outcome, op.Code = Failed, resp.GetStatus().String()
+		default:
+			op.Outcome, op.Code = Rejected, resp.GetStatus().String()
+		}
+		log.Add(op)
+	})
+}
+
+// session is one open session and its keep-alive stream.
+type session struct {
+	id     string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// openSession opens a session with ttl SessionTTL and keeps it alive on a
+// stream, a message every third of the ttl, until close or ctx ends.
+func openSession(ctx context.Context, c v1.LimitsClient) (*session, error) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	r, err := c.OpenSession(cctx, &v1.OpenSessionRequest{Ttl: durationpb.New(SessionTTL)})
+	if err != nil {
+		return nil, err
+	}
+	sctx, stop := context.WithCancel(ctx)
+	s := &session{id: r.GetSessionId(), cancel: stop, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for sctx.Err() == nil {
+			st, err := c.KeepAlive(sctx)
+			if err == nil {
+				for sctx.Err() == nil {
+					if err = st.Send(&v1.KeepAliveRequest{SessionId: s.id}); err != nil {
+						break
+					}
+					if _, err = st.Recv(); err != nil {
+						break
+					}
+					select {
+					case <-sctx.Done():
+					case <-time.After(SessionTTL / 3):
+					}
+				}
+			}
+			select {
+			case <-sctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return s, nil
+}
+
+func (s *session) close() {
+	s.cancel()
+	<-s.done
+}
+
+// copiesLoad holds copies in a session: reserve 1 or 2, hold 10–50 ms,
+// release, again. A session the server no longer knows is replaced.
+func copiesLoad(ctx context.Context, r *runner, worker int, log Log) {
+	c := v1.NewLimitsClient(r.conn(worker))
+	rng := rand.New(rand.NewPCG(uint64(worker), 7))
+	var s *session
+	defer func() {
+		if s != nil {
+			s.close()
+			cctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			_, _ = c.CloseSession(cctx, &v1.CloseSessionRequest{SessionId: s.id})
+			cancel()
+		}
+	}()
+	every(ctx, func() {
+		if s == nil {
+			var err error
+			if s, err = openSession(ctx, c); err != nil {
+				log.Add(Op{Worker: worker, Key: "open", Start: r.hist.Since(time.Now()), End: r.hist.Since(time.Now()), Outcome: Failed, Code: code(err)})
+				return
+			}
+		}
+		n := int64(1 + rng.IntN(2))
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		op := Op{Worker: worker, Key: "reserve", N: n, Start: r.hist.Since(time.Now())}
+		resp, err := c.Reserve(cctx, &v1.ReserveRequest{SessionId: s.id, Resource: r.mode.resource, Domain: r.mode.domain, Copies: n, MinCopies: n})
+		op.End = r.hist.Since(time.Now())
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			op.Outcome, op.Code = Failed, code(err)
+			if status.Code(err) == codes.NotFound {
+				s.close()
+				s = nil // lost with its server: open another
+			}
+			log.Add(op)
+			return
+		case resp.GetStatus() != v1.ReserveResponse_OK:
+			op.Outcome, op.Code = Rejected, resp.GetStatus().String()
+			log.Add(op)
+			return
+		}
+		op.Outcome, op.N, op.Degraded = Granted, resp.GetGranted(), resp.GetDegraded()
+		log.Add(op)
+		h := Hold{Key: s.id, N: op.N, Acquired: op.End, Degraded: op.Degraded}
+		select {
+		case <-ctx.Done():
+			r.addHold(h) // released by CloseSession, after the run
+			return
+		case <-time.After(time.Duration(10+rng.IntN(40)) * time.Millisecond):
+		}
+		h.Released = r.hist.Since(time.Now())
+		rel := Op{Worker: worker, Key: "release", N: op.N, Start: h.Released}
+		_, err = c.Release(cctx, &v1.ReleaseRequest{SessionId: s.id, Resource: r.mode.resource, Domain: r.mode.domain, Copies: op.N})
+		rel.End = r.hist.Since(time.Now())
+		r.addHold(h)
+		if ctx.Err() != nil {
+			return // the run ended under it: CloseSession releases it
+		}
+		if err != nil {
+			rel.Outcome, rel.Code = Failed, code(err)
+		} else {
+			rel.Outcome = Granted
+		}
+		log.Add(rel)
+	})
+}
+
+// holds collects the holds of a run.
+type holds struct {
+	mu sync.Mutex
+	hs []Hold
+}
+
+func (r *runner) addHold(h Hold) {
+	r.holds.mu.Lock()
+	r.holds.hs = append(r.holds.hs, h)
+	r.holds.mu.Unlock()
+}
+
+// reserve reserves copies (all or none) in session id, retrying for up to
+// 10 s while they are not free, and returns how many it got.
+func reserve(ctx context.Context, c v1.LimitsClient, id, resource, domain string, copies int64) (int64, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		resp, err := c.Reserve(cctx, &v1.ReserveRequest{SessionId: id, Resource: resource, Domain: domain, Copies: copies, MinCopies: copies})
+		cancel()
+		if err == nil && resp.GetStatus() == v1.ReserveResponse_OK {
+			return resp.GetGranted(), nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("reserve %d of %s/%s: %v %v", copies, resource, domain, resp.GetStatus(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,456 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
+	"github.com/sluice-rl/sluice/internal/testutil/redistest"
+)
+
+// Options says what to run.
+type Options struct {
+	// Mode and Fault name entries of Modes and Faults.
+	Mode, Fault string
+	// Sluice is the path of the sluice binary the servers run.
+	Sluice string
+	// Warm is how long the load runs before the fault, Hold how long the
+	// fault lasts before it heals, Recover how long the load goes on
+	// after. Zero: 3 s, 5 s and 6 s.
+	Warm, Hold, Recover time.Duration
+	// Workers is how many clients send load (zero: 8), each through one
+	// server in turn, one request every 5 ms.
+	Workers int
+	// Log receives the servers' logs and the run's progress (nil: none).
+	Log io.Writer
+}
+
+// Report is what a run measured.
+type Report struct {
+	Mode, Fault string
+	// FaultAt and HealAt are offsets from the start of the load.
+	FaultAt, HealAt, End time.Duration
+	// Requests counts every answered or failed request; Granted, Rejected
+	// and Errors (by code) split them; Degraded counts grants flagged
+	// fail-open.
+	Requests, Granted, Rejected, Degraded int64
+	Errors                                map[string]int64
+	// Recovery is from the heal (or, for a fault with nothing to heal,
+	// its start) to the end of the last failed or degraded answer; zero
+	// when none came after it.
+	Recovery time.Duration
+	// Bucket is the token bucket check (bucket modes).
+	Bucket *BucketCheck `json:",omitempty"`
+	// Count is the most copies certainly held at once in the load's
+	// domain (copies modes), and Limit what they may be (the domain
+	// limit); Global and GlobalLimit the same across domains.
+	Count       *CountCheck `json:",omitempty"`
+	Limit       int64       `json:",omitempty"`
+	Global      *CountCheck `json:",omitempty"`
+	GlobalLimit int64       `json:",omitempty"`
+	// Lost counts copies never given back (still counted once every
+	// client closed and the session ttl passed), ReleasedTwice copies
+	// counted free while held (a reserve of the whole limit and one more
+	// succeeded); both must be 0. Settled is how long after the load
+	// stopped the whole limit could be reserved again.
+	Lost, ReleasedTwice int64
+	Settled             time.Duration
+	// History is every operation of the load, ordered by Start.
+	History []Op `json:"-"`
+}
+
+// OverLimit is what was admitted over the limit in the worst window, as
+// a fraction of what the model allows in that window (size + rate × T
+// for a token bucket, the copy limit): 0 when nothing was.
+func (r *Report) OverLimit() float64 {
+	switch {
+	case r.Bucket != nil:
+		return max(r.Bucket.Worst.Excess(), 0) / r.Bucket.Worst.Bound
+	case r.Count != nil && r.Limit > 0:
+		return float64(max(r.Count.Max-r.Limit, 0)) / float64(r.Limit)
+	}
+	return 0
+}
+
+// Violated reports whether the history broke the model outside flagged
+// fail-open answers, or a hold was lost or released twice.
+func (r *Report) Violated() bool {
+	return (r.Bucket != nil && r.Bucket.Violated()) || (r.Count != nil && r.Count.Max > r.Limit) ||
+		(r.Global != nil && r.Global.Max > r.GlobalLimit) || r.Lost > 0 || r.ReleasedTwice > 0
+}
+
+// Print writes the report for a reader.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "mode %s, fault %s: fault at %v, healed at %v, end %v\n", r.Mode, r.Fault, r.FaultAt.Round(time.Millisecond), r.HealAt.Round(time.Millisecond), r.End.Round(time.Millisecond))
+	fmt.Fprintf(w, "  requests %d: granted %d, rejected %d, degraded (flagged fail-open) %d, errors %s\n", r.Requests, r.Granted, r.Rejected, r.Degraded, r.errorsString())
+	if b := r.Bucket; b != nil {
+		fmt.Fprintf(w, "  token bucket (size %d, %d/s): worst window %v, over the bound by %.1f tokens (%.0f %%)\n", BucketSize, BucketRate, b.Worst, max(b.Worst.Excess(), 0), 100*r.OverLimit())
+		if b.Smallest != nil {
+			fmt.Fprintf(w, "  VIOLATION: smallest window over the bound %v\n", b.Smallest)
+		}
+	}
+	if c := r.Count; c != nil {
+		fmt.Fprintf(w, "  copies: most certainly held at once %d of the domain limit %d (at %v; %d holds), %d of the global limit %d\n",
+			c.Max, r.Limit, c.At.Round(time.Millisecond), c.Holds, r.Global.Max, r.GlobalLimit)
+		fmt.Fprintf(w, "  after the run: lost %d, released twice %d; the whole limit reservable again %v after the load stopped\n", r.Lost, r.ReleasedTwice, r.Settled.Round(time.Millisecond))
+	}
+	fmt.Fprintf(w, "  recovery (heal to the last failed or degraded answer): %v\n", r.Recovery.Round(time.Millisecond))
+	if r.Violated() {
+		fmt.Fprintln(w, "  RESULT: VIOLATED")
+	} else {
+		fmt.Fprintln(w, "  RESULT: ok")
+	}
+}
+
+func (r *Report) errorsString() string {
+	if len(r.Errors) == 0 {
+		return "0"
+	}
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(r.Errors)) {
+		fmt.Fprintf(&b, "%s %d, ", k, r.Errors[k])
+	}
+	return strings.TrimSuffix(b.String(), ", ")
+}
+
+// runner is one run's state.
+type runner struct {
+	opts  Options
+	mode  *Mode
+	fault *Fault
+	env   *Env
+	hist  *History
+	conns []*grpc.ClientConn
+	holds holds
+	// holder is the client process of client-kill.
+	holder *holder
+}
+
+// conn is worker's connection: to server worker mod servers.
+func (r *runner) conn(worker int) *grpc.ClientConn { return r.conns[worker%len(r.conns)] }
+
+// Run runs opts.Mode under opts.Fault on real processes and returns what
+// it measured. It stops everything it started before it returns; it
+// takes about Warm + Hold + Recover plus the setup (seconds).
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	m, ok := Modes[opts.Mode]
+	if !ok {
+		return nil, fmt.Errorf("mode %q: not one of %s", opts.Mode, strings.Join(slices.Sorted(maps.Keys(Modes)), ", "))
+	}
+	f, ok := Faults[opts.Fault]
+	if !ok {
+		return nil, fmt.Errorf("fault %q: not one of %s", opts.Fault, strings.Join(slices.Sorted(maps.Keys(Faults)), ", "))
+	}
+	if !f.applies(m) {
+		return nil, fmt.Errorf("fault %s does not apply to mode %s (store %s)", f.Name, m.Name, m.Store)
+	}
+	opts.Warm = cmpOr(opts.Warm, 3*time.Second)
+	opts.Hold = cmpOr(opts.Hold, 5*time.Second)
+	opts.Recover = cmpOr(opts.Recover, 6*time.Second)
+	if opts.Workers <= 0 {
+		opts.Workers = 8
+	}
+	r := &runner{opts: opts, mode: m, fault: f}
+	env, err := r.setup()
+	if env != nil {
+		defer env.Close()
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.env = env
+	for _, s := range env.Servers {
+		c, err := dial(s.Addr)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		r.conns = append(r.conns, c)
+	}
+	if r.holder != nil {
+		defer func() { _ = r.holder.cmd.Process.Kill(); _ = r.holder.cmd.Wait() }()
+	}
+	return r.run(ctx)
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// setup starts the stores, proxies and servers of the mode.
+func (r *runner) setup() (*Env, error) {
+	dir, err := os.MkdirTemp("", "sluice-chaos-")
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Dir: dir}
+	cfg, err := e.writeFile("config.yaml", limitsConfig)
+	if err != nil {
+		return e, err
+	}
+	args := make([][]string, r.mode.Servers)
+	for i := range args {
+		args[i] = []string{"--config", cfg}
+	}
+	switch r.mode.Store {
+	case Redis:
+		if r.fault.Name == "redis-restart-aof" {
+			e.Redis, err = redistest.StartPersistent(dir)
+		} else {
+			e.Redis, err = redistest.Start()
+		}
+		if err != nil {
+			return e, err
+		}
+		e.RedisProxies = newProxies()
+		for i := range args {
+			addr, err := e.RedisProxies.add("redis-"+strconv.Itoa(i), e.Redis.Addr)
+			if err != nil {
+				return e, err
+			}
+			args[i] = append(args[i], "--redis", "redis://"+addr+"/0")
+		}
+	case Cluster:
+		if e.Cluster, err = redistest.StartClusterReplicas(3, 1); err != nil {
+			return e, err
+		}
+		for i := range args {
+			args[i] = append(args[i], "--redis-cluster", strings.Join(e.Cluster.Addrs(), ","))
+		}
+	}
+	if r.mode.Etcd {
+		if e.Etcd, err = etcdtest.Start(dir + "/etcd"); err != nil {
+			return e, err
+		}
+		e.EtcdProxies = newProxies()
+		for i := range args {
+			addr, err := e.EtcdProxies.add("etcd-"+strconv.Itoa(i), e.Etcd.Addr)
+			if err != nil {
+				return e, err
+			}
+			args[i] = append(args[i], "--etcd-endpoints", "http://"+addr, "--fleet-ttl", "2s", "--fleet-prefix", "/chaos")
+		}
+	}
+	for i := range args {
+		s, err := startServer(r.opts.Sluice, "server-"+strconv.Itoa(i), r.opts.Log, args[i]...)
+		if err != nil {
+			return e, err
+		}
+		e.Servers = append(e.Servers, s)
+	}
+	return e, nil
+}
+
+func (r *runner) logf(format string, args ...any) {
+	if r.opts.Log != nil {
+		fmt.Fprintf(r.opts.Log, "chaos: "+format+"\n", args...)
+	}
+}
+
+// run drives the load, injects and heals the fault, and checks the
+// history.
+func (r *runner) run(ctx context.Context) (*Report, error) {
+	if r.mode.Kind == "copies" {
+		if err := r.waitCopies(ctx); err != nil {
+			return nil, err
+		}
+	}
+	rep := &Report{Mode: r.mode.Name, Fault: r.fault.Name, Errors: map[string]int64{}}
+	r.hist = NewHistory(time.Now())
+	lctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for w := range r.opts.Workers {
+		log := r.hist.Log()
+		wg.Go(func() { r.mode.load(lctx, r, w, log) })
+	}
+	stopLoad := func() {
+		stop()
+		wg.Wait()
+	}
+	sleep := func(d time.Duration) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+			return nil
+		}
+	}
+	if err := sleep(r.opts.Warm); err != nil {
+		stopLoad()
+		return nil, err
+	}
+	rep.FaultAt = r.hist.Since(time.Now())
+	r.logf("%s: injecting %s", rep.FaultAt.Round(time.Millisecond), r.fault.Name)
+	heal, err := r.fault.inject(r)
+	if err != nil {
+		stopLoad()
+		return nil, fmt.Errorf("injecting %s: %w", r.fault.Name, err)
+	}
+	rep.HealAt = rep.FaultAt
+	if err := sleep(r.opts.Hold); err != nil {
+		stopLoad()
+		return nil, err
+	}
+	if heal != nil {
+		rep.HealAt = r.hist.Since(time.Now())
+		r.logf("%s: healing %s", rep.HealAt.Round(time.Millisecond), r.fault.Name)
+		if err := heal(); err != nil {
+			stopLoad()
+			return nil, fmt.Errorf("healing %s: %w", r.fault.Name, err)
+		}
+	}
+	if err := sleep(r.opts.Recover); err != nil {
+		stopLoad()
+		return nil, err
+	}
+	stopLoad()
+	rep.End = r.hist.Since(time.Now())
+	ops := r.hist.Ops()
+	rep.History = ops
+	for _, op := range ops {
+		if op.Key == "release" {
+			if op.Outcome == Failed {
+				rep.Errors["release "+op.Code]++
+			}
+			continue
+		}
+		rep.Requests++
+		switch op.Outcome {
+		case Granted:
+			rep.Granted++
+			if op.Degraded {
+				rep.Degraded++
+			}
+		case Rejected:
+			rep.Rejected++
+		case Failed:
+			rep.Errors[op.Code]++
+		}
+		if (op.Outcome == Failed || op.Degraded) && op.End > rep.HealAt {
+			rep.Recovery = max(rep.Recovery, op.End-rep.HealAt)
+		}
+	}
+	switch r.mode.Kind {
+	case "bucket":
+		c := CheckBucket(ops, BucketSize, BucketRate)
+		rep.Bucket = &c
+	case "copies":
+		hs := r.holds.hs
+		if h := r.holder; h != nil {
+			for i := range hs {
+				if hs[i].Key == holderDomain {
+					hs[i].Released = h.killed
+				}
+			}
+			// The fault's recovery: from the kill until its copies
+			// were released.
+			rep.Recovery = <-h.released
+			if rep.Recovery == 0 {
+				rep.Lost += h.granted
+			}
+		}
+		var load []Hold
+		for _, h := range hs {
+			if h.Key != holderDomain {
+				load = append(load, h)
+			}
+		}
+		c, g := CheckCount(load, rep.End), CheckCount(hs, rep.End)
+		rep.Count, rep.Limit, rep.Global, rep.GlobalLimit = &c, CopyLimit, &g, GlobalLimit
+		if err := r.settle(ctx, rep); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+// waitCopies waits until every server serves holds (its fleet epoch).
+func (r *runner) waitCopies(ctx context.Context) error {
+	for i := range r.conns {
+		c := v1.NewLimitsClient(r.conns[i])
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			s, err := openSession(ctx, c)
+			if err == nil {
+				s.close()
+				_, _ = c.CloseSession(ctx, &v1.CloseSessionRequest{SessionId: s.id})
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("server %d does not serve holds: %w", i, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// settle checks, after the run, that every copy came back exactly once:
+// within 30 s the whole limit can be reserved again — the domain limit in
+// the load's domain, the rest of the global limit in another — (none
+// lost), and then not one copy more in either (none counted free twice).
+func (r *runner) settle(ctx context.Context, rep *Report) error {
+	c := v1.NewLimitsClient(r.conns[len(r.conns)-1])
+	s, err := openSession(ctx, c)
+	if err != nil {
+		return fmt.Errorf("settle: %w", err)
+	}
+	defer func() {
+		s.close()
+		_, _ = c.CloseSession(context.Background(), &v1.CloseSessionRequest{SessionId: s.id})
+	}()
+	try := func(domain string, n int64) (int64, error) {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		resp, err := c.Reserve(cctx, &v1.ReserveRequest{SessionId: s.id, Resource: r.mode.resource, Domain: domain, Copies: n, MinCopies: 1})
+		if err != nil || resp.GetStatus() != v1.ReserveResponse_OK {
+			return 0, err
+		}
+		return resp.GetGranted(), nil
+	}
+	release := func(domain string, n int64) {
+		if n > 0 {
+			_, _ = c.Release(ctx, &v1.ReleaseRequest{SessionId: s.id, Resource: r.mode.resource, Domain: domain, Copies: n})
+		}
+	}
+	start := time.Now()
+	var best int64
+	for {
+		a, _ := try(r.mode.domain, CopyLimit)
+		b, _ := try(holderDomain, GlobalLimit-CopyLimit)
+		best = max(best, a+b)
+		if a+b == GlobalLimit {
+			break
+		}
+		release(r.mode.domain, a)
+		release(holderDomain, b)
+		if time.Since(start) > 30*time.Second {
+			rep.Lost = GlobalLimit - best
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	rep.Settled = r.hist.Since(time.Now()) - rep.End
+	for _, d := range []string{r.mode.domain, holderDomain} {
+		n, err := try(d, 1)
+		if err != nil {
+			return fmt.Errorf("settle: reserve beyond the limit: %w", err)
+		}
+		rep.ReleasedTwice += n
+	}
+	return nil
+}
