@@ -723,6 +723,15 @@ func TestQuery(t *testing.T) {
 	if p, _ := e.Query(t.Context(), at(0), Query{Filter: func(b *BucketInfo) bool { return b.Resource == "api" }}); p.Total != 5 || len(p.Buckets) != 0 {
 		t.Fatalf("total only: %+v", p)
 	}
+	// A budget bounds the walk: 10 of the 25 buckets looked at, the page
+	// over those, and it says it is not complete; a budget of all of them
+	// is complete.
+	if p, _ := e.Query(t.Context(), at(0), Query{Limit: 100, Budget: 10}); p.Walked != 10 || p.Complete || p.Total != 10 || len(p.Buckets) != 10 {
+		t.Fatalf("budget 10: walked %d, complete %v, total %d, %d rows", p.Walked, p.Complete, p.Total, len(p.Buckets))
+	}
+	if p, _ := e.Query(t.Context(), at(0), Query{Limit: 100, Budget: 25}); p.Walked != 25 || !p.Complete || p.Total != 25 {
+		t.Fatalf("budget 25: walked %d, complete %v, total %d", p.Walked, p.Complete, p.Total)
+	}
 }
 
 // A bucket starts full whatever the clock: a simulator's virtual time may

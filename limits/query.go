@@ -23,14 +23,23 @@ type Query struct {
 	// Offset is how many buckets of the order to skip (≥ 0); Limit is the
 	// most to return (≤ 0: none, only the total).
 	Offset, Limit int
+	// Budget is the most buckets the walk looks at (≤ 0: all of them), so
+	// that a status page costs the same with ten million buckets as with
+	// Budget: the page is then over the first Budget buckets the store
+	// walks (in no particular order), and Page.Complete says so.
+	Budget int
 }
 
 // Page is the answer to a Query.
 type Page struct {
 	// Buckets are the page's buckets, in order.
 	Buckets []BucketInfo
-	// Total is the number of buckets Filter kept.
-	Total int
+	// Total is the number of buckets Filter kept; Walked the number
+	// looked at, and Complete whether that was every bucket (false when
+	// Query.Budget stopped the walk).
+	Total    int
+	Walked   int
+	Complete bool
 }
 
 // ByKey orders buckets by resource, then domain.
@@ -91,7 +100,13 @@ func (e *Engine) Query(ctx context.Context, now time.Time, q Query) (Page, error
 			i = l
 		}
 	}
+	p.Complete = true
 	err := e.Walk(ctx, now, func(b BucketInfo) bool {
+		if q.Budget > 0 && p.Walked == q.Budget {
+			p.Complete = false
+			return false
+		}
+		p.Walked++
 		cur = b
 		if q.Filter != nil && !q.Filter(&cur) {
 			return true

@@ -37,22 +37,29 @@ type CounterRow struct {
 
 // CounterPage is one page of counters.
 type CounterPage struct {
-	// Total is every counter the store holds; Matched those with the
-	// prefix.
-	Total   int          `json:"total"`
-	Matched int          `json:"matched"`
+	// Total is every counter looked at; Matched those with the prefix.
+	// Complete is false when the walk's budget stopped it before the
+	// last counter.
+	Total    int          `json:"total"`
+	Matched  int          `json:"matched"`
+	Complete bool         `json:"complete"`
 	Rows    []CounterRow `json:"rows"`
 }
 
 // Counters returns the counters whose Key starts with prefix, ordered by
 // Key, from offset, at most limit of them, described at the clock's now.
-// It is one walk of the store (rls.Store.Walk: O(counters), a status
-// page's cost, never a request's) keeping only offset + limit rows.
-func (s *Service) Counters(ctx context.Context, prefix string, offset, limit int) (CounterPage, error) {
+// It is one walk of the store (rls.Store.Walk, never on a request's path)
+// over at most budget counters (≤ 0: all), keeping only offset + limit
+// rows.
+func (s *Service) Counters(ctx context.Context, prefix string, offset, limit, budget int) (CounterPage, error) {
 	cfg, now := s.cfg.Load(), s.opts.Now().UnixMicro()
 	keep := max(offset, 0) + max(limit, 0)
-	var p CounterPage
+	p := CounterPage{Complete: true}
 	err := s.opts.Store.Walk(ctx, func(c rls.Counter) bool {
+		if budget > 0 && p.Total == budget {
+			p.Complete = false
+			return false
+		}
 		p.Total++
 		domain, entries, tag, ok := rls.ParseBucket(c.Bucket)
 		if !ok {

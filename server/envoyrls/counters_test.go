@@ -40,19 +40,23 @@ descriptors:
 	}
 	r.clock.Advance(3 * time.Second) // half a hit back: 8.5 → 8
 
-	p, err := r.svc.Counters(context.Background(), "edge/10.0.0.", 2, 3)
+	p, err := r.svc.Counters(context.Background(), "edge/10.0.0.", 2, 3, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Total != 14 || p.Matched != 12 || len(p.Rows) != 3 {
-		t.Fatalf("total %d, matched %d, %d rows; want 14, 12, 3", p.Total, p.Matched, len(p.Rows))
+	if p.Total != 14 || p.Matched != 12 || len(p.Rows) != 3 || !p.Complete {
+		t.Fatalf("total %d, matched %d, %d rows, complete %v; want 14, 12, 3, true", p.Total, p.Matched, len(p.Rows), p.Complete)
+	}
+	// A budget of 5 looks at 5 counters and says so.
+	if p, _ := r.svc.Counters(context.Background(), "edge/", 0, 100, 5); p.Total != 5 || p.Complete || len(p.Rows) != 5 {
+		t.Fatalf("budget 5: total %d, complete %v, %d rows", p.Total, p.Complete, len(p.Rows))
 	}
 	want := envoyrls.CounterRow{Key: "edge/10.0.0.02", Domain: "edge", Entries: "remote_address=10.0.0.02", Rule: "remote_address",
 		Algorithm: "token_bucket", Limit: "10/minute", Remaining: 9, ResetSeconds: 3}
 	if p.Rows[0] != want || p.Rows[1].Key != "edge/10.0.0.03" || p.Rows[1].Remaining != 8 || p.Rows[2].Key != "edge/10.0.0.04" {
 		t.Fatalf("rows %+v, want from %+v", p.Rows, want)
 	}
-	p, _ = r.svc.Counters(context.Background(), "edge/", 0, 100)
+	p, _ = r.svc.Counters(context.Background(), "edge/", 0, 100, 14)
 	byKey := map[string]envoyrls.CounterRow{}
 	for _, row := range p.Rows {
 		byKey[row.Key] = row

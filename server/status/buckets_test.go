@@ -195,6 +195,22 @@ func BenchmarkBucketsPage(b *testing.B) {
 
 // The buckets page describes a burst-tier domain: its tier, phase, time
 // left, hits, and a tier cooling down.
+// TestBucketsPageBudget: with more buckets than WalkBudget a view looks
+// at WalkBudget of them, says so, and gives the store's estimate of all.
+func TestBucketsPageBudget(t *testing.T) {
+	s, _ := bucketsSite(t, WalkBudget+10)
+	p, err := s.BucketsPage(t.Context(), url.Values{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Complete || p.Total != WalkBudget || p.Estimate != WalkBudget+11 || len(p.Rows) == 0 {
+		t.Fatalf("complete %v, total %d, estimate %d, %d rows; want false, %d, %d, some", p.Complete, p.Total, p.Estimate, len(p.Rows), WalkBudget, WalkBudget+11)
+	}
+	if body := pageOf(t, s, "/debug/status/buckets"); !strings.Contains(body, fmt.Sprintf("the first %d buckets looked at (of about %d keys", WalkBudget, WalkBudget+11)) {
+		t.Fatalf("the page does not say it looked at the first %d: %s", WalkBudget, body)
+	}
+}
+
 func TestBucketsPageShowsTiers(t *testing.T) {
 	repo, err := config.Load("../../examples/charon.yaml")
 	if err != nil {
