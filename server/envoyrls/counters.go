@@ -43,7 +43,7 @@ type CounterPage struct {
 	Total    int          `json:"total"`
 	Matched  int          `json:"matched"`
 	Complete bool         `json:"complete"`
-	Rows    []CounterRow `json:"rows"`
+	Rows     []CounterRow `json:"rows"`
 }
 
 // Counters returns the counters whose Key starts with prefix, ordered by
