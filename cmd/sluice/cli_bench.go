@@ -11,13 +11,12 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/HdrHistogram/hdrhistogram-go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/internal/discovery"
+	"github.com/sluice-rl/sluice/internal/scrape"
 )
 
 // BenchResult is what `sluice bench` measured. Latencies are milliseconds.
@@ -54,32 +53,9 @@ func serverCPU(ctx context.Context, hc *http.Client, base string) (seconds float
 // gauge) from the /metrics page at base with hc; ok is false when it
 // cannot.
 func serverGauge(ctx context.Context, hc *http.Client, base, name string) (value float64, ok bool) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-	if err != nil {
-		return 0, false
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, false
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return 0, false
-	}
-	f := families[name]
-	if f == nil || len(f.GetMetric()) == 0 {
-		return 0, false
-	}
-	m := f.GetMetric()[0]
-	if m.GetGauge() != nil {
-		return m.GetGauge().GetValue(), true
-	}
-	return m.GetCounter().GetValue(), true
+	v, err := scrape.Values(ctx, hc, base, name)
+	value, ok = v[name]
+	return value, err == nil && ok
 }
 
 func newBenchCmd() *cobra.Command {

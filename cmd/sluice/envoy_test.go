@@ -141,7 +141,7 @@ func TestEnvoyConfigReload(t *testing.T) {
 	}
 	_ = cmd.Process.Signal(syscall.SIGHUP)
 	testutil.Eventually(t, 30*time.Second, "the bad directory to be read and refused", func() bool {
-		return strings.Contains(scrape(addr), `sluice_server_config_reloads_total{result="failed"}`)
+		return strings.Contains(metricsPage(addr), `sluice_server_config_reloads_total{result="failed"}`)
 	})
 	if !limited("late") {
 		t.Fatal("a bad directory replaced the rules in force")

@@ -26,9 +26,9 @@ limits:
         small: {size: 1, fill_rate: %s, wait_timeout: 0s}
 `
 
-// scrape returns the /metrics page of the server at addr ("" when it
+// metricsPage returns the /metrics page of the server at addr ("" when it
 // cannot be read).
-func scrape(addr string) string {
+func metricsPage(addr string) string {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return ""
@@ -70,7 +70,7 @@ func TestServerLimitsReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 30*time.Second, "the bad file to be read and refused", func() bool {
-		return strings.Contains(scrape(addr), `sluice_server_config_reloads_total{result="failed"} 1`)
+		return strings.Contains(metricsPage(addr), `sluice_server_config_reloads_total{result="failed"} 1`)
 	})
 	if got := allow(); got != v1.AllowResponse_OK {
 		t.Fatalf("after a bad file: %v; the last good limits (1000/s) should still serve", got)
