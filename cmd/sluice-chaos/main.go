@@ -112,6 +112,7 @@ errors by code, answers flagged degraded and the time to recover.`,
 			return nil
 		},
 	}
+	cmd.AddCommand(newSoakCmd())
 	f := cmd.Flags()
 	f.StringVar(&opts.Mode, "mode", "", "the mode to run (--list names them)")
 	f.StringVar(&opts.Fault, "fault", "", "the fault to inject (--list names them)")
@@ -125,6 +126,53 @@ errors by code, answers flagged degraded and the time to recover.`,
 	f.BoolVar(&asJSON, "json", false, "print each report as a JSON line")
 	f.BoolVar(&md, "markdown", false, "print each report as a row of docs/accuracy.md's table")
 	f.BoolVarP(&vb, "verbose", "v", false, "show the servers' warnings and the run's progress on stderr")
+	return cmd
+}
+
+func newSoakCmd() *cobra.Command {
+	var (
+		opts chaos.SoakOptions
+		vb   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "soak",
+		Short: "Steady load on every API for --duration; sample RSS, goroutines, open files, Redis memory and keys; write CSV and a PNG",
+		Long: `soak runs --servers sluice server processes on one Redis (their fleet on an
+embedded etcd) under steady load on every API (GetCapacity, Allow on 10 000
+users' buckets, the quota service's Allow, sessions holding copies, Envoy's
+ShouldRateLimit on 10 000 users), samples every --every, and writes
+soak-N.csv and soak-N.png into --out. Run by hand (30 minutes is the
+soak of docs/accuracy.md), not in CI.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if vb {
+				opts.Log = cmd.ErrOrStderr()
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if opts.Sluice == "" {
+				bin, cleanup, err := build()
+				if err != nil {
+					return err
+				}
+				defer cleanup()
+				opts.Sluice = bin
+			}
+			samples, err := chaos.Soak(ctx, opts)
+			if err != nil {
+				return err
+			}
+			chaos.PrintSoak(cmd.OutOrStdout(), samples)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Sluice, "sluice", "", "the sluice binary the servers run (default: go build ./cmd/sluice)")
+	f.IntVar(&opts.Servers, "servers", 1, "servers sharing one Redis")
+	f.DurationVar(&opts.Duration, "duration", 30*time.Minute, "how long the load runs")
+	f.DurationVar(&opts.Every, "every", 10*time.Second, "sampling period")
+	f.StringVar(&opts.Out, "out", ".", "directory for soak-N.csv and soak-N.png")
+	f.BoolVarP(&vb, "verbose", "v", false, "print every sample on stderr")
 	return cmd
 }
 
