@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -74,8 +76,20 @@ type Mode struct {
 	load func(ctx context.Context, r *runner, worker int, log Log)
 	// Kind says which check applies: "bucket" or "copies".
 	Kind string
-	// resource, domain: the bucket asked for.
+	// resource, domain: the bucket asked for (for Envoy's rate limit
+	// service, the domain and the user descriptor's value); size and rate
+	// its size (tokens) and fill rate (tokens per second), zero:
+	// BucketSize and BucketRate.
 	resource, domain string
+	size, rate       float64
+}
+
+// bound returns the mode's token bucket: size and fill rate.
+func (m *Mode) bound() (size, rate float64) {
+	if m.size == 0 {
+		return BucketSize, BucketRate
+	}
+	return m.size, m.rate
 }
 
 // Modes are the modes the harness knows, by name.
@@ -94,6 +108,8 @@ var Modes = map[string]*Mode{
 		Store: Cluster, Servers: 3, Kind: "bucket", load: allowLoad, resource: "chaos", domain: "closed"},
 	"quota-cluster": {Doc: "quotaservice.QuotaService/Allow, three servers on a Redis Cluster (3 masters, 1 replica each)",
 		Store: Cluster, Servers: 3, Kind: "bucket", load: quotaLoad, resource: "chaos", domain: "closed"},
+	"rls-redis": {Doc: "Envoy's rate limit service (ShouldRateLimit), three servers sharing a 50-per-second rule on Redis (a token bucket: 50 tokens, 50 a second)",
+		Store: Redis, Servers: 3, Kind: "bucket", load: rlsLoad, resource: "chaos", domain: "u", size: 50, rate: 50},
 	"copies-redis": {Doc: "copy-limited resource held in sessions (Reserve/Release), three servers on Redis with their fleet on etcd",
 		Store: Redis, Servers: 3, Etcd: true, Kind: "copies", load: copiesLoad, resource: "pool", domain: "d"},
 }
@@ -187,6 +203,40 @@ func quotaLoad(ctx context.Context, r *runner, worker int, log Log) {
 			op.Outcome, op.Code = Failed, resp.GetStatus().String()
 		default:
 			op.Outcome, op.Code = Rejected, resp.GetStatus().String()
+		}
+		log.Add(op)
+	})
+}
+
+// envoyConfig is the servers' --envoy-ratelimit-config: 50 hits a second
+// per user.
+const envoyConfig = `
+domain: chaos
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 50}
+`
+
+// rlsLoad asks Envoy's ShouldRateLimit for one hit of one user at a time.
+func rlsLoad(ctx context.Context, r *runner, worker int, log Log) {
+	c := rlsv3.NewRateLimitServiceClient(r.conn(worker))
+	req := &rlsv3.RateLimitRequest{Domain: r.mode.resource, Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: r.mode.domain}}}}}
+	every(ctx, func() {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		op := Op{Worker: worker, Key: r.mode.resource + "/" + r.mode.domain, N: 1, Start: r.hist.Since(time.Now())}
+		resp, err := c.ShouldRateLimit(cctx, req)
+		op.End = r.hist.Since(time.Now())
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			op.Outcome, op.Code = Failed, code(err)
+		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+			op.Outcome = Granted
+		default:
+			op.Outcome, op.Code = Rejected, resp.GetOverallCode().String()
 		}
 		log.Add(op)
 	})

@@ -50,8 +50,10 @@ type Report struct {
 	// its start) to the end of the last failed or degraded answer; zero
 	// when none came after it.
 	Recovery time.Duration
-	// Bucket is the token bucket check (bucket modes).
-	Bucket *BucketCheck `json:",omitempty"`
+	// Bucket is the token bucket check (bucket modes), against a bucket
+	// of Size tokens filled at Rate tokens per second.
+	Bucket     *BucketCheck `json:",omitempty"`
+	Size, Rate float64      `json:",omitempty"`
 	// Count is the most copies certainly held at once in the load's
 	// domain (copies modes), and Limit what they may be (the domain
 	// limit); Global and GlobalLimit the same across domains.
@@ -95,7 +97,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "mode %s, fault %s: fault at %v, healed at %v, end %v\n", r.Mode, r.Fault, r.FaultAt.Round(time.Millisecond), r.HealAt.Round(time.Millisecond), r.End.Round(time.Millisecond))
 	fmt.Fprintf(w, "  requests %d: granted %d, rejected %d, degraded (flagged fail-open) %d, errors %s\n", r.Requests, r.Granted, r.Rejected, r.Degraded, r.errorsString())
 	if b := r.Bucket; b != nil {
-		fmt.Fprintf(w, "  token bucket (size %d, %d/s): worst window %v, over the bound by %.1f tokens (%.0f %%)\n", BucketSize, BucketRate, b.Worst, max(b.Worst.Excess(), 0), 100*r.OverLimit())
+		fmt.Fprintf(w, "  token bucket (size %g, %g/s): worst window %v, over the bound by %.1f tokens (%.0f %%)\n", r.Size, r.Rate, b.Worst, max(b.Worst.Excess(), 0), 100*r.OverLimit())
 		if b.Smallest != nil {
 			fmt.Fprintf(w, "  VIOLATION: smallest window over the bound %v\n", b.Smallest)
 		}
@@ -202,9 +204,13 @@ func (r *runner) setup() (*Env, error) {
 	if err != nil {
 		return e, err
 	}
+	envoy, err := e.writeFile("envoy.yaml", envoyConfig)
+	if err != nil {
+		return e, err
+	}
 	args := make([][]string, r.mode.Servers)
 	for i := range args {
-		args[i] = []string{"--config", cfg}
+		args[i] = []string{"--config", cfg, "--envoy-ratelimit-config", envoy}
 	}
 	switch r.mode.Store {
 	case Redis:
@@ -346,8 +352,9 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	}
 	switch r.mode.Kind {
 	case "bucket":
-		c := CheckBucket(ops, BucketSize, BucketRate)
-		rep.Bucket = &c
+		size, rate := r.mode.bound()
+		c := CheckBucket(ops, size, rate)
+		rep.Bucket, rep.Size, rep.Rate = &c, size, rate
 	case "copies":
 		hs := r.holds.hs
 		if h := r.holder; h != nil {
