@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-rl/sluice/api/doorman"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 )
 
@@ -101,6 +103,16 @@ var Faults = map[string]*Fault{
 				return nil, err
 			}
 			return nil, r.env.Cluster.Kill(master)
+		}},
+	"master-kill": {Doc: "SIGKILL the elected master (the other task takes over after the election TTL, 2 s, and learns for a lease length), start it again when the fault heals",
+		applies: func(m *Mode) bool { return m.Kind == "leases" },
+		inject: func(r *runner) (func() error, error) {
+			m, err := r.master()
+			if err != nil {
+				return nil, err
+			}
+			m.Kill()
+			return m.Restart, nil
 		}},
 	"etcd-cut": {Doc: "every server cut off from etcd (proxies closed)", applies: func(m *Mode) bool { return m.Etcd },
 		inject: func(r *runner) (func() error, error) {
@@ -240,4 +252,25 @@ func MaybeRunHolder() {
 	spec.Granted = granted
 	_ = json.NewEncoder(os.Stdout).Encode(spec)
 	select {}
+}
+
+// master returns the server that is master now, asking the first server
+// (a non-master redirects to it).
+func (r *runner) master() (*Server, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	resp, err := doorman.NewCapacityClient(r.conns[0]).GetCapacity(ctx, &doorman.GetCapacityRequest{ClientId: proto.String("chaos-probe"),
+		Resource: []*doorman.ResourceRequest{{ResourceId: proto.String("leases"), Priority: proto.Int64(0), Wants: proto.Float64(0)}}})
+	if err != nil {
+		return nil, err
+	}
+	if m := resp.GetMastership(); m != nil && len(resp.GetResponse()) == 0 {
+		for _, s := range r.env.Servers {
+			if s.Addr == m.GetMasterAddress() {
+				return s, nil
+			}
+		}
+		return nil, fmt.Errorf("master %s is none of the servers", m.GetMasterAddress())
+	}
+	return r.env.Servers[0], nil
 }

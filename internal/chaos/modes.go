@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -14,8 +15,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluice-rl/sluice/api/doorman"
 	quotapb "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 )
@@ -74,7 +77,7 @@ type Mode struct {
 	// load runs one worker until ctx ends, recording into log (and holds
 	// into r).
 	load func(ctx context.Context, r *runner, worker int, log Log)
-	// Kind says which check applies: "bucket" or "copies".
+	// Kind says which check applies: "bucket", "copies" or "leases".
 	Kind string
 	// resource, domain: the bucket asked for (for Envoy's rate limit
 	// service, the domain and the user descriptor's value); size and rate
@@ -110,6 +113,8 @@ var Modes = map[string]*Mode{
 		Store: Cluster, Servers: 3, Kind: "bucket", load: quotaLoad, resource: "chaos", domain: "closed"},
 	"rls-redis": {Doc: "Envoy's rate limit service (ShouldRateLimit), three servers sharing a 50-per-second rule on Redis (a token bucket: 50 tokens, 50 a second)",
 		Store: Redis, Servers: 3, Kind: "bucket", load: rlsLoad, resource: "chaos", domain: "u", size: 50, rate: 50},
+	"leases": {Doc: "Doorman leases: two root servers electing a master through etcd, 8 clients wanting 220 of a capacity of 100",
+		Store: Memory, Servers: 2, Etcd: true, Kind: "leases", load: leaseLoad},
 	"copies-redis": {Doc: "copy-limited resource held in sessions (Reserve/Release), three servers on Redis with their fleet on etcd",
 		Store: Redis, Servers: 3, Etcd: true, Kind: "copies", load: copiesLoad, resource: "pool", domain: "d"},
 }
@@ -389,5 +394,84 @@ func reserve(ctx context.Context, c v1.LimitsClient, id, resource, domain string
 			return 0, fmt.Errorf("reserve %d of %s/%s: %v %v", copies, resource, domain, resp.GetStatus(), err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// LeaseCapacity is the Doorman resource's capacity in the leases mode.
+const LeaseCapacity = 100
+
+// leaseConfig is the Doorman resource of the leases mode: leases of 10 s,
+// refreshed every second, learning mode as long as a lease.
+const leaseConfig = `
+resources:
+  - identifier_glob: leases
+    capacity: 100
+    algorithm: {kind: FAIR_SHARE, lease_length: 10, refresh_interval: 1}
+`
+
+// leaseLoad is one Doorman client: it asks for its wants (10 + 5 × worker)
+// every refresh interval, sending the lease it has, follows the
+// mastership redirect, and records each lease as a hold from its answer
+// until the next answer's request or its expiry, in thousandths.
+func leaseLoad(ctx context.Context, r *runner, worker int, log Log) {
+	id := fmt.Sprintf("client-%d", worker)
+	wants := float64(10 + 5*worker)
+	target := worker % len(r.conns)
+	var has *doorman.Lease
+	var cur *Hold
+	var expiry time.Duration
+	end := func(at time.Duration) {
+		if cur != nil {
+			cur.Released = min(at, expiry)
+			r.addHold(*cur)
+			cur = nil
+		}
+	}
+	defer func() { end(r.hist.Since(time.Now())) }()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		op := Op{Worker: worker, Key: id, Start: r.hist.Since(time.Now())}
+		resp, err := doorman.NewCapacityClient(r.conns[target]).GetCapacity(cctx, &doorman.GetCapacityRequest{ClientId: proto.String(id),
+			Resource: []*doorman.ResourceRequest{{ResourceId: proto.String("leases"), Priority: proto.Int64(0), Has: has, Wants: proto.Float64(wants)}}})
+		cancel()
+		op.End = r.hist.Since(time.Now())
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			op.Outcome, op.Code = Failed, code(err)
+			target = (target + 1) % len(r.conns) // try another
+			log.Add(op)
+			continue
+		}
+		if m := resp.GetMastership(); m != nil && len(resp.GetResponse()) == 0 {
+			op.Outcome, op.Code = Rejected, "redirect"
+			for i, s := range r.env.Servers {
+				if s.Addr == m.GetMasterAddress() {
+					target = i
+				}
+			}
+			log.Add(op)
+			continue
+		}
+		if len(resp.GetResponse()) == 0 {
+			op.Outcome, op.Code = Failed, "empty answer"
+			log.Add(op)
+			continue
+		}
+		gets := resp.GetResponse()[0].GetGets()
+		end(op.Start)
+		has = gets
+		expiry = r.hist.Since(time.Unix(gets.GetExpiryTime(), 0))
+		cur = &Hold{Key: id, N: int64(math.Round(gets.GetCapacity() * 1000)), Acquired: op.End}
+		op.Outcome, op.N = Granted, cur.N
+		log.Add(op)
 	}
 }

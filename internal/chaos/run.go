@@ -61,6 +61,10 @@ type Report struct {
 	Limit       int64       `json:",omitempty"`
 	Global      *CountCheck `json:",omitempty"`
 	GlobalLimit int64       `json:",omitempty"`
+	// Leases is Σ leases certainly held at once (in thousandths), and
+	// Capacity what they may be (the leases mode).
+	Leases   *CountCheck `json:",omitempty"`
+	Capacity float64     `json:",omitempty"`
 	// Lost counts copies never given back (still counted once every
 	// client closed and the session ttl passed), ReleasedTwice copies
 	// counted free while held (a reserve of the whole limit and one more
@@ -79,6 +83,8 @@ func (r *Report) OverLimit() float64 {
 	switch {
 	case r.Bucket != nil:
 		return max(r.Bucket.Worst.Excess(), 0) / r.Bucket.Worst.Bound
+	case r.Leases != nil:
+		return max(float64(r.Leases.Max)/1000-r.Capacity, 0) / r.Capacity
 	case r.Count != nil && r.Limit > 0:
 		return float64(max(r.Count.Max-r.Limit, 0)) / float64(r.Limit)
 	}
@@ -89,7 +95,8 @@ func (r *Report) OverLimit() float64 {
 // fail-open answers, or a hold was lost or released twice.
 func (r *Report) Violated() bool {
 	return (r.Bucket != nil && r.Bucket.Violated()) || (r.Count != nil && r.Count.Max > r.Limit) ||
-		(r.Global != nil && r.Global.Max > r.GlobalLimit) || r.Lost > 0 || r.ReleasedTwice > 0
+		(r.Global != nil && r.Global.Max > r.GlobalLimit) || (r.Leases != nil && float64(r.Leases.Max) > 1000*r.Capacity) ||
+		r.Lost > 0 || r.ReleasedTwice > 0
 }
 
 // Print writes the report for a reader.
@@ -106,6 +113,9 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "  copies: most certainly held at once %d of the domain limit %d (at %v; %d holds), %d of the global limit %d\n",
 			c.Max, r.Limit, c.At.Round(time.Millisecond), c.Holds, r.Global.Max, r.GlobalLimit)
 		fmt.Fprintf(w, "  after the run: lost %d, released twice %d; the whole limit reservable again %v after the load stopped\n", r.Lost, r.ReleasedTwice, r.Settled.Round(time.Millisecond))
+	}
+	if c := r.Leases; c != nil {
+		fmt.Fprintf(w, "  leases: Σ certainly held at once at most %.1f of the capacity %g (at %v; %d leases)\n", float64(c.Max)/1000, r.Capacity, c.At.Round(time.Millisecond), c.Holds)
 	}
 	fmt.Fprintf(w, "  recovery (heal to the last failed or degraded answer): %v\n", r.Recovery.Round(time.Millisecond))
 	if r.Violated() {
@@ -200,7 +210,11 @@ func (r *runner) setup() (*Env, error) {
 		return nil, err
 	}
 	e := &Env{Dir: dir}
-	cfg, err := e.writeFile("config.yaml", limitsConfig)
+	content := limitsConfig
+	if r.mode.Kind == "leases" {
+		content = leaseConfig
+	}
+	cfg, err := e.writeFile("config.yaml", content)
 	if err != nil {
 		return e, err
 	}
@@ -249,6 +263,9 @@ func (r *runner) setup() (*Env, error) {
 				return e, err
 			}
 			args[i] = append(args[i], "--etcd-endpoints", "http://"+addr, "--fleet-ttl", "2s", "--fleet-prefix", "/chaos")
+			if r.mode.Kind == "leases" {
+				args[i] = append(args[i], "--election", "etcd", "--election-key", "/chaos/root", "--election-ttl", "2s")
+			}
 		}
 	}
 	for i := range args {
@@ -355,6 +372,9 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		size, rate := r.mode.bound()
 		c := CheckBucket(ops, size, rate)
 		rep.Bucket, rep.Size, rep.Rate = &c, size, rate
+	case "leases":
+		c := CheckCount(r.holds.hs, rep.End)
+		rep.Leases, rep.Capacity = &c, LeaseCapacity
 	case "copies":
 		hs := r.holds.hs
 		if h := r.holder; h != nil {

@@ -33,6 +33,8 @@ func (r *Report) TableRow() string {
 	case r.Bucket != nil && r.Bucket.Worst.Excess() > 0:
 		w := r.Bucket.Worst
 		over = fmt.Sprintf("%.0f %% (%d granted in %v, bound %.0f)", 100*r.OverLimit(), w.Granted, (w.To - w.From).Round(time.Millisecond), w.Bound)
+	case r.Leases != nil:
+		over = fmt.Sprintf("%.0f %% (Σ leases at most %.1f of %g)", 100*r.OverLimit(), float64(r.Leases.Max)/1000, r.Capacity)
 	case r.Count != nil:
 		over = fmt.Sprintf("%.0f %% (most held %d of %d)", 100*r.OverLimit(), r.Count.Max, r.Limit)
 	}
