@@ -1,6 +1,7 @@
 // Package etcdtest runs an embedded etcd on loopback for Sluice's tests. It
 // is apart from package testutil so that tests without etcd do not link it.
-// It is imported only from _test.go files.
+// It is imported only from _test.go files and the fault harness
+// (internal/chaos, cmd/sluice-chaos).
 package etcdtest
 
 import (
