@@ -69,14 +69,11 @@ errors by code, answers flagged degraded and the time to recover.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if opts.Sluice == "" {
-				bin, cleanup, err := build()
-				if err != nil {
-					return err
-				}
-				defer cleanup()
-				opts.Sluice = bin
+			cleanup, err := ensureBinary(&opts.Sluice)
+			if err != nil {
+				return err
 			}
+			defer cleanup()
 			runs := [][2]string{{opts.Mode, opts.Fault}}
 			if all {
 				runs = chaos.Matrix()
@@ -150,14 +147,11 @@ soak of docs/accuracy.md), not in CI.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if opts.Sluice == "" {
-				bin, cleanup, err := build()
-				if err != nil {
-					return err
-				}
-				defer cleanup()
-				opts.Sluice = bin
+			cleanup, err := ensureBinary(&opts.Sluice)
+			if err != nil {
+				return err
 			}
+			defer cleanup()
 			samples, err := chaos.Soak(ctx, opts)
 			if err != nil {
 				return err
@@ -189,6 +183,20 @@ func printList(w io.Writer) {
 	for _, run := range chaos.Matrix() {
 		fmt.Fprintf(w, "  --mode %s --fault %s\n", run[0], run[1])
 	}
+}
+
+// ensureBinary builds ./cmd/sluice into *bin when it is empty; cleanup
+// removes what it built.
+func ensureBinary(bin *string) (cleanup func(), err error) {
+	if *bin != "" {
+		return func() {}, nil
+	}
+	b, cleanup, err := build()
+	if err != nil {
+		return nil, err
+	}
+	*bin = b
+	return cleanup, nil
 }
 
 // build builds ./cmd/sluice (from the module holding this directory)

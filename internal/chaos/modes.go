@@ -146,9 +146,9 @@ func code(err error) string {
 	return status.Code(err).String()
 }
 
-// every runs f every pace until ctx ends.
-func every(ctx context.Context, f func()) {
-	t := time.NewTicker(pace)
+// every runs f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -163,7 +163,7 @@ func every(ctx context.Context, f func()) {
 // allowLoad asks Sluice's Allow for one token at a time.
 func allowLoad(ctx context.Context, r *runner, worker int, log Log) {
 	c := v1.NewLimitsClient(r.conn(worker))
-	every(ctx, func() {
+	every(ctx, pace, func() {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		op := Op{Worker: worker, Key: r.mode.resource + "/" + r.mode.domain, N: 1, Start: r.hist.Since(time.Now())}
@@ -187,7 +187,7 @@ func allowLoad(ctx context.Context, r *runner, worker int, log Log) {
 // no wait (max_wait_millis_override 0).
 func quotaLoad(ctx context.Context, r *runner, worker int, log Log) {
 	c := quotapb.NewQuotaServiceClient(r.conn(worker))
-	every(ctx, func() {
+	every(ctx, pace, func() {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		op := Op{Worker: worker, Key: r.mode.resource + "/" + r.mode.domain, N: 1, Start: r.hist.Since(time.Now())}
@@ -227,7 +227,7 @@ func rlsLoad(ctx context.Context, r *runner, worker int, log Log) {
 	c := rlsv3.NewRateLimitServiceClient(r.conn(worker))
 	req := &rlsv3.RateLimitRequest{Domain: r.mode.resource, Descriptors: []*ratelimitv3.RateLimitDescriptor{
 		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: r.mode.domain}}}}}
-	every(ctx, func() {
+	every(ctx, pace, func() {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		op := Op{Worker: worker, Key: r.mode.resource + "/" + r.mode.domain, N: 1, Start: r.hist.Since(time.Now())}
@@ -311,7 +311,7 @@ func copiesLoad(ctx context.Context, r *runner, worker int, log Log) {
 			cancel()
 		}
 	}()
-	every(ctx, func() {
+	every(ctx, pace, func() {
 		if s == nil {
 			var err error
 			if s, err = openSession(ctx, c); err != nil {
@@ -428,14 +428,7 @@ func leaseLoad(ctx context.Context, r *runner, worker int, log Log) {
 		}
 	}
 	defer func() { end(r.hist.Since(time.Now())) }()
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, time.Second, func() {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		op := Op{Worker: worker, Key: id, Start: r.hist.Since(time.Now())}
 		resp, err := doorman.NewCapacityClient(r.conns[target]).GetCapacity(cctx, &doorman.GetCapacityRequest{ClientId: proto.String(id),
@@ -449,7 +442,7 @@ func leaseLoad(ctx context.Context, r *runner, worker int, log Log) {
 			op.Outcome, op.Code = Failed, code(err)
 			target = (target + 1) % len(r.conns) // try another
 			log.Add(op)
-			continue
+			return
 		}
 		if m := resp.GetMastership(); m != nil && len(resp.GetResponse()) == 0 {
 			op.Outcome, op.Code = Rejected, "redirect"
@@ -459,12 +452,12 @@ func leaseLoad(ctx context.Context, r *runner, worker int, log Log) {
 				}
 			}
 			log.Add(op)
-			continue
+			return
 		}
 		if len(resp.GetResponse()) == 0 {
 			op.Outcome, op.Code = Failed, "empty answer"
 			log.Add(op)
-			continue
+			return
 		}
 		gets := resp.GetResponse()[0].GetGets()
 		end(op.Start)
@@ -473,5 +466,5 @@ func leaseLoad(ctx context.Context, r *runner, worker int, log Log) {
 		cur = &Hold{Key: id, N: int64(math.Round(gets.GetCapacity() * 1000)), Acquired: op.End}
 		op.Outcome, op.N = Granted, cur.N
 		log.Add(op)
-	}
+	})
 }

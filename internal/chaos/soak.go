@@ -178,7 +178,7 @@ var soakLoads = []func(ctx context.Context, conn *grpc.ClientConn, server int, a
 	func(ctx context.Context, conn *grpc.ClientConn, server int, answered *atomic.Int64) {
 		c := doorman.NewCapacityClient(conn)
 		rng := rand.New(rand.NewPCG(uint64(server), 1))
-		every(ctx, func() {
+		every(ctx, pace, func() {
 			id := fmt.Sprintf("client-%d-%d", server, rng.IntN(200))
 			_, err := c.GetCapacity(ctx, &doorman.GetCapacityRequest{ClientId: proto.String(id),
 				Resource: []*doorman.ResourceRequest{{ResourceId: proto.String("soak"), Priority: proto.Int64(0), Wants: proto.Float64(float64(rng.IntN(20)))}}})
@@ -188,14 +188,14 @@ var soakLoads = []func(ctx context.Context, conn *grpc.ClientConn, server int, a
 	func(ctx context.Context, conn *grpc.ClientConn, server int, answered *atomic.Int64) {
 		c := v1.NewLimitsClient(conn)
 		rng := rand.New(rand.NewPCG(uint64(server), 2))
-		every(ctx, func() {
+		every(ctx, pace, func() {
 			_, err := c.Allow(ctx, &v1.AllowRequest{Resource: "users", Domain: "u" + strconv.Itoa(rng.IntN(10_000)), Tokens: 1})
 			count(answered, err)
 		})
 	},
 	func(ctx context.Context, conn *grpc.ClientConn, _ int, answered *atomic.Int64) {
 		c := quotapb.NewQuotaServiceClient(conn)
-		every(ctx, func() {
+		every(ctx, pace, func() {
 			_, err := c.Allow(ctx, &quotapb.AllowRequest{Namespace: "chaos", BucketName: "closed", TokensRequested: 1, MaxWaitTimeOverride: true})
 			count(answered, err)
 		})
@@ -203,7 +203,7 @@ var soakLoads = []func(ctx context.Context, conn *grpc.ClientConn, server int, a
 	func(ctx context.Context, conn *grpc.ClientConn, server int, answered *atomic.Int64) {
 		c := rlsv3.NewRateLimitServiceClient(conn)
 		rng := rand.New(rand.NewPCG(uint64(server), 3))
-		every(ctx, func() {
+		every(ctx, pace, func() {
 			_, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "soak", Descriptors: []*ratelimitv3.RateLimitDescriptor{
 				{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "u" + strconv.Itoa(rng.IntN(10_000))}}}}})
 			count(answered, err)
@@ -212,18 +212,11 @@ var soakLoads = []func(ctx context.Context, conn *grpc.ClientConn, server int, a
 	func(ctx context.Context, conn *grpc.ClientConn, _ int, answered *atomic.Int64) {
 		// A session a second: open, reserve, release, close.
 		c := v1.NewLimitsClient(conn)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		every(ctx, time.Second, func() {
 			s, err := openSession(ctx, c)
 			count(answered, err)
 			if err != nil {
-				continue
+				return
 			}
 			_, err = c.Reserve(ctx, &v1.ReserveRequest{SessionId: s.id, Resource: "pool", Domain: "soak", Copies: 1})
 			count(answered, err)
@@ -232,7 +225,7 @@ var soakLoads = []func(ctx context.Context, conn *grpc.ClientConn, server int, a
 			s.close()
 			_, err = c.CloseSession(ctx, &v1.CloseSessionRequest{SessionId: s.id})
 			count(answered, err)
-		}
+		})
 	},
 }
 
