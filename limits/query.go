@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 )
@@ -26,9 +27,18 @@ type Query struct {
 	// Budget is the most buckets the walk looks at (≤ 0: all of them), so
 	// that a status page costs the same with ten million buckets as with
 	// Budget: the page is then over the first Budget buckets the store
-	// walks (in no particular order), and Page.Complete says so.
+	// walks (in no particular order), and Page.Complete says so. (A store
+	// may stop sooner, ErrWalkBudget: on Redis, after WalkScanCalls SCANs
+	// whatever the keys hold.)
 	Budget int
 }
+
+// ErrWalkBudget is returned by a Store's Walk (and rls.Store's) that
+// stopped before the last key because it looked at as many keys as one
+// walk may (limits/redis: WalkScanCalls SCANs a node, whatever the keys
+// hold). What it called fn with is a correct part of the whole. Query
+// and the status pages treat it as an incomplete page, not an error.
+var ErrWalkBudget = errors.New("limits: the walk stopped at its budget")
 
 // Page is the answer to a Query.
 type Page struct {
@@ -131,6 +141,9 @@ func (e *Engine) Query(ctx context.Context, now time.Time, q Query) (Page, error
 		}
 		return true
 	})
+	if errors.Is(err, ErrWalkBudget) {
+		p.Complete, err = false, nil
+	}
 	if err != nil {
 		return Page{}, err
 	}

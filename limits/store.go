@@ -163,7 +163,9 @@ type Store interface {
 	// returns false. fn runs outside the store's locks; buckets changed
 	// during the walk may be seen before or after the change. It costs
 	// O(buckets): for a status page that asked for it, never for a
-	// scrape.
+	// scrape. A store may bound it: it then returns ErrWalkBudget after
+	// the buckets it did call fn with (limits/redis: WalkScanCalls SCANs
+	// a node).
 	Walk(ctx context.Context, fn func(Snapshot) bool) error
 
 	// EstimateLen returns the number of buckets (token buckets and

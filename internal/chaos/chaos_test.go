@@ -81,6 +81,7 @@ func TestFaults(t *testing.T) {
 		{mode: "quota-redis", fault: "server-kill", errors: true},
 		{mode: "copies-redis", fault: "client-kill"},
 		{mode: "copies-redis", fault: "redis-restart", errors: true},
+		{mode: "leases", fault: "master-kill", errors: true},
 	} {
 		t.Run(tc.mode+"/"+tc.fault, func(t *testing.T) {
 			rep := run(t, tc.mode, tc.fault)

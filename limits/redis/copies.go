@@ -628,7 +628,7 @@ func (l *CopyLog) Bury(ctx context.Context, epoch string) (map[string]int64, err
 // fleet's new leader buries those whose etcd session is gone.
 func (l *CopyLog) Epochs(ctx context.Context) ([]string, error) {
 	var out []string
-	err := scanKeys(ctx, l.c, l.prefix+"{s*}r", func(keys []string) error {
+	err := scanKeys(ctx, l.c, l.prefix+"{s*}r", 0, func(keys []string) error {
 		for _, k := range keys {
 			e, ok := strings.CutPrefix(k, l.prefix+"{s")
 			if e, ok2 := strings.CutSuffix(e, "}r"); ok && ok2 {

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/rls"
 )
 
 // commandCalls returns how many times Redis ran cmd (lower case, e.g.
@@ -159,4 +160,42 @@ func BenchmarkBucketCount(b *testing.B) {
 	}
 	b.ReportMetric(float64(commandCalls(b, c, "scan")-scans)/float64(b.N), "scans/op")
 	b.ReportMetric(float64(got), "buckets")
+}
+
+// TestWalkScanBudget: with 200 000 other keys in the database, a walk of
+// the buckets (and of Envoy's counters) sends at most WalkScanCalls SCANs
+// and returns limits.ErrWalkBudget, after calling fn with what it found;
+// over a small keyspace it finishes without the error.
+func TestWalkScanBudget(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: startOwnRedis(t)})
+	t.Cleanup(func() { c.Close() })
+	st := New(c, Options{Prefix: prefix(t)})
+	t.Cleanup(func() { _ = st.Close() })
+	loadBuckets(t, st, 10)
+	walk := func() (int, error) {
+		n := 0
+		err := st.Walk(t.Context(), func(limits.Snapshot) bool { n++; return true })
+		return n, err
+	}
+	if n, err := walk(); err != nil || n != 10 {
+		t.Fatalf("small keyspace: %d buckets, %v; want 10, nil", n, err)
+	}
+	if err := c.Eval(t.Context(), "for i = 1, 200000 do redis.call('SET', 'other:'..i, 'x') end return 1", nil).Err(); err != nil {
+		t.Fatal(err)
+	}
+	scans := commandCalls(t, c, "scan")
+	_, err := walk()
+	if !errors.Is(err, limits.ErrWalkBudget) {
+		t.Fatalf("walk over 200 010 keys: %v, want limits.ErrWalkBudget", err)
+	}
+	if got := commandCalls(t, c, "scan") - scans; got != WalkScanCalls {
+		t.Fatalf("the walk sent %d SCANs, want %d", got, WalkScanCalls)
+	}
+	scans = commandCalls(t, c, "scan")
+	if err := NewRLS(st).Walk(t.Context(), func(rls.Counter) bool { return true }); !errors.Is(err, limits.ErrWalkBudget) {
+		t.Fatalf("Envoy counters walk: %v, want limits.ErrWalkBudget", err)
+	}
+	if got := commandCalls(t, c, "scan") - scans; got != WalkScanCalls {
+		t.Fatalf("the counters walk sent %d SCANs, want %d", got, WalkScanCalls)
+	}
 }

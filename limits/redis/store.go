@@ -557,12 +557,19 @@ func (s *Store) EstimateLen(ctx context.Context) (int, error) {
 // keys.
 func (s *Store) scanMatch() string { return s.prefix + "{r*}[sb]:*" }
 
+// WalkScanCalls is the most SCAN calls one walk (Walk of the buckets or
+// of Envoy's counters: a status page's) sends to a node, each looking at
+// about 512 keys of the keyspace whatever they hold: about 100 000 keys,
+// so that a status page costs the same with ten million keys as with a
+// hundred thousand. A walk stopped by it returns limits.ErrWalkBudget.
+const WalkScanCalls = 200
+
 // scanKeys calls fn with batches of the keys matching match, on every
-// master of a cluster (fn is serialised).
-func scanKeys(ctx context.Context, c redis.UniversalClient, match string, fn func(keys []string) error) error {
+// master of a cluster (fn is serialised). With maxCalls > 0 it sends at
+// most that many SCANs to a node and then returns limits.ErrWalkBudget.
+func scanKeys(ctx context.Context, c redis.UniversalClient, match string, maxCalls int, fn func(keys []string) error) error {
 	var mu sync.Mutex
 	one := func(ctx context.Context, c redis.UniversalClient) error {
-		it := c.Scan(ctx, 0, match, 512).Iterator()
 		var batch []string
 		flush := func() error {
 			mu.Lock()
@@ -571,18 +578,30 @@ func scanKeys(ctx context.Context, c redis.UniversalClient, match string, fn fun
 			batch = batch[:0]
 			return err
 		}
-		for it.Next(ctx) {
-			batch = append(batch, it.Val())
-			if len(batch) == 256 {
+		var cursor uint64
+		for calls := 1; ; calls++ {
+			keys, next, err := c.Scan(ctx, cursor, match, 512).Result()
+			if err != nil {
+				return err
+			}
+			for _, k := range keys {
+				batch = append(batch, k)
+				if len(batch) == 256 {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+			}
+			if cursor = next; cursor == 0 {
+				return flush()
+			}
+			if maxCalls > 0 && calls == maxCalls {
 				if err := flush(); err != nil {
 					return err
 				}
+				return limits.ErrWalkBudget
 			}
 		}
-		if err := it.Err(); err != nil {
-			return err
-		}
-		return flush()
 	}
 	if cc, ok := c.(*redis.ClusterClient); ok {
 		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return one(ctx, c) })
@@ -593,10 +612,10 @@ func scanKeys(ctx context.Context, c redis.UniversalClient, match string, fn fun
 // errStop ends a walk early.
 var errStop = errors.New("stop")
 
-// walkKeys is scanKeys for a walk: fn returns false to end it early,
-// which is no error.
+// walkKeys is scanKeys for a walk, at most WalkScanCalls SCANs a node: fn
+// returns false to end it early, which is no error.
 func walkKeys(ctx context.Context, c redis.UniversalClient, match string, fn func(keys []string) (bool, error)) error {
-	err := scanKeys(ctx, c, match, func(keys []string) error {
+	err := scanKeys(ctx, c, match, WalkScanCalls, func(keys []string) error {
 		more, err := fn(keys)
 		if err == nil && !more {
 			return errStop

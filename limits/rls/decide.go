@@ -255,7 +255,9 @@ type Store interface {
 	// Walk calls fn with every counter the store holds, in no order,
 	// until fn returns false, outside the store's locks. It costs
 	// O(counters): a status page's work, never a request's. Errors: ctx's
-	// when it ends (ctx bounds the walk), the store's own.
+	// when it ends (ctx bounds the walk), the store's own, and
+	// limits.ErrWalkBudget when it stopped at its budget (limits/redis:
+	// WalkScanCalls SCANs a node).
 	Walk(ctx context.Context, fn func(Counter) bool) error
 }
 

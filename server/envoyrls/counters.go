@@ -2,11 +2,13 @@ package envoyrls
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/rls"
 )
 
@@ -84,6 +86,9 @@ func (s *Service) Counters(ctx context.Context, prefix string, offset, limit, bu
 		return true
 	})
 	p.Rows = p.Rows[min(max(offset, 0), len(p.Rows)):]
+	if errors.Is(err, limits.ErrWalkBudget) {
+		p.Complete, err = false, nil
+	}
 	return p, err
 }
 
