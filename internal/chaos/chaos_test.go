@@ -33,11 +33,11 @@ func TestMain(m *testing.M) {
 }
 
 // run runs a mode under a fault with short phases (2 s of load, 3 s of
-// fault, 4 s after) and logs the report.
-func run(t *testing.T, mode, fault string) *Report {
+// fault, recover after: 4 s when zero) and logs the report.
+func run(t *testing.T, mode, fault string, recover time.Duration) *Report {
 	t.Helper()
 	rep, err := Run(t.Context(), Options{Mode: mode, Fault: fault, Sluice: sluiceBin,
-		Warm: 2 * time.Second, Hold: 3 * time.Second, Recover: 4 * time.Second, Workers: 6})
+		Warm: 2 * time.Second, Hold: 3 * time.Second, Recover: cmpOr(recover, 4*time.Second), Workers: 6})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestFaults(t *testing.T) {
 		t.Skip("real processes")
 	}
 	t.Run("control: unshared buckets exceed the bound", func(t *testing.T) {
-		rep := run(t, "bucket-memory-unshared", "none")
+		rep := run(t, "bucket-memory-unshared", "none", 0)
 		if !rep.Violated() || rep.Bucket.Smallest == nil {
 			t.Fatalf("three servers with their own buckets: not caught (worst %v)", rep.Bucket.Worst)
 		}
@@ -75,16 +75,20 @@ func TestFaults(t *testing.T) {
 		// errors: the fault makes requests fail (closed buckets, a dead
 		// server); degraded: it makes them fail open.
 		errors, degraded bool
+		// recover: how long the load goes on after the heal (0: 4 s).
+		recover time.Duration
 	}{
 		{mode: "bucket-redis", fault: "redis-stop", errors: true},
 		{mode: "bucket-redis-open", fault: "redis-blackhole", degraded: true},
 		{mode: "quota-redis", fault: "server-kill", errors: true},
 		{mode: "copies-redis", fault: "client-kill"},
 		{mode: "copies-redis", fault: "redis-restart", errors: true},
-		{mode: "leases", fault: "master-kill", errors: true},
+		// The new master learns for a lease length (4 s) after the
+		// election TTL (2 s).
+		{mode: "leases", fault: "master-kill", errors: true, recover: 8 * time.Second},
 	} {
 		t.Run(tc.mode+"/"+tc.fault, func(t *testing.T) {
-			rep := run(t, tc.mode, tc.fault)
+			rep := run(t, tc.mode, tc.fault, tc.recover)
 			if rep.Violated() {
 				t.Fatalf("the model was violated")
 			}

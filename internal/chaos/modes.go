@@ -400,13 +400,14 @@ func reserve(ctx context.Context, c v1.LimitsClient, id, resource, domain string
 // LeaseCapacity is the Doorman resource's capacity in the leases mode.
 const LeaseCapacity = 100
 
-// leaseConfig is the Doorman resource of the leases mode: leases of 10 s,
-// refreshed every second, learning mode as long as a lease.
+// leaseConfig is the Doorman resource of the leases mode: leases of 4 s,
+// refreshed every second, learning mode as long as a lease (a new master
+// grants what its clients say they have for 4 s).
 const leaseConfig = `
 resources:
   - identifier_glob: leases
     capacity: 100
-    algorithm: {kind: FAIR_SHARE, lease_length: 10, refresh_interval: 1}
+    algorithm: {kind: FAIR_SHARE, lease_length: 4, refresh_interval: 1}
 `
 
 // leaseLoad is one Doorman client: it asks for its wants (10 + 5 × worker)
