@@ -283,15 +283,23 @@ func (c *Cluster) MasterOf(ctx context.Context, key string) (master, replica str
 	if err != nil {
 		return "", "", err
 	}
-	shards, err := cc.ClusterSlots(ctx).Result()
+	shards, err := cc.ClusterShards(ctx).Result()
 	if err != nil {
 		return "", "", err
 	}
-	for _, s := range shards {
-		if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-			master = s.Nodes[0].Addr
-			if len(s.Nodes) > 1 {
-				replica = s.Nodes[1].Addr
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start > slot || slot > r.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				addr := net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+				switch {
+				case n.Role == "master":
+					master = addr
+				case n.Health == "online":
+					replica = addr
+				}
 			}
 			return master, replica, nil
 		}
