@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
@@ -37,7 +38,7 @@ func TestMain(m *testing.M) {
 func run(t *testing.T, mode, fault string, recover time.Duration) *Report {
 	t.Helper()
 	rep, err := Run(t.Context(), Options{Mode: mode, Fault: fault, Sluice: sluiceBin,
-		Warm: 2 * time.Second, Hold: 3 * time.Second, Recover: cmpOr(recover, 4*time.Second), Workers: 6})
+		Warm: 2 * time.Second, Hold: 3 * time.Second, Recover: cmp.Or(recover, 4*time.Second), Workers: 6})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -149,7 +150,7 @@ func (p *Proxies) add(name, upstream string) (string, error) {
 // proxies i (every proxy when i is empty).
 func (p *Proxies) toxic(spec string, i ...int) error {
 	for k, px := range p.proxies {
-		if len(i) > 0 && !contains(i, k) {
+		if len(i) > 0 && !slices.Contains(i, k) {
 			continue
 		}
 		if _, err := px.Toxics.AddToxicJson(strings.NewReader(spec)); err != nil {
@@ -177,7 +178,7 @@ func (p *Proxies) heal() error {
 // refused until heal.
 func (p *Proxies) cut(i ...int) {
 	for k, px := range p.proxies {
-		if contains(i, k) {
+		if slices.Contains(i, k) {
 			px.Stop()
 		}
 	}
@@ -187,15 +188,6 @@ func (p *Proxies) stop() {
 	for _, px := range p.proxies {
 		px.Stop()
 	}
-}
-
-func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // Env is what a run needs: the stores, the proxies in front of them, and

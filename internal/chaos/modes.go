@@ -160,26 +160,41 @@ func every(ctx context.Context, d time.Duration, f func()) {
 	}
 }
 
-// allowLoad asks Sluice's Allow for one token at a time.
-func allowLoad(ctx context.Context, r *runner, worker int, log Log) {
-	c := v1.NewLimitsClient(r.conn(worker))
+// askLoad is a worker asking for one token every pace: ask sends one
+// request under a callTimeout deadline and fills op's answer (Outcome,
+// N, Code, Degraded), or returns the request's error (op is then Failed
+// with its code). A request the end of the run cut short is not recorded.
+func askLoad(ctx context.Context, r *runner, worker int, log Log, ask func(ctx context.Context, op *Op) error) {
 	every(ctx, pace, func() {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		op := Op{Worker: worker, Key: r.mode.resource + "/" + r.mode.domain, N: 1, Start: r.hist.Since(time.Now())}
-		resp, err := c.Allow(cctx, &v1.AllowRequest{Resource: r.mode.resource, Domain: r.mode.domain, Tokens: 1})
+		err := ask(cctx, &op)
 		op.End = r.hist.Since(time.Now())
-		switch {
-		case ctx.Err() != nil:
-			return // the run ended under it
-		case err != nil:
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
 			op.Outcome, op.Code = Failed, code(err)
+		}
+		log.Add(op)
+	})
+}
+
+// allowLoad asks Sluice's Allow for one token at a time.
+func allowLoad(ctx context.Context, r *runner, worker int, log Log) {
+	c := v1.NewLimitsClient(r.conn(worker))
+	askLoad(ctx, r, worker, log, func(ctx context.Context, op *Op) error {
+		resp, err := c.Allow(ctx, &v1.AllowRequest{Resource: r.mode.resource, Domain: r.mode.domain, Tokens: 1})
+		switch {
+		case err != nil:
+			return err
 		case resp.GetStatus() == v1.AllowResponse_OK:
 			op.Outcome, op.N, op.Degraded = Granted, resp.GetGranted(), resp.GetDegraded()
 		default:
 			op.Outcome, op.Code = Rejected, resp.GetStatus().String()
 		}
-		log.Add(op)
+		return nil
 	})
 }
 
@@ -187,18 +202,12 @@ func allowLoad(ctx context.Context, r *runner, worker int, log Log) {
 // no wait (max_wait_millis_override 0).
 func quotaLoad(ctx context.Context, r *runner, worker int, log Log) {
 	c := quotapb.NewQuotaServiceClient(r.conn(worker))
-	every(ctx, pace, func() {
-		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		defer cancel()
-		op := Op{Worker: worker, Key: r.mode.resource + "/" + r.mode.domain, N: 1, Start: r.hist.Since(time.Now())}
-		resp, err := c.Allow(cctx, &quotapb.AllowRequest{Namespace: r.mode.resource, BucketName: r.mode.domain, TokensRequested: 1,
+	askLoad(ctx, r, worker, log, func(ctx context.Context, op *Op) error {
+		resp, err := c.Allow(ctx, &quotapb.AllowRequest{Namespace: r.mode.resource, BucketName: r.mode.domain, TokensRequested: 1,
 			MaxWaitTimeOverride: true, MaxWaitMillisOverride: 0})
-		op.End = r.hist.Since(time.Now())
 		switch {
-		case ctx.Err() != nil:
-			return
 		case err != nil:
-			op.Outcome, op.Code = Failed, code(err)
+			return err
 		case resp.GetStatus() == quotapb.AllowResponse_OK && resp.GetWaitMillis() == 0:
 			op.Outcome, op.N = Granted, resp.GetTokensGranted()
 		case resp.GetStatus() == quotapb.AllowResponse_OK:
@@ -209,7 +218,7 @@ func quotaLoad(ctx context.Context, r *runner, worker int, log Log) {
 		default:
 			op.Outcome, op.Code = Rejected, resp.GetStatus().String()
 		}
-		log.Add(op)
+		return nil
 	})
 }
 
@@ -227,23 +236,17 @@ func rlsLoad(ctx context.Context, r *runner, worker int, log Log) {
 	c := rlsv3.NewRateLimitServiceClient(r.conn(worker))
 	req := &rlsv3.RateLimitRequest{Domain: r.mode.resource, Descriptors: []*ratelimitv3.RateLimitDescriptor{
 		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: r.mode.domain}}}}}
-	every(ctx, pace, func() {
-		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		defer cancel()
-		op := Op{Worker: worker, Key: r.mode.resource + "/" + r.mode.domain, N: 1, Start: r.hist.Since(time.Now())}
-		resp, err := c.ShouldRateLimit(cctx, req)
-		op.End = r.hist.Since(time.Now())
+	askLoad(ctx, r, worker, log, func(ctx context.Context, op *Op) error {
+		resp, err := c.ShouldRateLimit(ctx, req)
 		switch {
-		case ctx.Err() != nil:
-			return
 		case err != nil:
-			op.Outcome, op.Code = Failed, code(err)
+			return err
 		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
 			op.Outcome = Granted
 		default:
 			op.Outcome, op.Code = Rejected, resp.GetOverallCode().String()
 		}
-		log.Add(op)
+		return nil
 	})
 }
 

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -167,9 +168,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if !f.applies(m) {
 		return nil, fmt.Errorf("fault %s does not apply to mode %s (store %s)", f.Name, m.Name, m.Store)
 	}
-	opts.Warm = cmpOr(opts.Warm, 3*time.Second)
-	opts.Hold = cmpOr(opts.Hold, 5*time.Second)
-	opts.Recover = cmpOr(opts.Recover, 6*time.Second)
+	opts.Warm = cmp.Or(opts.Warm, 3*time.Second)
+	opts.Hold = cmp.Or(opts.Hold, 5*time.Second)
+	opts.Recover = cmp.Or(opts.Recover, 6*time.Second)
 	if opts.Workers <= 0 {
 		opts.Workers = 8
 	}
@@ -194,13 +195,6 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		defer func() { _ = r.holder.cmd.Process.Kill(); _ = r.holder.cmd.Wait() }()
 	}
 	return r.run(ctx)
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }
 
 // setup starts the stores, proxies and servers of the mode.

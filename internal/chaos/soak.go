@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"encoding/csv"
 	"fmt"
@@ -87,7 +88,7 @@ type SoakSample struct {
 // open files and Redis's memory and keys every opts.Every, and writes
 // them as CSV and a PNG plot. It returns the samples.
 func Soak(ctx context.Context, opts SoakOptions) ([]SoakSample, error) {
-	opts.Every = cmpOr(opts.Every, 10*time.Second)
+	opts.Every = cmp.Or(opts.Every, 10*time.Second)
 	dir, err := os.MkdirTemp("", "sluice-soak-")
 	if err != nil {
 		return nil, err
