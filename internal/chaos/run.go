@@ -294,10 +294,11 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		log := r.hist.Log()
 		wg.Go(func() { r.mode.load(lctx, r, w, log) })
 	}
-	stopLoad := func() {
+	stopLoad := sync.OnceFunc(func() {
 		stop()
 		wg.Wait()
-	}
+	})
+	defer stopLoad()
 	sleep := func(d time.Duration) error {
 		select {
 		case <-ctx.Done():
@@ -307,31 +308,26 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		}
 	}
 	if err := sleep(r.opts.Warm); err != nil {
-		stopLoad()
 		return nil, err
 	}
 	rep.FaultAt = r.hist.Since(time.Now())
 	r.logf("%s: injecting %s", rep.FaultAt.Round(time.Millisecond), r.fault.Name)
 	heal, err := r.fault.inject(r)
 	if err != nil {
-		stopLoad()
 		return nil, fmt.Errorf("injecting %s: %w", r.fault.Name, err)
 	}
 	rep.HealAt = rep.FaultAt
 	if err := sleep(r.opts.Hold); err != nil {
-		stopLoad()
 		return nil, err
 	}
 	if heal != nil {
 		rep.HealAt = r.hist.Since(time.Now())
 		r.logf("%s: healing %s", rep.HealAt.Round(time.Millisecond), r.fault.Name)
 		if err := heal(); err != nil {
-			stopLoad()
 			return nil, fmt.Errorf("healing %s: %w", r.fault.Name, err)
 		}
 	}
 	if err := sleep(r.opts.Recover); err != nil {
-		stopLoad()
 		return nil, err
 	}
 	stopLoad()
