@@ -18,6 +18,12 @@
 // is done stale counts can only make the limits stricter, never grant more
 // than the limits.
 //
+// Each member also tells its copy log how many other members the fleet
+// has (Log.SetPeers, followed with an etcd watch): a resource whose
+// record Redis lost may hide their holds, so the log learns before it
+// grants again (limits/redis.LearningPeriod), which a lone server that
+// holds nothing of the resource does not need.
+//
 // Source: charon-paper.md, section 4.3.2 (server failures: a leader
 // removes a failed server's contributions; a server that loses its
 // session resigns); the issue "Cluster mode on Redis", item 3.
@@ -54,6 +60,10 @@ type Log interface {
 	Bury(ctx context.Context, epoch string) (map[string]int64, error)
 	// Epochs lists the epochs with contributions.
 	Epochs(ctx context.Context) ([]string, error)
+	// SetPeers tells the log how many other members the fleet has now
+	// (negative: unknown), which decides whether a lost record of a
+	// resource may hide another server's holds.
+	SetPeers(n int)
 }
 
 // Engine is the copies engine as the fleet uses it (copies.Engine).
@@ -242,6 +252,21 @@ func (m *Member) term(ctx context.Context) error {
 	if _, err := m.cli.Put(ctx, m.members()+epoch, m.opts.Address, clientv3.WithLease(sess.Lease())); err != nil {
 		return fmt.Errorf("member key: %w", err)
 	}
+	// The peers before the first write: a lone server's first reserve on
+	// a fresh Redis needs no learning period.
+	members, rev, err := m.readPeers(ctx)
+	if err != nil {
+		return err
+	}
+	pctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m.peers(pctx, members, rev)
+	}()
+	defer wg.Wait()
+	defer stop()
 	m.log.SetEpoch(epoch)
 	m.eng.Unfence()
 	m.set(func(st *Status) { st.Epoch = epoch })
@@ -253,6 +278,75 @@ func (m *Member) term(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
+}
+
+// peers keeps the log's count of the fleet's other members
+// (Log.SetPeers) until ctx ends: it follows members, read at revision rev,
+// with a watch, and reads them again after a failure; unknown (-1) while
+// etcd cannot say, and after ctx ends.
+func (m *Member) peers(ctx context.Context, members map[string]bool, rev int64) {
+	defer m.log.SetPeers(-1)
+	failures := 0
+	for {
+		var err error
+		if members == nil {
+			members, rev, err = m.readPeers(ctx)
+		}
+		if err == nil {
+			failures = 0
+			err = m.followPeers(ctx, members, rev)
+			members = nil
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		m.log.SetPeers(-1)
+		failures++
+		backoff := retry.Backoff(failures, 100*time.Millisecond, 5*time.Second, nil)
+		m.opts.Logger.Warn("fleet: following the members failed; retrying", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// readPeers reads the fleet's members, sets the log's count of peers
+// (the members but this one), and returns the members' keys and the etcd
+// revision read.
+func (m *Member) readPeers(ctx context.Context) (map[string]bool, int64, error) {
+	resp, err := m.cli.Get(ctx, m.members(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, 0, fmt.Errorf("members: %w", err)
+	}
+	members := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		members[string(kv.Key)] = true
+	}
+	m.log.SetPeers(len(members) - 1)
+	return members, resp.Header.Revision, nil
+}
+
+// followPeers follows members, read at revision rev, with a watch,
+// setting the log's count of peers at each change, until the watch ends.
+func (m *Member) followPeers(ctx context.Context, members map[string]bool, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range m.cli.Watch(wctx, m.members(), clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithKeysOnly()) {
+		if err := wr.Err(); err != nil {
+			return fmt.Errorf("watch: %w", err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				delete(members, string(ev.Kv.Key))
+			} else {
+				members[string(ev.Kv.Key)] = true
+			}
+		}
+		m.log.SetPeers(len(members) - 1)
+	}
+	return errors.New("watch closed")
 }
 
 func (m *Member) set(f func(*Status)) {

@@ -109,18 +109,23 @@ func TestCrashCleanup(t *testing.T) {
 	p := "crash:"
 	buried := make(chan string, 10)
 	a := start(t, etcd, rc, p, "a", buried)
-	b := start(t, etcd, rc, p, "b", buried)
 	now := time.Now()
 	sa, err := a.eng.Open(now, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Alone in the fleet (its count of peers read before it joined), a
+	// needs no learning period on a fresh Redis.
+	if r, err := a.eng.Reserve(t.Context(), now, sa.ID, "sandbox", "acme", 2, 2); err != nil || r.Granted != 2 {
+		t.Fatalf("a alone, fresh Redis: %+v %v", r, err)
+	}
+	b := start(t, etcd, rc, p, "b", buried)
 	sb, _ := b.eng.Open(now, time.Minute)
 	for _, q := range []struct {
 		e      *copies.Engine
 		s, dom string
 		n      int64
-	}{{a.eng, sa.ID, "acme", 2}, {a.eng, sa.ID, "beta", 1}, {b.eng, sb.ID, "acme", 1}} {
+	}{{a.eng, sa.ID, "beta", 1}, {b.eng, sb.ID, "acme", 1}} {
 		if r, err := q.e.Reserve(t.Context(), now, q.s, "sandbox", q.dom, q.n, q.n); err != nil || r.Granted != q.n {
 			t.Fatalf("reserve %s: %+v %v", q.dom, r, err)
 		}
@@ -172,6 +177,7 @@ func TestStaleEpochsBuried(t *testing.T) {
 	// An earlier generation: epoch "dead1" holds 4 copies, never buried.
 	old := redisstore.NewCopyLog(redisstore.New(rc, redisstore.Options{Prefix: p}))
 	old.SetEpoch("dead1")
+	old.SetPeers(0)
 	oe, err := copies.New(cfg, copies.Options{Log: old})
 	if err != nil {
 		t.Fatal(err)
@@ -213,4 +219,43 @@ func TestStaleEpochsBuried(t *testing.T) {
 		t.Fatalf("buried a live epoch %s", e)
 	case <-time.After(3 * time.Second):
 	}
+}
+
+// TestPeersLearn: the copy log knows the fleet's other members. With a
+// peer, a resource whose record Redis lost (here: never had) is learnt
+// before it is granted, since the peer may hold copies of it; once the
+// peer left (the member's watch sees its key go), a server holding
+// nothing of the resource grants at once on an emptied Redis.
+func TestPeersLearn(t *testing.T) {
+	etcd := etcdtest.StartEtcd(t)
+	rc := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rc.Close()
+	p := "peers:"
+	a := start(t, etcd, rc, p, "a", nil)
+	b := start(t, etcd, rc, p, "b", nil)
+	sa, _ := a.eng.Open(time.Now(), time.Minute)
+	del := func() {
+		keys, _ := rc.Keys(context.Background(), p+"*").Result()
+		if len(keys) > 0 {
+			_ = rc.Del(context.Background(), keys...).Err()
+		}
+	}
+	testutil.Eventually(t, 20*time.Second, "a sees b", func() bool {
+		del()
+		_, err := a.eng.Reserve(t.Context(), time.Now(), sa.ID, "sandbox", "acme", 1, 1)
+		return errors.Is(err, copies.ErrLearning)
+	})
+	b.stop()
+	<-b.done
+	testutil.Eventually(t, 20*time.Second, "a sees b leave", func() bool {
+		del()
+		r, err := a.eng.Reserve(t.Context(), time.Now(), sa.ID, "sandbox", "acme", 1, 1)
+		if err == nil && r.Granted == 1 {
+			return true
+		}
+		if !errors.Is(err, copies.ErrLearning) {
+			t.Fatalf("reserve: %+v %v, want granted or learning", r, err)
+		}
+		return false
+	})
 }

@@ -395,7 +395,8 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	return rep, nil
 }
 
-// waitCopies waits until every server serves holds (its fleet epoch).
+// waitCopies waits until every server serves holds (its fleet epoch) and
+// the resource grants a copy (its learning period over).
 func (r *runner) waitCopies(ctx context.Context) error {
 	for i := range r.conns {
 		c := v1.NewLimitsClient(r.conns[i])
@@ -413,7 +414,28 @@ func (r *runner) waitCopies(ctx context.Context) error {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	return nil
+	// With peers in the fleet, a fresh Redis starts the resource's
+	// learning period at its first reserve (limits/redis.LearningPeriod):
+	// wait it out before the recorded load.
+	c := v1.NewLimitsClient(r.conns[0])
+	s, err := openSession(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		s.close()
+		_, _ = c.CloseSession(ctx, &v1.CloseSessionRequest{SessionId: s.id})
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := c.Reserve(ctx, &v1.ReserveRequest{SessionId: s.id, Resource: r.mode.resource, Domain: "warm", Copies: 1})
+		if err == nil && resp.GetGranted() == 1 {
+			_, err = c.Release(ctx, &v1.ReleaseRequest{SessionId: s.id, Resource: r.mode.resource, Domain: "warm", Copies: 1})
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s grants no copy: %v %w", r.mode.resource, resp, err)
+		}
+	}
 }
 
 // settle checks, after the run, that every copy came back exactly once:

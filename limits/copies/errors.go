@@ -94,7 +94,8 @@ const (
 	// making an id (a server error, not the client's).
 	ClassInternal
 	// ClassUnavailable: the shared copy log cannot be reached, or this
-	// server is fenced (ErrUnavailable, ErrFenced): retry later, or
+	// server is fenced, or the log is learning (ErrUnavailable,
+	// ErrFenced, ErrLearning): retry later, or
 	// through another server.
 	ClassUnavailable
 )
@@ -121,7 +122,7 @@ func ClassOf(err error) Class {
 		return ClassNotFound
 	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrWrongKind):
 		return ClassFailedPrecondition
-	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrFenced):
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrFenced), errors.Is(err, ErrLearning):
 		return ClassUnavailable
 	}
 	return ClassInternal

@@ -43,6 +43,10 @@ type Log interface {
 	// of q.Groups' within its limit and the global count within
 	// q.GlobalLimit (q.Ignore: whatever the limits), adding n to this
 	// server's contribution to each count; or nothing, changing nothing.
+	// When the Log finds its record of the resource gone while servers
+	// may hold copies of it (q.Holding, or other servers share the Log),
+	// it grants nothing and answers ErrLearning for a learning period,
+	// while the servers write their holds back (Restore).
 	Reserve(ctx context.Context, q LogReserve) (LogCounts, error)
 	// Release subtracts each hold's copies from this server's
 	// contributions (never below zero: what is not there is not
@@ -63,7 +67,9 @@ type Log interface {
 	// Restore makes this server's contributions to resource's counts
 	// exactly holds (the copies its sessions hold there, one Hold per
 	// domain and groups; none: zero), whatever they were: after the shared state lost
-	// them, or after an operation whose outcome is unknown.
+	// them, or after an operation whose outcome is unknown. A Restore
+	// that finds the resource's record gone starts its learning period,
+	// as Reserve does.
 	Restore(ctx context.Context, resource string, holds []Hold) error
 	// Lost returns those of resources, to each of which this server
 	// contributes, whose record of this server's contributions has
@@ -101,6 +107,11 @@ type LogReserve struct {
 	// Ignore grants whatever the limits (still counted, still within
 	// MaxCopies).
 	Ignore bool
+	// Holding says that this server holds copies of Resource now: if the
+	// Log finds its record of the resource gone, this server's holds
+	// were lost with it, and the Log learns (ErrLearning) even when no
+	// other server shares it.
+	Holding bool
 }
 
 // LogCounts is a Log's answer to Reserve: the copies granted and the
@@ -122,6 +133,19 @@ var ErrUnavailable = errors.New("unavailable")
 // were taken over by the fleet's leader (its membership ended): the server
 // must drop its sessions (Engine.Fence) and join again under a new epoch.
 var ErrFenced = errors.New("fenced: this server's membership ended")
+
+// ErrLearning is wrapped by Reserve's error while the Log counts a
+// resource again after losing its record of it (Redis restarted empty, a
+// FLUSHALL, a failover that lost writes): for a learning period, every
+// server writes its holds back (Engine.Reconcile) and no new copy is
+// granted, not even fail-open (Redis answered: this is no outage). It
+// is of class Unavailable (retry after the period), and the Engine's
+// error wraps ErrUnavailable too.
+//
+// Source: doorman-design.md, "learning mode" (a server that lost its
+// state grants nothing new until its clients have told it what they
+// hold), applied to the copy log; the issue "Accuracy under faults".
+var ErrLearning = errors.New("learning mode")
 
 // OnStoreError is what a copy-limited resource answers when its shared
 // Log fails.

@@ -99,7 +99,7 @@ func (e *Engine) reserveShared(ctx context.Context, s *session, st *resState, re
 	c := st.c
 	m := c.member[domain]
 	q := LogReserve{Resource: resource, Domain: domain, Copies: copies, Min: minCopies,
-		DomainLimit: c.limitOf(domain), GlobalLimit: c.global, Ignore: c.ignore || c.unlimited}
+		DomainLimit: c.limitOf(domain), GlobalLimit: c.global, Ignore: c.ignore || c.unlimited, Holding: st.global > 0}
 	if m != nil {
 		q.Groups, q.GroupLimits = m.names, m.limits
 	}
@@ -114,8 +114,9 @@ func (e *Engine) reserveShared(ctx context.Context, s *session, st *resState, re
 	}
 	st = e.resState(resource)
 	switch {
-	case err != nil && (!c.failOpen || errors.Is(err, ErrFenced) || ctx.Err() != nil):
-		// (A request whose ctx ended is no outage: not granted fail-open.)
+	case err != nil && (!c.failOpen || errors.Is(err, ErrFenced) || errors.Is(err, ErrLearning) || ctx.Err() != nil):
+		// (A request whose ctx ended is no outage, nor is a Log that
+		// answered that it is learning: not granted fail-open.)
 		e.logFailed(err)
 		if !e.fenced {
 			e.dirty[resource] = true // the outcome is unknown

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,6 +51,23 @@ return redis.call('SMEMBERS', KEYS[2])`)
 // ended.
 const FenceTTL = 7 * 24 * time.Hour
 
+// LearningPeriod is how long a resource's reserves are refused
+// (copies.ErrLearning) once a CopyLog finds that Redis lost its record of
+// the resource (restarted empty, FLUSHALL, a failover that lost writes)
+// while servers may hold copies of it: 3 s, time for every live server to
+// find its breaker closed again (a probe a second), notice the loss and
+// write its holds back (a reconcile a second: server/sessions), with a
+// second to spare. Without it, the first reserves after the loss see
+// counts of zero and grant what the live holds already use (measured: 10
+// holds against a domain limit of 8 after a Redis restart; see
+// docs/accuracy.md). A server that cannot reach Redis for longer than the
+// period while Redis loses its data has its holds written back late, and
+// uncounted meanwhile.
+//
+// Source: doorman-design.md, "learning mode"; the issue "Accuracy under
+// faults".
+const LearningPeriod = 3 * time.Second
+
 // CopyLog is a copies.Log on Redis or Redis Cluster: the copy log of
 // copy-limited resources shared by every Sluice server using the same
 // Redis, each count the sum of per-server contributions stored beside it,
@@ -75,6 +93,9 @@ type CopyLog struct {
 	mu         sync.Mutex
 	epoch      string          // "" until SetEpoch
 	registered map[string]bool // escaped resources in the epoch's set
+
+	peers    atomic.Int64  // other servers sharing the log (SetPeers); -1 unknown
+	learning time.Duration // LearningPeriod; this package's tests shorten it
 }
 
 var _ copies.Log = (*CopyLog)(nil)
@@ -88,7 +109,26 @@ var _ copies.Log = (*CopyLog)(nil)
 // It has no epoch: every write fails with copies.ErrFenced until
 // SetEpoch. It does not contact Redis.
 func NewCopyLog(store *Store) *CopyLog {
-	return &CopyLog{s: store, c: store.c, prefix: store.prefix, timeout: store.timeout, registered: map[string]bool{}}
+	l := &CopyLog{s: store, c: store.c, prefix: store.prefix, timeout: store.timeout, registered: map[string]bool{}, learning: LearningPeriod}
+	l.peers.Store(-1)
+	return l
+}
+
+// SetPeers tells the log how many other servers share it now (the
+// fleet's other members; negative: unknown, the zero CopyLog's state).
+// When none does and this server holds no copies of a resource, a
+// missing record of the resource cannot hide anyone's holds: it is
+// created without a learning period (a resource's first reserve on a
+// fresh Redis is not refused). Safe for concurrent use.
+func (l *CopyLog) SetPeers(n int) { l.peers.Store(int64(n)) }
+
+// learnMs returns the learning period, in ms, to start if the record of
+// a resource is gone: 0 when no server can hold copies of it.
+func (l *CopyLog) learnMs(holding bool) int64 {
+	if !holding && l.peers.Load() == 0 {
+		return 0
+	}
+	return max(1, l.learning.Milliseconds())
 }
 
 // SetEpoch makes id (an etcd lease id in hex, unique per membership; any
@@ -111,6 +151,8 @@ func (l *CopyLog) Epoch() string {
 
 // Key layout, prefix and names escaped (escape):
 //
+//	<prefix>{c<resource>}r              the resource's record: gone, Redis lost the counts
+//	<prefix>{c<resource>}l              its learning marker (ttl LearningPeriod)
 //	<prefix>{c<resource>}n:a            global count (hash: '_' total, 's<epoch>' and 't<transfer>' contributions)
 //	<prefix>{c<resource>}n:d:<domain>   a domain's count
 //	<prefix>{c<resource>}n:g:<group>    a group's count
@@ -203,13 +245,13 @@ func (l *CopyLog) Reserve(ctx context.Context, q copies.LogReserve) (copies.LogC
 		return copies.LogCounts{}, err
 	}
 	tag := l.tag(esc)
-	keys := append([]string{tag + "x:" + epoch, tag + "k:" + epoch}, l.counts(tag, q.Domain, q.Groups)...)
+	keys := append([]string{tag + "x:" + epoch, tag + "k:" + epoch, tag + "r", tag + "l"}, l.counts(tag, q.Domain, q.Groups)...)
 	ignore := "0"
 	if q.Ignore {
 		ignore = "1"
 	}
-	args := make([]any, 0, 7+len(q.GroupLimits))
-	args = append(args, "s"+epoch, q.Copies, q.Min, q.DomainLimit, q.GlobalLimit, ignore, int64(copies.MaxCopies))
+	args := make([]any, 0, 8+len(q.GroupLimits))
+	args = append(args, "s"+epoch, q.Copies, q.Min, q.DomainLimit, q.GlobalLimit, ignore, int64(copies.MaxCopies), l.learnMs(q.Holding))
 	for _, g := range q.GroupLimits {
 		args = append(args, g)
 	}
@@ -223,6 +265,10 @@ func (l *CopyLog) Reserve(ctx context.Context, q copies.LogReserve) (copies.LogC
 	}
 	if len(v) == 1 && v[0] == -1 {
 		return copies.LogCounts{}, errFenced
+	}
+	if len(v) == 2 && v[0] == -2 {
+		return copies.LogCounts{}, fmt.Errorf("limits/redis: copies of %q: %w for %v more: Redis has no record of their counts (lost, or never made) while servers may hold some, which they are writing back",
+			q.Resource, copies.ErrLearning, time.Duration(v[1])*time.Millisecond)
 	}
 	if len(v) != 3+len(q.Groups) {
 		return copies.LogCounts{}, fail("reserve", fmt.Errorf("reply of %d values", len(v)))
@@ -499,8 +545,8 @@ func (l *CopyLog) Restore(ctx context.Context, resource string, holds []copies.H
 			want[k] += h.Copies
 		}
 	}
-	keys := []string{tag + "x:" + epoch, set}
-	args := []any{"s" + epoch}
+	keys := []string{tag + "x:" + epoch, set, tag + "r", tag + "l"}
+	args := []any{"s" + epoch, l.learnMs(len(holds) > 0)}
 	for _, k := range slices.Sorted(maps.Keys(want)) {
 		keys = append(keys, k)
 		args = append(args, want[k])

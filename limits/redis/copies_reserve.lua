@@ -1,35 +1,46 @@
 -- Reserve on a copy-limited resource: copies.Engine.Reserve's decision over
 -- every server's contributions (copies.Log.Reserve).
 -- KEYS: 1 this server's fence in the resource's slot, 2 the set of count
--- keys this server contributes to, 3 the global count, 4 the domain's
--- count, 5.. the groups' counts. Counts are hashes: field '_' the total,
--- one field per contributor ('s' server epoch, 't' staged transfer).
+-- keys this server contributes to, 3 the resource's record, 4 its learning
+-- marker, 5 the global count, 6 the domain's count, 7.. the groups'
+-- counts. Counts are hashes: field '_' the total, one field per
+-- contributor ('s' server epoch, 't' staged transfer).
 -- ARGV: 1 this server's field, 2 copies, 3 min, 4 domain limit, 5 global
--- limit (0: none), 6 ignore (0/1), 7 MaxCopies, 8.. the groups' limits.
--- Returns {-1} when fenced; else {granted, domain holds, global holds,
--- group holds...} after the decision (granted 0: nothing written).
+-- limit (0: none), 6 ignore (0/1), 7 MaxCopies, 8 the learning period in
+-- ms (0: no server may hold copies, none to learn), 9.. the groups'
+-- limits.
+-- Returns {-1} when fenced; {-2, ms left} while learning (the record was
+-- gone: Redis lost the counts, and the servers are writing them back);
+-- else {granted, domain holds, global holds, group holds...} after the
+-- decision (granted 0: nothing written).
 if redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('SET', KEYS[3], '1')
+  if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[4], '1', 'PX', ARGV[8]) end
+end
+local learning = redis.call('PTTL', KEYS[4])
+if learning > 0 then return {-2, learning} end
 local f = ARGV[1]
 local copies, mn, dl, gl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local ignore, mx = ARGV[6] == '1', tonumber(ARGV[7])
 local function total(k) return tonumber(redis.call('HGET', k, '_') or '0') end
-local gh, dh = total(KEYS[3]), total(KEYS[4])
+local gh, dh = total(KEYS[5]), total(KEYS[6])
 local free = math.min(mx - dh, mx - gh)
 if not ignore then
   free = math.min(free, dl - dh)
   if gl > 0 then free = math.min(free, gl - gh) end
 end
 local groups = {}
-for i = 5, #KEYS do
+for i = 7, #KEYS do
   local h = total(KEYS[i])
   groups[#groups + 1] = h
   free = math.min(free, mx - h)
-  if not ignore then free = math.min(free, tonumber(ARGV[i + 3]) - h) end
+  if not ignore then free = math.min(free, tonumber(ARGV[i + 2]) - h) end
 end
 local n = math.min(copies, free)
 if n < mn then n = 0 end
 if n > 0 then
-  for i = 3, #KEYS do
+  for i = 5, #KEYS do
     redis.call('HINCRBY', KEYS[i], '_', n)
     redis.call('HINCRBY', KEYS[i], f, n)
     redis.call('SADD', KEYS[2], KEYS[i])

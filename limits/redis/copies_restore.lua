@@ -1,13 +1,21 @@
 -- Restore: set this server's contributions to the given counts, whatever
 -- they were (copies.Log.Restore).
--- KEYS: 1 this server's fence, 2 its set of count keys, 3.. count keys.
--- ARGV: 1 this server's field, 2.. the contribution wanted in each count
--- key, index for index (0: none).
+-- KEYS: 1 this server's fence, 2 its set of count keys, 3 the resource's
+-- record, 4 its learning marker, 5.. count keys.
+-- ARGV: 1 this server's field, 2 the learning period in ms (0: none), 3..
+-- the contribution wanted in each count key, index for index (0: none).
+-- A record found gone starts the learning period, as in copies_reserve.lua:
+-- the other servers' contributions are gone too, and they have not
+-- written theirs back yet.
 -- Returns -1 when fenced, else 1.
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('SET', KEYS[3], '1')
+  if tonumber(ARGV[2]) > 0 then redis.call('SET', KEYS[4], '1', 'PX', ARGV[2]) end
+end
 local f = ARGV[1]
-for i = 3, #KEYS do
-  local k, want = KEYS[i], tonumber(ARGV[i - 1])
+for i = 5, #KEYS do
+  local k, want = KEYS[i], tonumber(ARGV[i - 2])
   local have = tonumber(redis.call('HGET', k, f) or '0')
   if want ~= have then
     if want == 0 then

@@ -33,6 +33,7 @@ func sharedEngine(t testing.TB, c redis.UniversalClient, p, epoch string, seed u
 	t.Helper()
 	l := NewCopyLog(New(c, Options{Prefix: p}))
 	l.SetEpoch(epoch)
+	l.SetPeers(0) // no data loss here: no learning period on a fresh Redis
 	e, err := copies.New(copiesConfig(), copies.Options{Log: l, Rand: rand.NewChaCha8([32]byte{byte(seed)})})
 	if err != nil {
 		t.Fatal(err)
@@ -377,20 +378,27 @@ func TestCopiesBury(t *testing.T) {
 	}
 }
 
-// TestCopiesRestoreAfterFlush: after FLUSHALL with 20 holds live,
-// Reconcile writes every server's contributions back: the counts are 20
-// again, and later releases never drive a count negative.
+// TestCopiesRestoreAfterFlush: two servers hold 20 copies; FLUSHALL
+// loses every count. The first reserve after it finds the resource's
+// record gone and starts the learning period: refused (ErrLearning, class
+// Unavailable) on either server, even one that holds nothing, until the
+// period ends; meanwhile each server's Reconcile writes its holds back,
+// so that afterwards the limit counts all 20 again and not one copy more
+// is granted. Releases never take a count below zero.
 func TestCopiesRestoreAfterFlush(t *testing.T) {
 	srv := startOwnRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: srv})
 	defer c.Close()
 	p := "f:"
-	cfg := &copies.Config{Resources: map[string]copies.Resource{"pool": {DomainLimit: 100, GlobalLimit: 100}}}
+	const learning = 300 * time.Millisecond
+	cfg := &copies.Config{Resources: map[string]copies.Resource{"pool": {DomainLimit: 100, GlobalLimit: 30}}}
 	var engines []*copies.Engine
 	var logs []*CopyLog
 	var sessions []string
 	for i := range 2 {
 		l := NewCopyLog(New(c, Options{Prefix: p}))
+		l.learning = learning
+		l.SetPeers(1)
 		logs = append(logs, l)
 		l.SetEpoch(fmt.Sprintf("e%d", i))
 		e, err := copies.New(cfg, copies.Options{Log: l})
@@ -400,9 +408,23 @@ func TestCopiesRestoreAfterFlush(t *testing.T) {
 		s, _ := e.Open(time.Now(), time.Minute)
 		engines, sessions = append(engines, e), append(sessions, s.ID)
 	}
+	reserve := func(i int, n int64) (copies.Reservation, error) {
+		return engines[i%2].Reserve(t.Context(), time.Now(), sessions[i%2], "pool", fmt.Sprint("d", i%3), n, n)
+	}
+	// learns asserts that engine i's reserve is refused as learning.
+	learns := func(when string, i int) {
+		t.Helper()
+		r, err := reserve(i, 1)
+		if !errors.Is(err, copies.ErrLearning) || copies.ClassOf(err) != copies.ClassUnavailable || r.Granted != 0 {
+			t.Fatalf("%s: reserve on engine %d: %+v %v, want refused, learning (Unavailable)", when, i%2, r, err)
+		}
+	}
+	// With a peer, a fresh Redis cannot be told from an emptied one: the
+	// first reserve starts the period.
+	learns("fresh Redis, with a peer", 0)
+	time.Sleep(learning + 50*time.Millisecond)
 	for i := range 20 {
-		e := engines[i%2]
-		if r, err := e.Reserve(t.Context(), time.Now(), sessions[i%2], "pool", fmt.Sprint("d", i%3), 1, 1); err != nil || r.Granted != 1 {
+		if r, err := reserve(i, 1); err != nil || r.Granted != 1 {
 			t.Fatalf("reserve %d: %+v %v", i, r, err)
 		}
 	}
@@ -412,6 +434,8 @@ func TestCopiesRestoreAfterFlush(t *testing.T) {
 	if err := c.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
+	learns("after FLUSHALL", 1)
+	learns("after FLUSHALL, the other server", 0)
 	for _, e := range engines {
 		done, err := e.Reconcile(t.Context())
 		if err != nil || fmt.Sprint(done) != "[pool]" {
@@ -420,6 +444,17 @@ func TestCopiesRestoreAfterFlush(t *testing.T) {
 	}
 	if n := globalCount(t, c, p, "pool"); n != 20 {
 		t.Fatalf("after FLUSHALL and reconcile: global count %d, want 20", n)
+	}
+	time.Sleep(learning + 50*time.Millisecond)
+	// The period is over: the limit (30) counts the 20 written back.
+	if r, err := reserve(0, 11); err != nil || r.Granted != 0 || r.GlobalHolds != 20 {
+		t.Fatalf("reserve of 11 after the period: %+v %v, want refused with 20 held", r, err)
+	}
+	if r, err := reserve(0, 10); err != nil || r.Granted != 10 || r.GlobalHolds != 30 {
+		t.Fatalf("reserve of 10 after the period: %+v %v, want granted, 30 held", r, err)
+	}
+	if err := engines[0].Release(t.Context(), time.Now(), sessions[0], "pool", "d0", 10, nil); err != nil {
+		t.Fatal(err)
 	}
 	// Releasing everything brings it to 0, never below.
 	for i := range 20 {
@@ -438,8 +473,11 @@ func TestCopiesRestoreAfterFlush(t *testing.T) {
 		}
 	}
 	// The flush also lost which resources each epoch wrote to: the next
-	// reserve registers the resource again, so that a burial finds it.
-	if r, err := engines[0].Reserve(t.Context(), time.Now(), sessions[0], "pool", "d0", 2, 2); err != nil || r.Granted != 2 {
+	// reserve (after the period its first attempt starts) registers the
+	// resource again, so that a burial finds it.
+	learns("after the second flush", 0)
+	time.Sleep(learning + 50*time.Millisecond)
+	if r, err := reserve(0, 2); err != nil || r.Granted != 2 {
 		t.Fatalf("reserve after the second flush: %+v %v", r, err)
 	}
 	buried, err := logs[0].Bury(context.Background(), "e0")
@@ -448,6 +486,56 @@ func TestCopiesRestoreAfterFlush(t *testing.T) {
 	}
 	if n := globalCount(t, c, p, "pool"); n != 0 {
 		t.Fatalf("global count %d after the burial, want 0", n)
+	}
+}
+
+// TestCopiesLearningAlone: a server with no peers in the fleet skips the
+// learning period where nobody can hold copies (a fresh Redis: its first
+// reserve is granted), and learns where it holds copies itself (after a
+// FLUSHALL), even on a fail-open resource: Redis answered, so that is no
+// outage, and nothing is granted fail-open. An unknown number of peers
+// (a CopyLog not told) learns.
+func TestCopiesLearningAlone(t *testing.T) {
+	srv := startOwnRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv})
+	defer c.Close()
+	cfg := &copies.Config{Resources: map[string]copies.Resource{
+		"pool": {DomainLimit: 4, OnStoreError: copies.FailOpen},
+		"free": {DomainLimit: 4},
+	}}
+	l := NewCopyLog(New(c, Options{Prefix: "a:"}))
+	l.learning = time.Minute // the test never waits it out
+	l.SetEpoch("e0")
+	e, err := copies.New(cfg, copies.Options{Log: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := e.Open(time.Now(), time.Minute)
+	reserve := func(res string) (copies.Reservation, error) {
+		return e.Reserve(t.Context(), time.Now(), s.ID, res, "d", 1, 1)
+	}
+	if _, err := reserve("pool"); !errors.Is(err, copies.ErrLearning) {
+		t.Fatalf("peers unknown, fresh Redis: %v, want learning", err)
+	}
+	_ = c.FlushAll(context.Background()).Err()
+	l.SetPeers(0)
+	for range 3 {
+		if r, err := reserve("pool"); err != nil || r.Granted != 1 || r.Degraded {
+			t.Fatalf("alone, fresh Redis: %+v %v, want granted", r, err)
+		}
+	}
+	_ = c.FlushAll(context.Background()).Err()
+	if r, err := reserve("pool"); !errors.Is(err, copies.ErrLearning) || r.Granted != 0 || r.Degraded {
+		t.Fatalf("alone, holding 3, after FLUSHALL: %+v %v, want refused, learning, not fail-open", r, err)
+	}
+	if r, err := reserve("free"); err != nil || r.Granted != 1 {
+		t.Fatalf("alone, holding none of another resource: %+v %v, want granted", r, err)
+	}
+	if done, err := e.Reconcile(t.Context()); err != nil || fmt.Sprint(done) != "[pool]" {
+		t.Fatalf("reconcile: %v %v", done, err)
+	}
+	if n := globalCount(t, c, "a:", "pool"); n != 3 {
+		t.Fatalf("written back: %d, want 3", n)
 	}
 }
 

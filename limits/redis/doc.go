@@ -268,6 +268,8 @@
 // set of resources it contributes to. Keys, with the prefix and names
 // escaped:
 //
+//	<prefix>{c<resource>}r              the resource's record (gone: Redis lost the counts)
+//	<prefix>{c<resource>}l              its learning marker (ttl LearningPeriod)
 //	<prefix>{c<resource>}n:a            the global count
 //	<prefix>{c<resource>}n:d:<domain>   a domain's count
 //	<prefix>{c<resource>}n:g:<group>    a group's count
@@ -297,8 +299,15 @@
 // failover that lost writes) loses the contributions and the staged
 // transfers: Lost notices an epoch's missing set of count keys, and
 // Restore writes the epoch's contributions back from its engine's hold
-// sets (copies.Engine.Reconcile). Staged transfers are not rebuilt (their
-// copies come back free), and a dead epoch's fence is lost with the rest.
+// sets (copies.Engine.Reconcile). Until every server has, the counts are
+// too low, so the first script to find a resource's record gone (a
+// reserve or a restore) recreates it and starts the resource's learning
+// period (LearningPeriod): reserves answer copies.ErrLearning until it
+// ends, and then see every live hold again. It is skipped when no server
+// can hold copies of the resource (this server holds none and has no
+// peers: CopyLog.SetPeers), so a fresh Redis does not refuse a lone
+// server's first reserve. Staged transfers are not rebuilt (their copies
+// come back free), and a dead epoch's fence is lost with the rest.
 //
 // # Introspection
 //
