@@ -6,6 +6,7 @@
 //	go run ./cmd/sluice-chaos --list
 //	go run ./cmd/sluice-chaos --mode bucket-redis --fault redis-stop
 //	go run ./cmd/sluice-chaos --all --markdown     # every mode × fault: docs/accuracy.md's table
+//	go run ./cmd/sluice-chaos --all --mode copies-redis --markdown   # one mode's rows
 //
 // It builds ./cmd/sluice unless --sluice names a binary, needs
 // redis-server and redis-cli (Debian's redis-server package), stops
@@ -76,7 +77,12 @@ errors by code, answers flagged degraded and the time to recover.`,
 			defer cleanup()
 			runs := [][2]string{{opts.Mode, opts.Fault}}
 			if all {
-				runs = chaos.Matrix()
+				runs = nil
+				for _, run := range chaos.Matrix() {
+					if (opts.Mode == "" || run[0] == opts.Mode) && (opts.Fault == "" || run[1] == opts.Fault) {
+						runs = append(runs, run)
+					}
+				}
 			} else if opts.Mode == "" || opts.Fault == "" {
 				return errors.New("--mode and --fault (or --all; --list names them)")
 			}
@@ -119,7 +125,7 @@ errors by code, answers flagged degraded and the time to recover.`,
 	f.DurationVar(&opts.Recover, "recover", 6*time.Second, "load after the fault heals")
 	f.IntVar(&opts.Workers, "workers", 8, "clients sending load, one request every 5 ms each")
 	f.BoolVar(&list, "list", false, "list the modes and faults, and which faults apply to which modes")
-	f.BoolVar(&all, "all", false, "run every mode under every fault that applies to it (about 20 s each)")
+	f.BoolVar(&all, "all", false, "run every mode under every fault that applies to it (about 20 s each); with --mode or --fault, only that mode's or fault's runs")
 	f.BoolVar(&asJSON, "json", false, "print each report as a JSON line")
 	f.BoolVar(&md, "markdown", false, "print each report as a row of docs/accuracy.md's table")
 	f.BoolVarP(&vb, "verbose", "v", false, "show the servers' warnings and the run's progress on stderr")

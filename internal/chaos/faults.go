@@ -105,7 +105,7 @@ var Faults = map[string]*Fault{
 			return nil, r.env.Cluster.Kill(master)
 		}},
 	"master-kill": {Doc: "SIGKILL the elected master (the other task takes over after the election TTL, 2 s, and learns for a lease length), start it again when the fault heals",
-		applies: func(m *Mode) bool { return m.Kind == "leases" },
+		applies: func(m *Mode) bool { return m.Kind == "leases" && m.Etcd },
 		inject: func(r *runner) (func() error, error) {
 			m, err := r.master()
 			if err != nil {

@@ -74,6 +74,10 @@ type Mode struct {
 	Servers int
 	// Etcd: the servers form a fleet on etcd (copy-limited resources).
 	Etcd bool
+	// Tree: server 0 is a Doorman root, the others intermediates whose
+	// parent it is, and the load's clients ask the intermediates (so that
+	// a fault of server 0 is the intermediates losing their parent).
+	Tree bool
 	// load runs one worker until ctx ends, recording into log (and holds
 	// into r).
 	load func(ctx context.Context, r *runner, worker int, log Log)
@@ -115,6 +119,8 @@ var Modes = map[string]*Mode{
 		Store: Redis, Servers: 3, Kind: "bucket", load: rlsLoad, resource: "chaos", domain: "u", size: 50, rate: 50},
 	"leases": {Doc: "Doorman leases: two root servers electing a master through etcd, 8 clients wanting 220 of a capacity of 100",
 		Store: Memory, Servers: 2, Etcd: true, Kind: "leases", load: leaseLoad},
+	"leases-tree": {Doc: "Doorman leases through a tree: a root and two intermediates (--parent), 8 clients of the intermediates wanting 220 of a capacity of 100; server-kill and server-stop hit the root, the intermediates' parent",
+		Store: Memory, Servers: 3, Tree: true, Kind: "leases", load: leaseLoad},
 	"copies-redis": {Doc: "copy-limited resource held in sessions (Reserve/Release), three servers on Redis with their fleet on etcd",
 		Store: Redis, Servers: 3, Etcd: true, Kind: "copies", load: copiesLoad, resource: "pool", domain: "d"},
 }
@@ -420,7 +426,11 @@ resources:
 func leaseLoad(ctx context.Context, r *runner, worker int, log Log) {
 	id := fmt.Sprintf("client-%d", worker)
 	wants := float64(10 + 5*worker)
-	target := worker % len(r.conns)
+	first := 0 // the servers the client may ask: from first on
+	if r.mode.Tree {
+		first = 1
+	}
+	target := first + worker%(len(r.conns)-first)
 	var has *doorman.Lease
 	var cur *Hold
 	var expiry time.Duration
@@ -444,7 +454,7 @@ func leaseLoad(ctx context.Context, r *runner, worker int, log Log) {
 		}
 		if err != nil {
 			op.Outcome, op.Code = Failed, code(err)
-			target = (target + 1) % len(r.conns) // try another
+			target = first + (target+1-first)%(len(r.conns)-first) // try another
 			log.Add(op)
 			return
 		}

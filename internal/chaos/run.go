@@ -263,6 +263,9 @@ func (r *runner) setup() (*Env, error) {
 		}
 	}
 	for i := range args {
+		if r.mode.Tree && i > 0 { // an intermediate: no configuration of its own
+			args[i] = []string{"--parent", e.Servers[0].Addr, "--id", "mid-" + strconv.Itoa(i)}
+		}
 		s, err := startServer(r.opts.Sluice, "server-"+strconv.Itoa(i), r.opts.Log, args[i]...)
 		if err != nil {
 			return e, err
