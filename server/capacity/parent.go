@@ -186,6 +186,13 @@ func (l *parentLink) current() (string, doormanconnect.CapacityClient) {
 	return l.addr, l.stub
 }
 
+// failing reports whether the link's last refresh failed.
+func (l *parentLink) failing() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastErr != ""
+}
+
 // poke asks the loop to refresh now.
 func (l *parentLink) poke() { l.wake.Poke() }
 
@@ -463,7 +470,14 @@ func (pl *parentLease) adopt(rr *pb.ServerCapacityResourceResponse) (fellBack bo
 
 // waitFirstLeases waits, for resources this intermediate server has no
 // lease for from its parent yet, until the parent link has answered for
-// all of them, ctx ends, or firstLeaseWait passes, whichever is first.
+// all of them, ctx ends, firstLeaseWait passes, or half of ctx's time
+// left passes, whichever is first; not at all while the link is failing
+// (its last refresh failed: the parent is down or cut off), so that the
+// requester gets this server's answer (no capacity yet) rather than its
+// own deadline. The chaos harness's leases-tree mode found clients timing
+// out while their intermediate's parent was dead: each request for a
+// resource the sweep had forgotten waited for a first lease that could
+// not come.
 func (s *Service) waitFirstLeases(ctx context.Context, rs []*resource) {
 	readies := make([]chan struct{}, 0, len(rs))
 	for _, r := range rs {
@@ -486,7 +500,14 @@ func (s *Service) waitFirstLeases(ctx context.Context, rs []*resource) {
 		return
 	}
 	s.parent.poke()
-	t := time.NewTimer(firstLeaseWait)
+	if s.parent.failing() {
+		return
+	}
+	wait := firstLeaseWait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)/2)
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for _, ready := range readies {
 		select {

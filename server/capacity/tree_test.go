@@ -233,6 +233,20 @@ func TestTreeParentLost(t *testing.T) {
 	if st, ok := mid.Parent(); !ok || st.LastError == "" {
 		t.Fatalf("parent status %+v, want an error", st)
 	}
+	// Meanwhile the mid answers at once: the resource its sweep forgot is
+	// new again, and its first lease cannot come while the parent is down,
+	// so a requester with a deadline gets the mid's answer, not its own
+	// deadline (the mid used to wait up to 2 s for the parent).
+	for range 5 {
+		time.Sleep(300 * time.Millisecond) // sweeps every 100 ms forget the idle resource
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := stubFor(mid.addr).GetCapacity(ctx, connect.NewRequest(&pb.GetCapacityRequest{ClientId: proto.String("late"),
+			Resource: []*pb.ResourceRequest{{ResourceId: proto.String("r"), Priority: proto.Int64(0), Wants: proto.Float64(30)}}}))
+		cancel()
+		if err != nil || resp.Msg.GetResponse()[0].GetGets().GetCapacity() != 0 {
+			t.Fatalf("a request with a 1 s deadline while the parent is down: %v %v, want capacity 0 at once", resp, err)
+		}
+	}
 	// The root comes back on the same address.
 	lis, err := net.Listen("tcp", rootAddr)
 	if err != nil {
