@@ -144,9 +144,14 @@ func init() {
 	}
 }
 
-// hashKey is a key in the slot of the mode's bucket (limits/redis's hash
-// tag of a resource).
-func (m *Mode) hashKey() string { return "{r" + m.resource + "}" }
+// hashKey is a key in the slot of the mode's resource (limits/redis's
+// hash tag: {r…} for a bucket's, {c…} for a copy-limited resource's).
+func (m *Mode) hashKey() string {
+	if m.Kind == "copies" {
+		return "{c" + m.resource + "}"
+	}
+	return "{r" + m.resource + "}"
+}
 
 // holderEnv, when set, makes MaybeRunHolder run the holder.
 const holderEnv = "SLUICE_CHAOS_HOLDER"

@@ -34,13 +34,16 @@ const (
 	// killed client in another.
 	CopyLimit   = 8
 	GlobalLimit = 12
+	// TierHardLimit is the burst-tier resource's hard limit (hits a second
+	// per domain); its tiers (30 and 40 hits per 2 s) bind below it.
+	TierHardLimit = 20
 	// SessionTTL is the sessions' ttl: a client killed while holding
 	// copies has them released within it.
 	SessionTTL = 2 * time.Second
 )
 
 // limitsConfig is the servers' --config: one token bucket per on_store_error
-// choice and one copy-limited resource.
+// choice, a burst-tier resource and a copy-limited resource.
 var limitsConfig = fmt.Sprintf(`
 limits:
   resources:
@@ -51,11 +54,17 @@ limits:
       on_store_error: open
       domains:
         open: {size: %[1]d, fill_rate: %[2]d, wait_timeout: 0s}
+    chaostiers:
+      algorithm: burst_tiers
+      hard_limit: %[5]d
+      tiers:
+        - {limit: 30, window: 2s, active: 6s, cooldown: 0s, skippable: false}
+        - {limit: 40, window: 2s, active: 2s, cooldown: 4s, skippable: false}
     pool:
       algorithm: copies
       domain_limit: %[3]d
       global_limit: %[4]d
-`, BucketSize, BucketRate, CopyLimit, GlobalLimit)
+`, BucketSize, BucketRate, CopyLimit, GlobalLimit, TierHardLimit)
 
 // Store is where a mode's servers keep the limits.
 type Store string
@@ -109,6 +118,8 @@ var Modes = map[string]*Mode{
 		Store: Redis, Servers: 3, Kind: "bucket", load: allowLoad, resource: "chaos", domain: "closed"},
 	"bucket-redis-open": {Doc: "as bucket-redis, on a bucket configured on_store_error: open (fail-open answers flagged degraded)",
 		Store: Redis, Servers: 3, Kind: "bucket", load: allowLoad, resource: "chaosopen", domain: "open"},
+	"tiers-redis": {Doc: "Charon's burst tiers on sluice.v1.Limits/Allow (hard limit 20 a second; tiers of 30 and 40 per 2 s), three servers on Redis; checked against the hard limit: a sliding window of H hits a second admits at most H + H × T in any T",
+		Store: Redis, Servers: 3, Kind: "bucket", load: allowLoad, resource: "chaostiers", domain: "d", size: TierHardLimit, rate: TierHardLimit},
 	"quota-redis": {Doc: "quotaservice.QuotaService/Allow (Square's API), three servers sharing a token bucket on Redis",
 		Store: Redis, Servers: 3, Kind: "bucket", load: quotaLoad, resource: "chaos", domain: "closed"},
 	"bucket-cluster": {Doc: "sluice.v1.Limits/Allow, three servers sharing a token bucket on a Redis Cluster (3 masters, 1 replica each)",
@@ -121,6 +132,8 @@ var Modes = map[string]*Mode{
 		Store: Memory, Servers: 2, Etcd: true, Kind: "leases", load: leaseLoad},
 	"leases-tree": {Doc: "Doorman leases through a tree: a root and two intermediates (--parent), 8 clients of the intermediates wanting 220 of a capacity of 100; server-kill and server-stop hit the root, the intermediates' parent",
 		Store: Memory, Servers: 3, Tree: true, Kind: "leases", load: leaseLoad},
+	"copies-cluster": {Doc: "as copies-redis, on a Redis Cluster (3 masters, 1 replica each)",
+		Store: Cluster, Servers: 3, Etcd: true, Kind: "copies", load: copiesLoad, resource: "pool", domain: "d"},
 	"copies-redis": {Doc: "copy-limited resource held in sessions (Reserve/Release), three servers on Redis with their fleet on etcd",
 		Store: Redis, Servers: 3, Etcd: true, Kind: "copies", load: copiesLoad, resource: "pool", domain: "d"},
 }
