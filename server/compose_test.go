@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
@@ -326,20 +324,7 @@ func TestComposeFleet(t *testing.T) {
 
 	// Two members and a fresh Redis: the resource's first reserve starts
 	// its learning period (Redis cannot tell fresh from emptied).
-	sl := open(t, ca)
-	testutil.Eventually(t, 30*time.Second, "the learning period to end", func() bool {
-		r, err := ca.Reserve(ctx, &v1.ReserveRequest{SessionId: sl, Resource: "cookbook/sandboxes", Domain: "learnt", Copies: 1})
-		if status.Code(err) == codes.Unavailable {
-			return false
-		}
-		if err != nil || r.GetGranted() != 1 {
-			t.Fatalf("reserve: %v %v, want granted or Unavailable", r, err)
-		}
-		return true
-	})
-	if _, err := ca.CloseSession(ctx, &v1.CloseSessionRequest{SessionId: sl}); err != nil {
-		t.Fatal(err)
-	}
+	testutil.Learnt(t, ca, "cookbook/sandboxes")
 
 	// A session homed on a, its holds reserved through b.
 	sa := open(t, ca)

@@ -85,30 +85,6 @@ func (s *fleetServer) reserve(t *testing.T, session, resource, domain string, n 
 	return r
 }
 
-// learnt waits, through s, until each of resources grants a reserve
-// (then released): with peers in the fleet, the first reserve of a
-// resource on a fresh Redis starts its learning period
-// (redisstore.LearningPeriod), since Redis cannot tell fresh from
-// emptied. Every answer meanwhile must be granted or Unavailable.
-func (s *fleetServer) learnt(t *testing.T, resources ...string) {
-	t.Helper()
-	sess := s.open(t)
-	defer func() { _, _ = s.c.CloseSession(t.Context(), &v1.CloseSessionRequest{SessionId: sess}) }()
-	for _, res := range resources {
-		testutil.Eventually(t, 30*time.Second, res+"'s learning period to end", func() bool {
-			r, err := s.c.Reserve(t.Context(), &v1.ReserveRequest{SessionId: sess, Resource: res, Domain: "learnt", Copies: 1})
-			if status.Code(err) == codes.Unavailable {
-				return false
-			}
-			if err != nil || r.GetGranted() != 1 {
-				t.Fatalf("%s: reserve of %s: %v %v, want granted or Unavailable", s.name, res, r, err)
-			}
-			_, err = s.c.Release(t.Context(), &v1.ReleaseRequest{SessionId: sess, Resource: res, Domain: "learnt", Copies: 1})
-			return err == nil
-		})
-	}
-}
-
 func writeConfig(t *testing.T, cfg string) string {
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -146,7 +122,7 @@ func TestFleetCopies(t *testing.T) {
 	for i := range 3 {
 		servers = append(servers, startFleetServer(t, fmt.Sprint("s", i), cfg, etcd.Endpoint, "--redis", url))
 	}
-	servers[0].learnt(t, "sandbox", "pool")
+	testutil.Learnt(t, servers[0].c, "sandbox", "pool")
 
 	t.Run("global limit across servers", func(t *testing.T) { globalLimitAcross(t, servers, func() int64 { return countOf(t, rc, "sandbox") }) })
 	t.Run("any server answers for any session", func(t *testing.T) { anyServer(t, servers, func() int64 { return countOf(t, rc, "sandbox") }) })
@@ -322,7 +298,7 @@ func TestFleetOnRedisCluster(t *testing.T) {
 	for i := range 3 {
 		servers = append(servers, startFleetServer(t, fmt.Sprint("c", i), cfg, etcd.Endpoint, "--redis-cluster", cl.Addrs()[0]))
 	}
-	servers[0].learnt(t, "sandbox")
+	testutil.Learnt(t, servers[0].c, "sandbox")
 	var granted atomic.Int64
 	var wg sync.WaitGroup
 	for i := range 200 {
