@@ -215,21 +215,29 @@ func (m *Member) Run(ctx context.Context) error {
 		defer wg.Done()
 		m.campaign(ctx, el)
 	}()
+	m.retrying(ctx, "membership", m.term)
+	return nil
+}
+
+// retrying runs turn until ctx ends: again at once after a turn that
+// returned nil, after a backoff (100 ms doubling to 5 s, jittered) after
+// each failure in a row, logged as what failed.
+func (m *Member) retrying(ctx context.Context, what string, turn func(context.Context) error) {
 	failures := 0
 	for ctx.Err() == nil {
-		if err := m.term(ctx); err != nil && ctx.Err() == nil {
-			failures++
-			backoff := retry.Backoff(failures, 100*time.Millisecond, 5*time.Second, nil)
-			m.opts.Logger.Warn("fleet: membership failed; retrying", "err", err, "backoff", backoff)
-			select {
-			case <-ctx.Done():
-			case <-time.After(backoff):
-			}
+		err := turn(ctx)
+		if err == nil || ctx.Err() != nil {
+			failures = 0
 			continue
 		}
-		failures = 0
+		failures++
+		backoff := retry.Backoff(failures, 100*time.Millisecond, 5*time.Second, nil)
+		m.opts.Logger.Warn("fleet: "+what+" failed; retrying", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
 	}
-	return nil
 }
 
 // term is one membership: one etcd session, one epoch.
@@ -282,34 +290,27 @@ func (m *Member) term(ctx context.Context) error {
 
 // peers keeps the log's count of the fleet's other members
 // (Log.SetPeers) until ctx ends: it follows members, read at revision rev,
-// with a watch, and reads them again after a failure; unknown (-1) while
-// etcd cannot say, and after ctx ends.
+// with a watch, and reads them again when the watch ends (backing off
+// while the read fails); unknown (-1) while etcd cannot say, and after ctx
+// ends.
 func (m *Member) peers(ctx context.Context, members map[string]bool, rev int64) {
 	defer m.log.SetPeers(-1)
-	failures := 0
-	for {
-		var err error
+	m.retrying(ctx, "following the members", func(ctx context.Context) error {
 		if members == nil {
-			members, rev, err = m.readPeers(ctx)
+			var err error
+			if members, rev, err = m.readPeers(ctx); err != nil {
+				m.log.SetPeers(-1)
+				return err
+			}
 		}
-		if err == nil {
-			failures = 0
-			err = m.followPeers(ctx, members, rev)
-			members = nil
-		}
-		if ctx.Err() != nil {
-			return
-		}
+		err := m.followPeers(ctx, members, rev)
+		members = nil
 		m.log.SetPeers(-1)
-		failures++
-		backoff := retry.Backoff(failures, 100*time.Millisecond, 5*time.Second, nil)
-		m.opts.Logger.Warn("fleet: following the members failed; retrying", "err", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
+		if ctx.Err() == nil { // read again at once: a failing read backs off
+			m.opts.Logger.Warn("fleet: the watch of the members ended; reading them again", "err", err)
 		}
-	}
+		return nil
+	})
 }
 
 // readPeers reads the fleet's members, sets the log's count of peers
