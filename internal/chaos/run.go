@@ -429,16 +429,11 @@ func (r *runner) waitCopies(ctx context.Context) error {
 		s.close()
 		_, _ = c.CloseSession(ctx, &v1.CloseSessionRequest{SessionId: s.id})
 	}()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		resp, err := c.Reserve(ctx, &v1.ReserveRequest{SessionId: s.id, Resource: r.mode.resource, Domain: "warm", Copies: 1})
-		if err == nil && resp.GetGranted() == 1 {
-			_, err = c.Release(ctx, &v1.ReleaseRequest{SessionId: s.id, Resource: r.mode.resource, Domain: "warm", Copies: 1})
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s grants no copy: %v %w", r.mode.resource, resp, err)
-		}
+	if _, err := reserve(ctx, c, s.id, r.mode.resource, "warm", 1); err != nil {
+		return err
 	}
+	_, err = c.Release(ctx, &v1.ReleaseRequest{SessionId: s.id, Resource: r.mode.resource, Domain: "warm", Copies: 1})
+	return err
 }
 
 // settle checks, after the run, that every copy came back exactly once:

@@ -186,13 +186,6 @@ func (l *parentLink) current() (string, doormanconnect.CapacityClient) {
 	return l.addr, l.stub
 }
 
-// failing reports whether the link's last refresh failed.
-func (l *parentLink) failing() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lastErr != ""
-}
-
 // poke asks the loop to refresh now.
 func (l *parentLink) poke() { l.wake.Poke() }
 
@@ -500,7 +493,7 @@ func (s *Service) waitFirstLeases(ctx context.Context, rs []*resource) {
 		return
 	}
 	s.parent.poke()
-	if s.parent.failing() {
+	if s.parent.status().LastError != "" { // the link is failing
 		return
 	}
 	wait := firstLeaseWait
