@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 )
@@ -38,20 +39,10 @@ type Server struct {
 	logw io.Writer
 }
 
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 // startServer starts `bin server args… --listen 127.0.0.1:PORT` and waits,
 // up to 60 s, until /readyz answers 200.
 func startServer(bin, name string, logw io.Writer, args ...string) (*Server, error) {
-	port, err := freePort()
+	port, err := testutil.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -123,11 +114,14 @@ func prefixed(w io.Writer, prefix string) io.Writer {
 	return pw
 }
 
-// Proxies are the toxiproxy proxies between the servers and a store, one
-// per server, so that a fault can reach every server or cut one off.
+// Proxies are the toxiproxy proxies between the servers and a store (one
+// per server and store member), so that a fault can reach every server or
+// cut one off.
 type Proxies struct {
 	api     *toxiproxy.ApiServer
 	proxies []*toxiproxy.Proxy
+	// server[k] is the server proxy k serves.
+	server []int
 }
 
 func newProxies() *Proxies {
@@ -135,22 +129,23 @@ func newProxies() *Proxies {
 	return &Proxies{api: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), logger)}
 }
 
-// add starts a proxy to upstream on a free loopback port and returns its
-// address.
-func (p *Proxies) add(name, upstream string) (string, error) {
+// add starts a proxy for server to upstream on a free loopback port and
+// returns its address.
+func (p *Proxies) add(server int, name, upstream string) (string, error) {
 	px := toxiproxy.NewProxy(p.api, name, "127.0.0.1:0", upstream)
 	if err := px.Start(); err != nil {
 		return "", err
 	}
 	p.proxies = append(p.proxies, px)
+	p.server = append(p.server, server)
 	return px.Listen, nil
 }
 
 // toxic adds a toxic (toxiproxy's JSON: type, stream, attributes) to the
-// proxies i (every proxy when i is empty).
+// proxies of the servers i (every proxy when i is empty).
 func (p *Proxies) toxic(spec string, i ...int) error {
 	for k, px := range p.proxies {
-		if len(i) > 0 && !slices.Contains(i, k) {
+		if len(i) > 0 && !slices.Contains(i, p.server[k]) {
 			continue
 		}
 		if _, err := px.Toxics.AddToxicJson(strings.NewReader(spec)); err != nil {
@@ -174,11 +169,11 @@ func (p *Proxies) heal() error {
 	return errors.Join(errs...)
 }
 
-// cut stops the proxies i: their connections close and new ones are
-// refused until heal.
+// cut stops the proxies of the servers i: their connections close and new
+// ones are refused until heal.
 func (p *Proxies) cut(i ...int) {
 	for k, px := range p.proxies {
-		if slices.Contains(i, k) {
+		if slices.Contains(i, p.server[k]) {
 			px.Stop()
 		}
 	}
@@ -196,10 +191,11 @@ type Env struct {
 	Dir     string
 	Redis   *redistest.Server
 	Cluster *redistest.Cluster
-	Etcd    *etcdtest.Etcd
-	// RedisProxies and EtcdProxies: proxy i sits between server i and the
-	// store (none for a Redis Cluster, whose nodes advertise their own
-	// addresses).
+	// Etcd: one member, or three for a fault on its members.
+	Etcd *etcdtest.Cluster
+	// RedisProxies and EtcdProxies sit between each server and each member
+	// of the store (none for a Redis Cluster, whose nodes advertise their
+	// own addresses).
 	RedisProxies, EtcdProxies *Proxies
 	Servers                   []*Server
 }

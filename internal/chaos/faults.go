@@ -119,6 +119,18 @@ var Faults = map[string]*Fault{
 			r.env.EtcdProxies.cut(0, 1, 2)
 			return r.env.EtcdProxies.heal, nil
 		}},
+	"etcd-leader-kill": {Doc: "etcd runs three members; SIGKILL-like stop of the raft leader (the other two elect a new one), start it again from its data when the fault heals",
+		applies: func(m *Mode) bool { return m.Etcd },
+		inject: func(r *runner) (func() error, error) {
+			c := r.env.Etcd
+			lead := c.Leader()
+			if lead < 0 {
+				return nil, errors.New("etcd has no leader to kill")
+			}
+			r.logf("etcd: killing the leader, member %d", lead)
+			c.Kill(lead)
+			return func() error { return c.Restart(lead) }, nil
+		}},
 	"client-kill": {Doc: "SIGKILL a client process while it holds copies: its session's ttl (2 s) releases them", applies: func(m *Mode) bool { return m.Kind == "copies" },
 		inject: func(r *runner) (func() error, error) {
 			h, err := startHolder(r.env.Servers[0].Addr, r.mode.resource, holderDomain, GlobalLimit-CopyLimit)

@@ -232,7 +232,7 @@ func (r *runner) setup() (*Env, error) {
 		}
 		e.RedisProxies = newProxies()
 		for i := range args {
-			addr, err := e.RedisProxies.add("redis-"+strconv.Itoa(i), e.Redis.Addr)
+			addr, err := e.RedisProxies.add(i, "redis-"+strconv.Itoa(i), e.Redis.Addr)
 			if err != nil {
 				return e, err
 			}
@@ -247,16 +247,24 @@ func (r *runner) setup() (*Env, error) {
 		}
 	}
 	if r.mode.Etcd {
-		if e.Etcd, err = etcdtest.Start(dir + "/etcd"); err != nil {
+		members := 1
+		if r.fault.Name == "etcd-leader-kill" {
+			members = 3
+		}
+		if e.Etcd, err = etcdtest.StartCluster(dir+"/etcd", members); err != nil {
 			return e, err
 		}
 		e.EtcdProxies = newProxies()
 		for i := range args {
-			addr, err := e.EtcdProxies.add("etcd-"+strconv.Itoa(i), e.Etcd.Addr)
-			if err != nil {
-				return e, err
+			var eps []string
+			for k, m := range e.Etcd.Members {
+				addr, err := e.EtcdProxies.add(i, fmt.Sprintf("etcd-%d-%d", i, k), m.Addr)
+				if err != nil {
+					return e, err
+				}
+				eps = append(eps, "http://"+addr)
 			}
-			args[i] = append(args[i], "--etcd-endpoints", "http://"+addr, "--fleet-ttl", "2s", "--fleet-prefix", "/chaos")
+			args[i] = append(args[i], "--etcd-endpoints", strings.Join(eps, ","), "--fleet-ttl", "2s", "--fleet-prefix", "/chaos")
 			if r.mode.Kind == "leases" {
 				args[i] = append(args[i], "--election", "etcd", "--election-key", "/chaos/root", "--election-ttl", "2s")
 			}

@@ -106,12 +106,12 @@ func Soak(ctx context.Context, opts SoakOptions) ([]SoakSample, error) {
 	if e.Redis, err = redistest.Start(); err != nil {
 		return nil, err
 	}
-	if e.Etcd, err = etcdtest.Start(filepath.Join(dir, "etcd")); err != nil {
+	if e.Etcd, err = etcdtest.StartCluster(filepath.Join(dir, "etcd"), 1); err != nil {
 		return nil, err
 	}
 	for i := range opts.Servers {
 		s, err := startServer(opts.Sluice, "server-"+strconv.Itoa(i), opts.Log, "--config", cfg, "--envoy-ratelimit-config", envoy,
-			"--redis", "redis://"+e.Redis.Addr+"/0", "--etcd-endpoints", e.Etcd.Endpoint, "--fleet-ttl", "2s", "--fleet-prefix", "/soak")
+			"--redis", "redis://"+e.Redis.Addr+"/0", "--etcd-endpoints", e.Etcd.Members[0].Endpoint, "--fleet-ttl", "2s", "--fleet-prefix", "/soak")
 		if err != nil {
 			return nil, err
 		}

@@ -35,3 +35,16 @@ func ServeGRPC(tb testing.TB, register func(*grpc.Server)) *grpc.ClientConn {
 	tb.Cleanup(gs.Stop)
 	return Dial(tb, lis.Addr().String())
 }
+
+// FreePort asks the kernel for a free loopback port (listens on
+// 127.0.0.1:0 and closes). For a child process or a peer URL that must
+// know its port before it starts; anything that can take a listener
+// should take one instead.
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

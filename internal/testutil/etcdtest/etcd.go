@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ type Etcd struct {
 	Endpoint string
 	// Addr is the client address, "127.0.0.1:41234".
 	Addr string
+	cfg  *embed.Config
 	srv  *embed.Etcd
 	stop sync.Once
 }
@@ -56,48 +58,160 @@ func startEtcd(t testing.TB, certs *testutil.Certs) *Etcd {
 func Start(dir string) (*Etcd, error) { return start(dir, nil) }
 
 func start(dir string, certs *testutil.Certs) (*Etcd, error) {
+	// Port 0 everywhere: the kernel picks the ports and the listeners are
+	// read back below (a single member never dials its peer URL).
+	client := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	peer := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	cfg := config("test", dir, client, peer)
+	cfg.InitialCluster = cfg.Name + "=" + peer.String()
+	if certs != nil {
+		client.Scheme = "https"
+		cfg.ListenClientUrls = []url.URL{client}
+		cfg.AdvertiseClientUrls = []url.URL{client}
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: certs.ServerCert, KeyFile: certs.ServerKey,
+			TrustedCAFile: certs.CA, ClientCertAuth: true}
+	}
+	e := &Etcd{cfg: cfg}
+	if err := e.serve(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// config is an embedded member's configuration: its data in dir, its logs
+// silenced unless SLUICE_TEST_ETCD_LOG is set.
+func config(name, dir string, client, peer url.URL) *embed.Config {
 	cfg := embed.NewConfig()
-	cfg.Name = "test"
+	cfg.Name = name
 	cfg.Dir = dir
 	cfg.LogLevel = "error"
 	if os.Getenv("SLUICE_TEST_ETCD_LOG") == "" {
 		cfg.LogOutputs = []string{"/dev/null"}
 	}
-	// Port 0 everywhere: the kernel picks the ports and the listeners are
-	// read back below (a single member never dials its peer URL).
-	client := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
-	peer := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
-	if certs != nil {
-		client.Scheme = "https"
-		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: certs.ServerCert, KeyFile: certs.ServerKey,
-			TrustedCAFile: certs.CA, ClientCertAuth: true}
-	}
 	cfg.ListenClientUrls = []url.URL{client}
 	cfg.AdvertiseClientUrls = []url.URL{client}
 	cfg.ListenPeerUrls = []url.URL{peer}
 	cfg.AdvertisePeerUrls = []url.URL{peer}
-	cfg.InitialCluster = cfg.Name + "=" + peer.String()
-	srv, err := embed.StartEtcd(cfg)
+	return cfg
+}
+
+// serve starts the member from e.cfg and waits, at most 30 s, until it
+// serves (for a member of a cluster: until the cluster has a quorum).
+func (e *Etcd) serve() error {
+	srv, err := embed.StartEtcd(e.cfg)
 	if err != nil {
-		return nil, fmt.Errorf("start embedded etcd: %w", err)
+		return fmt.Errorf("start embedded etcd %s: %w", e.cfg.Name, err)
 	}
-	e := &Etcd{srv: srv}
+	e.srv, e.stop = srv, sync.Once{}
 	select {
 	case <-srv.Server.ReadyNotify():
 	case err := <-srv.Err():
 		e.Stop()
-		return nil, fmt.Errorf("embedded etcd: %w", err)
+		return fmt.Errorf("embedded etcd %s: %w", e.cfg.Name, err)
 	case <-time.After(30 * time.Second):
 		e.Stop()
-		return nil, errors.New("embedded etcd did not become ready in 30 s")
+		return fmt.Errorf("embedded etcd %s did not become ready in 30 s", e.cfg.Name)
 	}
-	addr := srv.Clients[0].Addr().String()
-	client.Host = addr
-	e.Endpoint, e.Addr = client.String(), addr
-	return e, nil
+	client := e.cfg.ListenClientUrls[0]
+	client.Host = srv.Clients[0].Addr().String()
+	e.Endpoint, e.Addr = client.String(), client.Host
+	return nil
 }
 
 // Stop stops the etcd server at once, as if its process had been killed:
 // its clients see connections refused from then on. Safe to call more than
 // once (t.Cleanup calls it again).
 func (e *Etcd) Stop() { e.stop.Do(e.srv.Close) }
+
+// stopped reports whether Stop has run since the member last started.
+func (e *Etcd) stopped() bool {
+	select {
+	case <-e.srv.Server.StopNotify():
+		return true
+	default:
+		return false
+	}
+}
+
+// Cluster is an etcd cluster of embedded members in this process, each
+// with its own data directory and fixed loopback ports (so that a member
+// stopped with Kill comes back with Restart on the same addresses, as a
+// restarted etcd process would).
+type Cluster struct {
+	Members []*Etcd
+}
+
+// StartCluster starts n members with their data under dir and waits, at
+// most 30 s, until they all serve. Stop it with Stop.
+func StartCluster(dir string, n int) (*Cluster, error) {
+	c := &Cluster{}
+	var initial []string
+	for i := range n {
+		var urls [2]url.URL
+		for k := range urls {
+			port, err := testutil.FreePort()
+			if err != nil {
+				return nil, err
+			}
+			urls[k] = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", port)}
+		}
+		name := fmt.Sprintf("m%d", i)
+		c.Members = append(c.Members, &Etcd{cfg: config(name, fmt.Sprintf("%s/%s", dir, name), urls[0], urls[1])})
+		initial = append(initial, name+"="+urls[1].String())
+	}
+	// Every member at once: none is ready before a quorum is.
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, m := range c.Members {
+		m.cfg.InitialCluster = strings.Join(initial, ",")
+		wg.Go(func() { errs[i] = m.serve() })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Endpoints are the members' client URLs.
+func (c *Cluster) Endpoints() []string {
+	var eps []string
+	for _, m := range c.Members {
+		eps = append(eps, m.Endpoint)
+	}
+	return eps
+}
+
+// Leader is the index of the member that is the raft leader, as a running
+// member sees it; -1 when no running member knows one.
+func (c *Cluster) Leader() int {
+	for _, m := range c.Members {
+		if m.srv == nil || m.stopped() {
+			continue
+		}
+		lead := m.srv.Server.Leader()
+		for i, o := range c.Members {
+			if o.srv != nil && o.srv.Server.MemberID() == lead {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// Kill stops member i at once, as if its process had been killed.
+func (c *Cluster) Kill(i int) { c.Members[i].Stop() }
+
+// Restart starts member i again from its data directory on its addresses
+// and waits until it serves.
+func (c *Cluster) Restart(i int) error { return c.Members[i].serve() }
+
+// Stop stops every member.
+func (c *Cluster) Stop() {
+	for _, m := range c.Members {
+		if m.srv != nil {
+			m.Stop()
+		}
+	}
+}
