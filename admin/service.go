@@ -26,6 +26,7 @@ type Service struct {
 	log   *slog.Logger
 	now   func() time.Time
 	check func(*config.Repository) error
+	sync  func(context.Context) error
 }
 
 // Options configures a Service.
@@ -40,6 +41,16 @@ type Options struct {
 	// invalid (*InvalidError, each joined error one entry), for what only
 	// the server knows, e.g. that its limits come from elsewhere.
 	Check func(*config.Repository) error
+	// Sync, if set, is called after every change is stored and before it
+	// answers: it brings the server's own configuration up to date with
+	// the store (its watcher rereads the file or key and applies what
+	// changed), so that a change that answers has been applied by the
+	// server that accepted it (read-your-writes). Other servers follow
+	// through their watchers. An error is logged; the change, stored,
+	// still answers (the watcher applies it when it sees it).
+	//
+	// Source: issue 26, "Read-your-writes".
+	Sync func(context.Context) error
 }
 
 // New returns a Service over store.
@@ -50,7 +61,7 @@ func New(store Store, o Options) *Service {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Service{store: store, log: o.Logger, now: o.Now, check: o.Check}
+	return &Service{store: store, log: o.Logger, now: o.Now, check: o.Check, sync: o.Sync}
 }
 
 // Store returns the service's store.
@@ -207,6 +218,11 @@ func (s *Service) apply(ctx context.Context, c Change, op Op, from int64) (Resul
 		}
 		res.Version, res.Audit = a.Version, &a
 		s.audit(a)
+		if s.sync != nil {
+			if err := s.sync(ctx); err != nil {
+				s.log.Warn("configuration stored but not yet applied here; the watcher will apply it", "version", a.Version, "err", err)
+			}
+		}
 		return res, nil
 	}
 }

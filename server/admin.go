@@ -38,7 +38,8 @@ type Admin struct {
 // Config.ConfigPath (a file, or an etcd key), or, with neither (no
 // configuration path, or an intermediate server), answering that there is
 // nothing to edit. Changes take effect the one way configuration changes
-// do: the servers' watchers of the file or key.
+// do: the servers' watchers of the file or key; this server's watcher
+// applies a change before the change answers (read-your-writes).
 func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	a := s.cfg.Admin
 	if a.Keep == 0 {
@@ -78,7 +79,7 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 				return fmt.Errorf("limits: this server reads its limits from --quotaservice-config %s, and refuses a limits section in --config; edit that file instead", quotaPath)
 			}
 			return nil
-		}})
+		}, Sync: s.syncConfig})
 		switch {
 		case a.Insecure:
 			s.log.Warn("--admin-insecure: anyone on this host may change the configuration through /admin/v1/ without credentials", "store", store.String())

@@ -249,6 +249,9 @@ type Server struct {
 	member    *fleet.Member
 	watchers  []func(context.Context) error // configuration watchers, started by Run
 	files     []fileWatcher                 // reloaded by Reload
+	// syncConfig brings the --config file's or key's configuration up to
+	// date now (the admin API's read-your-writes); nil without --config.
+	syncConfig func(context.Context) error
 	draining  atomic.Bool
 	health    *health.Server // grpc.health.v1.Health, following Ready
 }
@@ -480,6 +483,7 @@ func (s *Server) loadConfig(ctx context.Context) error {
 			}
 			current = w.Current()
 			s.watchers = append(s.watchers, w.Run)
+			s.syncConfig = w.Sync
 		} else {
 			w, err := config.NewWatcher(cfg.ConfigPath, onLoad, onError)
 			if err != nil {
@@ -488,6 +492,7 @@ func (s *Server) loadConfig(ctx context.Context) error {
 			current = w.Current()
 			s.watchers = append(s.watchers, w.Run)
 			s.files = append(s.files, fileWatcher{cfg.ConfigPath, w})
+			s.syncConfig = func(context.Context) error { return w.Reload() }
 		}
 		if err := s.checkLimitsOnce(current); err != nil {
 			return err

@@ -28,6 +28,7 @@ type Watcher struct {
 	onLoad  func(*config.Repository)
 	onError func(error)
 
+	applyMu sync.Mutex // serializes apply
 	mu      sync.Mutex
 	current *config.Repository
 	rev     int64 // etcd revision the current state was read at
@@ -69,8 +70,20 @@ func (w *Watcher) Current() *config.Repository {
 }
 
 // apply handles one value of the key seen at revision rev: nil for a
-// deletion.
+// deletion. A value at or before the revision the current state was read
+// at is old news (a watch event for a change Sync already applied) and is
+// ignored.
 func (w *Watcher) apply(value []byte, deleted bool, rev int64) {
+	// One apply at a time, through onLoad: the watch and Sync must not
+	// install an older value after a newer one.
+	w.applyMu.Lock()
+	defer w.applyMu.Unlock()
+	w.mu.Lock()
+	stale := rev <= w.rev
+	w.mu.Unlock()
+	if stale {
+		return
+	}
 	if deleted {
 		w.onError(fmt.Errorf("config: etcd key %s deleted; keeping the last good configuration", w.key))
 		w.setRev(rev)
@@ -148,13 +161,25 @@ func (w *Watcher) watch(ctx context.Context) error {
 func (w *Watcher) resync(ctx context.Context) {
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := w.cli.Get(gctx, w.key)
+	_ = w.Sync(gctx) // on error, the next watch attempt reports it
+}
+
+// Sync reads the key now (a linearizable read: every write acknowledged
+// before it is seen) and applies its value as a watch event would, before
+// it returns: onLoad has run when the value changed. The admin API calls
+// it after a write so that the server that accepted the write serves it
+// (read-your-writes). Errors: etcd's, within ctx. Safe to call
+// concurrently with Run; the watch's later event for the same change is
+// ignored.
+func (w *Watcher) Sync(ctx context.Context) error {
+	resp, err := w.cli.Get(ctx, w.key)
 	if err != nil {
-		return // the next watch attempt reports it
+		return fmt.Errorf("config: etcd get %s: %w", w.key, err)
 	}
 	if len(resp.Kvs) == 0 {
 		w.apply(nil, true, resp.Header.Revision)
-		return
+		return nil
 	}
 	w.apply(resp.Kvs[0].Value, false, resp.Header.Revision)
+	return nil
 }

@@ -2,10 +2,13 @@ package etcdconfig
 
 import (
 	"context"
-	"github.com/sluice-rl/sluice/config"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/config"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -109,4 +112,71 @@ func TestWatcher(t *testing.T) {
 	}
 	put(valid)
 	wantLoad(500)
+}
+
+// Sync applies the key's value before it returns (read-your-writes for the
+// admin API), and the watch running beside it never installs an older
+// value after a newer one: 50 writes, each followed at once by Sync, each
+// seen by Current at once, the loads in the order of the writes.
+func TestWatcherSync(t *testing.T) {
+	etcd := etcdtest.StartEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := context.Background()
+	const key = "/sluice/config"
+	capacity := func(r *config.Repository) float64 {
+		tmpl, _ := r.Find("db/replica-1")
+		return tmpl.Capacity
+	}
+	with := func(c int) string {
+		return strings.Replace(valid, "capacity: 500", "capacity: "+strconv.Itoa(c), 1)
+	}
+	if _, err := cli.Put(ctx, key, valid); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var loaded []float64
+	w, err := NewWatcher(ctx, cli, key, func(r *config.Repository) {
+		mu.Lock()
+		loaded = append(loaded, capacity(r))
+		mu.Unlock()
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- w.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	for c := 1; c <= 50; c++ {
+		if _, err := cli.Put(ctx, key, with(c)); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := capacity(w.Current()); got != float64(c) {
+			t.Fatalf("write %d: Current has capacity %v right after Sync", c, got)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the watch's events for the writes arrive, and must change nothing
+	// An event for an early write delivered late (as the watch may, after
+	// Sync read a later one) is ignored.
+	w.apply([]byte(with(1)), false, 2)
+	mu.Lock()
+	defer mu.Unlock()
+	if capacity(w.Current()) != 50 {
+		t.Fatalf("after the watch's events: capacity %v, want 50", capacity(w.Current()))
+	}
+	for i := 1; i < len(loaded); i++ {
+		if loaded[i] <= loaded[i-1] {
+			t.Fatalf("loads out of order: %v", loaded)
+		}
+	}
+	if len(loaded) != 50 {
+		t.Fatalf("%d loads for 50 writes: %v", len(loaded), loaded)
+	}
 }
