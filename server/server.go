@@ -252,8 +252,8 @@ type Server struct {
 	// syncConfig brings the --config file's or key's configuration up to
 	// date now (the admin API's read-your-writes); nil without --config.
 	syncConfig func(context.Context) error
-	draining  atomic.Bool
-	health    *health.Server // grpc.health.v1.Health, following Ready
+	draining   atomic.Bool
+	health     *health.Server // grpc.health.v1.Health, following Ready
 }
 
 // New assembles a server from cfg: it listens, builds the services over
