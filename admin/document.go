@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -69,18 +70,7 @@ func (d *document) encode() ([]byte, error) {
 	return encodeNode(d.root)
 }
 
-func encodeNode(n *yaml.Node) ([]byte, error) {
-	var b bytes.Buffer
-	enc := yaml.NewEncoder(&b)
-	enc.SetIndent(2)
-	if err := enc.Encode(n); err != nil {
-		return nil, err
-	}
-	if err := enc.Close(); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
-}
+func encodeNode(n *yaml.Node) ([]byte, error) { return limitsyaml.Encode(n) }
 
 func (d *document) top() *yaml.Node { return d.root.Content[0] }
 

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
@@ -76,8 +78,82 @@ The exit code is 1 if any file is invalid.`,
 	validate.Flags().BoolVar(&quota, "quotaservice", false, "the files are in Square's quota service format")
 	validate.Flags().BoolVar(&envoy, "envoy-ratelimit", false, "the files (or directories) are envoyproxy/ratelimit's configuration")
 	validate.MarkFlagsMutuallyExclusive("quotaservice", "envoy-ratelimit")
-	cmd.AddCommand(validate)
+	cmd.AddCommand(validate, newConvertCmd())
 	return cmd
+}
+
+// newConvertCmd is `sluice config convert`.
+func newConvertCmd() *cobra.Command {
+	var from string
+	cmd := &cobra.Command{
+		Use:   "convert --from quotaservice|envoy-ratelimit PATH",
+		Short: "Print Sluice's configuration for a peer's: Square's quota service YAML, or envoyproxy/ratelimit's",
+		Long: `convert reads a peer's configuration and prints Sluice's own (YAML on
+standard output, for sluice server --config) with the same behaviour:
+
+  --from quotaservice      PATH is Square's quota service YAML (what
+                           --quotaservice-config reads); the output is a
+                           limits section, every bucket with all its fields
+                           and the quota service's defaults applied.
+  --from envoy-ratelimit   PATH is envoyproxy/ratelimit's configuration, a
+                           file or a directory of them (what
+                           --envoy-ratelimit-config reads); the output is an
+                           envoy_ratelimit section holding each domain as it
+                           is.
+
+Comments move with what they annotate. The output is checked as the server
+would load it before it is printed; an invalid input prints every error,
+naming its field, and exits 1.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			out, err := convertConfig(from, args[0])
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(out)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&from, "from", "", "the input's format: quotaservice or envoy-ratelimit")
+	_ = cmd.MarkFlagRequired("from")
+	return cmd
+}
+
+// convertConfig returns Sluice's configuration for the peer's at path
+// (from: quotaservice or envoy-ratelimit), checked by config.Parse.
+func convertConfig(from, path string) ([]byte, error) {
+	var key string
+	var section *yaml.Node
+	var err error
+	switch from {
+	case "quotaservice":
+		var data []byte
+		if data, err = os.ReadFile(path); err == nil {
+			key = "limits"
+			section, err = limitsyaml.QuotaServiceSection(data)
+		}
+	case "envoy-ratelimit":
+		key = "envoy_ratelimit"
+		section, err = limitsyaml.EnvoySection(path)
+	default:
+		return nil, fmt.Errorf("--from %q: want quotaservice or envoy-ratelimit", from)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	doc := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{
+		{Kind: yaml.ScalarNode, Tag: "!!str", Value: key,
+			HeadComment: fmt.Sprintf("# sluice config convert --from %s %s", from, filepath.Base(path))},
+		section,
+	}}
+	out, err := limitsyaml.Encode(doc)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := config.Parse(out); err != nil {
+		return nil, fmt.Errorf("the conversion of %s does not load (a bug in convert; please report it): %w", path, err)
+	}
+	return out, nil
 }
 
 // validateEnvoy checks envoyproxy/ratelimit's files and directories as

@@ -6,8 +6,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -160,23 +158,9 @@ func decodeEnvoyDomain(n *yaml.Node, where string, sluice bool) (*rls.Domain, er
 // (ParseEnvoyRateLimit's errors, every file's), and a domain defined twice,
 // naming both files.
 func LoadEnvoyRateLimit(path string) (*rls.Config, error) {
-	st, err := os.Stat(path)
+	files, err := envoyFiles(path)
 	if err != nil {
 		return nil, err
-	}
-	files := []string{path}
-	if st.IsDir() {
-		entries, err := os.ReadDir(path)
-		if err != nil {
-			return nil, err
-		}
-		files = files[:0]
-		for _, e := range entries {
-			if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
-				files = append(files, filepath.Join(path, e.Name()))
-			}
-		}
-		slices.Sort(files)
 	}
 	var domains []*rls.Domain
 	var errs []error

@@ -1,7 +1,6 @@
 package limitsyaml
 
 import (
-	"bytes"
 	"math"
 	"strconv"
 	"time"
@@ -27,18 +26,7 @@ import (
 // it is, for ParseSection to refuse. Fields a resource's algorithm has no
 // place for under `domains:` (a burst-tier resource's Buckets, a
 // token-bucket resource's TierDomains) are left out.
-func MarshalSection(cfg *limits.Config) ([]byte, error) {
-	var b bytes.Buffer
-	enc := yaml.NewEncoder(&b)
-	enc.SetIndent(2)
-	if err := enc.Encode(sectionNode(cfg)); err != nil {
-		return nil, err
-	}
-	if err := enc.Close(); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
-}
+func MarshalSection(cfg *limits.Config) ([]byte, error) { return Encode(sectionNode(cfg)) }
 
 // sectionNode writes cfg as a section mapping.
 func sectionNode(cfg *limits.Config) *yaml.Node {
