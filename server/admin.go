@@ -35,7 +35,9 @@ type Admin struct {
 
 // adminHandler returns handler with the admin API mounted at /admin/v1/
 // (and the quota service's at /api): over the configuration of
-// Config.ConfigPath (a file, or an etcd key), or, with neither (no
+// Config.ConfigPath (a file, or an etcd key), the quota service's REST
+// API over Config.QuotaServiceConfigPath when it is set (in Square's
+// format; /admin/v1 too when there is no ConfigPath), or, with neither (no
 // configuration path, or an intermediate server), answering that there is
 // nothing to edit. Changes take effect the one way configuration changes
 // do: the servers' watchers of the file or key; this server's watcher
@@ -72,14 +74,35 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 			store = fs
 		}
 	}
-	var svc *admin.Service
+	var svc, qsSvc *admin.Service
 	if store != nil {
 		svc = admin.New(store, admin.Options{Logger: s.log, Check: func(r *config.Repository) error {
 			if quotaPath != "" && r.Limits() != nil {
-				return fmt.Errorf("limits: this server reads its limits from --quotaservice-config %s, and refuses a limits section in --config; edit that file instead", quotaPath)
+				return fmt.Errorf("limits: this server reads its limits from --quotaservice-config %s, and refuses a limits section in --config; edit them through /api, or /admin/v1 on a server without --config", quotaPath)
 			}
 			return nil
 		}, Sync: s.syncConfig})
+	}
+	// With --quotaservice-config, the quota service's REST API at /api
+	// edits that file in Square's format (and so does /admin/v1 when there
+	// is no --config).
+	//
+	// Source: issue 26, "The quota service's admin API on Square's own
+	// file".
+	if quotaPath != "" {
+		qs, err := admin.OpenQuotaServiceFile(quotaPath, admin.FileOptions{Keep: a.Keep})
+		if err != nil {
+			s.log.Warn("quota service admin API disabled", "err", err)
+		} else {
+			qsSvc = admin.New(qs, admin.Options{Logger: s.log, Check: admin.QuotaServiceCheck, Sync: s.syncQuota})
+			if svc == nil {
+				svc, store = qsSvc, qs
+			}
+		}
+	} else {
+		qsSvc = svc
+	}
+	if store != nil {
 		switch {
 		case a.Insecure:
 			s.log.Warn("--admin-insecure: anyone on this host may change the configuration through /admin/v1/ without credentials", "store", store.String())
@@ -91,19 +114,13 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(admin.Prefix, admin.Handler(svc, auth, s.log))
-	// The quota service's admin REST API at /api, over the same Service
-	// and authentication, with the limits engine for /api/stats; with
-	// --quotaservice-config, a file the admin API does not edit, it
-	// answers 404 with the reason.
+	// The quota service's admin REST API at /api, with the same
+	// authentication, and the limits engine for /api/stats.
 	//
 	// Source: issue 16, "Compatible with quotaservice's admin tools";
 	// quotaservice-wire.md, "Admin REST API".
 	opts := admin.QSOptions{Stats: admin.EngineStats(s.limits.Engine(), time.Now), Logger: s.log}
-	if quotaPath != "" {
-		opts.Disabled = "the limits come from --quotaservice-config " + quotaPath + ", which the admin API does not edit: change that file (the server reloads it)"
-		svc = nil
-	}
-	qh := admin.QuotaServiceHandler(svc, auth, opts)
+	qh := admin.QuotaServiceHandler(qsSvc, auth, opts)
 	mux.Handle(admin.QSPrefix, qh)
 	mux.Handle(admin.QSPrefix+"/", qh)
 	mux.Handle("/", handler)

@@ -252,6 +252,8 @@ type Server struct {
 	// syncConfig brings the --config file's or key's configuration up to
 	// date now (the admin API's read-your-writes); nil without --config.
 	syncConfig func(context.Context) error
+	// syncQuota is syncConfig for --quotaservice-config.
+	syncQuota func(context.Context) error
 	draining   atomic.Bool
 	health     *health.Server // grpc.health.v1.Health, following Ready
 }
@@ -518,6 +520,7 @@ func (s *Server) loadConfig(ctx context.Context) error {
 		}
 		s.watchers = append(s.watchers, w.Run)
 		s.files = append(s.files, fileWatcher{path, w})
+		s.syncQuota = func(context.Context) error { return w.Reload() }
 	}
 	if path := cfg.EnvoyRateLimitPath; path != "" {
 		w, err := config.NewFileWatcher(path, limitsyaml.LoadEnvoyRateLimit, func(c *rls.Config) {

@@ -54,8 +54,9 @@ func QuotaServiceSection(data []byte) (*yaml.Node, error) {
 // MarshalQuotaService writes cfg as the quota service's configuration
 // file (Square's YAML: global_default_bucket, namespaces with
 // default_bucket, dynamic_bucket_template, max_dynamic_buckets and
-// buckets, then version, user and date), every bucket with all its
-// fields in milliseconds. Comments of from, the limits section cfg was
+// buckets, then version, user and date), every bucket with its size and
+// fill rate and the fields that are not the quota service's defaults, in
+// milliseconds. Comments of from, the limits section cfg was
 // read from (nil: none), move with what they annotate, and block or flow
 // style of each bucket is kept. ParseQuotaService reads the result back
 // to cfg.
@@ -81,29 +82,28 @@ func MarshalQuotaService(cfg *limits.Config, from *yaml.Node) ([]byte, error) {
 		if b.FillRate < 1 || b.FillRate != math.Trunc(b.FillRate) || b.FillRate > math.MaxInt64/2 {
 			bad(join(path, "fill_rate"), "%v tokens per second", b.FillRate)
 		}
-		ms := func(d time.Duration, field string, zeroOK bool) *yaml.Node {
-			if d%time.Millisecond != 0 || d == 0 && !zeroOK {
+		ms := func(d time.Duration, field string) *yaml.Node {
+			if d%time.Millisecond != 0 || d <= 0 {
 				bad(join(path, field), "%v", d)
 			}
 			return intNode(d.Milliseconds())
 		}
-		idle := intNode(-1)
-		if b.MaxIdle > 0 {
-			idle = ms(b.MaxIdle, "max_idle", false)
-		}
-		perRequest := b.MaxTokensPerRequest
-		if perRequest == 0 {
-			perRequest = roundUpTokens(b.FillRate)
-		}
 		m := mappingNode()
 		m.Style = yaml.FlowStyle
-		m.Content = []*yaml.Node{
-			keyNode("size"), intNode(b.Size),
-			keyNode("fill_rate"), intNode(int64(b.FillRate)),
-			keyNode("wait_timeout_millis"), ms(b.WaitTimeout, "wait_timeout", false),
-			keyNode("max_idle_millis"), idle,
-			keyNode("max_debt_millis"), ms(b.MaxDebt, "max_debt", false),
-			keyNode("max_tokens_per_request"), intNode(perRequest),
+		m.Content = []*yaml.Node{keyNode("size"), intNode(b.Size), keyNode("fill_rate"), intNode(int64(b.FillRate))}
+		// The other fields only when they are not the quota service's
+		// defaults (qsDefaults), so that a file keeps its shape.
+		if b.WaitTimeout != limits.DefaultWaitTimeout {
+			m.Content = append(m.Content, keyNode("wait_timeout_millis"), ms(b.WaitTimeout, "wait_timeout"))
+		}
+		if b.MaxIdle > 0 {
+			m.Content = append(m.Content, keyNode("max_idle_millis"), ms(b.MaxIdle, "max_idle"))
+		}
+		if b.MaxDebt != limits.DefaultMaxDebt {
+			m.Content = append(m.Content, keyNode("max_debt_millis"), ms(b.MaxDebt, "max_debt"))
+		}
+		if b.MaxTokensPerRequest != 0 && b.MaxTokensPerRequest != roundUpTokens(b.FillRate) {
+			m.Content = append(m.Content, keyNode("max_tokens_per_request"), intNode(b.MaxTokensPerRequest))
 		}
 		return m
 	}
