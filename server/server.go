@@ -254,8 +254,8 @@ type Server struct {
 	syncConfig func(context.Context) error
 	// syncQuota is syncConfig for --quotaservice-config.
 	syncQuota func(context.Context) error
-	draining   atomic.Bool
-	health     *health.Server // grpc.health.v1.Health, following Ready
+	draining  atomic.Bool
+	health    *health.Server // grpc.health.v1.Health, following Ready
 }
 
 // New assembles a server from cfg: it listens, builds the services over
