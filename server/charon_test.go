@@ -125,6 +125,12 @@ func TestCharonHolds(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.code)
 		}
 	}
+	// Allow on a resource no configuration names answers as the quota
+	// service design says a request without a bucket does: the status
+	// REJECTED_NO_BUCKET, not an error (docs/charon.md, "Errors").
+	if r, err := c.Allow(ctx, &v1.AllowRequest{Resource: "nope", Domain: "acme"}); err != nil || r.GetStatus() != v1.AllowResponse_REJECTED_NO_BUCKET {
+		t.Errorf("Allow on an unknown resource: %v, %v; want REJECTED_NO_BUCKET", r.GetStatus(), err)
+	}
 	// Closing b releases what it holds: acme's 2 and globex's 1.
 	if _, err := c.CloseSession(ctx, &v1.CloseSessionRequest{SessionId: b}); err != nil {
 		t.Fatal(err)
