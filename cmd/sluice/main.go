@@ -48,6 +48,6 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newServerCmd(), newDemoCmd(), newSimulateCmd(), newStatusCmd(),
-		newConfigCmd(), newGetCmd(), newBenchCmd(), newShellCmd(), newAdminCmd(), newWorkloadCmd())
+		newConfigCmd(), newGetCmd(), newBenchCmd(), newShellCmd(), newAdminCmd(), newWorkloadCmd(), newHealthCmd())
 	return root
 }
