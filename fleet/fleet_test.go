@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/sluice-rl/sluice/fleet"
 	"github.com/sluice-rl/sluice/internal/testutil"
@@ -56,10 +55,7 @@ var cfg = &copies.Config{Resources: map[string]copies.Resource{
 
 func start(t *testing.T, etcd *etcdtest.Etcd, rc redis.UniversalClient, p, name string, buried chan<- string) *server {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := etcd.Client(t)
 	l := redisstore.NewCopyLog(redisstore.New(rc, redisstore.Options{Prefix: p}))
 	e, err := copies.New(cfg, copies.Options{Log: l})
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/config"
@@ -30,10 +29,7 @@ limits:
 
 func client(t *testing.T, e *etcdtest.Etcd) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := e.Client(t)
 	t.Cleanup(func() { cli.Close() })
 	return cli
 }

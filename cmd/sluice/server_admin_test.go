@@ -19,9 +19,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/sluice-rl/sluice/admin"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/testutil"
@@ -151,11 +148,7 @@ limits:
 // byte.
 func TestAdminTwoServersOneEtcdKey(t *testing.T) {
 	e := etcdtest.StartEtcd(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := e.Client(t)
 	const key = "/sluice/config"
 	ctx := context.Background()
 	if _, err := cli.Put(ctx, key, adminEtcdDoc); err != nil {
@@ -351,11 +344,7 @@ func TestAdminWritePathFlags(t *testing.T) {
 // remove, then at once an Allow, refused (no bucket).
 func TestAdminReadYourWrites(t *testing.T) {
 	e := etcdtest.StartEtcd(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := e.Client(t)
 	const key = "/sluice/ryw"
 	if _, err := cli.Put(t.Context(), key, adminCLIConfig); err != nil {
 		t.Fatal(err)

@@ -10,9 +10,6 @@ import (
 
 	"github.com/sluice-rl/sluice/config"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 )
 
@@ -27,11 +24,7 @@ resources:
 
 func TestWatcher(t *testing.T) {
 	etcd := etcdtest.StartEtcd(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := etcd.Client(t)
 	ctx := context.Background()
 	const key = "/sluice/config"
 
@@ -120,11 +113,7 @@ func TestWatcher(t *testing.T) {
 // seen by Current at once, the loads in the order of the writes.
 func TestWatcherSync(t *testing.T) {
 	etcd := etcdtest.StartEtcd(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := etcd.Client(t)
 	ctx := context.Background()
 	const key = "/sluice/config"
 	capacity := func(r *config.Repository) float64 {

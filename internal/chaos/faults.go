@@ -183,11 +183,16 @@ type holder struct {
 	released chan time.Duration
 }
 
-// untilReleased polls Redis for domain's count of the mode's resource
-// (limits/redis's key) until it is 0, for up to 30 s, and returns how
-// long that took (zero if it did not happen).
+// untilReleased polls Redis (or the Redis Cluster) for domain's count of
+// the mode's resource (limits/redis's key) until it is 0, for up to 30 s,
+// and returns how long that took (zero if it did not happen).
 func (r *runner) untilReleased(domain string) time.Duration {
-	c := redis.NewClient(&redis.Options{Addr: r.env.Redis.Addr})
+	var c redis.UniversalClient
+	if r.env.Cluster != nil {
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.env.Cluster.Addrs()})
+	} else {
+		c = redis.NewClient(&redis.Options{Addr: r.env.Redis.Addr})
+	}
 	defer c.Close()
 	start := time.Now()
 	key := "sluice:{c" + r.mode.resource + "}n:d:" + domain

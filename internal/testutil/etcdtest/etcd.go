@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 
 	"github.com/sluice-rl/sluice/internal/testutil"
 )
@@ -214,4 +216,16 @@ func (c *Cluster) Stop() {
 			m.Stop()
 		}
 	}
+}
+
+// Client returns a client of e (a 5 s dial timeout, no logs), closed when
+// the test ends.
+func (e *Etcd) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
 }
