@@ -129,10 +129,11 @@ func TestQuotaServiceFileAdmin(t *testing.T) {
 		t.Errorf("history: want 5 versions: %s", b)
 	}
 	t.Logf("the file after the changes:\n%s", file)
-	if len(p.lines) == 0 {
+	lines := p.logged()
+	if len(lines) == 0 {
 		t.Fatal("no log lines captured")
 	}
-	for _, l := range p.lines {
+	for _, l := range lines {
 		if strings.Contains(l, "NO_ALGORITHM") {
 			t.Errorf("a server with only --quotaservice-config warns: %s", l)
 		}

@@ -93,6 +93,13 @@ func (p *adminProc) stop(t *testing.T) {
 	}
 }
 
+// logged returns a copy of the server's log lines so far.
+func (p *adminProc) logged() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.lines)
+}
+
 // audits returns the server's audit lines.
 func (p *adminProc) audits(t *testing.T) []map[string]any {
 	t.Helper()
