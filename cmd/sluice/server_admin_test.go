@@ -331,11 +331,9 @@ func TestAdminWritePathFlags(t *testing.T) {
 		t.Fatalf("an insecure loopback write: %+v %v", res, err)
 	}
 	testutil.Eventually(t, 30*time.Second, "the server applies the file's change", func() bool { return allowLimitAt(t, open.addr, "tenant") == 5 })
-	open.mu.Lock()
-	warned := slices.ContainsFunc(open.lines, func(l string) bool {
+	warned := slices.ContainsFunc(open.logged(), func(l string) bool {
 		return strings.Contains(l, `"level":"WARN"`) && strings.Contains(l, "--admin-insecure")
 	})
-	open.mu.Unlock()
 	if !warned {
 		t.Error("no warning at start for --admin-insecure")
 	}
