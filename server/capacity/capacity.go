@@ -124,6 +124,9 @@ type Service struct {
 	masterAddr  string
 	masterSince time.Time
 	election    string // how this node elects, for the status page
+	// leasesEndBy (Unix nanoseconds; 0: unknown) is when every lease of
+	// this node's previous master has ended (SetLeasesEndBy).
+	leasesEndBy atomic.Int64
 
 	loggedMu      sync.Mutex
 	logged        map[string]struct{} // see once
@@ -263,10 +266,41 @@ func paramsFor(t *config.Template) lease.Params {
 }
 
 // params completes a resource's parameters with what is the server's, not
-// the template's: Doorman's minimum time between two requests.
+// the template's: Doorman's minimum time between two requests, and the
+// end of the previous master's leases (SetLeasesEndBy), by which learning
+// mode ends at the latest.
 func (s *Service) params(p lease.Params) lease.Params {
 	p.MinRequestInterval = s.minRequest
+	if n := s.leasesEndBy.Load(); n != 0 {
+		if by := time.Unix(0, n); p.LearningEndsBy.IsZero() || by.Before(p.LearningEndsBy) {
+			p.LearningEndsBy = by
+		}
+	}
 	return p
+}
+
+// SetLeasesEndBy tells a master when every lease its node's previous
+// master granted has ended (the election knows: election.Etcd's lease
+// horizon). Learning mode exists to learn those leases from the clients'
+// reports, so it ends then at the latest, for every resource: at once when
+// by is past (the previous master's leases have all lapsed, as after a
+// node down for longer than a lease). A zero by changes nothing. Winning
+// mastership forgets the previous term's value. Safe for concurrent use.
+//
+// Source: doorman-design.md, "Learning mode" (its purpose); issue 24 (a
+// root has no parent to tell it when its predecessor's leases end).
+func (s *Service) SetLeasesEndBy(by time.Time) {
+	if by.IsZero() {
+		return
+	}
+	s.leasesEndBy.Store(by.UnixNano())
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, r := range s.resources {
+		r.mu.Lock()
+		r.store.SetParams(s.params(r.store.Params()))
+		r.mu.Unlock()
+	}
 }
 
 // resource returns the state of resource id, creating it if needed, or

@@ -19,6 +19,7 @@ func (s *Service) SetMastership(isMaster bool, masterAddr string) {
 	}
 	if isMaster != s.isMaster {
 		s.resources = make(map[string]*resource)
+		s.leasesEndBy.Store(0) // the previous term's
 		if isMaster {
 			s.masterSince = s.now()
 			s.metrics.elections.WithLabelValues("won").Inc()

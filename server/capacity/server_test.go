@@ -117,3 +117,63 @@ func TestSweepForgetsIdleResources(t *testing.T) {
 		t.Fatal("resource without leases kept after sweep")
 	}
 }
+
+// A new master learns for a lease length, unless it is told when its
+// predecessor's leases end (SetLeasesEndBy): then until that at the
+// latest, for resources it already knows and those it meets later, and
+// not at all when that is past. A config reload keeps it; winning
+// mastership again forgets it.
+func TestLeasesEndBy(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	repo, err := config.Parse([]byte(`
+resources:
+  - identifier_glob: "*"
+    capacity: 100
+    algorithm: {kind: FAIR_SHARE, lease_length: 60, refresh_interval: 10}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{Config: repo, Now: clk.now})
+	s.SetMastership(false, "")
+	s.SetMastership(true, "")
+	learning := func(id string) bool {
+		t.Helper()
+		getCap(t, s, "probe", id, 1)
+		st, err := s.Status(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Learning
+	}
+	if !learning("a") {
+		t.Fatal("a new master is not learning")
+	}
+	s.SetLeasesEndBy(clk.t.Add(20 * time.Second))
+	clk.t = clk.t.Add(21 * time.Second)
+	if learning("a") || learning("b") {
+		t.Fatal("learning past the end of the predecessor's leases")
+	}
+	s.SetConfig(repo)
+	if learning("a") {
+		t.Fatal("a config reload brought learning mode back")
+	}
+	// A new term: learning for a lease length again, unless told; a past
+	// end means no learning at all.
+	s.SetMastership(false, "")
+	s.SetMastership(true, "")
+	if !learning("a") {
+		t.Fatal("a new term is not learning")
+	}
+	s.SetLeasesEndBy(clk.t.Add(-time.Second))
+	if learning("a") {
+		t.Fatal("learning although every lease of the predecessor has ended")
+	}
+	// A zero end changes nothing.
+	s.SetMastership(false, "")
+	s.SetMastership(true, "")
+	s.SetLeasesEndBy(time.Time{})
+	if !learning("c") {
+		t.Fatal("a zero end ended learning mode")
+	}
+}
