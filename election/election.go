@@ -30,6 +30,13 @@ type Status struct {
 	// Master is the advertised address of the current master ("host:port"),
 	// this task's own when IsMaster; "" when no master is known.
 	Master string
+	// LeasesEndBy, reported with IsMaster, is when every lease the node's
+	// previous master granted has ended, by the lease horizon it kept
+	// (EtcdOptions.LongestLease): in the past when it lapsed before this
+	// task won. Zero when unknown (no horizon kept, or Standalone): the
+	// new master learns for its full learning period
+	// (capacity.Service.SetLeasesEndBy).
+	LeasesEndBy time.Time
 }
 
 // Election is one task's participation in its node's election.
@@ -87,6 +94,27 @@ type EtcdOptions struct {
 	TTL time.Duration
 	// Logger receives the election's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// LongestLease, if set, returns the longest lease the master may grant
+	// (the longest lease_length of its configuration); the master then
+	// keeps a lease horizon in etcd, KEY.leases: a key whose etcd lease
+	// lapses no sooner than every lease this master granted
+	// (HorizonTTL after its last renewal, renewed as often as the
+	// session), so that its successor learns when they have all ended
+	// (Status.LeasesEndBy). KEY.horizon-kept marks that masters of this
+	// node keep one, so that an absent horizon means "all ended", not
+	// "unknown". nil: no horizon is kept or read.
+	LongestLease func() time.Duration
+}
+
+// HorizonTTL is the lease horizon's TTL for a master whose longest lease
+// is longest and whose session TTL is session: a master grants leases
+// until its session has expired, session after its last renewal, and the
+// horizon's renewal may lag the session's by a third of session (both are
+// renewed every third of session); 5 s more for the clocks' rates and the
+// master's reaction. Rounded up to whole seconds.
+func HorizonTTL(longest, session time.Duration) time.Duration {
+	d := longest + session + session/3 + 5*time.Second
+	return (d + time.Second - 1).Truncate(time.Second)
 }
 
 // Etcd returns an Election on etcd through cli, which the caller owns and
@@ -140,13 +168,14 @@ func (e *etcdElection) ttlSeconds() int {
 }
 
 // setLeader records whether this task's campaign holds mastership and
-// reports the new status.
-func (e *etcdElection) setLeader(leader bool) {
+// reports the new status (with endBy, the previous master's lease
+// horizon, when it does).
+func (e *etcdElection) setLeader(leader bool, endBy time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.leader = leader
 	if leader {
-		e.setLocked(Status{IsMaster: true, Master: e.opts.Address})
+		e.setLocked(Status{IsMaster: true, Master: e.opts.Address, LeasesEndBy: endBy})
 	} else {
 		e.setLocked(Status{})
 	}
@@ -186,7 +215,7 @@ func (e *etcdElection) Run(parent context.Context, report func(Status)) error {
 		case <-ctx.Done():
 		}
 	}()
-	e.setLeader(false)
+	e.setLeader(false, time.Time{})
 	failures := 0
 	for ctx.Err() == nil {
 		won, err := e.term(ctx)
@@ -206,7 +235,7 @@ func (e *etcdElection) Run(parent context.Context, report func(Status)) error {
 		case <-time.After(backoff):
 		}
 	}
-	e.setLeader(false)
+	e.setLeader(false, time.Time{})
 	if parent.Err() == nil {
 		// Resigned: no longer a candidate, but keep following the master
 		// so that a draining server redirects to its successor.
@@ -278,17 +307,91 @@ func (e *etcdElection) term(ctx context.Context) (won bool, err error) {
 	if err := el.Campaign(tctx, e.opts.Address); err != nil {
 		return false, fmt.Errorf("campaign: %w", err)
 	}
-	e.opts.Logger.Info("election: won mastership", "key", e.opts.Key, "addr", e.opts.Address)
-	e.setLeader(true)
+	var endBy time.Time
+	if e.opts.LongestLease != nil {
+		if endBy, err = e.keepHorizon(tctx); err != nil {
+			return false, fmt.Errorf("lease horizon: %w", err)
+		}
+	}
+	e.opts.Logger.Info("election: won mastership", "key", e.opts.Key, "addr", e.opts.Address, "previous_leases_end_by", endBy)
+	e.setLeader(true, endBy)
 	select {
 	case <-sess.Done():
-		e.setLeader(false)
+		e.setLeader(false, time.Time{})
 		e.opts.Logger.Warn("election: etcd session expired; mastership lost", "key", e.opts.Key)
 		return true, errors.New("session expired")
 	case <-ctx.Done():
-		e.setLeader(false)
+		e.setLeader(false, time.Time{})
 		return true, nil
 	}
+}
+
+// keepHorizon reads the previous master's lease horizon (when its leases
+// end: Status.LeasesEndBy), then keeps this master's: KEY.leases on an
+// etcd lease of HorizonTTL (at least what remained of the previous one),
+// renewed every third of the session TTL until ctx (the term's) ends,
+// and never revoked, so that it lapses no sooner than this master's
+// leases. A longer longest lease (a new configuration) moves the key to a
+// lease of the longer TTL. Errors: etcd's, before this master may grant
+// anything.
+func (e *etcdElection) keepHorizon(ctx context.Context) (time.Time, error) {
+	horizon, kept := e.opts.Key+".leases", e.opts.Key+".horizon-kept"
+	resp, err := e.cli.Txn(ctx).Then(clientv3.OpGet(horizon), clientv3.OpGet(kept)).Commit()
+	if err != nil {
+		return time.Time{}, err
+	}
+	now := time.Now()
+	var endBy time.Time
+	var remaining time.Duration
+	hr, kr := resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange()
+	switch {
+	case len(hr.Kvs) > 0:
+		ttl, err := e.cli.TimeToLive(ctx, clientv3.LeaseID(hr.Kvs[0].Lease))
+		if err != nil {
+			return time.Time{}, err
+		}
+		// TTL is whole seconds left (rounded down), -1 once expired.
+		remaining = time.Duration(max(ttl.TTL+1, 0)) * time.Second
+		endBy = now.Add(remaining)
+	case len(kr.Kvs) > 0:
+		endBy = now // kept, and lapsed: every lease has ended
+	}
+	ttl := max(HorizonTTL(e.opts.LongestLease(), e.opts.TTL), remaining)
+	put := func(ttl time.Duration) (clientv3.LeaseID, error) {
+		g, err := e.cli.Grant(ctx, int64(ttl/time.Second))
+		if err != nil {
+			return 0, err
+		}
+		_, err = e.cli.Put(ctx, horizon, e.opts.Address, clientv3.WithLease(g.ID))
+		return g.ID, err
+	}
+	id, err := put(ttl)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if _, err := e.cli.Put(ctx, kept, "1"); err != nil {
+		return time.Time{}, err
+	}
+	go func() {
+		tick := time.NewTicker(max(e.opts.TTL/3, 100*time.Millisecond))
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if longer := HorizonTTL(e.opts.LongestLease(), e.opts.TTL); longer > ttl {
+				if nid, err := put(longer); err == nil {
+					id, ttl = nid, longer
+				}
+			}
+			if _, err := e.cli.KeepAliveOnce(ctx, id); err != nil && ctx.Err() == nil {
+				e.opts.Logger.Debug("election: lease horizon renewal failed", "key", horizon, "err", err)
+			}
+		}
+	}()
+	return endBy, nil
 }
 
 // observe follows the master's address until ctx ends, restarting Observe

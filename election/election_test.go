@@ -54,8 +54,15 @@ func newClient(t *testing.T, endpoint string) *clientv3.Client {
 // stopped (Run's ctx canceled, client closed) in t.Cleanup.
 func start(t *testing.T, endpoint, key, addr string, ttl time.Duration) *candidate {
 	t.Helper()
+	return startWith(t, endpoint, election.EtcdOptions{Key: key, Address: addr, TTL: ttl})
+}
+
+// startWith is start with every option.
+func startWith(t *testing.T, endpoint string, opts election.EtcdOptions) *candidate {
+	t.Helper()
+	addr := opts.Address
 	c := &candidate{addr: addr, cli: newClient(t, endpoint), done: make(chan struct{}), changed: make(chan struct{}, 1)}
-	el, err := election.Etcd(c.cli, election.EtcdOptions{Key: key, Address: addr, TTL: ttl})
+	el, err := election.Etcd(c.cli, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,5 +342,48 @@ func TestEtcdHiccupKeepsMastership(t *testing.T) {
 	px.setCut(false)
 	if m := oneMaster(t, 5*ttl, a, b); m != b {
 		t.Fatal("after the partition heals the old master came back")
+	}
+}
+
+// The lease horizon: the first master of a node knows nothing of a
+// predecessor (zero); a successor after a handover learns when the
+// previous master's leases end (within HorizonTTL); once the horizon has
+// lapsed (here: deleted, as its etcd lease would), a new master learns
+// that every lease has ended.
+func TestLeaseHorizon(t *testing.T) {
+	etcd := etcdtest.StartEtcd(t)
+	longest := func() time.Duration { return 2 * time.Second }
+	opts := func(addr string) election.EtcdOptions {
+		return election.EtcdOptions{Key: "/horizon", Address: addr, TTL: time.Second, LongestLease: longest}
+	}
+	a := startWith(t, etcd.Endpoint, opts("a:1"))
+	if m := oneMaster(t, 20*time.Second, a); !m.status().LeasesEndBy.IsZero() {
+		t.Fatalf("the first master was told its predecessor's leases end by %v", m.status().LeasesEndBy)
+	}
+	b := startWith(t, etcd.Endpoint, opts("b:1"))
+	oneMaster(t, 20*time.Second, a, b)
+	if err := a.el.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	resigned := time.Now()
+	testutil.Eventually(t, 20*time.Second, "b takes over", func() bool { return b.status().IsMaster })
+	end := b.status().LeasesEndBy
+	if bound := resigned.Add(election.HorizonTTL(longest(), time.Second) + time.Second); end.Before(resigned) || end.After(bound) {
+		t.Fatalf("after a handover: the predecessor's leases end by %v, want between %v and %v", end, resigned, bound)
+	}
+	// The horizon lapses (as its etcd lease would, HorizonTTL after the
+	// last master stopped renewing it).
+	cli := etcd.Client(t)
+	if _, err := cli.Delete(context.Background(), "/horizon.leases"); err != nil {
+		t.Fatal(err)
+	}
+	c := startWith(t, etcd.Endpoint, opts("c:1"))
+	testutil.Eventually(t, 20*time.Second, "c campaigns", func() bool { return c.status().Master == "b:1" })
+	if err := b.el.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "c takes over", func() bool { return c.status().IsMaster })
+	if end := c.status().LeasesEndBy; end.IsZero() || end.After(time.Now()) {
+		t.Fatalf("after the horizon lapsed: the predecessor's leases end by %v, want a time past", end)
 	}
 }

@@ -435,7 +435,14 @@ func (s *Server) newElection() error {
 		if ttl == 0 {
 			ttl = 10 * time.Second
 		}
-		e, err := election.Etcd(s.etcd, election.EtcdOptions{Key: el.Key, Address: s.addr, TTL: ttl, Logger: s.log})
+		opts := election.EtcdOptions{Key: el.Key, Address: s.addr, TTL: ttl, Logger: s.log}
+		if len(s.cfg.Parents) == 0 {
+			// A root keeps a lease horizon, so that a successor elected
+			// after every lease lapsed does not learn for nothing (an
+			// intermediate learns the same from its parent).
+			opts.LongestLease = s.capacity.LongestLease
+		}
+		e, err := election.Etcd(s.etcd, opts)
 		if err != nil {
 			return err
 		}
@@ -787,7 +794,10 @@ func (s *Server) Run(ctx context.Context) error {
 		defer close(electionDone)
 		err := s.election.Run(ectx, func(st election.Status) {
 			s.capacity.SetMastership(st.IsMaster, st.Master)
-			s.log.Info("mastership", "is_master", st.IsMaster, "master", st.Master)
+			if st.IsMaster {
+				s.capacity.SetLeasesEndBy(st.LeasesEndBy)
+			}
+			s.log.Info("mastership", "is_master", st.IsMaster, "master", st.Master, "previous_leases_end_by", st.LeasesEndBy)
 		})
 		if err != nil {
 			s.log.Error("the election stopped: this task no longer campaigns", "err", err)

@@ -33,6 +33,7 @@ import (
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/server"
@@ -77,6 +78,14 @@ type Options struct {
 	// pushed leases (sluice.v1.Leases), delivered at the instant they are
 	// decided.
 	NoPush bool
+	// NoLeaseHorizon runs roots whose new masters learn for a full
+	// learning period whatever happened before, as in Doorman, for
+	// comparison (DoormanAllocation implies it). By default a root's new
+	// master is told when its predecessor's leases end, as
+	// election.Etcd's lease horizon tells it (capacity.Service.
+	// SetLeasesEndBy): HorizonTTL after the predecessor crashed or handed
+	// over, with the server's default election TTL (SimElectionTTL).
+	NoLeaseHorizon bool
 	// RefreshInterval, when > 0, replaces the scenario's refresh interval
 	// at the root (seconds).
 	RefreshInterval float64
@@ -143,6 +152,8 @@ type node struct {
 	tasks    []*task
 	master   int // index of the master task, -1 while there is none
 	outage   bool
+	elected  bool      // the node has had a master
+	lostAt   time.Time // when its master crashed (zero: no crash since the last election)
 	capHist  []float64 // capacity held at each of the last lease-length seconds
 	capPeak  float64   // the most capacity held since the last sample (see notePeak)
 	children []*node
@@ -376,6 +387,10 @@ func (s *sim) run() {
 	}
 }
 
+// SimElectionTTL is the election's session TTL the simulator assumes for
+// the lease horizon: `sluice server --election-ttl`'s default.
+const SimElectionTTL = 10 * time.Second
+
 // elect makes task i of nd its master (the others learn its address): it
 // starts afresh, in learning mode.
 func (s *sim) elect(nd *node, i int) {
@@ -391,6 +406,18 @@ func (s *sim) elect(nd *node, i int) {
 		}
 		t.srv.SetMastership(j == i, addr)
 	}
+	// A root's new master learns when its predecessor's leases end from
+	// the lease horizon the predecessor kept: HorizonTTL after it crashed,
+	// or after now when it hands over alive. The first master knows of no
+	// predecessor.
+	if nd.parent == nil && nd.elected && !s.opts.NoLeaseHorizon && !s.opts.DoormanAllocation {
+		last := s.now
+		if !nd.lostAt.IsZero() {
+			last = nd.lostAt
+		}
+		nd.tasks[i].srv.SetLeasesEndBy(last.Add(election.HorizonTTL(seconds(s.sc.LeaseLength), SimElectionTTL)))
+	}
+	nd.elected, nd.lostAt = true, time.Time{}
 	// The holders' streams find the new master: nd's clients and
 	// children, and nd itself at its parent.
 	for _, c := range s.clients {
@@ -458,7 +485,7 @@ func (s *sim) loseMaster(nd *node) {
 	old.down = true
 	old.gen++
 	old.srv.SetMastership(false, "")
-	nd.master, nd.outage = -1, true
+	nd.master, nd.outage, nd.lostAt = -1, true, s.now
 	for _, t := range nd.tasks {
 		if !t.down {
 			t.srv.SetMastership(false, "")

@@ -116,6 +116,30 @@ func TestSluiceBeatsDoorman(t *testing.T) {
 	}
 }
 
+// The lease horizon: in scenario three the root has no master for 70 s,
+// longer than a lease (60 s); its new master, told by the horizon that its
+// predecessor's leases ended 9 s after it won (lost at 120 s, horizon
+// HorizonTTL = 79 s), learns for 9 s rather than 60, with no overshoot.
+func TestLeaseHorizonShortensLearning(t *testing.T) {
+	three, _ := Lookup("three")
+	var util [2]float64
+	for i, none := range []bool{false, true} {
+		res, err := Run(three, Options{Seed: 1, NoLeaseHorizon: none})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := Summarize(&res.Series)
+		if sum.OvershootMaxPercent > 0 || sum.ShortfallEpisodes > 0 || len(res.Violations) > 0 {
+			t.Fatalf("horizon %v: overshoot %v %%, %d shortfalls, %v", !none, sum.OvershootMaxPercent, sum.ShortfallEpisodes, res.Violations)
+		}
+		util[i] = sum.UtilizationMean
+	}
+	t.Logf("three: with the horizon %.2f %%, without %.2f %%", 100*util[0], 100*util[1])
+	if util[0] < util[1]+0.15 {
+		t.Fatalf("with the horizon %.4f, without %.4f: want 15 points more", util[0], util[1])
+	}
+}
+
 func TestDeterministic(t *testing.T) {
 	sc, _ := Lookup("seven")
 	a, err := Run(sc, Options{Seed: 3, Duration: 900})

@@ -25,6 +25,7 @@ func newSimulateCmd() *cobra.Command {
 		decay      string
 		refresh    time.Duration
 		push       bool
+		horizon    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -94,7 +95,7 @@ act as 5 s.`,
 			var verr error
 			for _, sc := range scs {
 				opts := sim.Options{Seed: seed, Duration: duration.Seconds(), DoormanAllocation: allocation == "doorman",
-					RefreshDecay: decay, RefreshInterval: refresh.Seconds(), NoPush: !push}
+					RefreshDecay: decay, RefreshInterval: refresh.Seconds(), NoPush: !push, NoLeaseHorizon: !horizon}
 				opts.Progress = newProgress(cmd.ErrOrStderr(), "scenario "+sc.Name)
 				began := time.Now()
 				res, err := sim.Run(sc, opts)
@@ -135,6 +136,7 @@ act as 5 s.`,
 	f.StringVar(&decay, "refresh-decay", sim.DecaySluice, "refresh interval across the tree: sluice (longer toward the clients) or design (shorter toward the clients)")
 	f.DurationVar(&refresh, "refresh-interval", 0, "refresh interval at the root (default: the scenario's)")
 	f.BoolVar(&push, "push", true, "push leases to their holders when capacity becomes free (false: poll only, as Doorman)")
+	f.BoolVar(&horizon, "lease-horizon", true, "a root's new master learns only until its predecessor's leases end, by the lease horizon the election keeps (false: a full learning period, as Doorman)")
 	return cmd
 }
 

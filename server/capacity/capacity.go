@@ -279,6 +279,22 @@ func (s *Service) params(p lease.Params) lease.Params {
 	return p
 }
 
+// LongestLease is the longest lease this server may grant: its
+// configuration's longest lease_length, and at least FallbackLeaseLength
+// (a resource no template matches). For an election's lease horizon
+// (election.EtcdOptions.LongestLease). Safe for concurrent use.
+func (s *Service) LongestLease() time.Duration {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	longest := FallbackLeaseLength
+	if s.cfg != nil {
+		for _, t := range s.cfg.Templates() {
+			longest = max(longest, t.Algorithm.LeaseLength)
+		}
+	}
+	return longest
+}
+
 // SetLeasesEndBy tells a master when every lease its node's previous
 // master granted has ended (the election knows: election.Etcd's lease
 // horizon). Learning mode exists to learn those leases from the clients'
