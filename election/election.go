@@ -20,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/internal/retry"
 )
 
@@ -372,25 +373,16 @@ func (e *etcdElection) keepHorizon(ctx context.Context) (time.Time, error) {
 	if _, err := e.cli.Put(ctx, kept, "1"); err != nil {
 		return time.Time{}, err
 	}
-	go func() {
-		tick := time.NewTicker(max(e.opts.TTL/3, 100*time.Millisecond))
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			if longer := HorizonTTL(e.opts.LongestLease(), e.opts.TTL); longer > ttl {
-				if nid, err := put(longer); err == nil {
-					id, ttl = nid, longer
-				}
-			}
-			if _, err := e.cli.KeepAliveOnce(ctx, id); err != nil && ctx.Err() == nil {
-				e.opts.Logger.Debug("election: lease horizon renewal failed", "key", horizon, "err", err)
+	go refresh.Every(ctx, max(e.opts.TTL/3, 100*time.Millisecond), func(ctx context.Context) {
+		if longer := HorizonTTL(e.opts.LongestLease(), e.opts.TTL); longer > ttl {
+			if nid, err := put(longer); err == nil {
+				id, ttl = nid, longer
 			}
 		}
-	}()
+		if _, err := e.cli.KeepAliveOnce(ctx, id); err != nil && ctx.Err() == nil {
+			e.opts.Logger.Debug("election: lease horizon renewal failed", "key", horizon, "err", err)
+		}
+	})
 	return endBy, nil
 }
 
