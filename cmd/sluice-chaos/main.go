@@ -14,6 +14,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,16 +66,11 @@ errors by code, answers flagged degraded and the time to recover.`,
 				printList(out)
 				return nil
 			}
-			if vb {
-				opts.Log = cmd.ErrOrStderr()
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			cleanup, err := ensureBinary(&opts.Sluice)
+			ctx, done, err := prepare(cmd, vb, &opts.Log, &opts.Sluice)
 			if err != nil {
 				return err
 			}
-			defer cleanup()
+			defer done()
 			runs := [][2]string{{opts.Mode, opts.Fault}}
 			if all {
 				runs = nil
@@ -148,16 +144,11 @@ soak-N.csv and soak-N.png into --out. Run by hand (30 minutes is the
 soak of docs/accuracy.md), not in CI.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if vb {
-				opts.Log = cmd.ErrOrStderr()
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			cleanup, err := ensureBinary(&opts.Sluice)
+			ctx, done, err := prepare(cmd, vb, &opts.Log, &opts.Sluice)
 			if err != nil {
 				return err
 			}
-			defer cleanup()
+			defer done()
 			samples, err := chaos.Soak(ctx, opts)
 			if err != nil {
 				return err
@@ -193,6 +184,22 @@ func printList(w io.Writer) {
 
 // ensureBinary builds ./cmd/sluice into *bin when it is empty; cleanup
 // removes what it built.
+// prepare is what every command does first: with verbose, logs go to
+// standard error (*log); the returned ctx ends on SIGINT or SIGTERM; *bin
+// is built when empty. done undoes it all (a built binary is removed).
+func prepare(cmd *cobra.Command, verbose bool, log *io.Writer, bin *string) (ctx context.Context, done func(), err error) {
+	if verbose {
+		*log = cmd.ErrOrStderr()
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	cleanup, err := ensureBinary(bin)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return ctx, func() { cleanup(); stop() }, nil
+}
+
 func ensureBinary(bin *string) (cleanup func(), err error) {
 	if *bin != "" {
 		return func() {}, nil
