@@ -25,6 +25,10 @@ type Fault struct {
 	// applies reports whether the fault means something for the mode.
 	applies func(m *Mode) bool
 	inject  func(r *runner) (heal func() error, err error)
+	// persistent: Redis runs with its append-only file; etcdMembers: how
+	// many members etcd runs (0: one).
+	persistent  bool
+	etcdMembers int
 }
 
 func onRedis(m *Mode) bool   { return m.Store == Redis }
@@ -84,7 +88,7 @@ var Faults = map[string]*Fault{
 		}},
 	"redis-restart": {Doc: "SIGKILL redis-server and start it again without persistence: it comes back empty", applies: onRedis,
 		inject: func(r *runner) (func() error, error) { return nil, r.env.Redis.Restart() }},
-	"redis-restart-aof": {Doc: "SIGKILL redis-server and start it again from its append-only file (appendfsync always)", applies: onRedis,
+	"redis-restart-aof": {Doc: "SIGKILL redis-server and start it again from its append-only file (appendfsync always)", applies: onRedis, persistent: true,
 		inject: func(r *runner) (func() error, error) { return nil, r.env.Redis.Restart() }},
 	"cluster-failover": {Doc: "CLUSTER FAILOVER on the replica of the master holding the bucket", applies: onCluster,
 		inject: func(r *runner) (func() error, error) {
@@ -120,7 +124,7 @@ var Faults = map[string]*Fault{
 			return r.env.EtcdProxies.heal, nil
 		}},
 	"etcd-leader-kill": {Doc: "etcd runs three members; SIGKILL-like stop of the raft leader (the other two elect a new one), start it again from its data when the fault heals",
-		applies: func(m *Mode) bool { return m.Etcd },
+		applies: func(m *Mode) bool { return m.Etcd }, etcdMembers: 3,
 		inject: func(r *runner) (func() error, error) {
 			c := r.env.Etcd
 			lead := c.Leader()

@@ -222,7 +222,7 @@ func (r *runner) setup() (*Env, error) {
 	}
 	switch r.mode.Store {
 	case Redis:
-		if r.fault.Name == "redis-restart-aof" {
+		if r.fault.persistent {
 			e.Redis, err = redistest.StartPersistent(dir)
 		} else {
 			e.Redis, err = redistest.Start()
@@ -247,11 +247,7 @@ func (r *runner) setup() (*Env, error) {
 		}
 	}
 	if r.mode.Etcd {
-		members := 1
-		if r.fault.Name == "etcd-leader-kill" {
-			members = 3
-		}
-		if e.Etcd, err = etcdtest.StartCluster(dir+"/etcd", members); err != nil {
+		if e.Etcd, err = etcdtest.StartCluster(dir+"/etcd", max(r.fault.etcdMembers, 1)); err != nil {
 			return e, err
 		}
 		e.EtcdProxies = newProxies()
