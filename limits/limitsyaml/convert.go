@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -180,37 +179,17 @@ func MarshalQuotaService(cfg *limits.Config, from *yaml.Node) ([]byte, error) {
 // reads them. Errors: LoadEnvoyRateLimit's (a domain defined twice names
 // both files).
 func EnvoySection(path string) (*yaml.Node, error) {
-	if _, err := LoadEnvoyRateLimit(path); err != nil {
-		return nil, err
-	}
-	files, err := envoyFiles(path)
+	_, docs, err := loadEnvoy(path)
 	if err != nil {
 		return nil, err
 	}
 	seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
+	for _, doc := range docs {
+		d := doc.Content[0]
+		if doc.HeadComment != "" {
+			d.HeadComment = strings.TrimSpace(doc.HeadComment + "\n" + d.HeadComment)
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		for {
-			var doc yaml.Node
-			if err := dec.Decode(&doc); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				return nil, fmt.Errorf("%s: %w", f, err)
-			}
-			if len(doc.Content) == 0 || isNull(doc.Content[0]) {
-				continue
-			}
-			d := doc.Content[0]
-			if doc.HeadComment != "" {
-				d.HeadComment = strings.TrimSpace(doc.HeadComment + "\n" + d.HeadComment)
-			}
-			seq.Content = append(seq.Content, d)
-		}
+		seq.Content = append(seq.Content, d)
 	}
 	return seq, nil
 }

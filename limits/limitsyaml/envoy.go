@@ -56,8 +56,16 @@ var (
 // as a number or a boolean is read as its text, as the reference reads it.
 // source names the file in errors and in rls.Domain.Source.
 func ParseEnvoyRateLimit(source string, data []byte) ([]*rls.Domain, error) {
+	ds, _, err := parseEnvoy(source, data)
+	return ds, err
+}
+
+// parseEnvoy is ParseEnvoyRateLimit that also returns the domains'
+// documents (yaml.DocumentNode, non-empty ones), for EnvoySection.
+func parseEnvoy(source string, data []byte) ([]*rls.Domain, []*yaml.Node, error) {
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
 	var out []*rls.Domain
+	var docs []*yaml.Node
 	var errs []error
 	for i := 0; ; i++ {
 		var doc yaml.Node
@@ -80,12 +88,12 @@ func ParseEnvoyRateLimit(source string, data []byte) ([]*rls.Domain, error) {
 			errs = append(errs, err)
 			continue
 		}
-		out = append(out, d)
+		out, docs = append(out, d), append(docs, &doc)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, docs, nil
 }
 
 // DecodeEnvoySection reads the envoy_ratelimit section of Sluice's own
@@ -158,11 +166,19 @@ func decodeEnvoyDomain(n *yaml.Node, where string, sluice bool) (*rls.Domain, er
 // (ParseEnvoyRateLimit's errors, every file's), and a domain defined twice,
 // naming both files.
 func LoadEnvoyRateLimit(path string) (*rls.Config, error) {
+	c, _, err := loadEnvoy(path)
+	return c, err
+}
+
+// loadEnvoy is LoadEnvoyRateLimit that also returns the domains'
+// documents, in the order read.
+func loadEnvoy(path string) (*rls.Config, []*yaml.Node, error) {
 	files, err := envoyFiles(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var domains []*rls.Domain
+	var docs []*yaml.Node
 	var errs []error
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -170,17 +186,18 @@ func LoadEnvoyRateLimit(path string) (*rls.Config, error) {
 			errs = append(errs, err)
 			continue
 		}
-		ds, err := ParseEnvoyRateLimit(f, data)
+		ds, ns, err := parseEnvoy(f, data)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		domains = append(domains, ds...)
+		domains, docs = append(domains, ds...), append(docs, ns...)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return rls.NewConfig(domains...)
+	c, err := rls.NewConfig(domains...)
+	return c, docs, err
 }
 
 // envoyDomain reads one domain's document.
