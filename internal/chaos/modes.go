@@ -165,7 +165,9 @@ func code(err error) string {
 	return status.Code(err).String()
 }
 
-// every runs f every d until ctx ends.
+// every runs f every d until ctx ends, at a fixed rate (a ticker): the
+// load's rate must not depend on how long the answers take, which
+// refresh.Every (d after each step ends) would make it.
 func every(ctx context.Context, d time.Duration, f func()) {
 	t := time.NewTicker(d)
 	defer t.Stop()
