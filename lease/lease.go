@@ -152,11 +152,13 @@ type Grant struct {
 	// pushed leases applies one only if its sequence is higher than that of
 	// the lease it holds.
 	Sequence int64
-	// PreviousExpiry is when the last lease granted to the requester
-	// before this decision ends, or the decision's time if none runs; zero
-	// in learning mode, when the store does not know. (The record of a
-	// requester only ever extends, and is dropped only once every lease it
-	// was granted has ended.)
+	// PreviousExpiry is when the last lease of more than 0 granted to the
+	// requester before this decision ends, or the decision's time if none
+	// runs; zero in learning mode, when the store does not know. A
+	// downstream server hands out only what it holds, never beyond its own
+	// lease, so what its predecessor handed out ends by then: leases of 0
+	// back nothing. (The record of a requester only ever extends, and is
+	// dropped only once every lease it was granted has ended.)
 	PreviousExpiry time.Time
 }
 
@@ -193,7 +195,11 @@ type entry struct {
 	gets        float64  // the capacity of the requester's current lease
 	lastRequest int64    // Unix nanoseconds
 	owner       *entry   // on further bands: the requester's first entry
-	more        []*entry // on the first entry: the further bands' entries
+	more        *[]*entry // on the first entry: the further bands' entries (nil: none; see further)
+	// posExpSec (Unix seconds; 0: none) is the latest expiry of a lease
+	// of more than 0 granted to the requester: what a downstream server
+	// hands out ends by then (Grant.PreviousExpiry).
+	posExpSec int64
 }
 
 // band is the requesters of one priority, in a tree of their own.
@@ -315,7 +321,7 @@ func (r *Resource) band(p int64, create bool) *band {
 // trees.
 func (r *Resource) place(e *entry) {
 	r.band(e.priority, true).tree.insert(e)
-	for _, m := range e.more {
+	for _, m := range e.further() {
 		r.band(m.priority, true).tree.insert(m)
 	}
 }
@@ -324,7 +330,7 @@ func (r *Resource) place(e *entry) {
 // left empty.
 func (r *Resource) unplace(e *entry) {
 	r.removeFromBand(e)
-	for _, m := range e.more {
+	for _, m := range e.further() {
 		r.removeFromBand(m)
 	}
 }
@@ -370,13 +376,13 @@ func parts(req Request, buf []Band) []Band {
 
 // sameParts reports whether e's entries hold exactly ps.
 func sameParts(e *entry, ps []Band) bool {
-	if len(ps) != 1+len(e.more) {
+	if len(ps) != 1+len(e.further()) {
 		return false
 	}
 	for i, p := range ps {
 		x := e
 		if i > 0 {
-			x = e.more[i-1]
+			x = e.further()[i-1]
 		}
 		if x.priority != p.Priority || x.wants != p.Wants || x.subclients != float64(p.Clients) {
 			return false
@@ -397,7 +403,7 @@ func fewerClients(ps []Band, e *entry) bool {
 // currentParts returns e's bands, highest priority first.
 func currentParts(e *entry, out []Band) []Band {
 	out = append(out, Band{Priority: e.priority, Clients: int64(e.subclients), Wants: e.wants})
-	for _, m := range e.more {
+	for _, m := range e.further() {
 		out = append(out, Band{Priority: m.priority, Clients: int64(m.subclients), Wants: m.wants})
 	}
 	return out
@@ -406,10 +412,26 @@ func currentParts(e *entry, out []Band) []Band {
 // setParts makes e's entries hold ps (e takes the first band).
 func setParts(e *entry, ps []Band) {
 	e.priority, e.wants, e.subclients = ps[0].Priority, ps[0].Wants, float64(ps[0].Clients)
-	e.more = e.more[:0]
-	for _, p := range ps[1:] {
-		e.more = append(e.more, &entry{id: e.id, owner: e, priority: p.Priority, wants: p.Wants, subclients: float64(p.Clients)})
+	if e.more == nil {
+		if len(ps) == 1 {
+			return
+		}
+		e.more = new([]*entry)
 	}
+	more := (*e.more)[:0]
+	for _, p := range ps[1:] {
+		more = append(more, &entry{id: e.id, owner: e, priority: p.Priority, wants: p.Wants, subclients: float64(p.Clients)})
+	}
+	*e.more = more
+}
+
+// further returns the entries of the requester's further bands (e is its
+// first entry).
+func (e *entry) further() []*entry {
+	if e.more == nil {
+		return nil
+	}
+	return *e.more
 }
 
 // sumHas returns Σ has over every band.
@@ -456,7 +478,7 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 	if !learning {
 		previous = now.Truncate(time.Second)
 		if e != nil {
-			previous = time.Unix(max(e.expSec, previous.Unix()), 0)
+			previous = time.Unix(max(e.posExpSec, previous.Unix()), 0)
 		}
 	}
 	if e != nil && r.early(now, e, req.Repeat) {
@@ -701,6 +723,9 @@ func (r *Resource) book(now time.Time, e *entry, d decision, booked float64) {
 	r.band(e.priority, false).tree.setHas(e, booked)
 	e.gets = d.gets
 	e.expired = !d.expiry.After(now)
+	if d.gets > 0 {
+		e.posExpSec = max(e.posExpSec, d.expiry.Unix())
+	}
 	r.expiries.set(e, d.keep.Unix())
 }
 
@@ -818,9 +843,9 @@ type Band struct {
 
 // algoParts returns requester e's parts for the algorithms.
 func (r *Resource) algoParts(e *entry) []algorithm.Part {
-	out := make([]algorithm.Part, 0, 1+len(e.more))
+	out := make([]algorithm.Part, 0, 1+len(e.further()))
 	out = append(out, algorithm.Part{Priority: e.priority, Requester: algorithm.Requester{Wants: e.wants, Subclients: e.subclients}})
-	for _, m := range e.more {
+	for _, m := range e.further() {
 		out = append(out, algorithm.Part{Priority: m.priority, Requester: algorithm.Requester{Wants: m.wants, Subclients: m.subclients}})
 	}
 	return out
@@ -838,7 +863,7 @@ func (r *Resource) algoBands() []algorithm.PriorityBand {
 // total returns requester e's demand over all its bands.
 func total(e *entry) algorithm.Requester {
 	t := algorithm.Requester{Wants: e.wants, Subclients: e.subclients}
-	for _, m := range e.more {
+	for _, m := range e.further() {
 		t.Wants += m.wants
 		t.Subclients += m.subclients
 	}

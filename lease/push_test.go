@@ -171,6 +171,21 @@ func TestLearningEndsBy(t *testing.T) {
 	if !g.PreviousExpiry.Equal(t0.Add(60 * time.Second)) {
 		t.Fatalf("previous expiry %v, want the first lease's t0+60s", g.PreviousExpiry)
 	}
+	// Leases of 0 back nothing downstream: the previous expiry is that of
+	// the last lease of more than 0, or now when there was none.
+	g = parent.Decide(t0.Add(20*time.Second), Request{Client: "child", Wants: 0, Repeat: true})
+	if g.Capacity != 0 || !g.PreviousExpiry.Equal(t0.Add(70*time.Second)) {
+		t.Fatalf("grant %v, previous expiry %v, want 0 and the second lease's t0+70s", g.Capacity, g.PreviousExpiry)
+	}
+	if g := parent.Decide(t0.Add(30*time.Second), Request{Client: "child", Wants: 0, Repeat: true}); !g.PreviousExpiry.Equal(t0.Add(70 * time.Second)) {
+		t.Fatalf("previous expiry %v after a lease of 0, want the last lease of more than 0's t0+70s", g.PreviousExpiry)
+	}
+	if g := parent.Decide(t0, Request{Client: "idle", Wants: 0}); g.Capacity != 0 {
+		t.Fatalf("idle child granted %v", g.Capacity)
+	}
+	if g := parent.Decide(t0.Add(10*time.Second), Request{Client: "idle", Wants: 0, Repeat: true}); !g.PreviousExpiry.Equal(t0.Add(10 * time.Second)) {
+		t.Fatalf("previous expiry %v of a child only ever granted 0, want now", g.PreviousExpiry)
+	}
 	learning := NewResource("r", params(algorithm.FairShare, 100), t0)
 	if g := learning.Decide(t0, Request{Client: "child", Wants: 10}); !g.PreviousExpiry.IsZero() {
 		t.Fatalf("a store in learning mode reported %v, want nothing", g.PreviousExpiry)
