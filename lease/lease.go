@@ -192,9 +192,9 @@ type entry struct {
 
 	priority    int64 // the band
 	id          string
-	gets        float64  // the capacity of the requester's current lease
-	lastRequest int64    // Unix nanoseconds
-	owner       *entry   // on further bands: the requester's first entry
+	gets        float64   // the capacity of the requester's current lease
+	lastRequest int64     // Unix nanoseconds
+	owner       *entry    // on further bands: the requester's first entry
 	more        *[]*entry // on the first entry: the further bands' entries (nil: none; see further)
 	// posExpSec (Unix seconds; 0: none) is the latest expiry of a lease
 	// of more than 0 granted to the requester: what a downstream server
