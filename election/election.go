@@ -57,6 +57,19 @@ type Election interface {
 	Resign(ctx context.Context) error
 }
 
+// Horizon is implemented by Etcd's Election: a master that keeps a lease
+// horizon (EtcdOptions.LongestLease) must call KeepHorizon before it hands
+// out its first lease of more than 0 in a term, and may hand it out only
+// if KeepHorizon returned nil. A master that grants nothing keeps no
+// horizon, so that its successor does not wait for leases that were never
+// granted. Safe for concurrent use.
+type Horizon interface {
+	// KeepHorizon makes the horizon cover every lease this master grants
+	// from now until its term ends. Cheap once it has succeeded in a
+	// term. Without EtcdOptions.LongestLease it returns nil.
+	KeepHorizon(ctx context.Context) error
+}
+
 // Standalone returns an Election in which this task, at address addr, is
 // always the master: the default for a node with a single task.
 func Standalone(addr string) Election { return &standalone{addr: addr, stop: make(chan struct{})} }
@@ -97,13 +110,13 @@ type EtcdOptions struct {
 	Logger *slog.Logger
 	// LongestLease, if set, returns the longest lease the master may grant
 	// (the longest lease_length of its configuration); the master then
-	// keeps a lease horizon in etcd, KEY.leases: a key whose etcd lease
-	// lapses no sooner than every lease this master granted
-	// (HorizonTTL after its last renewal, renewed as often as the
-	// session), so that its successor learns when they have all ended
-	// (Status.LeasesEndBy). KEY.horizon-kept marks that masters of this
-	// node keep one, so that an absent horizon means "all ended", not
-	// "unknown". nil: no horizon is kept or read.
+	// keeps a lease horizon in etcd once it grants something (Horizon),
+	// KEY.leases: a key whose etcd lease lapses no sooner than every
+	// lease this master granted (HorizonTTL after its last renewal,
+	// renewed as often as the session), so that its successor learns when
+	// they have all ended (Status.LeasesEndBy). KEY.horizon-kept marks
+	// that masters of this node keep one, so that an absent horizon means
+	// "all ended", not "unknown". nil: no horizon is kept or read.
 	LongestLease func() time.Duration
 }
 
@@ -128,7 +141,7 @@ func HorizonTTL(longest, session time.Duration) time.Duration {
 // keep-alive until the lease's TTL has passed). It then reports non-master at
 // once, and campaigns again on a new session, backing off while etcd is
 // unreachable. Non-masters follow the current master's address with the
-// election's Observe.
+// election's Observe. The Election is a Horizon too.
 //
 // Errors: an empty Key or Address.
 func Etcd(cli *clientv3.Client, opts EtcdOptions) (Election, error) {
@@ -156,10 +169,20 @@ type etcdElection struct {
 
 	mu      sync.Mutex
 	session *concurrency.Session // current session, nil between sessions
+	horizon *horizonTerm         // this master's term's, nil when not the master
 	leader  bool
 	report  func(Status)
 	last    Status
 	started bool
+}
+
+// horizonTerm is one term's lease horizon (see KeepHorizon).
+type horizonTerm struct {
+	term  context.Context // ends with the term; so do the renewals
+	endBy time.Time       // the previous master's leases end by then (zero: unknown)
+
+	mu   sync.Mutex
+	kept bool // this master's horizon is put and renewed
 }
 
 // ttlSeconds is the session TTL in whole seconds, rounded up, at least 1.
@@ -310,10 +333,18 @@ func (e *etcdElection) term(ctx context.Context) (won bool, err error) {
 	}
 	var endBy time.Time
 	if e.opts.LongestLease != nil {
-		if endBy, err = e.keepHorizon(tctx); err != nil {
+		if endBy, err = e.readHorizon(tctx); err != nil {
 			return false, fmt.Errorf("lease horizon: %w", err)
 		}
 	}
+	e.mu.Lock()
+	e.horizon = &horizonTerm{term: tctx, endBy: endBy}
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.horizon = nil
+		e.mu.Unlock()
+	}()
 	e.opts.Logger.Info("election: won mastership", "key", e.opts.Key, "addr", e.opts.Address, "previous_leases_end_by", endBy)
 	e.setLeader(true, endBy)
 	select {
@@ -327,23 +358,24 @@ func (e *etcdElection) term(ctx context.Context) (won bool, err error) {
 	}
 }
 
-// keepHorizon reads the previous master's lease horizon (when its leases
-// end: Status.LeasesEndBy), then keeps this master's: KEY.leases on an
-// etcd lease of HorizonTTL (at least what remained of the previous one),
-// renewed every third of the session TTL until ctx (the term's) ends,
-// and never revoked, so that it lapses no sooner than this master's
-// leases. A longer longest lease (a new configuration) moves the key to a
-// lease of the longer TTL. Errors: etcd's, before this master may grant
+// readHorizon reads, as this master's term begins, when the previous
+// master's leases end (Status.LeasesEndBy) from the lease horizon it kept.
+// When no master of this node has kept one (KEY.horizon-kept is absent),
+// the end is unknown (zero): this master learns for a full learning
+// period, and it writes a horizon that covers whatever an unknown
+// predecessor granted (KEY.leases on an etcd lease of HorizonTTL, not
+// renewed, and KEY.horizon-kept), so that a successor elected before that
+// ends learns as long. Otherwise it writes nothing: the horizon it read
+// lapses by itself, and this master keeps one only once it grants
+// something (KeepHorizon). Errors: etcd's, before this master may grant
 // anything.
-func (e *etcdElection) keepHorizon(ctx context.Context) (time.Time, error) {
+func (e *etcdElection) readHorizon(ctx context.Context) (time.Time, error) {
 	horizon, kept := e.opts.Key+".leases", e.opts.Key+".horizon-kept"
 	resp, err := e.cli.Txn(ctx).Then(clientv3.OpGet(horizon), clientv3.OpGet(kept)).Commit()
 	if err != nil {
 		return time.Time{}, err
 	}
 	now := time.Now()
-	var endBy time.Time
-	var remaining time.Duration
 	hr, kr := resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange()
 	switch {
 	case len(hr.Kvs) > 0:
@@ -352,38 +384,77 @@ func (e *etcdElection) keepHorizon(ctx context.Context) (time.Time, error) {
 			return time.Time{}, err
 		}
 		// TTL is whole seconds left (rounded down), -1 once expired.
-		remaining = time.Duration(max(ttl.TTL+1, 0)) * time.Second
-		endBy = now.Add(remaining)
+		return now.Add(time.Duration(max(ttl.TTL+1, 0)) * time.Second), nil
 	case len(kr.Kvs) > 0:
-		endBy = now // kept, and lapsed: every lease has ended
+		return now, nil // kept, and lapsed: every lease has ended
 	}
-	ttl := max(HorizonTTL(e.opts.LongestLease(), e.opts.TTL), remaining)
-	put := func(ttl time.Duration) (clientv3.LeaseID, error) {
-		g, err := e.cli.Grant(ctx, int64(ttl/time.Second))
-		if err != nil {
-			return 0, err
-		}
-		_, err = e.cli.Put(ctx, horizon, e.opts.Address, clientv3.WithLease(g.ID))
-		return g.ID, err
+	if _, err := e.putHorizon(ctx, HorizonTTL(e.opts.LongestLease(), e.opts.TTL)); err != nil {
+		return time.Time{}, err
 	}
-	id, err := put(ttl)
+	return time.Time{}, nil
+}
+
+// putHorizon puts KEY.leases on a new etcd lease of ttl, and
+// KEY.horizon-kept, and returns the etcd lease.
+func (e *etcdElection) putHorizon(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
+	g, err := e.cli.Grant(ctx, int64(ttl/time.Second))
 	if err != nil {
-		return time.Time{}, err
+		return 0, err
 	}
-	if _, err := e.cli.Put(ctx, kept, "1"); err != nil {
-		return time.Time{}, err
+	_, err = e.cli.Txn(ctx).Then(
+		clientv3.OpPut(e.opts.Key+".leases", e.opts.Address, clientv3.WithLease(g.ID)),
+		clientv3.OpPut(e.opts.Key+".horizon-kept", "1"),
+	).Commit()
+	return g.ID, err
+}
+
+// KeepHorizon implements Horizon: the first call of a term puts this
+// master's horizon, KEY.leases on an etcd lease of HorizonTTL (at least
+// what remained of the previous master's), renewed every third of the
+// session TTL until the term ends and never revoked, so that it lapses no
+// sooner than any lease this master grants; a longer longest lease (a new
+// configuration) moves the key to a lease of the longer TTL. Later calls
+// in the term return nil at once; concurrent first calls wait for the one
+// that puts it. Errors: etcd's (ctx bounds the put), or that this task is
+// not the master.
+func (e *etcdElection) KeepHorizon(ctx context.Context) error {
+	e.mu.Lock()
+	h := e.horizon
+	e.mu.Unlock()
+	if e.opts.LongestLease == nil {
+		return nil
 	}
-	go refresh.Every(ctx, max(e.opts.TTL/3, 100*time.Millisecond), func(ctx context.Context) {
+	if h == nil {
+		return errors.New("election: not the master")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.kept {
+		return nil
+	}
+	if h.term.Err() != nil {
+		return errors.New("election: the term has ended")
+	}
+	ttl := HorizonTTL(e.opts.LongestLease(), e.opts.TTL)
+	if left := time.Until(h.endBy); left > ttl {
+		ttl = (left + time.Second - 1).Truncate(time.Second)
+	}
+	id, err := e.putHorizon(ctx, ttl)
+	if err != nil {
+		return err
+	}
+	h.kept = true
+	go refresh.Every(h.term, max(e.opts.TTL/3, 100*time.Millisecond), func(ctx context.Context) {
 		if longer := HorizonTTL(e.opts.LongestLease(), e.opts.TTL); longer > ttl {
-			if nid, err := put(longer); err == nil {
+			if nid, err := e.putHorizon(ctx, longer); err == nil {
 				id, ttl = nid, longer
 			}
 		}
 		if _, err := e.cli.KeepAliveOnce(ctx, id); err != nil && ctx.Err() == nil {
-			e.opts.Logger.Debug("election: lease horizon renewal failed", "key", horizon, "err", err)
+			e.opts.Logger.Debug("election: lease horizon renewal failed", "key", e.opts.Key+".leases", "err", err)
 		}
 	})
-	return endBy, nil
+	return nil
 }
 
 // observe follows the master's address until ctx ends, restarting Observe

@@ -346,19 +346,44 @@ func TestEtcdHiccupKeepsMastership(t *testing.T) {
 }
 
 // The lease horizon: the first master of a node knows nothing of a
-// predecessor (zero); a successor after a handover learns when the
-// previous master's leases end (within HorizonTTL); once the horizon has
-// lapsed (here: deleted, as its etcd lease would), a new master learns
-// that every lease has ended.
+// predecessor (zero) and writes a horizon that covers an unknown one; a
+// successor after a handover learns when the previous master's leases end
+// (within HorizonTTL). A master keeps (renews) a horizon only once it
+// called KeepHorizon, before its first grant: one that never did lets the
+// horizon it found lapse. Once the horizon has lapsed (here: deleted, as
+// its etcd lease would), a new master learns that every lease has ended.
 func TestLeaseHorizon(t *testing.T) {
 	etcd := etcdtest.StartEtcd(t)
+	cli := etcd.Client(t)
 	longest := func() time.Duration { return 2 * time.Second }
+	horizonTTL := election.HorizonTTL(longest(), time.Second)
 	opts := func(addr string) election.EtcdOptions {
 		return election.EtcdOptions{Key: "/horizon", Address: addr, TTL: time.Second, LongestLease: longest}
+	}
+	// left returns the horizon's etcd lease and its whole seconds left
+	// (-1: no horizon).
+	left := func() (clientv3.LeaseID, int64) {
+		t.Helper()
+		resp, err := cli.Get(context.Background(), "/horizon.leases")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 0 {
+			return 0, -1
+		}
+		id := clientv3.LeaseID(resp.Kvs[0].Lease)
+		ttl, err := cli.TimeToLive(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, ttl.TTL
 	}
 	a := startWith(t, etcd.Endpoint, opts("a:1"))
 	if m := oneMaster(t, 20*time.Second, a); !m.status().LeasesEndBy.IsZero() {
 		t.Fatalf("the first master was told its predecessor's leases end by %v", m.status().LeasesEndBy)
+	}
+	if _, n := left(); n < 0 || n > int64(horizonTTL/time.Second) {
+		t.Fatalf("the first master's horizon has %d s left, want one of at most %v", n, horizonTTL)
 	}
 	b := startWith(t, etcd.Endpoint, opts("b:1"))
 	oneMaster(t, 20*time.Second, a, b)
@@ -368,12 +393,34 @@ func TestLeaseHorizon(t *testing.T) {
 	resigned := time.Now()
 	testutil.Eventually(t, 20*time.Second, "b takes over", func() bool { return b.status().IsMaster })
 	end := b.status().LeasesEndBy
-	if bound := resigned.Add(election.HorizonTTL(longest(), time.Second) + time.Second); end.Before(resigned) || end.After(bound) {
+	if bound := resigned.Add(horizonTTL + time.Second); end.Before(resigned) || end.After(bound) {
 		t.Fatalf("after a handover: the predecessor's leases end by %v, want between %v and %v", end, resigned, bound)
+	}
+	// b grants nothing yet: the horizon it found is not renewed.
+	found, before := left()
+	time.Sleep(2100 * time.Millisecond)
+	if id, n := left(); id != found || n > before-2 {
+		t.Fatalf("a master that kept no horizon renewed it: %d s left, %d s before", n, before)
+	}
+	// b keeps one: a new etcd lease of HorizonTTL, renewed.
+	if err := b.el.(election.Horizon).KeepHorizon(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	kept, _ := left()
+	if kept == found {
+		t.Fatal("KeepHorizon put no horizon of its own")
+	}
+	// Renewed every third of a second: unrenewed it would have 4 s
+	// left, renewed within the last 2 s at least 6.
+	time.Sleep(4200 * time.Millisecond)
+	if id, n := left(); id != kept || n < int64(horizonTTL/time.Second)-3 {
+		t.Fatalf("the kept horizon was not renewed: %d s left of %v", n, horizonTTL)
+	}
+	if err := a.el.(election.Horizon).KeepHorizon(context.Background()); err == nil {
+		t.Fatal("a task that is not the master kept the horizon")
 	}
 	// The horizon lapses (as its etcd lease would, HorizonTTL after the
 	// last master stopped renewing it).
-	cli := etcd.Client(t)
 	if _, err := cli.Delete(context.Background(), "/horizon.leases"); err != nil {
 		t.Fatal(err)
 	}
@@ -385,5 +432,8 @@ func TestLeaseHorizon(t *testing.T) {
 	testutil.Eventually(t, 20*time.Second, "c takes over", func() bool { return c.status().IsMaster })
 	if end := c.status().LeasesEndBy; end.IsZero() || end.After(time.Now()) {
 		t.Fatalf("after the horizon lapsed: the predecessor's leases end by %v, want a time past", end)
+	}
+	if _, n := left(); n >= 0 {
+		t.Fatalf("a master that granted nothing put a horizon (%d s left)", n)
 	}
 }

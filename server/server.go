@@ -446,6 +446,9 @@ func (s *Server) newElection() error {
 		if err != nil {
 			return err
 		}
+		if h, ok := e.(election.Horizon); ok && opts.LongestLease != nil {
+			s.capacity.SetHorizon(h.KeepHorizon)
+		}
 		s.election = e
 		s.capacity.SetMastership(false, "") // until the election says otherwise
 		s.capacity.SetElection(fmt.Sprintf("etcd %s at %s (session TTL %v)", el.Key, strings.Join(s.cfg.Etcd.Endpoints, ","), ttl))

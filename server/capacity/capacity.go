@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,6 +128,11 @@ type Service struct {
 	// leasesEndBy (Unix nanoseconds; 0: unknown) is when every lease of
 	// this node's previous master has ended (SetLeasesEndBy).
 	leasesEndBy atomic.Int64
+	// horizon keeps the lease horizon (SetHorizon; nil: none), and
+	// horizonKept is the term (masterTerm) in which it last succeeded.
+	horizon     func(context.Context) error
+	masterTerm  atomic.Int64
+	horizonKept atomic.Int64
 
 	loggedMu      sync.Mutex
 	logged        map[string]struct{} // see once
@@ -188,6 +194,7 @@ func New(opts Options) *Service {
 	s.isMaster = true
 	s.masterAddr = opts.Address
 	s.masterSince = s.now()
+	s.horizonKept.Store(-1) // term 0's horizon is not kept
 	if len(opts.Parent) > 0 {
 		s.parent = newParentLink(s, opts.Parent, opts.ParentHTTP, s.hooks.ParentDial, opts.ParentTLS)
 	}
@@ -317,6 +324,35 @@ func (s *Service) SetLeasesEndBy(by time.Time) {
 		r.store.SetParams(s.params(r.store.Params()))
 		r.mu.Unlock()
 	}
+}
+
+// SetHorizon makes this master keep a lease horizon
+// (election.Horizon.KeepHorizon, its keep) before it hands out its first
+// lease of more than 0 in each term: a response that would carry one waits
+// for keep, and fails with Unavailable when keep fails (the leases it
+// decided are booked, and never reach their requesters); a pushed lease
+// of more than 0 is not pushed until keep has succeeded (its holder keeps
+// what it had, and gets it on its next request). Call it before serving.
+//
+// Source: issue 24 (a master that never granted anything holds its
+// successor in learning mode for nothing).
+func (s *Service) SetHorizon(keep func(ctx context.Context) error) { s.horizon = keep }
+
+// keepHorizon runs the lease horizon's keep before grants carrying more
+// than 0 leave this server, once a term (see SetHorizon).
+func (s *Service) keepHorizon(ctx context.Context, grants []lease.Grant) error {
+	term := s.masterTerm.Load()
+	if s.horizon == nil || s.horizonKept.Load() == term {
+		return nil
+	}
+	if !slices.ContainsFunc(grants, func(g lease.Grant) bool { return g.Capacity > 0 }) {
+		return nil
+	}
+	if err := s.horizon(ctx); err != nil {
+		return err
+	}
+	s.horizonKept.Store(term)
+	return nil
 }
 
 // resource returns the state of resource id, creating it if needed, or

@@ -70,6 +70,9 @@ func (s *Service) GetCapacity(ctx context.Context, req *pb.GetCapacityRequest) (
 	if !ok {
 		return &pb.GetCapacityResponse{Mastership: s.mastershipOrUnknown()}, nil
 	}
+	if err := s.keepHorizon(ctx, grants); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "keeping the lease horizon: %v", err)
+	}
 	for i, g := range grants {
 		out.Response = append(out.Response, &pb.ResourceResponse{
 			ResourceId:   proto.String(ids[i]),
@@ -111,6 +114,9 @@ func (s *Service) GetServerCapacity(ctx context.Context, req *pb.GetServerCapaci
 	grants, ok := s.decideAll(ctx, ids, lrs)
 	if !ok {
 		return &pb.GetServerCapacityResponse{Mastership: s.mastershipOrUnknown()}, nil
+	}
+	if err := s.keepHorizon(ctx, grants); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "keeping the lease horizon: %v", err)
 	}
 	for i, g := range grants {
 		p, params, decay := s.paramsOf(ids[i])

@@ -21,6 +21,7 @@ func (s *Service) SetMastership(isMaster bool, masterAddr string) {
 		s.resources = make(map[string]*resource)
 		s.leasesEndBy.Store(0) // the previous term's
 		if isMaster {
+			s.masterTerm.Add(1) // a new term: the lease horizon is not kept yet
 			s.masterSince = s.now()
 			s.metrics.elections.WithLabelValues("won").Inc()
 		} else {

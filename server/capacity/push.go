@@ -108,7 +108,11 @@ func (s *Service) offer(r *resource) {
 		return
 	}
 	id := r.store.ID()
+	kept := s.horizon == nil || s.horizonKept.Load() == s.masterTerm.Load()
 	n := r.store.Offer(s.now(), func(holder string, g lease.Grant) bool {
+		if g.Capacity > 0 && !kept {
+			return false // the lease horizon first (SetHorizon)
+		}
 		s.wmu.RLock()
 		w := s.watchers[holder]
 		s.wmu.RUnlock()

@@ -2,15 +2,19 @@ package capacity
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil/fixture"
+	"github.com/sluice-rl/sluice/lease"
 )
 
 func newTestServer(tb testing.TB) *Service {
@@ -175,5 +179,66 @@ resources:
 	s.SetLeasesEndBy(time.Time{})
 	if !learning("c") {
 		t.Fatal("a zero end ended learning mode")
+	}
+}
+
+// A master keeps its lease horizon (SetHorizon) before the first answer of
+// its term that hands out more than 0, and only then: answers of 0 do not
+// keep it, a failure answers Unavailable (what was decided stays booked),
+// no lease of more than 0 is pushed before it is kept, and a new term
+// keeps it again.
+func TestHorizonBeforeFirstGrant(t *testing.T) {
+	s := newTestServer(t) // fair: capacity 100, no learning
+	calls := 0
+	var fail error
+	s.SetHorizon(func(context.Context) error { calls++; return fail })
+	s.SetMastership(false, "")
+	s.SetMastership(true, "")
+	ask := func(client string, wants float64) (float64, error) {
+		resp, err := s.GetCapacity(context.Background(), &pb.GetCapacityRequest{
+			ClientId: proto.String(client),
+			Resource: []*pb.ResourceRequest{{ResourceId: proto.String("fair"), Priority: proto.Int64(0), Wants: proto.Float64(wants)}},
+		})
+		if err != nil {
+			return 0, err
+		}
+		return resp.GetResponse()[0].GetGets().GetCapacity(), nil
+	}
+	if got, err := ask("idle", 0); err != nil || got != 0 || calls != 0 {
+		t.Fatalf("an answer of 0: %v, %v, %d keeps; want 0, nil, 0", got, err, calls)
+	}
+	fail = errors.New("etcd is away")
+	if _, err := ask("a", 100); status.Code(err) != codes.Unavailable || calls != 1 {
+		t.Fatalf("keeping failed: %v after %d keeps, want Unavailable after 1", err, calls)
+	}
+	// The watched requester is granted 0 (a holds everything booked),
+	// waits, and is offered what a gives back: not pushed, since the
+	// horizon is not kept.
+	pushed := 0
+	cancel, err := s.Watch("w", &Watcher{Deliver: func(string, lease.Grant) bool { pushed++; return true }, Stop: func() {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	if got, err := ask("w", 50); err != nil || got != 0 {
+		t.Fatalf("w got %v, %v; want 0 (a holds everything)", got, err)
+	}
+	if _, err := s.ReleaseCapacity(context.Background(), &pb.ReleaseCapacityRequest{ClientId: proto.String("a"), ResourceId: []string{"fair"}}); err != nil {
+		t.Fatal(err)
+	}
+	if pushed != 0 {
+		t.Fatalf("%d leases pushed before the horizon was kept", pushed)
+	}
+	fail = nil
+	if got, err := ask("b", 10); err != nil || got != 10 || calls != 2 {
+		t.Fatalf("b got %v, %v after %d keeps; want 10, nil after 2", got, err, calls)
+	}
+	if got, err := ask("c", 10); err != nil || got != 10 || calls != 2 {
+		t.Fatalf("kept once a term: c got %v, %v after %d keeps", got, err, calls)
+	}
+	s.SetMastership(false, "")
+	s.SetMastership(true, "")
+	if got, err := ask("b", 10); err != nil || got != 10 || calls != 3 {
+		t.Fatalf("a new term: b got %v, %v after %d keeps; want 10, nil after 3", got, err, calls)
 	}
 }
