@@ -154,6 +154,13 @@ type node struct {
 	outage   bool
 	elected  bool      // the node has had a master
 	lostAt   time.Time // when its master crashed (zero: no crash since the last election)
+	// The lease horizon in etcd (roots; see elect): horizonKept once a
+	// master has written one (KEY.horizon-kept), horizonEnd when it lapses
+	// unless renewed, keptBy the master that renews it in its term (nil:
+	// none, it has granted nothing yet).
+	horizonKept bool
+	horizonEnd  time.Time
+	keptBy      *task
 	capHist  []float64 // capacity held at each of the last lease-length seconds
 	capPeak  float64   // the most capacity held since the last sample (see notePeak)
 	children []*node
@@ -249,6 +256,10 @@ resources:
 				}
 				t.srv = capacity.New(o)
 				t.api, t.link = server.CapacityClient(t.srv), h
+				if parent == nil && !opts.NoLeaseHorizon && !opts.DoormanAllocation {
+					// election.Etcd's KeepHorizon, at once.
+					t.srv.SetHorizon(func(context.Context) error { nd.keptBy = t; return nil })
+				}
 				nd.tasks = append(nd.tasks, t)
 				s.tasks[t.addr] = t
 			}
@@ -407,15 +418,29 @@ func (s *sim) elect(nd *node, i int) {
 		t.srv.SetMastership(j == i, addr)
 	}
 	// A root's new master learns when its predecessor's leases end from
-	// the lease horizon the predecessor kept: HorizonTTL after it crashed,
-	// or after now when it hands over alive. The first master knows of no
-	// predecessor.
-	if nd.parent == nil && nd.elected && !s.opts.NoLeaseHorizon && !s.opts.DoormanAllocation {
-		last := s.now
-		if !nd.lostAt.IsZero() {
-			last = nd.lostAt
+	// the lease horizon in etcd (election.Etcd): the one a master renewed
+	// since it first granted more than 0 lapses HorizonTTL after it
+	// crashed, or after now when it hands over alive; a master that
+	// granted nothing renewed none. When no master has written one (the
+	// first master), the new master knows of no predecessor, and writes a
+	// horizon of HorizonTTL from now that covers an unknown one.
+	if nd.parent == nil && !s.opts.NoLeaseHorizon && !s.opts.DoormanAllocation {
+		ttl := election.HorizonTTL(seconds(s.sc.LeaseLength), SimElectionTTL)
+		if nd.keptBy != nil {
+			last := s.now
+			if !nd.lostAt.IsZero() {
+				last = nd.lostAt
+			}
+			if end := last.Add(ttl); end.After(nd.horizonEnd) {
+				nd.horizonEnd = end
+			}
+			nd.keptBy = nil
 		}
-		nd.tasks[i].srv.SetLeasesEndBy(last.Add(election.HorizonTTL(seconds(s.sc.LeaseLength), SimElectionTTL)))
+		if nd.horizonKept {
+			nd.tasks[i].srv.SetLeasesEndBy(latest(nd.horizonEnd, s.now))
+		} else {
+			nd.horizonKept, nd.horizonEnd = true, s.now.Add(ttl)
+		}
 	}
 	nd.elected, nd.lostAt = true, time.Time{}
 	// The holders' streams find the new master: nd's clients and
@@ -429,6 +454,14 @@ func (s *sim) elect(nd *node, i int) {
 		s.watchParent(ch)
 	}
 	s.watchParent(nd)
+}
+
+// latest returns the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // watchClient opens client c's stream to its node's master: pushed leases
