@@ -140,6 +140,59 @@ func TestLeaseHorizonShortensLearning(t *testing.T) {
 	}
 }
 
+// A root master that granted nothing keeps no lease horizon (Sluice's
+// issue 24): the first master, lost at 40 s while learning, holds its
+// successor (elected at 60 s) in learning mode only until the horizon it
+// wrote for an unknown predecessor lapses (HorizonTTL = 79 s after it
+// won), not until 40 + 79 s, nor for 60 s as without the horizon. A master
+// that granted keeps its horizon: its successor, after a loss at 150 s,
+// learns until every lease it granted may have ended (150 + 79 s). No
+// overshoot either way.
+func TestLeaseHorizonOnlyOnceGranted(t *testing.T) {
+	sc, _ := Lookup("one")
+	sc.Events = []Event{{At: 40, Kind: LoseMaster, Node: "root", For: 20}, {At: 150, Kind: LoseMaster, Node: "root", For: 20}}
+	for _, none := range []bool{false, true} {
+		sc, err := sc.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := newSim(sc, Options{Seed: 1, NoLeaseHorizon: none})
+		if err != nil {
+			t.Fatal(err)
+		}
+		learning := map[float64]bool{}
+		has := map[float64]float64{}
+		s.onSample = func(s *sim) {
+			at := s.elapsed()
+			root := s.nodes[0]
+			if root.master >= 0 {
+				st, err := root.tasks[root.master].srv.Status(ResourceID)
+				learning[at] = err == nil && st.Learning
+			}
+			has[at] = s.series.Samples[len(s.series.Samples)-1].Levels[0].Has
+		}
+		s.run()
+		sum := Summarize(&s.series)
+		if sum.OvershootMaxPercent > 0 || sum.ShortfallEpisodes > 0 || len(s.violations) > 0 {
+			t.Fatalf("horizon %v: overshoot %v %%, %d shortfalls, %v", !none, sum.OvershootMaxPercent, sum.ShortfallEpisodes, s.violations)
+		}
+		t.Logf("horizon %v: learning at 70 / 90 / 180 / 225 / 240 s: %v / %v / %v / %v / %v; Σ has at 100 s %.1f",
+			!none, learning[70], learning[90], learning[180], learning[225], learning[240], has[100])
+		if none {
+			if !learning[90] || has[100] > 0 {
+				t.Fatalf("without the horizon: learning at 90 s %v, Σ has at 100 s %.1f; want learning until 120 s, nothing handed out", learning[90], has[100])
+			}
+			continue
+		}
+		if !learning[70] || learning[90] || has[100] < 450 {
+			t.Fatalf("with the horizon: learning at 70 s %v, at 90 s %v, Σ has at 100 s %.1f; want learning until 79 s, then the capacity handed out", learning[70], learning[90], has[100])
+		}
+		if !learning[180] || !learning[225] || learning[240] {
+			t.Fatalf("with the horizon: learning at 180 / 225 / 240 s %v / %v / %v; want until 229 s (the granting master's horizon)", learning[180], learning[225], learning[240])
+		}
+	}
+}
+
 func TestDeterministic(t *testing.T) {
 	sc, _ := Lookup("seven")
 	a, err := Run(sc, Options{Seed: 3, Duration: 900})
