@@ -146,14 +146,14 @@ type sim struct {
 }
 
 type node struct {
-	name     string
-	depth    int // 0 at the root
-	parent   *node
-	tasks    []*task
-	master   int // index of the master task, -1 while there is none
-	outage   bool
-	elected  bool      // the node has had a master
-	lostAt   time.Time // when its master crashed (zero: no crash since the last election)
+	name    string
+	depth   int // 0 at the root
+	parent  *node
+	tasks   []*task
+	master  int // index of the master task, -1 while there is none
+	outage  bool
+	elected bool      // the node has had a master
+	lostAt  time.Time // when its master crashed (zero: no crash since the last election)
 	// The lease horizon in etcd (roots; see elect): horizonKept once a
 	// master has written one (KEY.horizon-kept), horizonEnd when it lapses
 	// unless renewed, keptBy the master that renews it in its term (nil:
@@ -161,9 +161,9 @@ type node struct {
 	horizonKept bool
 	horizonEnd  time.Time
 	keptBy      *task
-	capHist  []float64 // capacity held at each of the last lease-length seconds
-	capPeak  float64   // the most capacity held since the last sample (see notePeak)
-	children []*node
+	capHist     []float64 // capacity held at each of the last lease-length seconds
+	capPeak     float64   // the most capacity held since the last sample (see notePeak)
+	children    []*node
 }
 
 type task struct {
