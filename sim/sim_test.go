@@ -46,27 +46,30 @@ func TestScenariosKeepInvariants(t *testing.T) {
 	}
 }
 
-// The goals on the full scenarios, as regression guards a little below what
-// the code achieves (Doorman's 5-second rule on the servers and in the
-// client, refresh 2 s at the root, Sluice's direction of the decay;
-// measured at commit 8b56958 and after):
+// The goals on the full scenarios (issue 24: seven and eight at 99 % or
+// more on seeds 1-3, zero overshoot), as regression guards at or a little
+// below what the code achieves (Doorman's 5-second rule on the servers and
+// in the client, refresh 2 s at the root, Sluice's direction of the decay,
+// pushed leases, the root's lease horizon):
 //
-//	seven  seed 1: 95.63 %  seed 2: 96.14 %  seed 3: 98.50 %  (overshoot 0 %)
-//	one    seed 1: 99.57 %  seed 2: 99.63 %  seed 3: 99.63 %
+//	seven  seed 1: 99.35 %  seed 2: 99.58 %  seed 3: 99.74 %  (overshoot 0 %)
+//	eight  seed 1: 99.25 %  seed 2: 99.24 %  seed 3: 99.22 %
+//	one    seed 1: 99.98 %  seed 2: 99.99 %  seed 3: 99.98 %
 //	five   100.00 % on every seed, no shortfall
 //
-// Seed 2 loses the root's master at 60 s, before the startup learning
-// period ends, which costs a second full learning period with nothing
-// handed out. Doorman's own simulation reported 96.6 % on seven, with 14
-// shortfall episodes; Sluice's allocation never overshoots.
+// Before pushed leases and the learning-mode rules (3ab67d3), seven was at
+// 95.63 / 96.14 / 98.50 % and eight at 97.39 / 97.27 / 97.22 %. Doorman's
+// own simulation reported 96.6 % on seven, with 14 shortfall episodes;
+// Sluice's allocation never overshoots.
 func TestAllocationGoals(t *testing.T) {
 	seven, _ := Lookup("seven")
+	eight, _ := Lookup("eight")
 	one, _ := Lookup("one")
 	five, _ := Lookup("five")
 	floors := map[int64]struct{ seven, one float64 }{
-		1: {0.954, 0.993},
-		2: {0.959, 0.993},
-		3: {0.982, 0.993},
+		1: {0.99, 0.999},
+		2: {0.99, 0.999},
+		3: {0.99, 0.999},
 	}
 	for _, seed := range []int64{1, 2, 3} {
 		res, err := Run(seven, Options{Seed: seed})
@@ -75,9 +78,18 @@ func TestAllocationGoals(t *testing.T) {
 		}
 		sum := Summarize(&res.Series)
 		t.Logf("seven seed %d: utilization %.2f %%, worst overshoot %.2f %%, reconverge max %v s", seed, 100*sum.UtilizationMean, sum.OvershootMaxPercent, sum.ReconvergeMaxSeconds)
-		if floor := floors[seed].seven; sum.UtilizationMean < floor || sum.ShortfallEpisodes > 0 || len(res.Violations) > 0 {
+		if floor := floors[seed].seven; sum.UtilizationMean < floor || sum.OvershootMaxPercent > 0 || sum.ShortfallEpisodes > 0 || len(res.Violations) > 0 {
 			t.Errorf("seven seed %d: utilization %.2f %% (want ≥ %.1f %%), %d shortfall episodes (worst %.2f %%), %d violations",
 				seed, 100*sum.UtilizationMean, 100*floor, sum.ShortfallEpisodes, sum.OvershootMaxPercent, len(res.Violations))
+		}
+		res, err = Run(eight, Options{Seed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum = Summarize(&res.Series)
+		if sum.UtilizationMean < 0.99 || sum.OvershootMaxPercent > 0 || sum.ShortfallEpisodes > 0 || len(res.Violations) > 0 {
+			t.Errorf("eight seed %d: utilization %.2f %% (want ≥ 99 %%), worst overshoot %.2f %%, %d shortfall episodes, %d violations",
+				seed, 100*sum.UtilizationMean, sum.OvershootMaxPercent, sum.ShortfallEpisodes, len(res.Violations))
 		}
 		res, err = Run(one, Options{Seed: seed})
 		if err != nil {
