@@ -178,8 +178,9 @@ type etcdElection struct {
 
 // horizonTerm is one term's lease horizon (see KeepHorizon).
 type horizonTerm struct {
-	term  context.Context // ends with the term; so do the renewals
-	endBy time.Time       // the previous master's leases end by then (zero: unknown)
+	term  context.Context       // ends with the term; so do the renewals
+	el    *concurrency.Election // the campaign that won the term
+	endBy time.Time             // the previous master's leases end by then (zero: unknown)
 
 	mu   sync.Mutex
 	kept bool // this master's horizon is put and renewed
@@ -333,12 +334,12 @@ func (e *etcdElection) term(ctx context.Context) (won bool, err error) {
 	}
 	var endBy time.Time
 	if e.opts.LongestLease != nil {
-		if endBy, err = e.readHorizon(tctx); err != nil {
+		if endBy, err = e.readHorizon(tctx, el); err != nil {
 			return false, fmt.Errorf("lease horizon: %w", err)
 		}
 	}
 	e.mu.Lock()
-	e.horizon = &horizonTerm{term: tctx, endBy: endBy}
+	e.horizon = &horizonTerm{term: tctx, el: el, endBy: endBy}
 	e.mu.Unlock()
 	defer func() {
 		e.mu.Lock()
@@ -369,7 +370,7 @@ func (e *etcdElection) term(ctx context.Context) (won bool, err error) {
 // lapses by itself, and this master keeps one only once it grants
 // something (KeepHorizon). Errors: etcd's, before this master may grant
 // anything.
-func (e *etcdElection) readHorizon(ctx context.Context) (time.Time, error) {
+func (e *etcdElection) readHorizon(ctx context.Context, el *concurrency.Election) (time.Time, error) {
 	horizon, kept := e.opts.Key+".leases", e.opts.Key+".horizon-kept"
 	resp, err := e.cli.Txn(ctx).Then(clientv3.OpGet(horizon), clientv3.OpGet(kept)).Commit()
 	if err != nil {
@@ -388,25 +389,35 @@ func (e *etcdElection) readHorizon(ctx context.Context) (time.Time, error) {
 	case len(kr.Kvs) > 0:
 		return now, nil // kept, and lapsed: every lease has ended
 	}
-	if _, err := e.putHorizon(ctx, HorizonTTL(e.opts.LongestLease(), e.opts.TTL)); err != nil {
+	if _, err := e.putHorizon(ctx, el, HorizonTTL(e.opts.LongestLease(), e.opts.TTL)); err != nil {
 		return time.Time{}, err
 	}
 	return time.Time{}, nil
 }
 
 // putHorizon puts KEY.leases on a new etcd lease of ttl, and
-// KEY.horizon-kept, and returns the etcd lease.
-func (e *etcdElection) putHorizon(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
+// KEY.horizon-kept, and returns the etcd lease, if el's campaign still
+// holds mastership: a successor reads the horizon only after it has won,
+// so after this master's campaign key is gone, and a put that etcd
+// ordered after that would be a horizon the successor never saw. Errors:
+// etcd's, or errNotMaster.
+func (e *etcdElection) putHorizon(ctx context.Context, el *concurrency.Election, ttl time.Duration) (clientv3.LeaseID, error) {
 	g, err := e.cli.Grant(ctx, int64(ttl/time.Second))
 	if err != nil {
 		return 0, err
 	}
-	_, err = e.cli.Txn(ctx).Then(
+	resp, err := e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())).Then(
 		clientv3.OpPut(e.opts.Key+".leases", e.opts.Address, clientv3.WithLease(g.ID)),
 		clientv3.OpPut(e.opts.Key+".horizon-kept", "1"),
 	).Commit()
+	if err == nil && !resp.Succeeded {
+		err = errNotMaster
+	}
 	return g.ID, err
 }
+
+// errNotMaster: this task's campaign does not hold mastership.
+var errNotMaster = errors.New("election: not the master")
 
 // KeepHorizon implements Horizon: the first call of a term puts this
 // master's horizon, KEY.leases on an etcd lease of HorizonTTL (at least
@@ -416,7 +427,7 @@ func (e *etcdElection) putHorizon(ctx context.Context, ttl time.Duration) (clien
 // configuration) moves the key to a lease of the longer TTL. Later calls
 // in the term return nil at once; concurrent first calls wait for the one
 // that puts it. Errors: etcd's (ctx bounds the put), or that this task is
-// not the master.
+// not the master (its campaign key is gone: the put is conditional on it).
 func (e *etcdElection) KeepHorizon(ctx context.Context) error {
 	e.mu.Lock()
 	h := e.horizon
@@ -425,7 +436,7 @@ func (e *etcdElection) KeepHorizon(ctx context.Context) error {
 		return nil
 	}
 	if h == nil {
-		return errors.New("election: not the master")
+		return errNotMaster
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -439,14 +450,14 @@ func (e *etcdElection) KeepHorizon(ctx context.Context) error {
 	if left := time.Until(h.endBy); left > ttl {
 		ttl = (left + time.Second - 1).Truncate(time.Second)
 	}
-	id, err := e.putHorizon(ctx, ttl)
+	id, err := e.putHorizon(ctx, h.el, ttl)
 	if err != nil {
 		return err
 	}
 	h.kept = true
 	go refresh.Every(h.term, max(e.opts.TTL/3, 100*time.Millisecond), func(ctx context.Context) {
 		if longer := HorizonTTL(e.opts.LongestLease(), e.opts.TTL); longer > ttl {
-			if nid, err := e.putHorizon(ctx, longer); err == nil {
+			if nid, err := e.putHorizon(ctx, h.el, longer); err == nil {
 				id, ttl = nid, longer
 			}
 		}

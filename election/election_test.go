@@ -437,3 +437,29 @@ func TestLeaseHorizon(t *testing.T) {
 		t.Fatalf("a master that granted nothing put a horizon (%d s left)", n)
 	}
 }
+
+// A master keeps its horizon only while its campaign holds mastership in
+// etcd: once its campaign key is gone (its session expired there, though
+// it has not noticed yet), KeepHorizon fails and puts nothing, since a
+// successor may already have read the horizon.
+func TestKeepHorizonNeedsMastership(t *testing.T) {
+	etcd := etcdtest.StartEtcd(t)
+	cli := etcd.Client(t)
+	a := startWith(t, etcd.Endpoint, election.EtcdOptions{Key: "/kh", Address: "a:1", TTL: 10 * time.Second,
+		LongestLease: func() time.Duration { return 2 * time.Second }})
+	oneMaster(t, 20*time.Second, a)
+	before, err := cli.Get(context.Background(), "/kh.leases")
+	if err != nil || len(before.Kvs) != 1 {
+		t.Fatalf("the first master's horizon: %v, %v", before, err)
+	}
+	if _, err := cli.Delete(context.Background(), "/kh/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.el.(election.Horizon).KeepHorizon(context.Background()); err == nil {
+		t.Fatal("KeepHorizon succeeded for a campaign whose key is gone")
+	}
+	after, err := cli.Get(context.Background(), "/kh.leases")
+	if err != nil || len(after.Kvs) != 1 || after.Kvs[0].Lease != before.Kvs[0].Lease {
+		t.Fatalf("the horizon changed: %v, %v", after, err)
+	}
+}
