@@ -437,7 +437,7 @@ func (s *sim) elect(nd *node, i int) {
 			nd.keptBy = nil
 		}
 		if nd.horizonKept {
-			nd.tasks[i].srv.SetLeasesEndBy(latest(nd.horizonEnd, s.now))
+			nd.tasks[i].srv.SetLeasesEndBy(nd.horizonEnd) // in the past: at once
 		} else {
 			nd.horizonKept, nd.horizonEnd = true, s.now.Add(ttl)
 		}
@@ -454,14 +454,6 @@ func (s *sim) elect(nd *node, i int) {
 		s.watchParent(ch)
 	}
 	s.watchParent(nd)
-}
-
-// latest returns the later of a and b.
-func latest(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // watchClient opens client c's stream to its node's master: pushed leases
