@@ -182,8 +182,8 @@ type horizonTerm struct {
 	el    *concurrency.Election // the campaign that won the term
 	endBy time.Time             // the previous master's leases end by then (zero: unknown)
 
-	mu   sync.Mutex
-	kept bool // this master's horizon is put and renewed
+	turn chan struct{} // a one-slot semaphore: one KeepHorizon at a time, the others wait on it or their ctx
+	kept bool          // this master's horizon is put and renewed (under turn)
 }
 
 // ttlSeconds is the session TTL in whole seconds, rounded up, at least 1.
@@ -339,7 +339,7 @@ func (e *etcdElection) term(ctx context.Context) (won bool, err error) {
 		}
 	}
 	e.mu.Lock()
-	e.horizon = &horizonTerm{term: tctx, el: el, endBy: endBy}
+	e.horizon = &horizonTerm{term: tctx, el: el, endBy: endBy, turn: make(chan struct{}, 1)}
 	e.mu.Unlock()
 	defer func() {
 		e.mu.Lock()
@@ -425,8 +425,8 @@ var errNotMaster = errors.New("election: not the master")
 // session TTL until the term ends and never revoked, so that it lapses no
 // sooner than any lease this master grants; a longer longest lease (a new
 // configuration) moves the key to a lease of the longer TTL. Later calls
-// in the term return nil at once; concurrent first calls wait for the one
-// that puts it. Errors: etcd's (ctx bounds the put), or that this task is
+// in the term return nil at once; concurrent first calls wait, until their
+// ctx ends, for the one that puts it. Errors: etcd's (ctx bounds the put), or that this task is
 // not the master (its campaign key is gone: the put is conditional on it).
 func (e *etcdElection) KeepHorizon(ctx context.Context) error {
 	e.mu.Lock()
@@ -438,8 +438,12 @@ func (e *etcdElection) KeepHorizon(ctx context.Context) error {
 	if h == nil {
 		return errNotMaster
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	select {
+	case h.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-h.turn }()
 	if h.kept {
 		return nil
 	}
