@@ -146,14 +146,13 @@ type sim struct {
 }
 
 type node struct {
-	name    string
-	depth   int // 0 at the root
-	parent  *node
-	tasks   []*task
-	master  int // index of the master task, -1 while there is none
-	outage  bool
-	elected bool      // the node has had a master
-	lostAt  time.Time // when its master crashed (zero: no crash since the last election)
+	name   string
+	depth  int // 0 at the root
+	parent *node
+	tasks  []*task
+	master int // index of the master task, -1 while there is none
+	outage bool
+	lostAt time.Time // when its master crashed (zero: no crash since the last election)
 	// The lease horizon in etcd (roots; see elect): horizonKept once a
 	// master has written one (KEY.horizon-kept), horizonEnd when it lapses
 	// unless renewed, keptBy the master that renews it in its term (nil:
@@ -442,7 +441,7 @@ func (s *sim) elect(nd *node, i int) {
 			nd.horizonKept, nd.horizonEnd = true, s.now.Add(ttl)
 		}
 	}
-	nd.elected, nd.lostAt = true, time.Time{}
+	nd.lostAt = time.Time{}
 	// The holders' streams find the new master: nd's clients and
 	// children, and nd itself at its parent.
 	for _, c := range s.clients {

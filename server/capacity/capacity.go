@@ -341,10 +341,10 @@ func (s *Service) SetHorizon(keep func(ctx context.Context) error) { s.horizon =
 // keepHorizon runs the lease horizon's keep before grants carrying more
 // than 0 leave this server, once a term (see SetHorizon).
 func (s *Service) keepHorizon(ctx context.Context, grants []lease.Grant) error {
-	term := s.masterTerm.Load()
-	if s.horizon == nil || s.horizonKept.Load() == term {
+	if s.horizonHeld() {
 		return nil
 	}
+	term := s.masterTerm.Load()
 	if !slices.ContainsFunc(grants, func(g lease.Grant) bool { return g.Capacity > 0 }) {
 		return nil
 	}
@@ -353,6 +353,12 @@ func (s *Service) keepHorizon(ctx context.Context, grants []lease.Grant) error {
 	}
 	s.horizonKept.Store(term)
 	return nil
+}
+
+// horizonHeld reports whether this master may hand out more than 0: it
+// keeps no lease horizon (SetHorizon), or has kept it in this term.
+func (s *Service) horizonHeld() bool {
+	return s.horizon == nil || s.horizonKept.Load() == s.masterTerm.Load()
 }
 
 // resource returns the state of resource id, creating it if needed, or

@@ -108,9 +108,9 @@ func (s *Service) offer(r *resource) {
 		return
 	}
 	id := r.store.ID()
-	kept := s.horizon == nil || s.horizonKept.Load() == s.masterTerm.Load()
+	held := s.horizonHeld()
 	n := r.store.Offer(s.now(), func(holder string, g lease.Grant) bool {
-		if g.Capacity > 0 && !kept {
+		if g.Capacity > 0 && !held {
 			return false // the lease horizon first (SetHorizon)
 		}
 		s.wmu.RLock()
