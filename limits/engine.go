@@ -626,11 +626,42 @@ type TierStatus struct {
 // 80 ms plus fn's time (BenchmarkWalk). ctx is the request's (a status
 // page): the walk stops with an error wrapping ctx.Err() when it ends.
 // For a sorted, filtered page, see Query.
+//
+// Buckets are shown as the current configuration sees them, whatever a
+// store that applies SetConfig lazily (limits/redis) still holds: a
+// bucket whose key has no bucket of its own any more is not shown (it
+// is gone for every request; such a store drops it by its TTL), and one
+// whose resource changed algorithm is shown as it will be when next
+// touched, fresh under the new Limit with its use and grants kept (as
+// the memory store makes it at once).
 func (e *Engine) Walk(ctx context.Context, now time.Time, fn func(BucketInfo) bool) error {
 	ns := now.UnixNano()
+	c := e.cfg.Load()
 	return e.store.Walk(ctx, func(s Snapshot) bool {
+		s, ok := c.current(s)
+		if !ok {
+			return true
+		}
 		return fn(Describe(s, ns))
 	})
+}
+
+// current returns snapshot s as configuration c sees it (see Walk), and
+// false for a bucket c no longer has.
+func (c *compiled) current(s Snapshot) (Snapshot, bool) {
+	l := c.resolveKey(s.Key)
+	if l == nil {
+		return s, false
+	}
+	if was := s.Limit != nil && s.Limit.Algorithm == BurstTiers; was != (l.Algorithm == BurstTiers) {
+		s.Limit = l
+		if was {
+			s.State, s.Tiers = FullState, nil
+		} else {
+			s.State, s.Tiers = State{}, new(TierState)
+		}
+	}
+	return s, true
 }
 
 // Describe returns the BucketInfo of a store's snapshot at now (Unix

@@ -161,6 +161,7 @@ func (l *CopyLog) Epoch() string {
 //	<prefix>{c<resource>}t:<transfer>   a staged transfer (hash: n, dl, d, g, s)
 //	<prefix>{s<epoch>}r                 the resources an epoch contributes to (set)
 //	<prefix>{s<epoch>}x                 the epoch's dead marker
+//	<prefix>{s}e                        the epochs that may have contributions (set)
 //	<prefix>{t<transfer>}               a transfer's resource (string)
 //	<prefix>{x}ts                       transfers by deadline, for expiry (sorted set)
 
@@ -215,6 +216,17 @@ func (l *CopyLog) current(ctx context.Context, escRes string, force bool) (strin
 	}
 	if done && !force {
 		return epoch, nil
+	}
+	// The epoch goes into the set of epochs first, so that Epochs finds
+	// every epoch that has a set of resources (and so contributions).
+	if err := l.guard(ctx, "register", l.epochsKey()); err != nil {
+		return "", err
+	}
+	actx, cancel := l.ctx(ctx)
+	err := l.c.SAdd(actx, l.epochsKey(), epoch).Err()
+	cancel()
+	if err != nil {
+		return "", fail("register", err)
 	}
 	s := l.prefix + "{s" + epoch + "}"
 	cmd, err := l.s.eval(ctx, registerScript, []string{s + "x", s + "r"}, escRes)
@@ -666,26 +678,33 @@ func (l *CopyLog) Bury(ctx context.Context, epoch string) (map[string]int64, err
 	if err := l.c.Del(ctx, s+"r").Err(); err != nil {
 		return out, fail("bury", err)
 	}
+	if err := l.c.SRem(ctx, l.epochsKey(), epoch).Err(); err != nil {
+		return out, fail("bury", err)
+	}
 	return out, nil
 }
 
-// Epochs returns every epoch Redis holds contributions of (a SCAN over
-// the servers' sets of resources, on every master of a cluster): the
-// fleet's new leader buries those whose etcd session is gone.
+// epochsKey is the set of the epochs that may have contributions: an
+// epoch is added before its first resource is registered (current) and
+// removed once Bury has subtracted them. Epochs reads it: one SMEMBERS,
+// O(epochs), where a SCAN would cost O(keys) of the whole database.
+func (l *CopyLog) epochsKey() string { return l.prefix + "{s}e" }
+
+// Epochs returns every epoch that may hold contributions (one SMEMBERS of
+// the set of epochs, never a SCAN: its cost does not grow with the
+// database), sorted: the fleet's new leader buries those whose etcd
+// session is gone. (Servers before 2026-11-27 kept no such set: their
+// epochs are not listed. See docs/redis.md, "Upgrading".)
 func (l *CopyLog) Epochs(ctx context.Context) ([]string, error) {
-	var out []string
-	err := scanKeys(ctx, l.c, l.prefix+"{s*}r", 0, func(keys []string) error {
-		for _, k := range keys {
-			e, ok := strings.CutPrefix(k, l.prefix+"{s")
-			if e, ok2 := strings.CutSuffix(e, "}r"); ok && ok2 {
-				out = append(out, e)
-			}
-		}
-		return nil
-	})
+	if err := l.guard(ctx, "epochs", l.epochsKey()); err != nil {
+		return nil, err
+	}
+	ctx, cancel := l.ctx(ctx)
+	defer cancel()
+	out, err := l.c.SMembers(ctx, l.epochsKey()).Result()
 	if err != nil {
 		return nil, fail("epochs", err)
 	}
 	slices.Sort(out)
-	return slices.Compact(out), nil
+	return out, nil
 }

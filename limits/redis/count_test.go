@@ -19,19 +19,33 @@ import (
 )
 
 // commandCalls returns how many times Redis ran cmd (lower case, e.g.
-// "scan") since it started: INFO commandstats' cmdstat_<cmd> calls.
-func commandCalls(t testing.TB, c *redis.Client, cmd string) int64 {
+// "scan") since it started: INFO commandstats' cmdstat_<cmd> calls, summed
+// over every master of a cluster.
+func commandCalls(t testing.TB, c redis.UniversalClient, cmd string) int64 {
 	t.Helper()
-	info, err := c.Info(t.Context(), "commandstats").Result()
+	re := regexp.MustCompile(`(?m)^cmdstat_` + regexp.QuoteMeta(cmd) + `:calls=(\d+)`)
+	var total atomic.Int64
+	one := func(ctx context.Context, c redis.UniversalClient) error {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		if m := re.FindStringSubmatch(info); m != nil {
+			n, _ := strconv.ParseInt(m[1], 10, 64)
+			total.Add(n)
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(t.Context(), func(ctx context.Context, m *redis.Client) error { return one(ctx, m) })
+	} else {
+		err = one(t.Context(), c)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^cmdstat_` + regexp.QuoteMeta(cmd) + `:calls=(\d+)`).FindStringSubmatch(info)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.ParseInt(m[1], 10, 64)
-	return n
+	return total.Load()
 }
 
 // loadBuckets creates n token buckets of resource "r" in st (domains

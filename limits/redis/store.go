@@ -37,53 +37,7 @@ var errTiers = errors.New("limits/redis: Take on a limit with burst tiers (use T
 //go:embed take.lua
 var takeLua string
 
-var (
-	takeScript = newScript(takeLua)
-	// The scripts of Reconfigure, on KEYS a domain's token bucket (a
-	// string), its burst-tier domain (a hash) and its resource's dynamic
-	// set; ARGV[1] the domain (escaped).
-	//
-	// dropScript deletes the domain, and removes it from the dynamic set
-	// if it was dynamic.
-	dropScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-local dy = redis.call('HGET', KEYS[2], 'dy')
-if v and string.match(string.sub(v, 57), '^%S+ %S+ %S+ (%S+)') == '1' then dy = '1' end
-redis.call('DEL', KEYS[1], KEYS[2])
-if dy == '1' then redis.call('ZREM', KEYS[3], ARGV[1]) end
-return 1`)
-	// toTiersScript turns a token bucket into a fresh burst-tier domain
-	// that keeps its last use, grants and what it was (a hash with e,
-	// which tiers.lua takes for a token bucket's), for as long as the
-	// bucket would have lived.
-	toTiersScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if not v then return 0 end
-local ttl = redis.call('PTTL', KEYS[1])
-redis.call('DEL', KEYS[1])
-if #v < 56 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-local _, _, lhi, llo, n = struct.unpack('<ddddd', v)
-local dy, k, nm = string.match(string.sub(v, 57), '^%S+ %S+ %S+ (%S+) (%S+) (.*)$')
-local l = string.format('%d%09d', lhi, llo)
-if lhi < 0 or llo < 0 then l = string.format('-%d%09d', -lhi, -llo) end
-redis.call('HSET', KEYS[2], 'e', '0', 'l', l, 'n', string.format('%d', n), 'dy', dy, 'k', k, 'nm', nm)
-if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
-return 1`)
-	// toBucketScript turns a burst-tier domain into a full token bucket
-	// that keeps its last use and grants: ARGV[2] the generation, ARGV[3]
-	// the bucket's configuration as take.lua stores it, ARGV[4] its TTL
-	// (ms).
-	toBucketScript = redis.NewScript(`
-local h = redis.call('HMGET', KEYS[2], 'l', 'n', 's')
-if not h[3] then return 0 end
-redis.call('DEL', KEYS[2])
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local l = h[1] or '0'
-local lhi, llo = tonumber(string.sub(l, 1, -10)) or 0, tonumber(string.sub(l, -9)) or 0
-if lhi < 0 then llo = -llo end
-redis.call('SET', KEYS[1], struct.pack('<ddddddd', 0, 0, lhi, llo, tonumber(h[2]) or 0, tonumber(ARGV[2]), 0) .. ARGV[3], 'PX', ARGV[4])
-return 1`)
-)
+var takeScript = newScript(takeLua)
 
 // Options configures a Store.
 type Options struct {
@@ -414,14 +368,32 @@ func parseTake(v string, p limits.Params) (limits.Outcome, error) {
 // removes nothing and returns 0.
 func (s *Store) Reap(context.Context, int64, func(limits.Removed)) (int, error) { return 0, nil }
 
-// Reconfigure implements limits.Store. It records gen and its instant
-// (Redis TIME; now in this package's tests) so that Take rescales
-// each bucket lazily at that instant, and from then on answers
-// ErrStaleConfig to Limits older than gen. It scans the store's buckets
-// and deletes those for which resolve returns nil (with their dynamic
-// count), calling removed for each. ctx bounds it all, and each of its
-// commands is bounded by Options.Timeout too.
-func (s *Store) Reconfigure(ctx context.Context, now int64, gen uint64, resolve func(limits.Key) *limits.Limit, removed func(limits.Removed)) error {
+// Reconfigure implements limits.Store, lazily: it reads Redis TIME
+// (now in this package's tests) and records gen and that instant, so
+// that each bucket is brought under its new Limit by the script of its
+// next request, atomically, rescaled at that instant; from then on it
+// answers ErrStaleConfig to Limits older than gen. It sends one command
+// (TIME) whatever Redis holds, never SCAN or KEYS: a start or a reload
+// costs the same with ten million keys as with ten. resolve and removed
+// are not called. What a bucket becomes:
+//
+//   - new size or fill rate: rescaled by take.lua on its next request
+//     (limits.Rescale at the instant recorded here), burst tiers by
+//     tiers.lua (the one-second log and tiers by index);
+//   - another algorithm (token bucket ↔ burst tiers): its next grant
+//     starts it fresh under the new one, keeping its grants, and deletes
+//     its key under the old one (the keys differ: a string, a hash);
+//   - no bucket of its own any more (its configuration vanished, or its
+//     domain falls to a shared bucket): no request touches it again, and
+//     Redis expires it by its TTL (when it would be full again, plus one
+//     to four seconds, or its MaxIdle; a dynamic bucket's place in the
+//     resource's count ends then too). limits.Engine.Walk no longer shows
+//     it. If the same key has a bucket again before then, it goes on from
+//     what it stored (rescaled) rather than full, and no
+//     EventBucketRemoved is reported for it.
+//
+// ctx and Options.Timeout bound the TIME.
+func (s *Store) Reconfigure(ctx context.Context, now int64, gen uint64, _ func(limits.Key) *limits.Limit, _ func(limits.Removed)) error {
 	if !s.callerTime {
 		tctx, cancel := context.WithTimeout(ctx, s.timeout)
 		t, err := s.c.Time(tctx).Result()
@@ -437,56 +409,6 @@ func (s *Store) Reconfigure(ctx context.Context, now int64, gen uint64, resolve 
 		old := s.minGen.Load()
 		if gen <= old || s.minGen.CompareAndSwap(old, gen) {
 			break
-		}
-	}
-	// Buckets that resolve to nothing go; those that change algorithm
-	// start afresh under the new one, keeping their use and grants, as
-	// in the memory store (their keys differ: a token bucket's string, a
-	// burst-tier domain's hash).
-	var gone, moved []limits.Snapshot
-	err := s.walk(ctx, func(snap limits.Snapshot) bool {
-		switch l := resolve(snap.Key); {
-		case l == nil:
-			gone = append(gone, snap)
-		case (l.Tiers != nil) != (snap.Limit.Algorithm == limits.BurstTiers):
-			moved = append(moved, snap)
-		}
-		return true
-	})
-	if err != nil {
-		return fmt.Errorf("limits/redis: reconfigure: %w", err)
-	}
-	run := func(sc *redis.Script, k limits.Key, args ...any) error {
-		member := escape(k.Domain)
-		base := s.resourceKey(k.Resource)
-		ctx, cancel := context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-		err := sc.Run(ctx, s.c, []string{base + "s:" + member, base + "b:" + member, base + "d"}, append([]any{member}, args...)...).Err()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("limits/redis: reconfigure: %w", err)
-		}
-		return nil
-	}
-	for _, snap := range gone {
-		if err := run(dropScript, snap.Key); err != nil {
-			return err
-		}
-		if removed != nil {
-			removed(limits.Removed{Key: snap.Key, Limit: snap.Limit, Reason: limits.RemovedReconfigured})
-		}
-	}
-	for _, snap := range moved {
-		l := resolve(snap.Key)
-		var err error
-		if l.Tiers != nil {
-			err = run(toTiersScript, snap.Key)
-		} else {
-			la := s.limitArgs(l)
-			ttl := (max(int64(l.Bucket.MaxIdle), 0) + int64(time.Second) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
-			err = run(toBucketScript, snap.Key, l.Gen, la.config[la.dyn(snap.Key.Domain)], ttl)
-		}
-		if err != nil {
-			return err
 		}
 	}
 	return nil

@@ -302,17 +302,20 @@ func TestRedisTime(t *testing.T) {
 	}
 }
 
-// TestWalkReconfigure: Walk sees the buckets; Reconfigure removes those
-// whose configuration vanished.
+// TestWalkReconfigure: Walk sees the buckets; Reconfigure sends no SCAN
+// or KEYS and deletes nothing: a bucket whose configuration vanished is
+// no longer shown by the engine's walk, and Redis expires it by its TTL;
+// one whose configuration shrank is rescaled by its next request.
 func TestWalkReconfigure(t *testing.T) {
-	st := New(client(t), Options{Prefix: prefix(t), callerTime: true})
+	c := client(t)
+	st := New(c, Options{Prefix: prefix(t), callerTime: true})
 	b := &limits.Bucket{Size: 5, FillRate: 1, MaxTokensPerRequest: 5}
-	cfg := &limits.Config{Resources: map[string]*limits.Resource{"r": {Template: b}, "s": {Default: b}}}
+	cfg := &limits.Config{Resources: map[string]*limits.Resource{"r": {Template: b}, "s": {Template: b}}}
 	e, _ := limits.New(cfg, limits.Options{Store: st})
 	for _, d := range []string{"x", "y", "z"} {
 		e.Allow(t.Context(), t0, limits.Request{Resource: "r", Domain: d, Tokens: 2})
 	}
-	e.Allow(t.Context(), t0, limits.Request{Resource: "s", Domain: "q"})
+	e.Allow(t.Context(), t0, limits.Request{Resource: "s", Domain: "q", Tokens: 4})
 	got := map[limits.Key]limits.Snapshot{}
 	if err := st.Walk(t.Context(), func(s limits.Snapshot) bool { got[s.Key] = s; return true }); err != nil {
 		t.Fatal(err)
@@ -324,11 +327,34 @@ func TestWalkReconfigure(t *testing.T) {
 	if info.Tokens != 3 {
 		t.Fatalf("describe: %+v", info)
 	}
-	if err := e.SetConfig(t0, &limits.Config{Resources: map[string]*limits.Resource{"s": {Default: b}}}); err != nil {
+	before := map[string]int64{"scan": commandCalls(t, c, "scan"), "keys": commandCalls(t, c, "keys")}
+	b2 := *b
+	b2.Size = 2 // s's bucket q (1 token of 5 left) keeps its fill fraction: 0.4 of 2 (no wait allowed)
+	if err := e.SetConfig(t0, &limits.Config{Resources: map[string]*limits.Resource{"s": {Template: &b2}}}); err != nil {
 		t.Fatal(err)
 	}
-	if n := walkLen(t, st); n != 1 {
-		t.Fatalf("walk counts %d after removing r", n)
+	for cmd, n := range before {
+		if d := commandCalls(t, c, cmd) - n; d != 0 {
+			t.Errorf("Reconfigure sent %d %s", d, cmd)
+		}
+	}
+	if n := walkLen(t, st); n != 4 {
+		t.Fatalf("the store's walk counts %d after removing r, want 4 (Redis expires them)", n)
+	}
+	var shown []limits.BucketInfo
+	if err := e.Walk(t.Context(), t0, func(b limits.BucketInfo) bool { shown = append(shown, b); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if len(shown) != 1 || shown[0].Resource != "s" {
+		t.Fatalf("the engine's walk after removing r: %+v", shown)
+	}
+	if d := e.Allow(t.Context(), t0, limits.Request{Resource: "s", Domain: "q", Tokens: 1, HasMaxWait: true}); d.Status != limits.StatusTimeout || d.Remaining < 0.399 || d.Remaining > 0.401 || d.Limit != 2 {
+		t.Fatalf("s/q shrunk to 2, 0.4 left, asks 1: %+v", d)
+	}
+	// r's buckets expire by their TTL: full again after 2 s, plus 1 to 4 s.
+	ttl, err := c.PTTL(t.Context(), st.bucketKey("r", "x")).Result()
+	if err != nil || ttl <= 0 || ttl > 7*time.Second {
+		t.Fatalf("r/x's TTL %v, %v", ttl, err)
 	}
 }
 

@@ -144,7 +144,9 @@ end
 --   [6] the string as read, then the stored numbers:
 --   [7], [8] e, the instant the bucket is empty (at's parts; false for a
 --     bucket Redis does not have), [9], [10] its last use, [11] grants,
---   [12] the generation, [13] x, the key's expiry (ms).
+--   [12] the generation, [13] x, the key's expiry (ms), [14] for a
+--   bucket Redis does not have, the burst-tier domain it was (its key,
+--   deleted by a grant; false: none; nil: not looked for yet).
 local rows = {}
 local vals -- the strings of KEYS[2..], vals[i - 1] for KEYS[i]
 do
@@ -221,11 +223,22 @@ local function take(ki, ask)
   local nhi, nlo = ask.nhi, ask.nlo
   n0 = n0 + 4
 
-  local created = not r[7]
+  local fresh = not r[7]
+  if fresh and r[14] == nil then
+    -- No bucket: was the domain a burst-tier domain (a hash under the
+    -- same name but "b:")? Its resource changed algorithm since; the
+    -- bucket starts full, keeping its grants, and a grant deletes the
+    -- hash (Reconfigure is lazy: see store.go).
+    r[14] = false
+    local bk = sub(KEYS[ki], 1, mstart - 3) .. 'b:' .. sub(KEYS[ki], mstart)
+    local h = call('HMGET', bk, 'n', 's', 'dy')
+    if h[2] then r[14], r[11], r[2] = bk, tonumber(h[1]) or 0, h[3] end
+  end
+  local created = fresh and not r[14]
   local relimit = false
   local e
-  if created then
-    if dyn == '1' and l.maxdyn > 0 then
+  if fresh then
+    if created and dyn == '1' and l.maxdyn > 0 then
       flushset()
       call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ask.nowms)
       if call('ZCARD', KEYS[1]) >= l.maxdyn then
@@ -306,7 +319,7 @@ local function take(ki, ask)
   r[7], r[8] = at(e, nhi, nlo)
   r[9], r[10] = nhi, nlo
   r[11] = r[11] + 1
-  if created or relimit then
+  if fresh or relimit then
     r[4] = true
     r[12], r[1] = l.g, l.cf[dyn]
   end
@@ -371,6 +384,7 @@ for i, r in pairs(rows) do
     else -- the generation and x unchanged: the first five numbers
       call('SETRANGE', KEYS[i], '0', pack('<ddddd', r[7], r[8], r[9], r[10], r[11]))
     end
+    if r[14] then call('DEL', r[14]) end
   end
 end
 flushset()

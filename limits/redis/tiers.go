@@ -52,7 +52,7 @@ func (s *Store) TakeHits(ctx context.Context, now int64, k limits.Key, l *limits
 	}
 	member := escape(k.Domain)
 	base := s.resourceKey(k.Resource)
-	keys := []string{s.domainKey(k.Resource, member), base + "d", base + "g"}
+	keys := []string{s.domainKey(k.Resource, member), base + "d", base + "g", base + "s:" + member}
 	cmd, err := s.eval(ctx, tiersScript, keys, req, la.tp, nowArg, l.Gen, dynArg[dyn], maxDyn, member, int(l.Kind), l.Name,
 		la.tierConfig[dyn])
 	if err != nil {

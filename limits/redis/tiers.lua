@@ -3,7 +3,9 @@
 -- KEYS[1] the domain (a hash, the same key as a token bucket of the
 -- domain), KEYS[2] the resource's dynamic buckets (a sorted set: member
 -- the escaped domain, score its expiry in ms), KEYS[3] the resource's
--- global log (a string); all three under the resource's hash tag.
+-- global log (a string), KEYS[4] the domain's token bucket (a string: a
+-- domain whose resource changed algorithm since); all four under the
+-- resource's hash tag.
 -- ARGV: 1 the request (int64s: now, now in ms, tokens, min), 2 the
 -- parameters (int64s: H, G, unlimited 0/1, Most, n, then per tier L, Tʷ,
 -- Tᵃ, Tᶜ, S 0/1), 3 now (decimal ns, or '' for Redis TIME), 4 gen, 5
@@ -336,6 +338,20 @@ local NT = P[9]
 -- The domain.
 local hv = redis.call('HMGET', KEYS[1], 's', 'c', 'n')
 local wastb = hv[1] == false and hv[3] ~= false
+-- No domain: was it a token bucket (KEYS[4], a string)? Its resource
+-- changed algorithm since; the domain starts fresh, keeping its grants,
+-- and a grant deletes the bucket (Reconfigure is lazy: see store.go).
+local fromtb, tbdy = false, nil
+if hv[1] == false and hv[3] == false then
+  local v = redis.call('GET', KEYS[4])
+  if v and #v >= 56 then
+    local _, _, _, _, n = struct.unpack('<ddddd', v)
+    if n == n then
+      wastb, fromtb, hv[3] = true, true, string.format('%d', n)
+      tbdy = string.match(string.sub(v, 57), '^%S+ %S+ %S+ (%S+)')
+    end
+  end
+end
 local created = hv[1] == false and not wastb
 local relimit = wastb
 local second = newlog()
@@ -566,7 +582,8 @@ local state = table.concat(parts)
 local grants = (tonumber(hv[3]) or 0) + 1
 local ttl = math.ceil(dbl(sub(fh, fl, nh, nl)) / 1e6) + 1000
 -- (A domain that is no longer dynamic leaves the set.)
-local wasdyn = relimit and dyn ~= '1' and redis.call('HGET', KEYS[1], 'dy') == '1'
+local wasdyn = relimit and dyn ~= '1' and (fromtb and tbdy or redis.call('HGET', KEYS[1], 'dy')) == '1'
+if fromtb then redis.call('DEL', KEYS[4]) end
 if created or relimit then
   if wastb then redis.call('HDEL', KEYS[1], 'e', 'sz', 'rt', 'sp') end
   redis.call('HSET', KEYS[1], 's', state, 'l', nowdec, 'n', grants, 'g', ARGV[4], 'dy', dyn, 'k', ARGV[8], 'nm', ARGV[9], 'c', ARGV[10])

@@ -691,3 +691,73 @@ func TestTiersLargeCounts(t *testing.T) {
 		t.Fatalf("saturated: %+v", out)
 	}
 }
+
+// TestAlgorithmChangeLazy: a resource that changes algorithm (token
+// bucket ↔ burst tiers) keeps its domains' keys under the old one until
+// their next grant, which starts them fresh under the new one, keeps
+// their grants and deletes the old key; a rejection writes nothing, and
+// a dynamic domain keeps its one place in the resource's count.
+func TestAlgorithmChangeLazy(t *testing.T) {
+	c := client(t)
+	st := New(c, Options{Prefix: prefix(t), callerTime: true})
+	bucket := &limits.Config{Resources: map[string]*limits.Resource{
+		"r": {Template: &limits.Bucket{Size: 2, FillRate: 1, MaxTokensPerRequest: 2}, MaxDynamicBuckets: 1}}}
+	tiers := &limits.Config{Resources: map[string]*limits.Resource{
+		"r": {Algorithm: limits.BurstTiers, MaxDynamicBuckets: 1, Tiers: []limits.Tier{{Limit: 3, Window: time.Second, Active: time.Second}}}}}
+	e, err := limits.New(bucket, limits.Options{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sKey, bKey := st.bucketKey("r", "d"), st.domainKey("r", "d")
+	exists := func(k string) bool { return c.Exists(t.Context(), k).Val() == 1 }
+	req := limits.Request{Resource: "r", Domain: "d", Tokens: 2}
+	if d := e.Allow(t.Context(), t0, req); d.Status != limits.StatusOK {
+		t.Fatalf("token bucket: %+v", d)
+	}
+	if err := e.SetConfig(t0, tiers); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(sKey) || exists(bKey) {
+		t.Fatal("SetConfig touched the keys")
+	}
+	// 4 hits over the tier's 3: rejected, nothing written.
+	if d := e.Allow(t.Context(), t0, limits.Request{Resource: "r", Domain: "d", Tokens: 4}); d.Status == limits.StatusOK {
+		t.Fatalf("4 over a tier of 3: %+v", d)
+	}
+	if !exists(sKey) || exists(bKey) {
+		t.Fatal("a rejection moved the domain")
+	}
+	if d := e.Allow(t.Context(), t0, limits.Request{Resource: "r", Domain: "d", Tokens: 3}); d.Status != limits.StatusOK || d.Granted != 3 {
+		t.Fatalf("the token bucket's domain under tiers, fresh, max dynamic 1: %+v", d)
+	}
+	if exists(sKey) || !exists(bKey) {
+		t.Fatal("the grant did not move the domain")
+	}
+	grants := func() uint64 {
+		var n uint64
+		err := e.Walk(t.Context(), t0, func(b limits.BucketInfo) bool { n += b.Grants; return true })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if g := grants(); g != 2 {
+		t.Fatalf("grants %d after the move, want 2", g)
+	}
+	// And back: a full bucket, its grants kept.
+	if err := e.SetConfig(t0.Add(time.Second), bucket); err != nil {
+		t.Fatal(err)
+	}
+	if d := e.Allow(t.Context(), t0.Add(time.Second), req); d.Status != limits.StatusOK || d.Granted != 2 {
+		t.Fatalf("back to a token bucket, full: %+v", d)
+	}
+	if !exists(sKey) || exists(bKey) {
+		t.Fatal("the grant did not move the domain back")
+	}
+	if g := grants(); g != 3 {
+		t.Fatalf("grants %d after the move back, want 3", g)
+	}
+	if n := c.ZCard(t.Context(), st.dynKey("r")).Val(); n != 1 {
+		t.Fatalf("the dynamic count holds %d, want 1", n)
+	}
+}
