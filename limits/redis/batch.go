@@ -95,7 +95,9 @@ func newScript(src string) *script {
 
 // call is one script to run in a batch: a request of the take script
 // (take set), which the batcher merges with the batch's other requests on
-// the same resource into one script (see take.lua), or any other script
+// the same resource into one script (see take.lua), a request of Envoy's
+// rate limit service (rls set), merged likewise with the batch's others
+// of the same domain (see rls.lua), or any other script
 // (args holds its command from its third word on: numkeys, the keys, the
 // arguments; the batcher puts EVALSHA and the hash, or EVAL and the
 // source, in front). Calls are pooled (getCall, putCall): arguments may
@@ -119,6 +121,12 @@ type call struct {
 	hasAt  bool
 	dyn    int
 	res    string
+
+	// An RLS request (rls.go): its counters' keys, each once, and its
+	// hits; base is its domain's hash tag, res its part of the reply.
+	rls   bool
+	rkeys []string
+	rhits []rlsHit
 
 	// Storage the arguments may point to, and the rest of the ask: the
 	// caller's instant (Unix ns) if hasNow (else Redis TIME), tokens, min
@@ -191,6 +199,10 @@ func putCall(c *call) {
 	c.sc, c.cmd, c.err, c.res = nil, nil, nil, ""
 	c.take, c.la, c.dynKey, c.at, c.hasAt, c.dyn, c.nowNs, c.hasNow = false, nil, nil, 0, false, 0, 0, false
 	c.key, c.member, c.base = "", "", ""
+	if c.rls {
+		clear(c.rkeys)
+		c.rls, c.rkeys, c.rhits = false, c.rkeys[:0], c.rhits[:0]
+	}
 	callPool.Put(c)
 }
 
@@ -220,7 +232,8 @@ type batcher struct {
 
 // command is one script of a round trip and the calls it answers: a take
 // command answers every take request of the batch on one resource (four
-// values each, in order), another one its one call.
+// values each, in order), an RLS command every RLS request of the batch
+// on one domain (in order), another one its one call.
 type command struct {
 	sc     *script
 	args   []any
@@ -228,6 +241,7 @@ type command struct {
 	calls  []*call
 	limits []*limitArgs // a take command's limits, in ARGV order
 	take   bool
+	rls    bool
 }
 
 // newBatcher returns the batcher of node (addr names it).
@@ -626,6 +640,10 @@ func (m *command) answer() {
 		}
 		return
 	}
+	if m.rls {
+		m.answerRLS()
+		return
+	}
 	if !m.take {
 		m.calls[0].cmd = m.cmd
 		return
@@ -644,20 +662,23 @@ func (m *command) answer() {
 }
 
 // commands returns batch's commands: one per resource for the take
-// requests (in batch order within each), one per other call.
+// requests and one per domain for the RLS requests (in batch order within
+// each), one per other call.
 func (b *batcher) commands(batch []*call) []*command {
 	cmds := b.cmds[:0]
 	if b.group == nil {
 		b.group, b.keyIx = map[string]*command{}, map[string]int{}
 	}
 	for _, c := range batch {
-		if !c.take {
+		if !c.take && !c.rls {
 			cmds = append(cmds, &command{sc: c.sc, args: c.args, calls: []*call{c}})
 			continue
 		}
+		// (A resource's base, "{r…}", and a domain's tag, "{e…}", never
+		// meet.)
 		m := b.group[c.base]
 		if m == nil {
-			m = &command{sc: c.sc, take: true}
+			m = &command{sc: c.sc, take: c.take, rls: c.rls}
 			b.group[c.base] = m
 			cmds = append(cmds, m)
 		}
@@ -665,8 +686,11 @@ func (b *batcher) commands(batch []*call) []*command {
 	}
 	clear(b.group)
 	for _, m := range cmds {
-		if m.take {
+		switch {
+		case m.take:
 			m.args = b.takeArgs(m)
+		case m.rls:
+			m.args = b.rlsArgs(m)
 		}
 	}
 	b.cmds = cmds

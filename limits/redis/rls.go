@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -20,18 +20,33 @@ var rlsLua string
 var rlsScript = newScript(rlsLua)
 
 // RLS is the counters of Envoy's rate limit service (rls.Store) in a
-// Store's Redis: a request's hits in one script (rls.lua, a mirror of
-// rls.Decide), one round trip shared with the Store's other calls
+// Store's Redis: a request's hits decided together in one script
+// (rls.lua, a mirror of rls.Decide), through the Store's batcher
 // (batching, the circuit breaker, Options.Timeout and the request's
-// context, as for Take). Every counter of a domain is under the domain's
-// hash tag, "{e<domain>}", so a request's keys are in one slot of a Redis
-// Cluster (and a hot domain's counters on one master). Keys expire when
-// their state is the same as none: a token bucket when full again, a
-// window when it ends. Safe for concurrent use.
+// context, as for Take): concurrent requests of one domain that share a
+// round trip are one script, decided in order, each as if alone. Every
+// counter of a domain is under the domain's hash tag, "{e<domain>}", so
+// a request's keys are in one slot of a Redis Cluster (and a hot
+// domain's counters on one master). Keys expire when their state is the
+// same as none: a token bucket when full again, a window when it ends.
+// Safe for concurrent use.
 type RLS struct{ s *Store }
 
 // NewRLS returns the rate limit service's counters in s's Redis.
 func NewRLS(s *Store) *RLS { return &RLS{s: s} }
+
+// rlsHit is one hit of an RLS request as rls.lua takes it: its counter
+// (an index in the call's rkeys), the algorithm (1 token bucket, 2 fixed
+// window), the limit, the period (µs), the hits (at most limit + 1),
+// refund and soft (0/1).
+type rlsHit struct {
+	key                                 int
+	alg, limit, period, n, refund, soft float64
+}
+
+// rlsReply is the length of a request's reply with n hits: granted, then
+// four numbers a hit, each a little-endian double (see rls.lua).
+func rlsReply(n int) int { return 8 * (1 + 4*n) }
 
 // Decide implements rls.Store. It reads Redis TIME (now is ignored,
 // except in this package's tests); errors are Take's (ErrUnavailable
@@ -44,52 +59,112 @@ func (r *RLS) Decide(ctx context.Context, now int64, domain string, hits []rls.H
 	if len(hits) > rls.MaxHits {
 		return false, fmt.Errorf("limits/redis: decide: %d hits, at most %d", len(hits), rls.MaxHits)
 	}
-	tag := r.s.prefix + "{e" + escape(domain) + "}"
-	keys := make([]string, 0, len(hits))
-	packed := make([]byte, 0, 56*len(hits))
-	nowArg, extraTTL := "", "0"
+	c := r.call(now, domain, hits)
+	err := r.s.run(ctx, c.base, c)
+	granted := false
+	if err == nil {
+		granted = parseRLS(c.res, results[:len(hits)])
+	}
+	putCall(c)
+	return granted, err
+}
+
+// call returns Decide's call (pooled: putCall it).
+func (r *RLS) call(now int64, domain string, hits []rls.Hit) *call {
+	c := getCall(rlsScript)
+	c.rls = true
+	c.base = r.s.prefix + "{e" + escape(domain) + "}"
 	if r.s.callerTime {
-		// The tests' instants are not Redis's: keys must not expire by
-		// Redis's clock before the tests' clock says they may.
-		nowArg, extraTTL = strconv.FormatInt(now, 10), "3600000"
+		c.nowNs, c.hasNow = now, true // (µs)
 	}
 	for _, h := range hits {
-		alg, letter := 1, "t"
+		alg, letter := 1.0, "t"
 		if h.Policy.Algorithm == rls.FixedWindow {
 			alg, letter = 2, "w"
 		}
-		key := tag + letter + escape(h.Bucket)
-		ki := -1
-		for j, k := range keys {
-			if k == key {
-				ki = j
-				break
+		key := c.base + letter + escape(h.Bucket)
+		ki := slices.Index(c.rkeys, key)
+		if ki < 0 {
+			ki = len(c.rkeys)
+			c.rkeys = append(c.rkeys, key)
+		}
+		c.rhits = append(c.rhits, rlsHit{key: ki, alg: alg, limit: float64(h.Policy.Limit), period: float64(h.Policy.Period),
+			n: float64(min(h.Hits, uint64(h.Policy.Limit)+1)), refund: float64(b2i(h.Refund)), soft: float64(b2i(h.Soft))})
+	}
+	return c
+}
+
+// parseRLS decodes a request's reply (rlsReply(len(results)) bytes: see
+// rls.lua) into results and returns whether it was granted.
+func parseRLS(v string, results []rls.Result) bool {
+	num := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i : 8*i+8]))) }
+	for i := range results {
+		o := 1 + 4*i
+		results[i] = rls.Result{Over: num(o) == 1, Remaining: uint32(num(o + 1)), Reset: int64(num(o + 2)), RetryAfter: int64(num(o + 3))}
+	}
+	return num(0) == 1
+}
+
+// rlsArgs builds an RLS command (see rls.lua): the counters of its
+// requests, each once, then one string of packed numbers: the TTL's
+// extra milliseconds, then per request its hits' count, its now, and its
+// hits, each on its counter's index in KEYS.
+func (b *batcher) rlsArgs(m *command) []any {
+	clear(b.keyIx)
+	nk, nh := 0, 0
+	for _, c := range m.calls {
+		for _, k := range c.rkeys {
+			if _, ok := b.keyIx[k]; !ok {
+				nk++
+				b.keyIx[k] = nk
 			}
 		}
-		if ki < 0 {
-			ki = len(keys)
-			keys = append(keys, key)
+		nh += len(c.rhits)
+	}
+	args := make([]any, 0, 3+nk+1)
+	args = append(args, argEvalSha, nil, nk)
+	for _, c := range m.calls {
+		for i := range c.rkeys {
+			if b.keyIx[c.rkeys[i]] == len(args)-2 { // its first
+				args = append(args, &c.rkeys[i])
+			}
 		}
-		n := min(h.Hits, uint64(h.Policy.Limit)+1)
-		packed = appendDoubles(packed, float64(ki+1), float64(alg), float64(h.Policy.Limit), float64(h.Policy.Period), float64(n),
-			float64(b2i(h.Refund)), float64(b2i(h.Soft)))
 	}
-	cmd, err := r.s.eval(ctx, rlsScript, keys, nowArg, string(packed), extraTTL)
-	if err != nil {
-		return false, err
+	extra := 0.0
+	if b.st.callerTime {
+		// The tests' instants are not Redis's: keys must not expire by
+		// Redis's clock before the tests' clock says they may.
+		extra = 3600000
 	}
-	v, err := cmd.Int64Slice()
-	if err != nil {
-		return false, scriptError(err)
+	nums := make([]byte, 0, 8*(1+3*len(m.calls)+7*nh))
+	nums = appendDoubles(nums, extra)
+	for _, c := range m.calls {
+		nums = appendDoubles(nums, float64(len(c.rhits)), float64(b2i(c.hasNow)), float64(c.nowNs))
+		for _, h := range c.rhits {
+			nums = appendDoubles(nums, float64(b.keyIx[c.rkeys[h.key]]), h.alg, h.limit, h.period, h.n, h.refund, h.soft)
+		}
 	}
-	if len(v) != 1+4*len(hits) {
-		return false, fmt.Errorf("limits/redis: decide: reply of %d numbers, want %d", len(v), 1+4*len(hits))
+	return append(args, nums)
+}
+
+// answerRLS hands an RLS command's reply to its calls, each its part.
+func (m *command) answerRLS() {
+	n := 0
+	for _, c := range m.calls {
+		n += rlsReply(len(c.rhits))
 	}
-	for i := range hits {
-		o := v[1+4*i:]
-		results[i] = rls.Result{Over: o[0] == 1, Remaining: uint32(o[1]), Reset: o[2], RetryAfter: o[3]}
+	v, ok := m.cmd.Val().(string)
+	if !ok || len(v) != n {
+		err := fmt.Errorf("limits/redis: decide: reply %T of %d bytes for %d requests, want %d bytes", m.cmd.Val(), len(v), len(m.calls), n)
+		for _, c := range m.calls {
+			c.err = err
+		}
+		return
 	}
-	return v[0] == 1, nil
+	for _, c := range m.calls {
+		n := rlsReply(len(c.rhits))
+		c.res, v = v[:n], v[n:]
+	}
 }
 
 // Walk implements rls.Store with SCAN over the prefix's counter keys (on
