@@ -164,7 +164,9 @@ func compareCounters(t interface{ Fatalf(string, ...any) }, red *RLS, mem *rls.M
 func TestRLSBatchCases(t *testing.T) {
 	tb := rls.Policy{Algorithm: rls.TokenBucket, Limit: 3, Period: 60e6}
 	fw := rls.Policy{Algorithm: rls.FixedWindow, Limit: 2, Period: 60e6}
-	hit := func(bucket string, p rls.Policy, n uint64) rls.Hit { return rls.Hit{Bucket: bucket, Policy: p, Hits: n} }
+	hit := func(bucket string, p rls.Policy, n uint64) rls.Hit {
+		return rls.Hit{Bucket: bucket, Policy: p, Hits: n}
+	}
 	const t0 = int64(1_790_000_000_000_000)
 	for _, tc := range []struct {
 		name  string
