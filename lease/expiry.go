@@ -11,33 +11,40 @@ package lease
 // when its second passes. The stale references are bounded by the
 // requests in one lease length.
 //
+// Each filing is a reference to the entry (its index and gen, which
+// changes when the entry is dropped, so that a stale reference to a slot
+// since reused is told apart).
+//
 // The zero value is empty.
 type expiries struct {
-	buckets map[int64]*[]*entry
-	seconds secondHeap  // the keys of buckets, earliest first
-	free    []*[]*entry // emptied lists, reused
+	buckets map[int64]*[]uint64 // entry references (see ref), by second
+	seconds secondHeap          // the keys of buckets, earliest first
+	free    []*[]uint64         // emptied lists, reused
 }
 
-// set files e under expiry second sec.
-func (x *expiries) set(e *entry, sec int64) {
+// ref returns the reference to entry ei, whose gen is gen.
+func ref(ei int32, gen uint32) uint64 { return uint64(gen)<<32 | uint64(uint32(ei)) }
+
+// set files entry ei (e) under expiry second sec.
+func (x *expiries) set(ei int32, e *entry, sec int64) {
 	if e.filed && e.expSec == sec {
 		return
 	}
 	e.expSec, e.filed = sec, true
 	if x.buckets == nil {
-		x.buckets = make(map[int64]*[]*entry)
+		x.buckets = make(map[int64]*[]uint64)
 	}
 	b := x.buckets[sec]
 	if b == nil {
 		if n := len(x.free); n > 0 {
 			b, x.free = x.free[n-1], x.free[:n-1]
 		} else {
-			b = new([]*entry)
+			b = new([]uint64)
 		}
 		x.buckets[sec] = b
 		x.seconds.push(sec)
 	}
-	*b = append(*b, e)
+	*b = append(*b, ref(ei, e.gen))
 }
 
 // remove unfiles e.
@@ -45,16 +52,16 @@ func (x *expiries) remove(e *entry) { e.filed = false }
 
 // popExpired calls drop for every lease filed at a second ≤ now (Unix
 // seconds). drop must call remove (directly or not) for the entry.
-func (x *expiries) popExpired(now int64, drop func(*entry)) {
+func (x *expiries) popExpired(ents *entries, now int64, drop func(int32)) {
 	for len(x.seconds) > 0 && x.seconds[0] <= now {
 		sec := x.seconds.pop()
 		b := x.buckets[sec]
 		delete(x.buckets, sec)
-		for i, e := range *b {
-			if e.filed && e.expSec == sec {
-				drop(e)
+		for _, r := range *b {
+			ei := int32(uint32(r))
+			if e := ents.at(ei); e.gen == uint32(r>>32) && e.filed && e.expSec == sec {
+				drop(ei)
 			}
-			(*b)[i] = nil
 		}
 		*b = (*b)[:0]
 		x.free = append(x.free, b)

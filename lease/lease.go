@@ -176,30 +176,31 @@ type Lease struct {
 
 // entry is one requester's state and its part in its (highest) priority
 // band's tree; a requester asking in several bands (a downstream server)
-// has one more entry per further band, owned by the first. What every
-// decision reads is in its first cache line: a decision on a resource with
-// many clients is bound by memory latency, not arithmetic.
+// has one more entry per further band, owned by the first (see
+// Resource.more). Entries live in the resource's arena (store.go) and hold
+// no pointers. What every decision reads is in its first cache line: a
+// decision on a resource with many clients is bound by memory latency,
+// not arithmetic.
 type entry struct {
 	wants      float64
 	subclients float64
 	has        float64 // the requester's whole lease (0 on further bands)
-	key        float64 // wants / subclients when inserted in the tree
-	leaf       *node   // the tree leaf holding the entry
 	expSec     int64   // expiry, Unix seconds
+	leaf       int32   // the tree leaf holding the entry (a node index; 0: none)
+	waiting    uint32  // > 0: in Resource.waiting, with this mark (see wait)
+	gen        uint32  // changes when the entry is dropped (see expiries)
 	filed      bool    // filed in the expiry index under expSec
 	expired    bool    // the last grant was an expired lease (MaxExpiry had passed)
-	waiting    uint32  // > 0: in Resource.waiting, with this mark (see wait)
+	hasMore    bool    // on the first entry: it has further bands' entries (Resource.more)
 
-	priority    int64 // the band
-	id          string
-	gets        float64   // the capacity of the requester's current lease
-	lastRequest int64     // Unix nanoseconds
-	owner       *entry    // on further bands: the requester's first entry
-	more        *[]*entry // on the first entry: the further bands' entries (nil: none; see further)
+	priority    int64   // the band
+	gets        float64 // the capacity of the requester's current lease
+	lastRequest int64   // Unix nanoseconds
 	// posExpSec (Unix seconds; 0: none) is the latest expiry of a lease
 	// of more than 0 granted to the requester: what a downstream server
 	// hands out ends by then (Grant.PreviousExpiry).
 	posExpSec int64
+	idOff     int64 // on the first entry: where its id is in Resource.ids
 }
 
 // band is the requesters of one priority, in a tree of their own.
@@ -215,9 +216,12 @@ type Resource struct {
 	params      Params
 	masterSince time.Time
 	learningEnd time.Time
-	entries     map[string]*entry
-	bands       []*band // by descending priority; never empty bands
-	fanout      int     // tree fanout for new bands (tests); 0: default
+	ents        entries
+	ids         ids               // the requesters' first entries, by id
+	leases      int               // requesters with a record
+	more        map[int32][]int32 // further bands' entries, by first entry (see entry.hasMore)
+	bands       []*band           // by descending priority; never empty bands
+	fanout      int               // tree fanout for new bands (tests); 0: default
 	expiries    expiries
 
 	// The watched requesters granted less than they want, served in turn
@@ -230,7 +234,7 @@ type Resource struct {
 
 // waiter is an item of Resource.waiting.
 type waiter struct {
-	e    *entry
+	e    int32 // the requester's first entry
 	mark uint32
 }
 
@@ -245,7 +249,7 @@ func NewResource(id string, p Params, masterSince time.Time) *Resource {
 		params:      p,
 		masterSince: masterSince,
 		learningEnd: learningEnd(masterSince, p),
-		entries:     make(map[string]*entry),
+		ents:        newEntries(),
 	}
 }
 
@@ -287,14 +291,20 @@ func (r *Resource) LearningEnd() time.Time { return r.learningEnd }
 //
 // Source: doorman-design.md, "Step 1: Cleanup step".
 func (r *Resource) Cleanup(now time.Time) {
-	r.expiries.popExpired(now.Unix(), r.drop)
+	r.expiries.popExpired(&r.ents, now.Unix(), r.drop)
 }
 
-func (r *Resource) drop(e *entry) {
+// drop forgets requester ei: its entries leave their trees, the expiry
+// index and the waiting queue, and return to the arena.
+func (r *Resource) drop(ei int32) {
+	e := r.ents.at(ei)
 	e.waiting = 0
-	r.unplace(e)
+	r.unplace(ei)
 	r.expiries.remove(e)
-	delete(r.entries, e.id)
+	r.ids.remove(&r.ents, ei)
+	r.releaseFurther(ei)
+	r.ents.release(ei)
+	r.leases--
 }
 
 // band returns the band of priority p, creating it if create is set (nil
@@ -310,35 +320,35 @@ func (r *Resource) band(p int64, create bool) *band {
 	if !create {
 		return nil
 	}
-	b := &band{priority: p, tree: tree{fanout: r.fanout}}
+	b := &band{priority: p, tree: newTree(&r.ents, r.fanout)}
 	r.bands = append(r.bands, nil)
 	copy(r.bands[i+1:], r.bands[i:])
 	r.bands[i] = b
 	return b
 }
 
-// place puts the requester's entries (e and e.more) into their bands'
-// trees.
-func (r *Resource) place(e *entry) {
-	r.band(e.priority, true).tree.insert(e)
-	for _, m := range e.further() {
-		r.band(m.priority, true).tree.insert(m)
+// place puts requester ei's entries (its first and its further ones) into
+// their bands' trees.
+func (r *Resource) place(ei int32) {
+	r.band(r.ents.at(ei).priority, true).tree.insert(ei)
+	for _, m := range r.further(ei) {
+		r.band(r.ents.at(m).priority, true).tree.insert(m)
 	}
 }
 
-// unplace takes the requester's entries out of their trees, dropping bands
+// unplace takes requester ei's entries out of their trees, dropping bands
 // left empty.
-func (r *Resource) unplace(e *entry) {
-	r.removeFromBand(e)
-	for _, m := range e.further() {
+func (r *Resource) unplace(ei int32) {
+	r.removeFromBand(ei)
+	for _, m := range r.further(ei) {
 		r.removeFromBand(m)
 	}
 }
 
-func (r *Resource) removeFromBand(e *entry) {
-	b := r.band(e.priority, false)
-	b.tree.remove(e)
-	if b.tree.root == nil {
+func (r *Resource) removeFromBand(ei int32) {
+	b := r.band(r.ents.at(ei).priority, false)
+	b.tree.remove(ei)
+	if b.tree.root == 0 {
 		for i, x := range r.bands {
 			if x == b {
 				r.bands = append(r.bands[:i], r.bands[i+1:]...)
@@ -374,15 +384,16 @@ func parts(req Request, buf []Band) []Band {
 	return out
 }
 
-// sameParts reports whether e's entries hold exactly ps.
-func sameParts(e *entry, ps []Band) bool {
-	if len(ps) != 1+len(e.further()) {
+// sameParts reports whether requester ei's entries hold exactly ps.
+func (r *Resource) sameParts(ei int32, ps []Band) bool {
+	more := r.further(ei)
+	if len(ps) != 1+len(more) {
 		return false
 	}
 	for i, p := range ps {
-		x := e
+		x := r.ents.at(ei)
 		if i > 0 {
-			x = e.further()[i-1]
+			x = r.ents.at(more[i-1])
 		}
 		if x.priority != p.Priority || x.wants != p.Wants || x.subclients != float64(p.Clients) {
 			return false
@@ -391,47 +402,71 @@ func sameParts(e *entry, ps []Band) bool {
 	return true
 }
 
-// fewerClients reports whether ps stands for fewer clients than e does.
-func fewerClients(ps []Band, e *entry) bool {
+// fewerClients reports whether ps stands for fewer clients than
+// requester ei does.
+func (r *Resource) fewerClients(ps []Band, ei int32) bool {
 	var n float64
 	for _, p := range ps {
 		n += float64(p.Clients)
 	}
-	return n < total(e).Subclients
+	return n < r.total(ei).Subclients
 }
 
-// currentParts returns e's bands, highest priority first.
-func currentParts(e *entry, out []Band) []Band {
+// currentParts returns requester ei's bands, highest priority first.
+func (r *Resource) currentParts(ei int32, out []Band) []Band {
+	e := r.ents.at(ei)
 	out = append(out, Band{Priority: e.priority, Clients: int64(e.subclients), Wants: e.wants})
-	for _, m := range e.further() {
+	for _, mi := range r.further(ei) {
+		m := r.ents.at(mi)
 		out = append(out, Band{Priority: m.priority, Clients: int64(m.subclients), Wants: m.wants})
 	}
 	return out
 }
 
-// setParts makes e's entries hold ps (e takes the first band).
-func setParts(e *entry, ps []Band) {
+// setParts makes requester ei's entries, out of their trees, hold ps (the
+// first entry takes the first band; further ones are made anew).
+func (r *Resource) setParts(ei int32, ps []Band) {
+	e := r.ents.at(ei)
 	e.priority, e.wants, e.subclients = ps[0].Priority, ps[0].Wants, float64(ps[0].Clients)
-	if e.more == nil {
-		if len(ps) == 1 {
-			return
-		}
-		e.more = new([]*entry)
+	if !e.hasMore && len(ps) == 1 {
+		return
 	}
-	more := (*e.more)[:0]
+	more := r.releaseFurther(ei)
+	if len(ps) == 1 {
+		return
+	}
 	for _, p := range ps[1:] {
-		more = append(more, &entry{id: e.id, owner: e, priority: p.Priority, wants: p.Wants, subclients: float64(p.Clients)})
+		mi := r.ents.add()
+		m := r.ents.at(mi)
+		m.priority, m.wants, m.subclients = p.Priority, p.Wants, float64(p.Clients)
+		more = append(more, mi)
 	}
-	*e.more = more
+	if r.more == nil {
+		r.more = make(map[int32][]int32)
+	}
+	r.more[ei] = more
+	r.ents.at(ei).hasMore = true
 }
 
-// further returns the entries of the requester's further bands (e is its
+// releaseFurther returns requester ei's further entries, out of their
+// trees, to the arena, and returns their list emptied for reuse.
+func (r *Resource) releaseFurther(ei int32) []int32 {
+	more := r.further(ei)
+	for _, mi := range more {
+		r.ents.release(mi)
+	}
+	delete(r.more, ei)
+	r.ents.at(ei).hasMore = false
+	return more[:0]
+}
+
+// further returns the entries of requester ei's further bands (ei is its
 // first entry).
-func (e *entry) further() []*entry {
-	if e.more == nil {
+func (r *Resource) further(ei int32) []int32 {
+	if !r.ents.at(ei).hasMore {
 		return nil
 	}
-	return *e.more
+	return r.more[ei]
 }
 
 // sumHas returns Σ has over every band.
@@ -472,35 +507,35 @@ func (r *Resource) sumHas() float64 {
 // Source: doorman-design.md, "Processing the GetCapacity RPC", steps 1-4.
 func (r *Resource) Decide(now time.Time, req Request) Grant {
 	r.Cleanup(now)
-	e := r.entries[req.Client] // nil: a requester the store has no record of
+	ei := r.ids.find(&r.ents, req.Client) // 0: a requester the store has no record of
 	learning := r.Learning(now)
 	var previous time.Time
 	if !learning {
 		previous = now.Truncate(time.Second)
-		if e != nil {
-			previous = time.Unix(max(e.posExpSec, previous.Unix()), 0)
+		if ei != 0 {
+			previous = time.Unix(max(r.ents.at(ei).posExpSec, previous.Unix()), 0)
 		}
 	}
-	if e != nil && r.early(now, e, req.Repeat) {
-		g := r.current(now, e)
+	if ei != 0 && r.early(now, r.ents.at(ei), req.Repeat) {
+		g := r.current(now, r.ents.at(ei))
 		g.PreviousExpiry = previous
 		return g
 	}
-	unrecorded := e == nil && req.Has != nil && *req.Has > 0 && !learning
+	unrecorded := ei == 0 && req.Has != nil && *req.Has > 0 && !learning
 	var buf [4]Band
-	ps, ceiling := floorLearningChild(e, req.KeepOutstanding, req.Has, parts(req, buf[:]))
+	ps, ceiling := r.floorLearningChild(ei, req.KeepOutstanding, req.Has, parts(req, buf[:]))
 	var wasBooked float64 // what was booked for the requester
-	if e != nil {
-		wasBooked = e.has
+	if ei != 0 {
+		wasBooked = r.ents.at(ei).has
 	}
-	e, othersHas := r.insert(e, req.Client, ps)
-	gets := math.Min(r.allot(learning, e, req.Has, othersHas), ceiling)
+	ei, othersHas := r.insert(ei, req.Client, ps)
+	gets := math.Min(r.allot(learning, ei, req.Has, othersHas), ceiling)
 	d, ok := r.handBackUnextended(now, learning, req.Has, req.HasExpiry, gets)
 	if !ok {
 		d = r.withinOwnLease(now, gets)
 	}
-	r.record(now, e, d, booked(d.gets, req.KeepOutstanding, req.Has, wasBooked))
-	r.wait(e, req.Watched && sharing(r.params.Kind) && !learning && !ok && d.expiry.After(now) && ceiling > d.gets && short(e))
+	r.record(now, ei, d, booked(d.gets, req.KeepOutstanding, req.Has, wasBooked))
+	r.wait(ei, req.Watched && sharing(r.params.Kind) && !learning && !ok && d.expiry.After(now) && ceiling > d.gets && r.short(ei))
 	return Grant{
 		Capacity:        d.gets,
 		Expiry:          d.expiry,
@@ -540,90 +575,92 @@ func (r *Resource) early(now time.Time, e *entry, repeat bool) bool {
 // demand in the shares (returned in place of ps, in ps's storage), and the
 // ceiling on its grant is the Σ wants it reports, so that it is still
 // granted no more than it asks. Otherwise ps is returned as it is and the
-// ceiling is +Inf. e is nil for a requester the store has no record of.
+// ceiling is +Inf. ei is 0 for a requester the store has no record of.
 //
 // Source: docs/departures.md, "What Sluice changes in the allocation across the
 // tree", rule 2; doorman-design.md, "On learning mode".
-func floorLearningChild(e *entry, keepOutstanding bool, has *float64, ps []Band) (_ []Band, ceiling float64) {
-	if e == nil || !keepOutstanding || has != nil || !fewerClients(ps, e) {
+func (r *Resource) floorLearningChild(ei int32, keepOutstanding bool, has *float64, ps []Band) (_ []Band, ceiling float64) {
+	if ei == 0 || !keepOutstanding || has != nil || !r.fewerClients(ps, ei) {
 		return ps, math.Inf(1)
 	}
 	for _, p := range ps {
 		ceiling += p.Wants
 	}
-	return currentParts(e, ps[:0]), ceiling
+	return r.currentParts(ei, ps[:0]), ceiling
 }
 
 // insert records the requester's demand ps (highest priority first) in its
-// priority bands' trees: a requester the store has no record of (e nil)
+// priority bands' trees: a requester the store has no record of (ei 0)
 // gets an entry, one whose demand changed moves to its new place in the
 // order, and one whose demand did not change stays where it is. It returns
-// the requester's entry and othersHas, Σ has of every other lease (the
-// requester's own is being replaced). O(bands × log n).
+// the requester's first entry and othersHas, Σ has of every other lease
+// (the requester's own is being replaced). O(bands × log n).
 //
 // Source: doorman-design.md, "Step 2: Insertion step", "Server state"
 // (the PriorityBandAggregates of a downstream server).
-func (r *Resource) insert(e *entry, client string, ps []Band) (_ *entry, othersHas float64) {
+func (r *Resource) insert(ei int32, client string, ps []Band) (_ int32, othersHas float64) {
 	switch {
-	case e == nil:
-		e = &entry{id: client}
-		setParts(e, ps)
-		r.entries[client] = e
-		r.place(e)
+	case ei == 0:
+		ei = r.ents.add()
+		r.ids.add(&r.ents, client, ei)
+		r.leases++
+		r.setParts(ei, ps)
+		r.place(ei)
 		othersHas = r.sumHas()
-	case !sameParts(e, ps):
+	case !r.sameParts(ei, ps):
 		// The requester's place in the order changes.
-		r.unplace(e)
-		e.has = 0
-		setParts(e, ps)
-		r.place(e)
+		r.unplace(ei)
+		r.ents.at(ei).has = 0
+		r.setParts(ei, ps)
+		r.place(ei)
 		othersHas = r.sumHas()
 	default:
-		// Only e (the first entry) holds has.
+		// Only the first entry holds has.
+		p := r.ents.at(ei).priority
 		for _, b := range r.bands {
-			if b.priority == e.priority {
-				othersHas += b.tree.hasExcept(e)
+			if b.priority == p {
+				othersHas += b.tree.hasExcept(ei)
 			} else {
 				othersHas += b.tree.sumHas()
 			}
 		}
 	}
-	return e, othersHas
+	return ei, othersHas
 }
 
-// allot returns what requester e gets by the resource's algorithm, given
+// allot returns what requester ei gets by the resource's algorithm, given
 // that every other lease holds othersHas. In learning mode the sharing
 // algorithms give way to learningHandBack; FAIR_SHARE over several
 // priority bands serves the higher bands first.
 //
 // Source: doorman-design.md, "Step 3: Determining the new capacity",
 // "Algorithms".
-func (r *Resource) allot(learning bool, e *entry, has *float64, othersHas float64) float64 {
+func (r *Resource) allot(learning bool, ei int32, has *float64, othersHas float64) float64 {
 	p := r.params
 	switch {
 	case learning && sharing(p.Kind):
 		return learningHandBack(has, p.Capacity-othersHas)
 	case sharing(p.Kind):
-		return algorithm.Clamp(r.target(e), p.Capacity-othersHas)
+		return algorithm.Clamp(r.target(ei), p.Capacity-othersHas)
 	default:
-		return algorithm.Decide(p.Kind, p.Capacity, total(e), r.pooled(), othersHas)
+		return algorithm.Decide(p.Kind, p.Capacity, r.total(ei), r.pooled(), othersHas)
 	}
 }
 
-// target returns requester e's share by a sharing algorithm, before it is
+// target returns requester ei's share by a sharing algorithm, before it is
 // limited to what is free: FAIR_SHARE over several priority bands serves
 // the higher bands first. O(log n).
 //
 // Source: doorman-design.md, "Algorithms".
-func (r *Resource) target(e *entry) float64 {
+func (r *Resource) target(ei int32) float64 {
 	p := r.params
 	switch {
 	case p.Kind == algorithm.FairShare && len(r.bands) > 1:
-		return algorithm.PriorityFairTarget(p.Capacity, r.algoParts(e), r.algoBands())
+		return algorithm.PriorityFairTarget(p.Capacity, r.algoParts(ei), r.algoBands())
 	case p.Kind == algorithm.FairShare:
-		return algorithm.FairTarget(p.Capacity, total(e), r.pooled())
+		return algorithm.FairTarget(p.Capacity, r.total(ei), r.pooled())
 	default:
-		return algorithm.ProportionalTarget(p.Capacity, total(e), r.pooled())
+		return algorithm.ProportionalTarget(p.Capacity, r.total(ei), r.pooled())
 	}
 }
 
@@ -707,26 +744,27 @@ func booked(gets float64, keepOutstanding bool, has *float64, wasBooked float64)
 	return math.Max(gets, math.Min(claim, wasBooked))
 }
 
-// record stores decision d on requester e's request at now, with booked
+// record stores decision d on requester ei's request at now, with booked
 // booked for it (book), and starts its MinRequestInterval.
 //
 // Source: doorman-design.md, "Step 4: Response step".
-func (r *Resource) record(now time.Time, e *entry, d decision, booked float64) {
-	r.book(now, e, d, booked)
-	e.lastRequest = now.UnixNano()
+func (r *Resource) record(now time.Time, ei int32, d decision, booked float64) {
+	r.book(now, ei, d, booked)
+	r.ents.at(ei).lastRequest = now.UnixNano()
 }
 
-// book stores lease d of requester e, with booked booked for it, and files
+// book stores lease d of requester ei, with booked booked for it, and files
 // it under its new expiry: a decision on its request (record), or one
 // pushed to it (Offer).
-func (r *Resource) book(now time.Time, e *entry, d decision, booked float64) {
-	r.band(e.priority, false).tree.setHas(e, booked)
+func (r *Resource) book(now time.Time, ei int32, d decision, booked float64) {
+	e := r.ents.at(ei)
+	r.band(e.priority, false).tree.setHas(ei, booked)
 	e.gets = d.gets
 	e.expired = !d.expiry.After(now)
 	if d.gets > 0 {
 		e.posExpSec = max(e.posExpSec, d.expiry.Unix())
 	}
-	r.expiries.set(e, d.keep.Unix())
+	r.expiries.set(ei, e, d.keep.Unix())
 }
 
 // current returns requester e's current lease, for a request that came
@@ -766,8 +804,8 @@ func sharing(k algorithm.Kind) bool {
 //
 // Source: doorman-design.md, "Processing the ReleaseCapacity RPC".
 func (r *Resource) Release(client string) {
-	if e, ok := r.entries[client]; ok {
-		r.drop(e)
+	if ei := r.ids.find(&r.ents, client); ei != 0 {
+		r.drop(ei)
 	}
 }
 
@@ -800,23 +838,25 @@ func (r *Resource) Totals() (wants, has, subclients float64, leases int) {
 		wants += w
 		subclients += s
 	}
-	return wants, r.sumHas(), subclients, len(r.entries)
+	return wants, r.sumHas(), subclients, r.leases
 }
 
 // Has returns client's current lease, if it holds one.
 func (r *Resource) Has(client string) (Lease, bool) {
-	e, ok := r.entries[client]
-	if !ok {
+	ei := r.ids.find(&r.ents, client)
+	if ei == 0 {
 		return Lease{}, false
 	}
-	return e.lease(r.params.RefreshInterval), true
+	return r.lease(ei), true
 }
 
 // Leases returns every outstanding lease, ordered by client. O(n).
 func (r *Resource) Leases() []Lease {
-	out := make([]Lease, 0, len(r.entries))
-	for _, e := range r.entries {
-		out = append(out, e.lease(r.params.RefreshInterval))
+	out := make([]Lease, 0, r.leases)
+	for _, v := range r.ids.slots {
+		if v != 0 {
+			out = append(out, r.lease(int32(uint32(v))))
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Client < out[j].Client })
 	return out
@@ -841,11 +881,13 @@ type Band struct {
 	Wants    float64
 }
 
-// algoParts returns requester e's parts for the algorithms.
-func (r *Resource) algoParts(e *entry) []algorithm.Part {
-	out := make([]algorithm.Part, 0, 1+len(e.further()))
+// algoParts returns requester ei's parts for the algorithms.
+func (r *Resource) algoParts(ei int32) []algorithm.Part {
+	e, more := r.ents.at(ei), r.further(ei)
+	out := make([]algorithm.Part, 0, 1+len(more))
 	out = append(out, algorithm.Part{Priority: e.priority, Requester: algorithm.Requester{Wants: e.wants, Subclients: e.subclients}})
-	for _, m := range e.further() {
+	for _, mi := range more {
+		m := r.ents.at(mi)
 		out = append(out, algorithm.Part{Priority: m.priority, Requester: algorithm.Requester{Wants: m.wants, Subclients: m.subclients}})
 	}
 	return out
@@ -860,10 +902,12 @@ func (r *Resource) algoBands() []algorithm.PriorityBand {
 	return out
 }
 
-// total returns requester e's demand over all its bands.
-func total(e *entry) algorithm.Requester {
+// total returns requester ei's demand over all its bands.
+func (r *Resource) total(ei int32) algorithm.Requester {
+	e := r.ents.at(ei)
 	t := algorithm.Requester{Wants: e.wants, Subclients: e.subclients}
-	for _, m := range e.further() {
+	for _, mi := range r.further(ei) {
+		m := r.ents.at(mi)
 		t.Wants += m.wants
 		t.Subclients += m.subclients
 	}
@@ -927,11 +971,15 @@ func (d pooledDemand) WaterLevel(capacity float64) float64 {
 	return lo
 }
 
-func (e *entry) lease(refresh time.Duration) Lease {
-	t := total(e)
+// lease describes requester ei's lease.
+func (r *Resource) lease(ei int32) Lease {
+	e, t := r.ents.at(ei), r.total(ei)
 	return Lease{
-		Client: e.id, Priority: e.priority, Wants: t.Wants, Has: e.has,
-		Subclients: int64(t.Subclients), Expiry: time.Unix(e.expSec, 0), RefreshInterval: refresh,
+		Client: r.client(ei), Priority: e.priority, Wants: t.Wants, Has: e.has,
+		Subclients: int64(t.Subclients), Expiry: time.Unix(e.expSec, 0), RefreshInterval: r.params.RefreshInterval,
 		LastRequest: time.Unix(0, e.lastRequest),
 	}
 }
+
+// client returns requester ei's id.
+func (r *Resource) client(ei int32) string { return string(r.ids.idOf(r.ents.at(ei).idOff)) }

@@ -338,7 +338,7 @@ func TestPropertyNeverOvercommits(t *testing.T) {
 // client's wants (so its place in the order moves too).
 func BenchmarkDecide(b *testing.B) {
 	for _, kind := range []algorithm.Kind{algorithm.FairShare, algorithm.ProportionalShare} {
-		for _, n := range []int{10, 1000, 100000} {
+		for _, n := range []int{10, 1000, 100000, 1000000} {
 			b.Run(fmt.Sprintf("%v/clients=%d", kind, n), func(b *testing.B) {
 				r := pastLearning(kind, float64(n)*50)
 				step := r.Params().RefreshInterval / time.Duration(n)
@@ -422,7 +422,8 @@ func TestTreeLarge(t *testing.T) {
 		t.Fatalf("totals: %v wants over %d leases, want %v over %d", got, leases, sum, len(wants))
 	}
 	depth := 0
-	for x := r.band(0, false).tree.root; !x.leaf; x = x.kids[0] {
+	tr := &r.band(0, false).tree
+	for x := tr.node(tr.root); !x.leaf; x = tr.node(x.kids[0]) {
 		depth++
 	}
 	if depth > 5 {
@@ -431,15 +432,20 @@ func TestTreeLarge(t *testing.T) {
 	for id := range wants {
 		r.Release(id)
 	}
-	if len(r.bands) != 0 || len(r.entries) != 0 {
+	if len(r.bands) != 0 || r.leases != 0 || r.ids.count != 0 || len(r.more) != 0 {
 		t.Fatal("tree not empty after releasing every lease")
 	}
 }
 
-// The entry layout comment promises two cache lines.
+// The entry layout comment promises a decision's fields in one cache
+// line, and the store's memory per lease (BenchmarkLeaseMemory) counts on
+// 88-byte entries.
 func TestEntrySize(t *testing.T) {
-	if s := unsafe.Sizeof(entry{}); s > 128 {
-		t.Fatalf("entry is %d bytes, want ≤ 128", s)
+	if s := unsafe.Sizeof(entry{}); s > 88 {
+		t.Fatalf("entry is %d bytes, want ≤ 88", s)
+	}
+	if o := unsafe.Offsetof(entry{}.hasMore); o >= 64 {
+		t.Fatalf("the fields a decision reads end at byte %d, want < 64", o)
 	}
 }
 

@@ -21,7 +21,8 @@ const OfferBudget = 64
 // wait puts requester e at the end of the queue of watched requesters
 // granted less than they want (on), or takes it out (not on). A requester
 // already in the queue keeps its place.
-func (r *Resource) wait(e *entry, on bool) {
+func (r *Resource) wait(ei int32, on bool) {
+	e := r.ents.at(ei)
 	if !on {
 		e.waiting = 0
 		return
@@ -34,14 +35,14 @@ func (r *Resource) wait(e *entry, on bool) {
 		r.waitMark = 1
 	}
 	e.waiting = r.waitMark
-	r.waiting = append(r.waiting, waiter{e: e, mark: e.waiting})
+	r.waiting = append(r.waiting, waiter{e: ei, mark: e.waiting})
 }
 
-// short reports whether requester e is granted more than MinGrowth less
+// short reports whether requester ei is granted more than MinGrowth less
 // than it wants.
-func short(e *entry) bool {
-	w := total(e).Wants
-	return w-e.gets > MinGrowth*w
+func (r *Resource) short(ei int32) bool {
+	w := r.total(ei).Wants
+	return w-r.ents.at(ei).gets > MinGrowth*w
 }
 
 // Waiting returns the number of watched requesters waiting for capacity
@@ -49,7 +50,7 @@ func short(e *entry) bool {
 func (r *Resource) Waiting() int {
 	n := 0
 	for _, w := range r.waiting {
-		if w.e.waiting == w.mark {
+		if r.ents.at(w.e).waiting == w.mark {
 			n++
 		}
 	}
@@ -95,16 +96,16 @@ func (r *Resource) Offer(now time.Time, send func(client string, g Grant) bool) 
 		}
 		w := r.waiting[0]
 		r.waiting = r.waiting[1:]
-		e := w.e
+		ei, e := w.e, r.ents.at(w.e)
 		if e.waiting != w.mark {
 			continue // left the queue since
 		}
 		looked++
-		if !short(e) || e.expired {
+		if !r.short(ei) || e.expired {
 			e.waiting = 0
 			continue
 		}
-		target := r.target(e)
+		target := r.target(ei)
 		gets := algorithm.Clamp(target, r.params.Capacity-(sumHas-e.has))
 		d := r.withinOwnLease(now, gets)
 		if d.gets-e.gets > MinGrowth*target {
@@ -115,13 +116,13 @@ func (r *Resource) Offer(now time.Time, send func(client string, g Grant) bool) 
 				SafeCapacity:    r.SafeCapacity(),
 				Sequence:        r.sequence(now),
 			}
-			if !send(e.id, g) {
+			if !send(r.client(ei), g) {
 				e.waiting = 0
 				continue
 			}
-			r.book(now, e, d, math.Max(d.gets, e.has))
+			r.book(now, ei, d, math.Max(d.gets, e.has))
 			pushed++
-			if !short(e) {
+			if !r.short(ei) {
 				e.waiting = 0
 				continue
 			}
