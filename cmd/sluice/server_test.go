@@ -76,7 +76,7 @@ func startServer(t *testing.T, cfg string) (addr string, cmd *exec.Cmd) {
 
 // startServerWith is startServer with more flags; it also returns the
 // configuration file's path.
-func startServerWith(t *testing.T, cfg string, flags ...string) (addr string, cmd *exec.Cmd, path string) {
+func startServerWith(t testing.TB, cfg string, flags ...string) (addr string, cmd *exec.Cmd, path string) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
