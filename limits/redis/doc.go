@@ -191,11 +191,13 @@
 //
 // # Reconfiguration
 //
-// Reconfigure records the new generation and its instant (Redis TIME),
-// deletes the buckets whose configuration vanished (SCAN), and leaves the
-// rest to Take, which rescales a bucket whose stored parameters differ
-// from its Limit's at that recorded instant (lazily, as limits.Store
-// allows). Generations are per engine, so Redis stores none: a Limit older
+// Reconfigure costs one command, whatever Redis holds: it records the new
+// generation and its instant (Redis TIME), and leaves every bucket to the
+// script of its next request (lazily, as limits.Store allows); it never
+// sends SCAN or KEYS, so a start or a reload costs the same with ten
+// million keys in Redis as with ten. Take rescales a bucket whose stored
+// parameters differ from its Limit's at that recorded instant.
+// Generations are per engine, so Redis stores none: a Limit older
 // than the last Reconfigure on this Store gets ErrStaleConfig locally. A
 // bucket not granted between two changes of its parameters is rescaled
 // once, from the first to the last (the memory store rescales twice).
@@ -204,10 +206,21 @@
 // tiers by index (limits.Store.TakeHits), at its next grant: until then
 // Redis keeps the old state and Walk shows the domain under the Limit of
 // its last grant, and a dynamic count moves only then (the memory store
-// moves it at once). A domain that changes algorithm changes at once, in
-// Reconfigure, as in the memory store: a token bucket becomes a fresh
-// burst-tier domain, a burst-tier domain a full token bucket, each
-// keeping its last use and grants. A key's TTL follows the Limit of its last grant: a change
+// moves it at once). A domain that changes algorithm changes at its next
+// grant too: the script that finds no key of the new kind reads the old
+// one (a token bucket's string, a burst-tier domain's hash, under the
+// same hash tag), starts the domain fresh under the new algorithm (a
+// fresh burst-tier domain, a full token bucket) keeping its grants, and
+// deletes the old key; a rejection writes nothing, and the domain keeps
+// its one place in the dynamic count. limits.Engine.Walk shows it so
+// meanwhile, as the memory store makes it at once. A bucket whose key no
+// longer has a bucket of its own (its configuration vanished, or its
+// domain now falls to a shared bucket) is touched by no request again:
+// Redis expires it by its TTL, the engine's walk no longer shows it, and
+// no EventBucketRemoved is reported; if the same key has a bucket of its
+// own again before its TTL ends, it goes on from its stored state
+// (rescaled), where the memory store would start it full. A key's TTL
+// follows the Limit of its last grant: a change
 // that lengthens a domain's tiers may let its key expire before it is
 // fresh under the new ones (it comes back fresh).
 //
@@ -311,8 +324,10 @@
 //
 // # Introspection
 //
-// Walk SCANs the prefix (on every master of a cluster): O(buckets),
-// burst-tier domains included, for a status page that asked for it.
+// Walk SCANs the prefix (on every master of a cluster), for a status page
+// that asked for it, and only that: at most WalkScanCalls SCANs a node
+// (about 100 000 keys of the keyspace, whatever they hold), then
+// limits.ErrWalkBudget, which the page reports as partial.
 // EstimateLen, which a metrics scrape reads, is one DBSIZE per node,
 // O(1): the keys of the database, an estimate of the buckets (see there
 // what it counts). A snapshot's Limit is rebuilt from the
