@@ -27,8 +27,10 @@ var rlsScript = newScript(rlsLua)
 // round trip are one script, decided in order, each as if alone. Every
 // counter of a domain is under the domain's hash tag, "{e<domain>}", so
 // a request's keys are in one slot of a Redis Cluster (and a hot
-// domain's counters on one master). Keys expire when their state is the
-// same as none: a token bucket when full again, a window when it ends.
+// domain's counters on one master). Keys expire up to three seconds
+// after their state is the same as none (a token bucket full again, a
+// window over), so that a counter in use has its TTL set at most once in
+// three seconds (see rls.lua).
 // Safe for concurrent use.
 type RLS struct{ s *Store }
 
@@ -38,10 +40,10 @@ func NewRLS(s *Store) *RLS { return &RLS{s: s} }
 // rlsHit is one hit of an RLS request as rls.lua takes it: its counter
 // (an index in the call's rkeys), the algorithm (1 token bucket, 2 fixed
 // window), the limit, the period (µs), the hits (at most limit + 1),
-// refund and soft (0/1).
+// and refund + 2 × soft (each 0/1).
 type rlsHit struct {
-	key                                 int
-	alg, limit, period, n, refund, soft float64
+	key                          int
+	alg, limit, period, n, flags float64
 }
 
 // rlsReply is the length of a request's reply with n hits: granted, then
@@ -74,9 +76,7 @@ func (r *RLS) call(now int64, domain string, hits []rls.Hit) *call {
 	c := getCall(rlsScript)
 	c.rls = true
 	c.base = r.s.prefix + "{e" + escape(domain) + "}"
-	if r.s.callerTime {
-		c.nowNs, c.hasNow = now, true // (µs)
-	}
+	c.nowNs = now // (µs; read when the store's callerTime is set)
 	for _, h := range hits {
 		alg, letter := 1.0, "t"
 		if h.Policy.Algorithm == rls.FixedWindow {
@@ -89,7 +89,7 @@ func (r *RLS) call(now int64, domain string, hits []rls.Hit) *call {
 			c.rkeys = append(c.rkeys, key)
 		}
 		c.rhits = append(c.rhits, rlsHit{key: ki, alg: alg, limit: float64(h.Policy.Limit), period: float64(h.Policy.Period),
-			n: float64(min(h.Hits, uint64(h.Policy.Limit)+1)), refund: float64(b2i(h.Refund)), soft: float64(b2i(h.Soft))})
+			n: float64(min(h.Hits, uint64(h.Policy.Limit)+1)), flags: float64(b2i(h.Refund) + 2*b2i(h.Soft))})
 	}
 	return c
 }
@@ -107,8 +107,9 @@ func parseRLS(v string, results []rls.Result) bool {
 
 // rlsArgs builds an RLS command (see rls.lua): the counters of its
 // requests, each once, then one string of packed numbers: the TTL's
-// extra milliseconds, then per request its hits' count, its now, and its
-// hits, each on its counter's index in KEYS.
+// extra milliseconds and whether the requests bring their now, then per
+// request its hits' count, its now if so, and its hits, each on its
+// counter's index in KEYS.
 func (b *batcher) rlsArgs(m *command) []any {
 	clear(b.keyIx)
 	nk, nh := 0, 0
@@ -130,18 +131,21 @@ func (b *batcher) rlsArgs(m *command) []any {
 			}
 		}
 	}
-	extra := 0.0
-	if b.st.callerTime {
+	extra, callerTime := 0.0, b.st.callerTime
+	if callerTime {
 		// The tests' instants are not Redis's: keys must not expire by
 		// Redis's clock before the tests' clock says they may.
 		extra = 3600000
 	}
-	nums := make([]byte, 0, 8*(1+3*len(m.calls)+7*nh))
-	nums = appendDoubles(nums, extra)
+	nums := make([]byte, 0, 8*(2+2*len(m.calls)+6*nh))
+	nums = appendDoubles(nums, extra, float64(b2i(callerTime)))
 	for _, c := range m.calls {
-		nums = appendDoubles(nums, float64(len(c.rhits)), float64(b2i(c.hasNow)), float64(c.nowNs))
+		nums = appendDoubles(nums, float64(len(c.rhits)))
+		if callerTime {
+			nums = appendDoubles(nums, float64(c.nowNs))
+		}
 		for _, h := range c.rhits {
-			nums = appendDoubles(nums, float64(b.keyIx[c.rkeys[h.key]]), h.alg, h.limit, h.period, h.n, h.refund, h.soft)
+			nums = appendDoubles(nums, float64(b.keyIx[c.rkeys[h.key]]), h.alg, h.limit, h.period, h.n, h.flags)
 		}
 	}
 	return append(args, nums)
@@ -184,7 +188,7 @@ func (r *RLS) Walk(ctx context.Context, fn func(rls.Counter) bool) error {
 		}
 		for i, key := range keys {
 			v, err := gets[i].Result()
-			if err != nil || len(v) != 16 { // expired meanwhile
+			if err != nil || (len(v) != 16 && len(v) != 24) { // expired meanwhile
 				continue
 			}
 			c, ok := rlsCounter(key[len(prefix):], v)
@@ -198,7 +202,8 @@ func (r *RLS) Walk(ctx context.Context, fn func(rls.Counter) bool) error {
 
 // rlsCounter decodes a counter's key after its prefix and "{e" (the
 // escaped domain, "}", t or w, the escaped bucket) and its value (two
-// little-endian doubles, as rls.lua writes them).
+// little-endian doubles, A and B, as rls.lua writes them, and the key's
+// expiry, unread).
 func rlsCounter(key, v string) (rls.Counter, bool) {
 	end := strings.IndexByte(key, '}')
 	if end < 0 || end+1 >= len(key) {

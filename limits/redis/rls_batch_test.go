@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -282,5 +283,78 @@ func TestRLSConcurrentShareScripts(t *testing.T) {
 	res := make([]rls.Result, 1)
 	if _, err := red.Decide(t.Context(), 0, "edge", []rls.Hit{{Bucket: "shared", Policy: p}}, res); err != nil || res[0].Remaining != uint32(p.Limit)-callers*each {
 		t.Errorf("shared counter: %+v, %v; want %d left", res[0], err, p.Limit-callers*each)
+	}
+}
+
+// TestRLSKeyLife: a counter's key is made (SET with its TTL) when its
+// TTL must grow, and otherwise written in place (SETRANGE, keeping the
+// TTL); a write that makes the state the same as none deletes it; a
+// value of two doubles, as servers before 2026-11-27 wrote, reads the
+// same.
+func TestRLSKeyLife(t *testing.T) {
+	c := client(t)
+	st := New(c, Options{Prefix: prefix(t), callerTime: true})
+	red := NewRLS(st)
+	fw := rls.Policy{Algorithm: rls.FixedWindow, Limit: 100, Period: 3600e6}
+	tb := rls.Policy{Algorithm: rls.TokenBucket, Limit: 10, Period: 60e6}
+	w0 := int64(1_790_000_000_000_000) / fw.Period * fw.Period // a window's start
+	key := prefix(t) + "{ed}wa"
+	res := make([]rls.Result, 1)
+	decide := func(now int64, h rls.Hit) rls.Result {
+		t.Helper()
+		if ok, err := red.Decide(t.Context(), now, "d", []rls.Hit{h}, res); err != nil || !ok {
+			t.Fatalf("granted %v, err %v", ok, err)
+		}
+		return res[0]
+	}
+	counts := func() (int64, int64) { return commandCalls(t, c, "set"), commandCalls(t, c, "setrange") }
+	for _, step := range []struct {
+		name           string
+		now            int64
+		hit            rls.Hit
+		remaining      uint32
+		sets, setRange int64
+	}{
+		{"a new counter is made", w0, rls.Hit{Bucket: "a", Policy: fw, Hits: 1}, 99, 1, 0},
+		{"its window's next hit writes in place", w0 + 1e6, rls.Hit{Bucket: "a", Policy: fw, Hits: 1}, 98, 0, 1},
+		{"the next window needs a longer TTL", w0 + fw.Period, rls.Hit{Bucket: "a", Policy: fw, Hits: 1}, 99, 1, 0},
+		{"a check writes nothing", w0 + fw.Period, rls.Hit{Bucket: "a", Policy: fw}, 99, 0, 0},
+	} {
+		set0, range0 := counts()
+		if r := decide(step.now, step.hit); r.Remaining != step.remaining {
+			t.Errorf("%s: %+v, want %d left", step.name, r, step.remaining)
+		}
+		set1, range1 := counts()
+		if set1-set0 != step.sets || range1-range0 != step.setRange {
+			t.Errorf("%s: %d SET and %d SETRANGE, want %d and %d", step.name, set1-set0, range1-range0, step.sets, step.setRange)
+		}
+		if v, err := c.Get(t.Context(), key).Result(); err != nil || len(v) != 24 {
+			t.Errorf("%s: value %q, %v; want 24 bytes", step.name, v, err)
+		}
+	}
+
+	// A refund that fills the bucket again deletes its key.
+	decide(w0, rls.Hit{Bucket: "b", Policy: tb, Hits: 3})
+	if n := c.Exists(t.Context(), prefix(t)+"{ed}tb").Val(); n != 1 {
+		t.Fatalf("bucket's key: %d, want 1", n)
+	}
+	if r := decide(w0, rls.Hit{Bucket: "b", Policy: tb, Hits: 3, Refund: true}); r.Remaining != 10 {
+		t.Errorf("refunded: %+v, want 10 left", r)
+	}
+	if n := c.Exists(t.Context(), prefix(t)+"{ed}tb").Val(); n != 0 {
+		t.Errorf("full bucket's key: %d, want 0 (deleted)", n)
+	}
+
+	// A value of A and B alone (no X) reads the same, and is made anew.
+	old := appendDoubles(nil, float64(w0/fw.Period), 97)
+	if err := c.Set(t.Context(), prefix(t)+"{ed}wc", old, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	set0, _ := counts()
+	if r := decide(w0+2e6, rls.Hit{Bucket: "c", Policy: fw, Hits: 2}); r.Remaining != 1 {
+		t.Errorf("old value: %+v, want 1 left", r)
+	}
+	if set1, _ := counts(); set1-set0 != 1 {
+		t.Errorf("old value: %d SET, want 1", set1-set0)
 	}
 }

@@ -1,0 +1,187 @@
+package redisstore
+
+import (
+	"bufio"
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/internal/testutil/redistest"
+	"github.com/sluice-rl/sluice/limits/rls"
+)
+
+// rlsBenchPolicy is ../shared/tools/rls-bench's limit: a token bucket of
+// 10⁹ a second, which nothing fills.
+var rlsBenchPolicy = rls.Policy{Algorithm: rls.TokenBucket, Limit: 1e9, Period: 1e6}
+
+// BenchmarkRLSRedisCPU: RLS.Decide from 50 goroutines (25 per core) on
+// the local redis-server, one descriptor a request as
+// ../shared/tools/rls-bench sends, on one hot value and on 10 000 values
+// in turn; reports Redis's own CPU per request (INFO cpu: user + sys),
+// the requests per script and per round trip. BenchmarkAllowRedisCPU's
+// twin for Envoy's rate limit service: no gRPC front end or load
+// generator shares the cores.
+//
+//	go test -run '^$' -bench 'RLSRedisCPU|AllowRedisCPU' -benchtime 200000x ./limits/redis
+func BenchmarkRLSRedisCPU(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		values int
+	}{{"hot", 1}, {"values=10000", 10000}} {
+		b.Run(bc.name, func(b *testing.B) {
+			c := client(b)
+			st := New(c, Options{Prefix: prefix(b)})
+			red := NewRLS(st)
+			hits := make([][]rls.Hit, bc.values)
+			for i := range hits {
+				hits[i] = []rls.Hit{{Bucket: "bench_k_v" + strconv.Itoa(i), Policy: rlsBenchPolicy, Hits: 1}}
+			}
+			var next atomic.Uint64
+			h0, cpu0 := st.Health(), redisCPU(b, c)
+			b.ReportAllocs()
+			b.SetParallelism(25)
+			b.RunParallel(func(pb *testing.PB) {
+				res := make([]rls.Result, 1)
+				for pb.Next() {
+					if ok, err := red.Decide(b.Context(), 0, "bench", hits[next.Add(1)%uint64(len(hits))], res); err != nil || !ok {
+						b.Error(ok, err)
+						return
+					}
+				}
+			})
+			h, cpu := st.Health(), redisCPU(b, c)
+			b.ReportMetric((cpu-cpu0)*1e6/float64(b.N), "redis-µs/op")
+			b.ReportMetric(float64(h.Calls-h0.Calls)/float64(max(h.Scripts-h0.Scripts, 1)), "requests/script")
+			b.ReportMetric(float64(h.Calls-h0.Calls)/float64(max(h.RoundTrips-h0.RoundTrips, 1)), "requests/roundtrip")
+		})
+	}
+}
+
+// BenchmarkRLSInstructions counts the instructions Redis executes for a
+// ShouldRateLimit decision of one descriptor, as BenchmarkTakeInstructions
+// does for a token-bucket request: a redis-server of its own under
+// valgrind's callgrind; 10 000 counters are made first (as rls-bench's
+// 10 000 values are, each used again within its key's life); then each
+// of b.N round trips carries exactly perScript requests of one domain
+// (one script), each on another of the counters drawn at random (a fixed
+// seed), at Redis's clock, on a token bucket that takes 3.6 s to refill a
+// hit (so that no key expires meanwhile).
+// Reports redis-instructions/request (reading and running the commands,
+// writing their replies) and redis-total-instructions/request (the whole
+// process, its timers too: key expiry). Skipped without valgrind.
+//
+//	go test -run '^$' -bench RLSInstructions -benchtime 500x ./limits/redis
+func BenchmarkRLSInstructions(b *testing.B) {
+	for _, bin := range []string{"valgrind", "callgrind_control", "callgrind_annotate"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			b.Skipf("%s not found: %v", bin, err)
+		}
+	}
+	for _, perScript := range []int{1, 15} {
+		b.Run("requests="+strconv.Itoa(perScript), func(b *testing.B) { rlsInstructions(b, perScript) })
+	}
+}
+
+func rlsInstructions(b *testing.B, perScript int) {
+	dir := b.TempDir()
+	srv, err := redistest.StartUnder("valgrind", "-q", "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "callgrind.%p"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Stop()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	defer c.Close()
+	st := New(c, Options{Prefix: "b:", Timeout: time.Minute})
+	red := NewRLS(st)
+	const values = 10000
+	policy := rls.Policy{Algorithm: rls.TokenBucket, Limit: 1e6, Period: 3600e9}
+	roundTrip := func(vs []int) {
+		batch := make([]*call, len(vs))
+		for i, v := range vs {
+			batch[i] = red.call(0, "bench", []rls.Hit{{Bucket: "bench_k_v" + strconv.Itoa(v), Policy: policy, Hits: 1}})
+		}
+		if err := st.single.sendNow(b.Context(), batch); err != nil {
+			b.Fatal(err)
+		}
+		res := make([]rls.Result, 1)
+		for _, c := range batch {
+			if c.err != nil || !parseRLS(c.res, res) {
+				b.Fatalf("%+v %v", res, c.err)
+			}
+			putCall(c)
+		}
+	}
+	all := make([]int, values)
+	for i := range all {
+		all[i] = i
+	}
+	for i := 0; i < values; i += 1000 { // made 1000 a script, quickly
+		roundTrip(all[i:min(i+1000, values)])
+	}
+	pid := strconv.Itoa(srv.PID())
+	callgrind := func(arg string) {
+		if out, err := exec.Command("callgrind_control", arg, pid).CombinedOutput(); err != nil {
+			b.Fatalf("callgrind_control %s: %v: %s", arg, err, out)
+		}
+	}
+	callgrind("-z")
+	rng := rand.New(rand.NewPCG(1, 2))
+	b.ResetTimer()
+	for range b.N {
+		for i := range perScript { // the front, perScript distinct values
+			j := i + rng.IntN(values-i)
+			all[i], all[j] = all[j], all[i]
+		}
+		roundTrip(all[:perScript])
+	}
+	b.StopTimer()
+	callgrind("-d")
+	dumps, _ := filepath.Glob(filepath.Join(dir, "callgrind.*"))
+	var newest string
+	var newestAt time.Time
+	for _, f := range dumps {
+		if fi, err := os.Stat(f); err == nil && fi.ModTime().After(newestAt) {
+			newest, newestAt = f, fi.ModTime()
+		}
+	}
+	out, err := exec.Command("callgrind_annotate", "--inclusive=yes", "--threshold=100", newest).Output()
+	if err != nil {
+		b.Fatalf("callgrind_annotate %s: %v", newest, err)
+	}
+	if os.Getenv("RLS_CALLGRIND_OUT") != "" { // to read where they go
+		_ = os.WriteFile(os.Getenv("RLS_CALLGRIND_OUT")+"."+strconv.Itoa(perScript), out, 0o644)
+	}
+	var total, commands float64
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 3 {
+			continue
+		}
+		n, err := strconv.ParseFloat(strings.ReplaceAll(f[0], ",", ""), 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.Contains(sc.Text(), "PROGRAM TOTALS"):
+			total = n
+		case strings.HasSuffix(f[2], ":readQueryFromClient"), strings.HasSuffix(f[2], ":handleClientsWithPendingWrites"):
+			commands += n
+		}
+	}
+	if total == 0 || commands == 0 {
+		b.Fatalf("callgrind_annotate %s: no totals or no readQueryFromClient in:\n%s", newest, out)
+	}
+	requests := float64(b.N * perScript)
+	b.ReportMetric(commands/requests, "redis-instructions/request")
+	b.ReportMetric(total/requests, "redis-total-instructions/request")
+}
