@@ -178,9 +178,9 @@ type Lease struct {
 // band's tree; a requester asking in several bands (a downstream server)
 // has one more entry per further band, owned by the first (see
 // Resource.more). Entries live in the resource's arena (store.go) and hold
-// no pointers. What every decision reads is in its first cache line: a
-// decision on a resource with many clients is bound by memory latency,
-// not arithmetic.
+// no pointers. What every decision reads is in its first 64 bytes (one or
+// two cache lines: entries are 88 bytes, packed): a decision on a
+// resource with many clients is bound by memory latency, not arithmetic.
 type entry struct {
 	wants      float64
 	subclients float64

@@ -26,21 +26,25 @@ type arena[T any] struct {
 	first, last uint8 // log2 of the first and the longest chunk's length
 }
 
-// locate returns the chunk and offset of element i.
-func (a *arena[T]) locate(i int32) (c, off uint) {
+// locate returns the chunk and offset of element i of an arena whose
+// chunks are 2^first, 2^first, 2^(first+1), ... 2^last elements long. A
+// plain function, so that the accessors of each arena (entries.at,
+// tree.node, tree.inn) inline it: generic methods are not inlined into
+// their callers.
+func locate(first, last uint8, i int32) (c, off uint) {
 	u := uint(i)
-	doubling := uint(1)<<a.last - uint(1)<<a.first // elements in the chunks shorter than the longest
+	doubling := uint(1)<<last - uint(1)<<first // elements in the chunks shorter than the longest
 	if u < doubling {
-		c = uint(bits.Len(u>>a.first+1)) - 1
-		return c, u - (uint(1)<<c-1)<<a.first
+		c = uint(bits.Len(u>>first+1)) - 1
+		return c, u - (uint(1)<<c-1)<<first
 	}
 	q := u - doubling
-	return uint(a.last-a.first) + q>>a.last, q & (uint(1)<<a.last - 1)
+	return uint(last-first) + q>>last, q & (uint(1)<<last - 1)
 }
 
 // at returns element i (1 ≤ i < a.n).
 func (a *arena[T]) at(i int32) *T {
-	c, off := a.locate(i)
+	c, off := locate(a.first, a.last, i)
 	return &a.chunks[c][off]
 }
 
@@ -51,7 +55,7 @@ func (a *arena[T]) add() int32 {
 		a.chunks = append(a.chunks, make([]T, 1<<a.first))
 	}
 	i := a.n
-	if c, _ := a.locate(i); c == uint(len(a.chunks)) {
+	if c, _ := locate(a.first, a.last, i); c == uint(len(a.chunks)) {
 		size := 1 << min(uint(a.first)+c, uint(a.last))
 		a.chunks = append(a.chunks, make([]T, size))
 	}
@@ -68,7 +72,10 @@ type entries struct {
 func newEntries() entries { return entries{a: arena[entry]{first: 4, last: 10}} }
 
 // at returns entry i.
-func (s *entries) at(i int32) *entry { return s.a.at(i) }
+func (s *entries) at(i int32) *entry {
+	c, off := locate(s.a.first, s.a.last, i)
+	return &s.a.chunks[c][off]
+}
 
 // add returns the index of a new, zero entry (but for its gen).
 func (s *entries) add() int32 {

@@ -84,10 +84,17 @@ func (t *tree) width() int {
 	return maxFanout
 }
 
-func (t *tree) node(i int32) *node { return t.nodes.at(i) }
+// node returns node i.
+func (t *tree) node(i int32) *node {
+	c, off := locate(t.nodes.first, t.nodes.last, i)
+	return &t.nodes.chunks[c][off]
+}
 
 // inn returns inner node x's keys and counts.
-func (t *tree) inn(x *node) *innerSlots { return t.inner.at(x.in) }
+func (t *tree) inn(x *node) *innerSlots {
+	c, off := locate(t.inner.first, t.inner.last, x.in)
+	return &t.inner.chunks[c][off]
+}
 
 // key returns the key of slot i of x: in a leaf the entry's wants per
 // subclient (exactly the key it was inserted with: the slot holds the
