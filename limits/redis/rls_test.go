@@ -59,35 +59,40 @@ func TestRLSMatchesMemory(t *testing.T) {
 				}
 			}
 		}
-		// Walk reads back what the script wrote: every counter Redis holds
-		// is the memory store's (which also keeps those Redis deleted when
-		// they were written the same as none), and every memory counter
-		// not yet the same as none is in Redis.
-		type id struct {
-			bucket string
-			alg    rls.Algorithm
-		}
-		held := func(s rls.Store) map[id]rls.State {
-			m := map[id]rls.State{}
-			if err := s.Walk(ctx, func(c rls.Counter) bool { m[id{c.Bucket, c.Algorithm}] = c.State; return true }); err != nil {
-				rt.Fatal(err)
-			}
-			return m
-		}
-		mh, rh := held(mem), held(red)
-		for k, rs := range rh {
-			ms, ok := mh[k]
-			ms.Until = 0
-			if !ok || ms != rs {
-				rt.Fatalf("counter %v: redis %+v, memory %+v (held %v)", k, rs, ms, ok)
-			}
-		}
-		for k, ms := range mh {
-			if _, ok := rh[k]; !ok && ms.Until > now {
-				rt.Fatalf("counter %v: %+v in memory, not in redis", k, ms)
-			}
-		}
+		// Walk reads back what the script wrote: the memory store's counters.
+		compareCounters(rt, red, mem, now)
 	})
+}
+
+// compareCounters fails t unless every counter red holds is mem's (which
+// also keeps those Redis deleted when they were written the same as
+// none), and every counter of mem's not yet the same as none at now is
+// in red.
+func compareCounters(t interface{ Fatalf(string, ...any) }, red *RLS, mem *rls.MemoryStore, now int64) {
+	type id struct {
+		bucket string
+		alg    rls.Algorithm
+	}
+	held := func(s rls.Store) map[id]rls.State {
+		m := map[id]rls.State{}
+		if err := s.Walk(context.Background(), func(c rls.Counter) bool { m[id{c.Bucket, c.Algorithm}] = c.State; return true }); err != nil {
+			t.Fatalf("walk: %v", err)
+		}
+		return m
+	}
+	mh, rh := held(mem), held(red)
+	for k, rs := range rh {
+		ms, ok := mh[k]
+		ms.Until = 0
+		if !ok || ms != rs {
+			t.Fatalf("counter %v: redis %+v, memory %+v (held %v)", k, rs, ms, ok)
+		}
+	}
+	for k, ms := range mh {
+		if _, ok := rh[k]; !ok && ms.Until > now {
+			t.Fatalf("counter %v: %+v in memory, not in redis", k, ms)
+		}
+	}
 }
 
 // TestRLSCluster: a request's descriptors, on as many counters as it
