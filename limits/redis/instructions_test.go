@@ -37,17 +37,61 @@ import (
 //
 //	go test -run '^$' -bench TakeInstructions -benchtime 500x ./limits/redis
 func BenchmarkTakeInstructions(b *testing.B) {
-	for _, bin := range []string{"valgrind", "callgrind_control", "callgrind_annotate"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			b.Skipf("%s not found: %v", bin, err)
-		}
-	}
+	skipWithoutCallgrind(b)
 	for _, perScript := range []int{12, 15} {
 		b.Run("requests="+strconv.Itoa(perScript), func(b *testing.B) { takeInstructions(b, perScript) })
 	}
 }
 
 func takeInstructions(b *testing.B, perScript int) {
+	callgrindInstructions(b, 10000, perScript, "", func(c *redis.Client) func([]int) {
+		st := New(c, Options{Prefix: "b:", callerTime: true, Timeout: time.Minute})
+		bucket := limits.Bucket{Size: 1e6, FillRate: 1e6, MaxIdle: time.Hour}
+		l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket, Bucket: bucket, Params: bucket.Params(), Gen: 1}
+		now := t0.UnixNano()
+		return func(domains []int) {
+			batch := make([]*call, len(domains))
+			for i, d := range domains {
+				batch[i] = st.takeCall(now, limits.Key{Resource: "r", Domain: "k" + strconv.Itoa(d)}, l, limits.Ask{Tokens: 1, Min: 1})
+			}
+			if err := st.single.sendNow(b.Context(), batch); err != nil {
+				b.Fatal(err)
+			}
+			for _, c := range batch {
+				if out, err := parseTake(c.res, l.Params); c.err != nil || err != nil || out.Granted != 1 {
+					b.Fatalf("%+v %v %v", out, c.err, err)
+				}
+				putCall(c)
+			}
+			now += int64(800 * time.Microsecond)
+		}
+	})
+}
+
+// skipWithoutCallgrind skips b unless valgrind and callgrind's tools are
+// on the PATH.
+func skipWithoutCallgrind(b *testing.B) {
+	for _, bin := range []string{"valgrind", "callgrind_control", "callgrind_annotate"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			b.Skipf("%s not found: %v", bin, err)
+		}
+	}
+}
+
+// callgrindInstructions is the instruction benchmarks' machinery: it
+// starts a redis-server of its own under valgrind's callgrind and gives a
+// client of it to setup, whose roundTrip sends one script of requests on
+// the items it is given (and fails b unless each is answered as
+// expected). It makes items 0 to items-1 first, 1000 a round trip; then
+// counts the instructions of b.N round trips, each of perScript distinct
+// items drawn at random (a fixed seed), and reports
+// redis-instructions/request (callgrind's inclusive counts of
+// readQueryFromClient and handleClientsWithPendingWrites: reading and
+// running the commands, writing their replies) and
+// redis-total-instructions/request (the whole process, its timers too).
+// Unless annotateOut is empty, callgrind_annotate's output is written to
+// annotateOut.<perScript>, to read where the instructions go.
+func callgrindInstructions(b *testing.B, items, perScript int, annotateOut string, setup func(c *redis.Client) (roundTrip func(items []int))) {
 	dir := b.TempDir()
 	srv, err := redistest.StartUnder("valgrind", "-q", "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "callgrind.%p"))
 	if err != nil {
@@ -56,33 +100,13 @@ func takeInstructions(b *testing.B, perScript int) {
 	defer srv.Stop()
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
 	defer c.Close()
-	st := New(c, Options{Prefix: "b:", callerTime: true, Timeout: time.Minute})
-	bucket := limits.Bucket{Size: 1e6, FillRate: 1e6, MaxIdle: time.Hour}
-	l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket, Bucket: bucket, Params: bucket.Params(), Gen: 1}
-	now := t0.UnixNano()
-	const buckets = 10000
-	roundTrip := func(domains []int) {
-		batch := make([]*call, len(domains))
-		for i, d := range domains {
-			batch[i] = st.takeCall(now, limits.Key{Resource: "r", Domain: "k" + strconv.Itoa(d)}, l, limits.Ask{Tokens: 1, Min: 1})
-		}
-		if err := st.single.sendNow(b.Context(), batch); err != nil {
-			b.Fatal(err)
-		}
-		for _, c := range batch {
-			if out, err := parseTake(c.res, l.Params); c.err != nil || err != nil || out.Granted != 1 {
-				b.Fatalf("%+v %v %v", out, c.err, err)
-			}
-			putCall(c)
-		}
-		now += int64(800 * time.Microsecond)
-	}
-	all := make([]int, buckets)
+	roundTrip := setup(c)
+	all := make([]int, items)
 	for i := range all {
 		all[i] = i
 	}
-	for i := 0; i < buckets; i += 1000 { // made 1000 a script, quickly
-		roundTrip(all[i:min(i+1000, buckets)])
+	for i := 0; i < items; i += 1000 { // made 1000 a script, quickly
+		roundTrip(all[i:min(i+1000, items)])
 	}
 	pid := strconv.Itoa(srv.PID())
 	callgrind := func(arg string) {
@@ -94,8 +118,8 @@ func takeInstructions(b *testing.B, perScript int) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	b.ResetTimer()
 	for range b.N {
-		for i := range perScript { // the front, perScript distinct buckets
-			j := i + rng.IntN(buckets-i)
+		for i := range perScript { // the front, perScript distinct items
+			j := i + rng.IntN(items-i)
 			all[i], all[j] = all[j], all[i]
 		}
 		roundTrip(all[:perScript])
@@ -113,6 +137,11 @@ func takeInstructions(b *testing.B, perScript int) {
 	out, err := exec.Command("callgrind_annotate", "--inclusive=yes", "--threshold=100", newest).Output()
 	if err != nil {
 		b.Fatalf("callgrind_annotate %s: %v", newest, err)
+	}
+	if annotateOut != "" {
+		if err := os.WriteFile(annotateOut+"."+strconv.Itoa(perScript), out, 0o644); err != nil {
+			b.Error(err)
+		}
 	}
 	var total, commands float64
 	sc := bufio.NewScanner(bytes.NewReader(out))

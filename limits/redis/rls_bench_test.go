@@ -1,21 +1,14 @@
 package redisstore
 
 import (
-	"bufio"
-	"bytes"
-	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 	"github.com/sluice-rl/sluice/limits/rls"
 )
 
@@ -81,107 +74,34 @@ func BenchmarkRLSRedisCPU(b *testing.B) {
 //
 //	go test -run '^$' -bench RLSInstructions -benchtime 500x ./limits/redis
 func BenchmarkRLSInstructions(b *testing.B) {
-	for _, bin := range []string{"valgrind", "callgrind_control", "callgrind_annotate"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			b.Skipf("%s not found: %v", bin, err)
-		}
-	}
+	skipWithoutCallgrind(b)
 	for _, perScript := range []int{1, 15} {
 		b.Run("requests="+strconv.Itoa(perScript), func(b *testing.B) { rlsInstructions(b, perScript) })
 	}
 }
 
+// rlsInstructions writes callgrind_annotate's output to
+// $RLS_CALLGRIND_OUT.<requests> if that is set.
 func rlsInstructions(b *testing.B, perScript int) {
-	dir := b.TempDir()
-	srv, err := redistest.StartUnder("valgrind", "-q", "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "callgrind.%p"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Stop()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
-	defer c.Close()
-	st := New(c, Options{Prefix: "b:", Timeout: time.Minute})
-	red := NewRLS(st)
-	const values = 10000
-	policy := rls.Policy{Algorithm: rls.TokenBucket, Limit: 1e6, Period: 3600e9}
-	roundTrip := func(vs []int) {
-		batch := make([]*call, len(vs))
-		for i, v := range vs {
-			batch[i] = red.call(0, "bench", []rls.Hit{{Bucket: "bench_k_v" + strconv.Itoa(v), Policy: policy, Hits: 1}})
-		}
-		if err := st.single.sendNow(b.Context(), batch); err != nil {
-			b.Fatal(err)
-		}
-		res := make([]rls.Result, 1)
-		for _, c := range batch {
-			if c.err != nil || !parseRLS(c.res, res) {
-				b.Fatalf("%+v %v", res, c.err)
+	callgrindInstructions(b, 10000, perScript, os.Getenv("RLS_CALLGRIND_OUT"), func(c *redis.Client) func([]int) {
+		st := New(c, Options{Prefix: "b:", Timeout: time.Minute})
+		red := NewRLS(st)
+		policy := rls.Policy{Algorithm: rls.TokenBucket, Limit: 1e6, Period: 3600e9}
+		return func(vs []int) {
+			batch := make([]*call, len(vs))
+			for i, v := range vs {
+				batch[i] = red.call(0, "bench", []rls.Hit{{Bucket: "bench_k_v" + strconv.Itoa(v), Policy: policy, Hits: 1}})
 			}
-			putCall(c)
+			if err := st.single.sendNow(b.Context(), batch); err != nil {
+				b.Fatal(err)
+			}
+			res := make([]rls.Result, 1)
+			for _, c := range batch {
+				if c.err != nil || !parseRLS(c.res, res) {
+					b.Fatalf("%+v %v", res, c.err)
+				}
+				putCall(c)
+			}
 		}
-	}
-	all := make([]int, values)
-	for i := range all {
-		all[i] = i
-	}
-	for i := 0; i < values; i += 1000 { // made 1000 a script, quickly
-		roundTrip(all[i:min(i+1000, values)])
-	}
-	pid := strconv.Itoa(srv.PID())
-	callgrind := func(arg string) {
-		if out, err := exec.Command("callgrind_control", arg, pid).CombinedOutput(); err != nil {
-			b.Fatalf("callgrind_control %s: %v: %s", arg, err, out)
-		}
-	}
-	callgrind("-z")
-	rng := rand.New(rand.NewPCG(1, 2))
-	b.ResetTimer()
-	for range b.N {
-		for i := range perScript { // the front, perScript distinct values
-			j := i + rng.IntN(values-i)
-			all[i], all[j] = all[j], all[i]
-		}
-		roundTrip(all[:perScript])
-	}
-	b.StopTimer()
-	callgrind("-d")
-	dumps, _ := filepath.Glob(filepath.Join(dir, "callgrind.*"))
-	var newest string
-	var newestAt time.Time
-	for _, f := range dumps {
-		if fi, err := os.Stat(f); err == nil && fi.ModTime().After(newestAt) {
-			newest, newestAt = f, fi.ModTime()
-		}
-	}
-	out, err := exec.Command("callgrind_annotate", "--inclusive=yes", "--threshold=100", newest).Output()
-	if err != nil {
-		b.Fatalf("callgrind_annotate %s: %v", newest, err)
-	}
-	if os.Getenv("RLS_CALLGRIND_OUT") != "" { // to read where they go
-		_ = os.WriteFile(os.Getenv("RLS_CALLGRIND_OUT")+"."+strconv.Itoa(perScript), out, 0o644)
-	}
-	var total, commands float64
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 3 {
-			continue
-		}
-		n, err := strconv.ParseFloat(strings.ReplaceAll(f[0], ",", ""), 64)
-		if err != nil {
-			continue
-		}
-		switch {
-		case strings.Contains(sc.Text(), "PROGRAM TOTALS"):
-			total = n
-		case strings.HasSuffix(f[2], ":readQueryFromClient"), strings.HasSuffix(f[2], ":handleClientsWithPendingWrites"):
-			commands += n
-		}
-	}
-	if total == 0 || commands == 0 {
-		b.Fatalf("callgrind_annotate %s: no totals or no readQueryFromClient in:\n%s", newest, out)
-	}
-	requests := float64(b.N * perScript)
-	b.ReportMetric(commands/requests, "redis-instructions/request")
-	b.ReportMetric(total/requests, "redis-total-instructions/request")
+	})
 }
