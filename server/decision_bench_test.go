@@ -12,10 +12,13 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/redistest"
+	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
@@ -24,7 +27,20 @@ import (
 // quota-bench and rls-bench load them (10 000 keys round-robin, 50
 // callers, 4 connections), in one process and one sitting. cpu-µs/op is
 // the process's CPU (client and server) per decision.
-func BenchmarkDecisionGRPC(b *testing.B) {
+func BenchmarkDecisionGRPC(b *testing.B) { decisionGRPC(b, nil) }
+
+// BenchmarkDecisionGRPCRedis is BenchmarkDecisionGRPC with both stores
+// on a real redis-server (its CPU is not in cpu-µs/op): with
+// -cpuprofile, where the server's CPU per decision goes on each path.
+func BenchmarkDecisionGRPCRedis(b *testing.B) {
+	rs := redistest.StartT(b)
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer c.Close()
+	st := redisstore.New(c, redisstore.Options{Prefix: "bench:"})
+	decisionGRPC(b, &Shared{Limits: st, RLS: redisstore.NewRLS(st), Close: st.Close})
+}
+
+func decisionGRPC(b *testing.B, shared *Shared) {
 	quota, err := limitsyaml.ParseQuotaService([]byte(`
 namespaces:
   bench:
@@ -38,7 +54,7 @@ namespaces:
 	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte("domain: bench\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1000000000}}]\n"), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	srv, _ := startServer(b, Config{Limits: quota, EnvoyRateLimitPath: dir})
+	srv, _ := startServer(b, Config{Limits: quota, EnvoyRateLimitPath: dir, Shared: shared})
 	const conns, keys = 4, 10_000
 	ccs := make([]*grpc.ClientConn, conns)
 	for i := range ccs {
