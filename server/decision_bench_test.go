@@ -18,8 +18,8 @@ import (
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
-	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
+	redisstore "github.com/sluice-rl/sluice/limits/redis"
 )
 
 // BenchmarkDecisionGRPC compares one decision of the quota service's
