@@ -77,6 +77,7 @@ command line wins.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return sf.run(cmd) },
 	}
 	sf.register(cmd.Flags())
+	cmd.SetUsageFunc(groupedUsage)
 	return cmd
 }
 
@@ -109,40 +110,57 @@ type serverFlags struct {
 	envoy                           envoyFlags
 }
 
-// register defines the flags on f.
+// register defines the flags on f, each in its group (flagGroups), in
+// the groups' order. The help lines are short; docs/running.md's flag
+// table explains each flag in full.
 func (sf *serverFlags) register(f *pflag.FlagSet) {
-	f.StringVar(&sf.cfgPath, "config", "", "resource configuration: a YAML file, or etcd:/KEY for an etcd key's value; empty: no templates")
-	f.StringVar(&sf.redisURL, "redis", "", "keep the limits' token buckets in this Redis (a go-redis URL, redis://127.0.0.1:6379/0), shared by every server using it")
-	f.StringSliceVar(&sf.redisCluster, "redis-cluster", nil, "keep the limits' token buckets in this Redis Cluster (HOST:PORT,... of some of its nodes)")
-	f.DurationVar(&sf.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, fmt.Sprintf("bound on each round trip to --redis or --redis-cluster: a Redis stall longer than this counts as a failure (%d in a row open a node's circuit breaker: decisions then fail at once, fail-open resources granted and flagged degraded, until a probe every %v finds Redis again); during an outage, answers wait at most this long, for the first %d round trips", redisstore.DefaultBreakerFailures, redisstore.DefaultBreakerProbe, redisstore.DefaultBreakerFailures))
-	sf.envoy.register(f)
-	f.StringVar(&sf.quotaPath, "quotaservice-config", "", "limits in Square's quota service configuration format (a YAML file, reloaded like --config), instead of --config's limits section")
-	f.StringVar(&sf.listen, "listen", "127.0.0.1:15000", "address to listen on (host:port; port 0 picks a free one)")
-	f.StringVar(&sf.advertise, "advertise", "", "address clients should use to reach this server (default: the listen address)")
-	f.StringVar(&sf.id, "id", "", "server id: the requester id toward the parent, and in logs (default: the --election-key with --election etcd, so that all tasks of a node are one requester; else host:pid)")
-	f.DurationVar(&sf.grace, "grace", 10*time.Second, "how long SIGTERM waits for in-flight RPCs")
-	f.StringVar(&sf.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	f.StringVar(&sf.logFormat, "log-format", "text", "log format: text or json")
-	f.StringSliceVar(&sf.parents, "parent", nil, "parent node addresses (host:port, comma-separated): run as an intermediate server that gets its capacity from them")
-	f.BoolVar(&sf.pprofOn, "pprof", false, "serve Go's profiler at /debug/pprof/")
-	f.BoolVar(&sf.push, "push-leases", true, "push leases to watching holders when capacity becomes free (sluice.v1.Leases/Watch); false: they wait for their next requests, as with Doorman")
-	f.StringVar(&sf.tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM); empty: plaintext (h2c)")
-	f.StringVar(&sf.tlsKey, "tls-key", "", "the private key of --tls-cert (PEM)")
-	f.StringVar(&sf.tlsClientCA, "tls-client-ca", "", "require client certificates signed by these CAs (PEM): mTLS")
-	f.StringVar(&sf.parentCA, "parent-tls-ca", "", "speak TLS to the parent, verifying it with these CAs (PEM)")
-	f.StringVar(&sf.parentCert, "parent-tls-cert", "", "client certificate (PEM) to present to the parent (mTLS)")
-	f.StringVar(&sf.parentKey, "parent-tls-key", "", "the private key of --parent-tls-cert (PEM)")
-	f.StringVar(&sf.etcdCA, "etcd-tls-ca", "", "speak TLS to etcd, verifying it with these CAs (PEM); use https:// endpoints")
-	f.StringVar(&sf.etcdCert, "etcd-tls-cert", "", "client certificate (PEM) to present to etcd (mTLS)")
-	f.StringVar(&sf.etcdKey, "etcd-tls-key", "", "the private key of --etcd-tls-cert (PEM)")
-	f.StringVar(&sf.electKind, "election", "standalone", "master election: standalone (always master) or etcd")
-	f.StringSliceVar(&sf.endpoints, "etcd-endpoints", nil, "etcd endpoints (comma-separated URLs) for --election etcd, --config etcd:/KEY, and the fleet sharing copy-limited resources on --redis")
-	f.StringVar(&sf.electKey, "election-key", "", "etcd key prefix the tasks of this node campaign on, e.g. /sluice/root")
-	f.DurationVar(&sf.electTTL, "election-ttl", 10*time.Second, "etcd session TTL (whole seconds): how long a master that cannot reach etcd stays master")
-	f.StringVar(&sf.fleetPrefix, "fleet-prefix", "/sluice/fleet", "etcd key prefix of the fleet of servers sharing copy-limited resources on --redis or --redis-cluster (with --etcd-endpoints)")
-	sf.adminF.register(f)
-	f.IntVar(&sf.maxSessions, "max-sessions", server.DefaultMaxSessions, "most sessions of copy-limited resources this server holds open at once (each costs memory until it ends): at the cap, OpenSession answers ResourceExhausted (counted in sluice_copies_sessions_refused_total) until a session is closed, its keep-alive stream breaks or its ttl passes; a fleet's sessions count on the server that opened them; 0: the default; negative: no cap")
-	f.DurationVar(&sf.fleetTTL, "fleet-ttl", 10*time.Second, "etcd session TTL (whole seconds) of this server's fleet membership: a crashed server's copies come back this long after its last keep-alive")
+	in(f, groupListen, func() {
+		f.StringVar(&sf.listen, "listen", "127.0.0.1:15000", "address to listen on (host:port; port 0: a free one)")
+		f.StringVar(&sf.advertise, "advertise", "", "address clients should use (default: the listen address)")
+		f.StringVar(&sf.tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM); empty: plaintext (h2c)")
+		f.StringVar(&sf.tlsKey, "tls-key", "", "the private key of --tls-cert (PEM)")
+		f.StringVar(&sf.tlsClientCA, "tls-client-ca", "", "require client certificates signed by these CAs (PEM): mTLS")
+		f.DurationVar(&sf.grace, "grace", 10*time.Second, "how long SIGTERM waits for in-flight RPCs")
+	})
+	in(f, groupConfig, func() {
+		f.StringVar(&sf.cfgPath, "config", "", "resource configuration: a YAML file or etcd:/KEY; empty: none")
+		f.StringVar(&sf.quotaPath, "quotaservice-config", "", "limits in Square's quota service format (a YAML file)")
+		f.StringVar(&sf.envoy.path, "envoy-ratelimit-config", "", "envoyproxy/ratelimit's rules: a YAML file or a directory")
+	})
+	in(f, groupLeases, func() {
+		f.StringVar(&sf.id, "id", "", "server id: the requester id toward the parent, and in logs")
+		f.StringSliceVar(&sf.parents, "parent", nil, "parent addresses (host:port,...): run as an intermediate server")
+		f.StringVar(&sf.parentCA, "parent-tls-ca", "", "speak TLS to the parent, verifying it with these CAs (PEM)")
+		f.StringVar(&sf.parentCert, "parent-tls-cert", "", "client certificate (PEM) to present to the parent (mTLS)")
+		f.StringVar(&sf.parentKey, "parent-tls-key", "", "the private key of --parent-tls-cert (PEM)")
+		f.BoolVar(&sf.push, "push-leases", true, "push leases to watching holders when capacity frees up")
+	})
+	in(f, groupEtcd, func() {
+		f.StringSliceVar(&sf.endpoints, "etcd-endpoints", nil, "etcd endpoints (URLs, comma-separated)")
+		f.StringVar(&sf.etcdCA, "etcd-tls-ca", "", "speak TLS to etcd, verifying it with these CAs (PEM)")
+		f.StringVar(&sf.etcdCert, "etcd-tls-cert", "", "client certificate (PEM) to present to etcd (mTLS)")
+		f.StringVar(&sf.etcdKey, "etcd-tls-key", "", "the private key of --etcd-tls-cert (PEM)")
+		f.StringVar(&sf.electKind, "election", "standalone", "master election: standalone (always master) or etcd")
+		f.StringVar(&sf.electKey, "election-key", "", "etcd key prefix this node's tasks campaign on")
+		f.DurationVar(&sf.electTTL, "election-ttl", 10*time.Second, "etcd session TTL: how long a cut-off master stays master")
+	})
+	in(f, groupStore, func() {
+		f.StringVar(&sf.redisURL, "redis", "", "keep the limits' state in this Redis (redis://host:port/db)")
+		f.StringSliceVar(&sf.redisCluster, "redis-cluster", nil, "keep the limits' state in this Redis Cluster (host:port,...)")
+		f.DurationVar(&sf.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "bound on each round trip to Redis")
+	})
+	in(f, groupSessions, func() {
+		f.StringVar(&sf.fleetPrefix, "fleet-prefix", "/sluice/fleet", "etcd key prefix of the fleet sharing copy-limited resources")
+		f.DurationVar(&sf.fleetTTL, "fleet-ttl", 10*time.Second, "etcd session TTL of this server's fleet membership")
+		f.IntVar(&sf.maxSessions, "max-sessions", server.DefaultMaxSessions, "most open sessions (0: the default; negative: no cap)")
+	})
+	in(f, groupEnvoy, func() { sf.envoy.register(f) })
+	in(f, groupAdmin, func() { sf.adminF.register(f) })
+	in(f, groupLogs, func() {
+		f.StringVar(&sf.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+		f.StringVar(&sf.logFormat, "log-format", "text", "log format: text or json")
+		f.BoolVar(&sf.pprofOn, "pprof", false, "serve Go's profiler at /debug/pprof/")
+	})
 }
 
 // config parses the flags into a server configuration: the TLS
@@ -314,13 +332,12 @@ type envoyFlags struct {
 }
 
 func (ef *envoyFlags) register(f *pflag.FlagSet) {
-	f.StringVar(&ef.path, "envoy-ratelimit-config", "", "envoyproxy/ratelimit's configuration for Envoy's rate limit service (ShouldRateLimit): a YAML file or a directory of them, one domain per document, reloaded on change and SIGHUP")
-	f.StringVar(&ef.algorithm, "envoy-algorithm", "token_bucket", "how Envoy rate limits count where the configuration names no algorithm: token_bucket (refilled continuously) or fixed_window (epoch-aligned windows, as envoyproxy/ratelimit counts)")
-	f.BoolVar(&ef.shadow, "envoy-shadow-mode", false, "answer every ShouldRateLimit OK, deciding and counting as usual (would-be rejections counted as shadow_mode); envoyproxy/ratelimit's SHADOW_MODE")
-	f.BoolVar(&ef.headers, "envoy-ratelimit-headers", true, "add the IETF draft's RateLimit-Policy and RateLimit headers, and Retry-After on OVER_LIMIT, to Envoy's response")
-	f.BoolVar(&ef.xHeaders, "envoy-x-ratelimit-headers", false, "also add X-RateLimit-Limit, -Remaining and -Reset (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
-	f.StringVar(&ef.onStoreError, "envoy-on-store-error", "closed", "ShouldRateLimit's answer when the store (Redis) fails: closed (an Unavailable error: Envoy's failure_mode_deny decides) or open (OK)")
-	f.Float64Var(&ef.nearLimit, "envoy-near-limit-ratio", 0.8, "the fraction of a limit above which granted hits count as near_limit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO)")
+	f.StringVar(&ef.algorithm, "envoy-algorithm", "token_bucket", "where a rule names none: token_bucket or fixed_window")
+	f.BoolVar(&ef.shadow, "envoy-shadow-mode", false, "answer every ShouldRateLimit OK, deciding and counting as usual")
+	f.BoolVar(&ef.headers, "envoy-ratelimit-headers", true, "add the IETF draft's RateLimit headers (and Retry-After)")
+	f.BoolVar(&ef.xHeaders, "envoy-x-ratelimit-headers", false, "also add X-RateLimit-Limit, -Remaining and -Reset")
+	f.StringVar(&ef.onStoreError, "envoy-on-store-error", "closed", "the answer when Redis fails: closed (Unavailable) or open (OK)")
+	f.Float64Var(&ef.nearLimit, "envoy-near-limit-ratio", 0.8, "the fraction of a limit above which hits count as near_limit")
 }
 
 // options returns the service's options the flags give.
