@@ -117,7 +117,9 @@ type Service struct {
 }
 
 // New returns a service with no rules (every descriptor answers OK with
-// no limit) until SetConfig. It errs when opts has no Store.
+// no limit) until SetConfig. It errs when opts has no Store, or when
+// opts.Registry already holds one of the service's metrics (the error
+// names it).
 func New(opts Options) (*Service, error) {
 	if opts.Store == nil {
 		return nil, errors.New("envoyrls: Options.Store: nil")
@@ -131,7 +133,11 @@ func New(opts Options) (*Service, error) {
 	if opts.NearLimitRatio <= 0 || opts.NearLimitRatio > 1 {
 		opts.NearLimitRatio = 0.8
 	}
-	s := &Service{opts: opts, metrics: newMetrics(opts.Registry), log: opts.Logger}
+	m, err := newMetrics(opts.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("envoyrls: %w", err)
+	}
+	s := &Service{opts: opts, metrics: m, log: opts.Logger}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

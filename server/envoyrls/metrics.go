@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/limits/rls"
+	"github.com/sluice-rl/sluice/server/internal/promreg"
 )
 
 // MaxDetailedSeries bounds the series that carry a request's values
@@ -53,7 +54,7 @@ type ruleInfo struct {
 	policy   string
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_envoy_ratelimit_hits_total",
@@ -69,10 +70,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.hits, m.invalid, m.storeErrors)
+		if err := promreg.Register(reg, m.hits, m.invalid, m.storeErrors); err != nil {
+			return nil, err
+		}
 	}
 	m.rules.Store(&map[*rls.Rule]*ruleInfo{})
-	return m
+	return m, nil
 }
 
 // setConfig resolves the configured rules' labels, series and policy

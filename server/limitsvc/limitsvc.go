@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/server/internal/promreg"
 )
 
 // Options configures a Service.
@@ -64,7 +65,8 @@ type Service struct {
 }
 
 // New returns the service. Errors: the configuration is invalid
-// (limits.Config.Validate's error).
+// (limits.Config.Validate's error); opts.Registry already holds one of
+// the service's metrics (the error names it).
 func New(opts Options) (*Service, error) {
 	s := &Service{opts: opts, now: opts.Now, log: opts.Logger}
 	if s.now == nil {
@@ -80,13 +82,16 @@ func New(opts Options) (*Service, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry() // registered nowhere
 	}
-	s.metrics = newLimitsMetrics(reg)
+	var err error
+	if s.metrics, err = newLimitsMetrics(reg); err != nil {
+		return nil, fmt.Errorf("limits: %w", err)
+	}
 	eng, err := limits.New(nil, limits.Options{Listener: s.metrics, Store: opts.Store})
 	if err != nil {
 		return nil, fmt.Errorf("limits: %w", err)
 	}
 	s.limits = eng
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	buckets := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_limits_buckets",
 		Help: "Buckets (token buckets and burst-tier domains) the limits engine's store holds: exact in memory; on Redis an estimate, the keys of its database (DBSIZE per node, other keys included); 0 when Redis does not answer.",
 	}, func() float64 {
@@ -94,7 +99,10 @@ func New(opts Options) (*Service, error) {
 		// none): the store bounds the call by its own timeout.
 		n, _ := s.limits.EstimateLen(context.Background())
 		return float64(n)
-	}))
+	})
+	if err := promreg.Register(reg, buckets); err != nil {
+		return nil, fmt.Errorf("limits: %w", err)
+	}
 	s.rateNames.Store(&map[string]bool{})
 	if opts.Config != nil {
 		if err := s.SetConfig(opts.Config); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/server/internal/promreg"
 )
 
 // otherResource labels the limits events of resources that are not
@@ -58,7 +59,7 @@ var eventIndex = func() (ix [limits.EventDegraded + 1]int) {
 	return ix
 }()
 
-func newLimitsMetrics(reg prometheus.Registerer) *limitsMetrics {
+func newLimitsMetrics(reg prometheus.Registerer) (*limitsMetrics, error) {
 	m := &limitsMetrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_limits_events_total",
@@ -74,10 +75,12 @@ func newLimitsMetrics(reg prometheus.Registerer) *limitsMetrics {
 			Buckets: []float64{0, 0.001, 0.01, 0.1, 0.5, 1, 5, 10},
 		}, []string{"resource"}),
 	}
-	reg.MustRegister(m.events, m.tokens, m.waits)
+	if err := promreg.Register(reg, m.events, m.tokens, m.waits); err != nil {
+		return nil, err
+	}
 	m.other = m.series(otherResource)
 	m.configured(nil)
-	return m
+	return m, nil
 }
 
 // series resolves the series of one resource label.

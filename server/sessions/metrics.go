@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/server/internal/promreg"
 )
 
 // registerMetrics exports the copy-limited resources' counters
@@ -21,42 +22,47 @@ import (
 //	sluice_copies_forwarded_total          counter  session requests forwarded to the session's home server
 //	sluice_fleet_leader                    gauge    1 while this server leads the fleet
 //	sluice_fleet_buried_total              counter  dead epochs this server buried as leader
-func (s *Service) registerMetrics(reg prometheus.Registerer) {
+//
+// It returns an error naming the first metric reg refused (one it
+// already holds).
+func (s *Service) registerMetrics(reg prometheus.Registerer) error {
 	stats := func(f func(copies.Stats) float64) func() float64 {
 		return func() float64 { return f(s.copies.Stats()) }
 	}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_sessions", Help: "Open sessions of copy-limited resources."},
+	var cs []prometheus.Collector
+	cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_sessions", Help: "Open sessions of copy-limited resources."},
 		stats(func(v copies.Stats) float64 { return float64(v.Sessions) })))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_sessions_max", Help: "The cap on open sessions of copy-limited resources (sluice server --max-sessions; +Inf: none)."},
+	cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_sessions_max", Help: "The cap on open sessions of copy-limited resources (sluice server --max-sessions; +Inf: none)."},
 		func() float64 {
 			if n := s.maxSessions(); n > 0 {
 				return float64(n)
 			}
 			return math.Inf(1)
 		}))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_sessions_refused_total", Help: "Sessions refused because this server held its maximum of open sessions (sluice server --max-sessions)."},
+	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_sessions_refused_total", Help: "Sessions refused because this server held its maximum of open sessions (sluice server --max-sessions)."},
 		func() float64 { return float64(s.refused.Load()) }))
 	for result, f := range map[string]func(copies.Stats) float64{
 		"granted":  func(v copies.Stats) float64 { return float64(v.Granted - v.Degraded) },
 		"rejected": func(v copies.Stats) float64 { return float64(v.Rejected) },
 		"degraded": func(v copies.Stats) float64 { return float64(v.Degraded) },
 	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_reserves_total",
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_reserves_total",
 			Help:        "Reserves of copy-limited resources by result (degraded: granted fail-open while the shared copy log failed).",
 			ConstLabels: prometheus.Labels{"result": result}}, stats(f)))
 	}
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_released_total", Help: "Copies released."},
+	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_released_total", Help: "Copies released."},
 		stats(func(v copies.Stats) float64 { return float64(v.Released) })))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_fences_total", Help: "Times the copies engine was fenced (its fleet membership ended)."},
+	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_fences_total", Help: "Times the copies engine was fenced (its fleet membership ended)."},
 		stats(func(v copies.Stats) float64 { return float64(v.Fenced) })))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_fenced", Help: "1 while the copies engine serves no holds (no fleet epoch)."},
+	cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_fenced", Help: "1 while the copies engine serves no holds (no fleet epoch)."},
 		func() float64 { return b2f(s.copies.Fenced()) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_forwarded_total", Help: "Session requests forwarded to the server holding the session (its home in the fleet)."},
+	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_forwarded_total", Help: "Session requests forwarded to the server holding the session (its home in the fleet)."},
 		func() float64 { return float64(s.forwarded.Load()) }))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_fleet_leader", Help: "1 while this server leads the fleet sharing copy-limited resources."},
+	cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_fleet_leader", Help: "1 while this server leads the fleet sharing copy-limited resources."},
 		func() float64 { return b2f(s.fleetStatus().Leader) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_fleet_buried_total", Help: "Dead servers' epochs this server buried as the fleet's leader."},
+	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_fleet_buried_total", Help: "Dead servers' epochs this server buried as the fleet's leader."},
 		func() float64 { return float64(s.fleetStatus().Buried) }))
+	return promreg.Register(reg, cs...)
 }
 
 // fleetStatus returns the fleet membership's status (zero without one).

@@ -82,7 +82,9 @@ type Service struct {
 }
 
 // New returns the service. Errors: the configuration is invalid
-// (copies.Config.Validate's error), or the engine could not be built.
+// (copies.Config.Validate's error), the engine could not be built, or
+// opts.Registry already holds one of the service's metrics (the error
+// names it).
 func New(opts Options) (*Service, error) {
 	s := &Service{opts: opts, now: opts.Now, log: opts.Logger}
 	if s.now == nil {
@@ -107,7 +109,9 @@ func New(opts Options) (*Service, error) {
 		return nil, fmt.Errorf("copy-limited resources: %w", err)
 	}
 	if opts.Registry != nil {
-		s.registerMetrics(opts.Registry)
+		if err := s.registerMetrics(opts.Registry); err != nil {
+			return nil, fmt.Errorf("copy-limited resources: %w", err)
+		}
 	}
 	return s, nil
 }
