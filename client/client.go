@@ -496,7 +496,7 @@ func (c *Client) release(ctx context.Context, ids []string) error {
 // over to the master named by Discovery), and returns how long until the
 // next turn is due. The background loop calls it (at once after Resource
 // and a change of wants, and when the previous turn said); with
-// hooks.Client.Manual the caller does (hooks.ClientStep). Calling it more
+// hooks.Client.Manual the caller does (hooks.Client.Step). Calling it more
 // often sends nothing more: the schedule is kept by step itself. Not for
 // concurrent use.
 //

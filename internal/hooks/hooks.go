@@ -7,8 +7,8 @@
 // A client takes them through client.WithHooks(*hooks.Client), a capacity
 // service through capacity.Options.Hooks (*hooks.Server): both are public,
 // but their types are internal, so code outside Sluice can only pass nil.
-// The client and the service fill in the hooks' Step function, with which
-// the caller drives them on virtual time.
+// The client and the service fill in the hooks' Step and StepParent
+// functions, with which the caller drives them on virtual time.
 package hooks
 
 import (
@@ -26,7 +26,7 @@ type Client struct {
 	// Dial reaches servers instead of gRPC over the client's HTTP client
 	// (the simulator passes in-process servers).
 	Dial discovery.Dialer
-	// Manual starts no refresh goroutine: the caller calls ClientStep
+	// Manual starts no refresh goroutine: the caller calls Step
 	// whenever the previous step said, and after a resource is added or its
 	// wants change. Close then releases nothing.
 	Manual bool
@@ -55,7 +55,7 @@ type Server struct {
 	// stub for a parent address (the simulator passes in-process servers).
 	ParentDial discovery.Dialer
 	// ManualParent makes the caller drive the parent link with
-	// ServerStepParent (the simulator, on virtual time): Run does not start
+	// StepParent (the simulator, on virtual time): Run does not start
 	// it, and a first request, instead of waiting for the link, takes one
 	// turn of it inline (so the server must not be called concurrently).
 	ManualParent bool

@@ -528,7 +528,7 @@ func paramsFromWire(ps []*pb.NamedParameter) []algorithm.Parameter {
 // the interval grows by 1/decay_factor (so it shrinks by decay_factor per
 // level up toward the root), in whole seconds, at most the lease length.
 //
-// With shrink (Options.DesignRefreshDecay) it goes the design's way: one
+// With shrink (hooks.Server.DesignRefreshDecay) it goes the design's way: one
 // level further from the root the interval is multiplied by decay_factor,
 // so that clients refresh most often.
 func childInterval(own, leaseLength time.Duration, decay float64, shrink bool) time.Duration {
