@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/server/capacity"
+	"github.com/sluice-rl/sluice/server/internal/promreg"
 	"github.com/sluice-rl/sluice/server/internal/rpc"
 )
 
@@ -29,7 +30,7 @@ type rpcMetrics struct {
 	latency  *prometheus.HistogramVec
 }
 
-func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
+func newRPCMetrics(reg prometheus.Registerer) (*rpcMetrics, error) {
 	m := &rpcMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_server_requests_total",
@@ -41,8 +42,10 @@ func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10),
 		}, []string{"method"}),
 	}
-	reg.MustRegister(m.requests, m.latency)
-	return m
+	if err := promreg.Register(reg, m.requests, m.latency); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 func (m *rpcMetrics) interceptor() connect.UnaryInterceptorFunc {

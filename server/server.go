@@ -64,6 +64,7 @@ import (
 	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/envoyrls"
+	"github.com/sluice-rl/sluice/server/internal/promreg"
 	"github.com/sluice-rl/sluice/server/internal/rpc"
 	"github.com/sluice-rl/sluice/server/leases"
 	"github.com/sluice-rl/sluice/server/limitsvc"
@@ -262,8 +263,10 @@ type Server struct {
 // their stores, loads the configuration sources, and creates the election
 // and the fleet membership, without serving yet (Run does). Every error
 // is returned: a listener that cannot be opened, an unreadable or invalid
-// configuration, limits configured twice, a missing etcd, a bad election.
-// On error, whatever New opened is closed.
+// configuration, limits configured twice, a missing etcd, a bad election,
+// a Config.Registry that already holds one of Sluice's metrics (the error
+// names it: two servers in one process need a Registry each). On error,
+// whatever New opened is closed.
 func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, now: cfg.Now, closeEtcd: func() {}}
 	if s.log == nil {
@@ -276,7 +279,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		// The process's own figures too: process_cpu_seconds_total is what
 		// `sluice bench` divides by the requests it sent.
 		s.reg = prometheus.NewRegistry()
-		s.reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+		if err := promreg.Register(s.reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector()); err != nil {
+			return nil, err
+		}
 	}
 	if s.cfg.Grace <= 0 {
 		s.cfg.Grace = 10 * time.Second
@@ -305,13 +310,17 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		host, _ := os.Hostname()
 		id = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
-	s.rpc = newRPCMetrics(s.reg)
+	if s.rpc, err = newRPCMetrics(s.reg); err != nil {
+		return nil, err
+	}
 	s.health = health.NewServer()
 	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_server_config_reloads_total",
 		Help: "Configuration reloads, by result (ok, failed).",
 	}, []string{"result"})
-	s.reg.MustRegister(s.reloads)
+	if err := promreg.Register(s.reg, s.reloads); err != nil {
+		return nil, err
+	}
 
 	if err := s.openEtcd(); err != nil {
 		return nil, err
@@ -382,15 +391,23 @@ func (s *Server) sharedLog() SharedLog {
 // newServices builds the capacity, limits and sessions services.
 func (s *Server) newServices(id string) error {
 	cfg := s.cfg
+	// capacity.New returns no error: its registration errors are
+	// recorded instead of panicking, and checked here.
+	reg := promreg.NewRecorder(s.reg)
 	s.capacity = capacity.New(capacity.Options{ID: id, Address: s.addr, Config: cfg.Doorman, Now: s.now, Logger: s.log,
-		Registry: s.reg, Parent: cfg.Parents, ParentTLS: cfg.ParentTLS,
+		Registry: reg, Parent: cfg.Parents, ParentTLS: cfg.ParentTLS,
 		RequireConfig: cfg.ConfigPath != "" && len(cfg.Parents) == 0, NoPush: cfg.NoLeasePush})
+	if err := reg.Err(); err != nil {
+		return fmt.Errorf("capacity: %w", err)
+	}
 	s.leases = leases.New(s.capacity)
 	var store limits.Store
 	if cfg.Shared != nil {
 		store = cfg.Shared.Limits
 		if cfg.Shared.Metrics != nil {
-			s.reg.MustRegister(cfg.Shared.Metrics)
+			if err := promreg.Register(s.reg, cfg.Shared.Metrics); err != nil {
+				return fmt.Errorf("shared store: %w", err)
+			}
 		}
 	}
 	var err error
