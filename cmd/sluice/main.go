@@ -4,16 +4,24 @@
 //	    a capacity server: a root, or with --parent an intermediate
 //	sluice demo [--duration D] [--clients N] [--json]
 //	    the main job end to end on loopback, on an embedded configuration
+//	sluice demo quota|tiers [--duration D] [--json]
+//	    server-side limits (naive and smart quota clients), Charon's burst tiers and semaphores
 //	sluice simulate [--scenario NAME|all|FILE] [--seed N] [--out DIR] [--json]
 //	    the tree on virtual time, the design's scenarios
 //	sluice status --server ADDR [--json]
 //	    a server's status page as tables
+//	sluice health --server ADDR [--live]
+//	    exit 0 if a server is ready (/readyz; with --live, /healthz), 1 if not
 //	sluice config validate FILE...
 //	    check configuration files, every error named
+//	sluice config convert --from quotaservice|envoy-ratelimit PATH
+//	    print Sluice's configuration for Square's quota service's or envoyproxy/ratelimit's
 //	sluice get --server ADDR --resource R --wants W
 //	    one GetCapacity, as a client would send it
 //	sluice bench --server ADDR --clients N --resources M --duration D
 //	    load a server with GetCapacity requests and report rate and latency
+//	sluice bench watch --server ADDR --holders N
+//	    the cost of pushed leases: memory per Watch stream, pushes per shift, CPU per push
 //	sluice shell --server ADDR
 //	    an interactive client: get, release, show, master
 //	sluice admin get|set|delete|history|diff|rollback [--server URL]
