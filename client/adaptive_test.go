@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/server/capacity"
 )
 
@@ -38,7 +37,7 @@ func TestDemandEstimator(t *testing.T) {
 // for tests inside a synctest bubble.
 func fakeTimeClient(t *testing.T) *client.Client {
 	srv := capacity.New(capacity.Options{Address: "s:1", Logger: quiet})
-	c, err := client.New("s:1", manualOf(server.CapacityClient(srv)), client.WithLogger(quiet))
+	c, err := client.New("s:1", manualOf(capacity.InProcessClient(srv)), client.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -150,8 +150,8 @@ func TestAskGetsNewLease(t *testing.T) {
 func TestFairShareBetweenClients(t *testing.T) {
 	clock := newFakeClock()
 	srv := fakeServer(t, cfg, clock)
-	a := clientOf(t, server.CapacityClient(srv), clock)
-	b := clientOf(t, server.CapacityClient(srv), clock)
+	a := clientOf(t, capacity.InProcessClient(srv), clock)
+	b := clientOf(t, capacity.InProcessClient(srv), clock)
 	if a.ID() == b.ID() {
 		t.Fatalf("two clients share id %q", a.ID())
 	}

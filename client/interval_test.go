@@ -14,7 +14,7 @@ import (
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/internal/testutil"
-	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/server/capacity"
 )
 
 // recorder is a capacity server stub that records each GetCapacity it
@@ -74,7 +74,7 @@ var start = newFakeClock().Now()
 func recordedClient(t *testing.T, yaml string, opts ...client.Option) (*client.Client, *recorder, *testutil.Clock) {
 	t.Helper()
 	clock := newFakeClock()
-	rec := &recorder{CapacityClient: server.CapacityClient(fakeServer(t, yaml, clock)), clock: clock}
+	rec := &recorder{CapacityClient: capacity.InProcessClient(fakeServer(t, yaml, clock)), clock: clock}
 	return clientOf(t, rec, clock, opts...), rec, clock
 }
 

@@ -13,7 +13,6 @@ import (
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
-	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/server/capacity"
 )
 
@@ -49,7 +48,7 @@ func clientOf(t *testing.T, srv doormanconnect.CapacityClient, clock *testutil.C
 func manualClient(t *testing.T, yaml string, clock *testutil.Clock, opts ...client.Option) (*client.Client, *capacity.Service) {
 	t.Helper()
 	srv := fakeServer(t, yaml, clock)
-	return clientOf(t, server.CapacityClient(srv), clock, opts...), srv
+	return clientOf(t, capacity.InProcessClient(srv), clock, opts...), srv
 }
 
 // run drives clients as their refresh loops would, on clock, for d: each is

@@ -10,7 +10,6 @@ import (
 
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/config"
-	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/server/capacity"
 )
 
@@ -28,7 +27,7 @@ resources:
 	}
 	srv := capacity.New(capacity.Options{Address: "s:1", Config: cfg, Now: clock, Logger: quiet})
 	reg := prometheus.NewRegistry()
-	c, err := client.New("s:1", client.WithID("c"), manualOf(server.CapacityClient(srv)), client.WithClock(clock), client.WithLogger(quiet), client.WithRegisterer(reg),
+	c, err := client.New("s:1", client.WithID("c"), manualOf(capacity.InProcessClient(srv)), client.WithClock(clock), client.WithLogger(quiet), client.WithRegisterer(reg),
 		client.WithMode(client.Pessimistic))
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,6 @@ import (
 
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/config"
-	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/server/capacity"
 )
 
@@ -36,7 +35,7 @@ func limiterAt(t *testing.T, rate float64) *client.RateLimiter {
 		t.Fatal(err)
 	}
 	srv := capacity.New(capacity.Options{Address: "s:1", Config: cfg, Logger: quiet})
-	c, err := client.New("s:1", manualOf(server.CapacityClient(srv)), client.WithLogger(quiet))
+	c, err := client.New("s:1", manualOf(capacity.InProcessClient(srv)), client.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}

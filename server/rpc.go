@@ -10,17 +10,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
-	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/internal/promreg"
-	"github.com/sluice-rl/sluice/server/internal/rpc"
 )
-
-// CapacityClient returns the capacity service s as an in-process Connect
-// client: every call runs s's handler directly, with the codes and
-// messages a network client would see (the tests and in-process callers
-// use it; the simulator, on virtual time).
-func CapacityClient(s *capacity.Service) doormanconnect.CapacityClient { return rpc.Capacity{S: s} }
 
 // rpcMetrics count every RPC of every service, on both transports, by
 // method and code. Labels are bounded: the methods of the services

@@ -41,6 +41,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -66,6 +67,7 @@ import (
 	"github.com/sluice-rl/sluice/server/envoyrls"
 	"github.com/sluice-rl/sluice/server/internal/promreg"
 	"github.com/sluice-rl/sluice/server/internal/rpc"
+	"github.com/sluice-rl/sluice/server/internal/slogzap"
 	"github.com/sluice-rl/sluice/server/leases"
 	"github.com/sluice-rl/sluice/server/limitsvc"
 	"github.com/sluice-rl/sluice/server/sessions"
@@ -371,7 +373,7 @@ func (s *Server) openEtcd() error {
 		}
 		return errors.New("--etcd-endpoints is required with --election etcd or --config etcd:/KEY")
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd.Endpoints, DialTimeout: 5 * time.Second, TLS: cfg.Etcd.TLS, Logger: etcdLogger()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd.Endpoints, DialTimeout: 5 * time.Second, TLS: cfg.Etcd.TLS, Logger: etcdLogger(s.log)})
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}
@@ -893,16 +895,12 @@ func (s *Server) drain(ep *Endpoint, fleetDone, electionDone <-chan struct{}, st
 	return nil
 }
 
-// etcdLogger is the etcd client's zap logger: errors only, to stderr (the
-// client logs every retried RPC at warn).
-func etcdLogger() *zap.Logger {
-	cfg := zap.NewProductionConfig()
-	cfg.Level = zap.NewAtomicLevelAt(zap.ErrorLevel)
-	lg, err := cfg.Build()
-	if err != nil {
-		return zap.NewNop()
-	}
-	return lg
+// etcdLogger is the etcd client's zap logger: errors only (the client
+// logs every retried RPC at warn), to log (Config.Logger), named
+// "etcd-client" (the records' "logger" attribute), with the caller in
+// etcd's source.
+func etcdLogger(log *slog.Logger) *zap.Logger {
+	return zap.New(slogzap.NewCore(log.Handler(), zapcore.ErrorLevel), zap.AddCaller()).Named("etcd-client")
 }
 
 // close releases what New opened: the listener (if Run never served it),

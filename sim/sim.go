@@ -1,5 +1,5 @@
 // Package sim is Sluice's simulator: a discrete-event simulation on virtual
-// time that drives Sluice's real code — servers (server.Server with the
+// time that drives Sluice's real code — servers (capacity.Service with the
 // lease store and algorithms), their links to their parents, and clients
 // (client.Client's refresh state machine) — in one process, with in-process
 // calls instead of the network and scripted mastership changes instead of
@@ -36,7 +36,6 @@ import (
 	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/lease"
-	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/leases"
 )
@@ -254,7 +253,7 @@ resources:
 					h.ParentDial, h.ManualParent = s.dial, true
 				}
 				t.srv = capacity.New(o)
-				t.api, t.link = server.CapacityClient(t.srv), h
+				t.api, t.link = capacity.InProcessClient(t.srv), h
 				if parent == nil && !opts.NoLeaseHorizon && !opts.DoormanAllocation {
 					// election.Etcd's KeepHorizon, at once.
 					t.srv.SetHorizon(func(context.Context) error { nd.keptBy = t; return nil })

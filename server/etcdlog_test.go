@@ -1,0 +1,52 @@
+package server
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// syncBuffer is a bytes.Buffer safe for the etcd client's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// The etcd client New opens logs through Config.Logger: its errors reach
+// the slog handler, named etcd-client; its warnings (every retried RPC)
+// do not.
+func TestEtcdClientLogsThroughConfigLogger(t *testing.T) {
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	// Nothing listens on port 1: the client dials lazily, so opening it
+	// succeeds without an etcd.
+	s := &Server{cfg: Config{Election: Election{Kind: "etcd"}, Etcd: Etcd{Endpoints: []string{"127.0.0.1:1"}}}, log: log, closeEtcd: func() {}}
+	if err := s.openEtcd(); err != nil {
+		t.Fatalf("openEtcd: %v", err)
+	}
+	defer s.closeEtcd()
+	lg := s.etcd.GetLogger()
+	lg.Warn("retrying of unary invoker failed")
+	lg.Error("an etcd client error")
+	got := buf.String()
+	if !strings.Contains(got, `level=ERROR msg="an etcd client error" logger=etcd-client caller=`) {
+		t.Errorf("Config.Logger got %q, want the etcd client's error, named etcd-client, with its caller", got)
+	}
+	if strings.Contains(got, "retrying") {
+		t.Errorf("Config.Logger got %q, want no etcd client warning", got)
+	}
+}
