@@ -836,9 +836,11 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.drain(ep, fleetDone, electionDone, ecancel)
 }
 
-// drain stops the server within Config.Grace (see Run).
+// drain stops the server within Config.Grace (see Run). Its waits are
+// real timers; the instants and durations it logs are Config.Now's.
 func (s *Server) drain(ep *Endpoint, fleetDone, electionDone <-chan struct{}, stopElection func()) error {
 	grace := s.cfg.Grace
+	start := s.now()
 	s.log.Info("draining: not ready, resigning mastership, finishing in-flight RPCs", "grace", grace)
 	s.draining.Store(true)
 	s.health.Shutdown() // every status NOT_SERVING at once, and for good
@@ -856,18 +858,19 @@ func (s *Server) drain(ep *Endpoint, fleetDone, electionDone <-chan struct{}, st
 	// A successor is elected at once after a resignation etcd took;
 	// without one, it takes the session's TTL: do not wait for it.
 	if wasMaster && s.cfg.Election.Kind == "etcd" && resignErr == nil {
-		deadline := time.Now().Add(grace / 2)
-		for time.Now().Before(deadline) {
+		wctx, wcancel := context.WithTimeout(sctx, grace/2)
+		for wctx.Err() == nil {
 			if is, m := s.capacity.IsMaster(); !is && m != "" && m != s.addr {
-				s.log.Info("successor elected", "master", m)
+				s.log.Info("successor elected", "master", m, "after", s.now().Sub(start))
 				// Linger a little: a client sent here by a candidate that
 				// had not yet heard of the election must still find us,
 				// and be redirected, not refused.
-				time.Sleep(min(500*time.Millisecond, time.Until(deadline)))
+				sleepCtx(wctx, 500*time.Millisecond)
 				break
 			}
-			time.Sleep(20 * time.Millisecond)
+			sleepCtx(wctx, 20*time.Millisecond)
 		}
+		wcancel()
 	}
 	s.log.Info("closing the listener, finishing in-flight RPCs")
 	s.capacity.EndWatches() // the streams would hold the listener open until the grace ends
@@ -891,8 +894,18 @@ func (s *Server) drain(ep *Endpoint, fleetDone, electionDone <-chan struct{}, st
 	if shutdownErr != nil {
 		return fmt.Errorf("graceful shutdown: %w", shutdownErr)
 	}
-	s.log.Info("stopped")
+	s.log.Info("stopped", "took", s.now().Sub(start))
 	return nil
+}
+
+// sleepCtx waits d, or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // etcdLogger is the etcd client's zap logger: errors only (the client

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/testutil"
 )
 
 // syncBuffer is a bytes.Buffer safe for the etcd client's goroutines.
@@ -48,5 +51,20 @@ func TestEtcdClientLogsThroughConfigLogger(t *testing.T) {
 	}
 	if strings.Contains(got, "retrying") {
 		t.Errorf("Config.Logger got %q, want no etcd client warning", got)
+	}
+}
+
+// The drain's log tells the durations of Config.Now: on a clock that
+// stands still, it took 0 s, however long the real drain did.
+func TestDrainUsesConfiguredClock(t *testing.T) {
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
+	_, stop := startServer(t, Config{ID: "drain", Now: clock.Now, Logger: log, Grace: 5 * time.Second})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := buf.String(); !strings.Contains(got, `msg=stopped took=0s`) {
+		t.Errorf("the drain logged %q, want msg=stopped took=0s (the configured clock's duration)", got)
 	}
 }
