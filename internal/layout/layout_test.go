@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,11 +27,37 @@ func module(t *testing.T) *Module {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		loaded, loadErr = Load(ctx, ".")
+		if loadErr == nil {
+			loadErr = statSources(loaded.Root)
+		}
 	})
 	if loadErr != nil {
 		t.Fatal(loadErr)
 	}
 	return loaded
+}
+
+// statSources stats go.mod and every Go file and directory of the module,
+// so that go test's cache, which records what a test opens and stats but
+// not what the go list it runs reads, reruns these tests when a package
+// or an import changes.
+func statSources(root string) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (name[0] == '.' || name[0] == '_' || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(name, ".go") || name == "go.mod" {
+			_, err = os.Stat(path)
+		}
+		return err
+	})
 }
 
 func TestLoad(t *testing.T) {
