@@ -36,7 +36,6 @@ import (
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/lease"
-	"github.com/sluice-rl/sluice/ratelimit"
 )
 
 // Limits on the size of a request. A request beyond them is rejected with
@@ -134,9 +133,11 @@ type Service struct {
 	masterTerm  atomic.Int64
 	horizonKept atomic.Int64
 
-	loggedMu      sync.Mutex
-	logged        map[string]struct{} // see once
-	unrecordedLog *ratelimit.Limiter  // paces the log of claims without a record
+	loggedMu sync.Mutex
+	logged   map[string]struct{} // see once
+	// unrecordedLogged is when (by s.now) a claim without a record was
+	// last logged; zero: never (paceUnrecordedLog). Under loggedMu.
+	unrecordedLogged time.Time
 
 	// minRequest is doorman.MinRequestInterval; the package's tests of
 	// tree behaviour on the wall clock shorten it.
@@ -185,7 +186,6 @@ func New(opts Options) *Service {
 	}
 	s.started = time.Now()
 	s.minRequest = pb.MinRequestInterval
-	s.unrecordedLog = ratelimit.NewLimiter(float64(time.Second)/float64(unrecordedLogEvery), unrecordedLogEvery.Seconds(), ratelimit.WithClock(s.now))
 	reg := opts.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry() // registered nowhere

@@ -227,7 +227,8 @@ func (s *Service) decideAll(ctx context.Context, ids []string, reqs []lease.Requ
 // once every unrecordedLogEvery).
 func (s *Service) decide(r *resource, id string, req lease.Request) lease.Grant {
 	req.Watched = s.Watched(req.Client)
-	g := r.store.Decide(s.now(), req)
+	now := s.now()
+	g := r.store.Decide(now, req)
 	if !g.Early {
 		s.offer(r)
 	}
@@ -236,7 +237,7 @@ func (s *Service) decide(r *resource, id string, req lease.Request) lease.Grant 
 	}
 	if g.Unrecorded {
 		s.metrics.unrecorded.Inc()
-		if s.unrecordedLog.Allow() {
+		if s.paceUnrecordedLog(now) {
 			s.log.Warn("request claims a lease the server has no record of, outside learning mode; deciding it as usual",
 				"resource", id, "client", req.Client, "has", *req.Has,
 				"see", "sluice_server_unrecorded_has_total")
@@ -248,6 +249,20 @@ func (s *Service) decide(r *resource, id string, req lease.Request) lease.Grant 
 // unrecordedLogEvery is the least time between two logs of a claimed lease
 // without a record (the counter counts every one).
 const unrecordedLogEvery = 10 * time.Second
+
+// paceUnrecordedLog reports whether a claim without a record seen at now
+// may be logged: the first one, then one at least unrecordedLogEvery after
+// the last one logged (a clock that steps back logs nothing until it has
+// passed that again). Safe for concurrent use.
+func (s *Service) paceUnrecordedLog(now time.Time) bool {
+	s.loggedMu.Lock()
+	defer s.loggedMu.Unlock()
+	if !s.unrecordedLogged.IsZero() && now.Sub(s.unrecordedLogged) < unrecordedLogEvery {
+		return false
+	}
+	s.unrecordedLogged = now
+	return true
+}
 
 // claim sets lr's Has and HasExpiry from the lease the requester says it
 // holds (has; nil: none). Doorman's allocation (hooks.Server.DoormanAllocation)
