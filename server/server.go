@@ -58,6 +58,7 @@ import (
 	"github.com/sluice-rl/sluice/config/etcdconfig"
 	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/fleet"
+	"github.com/sluice-rl/sluice/internal/grpcconnect"
 	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
@@ -696,7 +697,7 @@ func (s *Server) Handler() http.Handler {
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes), connect.WithInterceptors(s.rpc.interceptor())}
 	// The services' handlers, written in grpc-go's shape, served to Connect
 	// by package rpc's adapters.
-	mux.Handle(doormanconnect.NewCapacityHandler(rpc.Capacity{S: s.capacity}, opts...))
+	mux.Handle(doormanconnect.NewCapacityHandler(grpcconnect.Capacity{S: s.capacity}, opts...))
 	mux.Handle(sluicev1connect.NewLimitsHandler(rpc.LimitsConnect{L: s.limitsAPI()}, opts...))
 	mux.Handle(quotaserviceconnect.NewQuotaServiceHandler(rpc.QuotaService{S: s.limits.QuotaService()}, opts...))
 	mux.Handle(rpc.NewRateLimitServiceHandler(s.envoy, opts...))

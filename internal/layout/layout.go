@@ -103,6 +103,45 @@ func (m *Module) rel(importPath string) (string, bool) {
 	return r, ok
 }
 
+// Deps returns every package path (relative to the module for the
+// module's own, full for others) that package path imports, directly or
+// through the module's packages, tests excluded, sorted; nil for a path
+// the module does not have. (Packages of other modules are listed, not
+// followed.)
+func (m *Module) Deps(path string) []string {
+	byPath := make(map[string]*Package, len(m.Packages))
+	for i := range m.Packages {
+		byPath[m.Packages[i].Path] = &m.Packages[i]
+	}
+	if byPath[path] == nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var visit func(p *Package)
+	visit = func(p *Package) {
+		for _, imp := range p.Imports {
+			rel, local := m.rel(imp)
+			if !local {
+				seen[imp] = true
+				continue
+			}
+			if !seen[rel] {
+				seen[rel] = true
+				if q := byPath[rel]; q != nil {
+					visit(q)
+				}
+			}
+		}
+	}
+	visit(byPath[path])
+	out := make([]string, 0, len(seen))
+	for d := range seen {
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Graph returns the text of docs/imports.txt: a header saying how it is
 // made, then for each package of the module a line "PATH: LOCAL..." naming
 // the module's packages it imports (tests excluded), paths relative to the

@@ -208,3 +208,50 @@ func TestFlowIsOneWay(t *testing.T) {
 		}
 	}
 }
+
+// sideways are imports that would cross the layout sideways: the
+// simulator drives the capacity service and the client directly, so it
+// links neither the composition root (server) nor, through it, Envoy's
+// types; the capacity service links neither the client-side limiters
+// (it paces its logs with its own clock) nor the composition root that
+// assembles it. A path ending in "/" stands for every package below it.
+var sideways = map[string][]string{
+	"sim":             {"server", "github.com/envoyproxy/go-control-plane/"},
+	"server/capacity": {"ratelimit", "server"},
+}
+
+// TestNoSidewaysImports: no package in sideways depends, directly or not,
+// on what it lists.
+func TestNoSidewaysImports(t *testing.T) {
+	m := module(t)
+	for pkg, banned := range sideways {
+		deps := m.Deps(pkg)
+		if deps == nil {
+			t.Errorf("%s is gone: update sideways in this test", pkg)
+			continue
+		}
+		for _, d := range deps {
+			for _, b := range banned {
+				if d == b || strings.HasSuffix(b, "/") && strings.HasPrefix(d, b) {
+					t.Errorf("%s depends on %s", pkg, d)
+				}
+			}
+		}
+	}
+}
+
+// TestDeps: Deps follows the module's packages and lists others' without
+// following them.
+func TestDeps(t *testing.T) {
+	m := &Module{Path: "x", Packages: []Package{
+		{Path: "a", Imports: []string{"fmt", "x/b"}},
+		{Path: "b", Imports: []string{"x/c", "y/z"}},
+		{Path: "c"},
+	}}
+	if got := m.Deps("a"); !slices.Equal(got, []string{"b", "c", "fmt", "y/z"}) {
+		t.Fatalf("Deps(a) = %v", got)
+	}
+	if got := m.Deps("gone"); got != nil {
+		t.Fatalf("Deps(gone) = %v, want nil", got)
+	}
+}

@@ -7,18 +7,16 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
-	"github.com/sluice-rl/sluice/server/internal/rpc"
 )
 
 // TestInProcessClient: InProcessClient answers each RPC as the service's
 // handler does, and turns its errors into Connect errors with the same
-// code and message as package server's Connect adapter (rpc.Capacity) —
-// what a network client sees.
+// code and message as the handler's gRPC status — what a network client
+// sees.
 func TestInProcessClient(t *testing.T) {
 	ctx := context.Background()
 	s := newTestServer(t)
@@ -68,10 +66,6 @@ func TestInProcessClient(t *testing.T) {
 			if !errors.As(err, &ce) || ce.Code() != connect.Code(tt.code) || ce.Message() == "" {
 				t.Fatalf("got %v; want a *connect.Error with code %v", err, tt.code)
 			}
-			_, want := tt.call(rpc.Capacity{S: s})
-			if connect.CodeOf(want) != ce.Code() || want.(*connect.Error).Message() != ce.Message() {
-				t.Fatalf("got %v, the server's adapter %v", err, want)
-			}
 		})
 	}
 	if got := getCap(t, s, "b", "fair", 30).GetResponse()[0].GetGets().GetCapacity(); got <= 0 {
@@ -88,16 +82,4 @@ func msg[T any, P interface {
 		return nil
 	}
 	return P(r.Msg)
-}
-
-// TestInProcessClientPassesOtherErrors: an error that is not a gRPC status
-// passes unchanged.
-func TestInProcessClientPassesOtherErrors(t *testing.T) {
-	plain := errors.New("plain")
-	if _, err := unary[pb.DiscoveryResponse](nil, plain); err != plain {
-		t.Fatalf("unary(plain) = %v, want it unchanged", err)
-	}
-	if _, err := unary[pb.DiscoveryResponse](nil, status.Error(codes.Unavailable, "x")); connect.CodeOf(err) != connect.CodeUnavailable {
-		t.Fatalf("unary(Unavailable) = %v", err)
-	}
 }

@@ -13,9 +13,9 @@ import (
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+	"github.com/sluice-rl/sluice/internal/grpcconnect"
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/internal/testutil"
-	"github.com/sluice-rl/sluice/server/internal/rpc"
 )
 
 // askMany sends one GetCapacity for ids (as one client).
@@ -71,7 +71,7 @@ func TestMetricsCardinalityBounded(t *testing.T) {
 	// MaxResourceSeries, then "other".
 	root := New(Options{ID: "root", Address: "root:1", Logger: slog.New(slog.DiscardHandler)})
 	mid := New(Options{ID: "mid", Address: "127.0.0.1:2", Parent: []string{"root:1"}, Registry: prometheus.NewRegistry(),
-		Hooks: &hooks.Server{ParentDial: func(string) doormanconnect.CapacityClient { return rpc.Capacity{S: root} }}})
+		Hooks: &hooks.Server{ParentDial: func(string) doormanconnect.CapacityClient { return grpcconnect.Capacity{S: root} }}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); mid.Run(ctx, time.Second) }()

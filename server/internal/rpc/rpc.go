@@ -10,7 +10,6 @@ package rpc
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -20,12 +19,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/sluice-rl/sluice/api/doorman"
-	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	"github.com/sluice-rl/sluice/api/quotaservice/quotaserviceconnect"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/api/sluice/v1/sluicev1connect"
+	"github.com/sluice-rl/sluice/internal/grpcconnect"
 )
 
 // Allower is sluice.v1.Limits/Allow (limitsvc.Service).
@@ -123,36 +121,6 @@ func (l *Limits) Seize(ctx context.Context, req *v1.SeizeRequest) (*v1.SeizeResp
 	return l.sessions.Seize(ctx, req)
 }
 
-// Capacity is doorman.Capacity for Connect over a grpc-go shaped server:
-// a handler (doormanconnect.NewCapacityHandler) and, the interfaces being
-// alike, an in-process client.
-type Capacity struct{ S pb.CapacityServer }
-
-var (
-	_ doormanconnect.CapacityHandler = Capacity{}
-	_ doormanconnect.CapacityClient  = Capacity{}
-)
-
-// Discovery implements doormanconnect.CapacityHandler.
-func (c Capacity) Discovery(ctx context.Context, req *connect.Request[pb.DiscoveryRequest]) (*connect.Response[pb.DiscoveryResponse], error) {
-	return Unary(c.S.Discovery(ctx, req.Msg))
-}
-
-// GetCapacity implements doormanconnect.CapacityHandler.
-func (c Capacity) GetCapacity(ctx context.Context, req *connect.Request[pb.GetCapacityRequest]) (*connect.Response[pb.GetCapacityResponse], error) {
-	return Unary(c.S.GetCapacity(ctx, req.Msg))
-}
-
-// GetServerCapacity implements doormanconnect.CapacityHandler.
-func (c Capacity) GetServerCapacity(ctx context.Context, req *connect.Request[pb.GetServerCapacityRequest]) (*connect.Response[pb.GetServerCapacityResponse], error) {
-	return Unary(c.S.GetServerCapacity(ctx, req.Msg))
-}
-
-// ReleaseCapacity implements doormanconnect.CapacityHandler.
-func (c Capacity) ReleaseCapacity(ctx context.Context, req *connect.Request[pb.ReleaseCapacityRequest]) (*connect.Response[pb.ReleaseCapacityResponse], error) {
-	return Unary(c.S.ReleaseCapacity(ctx, req.Msg))
-}
-
 // LimitsConnect is sluice.v1.Limits for Connect.
 type LimitsConnect struct {
 	sluicev1connect.UnimplementedLimitsHandler
@@ -161,45 +129,45 @@ type LimitsConnect struct {
 
 // Allow implements sluicev1connect.LimitsHandler.
 func (c LimitsConnect) Allow(ctx context.Context, req *connect.Request[v1.AllowRequest]) (*connect.Response[v1.AllowResponse], error) {
-	return Unary(c.L.Allow(ctx, req.Msg))
+	return grpcconnect.Unary(c.L.Allow(ctx, req.Msg))
 }
 
 // OpenSession implements sluicev1connect.LimitsHandler.
 func (c LimitsConnect) OpenSession(ctx context.Context, req *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error) {
-	return Unary(c.L.OpenSession(ctx, req.Msg))
+	return grpcconnect.Unary(c.L.OpenSession(ctx, req.Msg))
 }
 
 // CloseSession implements sluicev1connect.LimitsHandler.
 func (c LimitsConnect) CloseSession(ctx context.Context, req *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error) {
-	return Unary(c.L.CloseSession(ctx, req.Msg))
+	return grpcconnect.Unary(c.L.CloseSession(ctx, req.Msg))
 }
 
 // KeepAlive implements sluicev1connect.LimitsHandler.
 func (c LimitsConnect) KeepAlive(ctx context.Context, stream *connect.BidiStream[v1.KeepAliveRequest, v1.KeepAliveResponse]) error {
 	if c.L.sessions == nil {
-		return Error(errNoSessions)
+		return grpcconnect.Error(errNoSessions)
 	}
-	return Error(c.L.sessions.KeepAliveStream(ctx, stream.Receive, stream.Send))
+	return grpcconnect.Error(c.L.sessions.KeepAliveStream(ctx, stream.Receive, stream.Send))
 }
 
 // Reserve implements sluicev1connect.LimitsHandler.
 func (c LimitsConnect) Reserve(ctx context.Context, req *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
-	return Unary(c.L.Reserve(ctx, req.Msg))
+	return grpcconnect.Unary(c.L.Reserve(ctx, req.Msg))
 }
 
 // Release implements sluicev1connect.LimitsHandler.
 func (c LimitsConnect) Release(ctx context.Context, req *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error) {
-	return Unary(c.L.Release(ctx, req.Msg))
+	return grpcconnect.Unary(c.L.Release(ctx, req.Msg))
 }
 
 // Transfer implements sluicev1connect.LimitsHandler.
 func (c LimitsConnect) Transfer(ctx context.Context, req *connect.Request[v1.TransferRequest]) (*connect.Response[v1.TransferResponse], error) {
-	return Unary(c.L.Transfer(ctx, req.Msg))
+	return grpcconnect.Unary(c.L.Transfer(ctx, req.Msg))
 }
 
 // Seize implements sluicev1connect.LimitsHandler.
 func (c LimitsConnect) Seize(ctx context.Context, req *connect.Request[v1.SeizeRequest]) (*connect.Response[v1.SeizeResponse], error) {
-	return Unary(c.L.Seize(ctx, req.Msg))
+	return grpcconnect.Unary(c.L.Seize(ctx, req.Msg))
 }
 
 // QuotaService is quotaservice.QuotaService for Connect.
@@ -209,27 +177,7 @@ var _ quotaserviceconnect.QuotaServiceHandler = QuotaService{}
 
 // Allow implements quotaserviceconnect.QuotaServiceHandler.
 func (c QuotaService) Allow(ctx context.Context, req *connect.Request[qs.AllowRequest]) (*connect.Response[qs.AllowResponse], error) {
-	return Unary(c.S.Allow(ctx, req.Msg))
-}
-
-// Unary wraps a grpc-go style answer for Connect.
-func Unary[T any](resp *T, err error) (*connect.Response[T], error) {
-	if err != nil {
-		return nil, Error(err)
-	}
-	return connect.NewResponse(resp), nil
-}
-
-// Error turns a gRPC status error into a Connect error with the same code
-// and message (Connect's codes are gRPC's); nil and other errors pass.
-func Error(err error) error {
-	if err == nil {
-		return nil
-	}
-	if st, ok := status.FromError(err); ok {
-		return connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
-	}
-	return err
+	return grpcconnect.Unary(c.S.Allow(ctx, req.Msg))
 }
 
 // RateLimitService is envoy.service.ratelimit.v3.RateLimitService
@@ -248,7 +196,7 @@ const RateLimitServiceProcedure = "/envoy.service.ratelimit.v3.RateLimitService/
 func NewRateLimitServiceHandler(s RateLimitService, opts ...connect.HandlerOption) (string, http.Handler) {
 	h := connect.NewUnaryHandler(RateLimitServiceProcedure,
 		func(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
-			return Unary(s.ShouldRateLimit(ctx, req.Msg))
+			return grpcconnect.Unary(s.ShouldRateLimit(ctx, req.Msg))
 		}, opts...)
 	return RateLimitServiceProcedure, h
 }
@@ -266,5 +214,5 @@ type Leases struct {
 
 // Watch implements sluicev1connect.LeasesHandler.
 func (c Leases) Watch(ctx context.Context, req *connect.Request[v1.WatchRequest], stream *connect.ServerStream[v1.WatchResponse]) error {
-	return Error(c.W.Stream(ctx, req.Msg, stream.Send))
+	return grpcconnect.Error(c.W.Stream(ctx, req.Msg, stream.Send))
 }

@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"errors"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -20,24 +19,6 @@ type allower struct {
 
 func (a allower) Allow(context.Context, *v1.AllowRequest) (*v1.AllowResponse, error) {
 	return a.resp, a.err
-}
-
-// TestErrorKeepsCodeAndMessage: a gRPC status becomes a Connect error with
-// the same code and message; nil stays nil (a stream that ended well is no
-// error); another error passes unchanged.
-func TestErrorKeepsCodeAndMessage(t *testing.T) {
-	err := Error(status.Error(codes.InvalidArgument, "tokens: negative"))
-	var ce *connect.Error
-	if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument || ce.Message() != "tokens: negative" {
-		t.Fatalf("Error(InvalidArgument) = %v", err)
-	}
-	if err := Error(nil); err != nil {
-		t.Fatalf("Error(nil) = %v, want nil", err)
-	}
-	plain := errors.New("plain")
-	if err := Error(plain); err != plain {
-		t.Fatalf("Error(plain) = %v", err)
-	}
 }
 
 // TestLimitsParts: sluice.v1.Limits answers Allow from its Allower, through
