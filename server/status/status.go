@@ -6,6 +6,7 @@
 package status
 
 import (
+	"context"
 	"embed"
 	"encoding/json"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/envoyrls"
 	"github.com/sluice-rl/sluice/server/sessions"
@@ -89,17 +91,59 @@ var Version = func() string {
 	return "devel"
 }()
 
-// Views are what the site shows: read-only views of the services.
+// CapacityView is what the site reads of the Doorman capacity service
+// (capacity.Service satisfies it): the node, its configuration, its
+// resources and their leases, and its readiness. Safe for concurrent use.
+type CapacityView interface {
+	Node() capacity.Node
+	ConfigView() *capacity.ConfigStatus
+	ResourceRows(match func(id string) bool) (rows []capacity.ResourceRow, total int)
+	ResourcePage(id string) (capacity.ResourcePage, error)
+	Ready() (ready bool, why string)
+}
+
+// BucketsView is what the site reads of the limits engine
+// (limits.Engine): a page of the buckets, and their number's estimate.
+type BucketsView interface {
+	Query(ctx context.Context, now time.Time, q limits.Query) (limits.Page, error)
+	EstimateLen(ctx context.Context) (int, error)
+}
+
+// SessionsView is what the site reads of the copy-limited resources'
+// service (sessions.Service): its holds, its fleet and its state.
+type SessionsView interface {
+	Snapshot() copies.Snapshot
+	Fleet() (st sessions.FleetStatus, ok bool)
+	Stats() copies.Stats
+	Fenced() bool
+}
+
+// EnvoyView is what the site reads of Envoy's rate limit service
+// (envoyrls.Service): its rules in force and a page of its counters.
+type EnvoyView interface {
+	Rules() []envoyrls.RuleRow
+	Counters(ctx context.Context, prefix string, offset, limit, budget int) (envoyrls.CounterPage, error)
+}
+
+var (
+	_ CapacityView = (*capacity.Service)(nil)
+	_ BucketsView  = (*limits.Engine)(nil)
+	_ SessionsView = (*sessions.Service)(nil)
+	_ EnvoyView    = (*envoyrls.Service)(nil)
+)
+
+// Views are what the site shows: read-only views of the services. A view
+// left nil (an interface holding no value: not a nil pointer) shows
+// nothing of its service.
 type Views struct {
 	// Capacity is the Doorman capacity service (required).
-	Capacity *capacity.Service
-	// Limits is the limits engine (its Query and Len); nil shows no
-	// buckets.
-	Limits *limits.Engine
+	Capacity CapacityView
+	// Limits is the limits engine; nil shows no buckets.
+	Limits BucketsView
 	// Sessions is the copy-limited resources' service; nil shows no holds.
-	Sessions *sessions.Service
+	Sessions SessionsView
 	// Envoy is Envoy's rate limit service; nil shows no rules.
-	Envoy *envoyrls.Service
+	Envoy EnvoyView
 	// Ready reports the server's readiness (draining included); nil is
 	// the capacity service's.
 	Ready func() (bool, string)
