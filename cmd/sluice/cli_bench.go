@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -58,17 +59,25 @@ func serverGauge(ctx context.Context, hc *http.Client, base, name string) (value
 	return value, err == nil && ok
 }
 
+// capacityBench is one run of `sluice bench`: its flags and what its
+// clients counted.
+type capacityBench struct {
+	rf        rpcFlags
+	clients   int
+	resources int
+	conns     int
+	duration  time.Duration
+	wants     float64
+	asJSON    bool
+
+	requests, errs, redirects atomic.Int64
+	errOnce                   sync.Once
+	firstError                string
+	hists                     []*hdrhistogram.Histogram // latencies (µs), one per client
+}
+
 func newBenchCmd() *cobra.Command {
-	var (
-		rf         rpcFlags
-		clients    int
-		resources  int
-		conns      int
-		duration   time.Duration
-		wants      float64
-		asJSON     bool
-		firstError string
-	)
+	b := &capacityBench{}
 	cmd := &cobra.Command{
 		Use:   "bench --server ADDR --clients N --resources M --duration D",
 		Short: "Load a server with GetCapacity from many simulated clients and report throughput and latency",
@@ -80,134 +89,159 @@ HDR histogram (1 µs to 60 s, 3 significant digits), and the server's CPU time p
 request (its process_cpu_seconds_total on /metrics, read before and after: run it
 against an otherwise idle server). A progress bar shows on a terminal. Point it only at servers you own: it sends as fast as they answer.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if clients < 1 || resources < 1 || conns < 1 || duration <= 0 {
-				return fmt.Errorf("--clients, --resources, --conns and --duration must be positive")
-			}
-			cfg, err := rf.tlsConfig()
-			if err != nil {
-				return err
-			}
-			scheme := discovery.Scheme(cfg)
-			dialers := make([]discovery.Dialer, conns)
-			for i := range dialers {
-				// A transport per connection: HTTP/2 multiplexes each
-				// transport's requests over one connection.
-				dialers[i] = discovery.NewDialer(&http.Client{Transport: discovery.Transport(cfg, false)}, scheme, false)
-			}
-			ids := make([]string, resources)
-			for i := range ids {
-				ids[i] = fmt.Sprintf("bench/%d", i)
-			}
-			metricsClient := &http.Client{Transport: discovery.Transport(cfg, false), Timeout: 10 * time.Second}
-			cpu0, cpuOK := serverCPU(cmd.Context(), metricsClient, scheme+"://"+rf.server)
-			// Cancelled, not a deadline: a deadline would travel with each
-			// RPC (grpc-timeout) and the server could end the last ones
-			// before this side noticed the end of the run.
-			ctx, cancel := context.WithCancel(cmd.Context())
-			defer cancel()
-			stopTimer := time.AfterFunc(duration, cancel)
-			defer stopTimer.Stop()
-			var requests, errs, redirects atomic.Int64
-			var errOnce sync.Once
-			hists := make([]*hdrhistogram.Histogram, clients)
-			var wg sync.WaitGroup
-			start := time.Now()
-			for i := range clients {
-				hists[i] = hdrhistogram.New(1, 60_000_000, 3)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					dial, addr := dialers[i%conns], rf.server
-					stub := dial(addr)
-					req := &pb.GetCapacityRequest{ClientId: proto.String(fmt.Sprintf("bench-%d", i))}
-					for _, id := range ids {
-						req.Resource = append(req.Resource, &pb.ResourceRequest{ResourceId: proto.String(id), Priority: proto.Int64(0), Wants: proto.Float64(wants)})
-					}
-					for ctx.Err() == nil {
-						t0 := time.Now()
-						resp, err := stub.GetCapacity(ctx, connect.NewRequest(req))
-						if ctx.Err() != nil {
-							return // cut off by the end of the run, not counted
-						}
-						switch {
-						case err != nil:
-							errs.Add(1)
-							errOnce.Do(func() { firstError = err.Error() })
-							time.Sleep(10 * time.Millisecond)
-						case resp.Msg.Mastership != nil:
-							redirects.Add(1)
-							if m := resp.Msg.GetMastership().GetMasterAddress(); m != "" && m != addr {
-								addr, stub = m, dial(m)
-							} else {
-								time.Sleep(10 * time.Millisecond)
-							}
-						default:
-							requests.Add(1)
-							_ = hists[i].RecordValue(time.Since(t0).Microseconds())
-						}
-					}
-				}()
-			}
-			progress := newProgress(cmd.ErrOrStderr(), "bench")
-			tick := time.NewTicker(100 * time.Millisecond)
-		wait:
-			for {
-				select {
-				case <-ctx.Done():
-					break wait
-				case <-tick.C:
-					progress.Update(time.Since(start).Seconds(), duration.Seconds())
-				}
-			}
-			tick.Stop()
-			progress.Done()
-			wg.Wait()
-			elapsed := time.Since(start).Seconds()
-			all := hdrhistogram.New(1, 60_000_000, 3)
-			for _, h := range hists {
-				all.Merge(h)
-			}
-			ms := func(q float64) float64 { return float64(all.ValueAtQuantile(q)) / 1000 }
-			answered := requests.Load() + errs.Load() + redirects.Load()
-			var cpuPerRequest float64
-			if cpu1, ok := serverCPU(cmd.Context(), metricsClient, scheme+"://"+rf.server); ok && cpuOK && answered > 0 {
-				cpuPerRequest = (cpu1 - cpu0) / float64(answered) * 1e6
-			}
-			res := BenchResult{ServerCPUPerRequest: cpuPerRequest, Server: rf.server, Clients: clients, Resources: resources, Connections: conns, Seconds: elapsed,
-				Requests: requests.Load(), Errors: errs.Load(), Redirects: redirects.Load(),
-				PerSecond: float64(requests.Load()) / elapsed, P50: ms(50), P90: ms(90), P99: ms(99), P999: ms(99.9), Max: float64(all.Max()) / 1000}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(res); err != nil {
-					return err
-				}
-			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "%d clients × %d resources over %d connections for %.1f s against %s\n", clients, resources, conns, elapsed, rf.server)
-				fmt.Fprintf(cmd.OutOrStdout(), "  %d requests, %.0f req/s, %d errors, %d redirects\n", res.Requests, res.PerSecond, res.Errors, res.Redirects)
-				fmt.Fprintf(cmd.OutOrStdout(), "  latency ms: p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f\n", res.P50, res.P90, res.P99, res.P999, res.Max)
-				if res.ServerCPUPerRequest > 0 {
-					fmt.Fprintf(cmd.OutOrStdout(), "  server CPU per request: %.1f µs (process_cpu_seconds_total from its /metrics)\n", res.ServerCPUPerRequest)
-				}
-			}
-			if res.Errors > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "first error: %s\n", firstError)
-			}
-			if res.Requests == 0 {
-				return fmt.Errorf("no request succeeded")
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return b.run(cmd) },
 	}
-	rf.add(cmd)
+	b.rf.add(cmd)
 	f := cmd.Flags()
-	f.IntVar(&clients, "clients", 100, "simulated clients (each with its own client id)")
-	f.IntVar(&resources, "resources", 1, "resources each client asks for in one request")
-	f.IntVar(&conns, "conns", 8, "HTTP/2 connections to spread the clients over")
-	f.DurationVar(&duration, "duration", 10*time.Second, "how long to run")
-	f.Float64Var(&wants, "wants", 1, "wants per resource")
-	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.IntVar(&b.clients, "clients", 100, "simulated clients (each with its own client id)")
+	f.IntVar(&b.resources, "resources", 1, "resources each client asks for in one request")
+	f.IntVar(&b.conns, "conns", 8, "HTTP/2 connections to spread the clients over")
+	f.DurationVar(&b.duration, "duration", 10*time.Second, "how long to run")
+	f.Float64Var(&b.wants, "wants", 1, "wants per resource")
+	f.BoolVar(&b.asJSON, "json", false, "print the result as JSON")
 	cmd.AddCommand(newBenchWatchCmd())
 	return cmd
+}
+
+// run loads the server for --duration, reads its CPU time before and
+// after, and reports.
+func (b *capacityBench) run(cmd *cobra.Command) error {
+	if b.clients < 1 || b.resources < 1 || b.conns < 1 || b.duration <= 0 {
+		return fmt.Errorf("--clients, --resources, --conns and --duration must be positive")
+	}
+	cfg, err := b.rf.tlsConfig()
+	if err != nil {
+		return err
+	}
+	scheme := discovery.Scheme(cfg)
+	dialers := make([]discovery.Dialer, b.conns)
+	for i := range dialers {
+		// A transport per connection: HTTP/2 multiplexes each
+		// transport's requests over one connection.
+		dialers[i] = discovery.NewDialer(&http.Client{Transport: discovery.Transport(cfg, false)}, scheme, false)
+	}
+	ids := make([]string, b.resources)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("bench/%d", i)
+	}
+	metricsClient := &http.Client{Transport: discovery.Transport(cfg, false), Timeout: 10 * time.Second}
+	cpu0, cpuOK := serverCPU(cmd.Context(), metricsClient, scheme+"://"+b.rf.server)
+	// Cancelled, not a deadline: a deadline would travel with each
+	// RPC (grpc-timeout) and the server could end the last ones
+	// before this side noticed the end of the run.
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	stopTimer := time.AfterFunc(b.duration, cancel)
+	defer stopTimer.Stop()
+	b.hists = make([]*hdrhistogram.Histogram, b.clients)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range b.clients {
+		b.hists[i] = hdrhistogram.New(1, 60_000_000, 3)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.client(ctx, i, dialers[i%b.conns], ids)
+		}()
+	}
+	b.showProgress(ctx, cmd.ErrOrStderr(), start)
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	res := b.result(elapsed)
+	answered := b.requests.Load() + b.errs.Load() + b.redirects.Load()
+	if cpu1, ok := serverCPU(cmd.Context(), metricsClient, scheme+"://"+b.rf.server); ok && cpuOK && answered > 0 {
+		res.ServerCPUPerRequest = (cpu1 - cpu0) / float64(answered) * 1e6
+	}
+	return b.report(cmd.OutOrStdout(), cmd.ErrOrStderr(), res)
+}
+
+// client is simulated client i: it asks for every resource in ids, in a
+// closed loop until ctx ends, following mastership redirects, and counts
+// the answers.
+func (b *capacityBench) client(ctx context.Context, i int, dial discovery.Dialer, ids []string) {
+	addr := b.rf.server
+	stub := dial(addr)
+	req := &pb.GetCapacityRequest{ClientId: proto.String(fmt.Sprintf("bench-%d", i))}
+	for _, id := range ids {
+		req.Resource = append(req.Resource, &pb.ResourceRequest{ResourceId: proto.String(id), Priority: proto.Int64(0), Wants: proto.Float64(b.wants)})
+	}
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		resp, err := stub.GetCapacity(ctx, connect.NewRequest(req))
+		if ctx.Err() != nil {
+			return // cut off by the end of the run, not counted
+		}
+		switch {
+		case err != nil:
+			b.errs.Add(1)
+			b.errOnce.Do(func() { b.firstError = err.Error() })
+			time.Sleep(10 * time.Millisecond)
+		case resp.Msg.Mastership != nil:
+			b.redirects.Add(1)
+			if m := resp.Msg.GetMastership().GetMasterAddress(); m != "" && m != addr {
+				addr, stub = m, dial(m)
+			} else {
+				time.Sleep(10 * time.Millisecond)
+			}
+		default:
+			b.requests.Add(1)
+			_ = b.hists[i].RecordValue(time.Since(t0).Microseconds())
+		}
+	}
+}
+
+// showProgress updates a progress bar on stderr (on a terminal) every
+// 100 ms from start until ctx ends.
+func (b *capacityBench) showProgress(ctx context.Context, stderr io.Writer, start time.Time) {
+	progress := newProgress(stderr, "bench")
+	defer progress.Done()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			progress.Update(time.Since(start).Seconds(), b.duration.Seconds())
+		}
+	}
+}
+
+// result is what the clients counted over elapsed seconds, their
+// latencies merged; the server's CPU time is left to the caller.
+func (b *capacityBench) result(elapsed float64) BenchResult {
+	all := hdrhistogram.New(1, 60_000_000, 3)
+	for _, h := range b.hists {
+		all.Merge(h)
+	}
+	ms := func(q float64) float64 { return float64(all.ValueAtQuantile(q)) / 1000 }
+	return BenchResult{Server: b.rf.server, Clients: b.clients, Resources: b.resources, Connections: b.conns, Seconds: elapsed,
+		Requests: b.requests.Load(), Errors: b.errs.Load(), Redirects: b.redirects.Load(),
+		PerSecond: float64(b.requests.Load()) / elapsed, P50: ms(50), P90: ms(90), P99: ms(99), P999: ms(99.9), Max: float64(all.Max()) / 1000}
+}
+
+// report prints res to stdout (as JSON with --json) and the first error to
+// stderr; it fails when no request succeeded.
+func (b *capacityBench) report(stdout, stderr io.Writer, res BenchResult) error {
+	if b.asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "%d clients × %d resources over %d connections for %.1f s against %s\n", b.clients, b.resources, b.conns, res.Seconds, b.rf.server)
+		fmt.Fprintf(stdout, "  %d requests, %.0f req/s, %d errors, %d redirects\n", res.Requests, res.PerSecond, res.Errors, res.Redirects)
+		fmt.Fprintf(stdout, "  latency ms: p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f\n", res.P50, res.P90, res.P99, res.P999, res.Max)
+		if res.ServerCPUPerRequest > 0 {
+			fmt.Fprintf(stdout, "  server CPU per request: %.1f µs (process_cpu_seconds_total from its /metrics)\n", res.ServerCPUPerRequest)
+		}
+	}
+	if res.Errors > 0 {
+		fmt.Fprintf(stderr, "first error: %s\n", b.firstError)
+	}
+	if res.Requests == 0 {
+		return fmt.Errorf("no request succeeded")
+	}
+	return nil
 }
