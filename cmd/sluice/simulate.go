@@ -14,19 +14,22 @@ import (
 	"github.com/sluice-rl/sluice/sim"
 )
 
+// simulation is one run of `sluice simulate`: its flags.
+type simulation struct {
+	scenario   string
+	seed       int64
+	duration   time.Duration
+	out        string
+	asJSON     bool
+	allocation string
+	decay      string
+	refresh    time.Duration
+	push       bool
+	horizon    bool
+}
+
 func newSimulateCmd() *cobra.Command {
-	var (
-		scenario   string
-		seed       int64
-		duration   time.Duration
-		out        string
-		asJSON     bool
-		allocation string
-		decay      string
-		refresh    time.Duration
-		push       bool
-		horizon    bool
-	)
+	s := &simulation{}
 	cmd := &cobra.Command{
 		Use:   "simulate",
 		Short: "Simulate Doorman's scenarios (or your own) on Sluice's real code, on virtual time",
@@ -59,85 +62,105 @@ or design (decay_factor times as long: clients refresh most often).
 never refresh more often than every 5 s (Doorman's rule), so shorter intervals
 act as 5 s.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var scs []sim.Scenario
-			switch {
-			case scenario == "all":
-				scs = sim.Builtin()
-			case strings.HasSuffix(scenario, ".yaml") || strings.HasSuffix(scenario, ".yml"):
-				sc, err := sim.LoadScenario(scenario)
-				if err != nil {
-					return err
-				}
-				scs = []sim.Scenario{sc}
-			default:
-				sc, err := sim.Lookup(scenario)
-				if err != nil {
-					return err
-				}
-				scs = []sim.Scenario{sc}
-			}
-			if allocation != "sluice" && allocation != "doorman" {
-				return fmt.Errorf("--allocation: %q, want sluice or doorman", allocation)
-			}
-			if decay != sim.DecaySluice && decay != sim.DecayDesign {
-				return fmt.Errorf("--refresh-decay: %q, want %s or %s", decay, sim.DecaySluice, sim.DecayDesign)
-			}
-			if refresh != 0 && (refresh < time.Second || refresh%time.Second != 0) {
-				return fmt.Errorf("--refresh-interval: %v, want whole seconds ≥ 1s", refresh)
-			}
-			if out != "" {
-				if err := os.MkdirAll(out, 0o755); err != nil {
-					return err
-				}
-			}
-			var sums []sim.Summary
-			var verr error
-			for _, sc := range scs {
-				opts := sim.Options{Seed: seed, Duration: duration.Seconds(), DoormanAllocation: allocation == "doorman",
-					RefreshDecay: decay, RefreshInterval: refresh.Seconds(), NoPush: !push, NoLeaseHorizon: !horizon}
-				opts.Progress = newProgress(cmd.ErrOrStderr(), "scenario "+sc.Name)
-				began := time.Now()
-				res, err := sim.Run(sc, opts)
-				if err != nil {
-					return err
-				}
-				sum := sim.Summarize(&res.Series)
-				sum.RunSeconds = time.Since(began).Seconds()
-				sums = append(sums, sum)
-				for _, v := range res.Violations {
-					fmt.Fprintf(cmd.ErrOrStderr(), "scenario %s: invariant violated: %s\n", sc.Name, v)
-				}
-				if out != "" {
-					if err := writeOutputs(out, res, sum); err != nil {
-						return err
-					}
-				}
-				if len(res.Violations) > 0 {
-					verr = errors.Join(verr, fmt.Errorf("scenario %s: %d invariant violations", sc.Name, len(res.Violations)))
-				}
-			}
-			var err error
-			if asJSON {
-				err = sim.WriteJSON(cmd.OutOrStdout(), sums)
-			} else {
-				err = sim.WriteTable(cmd.OutOrStdout(), sums)
-			}
-			return errors.Join(err, verr)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return s.run(cmd) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&scenario, "scenario", "all", "built-in scenario (one … eight), all, or a scenario YAML file")
-	f.Int64Var(&seed, "seed", 1, "random seed (demand, mishaps, jitter)")
-	f.DurationVar(&duration, "duration", 0, "virtual time to simulate (default: the scenario's)")
-	f.StringVar(&out, "out", "", "directory for CSV, JSON, PNG and SVG outputs per scenario")
-	f.BoolVar(&asJSON, "json", false, "print the summary as JSON")
-	f.StringVar(&allocation, "allocation", "sluice", "allocation across the tree: sluice, or doorman for comparison")
-	f.StringVar(&decay, "refresh-decay", sim.DecaySluice, "refresh interval across the tree: sluice (longer toward the clients) or design (shorter toward the clients)")
-	f.DurationVar(&refresh, "refresh-interval", 0, "refresh interval at the root (default: the scenario's)")
-	f.BoolVar(&push, "push", true, "push leases to their holders when capacity becomes free (false: poll only, as Doorman)")
-	f.BoolVar(&horizon, "lease-horizon", true, "a root's new master learns only until its predecessor's leases end, by the lease horizon the election keeps (false: a full learning period, as Doorman)")
+	f.StringVar(&s.scenario, "scenario", "all", "built-in scenario (one … eight), all, or a scenario YAML file")
+	f.Int64Var(&s.seed, "seed", 1, "random seed (demand, mishaps, jitter)")
+	f.DurationVar(&s.duration, "duration", 0, "virtual time to simulate (default: the scenario's)")
+	f.StringVar(&s.out, "out", "", "directory for CSV, JSON, PNG and SVG outputs per scenario")
+	f.BoolVar(&s.asJSON, "json", false, "print the summary as JSON")
+	f.StringVar(&s.allocation, "allocation", "sluice", "allocation across the tree: sluice, or doorman for comparison")
+	f.StringVar(&s.decay, "refresh-decay", sim.DecaySluice, "refresh interval across the tree: sluice (longer toward the clients) or design (shorter toward the clients)")
+	f.DurationVar(&s.refresh, "refresh-interval", 0, "refresh interval at the root (default: the scenario's)")
+	f.BoolVar(&s.push, "push", true, "push leases to their holders when capacity becomes free (false: poll only, as Doorman)")
+	f.BoolVar(&s.horizon, "lease-horizon", true, "a root's new master learns only until its predecessor's leases end, by the lease horizon the election keeps (false: a full learning period, as Doorman)")
 	return cmd
+}
+
+// scenarios are the scenarios --scenario names: all the built-ins, one
+// built-in, or one read from a YAML file.
+func (s *simulation) scenarios() ([]sim.Scenario, error) {
+	switch {
+	case s.scenario == "all":
+		return sim.Builtin(), nil
+	case strings.HasSuffix(s.scenario, ".yaml") || strings.HasSuffix(s.scenario, ".yml"):
+		sc, err := sim.LoadScenario(s.scenario)
+		if err != nil {
+			return nil, err
+		}
+		return []sim.Scenario{sc}, nil
+	default:
+		sc, err := sim.Lookup(s.scenario)
+		if err != nil {
+			return nil, err
+		}
+		return []sim.Scenario{sc}, nil
+	}
+}
+
+// validate checks --allocation, --refresh-decay and --refresh-interval.
+func (s *simulation) validate() error {
+	if s.allocation != "sluice" && s.allocation != "doorman" {
+		return fmt.Errorf("--allocation: %q, want sluice or doorman", s.allocation)
+	}
+	if s.decay != sim.DecaySluice && s.decay != sim.DecayDesign {
+		return fmt.Errorf("--refresh-decay: %q, want %s or %s", s.decay, sim.DecaySluice, sim.DecayDesign)
+	}
+	if s.refresh != 0 && (s.refresh < time.Second || s.refresh%time.Second != 0) {
+		return fmt.Errorf("--refresh-interval: %v, want whole seconds ≥ 1s", s.refresh)
+	}
+	return nil
+}
+
+// run simulates each scenario, writes its outputs with --out, reports
+// invariant violations on stderr, and prints the summaries; it fails when
+// an invariant was violated, after printing them.
+func (s *simulation) run(cmd *cobra.Command) error {
+	scs, err := s.scenarios()
+	if err != nil {
+		return err
+	}
+	if err := s.validate(); err != nil {
+		return err
+	}
+	if s.out != "" {
+		if err := os.MkdirAll(s.out, 0o755); err != nil {
+			return err
+		}
+	}
+	var sums []sim.Summary
+	var verr error
+	for _, sc := range scs {
+		opts := sim.Options{Seed: s.seed, Duration: s.duration.Seconds(), DoormanAllocation: s.allocation == "doorman",
+			RefreshDecay: s.decay, RefreshInterval: s.refresh.Seconds(), NoPush: !s.push, NoLeaseHorizon: !s.horizon}
+		opts.Progress = newProgress(cmd.ErrOrStderr(), "scenario "+sc.Name)
+		began := time.Now()
+		res, err := sim.Run(sc, opts)
+		if err != nil {
+			return err
+		}
+		sum := sim.Summarize(&res.Series)
+		sum.RunSeconds = time.Since(began).Seconds()
+		sums = append(sums, sum)
+		for _, v := range res.Violations {
+			fmt.Fprintf(cmd.ErrOrStderr(), "scenario %s: invariant violated: %s\n", sc.Name, v)
+		}
+		if s.out != "" {
+			if err := writeOutputs(s.out, res, sum); err != nil {
+				return err
+			}
+		}
+		if len(res.Violations) > 0 {
+			verr = errors.Join(verr, fmt.Errorf("scenario %s: %d invariant violations", sc.Name, len(res.Violations)))
+		}
+	}
+	if s.asJSON {
+		err = sim.WriteJSON(cmd.OutOrStdout(), sums)
+	} else {
+		err = sim.WriteTable(cmd.OutOrStdout(), sums)
+	}
+	return errors.Join(err, verr)
 }
 
 // writeOutputs writes NAME.csv, NAME.json, NAME.png and NAME.svg into dir.
