@@ -218,7 +218,6 @@ type Resource struct {
 	learningEnd time.Time
 	ents        entries
 	ids         ids               // the requesters' first entries, by id
-	leases      int               // requesters with a record
 	more        map[int32][]int32 // further bands' entries, by first entry (see entry.hasMore)
 	bands       []*band           // by descending priority; never empty bands
 	fanout      int               // tree fanout for new bands (tests); 0: default
@@ -304,7 +303,6 @@ func (r *Resource) drop(ei int32) {
 	r.ids.remove(&r.ents, ei)
 	r.releaseFurther(ei)
 	r.ents.release(ei)
-	r.leases--
 }
 
 // band returns the band of priority p, creating it if create is set (nil
@@ -603,7 +601,6 @@ func (r *Resource) insert(ei int32, client string, ps []Band) (_ int32, othersHa
 	case ei == 0:
 		ei = r.ents.add()
 		r.ids.add(&r.ents, client, ei)
-		r.leases++
 		r.setParts(ei, ps)
 		r.place(ei)
 		othersHas = r.sumHas()
@@ -838,7 +835,7 @@ func (r *Resource) Totals() (wants, has, subclients float64, leases int) {
 		wants += w
 		subclients += s
 	}
-	return wants, r.sumHas(), subclients, r.leases
+	return wants, r.sumHas(), subclients, r.ids.count
 }
 
 // Has returns client's current lease, if it holds one.
@@ -852,7 +849,7 @@ func (r *Resource) Has(client string) (Lease, bool) {
 
 // Leases returns every outstanding lease, ordered by client. O(n).
 func (r *Resource) Leases() []Lease {
-	out := make([]Lease, 0, r.leases)
+	out := make([]Lease, 0, r.ids.count)
 	for _, v := range r.ids.slots {
 		if v != 0 {
 			out = append(out, r.lease(int32(uint32(v))))

@@ -104,7 +104,7 @@ func (s *entries) release(i int32) {
 type ids struct {
 	seed  maphash.Seed
 	slots []uint64 // hash<<32 | entry index; 0: empty
-	count int
+	count int      // requesters with a record
 	bytes []byte
 	dead  int // bytes of dropped ids in bytes
 }
