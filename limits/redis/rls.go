@@ -97,12 +97,11 @@ func (r *RLS) call(now int64, domain string, hits []rls.Hit) *call {
 // parseRLS decodes a request's reply (rlsReply(len(results)) bytes: see
 // rls.lua) into results and returns whether it was granted.
 func parseRLS(v string, results []rls.Result) bool {
-	num := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i : 8*i+8]))) }
 	for i := range results {
 		o := 1 + 4*i
-		results[i] = rls.Result{Over: num(o) == 1, Remaining: uint32(num(o + 1)), Reset: int64(num(o + 2)), RetryAfter: int64(num(o + 3))}
+		results[i] = rls.Result{Over: doubleAt(v, o) == 1, Remaining: uint32(doubleAt(v, o+1)), Reset: doubleAt(v, o+2), RetryAfter: doubleAt(v, o+3)}
 	}
-	return num(0) == 1
+	return doubleAt(v, 0) == 1
 }
 
 // rlsArgs builds an RLS command (see rls.lua): the counters of its
