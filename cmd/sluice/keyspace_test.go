@@ -48,7 +48,7 @@ func keyspace(t testing.TB, c redis.UniversalClient, redisFlags []string, n, buc
 	t.Helper()
 	ctx := t.Context()
 	populate(t, c, n)
-	before := usedMemory(t, c)
+	before := redistest.InfoSum(t, c, "memory", "used_memory:")
 
 	// The buckets, made by a first server: user u0 takes 5 of its 10.
 	addr, cmd, _ := startServerWith(t, testConfig+fmt.Sprintf(keyspaceConfig, 10), redisFlags...)
@@ -74,12 +74,12 @@ func keyspace(t testing.TB, c redis.UniversalClient, redisFlags []string, n, buc
 	}
 	wg.Wait()
 	var out keyspaceRun
-	out.bytesPerBkt = float64(usedMemory(t, c)-before) / float64(buckets)
+	out.bytesPerBkt = float64(redistest.InfoSum(t, c, "memory", "used_memory:")-before) / float64(buckets)
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()
 
 	// A new server on the full Redis.
-	resetStats(t, c)
+	redistest.ForEachNode(t, c, func(ctx context.Context, c redis.UniversalClient) error { return c.ConfigResetStat(ctx).Err() })
 	t0 := time.Now()
 	addr, cmd, path := startServerWith(t, testConfig+fmt.Sprintf(keyspaceConfig, 10), redisFlags...)
 	lc = v1.NewLimitsClient(testutil.Dial(t, addr))
@@ -113,7 +113,7 @@ func keyspace(t testing.TB, c redis.UniversalClient, redisFlags []string, n, buc
 			t.Fatalf("/metrics has no sluice_limits_buckets:\n%.2000s", page)
 		}
 	}
-	out.scans, out.keys = commandCalls(t, c, "scan"), commandCalls(t, c, "keys")
+	out.scans, out.keys = redistest.CommandCalls(t, c, "scan"), redistest.CommandCalls(t, c, "keys")
 	return out
 }
 
@@ -161,65 +161,6 @@ return b - a + 1`
 			}
 		}
 	}
-}
-
-// forEachNode runs fn on the single Redis behind c, or on every master of
-// a cluster.
-func forEachNode(t testing.TB, c redis.UniversalClient, fn func(c redis.UniversalClient) error) {
-	t.Helper()
-	var err error
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		var mu sync.Mutex
-		err = cc.ForEachMaster(t.Context(), func(_ context.Context, m *redis.Client) error {
-			mu.Lock()
-			defer mu.Unlock()
-			return fn(m)
-		})
-	} else {
-		err = fn(c)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// commandCalls returns how many times Redis ran cmd (lower case) since
-// its statistics were last reset, over every master (INFO commandstats).
-func commandCalls(t testing.TB, c redis.UniversalClient, cmd string) int64 {
-	var n int64
-	forEachNode(t, c, func(c redis.UniversalClient) error {
-		info, err := c.Info(t.Context(), "commandstats").Result()
-		for line := range strings.Lines(info) {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
-				v, _, _ := strings.Cut(rest, ",")
-				k, _ := strconv.ParseInt(v, 10, 64)
-				n += k
-			}
-		}
-		return err
-	})
-	return n
-}
-
-// usedMemory returns Redis's used_memory, summed over every master.
-func usedMemory(t testing.TB, c redis.UniversalClient) int64 {
-	var n int64
-	forEachNode(t, c, func(c redis.UniversalClient) error {
-		info, err := c.Info(t.Context(), "memory").Result()
-		for line := range strings.Lines(info) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-				k, _ := strconv.ParseInt(v, 10, 64)
-				n += k
-			}
-		}
-		return err
-	})
-	return n
-}
-
-// resetStats resets INFO commandstats on every master.
-func resetStats(t testing.TB, c redis.UniversalClient) {
-	forEachNode(t, c, func(c redis.UniversalClient) error { return c.ConfigResetStat(t.Context()).Err() })
 }
 
 // TestKeyspaceScale: with a million unrelated keys and some buckets in

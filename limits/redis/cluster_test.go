@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 	"github.com/sluice-rl/sluice/limits"
 )
 
@@ -172,12 +173,12 @@ func TestClusterSlots(t *testing.T) {
 
 	// Reconfigure sends no SCAN to any master; the engine's walk no
 	// longer shows the resources that vanished (Redis expires them).
-	scans := commandCalls(t, cc, "scan")
+	scans := redistest.CommandCalls(t, cc, "scan")
 	cfg2 := &limits.Config{Resources: map[string]*limits.Resource{a: {Default: b}, z: {Default: b}}}
 	if err := e.SetConfig(t0.Add(time.Second), cfg2); err != nil {
 		t.Fatal(err)
 	}
-	if n := commandCalls(t, cc, "scan") - scans; n != 0 {
+	if n := redistest.CommandCalls(t, cc, "scan") - scans; n != 0 {
 		t.Errorf("Reconfigure sent %d SCANs", n)
 	}
 	shown := 0

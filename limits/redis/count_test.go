@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,39 +13,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/rls"
 )
-
-// commandCalls returns how many times Redis ran cmd (lower case, e.g.
-// "scan") since it started: INFO commandstats' cmdstat_<cmd> calls, summed
-// over every master of a cluster.
-func commandCalls(t testing.TB, c redis.UniversalClient, cmd string) int64 {
-	t.Helper()
-	re := regexp.MustCompile(`(?m)^cmdstat_` + regexp.QuoteMeta(cmd) + `:calls=(\d+)`)
-	var total atomic.Int64
-	one := func(ctx context.Context, c redis.UniversalClient) error {
-		info, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			return err
-		}
-		if m := re.FindStringSubmatch(info); m != nil {
-			n, _ := strconv.ParseInt(m[1], 10, 64)
-			total.Add(n)
-		}
-		return nil
-	}
-	var err error
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(t.Context(), func(ctx context.Context, m *redis.Client) error { return one(ctx, m) })
-	} else {
-		err = one(t.Context(), c)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return total.Load()
-}
 
 // loadBuckets creates n token buckets of resource "r" in st (domains
 // d0000000 on), each granted one token of ten filling one in 1000 s, so
@@ -87,16 +57,16 @@ func TestEstimateLenSendsNoScan(t *testing.T) {
 	st := New(c, Options{Prefix: prefix(t), BreakerFailures: 1, BreakerProbe: time.Hour})
 	t.Cleanup(func() { _ = st.Close() })
 	loadBuckets(t, st, 1000)
-	scans, dbsizes := commandCalls(t, c, "scan"), commandCalls(t, c, "dbsize")
+	scans, dbsizes := redistest.CommandCalls(t, c, "scan"), redistest.CommandCalls(t, c, "dbsize")
 	for range 3 {
 		if n, err := st.EstimateLen(t.Context()); err != nil || n != 1000 {
 			t.Fatalf("EstimateLen: %d %v, want 1000", n, err)
 		}
 	}
-	if got := commandCalls(t, c, "scan") - scans; got != 0 {
+	if got := redistest.CommandCalls(t, c, "scan") - scans; got != 0 {
 		t.Fatalf("EstimateLen sent %d SCANs, want 0", got)
 	}
-	if got := commandCalls(t, c, "dbsize") - dbsizes; got != 3 {
+	if got := redistest.CommandCalls(t, c, "dbsize") - dbsizes; got != 3 {
 		t.Fatalf("3 EstimateLens sent %d DBSIZEs, want 3", got)
 	}
 
@@ -104,7 +74,7 @@ func TestEstimateLenSendsNoScan(t *testing.T) {
 	if _, err := st.EstimateLen(t.Context()); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("breaker open: %v, want ErrUnavailable", err)
 	}
-	if got := commandCalls(t, c, "dbsize") - dbsizes; got != 3 {
+	if got := redistest.CommandCalls(t, c, "dbsize") - dbsizes; got != 3 {
 		t.Fatalf("breaker open: a DBSIZE was sent")
 	}
 
@@ -163,7 +133,7 @@ func BenchmarkBucketCount(b *testing.B) {
 	start := time.Now()
 	loadBuckets(b, st, n)
 	b.Logf("%d buckets loaded in %v", n, time.Since(start).Round(time.Millisecond))
-	scans := commandCalls(b, c, "scan")
+	scans := redistest.CommandCalls(b, c, "scan")
 	var got int
 	var err error
 	b.ReportAllocs()
@@ -172,7 +142,7 @@ func BenchmarkBucketCount(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(commandCalls(b, c, "scan")-scans)/float64(b.N), "scans/op")
+	b.ReportMetric(float64(redistest.CommandCalls(b, c, "scan")-scans)/float64(b.N), "scans/op")
 	b.ReportMetric(float64(got), "buckets")
 }
 
@@ -197,19 +167,19 @@ func TestWalkScanBudget(t *testing.T) {
 	if err := c.Eval(t.Context(), "for i = 1, 200000 do redis.call('SET', 'other:'..i, 'x') end return 1", nil).Err(); err != nil {
 		t.Fatal(err)
 	}
-	scans := commandCalls(t, c, "scan")
+	scans := redistest.CommandCalls(t, c, "scan")
 	_, err := walk()
 	if !errors.Is(err, limits.ErrWalkBudget) {
 		t.Fatalf("walk over 200 010 keys: %v, want limits.ErrWalkBudget", err)
 	}
-	if got := commandCalls(t, c, "scan") - scans; got != WalkScanCalls {
+	if got := redistest.CommandCalls(t, c, "scan") - scans; got != WalkScanCalls {
 		t.Fatalf("the walk sent %d SCANs, want %d", got, WalkScanCalls)
 	}
-	scans = commandCalls(t, c, "scan")
+	scans = redistest.CommandCalls(t, c, "scan")
 	if err := NewRLS(st).Walk(t.Context(), func(rls.Counter) bool { return true }); !errors.Is(err, limits.ErrWalkBudget) {
 		t.Fatalf("Envoy counters walk: %v, want limits.ErrWalkBudget", err)
 	}
-	if got := commandCalls(t, c, "scan") - scans; got != WalkScanCalls {
+	if got := redistest.CommandCalls(t, c, "scan") - scans; got != WalkScanCalls {
 		t.Fatalf("the counters walk sent %d SCANs, want %d", got, WalkScanCalls)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 	"github.com/sluice-rl/sluice/limits/rls"
 )
 
@@ -275,7 +276,9 @@ func TestRLSKeyLife(t *testing.T) {
 		}
 		return res[0]
 	}
-	counts := func() (int64, int64) { return commandCalls(t, c, "set"), commandCalls(t, c, "setrange") }
+	counts := func() (int64, int64) {
+		return redistest.CommandCalls(t, c, "set"), redistest.CommandCalls(t, c, "setrange")
+	}
 	for _, step := range []struct {
 		name           string
 		now            int64

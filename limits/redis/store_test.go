@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 	"github.com/sluice-rl/sluice/limits"
 )
 
@@ -327,14 +328,14 @@ func TestWalkReconfigure(t *testing.T) {
 	if info.Tokens != 3 {
 		t.Fatalf("describe: %+v", info)
 	}
-	before := map[string]int64{"scan": commandCalls(t, c, "scan"), "keys": commandCalls(t, c, "keys")}
+	before := map[string]int64{"scan": redistest.CommandCalls(t, c, "scan"), "keys": redistest.CommandCalls(t, c, "keys")}
 	b2 := *b
 	b2.Size = 2 // s's bucket q (1 token of 5 left) keeps its fill fraction: 0.4 of 2 (no wait allowed)
 	if err := e.SetConfig(t0, &limits.Config{Resources: map[string]*limits.Resource{"s": {Template: &b2}}}); err != nil {
 		t.Fatal(err)
 	}
 	for cmd, n := range before {
-		if d := commandCalls(t, c, cmd) - n; d != 0 {
+		if d := redistest.CommandCalls(t, c, cmd) - n; d != 0 {
 			t.Errorf("Reconfigure sent %d %s", d, cmd)
 		}
 	}
