@@ -12,7 +12,6 @@ import (
 	"context"
 	"log/slog"
 	"slices"
-	"strings"
 
 	"go.uber.org/zap/zapcore"
 )
@@ -101,7 +100,7 @@ func attrs(fields []zapcore.Field) []slog.Attr {
 			extra = append(extra, k)
 		}
 	}
-	slices.SortFunc(extra, strings.Compare)
+	slices.Sort(extra)
 	out := make([]slog.Attr, 0, len(enc.Fields))
 	for _, k := range append(keys, extra...) {
 		if v, ok := enc.Fields[k]; ok {
