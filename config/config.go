@@ -646,3 +646,18 @@ func checkBurstTiers(envoy *rls.Config, lim *limits.Config) []error {
 	}
 	return errs
 }
+
+// Compose returns a document assembled in code rather than parsed: the
+// templates of base (nil: none) with the limits, copy-limited resources
+// and Envoy rules given (nil: none; base's own sections are not kept).
+// The sections are not validated here: the services that serve them
+// validate them when they load the document, and server.New returns
+// their errors. The result's Hash is base's (empty without base); the
+// caller must not change the parts afterwards.
+func Compose(base *Repository, lc *limits.Config, cc *copies.Config, ec *rls.Config) *Repository {
+	r := &Repository{exact: map[string]int{}, limits: lc, copies: cc, envoy: ec}
+	if base != nil {
+		r.templates, r.exact, r.globs, r.hash = base.templates, base.exact, base.globs, base.hash
+	}
+	return r
+}

@@ -49,7 +49,7 @@ type Options struct {
 	// Logger for the server and clients (default: discard).
 	Logger *slog.Logger
 	// NoPush runs a server that pushes no leases and clients that only
-	// poll, as Doorman's (server.Config.NoLeasePush, client.WithoutPush).
+	// poll, as Doorman's (server.Config.Leases.DisablePush, client.WithoutPush).
 	NoPush bool
 }
 
@@ -147,7 +147,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	defer cancel()
 
 	// The capacity server.
-	_, addr, stopServer, err := startServer(ctx, server.Config{Doorman: repo, Logger: opts.Logger, NoLeasePush: opts.NoPush})
+	_, addr, stopServer, err := startServer(ctx, server.Config{Document: server.Document{Fixed: repo}, Runtime: server.Runtime{Logger: opts.Logger}, Leases: server.Leases{DisablePush: opts.NoPush}})
 	if err != nil {
 		return nil, err
 	}

@@ -105,7 +105,7 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 	defer cancel()
 
 	// The Sluice server, on its production endpoint.
-	srv, addr, stopServer, err := startServer(ctx, server.Config{ID: "quota-demo", Logger: opts.Logger, Limits: cfg})
+	srv, addr, stopServer, err := startServer(ctx, server.Config{ID: "quota-demo", Runtime: server.Runtime{Logger: opts.Logger}, Document: server.Document{Fixed: repo}})
 	if err != nil {
 		return nil, err
 	}

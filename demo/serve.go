@@ -14,8 +14,8 @@ import (
 // background work) until ctx is done or stop is called; stop drains it and
 // waits for it to end.
 func startServer(ctx context.Context, cfg server.Config) (srv *server.Server, addr string, stop func(), err error) {
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Grace = 5 * time.Second
+	cfg.Listen.Address = "127.0.0.1:0"
+	cfg.Listen.Grace = 5 * time.Second
 	srv, err = server.New(ctx, cfg)
 	if err != nil {
 		return nil, "", nil, err

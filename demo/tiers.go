@@ -81,7 +81,7 @@ func RunTiers(ctx context.Context, opts TiersOptions) (*TiersSummary, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	_, addr, stopServer, err := startServer(ctx, server.Config{ID: "tiers-demo", Logger: opts.Logger, Limits: repo.Limits(), Copies: repo.Copies()})
+	_, addr, stopServer, err := startServer(ctx, server.Config{ID: "tiers-demo", Runtime: server.Runtime{Logger: opts.Logger}, Document: server.Document{Fixed: repo}})
 	if err != nil {
 		return nil, err
 	}

@@ -12,9 +12,9 @@ import (
 )
 
 // Admin configures the admin API at /admin/v1/ (JSON: the configuration
-// of Config.ConfigPath, object by object, versioned, audited) and the
+// of Config.Document.Path, object by object, versioned, audited) and the
 // quota service's admin REST API at /api. Writes need TokenFile, client
-// certificates (Config.TLS with client CAs: the certificate's CN is the
+// certificates (Config.Listen.TLS with client CAs: the certificate's CN is the
 // user), TrustForwarded or Insecure; reads are open unless AuthReads.
 type Admin struct {
 	// TokenFile holds the bearer tokens for writes, one "USER TOKEN" pair
@@ -35,9 +35,9 @@ type Admin struct {
 
 // adminHandler returns handler with the admin API mounted at /admin/v1/
 // (and the quota service's at /api): over the configuration of
-// Config.ConfigPath (a file, or an etcd key), the quota service's REST
-// API over Config.QuotaServiceConfigPath when it is set (in Square's
-// format; /admin/v1 too when there is no ConfigPath), or, with neither (no
+// Config.Document.Path (a file, or an etcd key), the quota service's REST
+// API over Config.Document.QuotaServicePath when it is set (in Square's
+// format; /admin/v1 too when there is no Document.Path), or, with neither (no
 // configuration path, or an intermediate server), answering that there is
 // nothing to edit. Changes take effect the one way configuration changes
 // do: the servers' watchers of the file or key; this server's watcher
@@ -49,16 +49,16 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	}
 	prefixes, err := admin.ParsePrefixes(a.TrustForwarded)
 	if err != nil {
-		return nil, fmt.Errorf("--admin-trust-forwarded-user: %w", err)
+		return nil, &FieldError{Field: "Admin.TrustForwarded", Err: err}
 	}
-	clientCerts := s.cfg.TLS != nil && s.cfg.TLS.ClientCAs != nil
+	clientCerts := s.tls.endpoint != nil && s.tls.endpoint.ClientCAs != nil
 	auth, err := admin.NewAuth(admin.AuthOptions{TokenFile: a.TokenFile, ClientCerts: clientCerts, TrustForwarded: prefixes,
 		Insecure: a.Insecure, AuthReads: a.AuthReads, Logger: s.log})
 	if err != nil {
 		return nil, err
 	}
-	cfgPath, quotaPath := s.cfg.ConfigPath, s.cfg.QuotaServiceConfigPath
-	if len(s.cfg.Parents) > 0 {
+	cfgPath, quotaPath := s.cfg.Document.Path, s.cfg.Document.QuotaServicePath
+	if len(s.cfg.Parent.Addresses) > 0 {
 		cfgPath = "" // the parent's configuration: nothing to edit here
 	}
 	var store admin.Store
@@ -78,14 +78,14 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	if store != nil {
 		svc = admin.New(store, admin.Options{Logger: s.log, Check: func(r *config.Repository) error {
 			if quotaPath != "" && r.Limits() != nil {
-				return fmt.Errorf("limits: this server reads its limits from --quotaservice-config %s, and refuses a limits section in --config; edit them through /api, or /admin/v1 on a server without --config", quotaPath)
+				return fmt.Errorf("limits: this server reads its limits from Document.QuotaServicePath %s, and refuses a limits section in Document.Path; edit them through /api, or /admin/v1 on a server without Document.Path", quotaPath)
 			}
 			return nil
 		}, Sync: s.syncConfig})
 	}
-	// With --quotaservice-config, the quota service's REST API at /api
+	// With Document.QuotaServicePath, the quota service's REST API at /api
 	// edits that file in Square's format (and so does /admin/v1 when there
-	// is no --config).
+	// is no Document.Path).
 	//
 	// Source: issue 26, "The quota service's admin API on Square's own
 	// file".
@@ -105,7 +105,7 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	if store != nil {
 		switch {
 		case a.Insecure:
-			s.log.Warn("--admin-insecure: anyone on this host may change the configuration through /admin/v1/ without credentials", "store", store.String())
+			s.log.Warn("Admin.Insecure: anyone on this host may change the configuration through /admin/v1/ without credentials", "store", store.String())
 		case !auth.WritesEnabled():
 			s.log.Info("admin API read-only: " + admin.DisabledMessage)
 		default:

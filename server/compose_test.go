@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 	"github.com/sluice-rl/sluice/internal/testutil/fixture"
@@ -26,6 +28,7 @@ import (
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
+	"github.com/sluice-rl/sluice/server/envoyrls"
 )
 
 // The composition root's tests: each mode of `sluice server` assembled
@@ -60,7 +63,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 // the configuration is loaded; Run returns nil when its context ends, and
 // the port is closed then.
 func TestComposeStandalone(t *testing.T) {
-	s, stop := startServer(t, Config{ID: "standalone", ConfigPath: writeFile(t, "config.yaml", fixture.Doorman)})
+	s, stop := startServer(t, Config{ID: "standalone", Document: Document{Path: writeFile(t, "config.yaml", fixture.Doorman)}})
 	ctx := t.Context()
 	c := pb.NewCapacityClient(testutil.Dial(t, s.Addr()))
 	resp, err := c.GetCapacity(ctx, capacityRequest("alice", "fixed/a", 5))
@@ -112,7 +115,7 @@ func TestComposeTree(t *testing.T) {
 	ctx := t.Context()
 	repo := parseDoorman(t, treeYAML)
 	root := func() (*Server, func() error) {
-		return startServer(t, Config{Doorman: repo, Election: Election{Kind: "etcd", Key: "/" + t.Name() + "/root"}, Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}})
+		return startServer(t, Config{Election: Election{Kind: "etcd", Key: "/" + t.Name() + "/root"}, Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, Document: Document{Fixed: repo}})
 	}
 	a, stopA := root()
 	b, stopB := root()
@@ -160,7 +163,7 @@ func TestComposeTree(t *testing.T) {
 	}
 
 	// The intermediate server: its parent is the root (either task).
-	mid, _ := startServer(t, Config{ID: "mid", Parents: []string{other.Addr(), master.Addr()}})
+	mid, _ := startServer(t, Config{ID: "mid", Parent: Parent{Addresses: []string{other.Addr(), master.Addr()}}})
 	cm := pb.NewCapacityClient(testutil.Dial(t, mid.Addr()))
 	testutil.Eventually(t, 60*time.Second, "the intermediate server to grant its client 30 from the root's capacity", func() bool {
 		resp, err := cm.GetCapacity(ctx, capacityRequest("leaf-client", "r", 30))
@@ -236,7 +239,7 @@ func redisServer(t *testing.T, c redis.UniversalClient, prefix string, closed *a
 	sh.Copies = nil
 	closeStore := sh.Close
 	sh.Close = func() error { closed.Add(1); return closeStore() }
-	return startServer(t, Config{Limits: cfg, Shared: sh})
+	return startServer(t, Config{Document: Document{Fixed: config.Compose(nil, cfg, nil, nil)}, Store: Store{Shared: sh}})
 }
 
 // Redis, as `sluice server --redis`: two servers on one redis-server
@@ -299,8 +302,7 @@ func TestComposeFleet(t *testing.T) {
 	srv := redistest.StartT(t)
 	fleetServer := func() (*Server, v1.LimitsClient) {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		s, _ := startServer(t, Config{Copies: fixture.Sandboxes(), Shared: redisShared(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c),
-			Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, FleetPrefix: "/" + t.Name()})
+		s, _ := startServer(t, Config{Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, Document: Document{Fixed: config.Compose(nil, nil, fixture.Sandboxes(), nil)}, Store: Store{Shared: redisShared(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c)}, Sessions: Sessions{Fleet: Fleet{Prefix: "/" + t.Name()}}})
 		lc := v1.NewLimitsClient(testutil.Dial(t, s.Addr()))
 		// A member serves holds once it has its epoch.
 		testutil.Eventually(t, 30*time.Second, s.Addr()+" to serve holds", func() bool {
@@ -394,15 +396,27 @@ limits:
 		cfg  Config
 		want string // in the error
 	}{
-		{"invalid limits", Config{Limits: badBucket}, "fill_rate"},
-		{"invalid limits in the configuration file", Config{ConfigPath: badFile}, "fill_rate"},
-		{"invalid copy-limited resources", Config{Copies: &copies.Config{Resources: map[string]copies.Resource{"no spaces": {DomainLimit: 1}}}}, "resource name"},
-		{"limits configured twice", Config{ConfigPath: withLimits, QuotaServiceConfigPath: quota}, "configured twice"},
-		{"a missing configuration file", Config{ConfigPath: filepath.Join(t.TempDir(), "none.yaml")}, "none.yaml"},
-		{"election etcd without endpoints", Config{Election: Election{Kind: "etcd", Key: "/k"}}, "--etcd-endpoints"},
-		{"configuration on etcd without endpoints", Config{ConfigPath: "etcd:/config"}, "--etcd-endpoints"},
-		{"a bad election kind", Config{Election: Election{Kind: "zookeeper"}}, "zookeeper"},
-		{"a bad address", Config{Listen: "127.0.0.1:http-nope"}, "http-nope"},
+		{"invalid limits", Config{Document: Document{Fixed: config.Compose(nil, badBucket, nil, nil)}}, "fill_rate"},
+		{"invalid limits in the configuration file", Config{Document: Document{Path: badFile}}, "fill_rate"},
+		{"invalid copy-limited resources", Config{Document: Document{Fixed: config.Compose(nil, nil, &copies.Config{Resources: map[string]copies.Resource{"no spaces": {DomainLimit: 1}}}, nil)}}, "resource name"},
+		{"limits configured twice", Config{Document: Document{Path: withLimits, QuotaServicePath: quota}}, "configured twice"},
+		{"a missing configuration file", Config{Document: Document{Path: filepath.Join(t.TempDir(), "none.yaml")}}, "none.yaml"},
+		{"election etcd without endpoints", Config{Election: Election{Kind: "etcd", Key: "/k"}}, "Etcd.Endpoints: required with Election.Kind etcd"},
+		{"election etcd without a key", Config{Election: Election{Kind: "etcd"}, Etcd: Etcd{Endpoints: []string{"127.0.0.1:1"}}}, "Election.Key: required"},
+		{"configuration on etcd without endpoints", Config{Document: Document{Path: "etcd:/config"}}, "Etcd.Endpoints: required with Document.Path etcd:/KEY"},
+		{"a bad election kind", Config{Election: Election{Kind: "zookeeper"}}, `Election.Kind: "zookeeper"`},
+		{"a path and a fixed document", Config{Document: Document{Path: withLimits, Fixed: config.Compose(nil, nil, nil, nil)}}, "Document.Fixed: set with Document.Path"},
+		{"limits twice, fixed", Config{Document: Document{QuotaServicePath: quota, Fixed: config.Compose(nil, &limits.Config{}, nil, nil)}}, "Document.QuotaServicePath: limits configured twice: in the limits section of Document.Fixed"},
+		{"a negative grace", Config{Listen: Listen{Grace: -time.Second}}, "Listen.Grace: -1s"},
+		{"a missing certificate", Config{Listen: Listen{TLS: TLS{CertFile: filepath.Join(t.TempDir(), "none.pem"), KeyFile: "k.pem"}}}, "Listen.TLS: tls: loading"},
+		{"a certificate without its key", Config{Parent: Parent{TLS: TLS{CertFile: "c.pem"}}}, "Parent.TLS: tls: a client certificate needs both"},
+		{"TLS files and a built TLS", Config{Etcd: Etcd{TLS: TLS{CAFile: "ca.pem", Config: &tls.Config{}}}}, "Etcd.TLS.Config: set with Etcd.TLS's files"},
+		{"Redis and Redis Cluster", Config{Store: Store{Redis: "redis://127.0.0.1:1/0", Cluster: []string{"127.0.0.1:2"}}}, "Store.Cluster: set with Store.Redis"},
+		{"Redis and a shared store", Config{Store: Store{Redis: "redis://127.0.0.1:1/0", Shared: &Shared{}}}, "Store.Shared: set with Store.Redis"},
+		{"a negative Redis timeout", Config{Store: Store{Redis: "redis://127.0.0.1:1/0", Timeout: -time.Second}}, "Store.Timeout: -1s"},
+		{"a bad Redis URL", Config{Store: Store{Redis: "memcached://127.0.0.1:1"}}, "Store.Redis: "},
+		{"a near-limit ratio above 1", Config{Envoy: envoyrls.Options{NearLimitRatio: 1.5}}, "Envoy.NearLimitRatio: 1.5, want a fraction in (0, 1]"},
+		{"a bad address", Config{Listen: Listen{Address: "127.0.0.1:http-nope"}}, "http-nope"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := New(t.Context(), tc.cfg)

@@ -60,7 +60,7 @@ func TestDrainUsesConfiguredClock(t *testing.T) {
 	var buf syncBuffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
-	_, stop := startServer(t, Config{ID: "drain", Now: clock.Now, Logger: log, Grace: 5 * time.Second})
+	_, stop := startServer(t, Config{ID: "drain", Runtime: Runtime{Now: clock.Now, Logger: log}, Listen: Listen{Grace: 5 * time.Second}})
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}

@@ -17,7 +17,7 @@ import (
 // answer 200, and NOT_SERVING while it would not (here: mastership
 // unknown), over real gRPC on the one port.
 func TestHealthFollowsReadiness(t *testing.T) {
-	s, _ := startServer(t, Config{Doorman: doormanRepo(t), Logger: testutil.Logger()})
+	s, _ := startServer(t, Config{Document: Document{Fixed: doormanRepo(t)}, Runtime: Runtime{Logger: testutil.Logger()}})
 	hc := healthpb.NewHealthClient(testutil.Dial(t, s.Addr()))
 	status := func(service string) healthpb.HealthCheckResponse_ServingStatus {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -43,7 +43,7 @@ func TestHealthFollowsReadiness(t *testing.T) {
 // TestReflection: gRPC server reflection lists every service on the port,
 // so that grpcurl and ghz need no proto files.
 func TestReflection(t *testing.T) {
-	s, _ := startServer(t, Config{Logger: testutil.Logger()})
+	s, _ := startServer(t, Config{Runtime: Runtime{Logger: testutil.Logger()}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stream, err := reflectionpb.NewServerReflectionClient(testutil.Dial(t, s.Addr())).ServerReflectionInfo(ctx)

@@ -17,8 +17,8 @@ import (
 // AlreadyRegisteredError underneath), and does not panic.
 func TestNewTwiceOnOneRegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	startServer(t, Config{ID: "first", Doorman: doormanRepo(t), Registry: reg})
-	s, err := New(context.Background(), Config{ID: "second", Listen: "127.0.0.1:0", Doorman: doormanRepo(t), Registry: reg})
+	startServer(t, Config{ID: "first", Document: Document{Fixed: doormanRepo(t)}, Runtime: Runtime{Registry: reg}})
+	s, err := New(context.Background(), Config{ID: "second", Listen: Listen{Address: "127.0.0.1:0"}, Document: Document{Fixed: doormanRepo(t)}, Runtime: Runtime{Registry: reg}})
 	if err == nil {
 		s.close()
 		t.Fatal("the second New on one Registry: nil error, want one naming a metric")
@@ -47,7 +47,7 @@ func TestNewRegistryHoldsAMetric(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: "Registered before the server."}))
-			s, err := New(context.Background(), Config{Listen: "127.0.0.1:0", Registry: reg})
+			s, err := New(context.Background(), Config{Listen: Listen{Address: "127.0.0.1:0"}, Runtime: Runtime{Registry: reg}})
 			if err == nil {
 				s.close()
 				t.Fatalf("New: nil error, want one naming %s", name)
@@ -65,7 +65,7 @@ func TestServersOnSeparateRegistries(t *testing.T) {
 	regs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
 	var servers []*Server
 	for i, reg := range regs {
-		s, _ := startServer(t, Config{ID: []string{"a", "b"}[i], Doorman: doormanRepo(t), Registry: reg})
+		s, _ := startServer(t, Config{ID: []string{"a", "b"}[i], Document: Document{Fixed: doormanRepo(t)}, Runtime: Runtime{Registry: reg}})
 		servers = append(servers, s)
 	}
 	for i, s := range servers {

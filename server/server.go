@@ -60,9 +60,9 @@ import (
 	"github.com/sluice-rl/sluice/fleet"
 	"github.com/sluice-rl/sluice/internal/grpcconnect"
 	"github.com/sluice-rl/sluice/internal/refresh"
-	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
+	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/envoyrls"
@@ -79,153 +79,13 @@ import (
 // transport; a larger one is refused (ResourceExhausted on gRPC).
 const MaxRequestBytes = 8 << 20
 
-// DefaultMaxSessions is the cap on open sessions when Config.MaxSessions
+// DefaultMaxSessions is the cap on open sessions when Config.Sessions.Max
 // is 0 (sessions.DefaultMaxSessions).
 const DefaultMaxSessions = sessions.DefaultMaxSessions
 
 // Drain timing: a resignation etcd does not answer within resignTimeout is
 // given up (the session's TTL ends the candidacy).
 const resignTimeout = 2 * time.Second
-
-// Config is what `sluice server`'s flags parse into: everything New needs
-// to assemble a server. The zero value (with a Listen or Listener) is a
-// standalone server with no configuration, its buckets in memory.
-type Config struct {
-	// ID identifies this server (as a client of its parent, and in logs).
-	// Empty: the election key with Election "etcd", so that all tasks of
-	// a node are one requester to its parent; else host:pid.
-	ID string
-	// Listen is the address to listen on ("host:port"; port 0 picks a
-	// free one), used when Listener is nil.
-	Listen string
-	// Listener, when set, is served instead of listening on Listen (New's
-	// caller keeps no other use of it; Run closes it).
-	Listener net.Listener
-	// Advertise is the address clients should use to reach this server;
-	// empty: the listener's address.
-	Advertise string
-	// TLS, when set, makes the endpoint serve TLS with it (mTLS when it
-	// requires client certificates); nil: plaintext (h2c and HTTP/1.1).
-	TLS *tls.Config
-	// Logger receives structured logs; nil means slog.Default().
-	Logger *slog.Logger
-	// Registry receives every metric; nil means a new registry that also
-	// holds the process's and the Go runtime's collectors.
-	Registry *prometheus.Registry
-	// Now returns the current time; nil means time.Now.
-	Now func() time.Time
-	// Grace bounds the drain after Run's context ends (0: 10 s).
-	Grace time.Duration
-	// Pprof serves Go's profiler at /debug/pprof/.
-	Pprof bool
-
-	// ConfigPath is the resource configuration: a YAML file, or etcd:/KEY
-	// for an etcd key's value (needs Etcd.Endpoints); reloaded when it
-	// changes (Reload reloads a file at once). Empty: Doorman, Limits and
-	// Copies below, fixed.
-	ConfigPath string
-	// Doorman is the fixed resource configuration when ConfigPath is
-	// empty (nil: no templates, every resource granted what it asks).
-	Doorman *config.Repository
-	// QuotaServiceConfigPath is a file in Square's quota service format
-	// giving the limits instead of the limits section of ConfigPath.
-	QuotaServiceConfigPath string
-	// EnvoyRateLimitPath is envoyproxy/ratelimit's configuration for
-	// Envoy's rate limit service: one YAML file, or a directory of them
-	// (limitsyaml.LoadEnvoyRateLimit), reloaded when one changes and by
-	// Reload (a bad one is logged and counted; the last good one keeps
-	// serving). Empty: ShouldRateLimit answers every descriptor OK.
-	EnvoyRateLimitPath string
-	// EnvoyRateLimit configures Envoy's rate limit service: its
-	// algorithm, shadow mode, headers and answer on store errors (its
-	// Store, Now, Registry and Logger are the server's).
-	EnvoyRateLimit envoyrls.Options
-	// Limits and Copies are the fixed limits and copy-limited resources
-	// when ConfigPath is empty (nil: none).
-	Limits *limits.Config
-	Copies *copies.Config
-
-	// Parents, when not empty, makes this an intermediate server that gets
-	// its capacity (and configuration) from the node at these addresses.
-	Parents []string
-	// ParentTLS, when set, makes the parent link (and the forwarding of
-	// sessions to their home servers) speak TLS with it.
-	ParentTLS *tls.Config
-	// NoLeasePush turns off pushed leases (sluice.v1.Leases/Watch): capacity
-	// that becomes free waits for its takers' next requests, as in Doorman
-	// (capacity.Options.NoPush). The zero value pushes.
-	NoLeasePush bool
-
-	// Election is how the tasks of this node elect their master.
-	Election Election
-	// Etcd is the etcd cluster of the election, of an etcd:/KEY
-	// configuration and of the fleet (nil endpoints: none).
-	Etcd Etcd
-
-	// Shared, when set, holds the limits' buckets (and, with Etcd, the
-	// copy-limited resources' counts) in a store shared with other
-	// servers: limits/redis's. Nil: this process's memory.
-	Shared *Shared
-	// MaxSessions caps the open sessions of copy-limited resources
-	// (sessions.Options.MaxSessions; 0: DefaultMaxSessions, negative: no
-	// cap).
-	MaxSessions int
-	// FleetPrefix and FleetTTL configure the fleet sharing copy-limited
-	// resources (fleet.Options' Prefix and TTL).
-	FleetPrefix string
-	FleetTTL    time.Duration
-
-	// Admin configures the admin API at /admin/v1/ (and the quota
-	// service's at /api).
-	Admin Admin
-}
-
-// Election says how the tasks of a node elect their master.
-type Election struct {
-	// Kind is "standalone" (the default when empty: this process is
-	// always the master) or "etcd".
-	Kind string
-	// Key is the etcd key prefix the tasks campaign on ("etcd" only).
-	Key string
-	// TTL is the etcd session TTL (whole seconds): how long a master that
-	// cannot reach etcd stays master. 0: 10 s.
-	TTL time.Duration
-}
-
-// Etcd is how to reach etcd.
-type Etcd struct {
-	// Endpoints are the etcd endpoints (URLs); empty: no etcd.
-	Endpoints []string
-	// TLS, when set, is the client's TLS configuration.
-	TLS *tls.Config
-}
-
-// Shared is a store shared by the servers using it (limits/redis provides
-// one): the buckets, the copy log and their health.
-type Shared struct {
-	// Limits holds the buckets.
-	Limits limits.Store
-	// RLS holds the counters of Envoy's rate limit service (nil: this
-	// process's memory).
-	RLS rls.Store
-	// Copies is the copy log the fleet shares (nil: copies stay in this
-	// server's memory). It needs Etcd: the fleet's leader cleans up after
-	// a crashed server.
-	Copies SharedLog
-	// Metrics exports the store's health (sluice_redis_*); may be nil.
-	Metrics prometheus.Collector
-	// Health is the store's health for the status page; may be nil.
-	Health func() limits.StoreHealth
-	// Close releases the store when the server stops; may be nil.
-	Close func() error
-}
-
-// SharedLog is a copy log shared by a fleet (limits/redis.CopyLog): the
-// copies engine's Log and the fleet's.
-type SharedLog interface {
-	copies.Log
-	fleet.Log
-}
 
 // Server is an assembled server: its services, configuration sources,
 // election, fleet and endpoint. Run serves it once.
@@ -259,7 +119,9 @@ type Server struct {
 	// syncQuota is syncConfig for --quotaservice-config.
 	syncQuota func(context.Context) error
 	draining  atomic.Bool
-	health    *health.Server // grpc.health.v1.Health, following Ready
+	shared    Shared                                       // the open store (Config.Store); its zero value: memory
+	tls       struct{ endpoint, parent, etcd *tls.Config } // loaded by openTLS
+	health    *health.Server                               // grpc.health.v1.Health, following Ready
 }
 
 // New assembles a server from cfg: it listens, builds the services over
@@ -267,11 +129,14 @@ type Server struct {
 // and the fleet membership, without serving yet (Run does). Every error
 // is returned: a listener that cannot be opened, an unreadable or invalid
 // configuration, limits configured twice, a missing etcd, a bad election,
-// a Config.Registry that already holds one of Sluice's metrics (the error
+// a Config.Runtime.Registry that already holds one of Sluice's metrics (the error
 // names it: two servers in one process need a Registry each). On error,
 // whatever New opened is closed.
 func New(ctx context.Context, cfg Config) (_ *Server, err error) {
-	s := &Server{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, now: cfg.Now, closeEtcd: func() {}}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Runtime.Logger, reg: cfg.Runtime.Registry, now: cfg.Runtime.Now, closeEtcd: func() {}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -286,21 +151,24 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-	if s.cfg.Grace <= 0 {
-		s.cfg.Grace = 10 * time.Second
+	if s.cfg.Listen.Grace == 0 {
+		s.cfg.Listen.Grace = 10 * time.Second
 	}
 	defer func() {
 		if err != nil {
 			s.close()
 		}
 	}()
-	s.lis = cfg.Listener
-	if s.lis == nil && cfg.Listen != "" {
-		if s.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
+	if err := s.openTLS(); err != nil {
+		return nil, err
+	}
+	s.lis = cfg.Listen.Listener
+	if s.lis == nil && cfg.Listen.Address != "" {
+		if s.lis, err = net.Listen("tcp", cfg.Listen.Address); err != nil {
 			return nil, err
 		}
 	}
-	s.addr = cfg.Advertise
+	s.addr = cfg.Listen.Advertise
 	if s.addr == "" && s.lis != nil {
 		s.addr = s.lis.Addr().String()
 	}
@@ -325,6 +193,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 
+	if err := s.openStore(ctx); err != nil {
+		return nil, err
+	}
 	if err := s.openEtcd(); err != nil {
 		return nil, err
 	}
@@ -347,7 +218,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.handler, err = s.adminHandler(s.Handler()); err != nil {
 		return nil, err
 	}
-	if cfg.Pprof {
+	if cfg.Listen.Pprof {
 		mux := http.NewServeMux()
 		mux.Handle("/", s.handler)
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -360,33 +231,64 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	return s, nil
 }
 
-// openEtcd connects to etcd when the election, the configuration or the
-// fleet needs it.
+// openEtcd connects to etcd when the election, the document or the fleet
+// needs it (validate has checked that Etcd.Endpoints is given where it
+// is required).
 func (s *Server) openEtcd() error {
 	cfg := s.cfg
-	fleetOn := cfg.Shared != nil && cfg.Shared.Copies != nil
-	if cfg.Election.Kind != "etcd" && !strings.HasPrefix(cfg.ConfigPath, "etcd:") && !fleetOn {
+	if cfg.Election.Kind != "etcd" && !strings.HasPrefix(cfg.Document.Path, "etcd:") && s.shared.Copies == nil {
 		return nil
 	}
-	if len(cfg.Etcd.Endpoints) == 0 {
-		if fleetOn {
-			return errors.New("a shared copy log (Shared.Copies) needs etcd (--etcd-endpoints): the servers' fleet cleans up after a crashed server")
-		}
-		return errors.New("--etcd-endpoints is required with --election etcd or --config etcd:/KEY")
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd.Endpoints, DialTimeout: 5 * time.Second, TLS: cfg.Etcd.TLS, Logger: etcdLogger(s.log)})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd.Endpoints, DialTimeout: 5 * time.Second, TLS: s.tls.etcd, Logger: etcdLogger(s.log)})
 	if err != nil {
-		return fmt.Errorf("etcd client: %w", err)
+		return &FieldError{Field: "Etcd.Endpoints", Err: err}
 	}
 	s.etcd = cli
 	s.closeEtcd = sync.OnceFunc(func() { _ = cli.Close() })
 	return nil
 }
 
-// sharedLog returns the copy log shared by the fleet, or nil.
-func (s *Server) sharedLog() SharedLog {
-	if sh := s.cfg.Shared; sh != nil {
-		return sh.Copies
+// openTLS loads the TLS configurations of the endpoint, the parent link
+// and etcd.
+func (s *Server) openTLS() (err error) {
+	if s.tls.endpoint, err = s.cfg.Listen.TLS.server("Listen.TLS"); err != nil {
+		return err
+	}
+	if s.tls.parent, err = s.cfg.Parent.TLS.client("Parent.TLS"); err != nil {
+		return err
+	}
+	s.tls.etcd, err = s.cfg.Etcd.TLS.client("Etcd.TLS")
+	return err
+}
+
+// openStore opens the Store: Store.Shared as given, or a Redis (Cluster)
+// store, or none (this process's memory). A shared copy log is kept only
+// with etcd, whose fleet leader cleans up after a crashed server: without
+// Etcd.Endpoints the copies stay in this server's memory, and the log
+// says why.
+func (s *Server) openStore(ctx context.Context) error {
+	st := s.cfg.Store
+	switch {
+	case st.Shared != nil:
+		s.shared = *st.Shared
+	case st.Redis != "" || len(st.Cluster) > 0:
+		field := "Store.Redis"
+		if st.Redis == "" {
+			field = "Store.Cluster"
+		}
+		timeout := st.Timeout
+		if timeout == 0 {
+			timeout = redisstore.DefaultTimeout
+		}
+		rs, err := redisstore.Open(ctx, redisstore.Dial{URL: st.Redis, Cluster: st.Cluster, Timeout: timeout, Logger: s.log})
+		if err != nil {
+			return &FieldError{Field: field, Err: err}
+		}
+		s.shared = Shared{Limits: rs, Copies: redisstore.NewCopyLog(rs), RLS: redisstore.NewRLS(rs), Metrics: rs.Collector(), Health: rs.Health, Close: rs.Close}
+	}
+	if s.shared.Copies != nil && len(s.cfg.Etcd.Endpoints) == 0 {
+		s.shared.Copies = nil
+		s.log.Info("copy-limited resources stay in this server's memory: the shared store's copy log needs etcd (Etcd.Endpoints), whose fleet leader cleans up after a crashed server")
 	}
 	return nil
 }
@@ -397,47 +299,52 @@ func (s *Server) newServices(id string) error {
 	// capacity.New returns no error: its registration errors are
 	// recorded instead of panicking, and checked here.
 	reg := promreg.NewRecorder(s.reg)
-	s.capacity = capacity.New(capacity.Options{ID: id, Address: s.addr, Config: cfg.Doorman, Now: s.now, Logger: s.log,
-		Registry: reg, Parent: cfg.Parents, ParentTLS: cfg.ParentTLS,
-		RequireConfig: cfg.ConfigPath != "" && len(cfg.Parents) == 0, NoPush: cfg.NoLeasePush})
+	fixed := cfg.Document.Fixed
+	if fixed == nil {
+		fixed = config.Compose(nil, nil, nil, nil)
+	}
+	s.capacity = capacity.New(capacity.Options{ID: id, Address: s.addr, Config: cfg.Document.Fixed, Now: s.now, Logger: s.log,
+		Registry: reg, Parent: cfg.Parent.Addresses, ParentTLS: s.tls.parent,
+		RequireConfig: cfg.Document.Path != "" && len(cfg.Parent.Addresses) == 0, NoPush: cfg.Leases.DisablePush})
 	if err := reg.Err(); err != nil {
 		return fmt.Errorf("capacity: %w", err)
 	}
 	s.leases = leases.New(s.capacity)
-	var store limits.Store
-	if cfg.Shared != nil {
-		store = cfg.Shared.Limits
-		if cfg.Shared.Metrics != nil {
-			if err := promreg.Register(s.reg, cfg.Shared.Metrics); err != nil {
-				return fmt.Errorf("shared store: %w", err)
-			}
+	if s.shared.Metrics != nil {
+		if err := promreg.Register(s.reg, s.shared.Metrics); err != nil {
+			return fmt.Errorf("shared store: %w", err)
 		}
 	}
 	var err error
 	// Each service asks the other whether a resource is its kind: Allow
 	// on a copy-limited resource, or Reserve on a rate-limited one, is
 	// FailedPrecondition.
-	s.limits, err = limitsvc.New(limitsvc.Options{Now: s.now, Logger: s.log, Registry: s.reg, Config: cfg.Limits, Store: store,
+	s.limits, err = limitsvc.New(limitsvc.Options{Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Limits(), Store: s.shared.Limits,
 		CopyLimited: func(r string) bool { return s.sessions.CopyLimited(r) }})
 	if err != nil {
 		return err
 	}
 	var log copies.Log
-	if sl := s.sharedLog(); sl != nil {
-		log = sl
+	if s.shared.Copies != nil {
+		log = s.shared.Copies
 	}
-	s.sessions, err = sessions.New(sessions.Options{Address: s.addr, Now: s.now, Logger: s.log, Registry: s.reg, Config: cfg.Copies,
-		Log: log, MaxSessions: cfg.MaxSessions, RateLimited: s.limits.RateLimited})
+	s.sessions, err = sessions.New(sessions.Options{Address: s.addr, Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Copies(),
+		Log: log, MaxSessions: cfg.Sessions.Max, RateLimited: s.limits.RateLimited})
 	if err != nil {
 		return err
 	}
-	eo := cfg.EnvoyRateLimit
+	eo := cfg.Envoy
 	eo.Now, eo.Logger, eo.Registry, eo.Store, eo.Tiers = s.now, s.log, s.reg, rls.NewMemoryStore(), s.limits.Engine()
-	if cfg.Shared != nil && cfg.Shared.RLS != nil {
-		eo.Store = cfg.Shared.RLS
+	if s.shared.RLS != nil {
+		eo.Store = s.shared.RLS
 	}
-	s.envoy, err = envoyrls.New(eo)
-	return err
+	if s.envoy, err = envoyrls.New(eo); err != nil {
+		return err
+	}
+	if cfg.Document.EnvoyRateLimitPath == "" {
+		s.envoy.SetConfig(fixed.EnvoyRateLimit())
+	}
+	return nil
 }
 
 // newElection creates the election of cfg.Election.
@@ -456,7 +363,7 @@ func (s *Server) newElection() error {
 			ttl = 10 * time.Second
 		}
 		opts := election.EtcdOptions{Key: el.Key, Address: s.addr, TTL: ttl, Logger: s.log}
-		if len(s.cfg.Parents) == 0 {
+		if len(s.cfg.Parent.Addresses) == 0 {
 			// A root keeps a lease horizon, so that a successor elected
 			// after every lease lapsed does not learn for nothing (an
 			// intermediate learns the same from its parent).
@@ -483,16 +390,16 @@ func (s *Server) newElection() error {
 func (s *Server) loadConfig(ctx context.Context) error {
 	cfg := s.cfg
 	switch {
-	case len(cfg.Parents) > 0:
-		if cfg.ConfigPath != "" {
-			s.log.Warn("--config is ignored with --parent: the parent pushes the configuration down")
+	case len(cfg.Parent.Addresses) > 0:
+		if cfg.Document.Path != "" {
+			s.log.Warn("Document.Path is ignored with Parent.Addresses: the parent pushes the configuration down")
 		}
-		s.log.Info("intermediate server", "parent", cfg.Parents)
-	case cfg.ConfigPath != "":
+		s.log.Info("intermediate server", "parent", cfg.Parent.Addresses)
+	case cfg.Document.Path != "":
 		// The file or etcd key: installed now, and on every change (a bad
 		// one is logged and counted; the last good one stays).
-		key, inEtcd := strings.CutPrefix(cfg.ConfigPath, "etcd:")
-		where := []any{"path", cfg.ConfigPath}
+		key, inEtcd := strings.CutPrefix(cfg.Document.Path, "etcd:")
+		where := []any{"path", cfg.Document.Path}
 		if inEtcd {
 			where = []any{"etcd_key", key}
 		}
@@ -517,23 +424,27 @@ func (s *Server) loadConfig(ctx context.Context) error {
 			s.watchers = append(s.watchers, w.Run)
 			s.syncConfig = w.Sync
 		} else {
-			w, err := config.NewWatcher(cfg.ConfigPath, onLoad, onError)
+			w, err := config.NewWatcher(cfg.Document.Path, onLoad, onError)
 			if err != nil {
-				return fmt.Errorf("loading %s: %w", cfg.ConfigPath, err)
+				return fmt.Errorf("loading %s: %w", cfg.Document.Path, err)
 			}
 			current = w.Current()
 			s.watchers = append(s.watchers, w.Run)
-			s.files = append(s.files, fileWatcher{cfg.ConfigPath, w})
+			s.files = append(s.files, fileWatcher{cfg.Document.Path, w})
 			s.syncConfig = func(context.Context) error { return w.Reload() }
 		}
 		if err := s.checkLimitsOnce(current); err != nil {
 			return err
 		}
 		s.applyConfig(current)
-	case cfg.Doorman == nil && cfg.Limits == nil && cfg.Copies == nil && cfg.QuotaServiceConfigPath == "" && cfg.EnvoyRateLimitPath == "":
-		s.log.Warn("no --config: every resource is granted what it asks (NO_ALGORITHM)")
+	case cfg.Document.Fixed != nil:
+		if err := s.checkLimitsOnce(cfg.Document.Fixed); err != nil {
+			return err
+		}
+	case cfg.Document.QuotaServicePath == "" && cfg.Document.EnvoyRateLimitPath == "":
+		s.log.Warn("no resource document (Document.Path): every resource is granted what it asks (NO_ALGORITHM)")
 	}
-	if path := cfg.QuotaServiceConfigPath; path != "" {
+	if path := cfg.Document.QuotaServicePath; path != "" {
 		w, err := config.NewWatcherFunc(path, config.LoadQuotaService, func(r *config.Repository) {
 			err := s.limits.SetConfig(r.Limits())
 			s.configReloaded(err)
@@ -552,7 +463,7 @@ func (s *Server) loadConfig(ctx context.Context) error {
 		s.files = append(s.files, fileWatcher{path, w})
 		s.syncQuota = func(context.Context) error { return w.Reload() }
 	}
-	if path := cfg.EnvoyRateLimitPath; path != "" {
+	if path := cfg.Document.EnvoyRateLimitPath; path != "" {
 		w, err := config.NewFileWatcher(path, limitsyaml.LoadEnvoyRateLimit, func(c *rls.Config) {
 			s.envoy.SetConfig(c)
 			s.configReloaded(nil)
@@ -582,7 +493,7 @@ type fileWatcher struct {
 // section unless --quotaservice-config gives the limits.
 func (s *Server) applyConfig(r *config.Repository) {
 	s.capacity.SetConfig(r)
-	if s.cfg.QuotaServiceConfigPath == "" {
+	if s.cfg.Document.QuotaServicePath == "" {
 		if err := s.limits.SetConfig(r.Limits()); err != nil {
 			s.log.Error("limits section refused", "err", err)
 		}
@@ -590,7 +501,7 @@ func (s *Server) applyConfig(r *config.Repository) {
 	if err := s.sessions.SetConfig(r.Copies()); err != nil {
 		s.log.Error("copy-limited resources refused", "err", err)
 	}
-	if s.cfg.EnvoyRateLimitPath == "" {
+	if s.cfg.Document.EnvoyRateLimitPath == "" {
 		s.envoy.SetConfig(r.EnvoyRateLimit())
 	}
 	for _, note := range r.Notes() {
@@ -600,11 +511,16 @@ func (s *Server) applyConfig(r *config.Repository) {
 
 // checkLimitsOnce refuses limits, or Envoy's rules, from two sources.
 func (s *Server) checkLimitsOnce(r *config.Repository) error {
-	if s.cfg.QuotaServiceConfigPath != "" && r.Limits() != nil {
-		return fmt.Errorf("limits configured twice: in the limits section of --config %s and by --quotaservice-config %s; keep one", s.cfg.ConfigPath, s.cfg.QuotaServiceConfigPath)
+	doc := s.cfg.Document
+	where := "Document.Fixed"
+	if doc.Path != "" {
+		where = "Document.Path " + doc.Path
 	}
-	if s.cfg.EnvoyRateLimitPath != "" && r.EnvoyRateLimit() != nil {
-		return fmt.Errorf("envoy rate limit rules configured twice: in the envoy_ratelimit section of --config %s and by --envoy-ratelimit-config %s; keep one", s.cfg.ConfigPath, s.cfg.EnvoyRateLimitPath)
+	if doc.QuotaServicePath != "" && r.Limits() != nil {
+		return fieldErr("Document.QuotaServicePath", "limits configured twice: in the limits section of %s and by Document.QuotaServicePath %s; keep one", where, doc.QuotaServicePath)
+	}
+	if doc.EnvoyRateLimitPath != "" && r.EnvoyRateLimit() != nil {
+		return fieldErr("Document.EnvoyRateLimitPath", "envoy rate limit rules configured twice: in the envoy_ratelimit section of %s and by Document.EnvoyRateLimitPath %s; keep one", where, doc.EnvoyRateLimitPath)
 	}
 	return nil
 }
@@ -631,11 +547,11 @@ func (s *Server) Reload() {
 
 // newFleet creates the fleet membership of a shared copy log.
 func (s *Server) newFleet() error {
-	sl := s.sharedLog()
+	sl := s.shared.Copies
 	if sl == nil {
 		return nil
 	}
-	m, err := fleet.New(s.etcd, sl, s.sessions.Engine(), fleet.Options{Prefix: s.cfg.FleetPrefix, TTL: s.cfg.FleetTTL, Address: s.addr, Logger: s.log})
+	m, err := fleet.New(s.etcd, sl, s.sessions.Engine(), fleet.Options{Prefix: s.cfg.Sessions.Fleet.Prefix, TTL: s.cfg.Sessions.Fleet.TTL, Address: s.addr, Logger: s.log})
 	if err != nil {
 		return err
 	}
@@ -644,8 +560,8 @@ func (s *Server) newFleet() error {
 	// Requests for sessions homed on another server go there, with the
 	// client certificate of the parent link if any.
 	var creds credentials.TransportCredentials
-	if s.cfg.ParentTLS != nil {
-		creds = credentials.NewTLS(s.cfg.ParentTLS)
+	if s.tls.parent != nil {
+		creds = credentials.NewTLS(s.tls.parent)
 	}
 	s.sessions.SetRouter(m, creds)
 	return nil
@@ -682,8 +598,8 @@ func (s *Server) Ready() (ready bool, why string) {
 
 // redisStatus is the status page's view of the shared store.
 func (s *Server) redisStatus() *status.RedisStatus {
-	if sh := s.cfg.Shared; sh != nil && sh.Health != nil {
-		return status.RedisStatusOf(sh.Health())
+	if s.shared.Health != nil {
+		return status.RedisStatusOf(s.shared.Health())
 	}
 	return nil
 }
@@ -765,14 +681,14 @@ func (s *Server) followReadiness(ctx context.Context) {
 // Run serves until ctx ends, then drains: /readyz turns 503, the election
 // is resigned so that another task takes over at once (every capacity RPC
 // is then answered with a redirect to it), the listener closes and the
-// RPCs in flight finish, all within Config.Grace. It runs the services'
+// RPCs in flight finish, all within Config.Listen.Grace. It runs the services'
 // background work (sweeping leases, reaping buckets, ending sessions), the
 // configuration watchers, the fleet membership and the election. It
 // returns an error when serving fails or the drain did not finish within
 // the grace period. Run may be called once.
 func (s *Server) Run(ctx context.Context) error {
 	if s.lis == nil {
-		return errors.New("server: no listener (Config.Listen or Config.Listener)")
+		return errors.New("server: no listener (Config.Listen.Address or Config.Listen.Listener)")
 	}
 	defer s.close()
 	var wg sync.WaitGroup
@@ -826,7 +742,7 @@ func (s *Server) Run(ctx context.Context) error {
 			s.log.Error("the election stopped: this task no longer campaigns", "err", err)
 		}
 	}()
-	ep := s.Serve(s.lis, s.handler, s.cfg.TLS)
+	ep := s.Serve(s.lis, s.handler, s.tls.endpoint)
 	s.log.Info("sluice server listening", "addr", s.lis.Addr().String(), "id", s.capacity.Node().ID)
 	select {
 	case err := <-ep.Err():
@@ -837,10 +753,10 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.drain(ep, fleetDone, electionDone, ecancel)
 }
 
-// drain stops the server within Config.Grace (see Run). Its waits are
-// real timers; the instants and durations it logs are Config.Now's.
+// drain stops the server within Config.Listen.Grace (see Run). Its waits are
+// real timers; the instants and durations it logs are Config.Runtime.Now's.
 func (s *Server) drain(ep *Endpoint, fleetDone, electionDone <-chan struct{}, stopElection func()) error {
-	grace := s.cfg.Grace
+	grace := s.cfg.Listen.Grace
 	start := s.now()
 	s.log.Info("draining: not ready, resigning mastership, finishing in-flight RPCs", "grace", grace)
 	s.draining.Store(true)
@@ -910,7 +826,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 }
 
 // etcdLogger is the etcd client's zap logger: errors only (the client
-// logs every retried RPC at warn), to log (Config.Logger), named
+// logs every retried RPC at warn), to log (Config.Runtime.Logger), named
 // "etcd-client" (the records' "logger" attribute), with the caller in
 // etcd's source.
 func etcdLogger(log *slog.Logger) *zap.Logger {
@@ -924,7 +840,7 @@ func (s *Server) close() {
 		_ = s.lis.Close()
 	}
 	s.closeEtcd()
-	if sh := s.cfg.Shared; sh != nil && sh.Close != nil {
-		_ = sh.Close()
+	if s.shared.Close != nil {
+		_ = s.shared.Close()
 	}
 }

@@ -27,8 +27,8 @@ const runDeadline = 60 * time.Second
 // (once) and fails the test if Run returned an error there.
 func startServer(t testing.TB, cfg Config) (s *Server, stop func() error) {
 	t.Helper()
-	if cfg.Listen == "" && cfg.Listener == nil {
-		cfg.Listen = "127.0.0.1:0"
+	if cfg.Listen.Address == "" && cfg.Listen.Listener == nil {
+		cfg.Listen.Address = "127.0.0.1:0"
 	}
 	s = assemble(t, cfg)
 	ctx, cancel := context.WithCancel(context.Background())

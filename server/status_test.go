@@ -30,7 +30,7 @@ func get(t *testing.T, h http.Handler, url string, header ...string) (int, strin
 // tests call its services and handler).
 func newDoormanServer(t *testing.T) *Server {
 	t.Helper()
-	return assemble(t, Config{ID: "test", Advertise: "127.0.0.1:1", Doorman: doormanRepo(t)})
+	return assemble(t, Config{ID: "test", Listen: Listen{Advertise: "127.0.0.1:1"}, Document: Document{Fixed: doormanRepo(t)}})
 }
 
 // getCap asks s's capacity service for wants of resource for client.
@@ -149,7 +149,7 @@ resources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := assemble(t, Config{Advertise: "127.0.0.1:1", Doorman: repo})
+	s := assemble(t, Config{Listen: Listen{Advertise: "127.0.0.1:1"}, Document: Document{Fixed: repo}})
 	if got := getCap(t, s, "a", "open", 5).GetResponse()[0].GetSafeCapacity(); got != -1 {
 		t.Fatalf("safe capacity on the wire %v, want -1", got)
 	}
@@ -163,7 +163,7 @@ resources:
 // TestStatusEnvoyRules: the status page lists Envoy's rate limit rules in
 // force, in JSON and in HTML.
 func TestStatusEnvoyRules(t *testing.T) {
-	s, _ := startServer(t, Config{Doorman: doormanRepo(t), EnvoyRateLimitPath: "../limits/limitsyaml/testdata/envoy"})
+	s, _ := startServer(t, Config{Document: Document{EnvoyRateLimitPath: "../limits/limitsyaml/testdata/envoy", Fixed: doormanRepo(t)}})
 	h := s.Handler()
 	code, body, _ := get(t, h, "/debug/status?format=json")
 	var st struct {

@@ -14,12 +14,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/sluice-rl/sluice/internal/tlsutil"
+	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/limits"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/server"
-	"github.com/sluice-rl/sluice/server/envoyrls"
 )
 
 func newServerCmd() *cobra.Command {
@@ -81,126 +80,148 @@ command line wins.`,
 	return cmd
 }
 
-// serverFlags are sluice server's flags.
+// serverFlags are sluice server's flags: most bound straight to the
+// fields of the server.Config they parse into; the rest (the logger's,
+// and Envoy's two enumerations) parsed by config.
 type serverFlags struct {
-	cfgPath, quotaPath              string
-	redisURL                        string
-	redisCluster                    []string
-	redisTimeout                    time.Duration
-	listen                          string
-	advertise                       string
-	id                              string
-	grace                           time.Duration
-	logLevel                        string
-	logFormat                       string
-	parents                         []string
-	pprofOn                         bool
-	push                            bool
-	tlsCert, tlsKey, tlsClientCA    string
-	parentCA, parentCert, parentKey string
-	etcdCA, etcdCert, etcdKey       string
-	electKind                       string
-	endpoints                       []string
-	electKey                        string
-	electTTL                        time.Duration
-	fleetPrefix                     string
-	fleetTTL                        time.Duration
-	maxSessions                     int
-	adminF                          adminFlags
-	envoy                           envoyFlags
+	cfg                 server.Config
+	logLevel, logFormat string
+	envoyAlgorithm      string
+	envoyOnStoreError   string
+	leasePush           bool
 }
 
 // register defines the flags on f, each in its group (flagGroups), in
 // the groups' order. The help lines are short; docs/running.md's flag
 // table explains each flag in full.
 func (sf *serverFlags) register(f *pflag.FlagSet) {
+	c := &sf.cfg
 	in(f, groupListen, func() {
-		f.StringVar(&sf.listen, "listen", "127.0.0.1:15000", "address to listen on (host:port; port 0: a free one)")
-		f.StringVar(&sf.advertise, "advertise", "", "address clients should use (default: the listen address)")
-		f.StringVar(&sf.tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM); empty: plaintext (h2c)")
-		f.StringVar(&sf.tlsKey, "tls-key", "", "the private key of --tls-cert (PEM)")
-		f.StringVar(&sf.tlsClientCA, "tls-client-ca", "", "require client certificates signed by these CAs (PEM): mTLS")
-		f.DurationVar(&sf.grace, "grace", 10*time.Second, "how long SIGTERM waits for in-flight RPCs")
+		f.StringVar(&c.Listen.Address, "listen", "127.0.0.1:15000", "address to listen on (host:port; port 0: a free one)")
+		f.StringVar(&c.Listen.Advertise, "advertise", "", "address clients should use (default: the listen address)")
+		f.StringVar(&c.Listen.TLS.CertFile, "tls-cert", "", "serve TLS with this certificate (PEM); empty: plaintext (h2c)")
+		f.StringVar(&c.Listen.TLS.KeyFile, "tls-key", "", "the private key of --tls-cert (PEM)")
+		f.StringVar(&c.Listen.TLS.CAFile, "tls-client-ca", "", "require client certificates signed by these CAs (PEM): mTLS")
+		f.DurationVar(&c.Listen.Grace, "grace", 10*time.Second, "how long SIGTERM waits for in-flight RPCs")
 	})
 	in(f, groupConfig, func() {
-		f.StringVar(&sf.cfgPath, "config", "", "resource configuration: a YAML file or etcd:/KEY; empty: none")
-		f.StringVar(&sf.quotaPath, "quotaservice-config", "", "limits in Square's quota service format (a YAML file)")
-		f.StringVar(&sf.envoy.path, "envoy-ratelimit-config", "", "envoyproxy/ratelimit's rules: a YAML file or a directory")
+		f.StringVar(&c.Document.Path, "config", "", "resource configuration: a YAML file or etcd:/KEY; empty: none")
+		f.StringVar(&c.Document.QuotaServicePath, "quotaservice-config", "", "limits in Square's quota service format (a YAML file)")
+		f.StringVar(&c.Document.EnvoyRateLimitPath, "envoy-ratelimit-config", "", "envoyproxy/ratelimit's rules: a YAML file or a directory")
 	})
 	in(f, groupLeases, func() {
-		f.StringVar(&sf.id, "id", "", "server id: the requester id toward the parent, and in logs")
-		f.StringSliceVar(&sf.parents, "parent", nil, "parent addresses (host:port,...): run as an intermediate server")
-		f.StringVar(&sf.parentCA, "parent-tls-ca", "", "speak TLS to the parent, verifying it with these CAs (PEM)")
-		f.StringVar(&sf.parentCert, "parent-tls-cert", "", "client certificate (PEM) to present to the parent (mTLS)")
-		f.StringVar(&sf.parentKey, "parent-tls-key", "", "the private key of --parent-tls-cert (PEM)")
-		f.BoolVar(&sf.push, "push-leases", true, "push leases to watching holders when capacity frees up")
+		f.StringVar(&c.ID, "id", "", "server id: the requester id toward the parent, and in logs")
+		f.StringSliceVar(&c.Parent.Addresses, "parent", nil, "parent addresses (host:port,...): run as an intermediate server")
+		f.StringVar(&c.Parent.TLS.CAFile, "parent-tls-ca", "", "speak TLS to the parent, verifying it with these CAs (PEM)")
+		f.StringVar(&c.Parent.TLS.CertFile, "parent-tls-cert", "", "client certificate (PEM) to present to the parent (mTLS)")
+		f.StringVar(&c.Parent.TLS.KeyFile, "parent-tls-key", "", "the private key of --parent-tls-cert (PEM)")
+		f.BoolVar(&sf.leasePush, "push-leases", true, "push leases to watching holders when capacity frees up")
 	})
 	in(f, groupEtcd, func() {
-		f.StringSliceVar(&sf.endpoints, "etcd-endpoints", nil, "etcd endpoints (URLs, comma-separated)")
-		f.StringVar(&sf.etcdCA, "etcd-tls-ca", "", "speak TLS to etcd, verifying it with these CAs (PEM)")
-		f.StringVar(&sf.etcdCert, "etcd-tls-cert", "", "client certificate (PEM) to present to etcd (mTLS)")
-		f.StringVar(&sf.etcdKey, "etcd-tls-key", "", "the private key of --etcd-tls-cert (PEM)")
-		f.StringVar(&sf.electKind, "election", "standalone", "master election: standalone (always master) or etcd")
-		f.StringVar(&sf.electKey, "election-key", "", "etcd key prefix this node's tasks campaign on")
-		f.DurationVar(&sf.electTTL, "election-ttl", 10*time.Second, "etcd session TTL: how long a cut-off master stays master")
+		f.StringSliceVar(&c.Etcd.Endpoints, "etcd-endpoints", nil, "etcd endpoints (URLs, comma-separated)")
+		f.StringVar(&c.Etcd.TLS.CAFile, "etcd-tls-ca", "", "speak TLS to etcd, verifying it with these CAs (PEM)")
+		f.StringVar(&c.Etcd.TLS.CertFile, "etcd-tls-cert", "", "client certificate (PEM) to present to etcd (mTLS)")
+		f.StringVar(&c.Etcd.TLS.KeyFile, "etcd-tls-key", "", "the private key of --etcd-tls-cert (PEM)")
+		f.StringVar(&c.Election.Kind, "election", "standalone", "master election: standalone (always master) or etcd")
+		f.StringVar(&c.Election.Key, "election-key", "", "etcd key prefix this node's tasks campaign on")
+		f.DurationVar(&c.Election.TTL, "election-ttl", 10*time.Second, "etcd session TTL: how long a cut-off master stays master")
 	})
 	in(f, groupStore, func() {
-		f.StringVar(&sf.redisURL, "redis", "", "keep the limits' state in this Redis (redis://host:port/db)")
-		f.StringSliceVar(&sf.redisCluster, "redis-cluster", nil, "keep the limits' state in this Redis Cluster (host:port,...)")
-		f.DurationVar(&sf.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "bound on each round trip to Redis")
+		f.StringVar(&c.Store.Redis, "redis", "", "keep the limits' state in this Redis (redis://host:port/db)")
+		f.StringSliceVar(&c.Store.Cluster, "redis-cluster", nil, "keep the limits' state in this Redis Cluster (host:port,...)")
+		f.DurationVar(&c.Store.Timeout, "redis-timeout", redisstore.DefaultTimeout, "bound on each round trip to Redis")
 	})
 	in(f, groupSessions, func() {
-		f.StringVar(&sf.fleetPrefix, "fleet-prefix", "/sluice/fleet", "etcd key prefix of the fleet sharing copy-limited resources")
-		f.DurationVar(&sf.fleetTTL, "fleet-ttl", 10*time.Second, "etcd session TTL of this server's fleet membership")
-		f.IntVar(&sf.maxSessions, "max-sessions", server.DefaultMaxSessions, "most open sessions (0: the default; negative: no cap)")
+		f.StringVar(&c.Sessions.Fleet.Prefix, "fleet-prefix", "/sluice/fleet", "etcd key prefix of the fleet sharing copy-limited resources")
+		f.DurationVar(&c.Sessions.Fleet.TTL, "fleet-ttl", 10*time.Second, "etcd session TTL of this server's fleet membership")
+		f.IntVar(&c.Sessions.Max, "max-sessions", server.DefaultMaxSessions, "most open sessions (0: the default; negative: no cap)")
 	})
-	in(f, groupEnvoy, func() { sf.envoy.register(f) })
-	in(f, groupAdmin, func() { sf.adminF.register(f) })
+	in(f, groupEnvoy, func() {
+		f.StringVar(&sf.envoyAlgorithm, "envoy-algorithm", "token_bucket", "where a rule names none: token_bucket or fixed_window")
+		f.BoolVar(&c.Envoy.ShadowMode, "envoy-shadow-mode", false, "answer every ShouldRateLimit OK, deciding and counting as usual")
+		f.BoolVar(&c.Envoy.Headers.Draft, "envoy-ratelimit-headers", true, "add the IETF draft's RateLimit headers (and Retry-After)")
+		f.BoolVar(&c.Envoy.Headers.XRateLimit, "envoy-x-ratelimit-headers", false, "also add X-RateLimit-Limit, -Remaining and -Reset")
+		f.StringVar(&sf.envoyOnStoreError, "envoy-on-store-error", "closed", "the answer when Redis fails: closed (Unavailable) or open (OK)")
+		f.Float64Var(&c.Envoy.NearLimitRatio, "envoy-near-limit-ratio", 0.8, "the fraction of a limit above which hits count as near_limit")
+	})
+	in(f, groupAdmin, func() {
+		a := &c.Admin
+		f.StringVar(&a.TokenFile, "admin-token-file", "", "bearer tokens for writes: \"USER TOKEN\" lines (reread on change)")
+		f.StringSliceVar(&a.TrustForwarded, "admin-trust-forwarded-user", nil, "take the user from X-Forwarded-User from these CIDRs or IPs")
+		f.BoolVar(&a.Insecure, "admin-insecure", false, "allow writes without credentials from loopback (development only)")
+		f.BoolVar(&a.AuthReads, "admin-auth-reads", false, "reads need the same authentication as writes")
+		f.IntVar(&a.Keep, "admin-history", admin.DefaultKeep, "how many versions of the configuration to keep")
+	})
 	in(f, groupLogs, func() {
 		f.StringVar(&sf.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 		f.StringVar(&sf.logFormat, "log-format", "text", "log format: text or json")
-		f.BoolVar(&sf.pprofOn, "pprof", false, "serve Go's profiler at /debug/pprof/")
+		f.BoolVar(&c.Listen.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/")
 	})
 }
 
-// config parses the flags into a server configuration: the TLS
-// configurations read from their files, and the Redis store opened.
-func (sf *serverFlags) config(ctx context.Context, log *slog.Logger) (server.Config, error) {
+// config returns the server.Config the flags parsed into, with what
+// needs parsing beyond a flag's type: the logger and Envoy's two
+// enumerations.
+func (sf *serverFlags) config(log *slog.Logger) (server.Config, error) {
+	cfg := sf.cfg
+	cfg.Runtime.Logger = log
+	cfg.Leases.DisablePush = !sf.leasePush
 	var err error
-	cfg := server.Config{ID: sf.id, Listen: sf.listen, Advertise: sf.advertise, Logger: log, Grace: sf.grace, Pprof: sf.pprofOn,
-		ConfigPath: sf.cfgPath, QuotaServiceConfigPath: sf.quotaPath, Parents: sf.parents,
-		Election:    server.Election{Kind: sf.electKind, Key: sf.electKey, TTL: sf.electTTL},
-		Etcd:        server.Etcd{Endpoints: sf.endpoints},
-		MaxSessions: sf.maxSessions, FleetPrefix: sf.fleetPrefix, FleetTTL: sf.fleetTTL, Admin: sf.adminF.Admin,
-		EnvoyRateLimitPath: sf.envoy.path, NoLeasePush: !sf.push}
-	if cfg.EnvoyRateLimit, err = sf.envoy.options(); err != nil {
-		return server.Config{}, err
+	if cfg.Envoy.Algorithm, err = rls.ParseAlgorithm(sf.envoyAlgorithm); err != nil {
+		return cfg, fmt.Errorf("--envoy-algorithm: %w", err)
 	}
-	if sf.tlsCert != "" || sf.tlsKey != "" || sf.tlsClientCA != "" {
-		if cfg.TLS, err = tlsutil.Server(sf.tlsCert, sf.tlsKey, sf.tlsClientCA); err != nil {
-			return server.Config{}, err
-		}
-	}
-	if sf.parentCA != "" || sf.parentCert != "" || sf.parentKey != "" {
-		if cfg.ParentTLS, err = tlsutil.Client(sf.parentCA, sf.parentCert, sf.parentKey); err != nil {
-			return server.Config{}, err
-		}
-	}
-	if sf.etcdCA != "" || sf.etcdCert != "" || sf.etcdKey != "" {
-		if cfg.Etcd.TLS, err = tlsutil.Client(sf.etcdCA, sf.etcdCert, sf.etcdKey); err != nil {
-			return server.Config{}, fmt.Errorf("etcd TLS: %w", err)
-		}
-	}
-	if cfg.Shared, err = redisShared(ctx, sf.redisURL, sf.redisCluster, sf.redisTimeout, log); err != nil {
-		return server.Config{}, err
-	}
-	if cfg.Shared != nil && len(sf.endpoints) == 0 {
-		// Copy-limited resources share Redis only with a fleet on
-		// etcd, whose leader cleans up after a crashed server.
-		cfg.Shared.Copies = nil
-		log.Info("copy-limited resources stay in this server's memory: give --etcd-endpoints with --redis or --redis-cluster to share them (the servers' fleet needs etcd to clean up after a crashed server)")
+	if cfg.Envoy.OnStoreError, err = limits.ParseOnStoreError(sf.envoyOnStoreError); err != nil {
+		return cfg, fmt.Errorf("--envoy-on-store-error: %w", err)
 	}
 	return cfg, nil
+}
+
+// flagOf maps the Config fields that server.New's errors and logs name
+// (server.FieldNames) to the flags that set them: the one place the CLI
+// speaks of its flags for the server's messages.
+var flagOf = map[string]string{
+	"Listen.TLS": "--tls-cert, --tls-key, --tls-client-ca", "Listen.Grace": "--grace",
+	"Document.Path": "--config", "Document.QuotaServicePath": "--quotaservice-config",
+	"Document.EnvoyRateLimitPath": "--envoy-ratelimit-config", "Document.Fixed": "--config",
+	"Parent.Addresses": "--parent", "Parent.TLS": "--parent-tls-ca, --parent-tls-cert, --parent-tls-key",
+	"Leases.DisablePush": "--push-leases=false", "Election.Kind": "--election", "Election.Key": "--election-key",
+	"Etcd.Endpoints": "--etcd-endpoints", "Etcd.TLS": "--etcd-tls-ca, --etcd-tls-cert, --etcd-tls-key",
+	"Store.Redis": "--redis", "Store.Cluster": "--redis-cluster", "Store.Timeout": "--redis-timeout",
+	"Store.Shared": "--redis", "Sessions.Max": "--max-sessions", "Envoy.NearLimitRatio": "--envoy-near-limit-ratio",
+	"Admin.TrustForwarded": "--admin-trust-forwarded-user", "Admin.TokenFile": "--admin-token-file",
+	"Admin.Insecure": "--admin-insecure",
+}
+
+// flagNames rewrites the Config field names in a server error's text as
+// the flags that set them.
+var flagNames = func() *strings.Replacer {
+	var pairs []string
+	for _, f := range server.FieldNames {
+		pairs = append(pairs, f, flagOf[f])
+	}
+	return strings.NewReplacer(pairs...)
+}()
+
+// flagWords is a slog.Handler that speaks of the Config fields a
+// record's message names (server.FieldNames) as the flags that set them,
+// as asFlags does for errors: sluice server's logs name its flags.
+type flagWords struct{ slog.Handler }
+
+func (h flagWords) Handle(ctx context.Context, r slog.Record) error {
+	r.Message = flagNames.Replace(r.Message)
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h flagWords) WithAttrs(as []slog.Attr) slog.Handler { return flagWords{h.Handler.WithAttrs(as)} }
+
+func (h flagWords) WithGroup(name string) slog.Handler { return flagWords{h.Handler.WithGroup(name)} }
+
+// asFlags returns err with the Config fields it names spoken as flags.
+func asFlags(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errors.New(flagNames.Replace(err.Error()))
 }
 
 // run is sluice server: the flags (and SLUICE_* variables) parsed into a
@@ -214,7 +235,8 @@ func (sf *serverFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := sf.config(cmd.Context(), log)
+	log = slog.New(flagWords{log.Handler()})
+	cfg, err := sf.config(log)
 	if err != nil {
 		return err
 	}
@@ -222,7 +244,7 @@ func (sf *serverFlags) run(cmd *cobra.Command) error {
 	defer stop()
 	srv, err := server.New(ctx, cfg)
 	if err != nil {
-		return err
+		return asFlags(err)
 	}
 	reloadOnHUP(ctx, log, srv)
 	fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", srv.Addr())
@@ -234,8 +256,8 @@ func (sf *serverFlags) run(cmd *cobra.Command) error {
 		stop()
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-		time.AfterFunc(sf.grace+drainSlack, func() {
-			log.Error("drain did not finish within --grace; exiting", "grace", sf.grace)
+		time.AfterFunc(cfg.Listen.Grace+drainSlack, func() {
+			log.Error("drain did not finish within --grace; exiting", "grace", cfg.Listen.Grace)
 			os.Exit(1)
 		})
 		<-sig
@@ -298,61 +320,4 @@ func reloadOnHUP(ctx context.Context, log *slog.Logger, srv *server.Server) {
 			}
 		}
 	}()
-}
-
-// redisShared returns the shared store of --redis or --redis-cluster (nil
-// for neither: each server's own memory): the limits store
-// (redisstore.Open: it batches concurrent requests into pipelines, bounds
-// each round trip by timeout, --redis-timeout, and has a circuit breaker
-// per node), its copy log, and its health, shown on the status page and as
-// sluice_redis_* metrics.
-func redisShared(ctx context.Context, url string, cluster []string, timeout time.Duration, log *slog.Logger) (*server.Shared, error) {
-	switch {
-	case url == "" && len(cluster) == 0:
-		return nil, nil
-	case timeout <= 0: // an explicit 0 is a mistake: the flag defaults to DefaultTimeout
-		return nil, fmt.Errorf("--redis-timeout: %v, want a positive duration", timeout)
-	}
-	st, err := redisstore.Open(ctx, redisstore.Dial{URL: url, Cluster: cluster, Timeout: timeout, Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("--redis, --redis-cluster: %w", err)
-	}
-	return &server.Shared{Limits: st, Copies: redisstore.NewCopyLog(st), RLS: redisstore.NewRLS(st), Metrics: st.Collector(), Health: st.Health, Close: st.Close}, nil
-}
-
-// envoyFlags are the flags of Envoy's rate limit service.
-type envoyFlags struct {
-	path         string
-	algorithm    string
-	shadow       bool
-	headers      bool
-	xHeaders     bool
-	onStoreError string
-	nearLimit    float64
-}
-
-func (ef *envoyFlags) register(f *pflag.FlagSet) {
-	f.StringVar(&ef.algorithm, "envoy-algorithm", "token_bucket", "where a rule names none: token_bucket or fixed_window")
-	f.BoolVar(&ef.shadow, "envoy-shadow-mode", false, "answer every ShouldRateLimit OK, deciding and counting as usual")
-	f.BoolVar(&ef.headers, "envoy-ratelimit-headers", true, "add the IETF draft's RateLimit headers (and Retry-After)")
-	f.BoolVar(&ef.xHeaders, "envoy-x-ratelimit-headers", false, "also add X-RateLimit-Limit, -Remaining and -Reset")
-	f.StringVar(&ef.onStoreError, "envoy-on-store-error", "closed", "the answer when Redis fails: closed (Unavailable) or open (OK)")
-	f.Float64Var(&ef.nearLimit, "envoy-near-limit-ratio", 0.8, "the fraction of a limit above which hits count as near_limit")
-}
-
-// options returns the service's options the flags give.
-func (ef *envoyFlags) options() (envoyrls.Options, error) {
-	o := envoyrls.Options{ShadowMode: ef.shadow, Headers: envoyrls.Headers{Draft: ef.headers, XRateLimit: ef.xHeaders},
-		NearLimitRatio: ef.nearLimit}
-	var err error
-	if o.Algorithm, err = rls.ParseAlgorithm(ef.algorithm); err != nil {
-		return o, fmt.Errorf("--envoy-algorithm: %w", err)
-	}
-	if o.OnStoreError, err = limits.ParseOnStoreError(ef.onStoreError); err != nil {
-		return o, fmt.Errorf("--envoy-on-store-error: %w", err)
-	}
-	if ef.nearLimit <= 0 || ef.nearLimit > 1 {
-		return o, fmt.Errorf("--envoy-near-limit-ratio: %v, want a fraction in (0, 1]", ef.nearLimit)
-	}
-	return o, nil
 }

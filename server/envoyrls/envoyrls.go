@@ -89,7 +89,8 @@ type Options struct {
 	// failure_mode_deny decides), FailOpen answers OK.
 	OnStoreError limits.OnStoreError
 	// NearLimitRatio is the fraction of a limit above which a granted hit
-	// counts as near_limit (0: 0.8, envoyproxy/ratelimit's).
+	// counts as near_limit (0: 0.8, envoyproxy/ratelimit's); New refuses
+	// one outside (0, 1].
 	NearLimitRatio float64
 	// Tiers decides the rules with burst tiers (rls.Limit.BurstTiers):
 	// the limits engine whose configuration holds the resources they
@@ -116,6 +117,28 @@ type Service struct {
 	log     *slog.Logger
 }
 
+// OptionError is an Options value Check refuses: the field (its name in
+// Options) and why.
+type OptionError struct {
+	Field string
+	Err   error
+}
+
+func (e *OptionError) Error() string { return e.Field + ": " + e.Err.Error() }
+
+func (e *OptionError) Unwrap() error { return e.Err }
+
+// Check returns an *OptionError for the first of the configurable
+// options (the ones a server's configuration sets, not its Store, clock
+// or registry) that New would refuse: NearLimitRatio outside (0, 1]
+// (0 is the default).
+func (o Options) Check() *OptionError {
+	if r := o.NearLimitRatio; r != 0 && !(r > 0 && r <= 1) { // NaN too
+		return &OptionError{Field: "NearLimitRatio", Err: fmt.Errorf("%v, want a fraction in (0, 1]", r)}
+	}
+	return nil
+}
+
 // New returns a service with no rules (every descriptor answers OK with
 // no limit) until SetConfig. It errs when opts has no Store, or when
 // opts.Registry already holds one of the service's metrics (the error
@@ -130,7 +153,10 @@ func New(opts Options) (*Service, error) {
 	if opts.Algorithm == rls.AlgorithmDefault {
 		opts.Algorithm = rls.TokenBucket
 	}
-	if opts.NearLimitRatio <= 0 || opts.NearLimitRatio > 1 {
+	if err := opts.Check(); err != nil {
+		return nil, fmt.Errorf("envoyrls: Options.%w", err)
+	}
+	if opts.NearLimitRatio == 0 {
 		opts.NearLimitRatio = 0.8
 	}
 	m, err := newMetrics(opts.Registry)

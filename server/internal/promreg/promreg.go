@@ -1,7 +1,7 @@
 // Package promreg registers the server's Prometheus collectors without
 // panicking: Register returns an error naming the first metric the
 // registry refused (most often one already registered, when two servers
-// are given the same Config.Registry), where prometheus.MustRegister
+// are given the same Config.Runtime.Registry), where prometheus.MustRegister
 // would panic. Every server package can import it; it imports no
 // service.
 //

@@ -1,7 +1,7 @@
 // Package slogzap routes a zap logger into log/slog: NewCore is a
 // zapcore.Core that hands every entry it enables to a slog.Handler, so
 // that a library logging through zap (etcd's client) logs where the rest
-// of the server does (Config.Logger). zap's own go.uber.org/zap/exp/zapslog
+// of the server does (Config.Runtime.Logger). zap's own go.uber.org/zap/exp/zapslog
 // goes the other way (a slog.Handler over a zap core).
 //
 //	lg := zap.New(slogzap.NewCore(logger.Handler(), zapcore.ErrorLevel))

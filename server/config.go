@@ -1,0 +1,337 @@
+package server
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/fleet"
+	"github.com/sluice-rl/sluice/internal/tlsutil"
+	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/limits/rls"
+	"github.com/sluice-rl/sluice/server/envoyrls"
+)
+
+// Config is everything New needs to assemble a server, grouped by
+// concern; `sluice server` parses its flags (and SLUICE_* variables) into
+// one and does nothing else. The zero value (with a Listen.Address or
+// Listen.Listener) is a standalone server with no configuration, its
+// buckets in memory. New validates it: every error names the field at
+// fault (e.g. "Election.Key: required with Election.Kind etcd"), and
+// FieldNames lists the names it uses.
+type Config struct {
+	// ID identifies this server (as a client of its parent, and in logs).
+	// Empty: the election key with Election.Kind "etcd", so that all
+	// tasks of a node are one requester to its parent; else host:pid.
+	ID string
+	// Listen is where and how the one port listens.
+	Listen Listen
+	// Runtime is the logger, the metrics registry and the clock.
+	Runtime Runtime
+	// Document is the resource document: Doorman's templates, the limits,
+	// the copy-limited resources and Envoy's rules.
+	Document Document
+	// Parent, when it names addresses, makes this an intermediate server.
+	Parent Parent
+	// Leases configures the leases this server hands out.
+	Leases Leases
+	// Election is how the tasks of this node elect their master.
+	Election Election
+	// Etcd is the etcd cluster of the election, of an etcd:/KEY document
+	// and of the fleet (no endpoints: none).
+	Etcd Etcd
+	// Sessions configures Charon's copy-limited sessions and the fleet
+	// of servers sharing them.
+	Sessions Sessions
+	// Store is where the limits' buckets, Envoy's counters and the
+	// fleet's copy log live: this process's memory, Redis or Redis
+	// Cluster.
+	Store Store
+	// Envoy configures Envoy's rate limit service: its algorithm, shadow
+	// mode, headers and answer on store errors (its Store, Now, Registry,
+	// Logger and Tiers are the server's).
+	Envoy envoyrls.Options
+	// Admin configures the admin API at /admin/v1/ (and the quota
+	// service's at /api).
+	Admin Admin
+}
+
+// Listen is the one port: its address, TLS and drain.
+type Listen struct {
+	// Address is the address to listen on ("host:port"; port 0 picks a
+	// free one), used when Listener is nil.
+	Address string
+	// Listener, when set, is served instead of listening on Address (New's
+	// caller keeps no other use of it; Run closes it).
+	Listener net.Listener
+	// Advertise is the address clients should use to reach this server;
+	// empty: the listener's address.
+	Advertise string
+	// TLS makes the endpoint serve TLS (mTLS with CAFile, the client
+	// CAs); the zero value: plaintext (h2c and HTTP/1.1).
+	TLS TLS
+	// Grace bounds the drain after Run's context ends (0: 10 s; negative
+	// is an error).
+	Grace time.Duration
+	// Pprof serves Go's profiler at /debug/pprof/.
+	Pprof bool
+}
+
+// Runtime is what the server logs, records and reads the time with.
+type Runtime struct {
+	// Logger receives structured logs (etcd's client's too); nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// Registry receives every metric; nil means a new registry that also
+	// holds the process's and the Go runtime's collectors. One that
+	// already holds Sluice's metrics is an error naming the metric.
+	Registry *prometheus.Registry
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+}
+
+// Document is where the resource document comes from: a file or an etcd
+// key (reloaded when it changes), Square's quota service file for the
+// limits, envoyproxy/ratelimit's files for Envoy's rules, or a fixed
+// document given in code.
+type Document struct {
+	// Path is the document: a YAML file, or etcd:/KEY for an etcd key's
+	// value (needs Etcd.Endpoints); reloaded when it changes (Reload
+	// reloads a file at once). Ignored by an intermediate server, whose
+	// parent pushes the configuration down.
+	Path string
+	// QuotaServicePath is a file in Square's quota service format giving
+	// the limits instead of the document's limits section (both is an
+	// error).
+	QuotaServicePath string
+	// EnvoyRateLimitPath is envoyproxy/ratelimit's configuration for
+	// Envoy's rate limit service: one YAML file, or a directory of them
+	// (limitsyaml.LoadEnvoyRateLimit), reloaded when one changes and by
+	// Reload (a bad one is logged and counted; the last good one keeps
+	// serving), instead of the document's envoy_ratelimit section.
+	EnvoyRateLimitPath string
+	// Fixed is the whole document when Path is empty (config.Compose
+	// builds one in code): its templates, limits, copy-limited resources
+	// and Envoy rules, each section validated by the service that serves
+	// it. Nil with no Path: no templates (every resource granted what it
+	// asks), no limits, no copies. Setting both Path and Fixed is an
+	// error.
+	Fixed *config.Repository
+}
+
+// Parent is the node an intermediate server leases its capacity (and
+// gets its configuration) from.
+type Parent struct {
+	// Addresses are the parent node's tasks ("host:port"); empty: this is
+	// a root server.
+	Addresses []string
+	// TLS makes the parent link (and the forwarding of sessions to their
+	// home servers) speak TLS: CAFile verifies the parent (empty: the
+	// system's roots), CertFile and KeyFile are this server's client
+	// certificate (mTLS). The zero value: plaintext.
+	TLS TLS
+}
+
+// Leases configures the leases the capacity service hands out.
+type Leases struct {
+	// DisablePush turns off pushed leases (sluice.v1.Leases/Watch):
+	// capacity that becomes free waits for its takers' next requests, as
+	// in Doorman (capacity.Options.NoPush). The zero value pushes.
+	DisablePush bool
+}
+
+// Election says how the tasks of a node elect their master.
+type Election struct {
+	// Kind is "standalone" (the default when empty: this process is
+	// always the master) or "etcd".
+	Kind string
+	// Key is the etcd key prefix the tasks campaign on ("etcd" only,
+	// where it is required).
+	Key string
+	// TTL is the etcd session TTL (whole seconds): how long a master that
+	// cannot reach etcd stays master. 0: 10 s.
+	TTL time.Duration
+}
+
+// Etcd is how to reach etcd.
+type Etcd struct {
+	// Endpoints are the etcd endpoints (URLs); empty: no etcd.
+	Endpoints []string
+	// TLS is the client's TLS (CAFile verifies etcd; CertFile and KeyFile
+	// are the client certificate); the zero value: plaintext.
+	TLS TLS
+}
+
+// Sessions configures Charon's copy-limited sessions.
+type Sessions struct {
+	// Max caps the open sessions (sessions.Options.MaxSessions; 0:
+	// DefaultMaxSessions, negative: no cap).
+	Max int
+	// Fleet configures the fleet of servers sharing the copy-limited
+	// resources through the Store (with Etcd; fleet.Options).
+	Fleet Fleet
+}
+
+// Fleet is the etcd side of the servers sharing copy-limited resources.
+type Fleet struct {
+	// Prefix is the fleet's etcd key prefix (empty: fleet.Options'
+	// default).
+	Prefix string
+	// TTL is this server's membership session TTL (0: fleet.Options'
+	// default).
+	TTL time.Duration
+}
+
+// Store is where the limits' buckets (and, with Etcd, the copy-limited
+// resources' counts) are kept when not in this process's memory: a Redis
+// server, a Redis Cluster, or a store opened by the caller. At most one
+// of Redis, Cluster and Shared.
+type Store struct {
+	// Redis is a Redis server's URL (redis://host:port/db, rediss:// for
+	// TLS).
+	Redis string
+	// Cluster are seed addresses of a Redis Cluster ("host:port").
+	Cluster []string
+	// Timeout bounds each round trip to Redis (0: the store's default,
+	// limits/redis.DefaultTimeout; negative is an error).
+	Timeout time.Duration
+	// Shared is a store the caller opened (tests, programs embedding
+	// Sluice); New uses it as is, and Run's end closes it.
+	Shared *Shared
+}
+
+// Shared is a store shared by the servers using it (limits/redis provides
+// one): the buckets, the copy log and their health.
+type Shared struct {
+	// Limits holds the buckets.
+	Limits limits.Store
+	// RLS holds the counters of Envoy's rate limit service (nil: this
+	// process's memory).
+	RLS rls.Store
+	// Copies is the copy log the fleet shares (nil: copies stay in this
+	// server's memory). It is used only with Etcd: the fleet's leader
+	// cleans up after a crashed server; without etcd, the copies stay in
+	// this server's memory and New logs why.
+	Copies SharedLog
+	// Metrics exports the store's health (sluice_redis_*); may be nil.
+	Metrics prometheus.Collector
+	// Health is the store's health for the status page; may be nil.
+	Health func() limits.StoreHealth
+	// Close releases the store when the server stops; may be nil.
+	Close func() error
+}
+
+// SharedLog is a copy log shared by a fleet (limits/redis.CopyLog): the
+// copies engine's Log and the fleet's.
+type SharedLog interface {
+	copies.Log
+	fleet.Log
+}
+
+// TLS is a TLS configuration: PEM files that New loads, or one built in
+// code. Which CAs CAFile holds depends on the side: a listener's client
+// CAs (mTLS), a client's roots.
+type TLS struct {
+	// CertFile and KeyFile are a certificate and its key (PEM): the
+	// server's certificate, or a client's (mTLS).
+	CertFile, KeyFile string
+	// CAFile holds CAs (PEM).
+	CAFile string
+	// Config, when set, is used as is; the files must then be empty.
+	Config *tls.Config
+}
+
+// IsZero reports whether t configures nothing (plaintext).
+func (t TLS) IsZero() bool {
+	return t.Config == nil && t.CertFile == "" && t.KeyFile == "" && t.CAFile == ""
+}
+
+// server returns t as a listener's TLS configuration (nil: plaintext).
+func (t TLS) server(field string) (*tls.Config, error) {
+	return t.load(field, func() (*tls.Config, error) { return tlsutil.Server(t.CertFile, t.KeyFile, t.CAFile) })
+}
+
+// client returns t as a client's TLS configuration (nil: plaintext).
+func (t TLS) client(field string) (*tls.Config, error) {
+	return t.load(field, func() (*tls.Config, error) { return tlsutil.Client(t.CAFile, t.CertFile, t.KeyFile) })
+}
+
+func (t TLS) load(field string, files func() (*tls.Config, error)) (*tls.Config, error) {
+	switch {
+	case t.IsZero():
+		return nil, nil
+	case t.Config != nil && (t.CertFile != "" || t.KeyFile != "" || t.CAFile != ""):
+		return nil, fieldErr(field+".Config", "set with %s's files; give one or the other", field)
+	case t.Config != nil:
+		return t.Config, nil
+	}
+	c, err := files()
+	if err != nil {
+		return nil, &FieldError{Field: field, Err: err}
+	}
+	return c, nil
+}
+
+// FieldError is a Config that New refuses: the field at fault, by its Go
+// path in Config ("Store.Timeout", "Listen.TLS"), and why.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// fieldErr returns a FieldError for field with a formatted reason.
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// FieldNames are the Config fields New's errors and logs name, by their
+// Go path: what a front end (sluice server's flags) maps to its own names.
+var FieldNames = []string{
+	"Listen.TLS", "Listen.Grace", "Document.Path", "Document.QuotaServicePath", "Document.EnvoyRateLimitPath",
+	"Document.Fixed", "Parent.Addresses", "Parent.TLS", "Leases.DisablePush", "Election.Kind", "Election.Key",
+	"Etcd.Endpoints", "Etcd.TLS", "Store.Redis", "Store.Cluster", "Store.Timeout", "Store.Shared",
+	"Sessions.Max", "Envoy.NearLimitRatio", "Admin.TrustForwarded", "Admin.TokenFile", "Admin.Insecure",
+}
+
+// validate checks what needs no I/O, returning the first problem.
+func (c *Config) validate() error {
+	switch {
+	case c.Listen.Grace < 0:
+		return fieldErr("Listen.Grace", "%v, want a positive duration (0: 10 s)", c.Listen.Grace)
+	case c.Document.Path != "" && c.Document.Fixed != nil:
+		return fieldErr("Document.Fixed", "set with Document.Path; give one or the other")
+	case c.Election.Kind != "" && c.Election.Kind != "standalone" && c.Election.Kind != "etcd":
+		return fieldErr("Election.Kind", "%q, want standalone or etcd", c.Election.Kind)
+	case c.Election.Kind == "etcd" && c.Election.Key == "":
+		return fieldErr("Election.Key", "required with Election.Kind etcd")
+	case c.Store.Timeout < 0:
+		return fieldErr("Store.Timeout", "%v, want a positive duration (0: the default)", c.Store.Timeout)
+	case c.Store.Redis != "" && len(c.Store.Cluster) > 0:
+		return fieldErr("Store.Cluster", "set with Store.Redis; give one or the other")
+	case c.Store.Shared != nil && (c.Store.Redis != "" || len(c.Store.Cluster) > 0):
+		return fieldErr("Store.Shared", "set with Store.Redis or Store.Cluster; give one or the other")
+	}
+	if err := c.Envoy.Check(); err != nil {
+		return &FieldError{Field: "Envoy." + err.Field, Err: err.Err}
+	}
+	if len(c.Etcd.Endpoints) == 0 {
+		if c.Election.Kind == "etcd" {
+			return fieldErr("Etcd.Endpoints", "required with Election.Kind etcd")
+		}
+		if strings.HasPrefix(c.Document.Path, "etcd:") {
+			return fieldErr("Etcd.Endpoints", "required with Document.Path etcd:/KEY")
+		}
+	}
+	return nil
+}
