@@ -208,9 +208,6 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := s.loadConfig(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.newFleet(); err != nil {
-		return nil, err
-	}
 	s.status = status.New(status.Views{
 		Capacity: s.capacity, Limits: s.limits.Engine(), Sessions: s.sessions, Envoy: s.envoy,
 		Ready: s.Ready, Draining: s.draining.Load, Redis: s.redisStatus, Now: s.now, Logger: s.log,
@@ -328,8 +325,26 @@ func (s *Server) newServices(id string) error {
 	if s.shared.Copies != nil {
 		log = s.shared.Copies
 	}
-	s.sessions, err = sessions.New(sessions.Options{Address: s.addr, Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Copies(),
-		Log: log, MaxSessions: cfg.Sessions.Max, RateLimited: s.limits.RateLimited})
+	so := sessions.Options{Address: s.addr, Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Copies(),
+		Log: log, MaxSessions: cfg.Sessions.Max, RateLimited: s.limits.RateLimited}
+	if log != nil {
+		// The fleet sharing the copy log: the membership fences the
+		// engine until it has an epoch; requests for sessions homed on
+		// another server go there, with the parent link's client
+		// certificate if any.
+		so.JoinFleet = func(eng *copies.Engine) (sessions.FleetMember, error) {
+			m, err := fleet.New(s.etcd, s.shared.Copies, eng, fleet.Options{Prefix: cfg.Sessions.Fleet.Prefix, TTL: cfg.Sessions.Fleet.TTL, Address: s.addr, Logger: s.log})
+			if err != nil {
+				return nil, err
+			}
+			s.member = m
+			return fleetMember{m}, nil
+		}
+		if s.tls.parent != nil {
+			so.ForwardCreds = credentials.NewTLS(s.tls.parent)
+		}
+	}
+	s.sessions, err = sessions.New(so)
 	if err != nil {
 		return err
 	}
@@ -545,27 +560,10 @@ func (s *Server) Reload() {
 	}
 }
 
-// newFleet creates the fleet membership of a shared copy log.
-func (s *Server) newFleet() error {
-	sl := s.shared.Copies
-	if sl == nil {
-		return nil
-	}
-	m, err := fleet.New(s.etcd, sl, s.sessions.Engine(), fleet.Options{Prefix: s.cfg.Sessions.Fleet.Prefix, TTL: s.cfg.Sessions.Fleet.TTL, Address: s.addr, Logger: s.log})
-	if err != nil {
-		return err
-	}
-	s.member = m
-	s.sessions.SetFleet(func() sessions.FleetStatus { return sessions.FleetStatus(m.Status()) })
-	// Requests for sessions homed on another server go there, with the
-	// client certificate of the parent link if any.
-	var creds credentials.TransportCredentials
-	if s.tls.parent != nil {
-		creds = credentials.NewTLS(s.tls.parent)
-	}
-	s.sessions.SetRouter(m, creds)
-	return nil
-}
+// fleetMember is a fleet membership as the sessions service sees it.
+type fleetMember struct{ *fleet.Member }
+
+func (m fleetMember) FleetStatus() sessions.FleetStatus { return sessions.FleetStatus(m.Status()) }
 
 // Addr returns the advertised address (the listener's, unless
 // Config.Advertise).

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -44,16 +43,6 @@ type SessionRouter interface {
 // forwardedKey marks a forwarded request (gRPC metadata).
 const forwardedKey = "sluice-forwarded"
 
-// SetRouter makes the service forward the requests of sessions
-// homed on other servers (see above); creds are the transport credentials
-// to reach them (nil: plaintext). Safe for concurrent use.
-func (s *Service) SetRouter(r SessionRouter, creds credentials.TransportCredentials) {
-	if creds == nil {
-		creds = insecure.NewCredentials()
-	}
-	s.router.Store(&router{r: r, creds: creds, conns: map[string]*grpc.ClientConn{}})
-}
-
 // router forwards requests to sessions' homes.
 type router struct {
 	r     SessionRouter
@@ -84,7 +73,7 @@ func (rt *router) client(addr string) (v1.LimitsClient, error) {
 // (no fleet, the session is homed here, or the request was forwarded
 // already).
 func (s *Service) home(ctx context.Context, id string) (v1.LimitsClient, string, context.Context, error) {
-	rt := s.router.Load()
+	rt := s.router
 	if rt == nil {
 		return nil, "", nil, nil
 	}
@@ -116,7 +105,7 @@ func forward[Req, Resp any](s *Service, ctx context.Context, id string, req Req,
 	}
 	resp, err = call(c, fctx, req)
 	if status.Code(err) == codes.Unavailable {
-		s.router.Load().r.Forget(id)
+		s.router.r.Forget(id)
 	}
 	return resp, true, err
 }

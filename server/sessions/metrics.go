@@ -74,8 +74,8 @@ func (s *Service) fleetStatus() FleetStatus {
 // Fleet returns the fleet membership's status; ok is false when the
 // service has no fleet (its copy log is this server's own).
 func (s *Service) Fleet() (st FleetStatus, ok bool) {
-	if f := s.fleet.Load(); f != nil {
-		return (*f)(), true
+	if s.fleet != nil {
+		return s.fleet.FleetStatus(), true
 	}
 	return FleetStatus{}, false
 }

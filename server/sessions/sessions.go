@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -59,6 +61,17 @@ type Options struct {
 	// until the process runs out of memory. A fleet's sessions count only
 	// on their home. 0 means DefaultMaxSessions; negative means no cap.
 	MaxSessions int
+	// JoinFleet, when set with Log, makes this server a member of the
+	// fleet sharing Log (package fleet): New calls it once with the
+	// service's copies engine (which the membership fences and unfences)
+	// and keeps the member it returns, whose status the buckets page and
+	// the sluice_fleet_* metrics show and which routes the requests of
+	// sessions homed on other servers there. Its error is New's. nil: no
+	// fleet.
+	JoinFleet func(eng *copies.Engine) (FleetMember, error)
+	// ForwardCreds are the transport credentials of requests forwarded
+	// to sessions' homes (nil: plaintext).
+	ForwardCreds credentials.TransportCredentials
 	// RateLimited reports whether a resource is rate-limited (the limits
 	// service's RateLimited): Reserve on one is FailedPrecondition. nil:
 	// none is.
@@ -73,12 +86,12 @@ type Service struct {
 	log  *slog.Logger
 
 	copies    *copies.Engine
-	copyNames namesOf // resources the configuration names
-	fleet     atomic.Pointer[func() FleetStatus]
-	router    atomic.Pointer[router] // forwards other servers' sessions (SetRouter)
-	forwarded atomic.Uint64          // requests forwarded to sessions' homes
-	openMu    sync.Mutex             // serializes OpenSession's check of MaxSessions and the open
-	refused   atomic.Uint64          // sessions refused at MaxSessions
+	copyNames namesOf       // resources the configuration names
+	fleet     FleetMember   // nil without Options.JoinFleet
+	router    *router       // forwards other servers' sessions; nil without a fleet
+	forwarded atomic.Uint64 // requests forwarded to sessions' homes
+	openMu    sync.Mutex    // serializes OpenSession's check of MaxSessions and the open
+	refused   atomic.Uint64 // sessions refused at MaxSessions
 }
 
 // New returns the service. Errors: the configuration is invalid
@@ -107,6 +120,16 @@ func New(opts Options) (*Service, error) {
 	s.copyNames.Store(&map[string]bool{})
 	if err := s.SetConfig(opts.Config); err != nil {
 		return nil, fmt.Errorf("copy-limited resources: %w", err)
+	}
+	if opts.JoinFleet != nil && opts.Log != nil {
+		if s.fleet, err = opts.JoinFleet(eng); err != nil {
+			return nil, fmt.Errorf("copy-limited resources: joining the fleet: %w", err)
+		}
+		creds := opts.ForwardCreds
+		if creds == nil {
+			creds = insecure.NewCredentials()
+		}
+		s.router = &router{r: s.fleet, creds: creds, conns: map[string]*grpc.ClientConn{}}
 	}
 	if opts.Registry != nil {
 		if err := s.registerMetrics(opts.Registry); err != nil {
@@ -207,10 +230,14 @@ type FleetStatus struct {
 	Buried int
 }
 
-// SetFleet gives the service its fleet membership's status, for the
-// buckets page (/debug/status/buckets) and the sluice_copies_* metrics.
-// Safe for concurrent use.
-func (s *Service) SetFleet(status func() FleetStatus) { s.fleet.Store(&status) }
+// FleetMember is this server's membership of the fleet sharing
+// copy-limited resources (package fleet's Member, through the server): its
+// status, and the homes of sessions.
+type FleetMember interface {
+	SessionRouter
+	// FleetStatus returns the membership's status now.
+	FleetStatus() FleetStatus
+}
 
 // reconcileEvery is how often Run, with a shared copy log, checks that
 // this server's contributions are there and writes back those in doubt
