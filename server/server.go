@@ -313,11 +313,7 @@ func (s *Server) newServices(id string) error {
 		}
 	}
 	var err error
-	// Each service asks the other whether a resource is its kind: Allow
-	// on a copy-limited resource, or Reserve on a rate-limited one, is
-	// FailedPrecondition.
-	s.limits, err = limitsvc.New(limitsvc.Options{Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Limits(), Store: s.shared.Limits,
-		CopyLimited: func(r string) bool { return s.sessions.CopyLimited(r) }})
+	s.limits, err = limitsvc.New(limitsvc.Options{Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Limits(), Store: s.shared.Limits})
 	if err != nil {
 		return err
 	}
@@ -326,7 +322,7 @@ func (s *Server) newServices(id string) error {
 		log = s.shared.Copies
 	}
 	so := sessions.Options{Address: s.addr, Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Copies(),
-		Log: log, MaxSessions: cfg.Sessions.Max, RateLimited: s.limits.RateLimited}
+		Log: log, MaxSessions: cfg.Sessions.Max}
 	if log != nil {
 		// The fleet sharing the copy log: the membership fences the
 		// engine until it has an epoch; requests for sessions homed on

@@ -28,7 +28,6 @@ import (
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/limits"
-	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/server/internal/promreg"
 )
 
@@ -47,10 +46,6 @@ type Options struct {
 	// Store holds the buckets (nil: a new limits.MemoryStore, this
 	// process's alone).
 	Store limits.Store
-	// CopyLimited reports whether a resource is copy-limited (the sessions
-	// service's CopyLimited): Allow on one is FailedPrecondition. nil:
-	// none is.
-	CopyLimited func(resource string) bool
 }
 
 // Service serves sluice.v1.Limits/Allow and quotaservice.QuotaService/Allow
@@ -74,9 +69,6 @@ func New(opts Options) (*Service, error) {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
-	}
-	if s.opts.CopyLimited == nil {
-		s.opts.CopyLimited = func(string) bool { return false }
 	}
 	reg := opts.Registry
 	if reg == nil {
@@ -163,9 +155,6 @@ func (s *Service) reap(ctx context.Context) {
 // ended first (the caller's deadline or cancellation, which reaches the
 // store) is DeadlineExceeded or Canceled.
 func (s *Service) Allow(ctx context.Context, req *v1.AllowRequest) (*v1.AllowResponse, error) {
-	if s.opts.CopyLimited(req.GetResource()) {
-		return nil, status.Error(codes.FailedPrecondition, copies.WrongKind(req.GetResource(), "copy-limited").Error())
-	}
 	r := limits.Request{Resource: req.GetResource(), Domain: req.GetDomain(), Tokens: req.GetTokens(), MinTokens: req.GetMinTokens()}
 	if mw := req.GetMaxWait(); mw != nil {
 		if err := mw.CheckValid(); err != nil {

@@ -72,10 +72,6 @@ type Options struct {
 	// ForwardCreds are the transport credentials of requests forwarded
 	// to sessions' homes (nil: plaintext).
 	ForwardCreds credentials.TransportCredentials
-	// RateLimited reports whether a resource is rate-limited (the limits
-	// service's RateLimited): Reserve on one is FailedPrecondition. nil:
-	// none is.
-	RateLimited func(resource string) bool
 }
 
 // Service serves the copy-limited RPCs of sluice.v1.Limits. It is safe
@@ -105,9 +101,6 @@ func New(opts Options) (*Service, error) {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
-	}
-	if s.opts.RateLimited == nil {
-		s.opts.RateLimited = func(string) bool { return false }
 	}
 	eng, err := copies.New(nil, copies.Options{Log: opts.Log})
 	if err != nil {
@@ -395,9 +388,6 @@ func (s *Service) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.Rese
 	}
 	if _, err := duration("max_wait", req.GetMaxWait()); err != nil {
 		return nil, err
-	}
-	if s.opts.RateLimited(req.GetResource()) {
-		return nil, copiesError(copies.WrongKind(req.GetResource(), "rate-limited"))
 	}
 	n, lo := req.GetCopies(), req.GetMinCopies()
 	if n == 0 {

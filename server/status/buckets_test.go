@@ -39,7 +39,7 @@ func site(tb testing.TB, clock *testutil.Clock, lim *limits.Config, cp *copies.C
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ss, err := sessions.New(sessions.Options{Now: clock.Now, Config: cp, RateLimited: ls.RateLimited})
+	ss, err := sessions.New(sessions.Options{Now: clock.Now, Config: cp})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -26,14 +26,18 @@ import (
 	"github.com/sluice-rl/sluice/internal/grpcconnect"
 )
 
-// Allower is sluice.v1.Limits/Allow (limitsvc.Service).
+// Allower is sluice.v1.Limits/Allow (limitsvc.Service); RateLimited
+// reports whether its configuration names a resource.
 type Allower interface {
 	Allow(context.Context, *v1.AllowRequest) (*v1.AllowResponse, error)
+	RateLimited(resource string) bool
 }
 
 // Sessions is sluice.v1.Limits' copy-limited RPCs (sessions.Service);
 // KeepAliveStream is KeepAlive over any stream (Connect's).
+// CopyLimited reports whether its configuration names a resource.
 type Sessions interface {
+	CopyLimited(resource string) bool
 	OpenSession(context.Context, *v1.OpenSessionRequest) (*v1.OpenSessionResponse, error)
 	CloseSession(context.Context, *v1.CloseSessionRequest) (*v1.CloseSessionResponse, error)
 	KeepAlive(grpc.BidiStreamingServer[v1.KeepAliveRequest, v1.KeepAliveResponse]) error
@@ -45,7 +49,10 @@ type Sessions interface {
 }
 
 // Limits is sluice.v1.Limits for grpc-go: Allow from an Allower, the
-// copy-limited RPCs from Sessions. A nil part answers Unimplemented.
+// copy-limited RPCs from Sessions. A nil part answers Unimplemented. Each
+// resource is of one kind: Allow on a copy-limited resource, or Reserve
+// on a rate-limited one, is FailedPrecondition (charon-paper.md keeps rate
+// limits and copies apart).
 type Limits struct {
 	v1.UnimplementedLimitsServer
 	allow    Allower
@@ -61,6 +68,9 @@ var errNoSessions = status.Error(codes.Unimplemented, "copy-limited resources ar
 func (l *Limits) Allow(ctx context.Context, req *v1.AllowRequest) (*v1.AllowResponse, error) {
 	if l.allow == nil {
 		return l.UnimplementedLimitsServer.Allow(ctx, req)
+	}
+	if l.sessions != nil && l.sessions.CopyLimited(req.GetResource()) {
+		return nil, status.Errorf(codes.FailedPrecondition, "resource: %q is copy-limited, not rate-limited: hold its copies in a session (Reserve)", req.GetResource())
 	}
 	return l.allow.Allow(ctx, req)
 }
@@ -93,6 +103,9 @@ func (l *Limits) KeepAlive(stream grpc.BidiStreamingServer[v1.KeepAliveRequest, 
 func (l *Limits) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.ReserveResponse, error) {
 	if l.sessions == nil {
 		return nil, errNoSessions
+	}
+	if l.allow != nil && l.allow.RateLimited(req.GetResource()) {
+		return nil, status.Errorf(codes.FailedPrecondition, "resource: %q is rate-limited, not copy-limited: ask for its tokens with Allow", req.GetResource())
 	}
 	return l.sessions.Reserve(ctx, req)
 }
