@@ -315,12 +315,25 @@ func TestComposeFleet(t *testing.T) {
 		})
 		return s, lc
 	}
+	// Assembled but not run, a member has no epoch: every Reserve would
+	// answer Unavailable, so it is not ready.
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	joining := assemble(t, Config{Listen: Listen{Address: "127.0.0.1:0"}, Etcd: Etcd{Endpoints: []string{etcd.Endpoint}},
+		Document: Document{Fixed: config.Compose(nil, nil, fixture.Sandboxes(), nil)},
+		Store:    Store{Shared: redisShared(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c)}, Sessions: Sessions{Fleet: Fleet{Prefix: "/" + t.Name()}}})
+	if ok, why := joining.Ready(); ok || !strings.Contains(why, "not a member of the fleet") {
+		t.Errorf("a member without its epoch: Ready %v %q, want not ready, not a member of the fleet", ok, why)
+	}
+	joining.close()
 	a, ca := fleetServer()
 	b, cb := fleetServer()
 	ctx := t.Context()
 	for _, s := range []*Server{a, b} {
 		if _, ok := s.Sessions().Fleet(); !ok {
 			t.Fatalf("%s has no fleet", s.Addr())
+		}
+		if ok, why := s.Ready(); !ok {
+			t.Errorf("%s serves holds but is not ready: %s", s.Addr(), why)
 		}
 	}
 

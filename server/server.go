@@ -581,11 +581,17 @@ func (s *Server) Status() *status.Site { return s.status }
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 // Ready reports whether the server should receive traffic: not draining,
-// and the capacity service ready (configured, mastership known). why
-// says what is missing.
+// with a shared copy log a member of the fleet (its copies engine not
+// fenced), and the capacity service ready (configured, mastership
+// known). why says what is missing.
 func (s *Server) Ready() (ready bool, why string) {
 	if s.draining.Load() {
 		return false, "draining"
+	}
+	if s.member != nil && s.sessions.Fenced() {
+		// Every Reserve would answer Unavailable: the copies engine
+		// holds nothing until this server has its epoch in the fleet.
+		return false, "copy-limited resources: not a member of the fleet yet (etcd)"
 	}
 	return s.capacity.Ready()
 }
