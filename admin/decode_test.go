@@ -219,11 +219,11 @@ func FuzzChange(f *testing.F) {
 		if res.Unchanged {
 			return
 		}
-		d, err := parseDocument([]byte(res.Document))
+		d, err := ParseDocument([]byte(res.Document))
 		if err != nil {
 			t.Fatalf("the new document does not parse: %v", err)
 		}
-		got, err := d.get(res.Object)
+		got, err := d.Get(res.Object)
 		if err != nil {
 			t.Fatalf("%s: not in the new document: %v", res.Object, err)
 		}

@@ -349,7 +349,7 @@ func TestServiceConflict(t *testing.T) {
 // A flow mapping replaced by a nested one becomes a block mapping, its
 // line comment now its key's (on the same line).
 func TestDocumentLineComment(t *testing.T) {
-	d, err := parseDocument([]byte("limits:\n  resources:\n    api: {default: {size: 1, fill_rate: 1}} # the API\n    other: {}\n"))
+	d, err := ParseDocument([]byte("limits:\n  resources:\n    api: {default: {size: 1, fill_rate: 1}} # the API\n    other: {}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,10 +357,10 @@ func TestDocumentLineComment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.put(Resource("api"), v, modeUpdate); err != nil {
+	if err := d.Put(Resource("api"), v, PutUpdate); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := d.encode()
+	got, _ := d.Encode()
 	want := "limits:\n  resources:\n    api: # the API\n      domains:\n        x:\n          size: 2\n    other: {}\n"
 	if string(got) != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)

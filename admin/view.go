@@ -7,6 +7,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluice-rl/sluice/admin/internal/yamlnode"
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
@@ -59,7 +60,7 @@ func nodeValue(n *yaml.Node, depth int) any {
 }
 
 func valueOf(n *yaml.Node, depth int, budget *int) any {
-	n = deref(n)
+	n = yamlnode.Deref(n)
 	if *budget--; n == nil || depth > 100 || *budget < 0 {
 		return nil
 	}
@@ -72,7 +73,7 @@ func valueOf(n *yaml.Node, depth int, budget *int) any {
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := deref(n.Content[i])
+			k := yamlnode.Deref(n.Content[i])
 			if k == nil || k.Kind != yaml.ScalarNode {
 				continue
 			}

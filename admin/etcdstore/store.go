@@ -2,7 +2,7 @@
 // API in an etcd key: the key `sluice server --config etcd:/KEY` reads
 // and watches (config/etcdconfig), so that every server watching it
 // applies a change. It is apart from package admin so that what uses the
-// admin API over HTTP (admin.Client) does not link the etcd client.
+// admin API over HTTP (adminclient.Client) does not link the etcd client.
 //
 // # Layout
 //

@@ -1,4 +1,4 @@
-package admin
+package quotaapi
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/admin/internal/yamlnode"
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
@@ -30,26 +32,26 @@ import (
 //
 // Source: issue 26, "The quota service's admin API on Square's own file";
 // quotaservice-wire.md, "Admin REST API" and "Configuration".
-type QuotaServiceFile struct {
-	file *FileStore
+type File struct {
+	file *admin.FileStore
 }
 
 // OpenQuotaServiceFile returns the store of the quota service file path
 // (OpenFile's rules: a regular file, history in path.history/).
-func OpenQuotaServiceFile(path string, o FileOptions) (*QuotaServiceFile, error) {
-	fs, err := OpenFile(path, o)
+func OpenFile(path string, o admin.FileOptions) (*File, error) {
+	fs, err := admin.OpenFile(path, o)
 	if err != nil {
 		return nil, err
 	}
-	return &QuotaServiceFile{file: fs}, nil
+	return &File{file: fs}, nil
 }
 
 // String returns "quota service file PATH".
-func (s *QuotaServiceFile) String() string { return "quota service " + s.file.String() }
+func (s *File) String() string { return "quota service " + s.file.String() }
 
 // Read returns the file converted to Sluice's document, and its version.
 // Errors: the file's, and ParseQuotaService's when it does not load.
-func (s *QuotaServiceFile) Read(ctx context.Context) (Snapshot, error) {
+func (s *File) Read(ctx context.Context) (admin.Snapshot, error) {
 	snap, err := s.file.Read(ctx)
 	if err != nil {
 		return snap, err
@@ -62,14 +64,14 @@ func (s *QuotaServiceFile) Read(ctx context.Context) (Snapshot, error) {
 // and stores it as the next version (FileStore.Write). Errors: as
 // FileStore.Write, and a *InvalidError for a document the format cannot
 // say (QuotaServiceCheck refuses it earlier).
-func (s *QuotaServiceFile) Write(ctx context.Context, expected int64, doc []byte, a Audit) (Audit, error) {
+func (s *File) Write(ctx context.Context, expected int64, doc []byte, a admin.Audit) (admin.Audit, error) {
 	r, err := config.Parse(doc)
 	if err != nil {
-		return Audit{}, invalid(err)
+		return admin.Audit{}, admin.Invalid(err)
 	}
 	var from *yaml.Node
-	if d, err := parseDocument(doc); err == nil {
-		from = deref(mapGet(d.top(), "limits"))
+	if d, err := admin.ParseDocument(doc); err == nil {
+		from = yamlnode.Deref(yamlnode.MapGet(top(d), "limits"))
 	}
 	var c limits.Config
 	if r.Limits() != nil {
@@ -78,17 +80,19 @@ func (s *QuotaServiceFile) Write(ctx context.Context, expected int64, doc []byte
 	c.Version, c.User, c.Date = int32(expected+1), a.User, a.Time.Unix()
 	out, err := limitsyaml.MarshalQuotaService(&c, from)
 	if err != nil {
-		return Audit{}, invalid(err)
+		return admin.Audit{}, admin.Invalid(err)
 	}
 	return s.file.Write(ctx, expected, out, a)
 }
 
 // History returns the file's kept versions (FileStore.History).
-func (s *QuotaServiceFile) History(ctx context.Context) ([]Audit, error) { return s.file.History(ctx) }
+func (s *File) History(ctx context.Context) ([]admin.Audit, error) {
+	return s.file.History(ctx)
+}
 
 // Entry returns kept version n converted to Sluice's document; its Audit
 // hash is that of the file's content.
-func (s *QuotaServiceFile) Entry(ctx context.Context, n int64) (Entry, error) {
+func (s *File) Entry(ctx context.Context, n int64) (admin.Entry, error) {
 	e, err := s.file.Entry(ctx, n)
 	if err != nil {
 		return e, err
@@ -107,14 +111,14 @@ func toSluice(data []byte, v int64) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the quota service file (version %d) does not load: %w", v, err)
 	}
-	return limitsyaml.Encode(&yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{newKey("limits"), section}})
+	return limitsyaml.Encode(&yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{yamlnode.NewKey("limits"), section}})
 }
 
 // QuotaServiceCheck is the Service's Check for a QuotaServiceFile: a
 // document with anything but a limits section the quota service's format
 // can say (MarshalQuotaService's errors, each naming its field) is
 // refused.
-func QuotaServiceCheck(r *config.Repository) error {
+func Check(r *config.Repository) error {
 	var errs []error
 	if r.Len() > 0 {
 		errs = append(errs, errors.New("resources: Doorman templates have no place in the quota service's file"))
@@ -131,4 +135,10 @@ func QuotaServiceCheck(r *config.Repository) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// top returns d's top mapping.
+func top(d *admin.Document) *yaml.Node {
+	n, _ := d.Get(admin.Object{Kind: admin.KindDocument})
+	return n
 }

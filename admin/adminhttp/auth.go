@@ -1,4 +1,4 @@
-package admin
+package adminhttp
 
 import (
 	"bufio"
