@@ -18,11 +18,12 @@ import (
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
-// Client speaks the HTTP API (Handler) of a server: what a CLI or a web
-// page's tests build on. Its errors are the Service's: *ConflictError for
-// a stale version (409), *InvalidError (400, every error), errors
-// wrapping ErrNotFound (404) and ErrExists (409 exists), *AuthError (401,
-// 403), else *HTTPError. It is safe for concurrent use.
+// Client speaks the HTTP API (adminhttp.Handler) of a server: what a CLI
+// or a web page's tests build on. Its errors are the admin.Service's:
+// *admin.ConflictError for a stale version (409), *admin.InvalidError
+// (400, every error), errors wrapping admin.ErrNotFound (404) and
+// admin.ErrExists (409 exists), *adminhttp.AuthError (401, 403), else
+// *HTTPError. It is safe for concurrent use.
 type Client struct {
 	base  string
 	hc    *http.Client

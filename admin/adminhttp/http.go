@@ -60,7 +60,7 @@ type ReplaceBody struct {
 //	GET    /admin/v1/templates                    list (likewise limits/resources, limits/resources/NAME/domains,
 //	                                              limits/namespaces)
 //	POST   /admin/v1/templates                    create a template named by the body's identifier_glob
-//	GET    /admin/v1/OBJECT                       one object (ObjectView)
+//	GET    /admin/v1/OBJECT                       one object (admin.ObjectView)
 //	POST   /admin/v1/OBJECT                       create it (409 exists if it exists)
 //	PUT    /admin/v1/OBJECT                       update it (404 if absent; ?upsert=true creates it)
 //	DELETE /admin/v1/OBJECT                       delete it
@@ -69,17 +69,17 @@ type ReplaceBody struct {
 //	GET    /admin/v1/diff?from=A&to=B             unified diff between kept versions (to: default current)
 //	POST   /admin/v1/rollback/N                   store version N's document as a new version
 //
-// OBJECT is an Object's path (templates/GLOB, limits/resources/NAME,
+// OBJECT is an admin.Object's path (templates/GLOB, limits/resources/NAME,
 // limits/resources/NAME/domains/DOMAIN, limits/resources/NAME/default,
 // limits/resources/NAME/template, limits/namespaces/PREFIX,
 // limits/global_default) with names path-escaped (db%2F*). Bodies are
-// JSON (Content-Type: application/json) or YAML (DecodeBody).
+// JSON (Content-Type: application/json) or YAML (admin.DecodeBody).
 //
 // Changes take If-Match: VERSION (or ?version=VERSION): when another
 // version is current they are refused with 409 and an ErrorBody whose
 // error is "configuration changed since you read it: version N now" and
 // version N. Without one, a change applies to the current version.
-// ?dry_run=true validates and answers the Result (normalized object,
+// ?dry_run=true validates and answers the admin.Result (normalized object,
 // notes, diff, the whole new document) storing nothing. Answers carry
 // ETag: "VERSION". An invalid change answers 400 with every error.
 //

@@ -14,21 +14,21 @@ import (
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
-// QuotaServiceFile is a Store over the quota service's own configuration
+// File is an admin.Store over the quota service's own configuration
 // file (Square's YAML, what `sluice server --quotaservice-config FILE`
 // reads), so that quotaservice-cli, and /admin/v1, edit a deployment that
 // was never converted, in its own format.
 //
-// The Service sees Sluice's document: a limits section converted from the
+// The admin.Service sees Sluice's document: a limits section converted from the
 // file (limitsyaml.QuotaServiceSection) with its comments; a change is
 // written back to the file in Square's format (limitsyaml.
 // MarshalQuotaService: comments kept with what they annotate, fields at the
 // quota service's defaults left out, version, user and date set to the
-// change's), atomically, with its history in FILE.history/ as FileStore
+// change's), atomically, with its history in FILE.history/ as admin.FileStore
 // keeps it (the entries are the file's content, byte for byte). Use
-// QuotaServiceCheck as the Service's Check, so that a change the format
+// Check as the admin.Service's Check, so that a change the format
 // cannot say is refused before it is stored. Safe for concurrent use; one
-// process writes the file (as FileStore).
+// process writes the file (as admin.FileStore).
 //
 // Source: issue 26, "The quota service's admin API on Square's own file";
 // quotaservice-wire.md, "Admin REST API" and "Configuration".
@@ -36,8 +36,8 @@ type File struct {
 	file *admin.FileStore
 }
 
-// OpenQuotaServiceFile returns the store of the quota service file path
-// (OpenFile's rules: a regular file, history in path.history/).
+// OpenFile returns the store of the quota service file path
+// (admin.OpenFile's rules: a regular file, history in path.history/).
 func OpenFile(path string, o admin.FileOptions) (*File, error) {
 	fs, err := admin.OpenFile(path, o)
 	if err != nil {
@@ -61,9 +61,9 @@ func (s *File) Read(ctx context.Context) (admin.Snapshot, error) {
 }
 
 // Write converts doc, Sluice's document, to the quota service's format
-// and stores it as the next version (FileStore.Write). Errors: as
-// FileStore.Write, and a *InvalidError for a document the format cannot
-// say (QuotaServiceCheck refuses it earlier).
+// and stores it as the next version (admin.FileStore.Write). Errors: as
+// admin.FileStore.Write, and an *admin.InvalidError for a document the format cannot
+// say (Check refuses it earlier).
 func (s *File) Write(ctx context.Context, expected int64, doc []byte, a admin.Audit) (admin.Audit, error) {
 	r, err := config.Parse(doc)
 	if err != nil {
@@ -85,7 +85,7 @@ func (s *File) Write(ctx context.Context, expected int64, doc []byte, a admin.Au
 	return s.file.Write(ctx, expected, out, a)
 }
 
-// History returns the file's kept versions (FileStore.History).
+// History returns the file's kept versions (admin.FileStore.History).
 func (s *File) History(ctx context.Context) ([]admin.Audit, error) {
 	return s.file.History(ctx)
 }
@@ -114,7 +114,7 @@ func toSluice(data []byte, v int64) ([]byte, error) {
 	return limitsyaml.Encode(&yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{yamlnode.NewKey("limits"), section}})
 }
 
-// QuotaServiceCheck is the Service's Check for a QuotaServiceFile: a
+// Check is the admin.Service's Check (admin.Options.Check) for a File: a
 // document with anything but a limits section the quota service's format
 // can say (MarshalQuotaService's errors, each naming its field) is
 // refused.

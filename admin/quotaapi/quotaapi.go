@@ -26,41 +26,35 @@ import (
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
-// The quota service's admin REST API, served over the same configuration
-// document and Service as /admin/v1.
-//
-// Source: quotaservice-wire.md, "Admin REST API"; issue 16, "Compatible
-// with quotaservice's admin tools".
-
-// QSPrefix is the path under which QuotaServiceHandler serves: mount it
+// Prefix is the path under which Handler serves: mount it
 // at both "/api" and "/api/".
 const Prefix = "/api"
 
 // The quota service's special names (quotaservice-wire.md, "Admin REST
 // API").
 const (
-	// QSGlobalNamespace names the whole configuration in /api/{namespace}
+	// GlobalNamespace names the whole configuration in /api/{namespace}
 	// (GET and POST: as /api), and, as the namespace of
 	// /api/{namespace}/{bucket}, the global default bucket (whatever the
 	// bucket name): Sluice's limits.global_default.
 	GlobalNamespace = "___GLOBAL___"
-	// QSDefaultBucket names a namespace's default bucket: Sluice's
+	// DefaultBucket names a namespace's default bucket: Sluice's
 	// limits.resources.NAMESPACE.default.
 	DefaultBucket = "___DEFAULT_BUCKET___"
-	// QSDynamicBucketTemplate names a namespace's dynamic bucket
+	// DynamicBucketTemplate names a namespace's dynamic bucket
 	// template: Sluice's limits.resources.NAMESPACE.template.
 	DynamicBucketTemplate = "___DYNAMIC_BUCKET_TPL___"
-	// QSDefaultUser is the user recorded for a change that names none:
+	// DefaultUser is the user recorded for a change that names none:
 	// an --admin-insecure loopback request without X-Forwarded-User.
 	DefaultUser = "quotaservice"
-	// QSVersionHeader carries the configuration's version: in a request,
+	// VersionHeader carries the configuration's version: in a request,
 	// the version the change was made against (another one current: 409);
 	// in every answer, the current version (after a change, the version
 	// it made).
 	VersionHeader = "Version"
 )
 
-// QSBucketConfig is the quota service's BucketConfig as its admin API
+// BucketConfig is the quota service's BucketConfig as its admin API
 // writes it (quotaservice-wire.md, "Configuration"): a Sluice token
 // bucket with every default applied. Durations are whole milliseconds
 // (rounded up); MaxIdleMillis is -1 for never. FillRate is tokens per
@@ -80,7 +74,7 @@ type BucketConfig struct {
 	MaxTokensPerRequest int64   `json:"max_tokens_per_request"`
 }
 
-// QSNamespaceConfig is the quota service's NamespaceConfig: a Sluice
+// NamespaceConfig is the quota service's NamespaceConfig: a Sluice
 // token-bucket resource of the limits section. MaxDynamicBuckets 0 is
 // unlimited.
 type NamespaceConfig struct {
@@ -91,7 +85,7 @@ type NamespaceConfig struct {
 	Buckets               map[string]*BucketConfig `json:"buckets,omitempty"`
 }
 
-// QSServiceConfig is the quota service's ServiceConfig: the limits
+// ServiceConfig is the quota service's ServiceConfig: the limits
 // section's global default bucket and token-bucket resources. Version is
 // the admin Store's version; User and Date (Unix seconds) are those of
 // the change that made it. Burst-tier and copy-limited resources,
@@ -105,20 +99,20 @@ type ServiceConfig struct {
 	Date                int64                       `json:"date,omitempty"`
 }
 
-// QSConfigAndHash is one configuration of GET /api/configs: a kept
-// version, and Hash, the hex SHA-256 of its document (Audit.Hash).
+// ConfigAndHash is one configuration of GET /api/configs: a kept
+// version, and Hash, the hex SHA-256 of its document (admin.Audit.Hash).
 type ConfigAndHash struct {
 	ServiceConfig
 	Hash string `json:"hash,omitempty"`
 }
 
-// QSConfigs is the answer of GET /api/configs: the kept versions that
+// Configs is the answer of GET /api/configs: the kept versions that
 // load, newest first.
 type Configs struct {
 	Configs []ConfigAndHash `json:"configs"`
 }
 
-// QSError is the quota service's error object: Error is the HTTP
+// Error is the quota service's error object: Error is the HTTP
 // status's text ("Conflict"), Description what went wrong (for an
 // invalid change, every error, each naming its field, joined by "; ").
 type Error struct {
@@ -127,7 +121,7 @@ type Error struct {
 }
 
 // BucketScore is one bucket of a top list of /api/stats/{namespace}:
-// Bucket is its domain (QSDefaultBucket for the namespace's default
+// Bucket is its domain (DefaultBucket for the namespace's default
 // bucket), Score its count.
 type BucketScore struct {
 	Bucket string `json:"bucket"`
@@ -142,19 +136,19 @@ type BucketScores struct {
 	Misses int64 `json:"misses"`
 }
 
-// QSStats is the answer of GET /api/stats/{namespace}: the buckets with
+// Stats is the answer of GET /api/stats/{namespace}: the buckets with
 // the most granted requests (TopHits) and the most rejected ones
-// (TopMisses), at most QSTopBuckets of each, most first.
+// (TopMisses), at most TopBuckets of each, most first.
 type Stats struct {
 	Namespace string        `json:"namespace"`
 	TopHits   []BucketScore `json:"topHits"`
 	TopMisses []BucketScore `json:"topMisses"`
 }
 
-// QSTopBuckets is how many buckets each top list of /api/stats holds.
+// TopBuckets is how many buckets each top list of /api/stats holds.
 const TopBuckets = 10
 
-// QuotaStats reports the counts of /api/stats. Implementations are safe
+// StatsSource reports the counts of /api/stats. Implementations are safe
 // for concurrent use; EngineStats is the one over a server's limits
 // engine.
 type StatsSource interface {
@@ -163,13 +157,13 @@ type StatsSource interface {
 	// rejected ones. ctx is the request's: it bounds the walk of the
 	// buckets (on Redis, its round trips).
 	Top(ctx context.Context, ns string, n int, misses bool) ([]BucketScore, error)
-	// Scores returns the counts of bucket (a domain; QSDefaultBucket for
+	// Scores returns the counts of bucket (a domain; DefaultBucket for
 	// the resource's default bucket) of resource ns; ok is false when the
 	// bucket has no state. ctx is as for Top.
 	Scores(ctx context.Context, ns, bucket string) (s BucketScores, ok bool, err error)
 }
 
-// EngineStats returns the QuotaStats of a limits engine (the counts of
+// EngineStats returns the StatsSource of a limits engine (the counts of
 // its buckets' states, limits.BucketInfo Grants and Rejections), read at
 // now().
 func EngineStats(e *limits.Engine, now func() time.Time) StatsSource {
@@ -229,50 +223,50 @@ func (s engineStats) Scores(ctx context.Context, ns, bucket string) (BucketScore
 	return BucketScores{Hits: int64(min(b.Grants, math.MaxInt64)), Misses: int64(min(b.Rejections, math.MaxInt64))}, true, nil
 }
 
-// QuotaServiceHandler serves the quota service's admin REST API
+// Handler serves the quota service's admin REST API
 // (quotaservice-wire.md, "Admin REST API") over svc's document, so that
 // quotaservice-cli and the quota service's admin UI work against Sluice.
-// Mount it at QSPrefix and QSPrefix+"/". A namespace is a token-bucket
+// Mount it at Prefix and Prefix+"/". A namespace is a token-bucket
 // resource of the limits section, a bucket one of its domains:
 //
-//	GET    /api                        the whole QSServiceConfig (also /api/___GLOBAL___)
+//	GET    /api                        the whole ServiceConfig (also /api/___GLOBAL___)
 //	POST   /api                        replace the global default and every token-bucket resource with the
-//	                                   body's (a QSServiceConfig); other resources, namespace prefixes and
+//	                                   body's (a ServiceConfig); other resources, namespace prefixes and
 //	                                   templates are kept
-//	GET    /api/{namespace}            that QSNamespaceConfig (404 if absent)
+//	GET    /api/{namespace}            that NamespaceConfig (404 if absent)
 //	POST   /api/{namespace}            add it (body: a NamespaceConfig; 409 if it exists)
 //	PUT    /api/{namespace}            update it (or add it), keeping its on_store_error
 //	DELETE /api/{namespace}            delete it
-//	GET    /api/{namespace}/{bucket}   that QSBucketConfig
+//	GET    /api/{namespace}/{bucket}   that BucketConfig
 //	POST   /api/{namespace}/{bucket}   add it (body: a BucketConfig, missing fields the defaults; 409 if it exists)
 //	PUT    /api/{namespace}/{bucket}   update it (or add it to an existing namespace)
 //	DELETE /api/{namespace}/{bucket}   delete it
-//	GET    /api/configs                the kept versions (QSConfigs), newest first
-//	GET    /api/stats/{namespace}      the namespace's hottest and most rejected buckets (QSStats)
+//	GET    /api/configs                the kept versions (Configs), newest first
+//	GET    /api/stats/{namespace}      the namespace's hottest and most rejected buckets (Stats)
 //	GET    /api/stats/{namespace}/{b}  one bucket's counts (BucketScores)
 //
-// {bucket} may be QSDefaultBucket or QSDynamicBucketTemplate, and with
-// the namespace QSGlobalNamespace names the global default bucket. A
+// {bucket} may be DefaultBucket or DynamicBucketTemplate, and with
+// the namespace GlobalNamespace names the global default bucket. A
 // namespace holding '/' is path-escaped (api%2Fsearch); a bucket is the
 // rest of the path (/api/api/rate_limit/10.0.0.1). Namespaces named
 // configs and stats are reachable only through /admin/v1, as in the quota
 // service.
 //
 // Bodies are JSON objects whose keys are the proto field names, decoded
-// strictly (DecodeJSON, then limitsyaml.ParseQuotaService's reading and
+// strictly (admin.DecodeJSON, then limitsyaml.ParseQuotaService's reading and
 // defaults: an unknown field, a wrong type, a duplicate key is refused,
 // naming the field); an empty body is {} (every default), but POST /api
 // refuses one. A body's name (and a bucket's namespace), when given, must
 // be the path's. Changes are validated by config.Parse as every change
-// of the Service is, and recorded in its history and audit log with the
+// of the admin.Service is, and recorded in its history and audit log with the
 // user: Sluice's authentication (auth: tokens, client certificates,
 // X-Forwarded-User from trusted proxies, --admin-insecure loopback, whose
-// user is X-Forwarded-User's, else QSDefaultUser). A request with a
+// user is X-Forwarded-User's, else DefaultUser). A request with a
 // Version header is refused with 409 when another version is current;
 // without one it applies to the current version. Every answer carries
 // the current version in its Version header.
 //
-// A change answers {} (200); an error the HTTP status and a QSError:
+// A change answers {} (200); an error the HTTP status and an Error:
 // 400 invalid body or change, 401/403 authentication, 404 no such
 // namespace or bucket, 405 method, 409 stale version or existing object,
 // 413 body too large, 500 otherwise. svc nil answers 404 to everything
@@ -287,7 +281,7 @@ func Handler(svc *admin.Service, auth *adminhttp.Auth, o Options) http.Handler {
 	return &handler{svc: svc, auth: auth, stats: o.Stats, log: o.Logger, disabled: o.Disabled}
 }
 
-// QSOptions configures QuotaServiceHandler.
+// Options configures Handler.
 type Options struct {
 	// Stats answers /api/stats; nil: empty top lists and zero counts.
 	Stats StatsSource
@@ -833,7 +827,7 @@ func (h *handler) failAt(w http.ResponseWriter, version int64, err error) {
 	h.fail(w, err)
 }
 
-// fail answers err with its status and a QSError.
+// fail answers err with its status and a Error.
 func (h *handler) fail(w http.ResponseWriter, err error) {
 	var (
 		qe *statusError
@@ -985,7 +979,7 @@ func wrap(v *yaml.Node, keys ...string) *yaml.Node {
 }
 
 // decodeQSBucket reads a BucketConfig body for bucket of namespace ns
-// (the special names as in QuotaServiceHandler): every default applied.
+// (the special names as in Handler): every default applied.
 // Errors are *InvalidError.
 func decodeQSBucket(body []byte, ns, bucket string) (limits.Bucket, error) {
 	n, err := qsBody(body)
