@@ -48,6 +48,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/sluice-rl/sluice/admin/etcdstore"
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
@@ -55,7 +56,6 @@ import (
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/api/sluice/v1/sluicev1connect"
 	"github.com/sluice-rl/sluice/config"
-	"github.com/sluice-rl/sluice/config/etcdconfig"
 	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/fleet"
 	"github.com/sluice-rl/sluice/internal/grpcconnect"
@@ -508,7 +508,7 @@ func (s *Server) loadConfig(ctx context.Context) error {
 		var current *config.Repository
 		if inEtcd {
 			gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			w, err := etcdconfig.NewWatcher(gctx, s.etcd, key, onLoad, onError)
+			w, err := etcdstore.NewWatcher(gctx, s.etcd, key, onLoad, onError)
 			cancel()
 			if err != nil {
 				return err

@@ -14,7 +14,6 @@ import (
 
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/config"
-	"github.com/sluice-rl/sluice/config/etcdconfig"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 )
@@ -57,7 +56,7 @@ func TestStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	applied := make(chan *config.Repository, 100)
-	w, err := etcdconfig.NewWatcher(ctx, cli, key, func(r *config.Repository) { applied <- r }, nil)
+	w, err := NewWatcher(ctx, cli, key, func(r *config.Repository) { applied <- r }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

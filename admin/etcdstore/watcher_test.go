@@ -1,4 +1,4 @@
-package etcdconfig
+package etcdstore
 
 import (
 	"context"

@@ -1,8 +1,4 @@
-// Package etcdconfig keeps a Sluice configuration in an etcd key: it loads
-// the key's value (the same YAML as a file, parsed by config.Parse) and
-// follows its changes with an etcd watch. It is apart from package config
-// so that what reads configurations does not link the etcd client.
-package etcdconfig
+package etcdstore
 
 import (
 	"context"
