@@ -58,6 +58,7 @@ import (
 	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/fleet"
+	"github.com/sluice-rl/sluice/internal/filewatch"
 	"github.com/sluice-rl/sluice/internal/grpcconnect"
 	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/limits"
@@ -553,7 +554,7 @@ func (s *Server) loadConfig(ctx context.Context) error {
 		s.syncQuota = func(context.Context) error { return w.Reload() }
 	}
 	if path := cfg.EnvoyRateLimitPath; path != "" {
-		w, err := config.NewFileWatcher(path, limitsyaml.LoadEnvoyRateLimit, func(c *rls.Config) {
+		w, err := filewatch.New(path, limitsyaml.LoadEnvoyRateLimit, func(c *rls.Config) {
 			s.envoy.SetConfig(c)
 			s.configReloaded(nil)
 			s.log.Info("envoy rate limit configuration loaded", "path", path, "domains", c.Len(), "hash", c.Hash())
