@@ -60,7 +60,7 @@ func (e *DecodeError) Unwrap() error { return ErrBadBody }
 // YAML comments included, reads YAML (of which JSON is a part). Every
 // problem is returned, joined, each a *DecodeError naming the field. It
 // does not check the value against the configuration's fields:
-// config.Parse does that on the whole new document.
+// resources.Parse does that on the whole new document.
 func DecodeBody(data []byte, contentType string) (*yaml.Node, error) {
 	mt, _, _ := mime.ParseMediaType(contentType)
 	if mt == "application/json" || strings.HasSuffix(mt, "+json") {

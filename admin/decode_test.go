@@ -187,7 +187,7 @@ func FuzzDecodeYAML(f *testing.F) {
 
 // FuzzChange: a body put anywhere in the document is either refused
 // (a decode error, *InvalidError, not found, exists) or leaves a document
-// that config.Parse loads and that holds the body's value; nothing panics.
+// that resources.Parse loads and that holds the body's value; nothing panics.
 func FuzzChange(f *testing.F) {
 	for i, s := range decodeSeeds {
 		f.Add([]byte(s), uint8(i), i%2 == 0)

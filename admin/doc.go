@@ -1,7 +1,7 @@
 // Package admin changes Sluice's configuration at runtime: the document
 // that `sluice server --config FILE` or `--config etcd:/KEY` serves
 // (Document), edited object by object through a Service, every change
-// validated and normalized by the servers' own loader (config.Parse)
+// validated and normalized by the servers' own loader (resources.Parse)
 // before it is stored, versioned with compare-and-swap, kept in a
 // history, and audited.
 //
@@ -37,12 +37,12 @@
 // # Changes
 //
 // Service.Apply builds the whole new document, parses it with
-// config.Parse and refuses it with every error, each naming its field
+// resources.Parse and refuses it with every error, each naming its field
 // (*InvalidError), if it does not load. Change.IfVersion is the version
 // the change was made against: when another is current the change fails
 // with a *ConflictError ("configuration changed since you read it:
 // version N now"). DryRun returns the Result (the normalized object,
-// config.Repository.Notes, a unified diff, the new document) storing
+// resources.Repository.Notes, a unified diff, the new document) storing
 // nothing. Service.Rollback stores a kept version's document byte for
 // byte as a new version.
 //

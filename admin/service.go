@@ -13,12 +13,12 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/admin/internal/yamlnode"
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // Service is the admin API in Go: it reads and changes the configuration
 // document kept by a Store, object by object, validating every change
-// with config.Parse (the servers' loader) before storing it. The HTTP API
+// with resources.Parse (the servers' loader) before storing it. The HTTP API
 // (Handler) and any other front end (a CLI, the quota service's REST
 // API, a web page) are thin layers over it. It is safe for concurrent
 // use; the Store's compare-and-swap orders concurrent changes.
@@ -26,7 +26,7 @@ type Service struct {
 	store Store
 	log   *slog.Logger
 	now   func() time.Time
-	check func(*config.Repository) error
+	check func(*resources.Repository) error
 	sync  func(context.Context) error
 }
 
@@ -38,10 +38,10 @@ type Options struct {
 	// Now is the clock of the audit records; nil: time.Now.
 	Now func() time.Time
 	// Check, if set, is asked about every new document that loads
-	// (config.Parse), before it is stored: an error refuses the change as
+	// (resources.Parse), before it is stored: an error refuses the change as
 	// invalid (*InvalidError, each joined error one entry), for what only
 	// the server knows, e.g. that its limits come from elsewhere.
-	Check func(*config.Repository) error
+	Check func(*resources.Repository) error
 	// Sync, if set, is called after every change is stored and before it
 	// answers: it brings the server's own configuration up to date with
 	// the store (its watcher rereads the file or key and applies what
@@ -71,7 +71,7 @@ func (s *Service) Store() Store { return s.store }
 // ErrInvalid is wrapped by an *InvalidError.
 var ErrInvalid = errors.New("invalid configuration")
 
-// InvalidError refuses a change whose document config.Parse refuses, or
+// InvalidError refuses a change whose document resources.Parse refuses, or
 // whose body does not decode: Errors lists every problem, each naming
 // its field ("limits.resources.api.domains.x.fill_rate: 0 must be > 0
 // (tokens per second)", "body.size: given more than once"). The HTTP API
@@ -162,7 +162,7 @@ type Result struct {
 	// the whole document).
 	View *ObjectView `json:"view,omitempty"`
 	// Notes is what loading the new document normalizes
-	// (config.Repository.Notes).
+	// (resources.Repository.Notes).
 	Notes []string `json:"notes,omitempty"`
 	// Diff is the unified diff of the document. When the stored document
 	// was written differently from how the admin API writes YAML
@@ -274,7 +274,7 @@ func (s *Service) build(snap Snapshot, c Change) (Result, []byte, error) {
 	default:
 		return res, nil, fmt.Errorf("admin: unknown change %q", c.Op)
 	}
-	repo, err := config.Parse(doc)
+	repo, err := resources.Parse(doc)
 	if err == nil && s.check != nil {
 		err = s.check(repo)
 	}
@@ -413,7 +413,7 @@ func (s *Service) Config(ctx context.Context) (Current, error) {
 		return Current{}, err
 	}
 	c := Current{Version: snap.Version, Document: string(snap.Document), Hash: Hash(snap.Document), Store: s.store.String()}
-	if repo, err := config.Parse(snap.Document); err != nil {
+	if repo, err := resources.Parse(snap.Document); err != nil {
 		c.Errors = Invalid(err).Errors
 	} else {
 		c.Notes = repo.Notes()
@@ -422,7 +422,7 @@ func (s *Service) Config(ctx context.Context) (Current, error) {
 }
 
 // load reads and parses the current document.
-func (s *Service) load(ctx context.Context) (int64, *Document, *config.Repository, error) {
+func (s *Service) load(ctx context.Context) (int64, *Document, *resources.Repository, error) {
 	snap, err := s.store.Read(ctx)
 	if err != nil {
 		return 0, nil, nil, err
@@ -431,7 +431,7 @@ func (s *Service) load(ctx context.Context) (int64, *Document, *config.Repositor
 	if err != nil {
 		return snap.Version, nil, nil, err
 	}
-	repo, _ := config.Parse(snap.Document) // nil when it does not load: no Effective
+	repo, _ := resources.Parse(snap.Document) // nil when it does not load: no Effective
 	return snap.Version, d, repo, nil
 }
 
@@ -505,7 +505,7 @@ func (s *Service) DiffVersions(ctx context.Context, a, b int64) (string, error) 
 // Rollback stores kept version n's document, byte for byte, as a new
 // version (OpRollback, From n). IfVersion, DryRun, User and Auth are
 // those of c; its other fields are ignored. The document must still load
-// (config.Parse), else *InvalidError.
+// (resources.Parse), else *InvalidError.
 func (s *Service) Rollback(ctx context.Context, n int64, c Change) (Result, error) {
 	e, err := s.store.Entry(ctx, n)
 	if err != nil {

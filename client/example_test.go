@@ -16,13 +16,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server"
 )
 
 // startExampleServer runs a capacity server on loopback for the examples.
 func startExampleServer() (addr string, stop func()) {
-	repo, err := config.Parse([]byte(`
+	repo, err := resources.Parse([]byte(`
 resources:
   - identifier_glob: "db/*"
     capacity: 100

@@ -10,7 +10,7 @@ import (
 	"github.com/sluice-rl/sluice/admin/adminhttp"
 	"github.com/sluice-rl/sluice/admin/etcdstore"
 	"github.com/sluice-rl/sluice/admin/quotaapi"
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // Admin configures the admin API at /admin/v1/ (JSON: the configuration
@@ -78,7 +78,7 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	}
 	var svc, qsSvc *admin.Service
 	if store != nil {
-		svc = admin.New(store, admin.Options{Logger: s.log, Check: func(r *config.Repository) error {
+		svc = admin.New(store, admin.Options{Logger: s.log, Check: func(r *resources.Repository) error {
 			if quotaPath != "" && r.Limits() != nil {
 				return fmt.Errorf("limits: this server reads its limits from --quotaservice-config %s, and refuses a limits section in --config; edit them through /api, or /admin/v1 on a server without --config", quotaPath)
 			}

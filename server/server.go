@@ -55,7 +55,6 @@ import (
 	"github.com/sluice-rl/sluice/api/quotaservice/quotaserviceconnect"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/api/sluice/v1/sluicev1connect"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/fleet"
 	"github.com/sluice-rl/sluice/internal/filewatch"
@@ -65,6 +64,7 @@ import (
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	"github.com/sluice-rl/sluice/limits/rls"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/envoyrls"
 	"github.com/sluice-rl/sluice/server/internal/promreg"
@@ -127,7 +127,7 @@ type Config struct {
 	ConfigPath string
 	// Doorman is the fixed resource configuration when ConfigPath is
 	// empty (nil: no templates, every resource granted what it asks).
-	Doorman *config.Repository
+	Doorman *resources.Repository
 	// QuotaServiceConfigPath is a file in Square's quota service format
 	// giving the limits instead of the limits section of ConfigPath.
 	QuotaServiceConfigPath string
@@ -497,7 +497,7 @@ func (s *Server) loadConfig(ctx context.Context) error {
 		if inEtcd {
 			where = []any{"etcd_key", key}
 		}
-		onLoad := func(r *config.Repository) {
+		onLoad := func(r *resources.Repository) {
 			s.applyConfig(r)
 			s.configReloaded(nil)
 			s.log.Info("configuration loaded", append(where, "templates", r.Len(), "hash", r.Hash())...)
@@ -506,7 +506,7 @@ func (s *Server) loadConfig(ctx context.Context) error {
 			s.configReloaded(err)
 			s.log.Error("configuration reload failed; keeping the last good configuration", append(where, "err", err)...)
 		}
-		var current *config.Repository
+		var current *resources.Repository
 		if inEtcd {
 			gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			w, err := etcdstore.NewWatcher(gctx, s.etcd, key, onLoad, onError)
@@ -518,7 +518,7 @@ func (s *Server) loadConfig(ctx context.Context) error {
 			s.watchers = append(s.watchers, w.Run)
 			s.syncConfig = w.Sync
 		} else {
-			w, err := config.NewWatcher(cfg.ConfigPath, onLoad, onError)
+			w, err := resources.NewWatcher(cfg.ConfigPath, onLoad, onError)
 			if err != nil {
 				return fmt.Errorf("loading %s: %w", cfg.ConfigPath, err)
 			}
@@ -535,7 +535,7 @@ func (s *Server) loadConfig(ctx context.Context) error {
 		s.log.Warn("no --config: every resource is granted what it asks (NO_ALGORITHM)")
 	}
 	if path := cfg.QuotaServiceConfigPath; path != "" {
-		w, err := config.NewWatcherFunc(path, config.LoadQuotaService, func(r *config.Repository) {
+		w, err := resources.NewWatcherFunc(path, resources.LoadQuotaService, func(r *resources.Repository) {
 			err := s.limits.SetConfig(r.Limits())
 			s.configReloaded(err)
 			s.log.Info("quota service configuration loaded", "path", path, "namespaces", len(r.Limits().Resources), "hash", r.Hash(), "err", err)
@@ -581,7 +581,7 @@ type fileWatcher struct {
 
 // applyConfig installs a repository: its templates, and its limits
 // section unless --quotaservice-config gives the limits.
-func (s *Server) applyConfig(r *config.Repository) {
+func (s *Server) applyConfig(r *resources.Repository) {
 	s.capacity.SetConfig(r)
 	if s.cfg.QuotaServiceConfigPath == "" {
 		if err := s.limits.SetConfig(r.Limits()); err != nil {
@@ -600,7 +600,7 @@ func (s *Server) applyConfig(r *config.Repository) {
 }
 
 // checkLimitsOnce refuses limits, or Envoy's rules, from two sources.
-func (s *Server) checkLimitsOnce(r *config.Repository) error {
+func (s *Server) checkLimitsOnce(r *resources.Repository) error {
 	if s.cfg.QuotaServiceConfigPath != "" && r.Limits() != nil {
 		return fmt.Errorf("limits configured twice: in the limits section of --config %s and by --quotaservice-config %s; keep one", s.cfg.ConfigPath, s.cfg.QuotaServiceConfigPath)
 	}

@@ -1,7 +1,7 @@
 // Package etcdstore keeps Sluice's configuration document in an etcd key
 // (`sluice server --config etcd:/KEY`): its reader and its writer. The
 // servers load the key's value (the same YAML as a file, parsed by
-// config.Parse) and follow its changes with an etcd watch (Watcher); the
+// resources.Parse) and follow its changes with an etcd watch (Watcher); the
 // admin API writes it (Store, an admin.Store), so that every server
 // watching it applies a change. It is apart from packages config and
 // admin so that what reads configurations, or uses the admin API over

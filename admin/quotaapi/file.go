@@ -9,9 +9,9 @@ import (
 
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/admin/internal/yamlnode"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // File is an admin.Store over the quota service's own configuration
@@ -65,7 +65,7 @@ func (s *File) Read(ctx context.Context) (admin.Snapshot, error) {
 // admin.FileStore.Write, and an *admin.InvalidError for a document the format cannot
 // say (Check refuses it earlier).
 func (s *File) Write(ctx context.Context, expected int64, doc []byte, a admin.Audit) (admin.Audit, error) {
-	r, err := config.Parse(doc)
+	r, err := resources.Parse(doc)
 	if err != nil {
 		return admin.Audit{}, admin.Invalid(err)
 	}
@@ -118,7 +118,7 @@ func toSluice(data []byte, v int64) ([]byte, error) {
 // document with anything but a limits section the quota service's format
 // can say (MarshalQuotaService's errors, each naming its field) is
 // refused.
-func Check(r *config.Repository) error {
+func Check(r *resources.Repository) error {
 	var errs []error
 	if r.Len() > 0 {
 		errs = append(errs, errors.New("resources: Doorman templates have no place in the quota service's file"))

@@ -8,8 +8,8 @@ import (
 
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/admin/internal/yamlnode"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 var qsSeeds = []string{
@@ -41,7 +41,7 @@ var qsSeeds = []string{
 // FuzzQuotaServiceBody: the decoders of the quota service REST API's
 // bodies never panic and refuse with *InvalidError; what they accept,
 // written into Sluice's document as the handler writes it, loads
-// (config.Parse) and reads back as the same configuration, and a bucket
+// (resources.Parse) and reads back as the same configuration, and a bucket
 // written back in the quota service's format (as GET answers it) decodes
 // to the same bucket. The seeds run with the normal tests.
 func FuzzQuotaServiceBody(f *testing.F) {
@@ -65,13 +65,13 @@ func FuzzQuotaServiceBody(f *testing.F) {
 			}
 			return true
 		}
-		load := func(d *admin.Document) *config.Repository {
+		load := func(d *admin.Document) *resources.Repository {
 			t.Helper()
 			doc, err := d.Encode()
 			if err != nil {
 				t.Fatal(err)
 			}
-			repo, err := config.Parse(doc)
+			repo, err := resources.Parse(doc)
 			if err != nil {
 				t.Fatalf("the written document does not load: %v\n%s", err, doc)
 			}

@@ -21,9 +21,9 @@ import (
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/admin/adminhttp"
 	"github.com/sluice-rl/sluice/admin/internal/yamlnode"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // Prefix is the path under which Handler serves: mount it
@@ -257,7 +257,7 @@ func (s engineStats) Scores(ctx context.Context, ns, bucket string) (BucketScore
 // defaults: an unknown field, a wrong type, a duplicate key is refused,
 // naming the field); an empty body is {} (every default), but POST /api
 // refuses one. A body's name (and a bucket's namespace), when given, must
-// be the path's. Changes are validated by config.Parse as every change
+// be the path's. Changes are validated by resources.Parse as every change
 // of the admin.Service is, and recorded in its history and audit log with the
 // user: Sluice's authentication (auth: tokens, client certificates,
 // X-Forwarded-User from trusted proxies, --admin-insecure loopback, whose
@@ -390,7 +390,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type loaded struct {
 	snap admin.Snapshot
 	doc  *admin.Document
-	repo *config.Repository
+	repo *resources.Repository
 }
 
 func (h *handler) load(ctx context.Context) (loaded, error) {
@@ -398,7 +398,7 @@ func (h *handler) load(ctx context.Context) (loaded, error) {
 	if err != nil {
 		return loaded{}, err
 	}
-	repo, err := config.Parse(snap.Document)
+	repo, err := resources.Parse(snap.Document)
 	if err != nil {
 		return loaded{snap: snap}, fmt.Errorf("the stored configuration (version %d) does not load; replace it through /admin/v1/config: %w", snap.Version, err)
 	}
@@ -468,7 +468,7 @@ func (h *handler) configs(ctx context.Context, w http.ResponseWriter) {
 		if err != nil {
 			continue // pruned meanwhile
 		}
-		repo, err := config.Parse(e.Document)
+		repo, err := resources.Parse(e.Document)
 		if err != nil {
 			continue // a version that does not load was never applied
 		}

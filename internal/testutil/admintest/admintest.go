@@ -22,8 +22,8 @@ import (
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/admin/adminhttp"
 	"github.com/sluice-rl/sluice/admin/quotaapi"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -88,14 +88,14 @@ func Start(t *testing.T, doc string, ao adminhttp.AuthOptions, tlsCfg *tls.Confi
 		t.Fatal(err)
 	}
 	ts.Srv = srv
-	apply := func(r *config.Repository) {
+	apply := func(r *resources.Repository) {
 		ts.Srv.Capacity().SetConfig(r)
 		if err := ts.Srv.Limits().SetConfig(r.Limits()); err != nil {
 			t.Errorf("SetLimits: %v", err)
 		}
 		_ = ts.Srv.Sessions().SetConfig(r.Copies())
 	}
-	w, err := config.NewWatcher(ts.Path, apply, func(err error) { t.Errorf("reload: %v", err) })
+	w, err := resources.NewWatcher(ts.Path, apply, func(err error) { t.Errorf("reload: %v", err) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package config
+package resources
 
 import "github.com/sluice-rl/sluice/internal/filewatch"
 
