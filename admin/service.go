@@ -248,7 +248,7 @@ func (s *Service) build(snap Snapshot, c Change) (Result, []byte, error) {
 		}
 		res.Object = Object{}
 		doc = c.Document
-		res.Diff = Diff(fmt.Sprintf("version %d", snap.Version), "new", snap.Document, doc)
+		res.Diff = unifiedDiff(fmt.Sprintf("version %d", snap.Version), "new", snap.Document, doc)
 	case OpCreate, OpUpdate, OpDelete:
 		d, err := ParseDocument(snap.Document)
 		if err != nil {
@@ -270,7 +270,7 @@ func (s *Service) build(snap Snapshot, c Change) (Result, []byte, error) {
 			return res, nil, err
 		}
 		res.Reformatted = !bytes.Equal(before, snap.Document)
-		res.Diff = Diff(fmt.Sprintf("version %d", snap.Version), "new", before, doc)
+		res.Diff = unifiedDiff(fmt.Sprintf("version %d", snap.Version), "new", before, doc)
 	default:
 		return res, nil, fmt.Errorf("admin: unknown change %q", c.Op)
 	}
@@ -499,7 +499,7 @@ func (s *Service) DiffVersions(ctx context.Context, a, b int64) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	return Diff(fmt.Sprintf("version %d", a), fmt.Sprintf("version %d", b), ea.Document, eb.Document), nil
+	return unifiedDiff(fmt.Sprintf("version %d", a), fmt.Sprintf("version %d", b), ea.Document, eb.Document), nil
 }
 
 // Rollback stores kept version n's document, byte for byte, as a new
