@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-rl/sluice/admin/internal/yamlnode"
 )
 
 // MaxBodyBytes bounds a request body (the HTTP API refuses a larger one
@@ -58,7 +60,7 @@ func (e *DecodeError) Unwrap() error { return ErrBadBody }
 // YAML comments included, reads YAML (of which JSON is a part). Every
 // problem is returned, joined, each a *DecodeError naming the field. It
 // does not check the value against the configuration's fields:
-// config.Parse does that on the whole new document.
+// resources.Parse does that on the whole new document.
 func DecodeBody(data []byte, contentType string) (*yaml.Node, error) {
 	mt, _, _ := mime.ParseMediaType(contentType)
 	if mt == "application/json" || strings.HasSuffix(mt, "+json") {
@@ -117,7 +119,7 @@ func (d *jsonDecoder) value(path string, depth int) (*yaml.Node, error) {
 			return nil, &DecodeError{Field: path, Msg: fmt.Sprintf("nested more than %d levels deep", MaxDepth)}
 		}
 		if t == '[' {
-			seq := newSequence()
+			seq := yamlnode.NewSequence()
 			for i := 0; d.dec.More(); i++ {
 				item, err := d.value(fmt.Sprintf("%s[%d]", path, i), depth+1)
 				if err != nil {
@@ -130,7 +132,7 @@ func (d *jsonDecoder) value(path string, depth int) (*yaml.Node, error) {
 			}
 			return seq, nil
 		}
-		m := newMapping()
+		m := yamlnode.NewMapping()
 		seen := map[string]bool{}
 		for d.dec.More() {
 			kt, err := d.dec.Token()
@@ -147,7 +149,7 @@ func (d *jsonDecoder) value(path string, depth int) (*yaml.Node, error) {
 			if err != nil {
 				return nil, err
 			}
-			m.Content = append(m.Content, newKey(k), v)
+			m.Content = append(m.Content, yamlnode.NewKey(k), v)
 		}
 		if _, err := d.dec.Token(); err != nil {
 			return nil, d.syntax(path, err)
@@ -231,7 +233,7 @@ func DecodeYAML(data []byte) (n *yaml.Node, err error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, &DecodeError{Msg: "more than one YAML document; want one"}
 	}
-	if len(doc.Content) == 0 || isNull(doc.Content[0]) {
+	if len(doc.Content) == 0 || yamlnode.IsNull(doc.Content[0]) {
 		return nil, &DecodeError{Msg: "empty; want a JSON or YAML object"}
 	}
 	root := doc.Content[0]
@@ -322,10 +324,10 @@ func checkShape(o Object, v *yaml.Node, copiesDomain bool) error {
 	switch {
 	case copiesDomain:
 		if v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
-			return &DecodeError{Msg: fmt.Sprintf("want a count of copies (the domain's limit), got %s", kindName(v))}
+			return &DecodeError{Msg: fmt.Sprintf("want a count of copies (the domain's limit), got %s", yamlnode.KindName(v))}
 		}
 	case v.Kind != yaml.MappingNode:
-		return &DecodeError{Msg: fmt.Sprintf("want a mapping (the %s's fields), got %s", o.Kind, kindName(v))}
+		return &DecodeError{Msg: fmt.Sprintf("want a mapping (the %s's fields), got %s", o.Kind, yamlnode.KindName(v))}
 	}
 	return nil
 }

@@ -187,7 +187,7 @@ func FuzzDecodeYAML(f *testing.F) {
 
 // FuzzChange: a body put anywhere in the document is either refused
 // (a decode error, *InvalidError, not found, exists) or leaves a document
-// that config.Parse loads and that holds the body's value; nothing panics.
+// that resources.Parse loads and that holds the body's value; nothing panics.
 func FuzzChange(f *testing.F) {
 	for i, s := range decodeSeeds {
 		f.Add([]byte(s), uint8(i), i%2 == 0)
@@ -219,11 +219,11 @@ func FuzzChange(f *testing.F) {
 		if res.Unchanged {
 			return
 		}
-		d, err := parseDocument([]byte(res.Document))
+		d, err := ParseDocument([]byte(res.Document))
 		if err != nil {
 			t.Fatalf("the new document does not parse: %v", err)
 		}
-		got, err := d.get(res.Object)
+		got, err := d.Get(res.Object)
 		if err != nil {
 			t.Fatalf("%s: not in the new document: %v", res.Object, err)
 		}

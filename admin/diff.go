@@ -6,11 +6,11 @@ import (
 	udiff "github.com/aymanbagabas/go-udiff"
 )
 
-// Diff returns the unified diff (diff -u, three lines of context) of a
+// unifiedDiff returns the unified diff (diff -u, three lines of context) of a
 // and b, line by line, headed "--- aName" and "+++ bName"; "" when they
 // are equal. It is github.com/aymanbagabas/go-udiff's (the Go tools'
 // diff): a text diff is not Sluice's to write.
-func Diff(aName, bName string, a, b []byte) string {
+func unifiedDiff(aName, bName string, a, b []byte) string {
 	if bytes.Equal(a, b) {
 		return ""
 	}

@@ -26,13 +26,13 @@ func TestDiffExample(t *testing.T) {
 +l
 \ No newline at end of file
 `
-	if got := Diff("old", "new", []byte(a), []byte(b)); got != want {
+	if got := unifiedDiff("old", "new", []byte(a), []byte(b)); got != want {
 		t.Errorf("Diff:\n%s\nwant:\n%s", got, want)
 	}
-	if got := Diff("old", "new", []byte(a), []byte(a)); got != "" {
+	if got := unifiedDiff("old", "new", []byte(a), []byte(a)); got != "" {
 		t.Errorf("Diff of equal texts: %q", got)
 	}
-	if got := Diff("old", "new", nil, []byte("x\n")); got != "--- old\n+++ new\n@@ -0,0 +1 @@\n+x\n" {
+	if got := unifiedDiff("old", "new", nil, []byte("x\n")); got != "--- old\n+++ new\n@@ -0,0 +1 @@\n+x\n" {
 		t.Errorf("Diff from nothing: %q", got)
 	}
 }
@@ -111,7 +111,7 @@ func TestDiffProperty(t *testing.T) {
 			return strings.Join(ls, "")
 		}
 		a, b := fix(la), fix(lb)
-		d := Diff("a", "b", []byte(a), []byte(b))
+		d := unifiedDiff("a", "b", []byte(a), []byte(b))
 		if a == b {
 			if d != "" {
 				t.Fatalf("diff of equal texts: %q", d)
@@ -131,7 +131,7 @@ func TestDiffLarge(t *testing.T) {
 		a.WriteString("a" + string(rune('0'+i%10)) + "\n")
 		b.WriteString("b" + string(rune('0'+i%10)) + "\n")
 	}
-	d := Diff("a", "b", []byte(a.String()), []byte(b.String()))
+	d := unifiedDiff("a", "b", []byte(a.String()), []byte(b.String()))
 	if !strings.HasPrefix(d, "--- a\n+++ b\n@@ -1,3000 +1,3000 @@\n-a0\n") || strings.Count(d, "\n+b") != 3000 {
 		t.Errorf("large diff: %.200s", d)
 	}

@@ -1,8 +1,9 @@
 // Package admin changes Sluice's configuration at runtime: the document
-// that `sluice server --config FILE` or `--config etcd:/KEY` serves,
-// edited object by object, every change validated and normalized by the
-// servers' own loader (config.Parse) before it is stored, versioned with
-// compare-and-swap, kept in a history, and audited.
+// that `sluice server --config FILE` or `--config etcd:/KEY` serves
+// (Document), edited object by object through a Service, every change
+// validated and normalized by the servers' own loader (resources.Parse)
+// before it is stored, versioned with compare-and-swap, kept in a
+// history, and audited.
 //
 // Source: issue 16 ("Live configuration"); charon-paper.md §4.1 (a
 // configuration API that normalizes what it stores); quotaservice-wire.md,
@@ -36,12 +37,12 @@
 // # Changes
 //
 // Service.Apply builds the whole new document, parses it with
-// config.Parse and refuses it with every error, each naming its field
+// resources.Parse and refuses it with every error, each naming its field
 // (*InvalidError), if it does not load. Change.IfVersion is the version
 // the change was made against: when another is current the change fails
 // with a *ConflictError ("configuration changed since you read it:
 // version N now"). DryRun returns the Result (the normalized object,
-// config.Repository.Notes, a unified diff, the new document) storing
+// resources.Repository.Notes, a unified diff, the new document) storing
 // nothing. Service.Rollback stores a kept version's document byte for
 // byte as a new version.
 //
@@ -54,25 +55,16 @@
 // the servers apply a change the one way they apply any change to their
 // configuration, through their watcher of the file or key.
 //
-// # HTTP API and authentication
+// # Around it
 //
-// Handler serves the API as JSON under /admin/v1/ on the server's port
-// (see Handler for its routes; If-Match carries the version, ?dry_run=true
-// asks for a dry run). Auth decides who writes: a bearer token from a
-// token file, the CN of an mTLS client certificate, X-Forwarded-User from
-// a trusted proxy, or any loopback client with AuthOptions.Insecure; with
-// none configured, writes answer 403 (DisabledMessage). Every accepted
-// change is logged (slog, "configuration changed": user, time, version,
-// object, diff) and kept in its history entry (Audit).
+// This package is the document, its Service and its stores. Each way in
+// is a package of its own:
 //
-// # Building on it
+//	admin/adminhttp     the HTTP API /admin/v1/ over a Service, and its authentication (Auth)
+//	admin/adminclient   the client of that API: `sluice admin`, and tests
+//	admin/quotaapi      Square's quota service REST API /api over a Service, and its file as a Store
+//	admin/etcdstore     the document in an etcd key: the servers' Watcher and the admin's Store
 //
-// A command-line tool or a web page speaks the HTTP API through Client,
-// whose errors are the Service's (*ConflictError for a 409, *InvalidError
-// for a 400 with every error). The quota service's REST API maps onto the
-// objects: a namespace is limits/resources/{name}, a bucket
-// limits/resources/{name}/domains/{bucket}, ___DEFAULT_BUCKET___ and
-// ___DYNAMIC_BUCKET_TPL___ are …/default and …/template, the global
-// default bucket limits/global_default; its Version header is
-// Change.IfVersion and X-Forwarded-User the Auth's forwarded user.
+// Every accepted change is logged (slog, "configuration changed": user,
+// time, version, object, diff) and kept in its history entry (Audit).
 package admin

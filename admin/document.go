@@ -7,8 +7,10 @@ import (
 	"io"
 	"strings"
 
-	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-rl/sluice/admin/internal/yamlnode"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
 )
 
 // ErrNotFound is wrapped by the errors for an object, a parent object or
@@ -18,20 +20,23 @@ var ErrNotFound = errors.New("not found")
 // ErrExists is wrapped by the error of a create whose object exists.
 var ErrExists = errors.New("already exists")
 
-// document is a configuration document as a YAML node tree: edits change
-// nodes in place, so comments and the order of keys survive them.
-type document struct {
+// Document is a configuration document as a YAML node tree: edits change
+// nodes in place, so comments and the order of keys survive them. The
+// Service edits one per change; the quota service's API (admin/quotaapi)
+// edits one for its whole-configuration writes. A Document is not safe
+// for concurrent use.
+type Document struct {
 	root *yaml.Node // a DocumentNode whose Content[0] is the top mapping
 }
 
-// parseDocument reads one YAML document. An empty one is an empty
+// ParseDocument reads one YAML document. An empty one is an empty
 // mapping.
-func parseDocument(data []byte) (*document, error) {
+func ParseDocument(data []byte) (*Document, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
 	if err := dec.Decode(&root); err != nil {
 		if errors.Is(err, io.EOF) {
-			return &document{root: &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{newMapping()}}}, nil
+			return &Document{root: &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{yamlnode.NewMapping()}}}, nil
 		}
 		return nil, fmt.Errorf("the configuration document: %w", err)
 	}
@@ -40,18 +45,18 @@ func parseDocument(data []byte) (*document, error) {
 		return nil, errors.New("the configuration document: more than one YAML document; want one")
 	}
 	if len(root.Content) == 0 {
-		root.Content = []*yaml.Node{newMapping()}
+		root.Content = []*yaml.Node{yamlnode.NewMapping()}
 	}
 	top := root.Content[0]
-	if isNull(top) {
-		m := newMapping()
+	if yamlnode.IsNull(top) {
+		m := yamlnode.NewMapping()
 		m.HeadComment, m.LineComment, m.FootComment = top.HeadComment, top.LineComment, top.FootComment
 		root.Content[0] = m
 	} else if top.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("the configuration document: want a mapping (resources:, limits:), got %s", kindName(top))
+		return nil, fmt.Errorf("the configuration document: want a mapping (resources:, limits:), got %s", yamlnode.KindName(top))
 	}
 	keepStrings(&root)
-	return &document{root: &root}, nil
+	return &Document{root: &root}, nil
 }
 
 // keepStrings turns folded strings (>) into literal ones (|): the YAML
@@ -65,102 +70,39 @@ func keepStrings(n *yaml.Node) {
 	}
 }
 
-// encode writes the document as YAML, indented by two spaces.
-func (d *document) encode() ([]byte, error) {
+// Encode writes the document as YAML, indented by two spaces.
+func (d *Document) Encode() ([]byte, error) {
 	return encodeNode(d.root)
 }
 
 func encodeNode(n *yaml.Node) ([]byte, error) { return limitsyaml.Encode(n) }
 
-func (d *document) top() *yaml.Node { return d.root.Content[0] }
-
-func newMapping() *yaml.Node { return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"} }
-
-func newSequence() *yaml.Node { return &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"} }
-
-func newKey(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s} }
-
-func isNull(n *yaml.Node) bool {
-	return n == nil || n.Kind == yaml.ScalarNode && (n.Tag == "!!null" || n.Tag == "" && (n.Value == "" || n.Value == "~" || n.Value == "null"))
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a sequence"
-	case yaml.ScalarNode:
-		return fmt.Sprintf("%s %q", shortTag(n), n.Value)
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	return "a document"
-}
-
-func shortTag(n *yaml.Node) string {
-	t := n.ShortTag()
-	if len(t) > 2 && t[:2] == "!!" {
-		return t[2:]
-	}
-	return t
-}
-
-// deref follows aliases (at most 100).
-func deref(n *yaml.Node) *yaml.Node {
-	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 100; i++ {
-		n = n.Alias
-	}
-	return n
-}
-
-// mapIndex returns the index in m.Content of key's key node, or -1. Keys
-// are compared as written; merge keys (<<) are not followed.
-func mapIndex(m *yaml.Node, key string) int {
-	if m == nil || m.Kind != yaml.MappingNode {
-		return -1
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if k := deref(m.Content[i]); k != nil && k.Kind == yaml.ScalarNode && k.Value == key && k.Tag != "!!merge" {
-			return i
-		}
-	}
-	return -1
-}
-
-// mapGet returns the value of key in mapping m (aliases followed), or nil.
-func mapGet(m *yaml.Node, key string) *yaml.Node {
-	m = deref(m)
-	if i := mapIndex(m, key); i >= 0 {
-		return m.Content[i+1]
-	}
-	return nil
-}
+func (d *Document) top() *yaml.Node { return d.root.Content[0] }
 
 // child returns the mapping under key in m, creating it (at the end of m)
 // when absent or null when create is set. where names m in errors.
 func child(m *yaml.Node, key, where string, create bool) (*yaml.Node, error) {
-	i := mapIndex(m, key)
+	i := yamlnode.MapIndex(m, key)
 	if i < 0 {
 		if !create {
 			return nil, fmt.Errorf("%s: %w", join(where, key), ErrNotFound)
 		}
-		c := newMapping()
-		m.Content = append(m.Content, newKey(key), c)
+		c := yamlnode.NewMapping()
+		m.Content = append(m.Content, yamlnode.NewKey(key), c)
 		return c, nil
 	}
 	v := m.Content[i+1]
-	if isNull(v) {
+	if yamlnode.IsNull(v) {
 		if !create {
 			return nil, fmt.Errorf("%s: %w", join(where, key), ErrNotFound)
 		}
-		c := newMapping()
+		c := yamlnode.NewMapping()
 		c.HeadComment, c.LineComment, c.FootComment = v.HeadComment, v.LineComment, v.FootComment
 		m.Content[i+1] = c
 		return c, nil
 	}
-	if d := deref(v); d.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("%s: want a mapping, got %s", join(where, key), kindName(d))
+	if d := yamlnode.Deref(v); d.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s: want a mapping, got %s", join(where, key), yamlnode.KindName(d))
 	} else if d != v {
 		return nil, fmt.Errorf("%s: is an alias; edit the anchored mapping it refers to (or replace the alias by its own mapping)", join(where, key))
 	}
@@ -191,7 +133,7 @@ func (s slot) value() *yaml.Node {
 		}
 		return s.seq.Content[s.index]
 	}
-	if i := mapIndex(s.m, s.key); i >= 0 {
+	if i := yamlnode.MapIndex(s.m, s.key); i >= 0 {
 		return s.m.Content[i+1]
 	}
 	return nil
@@ -200,32 +142,32 @@ func (s slot) value() *yaml.Node {
 // locate finds o's slot. With create, the mappings above it are made when
 // absent (but never the resource of a domain, default or template: that
 // must exist). Errors wrap ErrNotFound for a missing parent.
-func (d *document) locate(o Object, create bool) (slot, error) {
+func (d *Document) locate(o Object, create bool) (slot, error) {
 	top := d.top()
 	if ik, ok := itemKinds[o.Kind]; ok {
-		i := mapIndex(top, ik.list)
+		i := yamlnode.MapIndex(top, ik.list)
 		var seq *yaml.Node
 		switch {
-		case i >= 0 && !isNull(top.Content[i+1]):
-			seq = deref(top.Content[i+1])
+		case i >= 0 && !yamlnode.IsNull(top.Content[i+1]):
+			seq = yamlnode.Deref(top.Content[i+1])
 			if seq.Kind != yaml.SequenceNode {
-				return slot{}, fmt.Errorf("%s: want a sequence of %ss, got %s", ik.list, ik.what, kindName(seq))
+				return slot{}, fmt.Errorf("%s: want a sequence of %ss, got %s", ik.list, ik.what, yamlnode.KindName(seq))
 			}
 			if seq != top.Content[i+1] {
 				return slot{}, fmt.Errorf("%s: is an alias; edit the anchored sequence it refers to", ik.list)
 			}
 		case !create:
-			return slot{seq: newSequence(), index: -1}, nil
+			return slot{seq: yamlnode.NewSequence(), index: -1}, nil
 		case i >= 0:
-			seq = newSequence()
+			seq = yamlnode.NewSequence()
 			top.Content[i+1] = seq
 		default:
-			seq = newSequence()
-			top.Content = append(top.Content, newKey(ik.list), seq)
+			seq = yamlnode.NewSequence()
+			top.Content = append(top.Content, yamlnode.NewKey(ik.list), seq)
 		}
 		s := slot{seq: seq, index: -1}
 		for j, t := range seq.Content {
-			if g := mapGet(deref(t), ik.name); g != nil && deref(g).Kind == yaml.ScalarNode && deref(g).Value == o.Name {
+			if g := yamlnode.MapGet(yamlnode.Deref(t), ik.name); g != nil && yamlnode.Deref(g).Kind == yaml.ScalarNode && yamlnode.Deref(g).Value == o.Name {
 				s.index = j
 				break
 			}
@@ -279,12 +221,12 @@ func (d *document) locate(o Object, create bool) (slot, error) {
 
 // isCopiesNode reports whether a resource's mapping says algorithm: copies.
 func isCopiesNode(r *yaml.Node) bool {
-	a := deref(mapGet(r, "algorithm"))
+	a := yamlnode.Deref(yamlnode.MapGet(r, "algorithm"))
 	return a != nil && a.Kind == yaml.ScalarNode && a.Value == "copies"
 }
 
-// get returns o's value node. Errors wrap ErrNotFound.
-func (d *document) get(o Object) (*yaml.Node, error) {
+// Get returns o's value node. Errors wrap ErrNotFound.
+func (d *Document) Get(o Object) (*yaml.Node, error) {
 	if o.Kind == KindDocument {
 		return d.top(), nil
 	}
@@ -299,37 +241,38 @@ func (d *document) get(o Object) (*yaml.Node, error) {
 	return v, nil
 }
 
-// putMode says what put does with an object that exists or does not.
-type putMode int
+// PutMode says what Put does with an object that exists or does not:
+// PutCreate, PutUpdate or PutUpsert.
+type PutMode int
 
 const (
-	modeCreate putMode = iota // fails with ErrExists when it exists
-	modeUpdate                // fails with ErrNotFound when it does not
-	modeUpsert                // either
+	PutCreate PutMode = iota // fails with ErrExists when it exists
+	PutUpdate                // fails with ErrNotFound when it does not
+	PutUpsert                // either
 )
 
-// put sets o's value to v (a node tree of its own): a new object is
+// Put sets o's value to v (a node tree of its own): a new object is
 // appended at the end of its mapping (or list), an existing one keeps its
 // place, its key's comments, its anchor, and the comments of the fields
 // and items v keeps.
-func (d *document) put(o Object, v *yaml.Node, mode putMode) error {
+func (d *Document) Put(o Object, v *yaml.Node, mode PutMode) error {
 	if o.Kind == KindDocument {
-		if deref(v).Kind != yaml.MappingNode {
-			return fmt.Errorf("the document: want a mapping, got %s", kindName(v))
+		if yamlnode.Deref(v).Kind != yaml.MappingNode {
+			return fmt.Errorf("the document: want a mapping, got %s", yamlnode.KindName(v))
 		}
 		carryComments(d.top(), v)
 		d.root.Content[0] = v
 		return nil
 	}
-	s, err := d.locate(o, mode != modeUpdate)
+	s, err := d.locate(o, mode != PutUpdate)
 	if err != nil {
 		return err
 	}
 	old := s.value()
 	switch {
-	case old != nil && mode == modeCreate:
+	case old != nil && mode == PutCreate:
 		return fmt.Errorf("%s: %w", o, ErrExists)
-	case old == nil && mode == modeUpdate:
+	case old == nil && mode == PutUpdate:
 		return fmt.Errorf("%s: %w", o, ErrNotFound)
 	}
 	if old != nil {
@@ -354,12 +297,12 @@ func (d *document) put(o Object, v *yaml.Node, mode putMode) error {
 		}
 		return nil
 	}
-	i := mapIndex(s.m, s.key)
+	i := yamlnode.MapIndex(s.m, s.key)
 	if i < 0 {
 		if len(s.m.Content) == 0 {
 			s.m.Style = 0 // an empty flow {} becomes a block mapping
 		}
-		s.m.Content = append(s.m.Content, newKey(s.key), v)
+		s.m.Content = append(s.m.Content, yamlnode.NewKey(s.key), v)
 		i = len(s.m.Content) - 2
 	}
 	s.m.Content[i+1] = v
@@ -409,8 +352,8 @@ func fixLineComments(n *yaml.Node) {
 	}
 }
 
-// remove deletes o. Errors wrap ErrNotFound when it does not exist.
-func (d *document) remove(o Object) error {
+// Remove deletes o. Errors wrap ErrNotFound when it does not exist.
+func (d *Document) Remove(o Object) error {
 	if o.Kind == KindDocument {
 		return errors.New("the whole document cannot be deleted")
 	}
@@ -428,7 +371,7 @@ func (d *document) remove(o Object) error {
 		}
 		return nil
 	}
-	i := mapIndex(s.m, s.key)
+	i := yamlnode.MapIndex(s.m, s.key)
 	// A comment above the removed key moves to the next key, if any.
 	if hc := s.m.Content[i].HeadComment; hc != "" && i+2 < len(s.m.Content) && s.m.Content[i+2].HeadComment == "" {
 		s.m.Content[i+2].HeadComment = hc
@@ -440,8 +383,8 @@ func (d *document) remove(o Object) error {
 	return nil
 }
 
-// list returns the objects of collection c, in document order.
-func (d *document) list(c Object) ([]Object, error) {
+// List returns the objects of collection c, in document order.
+func (d *Document) List(c Object) ([]Object, error) {
 	var out []Object
 	if ik, ok := itemKinds[c.Kind]; ok {
 		s, err := d.locate(c, false)
@@ -449,7 +392,7 @@ func (d *document) list(c Object) ([]Object, error) {
 			return nil, err
 		}
 		for _, t := range s.seq.Content {
-			if g := deref(mapGet(deref(t), ik.name)); g != nil && g.Kind == yaml.ScalarNode {
+			if g := yamlnode.Deref(yamlnode.MapGet(yamlnode.Deref(t), ik.name)); g != nil && g.Kind == yaml.ScalarNode {
 				out = append(out, Object{Kind: c.Kind, Name: g.Value})
 			}
 		}
@@ -458,23 +401,23 @@ func (d *document) list(c Object) ([]Object, error) {
 	var m *yaml.Node
 	switch c.Kind {
 	case KindResource, KindNamespace:
-		lim := deref(mapGet(d.top(), "limits"))
+		lim := yamlnode.Deref(yamlnode.MapGet(d.top(), "limits"))
 		field := "resources"
 		if c.Kind == KindNamespace {
 			field = "namespaces"
 		}
-		m = deref(mapGet(lim, field))
+		m = yamlnode.Deref(yamlnode.MapGet(lim, field))
 	case KindDomain:
-		rs := deref(mapGet(deref(mapGet(d.top(), "limits")), "resources"))
-		if mapIndex(rs, c.Name) < 0 {
+		rs := yamlnode.Deref(yamlnode.MapGet(yamlnode.Deref(yamlnode.MapGet(d.top(), "limits")), "resources"))
+		if yamlnode.MapIndex(rs, c.Name) < 0 {
 			return nil, fmt.Errorf("%s: %w", Resource(c.Name), ErrNotFound)
 		}
-		r := deref(mapGet(rs, c.Name))
+		r := yamlnode.Deref(yamlnode.MapGet(rs, c.Name))
 		field := "domains"
 		if isCopiesNode(r) {
 			field = "domain_limits"
 		}
-		m = deref(mapGet(r, field))
+		m = yamlnode.Deref(yamlnode.MapGet(r, field))
 	default:
 		return nil, fmt.Errorf("%s is not a collection", c)
 	}
@@ -482,7 +425,7 @@ func (d *document) list(c Object) ([]Object, error) {
 		return out, nil
 	}
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		k := deref(m.Content[i])
+		k := yamlnode.Deref(m.Content[i])
 		if k == nil || k.Kind != yaml.ScalarNode || k.Tag == "!!merge" {
 			continue
 		}
@@ -538,7 +481,7 @@ func carryComments(old, v *yaml.Node) {
 			if k.Kind != yaml.ScalarNode {
 				continue
 			}
-			if j := mapIndex(old, k.Value); j >= 0 {
+			if j := yamlnode.MapIndex(old, k.Value); j >= 0 {
 				carryComments(old.Content[j], k)
 				carryComments(old.Content[j+1], v.Content[i+1])
 			}

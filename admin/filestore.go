@@ -129,7 +129,7 @@ func (s *FileStore) read() (Snapshot, error) {
 // adopt records doc, found in the file, as version n.
 func (s *FileStore) adopt(n int64, prev, doc []byte) (Snapshot, error) {
 	a := Audit{Version: n, Time: s.now().UTC(), Op: OpImport, Object: "config", Hash: Hash(doc),
-		Diff: Diff(fmt.Sprintf("version %d", n-1), fmt.Sprintf("version %d (the file as found)", n), prev, doc)}
+		Diff: unifiedDiff(fmt.Sprintf("version %d", n-1), fmt.Sprintf("version %d (the file as found)", n), prev, doc)}
 	if err := s.writeEntry(a, doc); err != nil {
 		return Snapshot{}, err
 	}

@@ -12,7 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // The file store: a hand-written file is version 1; changes are new
@@ -108,7 +108,7 @@ func TestFileStore(t *testing.T) {
 	if _, err := s.Version(ctx, 4); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a dropped version: %v, want ErrNotFound", err)
 	}
-	if _, err := config.Load(path); err != nil {
+	if _, err := resources.Load(path); err != nil {
 		t.Errorf("the file does not load: %v", err)
 	}
 }

@@ -54,6 +54,15 @@ var itemKinds = map[Kind]struct{ list, name, what string }{
 	KindEnvoyDomain: {list: "envoy_ratelimit", name: "domain", what: "domain"},
 }
 
+// IsItem reports whether objects of kind k are items of a top-level list
+// of the document, each named by a field of its own (templates and Envoy
+// domains): their collection (templates/, envoy_ratelimit/) takes a
+// create, whose value names the new item.
+func (k Kind) IsItem() bool {
+	_, ok := itemKinds[k]
+	return ok
+}
+
 // String returns the kind's name: document, template, resource, domain,
 // default, bucket_template, namespace, global_default or envoy_domain.
 func (k Kind) String() string {

@@ -12,12 +12,13 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/admin/internal/yamlnode"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // Service is the admin API in Go: it reads and changes the configuration
 // document kept by a Store, object by object, validating every change
-// with config.Parse (the servers' loader) before storing it. The HTTP API
+// with resources.Parse (the servers' loader) before storing it. The HTTP API
 // (Handler) and any other front end (a CLI, the quota service's REST
 // API, a web page) are thin layers over it. It is safe for concurrent
 // use; the Store's compare-and-swap orders concurrent changes.
@@ -25,7 +26,7 @@ type Service struct {
 	store Store
 	log   *slog.Logger
 	now   func() time.Time
-	check func(*config.Repository) error
+	check func(*resources.Repository) error
 	sync  func(context.Context) error
 }
 
@@ -37,10 +38,10 @@ type Options struct {
 	// Now is the clock of the audit records; nil: time.Now.
 	Now func() time.Time
 	// Check, if set, is asked about every new document that loads
-	// (config.Parse), before it is stored: an error refuses the change as
+	// (resources.Parse), before it is stored: an error refuses the change as
 	// invalid (*InvalidError, each joined error one entry), for what only
 	// the server knows, e.g. that its limits come from elsewhere.
-	Check func(*config.Repository) error
+	Check func(*resources.Repository) error
 	// Sync, if set, is called after every change is stored and before it
 	// answers: it brings the server's own configuration up to date with
 	// the store (its watcher rereads the file or key and applies what
@@ -70,7 +71,7 @@ func (s *Service) Store() Store { return s.store }
 // ErrInvalid is wrapped by an *InvalidError.
 var ErrInvalid = errors.New("invalid configuration")
 
-// InvalidError refuses a change whose document config.Parse refuses, or
+// InvalidError refuses a change whose document resources.Parse refuses, or
 // whose body does not decode: Errors lists every problem, each naming
 // its field ("limits.resources.api.domains.x.fill_rate: 0 must be > 0
 // (tokens per second)", "body.size: given more than once"). The HTTP API
@@ -87,8 +88,10 @@ func (e *InvalidError) Error() string {
 // Unwrap returns ErrInvalid.
 func (e *InvalidError) Unwrap() error { return ErrInvalid }
 
-// invalid turns err (joined errors) into an *InvalidError.
-func invalid(err error) *InvalidError {
+// Invalid turns err (joined errors, or one error of several lines) into
+// an *InvalidError with one line of Errors each: how the HTTP APIs answer
+// a body that does not decode.
+func Invalid(err error) *InvalidError {
 	var out []string
 	var walk func(error)
 	walk = func(e error) {
@@ -159,7 +162,7 @@ type Result struct {
 	// the whole document).
 	View *ObjectView `json:"view,omitempty"`
 	// Notes is what loading the new document normalizes
-	// (config.Repository.Notes).
+	// (resources.Repository.Notes).
 	Notes []string `json:"notes,omitempty"`
 	// Diff is the unified diff of the document. When the stored document
 	// was written differently from how the admin API writes YAML
@@ -177,9 +180,10 @@ type Result struct {
 	Audit *Audit `json:"audit,omitempty"`
 }
 
-// maxRetries bounds how often a change made against "the current
-// version" (IfVersion 0) is rebuilt after losing a race.
-const maxRetries = 5
+// MaxRetries bounds how often a change made against "the current
+// version" (IfVersion 0) is rebuilt after losing a race; the quota
+// service's API (admin/quotaapi) rebuilds its own changes as often.
+const MaxRetries = 5
 
 // Apply validates and stores a change. Errors: *ConflictError (a stale
 // IfVersion), *InvalidError (the new document does not load, or the value
@@ -210,7 +214,7 @@ func (s *Service) apply(ctx context.Context, c Change, op Op, from int64) (Resul
 		a, err := s.store.Write(ctx, snap.Version, doc, Audit{Time: s.now(), User: c.User, Auth: c.Auth,
 			Op: res.Op, Object: res.Object.String(), From: from, Diff: res.Diff})
 		var ce *ConflictError
-		if errors.As(err, &ce) && c.IfVersion == 0 && attempt < maxRetries {
+		if errors.As(err, &ce) && c.IfVersion == 0 && attempt < MaxRetries {
 			continue // someone else's change came first: build on it
 		}
 		if err != nil {
@@ -240,17 +244,17 @@ func (s *Service) build(snap Snapshot, c Change) (Result, []byte, error) {
 	switch c.Op {
 	case OpReplace:
 		if len(c.Document) > MaxBodyBytes {
-			return res, nil, invalid(&DecodeError{Msg: fmt.Sprintf("%d bytes; at most %d", len(c.Document), MaxBodyBytes)})
+			return res, nil, Invalid(&DecodeError{Msg: fmt.Sprintf("%d bytes; at most %d", len(c.Document), MaxBodyBytes)})
 		}
 		res.Object = Object{}
 		doc = c.Document
-		res.Diff = Diff(fmt.Sprintf("version %d", snap.Version), "new", snap.Document, doc)
+		res.Diff = unifiedDiff(fmt.Sprintf("version %d", snap.Version), "new", snap.Document, doc)
 	case OpCreate, OpUpdate, OpDelete:
-		d, err := parseDocument(snap.Document)
+		d, err := ParseDocument(snap.Document)
 		if err != nil {
 			return res, nil, fmt.Errorf("the stored document does not parse; replace it whole: %w", err)
 		}
-		before, err := d.encode()
+		before, err := d.Encode()
 		if err != nil {
 			return res, nil, err
 		}
@@ -259,30 +263,30 @@ func (s *Service) build(snap Snapshot, c Change) (Result, []byte, error) {
 			return res, nil, err
 		}
 		res.Object = o
-		if doc, err = d.encode(); err != nil {
+		if doc, err = d.Encode(); err != nil {
 			return res, nil, err
 		}
 		if err := sameValue(d, doc); err != nil {
 			return res, nil, err
 		}
 		res.Reformatted = !bytes.Equal(before, snap.Document)
-		res.Diff = Diff(fmt.Sprintf("version %d", snap.Version), "new", before, doc)
+		res.Diff = unifiedDiff(fmt.Sprintf("version %d", snap.Version), "new", before, doc)
 	default:
 		return res, nil, fmt.Errorf("admin: unknown change %q", c.Op)
 	}
-	repo, err := config.Parse(doc)
+	repo, err := resources.Parse(doc)
 	if err == nil && s.check != nil {
 		err = s.check(repo)
 	}
 	if err != nil {
-		return res, nil, invalid(err)
+		return res, nil, Invalid(err)
 	}
 	res.Notes = repo.Notes()
 	res.Hash = Hash(doc)
 	if res.Op != OpDelete && res.Object.Kind != KindDocument {
-		d, err := parseDocument(doc)
+		d, err := ParseDocument(doc)
 		if err == nil {
-			if n, err := d.get(res.Object); err == nil {
+			if n, err := d.Get(res.Object); err == nil {
 				v := newObjectView(res.Object, n, repo)
 				res.View = &v
 			}
@@ -300,7 +304,7 @@ func (s *Service) build(snap Snapshot, c Change) (Result, []byte, error) {
 
 // edit applies an object change to d and returns the object changed
 // (named, for a template created through its collection).
-func (s *Service) edit(d *document, res *Result, c Change) (Object, error) {
+func (s *Service) edit(d *Document, res *Result, c Change) (Object, error) {
 	o := c.Object
 	if o.Kind == KindDocument {
 		return o, fmt.Errorf("admin: %s the whole document: use OpReplace", c.Op)
@@ -309,10 +313,10 @@ func (s *Service) edit(d *document, res *Result, c Change) (Object, error) {
 		if o.IsCollection() {
 			return o, fmt.Errorf("admin: %s is a collection; delete its objects one by one", o)
 		}
-		return o, d.remove(o)
+		return o, d.Remove(o)
 	}
 	if c.Value == nil {
-		return o, invalid(&DecodeError{Msg: "empty; want a JSON or YAML object"})
+		return o, Invalid(&DecodeError{Msg: "empty; want a JSON or YAML object"})
 	}
 	v := c.Value
 	if _, ok := itemKinds[o.Kind]; ok {
@@ -325,30 +329,30 @@ func (s *Service) edit(d *document, res *Result, c Change) (Object, error) {
 	}
 	copiesDomain := false
 	if o.Kind == KindDomain {
-		if r, err := d.get(Resource(o.Name)); err == nil {
-			copiesDomain = isCopiesNode(deref(r))
+		if r, err := d.Get(Resource(o.Name)); err == nil {
+			copiesDomain = isCopiesNode(yamlnode.Deref(r))
 		}
 	}
 	if err := checkShape(o, v, copiesDomain); err != nil {
-		return o, invalid(err)
+		return o, Invalid(err)
 	}
-	mode := modeCreate
+	mode := PutCreate
 	switch {
 	case c.Op == OpUpdate && c.Upsert:
-		mode = modeUpsert
-		if _, err := d.get(o); errors.Is(err, ErrNotFound) {
+		mode = PutUpsert
+		if _, err := d.Get(o); errors.Is(err, ErrNotFound) {
 			res.Op = OpCreate
 		}
 	case c.Op == OpUpdate:
-		mode = modeUpdate
+		mode = PutUpdate
 	}
-	return o, d.put(o, v, mode)
+	return o, d.Put(o, v, mode)
 }
 
 // sameValue checks that doc, d written as YAML, reads back as the value
 // d holds: the YAML library writes a few rare constructs back as others.
-func sameValue(d *document, doc []byte) error {
-	back, err := parseDocument(doc)
+func sameValue(d *Document, doc []byte) error {
+	back, err := ParseDocument(doc)
 	if err != nil {
 		return fmt.Errorf("admin: the edited document does not read back: %w", err)
 	}
@@ -364,25 +368,25 @@ func sameValue(d *document, doc []byte) error {
 func itemName(o Object, v *yaml.Node) (Object, error) {
 	ik := itemKinds[o.Kind]
 	if v.Kind != yaml.MappingNode {
-		return o, invalid(&DecodeError{Msg: fmt.Sprintf("want a mapping (the %s's fields), got %s", ik.what, kindName(v))})
+		return o, Invalid(&DecodeError{Msg: fmt.Sprintf("want a mapping (the %s's fields), got %s", ik.what, yamlnode.KindName(v))})
 	}
-	i := mapIndex(v, ik.name)
+	i := yamlnode.MapIndex(v, ik.name)
 	switch {
 	case i < 0 && o.Name == "":
-		return o, invalid(&DecodeError{Field: ik.name, Msg: fmt.Sprintf("required (the %s's name)", ik.what)})
+		return o, Invalid(&DecodeError{Field: ik.name, Msg: fmt.Sprintf("required (the %s's name)", ik.what)})
 	case i < 0:
-		v.Content = append([]*yaml.Node{newKey(ik.name), {Kind: yaml.ScalarNode, Tag: "!!str", Value: o.Name}}, v.Content...)
+		v.Content = append([]*yaml.Node{yamlnode.NewKey(ik.name), {Kind: yaml.ScalarNode, Tag: "!!str", Value: o.Name}}, v.Content...)
 		return o, nil
 	}
 	g := v.Content[i+1]
 	if g.Kind != yaml.ScalarNode || g.Tag != "!!str" || g.Value == "" {
-		return o, invalid(&DecodeError{Field: ik.name, Msg: fmt.Sprintf("want a non-empty string, got %s", kindName(g))})
+		return o, Invalid(&DecodeError{Field: ik.name, Msg: fmt.Sprintf("want a non-empty string, got %s", yamlnode.KindName(g))})
 	}
 	if o.Name == "" {
 		return Object{Kind: o.Kind, Name: g.Value}, nil
 	}
 	if g.Value != o.Name {
-		return o, invalid(&DecodeError{Field: ik.name, Msg: fmt.Sprintf("%q is not the path's %q (rename a %s by deleting it and creating the new one)", g.Value, o.Name, ik.what)})
+		return o, Invalid(&DecodeError{Field: ik.name, Msg: fmt.Sprintf("%q is not the path's %q (rename a %s by deleting it and creating the new one)", g.Value, o.Name, ik.what)})
 	}
 	return o, nil
 }
@@ -409,8 +413,8 @@ func (s *Service) Config(ctx context.Context) (Current, error) {
 		return Current{}, err
 	}
 	c := Current{Version: snap.Version, Document: string(snap.Document), Hash: Hash(snap.Document), Store: s.store.String()}
-	if repo, err := config.Parse(snap.Document); err != nil {
-		c.Errors = invalid(err).Errors
+	if repo, err := resources.Parse(snap.Document); err != nil {
+		c.Errors = Invalid(err).Errors
 	} else {
 		c.Notes = repo.Notes()
 	}
@@ -418,16 +422,16 @@ func (s *Service) Config(ctx context.Context) (Current, error) {
 }
 
 // load reads and parses the current document.
-func (s *Service) load(ctx context.Context) (int64, *document, *config.Repository, error) {
+func (s *Service) load(ctx context.Context) (int64, *Document, *resources.Repository, error) {
 	snap, err := s.store.Read(ctx)
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	d, err := parseDocument(snap.Document)
+	d, err := ParseDocument(snap.Document)
 	if err != nil {
 		return snap.Version, nil, nil, err
 	}
-	repo, _ := config.Parse(snap.Document) // nil when it does not load: no Effective
+	repo, _ := resources.Parse(snap.Document) // nil when it does not load: no Effective
 	return snap.Version, d, repo, nil
 }
 
@@ -441,7 +445,7 @@ func (s *Service) Get(ctx context.Context, o Object) (ObjectView, int64, error) 
 	if err != nil {
 		return ObjectView{}, v, err
 	}
-	n, err := d.get(o)
+	n, err := d.Get(o)
 	if err != nil {
 		return ObjectView{}, v, err
 	}
@@ -465,13 +469,13 @@ func (s *Service) List(ctx context.Context, c Object) (Listing, error) {
 	if err != nil {
 		return Listing{Version: v}, err
 	}
-	objs, err := d.list(c)
+	objs, err := d.List(c)
 	if err != nil {
 		return Listing{Version: v}, err
 	}
 	out := Listing{Version: v, Objects: make([]ObjectView, 0, len(objs))}
 	for _, o := range objs {
-		if n, err := d.get(o); err == nil {
+		if n, err := d.Get(o); err == nil {
 			out.Objects = append(out.Objects, newObjectView(o, n, repo))
 		}
 	}
@@ -495,13 +499,13 @@ func (s *Service) DiffVersions(ctx context.Context, a, b int64) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	return Diff(fmt.Sprintf("version %d", a), fmt.Sprintf("version %d", b), ea.Document, eb.Document), nil
+	return unifiedDiff(fmt.Sprintf("version %d", a), fmt.Sprintf("version %d", b), ea.Document, eb.Document), nil
 }
 
 // Rollback stores kept version n's document, byte for byte, as a new
 // version (OpRollback, From n). IfVersion, DryRun, User and Auth are
 // those of c; its other fields are ignored. The document must still load
-// (config.Parse), else *InvalidError.
+// (resources.Parse), else *InvalidError.
 func (s *Service) Rollback(ctx context.Context, n int64, c Change) (Result, error) {
 	e, err := s.store.Entry(ctx, n)
 	if err != nil {

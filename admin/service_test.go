@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // testDoc is a configuration with a comment on nearly everything, written
@@ -76,7 +76,7 @@ func jsonBody(t *testing.T, s string) Change {
 }
 
 // Every kind of object is read, created, updated and deleted; each change
-// leaves a document config.Parse loads, keeps every comment it does not
+// leaves a document resources.Parse loads, keeps every comment it does not
 // remove, and diffs as just the change.
 func TestServiceObjects(t *testing.T) {
 	ctx := context.Background()
@@ -162,7 +162,7 @@ func TestServiceObjects(t *testing.T) {
 			t.Errorf("%s: reformatted a document written in the API's style", st.name)
 		}
 		data, _ := os.ReadFile(path)
-		if _, err := config.Parse(data); err != nil {
+		if _, err := resources.Parse(data); err != nil {
 			t.Fatalf("%s: the stored document does not load: %v", st.name, err)
 		}
 		for _, c := range []string{"# Sluice configuration (a comment at the top)", "# the database", "# the public API", "# a hundred", "# unconfigured open/ resources are free"} {
@@ -349,7 +349,7 @@ func TestServiceConflict(t *testing.T) {
 // A flow mapping replaced by a nested one becomes a block mapping, its
 // line comment now its key's (on the same line).
 func TestDocumentLineComment(t *testing.T) {
-	d, err := parseDocument([]byte("limits:\n  resources:\n    api: {default: {size: 1, fill_rate: 1}} # the API\n    other: {}\n"))
+	d, err := ParseDocument([]byte("limits:\n  resources:\n    api: {default: {size: 1, fill_rate: 1}} # the API\n    other: {}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,10 +357,10 @@ func TestDocumentLineComment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.put(Resource("api"), v, modeUpdate); err != nil {
+	if err := d.Put(Resource("api"), v, PutUpdate); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := d.encode()
+	got, _ := d.Encode()
 	want := "limits:\n  resources:\n    api: # the API\n      domains:\n        x:\n          size: 2\n    other: {}\n"
 	if string(got) != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
@@ -378,7 +378,7 @@ func TestServiceCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(fs, Options{Check: func(r *config.Repository) error {
+	s := New(fs, Options{Check: func(r *resources.Repository) error {
 		if r.Limits() != nil {
 			return errors.New("limits: this server reads its limits from --quotaservice-config q.yaml")
 		}

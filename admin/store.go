@@ -151,7 +151,7 @@ func (e *ConflictError) Error() string {
 // Unwrap returns ErrConflict.
 func (e *ConflictError) Unwrap() error { return ErrConflict }
 
-// Hash returns the hex SHA-256 of doc, as config.Repository.Hash.
+// Hash returns the hex SHA-256 of doc, as resources.Repository.Hash.
 func Hash(doc []byte) string {
 	s := sha256.Sum256(doc)
 	return hex.EncodeToString(s[:])

@@ -7,13 +7,14 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/admin/internal/yamlnode"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // ObjectView is one object of the configuration: as written in the
-// document and as the loader (config.Parse) sees it.
+// document and as the loader (resources.Parse) sees it.
 type ObjectView struct {
 	// Object is the object's path ("limits/resources/api/domains/x").
 	Object Object `json:"object"`
@@ -36,7 +37,7 @@ type ObjectView struct {
 	Effective any `json:"effective,omitempty"`
 }
 
-func newObjectView(o Object, n *yaml.Node, repo *config.Repository) ObjectView {
+func newObjectView(o Object, n *yaml.Node, repo *resources.Repository) ObjectView {
 	v := ObjectView{Object: o, Kind: o.Kind, Name: o.Name, Domain: o.Domain, Value: nodeValue(n, 0)}
 	if b, err := encodeNode(n); err == nil {
 		v.YAML = string(b)
@@ -59,7 +60,7 @@ func nodeValue(n *yaml.Node, depth int) any {
 }
 
 func valueOf(n *yaml.Node, depth int, budget *int) any {
-	n = deref(n)
+	n = yamlnode.Deref(n)
 	if *budget--; n == nil || depth > 100 || *budget < 0 {
 		return nil
 	}
@@ -72,7 +73,7 @@ func valueOf(n *yaml.Node, depth int, budget *int) any {
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := deref(n.Content[i])
+			k := yamlnode.Deref(n.Content[i])
 			if k == nil || k.Kind != yaml.ScalarNode {
 				continue
 			}
@@ -133,11 +134,11 @@ type TemplateView struct {
 
 // AlgorithmView is a template's algorithm; durations in whole seconds.
 type AlgorithmView struct {
-	Kind                 string             `json:"kind"`
-	LeaseLength          int64              `json:"lease_length"`
-	RefreshInterval      int64              `json:"refresh_interval"`
-	LearningModeDuration int64              `json:"learning_mode_duration"`
-	Parameters           []config.Parameter `json:"parameters,omitempty"`
+	Kind                 string                `json:"kind"`
+	LeaseLength          int64                 `json:"lease_length"`
+	RefreshInterval      int64                 `json:"refresh_interval"`
+	LearningModeDuration int64                 `json:"learning_mode_duration"`
+	Parameters           []resources.Parameter `json:"parameters,omitempty"`
 }
 
 // BucketView is a token bucket with every default applied. Durations are
@@ -303,7 +304,7 @@ type EnvoyDomainView struct {
 
 // effective returns o as repo's loader sees it, or nil when repo has no
 // such object.
-func effective(o Object, repo *config.Repository) any {
+func effective(o Object, repo *resources.Repository) any {
 	if o.Kind == KindEnvoyDomain {
 		d := repo.EnvoyRateLimit().Domain(o.Name)
 		if d == nil {

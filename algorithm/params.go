@@ -63,7 +63,7 @@ var (
 	ErrBadParameterValue = errors.New("bad algorithm parameter value")
 )
 
-// Parameter is one named algorithm parameter as configured (config) or
+// Parameter is one named algorithm parameter as configured (resources) or
 // received on the wire (doorman.NamedParameter). An absent value is "".
 //
 // Source: doorman-design.md, "Root server configuration" (NamedParameter).

@@ -13,8 +13,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/server/capacity"
 )
@@ -50,7 +50,7 @@ type testServer struct {
 
 func startServer(t *testing.T) *testServer {
 	t.Helper()
-	repo, err := config.Parse([]byte(cfg))
+	repo, err := resources.Parse([]byte(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func startServer(t *testing.T) *testServer {
 		t.Fatal(err)
 	}
 	ts := &testServer{addr: lis.Addr().String()}
-	srv, err := server.New(context.Background(), server.Config{Advertise: ts.addr, Doorman: repo, Logger: quiet})
+	srv, err := server.New(context.Background(), server.Config{Listen: server.Listen{Advertise: ts.addr}, Document: server.Document{Fixed: repo}, Runtime: server.Runtime{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

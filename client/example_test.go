@@ -16,13 +16,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server"
 )
 
 // startExampleServer runs a capacity server on loopback for the examples.
 func startExampleServer() (addr string, stop func()) {
-	repo, err := config.Parse([]byte(`
+	repo, err := resources.Parse([]byte(`
 resources:
   - identifier_glob: "db/*"
     capacity: 100
@@ -37,7 +37,7 @@ resources:
 	}
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
-	srv, err := server.New(context.Background(), server.Config{Advertise: lis.Addr().String(), Doorman: repo, Logger: slog.New(slog.DiscardHandler)})
+	srv, err := server.New(context.Background(), server.Config{Listen: server.Listen{Advertise: lis.Addr().String()}, Document: server.Document{Fixed: repo}, Runtime: server.Runtime{Logger: slog.New(slog.DiscardHandler)}})
 	if err != nil {
 		panic(err)
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 )
 
@@ -23,7 +23,7 @@ func newFakeClock() *testutil.Clock { return testutil.NewClock(time.Unix(1_800_0
 // of yaml.
 func fakeServer(t *testing.T, yaml string, clock *testutil.Clock) *capacity.Service {
 	t.Helper()
-	repo, err := config.Parse([]byte(yaml))
+	repo, err := resources.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,14 +9,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 )
 
 func TestClientMetrics(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return now }
-	cfg, err := config.Parse([]byte(`
+	cfg, err := resources.Parse([]byte(`
 resources:
   - identifier_glob: "r"
     capacity: 10

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 )
 
@@ -29,7 +29,7 @@ import (
 // rate permits per second from an in-process server.
 func limiterAt(t *testing.T, rate float64) *client.RateLimiter {
 	t.Helper()
-	cfg, err := config.Parse([]byte("resources:\n  - {identifier_glob: r, capacity: " + formatFloat(rate) +
+	cfg, err := resources.Parse([]byte("resources:\n  - {identifier_glob: r, capacity: " + formatFloat(rate) +
 		", algorithm: {kind: FAIR_SHARE, lease_length: 300, refresh_interval: 60, learning_mode_duration: 0}}\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -26,8 +26,8 @@ import (
 
 	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/ratelimit"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -438,14 +438,14 @@ func (cr *clientRun) close() {
 
 // prepare fills a demo's zero Out (io.Discard) and Logger (discarding),
 // and parses its embedded configuration.
-func prepare(out *io.Writer, logger **slog.Logger, yaml []byte) (*config.Repository, error) {
+func prepare(out *io.Writer, logger **slog.Logger, yaml []byte) (*resources.Repository, error) {
 	if *out == nil {
 		*out = io.Discard
 	}
 	if *logger == nil {
 		*logger = slog.New(slog.DiscardHandler)
 	}
-	repo, err := config.Parse(yaml)
+	repo, err := resources.Parse(yaml)
 	if err != nil {
 		return nil, fmt.Errorf("demo: embedded configuration: %w", err)
 	}

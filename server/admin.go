@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/admin/adminhttp"
 	"github.com/sluice-rl/sluice/admin/etcdstore"
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/admin/quotaapi"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // Admin configures the admin API at /admin/v1/ (JSON: the configuration
@@ -47,12 +49,12 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	if a.Keep == 0 {
 		a.Keep = admin.DefaultKeep
 	}
-	prefixes, err := admin.ParsePrefixes(a.TrustForwarded)
+	prefixes, err := adminhttp.ParsePrefixes(a.TrustForwarded)
 	if err != nil {
 		return nil, &FieldError{Field: "Admin.TrustForwarded", Err: err}
 	}
 	clientCerts := s.tls.endpoint != nil && s.tls.endpoint.ClientCAs != nil
-	auth, err := admin.NewAuth(admin.AuthOptions{TokenFile: a.TokenFile, ClientCerts: clientCerts, TrustForwarded: prefixes,
+	auth, err := adminhttp.NewAuth(adminhttp.AuthOptions{TokenFile: a.TokenFile, ClientCerts: clientCerts, TrustForwarded: prefixes,
 		Insecure: a.Insecure, AuthReads: a.AuthReads, Logger: s.log})
 	if err != nil {
 		return nil, err
@@ -76,7 +78,7 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	}
 	var svc, qsSvc *admin.Service
 	if store != nil {
-		svc = admin.New(store, admin.Options{Logger: s.log, Check: func(r *config.Repository) error {
+		svc = admin.New(store, admin.Options{Logger: s.log, Check: func(r *resources.Repository) error {
 			if quotaPath != "" && r.Limits() != nil {
 				return fmt.Errorf("limits: this server reads its limits from Document.QuotaServicePath %s, and refuses a limits section in Document.Path; edit them through /api, or /admin/v1 on a server without Document.Path", quotaPath)
 			}
@@ -90,11 +92,11 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	// Source: issue 26, "The quota service's admin API on Square's own
 	// file".
 	if quotaPath != "" {
-		qs, err := admin.OpenQuotaServiceFile(quotaPath, admin.FileOptions{Keep: a.Keep})
+		qs, err := quotaapi.OpenFile(quotaPath, admin.FileOptions{Keep: a.Keep})
 		if err != nil {
 			s.log.Warn("quota service admin API disabled", "err", err)
 		} else {
-			qsSvc = admin.New(qs, admin.Options{Logger: s.log, Check: admin.QuotaServiceCheck, Sync: s.syncQuota})
+			qsSvc = admin.New(qs, admin.Options{Logger: s.log, Check: quotaapi.Check, Sync: s.syncQuota})
 			if svc == nil {
 				svc, store = qsSvc, qs
 			}
@@ -107,22 +109,22 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 		case a.Insecure:
 			s.log.Warn("Admin.Insecure: anyone on this host may change the configuration through /admin/v1/ without credentials", "store", store.String())
 		case !auth.WritesEnabled():
-			s.log.Info("admin API read-only: " + admin.DisabledMessage)
+			s.log.Info("admin API read-only: " + adminhttp.DisabledMessage)
 		default:
 			s.log.Info("admin API", "store", store.String(), "authentication", strings.Join(auth.Methods(), ","), "history", a.Keep)
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle(admin.Prefix, admin.Handler(svc, auth, s.log))
+	mux.Handle(adminhttp.Prefix, adminhttp.Handler(svc, auth, s.log))
 	// The quota service's admin REST API at /api, with the same
 	// authentication, and the limits engine for /api/stats.
 	//
 	// Source: issue 16, "Compatible with quotaservice's admin tools";
 	// quotaservice-wire.md, "Admin REST API".
-	opts := admin.QSOptions{Stats: admin.EngineStats(s.limits.Engine(), time.Now), Logger: s.log}
-	qh := admin.QuotaServiceHandler(qsSvc, auth, opts)
-	mux.Handle(admin.QSPrefix, qh)
-	mux.Handle(admin.QSPrefix+"/", qh)
+	opts := quotaapi.Options{Stats: quotaapi.EngineStats(s.limits.Engine(), time.Now), Logger: s.log}
+	qh := quotaapi.Handler(qsSvc, auth, opts)
+	mux.Handle(quotaapi.Prefix, qh)
+	mux.Handle(quotaapi.Prefix+"/", qh)
 	mux.Handle("/", handler)
 	return mux, nil
 }

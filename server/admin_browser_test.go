@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/admin/adminhttp"
 	"github.com/sluice-rl/sluice/limits"
 )
 
@@ -152,7 +153,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 		chromedp.Click(css("#load")),
 	))
 	waitText("#mode", "version 3 read")
-	req, err := http.NewRequest(http.MethodPut, base+admin.Prefix+bucket, strings.NewReader(`{"size": 10, "fill_rate": 5, "max_tokens_per_request": 10}`))
+	req, err := http.NewRequest(http.MethodPut, base+adminhttp.Prefix+bucket, strings.NewReader(`{"size": 10, "fill_rate": 5, "max_tokens_per_request": 10}`))
 	if err != nil {
 		t.Fatal(err)
 	}

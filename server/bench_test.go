@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // BenchmarkGetCapacityGRPC measures GetCapacity over real gRPC on loopback
@@ -22,7 +22,7 @@ import (
 func BenchmarkGetCapacityGRPC(b *testing.B) {
 	for _, n := range []int{100, 10_000} {
 		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
-			repo, err := config.Parse([]byte(`
+			repo, err := resources.Parse([]byte(`
 resources:
   - identifier_glob: r
     capacity: 1000

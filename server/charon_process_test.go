@@ -18,9 +18,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/fixture"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // charonChildEnv makes the test binary a client process: its value is the
@@ -148,7 +148,7 @@ func startChild(t *testing.T, addr, do string) (*exec.Cmd, childReport) {
 // ttl passes); another process seizes a transfer staged by a third and
 // releases it.
 func TestCharonProcesses(t *testing.T) {
-	s, _ := startServer(t, Config{ID: "charon", Document: Document{Fixed: config.Compose(nil, nil, fixture.Sandboxes(), nil)}})
+	s, _ := startServer(t, Config{ID: "charon", Document: Document{Fixed: resources.Compose(nil, nil, fixture.Sandboxes(), nil)}})
 	addr := s.Addr()
 	held := func() int64 { return globalHolds(s.Sessions().Snapshot()) }
 

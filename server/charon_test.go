@@ -9,11 +9,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // charonServer runs a server of fixture.Sandboxes and a rate-limited resource
@@ -23,7 +23,7 @@ func charonServer(t *testing.T) (*Server, v1.LimitsClient) {
 	t.Helper()
 	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
 	rate := &limits.Config{Resources: map[string]*limits.Resource{"api": {Default: &limits.Bucket{Size: 10, FillRate: 1, MaxTokensPerRequest: 10}}}}
-	s, _ := startServer(t, Config{ID: "charon", Runtime: Runtime{Now: clock.Now}, Document: Document{Fixed: config.Compose(nil, rate, fixture.Sandboxes(), nil)}})
+	s, _ := startServer(t, Config{ID: "charon", Runtime: Runtime{Now: clock.Now}, Document: Document{Fixed: resources.Compose(nil, rate, fixture.Sandboxes(), nil)}})
 	return s, v1.NewLimitsClient(testutil.Dial(t, s.Addr()))
 }
 

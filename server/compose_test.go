@@ -18,7 +18,6 @@ import (
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 	"github.com/sluice-rl/sluice/internal/testutil/fixture"
@@ -28,6 +27,7 @@ import (
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/envoyrls"
 )
 
@@ -239,7 +239,7 @@ func redisServer(t *testing.T, c redis.UniversalClient, prefix string, closed *a
 	sh.Copies = nil
 	closeStore := sh.Close
 	sh.Close = func() error { closed.Add(1); return closeStore() }
-	return startServer(t, Config{Document: Document{Fixed: config.Compose(nil, cfg, nil, nil)}, Store: Store{Shared: sh}})
+	return startServer(t, Config{Document: Document{Fixed: resources.Compose(nil, cfg, nil, nil)}, Store: Store{Shared: sh}})
 }
 
 // Redis, as `sluice server --redis`: two servers on one redis-server
@@ -302,7 +302,7 @@ func TestComposeFleet(t *testing.T) {
 	srv := redistest.StartT(t)
 	fleetServer := func() (*Server, v1.LimitsClient) {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		s, _ := startServer(t, Config{Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, Document: Document{Fixed: config.Compose(nil, nil, fixture.Sandboxes(), nil)}, Store: Store{Shared: redisShared(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c)}, Sessions: Sessions{Fleet: Fleet{Prefix: "/" + t.Name()}}})
+		s, _ := startServer(t, Config{Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, Document: Document{Fixed: resources.Compose(nil, nil, fixture.Sandboxes(), nil)}, Store: Store{Shared: redisShared(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c)}, Sessions: Sessions{Fleet: Fleet{Prefix: "/" + t.Name()}}})
 		lc := v1.NewLimitsClient(testutil.Dial(t, s.Addr()))
 		// A member serves holds once it has its epoch.
 		testutil.Eventually(t, 30*time.Second, s.Addr()+" to serve holds", func() bool {
@@ -319,7 +319,7 @@ func TestComposeFleet(t *testing.T) {
 	// answer Unavailable, so it is not ready.
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	joining := assemble(t, Config{Listen: Listen{Address: "127.0.0.1:0"}, Etcd: Etcd{Endpoints: []string{etcd.Endpoint}},
-		Document: Document{Fixed: config.Compose(nil, nil, fixture.Sandboxes(), nil)},
+		Document: Document{Fixed: resources.Compose(nil, nil, fixture.Sandboxes(), nil)},
 		Store:    Store{Shared: redisShared(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c)}, Sessions: Sessions{Fleet: Fleet{Prefix: "/" + t.Name()}}})
 	if ok, why := joining.Ready(); ok || !strings.Contains(why, "not a member of the fleet") {
 		t.Errorf("a member without its epoch: Ready %v %q, want not ready, not a member of the fleet", ok, why)
@@ -409,17 +409,17 @@ limits:
 		cfg  Config
 		want string // in the error
 	}{
-		{"invalid limits", Config{Document: Document{Fixed: config.Compose(nil, badBucket, nil, nil)}}, "fill_rate"},
+		{"invalid limits", Config{Document: Document{Fixed: resources.Compose(nil, badBucket, nil, nil)}}, "fill_rate"},
 		{"invalid limits in the configuration file", Config{Document: Document{Path: badFile}}, "fill_rate"},
-		{"invalid copy-limited resources", Config{Document: Document{Fixed: config.Compose(nil, nil, &copies.Config{Resources: map[string]copies.Resource{"no spaces": {DomainLimit: 1}}}, nil)}}, "resource name"},
+		{"invalid copy-limited resources", Config{Document: Document{Fixed: resources.Compose(nil, nil, &copies.Config{Resources: map[string]copies.Resource{"no spaces": {DomainLimit: 1}}}, nil)}}, "resource name"},
 		{"limits configured twice", Config{Document: Document{Path: withLimits, QuotaServicePath: quota}}, "configured twice"},
 		{"a missing configuration file", Config{Document: Document{Path: filepath.Join(t.TempDir(), "none.yaml")}}, "none.yaml"},
 		{"election etcd without endpoints", Config{Election: Election{Kind: "etcd", Key: "/k"}}, "Etcd.Endpoints: required with Election.Kind etcd"},
 		{"election etcd without a key", Config{Election: Election{Kind: "etcd"}, Etcd: Etcd{Endpoints: []string{"127.0.0.1:1"}}}, "Election.Key: required"},
 		{"configuration on etcd without endpoints", Config{Document: Document{Path: "etcd:/config"}}, "Etcd.Endpoints: required with Document.Path etcd:/KEY"},
 		{"a bad election kind", Config{Election: Election{Kind: "zookeeper"}}, `Election.Kind: "zookeeper"`},
-		{"a path and a fixed document", Config{Document: Document{Path: withLimits, Fixed: config.Compose(nil, nil, nil, nil)}}, "Document.Fixed: set with Document.Path"},
-		{"limits twice, fixed", Config{Document: Document{QuotaServicePath: quota, Fixed: config.Compose(nil, &limits.Config{}, nil, nil)}}, "Document.QuotaServicePath: limits configured twice: in the limits section of Document.Fixed"},
+		{"a path and a fixed document", Config{Document: Document{Path: withLimits, Fixed: resources.Compose(nil, nil, nil, nil)}}, "Document.Fixed: set with Document.Path"},
+		{"limits twice, fixed", Config{Document: Document{QuotaServicePath: quota, Fixed: resources.Compose(nil, &limits.Config{}, nil, nil)}}, "Document.QuotaServicePath: limits configured twice: in the limits section of Document.Fixed"},
 		{"a negative grace", Config{Listen: Listen{Grace: -time.Second}}, "Listen.Grace: -1s"},
 		{"a missing certificate", Config{Listen: Listen{TLS: TLS{CertFile: filepath.Join(t.TempDir(), "none.pem"), KeyFile: "k.pem"}}}, "Listen.TLS: tls: loading"},
 		{"a certificate without its key", Config{Parent: Parent{TLS: TLS{CertFile: "c.pem"}}}, "Parent.TLS: tls: a client certificate needs both"},

@@ -10,12 +10,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/fleet"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/limits/rls"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/envoyrls"
 )
 
@@ -117,13 +117,13 @@ type Document struct {
 	// Reload (a bad one is logged and counted; the last good one keeps
 	// serving), instead of the document's envoy_ratelimit section.
 	EnvoyRateLimitPath string
-	// Fixed is the whole document when Path is empty (config.Compose
+	// Fixed is the whole document when Path is empty (resources.Compose
 	// builds one in code): its templates, limits, copy-limited resources
 	// and Envoy rules, each section validated by the service that serves
 	// it. Nil with no Path: no templates (every resource granted what it
 	// asks), no limits, no copies. Setting both Path and Fixed is an
 	// error.
-	Fixed *config.Repository
+	Fixed *resources.Repository
 }
 
 // Parent is the node an intermediate server leases its capacity (and

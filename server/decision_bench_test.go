@@ -16,11 +16,11 @@ import (
 	"google.golang.org/grpc"
 
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // BenchmarkDecisionGRPC compares one decision of the quota service's
@@ -55,7 +55,7 @@ namespaces:
 	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte("domain: bench\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1000000000}}]\n"), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	srv, _ := startServer(b, Config{Document: Document{EnvoyRateLimitPath: dir, Fixed: config.Compose(nil, quota, nil, nil)}, Store: Store{Shared: shared}})
+	srv, _ := startServer(b, Config{Document: Document{EnvoyRateLimitPath: dir, Fixed: resources.Compose(nil, quota, nil, nil)}, Store: Store{Shared: shared}})
 	const conns, keys = 4, 10_000
 	ccs := make([]*grpc.ClientConn, conns)
 	for i := range ccs {

@@ -12,10 +12,10 @@ import (
 
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
+	"github.com/sluice-rl/sluice/resources"
 	sitestatus "github.com/sluice-rl/sluice/server/status"
 )
 
@@ -51,7 +51,7 @@ resources:
 	t.Cleanup(func() { _ = st.Close() })
 	sh := redisShared(st, nil)
 	sh.Copies = nil // no fleet: no etcd
-	s := assemble(t, Config{ID: "redis", Document: Document{Fixed: config.Compose(nil, cfg, nil, nil)}, Store: Store{Shared: sh}})
+	s := assemble(t, Config{ID: "redis", Document: Document{Fixed: resources.Compose(nil, cfg, nil, nil)}, Store: Store{Shared: sh}})
 	h := s.Handler()
 	api := s.Limits()
 	for _, res := range []string{"open", "closed"} {

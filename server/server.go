@@ -48,22 +48,23 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/sluice-rl/sluice/admin/etcdstore"
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	"github.com/sluice-rl/sluice/api/quotaservice/quotaserviceconnect"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/api/sluice/v1/sluicev1connect"
-	"github.com/sluice-rl/sluice/config"
-	"github.com/sluice-rl/sluice/config/etcdconfig"
 	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/fleet"
+	"github.com/sluice-rl/sluice/internal/filewatch"
 	"github.com/sluice-rl/sluice/internal/grpcconnect"
 	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/limits/rls"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/envoyrls"
 	"github.com/sluice-rl/sluice/server/internal/promreg"
@@ -298,7 +299,7 @@ func (s *Server) newServices(id string) error {
 	reg := promreg.NewRecorder(s.reg)
 	fixed := cfg.Document.Fixed
 	if fixed == nil {
-		fixed = config.Compose(nil, nil, nil, nil)
+		fixed = resources.Compose(nil, nil, nil, nil)
 	}
 	s.capacity = capacity.New(capacity.Options{ID: id, Address: s.addr, Config: cfg.Document.Fixed, Now: s.now, Logger: s.log,
 		Registry: reg, Parent: cfg.Parent.Addresses, ParentTLS: s.tls.parent,
@@ -414,7 +415,7 @@ func (s *Server) loadConfig(ctx context.Context) error {
 		if inEtcd {
 			where = []any{"etcd_key", key}
 		}
-		onLoad := func(r *config.Repository) {
+		onLoad := func(r *resources.Repository) {
 			s.applyConfig(r)
 			s.configReloaded(nil)
 			s.log.Info("configuration loaded", append(where, "templates", r.Len(), "hash", r.Hash())...)
@@ -423,10 +424,10 @@ func (s *Server) loadConfig(ctx context.Context) error {
 			s.configReloaded(err)
 			s.log.Error("configuration reload failed; keeping the last good configuration", append(where, "err", err)...)
 		}
-		var current *config.Repository
+		var current *resources.Repository
 		if inEtcd {
 			gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			w, err := etcdconfig.NewWatcher(gctx, s.etcd, key, onLoad, onError)
+			w, err := etcdstore.NewWatcher(gctx, s.etcd, key, onLoad, onError)
 			cancel()
 			if err != nil {
 				return err
@@ -435,7 +436,7 @@ func (s *Server) loadConfig(ctx context.Context) error {
 			s.watchers = append(s.watchers, w.Run)
 			s.syncConfig = w.Sync
 		} else {
-			w, err := config.NewWatcher(cfg.Document.Path, onLoad, onError)
+			w, err := resources.NewWatcher(cfg.Document.Path, onLoad, onError)
 			if err != nil {
 				return fmt.Errorf("loading %s: %w", cfg.Document.Path, err)
 			}
@@ -456,7 +457,7 @@ func (s *Server) loadConfig(ctx context.Context) error {
 		s.log.Warn("no resource document (Document.Path): every resource is granted what it asks (NO_ALGORITHM)")
 	}
 	if path := cfg.Document.QuotaServicePath; path != "" {
-		w, err := config.NewWatcherFunc(path, config.LoadQuotaService, func(r *config.Repository) {
+		w, err := resources.NewWatcherFunc(path, resources.LoadQuotaService, func(r *resources.Repository) {
 			err := s.limits.SetConfig(r.Limits())
 			s.configReloaded(err)
 			s.log.Info("quota service configuration loaded", "path", path, "namespaces", len(r.Limits().Resources), "hash", r.Hash(), "err", err)
@@ -475,7 +476,7 @@ func (s *Server) loadConfig(ctx context.Context) error {
 		s.syncQuota = func(context.Context) error { return w.Reload() }
 	}
 	if path := cfg.Document.EnvoyRateLimitPath; path != "" {
-		w, err := config.NewFileWatcher(path, limitsyaml.LoadEnvoyRateLimit, func(c *rls.Config) {
+		w, err := filewatch.New(path, limitsyaml.LoadEnvoyRateLimit, func(c *rls.Config) {
 			s.envoy.SetConfig(c)
 			s.configReloaded(nil)
 			s.log.Info("envoy rate limit configuration loaded", "path", path, "domains", c.Len(), "hash", c.Hash())
@@ -502,7 +503,7 @@ type fileWatcher struct {
 
 // applyConfig installs a repository: its templates, and its limits
 // section unless --quotaservice-config gives the limits.
-func (s *Server) applyConfig(r *config.Repository) {
+func (s *Server) applyConfig(r *resources.Repository) {
 	s.capacity.SetConfig(r)
 	if s.cfg.Document.QuotaServicePath == "" {
 		if err := s.limits.SetConfig(r.Limits()); err != nil {
@@ -521,7 +522,7 @@ func (s *Server) applyConfig(r *config.Repository) {
 }
 
 // checkLimitsOnce refuses limits, or Envoy's rules, from two sources.
-func (s *Server) checkLimitsOnce(r *config.Repository) error {
+func (s *Server) checkLimitsOnce(r *resources.Repository) error {
 	doc := s.cfg.Document
 	where := "Document.Fixed"
 	if doc.Path != "" {

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/fixture"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // runDeadline bounds how long a test waits for Run to return after its
@@ -79,15 +79,15 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map
 }
 
 // doormanRepo parses fixture.Doorman.
-func doormanRepo(t testing.TB) *config.Repository {
+func doormanRepo(t testing.TB) *resources.Repository {
 	t.Helper()
 	return parseDoorman(t, fixture.Doorman)
 }
 
 // parseDoorman parses a Doorman configuration.
-func parseDoorman(t testing.TB, yaml string) *config.Repository {
+func parseDoorman(t testing.TB, yaml string) *resources.Repository {
 	t.Helper()
-	repo, err := config.Parse([]byte(yaml))
+	repo, err := resources.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

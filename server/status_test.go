@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/status"
 )
 
@@ -139,7 +139,7 @@ func TestHealthAndReadiness(t *testing.T) {
 // safe_capacity -1 (no limit) goes to clients as -1 and shows as "no
 // limit" on the status page.
 func TestSafeCapacityNoLimit(t *testing.T) {
-	repo, err := config.Parse([]byte(`
+	repo, err := resources.Parse([]byte(`
 resources:
   - identifier_glob: open
     capacity: 10

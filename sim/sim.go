@@ -32,10 +32,10 @@ import (
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/lease"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/leases"
 )
@@ -216,7 +216,7 @@ func newSim(sc Scenario, opts Options) (*sim, error) {
 	if sc.LearningModeDuration != nil {
 		learning = *sc.LearningModeDuration
 	}
-	cfg, err := config.Parse(fmt.Appendf(nil, `
+	cfg, err := resources.Parse(fmt.Appendf(nil, `
 resources:
   - identifier_glob: %q
     capacity: %v

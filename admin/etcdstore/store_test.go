@@ -13,10 +13,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluice-rl/sluice/admin"
-	"github.com/sluice-rl/sluice/config"
-	"github.com/sluice-rl/sluice/config/etcdconfig"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 const doc = `# shared limits
@@ -56,8 +55,8 @@ func TestStore(t *testing.T) {
 	if _, err := cli.Put(ctx, key, doc); err != nil {
 		t.Fatal(err)
 	}
-	applied := make(chan *config.Repository, 100)
-	w, err := etcdconfig.NewWatcher(ctx, cli, key, func(r *config.Repository) { applied <- r }, nil)
+	applied := make(chan *resources.Repository, 100)
+	w, err := NewWatcher(ctx, cli, key, func(r *resources.Repository) { applied <- r }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

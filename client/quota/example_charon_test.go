@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-rl/sluice/client/quota"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -18,18 +19,12 @@ import (
 // 5, group trusted = {acme, initech} with limit 4), a few gpus, and a
 // rate-limited "api" whose every domain gets 3 tokens.
 func exampleCharon() (addr string, stop func()) {
-	s, err := server.New(context.Background(), server.Config{
-		ID:     "example",
-		Listen: "127.0.0.1:0",
-		Logger: quiet,
-		Limits: &limits.Config{Resources: map[string]*limits.Resource{
-			"api": {Default: &limits.Bucket{Size: 3, FillRate: 0.01, MaxTokensPerRequest: 10}},
-		}},
-		Copies: &copies.Config{Resources: map[string]copies.Resource{
-			"cookbook/sandboxes": copiesConfig().Resources["sandboxes"],
-			"gpus":               {DomainLimit: 2, GlobalLimit: 8},
-		}},
-	})
+	s, err := server.New(context.Background(), server.Config{ID: "example", Listen: server.Listen{Address: "127.0.0.1:0"}, Runtime: server.Runtime{Logger: quiet}, Document: server.Document{Fixed: resources.Compose(nil, &limits.Config{Resources: map[string]*limits.Resource{
+		"api": {Default: &limits.Bucket{Size: 3, FillRate: 0.01, MaxTokensPerRequest: 10}},
+	}}, &copies.Config{Resources: map[string]copies.Resource{
+		"cookbook/sandboxes": copiesConfig().Resources["sandboxes"],
+		"gpus":               {DomainLimit: 2, GlobalLimit: 8},
+	}}, nil)}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-rl/sluice/client/quota"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -175,7 +176,7 @@ func TestRealProcesses(t *testing.T) {
 	}
 	cfg := &copies.Config{Resources: map[string]copies.Resource{"cookbook/sandboxes": copiesConfig().Resources["sandboxes"]}}
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := server.New(ctx, server.Config{ID: "quota-test", Listen: "127.0.0.1:0", Copies: cfg, Logger: quiet})
+	s, err := server.New(ctx, server.Config{ID: "quota-test", Listen: server.Listen{Address: "127.0.0.1:0"}, Document: server.Document{Fixed: resources.Compose(nil, nil, cfg, nil)}, Runtime: server.Runtime{Logger: quiet}})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

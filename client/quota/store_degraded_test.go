@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -40,13 +41,7 @@ resources:
 	// production: the membership gives the server its epoch.
 	etcd := etcdtest.StartEtcd(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := server.New(ctx, server.Config{ID: "quota-test", Listen: "127.0.0.1:0", Logger: quiet, Limits: cfg,
-		Copies:      &copies.Config{Resources: map[string]copies.Resource{"open-copies": {DomainLimit: 5, OnStoreError: copies.FailOpen}}},
-		Shared:      &server.Shared{Limits: st, Copies: redisstore.NewCopyLog(st)},
-		Etcd:        server.Etcd{Endpoints: []string{etcd.Endpoint}},
-		FleetTTL:    time.Second,
-		FleetPrefix: "/" + t.Name(),
-	})
+	s, err := server.New(ctx, server.Config{ID: "quota-test", Etcd: server.Etcd{Endpoints: []string{etcd.Endpoint}}, Listen: server.Listen{Address: "127.0.0.1:0"}, Runtime: server.Runtime{Logger: quiet}, Document: server.Document{Fixed: resources.Compose(nil, cfg, &copies.Config{Resources: map[string]copies.Resource{"open-copies": {DomainLimit: 5, OnStoreError: copies.FailOpen}}}, nil)}, Store: server.Store{Shared: &server.Shared{Limits: st, Copies: redisstore.NewCopyLog(st)}}, Sessions: server.Sessions{Fleet: server.Fleet{TTL: time.Second, Prefix: "/" + t.Name()}}})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -18,6 +18,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/admin/adminclient"
+	"github.com/sluice-rl/sluice/admin/adminhttp"
 	"github.com/sluice-rl/sluice/internal/discovery"
 )
 
@@ -35,7 +37,7 @@ type adminCLIFlags struct {
 }
 
 // client returns the admin API client the flags describe.
-func (f *adminCLIFlags) client() (*admin.Client, error) {
+func (f *adminCLIFlags) client() (*adminclient.Client, error) {
 	cfg, err := (&rpcFlags{caFile: f.caFile, certFile: f.certFile, keyFile: f.keyFile}).tlsConfig()
 	if err != nil {
 		return nil, err
@@ -47,7 +49,7 @@ func (f *adminCLIFlags) client() (*admin.Client, error) {
 	if _, err := url.Parse(base); err != nil {
 		return nil, fmt.Errorf("--server: %w", err)
 	}
-	opts := []admin.ClientOption{admin.WithHTTPClient(&http.Client{Timeout: f.timeout, Transport: discovery.Transport(cfg, true)})}
+	opts := []adminclient.Option{adminclient.WithHTTPClient(&http.Client{Timeout: f.timeout, Transport: discovery.Transport(cfg, true)})}
 	tok := f.token
 	if tok == "" && f.tokenFile != "" {
 		if tok, err = readTokenFile(f.tokenFile); err != nil {
@@ -58,12 +60,12 @@ func (f *adminCLIFlags) client() (*admin.Client, error) {
 		tok = os.Getenv("SLUICE_ADMIN_TOKEN")
 	}
 	if tok != "" {
-		opts = append(opts, admin.WithToken(tok))
+		opts = append(opts, adminclient.WithToken(tok))
 	}
 	if f.user != "" {
-		opts = append(opts, admin.WithForwardedUser(f.user))
+		opts = append(opts, adminclient.WithForwardedUser(f.user))
 	}
-	return admin.NewClient(base, opts...), nil
+	return adminclient.New(base, opts...), nil
 }
 
 // readTokenFile reads a bearer token from a file: the file's one word, or
@@ -499,7 +501,7 @@ The change is sent against the version read: see sluice admin --help.`,
 					return err
 				}
 			}
-			w := admin.WriteOptions{IfVersion: version, DryRun: f.dryRun}
+			w := adminclient.WriteOptions{IfVersion: version, DryRun: f.dryRun}
 			var res admin.Result
 			switch {
 			case o.Kind == admin.KindDocument:
@@ -521,7 +523,7 @@ The change is sent against the version read: see sluice admin --help.`,
 	return cmd
 }
 
-// adminBody is a request body for admin.Client: JSON as JSON, YAML
+// adminBody is a request body for adminclient.Client: JSON as JSON, YAML
 // (also for JSON written in a .yaml file) as YAML.
 func adminBody(body []byte, asJSON bool) any {
 	if asJSON {
@@ -552,7 +554,7 @@ func adminDeleteCmd(f *adminCLIFlags) *cobra.Command {
 			if err != nil {
 				return explain(cmd, err)
 			}
-			res, err := c.Delete(ctx, o, admin.WriteOptions{IfVersion: version, DryRun: f.dryRun})
+			res, err := c.Delete(ctx, o, adminclient.WriteOptions{IfVersion: version, DryRun: f.dryRun})
 			if err != nil {
 				return explain(cmd, err)
 			}
@@ -640,7 +642,7 @@ func adminDiffCmd(f *adminCLIFlags) *cobra.Command {
 				return explain(cmd, err)
 			}
 			if f.asJSON {
-				return printJSON(cmd.OutOrStdout(), admin.DiffBody{From: from, To: to, Diff: d})
+				return printJSON(cmd.OutOrStdout(), adminhttp.DiffBody{From: from, To: to, Diff: d})
 			}
 			_, err = io.WriteString(cmd.OutOrStdout(), d)
 			return err
@@ -667,7 +669,7 @@ func adminRollbackCmd(f *adminCLIFlags) *cobra.Command {
 			if err != nil {
 				return explain(cmd, err)
 			}
-			res, err := c.Rollback(ctx, n, admin.WriteOptions{IfVersion: cur.Version, DryRun: f.dryRun})
+			res, err := c.Rollback(ctx, n, adminclient.WriteOptions{IfVersion: cur.Version, DryRun: f.dryRun})
 			if err != nil {
 				return explain(cmd, err)
 			}

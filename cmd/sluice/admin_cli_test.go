@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/admin/adminclient"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 )
@@ -191,7 +192,7 @@ func TestAdminCLIRoundTrip(t *testing.T) {
 func TestAdminCLIConflict(t *testing.T) {
 	addr, _, path := startServerWith(t, adminCLIConfig, "--admin-insecure")
 	target, _ := url.Parse("http://" + addr)
-	other := admin.NewClient("http://"+addr, admin.WithForwardedUser("other"))
+	other := adminclient.New("http://"+addr, adminclient.WithForwardedUser("other"))
 	var raced atomic.Int32
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -199,7 +200,7 @@ func TestAdminCLIConflict(t *testing.T) {
 			// The other writer comes first.
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if _, err := other.Update(ctx, admin.Domain("api", "small"), `{size: 10, fill_rate: 3}`, admin.WriteOptions{}); err != nil {
+			if _, err := other.Update(ctx, admin.Domain("api", "small"), `{size: 10, fill_rate: 3}`, adminclient.WriteOptions{}); err != nil {
 				t.Errorf("the other writer: %v", err)
 			}
 		}

@@ -10,9 +10,9 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	"github.com/sluice-rl/sluice/limits/rls"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 func newConfigCmd() *cobra.Command {
@@ -40,12 +40,12 @@ The exit code is 1 if any file is invalid.`,
 			}
 			bad := 0
 			for _, f := range files {
-				parse := config.Parse
+				parse := resources.Parse
 				if quota {
-					parse = config.ParseQuotaService
+					parse = resources.ParseQuotaService
 				}
 				data, err := os.ReadFile(f)
-				var r *config.Repository
+				var r *resources.Repository
 				if err == nil {
 					r, err = parse(data)
 				}
@@ -120,7 +120,7 @@ naming its field, and exits 1.`,
 }
 
 // convertConfig returns Sluice's configuration for the peer's at path
-// (from: quotaservice or envoy-ratelimit), checked by config.Parse.
+// (from: quotaservice or envoy-ratelimit), checked by resources.Parse.
 func convertConfig(from, path string) ([]byte, error) {
 	var key string
 	var section *yaml.Node
@@ -150,7 +150,7 @@ func convertConfig(from, path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := config.Parse(out); err != nil {
+	if _, err := resources.Parse(out); err != nil {
 		return nil, fmt.Errorf("the conversion of %s does not load (a bug in convert; please report it): %w", path, err)
 	}
 	return out, nil

@@ -15,11 +15,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	"github.com/sluice-rl/sluice/limits/rls"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/envoyrls"
 	"github.com/sluice-rl/sluice/server/limitsvc"
 )
@@ -31,13 +31,13 @@ var (
 
 // convertWithCLI runs `sluice config convert --from from path` and returns
 // the configuration it prints, parsed as the server would.
-func convertWithCLI(t *testing.T, from, path string) *config.Repository {
+func convertWithCLI(t *testing.T, from, path string) *resources.Repository {
 	t.Helper()
 	out, err := exec.Command(binary, "config", "convert", "--from", from, path).Output()
 	if err != nil {
 		t.Fatalf("sluice config convert --from %s %s: %v", from, path, err)
 	}
-	r, err := config.Parse(out)
+	r, err := resources.Parse(out)
 	if err != nil {
 		t.Fatalf("the conversion does not load: %v\n%s", err, out)
 	}
@@ -83,7 +83,7 @@ func TestConvertQuotaServiceSameAnswers(t *testing.T) {
 // sameQuotaAnswers compares the answers of the quota service's file path
 // and its conversion over the sequence, counting them in statuses.
 func sameQuotaAnswers(t *testing.T, path string, statuses map[qs.AllowResponse_Status]int) {
-	orig, err := config.LoadQuotaService(path)
+	orig, err := resources.LoadQuotaService(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,10 +16,10 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // What can be checked of the deployment files without a container runtime
@@ -261,7 +261,7 @@ func checkManifests(t *testing.T, dir string) []workload {
 			}
 			if w.config == "" {
 				t.Errorf("%s: --config %s is in no ConfigMap it mounts", name, path)
-			} else if _, err := config.Parse([]byte(w.config)); err != nil {
+			} else if _, err := resources.Parse([]byte(w.config)); err != nil {
 				t.Errorf("%s: its configuration does not load: %v", name, err)
 			}
 		}

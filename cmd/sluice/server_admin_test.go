@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/admin/adminclient"
+	"github.com/sluice-rl/sluice/admin/adminhttp"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
@@ -175,9 +177,9 @@ func TestAdminTwoServersOneEtcdKey(t *testing.T) {
 	}
 
 	// No credentials: refused, nothing changed.
-	anon := admin.NewClient("http://" + servers[0].addr)
-	var ae *admin.AuthError
-	if _, err := anon.Update(ctx, admin.Domain("api", "tenant"), map[string]any{"size": 1}, admin.WriteOptions{}); !errors.As(err, &ae) || ae.Status != 401 {
+	anon := adminclient.New("http://" + servers[0].addr)
+	var ae *adminhttp.AuthError
+	if _, err := anon.Update(ctx, admin.Domain("api", "tenant"), map[string]any{"size": 1}, adminclient.WriteOptions{}); !errors.As(err, &ae) || ae.Status != 401 {
 		t.Fatalf("a write without a token: %v, want 401", err)
 	}
 
@@ -186,12 +188,12 @@ func TestAdminTwoServersOneEtcdKey(t *testing.T) {
 	var lastHash string
 	for i := range changes {
 		via := servers[i%2]
-		c := admin.NewClient("http://"+via.addr, admin.WithToken(token), admin.WithHTTPClient(hc))
+		c := adminclient.New("http://"+via.addr, adminclient.WithToken(token), adminclient.WithHTTPClient(hc))
 		cur, err := c.Config(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := c.Update(ctx, admin.Domain("api", "tenant"), map[string]any{"size": 200 + i, "fill_rate": 10}, admin.WriteOptions{IfVersion: cur.Version})
+		res, err := c.Update(ctx, admin.Domain("api", "tenant"), map[string]any{"size": 200 + i, "fill_rate": 10}, adminclient.WriteOptions{IfVersion: cur.Version})
 		accepted := time.Now()
 		if err != nil {
 			t.Fatalf("change %d through %s: %v", i, via.name, err)
@@ -251,25 +253,25 @@ func TestAdminTwoServersOneEtcdKey(t *testing.T) {
 	}
 
 	// A restart of every server keeps every change.
-	before, _ := admin.NewClient("http://" + servers[0].addr).Config(ctx)
+	before, _ := adminclient.New("http://" + servers[0].addr).Config(ctx)
 	for _, s := range servers {
 		s.stop(t)
 	}
 	servers = []*adminProc{startAdminProc(t, "a2", args...), startAdminProc(t, "b2", args...)}
 	for _, s := range servers {
 		testutil.Eventually(t, 30*time.Second, s.name+" serves the last change after the restart", func() bool { return configHash(hc, s.addr) == lastHash })
-		after, err := admin.NewClient("http://" + s.addr).Config(ctx)
+		after, err := adminclient.New("http://" + s.addr).Config(ctx)
 		if err != nil || after.Version != before.Version || after.Document != before.Document || after.Version != changes+1 {
 			t.Errorf("%s after the restart: version %d (%v), want %d and the same document", s.name, after.Version, err, before.Version)
 		}
 	}
-	hist, err := admin.NewClient("http://" + servers[1].addr).History(ctx)
+	hist, err := adminclient.New("http://" + servers[1].addr).History(ctx)
 	if err != nil || len(hist) != changes+1 || hist[0].Version != changes+1 {
 		t.Fatalf("history after the restart: %d entries, %v", len(hist), err)
 	}
 	// Rollback to version 1 through b2: the document byte for byte, on both.
-	c := admin.NewClient("http://"+servers[1].addr, admin.WithToken(token))
-	res, err := c.Rollback(ctx, 1, admin.WriteOptions{IfVersion: changes + 1})
+	c := adminclient.New("http://"+servers[1].addr, adminclient.WithToken(token))
+	res, err := c.Rollback(ctx, 1, adminclient.WriteOptions{IfVersion: changes + 1})
 	if err != nil || res.Version != changes+2 || res.Hash != want {
 		t.Fatalf("rollback: %+v %v", res, err)
 	}
@@ -284,7 +286,7 @@ func TestAdminTwoServersOneEtcdKey(t *testing.T) {
 		}
 	}
 	// A stale rollback: 409 with the message.
-	_, err = c.Rollback(ctx, 2, admin.WriteOptions{IfVersion: changes + 1})
+	_, err = c.Rollback(ctx, 2, adminclient.WriteOptions{IfVersion: changes + 1})
 	if err == nil || err.Error() != fmt.Sprintf("configuration changed since you read it: version %d now", changes+2) {
 		t.Errorf("a stale rollback: %v", err)
 	}
@@ -319,14 +321,14 @@ func TestAdminWritePathFlags(t *testing.T) {
 	}
 	ctx := context.Background()
 	closed := startAdminProc(t, "closed", "server", "--config", cfg)
-	_, err := admin.NewClient("http://"+closed.addr).Update(ctx, admin.Domain("api", "tenant"), map[string]any{"size": 1}, admin.WriteOptions{})
-	var ae *admin.AuthError
-	if !errors.As(err, &ae) || ae.Status != 403 || ae.Msg != admin.DisabledMessage {
+	_, err := adminclient.New("http://"+closed.addr).Update(ctx, admin.Domain("api", "tenant"), map[string]any{"size": 1}, adminclient.WriteOptions{})
+	var ae *adminhttp.AuthError
+	if !errors.As(err, &ae) || ae.Status != 403 || ae.Msg != adminhttp.DisabledMessage {
 		t.Errorf("a write to a server without admin flags: %v", err)
 	}
 	closed.stop(t)
 	open := startAdminProc(t, "open", "server", "--config", cfg, "--admin-insecure")
-	res, err := admin.NewClient("http://"+open.addr, admin.WithForwardedUser("dev")).Update(ctx, admin.Domain("api", "tenant"), map[string]any{"size": 5, "fill_rate": 1}, admin.WriteOptions{IfVersion: 1})
+	res, err := adminclient.New("http://"+open.addr, adminclient.WithForwardedUser("dev")).Update(ctx, admin.Domain("api", "tenant"), map[string]any{"size": 5, "fill_rate": 1}, adminclient.WriteOptions{IfVersion: 1})
 	if err != nil || res.Audit.User != "dev" || res.Audit.Auth != "insecure" {
 		t.Fatalf("an insecure loopback write: %+v %v", res, err)
 	}

@@ -17,7 +17,7 @@ func serve(t *testing.T) (*capacity.Service, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(context.Background(), server.Config{Advertise: lis.Addr().String()})
+	srv, err := server.New(context.Background(), server.Config{Listen: server.Listen{Advertise: lis.Addr().String()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ resources:
 }
 
 // The section under `limits:` in Sluice's configuration file, read from
-// its node as package config does.
+// its node as package resources does.
 func ExampleDecodeSection() {
 	var file struct {
 		Limits yaml.Node `yaml:"limits"`

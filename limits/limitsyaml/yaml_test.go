@@ -58,7 +58,7 @@ type file struct {
 	Limits    yaml.Node        `yaml:"limits"`
 }
 
-// decodeFile reads the section of a configuration file as package config
+// decodeFile reads the section of a configuration file as package resources
 // does: the node under limits:, decoded by DecodeSection.
 func decodeFile(t *testing.T, data []byte) (*limits.Config, error) {
 	t.Helper()

@@ -32,10 +32,10 @@ import (
 
 	"github.com/sluice-rl/sluice/algorithm"
 	pb "github.com/sluice-rl/sluice/api/doorman"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/lease"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // Limits on the size of a request. A request beyond them is rejected with
@@ -68,7 +68,7 @@ type Options struct {
 	Address string
 	// Config is the resource configuration; nil means no templates (every
 	// resource is granted what it asks).
-	Config *config.Repository
+	Config *resources.Repository
 	// Now returns the current time; nil means time.Now. Tests and the
 	// simulator pass a fake clock.
 	Now func() time.Time
@@ -118,7 +118,7 @@ type Service struct {
 	metrics *metrics
 
 	mu          sync.RWMutex
-	cfg         *config.Repository
+	cfg         *resources.Repository
 	resources   map[string]*resource
 	isMaster    bool
 	masterAddr  string
@@ -157,8 +157,8 @@ type Service struct {
 type resource struct {
 	mu       sync.Mutex
 	store    *lease.Resource
-	template *config.Template // nil when no template matched
-	parent   parentLease      // intermediate servers: the lease from the parent
+	template *resources.Template // nil when no template matched
+	parent   parentLease         // intermediate servers: the lease from the parent
 }
 
 // New returns a standalone service: master from now on (Standalone
@@ -216,7 +216,7 @@ func (s *Service) Parent() (st ParentStatus, ok bool) {
 // SetConfig installs a new resource configuration. Existing resources take
 // the new template's parameters at once; their outstanding leases are kept
 // and converge on the clients' next refreshes.
-func (s *Service) SetConfig(repo *config.Repository) {
+func (s *Service) SetConfig(repo *resources.Repository) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cfg = repo
@@ -238,21 +238,21 @@ func (s *Service) SetConfig(repo *config.Repository) {
 }
 
 // Config returns the configuration in force (nil if none).
-func (s *Service) Config() *config.Repository {
+func (s *Service) Config() *resources.Repository {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.cfg
 }
 
-func (s *Service) find(id string) (config.Template, bool) {
+func (s *Service) find(id string) (resources.Template, bool) {
 	if s.cfg == nil {
-		return config.Template{}, false
+		return resources.Template{}, false
 	}
 	return s.cfg.Find(id)
 }
 
 // paramsFor resolves a template (nil: no template) into lease parameters.
-func paramsFor(t *config.Template) lease.Params {
+func paramsFor(t *resources.Template) lease.Params {
 	if t == nil {
 		return lease.Params{
 			Kind:            algorithm.NoAlgorithm,

@@ -16,8 +16,8 @@ import (
 	"github.com/sluice-rl/sluice/algorithm"
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/hooks"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // serve serves s on a kernel-chosen loopback port until the test ends and
@@ -41,7 +41,7 @@ func serve(t *testing.T, s *Service) string {
 // clock, and the clock.
 func fakeClockServer(t *testing.T, cfg string) (*Service, *fakeClock) {
 	t.Helper()
-	repo, err := config.Parse([]byte(cfg))
+	repo, err := resources.Parse([]byte(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

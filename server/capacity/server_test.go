@@ -12,14 +12,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 	"github.com/sluice-rl/sluice/lease"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 func newTestServer(tb testing.TB) *Service {
 	tb.Helper()
-	repo, err := config.Parse([]byte(fixture.Doorman))
+	repo, err := resources.Parse([]byte(fixture.Doorman))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -83,10 +83,10 @@ func TestMastershipRedirectAndReset(t *testing.T) {
 
 func TestConfigReloadAppliesToExistingResources(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	repo, _ := config.Parse([]byte(fixture.Doorman))
+	repo, _ := resources.Parse([]byte(fixture.Doorman))
 	s := New(Options{Config: repo, Now: clk.now})
 	getCap(t, s, "a", "fixed/x", 50)
-	next, err := config.Parse([]byte(`
+	next, err := resources.Parse([]byte(`
 resources:
   - identifier_glob: "fixed/*"
     capacity: 20
@@ -108,7 +108,7 @@ resources:
 
 func TestSweepForgetsIdleResources(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	repo, _ := config.Parse([]byte(fixture.Doorman))
+	repo, _ := resources.Parse([]byte(fixture.Doorman))
 	s := New(Options{Config: repo, Now: clk.now})
 	getCap(t, s, "a", "fixed/x", 5)
 	s.Sweep()
@@ -129,7 +129,7 @@ func TestSweepForgetsIdleResources(t *testing.T) {
 // mastership again forgets it.
 func TestLeasesEndBy(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	repo, err := config.Parse([]byte(`
+	repo, err := resources.Parse([]byte(`
 resources:
   - identifier_glob: "*"
     capacity: 100

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // The views the status pages show (package status renders them; package
@@ -93,7 +93,7 @@ func TestReady(t *testing.T) {
 // views as -1 (which the pages show as "no limit"; package server's
 // TestSafeCapacityNoLimit tests the pages).
 func TestSafeCapacityNoLimit(t *testing.T) {
-	repo, err := config.Parse([]byte(`
+	repo, err := resources.Parse([]byte(`
 resources:
   - identifier_glob: open
     capacity: 10
@@ -107,15 +107,15 @@ resources:
 	if got := getCap(t, s, "a", "open", 5).GetResponse()[0].GetSafeCapacity(); got != -1 {
 		t.Fatalf("safe capacity on the wire %v, want -1", got)
 	}
-	if cs := s.ConfigView(); cs == nil || len(cs.Templates) != 1 || cs.Templates[0].SafeCapacity == nil || *cs.Templates[0].SafeCapacity != config.NoSafeCapacityLimit {
+	if cs := s.ConfigView(); cs == nil || len(cs.Templates) != 1 || cs.Templates[0].SafeCapacity == nil || *cs.Templates[0].SafeCapacity != resources.NoSafeCapacityLimit {
 		t.Errorf("configuration view %+v, want safe capacity -1", cs)
 	}
 	rows, _ := s.ResourceRows(nil)
-	if len(rows) != 1 || rows[0].SafeCapacity == nil || *rows[0].SafeCapacity != config.NoSafeCapacityLimit {
+	if len(rows) != 1 || rows[0].SafeCapacity == nil || *rows[0].SafeCapacity != resources.NoSafeCapacityLimit {
 		t.Errorf("resource rows %+v, want safe capacity -1", rows)
 	}
 	rp, err := s.ResourcePage("open")
-	if err != nil || rp.Resource.SafeCapacity == nil || *rp.Resource.SafeCapacity != config.NoSafeCapacityLimit {
+	if err != nil || rp.Resource.SafeCapacity == nil || *rp.Resource.SafeCapacity != resources.NoSafeCapacityLimit {
 		t.Errorf("resource page %+v, %v; want safe capacity -1", rp, err)
 	}
 }

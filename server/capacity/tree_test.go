@@ -14,7 +14,7 @@ import (
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // node is a server of a test tree, serving on loopback.
@@ -34,10 +34,10 @@ func startNode(t *testing.T, id string, cfg string, parent ...string) *node {
 // startNodeSweeping is startNode with the interval of Run's sweeps.
 func startNodeSweeping(t *testing.T, sweep time.Duration, id string, cfg string, parent ...string) *node {
 	t.Helper()
-	var repo *config.Repository
+	var repo *resources.Repository
 	if cfg != "" {
 		var err error
-		if repo, err = config.Parse([]byte(cfg)); err != nil {
+		if repo, err = resources.Parse([]byte(cfg)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -252,7 +252,7 @@ func TestTreeParentLost(t *testing.T) {
 	if err != nil {
 		t.Skipf("cannot listen on %s again: %v", rootAddr, err)
 	}
-	repo, _ := config.Parse([]byte(treeConfig))
+	repo, _ := resources.Parse([]byte(treeConfig))
 	root2 := New(Options{ID: "root2", Address: rootAddr, Config: repo})
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)

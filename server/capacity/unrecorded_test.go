@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil/fixture"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // countingHandler counts the records whose message contains substr.
@@ -48,7 +48,7 @@ func (h *countingHandler) count() int {
 // unrecordedLogEvery of the service's clock: the first, then the first at
 // least that long after the last one logged.
 func TestUnrecordedLogPaced(t *testing.T) {
-	repo, err := config.Parse([]byte(fixture.Doorman))
+	repo, err := resources.Parse([]byte(fixture.Doorman))
 	if err != nil {
 		t.Fatal(err)
 	}

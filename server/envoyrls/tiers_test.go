@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/rls"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/envoyrls"
 )
 
@@ -47,7 +47,7 @@ envoy_ratelimit:
 // startTiers is the service over tiersConfig, with its limits engine.
 func startTiers(t *testing.T, opts envoyrls.Options) (*rig, *limits.Engine) {
 	t.Helper()
-	repo, err := config.Parse([]byte(tiersConfig))
+	repo, err := resources.Parse([]byte(tiersConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestBurstTiersNoRefund(t *testing.T) {
 // With no limits engine, a burst-tier rule fails as a store error does:
 // closed by default, open on request.
 func TestBurstTiersNoEngine(t *testing.T) {
-	repo, err := config.Parse([]byte(tiersConfig))
+	repo, err := resources.Parse([]byte(tiersConfig))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,16 +9,16 @@ import (
 	"google.golang.org/grpc/status"
 
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/lease"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/leases"
 )
 
 func service(t *testing.T) *capacity.Service {
 	t.Helper()
-	repo, err := config.Parse([]byte(`
+	repo, err := resources.Parse([]byte(`
 resources:
   - identifier_glob: r
     capacity: 100

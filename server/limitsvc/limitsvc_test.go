@@ -12,11 +12,11 @@ import (
 
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // newService returns the service with fixture.QuotaService's limits.
@@ -132,7 +132,7 @@ func FuzzQuotaServiceAllow(f *testing.F) {
 // issue's cookbook/tiers bursts into tier 2 on its fourth hit, and
 // cookbook/hard's hard limit cuts a bulk request.
 func TestAllowBurstTiers(t *testing.T) {
-	repo, err := config.Load("../../examples/charon.yaml")
+	repo, err := resources.Load("../../examples/charon.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

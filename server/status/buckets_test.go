@@ -17,13 +17,13 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	"github.com/sluice-rl/sluice/limits/rls"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/envoyrls"
 	"github.com/sluice-rl/sluice/server/limitsvc"
@@ -212,7 +212,7 @@ func TestBucketsPageBudget(t *testing.T) {
 }
 
 func TestBucketsPageShowsTiers(t *testing.T) {
-	repo, err := config.Load("../../examples/charon.yaml")
+	repo, err := resources.Load("../../examples/charon.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

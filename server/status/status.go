@@ -21,9 +21,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/envoyrls"
 	"github.com/sluice-rl/sluice/server/sessions"
@@ -63,10 +63,10 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"ms":         func(seconds float64) float64 { return seconds * 1000 },
 }).ParseFS(webFS, "web/*.html"))
 
-// formatSafe formats a safe capacity: -1 (config.NoSafeCapacityLimit) is
+// formatSafe formats a safe capacity: -1 (resources.NoSafeCapacityLimit) is
 // "no limit".
 func formatSafe(x *float64) string {
-	if x != nil && *x == config.NoSafeCapacityLimit {
+	if x != nil && *x == resources.NoSafeCapacityLimit {
 		return "no limit"
 	}
 	return formatNum(x)

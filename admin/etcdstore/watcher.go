@@ -1,8 +1,4 @@
-// Package etcdconfig keeps a Sluice configuration in an etcd key: it loads
-// the key's value (the same YAML as a file, parsed by config.Parse) and
-// follows its changes with an etcd watch. It is apart from package config
-// so that what reads configurations does not link the etcd client.
-package etcdconfig
+package etcdstore
 
 import (
 	"context"
@@ -14,8 +10,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/sluice-rl/sluice/config"
 	"github.com/sluice-rl/sluice/internal/retry"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 // Watcher keeps a Repository loaded from the value of an etcd key (the
@@ -25,12 +21,12 @@ import (
 type Watcher struct {
 	cli     *clientv3.Client
 	key     string
-	onLoad  func(*config.Repository)
+	onLoad  func(*resources.Repository)
 	onError func(error)
 
 	applyMu sync.Mutex // serializes apply
 	mu      sync.Mutex
-	current *config.Repository
+	current *resources.Repository
 	rev     int64 // etcd revision the current state was read at
 }
 
@@ -39,9 +35,9 @@ type Watcher struct {
 // missing, or its value not a valid configuration (as Parse). onLoad is
 // called after every later change that loads, onError after every one that
 // does not; either may be nil. The caller owns cli.
-func NewWatcher(ctx context.Context, cli *clientv3.Client, key string, onLoad func(*config.Repository), onError func(error)) (*Watcher, error) {
+func NewWatcher(ctx context.Context, cli *clientv3.Client, key string, onLoad func(*resources.Repository), onError func(error)) (*Watcher, error) {
 	if onLoad == nil {
-		onLoad = func(*config.Repository) {}
+		onLoad = func(*resources.Repository) {}
 	}
 	if onError == nil {
 		onError = func(error) {}
@@ -54,7 +50,7 @@ func NewWatcher(ctx context.Context, cli *clientv3.Client, key string, onLoad fu
 	if len(resp.Kvs) == 0 {
 		return nil, fmt.Errorf("config: etcd key %s not found", key)
 	}
-	r, err := config.Parse(resp.Kvs[0].Value)
+	r, err := resources.Parse(resp.Kvs[0].Value)
 	if err != nil {
 		return nil, fmt.Errorf("etcd:%s: %w", key, err)
 	}
@@ -63,7 +59,7 @@ func NewWatcher(ctx context.Context, cli *clientv3.Client, key string, onLoad fu
 }
 
 // Current returns the last good repository.
-func (w *Watcher) Current() *config.Repository {
+func (w *Watcher) Current() *resources.Repository {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.current
@@ -89,7 +85,7 @@ func (w *Watcher) apply(value []byte, deleted bool, rev int64) {
 		w.setRev(rev)
 		return
 	}
-	r, err := config.Parse(value)
+	r, err := resources.Parse(value)
 	if err != nil {
 		w.onError(fmt.Errorf("etcd:%s: %w", w.key, err))
 		w.setRev(rev)

@@ -1,4 +1,4 @@
-package admin_test
+package quotaapi_test
 
 import (
 	"bytes"
@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/admin/adminhttp"
+	"github.com/sluice-rl/sluice/admin/quotaapi"
+	"github.com/sluice-rl/sluice/internal/testutil/admintest"
 )
 
 // qsAnswer is one answer of the REST API.
@@ -136,12 +138,12 @@ limits:
 // answer; the history (/api/configs) and the audit trail with the user
 // of X-Forwarded-User; stats; and what a whole configuration replaces.
 func TestQuotaServiceREST(t *testing.T) {
-	ts := startServer(t, qsDoc, admin.AuthOptions{Insecure: true}, nil)
-	api := ts.url + "/api"
+	ts := admintest.Start(t, qsDoc, adminhttp.AuthOptions{Insecure: true}, nil)
+	api := ts.URL + "/api"
 
 	// show: the whole configuration, with version 1 (the file as found).
 	a := qsDo(t, "GET", api, "", "", "")
-	var sc admin.QSServiceConfig
+	var sc quotaapi.ServiceConfig
 	a.decode(t, &sc)
 	if a.status != 200 || a.version != "1" || sc.Version != 1 {
 		t.Fatalf("GET /api: %d, Version %q, %s", a.status, a.version, a.body)
@@ -149,7 +151,7 @@ func TestQuotaServiceREST(t *testing.T) {
 	if len(sc.Namespaces) != 1 || sc.Namespaces["api"] == nil || sc.GlobalDefaultBucket != nil {
 		t.Fatalf("GET /api: namespaces %v, global default %v; want api only (search is a burst-tier resource)", sc.Namespaces, sc.GlobalDefaultBucket)
 	}
-	want := admin.QSBucketConfig{Name: "big", Namespace: "api", Size: 100, FillRate: 50, WaitTimeoutMillis: 1000, MaxIdleMillis: -1, MaxDebtMillis: 10000, MaxTokensPerRequest: 50}
+	want := quotaapi.BucketConfig{Name: "big", Namespace: "api", Size: 100, FillRate: 50, WaitTimeoutMillis: 1000, MaxIdleMillis: -1, MaxDebtMillis: 10000, MaxTokensPerRequest: 50}
 	if got := sc.Namespaces["api"].Buckets["big"]; got == nil || *got != want {
 		t.Fatalf("api/big: %+v, want %+v", got, want)
 	}
@@ -159,10 +161,10 @@ func TestQuotaServiceREST(t *testing.T) {
 
 	// add a namespace with a default bucket (missing fields: defaults).
 	mustOK(t, qsDo(t, "POST", api+"/Pinky", `{"name": "Pinky", "default_bucket": {"size": 200, "fill_rate": 100}}`, "1", "alice"), 2)
-	var ns admin.QSNamespaceConfig
+	var ns quotaapi.NamespaceConfig
 	a = qsDo(t, "GET", api+"/Pinky", "", "", "")
 	a.decode(t, &ns)
-	wantDef := admin.QSBucketConfig{Name: admin.QSDefaultBucket, Namespace: "Pinky", Size: 200, FillRate: 100, WaitTimeoutMillis: 1000, MaxIdleMillis: -1, MaxDebtMillis: 10000, MaxTokensPerRequest: 100}
+	wantDef := quotaapi.BucketConfig{Name: quotaapi.DefaultBucket, Namespace: "Pinky", Size: 200, FillRate: 100, WaitTimeoutMillis: 1000, MaxIdleMillis: -1, MaxDebtMillis: 10000, MaxTokensPerRequest: 100}
 	if a.status != 200 || a.version != "2" || ns.Name != "Pinky" || ns.DefaultBucket == nil || *ns.DefaultBucket != wantDef {
 		t.Fatalf("GET /api/Pinky: %d, Version %q, %s", a.status, a.version, a.body)
 	}
@@ -173,22 +175,22 @@ func TestQuotaServiceREST(t *testing.T) {
 
 	// add a bucket; show it.
 	mustOK(t, qsDo(t, "POST", api+"/Pinky/users", `{"name": "users", "namespace": "Pinky", "size": 10, "fill_rate": 1, "wait_timeout_millis": 60000, "max_debt_millis": 60000, "max_tokens_per_request": 10}`, "2", "alice"), 3)
-	var b admin.QSBucketConfig
+	var b quotaapi.BucketConfig
 	a = qsDo(t, "GET", api+"/Pinky/users", "", "", "")
 	a.decode(t, &b)
-	wantUsers := admin.QSBucketConfig{Name: "users", Namespace: "Pinky", Size: 10, FillRate: 1, WaitTimeoutMillis: 60000, MaxIdleMillis: -1, MaxDebtMillis: 60000, MaxTokensPerRequest: 10}
+	wantUsers := quotaapi.BucketConfig{Name: "users", Namespace: "Pinky", Size: 10, FillRate: 1, WaitTimeoutMillis: 60000, MaxIdleMillis: -1, MaxDebtMillis: 60000, MaxTokensPerRequest: 10}
 	if a.status != 200 || a.version != "3" || b != wantUsers {
 		t.Fatalf("GET /api/Pinky/users: %d, Version %q, %s; want %+v", a.status, a.version, a.body, wantUsers)
 	}
 
-	// The server applies it: 1 token a second, so 5 tokens after the
+	// The server applies it: 1 admintest.Token a second, so 5 tokens after the
 	// first 10 wait about 5 s.
 	waitFor := func(what string, ok func(time.Duration) bool) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			st, _ := qsAllow(t, ts.url, "Pinky", "users", 10) // drain (or queue behind the debt)
-			st2, wait := qsAllow(t, ts.url, "Pinky", "users", 5)
+			st, _ := qsAllow(t, ts.URL, "Pinky", "users", 10) // drain (or queue behind the debt)
+			st2, wait := qsAllow(t, ts.URL, "Pinky", "users", 5)
 			if st2 == "OK" && ok(wait) {
 				return
 			}
@@ -246,19 +248,19 @@ func TestQuotaServiceREST(t *testing.T) {
 	// template; PUT on a namespace keeps its on_store_error.
 	mustOK(t, qsDo(t, "POST", api+"/___GLOBAL___/___DEFAULT_BUCKET___", `{"name": "___DEFAULT_BUCKET___", "namespace": "___GLOBAL___", "size": 5, "fill_rate": 5}`, "5", "alice"), 6)
 	a = qsDo(t, "GET", api+"/___GLOBAL___/___DEFAULT_BUCKET___", "", "", "")
-	b = admin.QSBucketConfig{}
+	b = quotaapi.BucketConfig{}
 	a.decode(t, &b)
-	if b.Name != admin.QSDefaultBucket || b.Namespace != "" || b.Size != 5 {
+	if b.Name != quotaapi.DefaultBucket || b.Namespace != "" || b.Size != 5 {
 		t.Errorf("the global default: %s", a.body)
 	}
 	mustOK(t, qsDo(t, "PUT", api+"/api", `{"dynamic_bucket_template": {"size": 3, "fill_rate": 3}, "max_dynamic_buckets": 50, "buckets": {"big": {"size": 100, "fill_rate": 50}}}`, "6", "alice"), 7)
 	a = qsDo(t, "GET", api+"/api/___DYNAMIC_BUCKET_TPL___", "", "", "")
-	b = admin.QSBucketConfig{}
+	b = quotaapi.BucketConfig{}
 	a.decode(t, &b)
-	if a.status != 200 || b.Name != admin.QSDynamicBucketTemplate || b.Size != 3 {
+	if a.status != 200 || b.Name != quotaapi.DynamicBucketTemplate || b.Size != 3 {
 		t.Errorf("the dynamic bucket template: %d %s", a.status, a.body)
 	}
-	doc, _ := os.ReadFile(ts.path)
+	doc, _ := os.ReadFile(ts.Path)
 	for _, s := range []string{"on_store_error: open # Redis down: grant", "max_dynamic_buckets: 50", "global_default: {size: 5, fill_rate: 5,", "# a burst-tier resource: no quota service namespace", "identifier_glob: fair"} {
 		if !strings.Contains(string(doc), s) {
 			t.Errorf("the file lacks %q:\n%s", s, doc)
@@ -266,13 +268,13 @@ func TestQuotaServiceREST(t *testing.T) {
 	}
 
 	// stats: the hottest buckets of Pinky.
-	var st admin.QSStats
+	var st quotaapi.Stats
 	a = qsDo(t, "GET", api+"/stats/Pinky", "", "", "")
 	a.decode(t, &st)
 	if a.status != 200 || st.Namespace != "Pinky" || len(st.TopHits) == 0 || st.TopHits[0].Bucket != "users" || st.TopHits[0].Score < 2 {
 		t.Errorf("stats: %d %s", a.status, a.body)
 	}
-	var sc1 admin.BucketScores
+	var sc1 quotaapi.BucketScores
 	qsDo(t, "GET", api+"/stats/Pinky/users", "", "", "").decode(t, &sc1)
 	if sc1.Hits != st.TopHits[0].Score {
 		t.Errorf("stats of Pinky/users: %+v; the top list says %d hits", sc1, st.TopHits[0].Score)
@@ -292,13 +294,13 @@ func TestQuotaServiceREST(t *testing.T) {
 	}
 
 	// The history: every version, newest first, with its user.
-	var cs admin.QSConfigs
+	var cs quotaapi.Configs
 	a = qsDo(t, "GET", api+"/configs", "", "", "")
 	a.decode(t, &cs)
 	if len(cs.Configs) != 9 || cs.Configs[0].Version != 9 || cs.Configs[8].Version != 1 {
 		t.Fatalf("configs: %d of them: %s", len(cs.Configs), a.body)
 	}
-	users := map[int64]string{2: "alice", 3: "alice", 4: "bob", 5: admin.QSDefaultUser, 9: "alice"}
+	users := map[int64]string{2: "alice", 3: "alice", 4: "bob", 5: quotaapi.DefaultUser, 9: "alice"}
 	for _, c := range cs.Configs {
 		if u, ok := users[c.Version]; ok && c.User != u {
 			t.Errorf("configs: version %d by %q, want %q", c.Version, c.User, u)
@@ -312,7 +314,7 @@ func TestQuotaServiceREST(t *testing.T) {
 	}
 	// The audit log names the user and the object of each change.
 	var objects []string
-	for _, c := range ts.log.changes(t) {
+	for _, c := range ts.Log.Changes(t) {
 		objects = append(objects, fmt.Sprint(c["user"], " ", c["object"]))
 	}
 	if len(objects) < 3 || objects[0] != "alice limits/resources/Pinky" || objects[1] != "alice limits/resources/Pinky/domains/users" || objects[2] != "bob limits/resources/Pinky/domains/users" {
@@ -323,12 +325,12 @@ func TestQuotaServiceREST(t *testing.T) {
 	// the burst-tier resource and the templates.
 	mustOK(t, qsDo(t, "POST", api, `{"namespaces": {"Brain": {"buckets": {"x": {"size": 7}}}}, "version": 9, "user": "ignored"}`, "9", "dave"), 10)
 	a = qsDo(t, "GET", api, "", "", "")
-	sc = admin.QSServiceConfig{}
+	sc = quotaapi.ServiceConfig{}
 	a.decode(t, &sc)
 	if sc.GlobalDefaultBucket != nil || len(sc.Namespaces) != 1 || sc.Namespaces["Brain"] == nil || sc.Namespaces["Brain"].Buckets["x"].Size != 7 || sc.Version != 10 || sc.User != "dave" {
 		t.Errorf("after POST /api: %s", a.body)
 	}
-	doc, _ = os.ReadFile(ts.path)
+	doc, _ = os.ReadFile(ts.Path)
 	if !strings.Contains(string(doc), "algorithm: burst_tiers") || !strings.Contains(string(doc), "identifier_glob: fair") || strings.Contains(string(doc), "api:") {
 		t.Errorf("after POST /api, the file:\n%s", doc)
 	}
@@ -344,11 +346,11 @@ func TestQuotaServiceREST(t *testing.T) {
 }
 
 // Writes need credentials: without them, the error object and 401; with a
-// token its user is recorded; X-Forwarded-User from an untrusted address
+// admintest.Token its user is recorded; X-Forwarded-User from an untrusted address
 // is no credential.
 func TestQuotaServiceRESTAuth(t *testing.T) {
-	ts := startServer(t, qsDoc, admin.AuthOptions{TokenFile: tokenFile(t, "alice "+token+"\n")}, nil)
-	api := ts.url + "/api"
+	ts := admintest.Start(t, qsDoc, adminhttp.AuthOptions{TokenFile: admintest.TokenFile(t, "alice "+admintest.Token+"\n")}, nil)
+	api := ts.URL + "/api"
 	a := qsDo(t, "POST", api+"/Pinky", `{}`, "", "mallory")
 	if a.status != http.StatusUnauthorized || !strings.Contains(a.errorObject(t), "authentication required") {
 		t.Fatalf("a write without credentials: %d %s", a.status, a.body)
@@ -356,10 +358,10 @@ func TestQuotaServiceRESTAuth(t *testing.T) {
 	if a = qsDo(t, "GET", api, "", "", ""); a.status != 200 {
 		t.Fatalf("a read: %d %s", a.status, a.body)
 	}
-	mustOK(t, qsDo(t, "POST", api+"/Pinky", `{}`, "1", "mallory", "Authorization", "Bearer "+token), 2)
-	var sc admin.QSServiceConfig
+	mustOK(t, qsDo(t, "POST", api+"/Pinky", `{}`, "1", "mallory", "Authorization", "Bearer "+admintest.Token), 2)
+	var sc quotaapi.ServiceConfig
 	qsDo(t, "GET", api, "", "", "").decode(t, &sc)
 	if sc.User != "alice" || sc.Namespaces["Pinky"] == nil {
-		t.Errorf("after a token's write: %+v", sc)
+		t.Errorf("after a admintest.Token's write: %+v", sc)
 	}
 }

@@ -1,4 +1,4 @@
-package admin
+package quotaapi
 
 import (
 	"context"
@@ -18,46 +18,43 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/admin/adminhttp"
+	"github.com/sluice-rl/sluice/admin/internal/yamlnode"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
+	"github.com/sluice-rl/sluice/resources"
 )
 
-// The quota service's admin REST API, served over the same configuration
-// document and Service as /admin/v1.
-//
-// Source: quotaservice-wire.md, "Admin REST API"; issue 16, "Compatible
-// with quotaservice's admin tools".
-
-// QSPrefix is the path under which QuotaServiceHandler serves: mount it
+// Prefix is the path under which Handler serves: mount it
 // at both "/api" and "/api/".
-const QSPrefix = "/api"
+const Prefix = "/api"
 
 // The quota service's special names (quotaservice-wire.md, "Admin REST
 // API").
 const (
-	// QSGlobalNamespace names the whole configuration in /api/{namespace}
+	// GlobalNamespace names the whole configuration in /api/{namespace}
 	// (GET and POST: as /api), and, as the namespace of
 	// /api/{namespace}/{bucket}, the global default bucket (whatever the
 	// bucket name): Sluice's limits.global_default.
-	QSGlobalNamespace = "___GLOBAL___"
-	// QSDefaultBucket names a namespace's default bucket: Sluice's
+	GlobalNamespace = "___GLOBAL___"
+	// DefaultBucket names a namespace's default bucket: Sluice's
 	// limits.resources.NAMESPACE.default.
-	QSDefaultBucket = "___DEFAULT_BUCKET___"
-	// QSDynamicBucketTemplate names a namespace's dynamic bucket
+	DefaultBucket = "___DEFAULT_BUCKET___"
+	// DynamicBucketTemplate names a namespace's dynamic bucket
 	// template: Sluice's limits.resources.NAMESPACE.template.
-	QSDynamicBucketTemplate = "___DYNAMIC_BUCKET_TPL___"
-	// QSDefaultUser is the user recorded for a change that names none:
+	DynamicBucketTemplate = "___DYNAMIC_BUCKET_TPL___"
+	// DefaultUser is the user recorded for a change that names none:
 	// an --admin-insecure loopback request without X-Forwarded-User.
-	QSDefaultUser = "quotaservice"
-	// QSVersionHeader carries the configuration's version: in a request,
+	DefaultUser = "quotaservice"
+	// VersionHeader carries the configuration's version: in a request,
 	// the version the change was made against (another one current: 409);
 	// in every answer, the current version (after a change, the version
 	// it made).
-	QSVersionHeader = "Version"
+	VersionHeader = "Version"
 )
 
-// QSBucketConfig is the quota service's BucketConfig as its admin API
+// BucketConfig is the quota service's BucketConfig as its admin API
 // writes it (quotaservice-wire.md, "Configuration"): a Sluice token
 // bucket with every default applied. Durations are whole milliseconds
 // (rounded up); MaxIdleMillis is -1 for never. FillRate is tokens per
@@ -66,7 +63,7 @@ const (
 // whole tokens (which this API cannot write back: its bodies take whole
 // numbers). A Sluice bucket with no wait or no debt shows 0, which a body
 // cannot ask for (the quota service reads 0 as the default).
-type QSBucketConfig struct {
+type BucketConfig struct {
 	Name                string  `json:"name,omitempty"`
 	Namespace           string  `json:"namespace,omitempty"`
 	Size                int64   `json:"size"`
@@ -77,54 +74,54 @@ type QSBucketConfig struct {
 	MaxTokensPerRequest int64   `json:"max_tokens_per_request"`
 }
 
-// QSNamespaceConfig is the quota service's NamespaceConfig: a Sluice
+// NamespaceConfig is the quota service's NamespaceConfig: a Sluice
 // token-bucket resource of the limits section. MaxDynamicBuckets 0 is
 // unlimited.
-type QSNamespaceConfig struct {
-	Name                  string                     `json:"name,omitempty"`
-	DefaultBucket         *QSBucketConfig            `json:"default_bucket,omitempty"`
-	DynamicBucketTemplate *QSBucketConfig            `json:"dynamic_bucket_template,omitempty"`
-	MaxDynamicBuckets     int64                      `json:"max_dynamic_buckets,omitempty"`
-	Buckets               map[string]*QSBucketConfig `json:"buckets,omitempty"`
+type NamespaceConfig struct {
+	Name                  string                   `json:"name,omitempty"`
+	DefaultBucket         *BucketConfig            `json:"default_bucket,omitempty"`
+	DynamicBucketTemplate *BucketConfig            `json:"dynamic_bucket_template,omitempty"`
+	MaxDynamicBuckets     int64                    `json:"max_dynamic_buckets,omitempty"`
+	Buckets               map[string]*BucketConfig `json:"buckets,omitempty"`
 }
 
-// QSServiceConfig is the quota service's ServiceConfig: the limits
+// ServiceConfig is the quota service's ServiceConfig: the limits
 // section's global default bucket and token-bucket resources. Version is
 // the admin Store's version; User and Date (Unix seconds) are those of
 // the change that made it. Burst-tier and copy-limited resources,
 // namespace prefixes and Doorman templates have no place in it: GET
 // leaves them out, and writes keep them as they are.
-type QSServiceConfig struct {
-	GlobalDefaultBucket *QSBucketConfig               `json:"global_default_bucket,omitempty"`
-	Namespaces          map[string]*QSNamespaceConfig `json:"namespaces,omitempty"`
-	Version             int64                         `json:"version,omitempty"`
-	User                string                        `json:"user,omitempty"`
-	Date                int64                         `json:"date,omitempty"`
+type ServiceConfig struct {
+	GlobalDefaultBucket *BucketConfig               `json:"global_default_bucket,omitempty"`
+	Namespaces          map[string]*NamespaceConfig `json:"namespaces,omitempty"`
+	Version             int64                       `json:"version,omitempty"`
+	User                string                      `json:"user,omitempty"`
+	Date                int64                       `json:"date,omitempty"`
 }
 
-// QSConfigAndHash is one configuration of GET /api/configs: a kept
-// version, and Hash, the hex SHA-256 of its document (Audit.Hash).
-type QSConfigAndHash struct {
-	QSServiceConfig
+// ConfigAndHash is one configuration of GET /api/configs: a kept
+// version, and Hash, the hex SHA-256 of its document (admin.Audit.Hash).
+type ConfigAndHash struct {
+	ServiceConfig
 	Hash string `json:"hash,omitempty"`
 }
 
-// QSConfigs is the answer of GET /api/configs: the kept versions that
+// Configs is the answer of GET /api/configs: the kept versions that
 // load, newest first.
-type QSConfigs struct {
-	Configs []QSConfigAndHash `json:"configs"`
+type Configs struct {
+	Configs []ConfigAndHash `json:"configs"`
 }
 
-// QSError is the quota service's error object: Error is the HTTP
+// Error is the quota service's error object: Error is the HTTP
 // status's text ("Conflict"), Description what went wrong (for an
 // invalid change, every error, each naming its field, joined by "; ").
-type QSError struct {
+type Error struct {
 	Error       string `json:"error"`
 	Description string `json:"description"`
 }
 
 // BucketScore is one bucket of a top list of /api/stats/{namespace}:
-// Bucket is its domain (QSDefaultBucket for the namespace's default
+// Bucket is its domain (DefaultBucket for the namespace's default
 // bucket), Score its count.
 type BucketScore struct {
 	Bucket string `json:"bucket"`
@@ -139,37 +136,37 @@ type BucketScores struct {
 	Misses int64 `json:"misses"`
 }
 
-// QSStats is the answer of GET /api/stats/{namespace}: the buckets with
+// Stats is the answer of GET /api/stats/{namespace}: the buckets with
 // the most granted requests (TopHits) and the most rejected ones
-// (TopMisses), at most QSTopBuckets of each, most first.
-type QSStats struct {
+// (TopMisses), at most TopBuckets of each, most first.
+type Stats struct {
 	Namespace string        `json:"namespace"`
 	TopHits   []BucketScore `json:"topHits"`
 	TopMisses []BucketScore `json:"topMisses"`
 }
 
-// QSTopBuckets is how many buckets each top list of /api/stats holds.
-const QSTopBuckets = 10
+// TopBuckets is how many buckets each top list of /api/stats holds.
+const TopBuckets = 10
 
-// QuotaStats reports the counts of /api/stats. Implementations are safe
+// StatsSource reports the counts of /api/stats. Implementations are safe
 // for concurrent use; EngineStats is the one over a server's limits
 // engine.
-type QuotaStats interface {
+type StatsSource interface {
 	// Top returns at most n buckets of resource ns with a count above 0,
 	// most first (ties by domain): by granted requests, or with misses by
 	// rejected ones. ctx is the request's: it bounds the walk of the
 	// buckets (on Redis, its round trips).
 	Top(ctx context.Context, ns string, n int, misses bool) ([]BucketScore, error)
-	// Scores returns the counts of bucket (a domain; QSDefaultBucket for
+	// Scores returns the counts of bucket (a domain; DefaultBucket for
 	// the resource's default bucket) of resource ns; ok is false when the
 	// bucket has no state. ctx is as for Top.
 	Scores(ctx context.Context, ns, bucket string) (s BucketScores, ok bool, err error)
 }
 
-// EngineStats returns the QuotaStats of a limits engine (the counts of
+// EngineStats returns the StatsSource of a limits engine (the counts of
 // its buckets' states, limits.BucketInfo Grants and Rejections), read at
 // now().
-func EngineStats(e *limits.Engine, now func() time.Time) QuotaStats {
+func EngineStats(e *limits.Engine, now func() time.Time) StatsSource {
 	return engineStats{e: e, now: now}
 }
 
@@ -180,7 +177,7 @@ type engineStats struct {
 
 func bucketName(domain string) string {
 	if domain == "" {
-		return QSDefaultBucket
+		return DefaultBucket
 	}
 	return domain
 }
@@ -212,7 +209,7 @@ func (s engineStats) Top(ctx context.Context, ns string, n int, misses bool) ([]
 
 func (s engineStats) Scores(ctx context.Context, ns, bucket string) (BucketScores, bool, error) {
 	domain := bucket
-	if bucket == QSDefaultBucket {
+	if bucket == DefaultBucket {
 		domain = ""
 	}
 	page, err := s.e.Query(ctx, s.now(), limits.Query{
@@ -226,68 +223,68 @@ func (s engineStats) Scores(ctx context.Context, ns, bucket string) (BucketScore
 	return BucketScores{Hits: int64(min(b.Grants, math.MaxInt64)), Misses: int64(min(b.Rejections, math.MaxInt64))}, true, nil
 }
 
-// QuotaServiceHandler serves the quota service's admin REST API
+// Handler serves the quota service's admin REST API
 // (quotaservice-wire.md, "Admin REST API") over svc's document, so that
 // quotaservice-cli and the quota service's admin UI work against Sluice.
-// Mount it at QSPrefix and QSPrefix+"/". A namespace is a token-bucket
+// Mount it at Prefix and Prefix+"/". A namespace is a token-bucket
 // resource of the limits section, a bucket one of its domains:
 //
-//	GET    /api                        the whole QSServiceConfig (also /api/___GLOBAL___)
+//	GET    /api                        the whole ServiceConfig (also /api/___GLOBAL___)
 //	POST   /api                        replace the global default and every token-bucket resource with the
-//	                                   body's (a QSServiceConfig); other resources, namespace prefixes and
+//	                                   body's (a ServiceConfig); other resources, namespace prefixes and
 //	                                   templates are kept
-//	GET    /api/{namespace}            that QSNamespaceConfig (404 if absent)
+//	GET    /api/{namespace}            that NamespaceConfig (404 if absent)
 //	POST   /api/{namespace}            add it (body: a NamespaceConfig; 409 if it exists)
 //	PUT    /api/{namespace}            update it (or add it), keeping its on_store_error
 //	DELETE /api/{namespace}            delete it
-//	GET    /api/{namespace}/{bucket}   that QSBucketConfig
+//	GET    /api/{namespace}/{bucket}   that BucketConfig
 //	POST   /api/{namespace}/{bucket}   add it (body: a BucketConfig, missing fields the defaults; 409 if it exists)
 //	PUT    /api/{namespace}/{bucket}   update it (or add it to an existing namespace)
 //	DELETE /api/{namespace}/{bucket}   delete it
-//	GET    /api/configs                the kept versions (QSConfigs), newest first
-//	GET    /api/stats/{namespace}      the namespace's hottest and most rejected buckets (QSStats)
+//	GET    /api/configs                the kept versions (Configs), newest first
+//	GET    /api/stats/{namespace}      the namespace's hottest and most rejected buckets (Stats)
 //	GET    /api/stats/{namespace}/{b}  one bucket's counts (BucketScores)
 //
-// {bucket} may be QSDefaultBucket or QSDynamicBucketTemplate, and with
-// the namespace QSGlobalNamespace names the global default bucket. A
+// {bucket} may be DefaultBucket or DynamicBucketTemplate, and with
+// the namespace GlobalNamespace names the global default bucket. A
 // namespace holding '/' is path-escaped (api%2Fsearch); a bucket is the
 // rest of the path (/api/api/rate_limit/10.0.0.1). Namespaces named
 // configs and stats are reachable only through /admin/v1, as in the quota
 // service.
 //
 // Bodies are JSON objects whose keys are the proto field names, decoded
-// strictly (DecodeJSON, then limitsyaml.ParseQuotaService's reading and
+// strictly (admin.DecodeJSON, then limitsyaml.ParseQuotaService's reading and
 // defaults: an unknown field, a wrong type, a duplicate key is refused,
 // naming the field); an empty body is {} (every default), but POST /api
 // refuses one. A body's name (and a bucket's namespace), when given, must
-// be the path's. Changes are validated by config.Parse as every change
-// of the Service is, and recorded in its history and audit log with the
+// be the path's. Changes are validated by resources.Parse as every change
+// of the admin.Service is, and recorded in its history and audit log with the
 // user: Sluice's authentication (auth: tokens, client certificates,
 // X-Forwarded-User from trusted proxies, --admin-insecure loopback, whose
-// user is X-Forwarded-User's, else QSDefaultUser). A request with a
+// user is X-Forwarded-User's, else DefaultUser). A request with a
 // Version header is refused with 409 when another version is current;
 // without one it applies to the current version. Every answer carries
 // the current version in its Version header.
 //
-// A change answers {} (200); an error the HTTP status and a QSError:
+// A change answers {} (200); an error the HTTP status and an Error:
 // 400 invalid body or change, 401/403 authentication, 404 no such
 // namespace or bucket, 405 method, 409 stale version or existing object,
 // 413 body too large, 500 otherwise. svc nil answers 404 to everything
 // (with o.Disabled's reason).
-func QuotaServiceHandler(svc *Service, auth *Auth, o QSOptions) http.Handler {
+func Handler(svc *admin.Service, auth *adminhttp.Auth, o Options) http.Handler {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	if o.Disabled == "" {
 		o.Disabled = "no configuration to edit: the server runs without --config (or with --parent, whose configuration comes from the parent)"
 	}
-	return &qsHandler{svc: svc, auth: auth, stats: o.Stats, log: o.Logger, disabled: o.Disabled}
+	return &handler{svc: svc, auth: auth, stats: o.Stats, log: o.Logger, disabled: o.Disabled}
 }
 
-// QSOptions configures QuotaServiceHandler.
-type QSOptions struct {
+// Options configures Handler.
+type Options struct {
 	// Stats answers /api/stats; nil: empty top lists and zero counts.
-	Stats QuotaStats
+	Stats StatsSource
 	// Logger receives the refused requests and the failures; nil:
 	// slog.Default().
 	Logger *slog.Logger
@@ -296,34 +293,34 @@ type QSOptions struct {
 	Disabled string
 }
 
-type qsHandler struct {
-	svc      *Service
-	auth     *Auth
-	stats    QuotaStats
+type handler struct {
+	svc      *admin.Service
+	auth     *adminhttp.Auth
+	stats    StatsSource
 	log      *slog.Logger
 	disabled string
 }
 
 // qsStatus is an error with the HTTP status it answers.
-type qsStatus struct {
+type statusError struct {
 	status int
 	msg    string
 }
 
-func (e *qsStatus) Error() string { return e.msg }
+func (e *statusError) Error() string { return e.msg }
 
-func qsErrorf(status int, format string, args ...any) error {
-	return &qsStatus{status: status, msg: fmt.Sprintf(format, args...)}
+func errorf(status int, format string, args ...any) error {
+	return &statusError{status: status, msg: fmt.Sprintf(format, args...)}
 }
 
-func (h *qsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), QSPrefix)
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), Prefix)
 	if !ok || rest != "" && rest[0] != '/' {
-		h.fail(w, qsErrorf(http.StatusNotFound, "%s: not under %s", r.URL.Path, QSPrefix))
+		h.fail(w, errorf(http.StatusNotFound, "%s: not under %s", r.URL.Path, Prefix))
 		return
 	}
 	if h.svc == nil {
-		h.fail(w, qsErrorf(http.StatusNotFound, "%s", h.disabled))
+		h.fail(w, errorf(http.StatusNotFound, "%s", h.disabled))
 		return
 	}
 	var seg []string
@@ -331,7 +328,7 @@ func (h *qsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for i, s := range strings.Split(rest, "/") {
 			u, err := url.PathUnescape(s)
 			if err != nil {
-				h.fail(w, qsErrorf(http.StatusBadRequest, "path segment %d: %v", i+1, err))
+				h.fail(w, errorf(http.StatusBadRequest, "path segment %d: %v", i+1, err))
 				return
 			}
 			seg = append(seg, u)
@@ -340,24 +337,24 @@ func (h *qsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	write := r.Method != http.MethodGet && r.Method != http.MethodHead
 	id, err := h.auth.Identify(r, write)
 	if err != nil {
-		var ae *AuthError
+		var ae *adminhttp.AuthError
 		if errors.As(err, &ae) {
 			h.log.Warn("admin: quotaservice API request refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "status", ae.Status, "why", ae.Msg)
 			if ae.Status == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
 			}
-			h.fail(w, qsErrorf(ae.Status, "%s", ae.Msg))
+			h.fail(w, errorf(ae.Status, "%s", ae.Msg))
 			return
 		}
 		h.fail(w, err)
 		return
 	}
 	if id.Method == "insecure" && r.Header.Get("X-Forwarded-User") == "" {
-		id.User = QSDefaultUser
+		id.User = DefaultUser
 	}
 	ctx := r.Context()
 	switch {
-	case len(seg) == 0 || len(seg) == 1 && seg[0] == QSGlobalNamespace:
+	case len(seg) == 0 || len(seg) == 1 && seg[0] == GlobalNamespace:
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
 			h.getAll(ctx, w)
@@ -368,7 +365,7 @@ func (h *qsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case seg[0] == "configs":
 		if len(seg) > 1 {
-			h.fail(w, qsErrorf(http.StatusNotFound, "%s: no such path", r.URL.Path))
+			h.fail(w, errorf(http.StatusNotFound, "%s: no such path", r.URL.Path))
 			return
 		}
 		if !write {
@@ -391,21 +388,21 @@ func (h *qsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // loaded is the current document, read and loaded.
 type loaded struct {
-	snap Snapshot
-	doc  *document
-	repo *config.Repository
+	snap admin.Snapshot
+	doc  *admin.Document
+	repo *resources.Repository
 }
 
-func (h *qsHandler) load(ctx context.Context) (loaded, error) {
-	snap, err := h.svc.store.Read(ctx)
+func (h *handler) load(ctx context.Context) (loaded, error) {
+	snap, err := h.svc.Store().Read(ctx)
 	if err != nil {
 		return loaded{}, err
 	}
-	repo, err := config.Parse(snap.Document)
+	repo, err := resources.Parse(snap.Document)
 	if err != nil {
 		return loaded{snap: snap}, fmt.Errorf("the stored configuration (version %d) does not load; replace it through /admin/v1/config: %w", snap.Version, err)
 	}
-	d, err := parseDocument(snap.Document)
+	d, err := admin.ParseDocument(snap.Document)
 	if err != nil {
 		return loaded{snap: snap}, err
 	}
@@ -417,7 +414,7 @@ func (h *qsHandler) load(ctx context.Context) (loaded, error) {
 func (l loaded) existingNamespace(ns string, status int) (*limits.Resource, error) {
 	r, err := l.tokenBucket(ns, status)
 	if err == nil && r == nil {
-		err = qsErrorf(http.StatusNotFound, "unable to locate namespace %s", ns)
+		err = errorf(http.StatusNotFound, "unable to locate namespace %s", ns)
 	}
 	return r, err
 }
@@ -428,7 +425,7 @@ func (l loaded) existingNamespace(ns string, status int) (*limits.Resource, erro
 func (l loaded) tokenBucket(ns string, status int) (*limits.Resource, error) {
 	if cc := l.repo.Copies(); cc != nil {
 		if _, ok := cc.Resources[ns]; ok {
-			return nil, qsErrorf(status, "limits.resources.%s is a copy-limited resource (algorithm: copies), not a quota service namespace; see /admin/v1/limits/resources/%s", ns, url.PathEscape(ns))
+			return nil, errorf(status, "limits.resources.%s is a copy-limited resource (algorithm: copies), not a quota service namespace; see /admin/v1/limits/resources/%s", ns, url.PathEscape(ns))
 		}
 	}
 	lc := l.repo.Limits()
@@ -437,12 +434,12 @@ func (l loaded) tokenBucket(ns string, status int) (*limits.Resource, error) {
 	}
 	r := lc.Resources[ns]
 	if r != nil && r.Algorithm != limits.TokenBucket {
-		return nil, qsErrorf(status, "limits.resources.%s is a %s resource, not a quota service namespace; see /admin/v1/limits/resources/%s", ns, r.Algorithm, url.PathEscape(ns))
+		return nil, errorf(status, "limits.resources.%s is a %s resource, not a quota service namespace; see /admin/v1/limits/resources/%s", ns, r.Algorithm, url.PathEscape(ns))
 	}
 	return r, nil
 }
 
-func (h *qsHandler) getAll(ctx context.Context, w http.ResponseWriter) {
+func (h *handler) getAll(ctx context.Context, w http.ResponseWriter) {
 	l, err := h.load(ctx)
 	if err != nil {
 		h.failAt(w, l.snap.Version, err)
@@ -459,19 +456,19 @@ func (h *qsHandler) getAll(ctx context.Context, w http.ResponseWriter) {
 	h.answer(w, l.snap.Version, sc)
 }
 
-func (h *qsHandler) configs(ctx context.Context, w http.ResponseWriter) {
+func (h *handler) configs(ctx context.Context, w http.ResponseWriter) {
 	audits, err := h.svc.History(ctx)
 	if err != nil {
 		h.fail(w, err)
 		return
 	}
-	out := QSConfigs{Configs: []QSConfigAndHash{}}
+	out := Configs{Configs: []ConfigAndHash{}}
 	for _, a := range audits {
 		e, err := h.svc.Version(ctx, a.Version)
 		if err != nil {
 			continue // pruned meanwhile
 		}
-		repo, err := config.Parse(e.Document)
+		repo, err := resources.Parse(e.Document)
 		if err != nil {
 			continue // a version that does not load was never applied
 		}
@@ -480,7 +477,7 @@ func (h *qsHandler) configs(ctx context.Context, w http.ResponseWriter) {
 		if !a.Time.IsZero() {
 			sc.Date = a.Time.Unix()
 		}
-		out.Configs = append(out.Configs, QSConfigAndHash{QSServiceConfig: sc, Hash: a.Hash})
+		out.Configs = append(out.Configs, ConfigAndHash{ServiceConfig: sc, Hash: a.Hash})
 	}
 	var v int64
 	if len(audits) > 0 {
@@ -489,9 +486,9 @@ func (h *qsHandler) configs(ctx context.Context, w http.ResponseWriter) {
 	h.answer(w, v, out)
 }
 
-func (h *qsHandler) statsOf(ctx context.Context, w http.ResponseWriter, seg []string) {
+func (h *handler) statsOf(ctx context.Context, w http.ResponseWriter, seg []string) {
 	if len(seg) == 0 || seg[0] == "" {
-		h.fail(w, qsErrorf(http.StatusBadRequest, "no namespace specified: GET /api/stats/{namespace}"))
+		h.fail(w, errorf(http.StatusBadRequest, "no namespace specified: GET /api/stats/{namespace}"))
 		return
 	}
 	ns := seg[0]
@@ -517,10 +514,10 @@ func (h *qsHandler) statsOf(ctx context.Context, w http.ResponseWriter, seg []st
 		h.answer(w, l.snap.Version, s)
 		return
 	}
-	out := QSStats{Namespace: ns, TopHits: []BucketScore{}, TopMisses: []BucketScore{}}
+	out := Stats{Namespace: ns, TopHits: []BucketScore{}, TopMisses: []BucketScore{}}
 	if h.stats != nil {
-		if out.TopHits, err = h.stats.Top(ctx, ns, QSTopBuckets, false); err == nil {
-			out.TopMisses, err = h.stats.Top(ctx, ns, QSTopBuckets, true)
+		if out.TopHits, err = h.stats.Top(ctx, ns, TopBuckets, false); err == nil {
+			out.TopMisses, err = h.stats.Top(ctx, ns, TopBuckets, true)
 		}
 		if err != nil {
 			h.failAt(w, l.snap.Version, err)
@@ -530,7 +527,7 @@ func (h *qsHandler) statsOf(ctx context.Context, w http.ResponseWriter, seg []st
 	h.answer(w, l.snap.Version, out)
 }
 
-func (h *qsHandler) namespace(w http.ResponseWriter, r *http.Request, id Identity, ns string) {
+func (h *handler) namespace(w http.ResponseWriter, r *http.Request, id adminhttp.Identity, ns string) {
 	ctx := r.Context()
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
@@ -556,21 +553,21 @@ func (h *qsHandler) namespace(w http.ResponseWriter, r *http.Request, id Identit
 			return
 		}
 		create := r.Method == http.MethodPost
-		h.write(w, r, func(l loaded) (Change, error) {
+		h.write(w, r, func(l loaded) (admin.Change, error) {
 			old, err := l.tokenBucket(ns, http.StatusConflict)
 			if err != nil {
-				return Change{}, err
+				return admin.Change{}, err
 			}
 			if create && old != nil {
-				return Change{}, fmt.Errorf("namespace %s: %w", ns, ErrExists)
+				return admin.Change{}, fmt.Errorf("namespace %s: %w", ns, admin.ErrExists)
 			}
-			prev, _ := l.doc.get(Resource(ns))
-			return putChange(create, Resource(ns), resourceNode(res, prev)), nil
+			prev, _ := l.doc.Get(admin.Resource(ns))
+			return putChange(create, admin.Resource(ns), resourceNode(res, prev)), nil
 		}, id)
 	case http.MethodDelete:
-		h.write(w, r, func(l loaded) (Change, error) {
+		h.write(w, r, func(l loaded) (admin.Change, error) {
 			_, err := l.existingNamespace(ns, http.StatusConflict)
-			return Change{Op: OpDelete, Object: Resource(ns)}, err
+			return admin.Change{Op: admin.OpDelete, Object: admin.Resource(ns)}, err
 		}, id)
 	default:
 		h.methodNotAllowed(w, r, "GET, POST, PUT, DELETE")
@@ -578,30 +575,30 @@ func (h *qsHandler) namespace(w http.ResponseWriter, r *http.Request, id Identit
 }
 
 // bucketObject returns the Object a quota service bucket path names.
-func bucketObject(ns, bucket string) Object {
+func bucketObject(ns, bucket string) admin.Object {
 	switch {
-	case ns == QSGlobalNamespace:
-		return GlobalDefault()
-	case bucket == QSDefaultBucket:
-		return Object{Kind: KindDefault, Name: ns}
-	case bucket == QSDynamicBucketTemplate:
-		return Object{Kind: KindBucketTemplate, Name: ns}
+	case ns == GlobalNamespace:
+		return admin.GlobalDefault()
+	case bucket == DefaultBucket:
+		return admin.Object{Kind: admin.KindDefault, Name: ns}
+	case bucket == DynamicBucketTemplate:
+		return admin.Object{Kind: admin.KindBucketTemplate, Name: ns}
 	}
-	return Domain(ns, bucket)
+	return admin.Domain(ns, bucket)
 }
 
 // bucketOf returns the bucket o names in lc (nil when absent).
-func bucketOf(lc *limits.Config, r *limits.Resource, o Object) *limits.Bucket {
+func bucketOf(lc *limits.Config, r *limits.Resource, o admin.Object) *limits.Bucket {
 	switch o.Kind {
-	case KindGlobalDefault:
+	case admin.KindGlobalDefault:
 		if lc != nil {
 			return lc.GlobalDefault
 		}
-	case KindDefault:
+	case admin.KindDefault:
 		return r.Default
-	case KindBucketTemplate:
+	case admin.KindBucketTemplate:
 		return r.Template
-	case KindDomain:
+	case admin.KindDomain:
 		if b, ok := r.Buckets[o.Domain]; ok {
 			return &b
 		}
@@ -609,23 +606,23 @@ func bucketOf(lc *limits.Config, r *limits.Resource, o Object) *limits.Bucket {
 	return nil
 }
 
-func (h *qsHandler) bucket(w http.ResponseWriter, r *http.Request, id Identity, ns, bucket string) {
+func (h *handler) bucket(w http.ResponseWriter, r *http.Request, id adminhttp.Identity, ns, bucket string) {
 	ctx := r.Context()
 	o := bucketObject(ns, bucket)
 	// resolve checks that the namespace exists (but for the global
 	// default) and returns it.
 	resolve := func(l loaded, status int) (*limits.Resource, error) {
-		if o.Kind == KindGlobalDefault {
+		if o.Kind == admin.KindGlobalDefault {
 			return nil, nil
 		}
 		res, err := l.existingNamespace(ns, status)
 		return res, err
 	}
 	notFound := func() error {
-		if o.Kind == KindGlobalDefault {
-			return qsErrorf(http.StatusNotFound, "no global default bucket")
+		if o.Kind == admin.KindGlobalDefault {
+			return errorf(http.StatusNotFound, "no global default bucket")
 		}
-		return qsErrorf(http.StatusNotFound, "unable to locate bucket %s in namespace %s", bucket, ns)
+		return errorf(http.StatusNotFound, "unable to locate bucket %s in namespace %s", bucket, ns)
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
@@ -645,8 +642,8 @@ func (h *qsHandler) bucket(w http.ResponseWriter, r *http.Request, id Identity, 
 			return
 		}
 		name, space := bucket, ns
-		if o.Kind == KindGlobalDefault {
-			name, space = QSDefaultBucket, ""
+		if o.Kind == admin.KindGlobalDefault {
+			name, space = DefaultBucket, ""
 		}
 		h.answer(w, l.snap.Version, qsBucket(*b, name, space))
 	case http.MethodPost, http.MethodPut:
@@ -660,26 +657,26 @@ func (h *qsHandler) bucket(w http.ResponseWriter, r *http.Request, id Identity, 
 			return
 		}
 		create := r.Method == http.MethodPost
-		h.write(w, r, func(l loaded) (Change, error) {
+		h.write(w, r, func(l loaded) (admin.Change, error) {
 			res, err := resolve(l, http.StatusConflict)
 			if err != nil {
-				return Change{}, err
+				return admin.Change{}, err
 			}
 			if create && bucketOf(l.repo.Limits(), res, o) != nil {
-				if o.Kind == KindGlobalDefault {
-					return Change{}, fmt.Errorf("the global default bucket: %w", ErrExists)
+				if o.Kind == admin.KindGlobalDefault {
+					return admin.Change{}, fmt.Errorf("the global default bucket: %w", admin.ErrExists)
 				}
-				return Change{}, fmt.Errorf("bucket %s of namespace %s: %w", bucket, ns, ErrExists)
+				return admin.Change{}, fmt.Errorf("bucket %s of namespace %s: %w", bucket, ns, admin.ErrExists)
 			}
 			return putChange(create, o, limitsyaml.BucketNode(b)), nil
 		}, id)
 	case http.MethodDelete:
-		h.write(w, r, func(l loaded) (Change, error) {
+		h.write(w, r, func(l loaded) (admin.Change, error) {
 			res, err := resolve(l, http.StatusConflict)
 			if err == nil && bucketOf(l.repo.Limits(), res, o) == nil {
 				err = notFound()
 			}
-			return Change{Op: OpDelete, Object: o}, err
+			return admin.Change{Op: admin.OpDelete, Object: o}, err
 		}, id)
 	default:
 		h.methodNotAllowed(w, r, "GET, POST, PUT, DELETE")
@@ -689,13 +686,13 @@ func (h *qsHandler) bucket(w http.ResponseWriter, r *http.Request, id Identity, 
 // replace is POST /api: the body's global default and namespaces replace
 // the document's global default and token-bucket resources, in one
 // change.
-func (h *qsHandler) replace(w http.ResponseWriter, r *http.Request, id Identity) {
+func (h *handler) replace(w http.ResponseWriter, r *http.Request, id adminhttp.Identity) {
 	body, ok := h.body(w, r)
 	if !ok {
 		return
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
-		h.fail(w, &InvalidError{Errors: []string{"body: empty; want a ServiceConfig (it replaces the whole configuration)"}})
+		h.fail(w, &admin.InvalidError{Errors: []string{"body: empty; want a ServiceConfig (it replaces the whole configuration)"}})
 		return
 	}
 	cfg, err := decodeQSService(body)
@@ -703,7 +700,7 @@ func (h *qsHandler) replace(w http.ResponseWriter, r *http.Request, id Identity)
 		h.fail(w, err)
 		return
 	}
-	h.write(w, r, func(l loaded) (Change, error) {
+	h.write(w, r, func(l loaded) (admin.Change, error) {
 		var errs []error
 		if lc := l.repo.Limits(); lc != nil {
 			for _, name := range slices.Sorted(maps.Keys(lc.Resources)) {
@@ -711,7 +708,7 @@ func (h *qsHandler) replace(w http.ResponseWriter, r *http.Request, id Identity)
 					continue
 				}
 				if _, keep := cfg.Resources[name]; !keep {
-					if err := l.doc.remove(Resource(name)); err != nil {
+					if err := l.doc.Remove(admin.Resource(name)); err != nil {
 						errs = append(errs, err)
 					}
 				}
@@ -722,29 +719,29 @@ func (h *qsHandler) replace(w http.ResponseWriter, r *http.Request, id Identity)
 				errs = append(errs, err)
 				continue
 			}
-			prev, _ := l.doc.get(Resource(name))
-			if err := l.doc.put(Resource(name), resourceNode(cfg.Resources[name], prev), modeUpsert); err != nil {
+			prev, _ := l.doc.Get(admin.Resource(name))
+			if err := l.doc.Put(admin.Resource(name), resourceNode(cfg.Resources[name], prev), admin.PutUpsert); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		switch _, err := l.doc.get(GlobalDefault()); {
+		switch _, err := l.doc.Get(admin.GlobalDefault()); {
 		case cfg.GlobalDefault != nil:
-			if err := l.doc.put(GlobalDefault(), limitsyaml.BucketNode(*cfg.GlobalDefault), modeUpsert); err != nil {
+			if err := l.doc.Put(admin.GlobalDefault(), limitsyaml.BucketNode(*cfg.GlobalDefault), admin.PutUpsert); err != nil {
 				errs = append(errs, err)
 			}
 		case err == nil:
-			if err := l.doc.remove(GlobalDefault()); err != nil {
+			if err := l.doc.Remove(admin.GlobalDefault()); err != nil {
 				errs = append(errs, err)
 			}
 		}
 		if len(errs) > 0 {
-			return Change{}, errors.Join(errs...)
+			return admin.Change{}, errors.Join(errs...)
 		}
-		doc, err := l.doc.encode()
+		doc, err := l.doc.Encode()
 		if err != nil {
-			return Change{}, err
+			return admin.Change{}, err
 		}
-		return Change{Op: OpReplace, Document: doc}, nil
+		return admin.Change{Op: admin.OpReplace, Document: doc}, nil
 	}, id)
 }
 
@@ -752,12 +749,12 @@ func (h *qsHandler) replace(w http.ResponseWriter, r *http.Request, id Identity)
 // the version of the request's Version header, or without one against
 // the version build read (built again, up to maxRetries times, when
 // another change comes first). It answers {} or the error.
-func (h *qsHandler) write(w http.ResponseWriter, r *http.Request, build func(loaded) (Change, error), id Identity) {
+func (h *handler) write(w http.ResponseWriter, r *http.Request, build func(loaded) (admin.Change, error), id adminhttp.Identity) {
 	want := int64(-1)
-	if s := strings.TrimSpace(r.Header.Get(QSVersionHeader)); s != "" {
+	if s := strings.TrimSpace(r.Header.Get(VersionHeader)); s != "" {
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || v < 0 {
-			h.fail(w, qsErrorf(http.StatusBadRequest, "%s: %q: want the configuration's version (a whole number ≥ 0)", QSVersionHeader, s))
+			h.fail(w, errorf(http.StatusBadRequest, "%s: %q: want the configuration's version (a whole number ≥ 0)", VersionHeader, s))
 			return
 		}
 		want = v
@@ -770,7 +767,7 @@ func (h *qsHandler) write(w http.ResponseWriter, r *http.Request, build func(loa
 			return
 		}
 		if want >= 0 && l.snap.Version != want {
-			h.fail(w, &ConflictError{Current: l.snap.Version})
+			h.fail(w, &admin.ConflictError{Current: l.snap.Version})
 			return
 		}
 		c, err := build(l)
@@ -780,8 +777,8 @@ func (h *qsHandler) write(w http.ResponseWriter, r *http.Request, build func(loa
 		}
 		c.IfVersion, c.User, c.Auth = l.snap.Version, id.User, id.Method
 		res, err := h.svc.Apply(ctx, c)
-		var ce *ConflictError
-		if errors.As(err, &ce) && want < 0 && attempt < maxRetries {
+		var ce *admin.ConflictError
+		if errors.As(err, &ce) && want < 0 && attempt < admin.MaxRetries {
 			continue
 		}
 		if err != nil {
@@ -794,49 +791,49 @@ func (h *qsHandler) write(w http.ResponseWriter, r *http.Request, build func(loa
 }
 
 // body reads a request body (at most MaxBodyBytes).
-func (h *qsHandler) body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+func (h *handler) body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, admin.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			h.fail(w, qsErrorf(http.StatusRequestEntityTooLarge, "body: more than %d bytes", MaxBodyBytes))
+			h.fail(w, errorf(http.StatusRequestEntityTooLarge, "body: more than %d bytes", admin.MaxBodyBytes))
 		} else {
-			h.fail(w, qsErrorf(http.StatusBadRequest, "body: %v", err))
+			h.fail(w, errorf(http.StatusBadRequest, "body: %v", err))
 		}
 		return nil, false
 	}
 	return b, true
 }
 
-func (h *qsHandler) answer(w http.ResponseWriter, version int64, v any) {
+func (h *handler) answer(w http.ResponseWriter, version int64, v any) {
 	if version > 0 {
-		w.Header().Set(QSVersionHeader, strconv.FormatInt(version, 10))
+		w.Header().Set(VersionHeader, strconv.FormatInt(version, 10))
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func (h *qsHandler) methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+func (h *handler) methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
 	w.Header().Set("Allow", allow)
-	h.fail(w, qsErrorf(http.StatusMethodNotAllowed, "unknown method %s; allowed: %s", r.Method, allow))
+	h.fail(w, errorf(http.StatusMethodNotAllowed, "unknown method %s; allowed: %s", r.Method, allow))
 }
 
 // failAt answers err, with the current version in the Version header.
-func (h *qsHandler) failAt(w http.ResponseWriter, version int64, err error) {
+func (h *handler) failAt(w http.ResponseWriter, version int64, err error) {
 	if version > 0 {
-		w.Header().Set(QSVersionHeader, strconv.FormatInt(version, 10))
+		w.Header().Set(VersionHeader, strconv.FormatInt(version, 10))
 	}
 	h.fail(w, err)
 }
 
-// fail answers err with its status and a QSError.
-func (h *qsHandler) fail(w http.ResponseWriter, err error) {
+// fail answers err with its status and a Error.
+func (h *handler) fail(w http.ResponseWriter, err error) {
 	var (
-		qe *qsStatus
-		ce *ConflictError
-		ie *InvalidError
-		de *DecodeError
+		qe *statusError
+		ce *admin.ConflictError
+		ie *admin.InvalidError
+		de *admin.DecodeError
 	)
 	status, msg := http.StatusInternalServerError, err.Error()
 	switch {
@@ -844,21 +841,21 @@ func (h *qsHandler) fail(w http.ResponseWriter, err error) {
 		status = qe.status
 	case errors.As(err, &ce):
 		status = http.StatusConflict
-		w.Header().Set(QSVersionHeader, strconv.FormatInt(ce.Current, 10))
+		w.Header().Set(VersionHeader, strconv.FormatInt(ce.Current, 10))
 	case errors.As(err, &ie):
 		status, msg = http.StatusBadRequest, strings.Join(ie.Errors, "; ")
 	case errors.As(err, &de), errors.Is(err, limits.ErrInvalidConfig):
-		status, msg = http.StatusBadRequest, strings.Join(invalid(err).Errors, "; ")
-	case errors.Is(err, ErrExists):
+		status, msg = http.StatusBadRequest, strings.Join(admin.Invalid(err).Errors, "; ")
+	case errors.Is(err, admin.ErrExists):
 		status = http.StatusConflict
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, admin.ErrNotFound):
 		status = http.StatusNotFound
 	default:
 		h.log.Error("admin: quotaservice API request failed", "err", err)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(QSError{Error: http.StatusText(status), Description: msg})
+	_ = json.NewEncoder(w).Encode(Error{Error: http.StatusText(status), Description: msg})
 }
 
 // millis converts d to whole milliseconds, rounded up.
@@ -870,7 +867,7 @@ func millis(d time.Duration) int64 {
 }
 
 // qsBucket writes b as a BucketConfig named name in namespace ns.
-func qsBucket(b limits.Bucket, name, ns string) *QSBucketConfig {
+func qsBucket(b limits.Bucket, name, ns string) *BucketConfig {
 	idle := int64(-1)
 	if b.MaxIdle > 0 {
 		idle = millis(b.MaxIdle)
@@ -879,21 +876,21 @@ func qsBucket(b limits.Bucket, name, ns string) *QSBucketConfig {
 	if per == 0 {
 		per = int64(math.Min(math.Ceil(b.FillRate), limits.MaxTokens))
 	}
-	return &QSBucketConfig{Name: name, Namespace: ns, Size: b.Size, FillRate: b.FillRate,
+	return &BucketConfig{Name: name, Namespace: ns, Size: b.Size, FillRate: b.FillRate,
 		WaitTimeoutMillis: millis(b.WaitTimeout), MaxIdleMillis: idle, MaxDebtMillis: millis(b.MaxDebt), MaxTokensPerRequest: per}
 }
 
 // qsNamespace writes token-bucket resource r as namespace ns.
-func qsNamespace(ns string, r *limits.Resource) *QSNamespaceConfig {
-	out := &QSNamespaceConfig{Name: ns, MaxDynamicBuckets: r.MaxDynamicBuckets}
+func qsNamespace(ns string, r *limits.Resource) *NamespaceConfig {
+	out := &NamespaceConfig{Name: ns, MaxDynamicBuckets: r.MaxDynamicBuckets}
 	if r.Default != nil {
-		out.DefaultBucket = qsBucket(*r.Default, QSDefaultBucket, ns)
+		out.DefaultBucket = qsBucket(*r.Default, DefaultBucket, ns)
 	}
 	if r.Template != nil {
-		out.DynamicBucketTemplate = qsBucket(*r.Template, QSDynamicBucketTemplate, ns)
+		out.DynamicBucketTemplate = qsBucket(*r.Template, DynamicBucketTemplate, ns)
 	}
 	if len(r.Buckets) > 0 {
-		out.Buckets = make(map[string]*QSBucketConfig, len(r.Buckets))
+		out.Buckets = make(map[string]*BucketConfig, len(r.Buckets))
 		for d, b := range r.Buckets {
 			out.Buckets[d] = qsBucket(b, d, ns)
 		}
@@ -903,20 +900,20 @@ func qsNamespace(ns string, r *limits.Resource) *QSNamespaceConfig {
 
 // qsServiceConfig writes lc's global default and token-bucket resources
 // (nil lc: an empty configuration).
-func qsServiceConfig(lc *limits.Config) QSServiceConfig {
-	var sc QSServiceConfig
+func qsServiceConfig(lc *limits.Config) ServiceConfig {
+	var sc ServiceConfig
 	if lc == nil {
 		return sc
 	}
 	if lc.GlobalDefault != nil {
-		sc.GlobalDefaultBucket = qsBucket(*lc.GlobalDefault, QSDefaultBucket, "")
+		sc.GlobalDefaultBucket = qsBucket(*lc.GlobalDefault, DefaultBucket, "")
 	}
 	for name, r := range lc.Resources {
 		if r.Algorithm != limits.TokenBucket {
 			continue
 		}
 		if sc.Namespaces == nil {
-			sc.Namespaces = map[string]*QSNamespaceConfig{}
+			sc.Namespaces = map[string]*NamespaceConfig{}
 		}
 		sc.Namespaces[name] = qsNamespace(name, r)
 	}
@@ -933,17 +930,17 @@ func qsServiceConfig(lc *limits.Config) QSServiceConfig {
 // qsBody decodes a JSON body into a node; an empty body is {}.
 func qsBody(body []byte) (*yaml.Node, error) {
 	if len(strings.TrimSpace(string(body))) == 0 {
-		return newMapping(), nil
+		return yamlnode.NewMapping(), nil
 	}
-	n, err := DecodeJSON(body)
+	n, err := admin.DecodeJSON(body)
 	if err != nil {
-		return nil, invalid(err)
+		return nil, admin.Invalid(err)
 	}
-	if n.Kind != yaml.MappingNode && !isNull(n) {
-		return nil, &InvalidError{Errors: []string{fmt.Sprintf("body: want a JSON object, got %s", kindName(n))}}
+	if n.Kind != yaml.MappingNode && !yamlnode.IsNull(n) {
+		return nil, &admin.InvalidError{Errors: []string{fmt.Sprintf("body: want a JSON object, got %s", yamlnode.KindName(n))}}
 	}
-	if isNull(n) {
-		return newMapping(), nil
+	if yamlnode.IsNull(n) {
+		return yamlnode.NewMapping(), nil
 	}
 	return n, nil
 }
@@ -951,22 +948,22 @@ func qsBody(body []byte) (*yaml.Node, error) {
 // qsCheckName reports a body's field (name, namespace) that is given and
 // is not want.
 func qsCheckName(n *yaml.Node, field, want string) error {
-	v := mapGet(n, field)
+	v := yamlnode.MapGet(n, field)
 	if v == nil || v.Kind != yaml.ScalarNode || v.Tag != "!!str" || v.Value == "" || v.Value == want {
 		return nil // absent, empty, or not a string (which the reading reports)
 	}
-	return &InvalidError{Errors: []string{fmt.Sprintf("body.%s: %q is not the path's %q", field, v.Value, want)}}
+	return &admin.InvalidError{Errors: []string{fmt.Sprintf("body.%s: %q is not the path's %q", field, v.Value, want)}}
 }
 
 // qsParse reads a ServiceConfig node.
 func qsParse(root *yaml.Node) (*limits.Config, error) {
-	doc, err := encodeNode(root)
+	doc, err := limitsyaml.Encode(root)
 	if err != nil {
-		return nil, invalid(err)
+		return nil, admin.Invalid(err)
 	}
 	cfg, err := limitsyaml.ParseQuotaService(doc)
 	if err != nil {
-		return nil, invalid(err)
+		return nil, admin.Invalid(err)
 	}
 	return cfg, nil
 }
@@ -974,15 +971,15 @@ func qsParse(root *yaml.Node) (*limits.Config, error) {
 // wrap returns the mapping {k1: {k2: … v}}.
 func wrap(v *yaml.Node, keys ...string) *yaml.Node {
 	for i := len(keys) - 1; i >= 0; i-- {
-		m := newMapping()
-		m.Content = []*yaml.Node{newKey(keys[i]), v}
+		m := yamlnode.NewMapping()
+		m.Content = []*yaml.Node{yamlnode.NewKey(keys[i]), v}
 		v = m
 	}
 	return v
 }
 
 // decodeQSBucket reads a BucketConfig body for bucket of namespace ns
-// (the special names as in QuotaServiceHandler): every default applied.
+// (the special names as in Handler): every default applied.
 // Errors are *InvalidError.
 func decodeQSBucket(body []byte, ns, bucket string) (limits.Bucket, error) {
 	n, err := qsBody(body)
@@ -990,19 +987,19 @@ func decodeQSBucket(body []byte, ns, bucket string) (limits.Bucket, error) {
 		return limits.Bucket{}, err
 	}
 	wantName := bucket
-	if ns == QSGlobalNamespace {
-		wantName = QSDefaultBucket
+	if ns == GlobalNamespace {
+		wantName = DefaultBucket
 	}
 	if err := errors.Join(qsCheckName(n, "name", wantName), qsCheckName(n, "namespace", ns)); err != nil {
-		return limits.Bucket{}, invalid(err)
+		return limits.Bucket{}, admin.Invalid(err)
 	}
 	var root *yaml.Node
 	switch bucketObject(ns, bucket).Kind {
-	case KindGlobalDefault:
+	case admin.KindGlobalDefault:
 		root = wrap(n, "global_default_bucket")
-	case KindDefault:
+	case admin.KindDefault:
 		root = wrap(n, "namespaces", ns, "default_bucket")
-	case KindBucketTemplate:
+	case admin.KindBucketTemplate:
 		root = wrap(n, "namespaces", ns, "dynamic_bucket_template")
 	default:
 		root = wrap(n, "namespaces", ns, "buckets", bucket)
@@ -1013,7 +1010,7 @@ func decodeQSBucket(body []byte, ns, bucket string) (limits.Bucket, error) {
 	}
 	var b *limits.Bucket
 	switch o := bucketObject(ns, bucket); o.Kind {
-	case KindGlobalDefault:
+	case admin.KindGlobalDefault:
 		b = cfg.GlobalDefault
 	default:
 		if r := cfg.Resources[ns]; r != nil {
@@ -1021,7 +1018,7 @@ func decodeQSBucket(body []byte, ns, bucket string) (limits.Bucket, error) {
 		}
 	}
 	if b == nil {
-		return limits.Bucket{}, &InvalidError{Errors: []string{"body: the bucket did not read"}}
+		return limits.Bucket{}, &admin.InvalidError{Errors: []string{"body: the bucket did not read"}}
 	}
 	return *b, nil
 }
@@ -1029,8 +1026,8 @@ func decodeQSBucket(body []byte, ns, bucket string) (limits.Bucket, error) {
 // decodeQSNamespace reads a NamespaceConfig body for namespace ns.
 // Errors are *InvalidError.
 func decodeQSNamespace(body []byte, ns string) (*limits.Resource, error) {
-	if ns == QSGlobalNamespace {
-		return nil, &InvalidError{Errors: []string{fmt.Sprintf("namespace %s names the whole configuration: POST it to /api", QSGlobalNamespace)}}
+	if ns == GlobalNamespace {
+		return nil, &admin.InvalidError{Errors: []string{fmt.Sprintf("namespace %s names the whole configuration: POST it to /api", GlobalNamespace)}}
 	}
 	n, err := qsBody(body)
 	if err != nil {
@@ -1045,7 +1042,7 @@ func decodeQSNamespace(body []byte, ns string) (*limits.Resource, error) {
 	}
 	r := cfg.Resources[ns]
 	if r == nil {
-		return nil, &InvalidError{Errors: []string{"body: the namespace did not read"}}
+		return nil, &admin.InvalidError{Errors: []string{"body: the namespace did not read"}}
 	}
 	return r, nil
 }
@@ -1056,7 +1053,7 @@ func decodeQSService(body []byte) (*limits.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if i := mapIndex(n, "namespaces"); i >= 0 {
+	if i := yamlnode.MapIndex(n, "namespaces"); i >= 0 {
 		var errs []error
 		nss := n.Content[i+1]
 		for j := 0; nss.Kind == yaml.MappingNode && j+1 < len(nss.Content); j += 2 {
@@ -1067,7 +1064,7 @@ func decodeQSService(body []byte) (*limits.Config, error) {
 			}
 		}
 		if len(errs) > 0 {
-			return nil, invalid(errors.Join(errs...))
+			return nil, admin.Invalid(errors.Join(errs...))
 		}
 	}
 	return qsParse(n)
@@ -1080,14 +1077,14 @@ func decodeQSService(body []byte) (*limits.Config, error) {
 // read from that format, never sets).
 func resourceNode(r *limits.Resource, prev *yaml.Node) *yaml.Node {
 	m := limitsyaml.ResourceNode(r)
-	if prev = deref(prev); prev == nil || prev.Kind != yaml.MappingNode {
+	if prev = yamlnode.Deref(prev); prev == nil || prev.Kind != yaml.MappingNode {
 		return m
 	}
-	if a := mapGet(prev, "algorithm"); a != nil {
-		m.Content = append([]*yaml.Node{newKey("algorithm"), a}, m.Content...)
+	if a := yamlnode.MapGet(prev, "algorithm"); a != nil {
+		m.Content = append([]*yaml.Node{yamlnode.NewKey("algorithm"), a}, m.Content...)
 	}
-	if v := mapGet(prev, "on_store_error"); v != nil {
-		m.Content = append(m.Content, newKey("on_store_error"), v)
+	if v := yamlnode.MapGet(prev, "on_store_error"); v != nil {
+		m.Content = append(m.Content, yamlnode.NewKey("on_store_error"), v)
 	}
 	if len(m.Content) > 0 {
 		m.Style &^= yaml.FlowStyle // {} only for a namespace with nothing configured
@@ -1097,9 +1094,9 @@ func resourceNode(r *limits.Resource, prev *yaml.Node) *yaml.Node {
 
 // putChange is the quota service's POST (create: the object must not
 // exist) or PUT (an upsert) of o with value v.
-func putChange(create bool, o Object, v *yaml.Node) Change {
+func putChange(create bool, o admin.Object, v *yaml.Node) admin.Change {
 	if create {
-		return Change{Op: OpCreate, Object: o, Value: v}
+		return admin.Change{Op: admin.OpCreate, Object: o, Value: v}
 	}
-	return Change{Op: OpUpdate, Object: o, Value: v, Upsert: true}
+	return admin.Change{Op: admin.OpUpdate, Object: o, Value: v, Upsert: true}
 }

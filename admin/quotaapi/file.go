@@ -1,4 +1,4 @@
-package admin
+package quotaapi
 
 import (
 	"context"
@@ -7,49 +7,51 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/admin/internal/yamlnode"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
+	"github.com/sluice-rl/sluice/resources"
 )
 
-// QuotaServiceFile is a Store over the quota service's own configuration
+// File is an admin.Store over the quota service's own configuration
 // file (Square's YAML, what `sluice server --quotaservice-config FILE`
 // reads), so that quotaservice-cli, and /admin/v1, edit a deployment that
 // was never converted, in its own format.
 //
-// The Service sees Sluice's document: a limits section converted from the
+// The admin.Service sees Sluice's document: a limits section converted from the
 // file (limitsyaml.QuotaServiceSection) with its comments; a change is
 // written back to the file in Square's format (limitsyaml.
 // MarshalQuotaService: comments kept with what they annotate, fields at the
 // quota service's defaults left out, version, user and date set to the
-// change's), atomically, with its history in FILE.history/ as FileStore
+// change's), atomically, with its history in FILE.history/ as admin.FileStore
 // keeps it (the entries are the file's content, byte for byte). Use
-// QuotaServiceCheck as the Service's Check, so that a change the format
+// Check as the admin.Service's Check, so that a change the format
 // cannot say is refused before it is stored. Safe for concurrent use; one
-// process writes the file (as FileStore).
+// process writes the file (as admin.FileStore).
 //
 // Source: issue 26, "The quota service's admin API on Square's own file";
 // quotaservice-wire.md, "Admin REST API" and "Configuration".
-type QuotaServiceFile struct {
-	file *FileStore
+type File struct {
+	file *admin.FileStore
 }
 
-// OpenQuotaServiceFile returns the store of the quota service file path
-// (OpenFile's rules: a regular file, history in path.history/).
-func OpenQuotaServiceFile(path string, o FileOptions) (*QuotaServiceFile, error) {
-	fs, err := OpenFile(path, o)
+// OpenFile returns the store of the quota service file path
+// (admin.OpenFile's rules: a regular file, history in path.history/).
+func OpenFile(path string, o admin.FileOptions) (*File, error) {
+	fs, err := admin.OpenFile(path, o)
 	if err != nil {
 		return nil, err
 	}
-	return &QuotaServiceFile{file: fs}, nil
+	return &File{file: fs}, nil
 }
 
 // String returns "quota service file PATH".
-func (s *QuotaServiceFile) String() string { return "quota service " + s.file.String() }
+func (s *File) String() string { return "quota service " + s.file.String() }
 
 // Read returns the file converted to Sluice's document, and its version.
 // Errors: the file's, and ParseQuotaService's when it does not load.
-func (s *QuotaServiceFile) Read(ctx context.Context) (Snapshot, error) {
+func (s *File) Read(ctx context.Context) (admin.Snapshot, error) {
 	snap, err := s.file.Read(ctx)
 	if err != nil {
 		return snap, err
@@ -59,17 +61,17 @@ func (s *QuotaServiceFile) Read(ctx context.Context) (Snapshot, error) {
 }
 
 // Write converts doc, Sluice's document, to the quota service's format
-// and stores it as the next version (FileStore.Write). Errors: as
-// FileStore.Write, and a *InvalidError for a document the format cannot
-// say (QuotaServiceCheck refuses it earlier).
-func (s *QuotaServiceFile) Write(ctx context.Context, expected int64, doc []byte, a Audit) (Audit, error) {
-	r, err := config.Parse(doc)
+// and stores it as the next version (admin.FileStore.Write). Errors: as
+// admin.FileStore.Write, and an *admin.InvalidError for a document the format cannot
+// say (Check refuses it earlier).
+func (s *File) Write(ctx context.Context, expected int64, doc []byte, a admin.Audit) (admin.Audit, error) {
+	r, err := resources.Parse(doc)
 	if err != nil {
-		return Audit{}, invalid(err)
+		return admin.Audit{}, admin.Invalid(err)
 	}
 	var from *yaml.Node
-	if d, err := parseDocument(doc); err == nil {
-		from = deref(mapGet(d.top(), "limits"))
+	if d, err := admin.ParseDocument(doc); err == nil {
+		from = yamlnode.Deref(yamlnode.MapGet(top(d), "limits"))
 	}
 	var c limits.Config
 	if r.Limits() != nil {
@@ -78,17 +80,19 @@ func (s *QuotaServiceFile) Write(ctx context.Context, expected int64, doc []byte
 	c.Version, c.User, c.Date = int32(expected+1), a.User, a.Time.Unix()
 	out, err := limitsyaml.MarshalQuotaService(&c, from)
 	if err != nil {
-		return Audit{}, invalid(err)
+		return admin.Audit{}, admin.Invalid(err)
 	}
 	return s.file.Write(ctx, expected, out, a)
 }
 
-// History returns the file's kept versions (FileStore.History).
-func (s *QuotaServiceFile) History(ctx context.Context) ([]Audit, error) { return s.file.History(ctx) }
+// History returns the file's kept versions (admin.FileStore.History).
+func (s *File) History(ctx context.Context) ([]admin.Audit, error) {
+	return s.file.History(ctx)
+}
 
 // Entry returns kept version n converted to Sluice's document; its Audit
 // hash is that of the file's content.
-func (s *QuotaServiceFile) Entry(ctx context.Context, n int64) (Entry, error) {
+func (s *File) Entry(ctx context.Context, n int64) (admin.Entry, error) {
 	e, err := s.file.Entry(ctx, n)
 	if err != nil {
 		return e, err
@@ -107,14 +111,14 @@ func toSluice(data []byte, v int64) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the quota service file (version %d) does not load: %w", v, err)
 	}
-	return limitsyaml.Encode(&yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{newKey("limits"), section}})
+	return limitsyaml.Encode(&yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{yamlnode.NewKey("limits"), section}})
 }
 
-// QuotaServiceCheck is the Service's Check for a QuotaServiceFile: a
+// Check is the admin.Service's Check (admin.Options.Check) for a File: a
 // document with anything but a limits section the quota service's format
 // can say (MarshalQuotaService's errors, each naming its field) is
 // refused.
-func QuotaServiceCheck(r *config.Repository) error {
+func Check(r *resources.Repository) error {
 	var errs []error
 	if r.Len() > 0 {
 		errs = append(errs, errors.New("resources: Doorman templates have no place in the quota service's file"))
@@ -131,4 +135,10 @@ func QuotaServiceCheck(r *config.Repository) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// top returns d's top mapping.
+func top(d *admin.Document) *yaml.Node {
+	n, _ := d.Get(admin.Object{Kind: admin.KindDocument})
+	return n
 }

@@ -1,4 +1,4 @@
-package etcdconfig
+package etcdstore
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/resources"
 
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 )
@@ -43,9 +43,9 @@ func TestWatcher(t *testing.T) {
 	}
 
 	put(valid)
-	loads := make(chan *config.Repository, 10)
+	loads := make(chan *resources.Repository, 10)
 	errs := make(chan error, 10)
-	w, err := NewWatcher(ctx, cli, key, func(r *config.Repository) { loads <- r }, func(err error) { errs <- err })
+	w, err := NewWatcher(ctx, cli, key, func(r *resources.Repository) { loads <- r }, func(err error) { errs <- err })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestWatcherSync(t *testing.T) {
 	cli := etcd.Client(t)
 	ctx := context.Background()
 	const key = "/sluice/config"
-	capacity := func(r *config.Repository) float64 {
+	capacity := func(r *resources.Repository) float64 {
 		tmpl, _ := r.Find("db/replica-1")
 		return tmpl.Capacity
 	}
@@ -128,7 +128,7 @@ func TestWatcherSync(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var loaded []float64
-	w, err := NewWatcher(ctx, cli, key, func(r *config.Repository) {
+	w, err := NewWatcher(ctx, cli, key, func(r *resources.Repository) {
 		mu.Lock()
 		loaded = append(loaded, capacity(r))
 		mu.Unlock()

@@ -1,4 +1,8 @@
-package config
+// Package filewatch keeps a configuration loaded from a file, or a
+// directory of YAML files, and reloads it when it changes (Watcher): the
+// file watching of `sluice server --config FILE`, `--quotaservice-config`
+// and `--envoy-ratelimit-config`, generic over what the file parses to.
+package filewatch
 
 import (
 	"context"
@@ -11,21 +15,17 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// Watcher keeps a Repository loaded from a file and reloads it when the
-// file changes: a FileWatcher of Repositories.
-type Watcher = FileWatcher[*Repository]
-
-// Hashed is what a FileWatcher holds: a configuration with a digest of
+// Hashed is what a Watcher holds: a configuration with a digest of
 // its content (equal digests: nothing changed).
 type Hashed interface{ Hash() string }
 
-// FileWatcher keeps a configuration loaded from a file, or a directory of
+// Watcher keeps a configuration loaded from a file, or a directory of
 // YAML files, and reloads it when one changes (fsnotify on the file's
 // directory, or the directory itself, so editors' rename-and-replace and
 // Kubernetes ConfigMap symlink swaps are seen) or when Reload is called
 // (on SIGHUP, say). A bad new file is reported to onError and the last
 // good configuration keeps serving. It is safe for concurrent use.
-type FileWatcher[T Hashed] struct {
+type Watcher[T Hashed] struct {
 	path    string
 	load    func(path string) (T, error)
 	onLoad  func(T)
@@ -39,25 +39,12 @@ type FileWatcher[T Hashed] struct {
 // reloads, so a burst of events (write, chmod, rename) causes one reload.
 const Debounce = 100 * time.Millisecond
 
-// NewWatcher loads the file at path once and returns a watcher holding it;
-// it returns the load error if that first load fails. onLoad is called
-// after every later successful reload that changed the file's content,
-// onError after every failed one; either may be nil.
-func NewWatcher(path string, onLoad func(*Repository), onError func(error)) (*Watcher, error) {
-	return NewWatcherFunc(path, Load, onLoad, onError)
-}
-
-// NewWatcherFunc is NewWatcher for a file read by load instead of Load:
-// LoadQuotaService, say.
-func NewWatcherFunc(path string, load func(path string) (*Repository, error), onLoad func(*Repository), onError func(error)) (*Watcher, error) {
-	return NewFileWatcher(path, load, onLoad, onError)
-}
-
-// NewFileWatcher loads path (a file, or a directory of YAML files) with
-// load once and returns a watcher holding what it read; it returns the
-// load error if that first load fails. onLoad and onError are as for
-// NewWatcher.
-func NewFileWatcher[T Hashed](path string, load func(path string) (T, error), onLoad func(T), onError func(error)) (*FileWatcher[T], error) {
+// New loads path (a file, or a directory of YAML files) with load once
+// and returns a watcher holding what it read; it returns the load error
+// if that first load fails. onLoad is called after every later successful
+// reload that changed the content (another Hash), onError after every
+// failed one; either may be nil.
+func New[T Hashed](path string, load func(path string) (T, error), onLoad func(T), onError func(error)) (*Watcher[T], error) {
 	r, err := load(path)
 	if err != nil {
 		return nil, err
@@ -68,20 +55,20 @@ func NewFileWatcher[T Hashed](path string, load func(path string) (T, error), on
 	if onError == nil {
 		onError = func(error) {}
 	}
-	return &FileWatcher[T]{path: path, load: load, onLoad: onLoad, onError: onError, current: r}, nil
+	return &Watcher[T]{path: path, load: load, onLoad: onLoad, onError: onError, current: r}, nil
 }
 
 // Current returns the last good configuration.
-func (w *FileWatcher[T]) Current() T {
+func (w *Watcher[T]) Current() T {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.current
 }
 
 // Reload reads the file now. On success with new content it installs the
-// new repository and calls onLoad; on failure it calls onError, keeps the
-// last good repository and returns the error.
-func (w *FileWatcher[T]) Reload() error {
+// new configuration and calls onLoad; on failure it calls onError, keeps the
+// last good configuration and returns the error.
+func (w *Watcher[T]) Reload() error {
 	r, err := w.load(w.path)
 	if err != nil {
 		w.onError(err)
@@ -101,7 +88,7 @@ func (w *FileWatcher[T]) Reload() error {
 
 // Run watches the file until ctx is done. It returns an error only if the
 // watch cannot be set up.
-func (w *FileWatcher[T]) Run(ctx context.Context) error {
+func (w *Watcher[T]) Run(ctx context.Context) error {
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("config: watching %s: %w", w.path, err)

@@ -1,4 +1,4 @@
-package admin
+package adminhttp
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/sluice-rl/sluice/admin"
 )
 
 // Prefix is the path under which Handler serves.
@@ -34,7 +36,7 @@ type ErrorBody struct {
 
 // HistoryBody is the answer of GET /admin/v1/history.
 type HistoryBody struct {
-	Entries []Audit `json:"entries"`
+	Entries []admin.Audit `json:"entries"`
 }
 
 // DiffBody is the answer of GET /admin/v1/diff.
@@ -58,7 +60,7 @@ type ReplaceBody struct {
 //	GET    /admin/v1/templates                    list (likewise limits/resources, limits/resources/NAME/domains,
 //	                                              limits/namespaces)
 //	POST   /admin/v1/templates                    create a template named by the body's identifier_glob
-//	GET    /admin/v1/OBJECT                       one object (ObjectView)
+//	GET    /admin/v1/OBJECT                       one object (admin.ObjectView)
 //	POST   /admin/v1/OBJECT                       create it (409 exists if it exists)
 //	PUT    /admin/v1/OBJECT                       update it (404 if absent; ?upsert=true creates it)
 //	DELETE /admin/v1/OBJECT                       delete it
@@ -67,24 +69,24 @@ type ReplaceBody struct {
 //	GET    /admin/v1/diff?from=A&to=B             unified diff between kept versions (to: default current)
 //	POST   /admin/v1/rollback/N                   store version N's document as a new version
 //
-// OBJECT is an Object's path (templates/GLOB, limits/resources/NAME,
+// OBJECT is an admin.Object's path (templates/GLOB, limits/resources/NAME,
 // limits/resources/NAME/domains/DOMAIN, limits/resources/NAME/default,
 // limits/resources/NAME/template, limits/namespaces/PREFIX,
 // limits/global_default) with names path-escaped (db%2F*). Bodies are
-// JSON (Content-Type: application/json) or YAML (DecodeBody).
+// JSON (Content-Type: application/json) or YAML (admin.DecodeBody).
 //
 // Changes take If-Match: VERSION (or ?version=VERSION): when another
 // version is current they are refused with 409 and an ErrorBody whose
 // error is "configuration changed since you read it: version N now" and
 // version N. Without one, a change applies to the current version.
-// ?dry_run=true validates and answers the Result (normalized object,
+// ?dry_run=true validates and answers the admin.Result (normalized object,
 // notes, diff, the whole new document) storing nothing. Answers carry
 // ETag: "VERSION". An invalid change answers 400 with every error.
 //
 // auth decides who may write (and, with AuthReads, read); svc nil (no
 // configuration to edit) answers 404 to everything. log receives the
 // refused writes.
-func Handler(svc *Service, auth *Auth, log *slog.Logger) http.Handler {
+func Handler(svc *admin.Service, auth *Auth, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -92,7 +94,7 @@ func Handler(svc *Service, auth *Auth, log *slog.Logger) http.Handler {
 }
 
 type handler struct {
-	svc  *Service
+	svc  *admin.Service
 	auth *Auth
 	log  *slog.Logger
 }
@@ -141,7 +143,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.config(w, r, id)
 	default:
-		o, err := ParseObject(path)
+		o, err := admin.ParseObject(path)
 		if err != nil {
 			writeError(w, http.StatusNotFound, ErrorBody{Error: err.Error(), Code: "not_found"})
 			return
@@ -170,7 +172,7 @@ func (h *handler) config(w http.ResponseWriter, r *http.Request, id Identity) {
 		}
 		writeJSON(w, http.StatusOK, cur)
 	case http.MethodPut:
-		c, ok := h.change(w, r, OpReplace, Object{}, id)
+		c, ok := h.change(w, r, admin.OpReplace, admin.Object{}, id)
 		if !ok {
 			return
 		}
@@ -196,7 +198,7 @@ func (h *handler) config(w http.ResponseWriter, r *http.Request, id Identity) {
 	}
 }
 
-func (h *handler) object(w http.ResponseWriter, r *http.Request, o Object, id Identity) {
+func (h *handler) object(w http.ResponseWriter, r *http.Request, o admin.Object, id Identity) {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		if o.IsCollection() {
@@ -217,8 +219,8 @@ func (h *handler) object(w http.ResponseWriter, r *http.Request, o Object, id Id
 		setVersion(w, ver)
 		writeJSON(w, http.StatusOK, v)
 	case http.MethodPost, http.MethodPut, http.MethodDelete:
-		op := map[string]Op{http.MethodPost: OpCreate, http.MethodPut: OpUpdate, http.MethodDelete: OpDelete}[r.Method]
-		if _, item := itemKinds[o.Kind]; o.IsCollection() && !(op == OpCreate && item) {
+		op := map[string]admin.Op{http.MethodPost: admin.OpCreate, http.MethodPut: admin.OpUpdate, http.MethodDelete: admin.OpDelete}[r.Method]
+		if o.IsCollection() && !(op == admin.OpCreate && o.Kind.IsItem()) {
 			methodNotAllowed(w, "GET")
 			return
 		}
@@ -226,19 +228,19 @@ func (h *handler) object(w http.ResponseWriter, r *http.Request, o Object, id Id
 		if !ok {
 			return
 		}
-		if op != OpDelete {
+		if op != admin.OpDelete {
 			body, ok := readBody(w, r)
 			if !ok {
 				return
 			}
-			v, err := DecodeBody(body, r.Header.Get("Content-Type"))
+			v, err := admin.DecodeBody(body, r.Header.Get("Content-Type"))
 			if err != nil {
-				h.fail(w, invalid(err))
+				h.fail(w, admin.Invalid(err))
 				return
 			}
 			c.Value = v
 		}
-		if op == OpUpdate {
+		if op == admin.OpUpdate {
 			if c.Upsert, ok = boolParam(w, r, "upsert"); !ok {
 				return
 			}
@@ -252,8 +254,8 @@ func (h *handler) object(w http.ResponseWriter, r *http.Request, o Object, id Id
 
 // change reads the parameters every change has: the expected version,
 // dry_run, and the user.
-func (h *handler) change(w http.ResponseWriter, r *http.Request, op Op, o Object, id Identity) (Change, bool) {
-	c := Change{Op: op, Object: o, User: id.User, Auth: id.Method}
+func (h *handler) change(w http.ResponseWriter, r *http.Request, op admin.Op, o admin.Object, id Identity) (admin.Change, bool) {
+	c := admin.Change{Op: op, Object: o, User: id.User, Auth: id.Method}
 	v, err := expectedVersion(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, ErrorBody{Error: err.Error(), Code: "bad_request"})
@@ -347,7 +349,7 @@ func (h *handler) rollback(w http.ResponseWriter, r *http.Request, rest string, 
 		writeError(w, http.StatusBadRequest, ErrorBody{Error: fmt.Sprintf("rollback/%s: want a version number", rest), Code: "bad_request"})
 		return
 	}
-	c, ok := h.change(w, r, OpRollback, Object{}, id)
+	c, ok := h.change(w, r, admin.OpRollback, admin.Object{}, id)
 	if !ok {
 		return
 	}
@@ -355,7 +357,7 @@ func (h *handler) rollback(w http.ResponseWriter, r *http.Request, rest string, 
 	h.answer(w, res, err)
 }
 
-func (h *handler) answer(w http.ResponseWriter, res Result, err error) {
+func (h *handler) answer(w http.ResponseWriter, res admin.Result, err error) {
 	if err != nil {
 		h.fail(w, err)
 		return
@@ -367,9 +369,9 @@ func (h *handler) answer(w http.ResponseWriter, res Result, err error) {
 // fail answers err with its status.
 func (h *handler) fail(w http.ResponseWriter, err error) {
 	var (
-		ce *ConflictError
-		ie *InvalidError
-		de *DecodeError
+		ce *admin.ConflictError
+		ie *admin.InvalidError
+		de *admin.DecodeError
 	)
 	switch {
 	case errors.As(err, &ce):
@@ -378,11 +380,11 @@ func (h *handler) fail(w http.ResponseWriter, err error) {
 	case errors.As(err, &ie):
 		writeError(w, http.StatusBadRequest, ErrorBody{Error: ie.Error(), Code: "invalid", Errors: ie.Errors})
 	case errors.As(err, &de):
-		e := invalid(err)
+		e := admin.Invalid(err)
 		writeError(w, http.StatusBadRequest, ErrorBody{Error: e.Error(), Code: "invalid", Errors: e.Errors})
-	case errors.Is(err, ErrExists):
+	case errors.Is(err, admin.ErrExists):
 		writeError(w, http.StatusConflict, ErrorBody{Error: err.Error(), Code: "exists"})
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, admin.ErrNotFound):
 		writeError(w, http.StatusNotFound, ErrorBody{Error: err.Error(), Code: "not_found"})
 	default:
 		h.log.Error("admin: request failed", "err", err)
@@ -425,11 +427,11 @@ func boolParam(w http.ResponseWriter, r *http.Request, name string) (bool, bool)
 }
 
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, admin.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Error: fmt.Sprintf("body: more than %d bytes", MaxBodyBytes), Code: "too_large"})
+			writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Error: fmt.Sprintf("body: more than %d bytes", admin.MaxBodyBytes), Code: "too_large"})
 			return nil, false
 		}
 		writeError(w, http.StatusBadRequest, ErrorBody{Error: "body: " + err.Error(), Code: "bad_request"})

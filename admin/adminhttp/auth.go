@@ -1,4 +1,4 @@
-package admin
+package adminhttp
 
 import (
 	"bufio"
@@ -306,7 +306,7 @@ func (t *tokenFile) loadLocked() error {
 	if err != nil {
 		return fmt.Errorf("--admin-token-file: %w", err)
 	}
-	m, err := ParseTokens(data)
+	m, err := parseTokens(data)
 	if err != nil {
 		return fmt.Errorf("--admin-token-file %s: %w", t.path, err)
 	}
@@ -317,10 +317,10 @@ func (t *tokenFile) loadLocked() error {
 	return nil
 }
 
-// ParseTokens parses a token file (see AuthOptions.TokenFile) into the
+// parseTokens parses a token file (see AuthOptions.TokenFile) into the
 // SHA-256 of each token → its user. Every problem is returned, joined,
 // each naming its line.
-func ParseTokens(data []byte) (map[[32]byte]string, error) {
+func parseTokens(data []byte) (map[[32]byte]string, error) {
 	out := map[[32]byte]string{}
 	line := map[[32]byte]int{}
 	var errs []error

@@ -1,4 +1,4 @@
-package admin
+package quotaapi
 
 import (
 	"encoding/json"
@@ -6,8 +6,10 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/sluice-rl/sluice/config"
+	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/admin/internal/yamlnode"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
+	"github.com/sluice-rl/sluice/resources"
 )
 
 var qsSeeds = []string{
@@ -39,13 +41,13 @@ var qsSeeds = []string{
 // FuzzQuotaServiceBody: the decoders of the quota service REST API's
 // bodies never panic and refuse with *InvalidError; what they accept,
 // written into Sluice's document as the handler writes it, loads
-// (config.Parse) and reads back as the same configuration, and a bucket
+// (resources.Parse) and reads back as the same configuration, and a bucket
 // written back in the quota service's format (as GET answers it) decodes
 // to the same bucket. The seeds run with the normal tests.
 func FuzzQuotaServiceBody(f *testing.F) {
 	buckets := []struct{ ns, bucket string }{
-		{"Pinky", "users"}, {"Pinky", QSDefaultBucket}, {"Pinky", QSDynamicBucketTemplate},
-		{QSGlobalNamespace, QSDefaultBucket}, {"Pinky", "rate_limit/10.0.0.1"},
+		{"Pinky", "users"}, {"Pinky", DefaultBucket}, {"Pinky", DynamicBucketTemplate},
+		{GlobalNamespace, DefaultBucket}, {"Pinky", "rate_limit/10.0.0.1"},
 	}
 	for _, s := range qsSeeds {
 		for k := range len(buckets) + 2 {
@@ -57,26 +59,26 @@ func FuzzQuotaServiceBody(f *testing.F) {
 			if err == nil {
 				return false
 			}
-			var ie *InvalidError
+			var ie *admin.InvalidError
 			if !errors.As(err, &ie) || len(ie.Errors) == 0 {
 				t.Fatalf("error %v (%T) is not an *InvalidError listing errors", err, err)
 			}
 			return true
 		}
-		load := func(d *document) *config.Repository {
+		load := func(d *admin.Document) *resources.Repository {
 			t.Helper()
-			doc, err := d.encode()
+			doc, err := d.Encode()
 			if err != nil {
 				t.Fatal(err)
 			}
-			repo, err := config.Parse(doc)
+			repo, err := resources.Parse(doc)
 			if err != nil {
 				t.Fatalf("the written document does not load: %v\n%s", err, doc)
 			}
 			return repo
 		}
-		empty := func() *document {
-			d, err := parseDocument(nil)
+		empty := func() *admin.Document {
+			d, err := admin.ParseDocument(nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,17 +92,17 @@ func FuzzQuotaServiceBody(f *testing.F) {
 				return
 			}
 			d, o := empty(), bucketObject(ns, bucket)
-			if o.Kind != KindGlobalDefault {
-				if err := d.put(Resource(ns), newMapping(), modeUpsert); err != nil {
+			if o.Kind != admin.KindGlobalDefault {
+				if err := d.Put(admin.Resource(ns), yamlnode.NewMapping(), admin.PutUpsert); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if err := d.put(o, limitsyaml.BucketNode(b), modeUpsert); err != nil {
+			if err := d.Put(o, limitsyaml.BucketNode(b), admin.PutUpsert); err != nil {
 				t.Fatal(err)
 			}
 			lc := load(d).Limits()
 			var r = lc.Resources[ns]
-			if o.Kind == KindGlobalDefault {
+			if o.Kind == admin.KindGlobalDefault {
 				r = nil
 			}
 			got := bucketOf(lc, r, o)
@@ -111,8 +113,8 @@ func FuzzQuotaServiceBody(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ns == QSGlobalNamespace {
-				js, _ = json.Marshal(qsBucket(b, QSDefaultBucket, ""))
+			if ns == GlobalNamespace {
+				js, _ = json.Marshal(qsBucket(b, DefaultBucket, ""))
 			}
 			again, err := decodeQSBucket(js, ns, bucket)
 			if err != nil || !reflect.DeepEqual(again, b) {
@@ -124,7 +126,7 @@ func FuzzQuotaServiceBody(f *testing.F) {
 				return
 			}
 			d := empty()
-			if err := d.put(Resource("Pinky"), resourceNode(r, nil), modeCreate); err != nil {
+			if err := d.Put(admin.Resource("Pinky"), resourceNode(r, nil), admin.PutCreate); err != nil {
 				t.Fatal(err)
 			}
 			back := load(d).Limits().Resources["Pinky"]
@@ -141,12 +143,12 @@ func FuzzQuotaServiceBody(f *testing.F) {
 			}
 			d := empty()
 			for name, r := range cfg.Resources {
-				if err := d.put(Resource(name), resourceNode(r, nil), modeCreate); err != nil {
+				if err := d.Put(admin.Resource(name), resourceNode(r, nil), admin.PutCreate); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if cfg.GlobalDefault != nil {
-				if err := d.put(GlobalDefault(), limitsyaml.BucketNode(*cfg.GlobalDefault), modeCreate); err != nil {
+				if err := d.Put(admin.GlobalDefault(), limitsyaml.BucketNode(*cfg.GlobalDefault), admin.PutCreate); err != nil {
 					t.Fatal(err)
 				}
 			}

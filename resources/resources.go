@@ -1,10 +1,18 @@
-// Package config is Sluice's resource repository: the YAML file of
-// resource templates a root server divides capacity by. Parsing is strict
-// (unknown fields are errors) and every validation error names the
-// template (index and glob) and the field. A Watcher reloads the file when
-// it changes and keeps the last good repository when a new one is bad.
+// Package resources is Sluice's resource repository: the one document
+// (`sluice server --config`) that every API's resources are configured
+// in, parsed and validated as a whole into a Repository — Doorman's
+// resource templates (resources:), the limits service's token buckets and
+// burst tiers and Charon's copy-limited resources (limits:), and Envoy's
+// rate limit rules (envoy_ratelimit:); Square's quota service file
+// (LoadQuotaService) reads into the same Repository. Parsing is strict
+// (unknown fields are errors) and every validation error names its
+// section, item and field. A Watcher reloads the file when it changes and
+// keeps the last good repository when a new one is bad; the document in
+// an etcd key is read by admin/etcdstore, edited by package admin.
 //
-// The YAML mirrors Doorman's ResourceRepository:
+// # Resource templates
+//
+// The resources: section mirrors Doorman's ResourceRepository:
 //
 //	resources:
 //	  - identifier_glob: "db/*"
@@ -52,16 +60,20 @@
 //
 // A `limits:` section beside `resources:` configures the server-side
 // token buckets of sluice.v1.Limits and quotaservice.QuotaService (see
-// package limits/limitsyaml for its fields); Repository.Limits returns it. Its errors
-// name their path under "limits", e.g.
+// package limits/limitsyaml for its fields); Repository.Limits returns it.
+// Its errors name their path under "limits", e.g.
 //
 //	limits.resources.api.domains.small.fill_rate: 0 must be > 0 (tokens per second)
+//
+// Copy-limited resources sit in the same section (Repository.Copies; see
+// copies.go), and Envoy's rules, envoyproxy/ratelimit's format, in
+// envoy_ratelimit: (Repository.EnvoyRateLimit; package limits/rls).
 //
 // Source: doorman-design.md, "Root server configuration", "Optimistic,
 // pessimistic and safe mode operation" and "Common algorithm parameters";
 // doorman-wire.md, ResourceTemplate; charon-paper.md §5.1 (a safe capacity
 // of -1 disables rate limiting).
-package config
+package resources
 
 import (
 	"bytes"
