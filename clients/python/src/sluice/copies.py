@@ -149,16 +149,24 @@ class _Session:
     def err(self) -> Optional[SluiceError]:
         return self.error if self.ended.is_set() else None
 
-    def finish(self, cause: SluiceError) -> bool:
+    def finish(self, cause: SluiceError, cancel: bool = True) -> bool:
+        """Ends the session with cause (False if it had ended already);
+        cancels its keep-alive stream unless cancel is False."""
         with self.lock:
             if self.ended.is_set():
                 return False
             self.error = cause
             self.ended.set()
+        if cancel:
+            self.cancel()
+        return True
+
+    def cancel(self) -> None:
+        """Cancels the keep-alive stream."""
+        with self.lock:
             call = self.call
         if call is not None:
             call.cancel()
-        return True
 
     def interval(self) -> float:
         return max(self.ttl / 3, 0.001)
@@ -276,12 +284,14 @@ class _Sessions:
     def _end(self, s: _Session) -> None:
         """Ends s (closed) and asks the server to release its holds (best
         effort, within 2 s)."""
-        if not s.finish(Closed("client closed: the session's copies were released")):
+        if not s.finish(Closed("client closed: the session's copies were released"), cancel=False):
             return
         try:
             self.stub().CloseSession(v1.CloseSessionRequest(session_id=s.id), timeout=2.0)
         except grpc.RpcError as e:
             log.debug("sluice: closing the session: %s", e)
+        finally:
+            s.cancel()
 
     def close(self) -> None:
         with self.mu:
