@@ -139,7 +139,7 @@ def main(argv: Optional[list] = None) -> int:
     tls = None
     if args.tls_ca:
         tls = sluice.TLS(root_certificates=args.tls_ca, certificate_chain=args.tls_cert, private_key=args.tls_key)
-    client = sluice.Client(args.server, args.client_id, tls=tls, call_timeout=5.0, session_ttl=5.0)
+    client = sluice.Client(args.server, args.client_id, tls=tls, call_timeout=5.0, session_ttl=5.0, fail_open=False)
     d = Driver(client)
     for line in sys.stdin:
         line = line.strip()
