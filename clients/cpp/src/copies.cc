@@ -526,6 +526,7 @@ const std::string kEmpty;
 }  // namespace
 
 Hold::Hold(std::unique_ptr<Data> d) : d_(std::move(d)) {}
+Hold::Hold() = default;
 Hold::Hold(Hold&&) noexcept = default;
 
 Hold& Hold::operator=(Hold&& o) noexcept {

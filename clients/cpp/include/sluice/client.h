@@ -257,7 +257,7 @@ struct ReserveRequest {
 // Source: charon-paper.md, sections 3.1 and 3.2 (implicit release).
 class Hold {
  public:
-  Hold() = default;  // an empty hold: holds nothing
+  Hold();  // an empty hold: holds nothing
   Hold(Hold&&) noexcept;
   Hold& operator=(Hold&&) noexcept;
   Hold(const Hold&) = delete;

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the C++ client (library, GoogleTest suite, examples, interop
+# driver) once per version of its sources and prints the build directory.
+#
+#   clients/cpp/build.sh            # -> $SLUICE_CPP_CACHE/<hash>, e.g. /tmp/sluice-cpp-0/3f2a…
+#
+# The directory is keyed by a hash of clients/cpp and api/**/*.proto, so
+# every caller after the first (each interop driver, the test command) finds
+# the build done; concurrent callers wait for one build (flock). Build logs
+# go to stderr. -O1 without LTO, at most two jobs: gRPC C++ compiles are
+# slow and the test machine has two cores. Needs Debian's cmake, g++,
+# libgrpc++-dev, protobuf-compiler-grpc, libgtest-dev and nlohmann-json3-dev
+# (scripts/test installs them).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+cache="${SLUICE_CPP_CACHE:-${TMPDIR:-/tmp}/sluice-cpp-$(id -u)}"
+for tool in cmake g++ protoc grpc_cpp_plugin; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "clients/cpp/build.sh: $tool is missing; run scripts/test (it installs Debian's C++ toolchain and libgrpc++-dev)" >&2
+    exit 3
+  fi
+done
+hash="$(cd "$root" && { find clients/cpp -type f ! -path '*/build*/*' ! -name '*.swp' -print0; find api -name '*.proto' -print0; } |
+  LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
+dir="$cache/$hash"
+mkdir -p "$cache"
+exec 9>"$cache/.lock"
+flock 9
+if [ ! -f "$dir/.done" ]; then
+  rm -rf "$dir"
+  start=$(date +%s)
+  echo "clients/cpp/build.sh: building the C++ client in $dir" >&2
+  cmake -S "$here" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
+    -DSLUICE_TESTS=ON -DSLUICE_BENCHMARKS="${SLUICE_CPP_BENCHMARKS:-OFF}" >&2
+  cmake --build "$dir" -j "${SLUICE_CPP_JOBS:-2}" >&2
+  touch "$dir/.done"
+  echo "clients/cpp/build.sh: built in $(($(date +%s) - start)) s" >&2
+fi
+echo "$dir"
