@@ -26,7 +26,11 @@ import (
 const python = "/usr/bin/python3"
 
 // langs are the languages whose drivers the suite drives.
-var langs = []string{"go", "python"}
+var langs = []string{"go", "python", "cpp"}
+
+// prepares build a language's driver (and library) once, before the tests;
+// a missing toolchain fails the suite, saying so.
+var prepares = map[string]func() error{"cpp": prepareCpp}
 
 var (
 	root    string // the module's root
@@ -67,6 +71,12 @@ func run(m *testing.M) int {
 	}
 	// scripts/interop-driver runs this build instead of building its own.
 	os.Setenv("SLUICE_INTEROP_GO_DRIVER", godriver)
+	for lang, prepare := range prepares {
+		if err := prepare(); err != nil {
+			fmt.Fprintf(os.Stderr, "interop: preparing %s: %v\n", lang, err)
+			return 1
+		}
+	}
 	return m.Run()
 }
 

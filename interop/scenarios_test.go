@@ -16,7 +16,7 @@ func TestFairSharesAcrossLanguages(t *testing.T) {
 	t.Parallel()
 	const capacity, id = 100.0, "fair/shared"
 	s := startServer(t, config)
-	ds := mixed(t, s, "fair", 4) // go, python, go, python
+	ds := mixed(t, s, "fair", 4) // the languages in turn
 	wants := []float64{10, 40, 80, 80}
 	for i, d := range ds {
 		d.must(map[string]any{"op": "resource", "id": id, "wants": wants[i]})
@@ -88,8 +88,8 @@ func TestFairSharesAcrossLanguages(t *testing.T) {
 		t.Logf("%s (%s): lease %v/s, %v permits in %v s", d.id, d.lang, c, got[i], seconds)
 	}
 
-	// A release reaches the others: go-2's 30 go to python-1 (wants 40)
-	// and python-3 (wants 80).
+	// A release reaches the others: ds[2]'s 30 go to ds[1] (wants 40)
+	// and ds[3] (wants 80).
 	ds[2].must(map[string]any{"op": "release", "id": id})
 	if code := errorCode(ds[2].call(map[string]any{"op": "capacity", "id": id})); code != "NOT_FOUND" {
 		t.Errorf("capacity of a released resource: code %q, want NOT_FOUND", code)
@@ -114,10 +114,10 @@ func TestFairSharesAcrossLanguages(t *testing.T) {
 func TestAllowExactAcrossLanguages(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, config)
-	ds := mixed(t, s, "allow", 2)
+	ds := mixed(t, s, "allow", len(langs))
 	granted := 0.0
 	for i := range 10 {
-		d := ds[i%2]
+		d := ds[i%len(ds)]
 		a := d.must(map[string]any{"op": "allow", "resource": "api", "domain": "exact", "tokens": 1})
 		want := "OK"
 		if i >= 7 {
@@ -153,54 +153,56 @@ func reserve(t *testing.T, d *driver, domain string, copies, least int) (float64
 
 // Copies across languages under the domain limit (2) and the global
 // limit (3); freed copies reach the other language; a clean close
-// releases the session's copies.
+// releases the session's copies. Every language meets the next one.
 func TestCopiesAcrossLanguages(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, config)
-	ds := mixed(t, s, "copies", 2)
-	gd, pd := ds[0], ds[1]
-	check := func(d *driver, domain string, copies, least int, want float64) any {
-		t.Helper()
-		g, h := reserve(t, d, domain, copies, least)
-		if g != want || (g == 0) != (h == nil) {
-			t.Fatalf("%s reserving %d (min %d) in %s: granted %v, hold %v; want %v", d.id, copies, least, domain, g, h, want)
-		}
-		return h
+	for i, a := range langs {
+		b, c := langs[(i+1)%len(langs)], langs[(i+2)%len(langs)]
+		t.Run(a+"-"+b, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t, config)
+			ad := startDriver(t, a, s, "copies-"+a)
+			bd := startDriver(t, b, s, "copies-"+b)
+			check := func(d *driver, domain string, copies, least int, want float64) any {
+				t.Helper()
+				g, h := reserve(t, d, domain, copies, least)
+				if g != want || (g == 0) != (h == nil) {
+					t.Fatalf("%s reserving %d (min %d) in %s: granted %v, hold %v; want %v", d.id, copies, least, domain, g, h, want)
+				}
+				return h
+			}
+			h1 := check(ad, "d1", 2, 0, 2) // the domain's limit
+			check(bd, "d1", 1, 0, 0)       // over the domain limit: none, no error
+			h2 := check(bd, "d2", 2, 1, 1) // the global limit leaves one
+			check(ad, "d3", 1, 0, 0)       // over the global limit
+			bd.must(map[string]any{"op": "free", "hold": h2})
+			check(ad, "d3", 1, 0, 1) // b's copy reached a
+			ad.must(map[string]any{"op": "free", "hold": h1})
+			check(bd, "d1", 2, 0, 2) // a's reached b
+			if code := errorCode(ad.call(map[string]any{"op": "free", "hold": h1})); code != "NOT_FOUND" {
+				t.Errorf("freeing a hold twice: code %q, want NOT_FOUND", code)
+			}
+			// Closing releases everything each session held: a newcomer gets the
+			// whole global limit.
+			ad.close()
+			bd.close()
+			nd := startDriver(t, c, s, "copies-newcomer-"+c)
+			check(nd, "d5", 2, 0, 2)
+			check(nd, "d6", 1, 0, 1)
+			nd.close()
+		})
 	}
-	h1 := check(gd, "d1", 2, 0, 2) // the domain's limit
-	check(pd, "d1", 1, 0, 0)       // over the domain limit: none, no error
-	h2 := check(pd, "d2", 2, 1, 1) // the global limit leaves one
-	check(gd, "d3", 1, 0, 0)       // over the global limit
-	pd.must(map[string]any{"op": "free", "hold": h2})
-	h3 := check(gd, "d3", 1, 0, 1) // python's copy reached go
-	gd.must(map[string]any{"op": "free", "hold": h1})
-	check(pd, "d1", 2, 0, 2) // go's reached python
-	if code := errorCode(gd.call(map[string]any{"op": "free", "hold": h1})); code != "NOT_FOUND" {
-		t.Errorf("freeing a hold twice: code %q, want NOT_FOUND", code)
-	}
-	_ = h3
-	// Closing releases everything each session held: a newcomer gets the
-	// whole global limit.
-	gd.close()
-	pd.close()
-	nd := startDriver(t, "python", s, "copies-newcomer")
-	check(nd, "d5", 2, 0, 2)
-	check(nd, "d6", 1, 0, 1)
-	nd.close()
 }
 
 // A killed client's copies come back when its session ends (its
 // keep-alive stream broken, or its ttl passed).
 func TestKilledClientsCopiesComeBack(t *testing.T) {
 	t.Parallel()
-	for _, victim := range langs {
+	for i, victim := range langs {
 		t.Run(victim, func(t *testing.T) {
 			t.Parallel()
 			s := startServer(t, config)
-			other := "python"
-			if victim == "python" {
-				other = "go"
-			}
+			other := langs[(i+1)%len(langs)]
 			v := startDriver(t, victim, s, "victim-"+victim)
 			o := startDriver(t, other, s, "survivor-"+other)
 			if g, _ := reserve(t, v, "d1", 2, 0); g != 2 {
