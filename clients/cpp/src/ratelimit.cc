@@ -200,11 +200,11 @@ double RateLimiter::wait(int64_t permits, double timeout) {
   std::unique_lock<std::mutex> l(mu_);
   const double start = now();
   const double deadline = std::isinf(timeout) ? kInf : start + std::max(0.0, timeout);
-  for (;;) {
-    double t = now(), at = t;
+  for (bool first = true;; first = false) {
+    double t = first ? start : now(), at = t;
     Claim claim;
     Outcome o = reserve(t, permits, deadline, &at, &claim);
-    if (o == kFree) return t - start;
+    if (o == kFree || (o == kTaken && at <= t)) return t - start;  // admitted at once: one clock read
     if (o == kLate) return -1;
     if (o == kNever) {
       if (t >= deadline) return -1;

@@ -8,101 +8,14 @@
 #include <mutex>
 #include <vector>
 
+#include "capacity_server.h"
 #include "internal.h"
 #include "sluice/sluice.h"
 
 namespace {
 
-// FakeClock is a hand-moved clock, in Unix seconds.
-struct FakeClock {
-  std::mutex mu;
-  double t = 1800000000.0;
-  double now() {
-    std::lock_guard<std::mutex> l(mu);
-    return t;
-  }
-  void advance(double s) {
-    std::lock_guard<std::mutex> l(mu);
-    t += s;
-  }
-};
-
-// CapacityServer is a doorman.Capacity test server on loopback: it grants
-// what is wanted (at most capacity per resource) for lease_length seconds of
-// the fake clock, and records every request. A master address set makes it
-// answer as a non-master naming that address.
-class CapacityServer final : public doorman::Capacity::Service {
- public:
-  explicit CapacityServer(FakeClock& clock, double capacity = 100, int lease_length = 20, int refresh = 5)
-      : clock_(clock), capacity_(capacity), lease_length_(lease_length), refresh_(refresh) {
-    grpc::ServerBuilder b;
-    int port = 0;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    b.RegisterService(this);
-    server_ = b.BuildAndStart();
-    addr = "127.0.0.1:" + std::to_string(port);
-  }
-  ~CapacityServer() override { stop(); }
-
-  grpc::Status GetCapacity(grpc::ServerContext*, const doorman::GetCapacityRequest* req,
-                           doorman::GetCapacityResponse* resp) override {
-    std::lock_guard<std::mutex> l(mu);
-    requests.push_back(*req);
-    if (!master.empty()) {
-      resp->mutable_mastership()->set_master_address(master);
-      return grpc::Status::OK;
-    }
-    auto now = static_cast<int64_t>(clock_.now());
-    for (const auto& r : req->resource()) {
-      auto* rr = resp->add_response();
-      rr->set_resource_id(r.resource_id());
-      rr->set_safe_capacity(1.5);
-      rr->mutable_gets()->set_capacity(std::min(r.wants(), capacity_));
-      rr->mutable_gets()->set_expiry_time(now + lease_length_);
-      rr->mutable_gets()->set_refresh_interval(refresh_);
-    }
-    return grpc::Status::OK;
-  }
-  grpc::Status ReleaseCapacity(grpc::ServerContext*, const doorman::ReleaseCapacityRequest* req,
-                               doorman::ReleaseCapacityResponse*) override {
-    std::lock_guard<std::mutex> l(mu);
-    released.emplace_back(req->resource_id().begin(), req->resource_id().end());
-    return grpc::Status::OK;
-  }
-  grpc::Status Discovery(grpc::ServerContext*, const doorman::DiscoveryRequest*,
-                         doorman::DiscoveryResponse* resp) override {
-    std::lock_guard<std::mutex> l(mu);
-    resp->set_is_master(master.empty());
-    resp->mutable_mastership()->set_master_address(master.empty() ? addr : master);
-    return grpc::Status::OK;
-  }
-  void stop() {
-    if (server_) {
-      server_->Shutdown(std::chrono::system_clock::now());
-      server_->Wait();
-      server_.reset();
-    }
-  }
-  // counts is the number of resources in each request received.
-  std::vector<int> counts() {
-    std::lock_guard<std::mutex> l(mu);
-    std::vector<int> out;
-    for (auto& r : requests) out.push_back(r.resource_size());
-    return out;
-  }
-
-  std::string addr;
-  std::string master;
-  std::mutex mu;
-  std::vector<doorman::GetCapacityRequest> requests;
-  std::vector<std::vector<std::string>> released;
-
- private:
-  FakeClock& clock_;
-  double capacity_;
-  int lease_length_, refresh_;
-  std::unique_ptr<grpc::Server> server_;
-};
+using sluice::test::CapacityServer;
+using sluice::test::FakeClock;
 
 sluice::Options manual(FakeClock& clock, sluice::Mode mode = sluice::Mode::kSafe) {
   sluice::Options o;
