@@ -6,9 +6,10 @@
 #
 # The directory is keyed by a hash of clients/cpp and api/**/*.proto, so
 # every caller after the first (each interop driver, the test command) finds
-# the build done; concurrent callers wait for one build (flock). Build logs
-# go to stderr. -O1 without LTO, at most two jobs: gRPC C++ compiles are
-# slow and the test machine has two cores. Needs Debian's cmake, g++,
+# the build done; concurrent callers wait for one build (flock). The build's
+# log goes to a file beside it, and to stderr when the build fails. -O1
+# without LTO, at most two jobs: gRPC C++ compiles are slow and the test
+# machine has two cores. Needs Debian's cmake, g++,
 # libgrpc++-dev, protobuf-compiler-grpc, libgtest-dev and nlohmann-json3-dev
 # (scripts/test installs them).
 set -euo pipefail
@@ -30,10 +31,15 @@ flock 9
 if [ ! -f "$dir/.done" ]; then
   rm -rf "$dir"
   start=$(date +%s)
-  echo "clients/cpp/build.sh: building the C++ client in $dir" >&2
-  cmake -S "$here" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
-    -DSLUICE_TESTS=ON -DSLUICE_BENCHMARKS="${SLUICE_CPP_BENCHMARKS:-OFF}" >&2
-  cmake --build "$dir" -j "${SLUICE_CPP_JOBS:-2}" >&2
+  log="$cache/$hash.log"
+  echo "clients/cpp/build.sh: building the C++ client in $dir (log: $log)" >&2
+  if ! { cmake -S "$here" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
+    -DSLUICE_TESTS=ON -DSLUICE_BENCHMARKS="${SLUICE_CPP_BENCHMARKS:-OFF}" &&
+    cmake --build "$dir" -j "${SLUICE_CPP_JOBS:-2}"; } >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "clients/cpp/build.sh: the build failed" >&2
+    exit 1
+  fi
   touch "$dir/.done"
   echo "clients/cpp/build.sh: built in $(($(date +%s) - start)) s" >&2
 fi
