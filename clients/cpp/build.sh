@@ -41,6 +41,8 @@ if [ ! -f "$dir/.done" ]; then
     exit 1
   fi
   touch "$dir/.done"
+  # Builds of other versions unused for a week go.
+  find "$cache" -mindepth 1 -maxdepth 1 -mtime +7 ! -name "$hash*" ! -name .lock -exec rm -rf {} + 2>/dev/null || true
   echo "clients/cpp/build.sh: built in $(($(date +%s) - start)) s" >&2
 fi
 echo "$dir"
