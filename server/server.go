@@ -250,9 +250,6 @@ type Server struct {
 	etcd      *clientv3.Client
 	closeEtcd func()
 	election  election.Election
-	// horizon is a root's lease horizon under an etcd election (nil:
-	// none): the capacity service keeps it, the election opens its terms.
-	horizon *election.LeaseHorizon
 	member    *fleet.Member
 	watchers  []func(context.Context) error // configuration watchers, started by Run
 	files     []fileWatcher                 // reloaded by Reload
@@ -263,6 +260,10 @@ type Server struct {
 	syncQuota func(context.Context) error
 	draining  atomic.Bool
 	health    *health.Server // grpc.health.v1.Health, following Ready
+
+	// horizon is a root's lease horizon under an etcd election (nil:
+	// none): the capacity service keeps it, the election opens its terms.
+	horizon *election.LeaseHorizon
 }
 
 // New assembles a server from cfg: it listens, builds the services over

@@ -143,3 +143,12 @@ func TestHistoryRing(t *testing.T) {
 		t.Fatal("samples after drop")
 	}
 }
+
+// Options.Election is what the node view says of the election; "" is
+// "standalone" (TestStatusViews).
+func TestElectionDescription(t *testing.T) {
+	s := newTestServerWith(t, Options{Election: "etcd /sluice/root at e:2379 (session TTL 10s)"})
+	if got := s.View().Node().Election; got != "etcd /sluice/root at e:2379 (session TTL 10s)" {
+		t.Fatalf("election %q", got)
+	}
+}
