@@ -203,9 +203,10 @@ func New(opts Options) *Service {
 	if reg == nil {
 		reg = prometheus.NewRegistry() // registered nowhere
 	}
-	s.metrics = newMetrics(reg, s)
 	s.horizon = newHorizonGate(opts.Horizon)
-	s.push = newPushes(s.now, s.horizon, s.metrics.pushes)
+	s.push = newPushes(s.now, s.horizon) // before the metrics: their gauge reads it
+	s.metrics = newMetrics(reg, s)
+	s.push.pushed = s.metrics.pushes
 	s.isMaster = true
 	s.masterAddr = opts.Address
 	s.masterSince = s.now()

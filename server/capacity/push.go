@@ -80,15 +80,15 @@ func (s *Service) EndWatches() {
 type pushes struct {
 	now    func() time.Time
 	gate   *horizonGate
-	pushed prometheus.Counter // leases pushed
+	pushed prometheus.Counter // leases pushed (set by New, before any push)
 
 	mu       sync.RWMutex
 	watchers map[string]*Watcher // by holder
 	n        atomic.Int64        // len(watchers)
 }
 
-func newPushes(now func() time.Time, gate *horizonGate, pushed prometheus.Counter) *pushes {
-	return &pushes{now: now, gate: gate, pushed: pushed, watchers: make(map[string]*Watcher)}
+func newPushes(now func() time.Time, gate *horizonGate) *pushes {
+	return &pushes{now: now, gate: gate, watchers: make(map[string]*Watcher)}
 }
 
 // add registers w for holder and returns the watcher it replaces (nil:

@@ -12,13 +12,13 @@ import (
 
 // Timing of an intermediate server's leases from its parent.
 const (
-	// NoLeaseRefresh is the refresh interval an intermediate hands its
+	// noLeaseRefresh is the refresh interval an intermediate hands its
 	// requesters while it holds no lease from its parent for a resource:
 	// they come back soon.
-	NoLeaseRefresh = time.Second
-	// ExpiryMargin: the link refreshes at the latest this long before its
+	noLeaseRefresh = time.Second
+	// expiryMargin: the link refreshes at the latest this long before its
 	// earliest lease from the parent expires (as client.ExpiryMargin).
-	ExpiryMargin = 500 * time.Millisecond
+	expiryMargin = 500 * time.Millisecond
 )
 
 // Fallback is what an intermediate server assumes of a resource its parent
@@ -74,7 +74,7 @@ func (pl *Lease) Params(fb Fallback) lease.Params {
 		return lease.Params{
 			Kind:                 algorithm.FairShare,
 			LeaseLength:          fb.LeaseLength,
-			RefreshInterval:      NoLeaseRefresh,
+			RefreshInterval:      noLeaseRefresh,
 			MaxExpiry:            time.Unix(1, 0),
 			LearningModeDuration: fb.LeaseLength,
 		}
@@ -155,15 +155,16 @@ func (pl *Lease) Push(l *v1.PushedLease) bool {
 // ask the parent again for it: its refresh interval, never less than
 // minRequest (Doorman's 5 s per resource: the parent would answer an
 // earlier request with the same lease), and, while the lease runs, no
-// later than ExpiryMargin before it ends. ok is false without a lease.
+// later than 500 ms before it ends (as client.ExpiryMargin). ok is false
+// without a lease.
 func (pl *Lease) Due(now time.Time, minRequest time.Duration) (d time.Duration, ok bool) {
 	if !pl.OK {
 		return 0, false
 	}
 	d = max(pl.Refresh, minRequest)
 	if until := pl.Expiry.Sub(now); until > 0 {
-		if until > ExpiryMargin {
-			until -= ExpiryMargin
+		if until > expiryMargin {
+			until -= expiryMargin
 		}
 		d = min(d, until)
 	}

@@ -40,12 +40,12 @@ import (
 
 // Timing of the link.
 const (
-	// Timeout bounds one RPC to the parent.
-	Timeout = 5 * time.Second
-	// MinBackoff and MaxBackoff bound the wait after a failed refresh
+	// timeout bounds one RPC to the parent.
+	timeout = 5 * time.Second
+	// minBackoff and maxBackoff bound the wait after a failed refresh
 	// (never longer than the last refresh interval, either).
-	MinBackoff = 100 * time.Millisecond
-	MaxBackoff = 5 * time.Second
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 5 * time.Second
 )
 
 // Server is the intermediate server a Link gets capacity for (package
@@ -164,7 +164,7 @@ func New[R any](srv Server[R], opts Options) *Link[R] {
 		}
 	}
 	l := &Link[R]{srv: srv, opts: opts, dial: dial, watch: wd, wake: refresh.NewWake(),
-		retry: refresh.Retry{Min: MinBackoff, Max: MaxBackoff, Rand: opts.Rand}}
+		retry: refresh.Retry{Min: minBackoff, Max: maxBackoff, Rand: opts.Rand}}
 	l.use(opts.Addresses[0])
 	return l
 }
@@ -286,7 +286,7 @@ func (l *Link[R]) sendReleases(ctx context.Context) {
 	_ = l.parts(len(ids), func(start, end int) error {
 		part := ids[start:end]
 		addr, stub := l.current()
-		rctx, cancel := context.WithTimeout(ctx, Timeout)
+		rctx, cancel := context.WithTimeout(ctx, timeout)
 		_, err := stub.ReleaseCapacity(rctx, connect.NewRequest(&pb.ReleaseCapacityRequest{
 			ClientId: proto.String(l.opts.ID), ResourceId: part,
 		}))
@@ -325,7 +325,7 @@ func (l *Link[R]) send(ctx context.Context, req *pb.GetServerCapacityRequest, rs
 	cur, _ := l.current()
 	creq := connect.NewRequest(req)
 	resp, _, err := refresh.Follow(ctx, "GetServerCapacity", cur, func(ctx context.Context, addr string) (*pb.GetServerCapacityResponse, *pb.Mastership, error) {
-		ctx, cancel := context.WithTimeout(ctx, Timeout)
+		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		resp, err := l.use(addr).GetServerCapacity(ctx, creq)
 		if err != nil {

@@ -151,7 +151,7 @@ func TestStepFollowsRedirectInParts(t *testing.T) {
 	}
 }
 
-// A failing parent task: the turn backs off (at most MaxBackoff), records
+// A failing parent task: the turn backs off (at most maxBackoff), records
 // the error, and fails over to the master that Discovery names; the next
 // turn succeeds there.
 func TestStepFailsOverToTheMaster(t *testing.T) {
@@ -159,8 +159,8 @@ func TestStepFailsOverToTheMaster(t *testing.T) {
 	tasks["a:1"].down = true
 	l, _ := newLink(t, []string{"r"}, dial)
 	next := l.Step(context.Background())
-	if next <= 0 || next > MaxBackoff {
-		t.Fatalf("after a failure the next turn is in %v, want a backoff in (0, %v]", next, MaxBackoff)
+	if next <= 0 || next > maxBackoff {
+		t.Fatalf("after a failure the next turn is in %v, want a backoff in (0, %v]", next, maxBackoff)
 	}
 	if st := l.Status(); st.Current != "b:1" || st.LastError == "" || !l.Failing() {
 		t.Fatalf("status %+v after a failure, want an error and b:1 current", st)
@@ -195,7 +195,7 @@ func TestReleaseOnNextTurn(t *testing.T) {
 // parameters pushed down, and an unknown kind falls back to NO_ALGORITHM.
 func TestLeaseAdopt(t *testing.T) {
 	var pl Lease
-	if p := pl.Params(fb); p.Capacity != 0 || p.Kind != algorithm.FairShare || p.RefreshInterval != NoLeaseRefresh ||
+	if p := pl.Params(fb); p.Capacity != 0 || p.Kind != algorithm.FairShare || p.RefreshInterval != noLeaseRefresh ||
 		p.LearningModeDuration != fb.LeaseLength || !p.MaxExpiry.Before(time.Unix(2, 0)) {
 		t.Fatalf("no lease yet: %+v", p)
 	}
@@ -246,7 +246,7 @@ func TestLeaseSequenceAndPush(t *testing.T) {
 }
 
 // Due: the refresh interval, at least minRequest, and before expiry by
-// ExpiryMargin; nothing without a lease.
+// expiryMargin; nothing without a lease.
 func TestLeaseDue(t *testing.T) {
 	var pl Lease
 	if _, ok := pl.Due(time.Now(), 0); ok {
