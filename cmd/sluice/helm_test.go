@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -101,6 +102,41 @@ func TestHelmChart(t *testing.T) {
 		out := helm(t, "template", "sluice", helmChart)
 		ws := checkDocs(t, decodeManifests(t, "helm template", []byte(out)))
 		deployShapes["one-server"](t, ws)
+	})
+	t.Run("ServiceMonitor", func(t *testing.T) {
+		values := filepath.Join(helmChart, "ci", "doorman-tree-values.yaml")
+		helm(t, "lint", "--strict", helmChart, "-f", values, "--set", "metrics.serviceMonitor.enabled=true")
+		docs := decodeManifests(t, "helm template", []byte(helm(t, "template", "sluice", helmChart, "-f", values, "--set", "metrics.serviceMonitor.enabled=true")))
+		// It selects every Sluice Service of the release by its labels,
+		// and scrapes /metrics on their port.
+		var monitors, selected int
+		for _, d := range docs {
+			if d["kind"] != "ServiceMonitor" {
+				continue
+			}
+			monitors++
+			exprs := get(d, "spec", "selector", "matchExpressions").([]any)
+			for _, s := range docs {
+				if s["kind"] != "Service" || strings.HasSuffix(str(s, "metadata", "name"), "-etcd") {
+					continue
+				}
+				labels := get(s, "metadata", "labels").(map[string]any)
+				match := true
+				for _, e := range exprs {
+					e := e.(map[string]any)
+					match = match && e["operator"] == "In" && slices.Contains(e["values"].([]any), labels[e["key"].(string)])
+				}
+				port := get(s, "spec", "ports").([]any)[0].(map[string]any)["name"]
+				ep := get(d, "spec", "endpoints").([]any)[0].(map[string]any)
+				if !match || ep["port"] != port || ep["path"] != "/metrics" {
+					t.Errorf("ServiceMonitor %v does not scrape Service %s (labels %v, port %v)", get(d, "spec"), str(s, "metadata", "name"), labels, port)
+				}
+				selected++
+			}
+		}
+		if monitors != 1 || selected != 3 {
+			t.Errorf("%d ServiceMonitors over %d Services; want 1 over the root's and two intermediates'", monitors, selected)
+		}
 	})
 	// The checks bite: a rendering without what checkDocs requires is
 	// reported, each lack by name.
