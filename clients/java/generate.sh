@@ -39,4 +39,7 @@ protoc -I "$scratch" \
   --grpc-java_out="$out" --plugin=protoc-gen-grpc-java="$plugin" \
   doorman/doorman.proto quotaservice/quota_service.proto \
   sluice/v1/leases.proto sluice/v1/limits.proto
+# grpc-java 1.41 annotates stubs with javax.annotation.Generated, which JDK 9+
+# lacks; the JDK's own javax.annotation.processing.Generated says the same.
+find "$out/$base" -name '*Grpc.java' -print0 | xargs -0 sed -i 's/@javax\.annotation\.Generated(/@javax.annotation.processing.Generated(/'
 echo "generated $(find "$out/$base" -name '*.java' | wc -l) files in ${out#"$root"/}/$base" >&2

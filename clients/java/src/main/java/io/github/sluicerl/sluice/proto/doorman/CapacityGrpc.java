@@ -7,7 +7,7 @@ import static io.grpc.MethodDescriptor.generateFullMethodName;
  * Capacity is the Doorman capacity service.
  * </pre>
  */
-@javax.annotation.Generated(
+@javax.annotation.processing.Generated(
     value = "by gRPC proto compiler",
     comments = "Source: doorman/doorman.proto")
 @io.grpc.stub.annotations.GrpcGenerated

@@ -4,7 +4,7 @@ import static io.grpc.MethodDescriptor.generateFullMethodName;
 
 /**
  */
-@javax.annotation.Generated(
+@javax.annotation.processing.Generated(
     value = "by gRPC proto compiler",
     comments = "Source: quotaservice/quota_service.proto")
 @io.grpc.stub.annotations.GrpcGenerated
