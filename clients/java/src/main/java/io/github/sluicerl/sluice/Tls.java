@@ -111,10 +111,47 @@ public final class Tls {
       if (chain != null) {
         b.keyManager(privateKey(key), certificates(chain).toArray(new X509Certificate[0]));
       }
-      return b.build();
+      try {
+        return b.build();
+      } catch (UnsupportedOperationException e) {
+        // A Netty without the JDK's ALPN (Debian's 4.1.48): the JDK's TLS
+        // with Netty's Java 9 engine wrapper.
+        return io.netty.handler.ssl.SluiceJdkAlpn.client(jdkContext());
+      }
     } catch (GeneralSecurityException | IOException | IllegalArgumentException e) {
       throw new InvalidArgumentException("TLS: " + e.getMessage(), e);
     }
+  }
+
+  /** The JDK's TLS context of these settings. */
+  private javax.net.ssl.SSLContext jdkContext() throws GeneralSecurityException, IOException {
+    javax.net.ssl.TrustManager[] tms = null;
+    if (roots != null) {
+      java.security.KeyStore ts = java.security.KeyStore.getInstance(java.security.KeyStore.getDefaultType());
+      ts.load(null, null);
+      int i = 0;
+      for (X509Certificate c : certificates(roots)) {
+        ts.setCertificateEntry("ca" + i++, c);
+      }
+      javax.net.ssl.TrustManagerFactory tmf =
+          javax.net.ssl.TrustManagerFactory.getInstance(javax.net.ssl.TrustManagerFactory.getDefaultAlgorithm());
+      tmf.init(ts);
+      tms = tmf.getTrustManagers();
+    }
+    javax.net.ssl.KeyManager[] kms = null;
+    if (chain != null) {
+      java.security.KeyStore ks = java.security.KeyStore.getInstance(java.security.KeyStore.getDefaultType());
+      ks.load(null, null);
+      char[] pw = new char[0];
+      ks.setKeyEntry("client", privateKey(key), pw, certificates(chain).toArray(new X509Certificate[0]));
+      javax.net.ssl.KeyManagerFactory kmf =
+          javax.net.ssl.KeyManagerFactory.getInstance(javax.net.ssl.KeyManagerFactory.getDefaultAlgorithm());
+      kmf.init(ks, pw);
+      kms = kmf.getKeyManagers();
+    }
+    javax.net.ssl.SSLContext ctx = javax.net.ssl.SSLContext.getInstance("TLS");
+    ctx.init(kms, tms, null);
+    return ctx;
   }
 
   private static List<X509Certificate> certificates(byte[] pem) throws GeneralSecurityException {

@@ -1,6 +1,7 @@
 package io.github.sluicerl.sluice.interop;
 
 import com.google.gson.Gson;
+import com.google.gson.GsonBuilder;
 import com.google.gson.JsonElement;
 import com.google.gson.JsonNull;
 import com.google.gson.JsonObject;
@@ -241,7 +242,7 @@ public final class Driver {
     }
     SluiceClient client = b.build();
     Driver d = new Driver(client);
-    Gson gson = new Gson();
+    Gson gson = new GsonBuilder().disableHtmlEscaping().create();
     PrintStream out = new PrintStream(System.out, false, StandardCharsets.UTF_8);
     BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
     String line;
