@@ -7,7 +7,7 @@
 set -euo pipefail
 j=/usr/share/java
 jars=(grpc-api grpc-context grpc-core grpc-netty grpc-protobuf grpc-protobuf-lite grpc-stub
-  protobuf proto-google-common-protos guava failureaccess gson perfmark-api animal-sniffer-annotations
+  protobuf proto-google-common-protos guava gson perfmark-api animal-sniffer-annotations
   error_prone_annotations jsr305
   netty-buffer netty-codec netty-codec-http netty-codec-http2 netty-codec-socks netty-common
   netty-handler netty-handler-proxy netty-resolver netty-transport netty-transport-native-unix-common)
@@ -19,12 +19,12 @@ missing=()
 for n in "${jars[@]}"; do
   if [ -f "$j/$n.jar" ]; then
     cp="${cp:+$cp:}$j/$n.jar"
-  elif [ "$n" != failureaccess ]; then
+  else
     missing+=("$n")
   fi
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "clients/java: missing Debian jars: ${missing[*]} (apt-get install libgrpc-java libprotobuf-java libnetty-java libgoogle-gson-java libperfmark-java libanimal-sniffer-java libgoogle-common-protos-java junit5)" >&2
+  echo "clients/java: missing Debian jars: ${missing[*]} (scripts/test installs them: apt-get install libgrpc-java libprotobuf-java libnetty-java libgoogle-gson-java libperfmark-java libanimal-sniffer-java libgoogle-common-protos-java junit5)" >&2
   exit 3
 fi
 echo "$cp"
