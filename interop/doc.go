@@ -2,8 +2,9 @@
 // real `sluice server` on loopback and drive the client library of every
 // language through that language's interop driver, started with
 // scripts/interop-driver LANG --server HOST:PORT --client-id ID (Go's is
-// interop/godriver; Python's clients/python/interop/driver.py; Java and
-// C++ join when their libraries come). The package has no API: it is its
+// interop/godriver; Python's clients/python/interop/driver.py; Java's
+// clients/java/src/interop, built once by clients/java/build.sh; C++ joins
+// when its library comes). The package has no API: it is its
 // tests.
 //
 // # The driver protocol
@@ -28,6 +29,7 @@
 // id twice is ALREADY_EXISTS.
 //
 // The suite needs Debian's python3-grpcio, python3-protobuf and
-// python3-pytest (scripts/test installs them); without them it fails,
-// saying so.
+// python3-pytest, and for Java a JDK with libgrpc-java, libnetty-java,
+// junit5 and the jars around them (scripts/test installs them); without
+// them it fails, saying so.
 package interop

@@ -16,7 +16,7 @@ func TestFairSharesAcrossLanguages(t *testing.T) {
 	t.Parallel()
 	const capacity, id = 100.0, "fair/shared"
 	s := startServer(t, config)
-	ds := mixed(t, s, "fair", 4) // go, python, go, python
+	ds := mixed(t, s, "fair", 4) // the languages in turn
 	wants := []float64{10, 40, 80, 80}
 	for i, d := range ds {
 		d.must(map[string]any{"op": "resource", "id": id, "wants": wants[i]})
@@ -88,8 +88,8 @@ func TestFairSharesAcrossLanguages(t *testing.T) {
 		t.Logf("%s (%s): lease %v/s, %v permits in %v s", d.id, d.lang, c, got[i], seconds)
 	}
 
-	// A release reaches the others: go-2's 30 go to python-1 (wants 40)
-	// and python-3 (wants 80).
+	// A release reaches the others: driver 2's 30 go to driver 1 (wants
+	// 40) and driver 3 (wants 80).
 	ds[2].must(map[string]any{"op": "release", "id": id})
 	if code := errorCode(ds[2].call(map[string]any{"op": "capacity", "id": id})); code != "NOT_FOUND" {
 		t.Errorf("capacity of a released resource: code %q, want NOT_FOUND", code)
@@ -114,10 +114,10 @@ func TestFairSharesAcrossLanguages(t *testing.T) {
 func TestAllowExactAcrossLanguages(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, config)
-	ds := mixed(t, s, "allow", 2)
+	ds := mixed(t, s, "allow", len(langs))
 	granted := 0.0
 	for i := range 10 {
-		d := ds[i%2]
+		d := ds[i%len(ds)]
 		a := d.must(map[string]any{"op": "allow", "resource": "api", "domain": "exact", "tokens": 1})
 		want := "OK"
 		if i >= 7 {
@@ -183,7 +183,7 @@ func TestCopiesAcrossLanguages(t *testing.T) {
 	// whole global limit.
 	gd.close()
 	pd.close()
-	nd := startDriver(t, "python", s, "copies-newcomer")
+	nd := startDriver(t, langs[len(langs)-1], s, "copies-newcomer") // the last language
 	check(nd, "d5", 2, 0, 2)
 	check(nd, "d6", 1, 0, 1)
 	nd.close()
@@ -193,14 +193,11 @@ func TestCopiesAcrossLanguages(t *testing.T) {
 // keep-alive stream broken, or its ttl passed).
 func TestKilledClientsCopiesComeBack(t *testing.T) {
 	t.Parallel()
-	for _, victim := range langs {
+	for i, victim := range langs {
 		t.Run(victim, func(t *testing.T) {
 			t.Parallel()
 			s := startServer(t, config)
-			other := "python"
-			if victim == "python" {
-				other = "go"
-			}
+			other := langs[(i+1)%len(langs)]
 			v := startDriver(t, victim, s, "victim-"+victim)
 			o := startDriver(t, other, s, "survivor-"+other)
 			if g, _ := reserve(t, v, "d1", 2, 0); g != 2 {
