@@ -57,7 +57,8 @@ type Election interface {
 	Resign(ctx context.Context) error
 }
 
-// Horizon is implemented by Etcd's Election: a master that keeps a lease
+// Horizon is implemented by Etcd's Election and by LeaseHorizon (the one
+// given to it, EtcdOptions.Horizon): a master that keeps a lease
 // horizon (EtcdOptions.LongestLease) must call KeepHorizon before it hands
 // out its first lease of more than 0 in a term, and may hand it out only
 // if KeepHorizon returned nil. A master that grants nothing keeps no
@@ -118,6 +119,12 @@ type EtcdOptions struct {
 	// that masters of this node keep one, so that an absent horizon means
 	// "all ended", not "unknown". nil: no horizon is kept or read.
 	LongestLease func() time.Duration
+	// Horizon, with LongestLease, is the LeaseHorizon whose terms this
+	// election opens and closes: the one the granting service was built
+	// with (capacity.Options.Horizon), which exists before the election
+	// does. nil: the Election's own, kept with its KeepHorizon. A
+	// LeaseHorizon belongs to one election.
+	Horizon *LeaseHorizon
 }
 
 // HorizonTTL is the lease horizon's TTL for a master whose longest lease
@@ -143,7 +150,8 @@ func HorizonTTL(longest, session time.Duration) time.Duration {
 // unreachable. Non-masters follow the current master's address with the
 // election's Observe. The Election is a Horizon too.
 //
-// Errors: an empty Key or Address.
+// Errors: an empty Key or Address; a Horizon without LongestLease, or
+// one that another election has.
 func Etcd(cli *clientv3.Client, opts EtcdOptions) (Election, error) {
 	if opts.Key == "" {
 		return nil, errors.New("election: empty key")
@@ -151,13 +159,26 @@ func Etcd(cli *clientv3.Client, opts EtcdOptions) (Election, error) {
 	if opts.Address == "" {
 		return nil, errors.New("election: empty address")
 	}
+	if opts.Horizon != nil && opts.LongestLease == nil {
+		return nil, errors.New("election: a Horizon needs LongestLease (the horizon's TTL)")
+	}
 	if opts.TTL <= 0 {
 		opts.TTL = 10 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &etcdElection{cli: cli, opts: opts, stop: make(chan struct{})}, nil
+	e := &etcdElection{cli: cli, opts: opts, stop: make(chan struct{}), lh: opts.Horizon}
+	if e.lh == nil {
+		e.lh = new(LeaseHorizon)
+	}
+	e.lh.mu.Lock()
+	defer e.lh.mu.Unlock()
+	if e.lh.e != nil {
+		return nil, errors.New("election: the Horizon belongs to another election")
+	}
+	e.lh.e = e
+	return e, nil
 }
 
 type etcdElection struct {
@@ -167,13 +188,36 @@ type etcdElection struct {
 	once sync.Once
 	stop chan struct{} // closed by Resign
 
+	lh *LeaseHorizon // opts.Horizon, or its own
+
 	mu      sync.Mutex
 	session *concurrency.Session // current session, nil between sessions
-	horizon *horizonTerm         // this master's term's, nil when not the master
 	leader  bool
 	report  func(Status)
 	last    Status
 	started bool
+}
+
+// LeaseHorizon is a master's lease horizon (see Horizon and
+// EtcdOptions.LongestLease) as a value of its own, so that the service
+// that grants leases can be built with it before the election exists: the
+// service keeps it (KeepHorizon, before its first grant of more than 0 in
+// a term), and the Etcd election it is given to (EtcdOptions.Horizon)
+// opens its terms as it wins mastership and closes them as it loses it.
+// The zero value is ready; KeepHorizon fails while no term is open
+// (before the election's first win, between terms, without an election).
+// Safe for concurrent use.
+type LeaseHorizon struct {
+	mu   sync.Mutex
+	e    *etcdElection // the election it belongs to; nil: none yet
+	term *horizonTerm  // the open term; nil when not the master
+}
+
+// open makes t the open term (nil: none).
+func (lh *LeaseHorizon) open(t *horizonTerm) {
+	lh.mu.Lock()
+	lh.term = t
+	lh.mu.Unlock()
 }
 
 // horizonTerm is one term's lease horizon (see KeepHorizon).
@@ -338,14 +382,8 @@ func (e *etcdElection) term(ctx context.Context) (won bool, err error) {
 			return false, fmt.Errorf("lease horizon: %w", err)
 		}
 	}
-	e.mu.Lock()
-	e.horizon = &horizonTerm{term: tctx, el: el, endBy: endBy, turn: make(chan struct{}, 1)}
-	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		e.horizon = nil
-		e.mu.Unlock()
-	}()
+	e.lh.open(&horizonTerm{term: tctx, el: el, endBy: endBy, turn: make(chan struct{}, 1)})
+	defer e.lh.open(nil)
 	e.opts.Logger.Info("election: won mastership", "key", e.opts.Key, "addr", e.opts.Address, "previous_leases_end_by", endBy)
 	e.setLeader(true, endBy)
 	select {
@@ -419,22 +457,30 @@ func (e *etcdElection) putHorizon(ctx context.Context, el *concurrency.Election,
 // errNotMaster: this task's campaign does not hold mastership.
 var errNotMaster = errors.New("election: not the master")
 
-// KeepHorizon implements Horizon: the first call of a term puts this
-// master's horizon, KEY.leases on an etcd lease of HorizonTTL (at least
-// what remained of the previous master's), renewed every third of the
-// session TTL until the term ends and never revoked, so that it lapses no
-// sooner than any lease this master grants; a longer longest lease (a new
-// configuration) moves the key to a lease of the longer TTL. Later calls
-// in the term return nil at once; concurrent first calls wait, until their
-// ctx ends, for the one that puts it. Errors: etcd's (ctx bounds the put), or that this task is
-// not the master (its campaign key is gone: the put is conditional on it).
+// KeepHorizon implements Horizon: it keeps the election's LeaseHorizon
+// (EtcdOptions.Horizon, or its own), or returns nil at once without
+// EtcdOptions.LongestLease.
 func (e *etcdElection) KeepHorizon(ctx context.Context) error {
-	e.mu.Lock()
-	h := e.horizon
-	e.mu.Unlock()
 	if e.opts.LongestLease == nil {
 		return nil
 	}
+	return e.lh.KeepHorizon(ctx)
+}
+
+// KeepHorizon keeps the horizon (Horizon): the first call of a term puts
+// this master's horizon, KEY.leases on an etcd lease of HorizonTTL (at
+// least what remained of the previous master's), renewed every third of
+// the session TTL until the term ends and never revoked, so that it lapses
+// no sooner than any lease this master grants; a longer longest lease (a
+// new configuration) moves the key to a lease of the longer TTL. Later
+// calls in the term return nil at once; concurrent first calls wait, until
+// their ctx ends, for the one that puts it. Errors: etcd's (ctx bounds the
+// put), or that this task is not the master (no term is open, or its
+// campaign key is gone: the put is conditional on it).
+func (lh *LeaseHorizon) KeepHorizon(ctx context.Context) error {
+	lh.mu.Lock()
+	e, h := lh.e, lh.term
+	lh.mu.Unlock()
 	if h == nil {
 		return errNotMaster
 	}

@@ -385,8 +385,19 @@ func TestLeaseHorizon(t *testing.T) {
 	if _, n := left(); n < 0 || n > int64(horizonTTL/time.Second) {
 		t.Fatalf("the first master's horizon has %d s left, want one of at most %v", n, horizonTTL)
 	}
-	b := startWith(t, etcd.Endpoint, opts("b:1"))
+	// b is built the way a server builds it: its capacity service with a
+	// LeaseHorizon first, the election given it after.
+	bh := new(election.LeaseHorizon)
+	if err := bh.KeepHorizon(context.Background()); err == nil {
+		t.Fatal("a LeaseHorizon without an election was kept")
+	}
+	bo := opts("b:1")
+	bo.Horizon = bh
+	b := startWith(t, etcd.Endpoint, bo)
 	oneMaster(t, 20*time.Second, a, b)
+	if err := bh.KeepHorizon(context.Background()); err == nil {
+		t.Fatal("a task that is not the master kept its LeaseHorizon")
+	}
 	if err := a.el.Resign(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -402,8 +413,9 @@ func TestLeaseHorizon(t *testing.T) {
 	if id, n := left(); id != found || n > before-2 {
 		t.Fatalf("a master that kept no horizon renewed it: %d s left, %d s before", n, before)
 	}
-	// b keeps one: a new etcd lease of HorizonTTL, renewed.
-	if err := b.el.(election.Horizon).KeepHorizon(context.Background()); err != nil {
+	// b keeps one (through the LeaseHorizon it was given): a new etcd
+	// lease of HorizonTTL, renewed.
+	if err := bh.KeepHorizon(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	kept, _ := left()
@@ -461,5 +473,21 @@ func TestKeepHorizonNeedsMastership(t *testing.T) {
 	after, err := cli.Get(context.Background(), "/kh.leases")
 	if err != nil || len(after.Kvs) != 1 || after.Kvs[0].Lease != before.Kvs[0].Lease {
 		t.Fatalf("the horizon changed: %v, %v", after, err)
+	}
+}
+
+// A LeaseHorizon needs the longest lease for its TTL, and belongs to one
+// election.
+func TestLeaseHorizonOptions(t *testing.T) {
+	h := new(election.LeaseHorizon)
+	if _, err := election.Etcd(nil, election.EtcdOptions{Key: "/k", Address: "a:1", Horizon: h}); err == nil {
+		t.Fatal("a Horizon without LongestLease was accepted")
+	}
+	longest := func() time.Duration { return time.Second }
+	if _, err := election.Etcd(nil, election.EtcdOptions{Key: "/k", Address: "a:1", Horizon: h, LongestLease: longest}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := election.Etcd(nil, election.EtcdOptions{Key: "/k", Address: "b:1", Horizon: h, LongestLease: longest}); err == nil {
+		t.Fatal("one Horizon was given to two elections")
 	}
 }

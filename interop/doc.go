@@ -2,7 +2,8 @@
 // real `sluice server` on loopback and drive the client library of every
 // language through that language's interop driver, started with
 // scripts/interop-driver LANG --server HOST:PORT --client-id ID (Go's is
-// interop/godriver; Python's clients/python/interop/driver.py; C++'s
+// interop/godriver; Python's clients/python/interop/driver.py; Java's
+// clients/java/src/interop, built once by clients/java/build.sh; C++'s
 // clients/cpp/interop/driver.cc, built once by clients/cpp/build.sh). The
 // package has no API: it is its tests.
 //
@@ -28,7 +29,8 @@
 // id twice is ALREADY_EXISTS.
 //
 // The suite needs Debian's python3-grpcio, python3-protobuf and
-// python3-pytest, and for C++ cmake, libgrpc++-dev, protobuf-compiler-grpc,
-// libgtest-dev and nlohmann-json3-dev (scripts/test installs them); without
-// them it fails, saying so.
+// python3-pytest; for Java a JDK with libgrpc-java, libnetty-java, junit5
+// and the jars around them; for C++ cmake, libgrpc++-dev,
+// protobuf-compiler-grpc, libgtest-dev and nlohmann-json3-dev (scripts/test
+// installs them); without them it fails, saying so.
 package interop

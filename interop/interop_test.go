@@ -26,16 +26,17 @@ import (
 const python = "/usr/bin/python3"
 
 // langs are the languages whose drivers the suite drives.
-var langs = []string{"go", "python", "cpp"}
+var langs = []string{"go", "python", "java", "cpp"}
 
 // prepares build a language's driver (and library) once, before the tests;
 // a missing toolchain fails the suite, saying so.
 var prepares = map[string]func() error{"cpp": prepareCpp}
 
 var (
-	root    string // the module's root
-	sluice  string // the sluice binary, built once
-	tempDir string
+	javaBuild string // the directory of clients/java/build.sh's jars
+	root      string // the module's root
+	sluice    string // the sluice binary, built once
+	tempDir   string
 )
 
 func TestMain(m *testing.M) {
@@ -54,6 +55,18 @@ func run(m *testing.M) int {
 			"run scripts/test: it installs Debian's python3-grpcio, python3-protobuf and python3-pytest\n", python, err, bytes.TrimSpace(out))
 		return 1
 	}
+	// Java: built once here (javac against Debian's jars, cached by a hash
+	// of the sources), so the drivers started in parallel find it built.
+	var stderr bytes.Buffer
+	build := exec.Command(filepath.Join(root, "clients/java/build.sh"))
+	build.Stderr = &stderr
+	out, err := build.Output()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "interop: building the Java client: %v\n%s\n"+
+			"run scripts/test: it installs Debian's JDK, libgrpc-java, libnetty-java, junit5 and the rest\n", err, stderr.Bytes())
+		return 1
+	}
+	javaBuild = strings.TrimSpace(string(out))
 	tempDir, err = os.MkdirTemp("", "sluice-interop")
 	if err != nil {
 		panic(err)

@@ -88,8 +88,8 @@ func TestFairSharesAcrossLanguages(t *testing.T) {
 		t.Logf("%s (%s): lease %v/s, %v permits in %v s", d.id, d.lang, c, got[i], seconds)
 	}
 
-	// A release reaches the others: ds[2]'s 30 go to ds[1] (wants 40)
-	// and ds[3] (wants 80).
+	// A release reaches the others: driver 2's 30 go to driver 1 (wants
+	// 40) and driver 3 (wants 80).
 	ds[2].must(map[string]any{"op": "release", "id": id})
 	if code := errorCode(ds[2].call(map[string]any{"op": "capacity", "id": id})); code != "NOT_FOUND" {
 		t.Errorf("capacity of a released resource: code %q, want NOT_FOUND", code)

@@ -57,7 +57,7 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	auth, err := adminhttp.NewAuth(adminhttp.AuthOptions{TokenFile: a.TokenFile, ClientCerts: clientCerts, TrustForwarded: prefixes,
 		Insecure: a.Insecure, AuthReads: a.AuthReads, Logger: s.log})
 	if err != nil {
-		return nil, err
+		return nil, &FieldError{Field: "Admin.TokenFile", Err: err}
 	}
 	cfgPath, quotaPath := s.cfg.Document.Path, s.cfg.Document.QuotaServicePath
 	if len(s.cfg.Parent.Addresses) > 0 {

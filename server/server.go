@@ -123,6 +123,10 @@ type Server struct {
 	shared    Shared                                       // the open store (Config.Store); its zero value: memory
 	tls       struct{ endpoint, parent, etcd *tls.Config } // loaded by openTLS
 	health    *health.Server                               // grpc.health.v1.Health, following Ready
+
+	// horizon is a root's lease horizon under an etcd election (nil:
+	// none): the capacity service keeps it, the election opens its terms.
+	horizon *election.LeaseHorizon
 }
 
 // New assembles a server from cfg: it listens, builds the services over
@@ -210,7 +214,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.status = status.New(status.Views{
-		Capacity: s.capacity, Limits: s.limits.Engine(), Sessions: s.sessions, Envoy: s.envoy,
+		Capacity: s.capacity.View(), Limits: s.limits.Engine(), Sessions: s.sessions, Envoy: s.envoy,
 		Ready: s.Ready, Draining: s.draining.Load, Redis: s.redisStatus, Now: s.now, Logger: s.log,
 	})
 	if s.handler, err = s.adminHandler(s.Handler()); err != nil {
@@ -294,6 +298,16 @@ func (s *Server) openStore(ctx context.Context) error {
 // newServices builds the capacity, limits and sessions services.
 func (s *Server) newServices(id string) error {
 	cfg := s.cfg
+	// A root elected in etcd keeps a lease horizon, so that a successor
+	// elected after every lease lapsed does not learn for nothing (an
+	// intermediate learns the same from its parent): the capacity service
+	// is built with it, and the election (newElection) with the service's
+	// longest lease and it.
+	var horizon capacity.Horizon
+	if cfg.Election.Kind == "etcd" && len(cfg.Parent.Addresses) == 0 {
+		s.horizon = new(election.LeaseHorizon)
+		horizon = s.horizon
+	}
 	// capacity.New returns no error: its registration errors are
 	// recorded instead of panicking, and checked here.
 	reg := promreg.NewRecorder(s.reg)
@@ -303,7 +317,8 @@ func (s *Server) newServices(id string) error {
 	}
 	s.capacity = capacity.New(capacity.Options{ID: id, Address: s.addr, Config: cfg.Document.Fixed, Now: s.now, Logger: s.log,
 		Registry: reg, Parent: cfg.Parent.Addresses, ParentTLS: s.tls.parent,
-		RequireConfig: cfg.Document.Path != "" && len(cfg.Parent.Addresses) == 0, NoPush: cfg.Leases.DisablePush})
+		RequireConfig: cfg.Document.Path != "" && len(cfg.Parent.Addresses) == 0, NoPush: cfg.Leases.DisablePush,
+		Election: s.describeElection(), Horizon: horizon})
 	if err := reg.Err(); err != nil {
 		return fmt.Errorf("capacity: %w", err)
 	}
@@ -359,42 +374,44 @@ func (s *Server) newServices(id string) error {
 	return nil
 }
 
-// newElection creates the election of cfg.Election.
+// newElection creates the election of cfg.Election, after newServices.
 func (s *Server) newElection() error {
 	el := s.cfg.Election
 	switch el.Kind {
 	case "", "standalone":
 		s.election = election.Standalone(s.addr)
-		s.capacity.SetElection("standalone")
-	case "etcd":
-		if el.Key == "" {
-			return errors.New("--election-key is required with --election etcd")
-		}
-		ttl := el.TTL
-		if ttl == 0 {
-			ttl = 10 * time.Second
-		}
-		opts := election.EtcdOptions{Key: el.Key, Address: s.addr, TTL: ttl, Logger: s.log}
-		if len(s.cfg.Parent.Addresses) == 0 {
-			// A root keeps a lease horizon, so that a successor elected
-			// after every lease lapsed does not learn for nothing (an
-			// intermediate learns the same from its parent).
-			opts.LongestLease = s.capacity.LongestLease
+	case "etcd": // its key and etcd's endpoints checked by Config.validate
+		opts := election.EtcdOptions{Key: el.Key, Address: s.addr, TTL: s.electionTTL(), Logger: s.log}
+		if s.horizon != nil { // a root (newServices)
+			opts.LongestLease, opts.Horizon = s.capacity.LongestLease, s.horizon
 		}
 		e, err := election.Etcd(s.etcd, opts)
 		if err != nil {
 			return err
 		}
-		if h, ok := e.(election.Horizon); ok && opts.LongestLease != nil {
-			s.capacity.SetHorizon(h.KeepHorizon)
-		}
 		s.election = e
 		s.capacity.SetMastership(false, "") // until the election says otherwise
-		s.capacity.SetElection(fmt.Sprintf("etcd %s at %s (session TTL %v)", el.Key, strings.Join(s.cfg.Etcd.Endpoints, ","), ttl))
-	default:
-		return fmt.Errorf("--election: %q, want standalone or etcd", el.Kind)
 	}
 	return nil
+}
+
+// electionTTL is the etcd election's session TTL: cfg.Election.TTL, 10 s
+// when zero.
+func (s *Server) electionTTL() time.Duration {
+	if ttl := s.cfg.Election.TTL; ttl != 0 {
+		return ttl
+	}
+	return 10 * time.Second
+}
+
+// describeElection describes cfg.Election for the status page
+// (capacity.Options.Election).
+func (s *Server) describeElection() string {
+	el := s.cfg.Election
+	if el.Kind != "etcd" {
+		return "standalone"
+	}
+	return fmt.Sprintf("etcd %s at %s (session TTL %v)", el.Key, strings.Join(s.cfg.Etcd.Endpoints, ","), s.electionTTL())
 }
 
 // loadConfig loads the configuration sources (their watchers start with
@@ -744,7 +761,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}()
 	ep := s.Serve(s.lis, s.handler, s.tls.endpoint)
-	s.log.Info("sluice server listening", "addr", s.lis.Addr().String(), "id", s.capacity.Node().ID)
+	s.log.Info("sluice server listening", "addr", s.lis.Addr().String(), "id", s.capacity.View().Node().ID)
 	select {
 	case err := <-ep.Err():
 		_ = ep.Shutdown(context.Background())

@@ -252,12 +252,12 @@ resources:
 					}
 					h.ParentDial, h.ManualParent = s.dial, true
 				}
+				if parent == nil && !opts.NoLeaseHorizon && !opts.DoormanAllocation {
+					// election.LeaseHorizon's KeepHorizon, at once.
+					o.Horizon = capacity.HorizonFunc(func(context.Context) error { nd.keptBy = t; return nil })
+				}
 				t.srv = capacity.New(o)
 				t.api, t.link = capacity.InProcessClient(t.srv), h
-				if parent == nil && !opts.NoLeaseHorizon && !opts.DoormanAllocation {
-					// election.Etcd's KeepHorizon, at once.
-					t.srv.SetHorizon(func(context.Context) error { nd.keptBy = t; return nil })
-				}
 				nd.tasks = append(nd.tasks, t)
 				s.tasks[t.addr] = t
 			}

@@ -300,15 +300,15 @@ func (t *tokenFile) load() error {
 func (t *tokenFile) loadLocked() error {
 	fi, err := os.Stat(t.path)
 	if err != nil {
-		return fmt.Errorf("--admin-token-file: %w", err)
+		return fmt.Errorf("token file: %w", err)
 	}
 	data, err := os.ReadFile(t.path)
 	if err != nil {
-		return fmt.Errorf("--admin-token-file: %w", err)
+		return fmt.Errorf("token file: %w", err)
 	}
 	m, err := parseTokens(data)
 	if err != nil {
-		return fmt.Errorf("--admin-token-file %s: %w", t.path, err)
+		return fmt.Errorf("token file %s: %w", t.path, err)
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		t.log.Warn("admin: the token file is readable by others than its owner (chmod 600)", "path", t.path, "mode", fi.Mode().Perm().String())

@@ -35,33 +35,7 @@ import (
 // a cluster, systemd itself (docs/running.md, "Deploying").
 func TestDeployArtifacts(t *testing.T) {
 	root := filepath.Join("..", "..")
-	shapes := map[string]func(t *testing.T, ws []workload){
-		"one-server": func(t *testing.T, ws []workload) {
-			if len(ws) != 1 || ws[0].replicas != 1 {
-				t.Errorf("one server: %d workloads", len(ws))
-			}
-		},
-		"redis-fleet": func(t *testing.T, ws []workload) {
-			if len(ws) != 1 || ws[0].replicas < 2 || !ws[0].has("--redis") || !ws[0].has("--etcd-endpoints") {
-				t.Errorf("N servers on Redis with their fleet on etcd: %+v", ws)
-			}
-		},
-		"doorman-tree": func(t *testing.T, ws []workload) {
-			var roots, mids int
-			for _, w := range ws {
-				switch {
-				case w.has("--parent") && w.value("--election") == "etcd":
-					mids++
-				case w.value("--election") == "etcd":
-					roots++
-				}
-			}
-			if roots != 1 || mids < 1 {
-				t.Errorf("a tree: %d elected roots, %d elected intermediates", roots, mids)
-			}
-		},
-	}
-	for shape, check := range shapes {
+	for shape, check := range deployShapes {
 		t.Run(shape, func(t *testing.T) {
 			ws := checkManifests(t, filepath.Join(root, "deploy", "kubernetes", shape))
 			check(t, ws)
@@ -143,12 +117,44 @@ func TestDeployArtifacts(t *testing.T) {
 	})
 }
 
+// deployShapes checks the Sluice workloads of each shape of the
+// deployment files (deploy/kubernetes/SHAPE and the Helm chart's shapes):
+// one server; N servers on Redis with their fleet on etcd; a tree of an
+// elected root and elected intermediates.
+var deployShapes = map[string]func(t *testing.T, ws []workload){
+	"one-server": func(t *testing.T, ws []workload) {
+		if len(ws) != 1 || ws[0].replicas != 1 {
+			t.Errorf("one server: %d workloads", len(ws))
+		}
+	},
+	"redis-fleet": func(t *testing.T, ws []workload) {
+		if len(ws) != 1 || ws[0].replicas < 2 || !ws[0].has("--redis") || !ws[0].has("--etcd-endpoints") {
+			t.Errorf("N servers on Redis with their fleet on etcd: %+v", ws)
+		}
+	},
+	"doorman-tree": func(t *testing.T, ws []workload) {
+		var roots, mids int
+		for _, w := range ws {
+			switch {
+			case w.has("--parent") && w.value("--election") == "etcd":
+				mids++
+			case w.value("--election") == "etcd":
+				roots++
+			}
+		}
+		if roots != 1 || mids < 1 {
+			t.Errorf("a tree: %d elected roots, %d elected intermediates", roots, mids)
+		}
+	},
+}
+
 // workload is a Deployment or StatefulSet running `sluice server`.
 type workload struct {
 	name     string
 	replicas int
 	args     []string
-	config   string // the configuration its --config names, from its ConfigMap
+	config   string            // the configuration its --config names, from its ConfigMap
+	files    map[string]string // path in the container → contents, of every ConfigMap it mounts
 }
 
 func (w workload) has(flag string) bool { return slices.Contains(w.args, flag) }
@@ -161,7 +167,7 @@ func (w workload) value(flag string) string {
 }
 
 // checkManifests reads every document of dir's YAML files and returns its
-// Sluice workloads, failing t for what a document lacks.
+// Sluice workloads, failing t for what a document lacks (checkDocs).
 func checkManifests(t *testing.T, dir string) []workload {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
@@ -174,30 +180,54 @@ func checkManifests(t *testing.T, dir string) []workload {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		for {
-			var d map[string]any
-			if err := dec.Decode(&d); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				t.Fatalf("%s: %v", f, err)
-			}
-			for _, k := range []string{"apiVersion", "kind", "metadata"} {
-				if d[k] == nil {
-					t.Errorf("%s: a document without %s", f, k)
-				}
-			}
-			docs = append(docs, d)
-		}
+		docs = append(docs, decodeManifests(t, f, data)...)
 	}
+	return checkDocs(t, docs)
+}
+
+// decodeManifests decodes the YAML documents of data (from source, for
+// errors), skipping empty ones, and fails t for a document without
+// apiVersion, kind or metadata.
+func decodeManifests(t testing.TB, source string, data []byte) []map[string]any {
+	t.Helper()
+	var docs []map[string]any
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	for {
+		var d map[string]any
+		if err := dec.Decode(&d); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("%s: %v", source, err)
+		}
+		if d == nil {
+			continue // a document of comments only (helm template's)
+		}
+		for _, k := range []string{"apiVersion", "kind", "metadata"} {
+			if d[k] == nil {
+				t.Errorf("%s: a document without %s", source, k)
+			}
+		}
+		docs = append(docs, d)
+	}
+	return docs
+}
+
+// checkDocs returns the Sluice workloads of a shape's Kubernetes documents
+// (the plain manifests' or the Helm chart's), failing t for what one
+// lacks: arguments that do not parse as `sluice server` flags, a probe,
+// a resource request, the non-root security context, Prometheus's scrape
+// annotations, a PodDisruptionBudget selecting it, or a --config that no
+// mounted ConfigMap holds or that does not load.
+func checkDocs(t testing.TB, docs []map[string]any) []workload {
+	t.Helper()
 	configMaps := map[string]map[string]any{}
 	var pdbs []map[string]any
 	for _, d := range docs {
 		switch d["kind"] {
 		case "ConfigMap":
-			configMaps[str(d, "metadata", "name")] = get(d, "data").(map[string]any)
+			configMaps[str(d, "metadata", "name")], _ = get(d, "data").(map[string]any)
 		case "PodDisruptionBudget":
 			pdbs = append(pdbs, d)
 		}
@@ -214,7 +244,7 @@ func checkManifests(t *testing.T, dir string) []workload {
 		if !strings.Contains(c["image"].(string), "sluice") {
 			continue // Redis, etcd
 		}
-		w := workload{name: name, replicas: get(d, "spec", "replicas").(int)}
+		w := workload{name: name, replicas: get(d, "spec", "replicas").(int), files: map[string]string{}}
 		for _, a := range c["args"].([]any) {
 			w.args = append(w.args, a.(string))
 		}
@@ -252,14 +282,36 @@ func checkManifests(t *testing.T, dir string) []workload {
 		if !covered {
 			t.Errorf("%s: no PodDisruptionBudget selects it", name)
 		}
-		if path := w.value("--config"); path != "" {
-			for _, v := range get(pod, "spec", "volumes").([]any) {
-				cm := str(v.(map[string]any), "configMap", "name")
-				if data, ok := configMaps[cm][filepath.Base(path)].(string); ok {
-					w.config = data
+		// The files of the ConfigMaps the container mounts, at their paths.
+		volumes := map[string]string{} // volume → ConfigMap
+		vs, _ := get(pod, "spec", "volumes").([]any)
+		for _, v := range vs {
+			v := v.(map[string]any)
+			if cm := str(v, "configMap", "name"); cm != "" {
+				volumes[str(v, "name")] = cm
+			}
+		}
+		mounts, _ := c["volumeMounts"].([]any)
+		for _, m := range mounts {
+			m := m.(map[string]any)
+			cm, ok := volumes[str(m, "name")]
+			if !ok {
+				continue
+			}
+			if configMaps[cm] == nil {
+				t.Errorf("%s: mounts ConfigMap %s, which is not in the shape", name, cm)
+			}
+			for key, data := range configMaps[cm] {
+				switch sub := str(m, "subPath"); sub {
+				case "":
+					w.files[filepath.Join(str(m, "mountPath"), key)] = data.(string)
+				case key:
+					w.files[str(m, "mountPath")] = data.(string)
 				}
 			}
-			if w.config == "" {
+		}
+		if path := w.value("--config"); path != "" {
+			if w.config = w.files[path]; w.config == "" {
 				t.Errorf("%s: --config %s is in no ConfigMap it mounts", name, path)
 			} else if _, err := resources.Parse([]byte(w.config)); err != nil {
 				t.Errorf("%s: its configuration does not load: %v", name, err)
@@ -272,7 +324,7 @@ func checkManifests(t *testing.T, dir string) []workload {
 
 // checkServerArgs fails t unless args (after "server") parse as `sluice
 // server`'s flags.
-func checkServerArgs(t *testing.T, args []string) {
+func checkServerArgs(t testing.TB, args []string) {
 	t.Helper()
 	if len(args) == 0 || args[0] != "server" {
 		t.Errorf("%v: not sluice server", args)
@@ -284,8 +336,9 @@ func checkServerArgs(t *testing.T, args []string) {
 }
 
 // runShape starts the shape's servers with their manifests' arguments —
-// loopback addresses, a real Redis and etcd, the ConfigMap's configuration
-// in a file — roots before intermediates, and waits until `sluice health`
+// loopback addresses, a real Redis and etcd, the ConfigMaps' files
+// (configuration, Envoy's rules) at their container paths under a
+// temporary directory — roots before intermediates, and waits until `sluice health`
 // says each is ready.
 func runShape(t *testing.T, ws []workload) {
 	t.Helper()
@@ -303,12 +356,8 @@ func runShape(t *testing.T, ws []workload) {
 			case "--listen", "--advertise":
 				i++
 				continue // startAdminProc listens on 127.0.0.1:0
-			case "--config":
-				path := filepath.Join(t.TempDir(), "config.yaml")
-				if err := os.WriteFile(path, []byte(w.config), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				v = path
+			case "--config", "--envoy-ratelimit-config":
+				v = podFiles(t, w) + v
 			case "--redis":
 				if redisURL == "" {
 					redisURL = "redis://" + redistest.StartT(t).Addr + "/0"
@@ -337,6 +386,23 @@ func runShape(t *testing.T, ws []workload) {
 			return exec.Command(binary, "health", "--server", p.addr).Run() == nil
 		})
 	}
+}
+
+// podFiles writes w's files (its ConfigMaps' contents) under a new
+// directory, each at its path in the container, and returns the directory:
+// the container's path P is the directory + P.
+func podFiles(t *testing.T, w workload) string {
+	t.Helper()
+	dir := t.TempDir()
+	for path, data := range w.files {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, path), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
 
 func boolInt(b bool) int {

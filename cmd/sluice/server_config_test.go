@@ -51,6 +51,8 @@ func TestServerFlagErrors(t *testing.T) {
 		{[]string{"--envoy-near-limit-ratio", "2"}, "--envoy-near-limit-ratio: 2, want a fraction in (0, 1]"},
 		{[]string{"--envoy-algorithm", "leaky"}, "--envoy-algorithm: "},
 		{[]string{"--grace", "-1s"}, "--grace: -1s, want a positive duration"},
+		{[]string{"--admin-token-file", "/nonexistent/tokens"}, "--admin-token-file: token file: stat /nonexistent/tokens"},
+		{[]string{"--admin-trust-forwarded-user", "not-an-address"}, "--admin-trust-forwarded-user: "},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			out, err := exec.Command(binary, append([]string{"server", "--listen", "127.0.0.1:0"}, tc.args...)...).CombinedOutput()

@@ -9,8 +9,11 @@
 //
 // The files, by job: capacity.go (options, the resource map, sweeping),
 // handlers.go (the RPCs and their wire conversion), mastership.go,
-// parent.go (an intermediate's link to its parent), validate.go,
-// metrics.go, view.go (the status pages' data), history.go (samples).
+// horizon.go (the lease horizon a root master keeps), push.go (the
+// watchers of pushed leases), intermediate.go (an intermediate's side of
+// the link to its parent, package parentlink), validate.go, metrics.go,
+// notes.go (paced warnings), view.go (the status pages' data), history.go
+// (samples).
 //
 // Source: doorman-design.md, "Server operation"; doorman-wire.md.
 package capacity
@@ -23,7 +26,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,10 +34,12 @@ import (
 
 	"github.com/sluice-rl/sluice/algorithm"
 	pb "github.com/sluice-rl/sluice/api/doorman"
+	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/resources"
+	"github.com/sluice-rl/sluice/server/capacity/parentlink"
 )
 
 // Limits on the size of a request. A request beyond them is rejected with
@@ -97,6 +101,23 @@ type Options struct {
 	// capacity that becomes free waits for its takers' next requests, as
 	// in Doorman. The zero value pushes.
 	NoPush bool
+	// Election describes how this node elects its master, for the status
+	// page (e.g. "etcd /sluice/root at host:2379 (session TTL 10s)"); ""
+	// means "standalone".
+	Election string
+	// Horizon, when set, is the lease horizon this server keeps as a
+	// root master: before it hands out its first lease of more than 0 in
+	// each term, a response that would carry one waits for
+	// Horizon.KeepHorizon, and fails with Unavailable when it fails (the
+	// leases it decided are booked, and never reach their requesters); a
+	// pushed lease of more than 0 is not pushed until it has succeeded
+	// (its holder keeps what it had, and gets it on its next request).
+	// nil keeps none (a standalone node, an intermediate server, which
+	// learns the same from its parent).
+	//
+	// Source: issue 24 (a master that never granted anything holds its
+	// successor in learning mode for nothing).
+	Horizon Horizon
 	// Hooks are the simulator's and the tests' knobs. Its type is
 	// internal: only Sluice's own packages can set it; nil means none.
 	Hooks *hooks.Server
@@ -123,34 +144,22 @@ type Service struct {
 	isMaster    bool
 	masterAddr  string
 	masterSince time.Time
-	election    string // how this node elects, for the status page
 	// leasesEndBy (Unix nanoseconds; 0: unknown) is when every lease of
 	// this node's previous master has ended (SetLeasesEndBy).
 	leasesEndBy atomic.Int64
-	// horizon keeps the lease horizon (SetHorizon; nil: none), and
-	// horizonKept is the term (masterTerm) in which it last succeeded.
-	horizon     func(context.Context) error
-	masterTerm  atomic.Int64
-	horizonKept atomic.Int64
+	horizon     *horizonGate // Options.Horizon, once a term
+	push        *pushes      // the watchers (Watch)
 
-	loggedMu sync.Mutex
-	logged   map[string]struct{} // see once
-	// unrecordedLogged is when (by s.now) a claim without a record was
-	// last logged; zero: never (paceUnrecordedLog). Under loggedMu.
-	unrecordedLogged time.Time
+	watchesEnded bool // EndWatches was called (under mu)
+
+	notes notes // paced warnings
 
 	// minRequest is doorman.MinRequestInterval; the package's tests of
 	// tree behaviour on the wall clock shorten it.
 	minRequest time.Duration
 
-	wmu      sync.RWMutex
-	watchers map[string]*Watcher // by holder (see Watch)
-	nwatch   atomic.Int64        // len(watchers)
-
-	watchesEnded bool // EndWatches was called (under mu)
-
-	parent  *parentLink // nil at the root
-	started time.Time   // wall time, for uptime
+	parent  *intermediate // nil at the root
+	started time.Time     // wall time, for uptime
 	hist    history
 }
 
@@ -158,11 +167,19 @@ type resource struct {
 	mu       sync.Mutex
 	store    *lease.Resource
 	template *resources.Template // nil when no template matched
-	parent   parentLease         // intermediate servers: the lease from the parent
+	// Intermediate servers: the lease from the parent, and the channel
+	// closed when the parent first answers for the resource (nil: nobody
+	// waits; see intermediate.waitFirstLeases).
+	parent     parentlink.Lease
+	firstLease chan struct{}
 }
 
-// New returns a standalone service: master from now on (Standalone
-// mastership; an election can change that with SetMastership).
+// New returns a service built from opts, complete: master from now on
+// (Standalone mastership; an election changes that with SetMastership),
+// and at an intermediate server (Options.Parent) with its link to the
+// parent, which Run starts. It registers its metrics with
+// opts.Registry, which panics on a registry that already holds them (see
+// package promreg for a Registerer that records the error instead).
 func New(opts Options) *Service {
 	s := &Service{
 		opts:      opts,
@@ -170,13 +187,9 @@ func New(opts Options) *Service {
 		log:       opts.Logger,
 		cfg:       opts.Config,
 		resources: make(map[string]*resource),
-		logged:    make(map[string]struct{}),
-		watchers:  make(map[string]*Watcher),
 	}
 	if opts.Hooks != nil {
 		s.hooks = *opts.Hooks
-		opts.Hooks.StepParent = s.stepParent
-		opts.Hooks.Push = s.parentPushed
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -190,27 +203,36 @@ func New(opts Options) *Service {
 	if reg == nil {
 		reg = prometheus.NewRegistry() // registered nowhere
 	}
+	s.horizon = newHorizonGate(opts.Horizon)
+	s.push = newPushes(s.now, s.horizon) // before the metrics: their gauge reads it
 	s.metrics = newMetrics(reg, s)
+	s.push.pushed = s.metrics.pushes
 	s.isMaster = true
 	s.masterAddr = opts.Address
 	s.masterSince = s.now()
-	s.horizonKept.Store(-1) // term 0's horizon is not kept
 	if len(opts.Parent) > 0 {
-		s.parent = newParentLink(s, opts.Parent, opts.ParentHTTP, s.hooks.ParentDial, opts.ParentTLS)
+		s.parent = newIntermediate(s)
+	}
+	if opts.Hooks != nil {
+		// The root has no link: its turn is due never, and it applies no
+		// pushed lease.
+		opts.Hooks.StepParent = func(context.Context) time.Duration { return 0 }
+		opts.Hooks.Push = func([]*v1.PushedLease) {}
+		if s.parent != nil {
+			opts.Hooks.StepParent = s.parent.link.Step
+			opts.Hooks.Push = s.parent.Pushed
+		}
 	}
 	return s
 }
 
-// Intermediate reports whether the server gets its capacity from a parent.
-func (s *Service) Intermediate() bool { return s.parent != nil }
-
 // Parent returns the state of the link to the parent; ok is false at the
 // root.
-func (s *Service) Parent() (st ParentStatus, ok bool) {
+func (s *Service) Parent() (st parentlink.Status, ok bool) {
 	if s.parent == nil {
-		return ParentStatus{}, false
+		return parentlink.Status{}, false
 	}
-	return s.parent.status(), true
+	return s.parent.link.Status(), true
 }
 
 // SetConfig installs a new resource configuration. Existing resources take
@@ -232,7 +254,7 @@ func (s *Service) SetConfig(repo *resources.Repository) {
 			r.template = nil
 		}
 		r.store.SetParams(s.params(paramsFor(r.template)))
-		s.offer(r)
+		s.push.offer(r)
 		r.mu.Unlock()
 	}
 }
@@ -326,41 +348,6 @@ func (s *Service) SetLeasesEndBy(by time.Time) {
 	}
 }
 
-// SetHorizon makes this master keep a lease horizon
-// (election.Horizon.KeepHorizon, its keep) before it hands out its first
-// lease of more than 0 in each term: a response that would carry one waits
-// for keep, and fails with Unavailable when keep fails (the leases it
-// decided are booked, and never reach their requesters); a pushed lease
-// of more than 0 is not pushed until keep has succeeded (its holder keeps
-// what it had, and gets it on its next request). Call it before serving.
-//
-// Source: issue 24 (a master that never granted anything holds its
-// successor in learning mode for nothing).
-func (s *Service) SetHorizon(keep func(ctx context.Context) error) { s.horizon = keep }
-
-// keepHorizon runs the lease horizon's keep before grants carrying more
-// than 0 leave this server, once a term (see SetHorizon).
-func (s *Service) keepHorizon(ctx context.Context, grants []lease.Grant) error {
-	if s.horizonHeld() {
-		return nil
-	}
-	term := s.masterTerm.Load()
-	if !slices.ContainsFunc(grants, func(g lease.Grant) bool { return g.Capacity > 0 }) {
-		return nil
-	}
-	if err := s.horizon(ctx); err != nil {
-		return err
-	}
-	s.horizonKept.Store(term)
-	return nil
-}
-
-// horizonHeld reports whether this master may hand out more than 0: it
-// keeps no lease horizon (SetHorizon), or has kept it in this term.
-func (s *Service) horizonHeld() bool {
-	return s.horizon == nil || s.horizonKept.Load() == s.masterTerm.Load()
-}
-
 // resource returns the state of resource id, creating it if needed, or
 // nil if this server is not the master. The caller holds no lock.
 func (s *Service) resource(id string) *resource {
@@ -382,12 +369,15 @@ func (s *Service) resource(id string) *resource {
 	r = &resource{}
 	switch {
 	case s.parent != nil:
-		r.store = lease.NewResource(id, s.params(r.parent.params()), s.masterSince)
+		r.store = lease.NewResource(id, s.params(r.parent.Params(fallback)), s.masterSince)
 	default:
 		if t, ok := s.find(id); ok {
 			r.template = &t
 		} else {
-			s.unmatched(id)
+			s.metrics.unmatched.Inc()
+			if s.notes.once("unmatched", id) {
+				s.log.Warn("resource matches no template; granting what clients ask (NO_ALGORITHM)", "resource", id)
+			}
 		}
 		r.store = lease.NewResource(id, s.params(paramsFor(r.template)), s.masterSince)
 	}
@@ -410,31 +400,6 @@ func (s *Service) resourceList() (ids []string, rs []*resource) {
 	return ids, rs
 }
 
-// unmatched logs, once per resource id (up to a bound), that a resource
-// matched no template, and counts it.
-func (s *Service) unmatched(id string) {
-	s.metrics.unmatched.Inc()
-	if s.once("unmatched", id) {
-		s.log.Warn("resource matches no template; granting what clients ask (NO_ALGORITHM)", "resource", id)
-	}
-}
-
-// once reports whether this is the first time (what, id) is seen, for
-// logging a condition once per resource: true at most once per pair, and
-// for at most maxLoggedOnce pairs in all (memory stays bounded; the metrics
-// count every occurrence).
-func (s *Service) once(what, id string) bool {
-	const maxLoggedOnce = 10_000
-	k := what + "\x00" + id
-	s.loggedMu.Lock()
-	defer s.loggedMu.Unlock()
-	if _, seen := s.logged[k]; seen || len(s.logged) >= maxLoggedOnce {
-		return false
-	}
-	s.logged[k] = struct{}{}
-	return true
-}
-
 // Sweep drops expired leases on every resource and forgets resources that
 // hold no lease (their state is rebuilt on the next request, so memory
 // stays bounded by the live leases; an intermediate server releases them at
@@ -447,7 +412,7 @@ func (s *Service) Sweep() {
 	for id, r := range s.resources {
 		r.mu.Lock()
 		r.store.Cleanup(now)
-		s.offer(r)
+		s.push.offer(r)
 		_, _, _, n := r.store.Totals()
 		idle := n == 0 && !r.store.Learning(now)
 		r.mu.Unlock()
@@ -463,29 +428,23 @@ func (s *Service) Sweep() {
 	if s.parent != nil && len(dropped) > 0 {
 		// Nobody here holds these any more: give them back upstream rather
 		// than let the parent keep them booked until they expire.
-		s.parent.release(dropped)
+		s.parent.link.Release(dropped)
 	}
-	s.sample(now)
+	ids, rs := s.resourceList()
+	s.hist.sample(now, ids, rs)
 }
 
 // Run sweeps expired leases every interval until ctx is done; on an
-// intermediate server it also runs the link to the parent.
+// intermediate server it also runs the link to the parent (unless
+// hooks.Server.ManualParent: the caller drives it).
 func (s *Service) Run(ctx context.Context, interval time.Duration) {
 	if s.parent != nil && !s.hooks.ManualParent {
 		done := make(chan struct{})
 		defer func() { <-done }()
 		go func() {
 			defer close(done)
-			s.parent.run(ctx)
+			s.parent.link.Run(ctx)
 		}()
-		if s.parent.watch != nil && !s.opts.NoPush {
-			watched := make(chan struct{})
-			defer func() { <-watched }()
-			go func() {
-				defer close(watched)
-				s.parent.watchParent(ctx)
-			}()
-		}
 	}
 	refresh.Every(ctx, interval, func(context.Context) { s.Sweep() })
 }
@@ -528,8 +487,8 @@ func (s *Service) Status(id string) (ResourceStatus, error) {
 	if r.template != nil {
 		st.Template = r.template.IdentifierGlob
 	}
-	if s.parent != nil && r.parent.ok {
-		st.ParentExpiry = r.parent.expiry
+	if s.parent != nil && r.parent.OK {
+		st.ParentExpiry = r.parent.Expiry
 	}
 	return st, nil
 }

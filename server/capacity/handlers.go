@@ -63,14 +63,14 @@ func (s *Service) GetCapacity(ctx context.Context, req *pb.GetCapacityRequest) (
 			Wants:      rr.GetWants(),
 			Subclients: 1,
 		}
-		s.claim(&lr, rr.GetHas())
+		claim(&lr, rr.GetHas(), s.hooks.DoormanAllocation)
 		ids[i], lrs[i] = rr.GetResourceId(), lr
 	}
 	grants, ok := s.decideAll(ctx, ids, lrs)
 	if !ok {
 		return &pb.GetCapacityResponse{Mastership: s.mastershipOrUnknown()}, nil
 	}
-	if err := s.keepHorizon(ctx, grants); err != nil {
+	if err := s.horizon.keep(ctx, grants); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "keeping the lease horizon: %v", err)
 	}
 	for i, g := range grants {
@@ -108,14 +108,14 @@ func (s *Service) GetServerCapacity(ctx context.Context, req *pb.GetServerCapaci
 		// A downstream server's has is what it has handed out and that
 		// still runs: it stays booked until its clients give it back.
 		lr.KeepOutstanding = !s.hooks.DoormanAllocation
-		s.claim(&lr, rr.GetHas())
+		claim(&lr, rr.GetHas(), s.hooks.DoormanAllocation)
 		ids[i], lrs[i] = rr.GetResourceId(), lr
 	}
 	grants, ok := s.decideAll(ctx, ids, lrs)
 	if !ok {
 		return &pb.GetServerCapacityResponse{Mastership: s.mastershipOrUnknown()}, nil
 	}
-	if err := s.keepHorizon(ctx, grants); err != nil {
+	if err := s.horizon.keep(ctx, grants); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "keeping the lease horizon: %v", err)
 	}
 	for i, g := range grants {
@@ -171,7 +171,7 @@ func (s *Service) ReleaseCapacity(_ context.Context, req *pb.ReleaseCapacityRequ
 		}
 		r.mu.Lock()
 		r.store.Release(req.GetClientId())
-		s.offer(r)
+		s.push.offer(r)
 		r.mu.Unlock()
 	}
 	return &pb.ReleaseCapacityResponse{}, nil
@@ -195,7 +195,7 @@ func (s *Service) decideAll(ctx context.Context, ids []string, reqs []lease.Requ
 		rs[i] = r
 		r.mu.Lock()
 		grants[i] = s.decide(r, id, reqs[i])
-		if s.parent != nil && !r.parent.ok {
+		if s.parent != nil && !r.parent.OK {
 			pending = append(pending, i)
 		}
 		r.mu.Unlock()
@@ -207,11 +207,11 @@ func (s *Service) decideAll(ctx context.Context, ids []string, reqs []lease.Requ
 	for j, i := range pending {
 		waiting[j] = rs[i]
 	}
-	s.waitFirstLeases(ctx, waiting)
+	s.parent.waitFirstLeases(ctx, waiting)
 	for _, i := range pending {
 		r := rs[i]
 		r.mu.Lock()
-		if r.parent.ok {
+		if r.parent.OK {
 			rq := reqs[i]
 			rq.Repeat = true // the same request, decided again now that there is capacity
 			grants[i] = s.decide(r, ids[i], rq)
@@ -226,18 +226,18 @@ func (s *Service) decideAll(ctx context.Context, ids []string, reqs []lease.Requ
 // claimed leases without a record outside learning mode (logged at most
 // once every unrecordedLogEvery).
 func (s *Service) decide(r *resource, id string, req lease.Request) lease.Grant {
-	req.Watched = s.Watched(req.Client)
+	req.Watched = s.push.watched(req.Client)
 	now := s.now()
 	g := r.store.Decide(now, req)
 	if !g.Early {
-		s.offer(r)
+		s.push.offer(r)
 	}
 	if g.Early {
 		s.metrics.early.Inc()
 	}
 	if g.Unrecorded {
 		s.metrics.unrecorded.Inc()
-		if s.paceUnrecordedLog(now) {
+		if s.notes.unrecordedDue(now) {
 			s.log.Warn("request claims a lease the server has no record of, outside learning mode; deciding it as usual",
 				"resource", id, "client", req.Client, "has", *req.Has,
 				"see", "sluice_server_unrecorded_has_total")
@@ -246,33 +246,15 @@ func (s *Service) decide(r *resource, id string, req lease.Request) lease.Grant 
 	return g
 }
 
-// unrecordedLogEvery is the least time between two logs of a claimed lease
-// without a record (the counter counts every one).
-const unrecordedLogEvery = 10 * time.Second
-
-// paceUnrecordedLog reports whether a claim without a record seen at now
-// may be logged: the first one, then one at least unrecordedLogEvery after
-// the last one logged (a clock that steps back logs nothing until it has
-// passed that again). Safe for concurrent use.
-func (s *Service) paceUnrecordedLog(now time.Time) bool {
-	s.loggedMu.Lock()
-	defer s.loggedMu.Unlock()
-	if !s.unrecordedLogged.IsZero() && now.Sub(s.unrecordedLogged) < unrecordedLogEvery {
-		return false
-	}
-	s.unrecordedLogged = now
-	return true
-}
-
 // claim sets lr's Has and HasExpiry from the lease the requester says it
-// holds (has; nil: none). Doorman's allocation (hooks.Server.DoormanAllocation)
-// does not use the claimed expiry.
-func (s *Service) claim(lr *lease.Request, has *pb.Lease) {
+// holds (has; nil: none). Doorman's allocation (doorman:
+// hooks.Server.DoormanAllocation) does not use the claimed expiry.
+func claim(lr *lease.Request, has *pb.Lease, doorman bool) {
 	if has == nil {
 		return
 	}
 	lr.Has = proto.Float64(has.GetCapacity())
-	if !s.hooks.DoormanAllocation {
+	if !doorman {
 		lr.HasExpiry = time.Unix(has.GetExpiryTime(), 0)
 	}
 }
@@ -292,7 +274,7 @@ func (s *Service) paramsOf(id string) (p lease.Params, params []*pb.NamedParamet
 	defer r.mu.Unlock()
 	switch {
 	case s.parent != nil:
-		params, decay = r.parent.algoParams, r.parent.decay
+		params, decay = r.parent.Parameters, r.parent.Decay
 	case r.template != nil:
 		for _, tp := range r.template.Algorithm.Parameters {
 			params = append(params, &pb.NamedParameter{Name: proto.String(tp.Name), Value: proto.String(tp.Value)})

@@ -67,14 +67,14 @@ func (h *history) drop(id string) {
 	delete(h.byID, id)
 }
 
-// sample records one history point per resource (called from Sweep).
-func (s *Service) sample(now time.Time) {
-	ids, rs := s.resourceList()
+// sample records one history point for each resource, ids[i] naming
+// rs[i] (Service.resourceList; Sweep calls it).
+func (h *history) sample(now time.Time, ids []string, rs []*resource) {
 	for i, r := range rs {
 		r.mu.Lock()
 		p := r.store.Params()
-		w, h, _, _ := r.store.Totals()
+		w, has, _, _ := r.store.Totals()
 		r.mu.Unlock()
-		s.hist.add(ids[i], Point{T: now.Unix(), Capacity: finite(p.Capacity), Has: h, Wants: w})
+		h.add(ids[i], Point{T: now.Unix(), Capacity: finite(p.Capacity), Has: has, Wants: w})
 	}
 }

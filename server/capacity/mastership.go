@@ -15,13 +15,13 @@ func (s *Service) SetMastership(isMaster bool, masterAddr string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !isMaster && s.isMaster {
-		defer s.stopWatchers()
+		defer s.push.stopAll()
 	}
 	if isMaster != s.isMaster {
 		s.resources = make(map[string]*resource)
 		s.leasesEndBy.Store(0) // the previous term's
 		if isMaster {
-			s.masterTerm.Add(1) // a new term: the lease horizon is not kept yet
+			s.horizon.newTerm() // the lease horizon is not kept yet
 			s.masterSince = s.now()
 			s.metrics.elections.WithLabelValues("won").Inc()
 		} else {

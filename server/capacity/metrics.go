@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) *metrics {
 	watchers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_server_lease_watchers",
 		Help: "Holders with an open sluice.v1.Leases/Watch stream to this server.",
-	}, func() float64 { return float64(s.nwatch.Load()) })
+	}, func() float64 { return float64(s.push.count()) })
 	master := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_server_is_master",
 		Help: "1 if this server is the master of its node, else 0.",

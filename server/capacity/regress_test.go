@@ -286,20 +286,3 @@ func TestKindsMatchTheWire(t *testing.T) {
 		}
 	}
 }
-
-func TestParamsFromWire(t *testing.T) {
-	ps := paramsFromWire([]*pb.NamedParameter{
-		{Name: proto.String("decay_factor"), Value: proto.String("0.5")},
-		{Name: proto.String("flag")}, // no value
-		nil,
-	})
-	want := []algorithm.Parameter{{Name: "decay_factor", Value: "0.5"}, {Name: "flag"}, {}}
-	if len(ps) != len(want) {
-		t.Fatalf("got %v, want %v", ps, want)
-	}
-	for i := range want {
-		if ps[i] != want[i] {
-			t.Errorf("parameter %d: got %v, want %v", i, ps[i], want[i])
-		}
-	}
-}

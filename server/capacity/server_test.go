@@ -19,11 +19,18 @@ import (
 
 func newTestServer(tb testing.TB) *Service {
 	tb.Helper()
+	return newTestServerWith(tb, Options{})
+}
+
+// newTestServerWith is newTestServer with opts' Horizon and Election.
+func newTestServerWith(tb testing.TB, opts Options) *Service {
+	tb.Helper()
 	repo, err := resources.Parse([]byte(fixture.Doorman))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return New(Options{ID: "test", Address: "127.0.0.1:1", Config: repo, Registry: prometheus.NewRegistry()})
+	return New(Options{ID: "test", Address: "127.0.0.1:1", Config: repo, Registry: prometheus.NewRegistry(),
+		Horizon: opts.Horizon, Election: opts.Election})
 }
 
 // registry returns the registry s's metrics live in (newTestServer's).
@@ -182,16 +189,16 @@ resources:
 	}
 }
 
-// A master keeps its lease horizon (SetHorizon) before the first answer of
+// A master keeps its lease horizon (Options.Horizon) before the first answer of
 // its term that hands out more than 0, and only then: answers of 0 do not
 // keep it, a failure answers Unavailable (what was decided stays booked),
 // no lease of more than 0 is pushed before it is kept, and a new term
 // keeps it again.
 func TestHorizonBeforeFirstGrant(t *testing.T) {
-	s := newTestServer(t) // fair: capacity 100, no learning
 	calls := 0
 	var fail error
-	s.SetHorizon(func(context.Context) error { calls++; return fail })
+	// fair: capacity 100, no learning
+	s := newTestServerWith(t, Options{Horizon: HorizonFunc(func(context.Context) error { calls++; return fail })})
 	s.SetMastership(false, "")
 	s.SetMastership(true, "")
 	ask := func(client string, wants float64) (float64, error) {

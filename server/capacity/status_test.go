@@ -20,13 +20,13 @@ func TestStatusViews(t *testing.T) {
 	getCap(t, s, "dave", "other", 7)
 	s.Sweep()
 
-	if n := s.Node(); !n.IsMaster || n.ID != "test" || n.Address != "127.0.0.1:1" || n.Master != "127.0.0.1:1" || n.Election != "standalone" || n.Parent != nil {
+	if n := s.View().Node(); !n.IsMaster || n.ID != "test" || n.Address != "127.0.0.1:1" || n.Master != "127.0.0.1:1" || n.Election != "standalone" || n.Parent != nil {
 		t.Fatalf("node %+v", n)
 	}
-	if cs := s.ConfigView(); cs == nil || cs.Hash != s.Config().Hash() || len(cs.Templates) != 2 {
+	if cs := s.View().ConfigView(); cs == nil || cs.Hash != s.Config().Hash() || len(cs.Templates) != 2 {
 		t.Fatalf("configuration %+v", cs)
 	}
-	rows, total := s.ResourceRows(nil)
+	rows, total := s.View().ResourceRows(nil)
 	byID := map[string]ResourceRow{}
 	for _, r := range rows {
 		byID[r.ID] = r
@@ -46,13 +46,13 @@ func TestStatusViews(t *testing.T) {
 	// Filtered (the status page's prefix f and regex a$): the total is
 	// before filtering.
 	re := regexp.MustCompile("a$")
-	rows, total = s.ResourceRows(func(id string) bool { return strings.HasPrefix(id, "f") && re.MatchString(id) })
+	rows, total = s.View().ResourceRows(func(id string) bool { return strings.HasPrefix(id, "f") && re.MatchString(id) })
 	if len(rows) != 1 || rows[0].ID != "fixed/a" || total != 3 {
 		t.Fatalf("filtered: %+v of %d", rows, total)
 	}
 
 	// A resource's detail.
-	rp, err := s.ResourcePage("fair")
+	rp, err := s.View().ResourcePage("fair")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestStatusViews(t *testing.T) {
 	if len(rp.Leases) != 2 || has["bob"] != 70 || has["alice"] != 30 || rp.Resource.SumWants != 120 || len(rp.History) != 1 || rp.ParentOf != "" {
 		t.Fatalf("resource page: %+v", rp)
 	}
-	if _, err := s.ResourcePage("nope"); !errors.Is(err, ErrUnknownResource) {
+	if _, err := s.View().ResourcePage("nope"); !errors.Is(err, ErrUnknownResource) {
 		t.Fatalf("unknown resource: %v, want ErrUnknownResource", err)
 	}
 }
@@ -107,14 +107,14 @@ resources:
 	if got := getCap(t, s, "a", "open", 5).GetResponse()[0].GetSafeCapacity(); got != -1 {
 		t.Fatalf("safe capacity on the wire %v, want -1", got)
 	}
-	if cs := s.ConfigView(); cs == nil || len(cs.Templates) != 1 || cs.Templates[0].SafeCapacity == nil || *cs.Templates[0].SafeCapacity != resources.NoSafeCapacityLimit {
+	if cs := s.View().ConfigView(); cs == nil || len(cs.Templates) != 1 || cs.Templates[0].SafeCapacity == nil || *cs.Templates[0].SafeCapacity != resources.NoSafeCapacityLimit {
 		t.Errorf("configuration view %+v, want safe capacity -1", cs)
 	}
-	rows, _ := s.ResourceRows(nil)
+	rows, _ := s.View().ResourceRows(nil)
 	if len(rows) != 1 || rows[0].SafeCapacity == nil || *rows[0].SafeCapacity != resources.NoSafeCapacityLimit {
 		t.Errorf("resource rows %+v, want safe capacity -1", rows)
 	}
-	rp, err := s.ResourcePage("open")
+	rp, err := s.View().ResourcePage("open")
 	if err != nil || rp.Resource.SafeCapacity == nil || *rp.Resource.SafeCapacity != resources.NoSafeCapacityLimit {
 		t.Errorf("resource page %+v, %v; want safe capacity -1", rp, err)
 	}
@@ -141,5 +141,14 @@ func TestHistoryRing(t *testing.T) {
 	h.drop("r")
 	if h.get("r") != nil {
 		t.Fatal("samples after drop")
+	}
+}
+
+// Options.Election is what the node view says of the election; "" is
+// "standalone" (TestStatusViews).
+func TestElectionDescription(t *testing.T) {
+	s := newTestServerWith(t, Options{Election: "etcd /sluice/root at e:2379 (session TTL 10s)"})
+	if got := s.View().Node().Election; got != "etcd /sluice/root at e:2379 (session TTL 10s)" {
+		t.Fatalf("election %q", got)
 	}
 }

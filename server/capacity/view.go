@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/lease"
+	"github.com/sluice-rl/sluice/server/capacity/parentlink"
 )
 
 // sharing reports whether an algorithm shares capacity (and so has a
@@ -87,14 +88,6 @@ func finite(x float64) *float64 {
 	return &x
 }
 
-// SetElection records how this node elects its master, for the status page
-// (e.g. "etcd /sluice/root (TTL 10s)"; "" is "standalone").
-func (s *Service) SetElection(desc string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.election = desc
-}
-
 // Ready reports whether the service should receive traffic: it has a
 // configuration (or a parent to get one from) when Options.RequireConfig,
 // and knows who the master is. why says what is missing.
@@ -110,22 +103,35 @@ func (s *Service) Ready() (ready bool, why string) {
 	return true, "ok"
 }
 
+// View is the data of a service's status pages (server/status's
+// CapacityView): its node, its configuration, and its resources with
+// their leases and history. The zero value is not usable: get one from
+// Service.View. Safe for concurrent use; each call is one snapshot.
+type View struct{ s *Service }
+
+// View returns the service's status pages' view.
+func (s *Service) View() View { return View{s: s} }
+
+// Ready is Service.Ready, for the status page.
+func (v View) Ready() (ready bool, why string) { return v.s.Ready() }
+
 // Node is the service's view of its node: its identity, mastership,
 // election, and its parent at an intermediate server.
 type Node struct {
-	ID       string        `json:"id"`
-	Address  string        `json:"address"`
-	Started  time.Time     `json:"started"` // wall time
-	IsMaster bool          `json:"is_master"`
-	Master   string        `json:"master"`           // the master's address, "" if unknown
-	Election string        `json:"election"`         // how this node elects (SetElection); "standalone" if not set
-	Parent   *ParentStatus `json:"parent,omitempty"` // intermediate servers
+	ID       string             `json:"id"`
+	Address  string             `json:"address"`
+	Started  time.Time          `json:"started"` // wall time
+	IsMaster bool               `json:"is_master"`
+	Master   string             `json:"master"`           // the master's address, "" if unknown
+	Election string             `json:"election"`         // how this node elects (Options.Election); "standalone" if not set
+	Parent   *parentlink.Status `json:"parent,omitempty"` // intermediate servers
 }
 
 // Node returns the node's view.
-func (s *Service) Node() Node {
+func (v View) Node() Node {
+	s := v.s
 	s.mu.RLock()
-	n := Node{ID: s.opts.ID, Address: s.opts.Address, Started: s.started, IsMaster: s.isMaster, Master: s.masterAddr, Election: s.election}
+	n := Node{ID: s.opts.ID, Address: s.opts.Address, Started: s.started, IsMaster: s.isMaster, Master: s.masterAddr, Election: s.opts.Election}
 	s.mu.RUnlock()
 	if n.Election == "" {
 		n.Election = "standalone"
@@ -138,7 +144,8 @@ func (s *Service) Node() Node {
 
 // ConfigView returns the root's configuration for the status page (nil at
 // an intermediate server or without a configuration).
-func (s *Service) ConfigView() *ConfigStatus {
+func (v View) ConfigView() *ConfigStatus {
+	s := v.s
 	cfg := s.Config()
 	if cfg == nil || s.parent != nil {
 		return nil
@@ -159,7 +166,8 @@ func (s *Service) ConfigView() *ConfigStatus {
 // ResourceRows returns the rows of the resources whose id match accepts
 // (nil: all), unsorted, and the number of resources before filtering. It
 // costs one pass over the resources, locking each in turn.
-func (s *Service) ResourceRows(match func(id string) bool) (rows []ResourceRow, total int) {
+func (v View) ResourceRows(match func(id string) bool) (rows []ResourceRow, total int) {
+	s := v.s
 	now := s.now()
 	ids, rs := s.resourceList()
 	rows = []ResourceRow{}
@@ -167,12 +175,13 @@ func (s *Service) ResourceRows(match func(id string) bool) (rows []ResourceRow, 
 		if match != nil && !match(ids[i]) {
 			continue
 		}
-		rows = append(rows, s.row(ids[i], r, now))
+		rows = append(rows, row(ids[i], r, now))
 	}
 	return rows, len(ids)
 }
 
-func (s *Service) row(id string, r *resource, now time.Time) ResourceRow {
+// row returns resource r's row, as of now, under its lock.
+func row(id string, r *resource, now time.Time) ResourceRow {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.store.Cleanup(now)
@@ -187,7 +196,8 @@ func (s *Service) row(id string, r *resource, now time.Time) ResourceRow {
 }
 
 // ResourcePage returns resource id's detail. Errors: ErrUnknownResource.
-func (s *Service) ResourcePage(id string) (ResourcePage, error) {
+func (v View) ResourcePage(id string) (ResourcePage, error) {
+	s := v.s
 	s.mu.RLock()
 	r := s.resources[id]
 	s.mu.RUnlock()
@@ -195,11 +205,11 @@ func (s *Service) ResourcePage(id string) (ResourcePage, error) {
 		return ResourcePage{}, fmt.Errorf("resource %q: %w", id, ErrUnknownResource)
 	}
 	now := s.now()
-	page := ResourcePage{Resource: s.row(id, r, now), History: s.hist.get(id), Leases: []LeaseRow{}}
+	page := ResourcePage{Resource: row(id, r, now), History: s.hist.get(id), Leases: []LeaseRow{}}
 	r.mu.Lock()
 	leases := r.store.Leases()
-	if s.parent != nil && r.parent.ok {
-		page.ParentOf = r.parent.expiry.UTC().Format(time.RFC3339)
+	if s.parent != nil && r.parent.OK {
+		page.ParentOf = r.parent.Expiry.UTC().Format(time.RFC3339)
 	}
 	r.mu.Unlock()
 	for _, l := range leases {

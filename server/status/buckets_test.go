@@ -43,7 +43,7 @@ func site(tb testing.TB, clock *testutil.Clock, lim *limits.Config, cp *copies.C
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return New(Views{Capacity: capacity.New(capacity.Options{ID: "b", Now: clock.Now}), Limits: ls.Engine(), Sessions: ss, Now: clock.Now}), ls.Engine(), ss
+	return New(Views{Capacity: capacity.New(capacity.Options{ID: "b", Now: clock.Now}).View(), Limits: ls.Engine(), Sessions: ss, Now: clock.Now}), ls.Engine(), ss
 }
 
 // pageOf returns the body of the site's page at path, served over HTTP.

@@ -92,7 +92,7 @@ var Version = func() string {
 }()
 
 // CapacityView is what the site reads of the Doorman capacity service
-// (capacity.Service satisfies it): the node, its configuration, its
+// (capacity.View satisfies it): the node, its configuration, its
 // resources and their leases, and its readiness. Safe for concurrent use.
 type CapacityView interface {
 	Node() capacity.Node
@@ -126,7 +126,7 @@ type EnvoyView interface {
 }
 
 var (
-	_ CapacityView = (*capacity.Service)(nil)
+	_ CapacityView = capacity.View{}
 	_ BucketsView  = (*limits.Engine)(nil)
 	_ SessionsView = (*sessions.Service)(nil)
 	_ EnvoyView    = (*envoyrls.Service)(nil)
