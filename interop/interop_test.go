@@ -173,13 +173,26 @@ type lease struct {
 	Wants  float64 `json:"wants"`
 }
 
-// leases returns the leases the server holds on resource id.
+// leases returns the leases the server holds on resource id: none once
+// its sweep has dropped the resource, idle (its page is then 404).
 func (s *server) leases(t *testing.T, id string) []lease {
 	t.Helper()
+	resp, err := http.Get("http://" + s.addr + "/debug/status/resource?format=json&id=" + id)
+	if err != nil {
+		t.Fatalf("the status of %s: %v", id, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusNotFound {
+		return nil
+	}
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the status of %s: %d %v\n%s", id, resp.StatusCode, err, b)
+	}
 	var page struct {
 		Leases []lease `json:"leases"`
 	}
-	if err := json.Unmarshal(s.get(t, "/debug/status/resource?format=json&id="+id), &page); err != nil {
+	if err := json.Unmarshal(b, &page); err != nil {
 		t.Fatal(err)
 	}
 	return page.Leases
