@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // helmVersion is the Helm that scripts/test installs (go install
@@ -25,6 +26,7 @@ var helmChart = filepath.Join("..", "..", "deploy", "helm", "sluice")
 func helmBinary(t *testing.T) string {
 	t.Helper()
 	if h := os.Getenv("HELM"); h != "" {
+		waitHelmBuild(t)
 		return h
 	}
 	if h, err := exec.LookPath("helm"); err == nil {
@@ -39,6 +41,31 @@ func helmBinary(t *testing.T) string {
 	}
 	t.Fatalf("helm not found ($HELM, PATH, $GOPATH/bin): run scripts/test, which installs helm %s (go install helm.sh/helm/v3/cmd/helm@%s)", helmVersion, helmVersion)
 	return ""
+}
+
+// waitHelmBuild waits for scripts/test's background build of helm, when
+// there is one ($SLUICE_HELM_BUILD names the file it writes when done:
+// "ok", or why it failed), for at most 10 minutes.
+func waitHelmBuild(t *testing.T) {
+	t.Helper()
+	status := os.Getenv("SLUICE_HELM_BUILD")
+	if status == "" {
+		return
+	}
+	start := time.Now()
+	for !fileExists(status) {
+		if time.Since(start) > 10*time.Minute {
+			t.Fatalf("scripts/test's build of helm %s did not finish within 10 minutes (%s)", helmVersion, status)
+		}
+		time.Sleep(time.Second)
+	}
+	b, err := os.ReadFile(status)
+	if err != nil || strings.TrimSpace(string(b)) != "ok" {
+		t.Fatalf("scripts/test's build of helm %s: %s %v", helmVersion, b, err)
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Logf("waited %v for scripts/test's build of helm", waited.Round(time.Second))
+	}
 }
 
 func fileExists(path string) bool {
@@ -80,6 +107,9 @@ func helmOutput(t *testing.T, args ...string) (string, error) {
 // or a shape without the Redis or etcd it needs, are refused with a
 // message naming the value to set.
 func TestHelmChart(t *testing.T) {
+	// In parallel: after the package's other tests, by when scripts/test's
+	// background build of helm is done.
+	t.Parallel()
 	if info, err := buildinfo.ReadFile(helmBinary(t)); err != nil || info.Main.Version != helmVersion {
 		v := "of unknown version"
 		if err == nil {
