@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -125,30 +124,8 @@ type server struct {
 // SIGTERM at the end of the test.
 func startServer(t *testing.T, cfg string, flags ...string) *server {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"server", "--config", path, "--listen", "127.0.0.1:0", "--log-level", testutil.ChildLogLevel()}, flags...)
-	cmd := exec.Command(sluice, args...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("reading the server's address: %v", err)
-	}
-	go func() { _, _ = io.Copy(io.Discard, stdout) }()
-	return &server{addr: strings.TrimSpace(strings.TrimPrefix(line, "listening on "))}
+	addr, _, _ := testutil.StartServer(t, sluice, cfg, flags...)
+	return &server{addr: addr}
 }
 
 // get reads path from the server's HTTP side.

@@ -235,7 +235,7 @@ func redisServer(t *testing.T, c redis.UniversalClient, prefix string, closed *a
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh := redisShared(redisstore.New(c, redisstore.Options{Prefix: prefix}), c)
+	sh := sharedOn(redisstore.New(c, redisstore.Options{Prefix: prefix}), c)
 	sh.Copies = nil
 	closeStore := sh.Close
 	sh.Close = func() error { closed.Add(1); return closeStore() }
@@ -302,7 +302,7 @@ func TestComposeFleet(t *testing.T) {
 	srv := redistest.StartT(t)
 	fleetServer := func() (*Server, v1.LimitsClient) {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		s, _ := startServer(t, Config{Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, Document: Document{Fixed: resources.Compose(nil, nil, fixture.Sandboxes(), nil)}, Store: Store{Shared: redisShared(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c)}, Sessions: Sessions{Fleet: Fleet{Prefix: "/" + t.Name()}}})
+		s, _ := startServer(t, Config{Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, Document: Document{Fixed: resources.Compose(nil, nil, fixture.Sandboxes(), nil)}, Store: Store{Shared: sharedOn(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c)}, Sessions: Sessions{Fleet: Fleet{Prefix: "/" + t.Name()}}})
 		lc := v1.NewLimitsClient(testutil.Dial(t, s.Addr()))
 		// A member serves holds once it has its epoch.
 		testutil.Eventually(t, 30*time.Second, s.Addr()+" to serve holds", func() bool {
@@ -320,7 +320,7 @@ func TestComposeFleet(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	joining := assemble(t, Config{Listen: Listen{Address: "127.0.0.1:0"}, Etcd: Etcd{Endpoints: []string{etcd.Endpoint}},
 		Document: Document{Fixed: resources.Compose(nil, nil, fixture.Sandboxes(), nil)},
-		Store:    Store{Shared: redisShared(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c)}, Sessions: Sessions{Fleet: Fleet{Prefix: "/" + t.Name()}}})
+		Store:    Store{Shared: sharedOn(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c)}, Sessions: Sessions{Fleet: Fleet{Prefix: "/" + t.Name()}}})
 	if ok, why := joining.Ready(); ok || !strings.Contains(why, "not a member of the fleet") {
 		t.Errorf("a member without its epoch: Ready %v %q, want not ready, not a member of the fleet", ok, why)
 	}

@@ -49,7 +49,7 @@ resources:
 	}
 	st := redisstore.New(c, redisstore.Options{Prefix: "t:" + t.Name() + ":", BreakerFailures: 1, BreakerProbe: time.Hour})
 	t.Cleanup(func() { _ = st.Close() })
-	sh := redisShared(st, nil)
+	sh := sharedOn(st, nil)
 	sh.Copies = nil // no fleet: no etcd
 	s := assemble(t, Config{ID: "redis", Document: Document{Fixed: resources.Compose(nil, cfg, nil, nil)}, Store: Store{Shared: sh}})
 	h := s.Handler()
@@ -134,22 +134,16 @@ func grepLines(s string, subs ...string) string {
 	return strings.Join(out, "\n")
 }
 
-// redisShared is the shared store on st as `sluice server --redis` builds
-// it (cmd/sluice's redisShared): st's buckets, its copy log, its health
-// (the status page) and its collector (sluice_redis_* on /metrics);
-// closing it closes st and then c, if any.
-func redisShared(st *redisstore.Store, c redis.UniversalClient) *Shared {
-	return &Shared{
-		Limits:  st,
-		Copies:  redisstore.NewCopyLog(st),
-		Metrics: st.Collector(),
-		Health:  st.Health,
-		Close: func() error {
-			_ = st.Close()
-			if c != nil {
-				return c.Close()
-			}
-			return nil
-		},
+// sharedOn is the shared store on st as Config.Store.Redis opens it
+// (redisShared); closing it closes st and then c, if any.
+func sharedOn(st *redisstore.Store, c redis.UniversalClient) *Shared {
+	sh := redisShared(st)
+	sh.Close = func() error {
+		_ = st.Close()
+		if c != nil {
+			return c.Close()
+		}
+		return nil
 	}
+	return &sh
 }

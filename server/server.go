@@ -286,7 +286,7 @@ func (s *Server) openStore(ctx context.Context) error {
 		if err != nil {
 			return &FieldError{Field: field, Err: err}
 		}
-		s.shared = Shared{Limits: rs, Copies: redisstore.NewCopyLog(rs), RLS: redisstore.NewRLS(rs), Metrics: rs.Collector(), Health: rs.Health, Close: rs.Close}
+		s.shared = redisShared(rs)
 	}
 	if s.shared.Copies != nil && len(s.cfg.Etcd.Endpoints) == 0 {
 		s.shared.Copies = nil
@@ -572,6 +572,13 @@ func (s *Server) Reload() {
 		s.log.Info("reloading configuration", "path", f.path)
 		_ = f.w.Reload()
 	}
+}
+
+// redisShared is the shared store on rs: its buckets, Envoy's counters,
+// its copy log, its collector (sluice_redis_* on /metrics) and its health
+// (the status page); closing it closes rs.
+func redisShared(rs *redisstore.Store) Shared {
+	return Shared{Limits: rs, Copies: redisstore.NewCopyLog(rs), RLS: redisstore.NewRLS(rs), Metrics: rs.Collector(), Health: rs.Health, Close: rs.Close}
 }
 
 // fleetMember is a fleet membership as the sessions service sees it.

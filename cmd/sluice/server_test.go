@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -78,31 +77,7 @@ func startServer(t *testing.T, cfg string) (addr string, cmd *exec.Cmd) {
 // configuration file's path.
 func startServerWith(t testing.TB, cfg string, flags ...string) (addr string, cmd *exec.Cmd, path string) {
 	t.Helper()
-	path = filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"server", "--config", path, "--listen", "127.0.0.1:0", "--log-level", testutil.ChildLogLevel()}, flags...)
-	cmd = exec.Command(binary, args...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("reading server address: %v", err)
-	}
-	addr = strings.TrimSpace(strings.TrimPrefix(line, "listening on "))
-	go func() { _, _ = io.Copy(io.Discard, stdout) }()
-	return addr, cmd, path
+	return testutil.StartServer(t, binary, cfg, flags...)
 }
 
 func req(resource string, wants float64) *pb.ResourceRequest {

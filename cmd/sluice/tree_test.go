@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -57,12 +56,7 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("%s: reading its address: %v", name, err)
-	}
-	p.addr = strings.TrimSpace(strings.TrimPrefix(line, "listening on "))
-	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	p.addr = testutil.ReadAddr(t, name, stdout)
 	return p
 }
 
