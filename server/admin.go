@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/admin/adminhttp"
@@ -55,7 +54,7 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	}
 	clientCerts := s.tls.endpoint != nil && s.tls.endpoint.ClientCAs != nil
 	auth, err := adminhttp.NewAuth(adminhttp.AuthOptions{TokenFile: a.TokenFile, ClientCerts: clientCerts, TrustForwarded: prefixes,
-		Insecure: a.Insecure, AuthReads: a.AuthReads, Logger: s.log})
+		Insecure: a.Insecure, AuthReads: a.AuthReads, Logger: s.log, Setting: s.cfg.Runtime.Setting})
 	if err != nil {
 		return nil, &FieldError{Field: "Admin.TokenFile", Err: err}
 	}
@@ -109,7 +108,7 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 		case a.Insecure:
 			s.log.Warn("Admin.Insecure: anyone on this host may change the configuration through /admin/v1/ without credentials", "store", store.String())
 		case !auth.WritesEnabled():
-			s.log.Info("admin API read-only: " + adminhttp.DisabledMessage)
+			s.log.Info("admin API read-only: " + auth.DisabledMessage())
 		default:
 			s.log.Info("admin API", "store", store.String(), "authentication", strings.Join(auth.Methods(), ","), "history", a.Keep)
 		}
@@ -121,7 +120,7 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	//
 	// Source: issue 16, "Compatible with quotaservice's admin tools";
 	// quotaservice-wire.md, "Admin REST API".
-	opts := quotaapi.Options{Stats: quotaapi.EngineStats(s.limits.Engine(), time.Now), Logger: s.log}
+	opts := quotaapi.Options{Stats: quotaapi.EngineStats(s.limits.Engine(), s.now), Logger: s.log}
 	qh := quotaapi.Handler(qsSvc, auth, opts)
 	mux.Handle(quotaapi.Prefix, qh)
 	mux.Handle(quotaapi.Prefix+"/", qh)

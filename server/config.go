@@ -95,6 +95,12 @@ type Runtime struct {
 	Registry *prometheus.Registry
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// Setting names a Config field (its path, one of FieldNames, e.g.
+	// "Sessions.Max") in the messages that reach clients, in metric help
+	// and in logs: sluice server answers with its flag ("--max-sessions").
+	// nil, or "" for a path: the path itself. Called during New and on
+	// requests, from any goroutine.
+	Setting func(path string) string
 }
 
 // Document is where the resource document comes from: a file or an etcd
@@ -295,13 +301,15 @@ func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
 }
 
-// FieldNames are the Config fields New's errors and logs name, by their
-// Go path: what a front end (sluice server's flags) maps to its own names.
+// FieldNames are the Config fields New's errors and logs, and the
+// messages its services send clients, name, by their Go path (longest
+// first where one extends another): what a front end (sluice server's flags) maps to its own names.
 var FieldNames = []string{
-	"Listen.TLS", "Listen.Grace", "Document.Path", "Document.QuotaServicePath", "Document.EnvoyRateLimitPath",
+	"Listen.TLS.CAFile", "Listen.TLS", "Listen.Grace", "Document.Path", "Document.QuotaServicePath", "Document.EnvoyRateLimitPath",
 	"Document.Fixed", "Parent.Addresses", "Parent.TLS", "Leases.DisablePush", "Election.Kind", "Election.Key",
 	"Etcd.Endpoints", "Etcd.TLS", "Store.Redis", "Store.Cluster", "Store.Timeout", "Store.Shared",
 	"Sessions.Max", "Envoy.NearLimitRatio", "Admin.TrustForwarded", "Admin.TokenFile", "Admin.Insecure",
+	"Admin.AuthReads",
 }
 
 // validate checks what needs no I/O, returning the first problem.

@@ -318,7 +318,7 @@ func (s *Server) newServices(id string) error {
 	s.capacity = capacity.New(capacity.Options{ID: id, Address: s.addr, Config: cfg.Document.Fixed, Now: s.now, Logger: s.log,
 		Registry: reg, Parent: cfg.Parent.Addresses, ParentTLS: s.tls.parent,
 		RequireConfig: cfg.Document.Path != "" && len(cfg.Parent.Addresses) == 0, NoPush: cfg.Leases.DisablePush,
-		Election: s.describeElection(), Horizon: horizon})
+		Setting: cfg.Runtime.Setting, Election: s.describeElection(), Horizon: horizon})
 	if err := reg.Err(); err != nil {
 		return fmt.Errorf("capacity: %w", err)
 	}
@@ -338,7 +338,7 @@ func (s *Server) newServices(id string) error {
 		log = s.shared.Copies
 	}
 	so := sessions.Options{Address: s.addr, Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Copies(),
-		Log: log, MaxSessions: cfg.Sessions.Max}
+		Log: log, MaxSessions: cfg.Sessions.Max, Setting: cfg.Runtime.Setting}
 	if log != nil {
 		// The fleet sharing the copy log: the membership fences the
 		// engine until it has an epoch; requests for sessions homed on

@@ -16,12 +16,40 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/sluice-rl/sluice/internal/names"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 )
 
 // DisabledMessage is the answer (403) to a write when no way of
-// authenticating writers is configured.
-const DisabledMessage = "the admin write path is disabled: start the server with --admin-token-file, --tls-client-ca, --admin-trust-forwarded-user or --admin-insecure"
+// authenticating writers is configured: "the admin write path is
+// disabled: start the server with Admin.TokenFile, Listen.TLS.CAFile,
+// Admin.TrustForwarded or Admin.Insecure", each field as
+// AuthOptions.Setting names it.
+func (a *Auth) DisabledMessage() string {
+	var fields []string
+	for _, f := range []string{"Admin.TokenFile", "Listen.TLS.CAFile", "Admin.TrustForwarded", "Admin.Insecure"} {
+		fields = append(fields, a.setting(f))
+	}
+	last := len(fields) - 1
+	return "the admin write path is disabled: start the server with " + strings.Join(fields[:last], ", ") + " or " + fields[last]
+}
+
+// NothingToEdit is the answer (404) of a server with no configuration to
+// edit: it has no Document.Path, or it has Parent.Addresses (each field as
+// AuthOptions.Setting names it).
+func (a *Auth) NothingToEdit() string {
+	return "no configuration to edit: the server runs without " + a.setting("Document.Path") +
+		" (or with " + a.setting("Parent.Addresses") + ", whose configuration comes from the parent)"
+}
+
+// setting is what the operator calls the server.Config field at path (a
+// nil Auth: the path).
+func (a *Auth) setting(path string) string {
+	if a == nil {
+		return path
+	}
+	return names.Setting(a.o.Setting, path)
+}
 
 // AuthOptions says how the HTTP API establishes who makes a request.
 //
@@ -54,6 +82,10 @@ type AuthOptions struct {
 	// Logger receives the token file's reload errors and the refused
 	// requests (warn); nil: slog.Default().
 	Logger *slog.Logger
+	// Setting names server.Config fields in the answers' messages
+	// (server.Config.Runtime.Setting; names.Setting): nil, the paths
+	// themselves ("Admin.TokenFile").
+	Setting func(path string) string
 }
 
 // MinTokenLen is the shortest bearer token accepted, in bytes.
@@ -127,7 +159,7 @@ type method struct{ name, how string }
 func (a *Auth) methods() []method {
 	var m []method
 	if a.tokens != nil {
-		m = append(m, method{"token", "Authorization: Bearer TOKEN (a token of --admin-token-file)"})
+		m = append(m, method{"token", "Authorization: Bearer TOKEN (a token of " + a.setting("Admin.TokenFile") + ")"})
 	}
 	if a.o.ClientCerts {
 		m = append(m, method{"mtls", "a client certificate (its subject CN is the user)"})
@@ -136,7 +168,7 @@ func (a *Auth) methods() []method {
 		m = append(m, method{"forwarded", "X-Forwarded-User through a trusted proxy"})
 	}
 	if a.o.Insecure {
-		m = append(m, method{"insecure", "a loopback address (--admin-insecure)"})
+		m = append(m, method{"insecure", "a loopback address (" + a.setting("Admin.Insecure") + ")"})
 	}
 	return m
 }
@@ -166,9 +198,9 @@ func (a *Auth) Identify(r *http.Request, write bool) (Identity, error) {
 		return Identity{}, nil
 	}
 	if !a.WritesEnabled() {
-		msg := DisabledMessage
+		msg := a.DisabledMessage()
 		if !write {
-			msg = strings.Replace(msg, "write path", "read path (--admin-auth-reads)", 1)
+			msg = strings.Replace(msg, "write path", "read path ("+a.setting("Admin.AuthReads")+")", 1)
 		}
 		return Identity{}, &AuthError{Status: http.StatusForbidden, Msg: msg}
 	}
@@ -179,7 +211,7 @@ func (a *Auth) Identify(r *http.Request, write bool) (Identity, error) {
 		case !strings.EqualFold(scheme, "Bearer"):
 			return Identity{}, &AuthError{Status: http.StatusUnauthorized, Msg: "Authorization: want Bearer TOKEN"}
 		case a.tokens == nil:
-			return Identity{}, &AuthError{Status: http.StatusUnauthorized, Msg: "bearer tokens are not accepted: the server has no --admin-token-file"}
+			return Identity{}, &AuthError{Status: http.StatusUnauthorized, Msg: "bearer tokens are not accepted: the server has no " + a.setting("Admin.TokenFile")}
 		}
 		user, ok := a.tokens.lookup(strings.TrimSpace(tok))
 		if !ok {

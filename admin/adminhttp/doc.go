@@ -17,7 +17,7 @@
 // Auth decides who writes: a bearer token from a token file (reread when
 // it changes), the CN of an mTLS client certificate, X-Forwarded-User
 // from a trusted proxy, or any loopback client with AuthOptions.Insecure;
-// with none configured, writes answer 403 (DisabledMessage). With
+// with none configured, writes answer 403 (Auth.DisabledMessage). With
 // AuthOptions.AuthReads, reads need the same. The quota service's REST
 // API (admin/quotaapi) authenticates with the same Auth.
 //

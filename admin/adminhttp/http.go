@@ -107,7 +107,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	path = strings.Trim(path, "/")
 	if h.svc == nil {
-		writeError(w, http.StatusNotFound, ErrorBody{Error: "no configuration to edit: the server runs without --config (or with --parent, whose configuration comes from the parent)", Code: "not_found"})
+		writeError(w, http.StatusNotFound, ErrorBody{Error: h.auth.NothingToEdit(), Code: "not_found"})
 		return
 	}
 	write := r.Method != http.MethodGet && r.Method != http.MethodHead

@@ -198,6 +198,8 @@ func TestHTTPAuth(t *testing.T) {
 		_ = json.Unmarshal(raw, &res)
 		return code, eb, res
 	}
+	// Without AuthOptions.Setting, the answers name server.Config's fields.
+	const disabled = "the admin write path is disabled: start the server with Admin.TokenFile, Listen.TLS.CAFile, Admin.TrustForwarded or Admin.Insecure"
 	cases := []struct {
 		name     string
 		opts     adminhttp.AuthOptions
@@ -207,8 +209,8 @@ func TestHTTPAuth(t *testing.T) {
 		method   string
 		errorHas string
 	}{
-		{"nothing configured", adminhttp.AuthOptions{}, nil, 403, "", "", adminhttp.DisabledMessage},
-		{"nothing configured, a token", adminhttp.AuthOptions{}, map[string]string{"Authorization": "Bearer " + admintest.Token}, 403, "", "", adminhttp.DisabledMessage},
+		{"nothing configured", adminhttp.AuthOptions{}, nil, 403, "", "", disabled},
+		{"nothing configured, a token", adminhttp.AuthOptions{}, map[string]string{"Authorization": "Bearer " + admintest.Token}, 403, "", "", disabled},
 		{"token", adminhttp.AuthOptions{TokenFile: tokens}, map[string]string{"Authorization": "Bearer " + admintest.Token}, 200, "alice", "token", ""},
 		{"another token", adminhttp.AuthOptions{TokenFile: tokens}, map[string]string{"Authorization": "Bearer bob-admintest.Token-0123456789"}, 200, "bob", "token", ""},
 		{"bad token", adminhttp.AuthOptions{TokenFile: tokens}, map[string]string{"Authorization": "Bearer nope"}, 401, "", "", "unknown bearer token"},

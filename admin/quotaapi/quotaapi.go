@@ -276,7 +276,7 @@ func Handler(svc *admin.Service, auth *adminhttp.Auth, o Options) http.Handler {
 		o.Logger = slog.Default()
 	}
 	if o.Disabled == "" {
-		o.Disabled = "no configuration to edit: the server runs without --config (or with --parent, whose configuration comes from the parent)"
+		o.Disabled = auth.NothingToEdit()
 	}
 	return &handler{svc: svc, auth: auth, stats: o.Stats, log: o.Logger, disabled: o.Disabled}
 }
@@ -289,7 +289,7 @@ type Options struct {
 	// slog.Default().
 	Logger *slog.Logger
 	// Disabled is, when the Service is nil, why there is nothing to edit
-	// (the 404's description); "" says the server has no --config.
+	// (the 404's description); "": auth.NothingToEdit().
 	Disabled string
 }
 

@@ -165,6 +165,7 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 func (sf *serverFlags) config(log *slog.Logger) (server.Config, error) {
 	cfg := sf.cfg
 	cfg.Runtime.Logger = log
+	cfg.Runtime.Setting = func(path string) string { return flagOf[path] }
 	cfg.Leases.DisablePush = !sf.leasePush
 	var err error
 	if cfg.Envoy.Algorithm, err = rls.ParseAlgorithm(sf.envoyAlgorithm); err != nil {
@@ -189,7 +190,7 @@ var flagOf = map[string]string{
 	"Store.Redis": "--redis", "Store.Cluster": "--redis-cluster", "Store.Timeout": "--redis-timeout",
 	"Store.Shared": "--redis", "Sessions.Max": "--max-sessions", "Envoy.NearLimitRatio": "--envoy-near-limit-ratio",
 	"Admin.TrustForwarded": "--admin-trust-forwarded-user", "Admin.TokenFile": "--admin-token-file",
-	"Admin.Insecure": "--admin-insecure",
+	"Admin.Insecure": "--admin-insecure", "Admin.AuthReads": "--admin-auth-reads", "Listen.TLS.CAFile": "--tls-client-ca",
 }
 
 // flagNames rewrites the Config field names in a server error's text as

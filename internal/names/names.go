@@ -73,3 +73,18 @@ func Key(path, name string) string {
 	}
 	return Join(path, name)
 }
+
+// Setting returns what the operator calls the server.Config field at path
+// ("Sessions.Max") in a message that reaches a client or a log: name's
+// answer (sluice server's: the flag, "--max-sessions"), or path itself
+// when name is nil or answers "". Packages under server/ take such a
+// name function in their options (server.Config.Runtime.Setting) so that
+// they never speak of a front end's flags themselves.
+func Setting(name func(path string) string, path string) string {
+	if name != nil {
+		if n := name(path); n != "" {
+			return n
+		}
+	}
+	return path
+}

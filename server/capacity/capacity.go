@@ -101,6 +101,10 @@ type Options struct {
 	// capacity that becomes free waits for its takers' next requests, as
 	// in Doorman. The zero value pushes.
 	NoPush bool
+	// Setting names server.Config fields in messages to clients
+	// (server.Config.Runtime.Setting; names.Setting): "Leases.DisablePush"
+	// for NoPush. nil: the paths themselves.
+	Setting func(path string) string
 	// Election describes how this node elects its master, for the status
 	// page (e.g. "etcd /sluice/root at host:2379 (session TTL 10s)"); ""
 	// means "standalone".

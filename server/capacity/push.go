@@ -2,12 +2,14 @@ package capacity
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/internal/names"
 	"github.com/sluice-rl/sluice/lease"
 )
 
@@ -40,7 +42,7 @@ var ErrNotMaster = errors.New("not the master")
 // (EndWatches). Safe for concurrent use.
 func (s *Service) Watch(holder string, w *Watcher) (cancel func(), err error) {
 	if s.opts.NoPush {
-		return nil, errors.New("this server pushes no leases (--push-leases=false)")
+		return nil, fmt.Errorf("this server pushes no leases (%s)", names.Setting(s.opts.Setting, "Leases.DisablePush"))
 	}
 	// Under the read lock: a loss of mastership (which stops every
 	// watcher under the write lock) comes before or after, not during.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/internal/names"
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/server/internal/promreg"
 )
@@ -32,14 +33,14 @@ func (s *Service) registerMetrics(reg prometheus.Registerer) error {
 	var cs []prometheus.Collector
 	cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_sessions", Help: "Open sessions of copy-limited resources."},
 		stats(func(v copies.Stats) float64 { return float64(v.Sessions) })))
-	cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_sessions_max", Help: "The cap on open sessions of copy-limited resources (sluice server --max-sessions; +Inf: none)."},
+	cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_copies_sessions_max", Help: "The cap on open sessions of copy-limited resources (" + names.Setting(s.opts.Setting, "Sessions.Max") + "; +Inf: none)."},
 		func() float64 {
 			if n := s.maxSessions(); n > 0 {
 				return float64(n)
 			}
 			return math.Inf(1)
 		}))
-	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_sessions_refused_total", Help: "Sessions refused because this server held its maximum of open sessions (sluice server --max-sessions)."},
+	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_copies_sessions_refused_total", Help: "Sessions refused because this server held its maximum of open sessions (" + names.Setting(s.opts.Setting, "Sessions.Max") + ")."},
 		func() float64 { return float64(s.refused.Load()) }))
 	for result, f := range map[string]func(copies.Stats) float64{
 		"granted":  func(v copies.Stats) float64 { return float64(v.Granted - v.Degraded) },

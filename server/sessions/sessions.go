@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/internal/names"
 	"github.com/sluice-rl/sluice/limits/copies"
 )
 
@@ -61,6 +62,10 @@ type Options struct {
 	// until the process runs out of memory. A fleet's sessions count only
 	// on their home. 0 means DefaultMaxSessions; negative means no cap.
 	MaxSessions int
+	// Setting names server.Config fields in messages and metric help
+	// (server.Config.Runtime.Setting; names.Setting): "Sessions.Max"
+	// for MaxSessions. nil: the paths themselves.
+	Setting func(path string) string
 	// JoinFleet, when set with Log, makes this server a member of the
 	// fleet sharing Log (package fleet): New calls it once with the
 	// service's copies engine (which the membership fences and unfences)
@@ -307,7 +312,8 @@ func (s *Service) OpenSession(_ context.Context, req *v1.OpenSessionRequest) (*v
 		if s.copies.Stats().Sessions >= n {
 			s.refused.Add(1)
 			return nil, status.Errorf(codes.ResourceExhausted,
-				"this server holds its maximum of %d open sessions (sluice server --max-sessions, Options.MaxSessions): close sessions, or retry when some have ended", n)
+				"this server holds its maximum of %d open sessions (%s): close sessions, or retry when some have ended",
+				n, names.Setting(s.opts.Setting, "Sessions.Max"))
 		}
 	}
 	sess, err := s.copies.Open(s.now(), ttl)

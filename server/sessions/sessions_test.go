@@ -181,8 +181,8 @@ func TestCharonMaxSessions(t *testing.T) {
 		if status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("%s: a 4th session: %v, want ResourceExhausted", when, err)
 		}
-		if msg := status.Convert(err).Message(); !strings.Contains(msg, "maximum of 3 open sessions") || !strings.Contains(msg, "--max-sessions") {
-			t.Errorf("%s: the refusal %q does not name the cap and the flag", when, msg)
+		if msg := status.Convert(err).Message(); !strings.Contains(msg, "maximum of 3 open sessions") || !strings.Contains(msg, "(Sessions.Max)") {
+			t.Errorf("%s: the refusal %q does not name the cap and its Config field", when, msg)
 		}
 		refused++
 		if got := metric("sluice_copies_sessions_refused_total"); got != float64(refused) {
