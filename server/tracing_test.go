@@ -2,155 +2,27 @@ package server
 
 import (
 	"bytes"
-	"context"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
+	"github.com/sluice-rl/sluice/internal/testutil/otlptest"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 	"github.com/sluice-rl/sluice/resources"
 )
-
-// otlpReceiver is an OTLP trace receiver (the collector's gRPC
-// TraceService) on a loopback port: it keeps every span exported to it.
-type otlpReceiver struct {
-	collectortrace.UnimplementedTraceServiceServer
-	addr string
-
-	mu    sync.Mutex
-	spans []*tracepb.Span
-	res   []map[string]string // the resource of each span, by attribute
-}
-
-func startReceiver(t *testing.T) *otlpReceiver {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &otlpReceiver{addr: lis.Addr().String()}
-	gs := grpc.NewServer()
-	collectortrace.RegisterTraceServiceServer(gs, r)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	return r
-}
-
-func (r *otlpReceiver) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, rs := range req.GetResourceSpans() {
-		res := attrs(rs.GetResource().GetAttributes())
-		for _, ss := range rs.GetScopeSpans() {
-			for _, s := range ss.GetSpans() {
-				r.spans = append(r.spans, s)
-				r.res = append(r.res, res)
-			}
-		}
-	}
-	return &collectortrace.ExportTraceServiceResponse{}, nil
-}
-
-// trace returns the spans received of trace id.
-func (r *otlpReceiver) trace(id []byte) []*tracepb.Span {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []*tracepb.Span
-	for _, s := range r.spans {
-		if bytes.Equal(s.GetTraceId(), id) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// attrs flattens OTLP attributes to strings (a slice as its values joined
-// with ",").
-func attrs(kvs []*commonpb.KeyValue) map[string]string {
-	m := map[string]string{}
-	for _, kv := range kvs {
-		m[kv.GetKey()] = value(kv.GetValue())
-	}
-	return m
-}
-
-func value(v *commonpb.AnyValue) string {
-	switch x := v.GetValue().(type) {
-	case *commonpb.AnyValue_StringValue:
-		return x.StringValue
-	case *commonpb.AnyValue_BoolValue:
-		return fmt.Sprint(x.BoolValue)
-	case *commonpb.AnyValue_IntValue:
-		return fmt.Sprint(x.IntValue)
-	case *commonpb.AnyValue_DoubleValue:
-		return fmt.Sprint(x.DoubleValue)
-	case *commonpb.AnyValue_ArrayValue:
-		var parts []string
-		for _, e := range x.ArrayValue.GetValues() {
-			parts = append(parts, value(e))
-		}
-		return strings.Join(parts, ",")
-	}
-	return ""
-}
-
-// caller is a W3C traceparent of a caller's span: a fresh trace id and
-// span id, sampled.
-type caller struct{ traceID, spanID []byte }
-
-func newCaller(n int) caller {
-	c := caller{traceID: make([]byte, 16), spanID: make([]byte, 8)}
-	// Distinct, valid (not all zero) ids per request of the test.
-	c.traceID[0], c.traceID[15], c.spanID[0], c.spanID[7] = 0x5a, byte(n), 0xc0, byte(n)
-	return c
-}
-
-func (c caller) header() string {
-	return "00-" + hex.EncodeToString(c.traceID) + "-" + hex.EncodeToString(c.spanID) + "-01"
-}
-
-func (c caller) ctx(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, "traceparent", c.header())
-}
-
-// findSpan returns the span of spans named name of kind, or nil.
-func findSpan(spans []*tracepb.Span, name string, kind tracepb.Span_SpanKind) *tracepb.Span {
-	for _, s := range spans {
-		if s.GetName() == name && s.GetKind() == kind {
-			return s
-		}
-	}
-	return nil
-}
-
-func spanNames(spans []*tracepb.Span) []string {
-	var out []string
-	for _, s := range spans {
-		out = append(out, s.GetKind().String()+" "+s.GetName())
-	}
-	return out
-}
 
 // tracingDoc is a document with a resource of each kind: a Doorman
 // template, a token bucket (Allow, the quota service), a copy-limited
@@ -183,14 +55,14 @@ envoy_ratelimit:
 // it (linked both ways), the etcd read finding the session's home, and
 // the home server's own server span under the forwarding call's.
 func TestTracing(t *testing.T) {
-	recv := startReceiver(t)
+	recv := otlptest.Start(t)
 	etcd := etcdtest.StartEtcd(t)
 	rsrv := redistest.StartT(t)
 	doc, err := resources.Parse([]byte(tracingDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tracing := Tracing{Exporter: "otlp", Endpoint: "http://" + recv.addr, Protocol: "grpc"}
+	tracing := Tracing{Exporter: "otlp", Endpoint: recv.Endpoint, Protocol: "grpc"}
 	start := func(id string) (*Server, func() error, v1.LimitsClient) {
 		s, stop := startServer(t, Config{ID: id, Runtime: Runtime{Tracing: tracing}, Document: Document{Fixed: doc},
 			Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, Store: Store{Redis: "redis://" + rsrv.Addr + "/0"},
@@ -205,30 +77,30 @@ func TestTracing(t *testing.T) {
 	ctx := t.Context()
 	conn := testutil.Dial(t, b.Addr())
 
-	callers := map[string]caller{}
+	callers := map[string]otlptest.Caller{}
 	for i, api := range []string{"allow", "quota", "envoy", "doorman", "reserve", "json"} {
-		callers[api] = newCaller(i + 1)
+		callers[api] = otlptest.NewCaller(i + 1)
 	}
-	if r, err := cb.Allow(callers["allow"].ctx(ctx), &v1.AllowRequest{Resource: "api", Domain: "acme"}); err != nil || r.GetStatus() != v1.AllowResponse_OK {
+	if r, err := cb.Allow(callers["allow"].Context(ctx), &v1.AllowRequest{Resource: "api", Domain: "acme"}); err != nil || r.GetStatus() != v1.AllowResponse_OK {
 		t.Fatalf("Allow: %v %v", r, err)
 	}
-	if r, err := qs.NewQuotaServiceClient(conn).Allow(callers["quota"].ctx(ctx), &qs.AllowRequest{Namespace: "api", BucketName: "initech"}); err != nil || r.GetStatus() != qs.AllowResponse_OK {
+	if r, err := qs.NewQuotaServiceClient(conn).Allow(callers["quota"].Context(ctx), &qs.AllowRequest{Namespace: "api", BucketName: "initech"}); err != nil || r.GetStatus() != qs.AllowResponse_OK {
 		t.Fatalf("quota service Allow: %v %v", r, err)
 	}
-	if r, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(callers["envoy"].ctx(ctx), &rlsv3.RateLimitRequest{Domain: "edge",
+	if r, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(callers["envoy"].Context(ctx), &rlsv3.RateLimitRequest{Domain: "edge",
 		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.1"}}}}}); err != nil || r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("ShouldRateLimit: %v %v", r, err)
 	}
-	if r, err := pb.NewCapacityClient(conn).GetCapacity(callers["doorman"].ctx(ctx), capacityRequest("c1", "fair", 10)); err != nil || len(r.GetResponse()) != 1 {
+	if r, err := pb.NewCapacityClient(conn).GetCapacity(callers["doorman"].Context(ctx), capacityRequest("c1", "fair", 10)); err != nil || len(r.GetResponse()) != 1 {
 		t.Fatalf("GetCapacity: %v %v", r, err)
 	}
 	session := open(t, ca) // homed on a, reserved through b
-	if r, err := cb.Reserve(callers["reserve"].ctx(ctx), &v1.ReserveRequest{SessionId: session, Resource: "sandboxes", Domain: "globex", Copies: 2}); err != nil || r.GetGranted() != 2 {
+	if r, err := cb.Reserve(callers["reserve"].Context(ctx), &v1.ReserveRequest{SessionId: session, Resource: "sandboxes", Domain: "globex", Copies: 2}); err != nil || r.GetGranted() != 2 {
 		t.Fatalf("Reserve: %v %v", r, err)
 	}
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+b.Addr()+"/sluice.v1.Limits/Allow", strings.NewReader(`{"resource":"api","domain":"hooli"}`))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("traceparent", callers["json"].header())
+	req.Header.Set("traceparent", callers["json"].Header())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -252,17 +124,12 @@ func TestTracing(t *testing.T) {
 	server := func(api, name string, want map[string]string) ([]*tracepb.Span, *tracepb.Span) {
 		t.Helper()
 		c := callers[api]
-		spans := recv.trace(c.traceID)
-		var s *tracepb.Span
-		for _, x := range spans {
-			if x.GetName() == name && x.GetKind() == tracepb.Span_SPAN_KIND_SERVER && bytes.Equal(x.GetParentSpanId(), c.spanID) {
-				s = x
-			}
-		}
+		spans := recv.Trace(c.TraceID)
+		s := otlptest.Find(spans, name, tracepb.Span_SPAN_KIND_SERVER, c.SpanID)
 		if s == nil {
-			t.Fatalf("%s: no server span %s, child of the caller's %x, in the trace: %v", api, name, c.spanID, spanNames(spans))
+			t.Fatalf("%s: no server span %s, child of the caller's %x, in the trace: %v", api, name, c.SpanID, otlptest.Names(spans))
 		}
-		got := attrs(s.GetAttributes())
+		got := otlptest.Attrs(s.GetAttributes())
 		for k, v := range want {
 			if got[k] != v {
 				t.Errorf("%s: %s = %q, want %q (attributes %v)", api, k, got[k], v, got)
@@ -274,24 +141,24 @@ func TestTracing(t *testing.T) {
 	// carried by a round trip that links it and that it links.
 	redisChild := func(api string, spans []*tracepb.Span, parent *tracepb.Span, name string) {
 		t.Helper()
-		call := findSpan(spans, name, tracepb.Span_SPAN_KIND_CLIENT)
+		call := otlptest.Find(spans, name, tracepb.Span_SPAN_KIND_CLIENT, nil)
 		if call == nil {
-			t.Fatalf("%s: no Redis span %s: %v", api, name, spanNames(spans))
+			t.Fatalf("%s: no Redis span %s: %v", api, name, otlptest.Names(spans))
 		}
 		if !bytes.Equal(call.GetParentSpanId(), parent.GetSpanId()) {
 			t.Errorf("%s: %s's parent %x, want the server span %x", api, name, call.GetParentSpanId(), parent.GetSpanId())
 		}
-		if a := attrs(call.GetAttributes()); a["db.system.name"] != "redis" || a["db.operation.name"] != "EVALSHA" || a["db.query.summary"] != name || a["server.address"] == "" {
+		if a := otlptest.Attrs(call.GetAttributes()); a["db.system.name"] != "redis" || a["db.operation.name"] != "EVALSHA" || a["db.query.summary"] != name || a["server.address"] == "" {
 			t.Errorf("%s: %s's attributes %v", api, name, a)
 		}
-		trip := findSpan(spans, "BATCH EVALSHA", tracepb.Span_SPAN_KIND_CLIENT)
+		trip := otlptest.Find(spans, "BATCH EVALSHA", tracepb.Span_SPAN_KIND_CLIENT, nil)
 		if trip == nil {
-			t.Fatalf("%s: no round trip span: %v", api, spanNames(spans))
+			t.Fatalf("%s: no round trip span: %v", api, otlptest.Names(spans))
 		}
 		if !bytes.Equal(trip.GetParentSpanId(), call.GetSpanId()) || !slices.ContainsFunc(trip.GetLinks(), func(l *tracepb.Span_Link) bool { return bytes.Equal(l.GetSpanId(), call.GetSpanId()) }) {
 			t.Errorf("%s: the round trip (parent %x, links %v) is not the child of, and linking, the call %x", api, trip.GetParentSpanId(), trip.GetLinks(), call.GetSpanId())
 		}
-		if a := attrs(trip.GetAttributes()); a["db.operation.batch.size"] == "" || a["db.system.name"] != "redis" {
+		if a := otlptest.Attrs(trip.GetAttributes()); a["db.operation.batch.size"] == "" || a["db.system.name"] != "redis" {
 			t.Errorf("%s: the round trip's attributes %v", api, a)
 		}
 		if !slices.ContainsFunc(call.GetLinks(), func(l *tracepb.Span_Link) bool { return bytes.Equal(l.GetSpanId(), trip.GetSpanId()) }) {
@@ -317,13 +184,13 @@ func TestTracing(t *testing.T) {
 	// etcd and its forwarding call under it; a's server span under the
 	// forwarding call, with a's Redis call (the copy log) under it.
 	spans, s = server("reserve", "sluice.v1.Limits/Reserve", map[string]string{"rpc.system.name": "grpc"})
-	etcdGet := findSpan(spans, "etcdserverpb.KV/Range", tracepb.Span_SPAN_KIND_CLIENT)
+	etcdGet := otlptest.Find(spans, "etcdserverpb.KV/Range", tracepb.Span_SPAN_KIND_CLIENT, nil)
 	if etcdGet == nil || !bytes.Equal(etcdGet.GetParentSpanId(), s.GetSpanId()) {
-		t.Errorf("reserve: no etcd read under b's server span %x: %v", s.GetSpanId(), spanNames(spans))
+		t.Errorf("reserve: no etcd read under b's server span %x: %v", s.GetSpanId(), otlptest.Names(spans))
 	}
-	fwd := findSpan(spans, "sluice.v1.Limits/Reserve", tracepb.Span_SPAN_KIND_CLIENT)
+	fwd := otlptest.Find(spans, "sluice.v1.Limits/Reserve", tracepb.Span_SPAN_KIND_CLIENT, nil)
 	if fwd == nil || !bytes.Equal(fwd.GetParentSpanId(), s.GetSpanId()) {
-		t.Fatalf("reserve: no forwarding call under b's server span: %v", spanNames(spans))
+		t.Fatalf("reserve: no forwarding call under b's server span: %v", otlptest.Names(spans))
 	}
 	var home *tracepb.Span
 	for _, x := range spans {
@@ -332,9 +199,9 @@ func TestTracing(t *testing.T) {
 		}
 	}
 	if home == nil {
-		t.Fatalf("reserve: no server span of the home under the forwarding call: %v", spanNames(spans))
+		t.Fatalf("reserve: no server span of the home under the forwarding call: %v", otlptest.Names(spans))
 	}
-	if a := attrs(home.GetAttributes()); a["sluice.resource"] != "sandboxes" || a["sluice.domain"] != "globex" || a["sluice.decision"] != "OK" || a["sluice.degraded"] != "false" {
+	if a := otlptest.Attrs(home.GetAttributes()); a["sluice.resource"] != "sandboxes" || a["sluice.domain"] != "globex" || a["sluice.decision"] != "OK" || a["sluice.degraded"] != "false" {
 		t.Errorf("reserve: the home's attributes %v", a)
 	}
 	redisChild("reserve", spans, home, "EVALSHA copies_reserve")
@@ -344,23 +211,20 @@ func TestTracing(t *testing.T) {
 	redisChild("json", spans, s, "EVALSHA take")
 
 	// The exporter's resource names the service.
-	recv.mu.Lock()
-	if len(recv.res) == 0 || recv.res[0]["service.name"] != "sluice" {
-		t.Errorf("resource: %v, want service.name sluice", recv.res)
+	all, res := recv.Spans()
+	if len(res) == 0 || res[0]["service.name"] != "sluice" {
+		t.Errorf("resource: %v, want service.name sluice", res)
 	}
-	recv.mu.Unlock()
 	// No trace of the servers' own background work (etcd's keep-alives
 	// and watches, the store's sweeps): every span is in a caller's trace,
 	// or a root server span of the test's own untraced requests.
-	recv.mu.Lock()
-	defer recv.mu.Unlock()
-	for _, x := range recv.spans {
+	for _, x := range all {
 		traced := false
 		for _, c := range callers {
-			traced = traced || bytes.Equal(x.GetTraceId(), c.traceID)
+			traced = traced || bytes.Equal(x.GetTraceId(), c.TraceID)
 		}
 		if !traced && len(x.GetParentSpanId()) == 0 && x.GetKind() != tracepb.Span_SPAN_KIND_SERVER {
-			t.Errorf("a root span of the server's own: %s %s %v", x.GetKind(), x.GetName(), attrs(x.GetAttributes()))
+			t.Errorf("a root span of the server's own: %s %s %v", x.GetKind(), x.GetName(), otlptest.Attrs(x.GetAttributes()))
 		}
 	}
 }
