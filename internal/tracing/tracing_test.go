@@ -30,7 +30,7 @@ func TestAnnotate(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, kv := range rec.Ended()[0].Attributes() {
-		got[string(kv.Key)] = kv.Value.Emit()
+		got[string(kv.Key)] = kv.Value.String()
 	}
 	want := map[string]string{"sluice.resource": "api", "sluice.domain": "acme", "sluice.decision": "OK", "sluice.degraded": "true"}
 	if len(got) != len(want) {
