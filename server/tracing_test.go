@@ -13,6 +13,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
@@ -93,6 +94,12 @@ func TestTracing(t *testing.T) {
 	}
 	if r, err := pb.NewCapacityClient(conn).GetCapacity(callers["doorman"].Context(ctx), capacityRequest("c1", "fair", 10)); err != nil || len(r.GetResponse()) != 1 {
 		t.Fatalf("GetCapacity: %v %v", r, err)
+	}
+	// A health check (load balancers send one every few seconds) makes
+	// no span, even in a trace.
+	callers["health"] = otlptest.NewCaller(9)
+	if r, err := healthpb.NewHealthClient(conn).Check(callers["health"].Context(ctx), &healthpb.HealthCheckRequest{}); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health check: %v %v", r, err)
 	}
 	session := open(t, ca) // homed on a, reserved through b
 	if r, err := cb.Reserve(callers["reserve"].Context(ctx), &v1.ReserveRequest{SessionId: session, Resource: "sandboxes", Domain: "globex", Copies: 2}); err != nil || r.GetGranted() != 2 {
@@ -209,6 +216,10 @@ func TestTracing(t *testing.T) {
 	spans, s = server("json", "sluice.v1.Limits/Allow", map[string]string{"rpc.system.name": "connectrpc", "rpc.method": "sluice.v1.Limits/Allow",
 		"rpc.response.status_code": "OK", "http.request.method": "POST", "sluice.resource": "api", "sluice.domain": "hooli", "sluice.decision": "OK"})
 	redisChild("json", spans, s, "EVALSHA take")
+
+	if spans := recv.Trace(callers["health"].TraceID); len(spans) != 0 {
+		t.Errorf("a health check made spans: %v", otlptest.Names(spans))
+	}
 
 	// The exporter's resource names the service.
 	all, res := recv.Spans()

@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -183,10 +184,12 @@ func Propagator() propagation.TextMapPropagator {
 // per RPC named after its method ("doorman.Capacity/GetCapacity"), with
 // rpc.system.name, rpc.method and the status code, continuing the
 // caller's traceparent (otelgrpc; metrics off: Sluice's are
-// Prometheus').
+// Prometheus'). Health checks (grpc.health.v1, which load balancers and
+// Kubernetes send every few seconds) and server reflection make none.
 func GRPCServer(tp trace.TracerProvider) stats.Handler {
 	return otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(Propagator()),
-		otelgrpc.WithMeterProvider(noopmetric.NewMeterProvider()))
+		otelgrpc.WithMeterProvider(noopmetric.NewMeterProvider()),
+		otelgrpc.WithFilter(filters.None(filters.HealthCheck(), filters.ServicePrefix("grpc.reflection."))))
 }
 
 // GRPCClient returns the stats handler of a gRPC client whose calls are
