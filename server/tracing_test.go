@@ -12,6 +12,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -252,10 +254,60 @@ func TestTracingConfigErrors(t *testing.T) {
 		{Tracing{Exporter: "otlp", Endpoint: "localhost:4317"}, "Runtime.Tracing.Endpoint"},
 		{Tracing{Exporter: "otlp", Sampler: "sometimes"}, "Runtime.Tracing.Sampler"},
 		{Tracing{Exporter: "otlp", Sampler: "traceidratio", SamplerArg: "2"}, "Runtime.Tracing.SamplerArg"},
+		{Tracing{Exporter: "otlp", Provider: sdktrace.NewTracerProvider()}, "Runtime.Tracing.Exporter"},
 	} {
 		_, err := New(t.Context(), Config{Listen: Listen{Address: "127.0.0.1:0"}, Runtime: Runtime{Tracing: tc.tracing}})
 		if fe := new(FieldError); !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("%+v: %v, want an error naming %s", tc.tracing, err, tc.field)
 		}
+	}
+}
+
+// TestTracingProvider: a program's own TracerProvider
+// (Runtime.Tracing.Provider) gets the server spans of the RPCs served by
+// Connect — a JSON request and a gRPC one over net/http — continuing the
+// caller's traceparent, with the RPC's code; the server does not shut it
+// down.
+func TestTracingProvider(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	doc, err := resources.Parse([]byte(tracingDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, stop := startServer(t, Config{Runtime: Runtime{Tracing: Tracing{Provider: tp}}, Document: Document{Fixed: doc}})
+	caller := otlptest.NewCaller(1)
+	req, _ := http.NewRequest("POST", "http://"+s.Addr()+"/sluice.v1.Limits/Allow", strings.NewReader(`{"resource":"nope"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", caller.Header())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("Allow of no resource: %s, want 400 (invalid_argument)", resp.Status)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	ended := rec.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans, want the one server span", len(ended))
+	}
+	sp := ended[0]
+	got := map[string]string{}
+	for _, kv := range sp.Attributes() {
+		got[string(kv.Key)] = kv.Value.String()
+	}
+	if sp.Name() != "sluice.v1.Limits/Allow" || sp.Parent().TraceID() != [16]byte(caller.TraceID) || sp.Parent().SpanID() != [8]byte(caller.SpanID) ||
+		got["rpc.system.name"] != "connectrpc" || got["rpc.response.status_code"] != "INVALID_ARGUMENT" || got["sluice.decision"] != "INVALID_REQUEST" {
+		t.Errorf("span %s under %v: %v", sp.Name(), sp.Parent(), got)
+	}
+	// The provider is the program's: still open after the server stopped.
+	_, after := tp.Tracer("t").Start(t.Context(), "after")
+	after.End()
+	if n := len(rec.Ended()); n != 2 {
+		t.Errorf("the program's provider took %d spans after the server stopped, want it open", n-1)
 	}
 }
