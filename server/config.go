@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/fleet"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
@@ -101,6 +102,36 @@ type Runtime struct {
 	// nil, or "" for a path: the path itself. Called during New and on
 	// requests, from any goroutine.
 	Setting func(path string) string
+	// Tracing configures OpenTelemetry traces (docs/tracing.md); the
+	// zero value: off.
+	Tracing Tracing
+}
+
+// Tracing configures OpenTelemetry traces: a server span for every RPC on
+// the port (gRPC and JSON alike, continuing the caller's W3C
+// traceparent), with child spans for the round trips to Redis and the
+// calls to etcd a request makes (docs/tracing.md). The fields are the
+// OpenTelemetry environment variables' values (sluice server takes them
+// from its --otel-* flags, else from the variables); the zero value is
+// off: no exporter, no instrumentation, nothing recorded.
+type Tracing struct {
+	// Exporter is OTEL_TRACES_EXPORTER: "" or "none" (off) or "otlp".
+	Exporter string
+	// Protocol is OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" (empty) or
+	// "http/protobuf".
+	Protocol string
+	// Endpoint is OTEL_EXPORTER_OTLP_ENDPOINT: the collector's base URL
+	// (http://host:port, https for TLS). Empty: the exporter's own
+	// variables (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+	// OTEL_EXPORTER_OTLP_ENDPOINT), else localhost:4317 or :4318.
+	Endpoint string
+	// Sampler and SamplerArg are OTEL_TRACES_SAMPLER and
+	// OTEL_TRACES_SAMPLER_ARG (empty: parentbased_always_on).
+	Sampler, SamplerArg string
+	// Provider, when set, is used as is instead (a program embedding
+	// Sluice, with its own SDK): New neither builds nor shuts one down.
+	// Setting it with an Exporter other than none is an error.
+	Provider trace.TracerProvider
 }
 
 // Document is where the resource document comes from: a file or an etcd
@@ -310,6 +341,8 @@ var FieldNames = []string{
 	"Etcd.Endpoints", "Etcd.TLS", "Store.Redis", "Store.Cluster", "Store.Timeout", "Store.Shared",
 	"Sessions.Max", "Envoy.NearLimitRatio", "Admin.TrustForwarded", "Admin.TokenFile", "Admin.Insecure",
 	"Admin.AuthReads",
+	"Runtime.Tracing.Exporter", "Runtime.Tracing.Protocol", "Runtime.Tracing.Endpoint", "Runtime.Tracing.Sampler",
+	"Runtime.Tracing.SamplerArg",
 }
 
 // validate checks what needs no I/O, returning the first problem.

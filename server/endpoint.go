@@ -76,8 +76,8 @@ func (s *Server) Serve(lis net.Listener, handler http.Handler, tlsConfig *tls.Co
 	grpcL := e.m.MatchWithWriters(cmux.HTTP2MatchHeaderFieldSendSettings("content-type", "application/grpc"))
 	httpL := ackFilterListener{e.m.Match(cmux.Any())}
 
-	e.gs = grpc.NewServer(grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.UnaryInterceptor(s.rpc.grpcInterceptor),
-		grpc.NumStreamWorkers(uint32(streamWorkersPerCPU*runtime.GOMAXPROCS(0))))
+	e.gs = grpc.NewServer(append(s.grpcTracing(), grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.UnaryInterceptor(s.rpc.grpcInterceptor),
+		grpc.NumStreamWorkers(uint32(streamWorkersPerCPU*runtime.GOMAXPROCS(0))))...)
 	s.registerGRPC(e.gs)
 	protocols := new(http.Protocols) // TLS, if any, is already terminated
 	protocols.SetHTTP1(true)

@@ -8,9 +8,11 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-rl/sluice/server/internal/promreg"
+	"github.com/sluice-rl/sluice/server/internal/telemetry"
 )
 
 // rpcMetrics count every RPC of every service, on both transports, by
@@ -19,6 +21,9 @@ import (
 type rpcMetrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	// traced: tracing is on, and the RPCs served by Connect record their
+	// code on their server span (otelgrpc does it for grpc-go's).
+	traced bool
 }
 
 func newRPCMetrics(reg prometheus.Registerer) (*rpcMetrics, error) {
@@ -45,6 +50,9 @@ func (m *rpcMetrics) interceptor() connect.UnaryInterceptorFunc {
 			start := time.Now()
 			resp, err := next(ctx, req)
 			m.observe(req.Spec().Procedure, err, start)
+			if m.traced {
+				telemetry.SetRPCStatus(ctx, codes.Code(codeOf(err)), err)
+			}
 			return resp, err
 		}
 	}
@@ -65,13 +73,23 @@ func (m *rpcMetrics) grpcInterceptor(ctx context.Context, req any, info *grpc.Un
 func (m *rpcMetrics) observe(method string, err error, start time.Time) {
 	code := "ok"
 	if err != nil {
-		code = connect.CodeUnknown.String()
-		if ce := new(connect.Error); errors.As(err, &ce) {
-			code = ce.Code().String()
-		} else if st, ok := status.FromError(err); ok {
-			code = connect.Code(st.Code()).String()
-		}
+		code = codeOf(err).String()
 	}
 	m.requests.WithLabelValues(method, code).Inc()
 	m.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
+}
+
+// codeOf is err's code, a Connect error's or a gRPC status's (0, OK, for
+// nil; Unknown for any other error).
+func codeOf(err error) connect.Code {
+	if err == nil {
+		return 0
+	}
+	if ce := new(connect.Error); errors.As(err, &ce) {
+		return ce.Code()
+	}
+	if st, ok := status.FromError(err); ok {
+		return connect.Code(st.Code())
+	}
+	return connect.CodeUnknown
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
@@ -124,6 +125,11 @@ type Server struct {
 	tls       struct{ endpoint, parent, etcd *tls.Config } // loaded by openTLS
 	health    *health.Server                               // grpc.health.v1.Health, following Ready
 
+	// tracer is Config.Runtime.Tracing's provider (nil: off), and
+	// closeTracing flushes and shuts down the one New built.
+	tracer       trace.TracerProvider
+	closeTracing func()
+
 	// horizon is a root's lease horizon under an etcd election (nil:
 	// none): the capacity service keeps it, the election opens its terms.
 	horizon *election.LeaseHorizon
@@ -141,7 +147,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Runtime.Logger, reg: cfg.Runtime.Registry, now: cfg.Runtime.Now, closeEtcd: func() {}}
+	s := &Server{cfg: cfg, log: cfg.Runtime.Logger, reg: cfg.Runtime.Registry, now: cfg.Runtime.Now, closeEtcd: func() {}, closeTracing: func() {}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -198,6 +204,10 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 
+	if err := s.openTracing(ctx); err != nil {
+		return nil, err
+	}
+	s.rpc.traced = s.tracer != nil
 	if err := s.openStore(ctx); err != nil {
 		return nil, err
 	}
@@ -241,7 +251,8 @@ func (s *Server) openEtcd() error {
 	if cfg.Election.Kind != "etcd" && !strings.HasPrefix(cfg.Document.Path, "etcd:") && s.shared.Copies == nil {
 		return nil
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd.Endpoints, DialTimeout: 5 * time.Second, TLS: s.tls.etcd, Logger: etcdLogger(s.log)})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd.Endpoints, DialTimeout: 5 * time.Second, TLS: s.tls.etcd, Logger: etcdLogger(s.log),
+		DialOptions: s.grpcClientTracing()})
 	if err != nil {
 		return &FieldError{Field: "Etcd.Endpoints", Err: err}
 	}
@@ -282,7 +293,7 @@ func (s *Server) openStore(ctx context.Context) error {
 		if timeout == 0 {
 			timeout = redisstore.DefaultTimeout
 		}
-		rs, err := redisstore.Open(ctx, redisstore.Dial{URL: st.Redis, Cluster: st.Cluster, Timeout: timeout, Logger: s.log})
+		rs, err := redisstore.Open(ctx, redisstore.Dial{URL: st.Redis, Cluster: st.Cluster, Timeout: timeout, Logger: s.log, TracerProvider: s.tracer})
 		if err != nil {
 			return &FieldError{Field: field, Err: err}
 		}
@@ -338,7 +349,7 @@ func (s *Server) newServices(id string) error {
 		log = s.shared.Copies
 	}
 	so := sessions.Options{Address: s.addr, Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Copies(),
-		Log: log, MaxSessions: cfg.Sessions.Max, Setting: cfg.Runtime.Setting}
+		Log: log, MaxSessions: cfg.Sessions.Max, Setting: cfg.Runtime.Setting, ForwardDialOptions: s.grpcClientTracing()}
 	if log != nil {
 		// The fleet sharing the copy log: the membership fences the
 		// engine until it has an epoch; requests for sessions homed on
@@ -638,11 +649,11 @@ func (s *Server) Handler() http.Handler {
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes), connect.WithInterceptors(s.rpc.interceptor())}
 	// The services' handlers, written in grpc-go's shape, served to Connect
 	// by package rpc's adapters.
-	mux.Handle(doormanconnect.NewCapacityHandler(grpcconnect.Capacity{S: s.capacity}, opts...))
-	mux.Handle(sluicev1connect.NewLimitsHandler(rpc.LimitsConnect{L: s.limitsAPI()}, opts...))
-	mux.Handle(quotaserviceconnect.NewQuotaServiceHandler(rpc.QuotaService{S: s.limits.QuotaService()}, opts...))
-	mux.Handle(rpc.NewRateLimitServiceHandler(s.envoy, opts...))
-	mux.Handle(sluicev1connect.NewLeasesHandler(rpc.Leases{W: s.leases}, opts...))
+	mux.Handle(s.traced(doormanconnect.NewCapacityHandler(grpcconnect.Capacity{S: s.capacity}, opts...)))
+	mux.Handle(s.traced(sluicev1connect.NewLimitsHandler(rpc.LimitsConnect{L: s.limitsAPI()}, opts...)))
+	mux.Handle(s.traced(quotaserviceconnect.NewQuotaServiceHandler(rpc.QuotaService{S: s.limits.QuotaService()}, opts...)))
+	mux.Handle(s.traced(rpc.NewRateLimitServiceHandler(s.envoy, opts...)))
+	mux.Handle(s.traced(sluicev1connect.NewLeasesHandler(rpc.Leases{W: s.leases}, opts...)))
 	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	s.status.Register(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -859,7 +870,8 @@ func etcdLogger(log *slog.Logger) *zap.Logger {
 }
 
 // close releases what New opened: the listener (if Run never served it),
-// the etcd client and the shared store.
+// the etcd client, the shared store and the TracerProvider (its last
+// spans exported).
 func (s *Server) close() {
 	if s.lis != nil {
 		_ = s.lis.Close()
@@ -868,4 +880,5 @@ func (s *Server) close() {
 	if s.shared.Close != nil {
 		_ = s.shared.Close()
 	}
+	s.closeTracing()
 }

@@ -156,6 +156,12 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 		f.StringVar(&sf.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 		f.StringVar(&sf.logFormat, "log-format", "text", "log format: text or json")
 		f.BoolVar(&c.Listen.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/")
+		t := &c.Runtime.Tracing
+		f.StringVar(&t.Exporter, "otel-traces-exporter", "none", "OpenTelemetry traces: otlp or none (OTEL_TRACES_EXPORTER)")
+		f.StringVar(&t.Endpoint, "otel-exporter-otlp-endpoint", "", "the OTLP collector's URL (default: OTEL_EXPORTER_OTLP_ENDPOINT, else localhost)")
+		f.StringVar(&t.Protocol, "otel-exporter-otlp-protocol", "grpc", "OTLP protocol: grpc or http/protobuf (OTEL_EXPORTER_OTLP_PROTOCOL)")
+		f.StringVar(&t.Sampler, "otel-traces-sampler", "parentbased_always_on", "trace sampler, as OTEL_TRACES_SAMPLER")
+		f.StringVar(&t.SamplerArg, "otel-traces-sampler-arg", "", "the sampler's ratio, as OTEL_TRACES_SAMPLER_ARG")
 	})
 }
 
@@ -191,6 +197,9 @@ var flagOf = map[string]string{
 	"Store.Shared": "--redis", "Sessions.Max": "--max-sessions", "Envoy.NearLimitRatio": "--envoy-near-limit-ratio",
 	"Admin.TrustForwarded": "--admin-trust-forwarded-user", "Admin.TokenFile": "--admin-token-file",
 	"Admin.Insecure": "--admin-insecure", "Admin.AuthReads": "--admin-auth-reads", "Listen.TLS.CAFile": "--tls-client-ca",
+	"Runtime.Tracing.Exporter": "--otel-traces-exporter",
+	"Runtime.Tracing.Protocol": "--otel-exporter-otlp-protocol", "Runtime.Tracing.Endpoint": "--otel-exporter-otlp-endpoint",
+	"Runtime.Tracing.Sampler": "--otel-traces-sampler", "Runtime.Tracing.SamplerArg": "--otel-traces-sampler-arg",
 }
 
 // flagNames rewrites the Config field names in a server error's text as
@@ -230,6 +239,9 @@ func asFlags(err error) error {
 // SIGINT, then drained.
 func (sf *serverFlags) run(cmd *cobra.Command) error {
 	if err := flagsFromEnv(cmd); err != nil {
+		return err
+	}
+	if err := otelFromEnv(cmd); err != nil {
 		return err
 	}
 	log, err := newLogger(cmd.ErrOrStderr(), sf.logFormat, sf.logLevel)
@@ -286,6 +298,45 @@ func flagsFromEnv(cmd *cobra.Command) error {
 			}
 		}
 	})
+	return errors.Join(errs...)
+}
+
+// otelEnv are the standard OpenTelemetry variables of the --otel-* flags,
+// the signal's own first. The exporter reads the endpoint's
+// (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT) and
+// its other variables itself when --otel-exporter-otlp-endpoint is not
+// given, the SDK OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
+var otelEnv = map[string][]string{
+	"otel-traces-exporter":        {"OTEL_TRACES_EXPORTER"},
+	"otel-exporter-otlp-protocol": {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"},
+	"otel-traces-sampler":         {"OTEL_TRACES_SAMPLER"},
+	"otel-traces-sampler-arg":     {"OTEL_TRACES_SAMPLER_ARG"},
+}
+
+// otelFromEnv sets the --otel-* flags given neither on the command line
+// nor as SLUICE_OTEL_* from the standard OpenTelemetry variables
+// (otelEnv), and turns traces off when OTEL_SDK_DISABLED is true: a flag
+// wins over SLUICE_OTEL_*, which wins over OTEL_*.
+func otelFromEnv(cmd *cobra.Command) error {
+	fs := cmd.Flags()
+	exporterGiven := fs.Changed("otel-traces-exporter")
+	var errs []error
+	for flag, vars := range otelEnv {
+		if f := fs.Lookup(flag); f == nil || f.Changed {
+			continue
+		}
+		for _, name := range vars {
+			if v, ok := os.LookupEnv(name); ok && v != "" {
+				if err := fs.Set(flag, strings.TrimSpace(v)); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				}
+				break
+			}
+		}
+	}
+	if v := os.Getenv("OTEL_SDK_DISABLED"); strings.EqualFold(strings.TrimSpace(v), "true") && !exporterGiven {
+		_ = fs.Set("otel-traces-exporter", "none")
+	}
 	return errors.Join(errs...)
 }
 

@@ -17,6 +17,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Batching: concurrent scripts share round trips. Each Redis node (one for
@@ -85,12 +87,14 @@ const gatherYields = 10
 type script struct {
 	src string
 	sha string
+	// summary names it in spans: db.query.summary, "EVALSHA take".
+	summary string
 }
 
-// newScript returns the script of src.
-func newScript(src string) *script {
+// newScript returns the script of src, called name.
+func newScript(name, src string) *script {
 	h := sha1.Sum([]byte(src))
-	return &script{src: src, sha: hex.EncodeToString(h[:])}
+	return &script{src: src, sha: hex.EncodeToString(h[:]), summary: "EVALSHA " + name}
 }
 
 // call is one script to run in a batch: a request of the take script
@@ -147,6 +151,9 @@ type call struct {
 	state atomic.Int32
 	trip  *trip
 	done  chan struct{}
+	// span is the call's span while tracing (trace.go): the round trip
+	// links it, and it links the round trip; nil otherwise.
+	span trace.Span
 }
 
 // The states of a call.
@@ -193,7 +200,7 @@ func putCall(c *call) {
 	default:
 	}
 	c.state.Store(callQueued)
-	c.ctx, c.trip = nil, nil
+	c.ctx, c.trip, c.span = nil, nil, nil
 	clear(c.args)
 	c.args = c.args[:0]
 	c.sc, c.cmd, c.err, c.res = nil, nil, nil, ""
@@ -212,6 +219,7 @@ type batcher struct {
 	st   *Store
 	node redis.UniversalClient // *redis.Client of a cluster master, or the store's client
 	addr string                // for Health and errors
+	peer []attribute.KeyValue  // server.address and server.port, while tracing
 
 	brk     *gobreaker.TwoStepCircuitBreaker[struct{}]
 	state   atomic.Int32 // the breaker's state (gobreaker.State), mirrored
@@ -247,6 +255,9 @@ type command struct {
 // newBatcher returns the batcher of node (addr names it).
 func (s *Store) newBatcher(node redis.UniversalClient, addr string) *batcher {
 	b := &batcher{st: s, node: node, addr: addr}
+	if s.tracer != nil {
+		b.peer = peerAttrs(addr)
+	}
 	b.brk = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        addr,
 		MaxRequests: 1,
@@ -288,9 +299,15 @@ func (s *Store) batcherFor(ctx context.Context, key string) (*batcher, error) {
 // reply) once c is done, or as soon as ctx ends (see above: the error
 // then wraps ctx.Err(), and c is abandoned: putCall leaves it). Errors
 // that mean Redis cannot be reached wrap ErrUnavailable.
-func (s *Store) run(ctx context.Context, key string, c *call) error {
+func (s *Store) run(ctx context.Context, key string, c *call) (err error) {
 	if err := ctx.Err(); err != nil {
 		return notSent(err)
+	}
+	if s.tracer != nil {
+		var span trace.Span
+		if ctx, span = s.startCall(ctx, c); span != nil {
+			defer func() { endSpan(span, err) }()
+		}
 	}
 	b, err := s.batcherFor(ctx, key)
 	if err != nil {
@@ -299,6 +316,9 @@ func (s *Store) run(ctx context.Context, key string, c *call) error {
 		}
 		s.noteFailure(err)
 		return unavailableError(err)
+	}
+	if c.span != nil {
+		c.span.SetAttributes(b.peer...)
 	}
 	return b.do(ctx, c)
 }
@@ -541,9 +561,16 @@ func (b *batcher) roundTrip(t *trip, batch []*call) error {
 		return b.refuse(batch)
 	}
 	b.st.calls.Add(uint64(len(batch)))
+	ctx, span := t.ctx, trace.Span(nil)
+	if b.st.tracer != nil {
+		ctx, span = b.startTrip(ctx, batch)
+	}
 	start := time.Now()
-	err = b.exec(t.ctx, batch)
+	err = b.exec(ctx, batch)
 	d := time.Since(start)
+	if span != nil {
+		endSpan(span, err)
+	}
 	if err != nil && t.cutShort() {
 		// Not Redis's failure: the calls fail with their contexts.
 		done(errCallersLeft)

@@ -128,7 +128,7 @@ func TestNoScriptInPipeline(t *testing.T) {
 			for i := range calls {
 				calls[i] = st.takeCall(t0.UnixNano(), k, l, limits.Ask{Tokens: 1, Min: 1})
 			}
-			get := newScript("return redis.call('GET', KEYS[1])")
+			get := newScript("get", "return redis.call('GET', KEYS[1])")
 			other := getCall(get)
 			other.args = append(other.args, 1, calls[0].key)
 			b, err := st.batcherFor(ctx, calls[0].key)

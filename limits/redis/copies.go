@@ -27,20 +27,20 @@ var (
 	//go:embed copies_restore.lua
 	copiesRestoreLua string
 
-	copiesReserveScript = newScript(copiesReserveLua)
-	copiesMoveScript    = newScript(copiesMoveLua)
-	copiesRestoreScript = newScript(copiesRestoreLua)
+	copiesReserveScript = newScript("copies_reserve", copiesReserveLua)
+	copiesMoveScript    = newScript("copies_move", copiesMoveLua)
+	copiesRestoreScript = newScript("copies_restore", copiesRestoreLua)
 	// registerScript adds a resource to a server's set of resources,
 	// unless the server is fenced (KEYS[1] its dead marker, KEYS[2] the
 	// set; ARGV[1] the escaped resource): -1 fenced, else 1.
-	registerScript = newScript(`
+	registerScript = newScript("copies_register", `
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 redis.call('SADD', KEYS[2], ARGV[1])
 return 1`)
 	// buryScript marks a server dead and returns its resources (KEYS[1]
 	// its dead marker, KEYS[2] its set of resources; ARGV[1] the marker's
 	// ttl in ms).
-	buryScript = newScript(`
+	buryScript = newScript("copies_bury", `
 redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
 return redis.call('SMEMBERS', KEYS[2])`)
 )

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Dial says where Open connects and how: one of URL and Cluster, and the
@@ -26,6 +27,9 @@ type Dial struct {
 	// Logger receives the warning Open logs when Redis does not answer
 	// yet (nil: slog.Default()).
 	Logger *slog.Logger
+	// TracerProvider is the store's Options.TracerProvider (nil: no
+	// spans).
+	TracerProvider trace.TracerProvider
 }
 
 // openPing bounds Open's first PING.
@@ -83,7 +87,7 @@ func Open(ctx context.Context, d Dial) (*Store, error) {
 	if err := c.Ping(pctx).Err(); err != nil {
 		log.Warn("Redis does not answer yet; limits decisions fail until it does", "err", err)
 	}
-	st := New(c, Options{Timeout: d.Timeout})
+	st := New(c, Options{Timeout: d.Timeout, TracerProvider: d.TracerProvider})
 	st.owned = c
 	return st, nil
 }

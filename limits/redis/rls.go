@@ -17,7 +17,7 @@ import (
 //go:embed rls.lua
 var rlsLua string
 
-var rlsScript = newScript(rlsLua)
+var rlsScript = newScript("rls", rlsLua)
 
 // RLS is the counters of Envoy's rate limit service (rls.Store) in a
 // Store's Redis: a request's hits decided together in one script

@@ -13,7 +13,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limits"
 )
 
@@ -37,7 +39,7 @@ var errTiers = errors.New("limits/redis: Take on a limit with burst tiers (use T
 //go:embed take.lua
 var takeLua string
 
-var takeScript = newScript(takeLua)
+var takeScript = newScript("take", takeLua)
 
 // Options configures a Store.
 type Options struct {
@@ -88,6 +90,10 @@ type Options struct {
 	// caller's goroutine, before the batch's answers are handed out: keep
 	// it fast.
 	Observe func(op string, d time.Duration, err error)
+	// TracerProvider, when set, makes spans of the calls of a traced
+	// request and of the round trips carrying them (trace.go): nil, none,
+	// at the cost of one comparison a call.
+	TracerProvider trace.TracerProvider
 
 	// callerTime makes the scripts use the now passed to Take instead of
 	// Redis TIME: for this package's tests only (deterministic, virtual
@@ -121,6 +127,7 @@ type Store struct {
 	failuresToOpen uint32
 	probe          time.Duration
 	observe        func(op string, d time.Duration, err error)
+	tracer         trace.Tracer // Options.TracerProvider's; nil: no spans
 	stats
 
 	// The breakers' probes (health.go's probeLoop): Close cancels
@@ -157,6 +164,9 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	s := &Store{c: client, prefix: escape(p), callerTime: opts.callerTime, timeout: opts.Timeout,
 		maxBatch: opts.MaxBatch, failuresToOpen: uint32(max(opts.BreakerFailures, 0)), probe: opts.BreakerProbe,
 		observe: opts.Observe, cluster: clusterOf(client)}
+	if opts.TracerProvider != nil {
+		s.tracer = opts.TracerProvider.Tracer(tracing.ScopeName)
+	}
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
 	}

@@ -16,7 +16,7 @@ import (
 //go:embed tiers.lua
 var tiersLua string
 
-var tiersScript = newScript(tiersLua)
+var tiersScript = newScript("tiers", tiersLua)
 
 // errNotTiers answers TakeHits with a token-bucket Limit.
 var errNotTiers = errors.New("limits/redis: TakeHits on a limit without burst tiers (use Take)")

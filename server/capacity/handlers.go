@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-rl/sluice/algorithm"
 	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/lease"
 )
 
@@ -67,6 +68,7 @@ func (s *Service) GetCapacity(ctx context.Context, req *pb.GetCapacityRequest) (
 		ids[i], lrs[i] = rr.GetResourceId(), lr
 	}
 	grants, ok := s.decideAll(ctx, ids, lrs)
+	annotate(ctx, ids, ok)
 	if !ok {
 		return &pb.GetCapacityResponse{Mastership: s.mastershipOrUnknown()}, nil
 	}
@@ -112,6 +114,7 @@ func (s *Service) GetServerCapacity(ctx context.Context, req *pb.GetServerCapaci
 		ids[i], lrs[i] = rr.GetResourceId(), lr
 	}
 	grants, ok := s.decideAll(ctx, ids, lrs)
+	annotate(ctx, ids, ok)
 	if !ok {
 		return &pb.GetServerCapacityResponse{Mastership: s.mastershipOrUnknown()}, nil
 	}
@@ -138,6 +141,22 @@ func (s *Service) GetServerCapacity(ctx context.Context, req *pb.GetServerCapaci
 		})
 	}
 	return out, nil
+}
+
+// annotate sets Sluice's attributes on a traced request's span: the
+// resources asked for and the decision, "granted" (the leases decided,
+// in the response unless keeping the lease horizon fails) or
+// "redirected" (this task is not the master).
+func annotate(ctx context.Context, ids []string, granted bool) {
+	span := tracing.Span(ctx)
+	if span == nil {
+		return
+	}
+	decision := "granted"
+	if !granted {
+		decision = "redirected"
+	}
+	span.SetAttributes(tracing.ResourceKey.StringSlice(ids), tracing.DecisionKey.String(decision), tracing.DegradedKey.Bool(false))
 }
 
 // previousExpiry returns g.PreviousExpiry for the wire, or nil when it is

@@ -38,12 +38,14 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-rl/sluice/internal/names"
 	"github.com/sluice-rl/sluice/internal/refresh"
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/rls"
 )
@@ -300,7 +302,30 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 	s.headers(r, ds)
+	if span := tracing.Span(ctx); span != nil {
+		annotate(span, req, r.resp.OverallCode, degraded)
+	}
 	return &r.resp, nil
+}
+
+// annotate sets Sluice's attributes on a traced request's span: the
+// descriptors as resources (each its entries' keys joined with "."), the
+// domain, the overall code and whether the store's failure was answered
+// open.
+func annotate(span trace.Span, req *rlsv3.RateLimitRequest, code rlsv3.RateLimitResponse_Code, degraded bool) {
+	keys := make([]string, len(req.Descriptors))
+	for i, d := range req.Descriptors {
+		var b strings.Builder
+		for j, e := range d.Entries {
+			if j > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(e.Key)
+		}
+		keys[i] = b.String()
+	}
+	span.SetAttributes(tracing.ResourceKey.StringSlice(keys), tracing.DomainKey.String(req.Domain),
+		tracing.DecisionKey.String(code.String()), tracing.DegradedKey.Bool(degraded))
 }
 
 // storeError counts a store's failure and returns the request's answer:

@@ -27,6 +27,7 @@ import (
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/refresh"
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/server/internal/promreg"
 )
@@ -163,6 +164,7 @@ func (s *Service) Allow(ctx context.Context, req *v1.AllowRequest) (*v1.AllowRes
 		r.MaxWait, r.HasMaxWait = mw.AsDuration(), true
 	}
 	d := s.limits.Allow(ctx, s.now(), r)
+	tracing.Annotate(ctx, r.Resource, r.Domain, d.Status.String(), d.Degraded)
 	switch d.Status {
 	case limits.StatusInvalidRequest:
 		return nil, status.Error(codes.InvalidArgument, d.Err.Error())
@@ -248,6 +250,7 @@ func (a QuotaService) Allow(ctx context.Context, req *qs.AllowRequest) (*qs.Allo
 		r.MaxWait, r.HasMaxWait = time.Duration(ms)*time.Millisecond, true
 	}
 	d := a.s.limits.Allow(ctx, a.s.now(), r)
+	tracing.Annotate(ctx, r.Resource, r.Domain, d.Status.String(), d.Degraded)
 	resp := &qs.AllowResponse{Status: quotaStatus(d.Status)}
 	if d.Status == limits.StatusOK {
 		resp.TokensGranted = d.Granted

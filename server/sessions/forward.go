@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -45,8 +44,8 @@ const forwardedKey = "sluice-forwarded"
 
 // router forwards requests to sessions' homes.
 type router struct {
-	r     SessionRouter
-	creds credentials.TransportCredentials
+	r    SessionRouter
+	dial []grpc.DialOption // the credentials, and ForwardDialOptions
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -60,7 +59,7 @@ func (rt *router) client(addr string) (v1.LimitsClient, error) {
 	if c := rt.conns[addr]; c != nil {
 		return v1.NewLimitsClient(c), nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(rt.creds))
+	c, err := grpc.NewClient(addr, rt.dial...)
 	if err != nil {
 		return nil, err
 	}

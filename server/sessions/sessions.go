@@ -28,6 +28,7 @@ import (
 
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/names"
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limits/copies"
 )
 
@@ -77,6 +78,10 @@ type Options struct {
 	// ForwardCreds are the transport credentials of requests forwarded
 	// to sessions' homes (nil: plaintext).
 	ForwardCreds credentials.TransportCredentials
+	// ForwardDialOptions are further options of the connections to
+	// sessions' homes (the server's tracing: a forwarded request
+	// continues the request's trace); nil: none.
+	ForwardDialOptions []grpc.DialOption
 }
 
 // Service serves the copy-limited RPCs of sluice.v1.Limits. It is safe
@@ -127,7 +132,8 @@ func New(opts Options) (*Service, error) {
 		if creds == nil {
 			creds = insecure.NewCredentials()
 		}
-		s.router = &router{r: s.fleet, creds: creds, conns: map[string]*grpc.ClientConn{}}
+		s.router = &router{r: s.fleet, dial: append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, opts.ForwardDialOptions...),
+			conns: map[string]*grpc.ClientConn{}}
 	}
 	if opts.Registry != nil {
 		if err := s.registerMetrics(opts.Registry); err != nil {
@@ -390,6 +396,9 @@ func (s *Service) KeepAliveStream(ctx context.Context, recv func() (*v1.KeepAliv
 // Reserve holds copies for a domain in a session.
 func (s *Service) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.ReserveResponse, error) {
 	if resp, done, err := forward(s, ctx, req.GetSessionId(), req, v1.LimitsClient.Reserve); done {
+		if err == nil {
+			tracing.Annotate(ctx, req.GetResource(), req.GetDomain(), resp.GetStatus().String(), resp.GetDegraded())
+		}
 		return resp, err
 	}
 	if _, err := duration("max_wait", req.GetMaxWait()); err != nil {
@@ -418,6 +427,7 @@ func (s *Service) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.Rese
 	if r.Granted == 0 {
 		resp.Status = v1.ReserveResponse_REJECTED_OVER_LIMIT
 	}
+	tracing.Annotate(ctx, req.GetResource(), req.GetDomain(), resp.Status.String(), r.Degraded)
 	if r.GlobalLimit != copies.Unbounded {
 		g := r.GlobalLimit
 		resp.GlobalLimit = &g
