@@ -173,7 +173,7 @@ func TestStaleEpochsBuried(t *testing.T) {
 	// An earlier generation: epoch "dead1" holds 4 copies, never buried.
 	old := redisstore.NewCopyLog(redisstore.New(rc, redisstore.Options{Prefix: p}))
 	old.SetEpoch("dead1")
-	old.SetPeers(0)
+	old.SetMembers([]string{})
 	oe, err := copies.New(cfg, copies.Options{Log: old})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,8 @@ type downLog struct {
 	fenced   bool
 	restored map[string][]Hold
 	lost     []string
+	learning map[string]time.Duration // Learn's answers: time left by resource
+	checked  [][]LearnCheck           // what Learn was asked
 }
 
 var errDown = fmt.Errorf("redis: %w: connection refused", ErrUnavailable)
@@ -54,6 +56,17 @@ func (l *downLog) Restore(_ context.Context, r string, h []Hold) error {
 }
 func (l *downLog) Lost(context.Context, []string) ([]string, error) { return l.lost, l.err() }
 func (l *downLog) Epoch() string                                    { return "e1" }
+func (l *downLog) Learn(_ context.Context, checks []LearnCheck) ([]time.Duration, error) {
+	if err := l.err(); err != nil {
+		return nil, err
+	}
+	l.checked = append(l.checked, checks)
+	left := make([]time.Duration, len(checks))
+	for i, c := range checks {
+		left[i] = l.learning[c.Resource]
+	}
+	return left, nil
+}
 
 func sharedTestEngine(t *testing.T, l *downLog) *Engine {
 	t.Helper()
