@@ -31,7 +31,7 @@ import (
 // or any other error), so each server's Reserve succeeds once it says
 // ready; and every server gets there. It logs, per server, the time from
 // its start until it said ready and until its first Reserve was granted
-// (docs/fleet.md, "Readiness", quotes the figures).
+// (docs/charon.md, "Readiness", quotes the figures).
 func TestFleetReadiness(t *testing.T) {
 	rs := redistest.StartT(t)
 	etcd := etcdtest.StartEtcd(t)

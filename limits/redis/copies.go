@@ -158,7 +158,7 @@ func (l *CopyLog) Epoch() string {
 // Key layout, prefix and names escaped (escape):
 //
 //	<prefix>{c<resource>}r              the resource's record: gone, Redis lost the counts
-//	<prefix>{c<resource>}l              its learning marker (ttl LearningPeriod)
+//	<prefix>{c<resource>}l              its learning marker: the epochs it waits for (set, ttl LearningPeriod)
 //	<prefix>{c<resource>}n:a            global count (hash: '_' total, 's<epoch>' and 't<transfer>' contributions)
 //	<prefix>{c<resource>}n:d:<domain>   a domain's count
 //	<prefix>{c<resource>}n:g:<group>    a group's count

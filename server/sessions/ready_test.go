@@ -141,7 +141,7 @@ func TestReadyNewFleet(t *testing.T) {
 				}
 				ready := make([]time.Duration, len(services))
 				for i, at := range []time.Duration{0, 30 * time.Millisecond, 70 * time.Millisecond} {
-					time.Sleep(start.Add(at).Sub(time.Now()))
+					time.Sleep(time.Until(start.Add(at)))
 					services[i].Engine().Unfence()
 					r, err := services[i].OpenSession(ctx, &v1.OpenSessionRequest{})
 					if err != nil {
