@@ -342,6 +342,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]string, error) {
 	lost, err := e.o.Log.Lost(ctx, held) // also when nothing is held: the Log checks its own records
 	if err != nil {
 		e.logFailed(err)
+		e.unknownLearning()
 		return nil, unavailable("reconcile", err)
 	}
 	for _, r := range lost {
@@ -369,6 +370,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]string, error) {
 	for _, r := range slices.Sorted(maps.Keys(todo)) {
 		if err := e.o.Log.Restore(ctx, r, by[r]); err != nil {
 			e.logFailed(err)
+			e.unknownLearning()
 			return done, unavailable("reconcile", err)
 		}
 		delete(e.dirty, r)
@@ -381,6 +383,15 @@ func (e *Engine) Reconcile(ctx context.Context) ([]string, error) {
 // this server may be ready: it is configured and keeps its limits (a
 // resource that ignores them does not wait for the learning period).
 func watched(st *resState) bool { return st.c != nil && !st.c.unlimited && !st.c.ignore }
+
+// unknownLearning forgets what the engine knew of learning mode when the
+// Log cannot be reached: readiness does not wait for Redis (while it is
+// down, reserves fail closed or are granted fail-open, as configured,
+// learning or not), and the next look that reaches it tells again.
+func (e *Engine) unknownLearning() {
+	clear(e.learning)
+	clear(e.unchecked)
+}
 
 // learnt records that a Reserve of resource was answered (not refused as
 // learning): unless it ignored the limits, the resource is not learning.
@@ -419,6 +430,7 @@ func (e *Engine) learn(ctx context.Context) error {
 	}
 	if err != nil {
 		e.logFailed(err)
+		e.unknownLearning()
 		return unavailable("learn", err)
 	}
 	for i, c := range checks {
@@ -440,7 +452,10 @@ func (e *Engine) learn(ctx context.Context) error {
 // asks, and a Reserve answered tells). Both are sorted; both are empty
 // without a Log. A server is not ready while either is not empty: every
 // Reserve of a learning resource is refused. Resources that ignore their
-// limits are never listed (they do not wait for the period). Safe for
+// limits are never listed (they do not wait for the period). A Reconcile
+// that cannot reach the Log empties both: what the engine knew is stale,
+// and readiness does not follow Redis's health (while Redis is down,
+// reserves fail closed or are granted fail-open, as configured). Safe for
 // concurrent use.
 //
 // Source: issue 41, item 5 (readiness that tells the truth).

@@ -213,8 +213,9 @@ func TestSharedLogFenced(t *testing.T) {
 // holdings), and a resource configured later until the next; Reconcile
 // records the Log's answers, a Reserve refused as learning marks its
 // resource (refused, even fail-open) and a Reserve answered clears it;
-// Fence forgets everything; a failing Log changes nothing; a resource
-// that ignores its limits is never listed.
+// Fence, and a Log that cannot be reached, forget everything (readiness
+// does not wait for Redis); a resource that ignores its limits is never
+// listed.
 func TestSharedLogLearning(t *testing.T) {
 	l := &downLog{restored: map[string][]Hold{}, learning: map[string]time.Duration{}}
 	e := sharedTestEngine(t, l)
@@ -248,6 +249,17 @@ func TestSharedLogLearning(t *testing.T) {
 	}
 	e.Unfence()
 	state("unfenced", "learning [] unchecked [closed open]")
+	// A log that cannot be reached says nothing: readiness does not wait
+	// for Redis.
+	l.down = true
+	if _, err := e.Reconcile(t.Context()); ClassOf(err) != ClassUnavailable {
+		t.Fatalf("reconcile with the log down: %v", err)
+	}
+	state("unfenced, log down", "learning [] unchecked []")
+	l.down = false
+	e.Fence()
+	e.Unfence()
+	state("unfenced again", "learning [] unchecked [closed open]")
 	l.learning["closed"] = 2 * time.Second
 	reconcile("closed learning")
 	state("closed learning", "learning [closed] unchecked []")
@@ -287,14 +299,16 @@ func TestSharedLogLearning(t *testing.T) {
 	}
 	state("open answered", "learning [] unchecked []")
 	l.learning["closed"] = time.Second
+	reconcile("closed learning again")
+	state("closed learning again", "learning [closed] unchecked []")
 	l.down = true
 	if _, err := e.Reconcile(t.Context()); ClassOf(err) != ClassUnavailable {
 		t.Fatalf("reconcile with the log down: %v", err)
 	}
-	state("log down", "learning [] unchecked []")
+	state("log down while closed learns", "learning [] unchecked []")
 	l.down = false
-	reconcile("closed learning again")
-	state("closed learning again", "learning [closed] unchecked []")
+	reconcile("closed learning, log up")
+	state("closed learning, log up", "learning [closed] unchecked []")
 	more := ign.Clone()
 	more.Resources["new"] = Resource{DomainLimit: 1}
 	delete(more.Resources, "closed")
