@@ -102,11 +102,13 @@ func (l *memberLog) Epoch() string                                           { r
 // engines are unfenced (their fleet epochs) at 0, 30 ms and 70 ms, Run
 // reconciling each. None is ready before it has looked at the resource's
 // learning mode, none is ready while its Reserves would be refused, and
-// each is ready, and its Reserve granted, within learnEvery of the last
-// member's first look (70 ms + learnEvery): the learning period the first
-// look started (LearningPeriod, 3 s here) ends as soon as every member
-// has looked, not when it runs out. With a member that never looks (it
-// died), the fleet is ready within learnEvery of the period's end.
+// each is ready, and its Reserve granted, within 2 × learnEvery of the
+// last member's epoch (each looks within learnEvery of getting its epoch,
+// and sees the period end within learnEvery of the last look): the
+// learning period the first look started (LearningPeriod, 3 s here) ends
+// as soon as every member has looked, not when it runs out. With a member
+// that never looks (it died), the fleet is ready within learnEvery of the
+// period's end (the period starting by the last member's epoch).
 func TestReadyNewFleet(t *testing.T) {
 	const period = 3 * time.Second
 	for _, tc := range []struct {
@@ -114,8 +116,8 @@ func TestReadyNewFleet(t *testing.T) {
 		members []string // the fleet's members; the first three run
 		within  time.Duration
 	}{
-		{"every member looks", []string{"e0", "e1", "e2"}, 70*time.Millisecond + learnEvery},
-		{"a member died", []string{"e0", "e1", "e2", "dead"}, period + learnEvery},
+		{"every member looks", []string{"e0", "e1", "e2"}, 70*time.Millisecond + 2*learnEvery},
+		{"a member died", []string{"e0", "e1", "e2", "dead"}, 70*time.Millisecond + period + learnEvery},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
