@@ -18,11 +18,13 @@
 // is done stale counts can only make the limits stricter, never grant more
 // than the limits.
 //
-// Each member also tells its copy log how many other members the fleet
-// has (Log.SetPeers, followed with an etcd watch): a resource whose
-// record Redis lost may hide their holds, so the log learns before it
-// grants again (limits/redis.LearningPeriod), which a lone server that
-// holds nothing of the resource does not need.
+// Each member also tells its copy log the epochs of the fleet's members
+// (Log.SetMembers, followed with an etcd watch): a resource whose record
+// Redis lost may hide their holds, so the log learns before it grants
+// again, until each of those members has written its holds back (at most
+// limits/redis.LearningPeriod; a member that dies meanwhile is waited for
+// until then), which a lone server that holds nothing of the resource
+// does not need.
 //
 // Source: charon-paper.md, section 4.3.2 (server failures: a leader
 // removes a failed server's contributions; a server that loses its
@@ -60,10 +62,11 @@ type Log interface {
 	Bury(ctx context.Context, epoch string) (map[string]int64, error)
 	// Epochs lists the epochs with contributions.
 	Epochs(ctx context.Context) ([]string, error)
-	// SetPeers tells the log how many other members the fleet has now
-	// (negative: unknown), which decides whether a lost record of a
-	// resource may hide another server's holds.
-	SetPeers(n int)
+	// SetMembers tells the log the epochs of the fleet's members now
+	// (nil: unknown), which decides whether a lost record of a resource
+	// may hide another server's holds, and whose holds its learning
+	// period waits for.
+	SetMembers(epochs []string)
 }
 
 // Engine is the copies engine as the fleet uses it (copies.Engine).
@@ -288,24 +291,23 @@ func (m *Member) term(ctx context.Context) error {
 	}
 }
 
-// peers keeps the log's count of the fleet's other members
-// (Log.SetPeers) until ctx ends: it follows members, read at revision rev,
-// with a watch, and reads them again when the watch ends (backing off
-// while the read fails); unknown (-1) while etcd cannot say, and after ctx
-// ends.
+// peers keeps the log's view of the fleet's members (Log.SetMembers)
+// until ctx ends: it follows members, read at revision rev, with a watch,
+// and reads them again when the watch ends (backing off while the read
+// fails); unknown (nil) while etcd cannot say, and after ctx ends.
 func (m *Member) peers(ctx context.Context, members map[string]bool, rev int64) {
-	defer m.log.SetPeers(-1)
+	defer m.log.SetMembers(nil)
 	m.retrying(ctx, "following the members", func(ctx context.Context) error {
 		if members == nil {
 			var err error
 			if members, rev, err = m.readPeers(ctx); err != nil {
-				m.log.SetPeers(-1)
+				m.log.SetMembers(nil)
 				return err
 			}
 		}
 		err := m.followPeers(ctx, members, rev)
 		members = nil
-		m.log.SetPeers(-1)
+		m.log.SetMembers(nil)
 		if ctx.Err() == nil { // read again at once: a failing read backs off
 			m.opts.Logger.Warn("fleet: the watch of the members ended; reading them again", "err", err)
 		}
@@ -313,9 +315,8 @@ func (m *Member) peers(ctx context.Context, members map[string]bool, rev int64) 
 	})
 }
 
-// readPeers reads the fleet's members, sets the log's count of peers
-// (the members but this one), and returns the members' keys and the etcd
-// revision read.
+// readPeers reads the fleet's members, tells the log (setMembers), and
+// returns the members' keys and the etcd revision read.
 func (m *Member) readPeers(ctx context.Context) (map[string]bool, int64, error) {
 	resp, err := m.cli.Get(ctx, m.members(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
@@ -325,12 +326,22 @@ func (m *Member) readPeers(ctx context.Context) (map[string]bool, int64, error) 
 	for _, kv := range resp.Kvs {
 		members[string(kv.Key)] = true
 	}
-	m.log.SetPeers(len(members) - 1)
+	m.setMembers(members)
 	return members, resp.Header.Revision, nil
 }
 
+// setMembers tells the log the epochs of members (their keys).
+func (m *Member) setMembers(members map[string]bool) {
+	epochs := make([]string, 0, len(members))
+	for k := range members {
+		epochs = append(epochs, strings.TrimPrefix(k, m.members()))
+	}
+	slices.Sort(epochs)
+	m.log.SetMembers(epochs)
+}
+
 // followPeers follows members, read at revision rev, with a watch,
-// setting the log's count of peers at each change, until the watch ends.
+// telling the log at each change, until the watch ends.
 func (m *Member) followPeers(ctx context.Context, members map[string]bool, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -345,7 +356,7 @@ func (m *Member) followPeers(ctx context.Context, members map[string]bool, rev i
 				members[string(ev.Kv.Key)] = true
 			}
 		}
-		m.log.SetPeers(len(members) - 1)
+		m.setMembers(members)
 	}
 	return errors.New("watch closed")
 }

@@ -173,7 +173,7 @@ func TestStaleEpochsBuried(t *testing.T) {
 	// An earlier generation: epoch "dead1" holds 4 copies, never buried.
 	old := redisstore.NewCopyLog(redisstore.New(rc, redisstore.Options{Prefix: p}))
 	old.SetEpoch("dead1")
-	old.SetPeers(0)
+	old.SetMembers([]string{})
 	oe, err := copies.New(cfg, copies.Options{Log: old})
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +219,8 @@ func TestStaleEpochsBuried(t *testing.T) {
 
 // TestPeersLearn: the copy log knows the fleet's other members. With a
 // peer, a resource whose record Redis lost (here: never had) is learnt
-// before it is granted, since the peer may hold copies of it; once the
+// before it is granted, since the peer may hold copies of it, until the
+// peer looked (its Reconcile: the period waits for its epoch); once the
 // peer left (the member's watch sees its key go), a server holding
 // nothing of the resource grants at once on an emptied Redis.
 func TestPeersLearn(t *testing.T) {
@@ -250,6 +251,21 @@ func TestPeersLearn(t *testing.T) {
 		return err
 	}
 	testutil.Eventually(t, 20*time.Second, "a sees b", func() bool { return errors.Is(try(), copies.ErrLearning) })
+	// The period waits for b alone (the member a knows; a holds nothing),
+	// and ends once b looked (its Reconcile), not when it runs out.
+	got, err := rc.SMembers(t.Context(), p+"{csandbox}l").Result()
+	if want := "[" + b.member.Status().Epoch + "]"; err != nil || fmt.Sprint(got) != want {
+		t.Fatalf("the learning period waits for %v %v, want b's epoch %s", got, err, want)
+	}
+	if _, err := b.eng.Reconcile(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := a.eng.Reserve(t.Context(), time.Now(), sa.ID, "sandbox", "acme", 1, 1); err != nil || r.Granted != 1 {
+		t.Fatalf("reserve once b looked: %+v %v, want granted", r, err)
+	}
+	if err := a.eng.Release(t.Context(), time.Now(), sa.ID, "sandbox", "acme", 1, []string{"gold"}); err != nil {
+		t.Fatal(err)
+	}
 	b.stop()
 	<-b.done
 	testutil.Eventually(t, 20*time.Second, "a sees b leave", func() bool {

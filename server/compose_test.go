@@ -332,14 +332,15 @@ func TestComposeFleet(t *testing.T) {
 		if _, ok := s.Sessions().Fleet(); !ok {
 			t.Fatalf("%s has no fleet", s.Addr())
 		}
-		if ok, why := s.Ready(); !ok {
-			t.Errorf("%s serves holds but is not ready: %s", s.Addr(), why)
-		}
+		// Ready once its engine asked the copy log about the resource's
+		// learning mode (within sessions' learnEvery of joining).
+		testutil.Eventually(t, 30*time.Second, s.Addr()+" to be ready", func() bool { ok, _ := s.Ready(); return ok })
 	}
 
-	// Two members and a fresh Redis: the resource's first reserve starts
-	// its learning period (Redis cannot tell fresh from emptied).
-	testutil.Learnt(t, ca, "cookbook/sandboxes")
+	// Two members and a fresh Redis, which cannot tell fresh from
+	// emptied: a learning period that one member's first look at the
+	// resource started waited for the other's only, and both being ready
+	// says it is over, so the first reserves below are granted.
 
 	// A session homed on a, its holds reserved through b.
 	sa := open(t, ca)

@@ -618,16 +618,20 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 // Ready reports whether the server should receive traffic: not draining,
 // with a shared copy log a member of the fleet (its copies engine not
-// fenced), and the capacity service ready (configured, mastership
-// known). why says what is missing.
+// fenced) whose copy-limited resources are known not to be in learning
+// mode (sessions.Service.Ready), and the capacity service ready
+// (configured, mastership known). why says what is missing.
 func (s *Server) Ready() (ready bool, why string) {
 	if s.draining.Load() {
 		return false, "draining"
 	}
-	if s.member != nil && s.sessions.Fenced() {
+	if s.member != nil {
 		// Every Reserve would answer Unavailable: the copies engine
-		// holds nothing until this server has its epoch in the fleet.
-		return false, "copy-limited resources: not a member of the fleet yet (etcd)"
+		// holds nothing until this server has its epoch in the fleet,
+		// and a resource in learning mode grants nothing.
+		if ok, why := s.sessions.Ready(); !ok {
+			return false, why
+		}
 	}
 	return s.capacity.Ready()
 }

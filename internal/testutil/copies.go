@@ -12,10 +12,11 @@ import (
 
 // Learnt waits, through c, until each of resources (copy-limited) grants
 // a reserve of one copy in domain "learnt", then gives it back: with
-// peers in a fleet, the first reserve of a resource on a fresh Redis
-// starts its learning period (limits/redis.LearningPeriod), since Redis
-// cannot tell fresh from emptied. Every answer meanwhile must be granted
-// or Unavailable (else t.Fatalf); it waits at most 30 s per resource.
+// peers in a fleet, a resource on a fresh Redis is in learning mode until
+// every member has looked at it (about 100 ms after the last one joined;
+// at most limits/redis.LearningPeriod), since Redis cannot tell fresh
+// from emptied. Every answer meanwhile must be granted or Unavailable
+// (else t.Fatalf); it waits at most 30 s per resource.
 func Learnt(t testing.TB, c v1.LimitsClient, resources ...string) {
 	t.Helper()
 	open, err := c.OpenSession(t.Context(), &v1.OpenSessionRequest{})

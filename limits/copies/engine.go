@@ -112,6 +112,16 @@ type Engine struct {
 	fenced   bool
 	dirty    map[string]bool
 	inflight map[string]int // resources with a Log call in flight (unlocked)
+
+	// With a Log: learning holds the resources the Log last said are in
+	// learning mode (Learn, or a Reserve refused with ErrLearning), and
+	// unchecked the configured resources it has not been asked about
+	// since the engine was unfenced or they were configured; fences
+	// counts Fence calls, so that a Learn answered across one is
+	// dropped. See Learning.
+	learning  map[string]bool
+	unchecked map[string]bool
+	fences    uint64
 }
 
 // resState is the copy log of one resource.
@@ -195,7 +205,8 @@ func New(cfg *Config, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{o: o, res: map[string]*resState{}, sessions: map[string]*session{}, transfers: map[string]*transfer{}, dirty: map[string]bool{}, inflight: map[string]int{}}
+	e := &Engine{o: o, res: map[string]*resState{}, sessions: map[string]*session{}, transfers: map[string]*transfer{}, dirty: map[string]bool{}, inflight: map[string]int{},
+		learning: map[string]bool{}, unchecked: map[string]bool{}}
 	if err := e.SetConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -231,7 +242,29 @@ func (e *Engine) SetConfig(cfg *Config) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	old := e.cfg
 	e.cfg = cfg
+	for name := range e.unchecked {
+		if _, ok := confs[name]; !ok {
+			delete(e.unchecked, name)
+		}
+	}
+	for name := range e.learning {
+		if _, ok := confs[name]; !ok {
+			delete(e.learning, name)
+		}
+	}
+	if e.o.Log != nil && !e.fenced {
+		for name, c := range confs {
+			had := false
+			if old != nil {
+				_, had = old.Resources[name]
+			}
+			if !had && !c.ignore {
+				e.unchecked[name] = true // its learning mode unknown until Reconcile
+			}
+		}
+	}
 	for name, st := range e.res {
 		if _, ok := confs[name]; ok {
 			continue

@@ -46,7 +46,8 @@ type Log interface {
 	// When the Log finds its record of the resource gone while servers
 	// may hold copies of it (q.Holding, or other servers share the Log),
 	// it grants nothing and answers ErrLearning for a learning period,
-	// while the servers write their holds back (Restore).
+	// while the servers write their holds back (Restore, Learn); a
+	// resource that ignores its limits (q.Ignore) does not wait for it.
 	Reserve(ctx context.Context, q LogReserve) (LogCounts, error)
 	// Release subtracts each hold's copies from this server's
 	// contributions (never below zero: what is not there is not
@@ -76,6 +77,22 @@ type Log interface {
 	// vanished (Redis restarted empty, FLUSHALL, a failover that lost
 	// writes): Restore rebuilds them.
 	Lost(ctx context.Context, resources []string) ([]string, error)
+	// Learn looks at the learning period of each check's resource, in one
+	// atomic step per resource, and returns the time left of each, index
+	// for index (0: none). A resource whose record the Log finds gone
+	// gets one again, and its learning period starts, waiting for every
+	// other live member of the fleet, and for this server if
+	// check.Holding, to write its holds back (Restore, or Learn when it
+	// holds none). Otherwise this server counts as having written its
+	// holds back — unless check.Holding and its contributions are gone
+	// (Lost: Restore first) — and the period ends as soon as every member
+	// it waits for did, at the latest when it runs out. The engine learns
+	// of every configured resource this way (Engine.Reconcile), so that
+	// a new fleet, whose records Redis never had, is not refused at all.
+	//
+	// Source: doorman-design.md, "learning mode"; issue 41, item 5
+	// (readiness that tells the truth).
+	Learn(ctx context.Context, checks []LearnCheck) ([]time.Duration, error)
 	// Epoch returns this server's epoch ("" while it has none). The
 	// engine names its sessions after it, EPOCH-ID, so that any server of
 	// the fleet can tell which one holds a session (SessionEpoch).
@@ -111,6 +128,15 @@ type LogReserve struct {
 	// Log finds its record of the resource gone, this server's holds
 	// were lost with it, and the Log learns (ErrLearning) even when no
 	// other server shares it.
+	Holding bool
+}
+
+// LearnCheck is one resource of Log.Learn.
+type LearnCheck struct {
+	Resource string
+	// Holding says that this server holds copies of Resource now: its
+	// contributions must be in the Log (written back by Restore when
+	// lost) before the resource's learning period may end.
 	Holding bool
 }
 

@@ -120,6 +120,9 @@ func (e *Engine) reserveShared(ctx context.Context, s *session, st *resState, re
 		e.logFailed(err)
 		if !e.fenced {
 			e.dirty[resource] = true // the outcome is unknown
+			if errors.Is(err, ErrLearning) {
+				e.learning[resource] = true
+			}
 		}
 		if st.global == 0 && c.unlimited {
 			delete(e.res, resource)
@@ -138,12 +141,14 @@ func (e *Engine) reserveShared(ctx context.Context, s *session, st *resState, re
 			got.GroupHolds[i] = st.groups[g]
 		}
 	case got.Granted == 0:
+		e.learnt(resource, q.Ignore)
 		e.stats.Rejected++
 		if st.global == 0 && c.unlimited {
 			delete(e.res, resource)
 		}
 		r.DomainHolds, r.GlobalHolds = got.DomainHolds, got.GlobalHolds
 	default:
+		e.learnt(resource, q.Ignore)
 		e.stats.Granted++
 		e.hold(s, st, resource, domain, m, got.Granted)
 		r.Granted, r.DomainHolds, r.GlobalHolds = got.Granted, got.DomainHolds, got.GlobalHolds
@@ -273,15 +278,26 @@ func (e *Engine) fenceLocked() int {
 		st.global = 0
 	}
 	clear(e.dirty)
+	clear(e.learning)
+	clear(e.unchecked)
+	e.fences++
 	e.stats.Fenced++
 	return n
 }
 
 // Unfence ends Fence: sessions may be opened again (the Log must first
-// have a new epoch, which is the caller's job).
+// have a new epoch, which is the caller's job). Until the next Reconcile,
+// the learning mode of every configured resource is unknown (Learning).
 func (e *Engine) Unfence() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.fenced && e.o.Log != nil {
+		for name, st := range e.res {
+			if watched(st) {
+				e.unchecked[name] = true
+			}
+		}
+	}
 	e.fenced = false
 }
 
@@ -296,12 +312,16 @@ func (e *Engine) Fenced() bool {
 // sets again, for every resource whose contributions are in doubt: those
 // marked dirty (a Log error left the outcome unknown, or a fail-open
 // reserve counted copies here only) and those whose shared record the Log
-// reports lost (Log.Lost: Redis came back empty). It returns the
-// resources restored, and the first error (those resources stay dirty
-// for the next call). Without a Log, or fenced, it does nothing. Call it
-// periodically, with the context of the loop that calls it (it bounds the
-// Log's calls): its period bounds how long counts stay wrong after Redis
-// loses its data.
+// reports lost (Log.Lost: Redis came back empty). Then it asks the Log
+// about the learning mode of every configured resource and every resource
+// held here (Log.Learn), which tells the Log that this server's holds are
+// written back, and records which resources are learning (Learning). It
+// returns the resources restored, and the first error (those resources
+// stay dirty for the next call). Without a Log, or fenced, it does
+// nothing. Call it periodically, with the context of the loop that calls
+// it (it bounds the Log's calls): its period bounds how long counts stay
+// wrong after Redis loses its data, and how long a learning period waits
+// for this server (call it more often while Learning lists anything).
 //
 // Source: the issue "Cluster mode on Redis", item 4 (live holds are
 // written back from the servers' in-memory hold sets).
@@ -322,6 +342,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]string, error) {
 	lost, err := e.o.Log.Lost(ctx, held) // also when nothing is held: the Log checks its own records
 	if err != nil {
 		e.logFailed(err)
+		e.unknownLearning()
 		return nil, unavailable("reconcile", err)
 	}
 	for _, r := range lost {
@@ -331,7 +352,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]string, error) {
 		delete(todo, r)
 	}
 	if len(todo) == 0 {
-		return nil, nil
+		return nil, e.learn(ctx)
 	}
 	sum := map[holdKey]int64{}
 	for _, s := range e.sessions {
@@ -349,10 +370,97 @@ func (e *Engine) Reconcile(ctx context.Context) ([]string, error) {
 	for _, r := range slices.Sorted(maps.Keys(todo)) {
 		if err := e.o.Log.Restore(ctx, r, by[r]); err != nil {
 			e.logFailed(err)
+			e.unknownLearning()
 			return done, unavailable("reconcile", err)
 		}
 		delete(e.dirty, r)
 		done = append(done, r)
 	}
-	return done, nil
+	return done, e.learn(ctx)
+}
+
+// watched reports whether a resource's learning mode decides whether
+// this server may be ready: it is configured and keeps its limits (a
+// resource that ignores them does not wait for the learning period).
+func watched(st *resState) bool { return st.c != nil && !st.c.unlimited && !st.c.ignore }
+
+// unknownLearning forgets what the engine knew of learning mode when the
+// Log cannot be reached: readiness does not wait for Redis (while it is
+// down, reserves fail closed or are granted fail-open, as configured,
+// learning or not), and the next look that reaches it tells again.
+func (e *Engine) unknownLearning() {
+	clear(e.learning)
+	clear(e.unchecked)
+}
+
+// learnt records that a Reserve of resource was answered (not refused as
+// learning): unless it ignored the limits, the resource is not learning.
+func (e *Engine) learnt(resource string, ignore bool) {
+	if !ignore {
+		delete(e.learning, resource)
+		delete(e.unchecked, resource)
+	}
+}
+
+// learn is Reconcile's last step (the lock held, the engine unfenced):
+// Log.Learn, outside the lock, for every configured resource that keeps
+// its limits and every resource this server holds copies of, but those
+// whose contributions are in doubt (dirty) or changing (in flight), which
+// the next call checks; then it records which are learning.
+func (e *Engine) learn(ctx context.Context) error {
+	var checks []LearnCheck
+	for _, name := range slices.Sorted(maps.Keys(e.res)) {
+		st := e.res[name]
+		if (watched(st) || st.global > 0) && !e.dirty[name] && e.inflight[name] == 0 {
+			checks = append(checks, LearnCheck{Resource: name, Holding: st.global > 0})
+		}
+	}
+	if len(checks) == 0 {
+		return nil
+	}
+	fences := e.fences
+	var left []time.Duration
+	var err error
+	e.unlocked(nil, func() { left, err = e.o.Log.Learn(ctx, checks) })
+	if e.fenced || e.fences != fences { // an answer for an epoch gone
+		return nil
+	}
+	if err == nil && len(left) != len(checks) {
+		err = fmt.Errorf("%d answers to %d resources", len(left), len(checks))
+	}
+	if err != nil {
+		e.logFailed(err)
+		e.unknownLearning()
+		return unavailable("learn", err)
+	}
+	for i, c := range checks {
+		delete(e.unchecked, c.Resource)
+		if st := e.res[c.Resource]; left[i] > 0 && st != nil && watched(st) {
+			e.learning[c.Resource] = true
+		} else {
+			delete(e.learning, c.Resource)
+		}
+	}
+	return nil
+}
+
+// Learning reports what this engine knows of its shared Log's learning
+// mode (Log.Learn, Log.Reserve): learning, the resources the Log last
+// said are learning, whose Reserves are refused (ErrLearning, class
+// Unavailable); unchecked, the configured resources it has not asked
+// about yet since it was unfenced or they were configured (Reconcile
+// asks, and a Reserve answered tells). Both are sorted; both are empty
+// without a Log. A server is not ready while either is not empty: every
+// Reserve of a learning resource is refused. Resources that ignore their
+// limits are never listed (they do not wait for the period). A Reconcile
+// that cannot reach the Log empties both: what the engine knew is stale,
+// and readiness does not follow Redis's health (while Redis is down,
+// reserves fail closed or are granted fail-open, as configured). Safe for
+// concurrent use.
+//
+// Source: issue 41, item 5 (readiness that tells the truth).
+func (e *Engine) Learning() (learning, unchecked []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Sorted(maps.Keys(e.learning)), slices.Sorted(maps.Keys(e.unchecked))
 }

@@ -16,6 +16,8 @@ type downLog struct {
 	fenced   bool
 	restored map[string][]Hold
 	lost     []string
+	learning map[string]time.Duration // Learn's answers: time left by resource
+	checked  [][]LearnCheck           // what Learn was asked
 }
 
 var errDown = fmt.Errorf("redis: %w: connection refused", ErrUnavailable)
@@ -37,6 +39,9 @@ func (l *downLog) Reserve(ctx context.Context, q LogReserve) (LogCounts, error) 
 	if err := l.err(); err != nil {
 		return LogCounts{}, err
 	}
+	if l.learning[q.Resource] > 0 && !q.Ignore {
+		return LogCounts{}, fmt.Errorf("log: %w", ErrLearning)
+	}
 	return LogCounts{Granted: q.Copies, DomainHolds: q.Copies, GlobalHolds: q.Copies, GroupHolds: make([]int64, len(q.Groups))}, nil
 }
 func (l *downLog) Release(context.Context, []Hold) error { return l.err() }
@@ -54,6 +59,17 @@ func (l *downLog) Restore(_ context.Context, r string, h []Hold) error {
 }
 func (l *downLog) Lost(context.Context, []string) ([]string, error) { return l.lost, l.err() }
 func (l *downLog) Epoch() string                                    { return "e1" }
+func (l *downLog) Learn(_ context.Context, checks []LearnCheck) ([]time.Duration, error) {
+	if err := l.err(); err != nil {
+		return nil, err
+	}
+	l.checked = append(l.checked, checks)
+	left := make([]time.Duration, len(checks))
+	for i, c := range checks {
+		left[i] = l.learning[c.Resource]
+	}
+	return left, nil
+}
 
 func sharedTestEngine(t *testing.T, l *downLog) *Engine {
 	t.Helper()
@@ -189,4 +205,121 @@ func TestSharedLogFenced(t *testing.T) {
 	if _, err := e.Open(now, 0); err != nil {
 		t.Fatalf("open after Unfence: %v", err)
 	}
+}
+
+// TestSharedLogLearning: the engine knows which resources its Log says
+// are learning. Unfenced, every configured resource that keeps its limits
+// is unchecked until Reconcile asks the Log (Learn, with this server's
+// holdings), and a resource configured later until the next; Reconcile
+// records the Log's answers, a Reserve refused as learning marks its
+// resource (refused, even fail-open) and a Reserve answered clears it;
+// Fence, and a Log that cannot be reached, forget everything (readiness
+// does not wait for Redis); a resource that ignores its limits is never
+// listed.
+func TestSharedLogLearning(t *testing.T) {
+	l := &downLog{restored: map[string][]Hold{}, learning: map[string]time.Duration{}}
+	e := sharedTestEngine(t, l)
+	ign := &Config{Resources: map[string]Resource{
+		"open":   {DomainLimit: 1, OnStoreError: FailOpen},
+		"closed": {DomainLimit: 1},
+		"ign":    {DomainLimit: 1, Ignore: true},
+	}}
+	if err := e.SetConfig(ign); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(100, 0)
+	state := func(when, want string) {
+		t.Helper()
+		learning, unchecked := e.Learning()
+		if got := fmt.Sprintf("learning %v unchecked %v", learning, unchecked); got != want {
+			t.Fatalf("%s: %s, want %s", when, got, want)
+		}
+	}
+	reconcile := func(when string) {
+		t.Helper()
+		if _, err := e.Reconcile(t.Context()); err != nil {
+			t.Fatalf("%s: reconcile: %v", when, err)
+		}
+	}
+	state("new", "learning [] unchecked [closed open]")
+	e.Fence()
+	state("fenced", "learning [] unchecked []")
+	if _, err := e.Reconcile(t.Context()); err != nil || len(l.checked) != 0 {
+		t.Fatalf("reconcile while fenced: %v, asked %v; want nothing asked", err, l.checked)
+	}
+	e.Unfence()
+	state("unfenced", "learning [] unchecked [closed open]")
+	// A log that cannot be reached says nothing: readiness does not wait
+	// for Redis.
+	l.down = true
+	if _, err := e.Reconcile(t.Context()); ClassOf(err) != ClassUnavailable {
+		t.Fatalf("reconcile with the log down: %v", err)
+	}
+	state("unfenced, log down", "learning [] unchecked []")
+	l.down = false
+	e.Fence()
+	e.Unfence()
+	state("unfenced again", "learning [] unchecked [closed open]")
+	l.learning["closed"] = 2 * time.Second
+	reconcile("closed learning")
+	state("closed learning", "learning [closed] unchecked []")
+	if got := fmt.Sprint(l.checked); got != "[[{closed false} {open false}]]" {
+		t.Fatalf("Learn was asked %s, want closed and open, holding none", got)
+	}
+	s, _ := e.Open(now, time.Minute)
+	if _, err := e.Reserve(t.Context(), now, s.ID, "closed", "d", 1, 1); !errors.Is(err, ErrLearning) || ClassOf(err) != ClassUnavailable {
+		t.Fatalf("reserve of a learning resource: %v, want learning, Unavailable", err)
+	}
+	if r, err := e.Reserve(t.Context(), now, s.ID, "open", "d", 1, 1); err != nil || r.Granted != 1 {
+		t.Fatal(r, err)
+	}
+	if r, err := e.Reserve(t.Context(), now, s.ID, "ign", "d", 1, 1); err != nil || r.Granted != 1 {
+		t.Fatal(r, err)
+	}
+	l.learning["open"], l.learning["ign"] = time.Second, time.Second
+	if r, err := e.Reserve(t.Context(), now, s.ID, "open", "d", 1, 1); !errors.Is(err, ErrLearning) || r.Degraded {
+		t.Fatalf("fail-open reserve of a learning resource: %+v %v, want refused, learning, not degraded", r, err)
+	}
+	if r, err := e.Reserve(t.Context(), now, s.ID, "ign", "d", 1, 1); err != nil || r.Granted != 1 {
+		t.Fatalf("reserve of a learning resource that ignores its limits: %+v %v, want granted", r, err)
+	}
+	state("refused", "learning [closed open] unchecked []")
+	l.checked = nil
+	delete(l.learning, "closed")
+	reconcile("closed learnt")
+	// closed and open were refused (dirty: restored first); this server
+	// holds open and ign, whose learning mode is asked but not listed.
+	if got := fmt.Sprint(l.checked); got != "[[{closed false} {ign true} {open true}]]" {
+		t.Fatalf("Learn was asked %s", got)
+	}
+	state("closed learnt", "learning [open] unchecked []")
+	delete(l.learning, "open")
+	if _, err := e.Reserve(t.Context(), now, s.ID, "open", "d", 1, 1); err != nil {
+		t.Fatalf("reserve of open, learnt: %v", err)
+	}
+	state("open answered", "learning [] unchecked []")
+	l.learning["closed"] = time.Second
+	reconcile("closed learning again")
+	state("closed learning again", "learning [closed] unchecked []")
+	l.down = true
+	if _, err := e.Reconcile(t.Context()); ClassOf(err) != ClassUnavailable {
+		t.Fatalf("reconcile with the log down: %v", err)
+	}
+	state("log down while closed learns", "learning [] unchecked []")
+	l.down = false
+	reconcile("closed learning, log up")
+	state("closed learning, log up", "learning [closed] unchecked []")
+	more := ign.Clone()
+	more.Resources["new"] = Resource{DomainLimit: 1}
+	delete(more.Resources, "closed")
+	if err := e.SetConfig(more); err != nil {
+		t.Fatal(err)
+	}
+	state("new resource, closed removed", "learning [] unchecked [new]")
+	reconcile("new checked")
+	state("new checked", "learning [] unchecked []")
+	l.learning["new"] = time.Second
+	reconcile("new learning")
+	e.Fence()
+	state("fenced again", "learning [] unchecked []")
 }

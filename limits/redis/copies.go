@@ -26,10 +26,13 @@ var (
 	copiesMoveLua string
 	//go:embed copies_restore.lua
 	copiesRestoreLua string
+	//go:embed copies_learn.lua
+	copiesLearnLua string
 
 	copiesReserveScript = newScript("copies_reserve", copiesReserveLua)
 	copiesMoveScript    = newScript("copies_move", copiesMoveLua)
 	copiesRestoreScript = newScript("copies_restore", copiesRestoreLua)
+	copiesLearnScript   = newScript("copies_learn", copiesLearnLua)
 	// registerScript adds a resource to a server's set of resources,
 	// unless the server is fenced (KEYS[1] its dead marker, KEYS[2] the
 	// set; ARGV[1] the escaped resource): -1 fenced, else 1.
@@ -51,21 +54,25 @@ return redis.call('SMEMBERS', KEYS[2])`)
 // ended.
 const FenceTTL = 7 * 24 * time.Hour
 
-// LearningPeriod is how long a resource's reserves are refused
-// (copies.ErrLearning) once a CopyLog finds that Redis lost its record of
-// the resource (restarted empty, FLUSHALL, a failover that lost writes)
-// while servers may hold copies of it: 3 s, time for every live server to
-// find its breaker closed again (a probe a second), notice the loss and
-// write its holds back (a reconcile a second: server/sessions), with a
-// second to spare. Without it, the first reserves after the loss see
-// counts of zero and grant what the live holds already use (measured: 10
-// holds against a domain limit of 8 after a Redis restart; see
-// docs/accuracy.md). A server that cannot reach Redis for longer than the
-// period while Redis loses its data has its holds written back late, and
-// uncounted meanwhile.
+// LearningPeriod is the longest a resource's reserves are refused
+// (copies.ErrLearning) once a CopyLog finds that Redis has no record of
+// the resource (restarted empty, FLUSHALL, a failover that lost writes,
+// or a new fleet: Redis cannot tell) while servers may hold copies of it:
+// 3 s, time for every live server to find its breaker closed again (a
+// probe a second), notice the loss and write its holds back (a reconcile
+// a second: server/sessions), with a second to spare. The period ends
+// earlier, as soon as every member of the fleet live when it started
+// (SetMembers) has written its holds back (Restore) or said it holds none
+// (Learn): on a new fleet, as soon as each server's first Learn ran. A
+// member that dies meanwhile never does, and the period runs out. Without
+// it, the first reserves after the loss see counts of zero and grant what
+// the live holds already use (measured: 10 holds against a domain limit
+// of 8 after a Redis restart; see docs/accuracy.md). A server that cannot
+// reach Redis for longer than the period while Redis loses its data has
+// its holds written back late, and uncounted meanwhile.
 //
 // Source: doorman-design.md, "learning mode"; the issue "Accuracy under
-// faults".
+// faults"; issue 41, item 5.
 const LearningPeriod = 3 * time.Second
 
 // CopyLog is a copies.Log on Redis or Redis Cluster: the copy log of
@@ -94,8 +101,8 @@ type CopyLog struct {
 	epoch      string          // "" until SetEpoch
 	registered map[string]bool // escaped resources in the epoch's set
 
-	peers    atomic.Int64  // other servers sharing the log (SetPeers); -1 unknown
-	learning time.Duration // LearningPeriod; this package's tests shorten it
+	members  atomic.Pointer[[]string] // the fleet's members' epochs (SetMembers); nil unknown
+	learning time.Duration            // LearningPeriod; this package's tests shorten it
 }
 
 var _ copies.Log = (*CopyLog)(nil)
@@ -109,26 +116,25 @@ var _ copies.Log = (*CopyLog)(nil)
 // It has no epoch: every write fails with copies.ErrFenced until
 // SetEpoch. It does not contact Redis.
 func NewCopyLog(store *Store) *CopyLog {
-	l := &CopyLog{s: store, c: store.c, prefix: store.prefix, timeout: store.timeout, registered: map[string]bool{}, learning: LearningPeriod}
-	l.peers.Store(-1)
-	return l
+	return &CopyLog{s: store, c: store.c, prefix: store.prefix, timeout: store.timeout, registered: map[string]bool{}, learning: LearningPeriod}
 }
 
-// SetPeers tells the log how many other servers share it now (the
-// fleet's other members; negative: unknown, the zero CopyLog's state).
-// When none does and this server holds no copies of a resource, a
-// missing record of the resource cannot hide anyone's holds: it is
-// created without a learning period (a resource's first reserve on a
-// fresh Redis is not refused). Safe for concurrent use.
-func (l *CopyLog) SetPeers(n int) { l.peers.Store(int64(n)) }
-
-// learnMs returns the learning period, in ms, to start if the record of
-// a resource is gone: 0 when no server can hold copies of it.
-func (l *CopyLog) learnMs(holding bool) int64 {
-	if !holding && l.peers.Load() == 0 {
-		return 0
+// SetMembers tells the log the epochs of the fleet's live members now
+// (its own among them or not; nil: unknown, the state of a new CopyLog).
+// A resource whose record Redis lost starts a learning period that waits
+// for each other member to write its holds back (Restore, Learn), or runs
+// out (LearningPeriod) when the members are unknown. When there is no
+// other member and this server holds no copies of the resource, a missing
+// record cannot hide anyone's holds: it is made again without a learning
+// period (a resource's first reserve on a fresh Redis is not refused).
+// Safe for concurrent use; the slice is not kept.
+func (l *CopyLog) SetMembers(epochs []string) {
+	if epochs == nil {
+		l.members.Store(nil)
+		return
 	}
-	return max(1, l.learning.Milliseconds())
+	c := slices.Clone(epochs)
+	l.members.Store(&c)
 }
 
 // SetEpoch makes id (an etcd lease id in hex, unique per membership; any
@@ -152,7 +158,7 @@ func (l *CopyLog) Epoch() string {
 // Key layout, prefix and names escaped (escape):
 //
 //	<prefix>{c<resource>}r              the resource's record: gone, Redis lost the counts
-//	<prefix>{c<resource>}l              its learning marker (ttl LearningPeriod)
+//	<prefix>{c<resource>}l              its learning marker: the epochs it waits for (set, ttl LearningPeriod)
 //	<prefix>{c<resource>}n:a            global count (hash: '_' total, 's<epoch>' and 't<transfer>' contributions)
 //	<prefix>{c<resource>}n:d:<domain>   a domain's count
 //	<prefix>{c<resource>}n:g:<group>    a group's count
@@ -262,30 +268,125 @@ func (l *CopyLog) Reserve(ctx context.Context, q copies.LogReserve) (copies.LogC
 	if q.Ignore {
 		ignore = "1"
 	}
-	args := make([]any, 0, 8+len(q.GroupLimits))
-	args = append(args, "s"+epoch, q.Copies, q.Min, q.DomainLimit, q.GlobalLimit, ignore, int64(copies.MaxCopies), l.learnMs(q.Holding))
+	args := make([]any, 0, 7+len(q.GroupLimits))
+	args = append(args, "s"+epoch, q.Copies, q.Min, q.DomainLimit, q.GlobalLimit, ignore, int64(copies.MaxCopies))
 	for _, g := range q.GroupLimits {
 		args = append(args, g)
 	}
-	cmd, err := l.s.eval(ctx, copiesReserveScript, keys, args...)
 	var v []int64
-	if err == nil {
-		v, err = cmd.Int64Slice()
-	}
-	if err != nil {
-		return copies.LogCounts{}, fail("reserve", err)
+	for attempt := 0; ; attempt++ {
+		cmd, err := l.s.eval(ctx, copiesReserveScript, keys, args...)
+		if err == nil {
+			v, err = cmd.Int64Slice()
+		}
+		if err != nil {
+			return copies.LogCounts{}, fail("reserve", err)
+		}
+		if len(v) != 1 || v[0] != -3 {
+			break
+		}
+		// The record is gone: make it again, starting the learning
+		// period if servers may hold copies, and try again once.
+		left, waiting, err := l.learn(ctx, esc, epoch, q.Holding)
+		switch {
+		case err != nil:
+			return copies.LogCounts{}, err
+		case left > 0:
+			return copies.LogCounts{}, learningError(q.Resource, left, waiting)
+		case attempt > 0:
+			return copies.LogCounts{}, fail("reserve", errors.New("the resource's record vanished again (Redis losing data?)"))
+		}
 	}
 	if len(v) == 1 && v[0] == -1 {
 		return copies.LogCounts{}, errFenced
 	}
-	if len(v) == 2 && v[0] == -2 {
-		return copies.LogCounts{}, fmt.Errorf("limits/redis: copies of %q: %w for %v more: Redis has no record of their counts (lost, or never made) while servers may hold some, which they are writing back",
-			q.Resource, copies.ErrLearning, time.Duration(v[1])*time.Millisecond)
+	if len(v) == 3 && v[0] == -2 {
+		return copies.LogCounts{}, learningError(q.Resource, time.Duration(v[1])*time.Millisecond, v[2])
 	}
 	if len(v) != 3+len(q.Groups) {
 		return copies.LogCounts{}, fail("reserve", fmt.Errorf("reply of %d values", len(v)))
 	}
 	return copies.LogCounts{Granted: v[0], DomainHolds: v[1], GlobalHolds: v[2], GroupHolds: v[3:]}, nil
+}
+
+// learningError is Reserve's error while resource's learning period has
+// left to run, waiting for waiting servers (0: unknown).
+func learningError(resource string, left time.Duration, waiting int64) error {
+	until := "at most"
+	if waiting > 0 {
+		until = fmt.Sprintf("at most, until %d more server(s) have written theirs back", waiting)
+	}
+	return fmt.Errorf("limits/redis: copies of %q: %w for %v more (%s): Redis has no record of their counts (lost, or never made) while servers may hold some, which they are writing back",
+		resource, copies.ErrLearning, left, until)
+}
+
+// learn runs copies_learn.lua for the resource esc under epoch (see
+// Learn): the learning period's time left and the servers it waits for.
+func (l *CopyLog) learn(ctx context.Context, esc, epoch string, holding bool) (time.Duration, int64, error) {
+	tag := l.tag(esc)
+	h, known := "0", "0"
+	if holding {
+		h = "1"
+	}
+	args := []any{epoch, h, max(1, l.learning.Milliseconds())}
+	if m := l.members.Load(); m != nil {
+		known = "1"
+		args = append(args, known)
+		for _, e := range *m {
+			args = append(args, e)
+		}
+	} else {
+		args = append(args, known)
+	}
+	cmd, err := l.s.eval(ctx, copiesLearnScript, []string{tag + "x:" + epoch, tag + "r", tag + "l", tag + "k:" + epoch}, args...)
+	var v []int64
+	if err == nil {
+		v, err = cmd.Int64Slice()
+	}
+	switch {
+	case err != nil:
+		return 0, 0, fail("learn", err)
+	case len(v) == 1 && v[0] == -1:
+		return 0, 0, errFenced
+	case len(v) != 2:
+		return 0, 0, fail("learn", fmt.Errorf("reply of %d values", len(v)))
+	}
+	return time.Duration(v[0]) * time.Millisecond, v[1], nil
+}
+
+// learnConcurrency bounds the scripts one Learn has in flight (they share
+// the store's round trips).
+const learnConcurrency = 64
+
+// Learn implements copies.Log: one script (copies_learn.lua) per
+// resource, in the resource's slot, run concurrently so that they share
+// round trips. The resources need not be registered (a server that holds
+// none of a resource writes nothing there). Errors: the first.
+func (l *CopyLog) Learn(ctx context.Context, checks []copies.LearnCheck) ([]time.Duration, error) {
+	l.mu.Lock()
+	epoch := l.epoch
+	l.mu.Unlock()
+	if epoch == "" {
+		return nil, errFenced
+	}
+	left := make([]time.Duration, len(checks))
+	errs := make([]error, len(checks))
+	sem := make(chan struct{}, learnConcurrency)
+	var wg sync.WaitGroup
+	for i, c := range checks {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			left[i], _, errs[i] = l.learn(ctx, escape(c.Resource), epoch, c.Holding)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return left, nil
 }
 
 // moveArgs are copies_move.lua's arguments.
@@ -558,23 +659,34 @@ func (l *CopyLog) Restore(ctx context.Context, resource string, holds []copies.H
 		}
 	}
 	keys := []string{tag + "x:" + epoch, set, tag + "r", tag + "l"}
-	args := []any{"s" + epoch, l.learnMs(len(holds) > 0)}
+	args := []any{"s" + epoch, epoch}
 	for _, k := range slices.Sorted(maps.Keys(want)) {
 		keys = append(keys, k)
 		args = append(args, want[k])
 	}
-	cmd, err := l.s.eval(ctx, copiesRestoreScript, keys, args...)
-	v := 0
-	if err == nil {
-		v, err = cmd.Int()
+	for attempt := 0; ; attempt++ {
+		cmd, err := l.s.eval(ctx, copiesRestoreScript, keys, args...)
+		v := 0
+		if err == nil {
+			v, err = cmd.Int()
+		}
+		switch {
+		case err != nil:
+			return fail("restore", err)
+		case v == -1:
+			return errFenced
+		case v != -3:
+			return nil
+		case attempt > 0:
+			return fail("restore", errors.New("the resource's record vanished again (Redis losing data?)"))
+		}
+		// The record is gone: make it again (the learning period waits
+		// for this server's restore too when it holds copies), then
+		// write.
+		if _, _, err := l.learn(ctx, esc, epoch, len(holds) > 0); err != nil {
+			return err
+		}
 	}
-	if err != nil {
-		return fail("restore", err)
-	}
-	if v < 0 {
-		return errFenced
-	}
-	return nil
 }
 
 // Lost implements copies.Log: a resource to which this server contributes

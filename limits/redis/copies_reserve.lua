@@ -6,23 +6,30 @@
 -- counts. Counts are hashes: field '_' the total, one field per
 -- contributor ('s' server epoch, 't' staged transfer).
 -- ARGV: 1 this server's field, 2 copies, 3 min, 4 domain limit, 5 global
--- limit (0: none), 6 ignore (0/1), 7 MaxCopies, 8 the learning period in
--- ms (0: no server may hold copies, none to learn), 9.. the groups'
--- limits.
--- Returns {-1} when fenced; {-2, ms left} while learning (the record was
--- gone: Redis lost the counts, and the servers are writing them back);
--- else {granted, domain holds, global holds, group holds...} after the
--- decision (granted 0: nothing written).
+-- limit (0: none), 6 ignore (0/1), 7 MaxCopies, 8.. the groups' limits.
+-- Returns {-1} when fenced; {-3} when the record is gone (Redis lost the
+-- counts, or never had them: copies_learn.lua makes it again and starts
+-- the learning period, then the reserve is tried again); {-2, ms left,
+-- servers waited for} while learning (the servers are writing their holds
+-- back; the marker is the set of epochs still to do so, or, from a server
+-- before 2026-11-28, a string); else {granted, domain holds, global
+-- holds, group holds...} after the decision (granted 0: nothing written).
+-- A reserve that ignores the limits does not wait for the learning period
+-- (it has no limit to protect), nor for the record.
 if redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
-if redis.call('EXISTS', KEYS[3]) == 0 then
-  redis.call('SET', KEYS[3], '1')
-  if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[4], '1', 'PX', ARGV[8]) end
+local ignore = ARGV[6] == '1'
+if not ignore then
+  if redis.call('EXISTS', KEYS[3]) == 0 then return {-3} end
+  local learning = redis.call('PTTL', KEYS[4])
+  if learning > 0 then
+    local waiting = 0
+    if redis.call('TYPE', KEYS[4]).ok == 'set' then waiting = redis.call('SCARD', KEYS[4]) end
+    return {-2, learning, waiting}
+  end
 end
-local learning = redis.call('PTTL', KEYS[4])
-if learning > 0 then return {-2, learning} end
 local f = ARGV[1]
 local copies, mn, dl, gl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local ignore, mx = ARGV[6] == '1', tonumber(ARGV[7])
+local mx = tonumber(ARGV[7])
 local function total(k) return tonumber(redis.call('HGET', k, '_') or '0') end
 local gh, dh = total(KEYS[5]), total(KEYS[6])
 local free = math.min(mx - dh, mx - gh)
@@ -35,7 +42,7 @@ for i = 7, #KEYS do
   local h = total(KEYS[i])
   groups[#groups + 1] = h
   free = math.min(free, mx - h)
-  if not ignore then free = math.min(free, tonumber(ARGV[i + 2]) - h) end
+  if not ignore then free = math.min(free, tonumber(ARGV[i + 1]) - h) end
 end
 local n = math.min(copies, free)
 if n < mn then n = 0 end

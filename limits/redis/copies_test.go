@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,7 +35,7 @@ func sharedEngine(t testing.TB, c redis.UniversalClient, p, epoch string, seed u
 	t.Helper()
 	l := NewCopyLog(New(c, Options{Prefix: p}))
 	l.SetEpoch(epoch)
-	l.SetPeers(0) // no data loss here: no learning period on a fresh Redis
+	l.SetMembers([]string{}) // no data loss here: no learning period on a fresh Redis
 	e, err := copies.New(copiesConfig(), copies.Options{Log: l, Rand: rand.NewChaCha8([32]byte{byte(seed)})})
 	if err != nil {
 		t.Fatal(err)
@@ -398,7 +400,7 @@ func TestCopiesRestoreAfterFlush(t *testing.T) {
 	for i := range 2 {
 		l := NewCopyLog(New(c, Options{Prefix: p}))
 		l.learning = learning
-		l.SetPeers(1)
+		l.SetMembers([]string{"e0", "e1"})
 		logs = append(logs, l)
 		l.SetEpoch(fmt.Sprintf("e%d", i))
 		e, err := copies.New(cfg, copies.Options{Log: l})
@@ -472,11 +474,11 @@ func TestCopiesRestoreAfterFlush(t *testing.T) {
 			t.Fatalf("reconcile with nothing held: %v %v", done, err)
 		}
 	}
-	// The flush also lost which resources each epoch wrote to: the next
-	// reserve (after the period its first attempt starts) registers the
-	// resource again, so that a burial finds it.
-	learns("after the second flush", 0)
-	time.Sleep(learning + 50*time.Millisecond)
+	// Each server's Reconcile told the log that it holds none: the
+	// period the first of them started ended with the second, and the
+	// next reserve is granted at once. The flush also lost which
+	// resources each epoch wrote to: that reserve registers the resource
+	// again, so that a burial finds it.
 	if r, err := reserve(0, 2); err != nil || r.Granted != 2 {
 		t.Fatalf("reserve after the second flush: %+v %v", r, err)
 	}
@@ -518,7 +520,7 @@ func TestCopiesLearningAlone(t *testing.T) {
 		t.Fatalf("peers unknown, fresh Redis: %v, want learning", err)
 	}
 	_ = c.FlushAll(context.Background()).Err()
-	l.SetPeers(0)
+	l.SetMembers([]string{})
 	for range 3 {
 		if r, err := reserve("pool"); err != nil || r.Granted != 1 || r.Degraded {
 			t.Fatalf("alone, fresh Redis: %+v %v, want granted", r, err)
@@ -536,6 +538,124 @@ func TestCopiesLearningAlone(t *testing.T) {
 	}
 	if n := globalCount(t, c, "a:", "pool"); n != 3 {
 		t.Fatalf("written back: %d, want 3", n)
+	}
+}
+
+// TestCopiesLearningEndsEarly: three servers of one fleet (each log
+// knowing the three epochs) on a fresh Redis. The first to look at a
+// resource (Reconcile's Learn) finds no record and starts the learning
+// period, waiting for the other two: their reserves are refused (naming
+// how many servers it waits for) until each has looked too, and then
+// granted at once, long before the period (a minute here) runs out. After
+// a FLUSHALL with holds live, a server holding copies is waited for until
+// it has restored them, not merely looked; a reserve that ignores its
+// limits never waits; and a marker a server before this change left (a
+// string) is respected until it runs out.
+func TestCopiesLearningEndsEarly(t *testing.T) {
+	srv := startOwnRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv})
+	defer c.Close()
+	p := "early:"
+	cfg := &copies.Config{Resources: map[string]copies.Resource{
+		"pool": {DomainLimit: 100},
+		"free": {DomainLimit: 1, Ignore: true},
+	}}
+	epochs := []string{"e0", "e1", "e2"}
+	var engines []*copies.Engine
+	var logs []*CopyLog
+	var sessions []string
+	for _, epoch := range epochs {
+		l := NewCopyLog(New(c, Options{Prefix: p}))
+		l.learning = time.Minute // never waited out
+		l.SetEpoch(epoch)
+		l.SetMembers(epochs)
+		e, err := copies.New(cfg, copies.Options{Log: l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := e.Open(time.Now(), time.Hour)
+		engines, logs, sessions = append(engines, e), append(logs, l), append(sessions, s.ID)
+	}
+	marker := p + "{cpool}l"
+	waiting := func(when, want string) {
+		t.Helper()
+		got, err := c.SMembers(t.Context(), marker).Result()
+		slices.Sort(got)
+		if err != nil || fmt.Sprint(got) != want {
+			t.Fatalf("%s: the learning period waits for %v %v, want %s", when, got, err, want)
+		}
+	}
+	reserve := func(i int, res string) (copies.Reservation, error) {
+		return engines[i].Reserve(t.Context(), time.Now(), sessions[i], res, "d", 1, 1)
+	}
+	reconcile := func(i int) {
+		t.Helper()
+		if _, err := engines[i].Reconcile(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reconcile(0)
+	waiting("e0 looked", "[e1 e2]")
+	if learning, _ := engines[0].Learning(); fmt.Sprint(learning) != "[pool]" {
+		t.Fatalf("e0 knows as learning %v, want [pool]", learning)
+	}
+	if _, err := reserve(1, "pool"); !errors.Is(err, copies.ErrLearning) || !strings.Contains(err.Error(), "until 2 more server(s)") {
+		t.Fatalf("reserve on e1 before it looked: %v, want learning, waiting for 2 servers", err)
+	}
+	if r, err := reserve(1, "free"); err != nil || r.Granted != 1 {
+		t.Fatalf("reserve of a resource that ignores its limits while another learns: %+v %v, want granted", r, err)
+	}
+	reconcile(1)
+	waiting("e1 looked", "[e2]")
+	reconcile(2)
+	if n, err := c.Exists(t.Context(), marker).Result(); err != nil || n != 0 {
+		t.Fatalf("after every member looked: marker exists %d %v, want gone", n, err)
+	}
+	for i := range engines {
+		if r, err := reserve(i, "pool"); err != nil || r.Granted != 1 {
+			t.Fatalf("reserve on e%d after every member looked: %+v %v, want granted at once", i, r, err)
+		}
+	}
+	for i := range engines {
+		reconcile(i)
+		if learning, unchecked := engines[i].Learning(); len(learning)+len(unchecked) != 0 {
+			t.Fatalf("e%d: learning %v unchecked %v, want neither", i, learning, unchecked)
+		}
+	}
+
+	// Redis loses the 3 holds. e1 looks first (it holds one, gone: it
+	// waits for itself too); its own look does not count, its restore
+	// does.
+	if err := c.FlushAll(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := logs[1].Learn(t.Context(), []copies.LearnCheck{{Resource: "pool", Holding: true}}); err != nil || left[0] <= 0 {
+		t.Fatalf("learn after the flush: %v %v, want learning", left, err)
+	}
+	waiting("e1 looked, holding", "[e0 e1 e2]")
+	if left, err := logs[1].Learn(t.Context(), []copies.LearnCheck{{Resource: "pool", Holding: true}}); err != nil || left[0] <= 0 {
+		t.Fatalf("learn again before restoring: %v %v, want learning", left, err)
+	}
+	waiting("e1 looked again, its holds not written back", "[e0 e1 e2]")
+	for i := range engines {
+		reconcile(i)
+	}
+	waiting("every member restored", "[]")
+	if n := globalCount(t, c, p, "pool"); n != 3 {
+		t.Fatalf("written back: %d, want 3", n)
+	}
+	if r, err := reserve(0, "pool"); err != nil || r.Granted != 1 || r.GlobalHolds != 4 {
+		t.Fatalf("reserve after the restores: %+v %v, want granted, 4 held", r, err)
+	}
+
+	// A string marker (a server before the marker was a set of epochs)
+	// is waited out, whoever looks.
+	if err := c.Set(t.Context(), marker, "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	reconcile(1)
+	if _, err := reserve(1, "pool"); !errors.Is(err, copies.ErrLearning) {
+		t.Fatalf("reserve under an old server's marker: %v, want learning", err)
 	}
 }
 

@@ -282,7 +282,7 @@
 // escaped:
 //
 //	<prefix>{c<resource>}r              the resource's record (gone: Redis lost the counts)
-//	<prefix>{c<resource>}l              its learning marker (ttl LearningPeriod)
+//	<prefix>{c<resource>}l              its learning marker: the epochs it waits for (set, ttl LearningPeriod)
 //	<prefix>{c<resource>}n:a            the global count
 //	<prefix>{c<resource>}n:d:<domain>   a domain's count
 //	<prefix>{c<resource>}n:g:<group>    a group's count
@@ -313,14 +313,22 @@
 // transfers: Lost notices an epoch's missing set of count keys, and
 // Restore writes the epoch's contributions back from its engine's hold
 // sets (copies.Engine.Reconcile). Until every server has, the counts are
-// too low, so the first script to find a resource's record gone (a
-// reserve or a restore) recreates it and starts the resource's learning
-// period (LearningPeriod): reserves answer copies.ErrLearning until it
-// ends, and then see every live hold again. It is skipped when no server
-// can hold copies of the resource (this server holds none and has no
-// peers: CopyLog.SetPeers), so a fresh Redis does not refuse a lone
-// server's first reserve. Staged transfers are not rebuilt (their copies
-// come back free), and a dead epoch's fence is lost with the rest.
+// too low, so the first script to find a resource's record gone
+// (copies_learn.lua, run by a reserve, a restore or Learn) recreates it
+// and starts the resource's learning period: reserves that keep the
+// limits answer copies.ErrLearning until it ends, and then see every live
+// hold again. Its marker is the set of the epochs it waits for — the
+// fleet's other members (CopyLog.SetMembers), and this server if it holds
+// copies — each member's Restore, or its Learn when it holds none,
+// removes its own, and the period ends when the set is empty or after
+// LearningPeriod, whichever comes first (a member that died is waited for
+// until then). It is skipped when no server can hold copies of the
+// resource (this server holds none and has no other member), so a fresh
+// Redis does not refuse a lone server's first reserve; and since every
+// server's engine asks Learn about every configured resource once it
+// joins, a new fleet's periods end within a reconcile of the last
+// member's join. Staged transfers are not rebuilt (their copies come back
+// free), and a dead epoch's fence is lost with the rest.
 //
 // # Introspection
 //

@@ -56,7 +56,7 @@ func TestOpen(t *testing.T) {
 		}
 		l := NewCopyLog(st)
 		l.SetEpoch("e" + strings.ReplaceAll(t.Name(), "/", ""))
-		l.SetPeers(0)
+		l.SetMembers([]string{})
 		q := copies.LogReserve{Resource: prefix(t), Domain: "d", Copies: 1, Min: 1, DomainLimit: 1, GlobalLimit: copies.Unbounded}
 		if got, err := l.Reserve(t.Context(), q); err != nil || got.Granted != 1 {
 			t.Fatalf("CopyLog on an opened store: %+v %v", got, err)

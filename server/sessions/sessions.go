@@ -139,19 +139,25 @@ func New(opts Options) (*Service, error) {
 		if err := s.registerMetrics(opts.Registry); err != nil {
 			return nil, fmt.Errorf("copy-limited resources: %w", err)
 		}
+		if err := s.registerLearning(opts.Registry); err != nil {
+			return nil, fmt.Errorf("copy-limited resources: %w", err)
+		}
 	}
 	return s, nil
 }
 
 // Run ends the sessions and staged transfers whose ttl passed every
 // expireEvery and, with a shared copy log, writes this server's
-// contributions back every reconcileEvery, until ctx is done.
+// contributions back and checks the learning mode of its resources every
+// reconcileEvery (every learnEvery while Ready would not say ready),
+// until ctx is done.
 func (s *Service) Run(ctx context.Context) {
 	sessions := time.NewTicker(expireEvery)
 	defer sessions.Stop()
 	var reconcile <-chan time.Time
+	var r *time.Timer
 	if s.opts.Log != nil {
-		r := time.NewTicker(reconcileEvery)
+		r = time.NewTimer(s.reconcileAfter())
 		defer r.Stop()
 		reconcile = r.C
 	}
@@ -163,6 +169,7 @@ func (s *Service) Run(ctx context.Context) {
 			s.expireSessions(ctx)
 		case <-reconcile:
 			s.reconcileCopies(ctx)
+			r.Reset(s.reconcileAfter())
 		}
 	}
 }
