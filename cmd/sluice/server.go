@@ -102,6 +102,8 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 		f.StringVar(&c.Listen.TLS.CertFile, "tls-cert", "", "serve TLS with this certificate (PEM); empty: plaintext (h2c)")
 		f.StringVar(&c.Listen.TLS.KeyFile, "tls-key", "", "the private key of --tls-cert (PEM)")
 		f.StringVar(&c.Listen.TLS.CAFile, "tls-client-ca", "", "require client certificates signed by these CAs (PEM): mTLS")
+		f.StringVar(&c.Listen.Identity.Source, "client-identity", "", "cert: bind each client's ids and sessions to its certificate's identity (mTLS)")
+		f.StringVar(&c.Listen.Identity.PolicyPath, "client-policy", "", "identity policy file (YAML): the resources each identity may use")
 		f.DurationVar(&c.Listen.Grace, "grace", 10*time.Second, "how long SIGTERM waits for in-flight RPCs")
 	})
 	in(f, groupConfig, func() {
@@ -191,6 +193,7 @@ var flagOf = map[string]string{
 	"Store.Shared": "--redis", "Sessions.Max": "--max-sessions", "Envoy.NearLimitRatio": "--envoy-near-limit-ratio",
 	"Admin.TrustForwarded": "--admin-trust-forwarded-user", "Admin.TokenFile": "--admin-token-file",
 	"Admin.Insecure": "--admin-insecure", "Admin.AuthReads": "--admin-auth-reads", "Listen.TLS.CAFile": "--tls-client-ca",
+	"Listen.Identity.Source": "--client-identity", "Listen.Identity.PolicyPath": "--client-policy",
 }
 
 // flagNames rewrites the Config field names in a server error's text as

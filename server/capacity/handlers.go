@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-rl/sluice/algorithm"
 	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/internal/identity"
 	"github.com/sluice-rl/sluice/lease"
 )
 
@@ -48,6 +49,9 @@ func (s *Service) Discovery(ctx context.Context, _ *pb.DiscoveryRequest) (*pb.Di
 func (s *Service) GetCapacity(ctx context.Context, req *pb.GetCapacityRequest) (*pb.GetCapacityResponse, error) {
 	if err := ValidateGetCapacity(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := authorize(s, ctx, "client_id", req.GetClientId(), req.GetResource()); err != nil {
+		return nil, err
 	}
 	if m := s.mastership(); m != nil {
 		return &pb.GetCapacityResponse{Mastership: m}, nil
@@ -91,6 +95,9 @@ func (s *Service) GetCapacity(ctx context.Context, req *pb.GetCapacityRequest) (
 func (s *Service) GetServerCapacity(ctx context.Context, req *pb.GetServerCapacityRequest) (*pb.GetServerCapacityResponse, error) {
 	if err := ValidateGetServerCapacity(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := authorize(s, ctx, "server_id", req.GetServerId(), req.GetResource()); err != nil {
+		return nil, err
 	}
 	if m := s.mastership(); m != nil {
 		return &pb.GetServerCapacityResponse{Mastership: m}, nil
@@ -140,6 +147,34 @@ func (s *Service) GetServerCapacity(ctx context.Context, req *pb.GetServerCapaci
 	return out, nil
 }
 
+// authorize checks, with Options.Authorizer, that id (in field) is the
+// caller's and that the policy grants it lease on every resource of rs.
+func authorize[R interface{ GetResourceId() string }](s *Service, ctx context.Context, field, id string, rs []R) error {
+	a := s.opts.Authorizer
+	if a == nil {
+		return nil
+	}
+	who, err := a.Client(ctx, field, id)
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if err := a.UseAs(who, identity.Lease, r.GetResourceId()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckHolder checks, with Options.Authorizer, that holder (a client or
+// server id, sluice.v1.Leases' holder_id) is the caller's identity or
+// under it: PermissionDenied naming both otherwise. nil without an
+// Authorizer.
+func (s *Service) CheckHolder(ctx context.Context, holder string) error {
+	_, err := s.opts.Authorizer.Client(ctx, "holder_id", holder)
+	return err
+}
+
 // previousExpiry returns g.PreviousExpiry for the wire, or nil when it is
 // not known (learning mode) or under Doorman's allocation.
 func previousExpiry(g lease.Grant, doorman bool) *int64 {
@@ -151,9 +186,12 @@ func previousExpiry(g lease.Grant, doorman bool) *int64 {
 
 // ReleaseCapacity implements doorman.Capacity/ReleaseCapacity: it drops
 // the client's leases on the listed resources.
-func (s *Service) ReleaseCapacity(_ context.Context, req *pb.ReleaseCapacityRequest) (*pb.ReleaseCapacityResponse, error) {
+func (s *Service) ReleaseCapacity(ctx context.Context, req *pb.ReleaseCapacityRequest) (*pb.ReleaseCapacityResponse, error) {
 	if err := ValidateReleaseCapacity(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if _, err := s.opts.Authorizer.Client(ctx, "client_id", req.GetClientId()); err != nil {
+		return nil, err
 	}
 	if m := s.mastership(); m != nil {
 		return &pb.ReleaseCapacityResponse{Mastership: m}, nil

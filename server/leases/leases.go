@@ -48,7 +48,8 @@ func (s *Service) Watch(req *v1.WatchRequest, stream grpc.ServerStreamingServer[
 
 // Stream serves one Watch on any transport, sending each message with
 // send, until ctx ends (nil) or the watch ends: the holder id is invalid
-// (InvalidArgument), the server is not the master or pushes no leases
+// (InvalidArgument) or not the caller's (PermissionDenied, with
+// identities: capacity.Service.CheckHolder), the server is not the master or pushes no leases
 // (FailedPrecondition), it lost mastership, another Watch for the holder
 // replaced this one, or the holder fell Buffer leases behind
 // (Unavailable); or send failed (its error).
@@ -56,6 +57,9 @@ func (s *Service) Stream(ctx context.Context, req *v1.WatchRequest, send func(*v
 	holder := req.GetHolderId()
 	if err := capacity.CheckID("holder_id", holder); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := s.c.CheckHolder(ctx, holder); err != nil {
+		return err
 	}
 	leases := make(chan *v1.PushedLease, Buffer)
 	ended := make(chan struct{})
