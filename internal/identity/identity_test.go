@@ -197,7 +197,9 @@ func TestAuthorizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := New(Options{Policy: func() *Policy { return p }, Fleet: []string{"sluice-server"},
-		Setting: func(path string) string { return map[string]string{"Listen.Identity.Source": "--client-identity"}[path] }})
+		Setting: func(path string) string {
+			return map[string]string{"Listen.Identity.Source": "--client-identity"}[path]
+		}})
 	alice := withPeer(cert("alice"))
 	code := func(err error) codes.Code { return status.Code(err) }
 
