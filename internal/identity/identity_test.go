@@ -256,3 +256,42 @@ func TestAuthorizer(t *testing.T) {
 		t.Errorf("no policy, alice as bob: %v", err)
 	}
 }
+
+// The cost of identities on a request: the caller's identity from its
+// certificate (a CN, a SPIFFE ID), the id check and one policy lookup;
+// and with identities off (a nil Authorizer).
+func BenchmarkAuthorize(b *testing.B) {
+	p, err := ParsePolicy([]byte(policy))
+	if err != nil {
+		b.Fatal(err)
+	}
+	withPolicy := New(Options{Policy: func() *Policy { return p }})
+	for _, bc := range []struct {
+		name string
+		a    *Authorizer
+		cert *x509.Certificate
+		id   string
+		api  API
+		res  string
+	}{
+		{"off", nil, cert("alice"), "alice/worker-1", Lease, "fixed/a"},
+		{"CN", New(Options{}), cert("alice"), "alice/worker-1", Lease, "fixed/a"},
+		{"SPIFFE", New(Options{}), cert("", "spiffe://example.org/bob"), "spiffe://example.org/bob/worker-1", Reserve, "sandboxes"},
+		{"CN and policy", withPolicy, cert("alice"), "alice/worker-1", Lease, "fixed/a"},
+		{"SPIFFE and policy", withPolicy, cert("", "spiffe://example.org/bob"), "spiffe://example.org/bob/worker-1", Reserve, "sandboxes"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			ctx := withPeer(bc.cert)
+			b.ReportAllocs()
+			for b.Loop() {
+				who, err := bc.a.Client(ctx, "client_id", bc.id)
+				if err == nil {
+					err = bc.a.UseAs(who, bc.api, bc.res)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
