@@ -330,7 +330,8 @@ func fieldErr(field, format string, args ...any) error {
 // messages its services send clients, name, by their Go path (longest
 // first where one extends another): what a front end (sluice server's flags) maps to its own names.
 var FieldNames = []string{
-	"Listen.TLS.CAFile", "Listen.TLS", "Listen.Grace", "Listen.Identity.Source", "Listen.Identity.PolicyPath", "Document.Path", "Document.QuotaServicePath", "Document.EnvoyRateLimitPath",
+	"Listen.TLS.CAFile", "Listen.TLS", "Listen.Grace", "Listen.Identity.Source", "Listen.Identity.PolicyPath",
+	"Document.Path", "Document.QuotaServicePath", "Document.EnvoyRateLimitPath",
 	"Document.Fixed", "Parent.Addresses", "Parent.TLS", "Leases.DisablePush", "Election.Kind", "Election.Key",
 	"Etcd.Endpoints", "Etcd.TLS", "Store.Redis", "Store.Cluster", "Store.Timeout", "Store.Shared",
 	"Sessions.Max", "Envoy.NearLimitRatio", "Admin.TrustForwarded", "Admin.TokenFile", "Admin.Insecure",
