@@ -43,14 +43,16 @@ func (s *Service) Discovery(ctx context.Context, _ *pb.DiscoveryRequest) (*pb.Di
 }
 
 // GetCapacity implements doorman.Capacity/GetCapacity: a bulk request for
-// capacity from one client.
+// capacity from one client. With identities (Options.Authorizer), a
+// client_id not the caller's, or a resource the policy does not let it
+// lease, is PermissionDenied.
 //
 // Source: doorman-design.md, "Processing the GetCapacity RPC".
 func (s *Service) GetCapacity(ctx context.Context, req *pb.GetCapacityRequest) (*pb.GetCapacityResponse, error) {
 	if err := ValidateGetCapacity(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if err := authorize(s, ctx, "client_id", req.GetClientId(), req.GetResource()); err != nil {
+	if err := s.authorize(ctx, "client_id", req.GetClientId(), resourceIDs(s, req.GetResource())); err != nil {
 		return nil, err
 	}
 	if m := s.mastership(); m != nil {
@@ -91,12 +93,13 @@ func (s *Service) GetCapacity(ctx context.Context, req *pb.GetCapacityRequest) (
 // downstream server asks on behalf of its clients, summarised per priority
 // band. Each band counts as num_clients subclients at its priority (see
 // algorithm.PriorityFairTarget); the response pushes the resource's
-// algorithm and safe capacity down.
+// algorithm and safe capacity down. With identities, the server_id is
+// checked as GetCapacity checks a client_id.
 func (s *Service) GetServerCapacity(ctx context.Context, req *pb.GetServerCapacityRequest) (*pb.GetServerCapacityResponse, error) {
 	if err := ValidateGetServerCapacity(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if err := authorize(s, ctx, "server_id", req.GetServerId(), req.GetResource()); err != nil {
+	if err := s.authorize(ctx, "server_id", req.GetServerId(), resourceIDs(s, req.GetResource())); err != nil {
 		return nil, err
 	}
 	if m := s.mastership(); m != nil {
@@ -148,8 +151,9 @@ func (s *Service) GetServerCapacity(ctx context.Context, req *pb.GetServerCapaci
 }
 
 // authorize checks, with Options.Authorizer, that id (in field) is the
-// caller's and that the policy grants it lease on every resource of rs.
-func authorize[R interface{ GetResourceId() string }](s *Service, ctx context.Context, field, id string, rs []R) error {
+// caller's and that the policy grants it lease on each of the request's
+// resources (ids: the request's resource list).
+func (s *Service) authorize(ctx context.Context, field, id string, ids []string) error {
 	a := s.opts.Authorizer
 	if a == nil {
 		return nil
@@ -158,12 +162,25 @@ func authorize[R interface{ GetResourceId() string }](s *Service, ctx context.Co
 	if err != nil {
 		return err
 	}
-	for _, r := range rs {
-		if err := a.UseAs(who, identity.Lease, r.GetResourceId()); err != nil {
+	for _, r := range ids {
+		if err := a.UseAs(who, identity.Lease, r); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// resourceIDs returns the resource ids of a request's resources, with
+// identities on (nil without: nothing to check).
+func resourceIDs[R interface{ GetResourceId() string }](s *Service, rs []R) []string {
+	if s.opts.Authorizer == nil {
+		return nil
+	}
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = r.GetResourceId()
+	}
+	return ids
 }
 
 // CheckHolder checks, with Options.Authorizer, that holder (a client or
@@ -185,7 +202,8 @@ func previousExpiry(g lease.Grant, doorman bool) *int64 {
 }
 
 // ReleaseCapacity implements doorman.Capacity/ReleaseCapacity: it drops
-// the client's leases on the listed resources.
+// the client's leases on the listed resources (with identities, only the
+// caller's own: PermissionDenied for another's client_id).
 func (s *Service) ReleaseCapacity(ctx context.Context, req *pb.ReleaseCapacityRequest) (*pb.ReleaseCapacityResponse, error) {
 	if err := ValidateReleaseCapacity(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())

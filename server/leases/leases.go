@@ -48,9 +48,10 @@ func (s *Service) Watch(req *v1.WatchRequest, stream grpc.ServerStreamingServer[
 
 // Stream serves one Watch on any transport, sending each message with
 // send, until ctx ends (nil) or the watch ends: the holder id is invalid
-// (InvalidArgument) or not the caller's (PermissionDenied, with
-// identities: capacity.Service.CheckHolder), the server is not the master or pushes no leases
-// (FailedPrecondition), it lost mastership, another Watch for the holder
+// (InvalidArgument) or, with identities, not the caller's
+// (PermissionDenied: capacity.Service.CheckHolder), the server is not the
+// master or pushes no leases (FailedPrecondition), it lost mastership,
+// another Watch for the holder
 // replaced this one, or the holder fell Buffer leases behind
 // (Unavailable); or send failed (its error).
 func (s *Service) Stream(ctx context.Context, req *v1.WatchRequest, send func(*v1.WatchResponse) error) error {
