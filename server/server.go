@@ -572,8 +572,9 @@ func (s *Server) configReloaded(err error) {
 }
 
 // Reload rereads the configuration files (--config,
-// --quotaservice-config, --envoy-ratelimit-config, --client-policy) at once, as on SIGHUP; a bad file is logged and
-// counted, and the last good configuration keeps serving.
+// --quotaservice-config, --envoy-ratelimit-config, --client-policy) at
+// once, as on SIGHUP; a bad file is logged and counted, and the last good
+// configuration keeps serving.
 func (s *Server) Reload() {
 	for _, f := range s.files {
 		s.log.Info("reloading configuration", "path", f.path)
