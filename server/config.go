@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/fleet"
+	"github.com/sluice-rl/sluice/internal/identity"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
@@ -57,7 +58,7 @@ type Config struct {
 	Store Store
 	// Envoy configures Envoy's rate limit service: its algorithm, shadow
 	// mode, headers and answer on store errors (its Store, Now, Registry,
-	// Logger and Tiers are the server's).
+	// Logger, Tiers and Authorizer are the server's).
 	Envoy envoyrls.Options
 	// Admin configures the admin API at /admin/v1/ (and the quota
 	// service's at /api).
@@ -83,6 +84,30 @@ type Listen struct {
 	Grace time.Duration
 	// Pprof serves Go's profiler at /debug/pprof/.
 	Pprof bool
+	// Identity binds clients to the identities their certificates name
+	// (with mTLS), and says what each may use; the zero value: client ids
+	// are whatever clients say.
+	Identity Identity
+}
+
+// Identity is where the clients' identities come from and what each may
+// use (docs/identity.md; package internal/identity).
+type Identity struct {
+	// Source is "" (no identities) or "cert": each client's identity is
+	// the one its certificate names (its SPIFFE URI SAN, else its subject
+	// CN), which needs mTLS (Listen.TLS.CAFile, or a Listen.TLS.Config
+	// that requires and verifies client certificates). Then a lease
+	// client's client_id (server_id, holder_id) must be its identity or
+	// the identity, "/" and a suffix, and a session belongs to the
+	// identity that opened it; PermissionDenied otherwise.
+	Source string
+	// PolicyPath is a policy file (YAML: identity.Policy) granting each
+	// identity the resources it may lease, Allow, reserve, and the Envoy
+	// domains it may rate limit in; reloaded when it changes and by
+	// Reload (a bad one is logged and counted; the last good one keeps
+	// serving); one that cannot be loaded is New's error. Empty: every
+	// identity may use every resource. Needs Source "cert".
+	PolicyPath string
 }
 
 // Runtime is what the server logs, records and reads the time with.
@@ -336,7 +361,8 @@ func fieldErr(field, format string, args ...any) error {
 // messages its services send clients, name, by their Go path (longest
 // first where one extends another): what a front end (sluice server's flags) maps to its own names.
 var FieldNames = []string{
-	"Listen.TLS.CAFile", "Listen.TLS", "Listen.Grace", "Document.Path", "Document.QuotaServicePath", "Document.EnvoyRateLimitPath",
+	"Listen.TLS.CAFile", "Listen.TLS", "Listen.Grace", "Listen.Identity.Source", "Listen.Identity.PolicyPath",
+	"Document.Path", "Document.QuotaServicePath", "Document.EnvoyRateLimitPath",
 	"Document.Fixed", "Parent.Addresses", "Parent.TLS", "Leases.DisablePush", "Election.Kind", "Election.Key",
 	"Etcd.Endpoints", "Etcd.TLS", "Store.Redis", "Store.Cluster", "Store.Timeout", "Store.Shared",
 	"Sessions.Max", "Envoy.NearLimitRatio", "Admin.TrustForwarded", "Admin.TokenFile", "Admin.Insecure",
@@ -363,6 +389,9 @@ func (c *Config) validate() error {
 	case c.Store.Shared != nil && (c.Store.Redis != "" || len(c.Store.Cluster) > 0):
 		return fieldErr("Store.Shared", "set with Store.Redis or Store.Cluster; give one or the other")
 	}
+	if err := c.Listen.validateIdentity(); err != nil {
+		return err
+	}
 	if err := c.Envoy.Check(); err != nil {
 		return &FieldError{Field: "Envoy." + err.Field, Err: err.Err}
 	}
@@ -373,6 +402,21 @@ func (c *Config) validate() error {
 		if strings.HasPrefix(c.Document.Path, "etcd:") {
 			return fieldErr("Etcd.Endpoints", "required with Document.Path etcd:/KEY")
 		}
+	}
+	return nil
+}
+
+// validateIdentity checks Listen.Identity: a known source, mTLS for
+// "cert", a policy only with a source.
+func (l Listen) validateIdentity() error {
+	id := l.Identity
+	switch {
+	case id.Source != "" && id.Source != identity.SourceCert:
+		return fieldErr("Listen.Identity.Source", "%q, want cert (or empty: none)", id.Source)
+	case id.Source == identity.SourceCert && l.TLS.CAFile == "" && (l.TLS.Config == nil || l.TLS.Config.ClientAuth != tls.RequireAndVerifyClientCert):
+		return fieldErr("Listen.Identity.Source", "cert needs client certificates: set Listen.TLS.CAFile (mTLS)")
+	case id.PolicyPath != "" && id.Source == "":
+		return fieldErr("Listen.Identity.PolicyPath", "set without Listen.Identity.Source: a policy needs identities (cert)")
 	}
 	return nil
 }

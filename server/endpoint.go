@@ -12,6 +12,7 @@ import (
 
 	"github.com/soheilhy/cmux"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 )
@@ -76,8 +77,12 @@ func (s *Server) Serve(lis net.Listener, handler http.Handler, tlsConfig *tls.Co
 	grpcL := e.m.MatchWithWriters(cmux.HTTP2MatchHeaderFieldSendSettings("content-type", "application/grpc"))
 	httpL := ackFilterListener{e.m.Match(cmux.Any())}
 
-	e.gs = grpc.NewServer(append(s.grpcTracing(), grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.UnaryInterceptor(s.rpc.grpcInterceptor),
-		grpc.NumStreamWorkers(uint32(streamWorkersPerCPU*runtime.GOMAXPROCS(0))))...)
+	gopts := append(s.grpcTracing(), grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.UnaryInterceptor(s.rpc.grpcInterceptor),
+		grpc.NumStreamWorkers(uint32(streamWorkersPerCPU*runtime.GOMAXPROCS(0))))
+	if tlsConfig != nil {
+		gopts = append(gopts, grpc.Creds(terminatedTLS{}))
+	}
+	e.gs = grpc.NewServer(gopts...)
 	s.registerGRPC(e.gs)
 	protocols := new(http.Protocols) // TLS, if any, is already terminated
 	protocols.SetHTTP1(true)
@@ -136,20 +141,55 @@ func (e *Endpoint) Shutdown(ctx context.Context) error {
 // (tlsutil.PeerCertificates: the admin API's mTLS users): net/http sets
 // Request.TLS only for a *tls.Conn it accepted itself.
 func connContext(ctx context.Context, c net.Conn) context.Context {
+	if tc := tlsConnOf(c); tc != nil {
+		return tlsutil.WithConn(ctx, tc)
+	}
+	return ctx
+}
+
+// tlsConnOf returns the TLS connection under a muxed one, nil for none.
+func tlsConnOf(c net.Conn) *tls.Conn {
 	for range 4 {
 		switch x := c.(type) {
 		case *tls.Conn:
-			return tlsutil.WithConn(ctx, x)
+			return x
 		case *ackFilterConn:
 			c = x.Conn
 		case *cmux.MuxConn:
 			c = x.Conn
 		default:
-			return ctx
+			return nil
 		}
 	}
-	return ctx
+	return nil
 }
+
+// terminatedTLS are grpc-go's transport credentials on a listener that
+// terminated TLS already: no handshake of their own, and the TLS
+// connection's state as the peer's AuthInfo, so that grpc-go's handlers
+// see the client's certificate (tlsutil.PeerCertificates) as net/http's
+// do through connContext.
+type terminatedTLS struct{}
+
+func (terminatedTLS) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	tc := tlsConnOf(c)
+	if tc == nil {
+		return c, nil, nil
+	}
+	return c, credentials.TLSInfo{State: tc.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+}
+
+func (terminatedTLS) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("server: terminatedTLS serves only")
+}
+
+func (terminatedTLS) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
+}
+
+func (terminatedTLS) Clone() credentials.TransportCredentials { return terminatedTLS{} }
+
+func (terminatedTLS) OverrideServerName(string) error { return nil }
 
 // ackFilterListener hands net/http the HTTP/2 connections the gRPC matcher
 // let pass, without the client's acknowledgement of the matcher's SETTINGS

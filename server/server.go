@@ -60,6 +60,7 @@ import (
 	"github.com/sluice-rl/sluice/fleet"
 	"github.com/sluice-rl/sluice/internal/filewatch"
 	"github.com/sluice-rl/sluice/internal/grpcconnect"
+	"github.com/sluice-rl/sluice/internal/identity"
 	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
@@ -133,6 +134,9 @@ type Server struct {
 	// horizon is a root's lease horizon under an etcd election (nil:
 	// none): the capacity service keeps it, the election opens its terms.
 	horizon *election.LeaseHorizon
+	// auth binds clients to their certificates' identities
+	// (Config.Listen.Identity; nil: off), for every service.
+	auth *identity.Authorizer
 }
 
 // New assembles a server from cfg: it listens, builds the services over
@@ -212,6 +216,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	if err := s.openEtcd(); err != nil {
+		return nil, err
+	}
+	if err := s.openIdentity(); err != nil {
 		return nil, err
 	}
 	if err := s.newServices(id); err != nil {
@@ -329,7 +336,7 @@ func (s *Server) newServices(id string) error {
 	s.capacity = capacity.New(capacity.Options{ID: id, Address: s.addr, Config: cfg.Document.Fixed, Now: s.now, Logger: s.log,
 		Registry: reg, Parent: cfg.Parent.Addresses, ParentTLS: s.tls.parent,
 		RequireConfig: cfg.Document.Path != "" && len(cfg.Parent.Addresses) == 0, NoPush: cfg.Leases.DisablePush,
-		Setting: cfg.Runtime.Setting, Election: s.describeElection(), Horizon: horizon})
+		Setting: cfg.Runtime.Setting, Election: s.describeElection(), Horizon: horizon, Authorizer: s.auth})
 	if err := reg.Err(); err != nil {
 		return fmt.Errorf("capacity: %w", err)
 	}
@@ -340,7 +347,7 @@ func (s *Server) newServices(id string) error {
 		}
 	}
 	var err error
-	s.limits, err = limitsvc.New(limitsvc.Options{Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Limits(), Store: s.shared.Limits})
+	s.limits, err = limitsvc.New(limitsvc.Options{Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Limits(), Store: s.shared.Limits, Authorizer: s.auth})
 	if err != nil {
 		return err
 	}
@@ -349,7 +356,8 @@ func (s *Server) newServices(id string) error {
 		log = s.shared.Copies
 	}
 	so := sessions.Options{Address: s.addr, Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Copies(),
-		Log: log, MaxSessions: cfg.Sessions.Max, Setting: cfg.Runtime.Setting, ForwardDialOptions: s.grpcClientTracing()}
+		Log: log, MaxSessions: cfg.Sessions.Max, Setting: cfg.Runtime.Setting, ForwardDialOptions: s.grpcClientTracing(),
+		Authorizer: s.auth}
 	if log != nil {
 		// The fleet sharing the copy log: the membership fences the
 		// engine until it has an epoch; requests for sessions homed on
@@ -372,7 +380,7 @@ func (s *Server) newServices(id string) error {
 		return err
 	}
 	eo := cfg.Envoy
-	eo.Now, eo.Logger, eo.Registry, eo.Store, eo.Tiers = s.now, s.log, s.reg, rls.NewMemoryStore(), s.limits.Engine()
+	eo.Now, eo.Logger, eo.Registry, eo.Store, eo.Tiers, eo.Authorizer = s.now, s.log, s.reg, rls.NewMemoryStore(), s.limits.Engine(), s.auth
 	if s.shared.RLS != nil {
 		eo.Store = s.shared.RLS
 	}
@@ -575,9 +583,10 @@ func (s *Server) configReloaded(err error) {
 	s.reloads.WithLabelValues("ok").Inc()
 }
 
-// Reload rereads the configuration files (--config and
-// --quotaservice-config) at once, as on SIGHUP; a bad file is logged and
-// counted, and the last good configuration keeps serving.
+// Reload rereads the configuration files (--config,
+// --quotaservice-config, --envoy-ratelimit-config, --client-policy) at
+// once, as on SIGHUP; a bad file is logged and counted, and the last good
+// configuration keeps serving.
 func (s *Server) Reload() {
 	for _, f := range s.files {
 		s.log.Info("reloading configuration", "path", f.path)

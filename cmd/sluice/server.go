@@ -102,6 +102,8 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 		f.StringVar(&c.Listen.TLS.CertFile, "tls-cert", "", "serve TLS with this certificate (PEM); empty: plaintext (h2c)")
 		f.StringVar(&c.Listen.TLS.KeyFile, "tls-key", "", "the private key of --tls-cert (PEM)")
 		f.StringVar(&c.Listen.TLS.CAFile, "tls-client-ca", "", "require client certificates signed by these CAs (PEM): mTLS")
+		f.StringVar(&c.Listen.Identity.Source, "client-identity", "", "cert: bind each client's ids and sessions to its certificate's identity (mTLS)")
+		f.StringVar(&c.Listen.Identity.PolicyPath, "client-policy", "", "identity policy file (YAML): the resources each identity may use")
 		f.DurationVar(&c.Listen.Grace, "grace", 10*time.Second, "how long SIGTERM waits for in-flight RPCs")
 	})
 	in(f, groupConfig, func() {
@@ -200,6 +202,7 @@ var flagOf = map[string]string{
 	"Runtime.Tracing.Exporter": "--otel-traces-exporter",
 	"Runtime.Tracing.Protocol": "--otel-exporter-otlp-protocol", "Runtime.Tracing.Endpoint": "--otel-exporter-otlp-endpoint",
 	"Runtime.Tracing.Sampler": "--otel-traces-sampler", "Runtime.Tracing.SamplerArg": "--otel-traces-sampler-arg",
+	"Listen.Identity.Source": "--client-identity", "Listen.Identity.PolicyPath": "--client-policy",
 }
 
 // flagNames rewrites the Config field names in a server error's text as

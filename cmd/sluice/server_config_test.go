@@ -51,6 +51,9 @@ func TestServerFlagErrors(t *testing.T) {
 		{[]string{"--envoy-near-limit-ratio", "2"}, "--envoy-near-limit-ratio: 2, want a fraction in (0, 1]"},
 		{[]string{"--envoy-algorithm", "leaky"}, "--envoy-algorithm: "},
 		{[]string{"--grace", "-1s"}, "--grace: -1s, want a positive duration"},
+		{[]string{"--client-identity", "cert"}, "--client-identity: cert needs client certificates: set --tls-client-ca (mTLS)"},
+		{[]string{"--client-identity", "spiffe"}, `--client-identity: "spiffe", want cert`},
+		{[]string{"--client-policy", "policy.yaml"}, "--client-policy: set without --client-identity"},
 		{[]string{"--admin-token-file", "/nonexistent/tokens"}, "--admin-token-file: token file: stat /nonexistent/tokens"},
 		{[]string{"--admin-trust-forwarded-user", "not-an-address"}, "--admin-trust-forwarded-user: "},
 	} {

@@ -7,8 +7,10 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -23,21 +25,44 @@ type Certs struct {
 	ServerCert, ServerKey     string
 	ClientCert, ClientKey     string
 	OtherClientCert, OtherKey string // signed by OtherCA
+
+	dir   string
+	ca    *x509.Certificate
+	caKey *ecdsa.PrivateKey
+	n     int // client certificates Client made
 }
 
 // MakeCerts writes fresh certificates into t.TempDir(), valid for an hour.
 func MakeCerts(t testing.TB) *Certs {
 	t.Helper()
 	dir := t.TempDir()
-	c := &Certs{}
 	ca, caKey := selfSigned(t, "sluice test CA")
+	c := &Certs{dir: dir, ca: ca, caKey: caKey}
 	other, otherKey := selfSigned(t, "another CA")
 	c.CA = writePEM(t, dir, "ca.pem", "CERTIFICATE", ca.Raw)
 	c.OtherCA = writePEM(t, dir, "other-ca.pem", "CERTIFICATE", other.Raw)
-	c.ServerCert, c.ServerKey = leaf(t, dir, "server", ca, caKey, x509.ExtKeyUsageServerAuth)
-	c.ClientCert, c.ClientKey = leaf(t, dir, "client", ca, caKey, x509.ExtKeyUsageClientAuth)
-	c.OtherClientCert, c.OtherKey = leaf(t, dir, "other-client", other, otherKey, x509.ExtKeyUsageClientAuth)
+	c.ServerCert, c.ServerKey = leaf(t, dir, "server", "server", nil, ca, caKey, x509.ExtKeyUsageServerAuth)
+	c.ClientCert, c.ClientKey = leaf(t, dir, "client", "client", nil, ca, caKey, x509.ExtKeyUsageClientAuth)
+	c.OtherClientCert, c.OtherKey = leaf(t, dir, "other-client", "other-client", nil, other, otherKey, x509.ExtKeyUsageClientAuth)
 	return c
+}
+
+// Client writes another client certificate signed by c's CA, with subject
+// CN cn ("" for none) and the URI SANs uris (a SPIFFE ID
+// "spiffe://example.org/…", say), and returns its certificate and key
+// files. Not safe for concurrent use.
+func (c *Certs) Client(t testing.TB, cn string, uris ...string) (certFile, keyFile string) {
+	t.Helper()
+	var us []*url.URL
+	for _, u := range uris {
+		pu, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		us = append(us, pu)
+	}
+	c.n++
+	return leaf(t, c.dir, fmt.Sprintf("client-%d", c.n), cn, us, c.ca, c.caKey, x509.ExtKeyUsageClientAuth)
 }
 
 func key(t testing.TB) *ecdsa.PrivateKey {
@@ -74,10 +99,10 @@ func selfSigned(t testing.TB, name string) (*x509.Certificate, *ecdsa.PrivateKey
 	return cert, k
 }
 
-func leaf(t testing.TB, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage x509.ExtKeyUsage) (certFile, keyFile string) {
+func leaf(t testing.TB, dir, name, cn string, uris []*url.URL, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage x509.ExtKeyUsage) (certFile, keyFile string) {
 	k := key(t)
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(t), Subject: pkix.Name{CommonName: name},
+		SerialNumber: serial(t), Subject: pkix.Name{CommonName: cn}, URIs: uris,
 		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
 		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},

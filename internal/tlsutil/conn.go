@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 )
 
 type connKey struct{}
@@ -16,17 +19,24 @@ func WithConn(ctx context.Context, c *tls.Conn) context.Context {
 }
 
 // PeerCertificates returns the certificates the client presented on the
-// TLS connection ctx carries (WithConn), leaf first, after the handshake
-// verified them against the server's client CAs; nil when ctx carries no
-// TLS connection or the client presented none.
+// TLS connection of ctx's request, leaf first, after the handshake
+// verified them against the server's client CAs: the connection ctx
+// carries (WithConn: net/http's side of the endpoint), else the
+// credentials.TLSInfo of ctx's grpc-go peer (grpc-go's side, whose
+// transport credentials report the TLS connection's state). nil when ctx
+// carries neither or the client presented none.
 func PeerCertificates(ctx context.Context) []*x509.Certificate {
-	c, _ := ctx.Value(connKey{}).(*tls.Conn)
-	if c == nil {
-		return nil
+	if c, _ := ctx.Value(connKey{}).(*tls.Conn); c != nil {
+		st := c.ConnectionState()
+		if !st.HandshakeComplete {
+			return nil
+		}
+		return st.PeerCertificates
 	}
-	st := c.ConnectionState()
-	if !st.HandshakeComplete {
-		return nil
+	if p, ok := peer.FromContext(ctx); ok {
+		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && info.State.HandshakeComplete {
+			return info.State.PeerCertificates
+		}
 	}
-	return st.PeerCertificates
+	return nil
 }

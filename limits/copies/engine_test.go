@@ -783,3 +783,39 @@ func TestManyGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A session's owner (OpenOwned) is known while the session lives, through
+// keep-alives, and forgotten when it ends: closed, expired, or fenced.
+func TestOwner(t *testing.T) {
+	e, _ := New(sandboxes(), Options{})
+	a, err := e.OpenOwned(t0, 2*time.Second, "alice")
+	if err != nil || a.Owner != "alice" {
+		t.Fatalf("OpenOwned: %+v, %v", a, err)
+	}
+	plain, _ := e.Open(t0, 2*time.Second)
+	if o, ok := e.Owner(a.ID); o != "alice" || !ok {
+		t.Errorf("Owner(alice's) = %q, %v", o, ok)
+	}
+	if o, ok := e.Owner(plain.ID); o != "" || !ok {
+		t.Errorf("Owner(Open's) = %q, %v; want \"\", true", o, ok)
+	}
+	if k, err := e.KeepAlive(t0.Add(time.Second), a.ID); err != nil || k.Owner != "alice" {
+		t.Errorf("KeepAlive: %+v, %v", k, err)
+	}
+	if _, err := e.Close(context.Background(), t0.Add(time.Second), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := e.Owner(a.ID); ok {
+		t.Errorf("Owner after Close = %q, true", o)
+	}
+	b, _ := e.OpenOwned(t0, time.Second, "bob")
+	e.Expire(context.Background(), t0.Add(5*time.Second))
+	if _, ok := e.Owner(b.ID); ok {
+		t.Error("Owner known after the session expired")
+	}
+	c, _ := e.OpenOwned(t0.Add(5*time.Second), time.Minute, "carol")
+	e.Fence()
+	if _, ok := e.Owner(c.ID); ok {
+		t.Error("Owner known after Fence dropped the session")
+	}
+}

@@ -21,6 +21,8 @@ type Session struct {
 	// Expires is when the session ends unless kept alive: the last Open or
 	// KeepAlive plus TTL.
 	Expires time.Time
+	// Owner is who opened it (OpenOwned; "" for Open).
+	Owner string
 }
 
 // session is the hold set of one client session: the copies it holds per
@@ -32,6 +34,7 @@ type session struct {
 	timer
 	ttl   int64
 	holds map[holdKey]int64
+	owner string // OpenOwned's
 }
 
 // transfer is a staged transfer.
@@ -54,6 +57,14 @@ type transfer struct {
 // Source: charon-paper.md, sections 3.1 and 4.2 (client sessions); the
 // session ttl is Sluice's: its clients are not bound to one connection.
 func (e *Engine) Open(now time.Time, ttl time.Duration) (Session, error) {
+	return e.OpenOwned(now, ttl, "")
+}
+
+// OpenOwned is Open for a session that belongs to owner (a client's
+// identity, which server/sessions checks on every later use of the
+// session): Owner returns it while the session lives. The engine itself
+// does not check owners.
+func (e *Engine) OpenOwned(now time.Time, ttl time.Duration, owner string) (Session, error) {
 	switch {
 	case ttl < 0:
 		return Session{}, fail("ttl", fmt.Sprintf("%v is negative", ttl), ErrInvalidArgument)
@@ -76,11 +87,24 @@ func (e *Engine) Open(now time.Time, ttl time.Duration) (Session, error) {
 			id = ep + "-" + id
 		}
 	}
-	s := &session{timer: timer{deadline: ns + int64(ttl), id: id}, ttl: int64(ttl), holds: map[holdKey]int64{}}
+	s := &session{timer: timer{deadline: ns + int64(ttl), id: id}, ttl: int64(ttl), holds: map[holdKey]int64{}, owner: owner}
 	e.sessions[id] = s
 	e.stimers.push(&s.timer)
 	e.stats.Opened++
-	return Session{ID: id, TTL: ttl, Expires: time.Unix(0, s.deadline)}, nil
+	return Session{ID: id, TTL: ttl, Expires: time.Unix(0, s.deadline), Owner: owner}, nil
+}
+
+// Owner returns the owner of session id (OpenOwned's; "" for a session
+// Open opened), and ok false when no such session is open (never opened,
+// ended, or the engine fenced). O(1); safe for concurrent use.
+func (e *Engine) Owner(id string) (owner string, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.sessions[id]
+	if s == nil {
+		return "", false
+	}
+	return s.owner, true
 }
 
 // KeepAlive renews session id at now: it now ends ttl after now unless
@@ -105,7 +129,7 @@ func (e *Engine) KeepAlive(now time.Time, id string) (Session, error) {
 		s.deadline = d
 		heap.Fix(&e.stimers, s.idx)
 	}
-	return Session{ID: id, TTL: time.Duration(s.ttl), Expires: time.Unix(0, s.deadline)}, nil
+	return Session{ID: id, TTL: time.Duration(s.ttl), Expires: time.Unix(0, s.deadline), Owner: s.owner}, nil
 }
 
 // Hold is copies of a resource held for a domain, counted in groups.

@@ -25,9 +25,17 @@ import (
 // client's stream, so a broken client stream still ends its sessions on
 // their home.
 //
+// With identities (Options.Authorizer), a session belongs to the identity
+// that opened it, which its home records (copies.Engine.OpenOwned) and
+// checks on every request for it: a forwarding server says whose request
+// it forwards (identityKey, the identity its client's certificate names),
+// and the home believes it only from a caller whose own certificate names
+// a fleet server (identity.Authorizer.Forwarded); from anyone else the
+// request is refused.
+//
 // Source: charon-paper.md, section 4.2 (a limiting server keeps the hold
 // sets of its clients' sessions); the issue "Cluster mode on Redis", item
-// 1 (any server answers any request).
+// 1 (any server answers any request); issue 41, item 4.
 
 // SessionRouter finds the home of a session (package fleet's Member).
 type SessionRouter interface {
@@ -41,6 +49,11 @@ type SessionRouter interface {
 
 // forwardedKey marks a forwarded request (gRPC metadata).
 const forwardedKey = "sluice-forwarded"
+
+// identityKey carries, on a forwarded request, the identity of the client
+// the forwarding server acts for (with identities on: Options.Authorizer),
+// which the home believes only from a fleet server.
+const identityKey = "sluice-forwarded-identity"
 
 // router forwards requests to sessions' homes.
 type router struct {
@@ -86,12 +99,23 @@ func (s *Service) home(ctx context.Context, id string) (v1.LimitsClient, string,
 	case here:
 		return nil, "", nil, nil
 	}
+	kv := []string{forwardedKey, s.opts.Address}
+	if s.opts.Authorizer != nil {
+		// The home checks that the session is the client's: it trusts the
+		// identity said here because this server's own certificate is a
+		// fleet server's (identity.Authorizer.Forwarded).
+		who, err := s.caller(ctx)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		kv = append(kv, identityKey, who)
+	}
 	c, err := rt.client(addr)
 	if err != nil {
 		return nil, "", nil, status.Errorf(codes.Unavailable, "session_id: its server %s: %v", addr, err)
 	}
 	s.forwarded.Add(1)
-	return c, addr, metadata.AppendToOutgoingContext(ctx, forwardedKey, s.opts.Address), nil
+	return c, addr, metadata.AppendToOutgoingContext(ctx, kv...), nil
 }
 
 // forward answers req at session id's home if it is another server: done
