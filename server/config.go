@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/envoyrls"
+	"github.com/sluice-rl/sluice/server/rlqs"
 )
 
 // Config is everything New needs to assemble a server, grouped by
@@ -145,6 +146,11 @@ type Leases struct {
 	// capacity that becomes free waits for its takers' next requests, as
 	// in Doorman (capacity.Options.NoPush). The zero value pushes.
 	DisablePush bool
+	// RLQS configures Envoy's Rate Limit Quota Service over these leases:
+	// the answer to a bucket no template matches, its time to live, the
+	// smoothing of the reported demand (its Now, Logger and Registry are
+	// the server's).
+	RLQS rlqs.Options
 }
 
 // Election says how the tasks of a node elect their master.
@@ -302,6 +308,7 @@ var FieldNames = []string{
 	"Document.Fixed", "Parent.Addresses", "Parent.TLS", "Leases.DisablePush", "Election.Kind", "Election.Key",
 	"Etcd.Endpoints", "Etcd.TLS", "Store.Redis", "Store.Cluster", "Store.Timeout", "Store.Shared",
 	"Sessions.Max", "Envoy.NearLimitRatio", "Admin.TrustForwarded", "Admin.TokenFile", "Admin.Insecure",
+	"Leases.RLQS.Unconfigured", "Leases.RLQS.UnconfiguredTTL", "Leases.RLQS.Smoothing",
 }
 
 // validate checks what needs no I/O, returning the first problem.
@@ -324,6 +331,9 @@ func (c *Config) validate() error {
 	}
 	if err := c.Envoy.Check(); err != nil {
 		return &FieldError{Field: "Envoy." + err.Field, Err: err.Err}
+	}
+	if err := c.Leases.RLQS.Check(); err != nil {
+		return &FieldError{Field: "Leases.RLQS." + err.Field, Err: err.Err}
 	}
 	if len(c.Etcd.Endpoints) == 0 {
 		if c.Election.Kind == "etcd" {

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -72,6 +73,7 @@ import (
 	"github.com/sluice-rl/sluice/server/internal/slogzap"
 	"github.com/sluice-rl/sluice/server/leases"
 	"github.com/sluice-rl/sluice/server/limitsvc"
+	"github.com/sluice-rl/sluice/server/rlqs"
 	"github.com/sluice-rl/sluice/server/sessions"
 	"github.com/sluice-rl/sluice/server/status"
 )
@@ -105,6 +107,7 @@ type Server struct {
 	sessions *sessions.Service
 	envoy    *envoyrls.Service
 	leases   *leases.Service
+	rlqs     *rlqs.Service
 	status   *status.Site
 	handler  http.Handler // the net/http side, admin API and pprof included
 
@@ -323,12 +326,17 @@ func (s *Server) newServices(id string) error {
 		return fmt.Errorf("capacity: %w", err)
 	}
 	s.leases = leases.New(s.capacity)
+	var err error
+	ro := cfg.Leases.RLQS
+	ro.Now, ro.Logger, ro.Registry = s.now, s.log, s.reg
+	if s.rlqs, err = rlqs.New(s.capacity, ro); err != nil {
+		return err
+	}
 	if s.shared.Metrics != nil {
 		if err := promreg.Register(s.reg, s.shared.Metrics); err != nil {
 			return fmt.Errorf("shared store: %w", err)
 		}
 	}
-	var err error
 	s.limits, err = limitsvc.New(limitsvc.Options{Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Limits(), Store: s.shared.Limits})
 	if err != nil {
 		return err
@@ -643,6 +651,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(quotaserviceconnect.NewQuotaServiceHandler(rpc.QuotaService{S: s.limits.QuotaService()}, opts...))
 	mux.Handle(rpc.NewRateLimitServiceHandler(s.envoy, opts...))
 	mux.Handle(sluicev1connect.NewLeasesHandler(rpc.Leases{W: s.leases}, opts...))
+	mux.Handle(rpc.NewRateLimitQuotaServiceHandler(s.rlqs, opts...))
 	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	s.status.Register(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -671,6 +680,7 @@ func (s *Server) registerGRPC(gs *grpc.Server) {
 	gs.RegisterService(&qs.QuotaService_ServiceDesc, s.limits.QuotaService())
 	gs.RegisterService(&rlsv3.RateLimitService_ServiceDesc, s.envoy)
 	gs.RegisterService(&v1.Leases_ServiceDesc, s.leases)
+	gs.RegisterService(&rlqsv3.RateLimitQuotaService_ServiceDesc, s.rlqs)
 	healthpb.RegisterHealthServer(gs, s.health)
 	reflection.Register(gs)
 }
@@ -694,7 +704,7 @@ func (s *Server) followReadiness(ctx context.Context) {
 		}
 		if st != last {
 			for _, name := range []string{"", pb.Capacity_ServiceDesc.ServiceName, v1.Limits_ServiceDesc.ServiceName, qs.QuotaService_ServiceDesc.ServiceName,
-				rlsv3.RateLimitService_ServiceDesc.ServiceName, v1.Leases_ServiceDesc.ServiceName} {
+				rlsv3.RateLimitService_ServiceDesc.ServiceName, v1.Leases_ServiceDesc.ServiceName, rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName} {
 				s.health.SetServingStatus(name, st)
 			}
 			last = st
@@ -816,6 +826,7 @@ func (s *Server) drain(ep *Endpoint, fleetDone, electionDone <-chan struct{}, st
 	}
 	s.log.Info("closing the listener, finishing in-flight RPCs")
 	s.capacity.EndWatches() // the streams would hold the listener open until the grace ends
+	s.rlqs.Drain()
 	shutdownErr := ep.Shutdown(sctx)
 	s.log.Info("listener closed", "err", shutdownErr)
 	select { // the fleet membership revokes its session
