@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/rlqsproxy"
@@ -537,5 +538,42 @@ func TestOptions(t *testing.T) {
 		if err == nil || err.Field != tt.field {
 			t.Errorf("Check(%+v) = %v, want an error naming %s", tt.opts, err, tt.field)
 		}
+	}
+}
+
+// TestTree: a tree of two servers serves RLQS at both levels: streams on
+// the intermediate lease through it, the intermediate leasing from the
+// root for all of them, beside a stream on the root; the capacity is
+// shared max-min fairly across the tree (the intermediate stands for its
+// two streams), and never exceeded.
+func TestTree(t *testing.T) {
+	repo, err := resources.Parse([]byte(templates))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := capacity.New(capacity.Options{ID: "root", Config: repo, Logger: testutil.Logger(), Hooks: &hooks.Server{MinRequestInterval: -1}})
+	run(t, root)
+	mid := capacity.New(capacity.Options{ID: "mid", Parent: []string{"root"}, Logger: testutil.Logger(), Hooks: &hooks.Server{
+		MinRequestInterval: -1,
+		ParentDial:         func(string) doormanconnect.CapacityClient { return capacity.InProcessClient(root) },
+	}})
+	run(t, mid)
+	atRoot, atMid := serveOver(t, root, rlqs.Options{}), serveOver(t, mid, rlqs.Options{})
+	bucket := map[string]string{"name": "api"}
+	ps := []*rlqsproxy.Proxy{atRoot.proxy(t, "web"), atMid.proxy(t, "web"), atMid.proxy(t, "web")}
+	start := time.Now()
+	drive(t, ps, bucket, rates(3, 600))
+	testutil.Eventually(t, generous, "a third each across the tree", func() bool {
+		xs := []float64{assigned(ps[0], bucket), assigned(ps[1], bucket), assigned(ps[2], bucket)}
+		sum := xs[0] + xs[1] + xs[2]
+		return near(xs[1], xs[0]) && near(xs[2], xs[0]) && sum >= 970 && sum <= 1000
+	})
+	checkBound(t, ps, 1000, time.Since(start), stats(ps))
+	st, err := root.Status("web/name=api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Clients != 2 || st.SumHas > 1000 {
+		t.Errorf("root: %d requesters holding %v, want 2 (the intermediate and a stream) holding ≤ 1000", st.Clients, st.SumHas)
 	}
 }
