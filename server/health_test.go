@@ -39,6 +39,10 @@ func TestHealthFollowsReadiness(t *testing.T) {
 	}
 	s.Capacity().SetMastership(false, "10.0.0.9:15000") // a standby that knows its master is ready
 	testutil.Eventually(t, 30*time.Second, "SERVING again", func() bool { return status("") == healthpb.HealthCheckResponse_SERVING })
+	// RLQS streams must reach the master: a standby does not serve them.
+	if st := status("envoy.service.rate_limit_quota.v3.RateLimitQuotaService"); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("RLQS on a standby: %v, want NOT_SERVING", st)
+	}
 }
 
 // TestReflection: gRPC server reflection lists every service on the port,

@@ -694,20 +694,31 @@ const readinessEvery = 250 * time.Millisecond
 // and of each of its services to SERVING while Ready, else NOT_SERVING,
 // every readinessEvery until ctx ends: the answers /readyz gives, for
 // gRPC health checks (Envoy's cluster health checks, Kubernetes' grpc
-// probes).
+// probes). Envoy's RLQS service is SERVING only while Ready on the
+// node's master, where its streams must go.
 func (s *Server) followReadiness(ctx context.Context) {
-	last := healthpb.HealthCheckResponse_UNKNOWN
+	last, lastRLQS := healthpb.HealthCheckResponse_UNKNOWN, healthpb.HealthCheckResponse_UNKNOWN
 	refresh.Run(ctx, nil, func(context.Context) time.Duration {
-		st := healthpb.HealthCheckResponse_NOT_SERVING
+		st, rlqsSt := healthpb.HealthCheckResponse_NOT_SERVING, healthpb.HealthCheckResponse_NOT_SERVING
 		if ok, _ := s.Ready(); ok {
 			st = healthpb.HealthCheckResponse_SERVING
+			// RLQS streams stay on the task they reach, which must be its
+			// node's master (a standby ends them): Envoy's health checks
+			// of the service send them there.
+			if master, _ := s.capacity.IsMaster(); master {
+				rlqsSt = st
+			}
 		}
 		if st != last {
 			for _, name := range []string{"", pb.Capacity_ServiceDesc.ServiceName, v1.Limits_ServiceDesc.ServiceName, qs.QuotaService_ServiceDesc.ServiceName,
-				rlsv3.RateLimitService_ServiceDesc.ServiceName, v1.Leases_ServiceDesc.ServiceName, rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName} {
+				rlsv3.RateLimitService_ServiceDesc.ServiceName, v1.Leases_ServiceDesc.ServiceName} {
 				s.health.SetServingStatus(name, st)
 			}
 			last = st
+		}
+		if rlqsSt != lastRLQS {
+			s.health.SetServingStatus(rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName, rlqsSt)
+			lastRLQS = rlqsSt
 		}
 		return readinessEvery
 	})
