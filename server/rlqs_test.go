@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/testutil/rlqsproxy"
 	"github.com/sluice-rl/sluice/server/internal/rpc"
 	"github.com/sluice-rl/sluice/server/rlqs"
+	"github.com/sluice-rl/sluice/server/status"
 )
 
 // rlqsDoc is a document with one template for Envoy's RLQS buckets of
@@ -57,6 +60,19 @@ func TestRLQSOnThePort(t *testing.T) {
 		a1, ok1 := ps[1].Assignment(bucket)
 		return ok0 && ok1 && a0.Rate > 0 && a1.Rate > 0 && a0.Rate+a1.Rate <= 100
 	})
+
+	// The status page lists the streams and their buckets.
+	code, body := httpGet(t, "http://"+s.Addr()+"/debug/status/rlqs?format=json")
+	var page status.RLQSPage
+	if err := json.Unmarshal([]byte(body), &page); code != http.StatusOK || err != nil {
+		t.Fatalf("/debug/status/rlqs: %d %v %s", code, err, body)
+	}
+	if page.Streams != 2 || page.Buckets != 2 || len(page.Rows) != 2 || page.Rows[0].Resource != "web/name=api" || !page.Rows[0].Sent {
+		t.Errorf("/debug/status/rlqs: %+v, want the two streams' bucket web/name=api, assigned", page)
+	}
+	if code, body := httpGet(t, "http://"+s.Addr()+"/debug/status/rlqs"); code != http.StatusOK || !strings.Contains(body, "web/name=api") {
+		t.Errorf("/debug/status/rlqs (HTML): %d, without the bucket:\n%s", code, body)
+	}
 
 	// Connect's protocol over HTTP/2 without TLS: a bucket no template
 	// matches is answered DENY_ALL (Leases.RLQS.Unconfigured).
