@@ -66,6 +66,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/demand"
 	"github.com/sluice-rl/sluice/server/capacity"
+	"github.com/sluice-rl/sluice/server/rlqs/quota"
 )
 
 // The answers to a bucket no template matches (Options.Unconfigured).
@@ -141,7 +142,7 @@ type Service struct {
 
 	n        atomic.Uint64 // streams opened
 	mu       sync.Mutex
-	sessions map[*session]struct{}
+	sessions map[*stream]struct{}
 	draining bool
 }
 
@@ -165,7 +166,7 @@ func New(c *capacity.Service, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rlqs: %w", err)
 	}
-	s := &Service{c: c, opts: opts, now: opts.Now, log: opts.Logger, m: m, sessions: make(map[*session]struct{})}
+	s := &Service{c: c, opts: opts, now: opts.Now, log: opts.Logger, m: m, sessions: make(map[*stream]struct{})}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -197,21 +198,23 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 	if len(client) > capacity.MaxIDLength {
 		client = client[len(client)-capacity.MaxIDLength:]
 	}
-	ss := newSession(client, peer, s.c, &s.opts)
+	ss := &stream{client: client, peer: peer, Session: quota.New(client, s.c, quota.Options{
+		DenyUnconfigured: s.opts.Unconfigured == DenyAll, UnconfiguredTTL: s.opts.UnconfiguredTTL, Smoothing: s.opts.Smoothing,
+	}, quota.Discard)}
 	if !s.add(ss) {
 		return status.Error(codes.Unavailable, "the server drains: reconnect to another task")
 	}
 	defer s.remove(ss)
-	cancel, err := s.c.Watch(client, &capacity.Watcher{Deliver: ss.deliver, Stop: ss.stop})
+	cancel, err := s.c.Watch(client, &capacity.Watcher{Deliver: ss.Deliver, Stop: ss.Stop})
 	switch {
 	case errors.Is(err, capacity.ErrNotMaster):
-		return status.Error(codes.Unavailable, errNotMaster.Error())
+		return status.Error(codes.Unavailable, quota.ErrNotMaster.Error())
 	case err == nil:
 		defer cancel()
 	}
 	// Otherwise the server pushes no leases (--push-leases=false): the
 	// stream gets its leases on its reports and renewals only.
-	defer ss.release()
+	defer ss.Release()
 
 	msgs := make(chan *rlqspb.RateLimitQuotaUsageReports)
 	recvErr := make(chan error, 1)
@@ -234,7 +237,7 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		var out []action
+		var out []quota.Action
 		var err error
 		select {
 		case <-ctx.Done():
@@ -244,14 +247,14 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 				return nil
 			}
 			return err
-		case <-ss.ended:
+		case <-ss.Ended():
 			return status.Error(codes.Unavailable, "mastership lost or the server drains: reconnect")
 		case m := <-msgs:
 			out, err = s.report(ctx, ss, m)
-		case <-ss.signal:
-			out = ss.applyPushes(s.now())
+		case <-ss.Pushes():
+			out = ss.ApplyPushes(s.now())
 		case <-timer.C:
-			out, err = ss.tick(ctx, s.now())
+			out, err = ss.Tick(ctx, s.now())
 		}
 		if err != nil {
 			return err
@@ -262,7 +265,7 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 			}
 		}
 		d := time.Hour
-		if next := ss.next(); !next.IsZero() {
+		if next := ss.Next(); !next.IsZero() {
 			d = max(next.Sub(s.now()), time.Millisecond)
 		}
 		timer.Reset(d)
@@ -270,8 +273,11 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 }
 
 // report validates and applies one message of ss.
-func (s *Service) report(ctx context.Context, ss *session, m *rlqspb.RateLimitQuotaUsageReports) ([]action, error) {
+func (s *Service) report(ctx context.Context, ss *stream, m *rlqspb.RateLimitQuotaUsageReports) ([]quota.Action, error) {
 	domain, us, err := parse(ss.domain, m)
+	if err == nil {
+		err = ss.Conflict(us)
+	}
 	if err != nil {
 		dm := ss.m
 		if dm == nil {
@@ -283,12 +289,13 @@ func (s *Service) report(ctx context.Context, ss *session, m *rlqspb.RateLimitQu
 	if ss.m == nil {
 		ss.m = s.m.domain(domain)
 		ss.m.streams.Inc()
+		ss.SetMetrics(quota.Metrics{Buckets: ss.m.buckets, Sent: ss.m.sent, Pushed: ss.m.pushed, Abandoned: ss.m.abandoned, Unconfigured: ss.m.unconfigured})
 		s.mu.Lock()
 		ss.domain = domain // under s.mu: the status page reads it
 		s.mu.Unlock()
 	}
 	ss.m.reports.Inc()
-	out, err := ss.report(ctx, s.now(), us)
+	out, err := ss.Report(ctx, s.now(), us)
 	if err != nil {
 		return nil, s.leaseErr(err)
 	}
@@ -297,7 +304,7 @@ func (s *Service) report(ctx context.Context, ss *session, m *rlqspb.RateLimitQu
 
 // leaseErr returns err, from the capacity service, as the stream's end.
 func (s *Service) leaseErr(err error) error {
-	if errors.Is(err, errNotMaster) {
+	if errors.Is(err, quota.ErrNotMaster) {
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	if _, ok := status.FromError(err); ok {
@@ -306,8 +313,16 @@ func (s *Service) leaseErr(err error) error {
 	return status.Error(codes.Unavailable, err.Error())
 }
 
+// stream is one stream: its session, and what the service knows of it.
+type stream struct {
+	*quota.Session
+	client, peer string
+	domain       string         // under Service.mu once set
+	m            *domainMetrics // nil until the domain is known
+}
+
 // add registers ss, unless the service drains.
-func (s *Service) add(ss *session) bool {
+func (s *Service) add(ss *stream) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {
@@ -318,7 +333,7 @@ func (s *Service) add(ss *session) bool {
 }
 
 // remove unregisters ss and counts its stream out.
-func (s *Service) remove(ss *session) {
+func (s *Service) remove(ss *stream) {
 	s.mu.Lock()
 	delete(s.sessions, ss)
 	s.mu.Unlock()
@@ -334,13 +349,13 @@ func (s *Service) remove(ss *session) {
 func (s *Service) Drain() {
 	s.mu.Lock()
 	s.draining = true
-	ss := make([]*session, 0, len(s.sessions))
+	ss := make([]*stream, 0, len(s.sessions))
 	for x := range s.sessions {
 		ss = append(ss, x)
 	}
 	s.mu.Unlock()
 	for _, x := range ss {
-		x.stop()
+		x.Stop()
 	}
 }
 
@@ -352,25 +367,15 @@ type StreamStatus struct {
 	Buckets []BucketStatus `json:"buckets"`
 }
 
-// BucketStatus is one (stream, bucket) pair, for the status page. Rates
-// are requests per second.
-type BucketStatus struct {
-	Resource     string    `json:"resource"`
-	Priority     int64     `json:"priority"`
-	Wants        float64   `json:"wants"`    // the smoothed demand
-	Has          float64   `json:"has"`      // the lease's capacity
-	Sent         bool      `json:"sent"`     // an assignment was sent
-	Assigned     float64   `json:"assigned"` // the rate sent (when Sent; 0: DENY_ALL)
-	Expiry       time.Time `json:"expiry"`   // the lease's end (zero: none)
-	Unconfigured bool      `json:"unconfigured"`
-}
+// BucketStatus is one (stream, bucket) pair, for the status page.
+type BucketStatus = quota.BucketStatus
 
 // Streams returns a snapshot of the open streams and their buckets, in
 // the order of their client ids, buckets by resource. O(streams ×
 // buckets); safe for concurrent use.
 func (s *Service) Streams() []StreamStatus {
 	s.mu.Lock()
-	ss := make([]*session, 0, len(s.sessions))
+	ss := make([]*stream, 0, len(s.sessions))
 	domains := make([]string, 0, len(s.sessions))
 	for x := range s.sessions {
 		ss = append(ss, x)
@@ -379,16 +384,7 @@ func (s *Service) Streams() []StreamStatus {
 	s.mu.Unlock()
 	out := make([]StreamStatus, len(ss))
 	for i, x := range ss {
-		st := StreamStatus{Client: x.client, Peer: x.peer, Domain: domains[i]}
-		x.mu.Lock()
-		for _, b := range x.buckets {
-			bs := BucketStatus{Resource: b.resource, Priority: b.priority, Wants: b.wants, Has: b.has, Sent: b.sent,
-				Assigned: b.sentRate, Expiry: b.expiry, Unconfigured: b.unconfigured}
-			st.Buckets = append(st.Buckets, bs)
-		}
-		x.mu.Unlock()
-		slices.SortFunc(st.Buckets, func(a, b BucketStatus) int { return strings.Compare(a.Resource, b.Resource) })
-		out[i] = st
+		out[i] = StreamStatus{Client: x.client, Peer: x.peer, Domain: domains[i], Buckets: x.Buckets()}
 	}
 	slices.SortFunc(out, func(a, b StreamStatus) int { return strings.Compare(a.Client, b.Client) })
 	return out

@@ -147,7 +147,7 @@ func assigned(p *rlqsproxy.Proxy, bucket map[string]string) float64 {
 
 // fairShares: the small stream is assigned its demand (within the
 // rounding and the noise of its measured demand: up to 25 % more under a
-// loaded machine, see rlqs.Hysteresis), and the others equal shares of
+// loaded machine, see quota.Hysteresis), and the others equal shares of
 // the rest, all of it used and never more.
 func fairShares(small, demand float64, big []float64, capacity float64) bool {
 	sum := small
@@ -160,7 +160,7 @@ func fairShares(small, demand float64, big []float64, capacity float64) bool {
 	return small >= 0.95*demand && small <= 1.25*demand && sum >= 0.97*capacity && sum <= capacity
 }
 
-// near: within 6 % (a stream may hold up to rlqs.Hysteresis more than its
+// near: within 6 % (a stream may hold up to quota.Hysteresis more than its
 // demand while its demand falls, and is assigned half of lease.MinGrowth
 // less than its lease).
 func near(got, want float64) bool { return math.Abs(got-want) <= 0.06*want+0.01 }
@@ -470,6 +470,7 @@ func TestBadInput(t *testing.T) {
 		{"zero time_elapsed", []*rlqspb.RateLimitQuotaUsageReports{{Domain: "web", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(ok, durationpb.New(0), 1, 0)}}}, "bucket_quota_usages[0].time_elapsed"},
 		{"negative time_elapsed", []*rlqspb.RateLimitQuotaUsageReports{{Domain: "web", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(ok, durationpb.New(-time.Second), 1, 0)}}}, "bucket_quota_usages[0].time_elapsed"},
 		{"counts overflow", []*rlqspb.RateLimitQuotaUsageReports{{Domain: "web", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(ok, sec, math.MaxUint64, 1)}}}, "bucket_quota_usages[0].num_requests_allowed"},
+		{"two bands of a resource", []*rlqspb.RateLimitQuotaUsageReports{{Domain: "web", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"name": "bad", "priority": "1"}, sec, 1, 0), usage(map[string]string{"name": "bad", "priority": "2"}, sec, 1, 0)}}}, "bucket_quota_usages[1].bucket_id"},
 		{"second usage bad", []*rlqspb.RateLimitQuotaUsageReports{{Domain: "web", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(ok, sec, 1, 0), usage(nil, sec, 1, 0)}}}, "bucket_quota_usages[1].bucket_id"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

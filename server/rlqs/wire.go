@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-rl/sluice/server/capacity"
+	"github.com/sluice-rl/sluice/server/rlqs/quota"
 )
 
 // PriorityKey is the BucketId key that sets a bucket's priority band
@@ -33,16 +34,6 @@ const PriorityKey = "priority"
 // DENY_ALL blanket rule, since a token bucket's fill interval cannot be
 // longer and a bucket that fills faster would exceed the lease.
 const MinRate = 1.0 / 3600
-
-// usage is one validated bucket report: its resource, priority band and
-// demand.
-type usage struct {
-	pairs    map[string]string // the BucketId's pairs, as received
-	resource string            // D/k1=v1,k2=v2 (escaped, sorted by key)
-	priority int64
-	demand   float64 // (allowed + denied) / time elapsed, requests per second
-	active   bool    // it counted a request
-}
 
 // ResourceID returns the resource a bucket of domain with pairs is
 // leased as: domain, "/", then the pairs key=value sorted by key and
@@ -77,6 +68,45 @@ func ResourceID(domain string, pairs map[string]string) string {
 	return b.String()
 }
 
+// pairsOf returns the BucketId pairs of resource (ResourceID's result),
+// with the PriorityKey pair prio unless it is "": the bucket id as the
+// proxy sent it, rebuilt rather than kept (a map per (stream, bucket)
+// costs hundreds of bytes).
+func pairsOf(resource, prio string) map[string]string {
+	kv := resource[strings.LastIndexByte(resource, '/')+1:]
+	out := make(map[string]string, strings.Count(kv, ",")+2)
+	for kv != "" {
+		var pair string
+		pair, kv, _ = strings.Cut(kv, ",")
+		k, v, _ := strings.Cut(pair, "=")
+		out[unescape(k)] = unescape(v)
+	}
+	if prio != "" {
+		out[PriorityKey] = prio
+	}
+	return out
+}
+
+// unescape undoes escape.
+func unescape(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			n, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+			if err == nil {
+				b.WriteByte(byte(n))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
 // escape writes s to b with the bytes ResourceID escapes percent-encoded.
 func escape(b *strings.Builder, s string) {
 	const hex = "0123456789ABCDEF"
@@ -101,7 +131,7 @@ func escape(b *strings.Builder, s string) {
 // absent, invalid or not positive, counts whose sum overflows, a resource
 // id longer than capacity.MaxIDLength, more than
 // capacity.MaxResourcesPerRequest usages.
-func parse(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []usage, error) {
+func parse(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []quota.Usage, error) {
 	switch d := m.GetDomain(); {
 	case domain == "" && d == "":
 		return "", nil, fmt.Errorf("domain: required in the stream's first message")
@@ -114,7 +144,7 @@ func parse(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []usage
 	if len(us) > capacity.MaxResourcesPerRequest {
 		return "", nil, fmt.Errorf("bucket_quota_usages: %d, at most %d allowed", len(us), capacity.MaxResourcesPerRequest)
 	}
-	out := make([]usage, len(us))
+	out := make([]quota.Usage, len(us))
 	for i, u := range us {
 		field := func(f string) string { return fmt.Sprintf("bucket_quota_usages[%d].%s", i, f) }
 		pairs := u.GetBucketId().GetBucket()
@@ -122,6 +152,7 @@ func parse(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []usage
 			return "", nil, fmt.Errorf("%s: empty (a bucket needs at least one key)", field("bucket_id"))
 		}
 		var prio int64
+		var raw string
 		for k, v := range pairs {
 			if k == "" {
 				return "", nil, fmt.Errorf("%s: an empty key", field("bucket_id.bucket"))
@@ -131,7 +162,7 @@ func parse(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []usage
 				if err != nil {
 					return "", nil, fmt.Errorf("%s: %q is not an integer priority band", field("bucket_id.bucket["+PriorityKey+"]"), v)
 				}
-				prio = p
+				prio, raw = p, v
 			}
 		}
 		te := u.GetTimeElapsed()
@@ -153,12 +184,12 @@ func parse(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []usage
 		if err := capacity.CheckID(field("bucket_id"), res); err != nil {
 			return "", nil, fmt.Errorf("%w (as resource %.40q…)", err, res)
 		}
-		out[i] = usage{
-			pairs:    pairs,
-			resource: res,
-			priority: prio,
-			demand:   float64(a+d) / elapsed.Seconds(),
-			active:   a+d > 0,
+		out[i] = quota.Usage{
+			Resource: res,
+			Prio:     raw,
+			Priority: prio,
+			Demand:   float64(a+d) / elapsed.Seconds(),
+			Active:   a+d > 0,
 		}
 	}
 	return domain, out, nil
@@ -183,29 +214,29 @@ func tokenBucket(rate float64) *typev3.TokenBucket {
 
 // strategy returns a's rate limit strategy: a token bucket at a.rate,
 // DENY_ALL below MinRate, or a's blanket rule.
-func strategy(a action) *typev3.RateLimitStrategy {
+func strategy(a quota.Action) *typev3.RateLimitStrategy {
 	switch {
-	case a.kind == blanketAllow:
+	case a.Kind == quota.AllowAll:
 		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}
-	case a.kind == blanketDeny || a.rate < MinRate:
+	case a.Kind == quota.DenyAll || a.Rate < MinRate:
 		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
 	}
-	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tokenBucket(a.rate)}}
+	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tokenBucket(a.Rate)}}
 }
 
 // response returns actions as one message for the stream.
-func response(actions []action) *rlqspb.RateLimitQuotaResponse {
+func response(actions []quota.Action) *rlqspb.RateLimitQuotaResponse {
 	out := &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*rlqspb.RateLimitQuotaResponse_BucketAction, len(actions))}
 	for i, a := range actions {
-		ba := &rlqspb.RateLimitQuotaResponse_BucketAction{BucketId: &rlqspb.BucketId{Bucket: a.pairs}}
-		if a.kind == abandon {
+		ba := &rlqspb.RateLimitQuotaResponse_BucketAction{BucketId: &rlqspb.BucketId{Bucket: pairsOf(a.Resource, a.Prio)}}
+		if a.Kind == quota.Abandon {
 			ba.BucketAction = &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{
 				AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{},
 			}
 		} else {
 			ba.BucketAction = &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
 				QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-					AssignmentTimeToLive: durationpb.New(a.ttl),
+					AssignmentTimeToLive: durationpb.New(a.TTL),
 					RateLimitStrategy:    strategy(a),
 				},
 			}

@@ -1,9 +1,21 @@
-package rlqs
+// Package quota is the RLQS service's state machine of one stream (one
+// Envoy proxy's rate_limit_quota filter, one domain) over the capacity
+// service, without a transport: its buckets, their smoothed demand, their
+// leases and what to send for them — assignments, renewals, pushed
+// leases, abandons, unconfigured buckets' answers. Time is passed in;
+// package rlqs runs it on a gRPC stream, the simulator (package sim) on
+// virtual time. See package rlqs for the rules.
+//
+// Source: issue 40; docs/rlqs.md.
+package quota
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,40 +27,90 @@ import (
 	"github.com/sluice-rl/sluice/server/capacity"
 )
 
-// leaser is what a session needs of the capacity service.
-type leaser interface {
+// Leaser is what a Session needs of the capacity service
+// (*capacity.Service).
+type Leaser interface {
 	GetCapacity(context.Context, *pb.GetCapacityRequest) (*pb.GetCapacityResponse, error)
 	ReleaseCapacity(context.Context, *pb.ReleaseCapacityRequest) (*pb.ReleaseCapacityResponse, error)
 	Configured(id string) (configured, learning bool)
 }
 
-// errNotMaster ends a stream whose server lost mastership.
-var errNotMaster = errors.New("this server is not the master of the lease tree's node (any more): reconnect to another task")
+// ErrNotMaster ends a stream whose server lost mastership (its
+// GetCapacity answered with a redirect).
+var ErrNotMaster = errors.New("this server is not the master of the lease tree's node (any more): reconnect to another task")
 
-// actionKind is what an action tells the proxy.
-type actionKind uint8
+// ActionKind is what an Action tells the proxy.
+type ActionKind uint8
 
 const (
-	assign       actionKind = iota // a token bucket at rate (DENY_ALL at 0)
-	blanketAllow                   // ALLOW_ALL (an unconfigured bucket)
-	blanketDeny                    // DENY_ALL (an unconfigured bucket)
-	abandon                        // forget the bucket
+	Assign   ActionKind = iota // a token bucket at Rate (DENY_ALL at 0)
+	AllowAll                   // an ALLOW_ALL blanket rule (an unconfigured bucket)
+	DenyAll                    // a DENY_ALL blanket rule (an unconfigured bucket)
+	Abandon                    // forget the bucket
 )
 
-// action is one bucket's action for the stream.
-type action struct {
-	pairs  map[string]string
-	kind   actionKind
-	rate   float64       // assign: requests per second
-	ttl    time.Duration // assignments: their time to live
-	pushed bool          // assign: a lease the server pushed, not an answer to a report
+// Action is one bucket's action for the stream.
+type Action struct {
+	Resource string // the bucket's resource (its BucketId, with Prio)
+	Prio     string // its priority pair's value as received ("": none)
+	Kind     ActionKind
+	Rate     float64       // Assign: requests per second
+	TTL      time.Duration // assignments: their time to live
+	Pushed   bool          // Assign: a lease the server pushed, not an answer to a report
 }
+
+// Usage is one validated bucket report.
+type Usage struct {
+	Resource string  // the bucket's resource (D/k1=v1,k2=v2)
+	Prio     string  // the priority pair's value as received ("": none)
+	Priority int64   // its band
+	Demand   float64 // (allowed + denied) / time elapsed, requests per second
+	Active   bool    // it counted a request
+}
+
+// Options configure a Session.
+type Options struct {
+	// DenyUnconfigured answers a bucket no template matches with DENY_ALL
+	// (else ALLOW_ALL), for UnconfiguredTTL (> 0).
+	DenyUnconfigured bool
+	UnconfiguredTTL  time.Duration
+	// Smoothing is the weight of a report's demand in the smoothed demand
+	// (see package demand).
+	Smoothing float64
+}
+
+// Gauge and Counter are what a Session counts with (Prometheus's types,
+// or none: Discard).
+type (
+	Gauge interface {
+		Inc()
+		Dec()
+		Sub(float64)
+	}
+	Counter interface{ Inc() }
+)
+
+// Metrics are a Session's counts: its (stream, bucket) pairs, the
+// assignments sent and pushed, the buckets abandoned and unconfigured.
+type Metrics struct {
+	Buckets                               Gauge
+	Sent, Pushed, Abandoned, Unconfigured Counter
+}
+
+type discard struct{}
+
+func (discard) Inc()        {}
+func (discard) Dec()        {}
+func (discard) Sub(float64) {}
+
+// Discard counts nothing.
+var Discard = Metrics{Buckets: discard{}, Sent: discard{}, Pushed: discard{}, Abandoned: discard{}, Unconfigured: discard{}}
 
 // bucket is one (stream, bucket) pair: its demand, its lease and what was
 // sent. About 200 bytes with its map entry.
 type bucket struct {
-	pairs      map[string]string
 	resource   string
+	prio       string // the PriorityKey's value as received
 	priority   int64
 	avg        demand.Average
 	wants      float64   // the smoothed demand (requests per second)
@@ -76,16 +138,15 @@ type bucket struct {
 // drifts down.
 const Hysteresis = 0.05
 
-// session is the state of one stream: its client id in the lease tree,
-// its domain and its buckets by resource. Everything but deliver and the
-// status snapshot runs on the stream's goroutine; time is passed in.
-type session struct {
+// Session is the state of one stream: its client id in the lease tree
+// and its buckets by resource. Report, ApplyPushes, Tick, Next and
+// Release are called by one goroutine (the stream's), with the time;
+// Deliver, Stop and Buckets are safe for concurrent use.
+type Session struct {
 	client string
-	peer   string
-	domain string
-	c      leaser
-	opts   *Options
-	m      *domainMetrics // nil until the domain is known
+	c      Leaser
+	opts   Options
+	m      Metrics
 
 	mu      sync.Mutex // guards buckets for the status page's reads
 	buckets map[string]*bucket
@@ -98,9 +159,11 @@ type session struct {
 	once   sync.Once
 }
 
-func newSession(client, peer string, c leaser, opts *Options) *session {
-	return &session{
-		client: client, peer: peer, c: c, opts: opts,
+// New returns the session of a stream whose client id in the lease tree
+// is client, leasing from c, counting in m (Discard: nothing).
+func New(client string, c Leaser, opts Options, m Metrics) *Session {
+	return &Session{
+		client: client, c: c, opts: opts, m: m,
 		buckets: make(map[string]*bucket),
 		leased:  make(map[string]bool),
 		pushed:  make(map[string]lease.Grant),
@@ -109,10 +172,10 @@ func newSession(client, peer string, c leaser, opts *Options) *session {
 	}
 }
 
-// deliver takes a lease the capacity service pushed for resource
+// Deliver takes a lease the capacity service pushed for resource
 // (capacity.Watcher.Deliver): it never blocks, and refuses leases for
 // resources the stream no longer holds.
-func (s *session) deliver(resource string, g lease.Grant) bool {
+func (s *Session) Deliver(resource string, g lease.Grant) bool {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
 	select {
@@ -133,40 +196,39 @@ func (s *session) deliver(resource string, g lease.Grant) bool {
 	return true
 }
 
-// stop ends the stream (capacity.Watcher.Stop): mastership lost, or the
+// Stop ends the stream (capacity.Watcher.Stop): mastership lost, or the
 // server drains.
-func (s *session) stop() { s.once.Do(func() { close(s.ended) }) }
+func (s *Session) Stop() { s.once.Do(func() { close(s.ended) }) }
 
-// report applies one validated message's usages at now and returns the
+// Report applies one validated message's usages at now and returns the
 // actions to send: first assignments, renewals, changed leases and
 // unconfigured buckets' answers.
-func (s *session) report(ctx context.Context, now time.Time, us []usage) ([]action, error) {
+func (s *Session) Report(ctx context.Context, now time.Time, us []Usage) ([]Action, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []action
+	var out []Action
 	var ask []*bucket
 	for _, u := range us {
-		b := s.buckets[u.resource]
-		if b == nil && !u.active {
+		b := s.buckets[u.Resource]
+		if b == nil && !u.Active {
 			// No request to subscribe for: a report racing the bucket's
 			// AbandonAction, or an idle bucket of a stream reconnected.
 			// Its next request subscribes it again.
 			continue
 		}
 		if b == nil {
-			b = &bucket{pairs: u.pairs, resource: u.resource, priority: u.priority, asked: -1, lastActive: now, idle: capacity.FallbackLeaseLength}
-			s.buckets[u.resource] = b
-			s.m.buckets.Inc()
+			b = &bucket{resource: u.Resource, prio: u.Prio, priority: u.Priority, asked: -1, lastActive: now, idle: capacity.FallbackLeaseLength}
+			s.buckets[u.Resource] = b
+			s.m.Buckets.Inc()
 			if configured, _ := s.c.Configured(b.resource); !configured {
 				out = append(out, s.unconfigured(now, b))
 				continue
 			}
 		}
-		b.priority = u.priority
-		if d := b.avg.Observe(u.demand, s.opts.Smoothing); d > b.wants || d < b.wants*(1-Hysteresis) {
+		if d := b.avg.Observe(u.Demand, s.opts.Smoothing); d > b.wants || d < b.wants*(1-Hysteresis) {
 			b.wants = d
 		}
-		if u.active {
+		if u.Active {
 			b.lastActive = now
 		}
 		if !b.unconfigured && (b.asked < 0 || !now.Before(b.due) || changed(b.asked, b.wants)) && !contains(ask, b) {
@@ -175,6 +237,28 @@ func (s *session) report(ctx context.Context, now time.Time, us []usage) ([]acti
 	}
 	got, err := s.request(ctx, now, ask)
 	return append(out, got...), err
+}
+
+// Conflict returns an error naming the first usage whose resource the
+// stream already reports (or reports earlier in us) with another priority
+// band: one stream holds one lease of a resource, in one band.
+func (s *Session) Conflict(us []Usage) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := make(map[string]string, len(us))
+	for i, u := range us {
+		prio, ok := seen[u.Resource]
+		if !ok {
+			if b := s.buckets[u.Resource]; b != nil {
+				prio, ok = b.prio, true
+			}
+		}
+		if ok && prio != u.Prio {
+			return fmt.Errorf("bucket_quota_usages[%d].bucket_id: priority %q, but the stream reports the bucket's resource %q with priority %q: one stream, one band per resource", i, u.Prio, u.Resource, prio)
+		}
+		seen[u.Resource] = u.Prio
+	}
+	return nil
 }
 
 // changed reports whether wants differs materially (by more than
@@ -194,24 +278,24 @@ func contains(bs []*bucket, b *bucket) bool {
 
 // unconfigured marks b as matching no template and returns its answer,
 // good for Options.UnconfiguredTTL (re-checked at half of it).
-func (s *session) unconfigured(now time.Time, b *bucket) action {
+func (s *Session) unconfigured(now time.Time, b *bucket) Action {
 	if !b.unconfigured {
 		b.unconfigured = true
-		s.m.unconfigured.Inc()
+		s.m.Unconfigured.Inc()
 	}
 	b.due = now.Add(s.opts.UnconfiguredTTL / 2)
 	b.idle = s.opts.UnconfiguredTTL
-	kind := blanketAllow
-	if s.opts.Unconfigured == DenyAll {
-		kind = blanketDeny
+	kind := AllowAll
+	if s.opts.DenyUnconfigured {
+		kind = DenyAll
 	}
-	s.m.sent.Inc()
-	return action{pairs: b.pairs, kind: kind, ttl: s.opts.UnconfiguredTTL}
+	s.m.Sent.Inc()
+	return Action{Resource: b.resource, Prio: b.prio, Kind: kind, TTL: s.opts.UnconfiguredTTL}
 }
 
 // request asks the capacity service for the leases of bs (one
 // GetCapacity) and returns the assignments to send.
-func (s *session) request(ctx context.Context, now time.Time, bs []*bucket) ([]action, error) {
+func (s *Session) request(ctx context.Context, now time.Time, bs []*bucket) ([]Action, error) {
 	if len(bs) == 0 {
 		return nil, nil
 	}
@@ -232,9 +316,9 @@ func (s *session) request(ctx context.Context, now time.Time, bs []*bucket) ([]a
 		return nil, err
 	}
 	if len(resp.GetResponse()) != len(bs) {
-		return nil, errNotMaster
+		return nil, ErrNotMaster
 	}
-	var out []action
+	var out []Action
 	for i, rr := range resp.GetResponse() {
 		b := bs[i]
 		if a, ok := s.apply(now, b, rr.GetGets(), false); ok {
@@ -246,16 +330,16 @@ func (s *session) request(ctx context.Context, now time.Time, bs []*bucket) ([]a
 
 // apply takes a lease for b, decided (pushed false) or pushed, at now and
 // returns the assignment to send, if any.
-func (s *session) apply(now time.Time, b *bucket, l *pb.Lease, pushed bool) (action, bool) {
+func (s *Session) apply(now time.Time, b *bucket, l *pb.Lease, pushed bool) (Action, bool) {
 	refresh := time.Duration(l.GetRefreshInterval()) * time.Second
 	if l.Sequence == nil { // an early request: the current lease, nothing decided
 		if !pushed {
 			b.due = now.Add(max(refresh, time.Second))
 		}
-		return action{}, false
+		return Action{}, false
 	}
 	if l.GetSequence() <= b.seq {
-		return action{}, false // older than the lease applied
+		return Action{}, false // older than the lease applied
 	}
 	expiry := time.Unix(l.GetExpiryTime(), 0)
 	b.has, b.expiry, b.seq = l.GetCapacity(), expiry, l.GetSequence()
@@ -269,21 +353,21 @@ func (s *session) apply(now time.Time, b *bucket, l *pb.Lease, pushed bool) (act
 			// A new master learning what its predecessor granted: the
 			// proxy keeps the assignment it has until its time to live
 			// ends, which is within the predecessor's leases.
-			return action{}, false
+			return Action{}, false
 		}
 		b.unconfigured = false
 	}
 	ttl := expiry.Sub(now)
 	if ttl <= 0 {
-		return action{}, false // no lease (an intermediate without its parent's)
+		return Action{}, false // no lease (an intermediate without its parent's)
 	}
 	rate := assignedRate(b.sent, b.sentRate, b.has)
 	b.sent, b.sentRate = true, rate
-	s.m.sent.Inc()
+	s.m.Sent.Inc()
 	if pushed {
-		s.m.pushed.Inc()
+		s.m.Pushed.Inc()
 	}
-	return action{pairs: b.pairs, kind: assign, rate: rate, ttl: ttl, pushed: pushed}, true
+	return Action{Resource: b.resource, Prio: b.prio, Kind: Assign, Rate: rate, TTL: ttl, Pushed: pushed}, true
 }
 
 // assignedRate returns the rate to assign for a lease of capacity has,
@@ -299,8 +383,8 @@ func assignedRate(wasSent bool, sent, has float64) float64 {
 	return has * (1 - lease.MinGrowth/2)
 }
 
-// applyPushes applies the leases pushed since the last call.
-func (s *session) applyPushes(now time.Time) []action {
+// ApplyPushes applies the leases pushed since the last call.
+func (s *Session) ApplyPushes(now time.Time) []Action {
 	s.pmu.Lock()
 	ps := s.pushed
 	if len(ps) == 0 {
@@ -311,7 +395,7 @@ func (s *session) applyPushes(now time.Time) []action {
 	s.pmu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []action
+	var out []Action
 	for res, g := range ps {
 		b := s.buckets[res]
 		if b == nil || b.unconfigured {
@@ -326,22 +410,22 @@ func (s *session) applyPushes(now time.Time) []action {
 	return out
 }
 
-// tick renews the leases due at now (asking with the buckets' smoothed
+// Tick renews the leases due at now (asking with the buckets' smoothed
 // demand), re-checks unconfigured buckets, and abandons the buckets that
 // counted no request for their lease length.
-func (s *session) tick(ctx context.Context, now time.Time) ([]action, error) {
+func (s *Session) Tick(ctx context.Context, now time.Time) ([]Action, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []action
+	var out []Action
 	var ask []*bucket
 	for res, b := range s.buckets {
 		switch {
 		case !now.Before(b.lastActive.Add(b.idle)):
 			delete(s.buckets, res)
-			s.m.buckets.Dec()
-			s.m.abandoned.Inc()
+			s.m.Buckets.Dec()
+			s.m.Abandoned.Inc()
 			s.releaseOne(b)
-			out = append(out, action{pairs: b.pairs, kind: abandon})
+			out = append(out, Action{Resource: b.resource, Prio: b.prio, Kind: Abandon})
 		case now.Before(b.due):
 		case b.unconfigured:
 			if configured, _ := s.c.Configured(res); configured {
@@ -357,8 +441,8 @@ func (s *session) tick(ctx context.Context, now time.Time) ([]action, error) {
 	return append(out, got...), err
 }
 
-// next returns when tick is due (zero: no bucket).
-func (s *session) next() time.Time {
+// Next returns when Tick is due (zero: no bucket).
+func (s *Session) Next() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var t time.Time
@@ -373,7 +457,7 @@ func (s *session) next() time.Time {
 }
 
 // releaseOne gives b's lease back, if it holds one.
-func (s *session) releaseOne(b *bucket) {
+func (s *Session) releaseOne(b *bucket) {
 	s.pmu.Lock()
 	held := s.leased[b.resource]
 	delete(s.leased, b.resource)
@@ -385,10 +469,10 @@ func (s *session) releaseOne(b *bucket) {
 	b.has, b.expiry, b.sent = 0, time.Time{}, false
 }
 
-// release gives back every lease of the stream (its end), so that their
+// Release gives back every lease of the stream (its end), so that their
 // capacity goes to the other streams at once.
-func (s *session) release() {
-	s.stop()
+func (s *Session) Release() {
+	s.Stop()
 	s.pmu.Lock()
 	ids := make([]string, 0, len(s.leased))
 	for id := range s.leased {
@@ -401,9 +485,44 @@ func (s *session) release() {
 		_, _ = s.c.ReleaseCapacity(context.Background(), &pb.ReleaseCapacityRequest{ClientId: proto.String(s.client), ResourceId: part})
 	}
 	s.mu.Lock()
-	if s.m != nil {
-		s.m.buckets.Sub(float64(len(s.buckets)))
-	}
+	s.m.Buckets.Sub(float64(len(s.buckets)))
 	s.buckets = map[string]*bucket{}
 	s.mu.Unlock()
+}
+
+// Ended is closed once Stop was called: the stream must end.
+func (s *Session) Ended() <-chan struct{} { return s.ended }
+
+// Pushes receives (one signal at most held) when a lease was pushed:
+// ApplyPushes returns what to send for it.
+func (s *Session) Pushes() <-chan struct{} { return s.signal }
+
+// SetMetrics replaces the session's counts (once its domain is known),
+// before the first Report.
+func (s *Session) SetMetrics(m Metrics) { s.m = m }
+
+// BucketStatus is one of a stream's buckets, for the status page. Rates
+// are requests per second.
+type BucketStatus struct {
+	Resource     string    `json:"resource"`
+	Priority     int64     `json:"priority"`
+	Wants        float64   `json:"wants"`    // the smoothed demand
+	Has          float64   `json:"has"`      // the lease's capacity
+	Sent         bool      `json:"sent"`     // an assignment was sent
+	Assigned     float64   `json:"assigned"` // the rate sent (when Sent; 0: DENY_ALL)
+	Expiry       time.Time `json:"expiry"`   // the lease's end (zero: none)
+	Unconfigured bool      `json:"unconfigured"`
+}
+
+// Buckets returns a snapshot of the session's buckets, by resource.
+func (s *Session) Buckets() []BucketStatus {
+	s.mu.Lock()
+	out := make([]BucketStatus, 0, len(s.buckets))
+	for _, b := range s.buckets {
+		out = append(out, BucketStatus{Resource: b.resource, Priority: b.priority, Wants: b.wants, Has: b.has, Sent: b.sent,
+			Assigned: b.sentRate, Expiry: b.expiry, Unconfigured: b.unconfigured})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b BucketStatus) int { return strings.Compare(a.Resource, b.Resource) })
+	return out
 }
