@@ -308,7 +308,7 @@ var FieldNames = []string{
 	"Document.Fixed", "Parent.Addresses", "Parent.TLS", "Leases.DisablePush", "Election.Kind", "Election.Key",
 	"Etcd.Endpoints", "Etcd.TLS", "Store.Redis", "Store.Cluster", "Store.Timeout", "Store.Shared",
 	"Sessions.Max", "Envoy.NearLimitRatio", "Admin.TrustForwarded", "Admin.TokenFile", "Admin.Insecure",
-	"Leases.RLQS.Unconfigured", "Leases.RLQS.UnconfiguredTTL", "Leases.RLQS.Smoothing",
+	"Leases.RLQS.Unconfigured", "Leases.RLQS.UnconfiguredTTL", "Leases.RLQS.Smoothing", "Leases.RLQS.Burst",
 }
 
 // validate checks what needs no I/O, returning the first problem.

@@ -121,6 +121,7 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 		f.StringVar(&c.Leases.RLQS.Unconfigured, "rlqs-unconfigured", rlqs.AllowAll, "RLQS answer to a bucket no template matches: ALLOW_ALL or DENY_ALL")
 		f.DurationVar(&c.Leases.RLQS.UnconfiguredTTL, "rlqs-unconfigured-ttl", rlqs.DefaultUnconfiguredTTL, "time to live of that answer (renewed at half of it)")
 		f.Float64Var(&c.Leases.RLQS.Smoothing, "rlqs-smoothing", demand.DefaultSmoothing, "weight of a report's demand in an RLQS bucket's smoothed demand, in (0, 1]")
+		f.DurationVar(&c.Leases.RLQS.Burst, "rlqs-burst", rlqs.DefaultBurst, "RLQS token buckets' max_tokens, as this long's worth of their rate")
 	})
 	in(f, groupEtcd, func() {
 		f.StringSliceVar(&c.Etcd.Endpoints, "etcd-endpoints", nil, "etcd endpoints (URLs, comma-separated)")
@@ -196,6 +197,7 @@ var flagOf = map[string]string{
 	"Admin.TrustForwarded": "--admin-trust-forwarded-user", "Admin.TokenFile": "--admin-token-file",
 	"Admin.Insecure": "--admin-insecure", "Leases.RLQS.Unconfigured": "--rlqs-unconfigured",
 	"Leases.RLQS.UnconfiguredTTL": "--rlqs-unconfigured-ttl", "Leases.RLQS.Smoothing": "--rlqs-smoothing",
+	"Leases.RLQS.Burst": "--rlqs-burst",
 }
 
 // flagNames rewrites the Config field names in a server error's text as

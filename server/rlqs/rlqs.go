@@ -79,6 +79,9 @@ const (
 // length of a resource no template matches (capacity.FallbackLeaseLength).
 const DefaultUnconfiguredTTL = capacity.FallbackLeaseLength
 
+// DefaultBurst is Options.Burst's default: max_tokens one second's worth.
+const DefaultBurst = time.Second
+
 // Options configures the service. The zero value is the default.
 type Options struct {
 	// Unconfigured is the answer to a bucket no template matches:
@@ -93,6 +96,12 @@ type Options struct {
 	// Smoothing is the weight of a report's demand in a bucket's smoothed
 	// demand, in (0, 1] (0: demand.DefaultSmoothing, 0.5).
 	Smoothing float64
+	// Burst is an assignment's max_tokens as this long's worth of its
+	// rate (at least one token), from 1 ms to a minute (0:
+	// DefaultBurst, one second). A new token bucket starts full: each
+	// changed assignment lets a proxy admit this much at once, on top of
+	// the rate (docs/rlqs.md, "The bound").
+	Burst time.Duration
 
 	// Now, Logger and Registry are the server's (package server sets
 	// them): the clock (nil: time.Now), the logger (nil: slog.Default())
@@ -114,7 +123,8 @@ func (e *OptionError) Unwrap() error { return e.Err }
 
 // Check returns an *OptionError for the first configurable option New
 // would refuse: Unconfigured other than "", AllowAll or DenyAll,
-// UnconfiguredTTL negative or below 2 s, Smoothing outside (0, 1].
+// UnconfiguredTTL negative or below 2 s, Smoothing outside (0, 1], Burst
+// negative, below 1 ms or above a minute.
 func (o Options) Check() *OptionError {
 	switch {
 	case o.Unconfigured != "" && o.Unconfigured != AllowAll && o.Unconfigured != DenyAll:
@@ -123,6 +133,8 @@ func (o Options) Check() *OptionError {
 		return &OptionError{Field: "UnconfiguredTTL", Err: fmt.Errorf("%v, want at least 2s (0: %v)", o.UnconfiguredTTL, DefaultUnconfiguredTTL)}
 	case o.Smoothing != 0 && !(o.Smoothing > 0 && o.Smoothing <= 1):
 		return &OptionError{Field: "Smoothing", Err: fmt.Errorf("%v, want a weight in (0, 1]", o.Smoothing)}
+	case o.Burst != 0 && (o.Burst < time.Millisecond || o.Burst > time.Minute):
+		return &OptionError{Field: "Burst", Err: fmt.Errorf("%v, want 1ms to 1m (0: %v)", o.Burst, DefaultBurst)}
 	}
 	return nil
 }
@@ -161,6 +173,9 @@ func New(c *capacity.Service, opts Options) (*Service, error) {
 	}
 	if opts.Smoothing == 0 {
 		opts.Smoothing = demand.DefaultSmoothing
+	}
+	if opts.Burst == 0 {
+		opts.Burst = DefaultBurst
 	}
 	m, err := newMetrics(opts.Registry)
 	if err != nil {
@@ -260,7 +275,7 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 			return err
 		}
 		if len(out) > 0 {
-			if err := send(response(out)); err != nil {
+			if err := send(response(out, s.opts.Burst)); err != nil {
 				return err
 			}
 		}

@@ -429,13 +429,17 @@ func TestUnconfigured(t *testing.T) {
 	}
 }
 
-// TestStatic: a STATIC template assigns each stream its capacity.
+// TestStatic: a STATIC template assigns each stream its capacity; the
+// token buckets hold Options.Burst's worth of their rate.
 func TestStatic(t *testing.T) {
-	f := serve(t, templates, rlqs.Options{})
+	f := serve(t, templates, rlqs.Options{Burst: 100 * time.Millisecond})
 	bucket := map[string]string{"name": "s"}
 	a, b := f.proxy(t, "static"), f.proxy(t, "static")
 	drive(t, []*rlqsproxy.Proxy{a, b}, bucket, rates(2, 50))
 	testutil.Eventually(t, generous, "30 each", func() bool { return near(assigned(a, bucket), 30) && near(assigned(b, bucket), 30) })
+	if x, _ := a.Assignment(bucket); x.MaxTokens != uint32(math.Ceil(x.Rate*0.1)) {
+		t.Errorf("max_tokens %d at rate %v, want a tenth of a second's worth", x.MaxTokens, x.Rate)
+	}
 }
 
 func usage(pairs map[string]string, elapsed *durationpb.Duration, allowed, denied uint64) *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage {
@@ -534,6 +538,8 @@ func TestOptions(t *testing.T) {
 		{rlqs.Options{UnconfiguredTTL: time.Second}, "UnconfiguredTTL"},
 		{rlqs.Options{Smoothing: 1.5}, "Smoothing"},
 		{rlqs.Options{Smoothing: math.NaN()}, "Smoothing"},
+		{rlqs.Options{Burst: time.Microsecond}, "Burst"},
+		{rlqs.Options{Burst: time.Hour}, "Burst"},
 	} {
 		err := tt.opts.Check()
 		if err == nil || err.Field != tt.field {

@@ -199,14 +199,14 @@ func parse(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []quota
 // second, ≥ MinRate): tokens_per_fill max(1, ⌊rate⌋) (at most
 // MaxUint32) every tokens_per_fill / rate seconds, rounded up to the
 // nanosecond (so that it never fills faster than rate), and max_tokens
-// one second's worth, max(1, ⌈rate⌉): a bucket starts full, so a proxy
-// may admit up to max_tokens at once on top of the rate, once per new
-// assignment (see docs/rlqs.md, "The bound").
-func tokenBucket(rate float64) *typev3.TokenBucket {
+// burst's worth, max(1, ⌈rate × burst⌉): a bucket starts full, so a
+// proxy may admit up to max_tokens at once on top of the rate, once per
+// new assignment (see docs/rlqs.md, "The bound").
+func tokenBucket(rate float64, burst time.Duration) *typev3.TokenBucket {
 	per := math.Min(math.Max(1, math.Floor(rate)), math.MaxUint32)
 	fill := time.Duration(math.Ceil(per / rate * 1e9))
 	return &typev3.TokenBucket{
-		MaxTokens:     uint32(math.Min(math.Max(1, math.Ceil(rate)), math.MaxUint32)),
+		MaxTokens:     uint32(math.Min(math.Max(1, math.Ceil(rate*burst.Seconds())), math.MaxUint32)),
 		TokensPerFill: wrapperspb.UInt32(uint32(per)),
 		FillInterval:  durationpb.New(fill),
 	}
@@ -214,18 +214,19 @@ func tokenBucket(rate float64) *typev3.TokenBucket {
 
 // strategy returns a's rate limit strategy: a token bucket at a.rate,
 // DENY_ALL below MinRate, or a's blanket rule.
-func strategy(a quota.Action) *typev3.RateLimitStrategy {
+func strategy(a quota.Action, burst time.Duration) *typev3.RateLimitStrategy {
 	switch {
 	case a.Kind == quota.AllowAll:
 		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}
 	case a.Kind == quota.DenyAll || a.Rate < MinRate:
 		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
 	}
-	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tokenBucket(a.Rate)}}
+	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tokenBucket(a.Rate, burst)}}
 }
 
-// response returns actions as one message for the stream.
-func response(actions []quota.Action) *rlqspb.RateLimitQuotaResponse {
+// response returns actions as one message for the stream, token buckets
+// holding burst's worth of their rate.
+func response(actions []quota.Action, burst time.Duration) *rlqspb.RateLimitQuotaResponse {
 	out := &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*rlqspb.RateLimitQuotaResponse_BucketAction, len(actions))}
 	for i, a := range actions {
 		ba := &rlqspb.RateLimitQuotaResponse_BucketAction{BucketId: &rlqspb.BucketId{Bucket: pairsOf(a.Resource, a.Prio)}}
@@ -237,7 +238,7 @@ func response(actions []quota.Action) *rlqspb.RateLimitQuotaResponse {
 			ba.BucketAction = &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
 				QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
 					AssignmentTimeToLive: durationpb.New(a.TTL),
-					RateLimitStrategy:    strategy(a),
+					RateLimitStrategy:    strategy(a, burst),
 				},
 			}
 		}

@@ -42,7 +42,7 @@ func TestPairsOfRoundTrip(t *testing.T) {
 // within a millionth of it, and holds one second's worth.
 func TestTokenBucket(t *testing.T) {
 	for _, rate := range []float64{MinRate, 0.3, 1, 2.7, 45.5, 1000, 3e6, 1e10} {
-		tb := tokenBucket(rate)
+		tb := tokenBucket(rate, time.Second)
 		got := float64(tb.GetTokensPerFill().GetValue()) / tb.GetFillInterval().AsDuration().Seconds()
 		if got > rate || got < rate*(1-1e-6) {
 			t.Errorf("rate %v: fills at %v", rate, got)
