@@ -583,4 +583,17 @@ func TestTree(t *testing.T) {
 	if st.Clients != 2 || st.SumHas > 1000 {
 		t.Errorf("root: %d requesters holding %v, want 2 (the intermediate and a stream) holding ≤ 1000", st.Clients, st.SumHas)
 	}
+	// A bucket no template of the root matches is unconfigured at the
+	// intermediate too (its parent's lease names no algorithm): the
+	// blanket answer, and its lease released.
+	other := map[string]string{"name": "x"}
+	p := atMid.proxy(t, "other")
+	p.Allow(other)
+	testutil.Eventually(t, generous, "ALLOW_ALL for an unconfigured bucket at the intermediate", func() bool {
+		return math.IsInf(assigned(p, other), 1)
+	})
+	testutil.Eventually(t, generous, "no lease of it at the intermediate", func() bool {
+		st, err := mid.Status("other/name=x")
+		return err != nil || st.Clients == 0
+	})
 }

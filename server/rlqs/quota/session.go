@@ -308,7 +308,6 @@ func (s *Session) request(ctx context.Context, now time.Time, bs []*bucket) ([]A
 		}
 		req.Resource[i] = rr
 		s.leased[b.resource] = true
-		b.asked = b.wants
 	}
 	s.pmu.Unlock()
 	resp, err := s.c.GetCapacity(ctx, req)
@@ -332,10 +331,11 @@ func (s *Session) request(ctx context.Context, now time.Time, bs []*bucket) ([]A
 // returns the assignment to send, if any.
 func (s *Session) apply(now time.Time, b *bucket, l *pb.Lease, pushed bool) (Action, bool) {
 	refresh := time.Duration(l.GetRefreshInterval()) * time.Second
-	if l.Sequence == nil { // an early request: the current lease, nothing decided
-		if !pushed {
-			b.due = now.Add(max(refresh, time.Second))
-		}
+	if l.Sequence == nil {
+		// An early request (Doorman's 5-second rule): the current lease,
+		// nothing decided. Ask again in a second, so that a renewal due
+		// within the rule is late by a second at most.
+		b.due = now.Add(time.Second)
 		return Action{}, false
 	}
 	if l.GetSequence() <= b.seq {
@@ -344,6 +344,7 @@ func (s *Session) apply(now time.Time, b *bucket, l *pb.Lease, pushed bool) (Act
 	expiry := time.Unix(l.GetExpiryTime(), 0)
 	b.has, b.expiry, b.seq = l.GetCapacity(), expiry, l.GetSequence()
 	if !pushed {
+		b.asked = b.wants // decided: the wants the lease answers
 		b.due = now.Add(max(refresh, time.Second))
 		b.idle = max(expiry.Sub(now).Round(time.Second), refresh, time.Second)
 		if configured, learning := s.c.Configured(b.resource); !configured {
