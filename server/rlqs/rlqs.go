@@ -269,7 +269,9 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 		case <-ss.Pushes():
 			out = ss.ApplyPushes(s.now())
 		case <-timer.C:
-			out, err = ss.Tick(ctx, s.now())
+			if out, err = ss.Tick(ctx, s.now()); err != nil {
+				err = s.leaseErr(err)
+			}
 		}
 		if err != nil {
 			return err
