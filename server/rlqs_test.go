@@ -105,13 +105,14 @@ func TestRLQSOnThePort(t *testing.T) {
 	}
 }
 
-// rlqsFailoverDoc: leases of 6 s, decided every 5 s (Doorman's 5-second
-// rule applies to a real server's streams), learning mode 3 s.
+// rlqsFailoverDoc: leases of 4 s, refreshed every 2 s; learning mode as
+// long as a lease (the default: shorter would let a new master grant
+// while its predecessor's leases run, and this test fails then).
 const rlqsFailoverDoc = `
 resources:
   - identifier_glob: "web/*"
     capacity: 100
-    algorithm: {kind: FAIR_SHARE, lease_length: 6, refresh_interval: 5, learning_mode_duration: 3}
+    algorithm: {kind: FAIR_SHARE, lease_length: 4, refresh_interval: 2}
 `
 
 // TestRLQSFailover: a root node of two tasks elected in etcd. Two Envoys

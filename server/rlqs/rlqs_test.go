@@ -66,15 +66,14 @@ type fixture struct {
 }
 
 // serve serves the RLQS service over a root capacity service with doc's
-// templates on a loopback port, with Doorman's 5-second rule off (the
-// proxies report every 200 ms).
+// templates on a loopback port.
 func serve(t *testing.T, doc string, opts rlqs.Options) *fixture {
 	t.Helper()
 	repo, err := resources.Parse([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := capacity.New(capacity.Options{ID: "root", Config: repo, Logger: testutil.Logger(), Hooks: &hooks.Server{MinRequestInterval: -1}})
+	c := capacity.New(capacity.Options{ID: "root", Config: repo, Logger: testutil.Logger()})
 	run(t, c)
 	return serveOver(t, c, opts)
 }
@@ -351,7 +350,7 @@ func TestExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := capacity.New(capacity.Options{ID: "root", Config: repo, Logger: testutil.Logger(), Hooks: &hooks.Server{MinRequestInterval: -1}})
+	c := capacity.New(capacity.Options{ID: "root", Config: repo, Logger: testutil.Logger()})
 	run(t, c)
 	s, err := rlqs.New(c, rlqs.Options{Logger: testutil.Logger()})
 	if err != nil {
@@ -558,10 +557,13 @@ func TestTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := capacity.New(capacity.Options{ID: "root", Config: repo, Logger: testutil.Logger(), Hooks: &hooks.Server{MinRequestInterval: -1}})
+	// The intermediate is a client of the root, which decides its
+	// requests at most every MinRequestInterval (Doorman's 5 s), and it
+	// asks at most as often: every 200 ms here.
+	root := capacity.New(capacity.Options{ID: "root", Config: repo, Logger: testutil.Logger(), Hooks: &hooks.Server{MinRequestInterval: 200 * time.Millisecond}})
 	run(t, root)
 	mid := capacity.New(capacity.Options{ID: "mid", Parent: []string{"root"}, Logger: testutil.Logger(), Hooks: &hooks.Server{
-		MinRequestInterval: -1,
+		MinRequestInterval: 200 * time.Millisecond,
 		ParentDial:         func(string) doormanconnect.CapacityClient { return capacity.InProcessClient(root) },
 	}})
 	run(t, mid)

@@ -28,9 +28,12 @@ import (
 )
 
 // Leaser is what a Session needs of the capacity service
-// (*capacity.Service).
+// (*capacity.Service). A session paces its requests itself (a bucket's
+// lease is asked for at most once per report of it, when its demand moved
+// or its refresh is due), so it asks with GetCapacityPaced, which
+// Doorman's minimum time between two requests does not hold back.
 type Leaser interface {
-	GetCapacity(context.Context, *pb.GetCapacityRequest) (*pb.GetCapacityResponse, error)
+	GetCapacityPaced(context.Context, *pb.GetCapacityRequest) (*pb.GetCapacityResponse, error)
 	ReleaseCapacity(context.Context, *pb.ReleaseCapacityRequest) (*pb.ReleaseCapacityResponse, error)
 	Configured(id string) (configured, learning bool)
 }
@@ -310,7 +313,7 @@ func (s *Session) request(ctx context.Context, now time.Time, bs []*bucket) ([]A
 		s.leased[b.resource] = true
 	}
 	s.pmu.Unlock()
-	resp, err := s.c.GetCapacity(ctx, req)
+	resp, err := s.c.GetCapacityPaced(ctx, req)
 	if err != nil {
 		return nil, err
 	}
