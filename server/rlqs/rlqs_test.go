@@ -215,6 +215,14 @@ func TestFairShares(t *testing.T) {
 	if window.Bursts > 2*held {
 		t.Errorf("%d tokens of bursts in 1.5 s at steady shares, want at most %d: assignments churn", window.Bursts, 2*held)
 	}
+	for _, m := range []struct {
+		name string
+		min  float64
+	}{{"sluice_rlqs_streams", 3}, {"sluice_rlqs_buckets", 3}, {"sluice_rlqs_reports_total", 3}, {"sluice_rlqs_assignments_total", 3}} {
+		if v, _ := testutil.MetricValue(t, f.reg, m.name, "domain", "web"); v < m.min {
+			t.Errorf("%s{domain=web} %v, want at least %v", m.name, v, m.min)
+		}
+	}
 	st, err := f.c.Status("web/name=api")
 	if err != nil {
 		t.Fatal(err)
