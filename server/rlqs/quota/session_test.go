@@ -108,3 +108,51 @@ func TestUnconfigured(t *testing.T) {
 		t.Error("an unconfigured bucket was leased")
 	}
 }
+
+// TestLiveReload: a template added for an unconfigured bucket leases it at
+// its next renewal; a template removed turns a leased bucket unconfigured
+// at its next decision, its lease released.
+func TestLiveReload(t *testing.T) {
+	clock := testutil.NewClock(time.Unix(1_000_000, 0))
+	empty, err := resources.Parse([]byte("resources: []\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withTemplate, err := resources.Parse([]byte(`
+resources:
+  - identifier_glob: "d/*"
+    capacity: 100
+    algorithm: {kind: FAIR_SHARE, lease_length: 10, refresh_interval: 4, learning_mode_duration: 0}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := capacity.New(capacity.Options{ID: "root", Config: empty, Now: clock.Now, Logger: testutil.Logger()})
+	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: 10 * time.Second}, quota.Discard)
+	ctx := context.Background()
+	usage := []quota.Usage{{Resource: "d/name=a", Demand: 30, Active: true}}
+	if as, err := s.Report(ctx, clock.Now(), usage); err != nil || len(as) != 1 || as[0].Kind != quota.AllowAll {
+		t.Fatalf("%+v %v, want ALLOW_ALL", as, err)
+	}
+	c.SetConfig(withTemplate)
+	clock.Advance(5 * time.Second) // half the unconfigured answer's time to live
+	if _, err := s.Report(ctx, clock.Now(), usage); err != nil {
+		t.Fatal(err)
+	}
+	as, err := s.Tick(ctx, clock.Now())
+	if err != nil || len(as) != 1 || as[0].Kind != quota.Assign || as[0].Rate < 29 || as[0].Rate > 30 {
+		t.Fatalf("after the template was added: %+v %v, want an assignment of about 30", as, err)
+	}
+	if st, err := c.Status("d/name=a"); err != nil || st.Clients != 1 {
+		t.Fatalf("the bucket's lease: %+v %v", st, err)
+	}
+	c.SetConfig(empty)
+	clock.Advance(4 * time.Second) // the refresh
+	as, err = s.Report(ctx, clock.Now(), usage)
+	if err != nil || len(as) != 1 || as[0].Kind != quota.AllowAll {
+		t.Fatalf("after the template was removed: %+v %v, want ALLOW_ALL", as, err)
+	}
+	if st, err := c.Status("d/name=a"); err == nil && st.Clients != 0 {
+		t.Errorf("the unconfigured bucket's lease is still held: %+v", st)
+	}
+}
