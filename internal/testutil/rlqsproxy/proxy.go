@@ -254,15 +254,6 @@ func (p *Proxy) Tracked(pairs map[string]string) bool {
 	return p.buckets[Key(pairs)] != nil
 }
 
-// Send sends m on the stream as it is (the tests of bad input).
-func (p *Proxy) Send(m *rlqspb.RateLimitQuotaUsageReports) error {
-	p.mu.Lock()
-	st := p.stream
-	p.first = false
-	p.mu.Unlock()
-	return st.Send(m)
-}
-
 // Wait waits for the stream's end, or ctx's.
 func (p *Proxy) Wait(ctx context.Context) error {
 	p.mu.Lock()
