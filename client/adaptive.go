@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/demand"
 )
 
 // AdaptiveOptions tune adaptive demand: a resource that asks the server for
@@ -32,7 +34,7 @@ func (o AdaptiveOptions) withDefaults() AdaptiveOptions {
 		o.Interval = time.Second
 	}
 	if !(o.Smoothing > 0 && o.Smoothing <= 1) {
-		o.Smoothing = 0.5
+		o.Smoothing = demand.DefaultSmoothing
 	}
 	if !(o.Headroom >= 0) || math.IsInf(o.Headroom, 0) {
 		o.Headroom = 0.2
@@ -46,12 +48,12 @@ func (o AdaptiveOptions) withDefaults() AdaptiveOptions {
 // DemandEstimator turns observations of use into wants: an exponentially
 // weighted moving average of the demand measured each interval, plus
 // headroom, within bounds. It is deterministic (time is passed in) and safe
-// for concurrent use.
+// for concurrent use. The average is package internal/demand's, the one
+// rule Sluice estimates demand with.
 type DemandEstimator struct {
-	opts    AdaptiveOptions
-	mu      sync.Mutex
-	ewma    float64
-	started bool
+	opts AdaptiveOptions
+	mu   sync.Mutex
+	avg  demand.Average
 }
 
 // NewDemandEstimator returns an estimator with opts (see AdaptiveOptions
@@ -63,19 +65,10 @@ func NewDemandEstimator(opts AdaptiveOptions) *DemandEstimator {
 // Observe records one interval's demand (permits per second for a rate,
 // peak concurrency for a gauge) and returns the wants to ask for:
 // max(Min, min(Max, ewma × (1 + Headroom))).
-func (e *DemandEstimator) Observe(demand float64) float64 {
-	if !(demand >= 0) || math.IsInf(demand, 0) {
-		demand = 0
-	}
+func (e *DemandEstimator) Observe(d float64) float64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.started {
-		e.ewma, e.started = demand, true
-	} else {
-		a := e.opts.Smoothing
-		e.ewma = a*demand + (1-a)*e.ewma
-	}
-	w := e.ewma * (1 + e.opts.Headroom)
+	w := e.avg.Observe(d, e.opts.Smoothing) * (1 + e.opts.Headroom)
 	if e.opts.Max > 0 {
 		w = math.Min(w, e.opts.Max)
 	}

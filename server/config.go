@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/envoyrls"
+	"github.com/sluice-rl/sluice/server/rlqs"
 )
 
 // Config is everything New needs to assemble a server, grouped by
@@ -207,6 +208,11 @@ type Leases struct {
 	// capacity that becomes free waits for its takers' next requests, as
 	// in Doorman (capacity.Options.NoPush). The zero value pushes.
 	DisablePush bool
+	// RLQS configures Envoy's Rate Limit Quota Service over these leases:
+	// the answer to a bucket no template matches, its time to live, the
+	// smoothing of the reported demand (its Now, Logger and Registry are
+	// the server's).
+	RLQS rlqs.Options
 }
 
 // Election says how the tasks of a node elect their master.
@@ -369,6 +375,7 @@ var FieldNames = []string{
 	"Admin.AuthReads",
 	"Runtime.Tracing.Exporter", "Runtime.Tracing.Protocol", "Runtime.Tracing.Endpoint", "Runtime.Tracing.Sampler",
 	"Runtime.Tracing.SamplerArg",
+	"Leases.RLQS.Unconfigured", "Leases.RLQS.UnconfiguredTTL", "Leases.RLQS.Smoothing", "Leases.RLQS.Burst",
 }
 
 // validate checks what needs no I/O, returning the first problem.
@@ -394,6 +401,9 @@ func (c *Config) validate() error {
 	}
 	if err := c.Envoy.Check(); err != nil {
 		return &FieldError{Field: "Envoy." + err.Field, Err: err.Err}
+	}
+	if err := c.Leases.RLQS.Check(); err != nil {
+		return &FieldError{Field: "Leases.RLQS." + err.Field, Err: err.Err}
 	}
 	if len(c.Etcd.Endpoints) == 0 {
 		if c.Election.Kind == "etcd" {

@@ -28,7 +28,8 @@ func TestHealthFollowsReadiness(t *testing.T) {
 		}
 		return resp.GetStatus()
 	}
-	services := []string{"", "doorman.Capacity", "sluice.v1.Limits", "quotaservice.QuotaService", "envoy.service.ratelimit.v3.RateLimitService"}
+	services := []string{"", "doorman.Capacity", "sluice.v1.Limits", "quotaservice.QuotaService", "envoy.service.ratelimit.v3.RateLimitService",
+		"envoy.service.rate_limit_quota.v3.RateLimitQuotaService"}
 	for _, svc := range services {
 		testutil.Eventually(t, 30*time.Second, "SERVING: "+svc, func() bool { return status(svc) == healthpb.HealthCheckResponse_SERVING })
 	}
@@ -38,6 +39,10 @@ func TestHealthFollowsReadiness(t *testing.T) {
 	}
 	s.Capacity().SetMastership(false, "10.0.0.9:15000") // a standby that knows its master is ready
 	testutil.Eventually(t, 30*time.Second, "SERVING again", func() bool { return status("") == healthpb.HealthCheckResponse_SERVING })
+	// RLQS streams must reach the master: a standby does not serve them.
+	if st := status("envoy.service.rate_limit_quota.v3.RateLimitQuotaService"); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("RLQS on a standby: %v, want NOT_SERVING", st)
+	}
 }
 
 // TestReflection: gRPC server reflection lists every service on the port,
@@ -61,13 +66,14 @@ func TestReflection(t *testing.T) {
 	for _, svc := range resp.GetListServicesResponse().GetService() {
 		names = append(names, svc.GetName())
 	}
-	for _, want := range []string{"doorman.Capacity", "sluice.v1.Limits", "quotaservice.QuotaService", "envoy.service.ratelimit.v3.RateLimitService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} {
+	for _, want := range []string{"doorman.Capacity", "sluice.v1.Limits", "quotaservice.QuotaService", "envoy.service.ratelimit.v3.RateLimitService",
+		"envoy.service.rate_limit_quota.v3.RateLimitQuotaService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("reflection lists %v, without %s", names, want)
 		}
 	}
 	// A service's file descriptor, as grpcurl asks for it.
-	for _, symbol := range []string{"quotaservice.QuotaService", "envoy.service.ratelimit.v3.RateLimitService"} {
+	for _, symbol := range []string{"quotaservice.QuotaService", "envoy.service.ratelimit.v3.RateLimitService", "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"} {
 		if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: symbol}}); err != nil {
 			t.Fatal(err)
 		}

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -74,6 +75,7 @@ import (
 	"github.com/sluice-rl/sluice/server/internal/slogzap"
 	"github.com/sluice-rl/sluice/server/leases"
 	"github.com/sluice-rl/sluice/server/limitsvc"
+	"github.com/sluice-rl/sluice/server/rlqs"
 	"github.com/sluice-rl/sluice/server/sessions"
 	"github.com/sluice-rl/sluice/server/status"
 )
@@ -107,6 +109,7 @@ type Server struct {
 	sessions *sessions.Service
 	envoy    *envoyrls.Service
 	leases   *leases.Service
+	rlqs     *rlqs.Service
 	status   *status.Site
 	handler  http.Handler // the net/http side, admin API and pprof included
 
@@ -231,7 +234,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.status = status.New(status.Views{
-		Capacity: s.capacity.View(), Limits: s.limits.Engine(), Sessions: s.sessions, Envoy: s.envoy,
+		Capacity: s.capacity.View(), Limits: s.limits.Engine(), Sessions: s.sessions, Envoy: s.envoy, RLQS: s.rlqs,
 		Ready: s.Ready, Draining: s.draining.Load, Redis: s.redisStatus, Now: s.now, Logger: s.log,
 	})
 	if s.handler, err = s.adminHandler(s.Handler()); err != nil {
@@ -341,12 +344,17 @@ func (s *Server) newServices(id string) error {
 		return fmt.Errorf("capacity: %w", err)
 	}
 	s.leases = leases.New(s.capacity)
+	var err error
+	ro := cfg.Leases.RLQS
+	ro.Now, ro.Logger, ro.Registry = s.now, s.log, s.reg
+	if s.rlqs, err = rlqs.New(s.capacity, ro); err != nil {
+		return err
+	}
 	if s.shared.Metrics != nil {
 		if err := promreg.Register(s.reg, s.shared.Metrics); err != nil {
 			return fmt.Errorf("shared store: %w", err)
 		}
 	}
-	var err error
 	s.limits, err = limitsvc.New(limitsvc.Options{Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Limits(), Store: s.shared.Limits, Authorizer: s.auth})
 	if err != nil {
 		return err
@@ -667,6 +675,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(s.traced(quotaserviceconnect.NewQuotaServiceHandler(rpc.QuotaService{S: s.limits.QuotaService()}, opts...)))
 	mux.Handle(s.traced(rpc.NewRateLimitServiceHandler(s.envoy, opts...)))
 	mux.Handle(s.traced(sluicev1connect.NewLeasesHandler(rpc.Leases{W: s.leases}, opts...)))
+	mux.Handle(s.traced(rpc.NewRateLimitQuotaServiceHandler(s.rlqs, opts...)))
 	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	s.status.Register(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -695,6 +704,7 @@ func (s *Server) registerGRPC(gs *grpc.Server) {
 	gs.RegisterService(&qs.QuotaService_ServiceDesc, s.limits.QuotaService())
 	gs.RegisterService(&rlsv3.RateLimitService_ServiceDesc, s.envoy)
 	gs.RegisterService(&v1.Leases_ServiceDesc, s.leases)
+	gs.RegisterService(&rlqsv3.RateLimitQuotaService_ServiceDesc, s.rlqs)
 	healthpb.RegisterHealthServer(gs, s.health)
 	reflection.Register(gs)
 }
@@ -708,13 +718,20 @@ const readinessEvery = 250 * time.Millisecond
 // and of each of its services to SERVING while Ready, else NOT_SERVING,
 // every readinessEvery until ctx ends: the answers /readyz gives, for
 // gRPC health checks (Envoy's cluster health checks, Kubernetes' grpc
-// probes).
+// probes). Envoy's RLQS service is SERVING only while Ready on the
+// node's master, where its streams must go.
 func (s *Server) followReadiness(ctx context.Context) {
-	last := healthpb.HealthCheckResponse_UNKNOWN
+	last, lastRLQS := healthpb.HealthCheckResponse_UNKNOWN, healthpb.HealthCheckResponse_UNKNOWN
 	refresh.Run(ctx, nil, func(context.Context) time.Duration {
-		st := healthpb.HealthCheckResponse_NOT_SERVING
+		st, rlqsSt := healthpb.HealthCheckResponse_NOT_SERVING, healthpb.HealthCheckResponse_NOT_SERVING
 		if ok, _ := s.Ready(); ok {
 			st = healthpb.HealthCheckResponse_SERVING
+			// RLQS streams stay on the task they reach, which must be its
+			// node's master (a standby ends them): Envoy's health checks
+			// of the service send them there.
+			if master, _ := s.capacity.IsMaster(); master {
+				rlqsSt = st
+			}
 		}
 		if st != last {
 			for _, name := range []string{"", pb.Capacity_ServiceDesc.ServiceName, v1.Limits_ServiceDesc.ServiceName, qs.QuotaService_ServiceDesc.ServiceName,
@@ -722,6 +739,10 @@ func (s *Server) followReadiness(ctx context.Context) {
 				s.health.SetServingStatus(name, st)
 			}
 			last = st
+		}
+		if rlqsSt != lastRLQS {
+			s.health.SetServingStatus(rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName, rlqsSt)
+			lastRLQS = rlqsSt
 		}
 		return readinessEvery
 	})
@@ -840,6 +861,7 @@ func (s *Server) drain(ep *Endpoint, fleetDone, electionDone <-chan struct{}, st
 	}
 	s.log.Info("closing the listener, finishing in-flight RPCs")
 	s.capacity.EndWatches() // the streams would hold the listener open until the grace ends
+	s.rlqs.Drain()
 	shutdownErr := ep.Shutdown(sctx)
 	s.log.Info("listener closed", "err", shutdownErr)
 	select { // the fleet membership revokes its session

@@ -99,7 +99,7 @@ against an otherwise idle server). A progress bar shows on a terminal. Point it 
 	f.DurationVar(&b.duration, "duration", 10*time.Second, "how long to run")
 	f.Float64Var(&b.wants, "wants", 1, "wants per resource")
 	f.BoolVar(&b.asJSON, "json", false, "print the result as JSON")
-	cmd.AddCommand(newBenchWatchCmd())
+	cmd.AddCommand(newBenchWatchCmd(), newBenchRLQSCmd())
 	return cmd
 }
 

@@ -15,10 +15,12 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/internal/demand"
 	"github.com/sluice-rl/sluice/limits"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/server/rlqs"
 )
 
 func newServerCmd() *cobra.Command {
@@ -118,6 +120,10 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 		f.StringVar(&c.Parent.TLS.CertFile, "parent-tls-cert", "", "client certificate (PEM) to present to the parent (mTLS)")
 		f.StringVar(&c.Parent.TLS.KeyFile, "parent-tls-key", "", "the private key of --parent-tls-cert (PEM)")
 		f.BoolVar(&sf.leasePush, "push-leases", true, "push leases to watching holders when capacity frees up")
+		f.StringVar(&c.Leases.RLQS.Unconfigured, "rlqs-unconfigured", rlqs.AllowAll, "RLQS answer to a bucket no template matches: ALLOW_ALL or DENY_ALL")
+		f.DurationVar(&c.Leases.RLQS.UnconfiguredTTL, "rlqs-unconfigured-ttl", rlqs.DefaultUnconfiguredTTL, "time to live of that answer (renewed at half of it)")
+		f.Float64Var(&c.Leases.RLQS.Smoothing, "rlqs-smoothing", demand.DefaultSmoothing, "weight of a report's demand in an RLQS bucket's smoothed demand, in (0, 1]")
+		f.DurationVar(&c.Leases.RLQS.Burst, "rlqs-burst", rlqs.DefaultBurst, "RLQS token buckets' max_tokens, as this long's worth of their rate")
 	})
 	in(f, groupEtcd, func() {
 		f.StringSliceVar(&c.Etcd.Endpoints, "etcd-endpoints", nil, "etcd endpoints (URLs, comma-separated)")
@@ -203,6 +209,9 @@ var flagOf = map[string]string{
 	"Runtime.Tracing.Protocol": "--otel-exporter-otlp-protocol", "Runtime.Tracing.Endpoint": "--otel-exporter-otlp-endpoint",
 	"Runtime.Tracing.Sampler": "--otel-traces-sampler", "Runtime.Tracing.SamplerArg": "--otel-traces-sampler-arg",
 	"Listen.Identity.Source": "--client-identity", "Listen.Identity.PolicyPath": "--client-policy",
+	"Leases.RLQS.Unconfigured":    "--rlqs-unconfigured",
+	"Leases.RLQS.UnconfiguredTTL": "--rlqs-unconfigured-ttl", "Leases.RLQS.Smoothing": "--rlqs-smoothing",
+	"Leases.RLQS.Burst": "--rlqs-burst",
 }
 
 // flagNames rewrites the Config field names in a server error's text as

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +27,7 @@ type simulation struct {
 	refresh    time.Duration
 	push       bool
 	horizon    bool
+	rlqs       sim.RLQSScenario // --scenario rlqs's knobs
 }
 
 func newSimulateCmd() *cobra.Command {
@@ -54,6 +56,14 @@ instead of Sluice's (see docs/departures.md), for comparison.
 Doorman: capacity one requester gives back waits for the others' next requests
 (by default it is pushed, on sluice.v1.Leases, at once; see docs/departures.md).
 
+--scenario rlqs runs Envoy proxies streaming to the RLQS service instead (the
+real stream state machine of server/rlqs over a real capacity service, the
+proxies' token buckets simulated; see docs/rlqs.md): it prints the utilization,
+the overshoot of the rates assigned and of the requests admitted, the share of
+the capacity assigned elsewhere than its max-min fair shares, and the time the
+shares take to follow a shift of demand. --rlqs-report-interval, --rlqs-smoothing
+and --rlqs-burst change its knobs.
+
 --refresh-decay sets the direction in which the refresh interval changes from
 level to level of the tree: sluice (each level further from the root refreshes
 1/decay_factor times as long as its parent: root 2 s, regions 4 s, leaves 8 s)
@@ -74,6 +84,9 @@ act as 5 s.`,
 	f.StringVar(&s.decay, "refresh-decay", sim.DecaySluice, "refresh interval across the tree: sluice (longer toward the clients) or design (shorter toward the clients)")
 	f.DurationVar(&s.refresh, "refresh-interval", 0, "refresh interval at the root (default: the scenario's)")
 	f.BoolVar(&s.push, "push", true, "push leases to their holders when capacity becomes free (false: poll only, as Doorman)")
+	f.Float64Var(&s.rlqs.ReportInterval, "rlqs-report-interval", 0, "--scenario rlqs: the Envoys' reporting interval in seconds (0: the scenario's, 5)")
+	f.Float64Var(&s.rlqs.Smoothing, "rlqs-smoothing", 0, "--scenario rlqs: the demand's smoothing, in (0, 1] (0: the server's default, 0.5)")
+	f.Float64Var(&s.rlqs.Burst, "rlqs-burst", 0, "--scenario rlqs: max_tokens in seconds of the rate (0: 1)")
 	f.BoolVar(&s.horizon, "lease-horizon", true, "a root's new master learns only until its predecessor's leases end, by the lease horizon the election keeps (false: a full learning period, as Doorman)")
 	return cmd
 }
@@ -117,6 +130,9 @@ func (s *simulation) validate() error {
 // invariant violations on stderr, and prints the summaries; it fails when
 // an invariant was violated, after printing them.
 func (s *simulation) run(cmd *cobra.Command) error {
+	if s.scenario == "rlqs" {
+		return s.runRLQS(cmd)
+	}
 	scs, err := s.scenarios()
 	if err != nil {
 		return err
@@ -184,4 +200,30 @@ func writeOutputs(dir string, res *sim.Result, sum sim.Summary) error {
 		return err
 	}
 	return plotSeries(&res.Series, base+".png", base+".svg")
+}
+
+// runRLQS runs the RLQS scenario with the --rlqs-* knobs, --seed and
+// --duration, and prints its result (as JSON with --json).
+func (s *simulation) runRLQS(cmd *cobra.Command) error {
+	sc := sim.RLQSBuiltin()
+	if s.rlqs.ReportInterval > 0 {
+		sc.ReportInterval = s.rlqs.ReportInterval
+	}
+	sc.Smoothing, sc.Burst = s.rlqs.Smoothing, s.rlqs.Burst
+	if s.duration > 0 {
+		sc.Duration = s.duration.Seconds()
+	}
+	res, err := sim.RunRLQS(sc, s.seed)
+	if err != nil {
+		return err
+	}
+	if s.asJSON {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s (seed %d): %s\n", sc.Name, s.seed, sc.Description)
+	fmt.Fprintf(cmd.OutOrStdout(), "  utilization %.2f %%, assigned overshoot %.2f %%, admitted overshoot (worst second) %.1f %%, misassigned %.2f %% of the capacity, reaction to a shift %.0f s median, %.0f s worst, %d reports\n",
+		100*res.Utilization, 100*res.AssignedOvershoot, 100*res.AdmittedOvershoot, 100*res.Unfairness, res.ReactionMedian, res.ReactionMax, res.Reports)
+	return nil
 }

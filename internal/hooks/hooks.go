@@ -79,6 +79,11 @@ type Server struct {
 	// Source: doorman-design.md, "Algorithms" ("the refresh interval of a
 	// lease should halve with every level we go up in the tree").
 	DesignRefreshDecay bool
+	// MinRequestInterval, when not 0, replaces Doorman's minimum time
+	// between two decisions for one requester (doorman.MinRequestInterval,
+	// 5 s); negative: none. Tests of streams that report more often than
+	// every 5 s on the wall clock (server/rlqs) shorten it.
+	MinRequestInterval time.Duration
 
 	// Push is set by capacity.New: it applies leases the parent pushed
 	// (the simulator delivers them, with ManualParent, on virtual time).

@@ -201,8 +201,12 @@ func New(opts Options) *Service {
 		cfg:       opts.Config,
 		resources: make(map[string]*resource),
 	}
+	s.minRequest = pb.MinRequestInterval
 	if opts.Hooks != nil {
 		s.hooks = *opts.Hooks
+		if d := opts.Hooks.MinRequestInterval; d != 0 {
+			s.minRequest = max(d, 0)
+		}
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -211,7 +215,6 @@ func New(opts Options) *Service {
 		s.log = slog.Default()
 	}
 	s.started = time.Now()
-	s.minRequest = pb.MinRequestInterval
 	reg := opts.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry() // registered nowhere

@@ -50,6 +50,21 @@ func (s *Service) Discovery(ctx context.Context, _ *pb.DiscoveryRequest) (*pb.Di
 //
 // Source: doorman-design.md, "Processing the GetCapacity RPC".
 func (s *Service) GetCapacity(ctx context.Context, req *pb.GetCapacityRequest) (*pb.GetCapacityResponse, error) {
+	return s.getCapacity(ctx, req, false)
+}
+
+// GetCapacityPaced is GetCapacity for a service in this process that asks
+// on behalf of its own clients and paces its requests itself (package
+// rlqs asks for a stream's bucket at most once per report of it, when its
+// demand moved or its refresh is due): the same decisions, exempt from
+// Doorman's minimum time between two requests (lease.Request.Repeat).
+//
+// Source: Sluice's (docs/rlqs.md, "What a stream is sent").
+func (s *Service) GetCapacityPaced(ctx context.Context, req *pb.GetCapacityRequest) (*pb.GetCapacityResponse, error) {
+	return s.getCapacity(ctx, req, true)
+}
+
+func (s *Service) getCapacity(ctx context.Context, req *pb.GetCapacityRequest, paced bool) (*pb.GetCapacityResponse, error) {
 	if err := ValidateGetCapacity(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -69,6 +84,7 @@ func (s *Service) GetCapacity(ctx context.Context, req *pb.GetCapacityRequest) (
 			Priority:   rr.GetPriority(),
 			Wants:      rr.GetWants(),
 			Subclients: 1,
+			Repeat:     paced,
 		}
 		claim(&lr, rr.GetHas(), s.hooks.DoormanAllocation)
 		ids[i], lrs[i] = rr.GetResourceId(), lr

@@ -39,6 +39,7 @@ import (
 //	GET /debug/status/resource  ?id=ID: one resource, its leases, its history (chart)
 //	GET /debug/status/buckets   the limits engine's token buckets: filter, sort, pages (status_buckets.go)
 //	GET /debug/status/admin     the configuration: browse, edit, diff, save, history, through /admin/v1/ (status_admin.go)
+//	GET /debug/status/rlqs      Envoy's RLQS streams and their buckets: wants, lease, assignment (rlqs.go)
 
 //go:embed web
 var webFS embed.FS
@@ -144,6 +145,8 @@ type Views struct {
 	Sessions SessionsView
 	// Envoy is Envoy's rate limit service; nil shows no rules.
 	Envoy EnvoyView
+	// RLQS is Envoy's Rate Limit Quota Service; nil shows no streams.
+	RLQS RLQSView
 	// Ready reports the server's readiness (draining included); nil is
 	// the capacity service's.
 	Ready func() (bool, string)
@@ -184,13 +187,14 @@ func New(v Views) *Site {
 }
 
 // Register adds the pages to mux: GET /, /debug/status,
-// /debug/status/resource, /debug/status/buckets, /debug/status/admin and
-// the static files under /debug/status/static/.
+// /debug/status/resource, /debug/status/buckets, /debug/status/admin,
+// /debug/status/rlqs and the static files under /debug/status/static/.
 func (s *Site) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /debug/status", s.handleStatus)
 	mux.HandleFunc("GET /debug/status/resource", s.handleResource)
 	mux.HandleFunc("GET /debug/status/buckets", s.handleBuckets)
 	mux.HandleFunc("GET /debug/status/admin", s.handleAdmin)
+	mux.HandleFunc("GET /debug/status/rlqs", s.handleRLQS)
 	mux.Handle("GET /debug/status/static/", http.StripPrefix("/debug/status/static/", http.FileServerFS(staticFS)))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/debug/status", http.StatusFound)

@@ -12,6 +12,7 @@ import (
 	"context"
 	"net/http"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"connectrpc.com/connect"
@@ -212,6 +213,30 @@ func NewRateLimitServiceHandler(s RateLimitService, opts ...connect.HandlerOptio
 			return grpcconnect.Unary(s.ShouldRateLimit(ctx, req.Msg))
 		}, opts...)
 	return RateLimitServiceProcedure, h
+}
+
+// RateLimitQuotaService is
+// envoy.service.rate_limit_quota.v3.RateLimitQuotaService's one bidi
+// stream on any transport (rlqs.Service).
+type RateLimitQuotaService interface {
+	Stream(ctx context.Context, peer string, recv func() (*rlqsv3.RateLimitQuotaUsageReports, error), send func(*rlqsv3.RateLimitQuotaResponse) error) error
+}
+
+// RateLimitQuotaServiceProcedure is StreamRateLimitQuotas' full method
+// name.
+const RateLimitQuotaServiceProcedure = "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"
+
+// NewRateLimitQuotaServiceHandler serves s's StreamRateLimitQuotas to
+// Connect (gRPC on a connection net/http took, and Connect's own
+// protocol over HTTP/2; bidi streams need HTTP/2), as
+// NewRateLimitServiceHandler does ShouldRateLimit. It returns the path to
+// mount it at and the handler.
+func NewRateLimitQuotaServiceHandler(s RateLimitQuotaService, opts ...connect.HandlerOption) (string, http.Handler) {
+	h := connect.NewBidiStreamHandler(RateLimitQuotaServiceProcedure,
+		func(ctx context.Context, st *connect.BidiStream[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
+			return grpcconnect.Error(s.Stream(ctx, st.Peer().Addr, st.Receive, st.Send))
+		}, opts...)
+	return RateLimitQuotaServiceProcedure, h
 }
 
 // Watcher is sluice.v1.Leases/Watch on any transport (leases.Service).

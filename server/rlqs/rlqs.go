@@ -1,0 +1,408 @@
+// Package rlqs is Envoy's Rate Limit Quota Service
+// (envoy.service.rate_limit_quota.v3.RateLimitQuotaService,
+// StreamRateLimitQuotas) over the lease tree: one more service package
+// over the capacity service (package capacity), like package leases.
+//
+// Each stream (one Envoy proxy's rate_limit_quota filter, one domain) is
+// one client of the capacity service, its id "rlqs/PEER/N" (the peer's
+// address and a counter of the server's streams). Each bucket of domain D
+// whose BucketId holds the pairs k1=v1, k2=v2, … is the resource
+// "D/k1=v1,k2=v2" (see ResourceID; the pair PriorityKey sets the bucket's
+// priority band instead), so its capacity, algorithm, lease length,
+// refresh interval, learning mode and safe capacity come from the
+// resource templates (identifier_glob) like every other resource's; an
+// intermediate server leases from its parent for all its streams. A
+// stream's wants for a bucket are its reported demand, (allowed + denied)
+// / time elapsed, smoothed over the reports by package demand's rule (the
+// Go client's adaptive demand).
+//
+// What a stream is sent, per bucket:
+//
+//   - on its first report, and whenever a decision or a pushed lease
+//     changes it, an assignment: a token bucket filling at the lease's
+//     capacity (requests per second), max_tokens one second's worth
+//     (tokenBucket), assignment_time_to_live the lease's remaining
+//     length (DENY_ALL for a lease of 0);
+//   - before the lease expires (every refresh interval), the assignment
+//     renewed; a rate within lease.MinGrowth above the one sent is sent
+//     unchanged, so that the proxy extends it and keeps its tokens;
+//   - when the capacity service pushes the stream a larger share (another
+//     stream gave capacity back or ended), the new assignment at once;
+//   - after it counted no request for its lease length, an AbandonAction
+//     (its lease is released);
+//   - when no template matches its resource, Options.Unconfigured (an
+//     ALLOW_ALL blanket rule by default, or DENY_ALL) for
+//     Options.UnconfiguredTTL, counted in sluice_rlqs_unconfigured_buckets_total.
+//
+// When the stream ends, every lease of it is released at once, so that
+// its capacity moves to the other streams. A message that is not valid
+// (parse) ends its stream, and only it, with InvalidArgument naming the
+// field. A stream to a server that is not its node's master, or that
+// loses mastership or drains, ends with Unavailable: Envoy reconnects.
+//
+// Source: Envoy's api/envoy/service/rate_limit_quota/v3/rlqs.proto and
+// api/envoy/extensions/filters/http/rate_limit_quota/v3/rate_limit_quota.proto;
+// issue 40; docs/rlqs.md.
+package rlqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-rl/sluice/internal/demand"
+	"github.com/sluice-rl/sluice/server/capacity"
+	"github.com/sluice-rl/sluice/server/rlqs/quota"
+)
+
+// The answers to a bucket no template matches (Options.Unconfigured).
+const (
+	AllowAll = "ALLOW_ALL"
+	DenyAll  = "DENY_ALL"
+)
+
+// DefaultUnconfiguredTTL is Options.UnconfiguredTTL's default: the lease
+// length of a resource no template matches (capacity.FallbackLeaseLength).
+const DefaultUnconfiguredTTL = capacity.FallbackLeaseLength
+
+// DefaultBurst is Options.Burst's default: max_tokens one second's worth.
+const DefaultBurst = time.Second
+
+// Options configures the service. The zero value is the default.
+type Options struct {
+	// Unconfigured is the answer to a bucket no template matches:
+	// AllowAll (the default when empty: its proxies are not limited) or
+	// DenyAll, a blanket rule sent with UnconfiguredTTL and renewed
+	// (and the template looked up again) every half of it.
+	Unconfigured string
+	// UnconfiguredTTL is the unconfigured answer's time to live (0:
+	// DefaultUnconfiguredTTL; at least 2 s), and how long such a bucket
+	// may count no request before it is abandoned.
+	UnconfiguredTTL time.Duration
+	// Smoothing is the weight of a report's demand in a bucket's smoothed
+	// demand, in (0, 1] (0: demand.DefaultSmoothing, 0.5).
+	Smoothing float64
+	// Burst is an assignment's max_tokens as this long's worth of its
+	// rate (at least one token), from 1 ms to a minute (0:
+	// DefaultBurst, one second). A new token bucket starts full: each
+	// changed assignment lets a proxy admit this much at once, on top of
+	// the rate (docs/rlqs.md, "The bound").
+	Burst time.Duration
+
+	// Now, Logger and Registry are the server's (package server sets
+	// them): the clock (nil: time.Now), the logger (nil: slog.Default())
+	// and the registry of the sluice_rlqs_* metrics (nil: none).
+	Now      func() time.Time      `json:"-"`
+	Logger   *slog.Logger          `json:"-"`
+	Registry prometheus.Registerer `json:"-"`
+}
+
+// OptionError is an option New refuses: the field and why.
+type OptionError struct {
+	Field string
+	Err   error
+}
+
+func (e *OptionError) Error() string { return e.Field + ": " + e.Err.Error() }
+
+func (e *OptionError) Unwrap() error { return e.Err }
+
+// Check returns an *OptionError for the first configurable option New
+// would refuse: Unconfigured other than "", AllowAll or DenyAll,
+// UnconfiguredTTL negative or below 2 s, Smoothing outside (0, 1], Burst
+// negative, below 1 ms or above a minute.
+func (o Options) Check() *OptionError {
+	switch {
+	case o.Unconfigured != "" && o.Unconfigured != AllowAll && o.Unconfigured != DenyAll:
+		return &OptionError{Field: "Unconfigured", Err: fmt.Errorf("%q, want %s or %s", o.Unconfigured, AllowAll, DenyAll)}
+	case o.UnconfiguredTTL != 0 && o.UnconfiguredTTL < 2*time.Second:
+		return &OptionError{Field: "UnconfiguredTTL", Err: fmt.Errorf("%v, want at least 2s (0: %v)", o.UnconfiguredTTL, DefaultUnconfiguredTTL)}
+	case o.Smoothing != 0 && !(o.Smoothing > 0 && o.Smoothing <= 1):
+		return &OptionError{Field: "Smoothing", Err: fmt.Errorf("%v, want a weight in (0, 1]", o.Smoothing)}
+	case o.Burst != 0 && (o.Burst < time.Millisecond || o.Burst > time.Minute):
+		return &OptionError{Field: "Burst", Err: fmt.Errorf("%v, want 1ms to 1m (0: %v)", o.Burst, DefaultBurst)}
+	}
+	return nil
+}
+
+// Service is envoy.service.rate_limit_quota.v3.RateLimitQuotaService over
+// a capacity service. Safe for concurrent use; each stream holds two
+// goroutines (its handler's and one reading its messages) and its
+// buckets' state.
+type Service struct {
+	rlqspb.UnimplementedRateLimitQuotaServiceServer
+
+	c    *capacity.Service
+	opts Options
+	now  func() time.Time
+	log  *slog.Logger
+	m    *metrics
+
+	n        atomic.Uint64 // streams opened
+	mu       sync.Mutex
+	sessions map[*stream]struct{}
+	draining bool
+}
+
+// New returns the service over c with opts. It errs on an option Check
+// refuses (an *OptionError), or when opts.Registry already holds one of
+// the service's metrics.
+func New(c *capacity.Service, opts Options) (*Service, error) {
+	if err := opts.Check(); err != nil {
+		return nil, err
+	}
+	if opts.Unconfigured == "" {
+		opts.Unconfigured = AllowAll
+	}
+	if opts.UnconfiguredTTL == 0 {
+		opts.UnconfiguredTTL = DefaultUnconfiguredTTL
+	}
+	if opts.Smoothing == 0 {
+		opts.Smoothing = demand.DefaultSmoothing
+	}
+	if opts.Burst == 0 {
+		opts.Burst = DefaultBurst
+	}
+	m, err := newMetrics(opts.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("rlqs: %w", err)
+	}
+	s := &Service{c: c, opts: opts, now: opts.Now, log: opts.Logger, m: m, sessions: make(map[*stream]struct{})}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s, nil
+}
+
+// StreamRateLimitQuotas implements rlqspb.RateLimitQuotaServiceServer
+// (grpc-go).
+func (s *Service) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]) error {
+	addr := "unknown"
+	if p, ok := peer.FromContext(stream.Context()); ok && p.Addr != nil {
+		addr = p.Addr.String()
+	}
+	return s.Stream(stream.Context(), addr, stream.Recv, stream.Send)
+}
+
+// Stream serves one stream on any transport: recv returns its messages
+// (io.EOF when the proxy closed it), send sends one response; peer names
+// the proxy (its address) in the stream's client id. It returns nil when
+// ctx ends or the proxy closes the stream, an InvalidArgument status for a
+// message that is not valid, Unavailable when this server is not its
+// node's master or stops being it, or drains, and recv's or send's error.
+// Every lease of the stream is released when it returns.
+func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.RateLimitQuotaUsageReports, error), send func(*rlqspb.RateLimitQuotaResponse) error) error {
+	client := fmt.Sprintf("rlqs/%s/%d", peer, s.n.Add(1))
+	if len(client) > capacity.MaxIDLength {
+		client = client[len(client)-capacity.MaxIDLength:]
+	}
+	ss := &stream{client: client, peer: peer, Session: quota.New(client, s.c, quota.Options{
+		DenyUnconfigured: s.opts.Unconfigured == DenyAll, UnconfiguredTTL: s.opts.UnconfiguredTTL, Smoothing: s.opts.Smoothing,
+	}, quota.Discard)}
+	if !s.add(ss) {
+		return status.Error(codes.Unavailable, "the server drains: reconnect to another task")
+	}
+	defer s.remove(ss)
+	cancel, err := s.c.Watch(client, &capacity.Watcher{Deliver: ss.Deliver, Stop: ss.Stop})
+	switch {
+	case errors.Is(err, capacity.ErrNotMaster):
+		return status.Error(codes.Unavailable, quota.ErrNotMaster.Error())
+	case err == nil:
+		defer cancel()
+	}
+	// Otherwise the server pushes no leases (--push-leases=false): the
+	// stream gets its leases on its reports and renewals only.
+	defer ss.Release()
+
+	msgs := make(chan *rlqspb.RateLimitQuotaUsageReports)
+	recvErr := make(chan error, 1)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			m, err := recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-done:
+				return
+			}
+		}
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		var out []quota.Action
+		var err error
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-ss.Ended():
+			return status.Error(codes.Unavailable, "mastership lost or the server drains: reconnect")
+		case m := <-msgs:
+			out, err = s.report(ctx, ss, m)
+		case <-ss.Pushes():
+			out = ss.ApplyPushes(s.now())
+		case <-timer.C:
+			if out, err = ss.Tick(ctx, s.now()); err != nil {
+				err = s.leaseErr(err)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if len(out) > 0 {
+			if err := send(response(out, s.opts.Burst)); err != nil {
+				return err
+			}
+		}
+		d := time.Hour
+		if next := ss.Next(); !next.IsZero() {
+			d = max(next.Sub(s.now()), time.Millisecond)
+		}
+		timer.Reset(d)
+	}
+}
+
+// report validates and applies one message of ss.
+func (s *Service) report(ctx context.Context, ss *stream, m *rlqspb.RateLimitQuotaUsageReports) ([]quota.Action, error) {
+	domain, us, err := parse(ss.domain, m)
+	if err == nil {
+		err = ss.Conflict(us)
+	}
+	if err != nil {
+		dm := ss.m
+		if dm == nil {
+			dm = s.m.domain("")
+		}
+		dm.badMsgs.Inc()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if ss.m == nil {
+		ss.m = s.m.domain(domain)
+		ss.m.streams.Inc()
+		ss.SetMetrics(quota.Metrics{Buckets: ss.m.buckets, Sent: ss.m.sent, Pushed: ss.m.pushed, Abandoned: ss.m.abandoned, Unconfigured: ss.m.unconfigured})
+		s.mu.Lock()
+		ss.domain = domain // under s.mu: the status page reads it
+		s.mu.Unlock()
+	}
+	ss.m.reports.Inc()
+	out, err := ss.Report(ctx, s.now(), us)
+	if err != nil {
+		return nil, s.leaseErr(err)
+	}
+	return out, nil
+}
+
+// leaseErr returns err, from the capacity service, as the stream's end.
+func (s *Service) leaseErr(err error) error {
+	if errors.Is(err, quota.ErrNotMaster) {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// stream is one stream: its session, and what the service knows of it.
+type stream struct {
+	*quota.Session
+	client, peer string
+	domain       string         // under Service.mu once set
+	m            *domainMetrics // nil until the domain is known
+}
+
+// add registers ss, unless the service drains.
+func (s *Service) add(ss *stream) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	s.sessions[ss] = struct{}{}
+	return true
+}
+
+// remove unregisters ss and counts its stream out.
+func (s *Service) remove(ss *stream) {
+	s.mu.Lock()
+	delete(s.sessions, ss)
+	s.mu.Unlock()
+	if ss.m != nil {
+		ss.m.streams.Dec()
+	}
+}
+
+// Drain ends every stream (Unavailable: the proxies reconnect to another
+// task) and refuses new ones: the server drains, and its listener waits
+// for the streams in flight. Their leases are released. Safe for
+// concurrent use.
+func (s *Service) Drain() {
+	s.mu.Lock()
+	s.draining = true
+	ss := make([]*stream, 0, len(s.sessions))
+	for x := range s.sessions {
+		ss = append(ss, x)
+	}
+	s.mu.Unlock()
+	for _, x := range ss {
+		x.Stop()
+	}
+}
+
+// StreamStatus is one stream, for the status page.
+type StreamStatus struct {
+	Client  string         `json:"client"` // its client id in the lease tree
+	Peer    string         `json:"peer"`
+	Domain  string         `json:"domain"`
+	Buckets []BucketStatus `json:"buckets"`
+}
+
+// BucketStatus is one (stream, bucket) pair, for the status page.
+type BucketStatus = quota.BucketStatus
+
+// Streams returns a snapshot of the open streams and their buckets, in
+// the order of their client ids, buckets by resource. O(streams ×
+// buckets); safe for concurrent use.
+func (s *Service) Streams() []StreamStatus {
+	s.mu.Lock()
+	ss := make([]*stream, 0, len(s.sessions))
+	domains := make([]string, 0, len(s.sessions))
+	for x := range s.sessions {
+		ss = append(ss, x)
+		domains = append(domains, x.domain)
+	}
+	s.mu.Unlock()
+	out := make([]StreamStatus, len(ss))
+	for i, x := range ss {
+		out[i] = StreamStatus{Client: x.client, Peer: x.peer, Domain: domains[i], Buckets: x.Buckets()}
+	}
+	slices.SortFunc(out, func(a, b StreamStatus) int { return strings.Compare(a.Client, b.Client) })
+	return out
+}

@@ -1,0 +1,344 @@
+package sim
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/hooks"
+	"github.com/sluice-rl/sluice/resources"
+	"github.com/sluice-rl/sluice/server/capacity"
+	"github.com/sluice-rl/sluice/server/rlqs/quota"
+)
+
+// RLQSScenario is a simulation of Envoy proxies streaming to the RLQS
+// service (server/rlqs's state machine, quota.Session, over a real
+// capacity.Service on virtual time): Proxies proxies each report Buckets
+// buckets every ReportInterval, enforce the assignments they receive as
+// token buckets (starting full, max_tokens one second's worth, replaced
+// only when the rate changes) and fall back to DENY_ALL without one. The
+// demand of each (proxy, bucket) is drawn at random so that a bucket's
+// total is Load × its capacity, and every ShiftEvery seconds half of each
+// bucket's proxies trade their demand with the other half (the total
+// stays): the shares must move.
+type RLQSScenario struct {
+	Name        string
+	Description string
+	// Duration is the virtual time simulated, in seconds.
+	Duration float64
+	Proxies  int
+	Buckets  int
+	// Capacity is each bucket's (requests per second); Loads the
+	// buckets' total demand as a multiple of it, bucket j taking
+	// Loads[j % len(Loads)].
+	Capacity float64
+	Loads    []float64
+	// LeaseLength and RefreshInterval are the template's (whole seconds);
+	// ReportInterval Envoy's reporting_interval (seconds).
+	LeaseLength, RefreshInterval, ReportInterval float64
+	// ShiftEvery is the period of the demand shifts (seconds).
+	ShiftEvery float64
+	// Smoothing is the demand's smoothing (0: the default).
+	Smoothing float64
+	// Burst is the token buckets' max_tokens in seconds of their rate
+	// (0: 1 s, rlqs.Options.BurstSeconds' default).
+	Burst float64
+}
+
+// RLQSBuiltin returns the built-in RLQS scenario: 50 proxies, 10 buckets
+// of 1000 requests a second (half overloaded at 1.5×, half at 0.8×),
+// leases of 20 s refreshed every 5 s, reports every 5 s (Doorman's rule:
+// every report a decision), demand shifting every 60 s, for 600 s.
+func RLQSBuiltin() RLQSScenario {
+	return RLQSScenario{
+		Name:        "rlqs",
+		Description: "50 Envoys × 10 buckets of 1000/s (loads 1.5 and 0.8), reports every 5 s, leases 20 s refreshed every 5 s, demand shifting every 60 s",
+		Duration:    600, Proxies: 50, Buckets: 10, Capacity: 1000, Loads: []float64{1.5, 0.8},
+		LeaseLength: 20, RefreshInterval: 5, ReportInterval: 5, ShiftEvery: 60,
+	}
+}
+
+// RLQSResult is what a run of an RLQSScenario measured.
+type RLQSResult struct {
+	Scenario string `json:"scenario"`
+	Seed     int64  `json:"seed"`
+	// Utilization is Σ admitted ÷ Σ min(capacity, demand) over every
+	// second and bucket, the first ShiftEvery seconds (the start) left
+	// out.
+	Utilization float64 `json:"utilization"`
+	// AssignedOvershoot is the largest (Σ rates assigned − capacity) ÷
+	// capacity of a bucket at any step (0: never above the capacity).
+	AssignedOvershoot float64 `json:"assigned_overshoot"`
+	// AdmittedOvershoot is the largest (admitted − capacity) ÷ capacity
+	// of a bucket over a second (the token buckets' bursts).
+	AdmittedOvershoot float64 `json:"admitted_overshoot"`
+	// Unfairness is the mean share of a bucket's capacity assigned
+	// elsewhere than its max-min fair shares of the demand (Σ |assigned −
+	// fair share| ÷ 2 capacity), every second after the start.
+	Unfairness float64 `json:"unfairness"`
+	// ReactionMedian and ReactionMax are the times (seconds) from a
+	// demand shift until no bucket had more than 5 % of its capacity
+	// assigned elsewhere than its new max-min fair shares.
+	ReactionMedian float64 `json:"reaction_median_s"`
+	ReactionMax    float64 `json:"reaction_max_s"`
+	// Reports is the reports the proxies sent.
+	Reports int `json:"reports"`
+}
+
+// rlqsProxy is one simulated Envoy: its session and its buckets.
+type rlqsProxy struct {
+	s          *quota.Session
+	nextReport float64
+	lastReport float64
+	b          []rlqsBucket
+}
+
+// rlqsBucket is one proxy's bucket: its demand, its counts since the
+// last report and its assignment.
+type rlqsBucket struct {
+	demand          float64
+	allowed, denied float64
+	assigned        bool    // an active token bucket (else DENY_ALL)
+	rate, tokens    float64 // the token bucket
+	maxTokens       float64
+	expires         float64 // seconds
+}
+
+// RunRLQS runs sc with seed and returns what it measured. Deterministic
+// for a scenario and seed.
+func RunRLQS(sc RLQSScenario, seed int64) (RLQSResult, error) {
+	if sc.Proxies < 1 || sc.Buckets < 1 || sc.Capacity <= 0 || len(sc.Loads) == 0 || sc.ReportInterval <= 0 || sc.Duration <= 0 || sc.ShiftEvery <= 0 {
+		return RLQSResult{}, fmt.Errorf("rlqs scenario %q: proxies, buckets, capacity, loads, report interval, duration and shift period must be positive", sc.Name)
+	}
+	repo, err := resources.Parse(fmt.Appendf(nil, "resources:\n  - identifier_glob: \"sim/*\"\n    capacity: %g\n    algorithm: {kind: FAIR_SHARE, lease_length: %g, refresh_interval: %g, learning_mode_duration: 0}\n",
+		sc.Capacity, sc.LeaseLength, sc.RefreshInterval))
+	if err != nil {
+		return RLQSResult{}, err
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x71a5))
+	now := epoch
+	c := capacity.New(capacity.Options{ID: "root", Config: repo, Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler), Hooks: &hooks.Server{}})
+	ctx := context.Background()
+	ids := make([]string, sc.Buckets)
+	for j := range ids {
+		ids[j] = fmt.Sprintf("sim/name=b%d", j)
+	}
+	ps := make([]*rlqsProxy, sc.Proxies)
+	for i := range ps {
+		s := quota.New(fmt.Sprintf("envoy-%d", i), c, quota.Options{UnconfiguredTTL: time.Minute, Smoothing: sc.Smoothing}, quota.Discard)
+		if _, err := c.Watch(fmt.Sprintf("envoy-%d", i), &capacity.Watcher{Deliver: s.Deliver, Stop: s.Stop}); err != nil {
+			return RLQSResult{}, err
+		}
+		// Reports start staggered over the first interval, as proxies do.
+		ps[i] = &rlqsProxy{s: s, nextReport: rng.Float64() * sc.ReportInterval, b: make([]rlqsBucket, sc.Buckets)}
+	}
+	draw := func() {
+		for j := range sc.Buckets {
+			total := sc.Loads[j%len(sc.Loads)] * sc.Capacity
+			ws := make([]float64, sc.Proxies)
+			var sum float64
+			for i := range ws {
+				ws[i] = 0.2 + rng.Float64()
+				sum += ws[i]
+			}
+			for i, p := range ps {
+				p.b[j].demand = total * ws[i] / sum
+			}
+		}
+	}
+	shift := func() {
+		for j := range sc.Buckets {
+			order := rng.Perm(sc.Proxies)
+			for k := 0; k+1 < len(order); k += 2 {
+				a, b := &ps[order[k]].b[j], &ps[order[k+1]].b[j]
+				a.demand, b.demand = b.demand, a.demand
+			}
+		}
+	}
+	draw()
+	burst := sc.Burst
+	if burst <= 0 {
+		burst = 1
+	}
+	apply := func(p *rlqsProxy, t float64, as []quota.Action) {
+		for _, a := range as {
+			j := slices.Index(ids, a.Resource)
+			if j < 0 {
+				continue
+			}
+			b := &p.b[j]
+			switch a.Kind {
+			case quota.Assign:
+				exp := t + a.TTL.Seconds()
+				if b.assigned && b.rate == a.Rate && t < b.expires {
+					b.expires = exp // the same strategy: extended
+					continue
+				}
+				b.assigned, b.rate, b.expires = a.Rate > 0, a.Rate, exp
+				b.maxTokens = math.Max(1, math.Ceil(a.Rate*burst))
+				b.tokens = b.maxTokens // a new token bucket starts full
+			case quota.Abandon:
+				b.assigned = false
+			default:
+				b.assigned = false // no blanket rules here: every bucket is configured
+			}
+		}
+	}
+	const dt = 0.05
+	res := RLQSResult{Scenario: sc.Name, Seed: seed}
+	var admittedSum, wantedSum, unfairSum float64
+	var unfairN int
+	second := make([]float64, sc.Buckets) // admitted in the current second
+	var shiftAt float64
+	reacted := true
+	var reactions []float64
+	nextSweep, nextSample, nextShift := 1.0, 1.0, sc.ShiftEvery
+	steps := int(math.Round(sc.Duration / dt))
+	for step := 1; step <= steps; step++ {
+		t := float64(step) * dt
+		now = epoch.Add(time.Duration(t * float64(time.Second)))
+		if t >= nextShift {
+			shift()
+			nextShift += sc.ShiftEvery
+			shiftAt, reacted = t, false
+		}
+		// Requests: each bucket admits what its token bucket holds.
+		for _, p := range ps {
+			for j := range p.b {
+				b := &p.b[j]
+				want := b.demand * dt
+				var got float64
+				if b.assigned && t < b.expires {
+					b.tokens = math.Min(b.maxTokens, b.tokens+b.rate*dt)
+					got = math.Min(want, b.tokens)
+					b.tokens -= got
+				}
+				b.allowed += got
+				b.denied += want - got
+				second[j] += got
+			}
+		}
+		// Reports, ticks and pushes, at once (no latency).
+		for _, p := range ps {
+			if t >= p.nextReport {
+				us := make([]quota.Usage, len(p.b))
+				elapsed := t - p.lastReport
+				for j := range p.b {
+					b := &p.b[j]
+					us[j] = quota.Usage{Resource: ids[j], Demand: (b.allowed + b.denied) / elapsed, Active: b.allowed+b.denied > 0}
+					b.allowed, b.denied = 0, 0
+				}
+				p.lastReport, p.nextReport = t, p.nextReport+sc.ReportInterval
+				as, err := p.s.Report(ctx, now, us)
+				if err != nil {
+					return res, err
+				}
+				apply(p, t, as)
+				res.Reports++
+			}
+			if next := p.s.Next(); !next.IsZero() && !now.Before(next) {
+				as, err := p.s.Tick(ctx, now)
+				if err != nil {
+					return res, err
+				}
+				apply(p, t, as)
+			}
+		}
+		if t >= nextSweep {
+			c.Sweep()
+			nextSweep++
+		}
+		for _, p := range ps {
+			select {
+			case <-p.s.Pushes():
+				apply(p, t, p.s.ApplyPushes(now))
+			default:
+			}
+		}
+		// Σ assigned never above the capacity, at every step.
+		for j := range sc.Buckets {
+			var sum float64
+			for _, p := range ps {
+				if b := p.b[j]; b.assigned && t < b.expires {
+					sum += b.rate
+				}
+			}
+			res.AssignedOvershoot = math.Max(res.AssignedOvershoot, (sum-sc.Capacity)/sc.Capacity)
+		}
+		if t+dt/2 < nextSample {
+			continue
+		}
+		nextSample++
+		// Every second: utilization, bursts, fairness, reaction.
+		all := true
+		for j := range sc.Buckets {
+			demands := make([]float64, len(ps))
+			var total float64
+			for i, p := range ps {
+				demands[i] = p.b[j].demand
+				total += demands[i]
+			}
+			fair := maxMin(sc.Capacity, demands)
+			var dev float64
+			for i, p := range ps {
+				var got float64
+				if b := p.b[j]; b.assigned && t < b.expires {
+					got = b.rate
+				}
+				dev += math.Abs(got - fair[i])
+			}
+			dev /= 2 * sc.Capacity
+			if t > sc.ShiftEvery {
+				unfairSum += dev
+				unfairN++
+			}
+			if dev > 0.05 {
+				all = false
+			}
+			if t > sc.ShiftEvery {
+				admittedSum += second[j]
+				wantedSum += math.Min(sc.Capacity, total)
+			}
+			res.AdmittedOvershoot = math.Max(res.AdmittedOvershoot, (second[j]-sc.Capacity)/sc.Capacity)
+			second[j] = 0
+		}
+		if !reacted && all {
+			reacted = true
+			reactions = append(reactions, t-shiftAt)
+		}
+	}
+	if !reacted {
+		reactions = append(reactions, sc.Duration-shiftAt) // never within 5 %: counted to the end
+	}
+	res.Utilization = admittedSum / wantedSum
+	res.Unfairness = unfairSum / float64(max(unfairN, 1))
+	if len(reactions) > 0 {
+		slices.Sort(reactions)
+		res.ReactionMedian = reactions[len(reactions)/2]
+		res.ReactionMax = reactions[len(reactions)-1]
+	}
+	return res, nil
+}
+
+// maxMin returns the max-min fair shares of capacity among demands
+// (algorithm.FairTarget's rule, by water-filling).
+func maxMin(capacity float64, demands []float64) []float64 {
+	order := make([]int, len(demands))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(demands[a], demands[b]) })
+	out := make([]float64, len(demands))
+	left := capacity
+	for k, i := range order {
+		share := left / float64(len(order)-k)
+		out[i] = math.Min(demands[i], share)
+		left -= out[i]
+	}
+	return out
+}

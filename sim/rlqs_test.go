@@ -1,0 +1,33 @@
+package sim
+
+import (
+	"testing"
+)
+
+// TestRLQSScenario: the built-in RLQS scenario, shortened, on seeds 1–3:
+// the sum of a bucket's assigned rates never exceeds its capacity, the
+// capacity is used, the shares are max-min fair and follow the demand's
+// shifts within four reports (the smoothing's 94 %) and a refresh.
+func TestRLQSScenario(t *testing.T) {
+	sc := RLQSBuiltin()
+	sc.Duration = 300
+	for seed := int64(1); seed <= 3; seed++ {
+		res, err := RunRLQS(sc, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%+v", res)
+		if res.AssignedOvershoot > 1e-9 {
+			t.Errorf("seed %d: assigned %.4f over the capacity", seed, res.AssignedOvershoot)
+		}
+		if res.Utilization < 0.95 {
+			t.Errorf("seed %d: utilization %.3f", seed, res.Utilization)
+		}
+		if res.Unfairness > 0.05 {
+			t.Errorf("seed %d: unfairness %.4f of the capacity", seed, res.Unfairness)
+		}
+		if res.ReactionMax > 4*sc.ReportInterval+sc.RefreshInterval {
+			t.Errorf("seed %d: reaction up to %.1f s", seed, res.ReactionMax)
+		}
+	}
+}
