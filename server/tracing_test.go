@@ -100,9 +100,12 @@ func TestTracing(t *testing.T) {
 	// A health check (load balancers send one every few seconds) makes
 	// no span, even in a trace.
 	callers["health"] = otlptest.NewCaller(9)
-	if r, err := healthpb.NewHealthClient(conn).Check(callers["health"].Context(ctx), &healthpb.HealthCheckRequest{}); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health check: %v %v", r, err)
-	}
+	// (gRPC health follows readiness within a beat: ask until it says
+	// SERVING.)
+	testutil.Eventually(t, 30*time.Second, "gRPC health SERVING", func() bool {
+		r, err := healthpb.NewHealthClient(conn).Check(callers["health"].Context(ctx), &healthpb.HealthCheckRequest{})
+		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	})
 	session := open(t, ca) // homed on a, reserved through b
 	if r, err := cb.Reserve(callers["reserve"].Context(ctx), &v1.ReserveRequest{SessionId: session, Resource: "sandboxes", Domain: "globex", Copies: 2}); err != nil || r.GetGranted() != 2 {
 		t.Fatalf("Reserve: %v %v", r, err)
