@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"net/http"
@@ -31,6 +32,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
+	"github.com/sluice-rl/sluice/internal/testutil/rlqsproxy"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 	"github.com/sluice-rl/sluice/limits"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
@@ -444,4 +446,42 @@ func TestIdentityFleet(t *testing.T) {
 	if _, err := aliceB.CloseSession(ctx, &v1.CloseSessionRequest{SessionId: sa}); err != nil {
 		t.Errorf("alice closing her session through b: %v", err)
 	}
+}
+
+// An RLQS stream is the client of its certificate's identity: its leases
+// are held as "IDENTITY/rlqs/N", and the policy's lease grants apply to
+// its buckets (a bucket the policy does not grant ends the stream with
+// PermissionDenied).
+func TestIdentityRLQS(t *testing.T) {
+	p := newPeers(t)
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("identities:\n  alice:\n    lease: [fixed/*]\n  "+bob+":\n    lease: [fair]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := identityServer(t, p, policy, Config{})
+	bucket := map[string]string{"name": "a"}
+	proxy := func(c *tls.Config) *rlqsproxy.Proxy {
+		px, err := rlqsproxy.New(t.Context(), dialTLS(t, s.Addr(), c), rlqsproxy.Options{Domain: "fixed", ReportInterval: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(px.Close)
+		return px
+	}
+	alice, bobp := proxy(p.alice), proxy(p.bob)
+	ctx, cancel := context.WithCancel(t.Context())
+	da := alice.Drive(ctx, bucket, func() float64 { return 5 })
+	db := bobp.Drive(ctx, bucket, func() float64 { return 5 })
+	t.Cleanup(func() { cancel(); <-da; <-db })
+
+	testutil.Eventually(t, 30*time.Second, "alice's proxy assigned", func() bool {
+		a, ok := alice.Assignment(bucket)
+		return ok && a.Rate > 0
+	})
+	st, err := s.Capacity().Status("fixed/name=a")
+	if err != nil || len(st.Leases) != 1 || !strings.HasPrefix(st.Leases[0].Client, "alice/rlqs/") {
+		t.Errorf("fixed/name=a: %+v %v, want one lease of alice/rlqs/N", st.Leases, err)
+	}
+	testutil.Eventually(t, 30*time.Second, "bob's stream ended", func() bool { return bobp.Err() != nil })
+	denied(t, "bob's stream on fixed/name=a", bobp.Err(), `may not lease "fixed/name=a"`)
 }

@@ -346,7 +346,7 @@ func (s *Server) newServices(id string) error {
 	s.leases = leases.New(s.capacity)
 	var err error
 	ro := cfg.Leases.RLQS
-	ro.Now, ro.Logger, ro.Registry = s.now, s.log, s.reg
+	ro.Now, ro.Logger, ro.Registry, ro.Authorizer = s.now, s.log, s.reg, s.auth
 	if s.rlqs, err = rlqs.New(s.capacity, ro); err != nil {
 		return err
 	}

@@ -65,6 +65,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-rl/sluice/internal/demand"
+	"github.com/sluice-rl/sluice/internal/identity"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/rlqs/quota"
 )
@@ -109,6 +110,12 @@ type Options struct {
 	Now      func() time.Time      `json:"-"`
 	Logger   *slog.Logger          `json:"-"`
 	Registry prometheus.Registerer `json:"-"`
+	// Authorizer, when set (sluice server --client-identity cert), makes
+	// each stream the client of its certificate's identity: its capacity
+	// client id is "IDENTITY/rlqs/N" rather than "rlqs/PEER/N", so that
+	// the capacity service's id check and the policy's lease grants apply
+	// to its buckets (docs/identity.md). nil: identities are off.
+	Authorizer *identity.Authorizer `json:"-"`
 }
 
 // OptionError is an option New refuses: the field and why.
@@ -209,12 +216,21 @@ func (s *Service) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqspb.R
 // node's master or stops being it, or drains, and recv's or send's error.
 // Every lease of the stream is released when it returns.
 func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.RateLimitQuotaUsageReports, error), send func(*rlqspb.RateLimitQuotaResponse) error) error {
-	client := fmt.Sprintf("rlqs/%s/%d", peer, s.n.Add(1))
+	n := s.n.Add(1)
+	client := fmt.Sprintf("rlqs/%s/%d", peer, n)
 	if len(client) > capacity.MaxIDLength {
 		client = client[len(client)-capacity.MaxIDLength:]
 	}
+	if s.opts.Authorizer != nil {
+		who, err := s.opts.Authorizer.Caller(ctx)
+		if err != nil {
+			return err
+		}
+		client = fmt.Sprintf("%s/rlqs/%d", who, n)
+	}
 	ss := &stream{client: client, peer: peer, Session: quota.New(client, s.c, quota.Options{
 		DenyUnconfigured: s.opts.Unconfigured == DenyAll, UnconfiguredTTL: s.opts.UnconfiguredTTL, Smoothing: s.opts.Smoothing,
+		Values: ctx,
 	}, quota.Discard)}
 	if !s.add(ss) {
 		return status.Error(codes.Unavailable, "the server drains: reconnect to another task")

@@ -80,6 +80,12 @@ type Options struct {
 	// Smoothing is the weight of a report's demand in the smoothed demand
 	// (see package demand).
 	Smoothing float64
+	// Values is the context whose values (never its deadline or
+	// cancellation) the releases carry, which happen outside a report or
+	// a tick: the stream's, whose peer certificate is the client's
+	// identity to a capacity service that binds ids to certificates
+	// (identity.Authorizer). nil: context.Background().
+	Values context.Context
 }
 
 // Gauge and Counter are what a Session counts with (Prometheus's types,
@@ -460,6 +466,15 @@ func (s *Session) Next() time.Time {
 	return t
 }
 
+// releaseContext is the context of a release: Options.Values without its
+// cancellation (a stream that ended still gives its leases back).
+func (s *Session) releaseContext() context.Context {
+	if s.opts.Values == nil {
+		return context.Background()
+	}
+	return context.WithoutCancel(s.opts.Values)
+}
+
 // releaseOne gives b's lease back, if it holds one.
 func (s *Session) releaseOne(b *bucket) {
 	s.pmu.Lock()
@@ -468,7 +483,7 @@ func (s *Session) releaseOne(b *bucket) {
 	delete(s.pushed, b.resource)
 	s.pmu.Unlock()
 	if held {
-		_, _ = s.c.ReleaseCapacity(context.Background(), &pb.ReleaseCapacityRequest{ClientId: proto.String(s.client), ResourceId: []string{b.resource}})
+		_, _ = s.c.ReleaseCapacity(s.releaseContext(), &pb.ReleaseCapacityRequest{ClientId: proto.String(s.client), ResourceId: []string{b.resource}})
 	}
 	b.has, b.expiry, b.sent = 0, time.Time{}, false
 }
@@ -486,7 +501,7 @@ func (s *Session) Release() {
 	s.pmu.Unlock()
 	for i := 0; i < len(ids); i += capacity.MaxResourcesPerRequest {
 		part := ids[i:min(len(ids), i+capacity.MaxResourcesPerRequest)]
-		_, _ = s.c.ReleaseCapacity(context.Background(), &pb.ReleaseCapacityRequest{ClientId: proto.String(s.client), ResourceId: part})
+		_, _ = s.c.ReleaseCapacity(s.releaseContext(), &pb.ReleaseCapacityRequest{ClientId: proto.String(s.client), ResourceId: part})
 	}
 	s.mu.Lock()
 	s.m.Buckets.Sub(float64(len(s.buckets)))
