@@ -2,7 +2,6 @@ package server
 
 import (
 	"crypto/tls"
-	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/sluice-rl/sluice/fleet"
 	"github.com/sluice-rl/sluice/internal/identity"
+	"github.com/sluice-rl/sluice/internal/names"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
@@ -349,19 +349,10 @@ func (t TLS) load(field string, files func() (*tls.Config, error)) (*tls.Config,
 
 // FieldError is a Config that New refuses: the field at fault, by its Go
 // path in Config ("Store.Timeout", "Listen.TLS"), and why.
-type FieldError struct {
-	Field string
-	Err   error
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
-
-func (e *FieldError) Unwrap() error { return e.Err }
+type FieldError = names.FieldError
 
 // fieldErr returns a FieldError for field with a formatted reason.
-func fieldErr(field, format string, args ...any) error {
-	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
-}
+func fieldErr(field, format string, args ...any) error { return names.FieldErr(field, format, args...) }
 
 // FieldNames are the Config fields New's errors and logs, and the
 // messages its services send clients, name, by their Go path (longest
@@ -400,10 +391,10 @@ func (c *Config) validate() error {
 		return err
 	}
 	if err := c.Envoy.Check(); err != nil {
-		return &FieldError{Field: "Envoy." + err.Field, Err: err.Err}
+		return err.Under("Envoy")
 	}
 	if err := c.Leases.RLQS.Check(); err != nil {
-		return &FieldError{Field: "Leases.RLQS." + err.Field, Err: err.Err}
+		return err.Under("Leases.RLQS")
 	}
 	if len(c.Etcd.Endpoints) == 0 {
 		if c.Election.Kind == "etcd" {

@@ -34,7 +34,7 @@ func (s *Server) openTracing(ctx context.Context) error {
 	}
 	tp, err := telemetry.New(ctx, o)
 	if oe := new(telemetry.OptionError); errors.As(err, &oe) {
-		return &FieldError{Field: "Runtime.Tracing." + oe.Field, Err: oe.Err}
+		return oe.Under("Runtime.Tracing")
 	} else if err != nil {
 		return err
 	}

@@ -88,3 +88,28 @@ func Setting(name func(path string) string, path string) string {
 	}
 	return path
 }
+
+// FieldError is a configuration value refused: the field at fault, by its
+// Go path in the value refused ("Store.Timeout", "NearLimitRatio"), and
+// why. server.FieldError and the services' OptionError types are this
+// one type, so that a composition root names a service's field by its
+// own path with Under.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Under returns e with its field under prefix ("Envoy" + "NearLimitRatio"
+// is "Envoy.NearLimitRatio"; Join's rule).
+func (e *FieldError) Under(prefix string) *FieldError {
+	return &FieldError{Field: Join(prefix, e.Field), Err: e.Err}
+}
+
+// FieldErr returns a *FieldError for field with a formatted reason.
+func FieldErr(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
+}

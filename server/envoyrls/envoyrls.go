@@ -126,14 +126,7 @@ type Service struct {
 
 // OptionError is an Options value Check refuses: the field (its name in
 // Options) and why.
-type OptionError struct {
-	Field string
-	Err   error
-}
-
-func (e *OptionError) Error() string { return e.Field + ": " + e.Err.Error() }
-
-func (e *OptionError) Unwrap() error { return e.Err }
+type OptionError = names.FieldError
 
 // Check returns an *OptionError for the first of the configurable
 // options (the ones a server's configuration sets, not its Store, clock
@@ -141,7 +134,7 @@ func (e *OptionError) Unwrap() error { return e.Err }
 // (0 is the default).
 func (o Options) Check() *OptionError {
 	if r := o.NearLimitRatio; r != 0 && !(r > 0 && r <= 1) { // NaN too
-		return &OptionError{Field: "NearLimitRatio", Err: fmt.Errorf("%v, want a fraction in (0, 1]", r)}
+		return names.FieldErr("NearLimitRatio", "%v, want a fraction in (0, 1]", r)
 	}
 	return nil
 }

@@ -66,6 +66,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/demand"
 	"github.com/sluice-rl/sluice/internal/identity"
+	"github.com/sluice-rl/sluice/internal/names"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/rlqs/quota"
 )
@@ -118,15 +119,9 @@ type Options struct {
 	Authorizer *identity.Authorizer `json:"-"`
 }
 
-// OptionError is an option New refuses: the field and why.
-type OptionError struct {
-	Field string
-	Err   error
-}
-
-func (e *OptionError) Error() string { return e.Field + ": " + e.Err.Error() }
-
-func (e *OptionError) Unwrap() error { return e.Err }
+// OptionError is an option New refuses: the field (its name in Options)
+// and why.
+type OptionError = names.FieldError
 
 // Check returns an *OptionError for the first configurable option New
 // would refuse: Unconfigured other than "", AllowAll or DenyAll,
@@ -135,13 +130,13 @@ func (e *OptionError) Unwrap() error { return e.Err }
 func (o Options) Check() *OptionError {
 	switch {
 	case o.Unconfigured != "" && o.Unconfigured != AllowAll && o.Unconfigured != DenyAll:
-		return &OptionError{Field: "Unconfigured", Err: fmt.Errorf("%q, want %s or %s", o.Unconfigured, AllowAll, DenyAll)}
+		return names.FieldErr("Unconfigured", "%q, want %s or %s", o.Unconfigured, AllowAll, DenyAll)
 	case o.UnconfiguredTTL != 0 && o.UnconfiguredTTL < 2*time.Second:
-		return &OptionError{Field: "UnconfiguredTTL", Err: fmt.Errorf("%v, want at least 2s (0: %v)", o.UnconfiguredTTL, DefaultUnconfiguredTTL)}
+		return names.FieldErr("UnconfiguredTTL", "%v, want at least 2s (0: %v)", o.UnconfiguredTTL, DefaultUnconfiguredTTL)
 	case o.Smoothing != 0 && !(o.Smoothing > 0 && o.Smoothing <= 1):
-		return &OptionError{Field: "Smoothing", Err: fmt.Errorf("%v, want a weight in (0, 1]", o.Smoothing)}
+		return names.FieldErr("Smoothing", "%v, want a weight in (0, 1]", o.Smoothing)
 	case o.Burst != 0 && (o.Burst < time.Millisecond || o.Burst > time.Minute):
-		return &OptionError{Field: "Burst", Err: fmt.Errorf("%v, want 1ms to 1m (0: %v)", o.Burst, DefaultBurst)}
+		return names.FieldErr("Burst", "%v, want 1ms to 1m (0: %v)", o.Burst, DefaultBurst)
 	}
 	return nil
 }

@@ -35,6 +35,7 @@ import (
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/stats"
 
+	"github.com/sluice-rl/sluice/internal/names"
 	"github.com/sluice-rl/sluice/internal/tracing"
 )
 
@@ -64,18 +65,12 @@ type Options struct {
 	Sampler, SamplerArg string
 }
 
-// OptionError is an Options field New refuses, and why.
-type OptionError struct {
-	Field string // "Exporter", "Protocol", "Endpoint", "Sampler" or "SamplerArg"
-	Err   error
-}
-
-func (e *OptionError) Error() string { return e.Field + ": " + e.Err.Error() }
-
-func (e *OptionError) Unwrap() error { return e.Err }
+// OptionError is an Options field New refuses ("Exporter", "Protocol",
+// "Endpoint", "Sampler" or "SamplerArg"), and why.
+type OptionError = names.FieldError
 
 func optErr(field, format string, args ...any) error {
-	return &OptionError{Field: field, Err: fmt.Errorf(format, args...)}
+	return names.FieldErr(field, format, args...)
 }
 
 // Off reports whether o turns tracing off (no exporter).
