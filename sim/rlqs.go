@@ -67,9 +67,10 @@ func RLQSBuiltin() RLQSScenario {
 type RLQSResult struct {
 	Scenario string `json:"scenario"`
 	Seed     int64  `json:"seed"`
-	// Utilization is Σ admitted ÷ Σ min(capacity, demand) over every
-	// second and bucket, the first ShiftEvery seconds (the start) left
-	// out.
+	// Utilization is Σ min(admitted, capacity) ÷ Σ min(capacity,
+	// demand) over every second and bucket, the first ShiftEvery seconds
+	// (the start) left out: what the token buckets' bursts admit above
+	// the capacity is overshoot (AdmittedOvershoot), not use.
 	Utilization float64 `json:"utilization"`
 	// AssignedOvershoot is the largest (Σ rates assigned − capacity) ÷
 	// capacity of a bucket at any step (0: never above the capacity).
@@ -230,7 +231,7 @@ func RunRLQS(sc RLQSScenario, seed int64) (RLQSResult, error) {
 				elapsed := t - p.lastReport
 				for j := range p.b {
 					b := &p.b[j]
-					us[j] = quota.Usage{Resource: ids[j], Demand: (b.allowed + b.denied) / elapsed, Active: b.allowed+b.denied > 0}
+					us[j] = quota.Usage{Resource: ids[j], Requests: b.allowed + b.denied, Elapsed: elapsed}
 					b.allowed, b.denied = 0, 0
 				}
 				p.lastReport, p.nextReport = t, p.nextReport+sc.ReportInterval
@@ -301,7 +302,7 @@ func RunRLQS(sc RLQSScenario, seed int64) (RLQSResult, error) {
 				all = false
 			}
 			if t > sc.ShiftEvery {
-				admittedSum += second[j]
+				admittedSum += math.Min(second[j], sc.Capacity)
 				wantedSum += math.Min(sc.Capacity, total)
 			}
 			res.AdmittedOvershoot = math.Max(res.AdmittedOvershoot, (second[j]-sc.Capacity)/sc.Capacity)

@@ -43,5 +43,38 @@ func (a *Average) Observe(x, weight float64) float64 {
 	return a.value
 }
 
+// StepSigmas is how far an interval's count of requests must be from
+// what the average expects of that interval, in standard deviations of a
+// Poisson count (the square root of the expected count, at least 1), to
+// be a step of demand rather than noise: 3 (a Poisson count at its
+// expectation falls outside about 0.3 % of the time).
+const StepSigmas = 3
+
+// ObserveCount folds in one interval's count of requests over seconds
+// (both ≥ 0 and finite, else the interval counts as no request over one
+// second): a step — a count more than StepSigmas standard deviations from
+// average × seconds — replaces the average with the interval's rate
+// count ÷ seconds at once, since the demand moved and smoothing would only
+// lag behind it; a count within is noise, smoothed with weight as by
+// Observe. The first interval is taken as is.
+//
+// Source: Sluice's (docs/rlqs.md, demand): a report of Envoy's covers
+// seconds of requests, so its noise is known, and only noise needs
+// smoothing.
+func (a *Average) ObserveCount(count, seconds, weight float64) float64 {
+	if !(count >= 0) || math.IsInf(count, 0) || !(seconds > 0) || math.IsInf(seconds, 0) {
+		count, seconds = 0, 1
+	}
+	x := count / seconds
+	if a.started {
+		expected := a.value * seconds
+		if math.Abs(count-expected) > StepSigmas*math.Sqrt(math.Max(expected, 1)) {
+			a.value = x
+			return x
+		}
+	}
+	return a.Observe(x, weight)
+}
+
 // Value returns the average (0 before any measurement).
 func (a *Average) Value() float64 { return a.value }

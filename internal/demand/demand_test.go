@@ -31,3 +31,33 @@ func TestAverage(t *testing.T) {
 		})
 	}
 }
+
+func TestObserveCount(t *testing.T) {
+	tests := []struct {
+		name   string
+		counts [][2]float64 // count, seconds
+		want   float64
+	}{
+		{"first is taken as is", [][2]float64{{50, 5}}, 10},
+		// 100 expected over 5 s: σ 10, so 120 is noise (smoothed) …
+		{"noise is smoothed", [][2]float64{{100, 5}, {120, 5}}, 22},
+		// … and 140 a step, followed at once.
+		{"a step is followed at once", [][2]float64{{100, 5}, {140, 5}}, 28},
+		{"a drop is a step too", [][2]float64{{1000, 5}, {200, 5}}, 40},
+		{"idle to a few requests is a step", [][2]float64{{0, 5}, {5, 1}}, 5},
+		{"idle to one request is noise", [][2]float64{{0, 5}, {1, 1}}, 0.5},
+		{"bad intervals count as none over a second", [][2]float64{{10, 1}, {5, 0}, {math.NaN(), 1}}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var a Average
+			var got float64
+			for _, c := range tt.counts {
+				got = a.ObserveCount(c[0], c[1], 0.5)
+			}
+			if got != tt.want || a.Value() != tt.want {
+				t.Fatalf("ObserveCount = %v (Value %v), want %v", got, a.Value(), tt.want)
+			}
+		})
+	}
+}

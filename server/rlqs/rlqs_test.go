@@ -192,7 +192,7 @@ func TestFairShares(t *testing.T) {
 		if ttl := time.Until(a.Expires); ttl <= 0 || ttl > 2*time.Second+report {
 			t.Errorf("proxy %d: time to live %v, want within the lease length (2 s)", i, ttl)
 		}
-		if a.MaxTokens != uint32(math.Ceil(a.Rate)) {
+		if want := math.Ceil(a.Rate); float64(a.MaxTokens) < want || float64(a.MaxTokens) > want+1 {
 			t.Errorf("proxy %d: max_tokens %d at rate %v, want one second's worth", i, a.MaxTokens, a.Rate)
 		}
 	}
@@ -457,6 +457,64 @@ func usage(pairs map[string]string, elapsed *durationpb.Duration, allowed, denie
 	return u
 }
 
+// TestWatch: a report without time_elapsed, or with 0 (Envoy's filter
+// sends one the moment a bucket sees its first request, and whole seconds
+// after), subscribes the bucket and keeps the stream; the bucket's first
+// assignment answers the first report that measures its demand, over the
+// time between its reports by the server's clock.
+func TestWatch(t *testing.T) {
+	f := serve(t, templates, rlqs.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), generous)
+	defer cancel()
+	st, err := rlqspb.NewRateLimitQuotaServiceClient(f.conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := map[string]string{"name": "watched"}
+	one := func(m *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) *rlqspb.RateLimitQuotaUsageReports {
+		return &rlqspb.RateLimitQuotaUsageReports{Domain: "web", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{m}}
+	}
+	type received struct {
+		m   *rlqspb.RateLimitQuotaResponse
+		at  time.Time
+		err error
+	}
+	got := make(chan received, 1)
+	go func() {
+		m, err := st.Recv()
+		got <- received{m, time.Now(), err}
+	}()
+	for _, m := range []*rlqspb.RateLimitQuotaUsageReports{one(usage(b, nil, 1, 0)), one(usage(b, durationpb.New(0), 2, 0))} {
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second)
+	measured := time.Now()
+	// 100 requests over the second since the last report (by the
+	// server's clock; the report says 0 s, as Envoy's whole seconds do).
+	if err := st.Send(one(usage(b, durationpb.New(0), 100, 0))); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("the stream ended: %v", r.err)
+	}
+	if r.at.Before(measured) {
+		t.Fatalf("an answer to the watch before any report measured demand: %v", r.m)
+	}
+	if len(r.m.GetBucketAction()) != 1 {
+		t.Fatalf("answer %v, want one bucket's action", r.m)
+	}
+	tb := r.m.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+	// 103 requests over the second since the watch (the window starts
+	// at the bucket's first report): the template's capacity is shared
+	// with nobody, so the lease is the demand.
+	if rate := rlqs.FillRate(tb); !(rate >= 50 && rate <= 103) {
+		t.Fatalf("assigned %v, want about the measured 100 a second", r.m)
+	}
+}
+
 // TestBadInput: a message that is not valid ends its stream, and only
 // it, with InvalidArgument naming the field; nothing is leased for it.
 func TestBadInput(t *testing.T) {
@@ -477,8 +535,6 @@ func TestBadInput(t *testing.T) {
 		{"no bucket_id", []*rlqspb.RateLimitQuotaUsageReports{{Domain: "web", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(nil, sec, 1, 0)}}}, "bucket_quota_usages[0].bucket_id"},
 		{"empty bucket_id", []*rlqspb.RateLimitQuotaUsageReports{{Domain: "web", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{}, sec, 1, 0)}}}, "bucket_quota_usages[0].bucket_id"},
 		{"bad priority", []*rlqspb.RateLimitQuotaUsageReports{{Domain: "web", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"name": "bad", "priority": "high"}, sec, 1, 0)}}}, "bucket_quota_usages[0].bucket_id.bucket[priority]"},
-		{"no time_elapsed", []*rlqspb.RateLimitQuotaUsageReports{{Domain: "web", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(ok, nil, 1, 0)}}}, "bucket_quota_usages[0].time_elapsed"},
-		{"zero time_elapsed", []*rlqspb.RateLimitQuotaUsageReports{{Domain: "web", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(ok, durationpb.New(0), 1, 0)}}}, "bucket_quota_usages[0].time_elapsed"},
 		{"negative time_elapsed", []*rlqspb.RateLimitQuotaUsageReports{{Domain: "web", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(ok, durationpb.New(-time.Second), 1, 0)}}}, "bucket_quota_usages[0].time_elapsed"},
 		{"counts overflow", []*rlqspb.RateLimitQuotaUsageReports{{Domain: "web", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(ok, sec, math.MaxUint64, 1)}}}, "bucket_quota_usages[0].num_requests_allowed"},
 		{"two bands of a resource", []*rlqspb.RateLimitQuotaUsageReports{{Domain: "web", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"name": "bad", "priority": "1"}, sec, 1, 0), usage(map[string]string{"name": "bad", "priority": "2"}, sec, 1, 0)}}}, "bucket_quota_usages[1].bucket_id"},

@@ -128,7 +128,8 @@ func escape(b *strings.Builder, s string) {
 // error naming the field at fault: a first message without a domain, a
 // later one changing it, a usage without a bucket_id or with an empty
 // one, an empty key, a priority that is not an integer, a time_elapsed
-// absent, invalid or not positive, counts whose sum overflows, a resource
+// invalid or negative (absent or 0 is a watch: see quota.Usage), counts
+// whose sum overflows, a resource
 // id longer than capacity.MaxIDLength, more than
 // capacity.MaxResourcesPerRequest usages.
 func parse(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []quota.Usage, error) {
@@ -165,16 +166,19 @@ func parse(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []quota
 				prio, raw = p, v
 			}
 		}
-		te := u.GetTimeElapsed()
-		if te == nil {
-			return "", nil, fmt.Errorf("%s: required", field("time_elapsed"))
-		}
-		if err := te.CheckValid(); err != nil {
-			return "", nil, fmt.Errorf("%s: %v", field("time_elapsed"), err)
-		}
-		elapsed := te.AsDuration()
-		if elapsed <= 0 {
-			return "", nil, fmt.Errorf("%s: %v, must be positive", field("time_elapsed"), elapsed)
+		// Envoy's filter sends time_elapsed in whole seconds, and 0 (or,
+		// in some builds, none) in the report it sends the moment a bucket
+		// sees its first request: a watch, which Report subscribes
+		// without measuring demand. Only a malformed or negative one is
+		// refused.
+		var elapsed time.Duration
+		if te := u.GetTimeElapsed(); te != nil {
+			if err := te.CheckValid(); err != nil {
+				return "", nil, fmt.Errorf("%s: %v", field("time_elapsed"), err)
+			}
+			if elapsed = te.AsDuration(); elapsed < 0 {
+				return "", nil, fmt.Errorf("%s: %v, must not be negative", field("time_elapsed"), elapsed)
+			}
 		}
 		a, d := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
 		if a > math.MaxUint64-d {
@@ -188,28 +192,44 @@ func parse(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []quota
 			Resource: res,
 			Prio:     raw,
 			Priority: prio,
-			Demand:   float64(a+d) / elapsed.Seconds(),
-			Active:   a+d > 0,
+			Requests: float64(a) + float64(d),
+			Elapsed:  elapsed.Seconds(),
 		}
 	}
 	return domain, out, nil
 }
 
 // tokenBucket returns the token bucket that fills at rate (requests per
-// second, ≥ MinRate): tokens_per_fill max(1, ⌊rate⌋) (at most
-// MaxUint32) every tokens_per_fill / rate seconds, rounded up to the
-// nanosecond (so that it never fills faster than rate), and max_tokens
-// burst's worth, max(1, ⌈rate × burst⌉): a bucket starts full, so a
-// proxy may admit up to max_tokens at once on top of the rate, once per
-// new assignment (see docs/rlqs.md, "The bound").
+// second, ≥ MinRate) as Envoy's filter reads one: it takes the fill rate
+// as tokens_per_fill ÷ fill_interval's whole seconds (a fill interval
+// under a second would fill without limit), and it keeps a bucket, tokens
+// and all, when a new assignment's max_tokens, tokens_per_fill and
+// fill_interval's nanos are the old one's (it compares nothing else). So
+// the fill interval is k whole seconds, k in [1, 3600] the least with
+// rate × k ≥ 1000 (a thousandth's precision) or 3600, tokens_per_fill
+// ⌊rate × k⌋ (never faster than rate), and the nanos carry k too, so
+// that two buckets of different rates never look the same to Envoy.
+// max_tokens is burst's worth, max(1, ⌈rate × burst⌉): a bucket starts
+// full, so a proxy may admit up to max_tokens at once on top of the rate,
+// once per new assignment (see docs/rlqs.md, "The bound").
+//
+// Source: Envoy's rate_limit_quota filter (global_client_impl.cc,
+// createTokenBucketFromAction and protoTokenBucketsEq).
 func tokenBucket(rate float64, burst time.Duration) *typev3.TokenBucket {
-	per := math.Min(math.Max(1, math.Floor(rate)), math.MaxUint32)
-	fill := time.Duration(math.Ceil(per / rate * 1e9))
+	k := math.Min(3600, math.Max(1, math.Ceil(1000/rate)))
+	per := math.Min(math.Max(1, math.Floor(rate*k)), math.MaxUint32)
 	return &typev3.TokenBucket{
 		MaxTokens:     uint32(math.Min(math.Max(1, math.Ceil(rate*burst.Seconds())), math.MaxUint32)),
 		TokensPerFill: wrapperspb.UInt32(uint32(per)),
-		FillInterval:  durationpb.New(fill),
+		FillInterval:  &durationpb.Duration{Seconds: int64(k), Nanos: int32(k)},
 	}
+}
+
+// FillRate returns the rate (requests per second) at which Envoy's filter
+// fills tb: tokens_per_fill ÷ fill_interval's whole seconds, +Inf when
+// they are 0 (as Envoy's division does).
+func FillRate(tb *typev3.TokenBucket) float64 {
+	return float64(tb.GetTokensPerFill().GetValue()) / float64(tb.GetFillInterval().GetSeconds())
 }
 
 // strategy returns a's rate limit strategy: a token bucket at a.rate,

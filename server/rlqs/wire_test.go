@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"maps"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -38,15 +39,27 @@ func TestPairsOfRoundTrip(t *testing.T) {
 	})
 }
 
-// TestTokenBucket: the token bucket never fills faster than the rate, is
-// within a millionth of it, and holds one second's worth.
+// TestTokenBucket: read as Envoy's filter reads it (whole seconds), the
+// token bucket never fills faster than the rate, is within a thousandth
+// of it (from 0.3 requests a second), holds one second's worth, and two
+// rates never make buckets Envoy's filter takes for the same.
 func TestTokenBucket(t *testing.T) {
-	for _, rate := range []float64{MinRate, 0.3, 1, 2.7, 45.5, 1000, 3e6, 1e10} {
+	type envoyKey struct {
+		max, per uint32
+		nanos    int32
+	}
+	seen := map[envoyKey]float64{}
+	for _, rate := range []float64{MinRate, 0.3, 0.31, 0.5, 1, 2.7, 45.5, 45.6, 999.9, 1000, 3e6, 1e10} {
 		tb := tokenBucket(rate, time.Second)
-		got := float64(tb.GetTokensPerFill().GetValue()) / tb.GetFillInterval().AsDuration().Seconds()
-		if got > rate || got < rate*(1-1e-6) {
+		got := FillRate(tb)
+		if got > rate || rate >= 0.3 && got < min(rate, math.MaxUint32)*(1-1e-3) || got <= 0 {
 			t.Errorf("rate %v: fills at %v", rate, got)
 		}
+		k := envoyKey{tb.GetMaxTokens(), tb.GetTokensPerFill().GetValue(), tb.GetFillInterval().GetNanos()}
+		if other, ok := seen[k]; ok && FillRate(tokenBucket(other, time.Second)) != got {
+			t.Errorf("rates %v and %v: buckets Envoy's filter takes for the same (%+v)", other, rate, k)
+		}
+		seen[k] = rate
 		if want := max(1, min(uint32(rate+0.999999), 1<<32-1)); tb.GetMaxTokens() != want && rate < 1e9 {
 			t.Errorf("rate %v: max_tokens %d, want %d", rate, tb.GetMaxTokens(), want)
 		}

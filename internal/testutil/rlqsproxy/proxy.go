@@ -30,6 +30,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-rl/sluice/server/rlqs"
 )
 
 // Behavior is what a bucket without an active assignment does.
@@ -201,7 +203,7 @@ func (p *Proxy) decide(now time.Time, b *bucket) bool {
 		return s.BlanketRule == typev3.RateLimitStrategy_ALLOW_ALL
 	case *typev3.RateLimitStrategy_TokenBucket:
 		tb := s.TokenBucket
-		rate := float64(tb.GetTokensPerFill().GetValue()) / tb.GetFillInterval().AsDuration().Seconds()
+		rate := rlqs.FillRate(tb) // as Envoy's filter reads it
 		b.tokens = math.Min(float64(tb.GetMaxTokens()), b.tokens+rate*now.Sub(b.at).Seconds())
 		b.at = now
 		if b.tokens >= 1 {
@@ -240,7 +242,7 @@ func (p *Proxy) Assignment(pairs map[string]string) (a Assignment, ok bool) {
 		}
 	case *typev3.RateLimitStrategy_TokenBucket:
 		tb := s.TokenBucket
-		a.Rate = float64(tb.GetTokensPerFill().GetValue()) / tb.GetFillInterval().AsDuration().Seconds()
+		a.Rate = rlqs.FillRate(tb)
 		a.MaxTokens = tb.GetMaxTokens()
 	}
 	return a, true
@@ -308,10 +310,10 @@ func (p *Proxy) report(st any) *rlqspb.RateLimitQuotaUsageReports {
 	}
 	for _, k := range slices.Sorted(maps.Keys(p.buckets)) {
 		b := p.buckets[k]
-		elapsed := now.Sub(b.last)
-		if elapsed <= 0 {
-			elapsed = time.Millisecond
-		}
+		// Whole seconds, as Envoy's filter sends them: 0 in the report
+		// of a new bucket (a watch) and whenever reports are less than a
+		// second apart.
+		elapsed := now.Sub(b.last).Truncate(time.Second)
 		m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
 			BucketId:           &rlqspb.BucketId{Bucket: b.pairs},
 			TimeElapsed:        durationpb.New(elapsed),

@@ -67,8 +67,14 @@ type Usage struct {
 	Resource string  // the bucket's resource (D/k1=v1,k2=v2)
 	Prio     string  // the priority pair's value as received ("": none)
 	Priority int64   // its band
-	Demand   float64 // (allowed + denied) / time elapsed, requests per second
-	Active   bool    // it counted a request
+	Requests float64 // num_requests_allowed + num_requests_denied
+	// Elapsed is the report's time_elapsed in seconds: 0 (absent) for
+	// the report Envoy's filter sends the moment a bucket sees its first
+	// request, which only subscribes the bucket (a watch: its demand is
+	// measured from the next report on). Envoy sends whole seconds, so
+	// once a bucket was reported on the stream the time between its two
+	// reports by the server's clock is used instead.
+	Elapsed float64
 }
 
 // Options configure a Session.
@@ -124,6 +130,9 @@ type bucket struct {
 	avg        demand.Average
 	wants      float64   // the smoothed demand (requests per second)
 	asked      float64   // the wants of the last request (-1: none yet)
+	window     time.Time // the start of the window being measured (zero: none yet)
+	pending    float64   // the requests reported in it
+	measured   bool      // a window measured its demand
 	lastActive time.Time // the last report that counted a request (or the first report)
 	due        time.Time // when to ask for the lease again (renewal)
 	idle       time.Duration
@@ -146,6 +155,13 @@ type bucket struct {
 // may hold up to this fraction more than its demand while its demand
 // drifts down.
 const Hysteresis = 0.05
+
+// MinWindow is the shortest window over which a bucket's demand is
+// measured: the requests of reports closer together (Envoy's filter
+// reports a new bucket at once, then at its reporting interval) are
+// added up until their window is this long, so that a handful of requests
+// over a few milliseconds is not taken for a rate.
+const MinWindow = time.Second
 
 // Session is the state of one stream: its client id in the lease tree
 // and its buckets by resource. Report, ApplyPushes, Tick, Next and
@@ -219,7 +235,8 @@ func (s *Session) Report(ctx context.Context, now time.Time, us []Usage) ([]Acti
 	var ask []*bucket
 	for _, u := range us {
 		b := s.buckets[u.Resource]
-		if b == nil && !u.Active {
+		active := u.Requests > 0
+		if b == nil && !active {
 			// No request to subscribe for: a report racing the bucket's
 			// AbandonAction, or an idle bucket of a stream reconnected.
 			// Its next request subscribes it again.
@@ -234,13 +251,25 @@ func (s *Session) Report(ctx context.Context, now time.Time, us []Usage) ([]Acti
 				continue
 			}
 		}
-		if d := b.avg.Observe(u.Demand, s.opts.Smoothing); d > b.wants || d < b.wants*(1-Hysteresis) {
-			b.wants = d
+		// The requests of the reports since the window began, measured
+		// once the window is MinWindow long (a bucket's first report
+		// says how long its window is; the others are timed by the
+		// server's clock, since Envoy sends whole seconds).
+		if b.window.IsZero() {
+			b.window = now.Add(-time.Duration(u.Elapsed * float64(time.Second)))
 		}
-		if u.Active {
+		b.pending += u.Requests
+		if window := now.Sub(b.window); window >= MinWindow {
+			b.measured = true
+			if d := b.avg.ObserveCount(b.pending, window.Seconds(), s.opts.Smoothing); d > b.wants || d < b.wants*(1-Hysteresis) {
+				b.wants = d
+			}
+			b.window, b.pending = now, 0
+		}
+		if active {
 			b.lastActive = now
 		}
-		if !b.unconfigured && (b.asked < 0 || !now.Before(b.due) || changed(b.asked, b.wants)) && !contains(ask, b) {
+		if !b.unconfigured && b.measured && (b.asked < 0 || !now.Before(b.due) || changed(b.asked, b.wants)) && !contains(ask, b) {
 			ask = append(ask, b)
 		}
 	}
@@ -354,7 +383,10 @@ func (s *Session) apply(now time.Time, b *bucket, l *pb.Lease, pushed bool) (Act
 	b.has, b.expiry, b.seq = l.GetCapacity(), expiry, l.GetSequence()
 	if !pushed {
 		b.asked = b.wants // decided: the wants the lease answers
-		b.due = now.Add(max(refresh, time.Second))
+		// Renewed at its refresh interval, or halfway to its expiry if
+		// sooner (an intermediate's leases end with its own, before their
+		// refresh interval), so that a lease is renewed before it ends.
+		b.due = now.Add(max(min(refresh, expiry.Sub(now)/2), time.Second))
 		b.idle = max(expiry.Sub(now).Round(time.Second), refresh, time.Second)
 		if configured, learning := s.c.Configured(b.resource); !configured {
 			s.releaseOne(b)
@@ -436,7 +468,8 @@ func (s *Session) Tick(ctx context.Context, now time.Time) ([]Action, error) {
 			s.m.Abandoned.Inc()
 			s.releaseOne(b)
 			out = append(out, Action{Resource: b.resource, Prio: b.prio, Kind: Abandon})
-		case now.Before(b.due):
+		case now.Before(b.due), !b.measured && !b.unconfigured:
+			// Not due, or a watch whose demand no report measured yet.
 		case b.unconfigured:
 			if configured, _ := s.c.Configured(res); configured {
 				ask = append(ask, b)
@@ -458,7 +491,7 @@ func (s *Session) Next() time.Time {
 	var t time.Time
 	for _, b := range s.buckets {
 		for _, at := range []time.Time{b.due, b.lastActive.Add(b.idle)} {
-			if t.IsZero() || at.Before(t) {
+			if !at.IsZero() && (t.IsZero() || at.Before(t)) {
 				t = at
 			}
 		}

@@ -33,7 +33,7 @@ resources:
 	ctx := context.Background()
 	report := func(demand float64) []quota.Action {
 		t.Helper()
-		as, err := s.Report(ctx, clock.Now(), []quota.Usage{{Resource: "d/name=a", Demand: demand, Active: demand > 0}})
+		as, err := s.Report(ctx, clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: demand, Elapsed: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +97,7 @@ func TestUnconfigured(t *testing.T) {
 	}
 	c := capacity.New(capacity.Options{ID: "root", Config: repo, Now: clock.Now, Logger: testutil.Logger()})
 	s := quota.New("envoy", c, quota.Options{DenyUnconfigured: true, UnconfiguredTTL: 10 * time.Second}, quota.Discard)
-	as, err := s.Report(context.Background(), clock.Now(), []quota.Usage{{Resource: "d/name=a", Demand: 1, Active: true}})
+	as, err := s.Report(context.Background(), clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: 1, Elapsed: 1}})
 	if err != nil || len(as) != 1 || as[0].Kind != quota.DenyAll || as[0].TTL != 10*time.Second {
 		t.Fatalf("%+v %v, want DENY_ALL for 10 s", as, err)
 	}
@@ -130,7 +130,7 @@ resources:
 	c := capacity.New(capacity.Options{ID: "root", Config: empty, Now: clock.Now, Logger: testutil.Logger()})
 	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: 10 * time.Second}, quota.Discard)
 	ctx := context.Background()
-	usage := []quota.Usage{{Resource: "d/name=a", Demand: 30, Active: true}}
+	usage := []quota.Usage{{Resource: "d/name=a", Requests: 30, Elapsed: 1}}
 	if as, err := s.Report(ctx, clock.Now(), usage); err != nil || len(as) != 1 || as[0].Kind != quota.AllowAll {
 		t.Fatalf("%+v %v, want ALLOW_ALL", as, err)
 	}
@@ -154,5 +154,30 @@ resources:
 	}
 	if st, err := c.Status("d/name=a"); err == nil && st.Clients != 0 {
 		t.Errorf("the unconfigured bucket's lease is still held: %+v", st)
+	}
+}
+
+// TestRenewBeforeExpiry: a lease whose refresh interval is not shorter
+// than what is left of it (an intermediate's leases end with its own) is
+// renewed halfway to its expiry, not after it has ended.
+func TestRenewBeforeExpiry(t *testing.T) {
+	repo, err := resources.Parse([]byte(`
+resources:
+  - identifier_glob: "d/*"
+    capacity: 100
+    algorithm: {kind: FAIR_SHARE, lease_length: 4, refresh_interval: 4, learning_mode_duration: 0}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := testutil.NewClock(time.Unix(1_000_000, 0))
+	c := capacity.New(capacity.Options{ID: "root", Config: repo, Now: clock.Now, Logger: testutil.Logger(), Hooks: &hooks.Server{}})
+	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: time.Minute}, quota.Discard)
+	as, err := s.Report(context.Background(), clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: 40, Elapsed: 1}})
+	if err != nil || len(as) != 1 || as[0].TTL != 4*time.Second {
+		t.Fatalf("first report: %+v, %v; want an assignment for 4 s", as, err)
+	}
+	if next := s.Next(); !next.Equal(time.Unix(1_000_002, 0)) {
+		t.Fatalf("renewal due at %v, want halfway to the lease's end (2 s)", next)
 	}
 }
