@@ -387,7 +387,13 @@ func (s *Session) apply(now time.Time, b *bucket, l *pb.Lease, pushed bool) (Act
 		// sooner (an intermediate's leases end with its own, before their
 		// refresh interval), so that a lease is renewed before it ends.
 		b.due = now.Add(max(min(refresh, expiry.Sub(now)/2), time.Second))
-		b.idle = max(expiry.Sub(now).Round(time.Second), refresh, time.Second)
+		// The lease length: the lease's expiry is in whole seconds
+		// (Doorman's wire), so what is left of it is rounded up.
+		left := expiry.Sub(now)
+		if r := left.Truncate(time.Second); r < left {
+			left = r + time.Second
+		}
+		b.idle = max(left, refresh, time.Second)
 		if configured, learning := s.c.Configured(b.resource); !configured {
 			s.releaseOne(b)
 			return s.unconfigured(now, b), true
