@@ -50,6 +50,13 @@ func serverCPU(ctx context.Context, hc *http.Client, base string) (seconds float
 	return serverGauge(ctx, hc, base, "process_cpu_seconds_total")
 }
 
+// serverRSS reads process_resident_memory_bytes from the /metrics page at
+// base with hc, in MB (0 when it cannot).
+func serverRSS(ctx context.Context, hc *http.Client, base string) float64 {
+	v, _ := serverGauge(ctx, hc, base, "process_resident_memory_bytes")
+	return v / 1e6
+}
+
 // serverGauge reads the first sample of the metric name (a counter or a
 // gauge) from the /metrics page at base with hc; ok is false when it
 // cannot.

@@ -125,7 +125,7 @@ func (b *rlqsBench) run(cmd *cobra.Command) error {
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
 	res := RLQSBenchResult{Server: b.rf.server, Streams: b.streams, Buckets: b.buckets}
-	res.RSSBefore = b.rss(ctx)
+	res.RSSBefore = serverRSS(ctx, b.metrics, b.base)
 
 	clients := make([]*connect.Client[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse], b.conns)
 	for i := range clients {
@@ -162,12 +162,12 @@ func (b *rlqsBench) run(cmd *cobra.Command) error {
 		return err
 	}
 	time.Sleep(time.Second)
-	res.RSSOne = b.rss(ctx)
+	res.RSSOne = serverRSS(ctx, b.metrics, b.base)
 	if err := b.step(ctx, cmd.ErrOrStderr(), streams, "all buckets", func(s *rlqsStream) error { return s.st.Send(b.report(b.buckets, false)) }, b.buckets-1); err != nil {
 		return err
 	}
 	time.Sleep(time.Second)
-	res.RSSAll = b.rss(ctx)
+	res.RSSAll = serverRSS(ctx, b.metrics, b.base)
 	res.BytesPerBucket = (res.RSSAll - res.RSSOne) * 1e6 / float64(b.streams*(b.buckets-1))
 	res.BytesPerStream = (res.RSSOne-res.RSSBefore)*1e6/float64(b.streams) - res.BytesPerBucket
 
@@ -237,13 +237,6 @@ func (b *rlqsBench) step(ctx context.Context, stderr io.Writer, streams []*rlqsS
 	}
 	progress.Done()
 	return nil
-}
-
-// rss is the server's resident memory in MB (0 when its /metrics cannot
-// be read).
-func (b *rlqsBench) rss(ctx context.Context) float64 {
-	v, _ := serverGauge(ctx, b.metrics, b.base, "process_resident_memory_bytes")
-	return v / 1e6
 }
 
 // print prints res to w, as JSON with --json.

@@ -121,7 +121,7 @@ func (b *watchBench) run(cmd *cobra.Command) error {
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
 	res := WatchBenchResult{Server: b.rf.server, Holders: b.holders, Shifts: b.shifts, Movers: b.movers}
-	res.RSSBefore = b.rss(ctx)
+	res.RSSBefore = serverRSS(ctx, b.metrics, b.base)
 	b.hcs = make([]*http.Client, b.conns)
 	b.capStubs = make([]doormanconnect.CapacityClient, b.conns)
 	for i := range b.hcs {
@@ -133,7 +133,7 @@ func (b *watchBench) run(cmd *cobra.Command) error {
 		return err
 	}
 	time.Sleep(time.Second)
-	res.RSSWatching = b.rss(ctx)
+	res.RSSWatching = serverRSS(ctx, b.metrics, b.base)
 	res.BytesPerStream = (res.RSSWatching - res.RSSBefore) * 1e6 / float64(b.holders)
 	all := make([]int, b.holders)
 	for i := range all {
@@ -144,20 +144,13 @@ func (b *watchBench) run(cmd *cobra.Command) error {
 		return fmt.Errorf("leasing: %w", err)
 	}
 	time.Sleep(time.Second)
-	res.RSSLeased = b.rss(ctx)
+	res.RSSLeased = serverRSS(ctx, b.metrics, b.base)
 	if err := b.shift(ctx, all, &res); err != nil {
 		return err
 	}
 	cancel()
 	wg.Wait()
 	return b.report(cmd.OutOrStdout(), res)
-}
-
-// rss is the server's resident memory in MB (0 when its /metrics cannot
-// be read).
-func (b *watchBench) rss(ctx context.Context) float64 {
-	v, _ := serverGauge(ctx, b.metrics, b.base, "process_resident_memory_bytes")
-	return v / 1e6
 }
 
 // benchHolderID is the client and holder id of holder i.

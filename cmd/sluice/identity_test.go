@@ -63,16 +63,7 @@ identities:
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(mid.addr, client.WithTLS(alice), client.WithID("alice/c1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	res, err := c.Resource("res", 30)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 30*time.Second, "alice's lease through the intermediate", func() bool { return res.Capacity() == 30 })
+	leaseOverTLS(t, mid.addr, alice, "alice/c1", "alice's lease through the intermediate")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -46,16 +46,7 @@ resources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(mid.addr, client.WithTLS(good), client.WithID("c1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	res, err := c.Resource("res", 30)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 30*time.Second, "a lease over mTLS through the intermediate", func() bool { return res.Capacity() == 30 })
+	leaseOverTLS(t, mid.addr, good, "c1", "a lease over mTLS through the intermediate")
 
 	ask := func(cfg *tls.Config, scheme string) error {
 		tr := &http.Transport{TLSClientConfig: cfg}
@@ -195,4 +186,21 @@ func TestServerEnvironmentAndPprof(t *testing.T) {
 	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "SLUICE_GRACE") {
 		t.Fatalf("bad SLUICE_GRACE: %v %s", err, out)
 	}
+}
+
+// leaseOverTLS has a Go client with id, over cfg, lease 30 of resource
+// "res" at addr, and fails the test unless it holds them (what names the
+// wait) within 30 s.
+func leaseOverTLS(t *testing.T, addr string, cfg *tls.Config, id, what string) {
+	t.Helper()
+	c, err := client.New(addr, client.WithTLS(cfg), client.WithID(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	res, err := c.Resource("res", 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, what, func() bool { return res.Capacity() == 30 })
 }

@@ -386,14 +386,11 @@ func (s *Session) apply(now time.Time, b *bucket, l *pb.Lease, pushed bool) (Act
 		// Renewed at its refresh interval, or halfway to its expiry if
 		// sooner (an intermediate's leases end with its own, before their
 		// refresh interval), so that a lease is renewed before it ends.
-		b.due = now.Add(max(min(refresh, expiry.Sub(now)/2), time.Second))
-		// The lease length: the lease's expiry is in whole seconds
-		// (Doorman's wire), so what is left of it is rounded up.
+		// Idle for the lease length: the expiry is in whole seconds
+		// (Doorman's wire), so what is left of the lease is rounded up.
 		left := expiry.Sub(now)
-		if r := left.Truncate(time.Second); r < left {
-			left = r + time.Second
-		}
-		b.idle = max(left, refresh, time.Second)
+		b.due = now.Add(max(min(refresh, left/2), time.Second))
+		b.idle = max((left + time.Second - 1).Truncate(time.Second), refresh, time.Second)
 		if configured, learning := s.c.Configured(b.resource); !configured {
 			s.releaseOne(b)
 			return s.unconfigured(now, b), true

@@ -2,15 +2,42 @@ package quota_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/rlqs/quota"
 )
+
+// fairShare is a configuration of one FAIR_SHARE template "d/*" of
+// capacity 100, out of learning mode, with the lease length and refresh
+// interval given (seconds).
+func fairShare(leaseLength, refresh int) string {
+	return fmt.Sprintf(`
+resources:
+  - identifier_glob: "d/*"
+    capacity: 100
+    algorithm: {kind: FAIR_SHARE, lease_length: %d, refresh_interval: %d, learning_mode_duration: 0}
+`, leaseLength, refresh)
+}
+
+// parse parses config, failing the test on an error.
+func parse(t *testing.T, config string) *resources.Repository {
+	t.Helper()
+	repo, err := resources.Parse([]byte(config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return repo
+}
+
+// leaser returns a root capacity service of config on clock.
+func leaser(t *testing.T, clock *testutil.Clock, config string) *capacity.Service {
+	return capacity.New(capacity.Options{ID: "root", Config: parse(t, config), Now: clock.Now, Logger: testutil.Logger()})
+}
 
 // TestLifecycle drives one session on a hand-moved clock: the first
 // report gets an assignment whose time to live is the lease's; reports
@@ -18,17 +45,8 @@ import (
 // the same rate (which the proxy extends); a bucket counting no request
 // for its lease length is abandoned and its lease released.
 func TestLifecycle(t *testing.T) {
-	repo, err := resources.Parse([]byte(`
-resources:
-  - identifier_glob: "d/*"
-    capacity: 100
-    algorithm: {kind: FAIR_SHARE, lease_length: 10, refresh_interval: 4, learning_mode_duration: 0}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
 	clock := testutil.NewClock(time.Unix(1_000_000, 0))
-	c := capacity.New(capacity.Options{ID: "root", Config: repo, Now: clock.Now, Logger: testutil.Logger(), Hooks: &hooks.Server{}})
+	c := leaser(t, clock, fairShare(10, 4))
 	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: time.Minute, Smoothing: 0.5}, quota.Discard)
 	ctx := context.Background()
 	report := func(demand float64) []quota.Action {
@@ -54,7 +72,7 @@ resources:
 	// Due at 4 s: decided then, though within Doorman's 5-second rule
 	// (the session paces its requests itself).
 	clock.Advance(3 * time.Second)
-	as, err = s.Tick(ctx, clock.Now())
+	as, err := s.Tick(ctx, clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,11 +109,7 @@ resources:
 // renewed at half its time to live; nothing is leased.
 func TestUnconfigured(t *testing.T) {
 	clock := testutil.NewClock(time.Unix(1_000_000, 0))
-	repo, err := resources.Parse([]byte("resources: []\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := capacity.New(capacity.Options{ID: "root", Config: repo, Now: clock.Now, Logger: testutil.Logger()})
+	c := leaser(t, clock, "resources: []\n")
 	s := quota.New("envoy", c, quota.Options{DenyUnconfigured: true, UnconfiguredTTL: 10 * time.Second}, quota.Discard)
 	as, err := s.Report(context.Background(), clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: 1, Elapsed: 1}})
 	if err != nil || len(as) != 1 || as[0].Kind != quota.DenyAll || as[0].TTL != 10*time.Second {
@@ -114,20 +128,9 @@ func TestUnconfigured(t *testing.T) {
 // at its next decision, its lease released.
 func TestLiveReload(t *testing.T) {
 	clock := testutil.NewClock(time.Unix(1_000_000, 0))
-	empty, err := resources.Parse([]byte("resources: []\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	withTemplate, err := resources.Parse([]byte(`
-resources:
-  - identifier_glob: "d/*"
-    capacity: 100
-    algorithm: {kind: FAIR_SHARE, lease_length: 10, refresh_interval: 4, learning_mode_duration: 0}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := capacity.New(capacity.Options{ID: "root", Config: empty, Now: clock.Now, Logger: testutil.Logger()})
+	const empty = "resources: []\n"
+	c := leaser(t, clock, empty)
+	withTemplate := parse(t, fairShare(10, 4))
 	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: 10 * time.Second}, quota.Discard)
 	ctx := context.Background()
 	usage := []quota.Usage{{Resource: "d/name=a", Requests: 30, Elapsed: 1}}
@@ -146,7 +149,7 @@ resources:
 	if st, err := c.Status("d/name=a"); err != nil || st.Clients != 1 {
 		t.Fatalf("the bucket's lease: %+v %v", st, err)
 	}
-	c.SetConfig(empty)
+	c.SetConfig(parse(t, empty))
 	clock.Advance(4 * time.Second) // the refresh
 	as, err = s.Report(ctx, clock.Now(), usage)
 	if err != nil || len(as) != 1 || as[0].Kind != quota.AllowAll {
@@ -161,17 +164,8 @@ resources:
 // than what is left of it (an intermediate's leases end with its own) is
 // renewed halfway to its expiry, not after it has ended.
 func TestRenewBeforeExpiry(t *testing.T) {
-	repo, err := resources.Parse([]byte(`
-resources:
-  - identifier_glob: "d/*"
-    capacity: 100
-    algorithm: {kind: FAIR_SHARE, lease_length: 4, refresh_interval: 4, learning_mode_duration: 0}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
 	clock := testutil.NewClock(time.Unix(1_000_000, 0))
-	c := capacity.New(capacity.Options{ID: "root", Config: repo, Now: clock.Now, Logger: testutil.Logger(), Hooks: &hooks.Server{}})
+	c := leaser(t, clock, fairShare(4, 4))
 	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: time.Minute}, quota.Discard)
 	as, err := s.Report(context.Background(), clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: 40, Elapsed: 1}})
 	if err != nil || len(as) != 1 || as[0].TTL != 4*time.Second {
