@@ -200,34 +200,9 @@ type driver struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	out    *bufio.Reader
-	stderr *lockedBuffer
+	stderr *testutil.LogBuffer
 	mu     sync.Mutex
 	exited chan error
-}
-
-// lockedBuffer is a bytes.Buffer safe for a writing process and a
-// reading test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Len()
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // answer is a driver's answer to one command.
@@ -240,7 +215,7 @@ func startDriver(t *testing.T, lang string, s *server, id string, flags ...strin
 	args := append([]string{lang, "--server", s.addr, "--client-id", id}, flags...)
 	cmd := exec.Command(filepath.Join(root, "scripts", "interop-driver"), args...)
 	cmd.Dir = root
-	d := &driver{t: t, lang: lang, id: id, cmd: cmd, stderr: new(lockedBuffer), exited: make(chan error, 1)}
+	d := &driver{t: t, lang: lang, id: id, cmd: cmd, stderr: new(testutil.LogBuffer), exited: make(chan error, 1)}
 	cmd.Stderr = d.stderr
 	var err error
 	if d.in, err = cmd.StdinPipe(); err != nil {

@@ -26,6 +26,18 @@ type StoreHealth struct {
 	// could not answer ("" if none yet), at LastErrorAt.
 	LastError   string
 	LastErrorAt time.Time
+	// Unanswered reports that the backend has not answered since the
+	// store opened: a Redis away at start (limits/redis.Open) that has not
+	// answered yet. A server is not ready then.
+	Unanswered bool
+	// Refusal is the backend's refusal of this server's credentials or
+	// TLS handshake now (Redis's WRONGPASS, NOAUTH, an unknown CA, a
+	// missing client certificate), at RefusalAt; "" when none (cleared by
+	// the next answer). Refusals counts the round trips and pings it
+	// refused.
+	Refusal   string
+	RefusalAt time.Time
+	Refusals  uint64
 	// Calls is the calls sent to the backend (Takes, and other scripts on
 	// the request path), Scripts the scripts that carried them (on Redis,
 	// EVALSHA and EVAL: one for all of a round trip's Takes on one

@@ -54,8 +54,9 @@ type Config struct {
 	// of servers sharing them.
 	Sessions Sessions
 	// Store is where the limits' buckets, Envoy's counters and the
-	// fleet's copy log live: this process's memory, Redis or Redis
-	// Cluster.
+	// fleet's copy log live: this process's memory, a Redis, a Redis
+	// Cluster or a Redis watched by Sentinel, and how to reach it
+	// (credentials, TLS, the keys' prefix).
 	Store Store
 	// Envoy configures Envoy's rate limit service: its algorithm, shadow
 	// mode, headers and answer on store errors (its Store, Now, Registry,
@@ -258,21 +259,106 @@ type Fleet struct {
 }
 
 // Store is where the limits' buckets (and, with Etcd, the copy-limited
-// resources' counts) are kept when not in this process's memory: a Redis
-// server, a Redis Cluster, or a store opened by the caller. At most one
-// of Redis, Cluster and Shared.
+// resources' counts, and Envoy's counters) are kept when not in this
+// process's memory: a Redis server, a Redis Cluster, a Redis watched by
+// Sentinel, or a store opened by the caller. At most one of Redis,
+// Cluster, Sentinel and Shared; the other fields need one of the first
+// three. limits/redis.Dial documents each (New turns this group into
+// one, and limits/redis.Open makes the client).
+//
+// At start, a Redis that refuses the credentials or the TLS handshake is
+// a configuration error (New fails, naming the field and Redis's
+// refusal); a Redis that does not answer is not: the server starts, is
+// not ready (naming Redis) until Redis answers, and decides meanwhile by
+// each resource's on_store_error.
 type Store struct {
-	// Redis is a Redis server's URL (redis://host:port/db, rediss:// for
-	// TLS).
+	// Redis is a Redis server's URL (redis://[user:password@]host:port/db,
+	// rediss:// for TLS).
 	Redis string
-	// Cluster are seed addresses of a Redis Cluster ("host:port").
+	// Cluster are seed addresses of a Redis Cluster ("host:port"), or one
+	// go-redis cluster URL (redis[s]://[user:password@]host:port?addr=
+	// host:port&addr=…), which can carry credentials and TLS.
 	Cluster []string
+	// Sentinel is go-redis's failover URL of a Redis watched by Sentinel:
+	// redis[s]://[sentinel_user:sentinel_password@]host:port/db?
+	// master_name=NAME&addr=host:port&…&username=U&password=P (the user
+	// information the sentinels' credentials, username and password the
+	// master's).
+	Sentinel string
+	// TLS is the TLS of a rediss:// URL (and of Cluster's list form):
+	// CAFile the CAs that signed Redis's certificate (empty: the
+	// system's), CertFile and KeyFile a client certificate (Redis's
+	// tls-auth-clients). Set with a redis:// URL, it is an error.
+	TLS TLS
+	// TLSServerName is the name Redis's certificate must carry (empty:
+	// the URL's host).
+	TLSServerName string
+	// PasswordFile is a file holding the Redis nodes' password (a mounted
+	// secret): it overrides the URL's, and is read again for every new
+	// connection, so a rotated password needs no restart.
+	PasswordFile string
+	// KeyPrefix starts every key Sluice writes in Redis (empty:
+	// limits/redis.DefaultPrefix, "sluice:"), so that deployments can
+	// share one Redis or Redis Cluster.
+	KeyPrefix string
 	// Timeout bounds each round trip to Redis (0: the store's default,
 	// limits/redis.DefaultTimeout; negative is an error).
 	Timeout time.Duration
 	// Shared is a store the caller opened (tests, programs embedding
 	// Sluice); New uses it as is, and Run's end closes it.
 	Shared *Shared
+}
+
+// redis reports whether s names a Redis (Redis, Cluster or Sentinel).
+func (s Store) redis() bool { return s.Redis != "" || len(s.Cluster) > 0 || s.Sentinel != "" }
+
+// validate checks the store group: one place at most, and the Redis
+// settings only with a Redis.
+func (s Store) validate() error {
+	var given []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"Store.Redis", s.Redis != ""}, {"Store.Cluster", len(s.Cluster) > 0}, {"Store.Sentinel", s.Sentinel != ""}, {"Store.Shared", s.Shared != nil}} {
+		if f.set {
+			given = append(given, f.name)
+		}
+	}
+	const none = "set without a Redis (Store.Redis, Store.Cluster or Store.Sentinel)"
+	switch {
+	case s.Timeout < 0:
+		return fieldErr("Store.Timeout", "%v, want a positive duration (0: the default)", s.Timeout)
+	case len(given) > 1:
+		return fieldErr(given[1], "set with %s; give one or the other", given[0])
+	case s.redis():
+		return nil
+	case !s.TLS.IsZero():
+		return fieldErr("Store.TLS", none)
+	case s.TLSServerName != "":
+		return fieldErr("Store.TLSServerName", none)
+	case s.PasswordFile != "":
+		return fieldErr("Store.PasswordFile", none)
+	case s.KeyPrefix != "":
+		return fieldErr("Store.KeyPrefix", none)
+	}
+	return nil
+}
+
+// tlsConfig returns the TLS configuration of Store.TLS and
+// Store.TLSServerName (nil: go-redis's, as the URL says).
+func (s Store) tlsConfig() (*tls.Config, error) {
+	c, err := s.TLS.client("Store.TLS")
+	if err != nil || (c == nil && s.TLSServerName == "") {
+		return nil, err
+	}
+	if c == nil {
+		c = &tls.Config{MinVersion: tls.VersionTLS12}
+	} else {
+		c = c.Clone()
+		c.NextProtos = nil // (Redis speaks no ALPN)
+	}
+	c.ServerName = s.TLSServerName
+	return c, nil
 }
 
 // Shared is a store shared by the servers using it (limits/redis provides
@@ -361,7 +447,8 @@ var FieldNames = []string{
 	"Listen.TLS.CAFile", "Listen.TLS", "Listen.Grace", "Listen.Identity.Source", "Listen.Identity.PolicyPath",
 	"Document.Path", "Document.QuotaServicePath", "Document.EnvoyRateLimitPath",
 	"Document.Fixed", "Parent.Addresses", "Parent.TLS", "Leases.DisablePush", "Election.Kind", "Election.Key",
-	"Etcd.Endpoints", "Etcd.TLS", "Store.Redis", "Store.Cluster", "Store.Timeout", "Store.Shared",
+	"Etcd.Endpoints", "Etcd.TLS", "Store.Redis", "Store.Cluster", "Store.Sentinel", "Store.TLSServerName", "Store.TLS",
+	"Store.PasswordFile", "Store.KeyPrefix", "Store.Timeout", "Store.Shared",
 	"Sessions.Max", "Envoy.NearLimitRatio", "Admin.TrustForwarded", "Admin.TokenFile", "Admin.Insecure",
 	"Admin.AuthReads",
 	"Runtime.Tracing.Exporter", "Runtime.Tracing.Protocol", "Runtime.Tracing.Endpoint", "Runtime.Tracing.Sampler",
@@ -380,12 +467,9 @@ func (c *Config) validate() error {
 		return fieldErr("Election.Kind", "%q, want standalone or etcd", c.Election.Kind)
 	case c.Election.Kind == "etcd" && c.Election.Key == "":
 		return fieldErr("Election.Key", "required with Election.Kind etcd")
-	case c.Store.Timeout < 0:
-		return fieldErr("Store.Timeout", "%v, want a positive duration (0: the default)", c.Store.Timeout)
-	case c.Store.Redis != "" && len(c.Store.Cluster) > 0:
-		return fieldErr("Store.Cluster", "set with Store.Redis; give one or the other")
-	case c.Store.Shared != nil && (c.Store.Redis != "" || len(c.Store.Cluster) > 0):
-		return fieldErr("Store.Shared", "set with Store.Redis or Store.Cluster; give one or the other")
+	}
+	if err := c.Store.validate(); err != nil {
+		return err
 	}
 	if err := c.Listen.validateIdentity(); err != nil {
 		return err

@@ -1,39 +1,19 @@
 package server
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/testutil"
 )
 
-// syncBuffer is a bytes.Buffer safe for the etcd client's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // The etcd client New opens logs through Config.Logger: its errors reach
 // the slog handler, named etcd-client; its warnings (every retried RPC)
 // do not.
 func TestEtcdClientLogsThroughConfigLogger(t *testing.T) {
-	var buf syncBuffer
+	var buf testutil.LogBuffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// Nothing listens on port 1: the client dials lazily, so opening it
 	// succeeds without an etcd.
@@ -57,7 +37,7 @@ func TestEtcdClientLogsThroughConfigLogger(t *testing.T) {
 // The drain's log tells the durations of Config.Now: on a clock that
 // stands still, it took 0 s, however long the real drain did.
 func TestDrainUsesConfiguredClock(t *testing.T) {
-	var buf syncBuffer
+	var buf testutil.LogBuffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
 	_, stop := startServer(t, Config{ID: "drain", Runtime: Runtime{Now: clock.Now, Logger: log}, Listen: Listen{Grace: 5 * time.Second}})

@@ -294,18 +294,19 @@ func (s *Server) openStore(ctx context.Context) error {
 	switch {
 	case st.Shared != nil:
 		s.shared = *st.Shared
-	case st.Redis != "" || len(st.Cluster) > 0:
-		field := "Store.Redis"
-		if st.Redis == "" {
-			field = "Store.Cluster"
+	case st.redis():
+		tc, err := st.tlsConfig()
+		if err != nil {
+			return err
 		}
 		timeout := st.Timeout
 		if timeout == 0 {
 			timeout = redisstore.DefaultTimeout
 		}
-		rs, err := redisstore.Open(ctx, redisstore.Dial{URL: st.Redis, Cluster: st.Cluster, Timeout: timeout, Logger: s.log, TracerProvider: s.tracer})
+		rs, err := redisstore.Open(ctx, redisstore.Dial{URL: st.Redis, Cluster: st.Cluster, Sentinel: st.Sentinel, TLS: tc,
+			PasswordFile: st.PasswordFile, Prefix: st.KeyPrefix, Timeout: timeout, Logger: s.log, TracerProvider: s.tracer})
 		if err != nil {
-			return &FieldError{Field: field, Err: err}
+			return storeFieldError(err)
 		}
 		s.shared = redisShared(rs)
 	}
@@ -314,6 +315,21 @@ func (s *Server) openStore(ctx context.Context) error {
 		s.log.Info("copy-limited resources stay in this server's memory: the shared store's copy log needs etcd (Etcd.Endpoints), whose fleet leader cleans up after a crashed server")
 	}
 	return nil
+}
+
+// storeFieldError returns err, an error of limits/redis.Open, naming the
+// Config field at fault: its Dial field under Store (URL is Store.Redis,
+// TLS Store.TLS, …).
+func storeFieldError(err error) error {
+	var fe *FieldError
+	if !errors.As(err, &fe) {
+		return &FieldError{Field: "Store", Err: err}
+	}
+	field := map[string]string{"URL": "Redis", "Prefix": "KeyPrefix"}[fe.Field]
+	if field == "" {
+		field = fe.Field
+	}
+	return &FieldError{Field: "Store." + field, Err: fe.Err}
 }
 
 // newServices builds the capacity, limits and sessions services.
@@ -636,11 +652,17 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 // Ready reports whether the server should receive traffic: not draining,
 // with a shared copy log a member of the fleet (its copies engine not
 // fenced) whose copy-limited resources are known not to be in learning
-// mode (sessions.Service.Ready), and the capacity service ready
+// mode (sessions.Service.Ready), a shared store that has answered since
+// it opened (a Redis away at start), and the capacity service ready
 // (configured, mastership known). why says what is missing.
 func (s *Server) Ready() (ready bool, why string) {
 	if s.draining.Load() {
 		return false, "draining"
+	}
+	if s.shared.Health != nil {
+		if h := s.shared.Health(); h.Unanswered {
+			return false, "Redis has not answered since the server started (" + h.LastError + ")"
+		}
 	}
 	if s.member != nil {
 		// Every Reserve would answer Unavailable: the copies engine

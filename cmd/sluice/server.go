@@ -135,8 +135,15 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 		f.DurationVar(&c.Election.TTL, "election-ttl", 10*time.Second, "etcd session TTL: how long a cut-off master stays master")
 	})
 	in(f, groupStore, func() {
-		f.StringVar(&c.Store.Redis, "redis", "", "keep the limits' state in this Redis (redis://host:port/db)")
-		f.StringSliceVar(&c.Store.Cluster, "redis-cluster", nil, "keep the limits' state in this Redis Cluster (host:port,...)")
+		f.StringVar(&c.Store.Redis, "redis", "", "keep the limits' state in this Redis (redis[s]://[user:pass@]host:port/db)")
+		f.StringSliceVar(&c.Store.Cluster, "redis-cluster", nil, "... in this Redis Cluster (host:port,... or redis[s]://host:port?addr=host:port&...)")
+		f.StringVar(&c.Store.Sentinel, "redis-sentinel", "", "... in the Redis Sentinel watches (redis[s]://host:port?master_name=M&addr=...)")
+		f.StringVar(&c.Store.TLS.CAFile, "redis-tls-ca", "", "verify Redis's certificate (rediss://) with these CAs (PEM)")
+		f.StringVar(&c.Store.TLS.CertFile, "redis-tls-cert", "", "client certificate (PEM) to present to Redis")
+		f.StringVar(&c.Store.TLS.KeyFile, "redis-tls-key", "", "the private key of --redis-tls-cert (PEM)")
+		f.StringVar(&c.Store.TLSServerName, "redis-tls-server-name", "", "the name Redis's certificate must carry (default: its host)")
+		f.StringVar(&c.Store.PasswordFile, "redis-password-file", "", "Redis's password (a file, reread; overrides the URL's)")
+		f.StringVar(&c.Store.KeyPrefix, "redis-key-prefix", "", "start every key in Redis with this (default: "+redisstore.DefaultPrefix+")")
 		f.DurationVar(&c.Store.Timeout, "redis-timeout", redisstore.DefaultTimeout, "bound on each round trip to Redis")
 	})
 	in(f, groupSessions, func() {
@@ -202,7 +209,10 @@ var flagOf = map[string]string{
 	"Leases.DisablePush": "--push-leases=false", "Election.Kind": "--election", "Election.Key": "--election-key",
 	"Etcd.Endpoints": "--etcd-endpoints", "Etcd.TLS": "--etcd-tls-ca, --etcd-tls-cert, --etcd-tls-key",
 	"Store.Redis": "--redis", "Store.Cluster": "--redis-cluster", "Store.Timeout": "--redis-timeout",
-	"Store.Shared": "--redis", "Sessions.Max": "--max-sessions", "Envoy.NearLimitRatio": "--envoy-near-limit-ratio",
+	"Store.Sentinel": "--redis-sentinel", "Store.TLS": "--redis-tls-ca, --redis-tls-cert, --redis-tls-key",
+	"Store.TLSServerName": "--redis-tls-server-name", "Store.PasswordFile": "--redis-password-file",
+	"Store.KeyPrefix": "--redis-key-prefix",
+	"Store.Shared":    "--redis", "Sessions.Max": "--max-sessions", "Envoy.NearLimitRatio": "--envoy-near-limit-ratio",
 	"Admin.TrustForwarded": "--admin-trust-forwarded-user", "Admin.TokenFile": "--admin-token-file",
 	"Admin.Insecure": "--admin-insecure", "Admin.AuthReads": "--admin-auth-reads", "Listen.TLS.CAFile": "--tls-client-ca",
 	"Runtime.Tracing.Exporter": "--otel-traces-exporter",

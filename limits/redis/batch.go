@@ -582,6 +582,9 @@ func (b *batcher) roundTrip(t *trip, batch []*call) error {
 		err = nil
 	} else {
 		done(err)
+		if err == nil {
+			b.st.noteAnswer()
+		}
 	}
 	b.st.stats.observe(d)
 	if err != nil {
@@ -830,7 +833,17 @@ func (b *batcher) send(ctx context.Context, cmds []*command, eval bool) {
 		m.cmd = evalCmd(ctx, m, eval)
 		_ = pipe.Process(ctx, m.cmd)
 	}
-	_, _ = pipe.Exec(ctx) // each cmd holds its error
+	if _, err := pipe.Exec(ctx); err != nil {
+		// Each cmd holds its error, except when the pipeline never
+		// reached Redis on a connection: go-redis returns that error
+		// (a connection's AUTH refused, say) without setting it on the
+		// commands, which hold no reply (a nil reply is redis.Nil).
+		for _, m := range cmds {
+			if m.cmd.Err() == nil && m.cmd.Val() == nil {
+				m.cmd.SetErr(err)
+			}
+		}
+	}
 	b.st.roundTrips.Add(1)
 	b.st.scripts.Add(uint64(len(cmds)))
 }
@@ -858,8 +871,9 @@ func isRedirect(err error) bool {
 // (the round trip counts as a failure for the breaker): no reply at all
 // (connection refused or lost, a timeout, a closed client), or a reply
 // saying Redis cannot serve (LOADING, BUSY, MASTERDOWN, CLUSTERDOWN,
-// TRYAGAIN, READONLY after a failover). A script's own error is a reply:
-// Redis is up.
+// TRYAGAIN, READONLY after a failover), or a refusal of this client's
+// credentials (Refusal: WRONGPASS, NOAUTH, a TLS handshake refused). A
+// script's own error is a reply: Redis is up.
 func unavailable(err error) bool {
 	if err == nil {
 		return false
@@ -869,6 +883,9 @@ func unavailable(err error) bool {
 		return true
 	}
 	msg := re.Error()
+	if authRefusal(msg) {
+		return true // Redis serves, but not this client: see Refusal
+	}
 	for _, p := range unavailablePrefixes {
 		if strings.HasPrefix(msg, p) {
 			return true

@@ -21,10 +21,13 @@ func (f fixedHealth) Health() limits.StoreHealth { return f.h }
 // cumulative, its buckets limits.StoreLatencyBounds), for each breaker
 // state.
 func TestCollector(t *testing.T) {
-	h := limits.StoreHealth{State: "half-open", Breaker: "half-open", Calls: 7, Scripts: 5, RoundTrips: 4, Failures: 2, Refused: 3,
+	h := limits.StoreHealth{State: "half-open", Breaker: "half-open", Calls: 7, Scripts: 5, RoundTrips: 4, Failures: 2, Refused: 3, Refusals: 6,
 		Latency: limits.StoreLatency{Count: 4, Sum: 1500 * time.Millisecond}}
 	h.Latency.Buckets[0], h.Latency.Buckets[1], h.Latency.Buckets[len(h.Latency.Buckets)-1] = 1, 2, 1
 	const want = `
+# HELP sluice_redis_auth_failures_total Round trips and pings Redis refused for this server's credentials or TLS handshake (WRONGPASS, NOAUTH, an unknown CA, a missing client certificate): a configuration to fix, not a Redis away.
+# TYPE sluice_redis_auth_failures_total counter
+sluice_redis_auth_failures_total 6
 # HELP sluice_redis_breaker_state The worst circuit breaker state of the limits store's Redis nodes: 0 closed, 1 half-open (probing), 2 open (calls fail at once).
 # TYPE sluice_redis_breaker_state gauge
 sluice_redis_breaker_state 1
@@ -113,11 +116,11 @@ func TestStoreCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := st.Collector()
-	if n := testutil.CollectAndCount(c); n != 8 {
-		t.Fatalf("%d metrics, want 8", n)
+	if n := testutil.CollectAndCount(c); n != 9 {
+		t.Fatalf("%d metrics, want 9", n)
 	}
 	for name, want := range map[string]float64{"sluice_redis_up": 1, "sluice_redis_breaker_state": 0, "sluice_redis_calls_total": 1,
-		"sluice_redis_failures_total": 0, "sluice_redis_refused_total": 0, "sluice_redis_round_trip_seconds": 1} {
+		"sluice_redis_failures_total": 0, "sluice_redis_refused_total": 0, "sluice_redis_round_trip_seconds": 1, "sluice_redis_auth_failures_total": 0} {
 		if got := collectOne(t, c, name); got != want {
 			t.Errorf("%s %v, want %v", name, got, want)
 		}

@@ -57,17 +57,26 @@ const (
 // stats are the store's counters and its last failure.
 type stats struct {
 	calls, scripts, roundTrips, failures, refused atomic.Uint64
-	probes, probeFailures                         atomic.Uint64
-	latency                                       [len(limits.StoreLatencyBounds) + 1]atomic.Uint64
-	latencySum                                    atomic.Int64 // ns
+	probes, probeFailures, refusals               atomic.Uint64
+	// unanswered: Redis has not answered since Open's first PING failed
+	// (cleared by a round trip, a probe or the reach loop answered);
+	// refusing: a refusal is noted (refusal).
+	unanswered, refusing atomic.Bool
+	latency              [len(limits.StoreLatencyBounds) + 1]atomic.Uint64
+	latencySum           atomic.Int64 // ns
 
 	mu        sync.Mutex
 	lastErr   string
 	lastErrAt time.Time
+	refusal   string // the refusal now (Refusal), "" when none
+	refusalAt time.Time
 }
 
-// noteFailure records a failed round trip.
-func (s *stats) noteFailure(err error) {
+// noteFailure records a failed round trip (and a refusal, Refusal).
+func (s *Store) noteFailure(err error) {
+	if Refusal(err) {
+		s.noteRefusal(err)
+	}
 	s.failures.Add(1)
 	s.mu.Lock()
 	s.lastErr, s.lastErrAt = err.Error(), time.Now()
@@ -92,6 +101,7 @@ func (s *Store) Health() limits.StoreHealth {
 	h := limits.StoreHealth{
 		Calls: s.calls.Load(), Scripts: s.scripts.Load(), RoundTrips: s.roundTrips.Load(), Failures: s.failures.Load(), Refused: s.refused.Load(),
 		Probes: s.probes.Load(), ProbeFailures: s.probeFailures.Load(), Timeout: s.timeout,
+		Unanswered: s.unanswered.Load(), Refusals: s.refusals.Load(),
 	}
 	for i := range s.latency {
 		h.Latency.Buckets[i] = s.latency[i].Load()
@@ -100,6 +110,7 @@ func (s *Store) Health() limits.StoreHealth {
 	h.Latency.Sum = time.Duration(s.latencySum.Load())
 	s.mu.Lock()
 	h.LastError, h.LastErrorAt = s.lastErr, s.lastErrAt
+	h.Refusal, h.RefusalAt = s.refusal, s.refusalAt
 	s.mu.Unlock()
 	worst := gobreaker.StateClosed
 	each := func(b *batcher) {
@@ -181,8 +192,12 @@ func (b *batcher) probeLoop() {
 				failed := unavailable(err)
 				if !failed {
 					err = nil // an answer, even an error, is Redis
+					b.st.noteAnswer()
 				} else {
 					b.st.probeFailures.Add(1)
+					if Refusal(err) {
+						b.st.noteRefusal(err)
+					}
 				}
 				done(err)
 				if failed && b.gone() {

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -21,9 +22,17 @@ func TestOpenErrors(t *testing.T) {
 		d    Dial
 		want string
 	}{
-		{"neither", Dial{}, "neither a URL nor a cluster"},
+		{"neither", Dial{}, "neither a URL, a cluster nor a sentinel"},
 		{"both", Dial{URL: "redis://" + redisAddr, Cluster: cluster.Addrs()}, "give one"},
-		{"bad URL", Dial{URL: "http://" + redisAddr}, "invalid URL scheme"},
+		{"three", Dial{URL: "redis://" + redisAddr, Sentinel: "redis://" + redisAddr + "?master_name=m"}, "give one"},
+		{"bad URL", Dial{URL: "http://" + redisAddr}, "URL: redis: invalid URL scheme"},
+		{"bad cluster URL", Dial{Cluster: []string{"http://" + redisAddr}}, "Cluster: redis: invalid URL scheme"},
+		{"cluster URL option", Dial{Cluster: []string{"redis://" + redisAddr + "?nope=1"}}, "Cluster: redis: unexpected option: nope"},
+		{"bad sentinel URL", Dial{Sentinel: "http://" + redisAddr}, "Sentinel: redis: invalid URL scheme"},
+		{"sentinel without master", Dial{Sentinel: "redis://" + redisAddr}, "Sentinel: no master_name"},
+		{"TLS on plaintext", Dial{URL: "redis://" + redisAddr, TLS: &tls.Config{}}, "TLS: set with a redis:// url: use rediss://"},
+		{"TLS on plaintext sentinel", Dial{Sentinel: "redis://" + redisAddr + "?master_name=m", TLS: &tls.Config{}}, "TLS: set with a redis:// sentinel"},
+		{"missing password file", Dial{URL: "redis://" + redisAddr, PasswordFile: "/nonexistent/pw"}, "PasswordFile: limits/redis: the password file: open /nonexistent/pw"},
 		{"negative timeout", Dial{URL: "redis://" + redisAddr, Timeout: -time.Second}, "want a positive duration"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

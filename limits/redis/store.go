@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,6 +95,10 @@ type Options struct {
 	// request and of the round trips carrying them (trace.go): nil, none,
 	// at the cost of one comparison a call.
 	TracerProvider trace.TracerProvider
+	// Logger receives the store's rare messages: Redis refusing the
+	// credentials or TLS, once per change, and accepting them again (nil:
+	// slog.Default()).
+	Logger *slog.Logger
 
 	// callerTime makes the scripts use the now passed to Take instead of
 	// Redis TIME: for this package's tests only (deterministic, virtual
@@ -117,6 +122,7 @@ type Store struct {
 	prefix     string
 	callerTime bool
 	timeout    time.Duration
+	log        *slog.Logger
 
 	// Batching and breaking (batch.go): one batcher for a single Redis,
 	// one per master of a cluster.
@@ -147,10 +153,13 @@ type Store struct {
 	change atomic.Pointer[change] // the last Reconfigure
 }
 
-// change is one Reconfigure: its generation and instant.
+// change is one Reconfigure: its generation and instant (known false:
+// Redis did not tell its time; each bucket is rescaled at its next
+// request).
 type change struct {
-	gen uint64
-	at  int64 // Unix ns
+	gen   uint64
+	at    int64 // Unix ns
+	known bool
 }
 
 // New returns a store on client (a *redis.Client, *redis.ClusterClient or
@@ -163,7 +172,10 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	}
 	s := &Store{c: client, prefix: escape(p), callerTime: opts.callerTime, timeout: opts.Timeout,
 		maxBatch: opts.MaxBatch, failuresToOpen: uint32(max(opts.BreakerFailures, 0)), probe: opts.BreakerProbe,
-		observe: opts.Observe, cluster: clusterOf(client)}
+		observe: opts.Observe, cluster: clusterOf(client), log: opts.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
 	if opts.TracerProvider != nil {
 		s.tracer = opts.TracerProvider.Tracer(tracing.ScopeName)
 	}
@@ -269,7 +281,7 @@ func (s *Store) takeCall(now int64, k limits.Key, l *limits.Limit, a limits.Ask)
 		c.nowNs, c.hasNow = now, true
 	}
 	c.at, c.hasAt = 0, false
-	if ch := s.change.Load(); ch != nil && ch.gen == l.Gen {
+	if ch := s.change.Load(); ch != nil && ch.gen == l.Gen && ch.known {
 		c.at, c.hasAt = ch.at, true
 	}
 	c.dyn = la.dyn(k.Domain)
@@ -384,8 +396,12 @@ func (s *Store) Reap(context.Context, int64, func(limits.Removed)) (int, error) 
 // next request, atomically, rescaled at that instant; from then on it
 // answers ErrStaleConfig to Limits older than gen. It sends one command
 // (TIME) whatever Redis holds, never SCAN or KEYS: a start or a reload
-// costs the same with ten million keys as with ten. resolve and removed
-// are not called. What a bucket becomes:
+// costs the same with ten million keys as with ten. When Redis does not
+// answer the TIME (away at start, or during a reload), the change is
+// recorded all the same, without its instant: each bucket is then
+// rescaled at its own next request, as for a Limit this store has not
+// seen; Reconfigure does not fail for want of Redis, so a server starts
+// and reloads while Redis is away. resolve and removed are not called. What a bucket becomes:
 //
 //   - new size or fill rate: rescaled by take.lua on its next request
 //     (limits.Rescale at the instant recorded here), burst tiers by
@@ -402,18 +418,16 @@ func (s *Store) Reap(context.Context, int64, func(limits.Removed)) (int, error) 
 //     what it stored (rescaled) rather than full, and no
 //     EventBucketRemoved is reported for it.
 //
-// ctx and Options.Timeout bound the TIME.
+// ctx and Options.Timeout bound the TIME. It returns no error.
 func (s *Store) Reconfigure(ctx context.Context, now int64, gen uint64, _ func(limits.Key) *limits.Limit, _ func(limits.Removed)) error {
+	known := true
 	if !s.callerTime {
 		tctx, cancel := context.WithTimeout(ctx, s.timeout)
 		t, err := s.c.Time(tctx).Result()
 		cancel()
-		if err != nil {
-			return fmt.Errorf("limits/redis: reconfigure: %w", err)
-		}
-		now = t.UnixNano()
+		now, known = t.UnixNano(), err == nil
 	}
-	s.change.Store(&change{gen: gen, at: now})
+	s.change.Store(&change{gen: gen, at: now, known: known})
 	s.args.Clear() // the old Limits' arguments
 	for {
 		old := s.minGen.Load()

@@ -27,6 +27,14 @@ type RedisStatus struct {
 	Failures          uint64  `json:"failures"`
 	Refused           uint64  `json:"refused"`
 	RoundTripsPerCall float64 `json:"round_trips_per_call"`
+	// Unanswered: Redis has not answered since the server started (it
+	// is not ready). Refusal is Redis's refusal of the server's
+	// credentials or TLS now (absent: none), at RefusalAt; AuthFailures
+	// the round trips and pings refused so (sluice_redis_auth_failures_total).
+	Unanswered   bool       `json:"unanswered,omitempty"`
+	Refusal      string     `json:"refusal,omitempty"`
+	RefusalAt    *time.Time `json:"refusal_at,omitempty"`
+	AuthFailures uint64     `json:"auth_failures"`
 	// MeanRoundTrip is the mean round trip; Timeout the bound on one.
 	MeanRoundTrip float64 `json:"mean_round_trip_seconds"`
 	Timeout       float64 `json:"timeout_seconds"`
@@ -36,6 +44,11 @@ type RedisStatus struct {
 func RedisStatusOf(h limits.StoreHealth) *RedisStatus {
 	rs := &RedisStatus{State: h.State, Breaker: h.Breaker, Nodes: h.Nodes, LastError: h.LastError,
 		Calls: h.Calls, Scripts: h.Scripts, RoundTrips: h.RoundTrips, Failures: h.Failures, Refused: h.Refused, Timeout: h.Timeout.Seconds()}
+	rs.Unanswered, rs.Refusal, rs.AuthFailures = h.Unanswered, h.Refusal, h.Refusals
+	if !h.RefusalAt.IsZero() {
+		at := h.RefusalAt.UTC()
+		rs.RefusalAt = &at
+	}
 	if !h.LastErrorAt.IsZero() {
 		at := h.LastErrorAt.UTC()
 		rs.LastErrorAt = &at
