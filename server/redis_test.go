@@ -2,6 +2,8 @@ package server
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
@@ -146,4 +149,77 @@ func sharedOn(st *redisstore.Store, c redis.UniversalClient) *Shared {
 		return nil
 	}
 	return &sh
+}
+
+// TestRedisAwayAtStart: a Redis that does not answer at start is
+// transient: the server starts with limits configured, is not ready
+// (/readyz and the status page name Redis) and decides by each
+// resource's on_store_error, until Redis answers; then it is ready and
+// decides on Redis.
+func TestRedisAwayAtStart(t *testing.T) {
+	srv := redistest.StartT(t)
+	srv.Stop()
+	cfg, err := limitsyaml.ParseSection([]byte(`
+resources:
+  open: {default: {size: 100, fill_rate: 1}, on_store_error: open}
+  closed: {default: {size: 100, fill_rate: 1}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := assemble(t, Config{ID: "away", Document: Document{Fixed: resources.Compose(nil, cfg, nil, nil)},
+		Store: Store{Redis: "redis://" + srv.Addr + "/0", KeyPrefix: "t:" + t.Name() + ":"}})
+	t.Cleanup(func() { _ = s.shared.Close() })
+	h := s.Handler()
+	if code, body, _ := get(t, h, "/readyz"); code != 503 || !strings.Contains(body, "Redis has not answered") {
+		t.Fatalf("/readyz with Redis away: %d %q", code, body)
+	}
+	if _, body, _ := get(t, h, "/debug/status"); !strings.Contains(body, "not answered since the server started") {
+		t.Fatalf("status page with Redis away:\n%s", grepLines(body, "redis"))
+	}
+	api := s.Limits()
+	if resp, err := api.Allow(t.Context(), &v1.AllowRequest{Resource: "open", Domain: "d"}); err != nil || resp.GetStatus() != v1.AllowResponse_OK || !resp.GetDegraded() {
+		t.Fatalf("open, Redis away: %v %v, want OK degraded", resp, err)
+	}
+	if _, err := api.Allow(t.Context(), &v1.AllowRequest{Resource: "closed", Domain: "d"}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("closed, Redis away: %v, want Unavailable", err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "ready once Redis answers", func() bool { ok, _ := s.Ready(); return ok })
+	testutil.Eventually(t, 20*time.Second, "a decision on Redis", func() bool {
+		resp, err := api.Allow(t.Context(), &v1.AllowRequest{Resource: "closed", Domain: "d"})
+		return err == nil && resp.GetStatus() == v1.AllowResponse_OK && !resp.GetDegraded()
+	})
+}
+
+// TestRedisRefusedAtStart: a Redis that refuses the credentials at start
+// is a configuration error naming the field and Redis's refusal.
+func TestRedisRefusedAtStart(t *testing.T) {
+	srv := redistest.StartT(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	if err := admin.ConfigSet(t.Context(), "requirepass", "s3cret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte("wrong\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		store Store
+		want  string
+	}{
+		{"no password", Store{Redis: "redis://" + srv.Addr}, "Store.Redis: limits/redis: Redis refused the connection: NOAUTH"},
+		{"wrong password file", Store{Redis: "redis://:s3cret@" + srv.Addr, PasswordFile: pw}, "Store.PasswordFile: limits/redis: Redis refused the connection: WRONGPASS"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(t.Context(), Config{Store: tc.store})
+			if err == nil || s != nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New: %v %v, want %q", s, err, tc.want)
+			}
+		})
+	}
 }
