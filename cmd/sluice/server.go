@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -271,6 +272,7 @@ func (sf *serverFlags) run(cmd *cobra.Command) error {
 		return err
 	}
 	log = slog.New(flagWords{log.Handler()})
+	redis.SetLogger(redisLog{log.With("component", "go-redis")})
 	cfg, err := sf.config(log)
 	if err != nil {
 		return err
@@ -300,6 +302,21 @@ func (sf *serverFlags) run(cmd *cobra.Command) error {
 		os.Exit(1)
 	}()
 	return srv.Run(ctx)
+}
+
+// redisLog is go-redis's logger (redis.SetLogger, process-wide, so set
+// here at the edge) on the server's: its lines become records, a
+// Sentinel's report of a new master at info, the rest (every failed dial,
+// which the store already reports once per change and counts) at debug.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	level := slog.LevelDebug
+	if strings.HasPrefix(msg, "sentinel: new master") {
+		level = slog.LevelInfo
+	}
+	l.log.Log(ctx, level, msg)
 }
 
 // drainSlack is how long after --grace the process exits at the latest.
