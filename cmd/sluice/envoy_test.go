@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +14,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-rl/sluice/internal/testutil"
@@ -61,18 +64,39 @@ func clientRequest(client string, more ...*ratelimitv3.RateLimitDescriptor) *rls
 // limited to 10 an hour, spread over the servers, grant exactly 10, with
 // no error (no CROSSSLOT: a request's descriptors share the domain's
 // slot).
+//
+// The secured cluster runs TLS with client certificates and a password on
+// every node (and on its bus): the servers reach it by a cluster URL
+// (rediss://, the password from a file) and share it under a key prefix
+// of their own, which every key they wrote carries; another fleet under
+// another prefix counts apart.
 func TestEnvoyServersShareRedis(t *testing.T) {
 	rs := redistest.StartT(t)
 	cl := redistest.StartClusterT(t, 3)
+	certs := testutil.MakeCerts(t)
+	secured := redistest.StartClusterSecureT(t, 3, 0, redistest.Security{Password: "s3cret",
+		TLSCert: certs.RedisCert, TLSKey: certs.RedisKey, TLSCA: certs.CA, TLSAuthClients: true})
+	pw := filepath.Join(t.TempDir(), "redis-password")
+	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := secured.Addrs()
+	clusterURL := "rediss://" + a[0] + "?addr=" + a[1] + "&addr=" + a[2]
 	dir := envoyRules(t)
-	for _, mode := range []struct{ name, flag, value string }{
-		{"redis", "--redis", "redis://" + rs.Addr + "/0"},
-		{"cluster", "--redis-cluster", cl.Addrs()[0]},
+	for _, mode := range []struct {
+		name   string
+		flags  []string
+		prefix string // the keys' prefix to check on the secured cluster
+	}{
+		{"redis", []string{"--redis", "redis://" + rs.Addr + "/0"}, ""},
+		{"cluster", []string{"--redis-cluster", cl.Addrs()[0]}, ""},
+		{"TLS and password cluster", []string{"--redis-cluster", clusterURL, "--redis-password-file", pw, "--redis-tls-ca", certs.CA,
+			"--redis-tls-cert", certs.ClientCert, "--redis-tls-key", certs.ClientKey, "--redis-key-prefix", "fleet-a:"}, "fleet-a:"},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			var clients []rlsv3.RateLimitServiceClient
 			for range 3 {
-				addr, _, _ := startServerWith(t, testConfig, "--envoy-ratelimit-config", dir, mode.flag, mode.value)
+				addr, _, _ := startServerWith(t, testConfig, append([]string{"--envoy-ratelimit-config", dir}, mode.flags...)...)
 				clients = append(clients, rlsClient(t, addr))
 			}
 			var ok, over atomic.Int64
@@ -107,8 +131,50 @@ func TestEnvoyServersShareRedis(t *testing.T) {
 			if err != nil || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 0 {
 				t.Fatalf("other: %v %v; want OK with 0 left (10 taken by the 10 granted)", resp, err)
 			}
+			if mode.prefix == "" {
+				return
+			}
+			// Another fleet on the same cluster, under its own prefix,
+			// has its own counters: the descriptor all but exhausted
+			// above is whole for it.
+			flags := append([]string{"--envoy-ratelimit-config", dir}, mode.flags[:len(mode.flags)-1]...)
+			addr, _, _ := startServerWith(t, testConfig, append(flags, "fleet-b:")...)
+			resp, err = rlsClient(t, addr).ShouldRateLimit(t.Context(), clientRequest("hot-"+mode.name))
+			if err != nil || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 9 {
+				t.Fatalf("another fleet's first request: %v %v; want OK with 9 left", resp, err)
+			}
+			c := secured.Client()
+			defer c.Close()
+			keys := clusterKeys(t, c)
+			if !slices.ContainsFunc(keys, func(k string) bool { return strings.HasPrefix(k, mode.prefix) }) {
+				t.Fatalf("no key with the prefix %q on the secured cluster: %q", mode.prefix, keys)
+			}
+			for _, k := range keys {
+				if !strings.HasPrefix(k, mode.prefix) && !strings.HasPrefix(k, "fleet-b:") {
+					t.Errorf("key %q without a fleet's prefix", k)
+				}
+			}
 		})
 	}
+}
+
+// clusterKeys returns every key of every master of c (KEYS: a test's
+// few).
+func clusterKeys(t *testing.T, c *redis.ClusterClient) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var keys []string
+	err := c.ForEachMaster(t.Context(), func(ctx context.Context, m *redis.Client) error {
+		ks, err := m.Keys(ctx, "*").Result()
+		mu.Lock()
+		keys = append(keys, ks...)
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }
 
 // TestEnvoyConfigReload: a new file in the directory adds its domain

@@ -18,13 +18,23 @@ import (
 )
 
 // Certs are PEM files made for a test: a CA, a server certificate for
-// 127.0.0.1 and localhost, and a client certificate, all signed by the CA;
-// and a second CA that signed nothing here (for "wrong CA" tests).
+// 127.0.0.1 and localhost, a client certificate and a Redis certificate,
+// all signed by the CA; and a second CA that signed nothing here (for
+// "wrong CA" tests).
 type Certs struct {
 	CA, OtherCA               string
 	ServerCert, ServerKey     string
 	ClientCert, ClientKey     string
 	OtherClientCert, OtherKey string // signed by OtherCA
+
+	// RedisCert and RedisKey are a certificate for 127.0.0.1 and
+	// localhost (subject CN "redis") usable both to serve (ServerAuth)
+	// and to connect (ClientAuth): redis-server presents its own
+	// certificate as a client on the cluster bus, to its master
+	// (tls-replication) and, as a sentinel, to the servers and sentinels
+	// it watches. The key is a PEM "EC PRIVATE KEY", as every key here,
+	// which redis-server (OpenSSL) reads.
+	RedisCert, RedisKey string
 
 	dir   string
 	ca    *x509.Certificate
@@ -44,6 +54,7 @@ func MakeCerts(t testing.TB) *Certs {
 	c.ServerCert, c.ServerKey = leaf(t, dir, "server", "server", nil, ca, caKey, x509.ExtKeyUsageServerAuth)
 	c.ClientCert, c.ClientKey = leaf(t, dir, "client", "client", nil, ca, caKey, x509.ExtKeyUsageClientAuth)
 	c.OtherClientCert, c.OtherKey = leaf(t, dir, "other-client", "other-client", nil, other, otherKey, x509.ExtKeyUsageClientAuth)
+	c.RedisCert, c.RedisKey = leaf(t, dir, "redis", "redis", nil, ca, caKey, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 	return c
 }
 
@@ -99,12 +110,12 @@ func selfSigned(t testing.TB, name string) (*x509.Certificate, *ecdsa.PrivateKey
 	return cert, k
 }
 
-func leaf(t testing.TB, dir, name, cn string, uris []*url.URL, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage x509.ExtKeyUsage) (certFile, keyFile string) {
+func leaf(t testing.TB, dir, name, cn string, uris []*url.URL, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage ...x509.ExtKeyUsage) (certFile, keyFile string) {
 	k := key(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(t), Subject: pkix.Name{CommonName: cn}, URIs: uris,
 		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage,
 		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)

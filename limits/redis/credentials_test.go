@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/names"
 	tu "github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/tlsutil"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 )
 
@@ -192,5 +194,54 @@ func TestRefusalKinds(t *testing.T) {
 		if got := Refusal(tc.err); got != tc.want {
 			t.Errorf("Refusal(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestOpenTLS: an ACL user with a password, the default user off, over
+// TLS with a private CA and client certificates, as Dial's TLS and a
+// rediss:// URL say; a missing client certificate, an unknown CA and a
+// disabled default user are refusals at Open naming the field.
+func TestOpenTLS(t *testing.T) {
+	certs := tu.MakeCerts(t)
+	srv := redistest.StartSecureT(t, redistest.Security{
+		Users: []string{"sluice on >s3cret ~* &* +@all"}, DisableDefault: true, User: "sluice", UserPassword: "s3cret",
+		TLSCert: certs.RedisCert, TLSKey: certs.RedisKey, TLSCA: certs.CA, TLSAuthClients: true,
+		ClientCert: certs.ClientCert, ClientKey: certs.ClientKey})
+	clientTLS := func(t *testing.T, ca, cert, key string) *tls.Config {
+		t.Helper()
+		c, err := tlsutil.Client(ca, cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.NextProtos = nil
+		return c
+	}
+	url := "rediss://sluice:s3cret@" + srv.Addr + "/0"
+	t.Run("ACL user over mTLS", func(t *testing.T) {
+		st, err := Open(t.Context(), Dial{URL: url, TLS: clientTLS(t, certs.CA, certs.ClientCert, certs.ClientKey), Logger: tu.Logger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		if err := takeCtx(t.Context(), st, prefix(t)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, tc := range []struct {
+		name, url, field, want string
+		tls                    *tls.Config
+	}{
+		{"no client certificate", url, "TLS", "tls: ", clientTLS(t, certs.CA, "", "")},
+		{"an unknown CA", url, "TLS", "x509: certificate signed by unknown authority", clientTLS(t, certs.OtherCA, certs.ClientCert, certs.ClientKey)},
+		{"the default user", "rediss://" + srv.Addr + "/0", "URL", "NOAUTH", clientTLS(t, certs.CA, certs.ClientCert, certs.ClientKey)},
+		{"a wrong password", "rediss://sluice:nope@" + srv.Addr + "/0", "URL", "WRONGPASS", clientTLS(t, certs.CA, certs.ClientCert, certs.ClientKey)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := Open(t.Context(), Dial{URL: tc.url, TLS: tc.tls, Logger: tu.Logger()})
+			var fe *names.FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field || !strings.Contains(err.Error(), tc.want) || st != nil {
+				t.Fatalf("Open: %v, %v; want a refusal with %q naming %s", st, err, tc.want, tc.field)
+			}
+		})
 	}
 }

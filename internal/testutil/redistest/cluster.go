@@ -21,8 +21,9 @@ import (
 // on a loopback port.
 type Cluster struct {
 	addrs []string
-	cmds  []*exec.Cmd
+	procs []*proc
 	dir   string
+	opts  *redis.Options // of the helper's clients, Addr unset
 }
 
 // ReplicaNodeTimeout is the cluster-node-timeout of a cluster with
@@ -34,21 +35,34 @@ const ReplicaNodeTimeout = 2 * time.Second
 const clusterWait = 20 * time.Second
 
 // StartCluster starts masters (at least 3) redis-server processes with
-// cluster mode on and no replicas, free loopback ports whose cluster bus ports (port +
-// 10000) are free too, no persistence, and their nodes files in a
-// temporary directory; joins them with redis-cli --cluster create; and
-// waits, up to 20 s, until every node reports cluster_state:ok and a
-// ClusterClient can write and read keys in different slots. Without
-// redis-server or redis-cli it returns an error, or ErrSkip with
-// SLUICE_SKIP_REDIS=1. Stop it with Stop.
+// cluster mode on and no replicas, on free loopback ports, each with its
+// own free cluster bus port (--cluster-port), no persistence, and their
+// nodes files in a temporary directory; joins them with redis-cli
+// --cluster create; and waits, up to 20 s, until every node reports
+// cluster_state:ok and a ClusterClient can write and read keys in
+// different slots. Without redis-server or redis-cli it returns an error,
+// or ErrSkip with SLUICE_SKIP_REDIS=1. Stop it with Stop.
 func StartCluster(masters int) (*Cluster, error) { return StartClusterReplicas(masters, 0) }
 
 // StartClusterReplicas is StartCluster with replicas replicas per master
 // (redis-cli --cluster create --cluster-replicas), so that a master that
 // fails or is told to (CLUSTER FAILOVER on its replica) is replaced; the
 // nodes then use a cluster-node-timeout of ReplicaNodeTimeout, and Start
-// waits until every replica is in sync.
+// waits until every replica is in sync and every node reports it online
+// (so that MasterOf names it).
 func StartClusterReplicas(masters, replicas int) (*Cluster, error) {
+	return StartClusterSecure(masters, replicas, Security{})
+}
+
+// StartClusterSecure is StartClusterReplicas with every node secured by
+// sec: with TLS the nodes listen on TLS only and talk TLS on the cluster
+// bus (tls-cluster) and to their masters (tls-replication), presenting
+// sec.TLSCert as their client certificate; with a password or ACL users
+// replicas log in to their masters (masterauth, masteruser) as sec says.
+// redis-cli --cluster create, the waits and Client connect as sec says.
+// It returns an error for an inconsistent sec (see Security) or
+// unreadable certificates, and ErrSkip as StartCluster.
+func StartClusterSecure(masters, replicas int, sec Security) (*Cluster, error) {
 	if masters < 3 {
 		return nil, fmt.Errorf("redistest: a Redis Cluster needs at least 3 masters, not %d", masters)
 	}
@@ -60,68 +74,115 @@ func StartClusterReplicas(masters, replicas int) (*Cluster, error) {
 	if err != nil {
 		return nil, missing("redis-cli")
 	}
+	sec, err = sec.check()
+	if err != nil {
+		return nil, err
+	}
+	opts, err := sec.Options("")
+	if err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "redistest-cluster-")
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{dir: dir}
+	c := &Cluster{dir: dir, opts: opts}
 	ok := false
 	defer func() {
 		if !ok {
 			c.Stop()
 		}
 	}()
-	held := map[int]bool{}
-	for range masters * (1 + replicas) {
-		port, err := clusterPort(held)
-		if err != nil {
-			return nil, err
-		}
-		held[port] = true
+	nodes := masters * (1 + replicas)
+	// A node's bus port defaults to its port + 10000, which may be taken
+	// or above 65535: give each its own.
+	ports, err := freePorts(2 * nodes)
+	if err != nil {
+		return nil, err
+	}
+	for i := range nodes {
+		port, bus := ports[2*i], ports[2*i+1]
 		p := strconv.Itoa(port)
-		args := []string{
+		args := append([]string{server}, sec.serverArgs(port)...)
+		args = append(args,
 			"--cluster-enabled", "yes",
+			"--cluster-port", strconv.Itoa(bus),
 			"--cluster-config-file", filepath.Join(dir, "nodes-"+p+".conf"),
-			"--port", p, "--bind", "127.0.0.1",
+			"--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no",
-			"--dir", dir}
+			// Replicas sync at once rather than after 5 s.
+			"--repl-diskless-sync-delay", "0",
+			"--dir", dir)
+		if sec.TLS() {
+			args = append(args, "--tls-cluster", "yes")
+		}
 		if replicas > 0 {
 			args = append(args, "--cluster-node-timeout", strconv.Itoa(int(ReplicaNodeTimeout/time.Millisecond)))
 		}
-		cmd := exec.Command(server, args...)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
+		pr, err := startProc(args)
+		if err != nil {
 			return nil, err
 		}
-		c.cmds = append(c.cmds, cmd)
+		c.procs = append(c.procs, pr)
 		c.addrs = append(c.addrs, net.JoinHostPort("127.0.0.1", p))
 	}
 	deadline := time.Now().Add(clusterWait)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	for _, a := range c.addrs {
-		if err := waitPing(ctx, a); err != nil {
+	for i, a := range c.addrs {
+		if err := waitPing(ctx, c.options(a), c.procs[i]); err != nil {
 			return nil, err
 		}
 	}
-	args := append([]string{"--cluster", "create"}, c.addrs...)
+	hint := ""
+	if sec.TLSAuthClients {
+		// Redis logs the refusals only at loglevel verbose.
+		hint = "\n(the nodes refuse each other on the cluster bus if TLSCert does not allow client authentication)"
+	}
+	secArgs, env := sec.cliArgs()
+	args := append(secArgs, "--cluster", "create")
+	args = append(args, c.addrs...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	create := exec.CommandContext(ctx, cli, args...)
+	create.Env = env
 	var out bytes.Buffer
 	create.Stdout, create.Stderr = &out, &out
 	if err := create.Run(); err != nil {
-		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %v\n%s", err, out.String())
+		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %v\n%s%s", err, out.String(), hint)
 	}
 	if err := c.waitReady(ctx); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w%s", err, hint)
 	}
 	if replicas > 0 {
-		if err := c.waitReplicas(ctx); err != nil {
+		if err := c.waitReplicas(ctx, masters*replicas); err != nil {
 			return nil, err
 		}
 	}
 	ok = true
 	return c, nil
+}
+
+// StartClusterSecureT is StartClusterSecure for t, stopped when t ends;
+// it skips t on ErrSkip and fails it on any other error.
+func StartClusterSecureT(t testing.TB, masters, replicas int, sec Security) *Cluster {
+	t.Helper()
+	c, err := StartClusterSecure(masters, replicas, sec)
+	if errors.Is(err, ErrSkip) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// options returns the options of the helper's client of the node at addr.
+func (c *Cluster) options(addr string) *redis.Options {
+	o := *c.opts
+	o.Addr = addr
+	o.MaxRetries = -1
+	return &o
 }
 
 // StartClusterT starts a cluster of masters for t, stopped when t ends;
@@ -148,41 +209,25 @@ func missing(bin string) error {
 	return fmt.Errorf("%s not found (install Debian's redis-server, or set SLUICE_SKIP_REDIS=1 to skip)", bin)
 }
 
-// clusterPort returns a free loopback port below 55536 whose cluster bus
-// port (+10000) is free too, and not in held.
-func clusterPort(held map[int]bool) (int, error) {
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if port+10000 > 65535 || held[port] || held[port+10000] || held[port-10000] {
-			continue
-		}
-		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
-		if err != nil {
-			continue
-		}
-		bus.Close()
-		return port, nil
-	}
-	return 0, errors.New("redistest: no free port pair (port, port+10000) in 100 tries")
-}
-
-// waitPing waits until the node at addr answers PING.
-func waitPing(ctx context.Context, addr string) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+// waitPing waits until the node at o.Addr, process p, answers PING, and
+// fails at once if p ends.
+func waitPing(ctx context.Context, o *redis.Options, p *proc) error {
+	c := redis.NewClient(o)
 	defer c.Close()
-	for c.Ping(ctx).Err() != nil {
+	for {
+		err := c.Ping(ctx).Err()
+		if err == nil {
+			return nil
+		}
+		if p.exited() {
+			return fmt.Errorf("redistest: redis-server on %s ended: %s", o.Addr, p.why())
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("redistest: redis-server on %s did not answer within %v", addr, clusterWait)
+			return fmt.Errorf("redistest: redis-server on %s did not answer within %v: %v", o.Addr, clusterWait, err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return nil
 }
 
 // waitReady waits until every node reports cluster_state:ok and a
@@ -190,7 +235,7 @@ func waitPing(ctx context.Context, addr string) error {
 func (c *Cluster) waitReady(ctx context.Context) error {
 	var last string
 	for _, a := range c.addrs {
-		n := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
+		n := redis.NewClient(c.options(a))
 		for {
 			info, err := n.ClusterInfo(ctx).Result()
 			if err == nil && strings.Contains(info, "cluster_state:ok") {
@@ -253,10 +298,51 @@ func (c *Cluster) probe(ctx context.Context, cc *redis.ClusterClient) error {
 	return nil
 }
 
-// waitReplicas waits until every replica's link to its master is up.
-func (c *Cluster) waitReplicas(ctx context.Context) error {
+// waitReplicas waits until every replica's link to its master is up,
+// then, having written through every master, until every node reports
+// replicas replicas online in CLUSTER SHARDS (as MasterOf reads them):
+// for a second or so other nodes list a new replica as a master without
+// slots, and one that has replicated nothing yet as "loading".
+func (c *Cluster) waitReplicas(ctx context.Context, replicas int) error {
+	if err := c.waitLinks(ctx); err != nil {
+		return err
+	}
+	cc := c.Client()
+	defer cc.Close()
+	if err := c.probe(ctx, cc); err != nil {
+		return fmt.Errorf("redistest: cluster with replicas not usable: %v", err)
+	}
 	for _, a := range c.addrs {
-		n := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
+		n := redis.NewClient(c.options(a))
+		for {
+			shards, err := n.ClusterShards(ctx).Result()
+			online := 0
+			for _, sh := range shards {
+				for _, node := range sh.Nodes {
+					if node.Role != "master" && node.Health == "online" {
+						online++
+					}
+				}
+			}
+			if err == nil && online == replicas {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				n.Close()
+				return fmt.Errorf("redistest: node %s reports %d replicas online, not %d, within %v: %+v %v", a, online, replicas, clusterWait, shards, err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		n.Close()
+	}
+	return nil
+}
+
+// waitLinks waits until every replica's link to its master is up.
+func (c *Cluster) waitLinks(ctx context.Context) error {
+	for _, a := range c.addrs {
+		n := redis.NewClient(c.options(a))
 		for {
 			info, err := n.Info(ctx, "replication").Result()
 			if err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
@@ -293,7 +379,11 @@ func (c *Cluster) MasterOf(ctx context.Context, key string) (master, replica str
 				continue
 			}
 			for _, n := range sh.Nodes {
-				addr := net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+				port := n.Port
+				if port == 0 { // TLS only
+					port = n.TLSPort
+				}
+				addr := net.JoinHostPort(n.IP, strconv.FormatInt(port, 10))
 				switch {
 				case n.Role == "master":
 					master = addr
@@ -311,7 +401,7 @@ func (c *Cluster) MasterOf(ctx context.Context, key string) (master, replica str
 func (c *Cluster) Kill(addr string) error {
 	for i, a := range c.addrs {
 		if a == addr {
-			return c.cmds[i].Process.Kill()
+			return c.procs[i].cmd.Process.Kill()
 		}
 	}
 	return fmt.Errorf("redistest: no node %s", addr)
@@ -321,20 +411,23 @@ func (c *Cluster) Kill(addr string) error {
 // replicas, in the order they started).
 func (c *Cluster) Addrs() []string { return append([]string(nil), c.addrs...) }
 
-// Client returns a new ClusterClient of the cluster; the caller closes it.
+// Client returns a new ClusterClient of the cluster, logged in and over
+// TLS as the cluster's Security says (a plain client for StartCluster's);
+// the caller closes it.
 func (c *Cluster) Client() *redis.ClusterClient {
-	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(),
+		Username: c.opts.Username, Password: c.opts.Password, TLSConfig: c.opts.TLSConfig})
 }
 
 // Stop kills the nodes, waits for them and removes their directory.
 func (c *Cluster) Stop() {
-	for _, cmd := range c.cmds {
-		_ = cmd.Process.Kill()
+	for _, p := range c.procs {
+		_ = p.cmd.Process.Kill()
 	}
-	for _, cmd := range c.cmds {
-		_ = cmd.Wait()
+	for _, p := range c.procs {
+		<-p.done
 	}
-	c.cmds = nil
+	c.procs = nil
 	if c.dir != "" {
 		_ = os.RemoveAll(c.dir)
 		c.dir = ""
