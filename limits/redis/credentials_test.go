@@ -16,8 +16,8 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/names"
 	tu "github.com/sluice-rl/sluice/internal/testutil"
-	"github.com/sluice-rl/sluice/internal/tlsutil"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
+	"github.com/sluice-rl/sluice/internal/tlsutil"
 )
 
 // requirePass sets srv's default user's password (CONFIG SET
