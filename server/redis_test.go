@@ -223,3 +223,63 @@ func TestRedisRefusedAtStart(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisRefusedAfterStart: a password rotated on Redis before the
+// server's file is a refusal the status page shows (naming Redis's
+// error), /metrics counts (sluice_redis_auth_failures_total), and that
+// ends once the file has the new password, without a restart.
+func TestRedisRefusedAfterStart(t *testing.T) {
+	srv := redistest.StartT(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	rotate := func(password string) {
+		t.Helper()
+		if err := admin.ConfigSet(t.Context(), "requirepass", password).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.Do(t.Context(), "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rotate("one")
+	pw := filepath.Join(t.TempDir(), "pw")
+	write := func(password string) {
+		t.Helper()
+		if err := os.WriteFile(pw, []byte(password), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("one")
+	cfg, err := limitsyaml.ParseSection([]byte("resources:\n  r: {default: {size: 100, fill_rate: 1}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := assemble(t, Config{ID: "refused", Document: Document{Fixed: resources.Compose(nil, cfg, nil, nil)},
+		Store: Store{Redis: "redis://" + srv.Addr + "/0", PasswordFile: pw, KeyPrefix: "t:" + t.Name() + ":"}})
+	t.Cleanup(func() { _ = s.shared.Close() })
+	h := s.Handler()
+	allow := func() error {
+		_, err := s.Limits().Allow(t.Context(), &v1.AllowRequest{Resource: "r", Domain: "d"})
+		return err
+	}
+	if err := allow(); err != nil {
+		t.Fatal(err)
+	}
+	rotate("two")
+	testutil.Eventually(t, 20*time.Second, "the refusal on the status page", func() bool {
+		_ = allow()
+		_, body, _ := get(t, h, "/debug/status")
+		return strings.Contains(body, `id="redis-refusal"`) && strings.Contains(body, "WRONGPASS")
+	})
+	if _, body, _ := get(t, h, "/metrics"); strings.Contains(body, "sluice_redis_auth_failures_total 0") || !strings.Contains(body, "sluice_redis_auth_failures_total") {
+		t.Fatalf("metrics while refused:\n%s", grepLines(body, "sluice_redis_auth"))
+	}
+	if ok, why := s.Ready(); !ok {
+		t.Fatalf("not ready while refused (%s): a refusal after start is shown, the server stays ready", why)
+	}
+	write("two")
+	testutil.Eventually(t, 20*time.Second, "decisions once the file has the new password", func() bool { return allow() == nil })
+	if _, body, _ := get(t, h, "/debug/status"); strings.Contains(body, `id="redis-refusal"`) {
+		t.Fatal("the refusal still shown after the file caught up")
+	}
+}
