@@ -145,3 +145,34 @@ func TestOpenNoRedis(t *testing.T) {
 		t.Fatalf("Take: %v, want ErrUnavailable", err)
 	}
 }
+
+// FuzzDial: whatever a user writes in --redis, --redis-cluster or
+// --redis-sentinel, making the client returns an error or a client, never
+// panics, and an error names the field at fault.
+func FuzzDial(f *testing.F) {
+	for _, s := range []string{"redis://127.0.0.1:1/0", "rediss://u:p@h:1?addr=h:2&addr=h:3", "redis://h:1/0?master_name=m&addr=h:2&password=p",
+		"redis://h:1/x", "redis://[::1", "http://h", "redis://h:1?dial_timeout=x", "h:1,h:2", ""} {
+		f.Add(s, uint8(0))
+		f.Add(s, uint8(1))
+		f.Add(s, uint8(2))
+	}
+	f.Fuzz(func(t *testing.T, s string, shape uint8) {
+		var d Dial
+		switch shape % 3 {
+		case 0:
+			d.URL = s
+		case 1:
+			d.Cluster = []string{s}
+		default:
+			d.Sentinel = s
+		}
+		c, err := d.client()
+		if err != nil {
+			if s != "" && !strings.HasPrefix(err.Error(), d.field()+": ") {
+				t.Fatalf("%+v: %v, want an error naming %s", d, err, d.field())
+			}
+			return
+		}
+		_ = c.Close()
+	})
+}
