@@ -11,6 +11,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
+	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 )
 
 // helmVersion is the Helm that scripts/test installs (go install
@@ -189,6 +195,7 @@ func TestHelmChart(t *testing.T) {
 			}
 		}
 	})
+	t.Run("redis", func(t *testing.T) { helmRedis(t) })
 	t.Run("refused", func(t *testing.T) {
 		for _, c := range []struct {
 			name string
@@ -198,6 +205,14 @@ func TestHelmChart(t *testing.T) {
 			{"unknown shape", []string{"shape=two-servers"}, "shape"},
 			{"fleet without Redis", []string{"shape=redis-fleet", "redis.deploy=false"}, "redis.url"},
 			{"fleet with two Redis", []string{"shape=redis-fleet", "redis.url=redis://a:6379/0", "redis.cluster=b:6379"}, "give one"},
+			{"fleet with two Redis", []string{"shape=redis-fleet", "redis.url=redis://a:6379/0", "redis.sentinel=redis://b:26379/0?master_name=m"}, "give one"},
+			{"fleet with a Sentinel URL and its Secret", []string{"shape=redis-fleet", "redis.sentinel=redis://b:26379/0?master_name=m", "redis.sentinelSecret.name=s"}, "give one"},
+			{"password for the chart's Redis", []string{"shape=redis-fleet", "redis.passwordSecret.name=p"}, "your own Redis"},
+			{"TLS for the chart's Redis", []string{"shape=redis-fleet", "redis.tls.enabled=true"}, "your own Redis"},
+			{"TLS with redis://", []string{"shape=redis-fleet", "redis.url=redis://a:6379/0", "redis.tls.enabled=true"}, "rediss://"},
+			{"TLS files without TLS", []string{"shape=redis-fleet", "redis.url=rediss://a:6379/0", "redis.tls.caSecret.name=ca"}, "redis.tls.enabled"},
+			{"TLS on a cluster list with nothing to say so", []string{"shape=redis-fleet", "redis.cluster=a:6379", "redis.tls.enabled=true"}, "rediss:// URL"},
+			{"two CAs", []string{"shape=redis-fleet", "redis.url=rediss://a:6379/0", "redis.tls.enabled=true", "redis.tls.caSecret.name=ca", "redis.tls.caFile=/ca.pem"}, "give one"},
 			{"fleet without etcd", []string{"shape=redis-fleet", "etcd.deploy=false"}, "etcd.endpoints"},
 			{"tree without etcd", []string{"shape=doorman-tree", "etcd.deploy=false"}, "etcd.endpoints"},
 		} {
@@ -222,4 +237,261 @@ type errorRecorder struct {
 
 func (r *errorRecorder) Errorf(format string, args ...any) {
 	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+// helmRedis checks the chart's redis values (docs/redis.md) for the
+// redis-fleet shape: which Redis (one, a cluster, Sentinel), its TLS,
+// its password and the keys' prefix become sluice server's flags; every
+// secret reaches the servers as a file of a mounted Secret — a whole
+// directory, never a subPath, so that a rotated Secret reaches the file
+// the server rereads — or, for the Sentinel URL, as a variable from a
+// Secret, never as a value in the manifests; the chart then runs no Redis
+// of its own. And a fleet started with the rendered flags, the Secret's
+// file and a Redis that wants that password becomes ready, decides, and
+// keeps every key under the prefix.
+func helmRedis(t *testing.T) {
+	render := func(t *testing.T, values string) ([]map[string]any, workload) {
+		t.Helper()
+		file := filepath.Join(t.TempDir(), "values.yaml")
+		if err := os.WriteFile(file, []byte("shape: redis-fleet\netcd: {endpoints: \"http://etcd:2379\", deploy: false}\n"+values), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		helm(t, "lint", "--strict", helmChart, "-f", file)
+		docs := decodeManifests(t, "helm template -f "+file, []byte(helm(t, "template", "sluice", helmChart, "-f", file)))
+		ws := checkDocs(t, docs)
+		if len(ws) != 1 {
+			t.Fatalf("%d Sluice workloads, want the fleet's", len(ws))
+		}
+		for _, d := range docs {
+			if strings.HasSuffix(str(d, "metadata", "name"), "-redis") {
+				t.Errorf("the chart runs a Redis (%s %s) beside the one the values name", d["kind"], str(d, "metadata", "name"))
+			}
+		}
+		return docs, ws[0]
+	}
+	for _, c := range []struct {
+		name, values string
+		args         []string          // flag, value, … the servers get
+		files        map[string]string // flag → the Secret/key its file is
+		env          map[string]string // variable → the Secret/key it is
+	}{
+		{
+			name: "cluster URL over TLS with a password and a prefix",
+			values: `redis:
+  cluster: rediss://clustercfg.sluice.abc123.use1.cache.amazonaws.com:6379
+  passwordSecret: {name: elasticache-auth, key: token}
+  tls:
+    enabled: true
+    caSecret: {name: redis-ca}
+    clientCertSecret: {name: sluice-redis-client}
+    serverName: redis.internal
+  keyPrefix: "team-a:"
+`,
+			args: []string{"--redis-cluster", "rediss://clustercfg.sluice.abc123.use1.cache.amazonaws.com:6379",
+				"--redis-tls-server-name", "redis.internal", "--redis-key-prefix", "team-a:"},
+			files: map[string]string{"--redis-password-file": "elasticache-auth/token", "--redis-tls-ca": "redis-ca/ca.crt",
+				"--redis-tls-cert": "sluice-redis-client/tls.crt", "--redis-tls-key": "sluice-redis-client/tls.key"},
+		},
+		{
+			name: "cluster list over TLS with a CA file",
+			values: `redis:
+  cluster: "10.0.0.1:6379,10.0.0.2:6379"
+  tls: {enabled: true, caFile: /etc/ca/ca.pem}
+`,
+			args: []string{"--redis-cluster", "10.0.0.1:6379,10.0.0.2:6379", "--redis-tls-ca", "/etc/ca/ca.pem"},
+		},
+		{
+			name: "Sentinel",
+			values: `redis:
+  sentinel: redis://redis.default.svc:26379/0?master_name=mymaster
+  passwordSecret: {name: redis, key: redis-password}
+`,
+			args:  []string{"--redis-sentinel", "redis://redis.default.svc:26379/0?master_name=mymaster"},
+			files: map[string]string{"--redis-password-file": "redis/redis-password"},
+		},
+		{
+			name: "Sentinel URL from a Secret",
+			values: `redis:
+  sentinelSecret: {name: sluice-sentinel}
+  passwordSecret: {name: redis, key: redis-password}
+`,
+			files: map[string]string{"--redis-password-file": "redis/redis-password"},
+			env:   map[string]string{"SLUICE_REDIS_SENTINEL": "sluice-sentinel/url"},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			docs, w := render(t, c.values)
+			want := map[string]string{}
+			for i := 0; i+1 < len(c.args); i += 2 {
+				want[c.args[i]] = c.args[i+1]
+			}
+			for f := range c.files {
+				want[f] = "a file"
+			}
+			// Exactly the Redis flags asked for, with their values.
+			for _, a := range w.args {
+				if strings.HasPrefix(a, "--redis") && want[a] == "" {
+					t.Errorf("flag %s, not asked for (%v)", a, w.args)
+				}
+			}
+			for i := 0; i+1 < len(c.args); i += 2 {
+				if got := w.value(c.args[i]); got != c.args[i+1] {
+					t.Errorf("%s %q, want %q", c.args[i], got, c.args[i+1])
+				}
+			}
+			pod := helmPod(t, docs, w.name)
+			container := get(pod, "containers").([]any)[0].(map[string]any)
+			for flag, from := range c.files {
+				secret, key, _ := strings.Cut(from, "/")
+				checkSecretFile(t, pod, container, flag, w.value(flag), secret, key)
+			}
+			envs, _ := container["env"].([]any)
+			seen := map[string]bool{}
+			for _, e := range envs {
+				e := e.(map[string]any)
+				name := str(e, "name")
+				if strings.HasPrefix(name, "SLUICE_REDIS") && e["value"] != nil {
+					t.Errorf("%s is a value in the Deployment, want it from a Secret", name)
+				}
+				if from, ok := c.env[name]; ok {
+					seen[name] = true
+					if got := str(e, "valueFrom", "secretKeyRef", "name") + "/" + str(e, "valueFrom", "secretKeyRef", "key"); got != from {
+						t.Errorf("%s from %s, want from the Secret's key %s", name, got, from)
+					}
+				}
+			}
+			for name := range c.env {
+				if !seen[name] {
+					t.Errorf("no %s in the container's environment: %v", name, envs)
+				}
+			}
+		})
+	}
+
+	t.Run("runs", func(t *testing.T) {
+		docs, w := render(t, `redis:
+  url: redis://redis:6379/0
+  passwordSecret: {name: redis-auth}
+  keyPrefix: "fleet-b:"
+`)
+		pod := helmPod(t, docs, w.name)
+		checkSecretFile(t, pod, get(pod, "containers").([]any)[0].(map[string]any), "--redis-password-file", w.value("--redis-password-file"), "redis-auth", "password")
+		const password = "s3cret"
+		srv := redistest.StartT(t)
+		admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		defer admin.Close()
+		if err := admin.ConfigSet(t.Context(), "requirepass", password).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// The pod's files: the ConfigMaps', and the Secret's as the kubelet
+		// writes it (a trailing newline, as kubectl create secret
+		// --from-file often leaves).
+		dir := podFiles(t, w)
+		pw := filepath.Join(dir, w.value("--redis-password-file"))
+		if err := os.MkdirAll(filepath.Dir(pw), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(pw, []byte(password+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		etcd := etcdtest.StartEtcd(t).Endpoint
+		var args []string
+		for i := 0; i < len(w.args); i++ {
+			a, v := w.args[i], ""
+			if i+1 < len(w.args) {
+				v = w.args[i+1]
+			}
+			switch a {
+			case "--listen", "--advertise":
+				i++
+				continue
+			case "--config", "--redis-password-file":
+				v = filepath.Join(dir, v)
+			case "--redis":
+				v = "redis://" + srv.Addr + "/0"
+			case "--etcd-endpoints":
+				v = etcd
+			default:
+				args = append(args, a)
+				continue
+			}
+			args = append(args, a, v)
+			i++
+		}
+		p := startAdminProc(t, w.name, args...)
+		testutil.Eventually(t, 60*time.Second, w.name+" ready (sluice health)", func() bool {
+			return exec.Command(binary, "health", "--server", p.addr).Run() == nil
+		})
+		if got := allowLimitAt(t, p.addr, "helm"); got != 100 {
+			t.Errorf("Allow on api says a limit of %d, want the configuration's 100", got)
+		}
+		reader := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: password})
+		defer reader.Close()
+		keys, err := reader.Keys(t.Context(), "*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) == 0 {
+			t.Error("no keys in Redis after a decision")
+		}
+		for _, k := range keys {
+			if !strings.HasPrefix(k, "fleet-b:") {
+				t.Errorf("key %q outside the prefix fleet-b:", k)
+			}
+		}
+	})
+}
+
+// helmPod returns the pod spec of the rendered Deployment name.
+func helmPod(t *testing.T, docs []map[string]any, name string) map[string]any {
+	t.Helper()
+	for _, d := range docs {
+		if d["kind"] == "Deployment" && str(d, "metadata", "name") == name {
+			return get(d, "spec", "template", "spec").(map[string]any)
+		}
+	}
+	t.Fatalf("no Deployment %s", name)
+	return nil
+}
+
+// checkSecretFile fails t unless path, the file flag names, is the file of
+// the Secret's key, mounted read-only as a whole directory (no subPath:
+// the kubelet updates such a file in place when the Secret changes).
+func checkSecretFile(t *testing.T, pod, container map[string]any, flag, path, secret, key string) {
+	t.Helper()
+	if path == "" {
+		t.Errorf("no %s", flag)
+		return
+	}
+	mounts, _ := container["volumeMounts"].([]any)
+	var mount map[string]any
+	for _, m := range mounts {
+		if m := m.(map[string]any); str(m, "mountPath") == filepath.Dir(path) {
+			mount = m
+		}
+	}
+	if mount == nil || mount["subPath"] != nil || mount["readOnly"] != true {
+		t.Errorf("%s %s: not in a read-only directory mount (%v)", flag, path, mount)
+		return
+	}
+	volumes, _ := pod["volumes"].([]any)
+	for _, v := range volumes {
+		v := v.(map[string]any)
+		if str(v, "name") != str(mount, "name") {
+			continue
+		}
+		if got := str(v, "secret", "secretName"); got != secret {
+			t.Errorf("%s %s: from Secret %q, want %q (%v)", flag, path, got, secret, v)
+		}
+		items, _ := get(v, "secret", "items").([]any)
+		for _, it := range items {
+			it := it.(map[string]any)
+			if str(it, "key") == key && str(it, "path") == filepath.Base(path) {
+				return
+			}
+		}
+		t.Errorf("%s %s: Secret %s's key %s is not that file (items %v)", flag, path, secret, key, items)
+		return
+	}
+	t.Errorf("%s %s: mount %s has no volume", flag, path, str(mount, "name"))
 }

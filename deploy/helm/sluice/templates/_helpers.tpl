@@ -33,22 +33,154 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- end -}}
 {{- end -}}
 
-{{/* sluice.redisArgs: --redis or --redis-cluster, as a YAML list. */}}
+{{/*
+sluice.redisArgs: the flags saying which Redis the fleet shares and how to
+reach it (--redis, --redis-cluster or --redis-sentinel, TLS, the password
+file, the key prefix), as a YAML list. It fails, naming the values to
+change, for two Redis at once, for none, and for TLS or a password with
+the chart's own Redis (which has neither). docs/redis.md.
+*/}}
 {{- define "sluice.redisArgs" -}}
-{{- if and .Values.redis.url .Values.redis.cluster -}}
-{{- fail "redis.url and redis.cluster: give one" -}}
-{{- else if .Values.redis.url -}}
+{{- $r := .Values.redis -}}
+{{- $tls := $r.tls | default dict -}}
+{{- $ca := $tls.caSecret | default dict -}}
+{{- $client := $tls.clientCertSecret | default dict -}}
+{{- $password := $r.passwordSecret | default dict -}}
+{{- $sentinelSecret := $r.sentinelSecret | default dict -}}
+{{- $given := list -}}
+{{- range $value, $set := dict "redis.url" $r.url "redis.cluster" $r.cluster "redis.sentinel" $r.sentinel "redis.sentinelSecret" $sentinelSecret.name -}}
+{{- if $set }}{{ $given = append $given $value }}{{ end -}}
+{{- end -}}
+{{- $tlsFiles := or $ca.name $tls.caFile $client.name $tls.serverName -}}
+{{- if gt (len $given) 1 -}}
+{{- fail (printf "%s: give one" (join " and " (sortAlpha $given))) -}}
+{{- end -}}
+{{- if and (not $given) (not $r.deploy) -}}
+{{- fail "shape redis-fleet needs Redis: set redis.url, redis.cluster or redis.sentinel, or redis.deploy: true" -}}
+{{- end -}}
+{{- if and (not $given) (or $tls.enabled $tlsFiles $password.name) -}}
+{{- fail "redis.tls and redis.passwordSecret are for your own Redis (redis.url, redis.cluster or redis.sentinel): the chart's Redis (redis.deploy) has neither TLS nor a password" -}}
+{{- end -}}
+{{- if and $tlsFiles (not $tls.enabled) -}}
+{{- fail "redis.tls.caSecret, caFile, clientCertSecret or serverName given: set redis.tls.enabled: true (and give Redis a rediss:// URL)" -}}
+{{- end -}}
+{{- if and $ca.name $tls.caFile -}}
+{{- fail "redis.tls.caSecret and redis.tls.caFile: give one" -}}
+{{- end -}}
+{{- $list := and $r.cluster (not (contains "://" $r.cluster)) -}}
+{{- if $tls.enabled -}}
+{{- range $value, $url := dict "redis.url" $r.url "redis.cluster" $r.cluster "redis.sentinel" $r.sentinel -}}
+{{- if and $url (contains "://" $url) (not (hasPrefix "rediss://" $url)) -}}
+{{- fail (printf "redis.tls.enabled: %s is %q; TLS needs a rediss:// URL" $value $url) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $list (not $tlsFiles) -}}
+{{- fail "redis.tls.enabled with redis.cluster as HOST:PORT,...: give redis.tls.caSecret, caFile, clientCertSecret or serverName (the list form speaks TLS with them), or give redis.cluster as one rediss:// URL" -}}
+{{- end -}}
+{{- end -}}
+{{- if $r.url }}
 - --redis
-- {{ .Values.redis.url | quote }}
-{{- else if .Values.redis.cluster -}}
+- {{ $r.url | quote }}
+{{- else if $r.cluster }}
 - --redis-cluster
-- {{ .Values.redis.cluster | quote }}
-{{- else if .Values.redis.deploy -}}
+- {{ $r.cluster | quote }}
+{{- else if $r.sentinel }}
+- --redis-sentinel
+- {{ $r.sentinel | quote }}
+{{- else if not $sentinelSecret.name }}
 - --redis
 - {{ printf "redis://%s-redis:6379/0" (include "sluice.fullname" .) | quote }}
-{{- else -}}
-{{- fail "shape redis-fleet needs Redis: set redis.url or redis.cluster, or redis.deploy: true" -}}
+{{- end }}
+{{- if $tls.enabled }}
+{{- if $ca.name }}
+- --redis-tls-ca
+- /etc/sluice-redis/ca/ca.crt
+{{- else if $tls.caFile }}
+- --redis-tls-ca
+- {{ $tls.caFile | quote }}
+{{- end }}
+{{- if $client.name }}
+- --redis-tls-cert
+- /etc/sluice-redis/client/tls.crt
+- --redis-tls-key
+- /etc/sluice-redis/client/tls.key
+{{- end }}
+{{- if $tls.serverName }}
+- --redis-tls-server-name
+- {{ $tls.serverName | quote }}
+{{- end }}
+{{- end }}
+{{- if $password.name }}
+- --redis-password-file
+- /etc/sluice-redis/password/password
+{{- end }}
+{{- with $r.keyPrefix }}
+- --redis-key-prefix
+- {{ . | quote }}
+{{- end }}
 {{- end -}}
+
+{{/*
+sluice.redisVolumes, sluice.redisVolumeMounts: the Secrets the Redis
+flags name (sluice.redisArgs), mounted as files under /etc/sluice-redis/,
+as YAML lists. Whole directories, never subPath, so that a rotated Secret
+reaches the files (the password file is read again for every new
+connection).
+*/}}
+{{- define "sluice.redisVolumes" -}}
+{{- $r := .Values.redis -}}
+{{- $tls := $r.tls | default dict -}}
+{{- with $r.passwordSecret }}{{ if .name }}
+- name: redis-password
+  secret:
+    secretName: {{ .name }}
+    items: [{key: {{ .key | default "password" | quote }}, path: password}]
+{{- end }}{{ end }}
+{{- if $tls.enabled }}
+{{- with $tls.caSecret }}{{ if .name }}
+- name: redis-tls-ca
+  secret:
+    secretName: {{ .name }}
+    items: [{key: {{ .key | default "ca.crt" | quote }}, path: ca.crt}]
+{{- end }}{{ end }}
+{{- with $tls.clientCertSecret }}{{ if .name }}
+- name: redis-tls-client
+  secret:
+    secretName: {{ .name }}
+    items:
+      - {key: {{ .certKey | default "tls.crt" | quote }}, path: tls.crt}
+      - {key: {{ .keyKey | default "tls.key" | quote }}, path: tls.key}
+{{- end }}{{ end }}
+{{- end }}
+{{- end -}}
+
+{{- define "sluice.redisVolumeMounts" -}}
+{{- $r := .Values.redis -}}
+{{- $tls := $r.tls | default dict -}}
+{{- if ($r.passwordSecret | default dict).name }}
+- {name: redis-password, mountPath: /etc/sluice-redis/password, readOnly: true}
+{{- end }}
+{{- if $tls.enabled }}
+{{- if ($tls.caSecret | default dict).name }}
+- {name: redis-tls-ca, mountPath: /etc/sluice-redis/ca, readOnly: true}
+{{- end }}
+{{- if ($tls.clientCertSecret | default dict).name }}
+- {name: redis-tls-client, mountPath: /etc/sluice-redis/client, readOnly: true}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+sluice.redisEnv: SLUICE_REDIS_SENTINEL from redis.sentinelSecret (the
+Sentinel URL carries the sentinels' password, which no file can), as a
+YAML list.
+*/}}
+{{- define "sluice.redisEnv" -}}
+{{- with .Values.redis.sentinelSecret }}{{ if .name }}
+- name: SLUICE_REDIS_SENTINEL
+  valueFrom:
+    secretKeyRef: {name: {{ .name }}, key: {{ .key | default "url" | quote }}}
+{{- end }}{{ end }}
 {{- end -}}
 
 {{/*
@@ -62,6 +194,8 @@ dict:
   args       sluice server's flags beyond --listen, --config and the logs' (a list)
   config     true: mount the chart's config (and Envoy's rules) and pass --config
   advertise  true: --advertise $(POD_IP):PORT
+  env        more environment variables of the container (a list)
+  volumes    more volumes of the pod (a list), mounted by volumeMounts (a list)
   strategy   the Deployment's strategy (a dict)
   budget     the PodDisruptionBudget's spec beside its selector (a dict)
   resources  the container's resources
@@ -172,11 +306,14 @@ spec:
             {{- with $v.extraArgs }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
-          {{- if or .advertise $v.extraEnv }}
+          {{- if or .advertise .env $v.extraEnv }}
           env:
             {{- if .advertise }}
             - name: POD_IP
               valueFrom: {fieldRef: {fieldPath: status.podIP}}
+            {{- end }}
+            {{- with .env }}
+            {{- toYaml . | nindent 12 }}
             {{- end }}
             {{- with $v.extraEnv }}
             {{- toYaml . | nindent 12 }}
@@ -192,7 +329,7 @@ spec:
             {{- toYaml .resources | nindent 12 }}
           securityContext:
             {{- toYaml $v.securityContext | nindent 12 }}
-          {{- if or (and .config $v.config) $envoy $v.extraVolumeMounts }}
+          {{- if or (and .config $v.config) $envoy .volumeMounts $v.extraVolumeMounts }}
           volumeMounts:
             {{- if and .config $v.config }}
             - {name: config, mountPath: /etc/sluice, readOnly: true}
@@ -200,11 +337,14 @@ spec:
             {{- if $envoy }}
             - {name: envoy-ratelimit, mountPath: /etc/sluice-envoy, readOnly: true}
             {{- end }}
+            {{- with .volumeMounts }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
             {{- with $v.extraVolumeMounts }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
           {{- end }}
-      {{- if or (and .config $v.config) $envoy $v.extraVolumes }}
+      {{- if or (and .config $v.config) $envoy .volumes $v.extraVolumes }}
       volumes:
         {{- if and .config $v.config }}
         - name: config
@@ -213,6 +353,9 @@ spec:
         {{- if $envoy }}
         - name: envoy-ratelimit
           configMap: {name: {{ .name }}-envoy-ratelimit}
+        {{- end }}
+        {{- with .volumes }}
+        {{- toYaml . | nindent 8 }}
         {{- end }}
         {{- with $v.extraVolumes }}
         {{- toYaml . | nindent 8 }}
