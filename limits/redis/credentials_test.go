@@ -245,3 +245,41 @@ func TestOpenTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenSentinel: a Redis watched by Sentinel, its master's password in
+// the failover URL or a file: the store decides on the master the
+// sentinels name; a refused master password names the field holding it.
+func TestOpenSentinel(t *testing.T) {
+	sent := redistest.StartSentinelT(t, redistest.Security{Password: "s3cret"})
+	addrs := sent.SentinelAddrs()
+	url := func(password string) string {
+		return "redis://" + addrs[0] + "/0?master_name=" + sent.Name() + "&addr=" + addrs[1] + "&addr=" + addrs[2] + "&password=" + password
+	}
+	st, err := Open(t.Context(), Dial{Sentinel: url("s3cret"), Logger: tu.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := takeCtx(t.Context(), st, prefix(t)); err != nil {
+		t.Fatal(err)
+	}
+	pw := filepath.Join(t.TempDir(), "password")
+	writeFile(t, pw, "nope")
+	for _, tc := range []struct {
+		name  string
+		d     Dial
+		field string
+	}{
+		{"wrong password in the URL", Dial{Sentinel: url("nope")}, "Sentinel"},
+		{"wrong password file", Dial{Sentinel: url("s3cret"), PasswordFile: pw}, "PasswordFile"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.d.Logger = tu.Logger()
+			st, err := Open(t.Context(), tc.d)
+			var fe *names.FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field || !strings.Contains(err.Error(), "WRONGPASS") || st != nil {
+				t.Fatalf("Open: %v, %v; want a refusal naming %s", st, err, tc.field)
+			}
+		})
+	}
+}

@@ -89,11 +89,14 @@ const openPing = 5 * time.Second
 // wrongly configured from one that is away:
 //
 //   - Redis answers but refuses the credentials (WRONGPASS, NOAUTH) or
-//     the TLS handshake (an unknown CA, a missing client certificate, TLS
-//     spoken to a plaintext port): Open returns an error naming the Dial
+//     the TLS handshake (an unknown CA, a name the certificate lacks, a
+//     missing client certificate): Open returns an error naming the Dial
 //     field at fault (a *names.FieldError: "PasswordFile", "TLS", "URL",
-//     "Cluster" or "Sentinel") and Redis's refusal; it is a configuration
-//     error, which waiting will not mend.
+//     "Cluster" or "Sentinel", the sentinels' own credentials being the
+//     Sentinel URL's) and Redis's refusal; it is a configuration error,
+//     which waiting will not mend. (A plaintext redis:// to a TLS port,
+//     or rediss:// to a plaintext one, is not told from a Redis away:
+//     the first reads an EOF, the second times out.)
 //   - Redis does not answer (refused or timed-out connections, no master
 //     known to the sentinels): Open logs a warning and returns the store
 //     anyway: decisions fail until Redis answers (the breaker's probe
@@ -123,8 +126,9 @@ func Open(ctx context.Context, d Dial) (*Store, error) {
 	switch err = c.Ping(pctx).Err(); {
 	case err == nil:
 	case Refusal(err):
+		field := d.refusedField(pctx, err)
 		_ = st.Close()
-		return nil, &names.FieldError{Field: d.refusedField(err), Err: fmt.Errorf("limits/redis: Redis refused the connection: %w", err)}
+		return nil, &names.FieldError{Field: field, Err: fmt.Errorf("limits/redis: Redis refused the connection: %w", err)}
 	default:
 		log.Warn("Redis does not answer yet; limits decisions fail until it does", "err", err)
 		st.unanswered.Store(true)
@@ -146,16 +150,39 @@ func (d Dial) field() string {
 }
 
 // refusedField returns the Dial field a refusal (Refusal) blames: TLS for
-// a TLS refusal when TLS is set, PasswordFile for a refused password read
-// from it, else the URL that carries the credentials.
-func (d Dial) refusedField(err error) string {
+// a TLS refusal when TLS is set; with Sentinel, the URL when the sentinels
+// themselves refuse its credentials (asked again, within ctx);
+// PasswordFile for a refused password read from it; else the URL that
+// carries the credentials.
+func (d Dial) refusedField(ctx context.Context, err error) string {
 	switch {
 	case tlsRefusal(err) && d.TLS != nil:
 		return "TLS"
-	case !tlsRefusal(err) && d.PasswordFile != "":
+	case tlsRefusal(err):
+		return d.field()
+	case d.Sentinel != "" && d.sentinelRefuses(ctx):
+		return "Sentinel"
+	case d.PasswordFile != "":
 		return "PasswordFile"
 	}
 	return d.field()
+}
+
+// sentinelRefuses reports whether the first sentinel of d.Sentinel
+// refuses the URL's credentials (the sentinels', not the master's).
+func (d Dial) sentinelRefuses(ctx context.Context) bool {
+	o, err := redis.ParseFailoverURL(d.Sentinel)
+	if err != nil {
+		return false
+	}
+	tc, err := d.tls(o.TLSConfig, "Sentinel")
+	if err != nil {
+		return false
+	}
+	sc := redis.NewSentinelClient(&redis.Options{Addr: o.SentinelAddrs[0], Username: o.SentinelUsername, Password: o.SentinelPassword,
+		TLSConfig: tc, MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true})
+	defer sc.Close()
+	return Refusal(sc.Ping(ctx).Err())
 }
 
 // client returns the go-redis client of d (see Open).

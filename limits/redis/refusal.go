@@ -15,8 +15,7 @@ import (
 // client: its credentials (WRONGPASS, NOAUTH: a wrong or missing password
 // or user, a disabled default user) or its TLS handshake (a certificate
 // signed by a CA the client does not trust or for another name, an alert
-// from Redis such as "certificate required" or "unknown ca", TLS spoken to
-// a plaintext port). Such an error is not transient: waiting does not
+// from Redis such as "certificate required" or "unknown ca"). Such an error is not transient: waiting does not
 // mend it, a change of configuration (or of Redis's) does. At Open it is
 // a configuration error; afterwards the store counts it
 // (StoreHealth.Refusals), shows it (StoreHealth.Refusal) and logs it once
