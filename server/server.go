@@ -643,6 +643,9 @@ func (s *Server) Limits() *limitsvc.Service { return s.limits }
 // Sessions returns the copy-limited resources' service.
 func (s *Server) Sessions() *sessions.Service { return s.sessions }
 
+// Envoy returns Envoy's rate limit service.
+func (s *Server) Envoy() *envoyrls.Service { return s.envoy }
+
 // Status returns the status site.
 func (s *Server) Status() *status.Site { return s.status }
 

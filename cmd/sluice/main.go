@@ -8,6 +8,8 @@
 //	    server-side limits (naive and smart quota clients), Charon's burst tiers and semaphores
 //	sluice simulate [--scenario NAME|all|FILE] [--seed N] [--out DIR] [--json]
 //	    the tree on virtual time, the design's scenarios
+//	sluice envoy-ratelimit
+//	    envoyproxy/ratelimit's drop-in: its environment, its ports (also as a binary named ratelimit)
 //	sluice status --server ADDR [--json]
 //	    a server's status page as tables
 //	sluice health --server ADDR [--live]
@@ -35,12 +37,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 )
 
 func main() {
-	if err := newRoot().Execute(); err != nil {
+	root := newRoot()
+	if filepath.Base(os.Args[0]) == upstreamName {
+		// Run as envoyproxy/ratelimit's /bin/ratelimit: its arguments
+		// are envoy-ratelimit's.
+		root.SetArgs(append([]string{"envoy-ratelimit"}, os.Args[1:]...))
+	}
+	if err := root.Execute(); err != nil {
 		if !errors.As(err, new(quietError)) { // else already printed
 			fmt.Fprintln(os.Stderr, "sluice:", err)
 		}
@@ -56,6 +65,6 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newServerCmd(), newDemoCmd(), newSimulateCmd(), newStatusCmd(),
-		newConfigCmd(), newGetCmd(), newBenchCmd(), newShellCmd(), newAdminCmd(), newWorkloadCmd(), newHealthCmd())
+		newConfigCmd(), newGetCmd(), newBenchCmd(), newShellCmd(), newAdminCmd(), newWorkloadCmd(), newHealthCmd(), newEnvoyRatelimitCmd())
 	return root
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -272,19 +274,48 @@ func (sf *serverFlags) run(cmd *cobra.Command) error {
 		return err
 	}
 	log = slog.New(flagWords{log.Handler()})
-	redis.SetLogger(redisLog{log.With("component", "go-redis")})
 	cfg, err := sf.config(log)
 	if err != nil {
 		return err
 	}
+	return serve(cmd, log, cfg, nil)
+}
+
+// listener is one more HTTP listener beside the server's own, and its
+// http.Server.
+type listener struct {
+	ln  net.Listener
+	srv *http.Server
+}
+
+// serve assembles the server of cfg and runs it until SIGTERM or SIGINT,
+// then drains it (Server.Run). extra, when set, returns more listeners
+// for the server (envoy-ratelimit's HTTP and debug ports): they serve
+// from before the server runs until its drain has ended, so that
+// probes see it not ready while it drains.
+func serve(cmd *cobra.Command, log *slog.Logger, cfg server.Config, extra func(*server.Server) ([]listener, error)) error {
+	redis.SetLogger(redisLog{log.With("component", "go-redis")})
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv, err := server.New(ctx, cfg)
 	if err != nil {
 		return asFlags(err)
 	}
+	var more []listener
+	if extra != nil {
+		if more, err = extra(srv); err != nil {
+			return err
+		}
+	}
+	for _, l := range more {
+		go func() { _ = l.srv.Serve(l.ln) }()
+		defer l.srv.Close()
+	}
 	reloadOnHUP(ctx, log, srv)
 	fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", srv.Addr())
+	for _, l := range more {
+		fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", l.ln.Addr())
+	}
 	go func() {
 		<-ctx.Done()
 		// Drain (Server.Run): whatever etcd, the parent or the

@@ -1,0 +1,556 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/sluice-rl/sluice/internal/tlsutil"
+	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/server/envoyrls/upstreamhttp"
+)
+
+// upstreamName is the name of envoyproxy/ratelimit's binary: a sluice
+// binary run under it (the image's /bin/ratelimit) is `sluice
+// envoy-ratelimit`.
+const upstreamName = "ratelimit"
+
+func newEnvoyRatelimitCmd() *cobra.Command {
+	rf := &ratelimitFlags{}
+	cmd := &cobra.Command{
+		Use:   "envoy-ratelimit",
+		Short: "Run as envoyproxy/ratelimit does: configured by its environment variables, on its ports",
+		Long: `envoy-ratelimit runs Sluice's Envoy rate limit service as a drop-in for
+envoyproxy/ratelimit: configured by that service's environment variables, by
+their names and with their defaults (its src/settings/settings.go), and serving
+its ports: gRPC (ShouldRateLimit, gRPC health) on GRPC_HOST:GRPC_PORT (8081),
+HTTP on HOST:PORT (8080: GET /healthcheck, POST /json), and on
+DEBUG_HOST:DEBUG_PORT (6070) /rlconfig, /debug/pprof/, Sluice's status pages
+and /metrics. A binary named ` + upstreamName + ` (the image's /bin/ratelimit) runs
+this command, so a Deployment whose command is /bin/ratelimit runs unchanged.
+
+Sluice's own answers stay: token buckets unless a rule or --envoy-algorithm
+(SLUICE_ENVOY_ALGORITHM=fixed_window) says fixed windows; a request's
+descriptors decided together. Every flag of sluice server works here too, as a
+flag or SLUICE_<FLAG>, and wins over envoyproxy/ratelimit's variable.
+
+A variable Sluice does not honour is named once in the log at start, with why;
+a value it cannot honour (BACKEND_TYPE=memcache, a second Redis for per-second
+limits, GRPC_UDS) refuses to start, naming the variable. docs/envoy.md has the
+table of every variable.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return rf.run(cmd) },
+	}
+	rf.register(cmd.Flags())
+	cmd.SetUsageFunc(groupedUsage)
+	return cmd
+}
+
+// ratelimitFlags are sluice server's flags, set from envoyproxy/ratelimit's
+// environment where neither a flag nor SLUICE_* gave them, and the two
+// listeners sluice server does not have.
+type ratelimitFlags struct {
+	serverFlags
+}
+
+// upstreamEnv is envoyproxy/ratelimit's environment, the variables
+// envoy-ratelimit reads, by their names and with their defaults.
+//
+// Source: envoyproxy/ratelimit, src/settings/settings.go.
+type upstreamEnv struct {
+	Host      string `envconfig:"HOST" default:"0.0.0.0"`
+	Port      int    `envconfig:"PORT" default:"8080"`
+	DebugHost string `envconfig:"DEBUG_HOST" default:"0.0.0.0"`
+	DebugPort int    `envconfig:"DEBUG_PORT" default:"6070"`
+	GrpcUds   string `envconfig:"GRPC_UDS"`
+	GrpcHost  string `envconfig:"GRPC_HOST" default:"0.0.0.0"`
+	GrpcPort  int    `envconfig:"GRPC_PORT" default:"8081"`
+
+	GrpcServerUseTLS bool   `envconfig:"GRPC_SERVER_USE_TLS"`
+	GrpcServerTLSCrt string `envconfig:"GRPC_SERVER_TLS_CERT"`
+	GrpcServerTLSKey string `envconfig:"GRPC_SERVER_TLS_KEY"`
+	GrpcClientTLSCA  string `envconfig:"GRPC_CLIENT_TLS_CACERT"`
+	GrpcServerTLSCA  string `envconfig:"GRPC_SERVER_TLS_CA_CERT"` // Envoy Gateway's name for it
+	GrpcClientTLSSAN string `envconfig:"GRPC_CLIENT_TLS_SAN"`
+
+	LogLevel  string `envconfig:"LOG_LEVEL" default:"WARN"`
+	LogFormat string `envconfig:"LOG_FORMAT" default:"text"`
+
+	ConfigType            string `envconfig:"CONFIG_TYPE" default:"FILE"`
+	ForceStart            bool   `envconfig:"FORCE_START_WITHOUT_INITIAL_CONFIG"`
+	RuntimeRoot           string `envconfig:"RUNTIME_ROOT" default:"/srv/runtime_data/current"`
+	RuntimeSubdirectory   string `envconfig:"RUNTIME_SUBDIRECTORY"`
+	RuntimeAppDirectory   string `envconfig:"RUNTIME_APPDIRECTORY" default:"config"`
+	RuntimeIgnoreDotFiles bool   `envconfig:"RUNTIME_IGNOREDOTFILES"`
+	RuntimeWatchRoot      bool   `envconfig:"RUNTIME_WATCH_ROOT" default:"true"`
+	MergeDomainConfig     bool   `envconfig:"MERGE_DOMAIN_CONFIG"`
+
+	NearLimitRatio  float64 `envconfig:"NEAR_LIMIT_RATIO" default:"0.8"`
+	CacheKeyPrefix  string  `envconfig:"CACHE_KEY_PREFIX"`
+	BackendType     string  `envconfig:"BACKEND_TYPE" default:"redis"`
+	ShadowMode      bool    `envconfig:"SHADOW_MODE"`
+	HeadersEnabled  bool    `envconfig:"LIMIT_RESPONSE_HEADERS_ENABLED"`
+	CalendarMonth   bool    `envconfig:"USE_CALENDAR_MONTH_RATE_LIMIT"`
+	RedisSocketType string  `envconfig:"REDIS_SOCKET_TYPE" default:"unix"`
+	RedisType       string  `envconfig:"REDIS_TYPE" default:"SINGLE"`
+	RedisURL        string  `envconfig:"REDIS_URL" default:"/var/run/nutcracker/ratelimit.sock"`
+	RedisPoolSize   int     `envconfig:"REDIS_POOL_SIZE" default:"10"`
+	RedisAuth       string  `envconfig:"REDIS_AUTH"`
+	RedisSentinel   string  `envconfig:"REDIS_SENTINEL_AUTH"`
+	RedisTLS        bool    `envconfig:"REDIS_TLS"`
+	RedisTLSCert    string  `envconfig:"REDIS_TLS_CLIENT_CERT"`
+	RedisTLSKey     string  `envconfig:"REDIS_TLS_CLIENT_KEY"`
+	RedisTLSCA      string  `envconfig:"REDIS_TLS_CACERT"`
+	RedisTLSSkipSAN bool    `envconfig:"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"`
+	RedisPerSecond  bool    `envconfig:"REDIS_PERSECOND"`
+
+	TracingEnabled  bool    `envconfig:"TRACING_ENABLED"`
+	TracingName     string  `envconfig:"TRACING_SERVICE_NAME" default:"RateLimit"`
+	TracingProtocol string  `envconfig:"TRACING_EXPORTER_PROTOCOL" default:"http"`
+	TracingRate     float64 `envconfig:"TRACING_SAMPLING_RATE" default:"1"`
+}
+
+// ignored are envoyproxy/ratelimit's variables envoy-ratelimit reads but
+// does not honour, each with why; logged once at start when set.
+var ignored = map[string]string{
+	"PROTO":                                   "Sluice listens on TCP",
+	"GRPC_MAX_CONNECTION_AGE":                 "Sluice does not close gRPC connections by age",
+	"GRPC_MAX_CONNECTION_AGE_GRACE":           "Sluice does not close gRPC connections by age",
+	"REDIS_PIPELINE_WINDOW":                   "Sluice batches the scripts of concurrent requests into one round trip by itself",
+	"REDIS_PIPELINE_LIMIT":                    "Sluice batches up to --redis-max-batch scripts a round trip by itself",
+	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":    "readiness waits for Redis's first answer at start; after that, on_store_error decides",
+	"EXPIRATION_JITTER_MAX_SECONDS":           "token buckets expire when full again; fixed windows at their end",
+	"LOCAL_CACHE_SIZE_IN_BYTES":               "Sluice keeps no local cache of over-limit keys: a refused request charges nothing",
+	"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "Sluice never charges a refused request (all or nothing), as if true",
+	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "/healthcheck fails until the first rules arrive unless FORCE_START_WITHOUT_INITIAL_CONFIG",
+	"TRACING_SERVICE_NAMESPACE":               "set OTEL_RESOURCE_ATTRIBUTES=service.namespace=…",
+	"TRACING_SERVICE_INSTANCE_ID":             "set OTEL_RESOURCE_ATTRIBUTES=service.instance.id=…",
+	"USE_DOG_STATSD_MOGRIFIERS":               "not supported",
+	"PROMETHEUS_MAPPER_YAML":                  "Sluice's own metrics are on the debug port's /metrics",
+	"REDIS_PERSECOND_SOCKET_TYPE":             "no second Redis (REDIS_PERSECOND)",
+	"REDIS_PERSECOND_TYPE":                    "no second Redis (REDIS_PERSECOND)",
+	"REDIS_PERSECOND_URL":                     "no second Redis (REDIS_PERSECOND)",
+	"REDIS_PERSECOND_POOL_SIZE":               "no second Redis (REDIS_PERSECOND)",
+	"REDIS_PERSECOND_AUTH":                    "no second Redis (REDIS_PERSECOND)",
+	"REDIS_PERSECOND_TLS":                     "no second Redis (REDIS_PERSECOND)",
+}
+
+// setting is one flag envoy-ratelimit sets from the environment: the
+// flag, its value, and the variable it came from (for errors).
+type setting struct{ flag, value, from string }
+
+// ratelimitConfig is what the environment says beyond sluice server's
+// flags: the HTTP and debug listeners, and TLS configurations flags cannot
+// carry (a client certificate's SAN, Redis without hostname checks).
+type ratelimitConfig struct {
+	httpAddr, debugAddr string
+	clientSAN           string // GRPC_CLIENT_TLS_SAN
+	redisSkipSAN        bool   // REDIS_TLS_SKIP_HOSTNAME_VERIFICATION
+}
+
+// readUpstreamEnv parses envoyproxy/ratelimit's environment with
+// envconfig, as upstream does. Its errors name the variable.
+func readUpstreamEnv() (upstreamEnv, error) {
+	var e upstreamEnv
+	err := envconfig.Process("", &e)
+	return e, err
+}
+
+// settings turns e into sluice server's flags and the rest
+// (ratelimitConfig), and the notes to log (the variables set that Sluice
+// does not honour). A value it cannot honour is an error naming the
+// variable. isSet reports whether a variable is in the environment.
+func (e upstreamEnv) settings(isSet func(string) bool) ([]setting, ratelimitConfig, []string, error) {
+	var s []setting
+	add := func(flag, value, from string) { s = append(s, setting{flag, value, from}) }
+	rc := ratelimitConfig{httpAddr: net.JoinHostPort(e.Host, strconv.Itoa(e.Port)), debugAddr: net.JoinHostPort(e.DebugHost, strconv.Itoa(e.DebugPort))}
+	var notes []string
+	for _, name := range slices.Sorted(mapKeys(ignored)) {
+		if isSet(name) {
+			notes = append(notes, name+": not honoured: "+ignored[name])
+		}
+	}
+	switch {
+	case e.GrpcUds != "":
+		return nil, rc, nil, errors.New("GRPC_UDS: a Unix socket for gRPC is not supported: use GRPC_HOST and GRPC_PORT")
+	case e.RedisPerSecond:
+		return nil, rc, nil, errors.New("REDIS_PERSECOND: a second Redis for per-second limits is not supported: Sluice keeps every limit in one Redis (or Redis Cluster)")
+	case e.CalendarMonth:
+		return nil, rc, nil, errors.New("USE_CALENDAR_MONTH_RATE_LIMIT: calendar months are not supported yet: a month is 30 days")
+	}
+	add("listen", net.JoinHostPort(e.GrpcHost, strconv.Itoa(e.GrpcPort)), "GRPC_HOST, GRPC_PORT")
+	add("log-level", upstreamLevel(e.LogLevel), "LOG_LEVEL")
+	switch f := strings.ToLower(e.LogFormat); f {
+	case "text", "json":
+		add("log-format", f, "LOG_FORMAT")
+	default:
+		return nil, rc, nil, fmt.Errorf("LOG_FORMAT: %q, want text or json", e.LogFormat)
+	}
+
+	if e.GrpcServerUseTLS {
+		ca := e.GrpcClientTLSCA
+		if ca == "" {
+			ca = e.GrpcServerTLSCA
+		}
+		add("tls-cert", e.GrpcServerTLSCrt, "GRPC_SERVER_TLS_CERT")
+		add("tls-key", e.GrpcServerTLSKey, "GRPC_SERVER_TLS_KEY")
+		if ca != "" {
+			add("tls-client-ca", ca, "GRPC_CLIENT_TLS_CACERT, GRPC_SERVER_TLS_CA_CERT")
+		}
+		if e.GrpcClientTLSSAN != "" {
+			if ca == "" {
+				return nil, rc, nil, errors.New("GRPC_CLIENT_TLS_SAN: set without a client CA (GRPC_CLIENT_TLS_CACERT or GRPC_SERVER_TLS_CA_CERT): no client certificate to check")
+			}
+			rc.clientSAN = e.GrpcClientTLSSAN
+		}
+	}
+
+	switch t := strings.ToUpper(e.ConfigType); t {
+	case "FILE":
+		dir := filepath.Join(e.RuntimeRoot, e.RuntimeSubdirectory, e.RuntimeAppDirectory)
+		add("envoy-ratelimit-config", dir, "RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY")
+	case "GRPC_XDS_SOTW":
+		return nil, rc, nil, errors.New("CONFIG_TYPE: GRPC_XDS_SOTW is not supported yet: give the rules as files (CONFIG_TYPE=FILE)")
+	default:
+		return nil, rc, nil, fmt.Errorf("CONFIG_TYPE: %q, want FILE or GRPC_XDS_SOTW", e.ConfigType)
+	}
+	// Sluice reads the directory's *.yaml and *.yml files, never a dot
+	// file (Kubernetes' ..data), and watches that directory (a file
+	// changed, added or removed, or a symlink swapped over it).
+	if isSet("RUNTIME_IGNOREDOTFILES") && !e.RuntimeIgnoreDotFiles {
+		notes = append(notes, "RUNTIME_IGNOREDOTFILES: false not honoured: dot files in the rules' directory are never read")
+	}
+	if isSet("RUNTIME_WATCH_ROOT") && e.RuntimeWatchRoot {
+		notes = append(notes, "RUNTIME_WATCH_ROOT: not honoured: Sluice watches the rules' directory (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY), not the root")
+	}
+	if e.MergeDomainConfig {
+		notes = append(notes, "MERGE_DOMAIN_CONFIG: not honoured: two files naming the same domain are refused, not merged")
+	}
+
+	if err := e.redis(add, &rc); err != nil {
+		return nil, rc, nil, err
+	}
+	add("envoy-near-limit-ratio", strconv.FormatFloat(e.NearLimitRatio, 'g', -1, 64), "NEAR_LIMIT_RATIO")
+	add("envoy-shadow-mode", strconv.FormatBool(e.ShadowMode), "SHADOW_MODE")
+	// Upstream adds no header unless asked; then RateLimit-Limit,
+	// -Remaining and -Reset of the descriptor with the least remaining.
+	add("envoy-ratelimit-headers", "false", "LIMIT_RESPONSE_HEADERS_ENABLED")
+	add("envoy-x-ratelimit-headers", "false", "LIMIT_RESPONSE_HEADERS_ENABLED")
+	if e.HeadersEnabled {
+		return nil, rc, nil, errors.New("LIMIT_RESPONSE_HEADERS_ENABLED: not supported yet under envoyproxy/ratelimit's header names; Sluice's own: SLUICE_ENVOY_RATELIMIT_HEADERS=true (the IETF draft's) or SLUICE_ENVOY_X_RATELIMIT_HEADERS=true (X-RateLimit-*)")
+	}
+
+	if e.TracingEnabled {
+		add("otel-traces-exporter", "otlp", "TRACING_ENABLED")
+		switch p := strings.ToLower(e.TracingProtocol); p {
+		case "http":
+			add("otel-exporter-otlp-protocol", "http/protobuf", "TRACING_EXPORTER_PROTOCOL")
+		case "grpc":
+			add("otel-exporter-otlp-protocol", "grpc", "TRACING_EXPORTER_PROTOCOL")
+		default:
+			return nil, rc, nil, fmt.Errorf("TRACING_EXPORTER_PROTOCOL: %q, want http or grpc", e.TracingProtocol)
+		}
+		if e.TracingRate < 1 {
+			add("otel-traces-sampler", "parentbased_traceidratio", "TRACING_SAMPLING_RATE")
+			add("otel-traces-sampler-arg", strconv.FormatFloat(e.TracingRate, 'g', -1, 64), "TRACING_SAMPLING_RATE")
+		}
+	}
+	return s, rc, notes, nil
+}
+
+// redis adds the Redis flags of e's REDIS_* variables.
+func (e upstreamEnv) redis(add func(flag, value, from string), rc *ratelimitConfig) error {
+	switch b := strings.ToLower(e.BackendType); b {
+	case "memory":
+		return nil // Sluice's: the counters in this process
+	case "redis":
+	case "memcache":
+		return errors.New("BACKEND_TYPE: memcache is not supported: use redis (or memory, Sluice's, for one server)")
+	default:
+		return fmt.Errorf("BACKEND_TYPE: %q, want redis (or memory)", e.BackendType)
+	}
+	scheme := "redis"
+	if e.RedisTLS {
+		scheme = "rediss"
+	}
+	var user *url.Userinfo
+	if e.RedisAuth != "" {
+		if u, p, ok := strings.Cut(e.RedisAuth, ":"); ok {
+			user = url.UserPassword(u, p)
+		} else {
+			user = url.UserPassword("", e.RedisAuth)
+		}
+	}
+	q := url.Values{}
+	if e.RedisPoolSize > 0 {
+		q.Set("pool_size", strconv.Itoa(e.RedisPoolSize))
+	}
+	addrs := strings.Split(e.RedisURL, ",")
+	for i := range addrs {
+		addrs[i] = strings.TrimSpace(addrs[i])
+	}
+	switch t := strings.ToUpper(e.RedisType); t {
+	case "SINGLE":
+		u := url.URL{Scheme: scheme, User: user, Host: e.RedisURL, Path: "/0"}
+		switch st := strings.ToLower(e.RedisSocketType); st {
+		case "unix":
+			if e.RedisTLS {
+				return errors.New("REDIS_TLS: set with REDIS_SOCKET_TYPE unix: TLS is for tcp")
+			}
+			q.Set("db", "0")
+			u = url.URL{Scheme: "unix", User: user, Path: e.RedisURL}
+		case "tcp":
+		default:
+			return fmt.Errorf("REDIS_SOCKET_TYPE: %q, want tcp or unix", e.RedisSocketType)
+		}
+		u.RawQuery = q.Encode()
+		add("redis", u.String(), "REDIS_URL")
+	case "CLUSTER":
+		for _, a := range addrs[1:] {
+			q.Add("addr", a)
+		}
+		u := url.URL{Scheme: scheme, User: user, Host: addrs[0], RawQuery: q.Encode()}
+		add("redis-cluster", u.String(), "REDIS_URL")
+	case "SENTINEL":
+		if len(addrs) < 2 {
+			return fmt.Errorf("REDIS_URL: %q, want MASTER_NAME,SENTINEL_HOST:PORT,... with REDIS_TYPE sentinel", e.RedisURL)
+		}
+		q.Set("master_name", addrs[0])
+		for _, a := range addrs[2:] {
+			q.Add("addr", a)
+		}
+		if user != nil {
+			if n := user.Username(); n != "" {
+				q.Set("username", n)
+			}
+			p, _ := user.Password()
+			q.Set("password", p)
+		}
+		var suser *url.Userinfo
+		if e.RedisSentinel != "" {
+			if u, p, ok := strings.Cut(e.RedisSentinel, ":"); ok {
+				suser = url.UserPassword(u, p)
+			} else {
+				suser = url.UserPassword("", e.RedisSentinel)
+			}
+		}
+		u := url.URL{Scheme: scheme, User: suser, Host: addrs[1], Path: "/0", RawQuery: q.Encode()}
+		add("redis-sentinel", u.String(), "REDIS_URL")
+	default:
+		return fmt.Errorf("REDIS_TYPE: %q, want single, cluster or sentinel", e.RedisType)
+	}
+	if e.RedisTLS {
+		if e.RedisTLSCA != "" {
+			add("redis-tls-ca", e.RedisTLSCA, "REDIS_TLS_CACERT")
+		}
+		if e.RedisTLSCert != "" || e.RedisTLSKey != "" {
+			add("redis-tls-cert", e.RedisTLSCert, "REDIS_TLS_CLIENT_CERT")
+			add("redis-tls-key", e.RedisTLSKey, "REDIS_TLS_CLIENT_KEY")
+		}
+		rc.redisSkipSAN = e.RedisTLSSkipSAN
+	}
+	if e.CacheKeyPrefix != "" {
+		add("redis-key-prefix", e.CacheKeyPrefix, "CACHE_KEY_PREFIX")
+	}
+	return nil
+}
+
+// upstreamLevel maps envoyproxy/ratelimit's LOG_LEVEL (logrus's levels,
+// any case) to --log-level's.
+func upstreamLevel(l string) string {
+	switch l = strings.ToLower(l); l {
+	case "trace":
+		return "debug"
+	case "warning":
+		return "warn"
+	case "fatal", "panic":
+		return "error"
+	}
+	return l
+}
+
+// mapKeys returns m's keys.
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// run is sluice envoy-ratelimit: flags, then SLUICE_*, then
+// envoyproxy/ratelimit's variables, into a server.Config; the server run
+// as sluice server runs, with the HTTP and debug listeners beside it.
+func (rf *ratelimitFlags) run(cmd *cobra.Command) error {
+	if err := flagsFromEnv(cmd); err != nil {
+		return err
+	}
+	if err := otelFromEnv(cmd); err != nil {
+		return err
+	}
+	env, err := readUpstreamEnv()
+	if err != nil {
+		return err
+	}
+	isSet := func(name string) bool { _, ok := os.LookupEnv(name); return ok }
+	set, rc, notes, err := env.settings(isSet)
+	if err != nil {
+		return err
+	}
+	if err := applySettings(cmd.Flags(), set); err != nil {
+		return err
+	}
+	if env.TracingEnabled && !isSet("OTEL_SERVICE_NAME") {
+		_ = os.Setenv("OTEL_SERVICE_NAME", env.TracingName)
+	}
+	log, err := newLogger(cmd.ErrOrStderr(), rf.logFormat, rf.logLevel)
+	if err != nil {
+		return err
+	}
+	log = slog.New(flagWords{log.Handler()})
+	for _, n := range notes {
+		log.Warn(n)
+	}
+	cfg, err := rf.config(log)
+	if err != nil {
+		return err
+	}
+	if err := rc.adjust(&cfg); err != nil {
+		return err
+	}
+	return serve(cmd, log, cfg, func(srv *server.Server) ([]listener, error) {
+		return rc.listeners(srv)
+	})
+}
+
+// applySettings sets each flag of set not already given (on the command
+// line or as SLUICE_*); an error names the variable.
+func applySettings(fs *pflag.FlagSet, set []setting) error {
+	for _, s := range set {
+		f := fs.Lookup(s.flag)
+		if f == nil || f.Changed {
+			continue
+		}
+		if err := fs.Set(s.flag, s.value); err != nil {
+			return fmt.Errorf("%s: %w", s.from, err)
+		}
+	}
+	return nil
+}
+
+// adjust puts into cfg the TLS configurations flags cannot carry: the
+// listener's check of a client certificate's SAN, and Redis's certificate
+// checked without its name.
+func (rc ratelimitConfig) adjust(cfg *server.Config) error {
+	if rc.clientSAN != "" {
+		l := &cfg.Listen.TLS
+		c, err := tlsutil.Server(l.CertFile, l.KeyFile, l.CAFile)
+		if err != nil {
+			return fmt.Errorf("GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY, GRPC_CLIENT_TLS_CACERT: %w", err)
+		}
+		san := rc.clientSAN
+		c.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
+			if len(chains) > 0 && hasSAN(chains[0][0], san) {
+				return nil
+			}
+			return fmt.Errorf("the client certificate does not name %q (GRPC_CLIENT_TLS_SAN)", san)
+		}
+		*l = server.TLS{Config: c}
+	}
+	if rc.redisSkipSAN {
+		st := &cfg.Store
+		c, err := tlsutil.Client(st.TLS.CAFile, st.TLS.CertFile, st.TLS.KeyFile)
+		if err != nil {
+			return fmt.Errorf("REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT, REDIS_TLS_CLIENT_KEY: %w", err)
+		}
+		c.NextProtos = nil
+		roots := c.RootCAs
+		// The chain is verified, the name is not (upstream's
+		// REDIS_TLS_SKIP_HOSTNAME_VERIFICATION).
+		c.InsecureSkipVerify = true
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("Redis presented no certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, ic := range cs.PeerCertificates[1:] {
+				inter.AddCert(ic)
+			}
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter})
+			return err
+		}
+		st.TLS = server.TLS{Config: c}
+	}
+	return nil
+}
+
+// hasSAN reports whether cert names san among its DNS names, URIs, IP
+// addresses or e-mail addresses.
+func hasSAN(cert *x509.Certificate, san string) bool {
+	for _, n := range cert.DNSNames {
+		if n == san {
+			return true
+		}
+	}
+	for _, u := range cert.URIs {
+		if u.String() == san {
+			return true
+		}
+	}
+	for _, ip := range cert.IPAddresses {
+		if ip.String() == san {
+			return true
+		}
+	}
+	return slices.Contains(cert.EmailAddresses, san)
+}
+
+// listeners are envoyproxy/ratelimit's HTTP port (/healthcheck, /json)
+// and debug port (/rlconfig, /debug/pprof/, and Sluice's own pages and
+// /metrics) for srv.
+func (rc ratelimitConfig) listeners(srv *server.Server) ([]listener, error) {
+	api := http.NewServeMux()
+	api.Handle("GET /healthcheck", upstreamhttp.Healthcheck(srv.Ready))
+	api.Handle("/json", upstreamhttp.JSON(srv.Envoy()))
+	debug := http.NewServeMux()
+	debug.Handle("GET /rlconfig", upstreamhttp.RLConfig(srv.Envoy().Config))
+	debug.HandleFunc("/debug/pprof/", pprof.Index)
+	debug.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	debug.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	debug.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	debug.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	debug.Handle("/", srv.Handler())
+	var ls []listener
+	for _, l := range []struct {
+		addr, what string
+		h          http.Handler
+	}{{rc.httpAddr, "HOST, PORT", api}, {rc.debugAddr, "DEBUG_HOST, DEBUG_PORT", debug}} {
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			for _, o := range ls {
+				_ = o.ln.Close()
+			}
+			return nil, fmt.Errorf("%s: %w", l.what, err)
+		}
+		ls = append(ls, listener{ln: ln, srv: &http.Server{Handler: l.h, ReadHeaderTimeout: 10 * time.Second}})
+	}
+	return ls, nil
+}
