@@ -195,7 +195,8 @@ func EnvoySection(path string) (*yaml.Node, error) {
 }
 
 // envoyFiles returns the files LoadEnvoyRateLimit reads for path: path
-// itself, or a directory's *.yaml and *.yml files in name order.
+// itself, or a directory's *.yaml and *.yml files in name order, dot
+// files left out.
 func envoyFiles(path string) ([]string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -210,7 +211,9 @@ func envoyFiles(path string) ([]string, error) {
 	}
 	var files []string
 	for _, e := range entries {
-		if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
+		// Dot files are never rules (an editor's, Kubernetes' ..data):
+		// envoyproxy/ratelimit's RUNTIME_IGNOREDOTFILES, always.
+		if ext := filepath.Ext(e.Name()); !e.IsDir() && !strings.HasPrefix(e.Name(), ".") && (ext == ".yaml" || ext == ".yml") {
 			files = append(files, filepath.Join(path, e.Name()))
 		}
 	}
