@@ -16,6 +16,11 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/sluice ./cmd/sluic
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/sluice /usr/local/bin/sluice
+# envoyproxy/ratelimit's command: the same binary under its name runs `sluice
+# envoy-ratelimit`, configured by that service's environment (docs/envoy-gateway.md),
+# so a Deployment whose command is /bin/ratelimit (Envoy Gateway's) runs unchanged.
+# (A copy: distroless has no shell to make a link.)
+COPY --from=build /out/sluice /bin/ratelimit
 # distroless's nonroot user (65532); the admin API writes the configuration
 # file and FILE.history/ beside it, so mount /etc/sluice writable to use it.
 USER 65532:65532

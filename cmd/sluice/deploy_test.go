@@ -54,7 +54,7 @@ func TestDeployArtifacts(t *testing.T) {
 		}
 		goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindStringSubmatch(string(goMod))[1]
 		for _, want := range []string{"FROM golang:" + goVersion + " AS build", "CGO_ENABLED=0", "./cmd/sluice", "FROM gcr.io/distroless/static", "USER 65532:65532",
-			`HEALTHCHECK`, `"health", "--server", "127.0.0.1:15000"`, "EXPOSE 15000"} {
+			`HEALTHCHECK`, `"health", "--server", "127.0.0.1:15000"`, "EXPOSE 15000", "COPY --from=build /out/sluice /bin/ratelimit"} {
 			if !strings.Contains(df, want) {
 				t.Errorf("Dockerfile lacks %q", want)
 			}
