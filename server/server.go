@@ -643,6 +643,11 @@ func (s *Server) Limits() *limitsvc.Service { return s.limits }
 // Sessions returns the copy-limited resources' service.
 func (s *Server) Sessions() *sessions.Service { return s.sessions }
 
+// upstreamHealthName is the gRPC health service envoyproxy/ratelimit
+// reports (its src/server/health.go: "ratelimit"), so that a probe
+// written for it asks Sluice the same.
+const upstreamHealthName = "ratelimit"
+
 // Envoy returns Envoy's rate limit service.
 func (s *Server) Envoy() *envoyrls.Service { return s.envoy }
 
@@ -760,7 +765,7 @@ func (s *Server) followReadiness(ctx context.Context) {
 		}
 		if st != last {
 			for _, name := range []string{"", pb.Capacity_ServiceDesc.ServiceName, v1.Limits_ServiceDesc.ServiceName, qs.QuotaService_ServiceDesc.ServiceName,
-				rlsv3.RateLimitService_ServiceDesc.ServiceName, v1.Leases_ServiceDesc.ServiceName} {
+				rlsv3.RateLimitService_ServiceDesc.ServiceName, v1.Leases_ServiceDesc.ServiceName, upstreamHealthName} {
 				s.health.SetServingStatus(name, st)
 			}
 			last = st

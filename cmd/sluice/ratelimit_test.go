@@ -14,6 +14,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
@@ -177,6 +178,9 @@ func TestEnvoyRatelimit(t *testing.T) {
 				Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "client", Value: tc.name}}}}})
 			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 				t.Fatalf("gRPC ShouldRateLimit: %v %v, want OVER_LIMIT", resp, err)
+			}
+			if h, err := healthpb.NewHealthClient(testutil.Dial(t, p.grpc)).Check(t.Context(), &healthpb.HealthCheckRequest{Service: "ratelimit"}); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("gRPC health of ratelimit (upstream's service name): %v %v", h, err)
 			}
 			want := "api.client: unit=HOUR requests_per_unit=2, shadow_mode: false\napi.path_/login: unit=SECOND requests_per_unit=100, shadow_mode: false\n"
 			if code, body := httpDo(t, "GET", "http://"+p.debug+"/rlconfig", ""); code != 200 || body != want {
