@@ -1,12 +1,14 @@
 // Command sluice-chaos runs Sluice's fault harness (internal/chaos): real
-// `sluice server` processes over a real Redis, Redis Cluster and etcd on
-// loopback, load through one API, one fault injected and healed, and the
-// history of every request checked against the model.
+// `sluice server` processes over a real Redis, Redis Cluster, Redis
+// Sentinel group and etcd on loopback, load through one API, one fault
+// injected and healed, and the history of every request checked against
+// the model.
 //
 //	go run ./cmd/sluice-chaos --list
 //	go run ./cmd/sluice-chaos --mode bucket-redis --fault redis-stop
 //	go run ./cmd/sluice-chaos --all --markdown     # every mode × fault: docs/accuracy.md's table
 //	go run ./cmd/sluice-chaos --all --mode copies-redis --markdown   # one mode's rows
+//	go run ./cmd/sluice-chaos --all --mode bucket-sentinel --markdown -v   # the rows, each run's figures on stderr
 //
 // It builds ./cmd/sluice unless --sluice names a binary, needs
 // redis-server and redis-cli (Debian's redis-server package), stops
@@ -97,6 +99,9 @@ errors by code, answers flagged degraded and the time to recover.`,
 				switch {
 				case md:
 					fmt.Fprintln(out, rep.TableRow())
+					if vb { // the figures behind the row, with the run's progress
+						rep.Print(cmd.ErrOrStderr())
+					}
 				case asJSON:
 					if err := json.NewEncoder(out).Encode(rep); err != nil {
 						return err
@@ -123,7 +128,7 @@ errors by code, answers flagged degraded and the time to recover.`,
 	f.BoolVar(&list, "list", false, "list the modes and faults, and which faults apply to which modes")
 	f.BoolVar(&all, "all", false, "run every mode under every fault that applies to it (about 20 s each); with --mode or --fault, only that mode's or fault's runs")
 	f.BoolVar(&asJSON, "json", false, "print each report as a JSON line")
-	f.BoolVar(&md, "markdown", false, "print each report as a row of docs/accuracy.md's table")
+	f.BoolVar(&md, "markdown", false, "print each report as a row of docs/accuracy.md's table (with -v, the full report on stderr too)")
 	f.BoolVarP(&vb, "verbose", "v", false, "show the servers' warnings and the run's progress on stderr")
 	return cmd
 }

@@ -2,6 +2,9 @@ package chaos
 
 import (
 	"cmp"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -87,6 +90,14 @@ func TestFaults(t *testing.T) {
 		// The new master learns for a lease length (4 s) after the
 		// election TTL (2 s).
 		{mode: "leases", fault: "master-kill", errors: true, recover: 8 * time.Second},
+		// Sentinel promotes the replica after down-after (1 s) and an
+		// election; the servers find it through the sentinels. The
+		// outage (seconds) refills the bucket: writes the dead master
+		// took with it cannot show.
+		{mode: "bucket-sentinel", fault: "sentinel-kill-master", errors: true, recover: 6 * time.Second},
+		// TLS with client certificates, a password from a file, a key
+		// prefix: the replica takes over after the node timeout (2 s).
+		{mode: "rls-cluster-tls", fault: "cluster-kill-master", errors: true, recover: 6 * time.Second},
 	} {
 		t.Run(tc.mode+"/"+tc.fault, func(t *testing.T) {
 			rep := run(t, tc.mode, tc.fault, tc.recover)
@@ -106,6 +117,95 @@ func TestFaults(t *testing.T) {
 			if n := grantedAfter(rep, rep.End-2*time.Second); n == 0 {
 				t.Errorf("nothing granted in the last 2 s of the run")
 			}
+			if onSentinel(Modes[tc.mode]) && (rep.Promoted == 0 || rep.FirstOnNew <= rep.Promoted) {
+				t.Errorf("the replica promoted at %v, its first script at %v: want both, in that order", rep.Promoted, rep.FirstOnNew)
+			}
 		})
 	}
+}
+
+// TestMatrix: the stores without proxies (a Redis Cluster's nodes and a
+// Sentinel group's servers advertise their own addresses) get their own
+// faults and the servers' ones, none of toxiproxy's; each mode's
+// failover hits the slot its load uses.
+func TestMatrix(t *testing.T) {
+	runs := map[[2]string]bool{}
+	for _, run := range Matrix() {
+		runs[run] = true
+	}
+	for mode, faults := range map[string][]string{
+		"bucket-sentinel": {"none", "sentinel-failover", "sentinel-kill-master", "server-kill", "server-stop"},
+		"rls-cluster-tls": {"none", "cluster-failover", "cluster-kill-master", "server-kill", "server-stop"},
+	} {
+		n := 0
+		for run := range runs {
+			if run[0] == mode {
+				n++
+			}
+		}
+		if n != len(faults) {
+			t.Errorf("%s: %d runs, want %d (%v)", mode, n, len(faults), faults)
+		}
+		for _, f := range faults {
+			if !runs[[2]string{mode, f}] {
+				t.Errorf("%s under %s: not in the matrix", mode, f)
+			}
+		}
+	}
+	for _, f := range []string{"sentinel-failover", "sentinel-kill-master"} {
+		if Faults[f].applies(Modes["bucket-redis"]) || Faults[f].applies(Modes["bucket-cluster"]) {
+			t.Errorf("%s applies to a store without sentinels", f)
+		}
+	}
+	for mode, want := range map[string]string{"rls-cluster-tls": "{echaos}", "rls-redis": "{echaos}", "bucket-cluster": "{rchaos}", "copies-cluster": "{cpool}"} {
+		if got := Modes[mode].hashKey(); got != want {
+			t.Errorf("%s: hash key %q, want %q", mode, got, want)
+		}
+	}
+}
+
+// TestMakeCerts: the Redis certificate serves and connects, the servers'
+// connects, both for 127.0.0.1 under the CA.
+func TestMakeCerts(t *testing.T) {
+	c, err := makeCerts(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(mustRead(t, c.CA)) {
+		t.Fatal("no CA certificate")
+	}
+	for _, tc := range []struct {
+		cert, key string
+		usages    []x509.ExtKeyUsage
+	}{
+		{c.RedisCert, c.RedisKey, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}},
+		{c.ClientCert, c.ClientKey, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
+	} {
+		pair, err := tls.LoadX509KeyPair(tc.cert, tc.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := pem.Decode(mustRead(t, tc.key)); b == nil || b.Type != "EC PRIVATE KEY" {
+			t.Errorf("%s: not a PEM EC PRIVATE KEY (redis-server's OpenSSL reads it)", tc.key)
+		}
+		leaf, err := x509.ParseCertificate(pair.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range tc.usages {
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "127.0.0.1", KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
+				t.Errorf("%s for usage %v: %v", tc.cert, u, err)
+			}
+		}
+	}
+}
+
+func mustRead(t *testing.T, file string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -1,9 +1,10 @@
 // Package chaos is Sluice's fault harness: it runs real `sluice server`
-// processes over a real redis-server, Redis Cluster and etcd, drives load
-// through one of Sluice's APIs, injects a named fault with real tools
-// (toxiproxy between the servers and their stores, signals to processes,
-// Redis Cluster failovers), records every request and answer with its
-// timestamps, and checks the history against the model the way Jepsen
+// processes over a real redis-server, Redis Cluster (plain, or with TLS
+// and a password), Redis Sentinel group and etcd, drives load through one
+// of Sluice's APIs, injects a named fault with real tools (toxiproxy
+// between the servers and their stores, signals to processes, Redis
+// Cluster and Sentinel failovers), records every request and answer with
+// its timestamps, and checks the history against the model the way Jepsen
 // checks one: a token bucket never grants more than size + rate × T over
 // any window T, copies never exceed their limit, every hold is released
 // exactly once, Σ leases never exceed the capacity.

@@ -3,6 +3,7 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -191,6 +192,13 @@ type Env struct {
 	Dir     string
 	Redis   *redistest.Server
 	Cluster *redistest.Cluster
+	// Sentinel: a master and a replica watched by three sentinels.
+	Sentinel *redistest.Sentinel
+	// Sec is how the store is secured (the harness's own clients log in
+	// and speak TLS as it says); Prefix the servers' --redis-key-prefix
+	// ("": redisstore.DefaultPrefix).
+	Sec    redistest.Security
+	Prefix string
 	// Etcd: one member, or three for a fault on its members.
 	Etcd *etcdtest.Cluster
 	// RedisProxies and EtcdProxies sit between each server and each member
@@ -200,7 +208,7 @@ type Env struct {
 	Servers                   []*Server
 }
 
-// Close stops everything.
+// Close stops everything and removes the env's directory.
 func (e *Env) Close() {
 	for _, s := range e.Servers {
 		if s.cmd != nil && s.cmd.Process != nil {
@@ -219,8 +227,14 @@ func (e *Env) Close() {
 	if e.Cluster != nil {
 		e.Cluster.Stop()
 	}
+	if e.Sentinel != nil {
+		e.Sentinel.Stop()
+	}
 	if e.Etcd != nil {
 		e.Etcd.Stop()
+	}
+	if e.Dir != "" {
+		_ = os.RemoveAll(e.Dir) // configs, certificates, the password, etcd's and Redis's data
 	}
 }
 
@@ -228,4 +242,12 @@ func (e *Env) Close() {
 func (e *Env) writeFile(name, content string) (string, error) {
 	p := filepath.Join(e.Dir, name)
 	return p, os.WriteFile(p, []byte(content), 0o644)
+}
+
+// password makes a random password for the store and writes it into the
+// env's directory (the servers' --redis-password-file).
+func (e *Env) password() (pw, file string, err error) {
+	pw = rand.Text()
+	file = filepath.Join(e.Dir, "redis-password")
+	return pw, file, os.WriteFile(file, []byte(pw+"\n"), 0o600)
 }

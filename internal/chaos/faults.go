@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sluice-rl/sluice/api/doorman"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	redisstore "github.com/sluice-rl/sluice/limits/redis"
 )
 
 // Fault is one thing that goes wrong: inject starts it at the fault's
@@ -31,9 +33,10 @@ type Fault struct {
 	etcdMembers int
 }
 
-func onRedis(m *Mode) bool   { return m.Store == Redis }
-func onCluster(m *Mode) bool { return m.Store == Cluster }
-func always(*Mode) bool      { return true }
+func onRedis(m *Mode) bool    { return m.Store == Redis }
+func onCluster(m *Mode) bool  { return m.Store == Cluster || m.Store == ClusterTLS }
+func onSentinel(m *Mode) bool { return m.Store == Sentinel }
+func always(*Mode) bool       { return true }
 
 // latency is a toxic adding d to every answer from the store.
 func latency(d time.Duration) func(r *runner) (func() error, error) {
@@ -96,7 +99,11 @@ var Faults = map[string]*Fault{
 			if err != nil {
 				return nil, err
 			}
-			c := redis.NewClient(&redis.Options{Addr: replica})
+			o, err := r.env.Sec.Options(replica)
+			if err != nil {
+				return nil, err
+			}
+			c := redis.NewClient(o)
 			defer c.Close()
 			return nil, c.ClusterFailover(context.Background()).Err()
 		}},
@@ -107,6 +114,34 @@ var Faults = map[string]*Fault{
 				return nil, err
 			}
 			return nil, r.env.Cluster.Kill(master)
+		}},
+	"sentinel-failover": {Doc: "SENTINEL FAILOVER under load (redistest's Failover: the replica promoted, no agreement needed); the old master stays a writable master until Sentinel makes it a replica of the new one (about 10 s)",
+		applies: onSentinel,
+		inject: func(r *runner) (func() error, error) {
+			s := r.env.Sentinel
+			old, err := r.watchSentinel()
+			if err != nil {
+				return nil, err
+			}
+			start := time.Now()
+			nm, err := s.Failover(context.Background())
+			if err != nil {
+				return nil, err
+			}
+			r.logf("sentinel: %s failed over to %s, the sentinels agreeing after %v", old, nm, time.Since(start).Round(time.Millisecond))
+			return nil, nil
+		}},
+	"sentinel-kill-master": {Doc: "SIGKILL the master (redistest's KillMaster): the sentinels deem it down after 1 s (down-after-milliseconds) and promote the replica; the killed one stays dead",
+		applies: onSentinel,
+		inject: func(r *runner) (func() error, error) {
+			if _, err := r.watchSentinel(); err != nil {
+				return nil, err
+			}
+			old, err := r.env.Sentinel.KillMaster()
+			if err == nil {
+				r.logf("sentinel: killed the master %s", old)
+			}
+			return nil, err
 		}},
 	"master-kill": {Doc: "SIGKILL the elected master (the other task takes over after the election TTL, 2 s, and learns for a lease length), start it again when the fault heals",
 		applies: func(m *Mode) bool { return m.Kind == "leases" && m.Etcd },
@@ -161,8 +196,12 @@ func init() {
 }
 
 // hashKey is a key in the slot of the mode's resource (limits/redis's
-// hash tag: {r…} for a bucket's, {c…} for a copy-limited resource's).
+// hash tag: {r…} for a bucket's, {c…} for a copy-limited resource's,
+// {e…} for Envoy's counters of a domain).
 func (m *Mode) hashKey() string {
+	if m.envoy { // limits/redis's RLS: {e<Envoy domain>}
+		return "{e" + m.resource + "}"
+	}
 	if m.Kind == "copies" {
 		return "{c" + m.resource + "}"
 	}
@@ -193,13 +232,13 @@ type holder struct {
 func (r *runner) untilReleased(domain string) time.Duration {
 	var c redis.UniversalClient
 	if r.env.Cluster != nil {
-		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.env.Cluster.Addrs()})
+		c = r.env.Cluster.Client()
 	} else {
-		c = redis.NewClient(&redis.Options{Addr: r.env.Redis.Addr})
+		c = r.env.Redis.Client()
 	}
 	defer c.Close()
 	start := time.Now()
-	key := "sluice:{c" + r.mode.resource + "}n:d:" + domain
+	key := cmp.Or(r.env.Prefix, redisstore.DefaultPrefix) + "{c" + r.mode.resource + "}n:d:" + domain
 	for time.Since(start) < 30*time.Second {
 		n, err := c.HGet(context.Background(), key, "_").Int64()
 		if err == nil && n == 0 || errors.Is(err, redis.Nil) {

@@ -73,6 +73,16 @@ const (
 	Memory  Store = "memory"
 	Redis   Store = "redis"
 	Cluster Store = "cluster"
+	// ClusterTLS is a Redis Cluster as managed services run one: 3
+	// masters with a replica each, TLS only (on the cluster bus too)
+	// with client certificates, a password; the servers reach it by a
+	// rediss:// cluster URL with --redis-tls-ca, --redis-tls-cert,
+	// --redis-tls-key, --redis-password-file and a --redis-key-prefix.
+	ClusterTLS Store = "cluster-tls"
+	// Sentinel is a master and a replica watched by three sentinels
+	// (down-after 1 s), the servers ask by --redis-sentinel (go-redis's
+	// failover URL) with the master's password in --redis-password-file.
+	Sentinel Store = "sentinel"
 )
 
 // Mode is one way of using Sluice, with the load that exercises it.
@@ -98,6 +108,9 @@ type Mode struct {
 	// BucketSize and BucketRate.
 	resource, domain string
 	size, rate       float64
+	// envoy: the load is Envoy's rate limit service, whose counters are
+	// under the Envoy domain's hash tag (see hashKey).
+	envoy bool
 }
 
 // bound returns the mode's token bucket: size and fill rate.
@@ -127,7 +140,11 @@ var Modes = map[string]*Mode{
 	"quota-cluster": {Doc: "quotaservice.QuotaService/Allow, three servers on a Redis Cluster (3 masters, 1 replica each)",
 		Store: Cluster, Servers: 3, Kind: "bucket", load: quotaLoad, resource: "chaos", domain: "closed"},
 	"rls-redis": {Doc: "Envoy's rate limit service (ShouldRateLimit), three servers sharing a 50-per-second rule on Redis (a token bucket: 50 tokens, 50 a second)",
-		Store: Redis, Servers: 3, Kind: "bucket", load: rlsLoad, resource: "chaos", domain: "u", size: 50, rate: 50},
+		Store: Redis, Servers: 3, Kind: "bucket", load: rlsLoad, resource: "chaos", domain: "u", size: 50, rate: 50, envoy: true},
+	"rls-cluster-tls": {Doc: "as rls-redis, on a Redis Cluster (3 masters, 1 replica each) over TLS with client certificates and a password (a rediss:// cluster URL, --redis-password-file, a --redis-key-prefix)",
+		Store: ClusterTLS, Servers: 3, Kind: "bucket", load: rlsLoad, resource: "chaos", domain: "u", size: 50, rate: 50, envoy: true},
+	"bucket-sentinel": {Doc: "as bucket-redis, on a Redis master and replica watched by three sentinels (--redis-sentinel, the master's password in --redis-password-file)",
+		Store: Sentinel, Servers: 3, Kind: "bucket", load: allowLoad, resource: "chaos", domain: "closed"},
 	"leases": {Doc: "Doorman leases: two root servers electing a master through etcd, 8 clients wanting 220 of a capacity of 100",
 		Store: Memory, Servers: 2, Etcd: true, Kind: "leases", load: leaseLoad},
 	"leases-tree": {Doc: "Doorman leases through a tree: a root and two intermediates (--parent), 8 clients of the intermediates wanting 220 of a capacity of 100; server-kill and server-stop hit the root, the intermediates' parent",

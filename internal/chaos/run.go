@@ -73,6 +73,18 @@ type Report struct {
 	// stopped the whole limit could be reserved again.
 	Lost, ReleasedTwice int64
 	Settled             time.Duration
+	// Promoted, FirstOnNew and Demoted are, under a Sentinel fault, when
+	// the replica reported role:master, when the first script reached
+	// it as master (the first decision on the new master) and when the
+	// old master reported role:slave (its data then replaced by the new
+	// master's): offsets from the start of the load, zero when not seen
+	// within the run. LostScripts counts the scripts the old master ran
+	// after the promotion, whose writes the new master never saw (-1:
+	// unknown, the old master did not answer after it: killed), and
+	// LastOnOld is when the last of them was seen. Announced is when a
+	// sentinel published the new master (+switch-master).
+	Promoted, Announced, FirstOnNew, Demoted, LastOnOld time.Duration `json:",omitempty"`
+	LostScripts                                         int64         `json:",omitempty"`
 	// History is every operation of the load, ordered by Start.
 	History []Op `json:"-"`
 }
@@ -118,12 +130,33 @@ func (r *Report) Print(w io.Writer) {
 	if c := r.Leases; c != nil {
 		fmt.Fprintf(w, "  leases: Σ certainly held at once at most %.1f of the capacity %g (at %v; %d leases)\n", float64(c.Max)/1000, r.Capacity, c.At.Round(time.Millisecond), c.Holds)
 	}
+	if r.Promoted != 0 {
+		fmt.Fprintf(w, "  sentinel: replica promoted %v after the fault, announced (+switch-master) %s, first script on it %s, old master demoted %s\n",
+			(r.Promoted - r.FaultAt).Round(time.Millisecond), r.sinceFault(r.Announced), r.sinceFault(r.FirstOnNew), r.sinceFault(r.Demoted))
+		switch {
+		case r.LostScripts < 0:
+			fmt.Fprintln(w, "  sentinel: scripts the old master ran after the promotion (lost): unknown, it did not answer (killed)")
+		case r.LostScripts == 0:
+			fmt.Fprintln(w, "  sentinel: scripts the old master ran after the promotion (lost): 0")
+		default:
+			fmt.Fprintf(w, "  sentinel: scripts the old master ran after the promotion (lost): %d, the last %s\n", r.LostScripts, r.sinceFault(r.LastOnOld))
+		}
+	}
 	fmt.Fprintf(w, "  recovery (heal to the last failed or degraded answer): %v\n", r.Recovery.Round(time.Millisecond))
 	if r.Violated() {
 		fmt.Fprintln(w, "  RESULT: VIOLATED")
 	} else {
 		fmt.Fprintln(w, "  RESULT: ok")
 	}
+}
+
+// sinceFault names the offset d as a time after the fault, or says it
+// was not seen.
+func (r *Report) sinceFault(d time.Duration) string {
+	if d == 0 {
+		return "not within the run"
+	}
+	return (d - r.FaultAt).Round(time.Millisecond).String() + " after the fault"
 }
 
 func (r *Report) errorsString() string {
@@ -148,6 +181,8 @@ type runner struct {
 	holds holds
 	// holder is the client process of client-kill.
 	holder *holder
+	// switchWatch follows a Sentinel group's servers through a fault.
+	switchWatch *switchWatch
 }
 
 // conn is worker's connection: to server worker mod servers.
@@ -194,6 +229,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if r.holder != nil {
 		defer func() { _ = r.holder.cmd.Process.Kill(); _ = r.holder.cmd.Wait() }()
 	}
+	defer func() {
+		if r.switchWatch != nil { // a run that ended early
+			r.switchWatch.stop()
+		}
+	}()
 	return r.run(ctx)
 }
 
@@ -244,6 +284,44 @@ func (r *runner) setup() (*Env, error) {
 		}
 		for i := range args {
 			args[i] = append(args[i], "--redis-cluster", strings.Join(e.Cluster.Addrs(), ","))
+		}
+	case ClusterTLS:
+		c, err := makeCerts(dir)
+		if err != nil {
+			return e, err
+		}
+		pw, pwFile, err := e.password()
+		if err != nil {
+			return e, err
+		}
+		e.Sec = redistest.Security{Password: pw, TLSCert: c.RedisCert, TLSKey: c.RedisKey, TLSCA: c.CA, TLSAuthClients: true}
+		if e.Cluster, err = redistest.StartClusterSecure(3, 1, e.Sec); err != nil {
+			return e, err
+		}
+		// One go-redis cluster URL: the first node, the others as addr=.
+		a := e.Cluster.Addrs()
+		u := "rediss://" + a[0] + "?addr=" + strings.Join(a[1:], "&addr=")
+		e.Prefix = "chaos-tls:"
+		for i := range args {
+			args[i] = append(args[i], "--redis-cluster", u, "--redis-password-file", pwFile,
+				"--redis-tls-ca", c.CA, "--redis-tls-cert", c.ClientCert, "--redis-tls-key", c.ClientKey, "--redis-key-prefix", e.Prefix)
+		}
+	case Sentinel:
+		pw, pwFile, err := e.password()
+		if err != nil {
+			return e, err
+		}
+		e.Sec = redistest.Security{Password: pw}
+		if e.Sentinel, err = redistest.StartSentinel(e.Sec); err != nil {
+			return e, err
+		}
+		// go-redis's failover URL: a sentinel, the others as addr=; the
+		// master's password comes from the file (which overrides the
+		// URL's &password=, and keeps it off the command line).
+		sa := e.Sentinel.SentinelAddrs()
+		u := "redis://" + sa[0] + "/0?master_name=" + e.Sentinel.Name() + "&addr=" + strings.Join(sa[1:], "&addr=")
+		for i := range args {
+			args[i] = append(args[i], "--redis-sentinel", u, "--redis-password-file", pwFile)
 		}
 	}
 	if r.mode.Etcd {
@@ -339,6 +417,14 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	}
 	stopLoad()
 	rep.End = r.hist.Since(time.Now())
+	if w := r.switchWatch; w != nil {
+		w.stop()
+		rep.Promoted, rep.Announced, rep.FirstOnNew, rep.Demoted = w.promoted, w.announced, w.firstOnNew, w.demoted
+		rep.LostScripts, rep.LastOnOld = w.lostScripts, w.lastOnOld
+		if !w.oldAnswered {
+			rep.LostScripts = -1
+		}
+	}
 	ops := r.hist.Ops()
 	rep.History = ops
 	for _, op := range ops {
