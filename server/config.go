@@ -181,6 +181,12 @@ type Document struct {
 	// Reload (a bad one is logged and counted; the last good one keeps
 	// serving), instead of the document's envoy_ratelimit section.
 	EnvoyRateLimitPath string
+	// EnvoyRateLimitXDS takes Envoy's rate limit rules from an xDS
+	// control plane (envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW, as
+	// Envoy Gateway serves them) instead of EnvoyRateLimitPath or the
+	// document's envoy_ratelimit section (either with it is an error);
+	// the zero value (no ServerURL): off.
+	EnvoyRateLimitXDS EnvoyRateLimitXDS
 	// Fixed is the whole document when Path is empty (resources.Compose
 	// builds one in code): its templates, limits, copy-limited resources
 	// and Envoy rules, each section validated by the service that serves
@@ -189,6 +195,54 @@ type Document struct {
 	// error.
 	Fixed *resources.Repository
 }
+
+// EnvoyRateLimitXDS is an xDS control plane serving Envoy's rate limit
+// rules: the RateLimitConfig resources of envoyproxy/ratelimit's
+// GRPC_XDS_SOTW configuration (package limits/rlsxds), each version
+// installed whole once it converts (the control plane is told ACK), a
+// bad one refused (NACK with the error: logged and counted in
+// sluice_server_config_reloads_total, the last good rules keep serving).
+// A lost control plane is dialled again every RetryInterval; the rules
+// in force stay meanwhile. Every field but ServerURL needs ServerURL.
+type EnvoyRateLimitXDS struct {
+	// ServerURL is the control plane's address, host:port
+	// (CONFIG_GRPC_XDS_SERVER_URL; Envoy Gateway's is envoy-gateway:18001
+	// in its namespace); "": off.
+	ServerURL string
+	// NodeID is the node id the control plane keeps this server's rules
+	// under (CONFIG_GRPC_XDS_NODE_ID); "": "default".
+	NodeID string
+	// NodeMetadata is the node's metadata (CONFIG_GRPC_XDS_NODE_METADATA);
+	// nil: none.
+	NodeMetadata map[string]string
+	// TLS makes the connection TLS: CAFile verifies the control plane
+	// (CONFIG_GRPC_XDS_SERVER_TLS_CACERT; empty: the system's roots),
+	// CertFile and KeyFile are this server's client certificate for mTLS
+	// (CONFIG_GRPC_XDS_CLIENT_TLS_CERT and _KEY); the zero value:
+	// plaintext.
+	TLS TLS
+	// ServerName is the name the control plane's certificate must carry
+	// (CONFIG_GRPC_XDS_SERVER_TLS_SAN); "": ServerURL's host. Needs TLS.
+	ServerName string
+	// Headers are sent with the subscription as gRPC metadata
+	// (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS); nil: none.
+	Headers map[string]string
+	// RetryInterval is the wait between attempts to reach the control
+	// plane (CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL); 0: 3 s;
+	// negative is an error.
+	RetryInterval time.Duration
+	// MergeDomains merges resources of one domain instead of refusing
+	// them (MERGE_DOMAIN_CONFIG).
+	MergeDomains bool
+	// ForceStart makes the server ready before the first version of the
+	// rules arrives (FORCE_START_WITHOUT_INITIAL_CONFIG); until then every
+	// descriptor is answered OK. false: not ready (Ready, /readyz) until
+	// then.
+	ForceStart bool
+}
+
+// enabled reports whether x names a control plane.
+func (x EnvoyRateLimitXDS) enabled() bool { return x.ServerURL != "" }
 
 // Parent is the node an intermediate server leases its capacity (and
 // gets its configuration) from.
@@ -446,6 +500,9 @@ func fieldErr(field, format string, args ...any) error { return names.FieldErr(f
 var FieldNames = []string{
 	"Listen.TLS.CAFile", "Listen.TLS", "Listen.Grace", "Listen.Identity.Source", "Listen.Identity.PolicyPath",
 	"Document.Path", "Document.QuotaServicePath", "Document.EnvoyRateLimitPath",
+	"Document.EnvoyRateLimitXDS.ServerURL", "Document.EnvoyRateLimitXDS.TLS", "Document.EnvoyRateLimitXDS.ServerName",
+	"Document.EnvoyRateLimitXDS.Headers", "Document.EnvoyRateLimitXDS.RetryInterval", "Document.EnvoyRateLimitXDS.ForceStart",
+	"Document.EnvoyRateLimitXDS",
 	"Document.Fixed", "Parent.Addresses", "Parent.TLS", "Leases.DisablePush", "Election.Kind", "Election.Key",
 	"Etcd.Endpoints", "Etcd.TLS", "Store.Redis", "Store.Cluster", "Store.Sentinel", "Store.TLSServerName", "Store.TLS",
 	"Store.PasswordFile", "Store.KeyPrefix", "Store.Timeout", "Store.Shared",

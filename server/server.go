@@ -20,6 +20,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -67,6 +68,7 @@ import (
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/limits/rls"
+	"github.com/sluice-rl/sluice/limits/rlsxds"
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/envoyrls"
@@ -140,6 +142,9 @@ type Server struct {
 	// auth binds clients to their certificates' identities
 	// (Config.Listen.Identity; nil: off), for every service.
 	auth *identity.Authorizer
+	// xds follows the xDS control plane serving Envoy's rate limit rules
+	// (Config.Document.EnvoyRateLimitXDS; nil: none); its Run is a watcher.
+	xds *rlsxds.Source
 }
 
 // New assembles a server from cfg: it listens, builds the services over
@@ -461,6 +466,9 @@ func (s *Server) describeElection() string {
 // Run) and installs what they hold.
 func (s *Server) loadConfig(ctx context.Context) error {
 	cfg := s.cfg
+	if err := s.openXDS(); err != nil {
+		return err
+	}
 	switch {
 	case len(cfg.Parent.Addresses) > 0:
 		if cfg.Document.Path != "" {
@@ -508,12 +516,18 @@ func (s *Server) loadConfig(ctx context.Context) error {
 		if err := s.checkLimitsOnce(current); err != nil {
 			return err
 		}
+		if err := s.checkXDSOnce(current); err != nil {
+			return err
+		}
 		s.applyConfig(current)
 	case cfg.Document.Fixed != nil:
 		if err := s.checkLimitsOnce(cfg.Document.Fixed); err != nil {
 			return err
 		}
-	case cfg.Document.QuotaServicePath == "" && cfg.Document.EnvoyRateLimitPath == "":
+		if err := s.checkXDSOnce(cfg.Document.Fixed); err != nil {
+			return err
+		}
+	case cfg.Document.QuotaServicePath == "" && cfg.Document.EnvoyRateLimitPath == "" && s.xds == nil:
 		s.log.Warn("no resource document (Document.Path): every resource is granted what it asks (NO_ALGORITHM)")
 	}
 	if path := cfg.Document.QuotaServicePath; path != "" {
@@ -555,6 +569,79 @@ func (s *Server) loadConfig(ctx context.Context) error {
 	return nil
 }
 
+// openXDS checks Config.Document.EnvoyRateLimitXDS and, when it names a
+// control plane, makes the source that follows it (its Run a watcher, so
+// that Run starts it): each version's rules go to Envoy's rate limit
+// service whole, each version refused is logged (by the source) and
+// counted in sluice_server_config_reloads_total; the source's metrics
+// (sluice_envoy_xds_*) join the registry. Errors (*FieldError):
+// fields set without ServerURL, the control plane with
+// Document.EnvoyRateLimitPath, ServerName without TLS, TLS files that
+// cannot be loaded, and the source's own refusals (RetryInterval,
+// Headers).
+func (s *Server) openXDS() error {
+	const field = "Document.EnvoyRateLimitXDS"
+	x := s.cfg.Document.EnvoyRateLimitXDS
+	switch {
+	case !x.enabled() && (x.NodeID != "" || len(x.NodeMetadata) > 0 || !x.TLS.IsZero() || x.ServerName != "" ||
+		len(x.Headers) > 0 || x.RetryInterval != 0 || x.MergeDomains || x.ForceStart):
+		return fieldErr(field+".ServerURL", "empty, but other %s fields are set; give the control plane's host:port", field)
+	case !x.enabled():
+		return nil
+	case s.cfg.Document.EnvoyRateLimitPath != "":
+		return fieldErr(field, "envoy rate limit rules configured twice: by %s (%s) and by Document.EnvoyRateLimitPath %s; keep one",
+			field, x.ServerURL, s.cfg.Document.EnvoyRateLimitPath)
+	case x.ServerName != "" && x.TLS.IsZero():
+		return fieldErr(field+".ServerName", "set without %s.TLS: the name is checked on TLS connections only", field)
+	}
+	tc, err := x.TLS.client(field + ".TLS")
+	if err != nil {
+		return err
+	}
+	if tc != nil && x.ServerName != "" {
+		tc = tc.Clone()
+		tc.ServerName = x.ServerName
+	}
+	src, err := rlsxds.New(rlsxds.Options{ServerURL: x.ServerURL, NodeID: x.NodeID, NodeMetadata: x.NodeMetadata, TLS: tc,
+		Headers: x.Headers, RetryInterval: x.RetryInterval, MergeDomains: x.MergeDomains, Logger: s.log,
+		Apply: func(c *rls.Config) error {
+			s.envoy.SetConfig(c)
+			s.configReloaded(nil)
+			return nil
+		},
+		Rejected: func(_ string, err error) { s.configReloaded(err) }})
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return fe.Under(field)
+	}
+	if err != nil {
+		return err
+	}
+	if err := promreg.Register(s.reg, src.Collectors()...); err != nil {
+		return err
+	}
+	s.xds = src
+	s.watchers = append(s.watchers, src.Run)
+	s.log.Info("envoy rate limit rules from an xDS control plane", "server", x.ServerURL, "node_id", cmp.Or(x.NodeID, rlsxds.DefaultNodeID),
+		"tls", tc != nil, "force_start", x.ForceStart)
+	return nil
+}
+
+// checkXDSOnce refuses Envoy's rules from both the xDS control plane and
+// the document's envoy_ratelimit section.
+func (s *Server) checkXDSOnce(r *resources.Repository) error {
+	doc := s.cfg.Document
+	if s.xds == nil || r.EnvoyRateLimit() == nil {
+		return nil
+	}
+	where := "Document.Fixed"
+	if doc.Path != "" {
+		where = "Document.Path " + doc.Path
+	}
+	return fieldErr("Document.EnvoyRateLimitXDS", "envoy rate limit rules configured twice: in the envoy_ratelimit section of %s and by Document.EnvoyRateLimitXDS (%s); keep one",
+		where, doc.EnvoyRateLimitXDS.ServerURL)
+}
+
 // fileWatcher is a configuration file's watcher.
 type fileWatcher struct {
 	path string
@@ -573,7 +660,7 @@ func (s *Server) applyConfig(r *resources.Repository) {
 	if err := s.sessions.SetConfig(r.Copies()); err != nil {
 		s.log.Error("copy-limited resources refused", "err", err)
 	}
-	if s.cfg.Document.EnvoyRateLimitPath == "" {
+	if s.cfg.Document.EnvoyRateLimitPath == "" && s.xds == nil {
 		s.envoy.SetConfig(r.EnvoyRateLimit())
 	}
 	for _, note := range r.Notes() {
@@ -661,11 +748,21 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 // with a shared copy log a member of the fleet (its copies engine not
 // fenced) whose copy-limited resources are known not to be in learning
 // mode (sessions.Service.Ready), a shared store that has answered since
-// it opened (a Redis away at start), and the capacity service ready
-// (configured, mastership known). why says what is missing.
+// it opened (a Redis away at start), Envoy's rate limit rules from the
+// xDS control plane applied once (Document.EnvoyRateLimitXDS, unless
+// its ForceStart), and the capacity service ready (configured,
+// mastership known). why says what is missing.
 func (s *Server) Ready() (ready bool, why string) {
 	if s.draining.Load() {
 		return false, "draining"
+	}
+	if s.xds != nil && !s.xds.Ready() && !s.cfg.Document.EnvoyRateLimitXDS.ForceStart {
+		why := "no Envoy rate limit rules yet from the xDS control plane at " + s.cfg.Document.EnvoyRateLimitXDS.ServerURL +
+			" (Document.EnvoyRateLimitXDS; Document.EnvoyRateLimitXDS.ForceStart serves before them)"
+		if err := s.xds.Err(); err != nil {
+			why += ": " + err.Error()
+		}
+		return false, why
 	}
 	if s.shared.Health != nil {
 		if h := s.shared.Health(); h.Unanswered {

@@ -101,6 +101,17 @@ type upstreamEnv struct {
 	RuntimeWatchRoot      bool   `envconfig:"RUNTIME_WATCH_ROOT" default:"true"`
 	MergeDomainConfig     bool   `envconfig:"MERGE_DOMAIN_CONFIG"`
 
+	XdsNodeID       string            `envconfig:"CONFIG_GRPC_XDS_NODE_ID" default:"default"`
+	XdsNodeMetadata string            `envconfig:"CONFIG_GRPC_XDS_NODE_METADATA"`
+	XdsServerURL    string            `envconfig:"CONFIG_GRPC_XDS_SERVER_URL" default:"localhost:18000"`
+	XdsRetry        time.Duration     `envconfig:"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL" default:"3s"`
+	XdsHeaders      map[string]string `envconfig:"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"`
+	XdsUseTLS       bool              `envconfig:"CONFIG_GRPC_XDS_SERVER_USE_TLS"`
+	XdsClientCert   string            `envconfig:"CONFIG_GRPC_XDS_CLIENT_TLS_CERT"`
+	XdsClientKey    string            `envconfig:"CONFIG_GRPC_XDS_CLIENT_TLS_KEY"`
+	XdsServerCA     string            `envconfig:"CONFIG_GRPC_XDS_SERVER_TLS_CACERT"`
+	XdsServerSAN    string            `envconfig:"CONFIG_GRPC_XDS_SERVER_TLS_SAN"`
+
 	NearLimitRatio  float64 `envconfig:"NEAR_LIMIT_RATIO" default:"0.8"`
 	CacheKeyPrefix  string  `envconfig:"CACHE_KEY_PREFIX"`
 	BackendType     string  `envconfig:"BACKEND_TYPE" default:"redis"`
@@ -143,6 +154,10 @@ var ignored = map[string]string{
 	"TRACING_SERVICE_INSTANCE_ID":             "set OTEL_RESOURCE_ATTRIBUTES=service.instance.id=…",
 	"USE_DOG_STATSD_MOGRIFIERS":               "not supported",
 	"PROMETHEUS_MAPPER_YAML":                  "Sluice's own metrics are on the debug port's /metrics",
+	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL":     "the control plane is dialled again every CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":         "the control plane is dialled again every CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR":        "the control plane is dialled again every CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+	"XDS_CLIENT_BACKOFF_JITTER":               "the control plane is dialled again every CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
 	"REDIS_PERSECOND_SOCKET_TYPE":             "no second Redis (REDIS_PERSECOND)",
 	"REDIS_PERSECOND_TYPE":                    "no second Redis (REDIS_PERSECOND)",
 	"REDIS_PERSECOND_URL":                     "no second Redis (REDIS_PERSECOND)",
@@ -226,7 +241,9 @@ func (e upstreamEnv) settings(isSet func(string) bool) ([]setting, ratelimitConf
 		dir := filepath.Join(e.RuntimeRoot, e.RuntimeSubdirectory, e.RuntimeAppDirectory)
 		add("envoy-ratelimit-config", dir, "RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY")
 	case "GRPC_XDS_SOTW":
-		return nil, rc, nil, errors.New("CONFIG_TYPE: GRPC_XDS_SOTW is not supported yet: give the rules as files (CONFIG_TYPE=FILE)")
+		if err := e.xds(add); err != nil {
+			return nil, rc, nil, err
+		}
 	default:
 		return nil, rc, nil, fmt.Errorf("CONFIG_TYPE: %q, want FILE or GRPC_XDS_SOTW", e.ConfigType)
 	}
@@ -239,8 +256,8 @@ func (e upstreamEnv) settings(isSet func(string) bool) ([]setting, ratelimitConf
 	if isSet("RUNTIME_WATCH_ROOT") && e.RuntimeWatchRoot {
 		notes = append(notes, "RUNTIME_WATCH_ROOT: not honoured: Sluice watches the rules' directory (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY), not the root")
 	}
-	if e.MergeDomainConfig {
-		notes = append(notes, "MERGE_DOMAIN_CONFIG: not honoured: two files naming the same domain are refused, not merged")
+	if e.MergeDomainConfig && strings.EqualFold(e.ConfigType, "FILE") {
+		notes = append(notes, "MERGE_DOMAIN_CONFIG: not honoured for files: two files naming the same domain are refused, not merged")
 	}
 
 	if err := e.redis(add, &rc); err != nil {
@@ -272,6 +289,64 @@ func (e upstreamEnv) settings(isSet func(string) bool) ([]setting, ratelimitConf
 		}
 	}
 	return s, rc, notes, nil
+}
+
+// xds adds the flags of the rules over xDS (CONFIG_TYPE=GRPC_XDS_SOTW).
+func (e upstreamEnv) xds(add func(flag, value, from string)) error {
+	add("envoy-ratelimit-xds", e.XdsServerURL, "CONFIG_GRPC_XDS_SERVER_URL")
+	add("envoy-ratelimit-xds-node-id", e.XdsNodeID, "CONFIG_GRPC_XDS_NODE_ID")
+	if e.XdsNodeMetadata != "" {
+		md, err := upstreamPairs(e.XdsNodeMetadata)
+		if err != nil {
+			return fmt.Errorf("CONFIG_GRPC_XDS_NODE_METADATA: %w", err)
+		}
+		add("envoy-ratelimit-xds-node-metadata", md, "CONFIG_GRPC_XDS_NODE_METADATA")
+	}
+	if len(e.XdsHeaders) > 0 {
+		var kv []string
+		for _, k := range slices.Sorted(mapKeys(e.XdsHeaders)) {
+			kv = append(kv, k+"="+e.XdsHeaders[k])
+		}
+		add("envoy-ratelimit-xds-header", strings.Join(kv, ","), "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")
+	}
+	add("envoy-ratelimit-xds-retry", e.XdsRetry.String(), "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")
+	add("envoy-ratelimit-xds-merge", strconv.FormatBool(e.MergeDomainConfig), "MERGE_DOMAIN_CONFIG")
+	add("envoy-ratelimit-xds-force-start", strconv.FormatBool(e.ForceStart), "FORCE_START_WITHOUT_INITIAL_CONFIG")
+	add("envoy-ratelimit-config", "", "CONFIG_TYPE")
+	if !e.XdsUseTLS {
+		return nil
+	}
+	if e.XdsServerCA != "" {
+		add("envoy-ratelimit-xds-tls-ca", e.XdsServerCA, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT")
+	}
+	if e.XdsClientCert != "" || e.XdsClientKey != "" {
+		add("envoy-ratelimit-xds-tls-cert", e.XdsClientCert, "CONFIG_GRPC_XDS_CLIENT_TLS_CERT")
+		add("envoy-ratelimit-xds-tls-key", e.XdsClientKey, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY")
+	}
+	if e.XdsServerSAN != "" {
+		add("envoy-ratelimit-xds-server-name", e.XdsServerSAN, "CONFIG_GRPC_XDS_SERVER_TLS_SAN")
+	}
+	if e.XdsServerCA == "" && e.XdsClientCert == "" && e.XdsServerSAN == "" {
+		return errors.New("CONFIG_GRPC_XDS_SERVER_USE_TLS: true, but no CONFIG_GRPC_XDS_SERVER_TLS_CACERT, CONFIG_GRPC_XDS_CLIENT_TLS_CERT or CONFIG_GRPC_XDS_SERVER_TLS_SAN: TLS with the system's roots is not supported yet")
+	}
+	return nil
+}
+
+// upstreamPairs turns envoyproxy/ratelimit's "k1:v1,k2=v2" (either
+// separator) into a StringToString flag's "k1=v1,k2=v2".
+func upstreamPairs(s string) (string, error) {
+	var kv []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		i := strings.IndexAny(p, ":=")
+		if i <= 0 {
+			return "", fmt.Errorf("%q is not key:value", p)
+		}
+		kv = append(kv, p[:i]+"="+p[i+1:])
+	}
+	return strings.Join(kv, ","), nil
 }
 
 // redis adds the Redis flags of e's REDIS_* variables.

@@ -115,6 +115,18 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 		f.StringVar(&c.Document.Path, "config", "", "resource configuration: a YAML file or etcd:/KEY; empty: none")
 		f.StringVar(&c.Document.QuotaServicePath, "quotaservice-config", "", "limits in Square's quota service format (a YAML file)")
 		f.StringVar(&c.Document.EnvoyRateLimitPath, "envoy-ratelimit-config", "", "envoyproxy/ratelimit's rules: a YAML file or a directory")
+		x := &c.Document.EnvoyRateLimitXDS
+		f.StringVar(&x.ServerURL, "envoy-ratelimit-xds", "", "... or from this xDS control plane (host:port; RateLimitConfig resources)")
+		f.StringVar(&x.NodeID, "envoy-ratelimit-xds-node-id", "", "the node id asked of it (default: default)")
+		f.StringToStringVar(&x.NodeMetadata, "envoy-ratelimit-xds-node-metadata", nil, "the node's metadata (key=value,...)")
+		f.StringToStringVar(&x.Headers, "envoy-ratelimit-xds-header", nil, "gRPC metadata sent with the subscription (key=value,...)")
+		f.StringVar(&x.TLS.CAFile, "envoy-ratelimit-xds-tls-ca", "", "speak TLS to it, verifying it with these CAs (PEM)")
+		f.StringVar(&x.TLS.CertFile, "envoy-ratelimit-xds-tls-cert", "", "client certificate (PEM) to present to it (mTLS)")
+		f.StringVar(&x.TLS.KeyFile, "envoy-ratelimit-xds-tls-key", "", "the private key of --envoy-ratelimit-xds-tls-cert (PEM)")
+		f.StringVar(&x.ServerName, "envoy-ratelimit-xds-server-name", "", "the name its certificate must carry (default: its host)")
+		f.DurationVar(&x.RetryInterval, "envoy-ratelimit-xds-retry", 0, "wait between attempts to reach it (0: 3s)")
+		f.BoolVar(&x.MergeDomains, "envoy-ratelimit-xds-merge", false, "merge its resources naming one domain instead of refusing them")
+		f.BoolVar(&x.ForceStart, "envoy-ratelimit-xds-force-start", false, "ready before its first rules arrive (answering OK)")
 	})
 	in(f, groupLeases, func() {
 		f.StringVar(&c.ID, "id", "", "server id: the requester id toward the parent, and in logs")
@@ -208,6 +220,11 @@ var flagOf = map[string]string{
 	"Listen.TLS": "--tls-cert, --tls-key, --tls-client-ca", "Listen.Grace": "--grace",
 	"Document.Path": "--config", "Document.QuotaServicePath": "--quotaservice-config",
 	"Document.EnvoyRateLimitPath": "--envoy-ratelimit-config", "Document.Fixed": "--config",
+	"Document.EnvoyRateLimitXDS.ServerURL": "--envoy-ratelimit-xds", "Document.EnvoyRateLimitXDS": "--envoy-ratelimit-xds",
+	"Document.EnvoyRateLimitXDS.TLS":           "--envoy-ratelimit-xds-tls-ca, --envoy-ratelimit-xds-tls-cert, --envoy-ratelimit-xds-tls-key",
+	"Document.EnvoyRateLimitXDS.ServerName":    "--envoy-ratelimit-xds-server-name",
+	"Document.EnvoyRateLimitXDS.Headers":       "--envoy-ratelimit-xds-header",
+	"Document.EnvoyRateLimitXDS.RetryInterval": "--envoy-ratelimit-xds-retry", "Document.EnvoyRateLimitXDS.ForceStart": "--envoy-ratelimit-xds-force-start",
 	"Parent.Addresses": "--parent", "Parent.TLS": "--parent-tls-ca, --parent-tls-cert, --parent-tls-key",
 	"Leases.DisablePush": "--push-leases=false", "Election.Kind": "--election", "Election.Key": "--election-key",
 	"Etcd.Endpoints": "--etcd-endpoints", "Etcd.TLS": "--etcd-tls-ca, --etcd-tls-cert, --etcd-tls-key",

@@ -159,6 +159,31 @@ func decodeEnvoyDomain(n *yaml.Node, where string, sluice bool) (*rls.Domain, er
 	return d, nil
 }
 
+// DecodeEnvoyDomain reads one domain of envoyproxy/ratelimit's
+// configuration from n, the root of one document as ParseEnvoyRateLimit
+// reads it (a mapping with domain and descriptors), for a source other
+// than a file that builds such a tree in code: limits/rlsxds builds one
+// from each xDS resource, so that the rules of every source pass the
+// same checks and their errors read the same. The reading is
+// ParseEnvoyRateLimit's, field for field, Sluice's algorithm included and
+// burst_tiers refused; a node without a line (one built in code) is named
+// by its path alone. source becomes the domain's Source and starts every
+// error. Errors: every problem, joined, each a *limits.ConfigError
+// wrapped with source ("source: path: why", one a line).
+func DecodeEnvoyDomain(source string, n *yaml.Node) (*rls.Domain, error) {
+	w := newWalker(n)
+	d := w.envoyDomain(n)
+	if len(w.errs) > 0 {
+		errs := make([]error, len(w.errs))
+		for i, err := range w.errs {
+			errs[i] = fmt.Errorf("%s: %w", source, err)
+		}
+		return nil, errors.Join(errs...)
+	}
+	d.Source = source
+	return d, nil
+}
+
 // LoadEnvoyRateLimit reads path, a file of envoyproxy/ratelimit's
 // configuration or a directory of them (its *.yaml and *.yml files, in
 // name order, not recursing: the reference's config/ directory), into one

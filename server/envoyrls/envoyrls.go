@@ -9,6 +9,9 @@
 // together (rls.Store.Decide): when any is over its limit, none is
 // charged. The answers follow envoyproxy/ratelimit's (its README and
 // src/service/ratelimit.go) except where docs/envoy.md lists a departure.
+// Options.Stats receives the statistics upstream keeps of each call
+// (StatsSink), which server/envoyrls/upstreamstats sends over statsd by
+// upstream's names.
 //
 // The types are go-control-plane's (github.com/envoyproxy/go-control-plane/envoy
 // v1.40.0): RateLimitRequest{domain, descriptors, hits_addend},
@@ -107,6 +110,11 @@ type Options struct {
 	// identity) ask only for the domains the identity policy grants it
 	// ratelimit for: PermissionDenied otherwise. nil: any caller may.
 	Authorizer *identity.Authorizer
+	// Stats, when set, receives envoyproxy/ratelimit's statistics of
+	// every call, on the call's goroutine (StatsSink's rules):
+	// server/envoyrls/upstreamstats emits them over statsd by upstream's
+	// names. nil (the zero value): none, at the cost of a nil check.
+	Stats StatsSink
 }
 
 // TierLimiter decides a burst-tier resource's hits: *limits.Engine.
@@ -207,7 +215,14 @@ type descriptor struct {
 	quota   uint32           // the headers' policy quota (q)
 	retry   int64            // µs until refused hits fit (0: none; -1 never)
 	shadow  bool             // the rule's shadow mode (or the service's)
+	refund  bool             // is_negative_hits
 	answer  *answer          // its place in the reply
+	// What the metrics resolved: the result recorded, and the statistics'
+	// name when it was worked out (label; detailed: of request values).
+	res      Result
+	recorded bool
+	label    string
+	detailed bool
 }
 
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer. Errors:
@@ -219,7 +234,12 @@ type descriptor struct {
 // nothing counted); Unavailable when the store
 // fails and OnStoreError is FailClosed; the context's error when the
 // request's context ends.
-func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (_ *rlsv3.RateLimitResponse, err error) {
+	var rep requestReport // (Options.Stats')
+	if sink := s.opts.Stats; sink != nil {
+		rep.start = s.opts.Now()
+		defer func() { s.reportRequest(sink, req.GetDomain(), &rep, err) }()
+	}
 	if err := validate(req); err != nil {
 		s.metrics.invalid.Inc()
 		return nil, err
@@ -229,6 +249,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	cfg := s.cfg.Load()
 	domain := cfg.Domain(req.Domain)
+	if domain == nil {
+		rep.domainNotFound = len(req.Descriptors)
+	}
 	sc := scratchPool.Get().(*scratch)
 	defer sc.put()
 	n := len(req.Descriptors)
@@ -240,7 +263,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		sc.views = append(sc.views, sc.entries[start:len(sc.entries):len(sc.entries)])
 	}
 	sc.matches = cfg.ResolveInto(grow(sc.matches, n), req.Domain, sc.views)
-	now := s.opts.Now()
+	now := rep.start // (read once when Options.Stats times the call)
+	if now.IsZero() {
+		now = s.opts.Now()
+	}
 	ds := grow(sc.ds, n)
 	sc.ds = ds
 	r := newReply(n)
@@ -275,13 +301,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if len(hits) > 0 {
 		ok, err := s.opts.Store.Decide(ctx, now.UnixMicro(), req.Domain, hits, results)
 		if err != nil {
+			rep.storeFailed = true
 			if err := s.storeError(ctx, req.Domain, err); err != nil {
+				s.failed(ds, &rep)
 				return nil, err
 			}
 			degraded, ok = true, true
 		}
 		granted = granted && ok
 	}
+	charged := granted // (the answers' remaining is after the hits)
 	if tiers && granted {
 		// The burst tiers last, each only when all before it granted; when
 		// one refuses, the counters are given back what they were charged.
@@ -292,7 +321,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 				s.refund(ctx, now, req.Domain, hits, sc)
 			}
 			if err != nil {
+				rep.storeFailed = true
 				if err := s.storeError(ctx, req.Domain, err); err != nil {
+					s.failed(ds, &rep)
 					return nil, err
 				}
 			}
@@ -304,11 +335,22 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			r.resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
+	if sink := s.opts.Stats; sink != nil {
+		s.reportDescriptors(sink, ds, charged, false, &rep)
+	}
 	s.headers(r, ds)
 	if span := tracing.Span(ctx); span != nil {
 		annotate(span, req, r.resp.OverallCode, degraded)
 	}
 	return &r.resp, nil
+}
+
+// failed hands Options.Stats the descriptors of a request the store
+// failed and that is answered with an error.
+func (s *Service) failed(ds []descriptor, rep *requestReport) {
+	if sink := s.opts.Stats; sink != nil {
+		s.reportDescriptors(sink, ds, false, true, rep)
+	}
 }
 
 // annotate sets Sluice's attributes on a traced request's span: the
@@ -575,6 +617,7 @@ func (s *Service) plan(req *rlsv3.RateLimitRequest, domain *rls.Domain, d *ratel
 	}
 	ds.hit = len(*hits)
 	policy := rls.Policy{Algorithm: domain.AlgorithmOf(m.Rule, s.opts.Algorithm), Limit: l.RequestsPerUnit, Period: ds.period.Microseconds()}
+	ds.refund = d.IsNegativeHits
 	*hits = append(*hits, rls.Hit{Bucket: bucket, Policy: policy, Hits: ds.hits, Refund: d.IsNegativeHits, Soft: ds.shadow})
 	return ds
 }
@@ -603,7 +646,7 @@ func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool) {
 		return
 	case l.Unlimited:
 		st.LimitRemaining = math.MaxUint32
-		s.metrics.record(d, resultWithin)
+		s.metrics.record(d, ResultWithin)
 		return
 	case l.BurstTiers != "":
 		s.answerTiers(d)
@@ -619,7 +662,7 @@ func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool) {
 		s.over(d)
 	case degraded:
 		st.LimitRemaining = l.RequestsPerUnit
-		s.metrics.record(d, resultDegraded)
+		s.metrics.record(d, ResultDegraded)
 	default:
 		r := results[d.hit]
 		st.LimitRemaining = r.Remaining
@@ -664,7 +707,7 @@ func (s *Service) answerTiers(d *descriptor) {
 	}
 	switch {
 	case dec.Degraded:
-		s.metrics.record(d, resultDegraded)
+		s.metrics.record(d, ResultDegraded)
 	case dec.Status == limits.StatusOK:
 		s.within(d, uint32(min(dec.Limit, math.MaxUint32)), st.LimitRemaining)
 	default:
@@ -680,10 +723,10 @@ func (s *Service) answerTiers(d *descriptor) {
 // 1 − NearLimitRatio of limit remains, else within_limit.
 func (s *Service) within(d *descriptor, limit, remaining uint32) {
 	if float64(limit-min(remaining, limit)) > s.opts.NearLimitRatio*float64(limit) {
-		s.metrics.record(d, resultNear)
+		s.metrics.record(d, ResultNear)
 		return
 	}
-	s.metrics.record(d, resultWithin)
+	s.metrics.record(d, ResultWithin)
 }
 
 // setReset sets a's reset to t and returns it.
@@ -695,11 +738,11 @@ func (a *answer) setReset(t time.Duration) *durationpb.Duration {
 // over answers d over its limit, or OK in shadow mode.
 func (s *Service) over(d *descriptor) {
 	if d.shadow {
-		s.metrics.record(d, resultShadow)
+		s.metrics.record(d, ResultShadow)
 		return
 	}
 	d.answer.status.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-	s.metrics.record(d, resultOver)
+	s.metrics.record(d, ResultOver)
 }
 
 // headers adds to r the response headers for the limited descriptors.

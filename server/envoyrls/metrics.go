@@ -1,6 +1,8 @@
 package envoyrls
 
 import (
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,19 +18,42 @@ import (
 // further values are counted under their rule's own label.
 const MaxDetailedSeries = 1000
 
-// The results a descriptor's hits are counted under (the result label).
-type result int
+// Result is what became of a descriptor's hits: the result label of the
+// service's metrics, and StatsSink's DescriptorStats.Result.
+type Result uint8
 
+// The results.
 const (
-	resultWithin result = iota
-	resultNear
-	resultOver
-	resultShadow
-	resultDegraded
-	nResults
+	// ResultWithin: granted, at or below the near-limit ratio.
+	ResultWithin Result = iota
+	// ResultNear: granted, above Options.NearLimitRatio of the limit.
+	ResultNear
+	// ResultOver: over the limit, answered OVER_LIMIT.
+	ResultOver
+	// ResultShadow: over the limit, answered OK (shadow mode).
+	ResultShadow
+	// ResultDegraded: answered OK while the store failed (FailOpen).
+	ResultDegraded
+	nResults // (the results the metrics count)
+	// ResultFailed: not decided, the store failed and the request was
+	// answered Unavailable (FailClosed); only StatsSink sees it.
+	ResultFailed = nResults
 )
 
 var resultNames = [nResults]string{"within_limit", "near_limit", "over_limit", "shadow_mode", "degraded"}
+
+// String returns the result's name, as its metrics label reads
+// ("within_limit", "near_limit", "over_limit", "shadow_mode",
+// "degraded"; "failed" for ResultFailed).
+func (r Result) String() string {
+	switch {
+	case r < nResults:
+		return resultNames[r]
+	case r == ResultFailed:
+		return "failed"
+	}
+	return "Result(" + strconv.Itoa(int(r)) + ")"
+}
 
 // metrics are the service's counters: hits per domain, configured rule
 // and result — envoyproxy/ratelimit's per-rule statistics (total_hits is
@@ -43,6 +68,11 @@ type metrics struct {
 	series   sync.Map // domain "\x00" rule label → *[nResults]prometheus.Counter
 	detailed atomic.Int64
 	rules    atomic.Pointer[map[*rls.Rule]*ruleInfo] // the configured rules'
+
+	// The overrides' statistic names (StatsSink's), domain "\x00" name,
+	// at most MaxDetailedSeries of them.
+	overrideKeys sync.Map
+	overrides    atomic.Int64
 }
 
 // ruleInfo is what a configured rule's answers need, resolved once per
@@ -52,6 +82,11 @@ type ruleInfo struct {
 	label    string
 	counters *[nResults]prometheus.Counter
 	policy   string
+	// path is the rule's, first level first, and dynamic reports that its
+	// statistics are named by the request's values (the rule has
+	// detailed_metric, or a rule of its path value_to_metric).
+	path    []*rls.Rule
+	dynamic bool
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -86,7 +121,10 @@ func (m *metrics) setConfig(c *rls.Config) {
 		c.Domain(name).Each(func(p []*rls.Rule) {
 			r := p[len(p)-1]
 			label := rls.RulePath(p)
-			info := &ruleInfo{label: label, policy: sfString(label)}
+			info := &ruleInfo{label: label, policy: sfString(label), path: slices.Clone(p), dynamic: r.DetailedMetric}
+			for _, q := range p {
+				info.dynamic = info.dynamic || q.ValueToMetric
+			}
 			if r.Limit != nil {
 				info.counters = m.counters(name+"\x00"+label, name, label, false)
 				if r.Limit.Name != "" {
@@ -103,31 +141,72 @@ func (m *metrics) setConfig(c *rls.Config) {
 // of an older configuration).
 func (m *metrics) rule(r *rls.Rule) *ruleInfo { return (*m.rules.Load())[r] }
 
-// record counts d's hits under res.
-func (m *metrics) record(d *descriptor, res result) {
-	label := "override"
-	detailed := false
-	if r := d.match.Rule; r != nil {
-		detailed = r.DetailedMetric || r.ValueToMetric
-		info := d.info
-		if info == nil {
-			info = &ruleInfo{label: r.Key} // a rule of a configuration just replaced
-		}
-		if info.counters != nil && !detailed && d.limit == r.Limit {
-			info.counters[res].Add(float64(d.hits))
-			return
-		}
-		label = info.label
+// record counts d's hits under res (and notes res in d, for StatsSink).
+func (m *metrics) record(d *descriptor, res Result) {
+	d.res, d.recorded = res, true
+	r := d.match.Rule
+	if r == nil {
+		m.counters(d.domain+"\x00override", d.domain, "override", false)[res].Add(float64(d.hits))
+		return
 	}
+	if info := d.info; info != nil && info.counters != nil && !info.dynamic && d.limit == r.Limit {
+		info.counters[res].Add(float64(d.hits))
+		return
+	}
+	label, detailed := m.label(d)
 	key := d.domain + "\x00" + label
 	if detailed {
-		if k := d.domain + "\x00\x00" + valuesPath(d.entries); m.has(k) || m.detailed.Load() < MaxDetailedSeries {
-			key, label = k, k[len(d.domain)+2:]
-		} else {
-			detailed = false
-		}
+		key = d.domain + "\x00\x00" + label
 	}
 	m.counters(key, d.domain, label, detailed)[res].Add(float64(d.hits))
+}
+
+// label returns the name of the statistics of d, a descriptor that
+// matched a rule, after its domain, as envoyproxy/ratelimit names them
+// (its rule's key_value.key, or, for a rule named by the request's values,
+// those values: requestKey), and whether it is one of the request values'
+// (at most MaxDetailedSeries of them; then the rule's own). d keeps it.
+func (m *metrics) label(d *descriptor) (string, bool) {
+	if d.label != "" {
+		return d.label, d.detailed
+	}
+	r, info := d.match.Rule, d.info
+	if info == nil { // a rule of a configuration just replaced
+		info = &ruleInfo{label: r.Key, dynamic: r.DetailedMetric || r.ValueToMetric}
+	}
+	d.label = info.label
+	if info.dynamic {
+		if k := requestKey(info.path, d.entries); k != d.label {
+			if full := d.domain + "\x00\x00" + k; m.has(full) || m.detailed.Load() < MaxDetailedSeries {
+				d.label, d.detailed = k, true
+			}
+		}
+	}
+	return d.label, d.detailed
+}
+
+// statKey returns the name of d's statistics after its domain for
+// StatsSink: label's for a rule's limit; for a descriptor's own limit
+// (an override), its entries' keys and values (overridePath), as
+// envoyproxy/ratelimit names an override's statistics, at most
+// MaxDetailedSeries of them (then "override").
+func (m *metrics) statKey(d *descriptor) string {
+	if r := d.match.Rule; r != nil && d.limit == r.Limit {
+		label, _ := m.label(d)
+		return label
+	}
+	k := overridePath(d.entries)
+	full := d.domain + "\x00" + k
+	if _, ok := m.overrideKeys.Load(full); ok {
+		return k
+	}
+	if m.overrides.Load() >= MaxDetailedSeries {
+		return "override"
+	}
+	if _, loaded := m.overrideKeys.LoadOrStore(full, struct{}{}); !loaded {
+		m.overrides.Add(1)
+	}
+	return k
 }
 
 func (m *metrics) has(key string) bool {
@@ -152,8 +231,64 @@ func (m *metrics) counters(key, domain, label string, detailed bool) *[nResults]
 	return got.(*[nResults]prometheus.Counter)
 }
 
-// valuesPath names a request descriptor by its keys and values, as a
-// detailed_metric rule's statistics do.
+// requestKey names a request descriptor that matched the rule at the end
+// of path (one rule per entry, the first level's first) by its values, as
+// envoyproxy/ratelimit names the statistics of a detailed_metric rule, or
+// of a rule whose path has value_to_metric:
+//
+//   - detailed_metric (the rule's): every entry's key_value (key_ when the
+//     value is empty), except that an entry matched by a share_threshold
+//     wildcard is its key and pattern (and then an empty value is the
+//     key alone);
+//   - else, level by level: a key-only rule is its key, and its key_value
+//     with value_to_metric; a rule with a value its key_value; a wildcard
+//     its key and pattern, and its key_value with value_to_metric unless
+//     it has share_threshold.
+//
+// With no path (a rule of a configuration just replaced), every entry's
+// key_value. Source: envoyproxy/ratelimit's src/config/config_impl.go,
+// GetLimit.
+func requestKey(path []*rls.Rule, entries []rls.Entry) string {
+	if len(path) != len(entries) {
+		return valuesPath(entries)
+	}
+	// shared reports whether entry i was matched by a share_threshold
+	// wildcard (a value equal to the pattern matched as a plain value).
+	shared := func(i int) bool {
+		r := path[i]
+		return r.ShareThreshold && r.Wildcard() && entries[i].Value != r.Value
+	}
+	anyShared := false
+	for i := range path {
+		anyShared = anyShared || shared(i)
+	}
+	detailed := path[len(path)-1].DetailedMetric
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		r := path[i]
+		b.WriteString(e.Key)
+		switch wild := r.Wildcard() && e.Value != r.Value; {
+		case detailed && !anyShared:
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		case shared(i), !detailed && wild && !r.ValueToMetric:
+			b.WriteByte('_')
+			b.WriteString(r.Value)
+		case !detailed && r.Value == "" && !r.ValueToMetric:
+			// the key alone
+		case e.Value != "":
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		}
+	}
+	return b.String()
+}
+
+// valuesPath names a request descriptor by its keys and values (key_value,
+// joined by '.'), as a detailed_metric rule's statistics do.
 func valuesPath(entries []rls.Entry) string {
 	var b strings.Builder
 	for i, e := range entries {
@@ -163,6 +298,25 @@ func valuesPath(entries []rls.Entry) string {
 		b.WriteString(e.Key)
 		b.WriteByte('_')
 		b.WriteString(e.Value)
+	}
+	return b.String()
+}
+
+// overridePath names a descriptor with its own limit by its keys and
+// values (key_value, or the key alone for an empty value, joined by '.'),
+// as envoyproxy/ratelimit names an override's statistics (its
+// src/config/config_impl.go, descriptorKey).
+func overridePath(entries []rls.Entry) string {
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.Key)
+		if e.Value != "" {
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		}
 	}
 	return b.String()
 }

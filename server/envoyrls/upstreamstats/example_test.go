@@ -1,0 +1,53 @@
+package upstreamstats_test
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/server/envoyrls"
+	"github.com/sluice-rl/sluice/server/envoyrls/upstreamstats"
+)
+
+// A sink sends what envoyrls tells it (envoyrls.Options.Stats) to statsd,
+// here a UDP socket on loopback, under envoyproxy/ratelimit's names.
+func Example() {
+	statsd, _ := net.ListenPacket("udp", "127.0.0.1:0")
+	defer statsd.Close()
+	sink, err := upstreamstats.New(upstreamstats.Options{Address: statsd.LocalAddr().String(), Protocol: "udp"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// What envoyrls reports of a request with hits_addend 3 on a rule
+	// key_value (limit 10) that had 6 used: 3 within, 1 above 8.
+	sink.Descriptor(envoyrls.DescriptorStats{Domain: "edge", Key: "key_value", Result: envoyrls.ResultNear, Hits: 3,
+		Counts: envoyrls.Counts{TotalHits: 3, WithinLimit: 3, NearLimit: 1}})
+	sink.Request(envoyrls.RequestStats{Domain: "edge", Duration: 2 * time.Millisecond})
+	sink.Close() // (sends the counters)
+
+	var lines []string
+	buf := make([]byte, 64<<10)
+	_ = statsd.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for len(lines) < 5 {
+		n, _, err := statsd.ReadFrom(buf)
+		if err != nil {
+			break
+		}
+		for l := range strings.SplitSeq(strings.TrimSpace(string(buf[:n])), "\n") {
+			if !strings.HasPrefix(l, "ratelimit.go.") { // (the Go runtime's)
+				lines = append(lines, l)
+			}
+		}
+	}
+	slices.Sort(lines)
+	fmt.Println(strings.Join(lines, "\n"))
+	// Output:
+	// ratelimit.service.rate_limit.edge.key_value.near_limit:1|c
+	// ratelimit.service.rate_limit.edge.key_value.total_hits:3|c
+	// ratelimit.service.rate_limit.edge.key_value.within_limit:3|c
+	// ratelimit_server.ShouldRateLimit.response_time:2|ms
+	// ratelimit_server.ShouldRateLimit.total_requests:1|c
+}
