@@ -132,6 +132,32 @@ type Runtime struct {
 	// Tracing configures OpenTelemetry traces (docs/tracing.md); the
 	// zero value: off.
 	Tracing Tracing
+	// Statsd sends the statistics of Envoy's rate limit service to statsd
+	// under envoyproxy/ratelimit's names (docs/envoy.md); the zero value:
+	// off.
+	Statsd Statsd
+}
+
+// Statsd is where Envoy's rate limit service's statistics go, under
+// envoyproxy/ratelimit's own names, byte for byte
+// (server/envoyrls/upstreamstats, on envoyproxy/ratelimit's statsd
+// library, lyft/gostats), so that Envoy Gateway's statsd_exporter and
+// dashboards read Sluice's unchanged. The fields are upstream's
+// variables'.
+type Statsd struct {
+	// Address is statsd's host:port (STATSD_HOST, STATSD_PORT); "": off.
+	Address string
+	// Protocol is "tcp" (empty: gostats' default, upstream's) or "udp"
+	// (STATSD_PROTOCOL).
+	Protocol string
+	// FlushInterval is how often the counters are sent
+	// (STATS_FLUSH_INTERVAL; 0: 10 s).
+	FlushInterval time.Duration
+	// ExtraTags are added to every statistic (EXTRA_TAGS).
+	ExtraTags map[string]string
+	// DogStatsd sends DogStatsD lines, the tags after "|#"
+	// (USE_DOG_STATSD).
+	DogStatsd bool
 }
 
 // Tracing configures OpenTelemetry traces: a server span for every RPC on
@@ -509,7 +535,7 @@ var FieldNames = []string{
 	"Sessions.Max", "Envoy.NearLimitRatio", "Admin.TrustForwarded", "Admin.TokenFile", "Admin.Insecure",
 	"Admin.AuthReads",
 	"Runtime.Tracing.Exporter", "Runtime.Tracing.Protocol", "Runtime.Tracing.Endpoint", "Runtime.Tracing.Sampler",
-	"Runtime.Tracing.SamplerArg",
+	"Runtime.Tracing.SamplerArg", "Runtime.Statsd",
 	"Leases.RLQS.Unconfigured", "Leases.RLQS.UnconfiguredTTL", "Leases.RLQS.Smoothing", "Leases.RLQS.Burst",
 }
 

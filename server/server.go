@@ -72,6 +72,7 @@ import (
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/envoyrls"
+	"github.com/sluice-rl/sluice/server/envoyrls/upstreamstats"
 	"github.com/sluice-rl/sluice/server/internal/promreg"
 	"github.com/sluice-rl/sluice/server/internal/rpc"
 	"github.com/sluice-rl/sluice/server/internal/slogzap"
@@ -142,6 +143,9 @@ type Server struct {
 	// auth binds clients to their certificates' identities
 	// (Config.Listen.Identity; nil: off), for every service.
 	auth *identity.Authorizer
+	// statsd sends Envoy's rate limit service's statistics under
+	// envoyproxy/ratelimit's names (Config.Runtime.Statsd; nil: off).
+	statsd *upstreamstats.Sink
 	// xds follows the xDS control plane serving Envoy's rate limit rules
 	// (Config.Document.EnvoyRateLimitXDS; nil: none); its Run is a watcher.
 	xds *rlsxds.Source
@@ -410,6 +414,18 @@ func (s *Server) newServices(id string) error {
 	}
 	eo := cfg.Envoy
 	eo.Now, eo.Logger, eo.Registry, eo.Store, eo.Tiers, eo.Authorizer = s.now, s.log, s.reg, rls.NewMemoryStore(), s.limits.Engine(), s.auth
+	if st := cfg.Runtime.Statsd; st.Address != "" {
+		sink, err := upstreamstats.New(upstreamstats.Options{Address: st.Address, Protocol: st.Protocol, FlushInterval: st.FlushInterval,
+			ExtraTags: st.ExtraTags, DogStatsd: st.DogStatsd, Logger: s.log})
+		var fe *FieldError
+		switch {
+		case errors.As(err, &fe):
+			return fe.Under("Runtime.Statsd")
+		case err != nil:
+			return &FieldError{Field: "Runtime.Statsd", Err: err}
+		}
+		s.statsd, eo.Stats = sink, sink
+	}
 	if s.shared.RLS != nil {
 		eo.Store = s.shared.RLS
 	}
@@ -552,16 +568,17 @@ func (s *Server) loadConfig(ctx context.Context) error {
 	if path := cfg.Document.EnvoyRateLimitPath; path != "" {
 		w, err := filewatch.New(path, limitsyaml.LoadEnvoyRateLimit, func(c *rls.Config) {
 			s.envoy.SetConfig(c)
-			s.configReloaded(nil)
+			s.envoyLoaded(nil)
 			s.log.Info("envoy rate limit configuration loaded", "path", path, "domains", c.Len(), "hash", c.Hash())
 		}, func(err error) {
-			s.configReloaded(err)
+			s.envoyLoaded(err)
 			s.log.Error("envoy rate limit configuration reload failed; keeping the last good configuration", "path", path, "err", err)
 		})
 		if err != nil {
 			return fmt.Errorf("loading %s: %w", path, err)
 		}
 		s.envoy.SetConfig(w.Current())
+		s.envoyLoaded(nil)
 		s.log.Info("envoy rate limit configuration loaded", "path", path, "domains", w.Current().Len(), "hash", w.Current().Hash())
 		s.watchers = append(s.watchers, w.Run)
 		s.files = append(s.files, fileWatcher{path, w})
@@ -606,10 +623,10 @@ func (s *Server) openXDS() error {
 		Headers: x.Headers, RetryInterval: x.RetryInterval, MergeDomains: x.MergeDomains, Logger: s.log,
 		Apply: func(c *rls.Config) error {
 			s.envoy.SetConfig(c)
-			s.configReloaded(nil)
+			s.envoyLoaded(nil)
 			return nil
 		},
-		Rejected: func(_ string, err error) { s.configReloaded(err) }})
+		Rejected: func(_ string, err error) { s.envoyLoaded(err) }})
 	var fe *FieldError
 	if errors.As(err, &fe) {
 		return fe.Under(field)
@@ -694,6 +711,16 @@ func (s *Server) configReloaded(err error) {
 	s.reloads.WithLabelValues("ok").Inc()
 }
 
+// envoyLoaded records a load of Envoy's rate limit rules (err nil: good):
+// as every configuration reload (configReloaded), and in upstream's
+// statistics (config_load_success, config_load_error) when statsd is on.
+func (s *Server) envoyLoaded(err error) {
+	s.configReloaded(err)
+	if s.statsd != nil {
+		s.statsd.ConfigLoad(err)
+	}
+}
+
 // Reload rereads the configuration files (--config,
 // --quotaservice-config, --envoy-ratelimit-config, --client-policy) at
 // once, as on SIGHUP; a bad file is logged and counted, and the last good
@@ -729,6 +756,16 @@ func (s *Server) Limits() *limitsvc.Service { return s.limits }
 
 // Sessions returns the copy-limited resources' service.
 func (s *Server) Sessions() *sessions.Service { return s.sessions }
+
+// EnvoyStats returns envoyproxy/ratelimit's /stats (the statistics sent
+// to statsd, as its debug port prints them), or nil when
+// Config.Runtime.Statsd is off.
+func (s *Server) EnvoyStats() http.Handler {
+	if s.statsd == nil {
+		return nil
+	}
+	return s.statsd.Handler()
+}
 
 // upstreamHealthName is the gRPC health service envoyproxy/ratelimit
 // reports (its src/server/health.go: "ratelimit"), so that a probe
@@ -1041,6 +1078,9 @@ func (s *Server) close() {
 	s.closeEtcd()
 	if s.shared.Close != nil {
 		_ = s.shared.Close()
+	}
+	if s.statsd != nil {
+		_ = s.statsd.Close()
 	}
 	s.closeTracing()
 }

@@ -131,6 +131,17 @@ type upstreamEnv struct {
 	RedisTLSSkipSAN bool    `envconfig:"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"`
 	RedisPerSecond  bool    `envconfig:"REDIS_PERSECOND"`
 
+	UseStatsd     bool              `envconfig:"USE_STATSD" default:"true"`
+	DisableStats  bool              `envconfig:"DISABLE_STATS"`
+	StatsdHost    string            `envconfig:"STATSD_HOST" default:"localhost"`
+	StatsdPort    int               `envconfig:"STATSD_PORT" default:"8125"`
+	StatsdProto   string            `envconfig:"STATSD_PROTOCOL" default:"tcp"`
+	StatsFlush    time.Duration     `envconfig:"STATS_FLUSH_INTERVAL" default:"10s"`
+	GostatsFlush  int               `envconfig:"GOSTATS_FLUSH_INTERVAL_SECONDS"`
+	ExtraTags     map[string]string `envconfig:"EXTRA_TAGS"`
+	UseDogStatsd  bool              `envconfig:"USE_DOG_STATSD"`
+	UsePrometheus bool              `envconfig:"USE_PROMETHEUS"`
+
 	TracingEnabled  bool    `envconfig:"TRACING_ENABLED"`
 	TracingName     string  `envconfig:"TRACING_SERVICE_NAME" default:"RateLimit"`
 	TracingProtocol string  `envconfig:"TRACING_EXPORTER_PROTOCOL" default:"http"`
@@ -271,6 +282,27 @@ func (e upstreamEnv) settings(isSet func(string) bool) ([]setting, ratelimitConf
 	add("envoy-x-ratelimit-headers", "false", "LIMIT_RESPONSE_HEADERS_ENABLED")
 	if e.HeadersEnabled {
 		return nil, rc, nil, errors.New("LIMIT_RESPONSE_HEADERS_ENABLED: not supported yet under envoyproxy/ratelimit's header names; Sluice's own: SLUICE_ENVOY_RATELIMIT_HEADERS=true (the IETF draft's) or SLUICE_ENVOY_X_RATELIMIT_HEADERS=true (X-RateLimit-*)")
+	}
+
+	if e.UseStatsd && !e.DisableStats {
+		add("envoy-statsd", net.JoinHostPort(e.StatsdHost, strconv.Itoa(e.StatsdPort)), "STATSD_HOST, STATSD_PORT")
+		add("envoy-statsd-protocol", strings.ToLower(e.StatsdProto), "STATSD_PROTOCOL")
+		flush := e.StatsFlush
+		if isSet("GOSTATS_FLUSH_INTERVAL_SECONDS") && !isSet("STATS_FLUSH_INTERVAL") {
+			flush = time.Duration(e.GostatsFlush) * time.Second
+		}
+		add("envoy-statsd-flush", flush.String(), "STATS_FLUSH_INTERVAL, GOSTATS_FLUSH_INTERVAL_SECONDS")
+		if len(e.ExtraTags) > 0 {
+			var kv []string
+			for _, k := range slices.Sorted(mapKeys(e.ExtraTags)) {
+				kv = append(kv, k+"="+e.ExtraTags[k])
+			}
+			add("envoy-statsd-tags", strings.Join(kv, ","), "EXTRA_TAGS")
+		}
+		add("envoy-statsd-dogstatsd", strconv.FormatBool(e.UseDogStatsd), "USE_DOG_STATSD")
+	}
+	if e.UsePrometheus {
+		notes = append(notes, "USE_PROMETHEUS: not honoured: Sluice's own metrics are on the debug port's /metrics (PROMETHEUS_ADDR, PROMETHEUS_PATH ignored); upstream's names go to statsd (USE_STATSD)")
 	}
 
 	if e.TracingEnabled {
@@ -607,6 +639,9 @@ func (rc ratelimitConfig) listeners(srv *server.Server) ([]listener, error) {
 	api.Handle("/json", upstreamhttp.JSON(srv.Envoy()))
 	debug := http.NewServeMux()
 	debug.Handle("GET /rlconfig", upstreamhttp.RLConfig(srv.Envoy().Config))
+	if h := srv.EnvoyStats(); h != nil {
+		debug.Handle("GET /stats", h)
+	}
 	debug.HandleFunc("/debug/pprof/", pprof.Index)
 	debug.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	debug.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -122,7 +122,7 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 		f.StringToStringVar(&x.Headers, "envoy-ratelimit-xds-header", nil, "gRPC metadata sent with the subscription (key=value,...)")
 		f.StringVar(&x.TLS.CAFile, "envoy-ratelimit-xds-tls-ca", "", "speak TLS to it, verifying it with these CAs (PEM)")
 		f.StringVar(&x.TLS.CertFile, "envoy-ratelimit-xds-tls-cert", "", "client certificate (PEM) to present to it (mTLS)")
-		f.StringVar(&x.TLS.KeyFile, "envoy-ratelimit-xds-tls-key", "", "the private key of --envoy-ratelimit-xds-tls-cert (PEM)")
+		f.StringVar(&x.TLS.KeyFile, "envoy-ratelimit-xds-tls-key", "", "the private key of that certificate (PEM)")
 		f.StringVar(&x.ServerName, "envoy-ratelimit-xds-server-name", "", "the name its certificate must carry (default: its host)")
 		f.DurationVar(&x.RetryInterval, "envoy-ratelimit-xds-retry", 0, "wait between attempts to reach it (0: 3s)")
 		f.BoolVar(&x.MergeDomains, "envoy-ratelimit-xds-merge", false, "merge its resources naming one domain instead of refusing them")
@@ -173,6 +173,12 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 		f.BoolVar(&c.Envoy.Headers.XRateLimit, "envoy-x-ratelimit-headers", false, "also add X-RateLimit-Limit, -Remaining and -Reset")
 		f.StringVar(&sf.envoyOnStoreError, "envoy-on-store-error", "closed", "the answer when Redis fails: closed (Unavailable) or open (OK)")
 		f.Float64Var(&c.Envoy.NearLimitRatio, "envoy-near-limit-ratio", 0.8, "the fraction of a limit above which hits count as near_limit")
+		st := &c.Runtime.Statsd
+		f.StringVar(&st.Address, "envoy-statsd", "", "send statistics to this statsd (host:port) under envoyproxy/ratelimit's names")
+		f.StringVar(&st.Protocol, "envoy-statsd-protocol", "tcp", "statsd's protocol: tcp or udp")
+		f.DurationVar(&st.FlushInterval, "envoy-statsd-flush", 10*time.Second, "how often the counters are sent to statsd")
+		f.StringToStringVar(&st.ExtraTags, "envoy-statsd-tags", nil, "tags added to every statistic (key=value,...)")
+		f.BoolVar(&st.DogStatsd, "envoy-statsd-dogstatsd", false, "send DogStatsD lines (tags after |#; udp)")
 	})
 	in(f, groupAdmin, func() {
 		a := &c.Admin
@@ -241,7 +247,7 @@ var flagOf = map[string]string{
 	"Listen.Identity.Source": "--client-identity", "Listen.Identity.PolicyPath": "--client-policy",
 	"Leases.RLQS.Unconfigured":    "--rlqs-unconfigured",
 	"Leases.RLQS.UnconfiguredTTL": "--rlqs-unconfigured-ttl", "Leases.RLQS.Smoothing": "--rlqs-smoothing",
-	"Leases.RLQS.Burst": "--rlqs-burst",
+	"Leases.RLQS.Burst": "--rlqs-burst", "Runtime.Statsd": "--envoy-statsd, --envoy-statsd-protocol, --envoy-statsd-flush, --envoy-statsd-tags",
 }
 
 // flagNames rewrites the Config field names in a server error's text as
