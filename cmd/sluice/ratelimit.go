@@ -117,6 +117,9 @@ type upstreamEnv struct {
 	BackendType     string  `envconfig:"BACKEND_TYPE" default:"redis"`
 	ShadowMode      bool    `envconfig:"SHADOW_MODE"`
 	HeadersEnabled  bool    `envconfig:"LIMIT_RESPONSE_HEADERS_ENABLED"`
+	HeaderLimit     string  `envconfig:"LIMIT_LIMIT_HEADER" default:"RateLimit-Limit"`
+	HeaderRemaining string  `envconfig:"LIMIT_REMAINING_HEADER" default:"RateLimit-Remaining"`
+	HeaderReset     string  `envconfig:"LIMIT_RESET_HEADER" default:"RateLimit-Reset"`
 	CalendarMonth   bool    `envconfig:"USE_CALENDAR_MONTH_RATE_LIMIT"`
 	RedisSocketType string  `envconfig:"REDIS_SOCKET_TYPE" default:"unix"`
 	RedisType       string  `envconfig:"REDIS_TYPE" default:"SINGLE"`
@@ -188,6 +191,10 @@ type ratelimitConfig struct {
 	httpAddr, debugAddr string
 	clientSAN           string // GRPC_CLIENT_TLS_SAN
 	redisSkipSAN        bool   // REDIS_TLS_SKIP_HOSTNAME_VERIFICATION
+	// headerNames name the X-RateLimit headers (LIMIT_*_HEADER) when
+	// LIMIT_RESPONSE_HEADERS_ENABLED, unless --envoy-x-ratelimit-headers
+	// was given.
+	headerNames [3]string
 }
 
 // readUpstreamEnv parses envoyproxy/ratelimit's environment with
@@ -279,9 +286,9 @@ func (e upstreamEnv) settings(isSet func(string) bool) ([]setting, ratelimitConf
 	// Upstream adds no header unless asked; then RateLimit-Limit,
 	// -Remaining and -Reset of the descriptor with the least remaining.
 	add("envoy-ratelimit-headers", "false", "LIMIT_RESPONSE_HEADERS_ENABLED")
-	add("envoy-x-ratelimit-headers", "false", "LIMIT_RESPONSE_HEADERS_ENABLED")
+	add("envoy-x-ratelimit-headers", strconv.FormatBool(e.HeadersEnabled), "LIMIT_RESPONSE_HEADERS_ENABLED")
 	if e.HeadersEnabled {
-		return nil, rc, nil, errors.New("LIMIT_RESPONSE_HEADERS_ENABLED: not supported yet under envoyproxy/ratelimit's header names; Sluice's own: SLUICE_ENVOY_RATELIMIT_HEADERS=true (the IETF draft's) or SLUICE_ENVOY_X_RATELIMIT_HEADERS=true (X-RateLimit-*)")
+		rc.headerNames = [3]string{e.HeaderLimit, e.HeaderRemaining, e.HeaderReset}
 	}
 
 	if e.UseStatsd && !e.DisableStats {
@@ -563,10 +570,11 @@ func applySettings(fs *pflag.FlagSet, set []setting) error {
 	return nil
 }
 
-// adjust puts into cfg the TLS configurations flags cannot carry: the
-// listener's check of a client certificate's SAN, and Redis's certificate
-// checked without its name.
+// adjust puts into cfg what flags cannot carry: upstream's names of the
+// X-RateLimit headers, the listener's check of a client certificate's
+// SAN, and Redis's certificate checked without its name.
 func (rc ratelimitConfig) adjust(cfg *server.Config) error {
+	cfg.Envoy.Headers.XRateLimitNames = rc.headerNames
 	if rc.clientSAN != "" {
 		l := &cfg.Listen.TLS
 		c, err := tlsutil.Server(l.CertFile, l.KeyFile, l.CAFile)

@@ -74,7 +74,18 @@ type Headers struct {
 	// XRateLimit adds the older X-RateLimit-Limit, -Remaining and -Reset
 	// (seconds) of the descriptor with the least remaining.
 	XRateLimit bool
+	// XRateLimitNames, when set, name XRateLimit's three headers: the
+	// limit, the remaining and the reset, in that order (envoyproxy/
+	// ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and
+	// LIMIT_RESET_HEADER, whose defaults are RateLimit-Limit,
+	// RateLimit-Remaining and RateLimit-Reset: its
+	// LIMIT_RESPONSE_HEADERS_ENABLED is XRateLimit under those names).
+	// The zero value: X-RateLimit-Limit, -Remaining and -Reset.
+	XRateLimitNames [3]string
 }
+
+// xNames are XRateLimit's default header names.
+var xNames = [3]string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
 
 // Options configure a Service.
 type Options struct {
@@ -800,9 +811,15 @@ func (s *Service) headers(r *reply, ds []descriptor) {
 	}
 	if h.XRateLimit {
 		st := &ds[least].answer.status
-		r.addHeader("X-RateLimit-Limit", strconv.FormatUint(uint64(ds[least].quota), 10))
-		r.addHeader("X-RateLimit-Remaining", strconv.FormatUint(uint64(st.LimitRemaining), 10))
-		r.addHeader("X-RateLimit-Reset", strconv.FormatInt(seconds(st.DurationUntilReset.AsDuration()), 10))
+		names := xNames
+		for i, n := range h.XRateLimitNames {
+			if n != "" {
+				names[i] = n
+			}
+		}
+		r.addHeader(names[0], strconv.FormatUint(uint64(ds[least].quota), 10))
+		r.addHeader(names[1], strconv.FormatUint(uint64(st.LimitRemaining), 10))
+		r.addHeader(names[2], strconv.FormatInt(seconds(st.DurationUntilReset.AsDuration()), 10))
 	}
 }
 

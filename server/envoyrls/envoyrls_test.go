@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -413,5 +414,31 @@ func TestStoreError(t *testing.T) {
 	r = start(t, envoyrls.Options{Store: failing{}, OnStoreError: limits.FailOpen}, y)
 	if resp, err := r.client.ShouldRateLimit(context.Background(), req); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("open: %v %v", resp, err)
+	}
+}
+
+// TestXRateLimitNames: XRateLimit's headers under the names given
+// (envoyproxy/ratelimit's LIMIT_*_HEADER), of the descriptor with the
+// least remaining.
+func TestXRateLimitNames(t *testing.T) {
+	r := start(t, envoyrls.Options{Headers: envoyrls.Headers{XRateLimit: true,
+		XRateLimitNames: [3]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}}}, `
+domain: d
+descriptors:
+  - {key: a, rate_limit: {unit: minute, requests_per_unit: 10}}
+  - {key: b, rate_limit: {unit: hour, requests_per_unit: 5}}
+`)
+	resp, err := r.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "x"), desc("b", "y")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, h := range resp.ResponseHeadersToAdd {
+		got = append(got, h.Key+": "+h.Value)
+	}
+	want := []string{"RateLimit-Limit: 5", "RateLimit-Remaining: 4", "RateLimit-Reset: 720"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("headers %q, want %q", got, want)
 	}
 }
