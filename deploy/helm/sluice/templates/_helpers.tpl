@@ -184,6 +184,19 @@ YAML list.
 {{- end -}}
 
 {{/*
+sluice.checkRuleFiles fails for a file of envoyRatelimitConfig that the
+server would never read (it reads *.yaml and *.yml, never a dot file) or
+that cannot be a ConfigMap's key, naming it.
+*/}}
+{{- define "sluice.checkRuleFiles" -}}
+{{- range $file, $_ := .Values.envoyRatelimitConfig }}
+{{- if not (regexMatch "^[-_a-zA-Z0-9][-._a-zA-Z0-9]*\\.ya?ml$" $file) }}
+{{- fail (printf "envoyRatelimitConfig.%s: want a file name ending in .yaml or .yml (letters, digits, -, _ and .; not starting with a dot): only those are read" $file) }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
 sluice.server renders one Sluice workload: its ConfigMaps (when it has a
 configuration), Deployment, Service and PodDisruptionBudget. Call with a
 dict:
@@ -206,6 +219,7 @@ dict:
 {{- $labels := include "sluice.labels" (dict "root" $root "name" .name) -}}
 {{- $selector := include "sluice.selectorLabels" (dict "root" $root "name" .name) -}}
 {{- $envoy := and .config $v.envoyRatelimitConfig -}}
+{{- include "sluice.checkRuleFiles" $root -}}
 {{- if and .config $v.config }}
 ---
 apiVersion: v1
