@@ -1,102 +1,49 @@
 package server
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	xdsserver "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/xdstest"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 	"github.com/sluice-rl/sluice/limits/rls"
-	"github.com/sluice-rl/sluice/limits/rlsxds"
 	"github.com/sluice-rl/sluice/resources"
 )
 
 const xdsTestNode = "envoy-ratelimit"
 
-// xdsControlPlane is a real xDS control plane as Envoy Gateway serves
-// envoyproxy/ratelimit's rules: go-control-plane's server over its
-// snapshot cache on 127.0.0.1, mTLS required. It counts the NACKs.
-type xdsControlPlane struct {
-	cache cache.SnapshotCache
-	addr  string
-	mu    sync.Mutex
-	nacks []string
-}
-
-func startXdsControlPlane(t *testing.T, certs *testutil.Certs) *xdsControlPlane {
+// startXdsControlPlane starts a control plane as Envoy Gateway serves
+// envoyproxy/ratelimit's rules, mTLS required, stopped at the end of the
+// test.
+func startXdsControlPlane(t *testing.T, certs *testutil.Certs) *xdstest.ControlPlane {
 	t.Helper()
 	tc, err := tlsutil.Server(certs.ServerCert, certs.ServerKey, certs.CA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := &xdsControlPlane{cache: cache.NewSnapshotCache(false, cache.IDHash{}, nil), addr: lis.Addr().String()}
-	cb := xdsserver.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discovery.DiscoveryRequest) error {
-		if d := req.GetErrorDetail(); d != nil {
-			cp.mu.Lock()
-			cp.nacks = append(cp.nacks, d.GetMessage())
-			cp.mu.Unlock()
-		}
-		return nil
-	}}
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(tc)))
-	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xdsserver.NewServer(context.Background(), cp.cache, cb))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = gs.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		gs.Stop()
-		<-done
-	})
-	return cp
+	return xdstest.Start(t, tc)
 }
 
-// set serves version: domain edge, remote_address limited to n a minute
-// (no unit when bad: a version the server must refuse).
-func (cp *xdsControlPlane) set(t *testing.T, version string, n uint32, bad bool) {
-	t.Helper()
+// xdsEdge is the rules of a version: domain edge, remote_address limited
+// to n a minute (no unit when bad: a version the server must refuse).
+func xdsEdge(n uint32, bad bool) *rlsconfv3.RateLimitConfig {
 	unit := rlsconfv3.RateLimitUnit_MINUTE
 	if bad {
 		unit = rlsconfv3.RateLimitUnit_UNKNOWN
 	}
-	rc := &rlsconfv3.RateLimitConfig{Name: "default/eg/http", Domain: "edge", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+	return &rlsconfv3.RateLimitConfig{Name: "default/eg/http", Domain: "edge", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
 		Key: "remote_address", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: unit, RequestsPerUnit: n}}}}
-	snap, err := cache.NewSnapshot(version, map[string][]types.Resource{rlsxds.TypeURL: {rc}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.cache.SetSnapshot(context.Background(), xdsTestNode, snap); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (cp *xdsControlPlane) nacked() []string {
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
-	return append([]string(nil), cp.nacks...)
 }
 
 // TestEnvoyRulesOverXds: a server whose Envoy rules come from an xDS
@@ -113,7 +60,7 @@ func TestEnvoyRulesOverXds(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := startServer(t, Config{Document: Document{Path: doc, EnvoyRateLimitXDS: EnvoyRateLimitXDS{
-		ServerURL: cp.addr, NodeID: xdsTestNode, NodeMetadata: map[string]string{"cluster": "test"},
+		ServerURL: cp.Addr(), NodeID: xdsTestNode, NodeMetadata: map[string]string{"cluster": "test"},
 		TLS: TLS{CAFile: certs.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey}, ServerName: "localhost",
 		RetryInterval: 100 * time.Millisecond}}})
 	c := rlsv3.NewRateLimitServiceClient(testutil.Dial(t, s.Addr()))
@@ -129,7 +76,7 @@ func TestEnvoyRulesOverXds(t *testing.T) {
 
 	// No version yet: not ready, and saying why.
 	time.Sleep(300 * time.Millisecond)
-	if ok, why := s.Ready(); ok || !strings.Contains(why, "xDS control plane at "+cp.addr) {
+	if ok, why := s.Ready(); ok || !strings.Contains(why, "xDS control plane at "+cp.Addr()) {
 		t.Fatalf("Ready before the first version: %v %q", ok, why)
 	}
 	if code, _ := httpGet(t, "http://"+s.Addr()+"/readyz"); code != http.StatusServiceUnavailable {
@@ -139,10 +86,13 @@ func TestEnvoyRulesOverXds(t *testing.T) {
 		t.Fatalf("limited before any rule: %v", st)
 	}
 
-	cp.set(t, "1", 2, false)
+	cp.Set(t, xdsTestNode, "1", xdsEdge(2, false))
 	testutil.Eventually(t, 10*time.Second, "ready with version 1", func() bool { ok, _ := s.Ready(); return ok })
 	if v, _ := testutil.MetricValue(t, s.Registry(), "sluice_envoy_xds_connected"); v != 1 {
 		t.Errorf("sluice_envoy_xds_connected = %v with the rules received", v)
+	}
+	if ids, md := cp.NodeIDs(), cp.NodeMetadata("cluster"); len(ids) == 0 || ids[0] != xdsTestNode || md[0] != "test" {
+		t.Errorf("the control plane saw node ids %q with metadata cluster %q, want %s and test", ids, md, xdsTestNode)
 	}
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		if st := decide(); st.Code != want || st.GetCurrentLimit().GetRequestsPerUnit() != 2 {
@@ -150,9 +100,9 @@ func TestEnvoyRulesOverXds(t *testing.T) {
 		}
 	}
 
-	cp.set(t, "2", 3, true)
-	testutil.Eventually(t, 10*time.Second, "version 2 refused", func() bool { return len(cp.nacked()) > 0 })
-	if nack := cp.nacked()[0]; !strings.Contains(nack, `RateLimitConfig "default/eg/http": descriptors[0].rate_limit.unit: missing`) {
+	cp.Set(t, xdsTestNode, "2", xdsEdge(3, true))
+	testutil.Eventually(t, 10*time.Second, "version 2 refused", func() bool { return len(cp.Nacks()) > 0 })
+	if nack := cp.Nacks()[0]; !strings.Contains(nack, `RateLimitConfig "default/eg/http": descriptors[0].rate_limit.unit: missing`) {
 		t.Errorf("NACK %q", nack)
 	}
 	if n, _ := testutil.MetricValue(t, s.Registry(), "sluice_server_config_reloads_total", "result", "failed"); n < 1 {
@@ -162,7 +112,7 @@ func TestEnvoyRulesOverXds(t *testing.T) {
 		t.Fatalf("after the refused version: %v, want the limit of 2 still", st)
 	}
 
-	cp.set(t, "3", 5, false)
+	cp.Set(t, xdsTestNode, "3", xdsEdge(5, false))
 	testutil.Eventually(t, 10*time.Second, "version 3 served", func() bool { return decide().GetCurrentLimit().GetRequestsPerUnit() == 5 })
 
 	okBefore, _ := testutil.MetricValue(t, s.Registry(), "sluice_server_config_reloads_total", "result", "ok")

@@ -4,126 +4,35 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/sluice-rl/sluice/internal/names"
 	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/internal/testutil/xdstest"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 	"github.com/sluice-rl/sluice/limits/rls"
 )
 
 const testNode = "sluice-test"
 
-// controlPlane is a real xDS control plane as Envoy Gateway runs one for
-// envoyproxy/ratelimit: go-control-plane's server over its snapshot
-// cache, serving the aggregated discovery service over mTLS. It records
-// what the source sends.
-type controlPlane struct {
-	cache cache.SnapshotCache
-	tls   *tls.Config
-	addr  string
-	gs    *grpc.Server
-	done  chan struct{}
-
-	mu       sync.Mutex
-	acks     []string // the versions acknowledged
-	nacks    []string // the error_detail of each NACK
-	headers  []string // the x-tenant header of each stream
-	metadata []string // the node's metadata "zone", each request that carries the node
-}
-
-func newControlPlane(t *testing.T, certs *testutil.Certs) *controlPlane {
+// startControlPlane starts a control plane as Envoy Gateway runs one for
+// envoyproxy/ratelimit, over mTLS (client certificates required), and
+// stopped at the end of the test.
+func startControlPlane(t *testing.T, certs *testutil.Certs) *xdstest.ControlPlane {
 	t.Helper()
 	tc, err := tlsutil.Server(certs.ServerCert, certs.ServerKey, certs.CA) // mTLS: client certificates required
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &controlPlane{cache: cache.NewSnapshotCache(false, cache.IDHash{}, nil), tls: tc, addr: "127.0.0.1:0"}
-}
-
-// start serves on cp.addr (port 0 the first time, the same port after).
-func (cp *controlPlane) start(t *testing.T) {
-	t.Helper()
-	lis, err := net.Listen("tcp", cp.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp.addr = lis.Addr().String()
-	cb := server.CallbackFuncs{
-		StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
-			md, _ := metadata.FromIncomingContext(ctx)
-			cp.mu.Lock()
-			cp.headers = append(cp.headers, strings.Join(md.Get("x-tenant"), ","))
-			cp.mu.Unlock()
-			return nil
-		},
-		StreamRequestFunc: func(_ int64, req *discovery.DiscoveryRequest) error {
-			cp.mu.Lock()
-			defer cp.mu.Unlock()
-			if n := req.GetNode(); n != nil {
-				cp.metadata = append(cp.metadata, n.GetMetadata().GetFields()["zone"].GetStringValue())
-			}
-			switch {
-			case req.GetErrorDetail() != nil:
-				cp.nacks = append(cp.nacks, req.GetErrorDetail().GetMessage())
-			case req.GetResponseNonce() != "":
-				cp.acks = append(cp.acks, req.GetVersionInfo())
-			}
-			return nil
-		},
-	}
-	cp.gs = grpc.NewServer(grpc.Creds(credentials.NewTLS(cp.tls)))
-	discovery.RegisterAggregatedDiscoveryServiceServer(cp.gs, server.NewServer(context.Background(), cp.cache, cb))
-	cp.done = make(chan struct{})
-	go func() {
-		defer close(cp.done)
-		_ = cp.gs.Serve(lis)
-	}()
-}
-
-// stop ends the control plane: its streams break, its port closes.
-func (cp *controlPlane) stop() {
-	cp.gs.Stop()
-	<-cp.done
-}
-
-// set serves a snapshot of version holding configs to the test node.
-func (cp *controlPlane) set(t *testing.T, version string, configs ...*rlsconfv3.RateLimitConfig) {
-	t.Helper()
-	rs := make([]types.Resource, len(configs))
-	for i, c := range configs {
-		rs[i] = c
-	}
-	snap, err := cache.NewSnapshot(version, map[string][]types.Resource{TypeURL: rs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.cache.SetSnapshot(context.Background(), testNode, snap); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (cp *controlPlane) seen() (acks, nacks, headers, md []string) {
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
-	return append([]string(nil), cp.acks...), append([]string(nil), cp.nacks...), append([]string(nil), cp.headers...), append([]string(nil), cp.metadata...)
+	return xdstest.Start(t, tc)
 }
 
 // edge is a resource limiting remote_address to n per second, and unit
@@ -167,14 +76,9 @@ func (a *applied) limit() uint32 {
 func TestSourceFollowsControlPlane(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	certs := testutil.MakeCerts(t)
-	cp := newControlPlane(t, certs)
-	cp.set(t, "1", edge(10, false))
-	cp.start(t)
-	defer func() {
-		if cp.gs != nil {
-			cp.stop()
-		}
-	}()
+	cp := startControlPlane(t, certs)
+	defer cp.Stop() // before goleak looks
+	cp.Set(t, testNode, "1", edge(10, false))
 
 	client, err := tlsutil.Client(certs.CA, certs.ClientCert, certs.ClientKey)
 	if err != nil {
@@ -183,7 +87,7 @@ func TestSourceFollowsControlPlane(t *testing.T) {
 	client.ServerName = "localhost" // CONFIG_GRPC_XDS_SERVER_TLS_SAN
 	var got applied
 	var rejected atomic.Int32
-	src, err := New(Options{ServerURL: cp.addr, NodeID: testNode, NodeMetadata: map[string]string{"zone": "eu-1"}, TLS: client,
+	src, err := New(Options{ServerURL: cp.Addr(), NodeID: testNode, NodeMetadata: map[string]string{"zone": "eu-1"}, TLS: client,
 		Headers: map[string]string{"X-Tenant": "blue"}, RetryInterval: 100 * time.Millisecond, Logger: testutil.Logger(), Apply: got.apply,
 		Rejected: func(string, error) { rejected.Add(1) }})
 	if err != nil {
@@ -216,23 +120,20 @@ func TestSourceFollowsControlPlane(t *testing.T) {
 		t.Errorf("a second Run: %v, want ErrRunning", err)
 	}
 	testutil.Eventually(t, 10*time.Second, "version 1 acknowledged", func() bool {
-		acks, _, _, _ := cp.seen()
+		acks := cp.Acks()
 		return len(acks) > 0 && acks[len(acks)-1] == "1"
 	})
-	_, _, headers, md := cp.seen()
+	headers, md := cp.Headers("x-tenant"), cp.NodeMetadata("zone")
 	if len(headers) == 0 || headers[0] != "blue" || len(md) == 0 || md[0] != "eu-1" {
 		t.Errorf("the control plane saw headers %q and node metadata %q, want blue and eu-1", headers, md)
 	}
 
-	cp.set(t, "2", edge(20, false))
+	cp.Set(t, testNode, "2", edge(20, false))
 	testutil.Eventually(t, 10*time.Second, "version 2 applied", func() bool { return src.Version() == "2" && got.limit() == 20 })
 
-	cp.set(t, "3", edge(30, true))
-	testutil.Eventually(t, 10*time.Second, "version 3 rejected", func() bool {
-		_, nacks, _, _ := cp.seen()
-		return len(nacks) > 0
-	})
-	_, nacks, _, _ := cp.seen()
+	cp.Set(t, testNode, "3", edge(30, true))
+	testutil.Eventually(t, 10*time.Second, "version 3 rejected", func() bool { return len(cp.Nacks()) > 0 })
+	nacks := cp.Nacks()
 	if want := `RateLimitConfig "edge-config": descriptors[0].rate_limit.unit: missing`; !strings.Contains(nacks[0], want) {
 		t.Errorf("the NACK's error detail %q lacks %q", nacks[0], want)
 	}
@@ -242,7 +143,7 @@ func TestSourceFollowsControlPlane(t *testing.T) {
 	// go-control-plane's cache sends the rejected version again at once
 	// after each NACK: the source answers at most once a RetryInterval.
 	time.Sleep(time.Second)
-	_, nacks, _, _ = cp.seen()
+	nacks = cp.Nacks()
 	if len(nacks) > 15 {
 		t.Errorf("%d NACKs within about a second with a 100 ms RetryInterval: the two sides loop", len(nacks))
 	}
@@ -253,24 +154,28 @@ func TestSourceFollowsControlPlane(t *testing.T) {
 		t.Errorf("sluice_envoy_xds_answers_total{result=nack} = %v; the control plane saw %d", n, len(nacks))
 	}
 
-	cp.set(t, "4", edge(40, false))
+	cp.Set(t, testNode, "4", edge(40, false))
 	testutil.Eventually(t, 10*time.Second, "version 4 applied", func() bool { return src.Version() == "4" && got.limit() == 40 && src.Err() == nil })
+	testutil.Eventually(t, 10*time.Second, "version 4 acknowledged", func() bool { // after the NACKs, a version no response's nonce equals
+		acks := cp.Acks()
+		return len(acks) > 0 && acks[len(acks)-1] == "4"
+	})
 
 	// The control plane restarts on the same port, with a new version
 	// set while it was away.
-	cp.stop()
+	cp.Stop()
 	testutil.Eventually(t, 10*time.Second, "the lost stream noticed", func() bool { return src.Err() != nil && metric("sluice_envoy_xds_connected") == 0 })
 	if got.limit() != 40 || !src.Ready() {
 		t.Errorf("rules lost with the control plane: limit %d, ready %v", got.limit(), src.Ready())
 	}
-	cp.set(t, "5", edge(50, false))
+	cp.Set(t, testNode, "5", edge(50, false))
 	time.Sleep(300 * time.Millisecond) // a few failed attempts
-	cp.start(t)
+	cp.Restart(t)
 	testutil.Eventually(t, 10*time.Second, "version 5 applied after the restart", func() bool { return src.Version() == "5" && got.limit() == 50 })
 	// The same rules again (a reconnection restates them): acknowledged,
 	// not applied again.
 	n := got.n.Load()
-	cp.set(t, "6", edge(50, false))
+	cp.Set(t, testNode, "6", edge(50, false))
 	testutil.Eventually(t, 10*time.Second, "version 6 acknowledged", func() bool { return src.Version() == "6" })
 	if got.n.Load() != n {
 		t.Errorf("equal rules applied again")
@@ -284,13 +189,10 @@ func TestSourceFollowsControlPlane(t *testing.T) {
 func TestSourceStartsBeforeControlPlane(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	certs := testutil.MakeCerts(t)
-	cp := newControlPlane(t, certs)
-	port, err := testutil.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cp.set(t, "a", edge(7, false))
+	cp := startControlPlane(t, certs)
+	cp.Stop() // not there yet: nothing listens on its port
+	defer cp.Stop()
+	cp.Set(t, testNode, "a", edge(7, false))
 
 	withCert, err := tlsutil.Client(certs.CA, certs.ClientCert, certs.ClientKey)
 	if err != nil {
@@ -308,7 +210,7 @@ func TestSourceStartsBeforeControlPlane(t *testing.T) {
 		tls   *tls.Config
 		apply func(*rls.Config) error
 	}{{withCert, good.apply}, {noCert, refused.apply}} {
-		src, err := New(Options{ServerURL: cp.addr, NodeID: testNode, TLS: c.tls, RetryInterval: 50 * time.Millisecond, Logger: testutil.Logger(), Apply: c.apply})
+		src, err := New(Options{ServerURL: cp.Addr(), NodeID: testNode, TLS: c.tls, RetryInterval: 50 * time.Millisecond, Logger: testutil.Logger(), Apply: c.apply})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -323,8 +225,7 @@ func TestSourceStartsBeforeControlPlane(t *testing.T) {
 	if sources[0].Ready() {
 		t.Fatal("ready without a control plane")
 	}
-	cp.start(t)
-	defer cp.stop()
+	cp.Restart(t)
 	testutil.Eventually(t, 10*time.Second, "the rules applied", func() bool { return sources[0].Ready() && good.limit() == 7 })
 	time.Sleep(300 * time.Millisecond)
 	if sources[1].Ready() || refused.n.Load() != 0 || sources[1].Err() == nil {
@@ -337,15 +238,14 @@ func TestSourceStartsBeforeControlPlane(t *testing.T) {
 func TestSourceApplyRefuses(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	certs := testutil.MakeCerts(t)
-	cp := newControlPlane(t, certs)
-	cp.set(t, "1", edge(1, false))
-	cp.start(t)
-	defer cp.stop()
+	cp := startControlPlane(t, certs)
+	defer cp.Stop()
+	cp.Set(t, testNode, "1", edge(1, false))
 	client, err := tlsutil.Client(certs.CA, certs.ClientCert, certs.ClientKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := New(Options{ServerURL: cp.addr, NodeID: testNode, TLS: client, RetryInterval: 50 * time.Millisecond, Logger: testutil.Logger(),
+	src, err := New(Options{ServerURL: cp.Addr(), NodeID: testNode, TLS: client, RetryInterval: 50 * time.Millisecond, Logger: testutil.Logger(),
 		Apply: func(*rls.Config) error { return errors.New("no room for the rules") }})
 	if err != nil {
 		t.Fatal(err)
@@ -361,7 +261,7 @@ func TestSourceApplyRefuses(t *testing.T) {
 		<-done
 	}()
 	testutil.Eventually(t, 10*time.Second, "the NACK", func() bool {
-		_, nacks, _, _ := cp.seen()
+		nacks := cp.Nacks()
 		return len(nacks) > 0 && strings.Contains(nacks[0], "applying the rules: no room for the rules")
 	})
 	if src.Ready() || src.Version() != "" {
