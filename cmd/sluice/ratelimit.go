@@ -603,7 +603,7 @@ func (rc ratelimitConfig) adjust(cfg *server.Config) error {
 		c.InsecureSkipVerify = true
 		c.VerifyConnection = func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
-				return errors.New("Redis presented no certificate")
+				return errors.New("tls: Redis presented no certificate")
 			}
 			inter := x509.NewCertPool()
 			for _, ic := range cs.PeerCertificates[1:] {
