@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -214,7 +215,7 @@ func (e upstreamEnv) settings(isSet func(string) bool) ([]setting, ratelimitConf
 	add := func(flag, value, from string) { s = append(s, setting{flag, value, from}) }
 	rc := ratelimitConfig{httpAddr: net.JoinHostPort(e.Host, strconv.Itoa(e.Port)), debugAddr: net.JoinHostPort(e.DebugHost, strconv.Itoa(e.DebugPort))}
 	var notes []string
-	for _, name := range slices.Sorted(mapKeys(ignored)) {
+	for _, name := range slices.Sorted(maps.Keys(ignored)) {
 		if isSet(name) {
 			notes = append(notes, name+": not honoured: "+ignored[name])
 		}
@@ -300,11 +301,7 @@ func (e upstreamEnv) settings(isSet func(string) bool) ([]setting, ratelimitConf
 		}
 		add("envoy-statsd-flush", flush.String(), "STATS_FLUSH_INTERVAL, GOSTATS_FLUSH_INTERVAL_SECONDS")
 		if len(e.ExtraTags) > 0 {
-			var kv []string
-			for _, k := range slices.Sorted(mapKeys(e.ExtraTags)) {
-				kv = append(kv, k+"="+e.ExtraTags[k])
-			}
-			add("envoy-statsd-tags", strings.Join(kv, ","), "EXTRA_TAGS")
+			add("envoy-statsd-tags", flagPairs(e.ExtraTags), "EXTRA_TAGS")
 		}
 		add("envoy-statsd-dogstatsd", strconv.FormatBool(e.UseDogStatsd), "USE_DOG_STATSD")
 	}
@@ -342,11 +339,7 @@ func (e upstreamEnv) xds(add func(flag, value, from string)) error {
 		add("envoy-ratelimit-xds-node-metadata", md, "CONFIG_GRPC_XDS_NODE_METADATA")
 	}
 	if len(e.XdsHeaders) > 0 {
-		var kv []string
-		for _, k := range slices.Sorted(mapKeys(e.XdsHeaders)) {
-			kv = append(kv, k+"="+e.XdsHeaders[k])
-		}
-		add("envoy-ratelimit-xds-header", strings.Join(kv, ","), "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")
+		add("envoy-ratelimit-xds-header", flagPairs(e.XdsHeaders), "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")
 	}
 	add("envoy-ratelimit-xds-retry", e.XdsRetry.String(), "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")
 	add("envoy-ratelimit-xds-merge", strconv.FormatBool(e.MergeDomainConfig), "MERGE_DOMAIN_CONFIG")
@@ -403,14 +396,7 @@ func (e upstreamEnv) redis(add func(flag, value, from string), rc *ratelimitConf
 	if e.RedisTLS {
 		scheme = "rediss"
 	}
-	var user *url.Userinfo
-	if e.RedisAuth != "" {
-		if u, p, ok := strings.Cut(e.RedisAuth, ":"); ok {
-			user = url.UserPassword(u, p)
-		} else {
-			user = url.UserPassword("", e.RedisAuth)
-		}
-	}
+	user := upstreamAuth(e.RedisAuth)
 	q := url.Values{}
 	if e.RedisPoolSize > 0 {
 		q.Set("pool_size", strconv.Itoa(e.RedisPoolSize))
@@ -456,15 +442,7 @@ func (e upstreamEnv) redis(add func(flag, value, from string), rc *ratelimitConf
 			p, _ := user.Password()
 			q.Set("password", p)
 		}
-		var suser *url.Userinfo
-		if e.RedisSentinel != "" {
-			if u, p, ok := strings.Cut(e.RedisSentinel, ":"); ok {
-				suser = url.UserPassword(u, p)
-			} else {
-				suser = url.UserPassword("", e.RedisSentinel)
-			}
-		}
-		u := url.URL{Scheme: scheme, User: suser, Host: addrs[1], Path: "/0", RawQuery: q.Encode()}
+		u := url.URL{Scheme: scheme, User: upstreamAuth(e.RedisSentinel), Host: addrs[1], Path: "/0", RawQuery: q.Encode()}
 		add("redis-sentinel", u.String(), "REDIS_URL")
 	default:
 		return fmt.Errorf("REDIS_TYPE: %q, want single, cluster or sentinel", e.RedisType)
@@ -485,6 +463,29 @@ func (e upstreamEnv) redis(add func(flag, value, from string), rc *ratelimitConf
 	return nil
 }
 
+// upstreamAuth is the user information of envoyproxy/ratelimit's
+// REDIS_AUTH (or REDIS_SENTINEL_AUTH): "PASSWORD" or "USER:PASSWORD"; nil
+// for "".
+func upstreamAuth(auth string) *url.Userinfo {
+	if auth == "" {
+		return nil
+	}
+	if u, p, ok := strings.Cut(auth, ":"); ok {
+		return url.UserPassword(u, p)
+	}
+	return url.UserPassword("", auth)
+}
+
+// flagPairs is m as a StringToString flag's value, "k1=v1,k2=v2", keys in
+// order.
+func flagPairs(m map[string]string) string {
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		kv = append(kv, k+"="+m[k])
+	}
+	return strings.Join(kv, ",")
+}
+
 // upstreamLevel maps envoyproxy/ratelimit's LOG_LEVEL (logrus's levels,
 // any case) to --log-level's.
 func upstreamLevel(l string) string {
@@ -497,17 +498,6 @@ func upstreamLevel(l string) string {
 		return "error"
 	}
 	return l
-}
-
-// mapKeys returns m's keys.
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // run is sluice envoy-ratelimit: flags, then SLUICE_*, then

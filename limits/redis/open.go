@@ -212,14 +212,8 @@ func (d Dial) client() (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, &names.FieldError{Field: field, Err: err}
 		}
-		if o.TLSConfig, err = d.tls(o.TLSConfig, field); err != nil {
+		if err := d.settle(field, shared{&o.TLSConfig, &o.ContextTimeoutEnabled, &o.MaxRetries, &o.DialerRetries, o.Username, &o.CredentialsProviderContext}, creds); err != nil {
 			return nil, err
-		}
-		o.ContextTimeoutEnabled = true
-		o.MaxRetries, o.DialerRetries = noRetries(o.MaxRetries, o.DialerRetries)
-		if creds != nil {
-			user := o.Username
-			o.CredentialsProviderContext = func(context.Context) (string, string, error) { return creds(user) }
 		}
 		return redis.NewClient(o), nil
 	case "Cluster":
@@ -231,14 +225,8 @@ func (d Dial) client() (redis.UniversalClient, error) {
 		} else if d.TLS != nil {
 			o.TLSConfig = &tls.Config{}
 		}
-		if o.TLSConfig, err = d.tls(o.TLSConfig, field); err != nil {
+		if err := d.settle(field, shared{&o.TLSConfig, &o.ContextTimeoutEnabled, &o.MaxRetries, &o.DialerRetries, o.Username, &o.CredentialsProviderContext}, creds); err != nil {
 			return nil, err
-		}
-		o.ContextTimeoutEnabled = true
-		o.MaxRetries, o.DialerRetries = noRetries(o.MaxRetries, o.DialerRetries)
-		if creds != nil {
-			user := o.Username
-			o.CredentialsProviderContext = func(context.Context) (string, string, error) { return creds(user) }
 		}
 		return redis.NewClusterClient(o), nil
 	}
@@ -249,16 +237,39 @@ func (d Dial) client() (redis.UniversalClient, error) {
 	if o.MasterName == "" {
 		return nil, names.FieldErr(field, "no master_name in the URL: name the master the sentinels watch (?master_name=NAME)")
 	}
-	if o.TLSConfig, err = d.tls(o.TLSConfig, field); err != nil {
+	if err := d.settle(field, shared{&o.TLSConfig, &o.ContextTimeoutEnabled, &o.MaxRetries, &o.DialerRetries, o.Username, &o.CredentialsProviderContext}, creds); err != nil {
 		return nil, err
 	}
-	o.ContextTimeoutEnabled = true
-	o.MaxRetries, o.DialerRetries = noRetries(o.MaxRetries, o.DialerRetries)
-	if creds != nil {
-		user := o.Username
-		o.CredentialsProviderContext = func(context.Context) (string, string, error) { return creds(user) }
-	}
 	return redis.NewFailoverClient(o), nil
+}
+
+// shared points at the fields of a shape's go-redis options that Open
+// sets alike (redis.Options, ClusterOptions, FailoverOptions), and holds
+// the user its URL names.
+type shared struct {
+	tls                       **tls.Config
+	contextTimeout            *bool
+	maxRetries, dialerRetries *int
+	user                      string
+	creds                     *func(context.Context) (string, string, error)
+}
+
+// settle sets o's shared fields as Open does: d's TLS (see tls), context
+// deadlines honoured, no retries unless the URL asked, and the password
+// read from d.PasswordFile for each new connection (creds, nil without
+// one).
+func (d Dial) settle(field string, o shared, creds func(user string) (string, string, error)) error {
+	tc, err := d.tls(*o.tls, field)
+	if err != nil {
+		return err
+	}
+	*o.tls, *o.contextTimeout = tc, true
+	*o.maxRetries, *o.dialerRetries = noRetries(*o.maxRetries, *o.dialerRetries)
+	if creds != nil {
+		user := o.user
+		*o.creds = func(context.Context) (string, string, error) { return creds(user) }
+	}
+	return nil
 }
 
 // noRetries returns the client's retries as Open sets them (see there):

@@ -166,15 +166,7 @@ func StartClusterSecure(masters, replicas int, sec Security) (*Cluster, error) {
 // it skips t on ErrSkip and fails it on any other error.
 func StartClusterSecureT(t testing.TB, masters, replicas int, sec Security) *Cluster {
 	t.Helper()
-	c, err := StartClusterSecure(masters, replicas, sec)
-	if errors.Is(err, ErrSkip) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	return c
+	return forTest(t, func() (*Cluster, error) { return StartClusterSecure(masters, replicas, sec) })
 }
 
 // options returns the options of the helper's client of the node at addr.
@@ -190,15 +182,7 @@ func (c *Cluster) options(addr string) *redis.Options {
 // it on any other error.
 func StartClusterT(t testing.TB, masters int) *Cluster {
 	t.Helper()
-	c, err := StartCluster(masters)
-	if errors.Is(err, ErrSkip) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	return c
+	return forTest(t, func() (*Cluster, error) { return StartCluster(masters) })
 }
 
 // missing is the error for a missing binary.

@@ -70,15 +70,7 @@ func StartSecure(sec Security) (*Server, error) {
 // fails it on any other error, and stops the server when the test ends.
 func StartSecureT(t testing.TB, sec Security) *Server {
 	t.Helper()
-	s, err := StartSecure(sec)
-	if errors.Is(err, ErrSkip) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	return s
+	return forTest(t, func() (*Server, error) { return StartSecure(sec) })
 }
 
 func start(wrapper []string, opts ...string) (*Server, error) {
@@ -187,13 +179,20 @@ func (s *Server) Resume() { _ = s.p.cmd.Process.Signal(syscall.SIGCONT) }
 // any other error, and stops the server when the test ends.
 func StartT(t testing.TB) *Server {
 	t.Helper()
-	s, err := Start()
+	return forTest(t, func() (*Server, error) { return Start() })
+}
+
+// forTest starts what start starts for t: it skips t on ErrSkip, fails it
+// on any other error, and stops what started when t ends.
+func forTest[T interface{ Stop() }](t testing.TB, start func() (T, error)) T {
+	t.Helper()
+	v, err := start()
 	if errors.Is(err, ErrSkip) {
 		t.Skip(err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Stop)
-	return s
+	t.Cleanup(v.Stop)
+	return v
 }

@@ -2,7 +2,6 @@ package redistest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -157,15 +156,7 @@ func StartSentinel(sec Security) (*Sentinel, error) {
 // on ErrSkip and fails it on any other error.
 func StartSentinelT(t testing.TB, sec Security) *Sentinel {
 	t.Helper()
-	s, err := StartSentinel(sec)
-	if errors.Is(err, ErrSkip) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	return s
+	return forTest(t, func() (*Sentinel, error) { return StartSentinel(sec) })
 }
 
 // Name returns the name the sentinels know the master by ("mymaster").
