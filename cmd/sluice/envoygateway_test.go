@@ -72,17 +72,42 @@ func statsdSink(t *testing.T) (addr string, lines *testutil.LogBuffer) {
 	return ln.Addr().String(), lines
 }
 
-// egRule is the rule Envoy Gateway's control plane serves for a
-// BackendTrafficPolicy: x-user-id "one" limited to n a minute (no unit
-// when bad: a version Sluice must refuse).
+// egRule is the RateLimitConfig Envoy Gateway's control plane serves for
+// a BackendTrafficPolicy on route first-route of listener first-listener
+// whose one rule limits requests with header x-user-id: one to n a minute
+// (no unit when bad: a version Sluice must refuse): the domain is the
+// listener, then a level for the route, one for the policy's rule and
+// one for its match, as envoyproxy/gateway's translator writes them
+// (internal/xds/translator/testdata/out/ratelimit-config/value-match.yaml).
 func egRule(n uint32, bad bool) *rlsconfv3.RateLimitConfig {
 	unit := rlsconfv3.RateLimitUnit_MINUTE
 	if bad {
 		unit = rlsconfv3.RateLimitUnit_UNKNOWN
 	}
-	return &rlsconfv3.RateLimitConfig{Name: "default/eg/http", Domain: "default-eg-http",
-		Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "x-user-id", Value: "one",
-			RateLimit: &rlsconfv3.RateLimitPolicy{Unit: unit, RequestsPerUnit: n}}}}
+	level := func(kv string, below ...*rlsconfv3.RateLimitDescriptor) *rlsconfv3.RateLimitDescriptor {
+		return &rlsconfv3.RateLimitDescriptor{Key: kv, Value: kv, Descriptors: below}
+	}
+	match := level("rule-0-match-0")
+	match.RateLimit = &rlsconfv3.RateLimitPolicy{Unit: unit, RequestsPerUnit: n}
+	return &rlsconfv3.RateLimitConfig{Name: "first-listener", Domain: "first-listener",
+		Descriptors: []*rlsconfv3.RateLimitDescriptor{level("first-route", level(egPolicyRule, match))}}
+}
+
+// egPolicyRule is the level Envoy Gateway names after the policy's rule.
+const egPolicyRule = "test-namespace/test-policy-1/rule/0"
+
+// egRuleKey is egRule's limit as /rlconfig and the statistics name it.
+const egRuleKey = "first-listener.first-route_first-route." + egPolicyRule + "_" + egPolicyRule + ".rule-0-match-0_rule-0-match-0"
+
+// egRequest is what Envoy's rate limit filter sends for a request that
+// matches egRule's match (x-user-id: one), or not (matched false: the
+// match's level is absent).
+func egRequest(matched bool) *rlsv3.RateLimitRequest {
+	e := []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "first-route", Value: "first-route"}, {Key: egPolicyRule, Value: egPolicyRule}}
+	if matched {
+		e = append(e, &ratelimitv3.RateLimitDescriptor_Entry{Key: "rule-0-match-0", Value: "rule-0-match-0"})
+	}
+	return &rlsv3.RateLimitRequest{Domain: "first-listener", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: e}}}
 }
 
 // TestEnvoyGatewayEnvironment: the environment Envoy Gateway renders for
@@ -132,10 +157,9 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 	}
 	defer conn.Close()
 	rls := rlsv3.NewRateLimitServiceClient(conn)
-	ask := func(user string) rlsv3.RateLimitResponse_Code {
+	ask := func(matched bool) rlsv3.RateLimitResponse_Code {
 		t.Helper()
-		resp, err := rls.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "default-eg-http",
-			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "x-user-id", Value: user}}}}})
+		resp, err := rls.ShouldRateLimit(t.Context(), egRequest(matched))
 		if err != nil {
 			t.Fatalf("ShouldRateLimit: %v", err)
 		}
@@ -146,10 +170,10 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 		return body
 	}
 	testutil.Eventually(t, 30*time.Second, "the rules of version 1", func() bool {
-		return strings.Contains(rlconfig(), "default-eg-http.x-user-id_one: unit=MINUTE requests_per_unit=2,")
+		return strings.Contains(rlconfig(), egRuleKey+": unit=MINUTE requests_per_unit=2,")
 	})
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
-		if got := ask("one"); got != want {
+		if got := ask(true); got != want {
 			t.Fatalf("request %d: %v, want %v", i+1, got, want)
 		}
 	}
@@ -160,8 +184,11 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 	if !strings.Contains(cp.Nacks()[0], "unit") {
 		t.Fatalf("NACK %q: want the field at fault", cp.Nacks()[0])
 	}
-	if got := ask("one"); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+	if got := ask(true); got != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("after the NACK: %v, want the old rules' OVER_LIMIT", got)
+	}
+	if got := ask(false); got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("a request the match does not select: %v, want OK", got)
 	}
 	// A good version applies; then the control plane restarts.
 	cp.Set(t, node, "3", egRule(5, false))
@@ -174,8 +201,8 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 
 	testutil.Eventually(t, 30*time.Second, "upstream's statistics on statsd", func() bool {
 		s := lines.String()
-		return strings.Contains(s, "ratelimit.service.rate_limit.default-eg-http.x-user-id_one.total_hits:") &&
-			strings.Contains(s, "ratelimit.service.rate_limit.default-eg-http.x-user-id_one.over_limit:") &&
+		return strings.Contains(s, "ratelimit.service.rate_limit."+egRuleKey+".total_hits:") &&
+			strings.Contains(s, "ratelimit.service.rate_limit."+egRuleKey+".over_limit:") &&
 			strings.Contains(s, "ratelimit.service.config_load_success:") && strings.Contains(s, "ratelimit.service.config_load_error:") &&
 			strings.Contains(s, "ratelimit_server.ShouldRateLimit.total_requests:")
 	})
@@ -183,7 +210,7 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 		t.Fatalf("/healthcheck: %d %q", code, body)
 	}
 	if code, body := httpDo(t, "POST", "http://"+p.http+"/json",
-		`{"domain": "default-eg-http", "descriptors": [{"entries": [{"key": "x-user-id", "value": "two"}]}]}`); code != 200 {
+		`{"domain": "first-listener", "descriptors": [{"entries": [{"key": "first-route", "value": "first-route"}]}]}`); code != 200 {
 		t.Fatalf("/json: %d %s", code, body)
 	}
 }
