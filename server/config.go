@@ -145,7 +145,8 @@ type Runtime struct {
 // dashboards read Sluice's unchanged. The fields are upstream's
 // variables'.
 type Statsd struct {
-	// Address is statsd's host:port (STATSD_HOST, STATSD_PORT); "": off.
+	// Address is statsd's host:port (STATSD_HOST, STATSD_PORT); "": off
+	// (unless Prometheus).
 	Address string
 	// Protocol is "tcp" (empty: gostats' default, upstream's) or "udp"
 	// (STATSD_PROTOCOL).
@@ -158,6 +159,13 @@ type Statsd struct {
 	// DogStatsd sends DogStatsD lines, the tags after "|#"
 	// (USE_DOG_STATSD).
 	DogStatsd bool
+	// Prometheus exposes the statistics on Prometheus instead, named by
+	// statsd_exporter's mapping (USE_PROMETHEUS; Address must be "");
+	// Server.EnvoyPrometheus serves them.
+	Prometheus bool
+	// PrometheusMapper is a statsd_exporter mapping file
+	// (PROMETHEUS_MAPPER_YAML; "": upstream's default mapping).
+	PrometheusMapper string
 }
 
 // Tracing configures OpenTelemetry traces: a server span for every RPC on

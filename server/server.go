@@ -414,9 +414,9 @@ func (s *Server) newServices(id string) error {
 	}
 	eo := cfg.Envoy
 	eo.Now, eo.Logger, eo.Registry, eo.Store, eo.Tiers, eo.Authorizer = s.now, s.log, s.reg, rls.NewMemoryStore(), s.limits.Engine(), s.auth
-	if st := cfg.Runtime.Statsd; st.Address != "" {
+	if st := cfg.Runtime.Statsd; st.Address != "" || st.Prometheus {
 		sink, err := upstreamstats.New(upstreamstats.Options{Address: st.Address, Protocol: st.Protocol, FlushInterval: st.FlushInterval,
-			ExtraTags: st.ExtraTags, DogStatsd: st.DogStatsd, Logger: s.log})
+			ExtraTags: st.ExtraTags, DogStatsd: st.DogStatsd, Prometheus: st.Prometheus, PrometheusMapper: st.PrometheusMapper, Logger: s.log})
 		var fe *FieldError
 		switch {
 		case errors.As(err, &fe):
@@ -765,6 +765,17 @@ func (s *Server) EnvoyStats() http.Handler {
 		return nil
 	}
 	return s.statsd.Handler()
+}
+
+// EnvoyPrometheus returns envoyproxy/ratelimit's Prometheus endpoint (the
+// statistics as statsd_exporter's mapping names them; upstream serves it
+// at PROMETHEUS_PATH on PROMETHEUS_ADDR), or nil when
+// Config.Runtime.Statsd.Prometheus is off.
+func (s *Server) EnvoyPrometheus() http.Handler {
+	if s.statsd == nil {
+		return nil
+	}
+	return s.statsd.PrometheusHandler()
 }
 
 // upstreamHealthName is the gRPC health service envoyproxy/ratelimit

@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/server/envoyrls/upstreamhttp"
+	"github.com/sluice-rl/sluice/server/envoyrls/upstreamstats"
 )
 
 // upstreamName is the name of envoyproxy/ratelimit's binary: a sluice
@@ -43,7 +44,8 @@ their names and with their defaults (its src/settings/settings.go), and serving
 its ports: gRPC (ShouldRateLimit, gRPC health) on GRPC_HOST:GRPC_PORT (8081),
 HTTP on HOST:PORT (8080: GET /healthcheck, POST /json), and on
 DEBUG_HOST:DEBUG_PORT (6070) /rlconfig, /debug/pprof/, Sluice's status pages
-and /metrics. A binary named ` + upstreamName + ` (the image's /bin/ratelimit) runs
+and /metrics; with USE_PROMETHEUS, upstream's statistics at PROMETHEUS_PATH
+on PROMETHEUS_ADDR (:9090). A binary named ` + upstreamName + ` (the image's /bin/ratelimit) runs
 this command, so a Deployment whose command is /bin/ratelimit runs unchanged.
 
 Sluice's own answers stay: token buckets unless a rule or --envoy-algorithm
@@ -145,6 +147,9 @@ type upstreamEnv struct {
 	ExtraTags     map[string]string `envconfig:"EXTRA_TAGS"`
 	UseDogStatsd  bool              `envconfig:"USE_DOG_STATSD"`
 	UsePrometheus bool              `envconfig:"USE_PROMETHEUS"`
+	PromAddr      string            `envconfig:"PROMETHEUS_ADDR" default:":9090"`
+	PromPath      string            `envconfig:"PROMETHEUS_PATH" default:"/metrics"`
+	PromMapper    string            `envconfig:"PROMETHEUS_MAPPER_YAML"`
 
 	TracingEnabled  bool    `envconfig:"TRACING_ENABLED"`
 	TracingName     string  `envconfig:"TRACING_SERVICE_NAME" default:"RateLimit"`
@@ -168,7 +173,6 @@ var ignored = map[string]string{
 	"TRACING_SERVICE_NAMESPACE":               "set OTEL_RESOURCE_ATTRIBUTES=service.namespace=…",
 	"TRACING_SERVICE_INSTANCE_ID":             "set OTEL_RESOURCE_ATTRIBUTES=service.instance.id=…",
 	"USE_DOG_STATSD_MOGRIFIERS":               "not supported",
-	"PROMETHEUS_MAPPER_YAML":                  "Sluice's own metrics are on the debug port's /metrics",
 	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL":     "the control plane is dialled again every CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
 	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":         "the control plane is dialled again every CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
 	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR":        "the control plane is dialled again every CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
@@ -186,8 +190,9 @@ var ignored = map[string]string{
 type setting struct{ flag, value, from string }
 
 // ratelimitConfig is what the environment says beyond sluice server's
-// flags: the HTTP and debug listeners, and TLS configurations flags cannot
-// carry (a client certificate's SAN, Redis without hostname checks).
+// flags: the HTTP, debug and Prometheus listeners, and TLS configurations
+// flags cannot carry (a client certificate's SAN, Redis without hostname
+// checks).
 type ratelimitConfig struct {
 	httpAddr, debugAddr string
 	clientSAN           string // GRPC_CLIENT_TLS_SAN
@@ -196,6 +201,11 @@ type ratelimitConfig struct {
 	// LIMIT_RESPONSE_HEADERS_ENABLED, unless --envoy-x-ratelimit-headers
 	// was given.
 	headerNames [3]string
+	// promAddr and promPath are where upstream's statistics are served
+	// on Prometheus (USE_PROMETHEUS: PROMETHEUS_ADDR, PROMETHEUS_PATH;
+	// promAddr "": off), named by the statsd_exporter mapping of the
+	// file promMapper (PROMETHEUS_MAPPER_YAML; "": upstream's default).
+	promAddr, promPath, promMapper string
 }
 
 // readUpstreamEnv parses envoyproxy/ratelimit's environment with
@@ -292,9 +302,8 @@ func (e upstreamEnv) settings(isSet func(string) bool) ([]setting, ratelimitConf
 		rc.headerNames = [3]string{e.HeaderLimit, e.HeaderRemaining, e.HeaderReset}
 	}
 
-	if e.UseStatsd && !e.DisableStats {
-		add("envoy-statsd", net.JoinHostPort(e.StatsdHost, strconv.Itoa(e.StatsdPort)), "STATSD_HOST, STATSD_PORT")
-		add("envoy-statsd-protocol", strings.ToLower(e.StatsdProto), "STATSD_PROTOCOL")
+	// The flush interval and tags of either sink, statsd or Prometheus.
+	flushAndTags := func() {
 		flush := e.StatsFlush
 		if isSet("GOSTATS_FLUSH_INTERVAL_SECONDS") && !isSet("STATS_FLUSH_INTERVAL") {
 			flush = time.Duration(e.GostatsFlush) * time.Second
@@ -303,10 +312,25 @@ func (e upstreamEnv) settings(isSet func(string) bool) ([]setting, ratelimitConf
 		if len(e.ExtraTags) > 0 {
 			add("envoy-statsd-tags", flagPairs(e.ExtraTags), "EXTRA_TAGS")
 		}
-		add("envoy-statsd-dogstatsd", strconv.FormatBool(e.UseDogStatsd), "USE_DOG_STATSD")
 	}
-	if e.UsePrometheus {
-		notes = append(notes, "USE_PROMETHEUS: not honoured: Sluice's own metrics are on the debug port's /metrics (PROMETHEUS_ADDR, PROMETHEUS_PATH ignored); upstream's names go to statsd (USE_STATSD)")
+	// Upstream takes one sink, and refuses two (DISABLE_STATS wins).
+	if e.UsePrometheus && !e.DisableStats {
+		switch {
+		case e.UseStatsd:
+			return nil, rc, nil, errors.New("USE_PROMETHEUS: set with USE_STATSD (true unless set false): one stats sink at a time, as envoyproxy/ratelimit; set USE_STATSD=false")
+		case e.UseDogStatsd:
+			return nil, rc, nil, errors.New("USE_PROMETHEUS: set with USE_DOG_STATSD: one stats sink at a time, as envoyproxy/ratelimit")
+		case !strings.HasPrefix(e.PromPath, "/") || strings.ContainsAny(e.PromPath, "{} \t\r\n"):
+			return nil, rc, nil, fmt.Errorf("PROMETHEUS_PATH: %q, want a path starting with /", e.PromPath)
+		}
+		flushAndTags()
+		rc.promAddr, rc.promPath, rc.promMapper = e.PromAddr, e.PromPath, e.PromMapper
+	}
+	if e.UseStatsd && !e.DisableStats {
+		add("envoy-statsd", net.JoinHostPort(e.StatsdHost, strconv.Itoa(e.StatsdPort)), "STATSD_HOST, STATSD_PORT")
+		add("envoy-statsd-protocol", strings.ToLower(e.StatsdProto), "STATSD_PROTOCOL")
+		flushAndTags()
+		add("envoy-statsd-dogstatsd", strconv.FormatBool(e.UseDogStatsd), "USE_DOG_STATSD")
 	}
 
 	if e.TracingEnabled {
@@ -562,9 +586,23 @@ func applySettings(fs *pflag.FlagSet, set []setting) error {
 
 // adjust puts into cfg what flags cannot carry: upstream's names of the
 // X-RateLimit headers, the listener's check of a client certificate's
-// SAN, and Redis's certificate checked without its name.
+// SAN, Redis's certificate checked without its name, and the statistics
+// on Prometheus (its mapping file read, and refused here, naming the
+// variable, if statsd_exporter refuses it).
 func (rc ratelimitConfig) adjust(cfg *server.Config) error {
 	cfg.Envoy.Headers.XRateLimitNames = rc.headerNames
+	if rc.promAddr != "" {
+		st := &cfg.Runtime.Statsd
+		if st.Address != "" {
+			return fmt.Errorf("USE_PROMETHEUS: set with --envoy-statsd %s: one stats sink at a time, as envoyproxy/ratelimit", st.Address)
+		}
+		if rc.promMapper != "" {
+			if err := upstreamstats.CheckMapper(rc.promMapper); err != nil {
+				return fmt.Errorf("PROMETHEUS_MAPPER_YAML: %w", err)
+			}
+		}
+		st.Prometheus, st.PrometheusMapper = true, rc.promMapper
+	}
 	if rc.clientSAN != "" {
 		l := &cfg.Listen.TLS
 		c, err := tlsutil.Server(l.CertFile, l.KeyFile, l.CAFile)
@@ -628,9 +666,11 @@ func hasSAN(cert *x509.Certificate, san string) bool {
 	return slices.Contains(cert.EmailAddresses, san)
 }
 
-// listeners are envoyproxy/ratelimit's HTTP port (/healthcheck, /json)
-// and debug port (/rlconfig, /debug/pprof/, and Sluice's own pages and
-// /metrics) for srv.
+// listeners are envoyproxy/ratelimit's HTTP port (/healthcheck, /json),
+// debug port (/rlconfig, /stats, /debug/pprof/, and Sluice's own pages
+// and /metrics) and, with USE_PROMETHEUS, Prometheus port (upstream's
+// statistics at PROMETHEUS_PATH, as statsd_exporter's mapping names
+// them) for srv, in that order.
 func (rc ratelimitConfig) listeners(srv *server.Server) ([]listener, error) {
 	api := http.NewServeMux()
 	api.Handle("GET /healthcheck", upstreamhttp.Healthcheck(srv.Ready))
@@ -646,11 +686,18 @@ func (rc ratelimitConfig) listeners(srv *server.Server) ([]listener, error) {
 	debug.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	debug.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	debug.Handle("/", srv.Handler())
-	var ls []listener
-	for _, l := range []struct {
+	type port struct {
 		addr, what string
 		h          http.Handler
-	}{{rc.httpAddr, "HOST, PORT", api}, {rc.debugAddr, "DEBUG_HOST, DEBUG_PORT", debug}} {
+	}
+	ports := []port{{rc.httpAddr, "HOST, PORT", api}, {rc.debugAddr, "DEBUG_HOST, DEBUG_PORT", debug}}
+	if h := srv.EnvoyPrometheus(); rc.promAddr != "" && h != nil {
+		prom := http.NewServeMux()
+		prom.Handle(rc.promPath, h)
+		ports = append(ports, port{rc.promAddr, "PROMETHEUS_ADDR", prom})
+	}
+	var ls []listener
+	for _, l := range ports {
 		ln, err := net.Listen("tcp", l.addr)
 		if err != nil {
 			for _, o := range ls {

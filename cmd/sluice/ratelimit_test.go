@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,17 +50,19 @@ descriptors:
 }
 
 // ratelimitProc is a `ratelimit` process (the sluice binary under
-// envoyproxy/ratelimit's name) and its three addresses.
+// envoyproxy/ratelimit's name) and its three addresses, four with
+// USE_PROMETHEUS.
 type ratelimitProc struct {
 	cmd               *exec.Cmd
 	grpc, http, debug string
+	prometheus        string // PROMETHEUS_ADDR's, with USE_PROMETHEUS
 	stderr            *testutil.LogBuffer
 }
 
 // startRatelimit runs the sluice binary as /bin/ratelimit would be run:
 // under the name ratelimit, no arguments, configured by env alone (on
 // free loopback ports unless env says otherwise), and waits for its three
-// listeners.
+// listeners (four with USE_PROMETHEUS: give PROMETHEUS_ADDR too).
 func startRatelimit(t *testing.T, env map[string]string) *ratelimitProc {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "ratelimit")
@@ -81,8 +85,12 @@ func startRatelimit(t *testing.T, env map[string]string) *ratelimitProc {
 		_ = cmd.Wait()
 	})
 	r := bufio.NewReader(stdout)
+	n := 3
+	if prom, _ := strconv.ParseBool(env["USE_PROMETHEUS"]); prom {
+		n = 4
+	}
 	var addrs []string
-	for range 3 {
+	for range n {
 		line, err := r.ReadString('\n')
 		if err != nil {
 			t.Fatalf("ratelimit: reading its addresses: %v\n%s", err, p.stderr.String())
@@ -91,6 +99,9 @@ func startRatelimit(t *testing.T, env map[string]string) *ratelimitProc {
 	}
 	go func() { _, _ = io.Copy(io.Discard, r) }()
 	p.grpc, p.http, p.debug = addrs[0], addrs[1], addrs[2]
+	if n == 4 {
+		p.prometheus = addrs[3]
+	}
 	return p
 }
 
@@ -136,7 +147,9 @@ func httpDo(t *testing.T, method, url, body string) (int, string) {
 // configured by its environment alone, on Redis single, cluster and
 // sentinel as REDIS_TYPE says: /healthcheck, /json (429 over the limit),
 // gRPC ShouldRateLimit on GRPC_PORT sharing the same counters, /rlconfig
-// as upstream prints the rules, Sluice's /metrics on the debug port.
+// as upstream prints the rules, Sluice's /metrics on the debug port; in
+// memory, with USE_PROMETHEUS, upstream's statistics on PROMETHEUS_ADDR's
+// /metrics as upstream's default mapping names them.
 func TestEnvoyRatelimit(t *testing.T) {
 	root := upstreamRules(t)
 	single := redistest.StartT(t)
@@ -151,7 +164,8 @@ func TestEnvoyRatelimit(t *testing.T) {
 		{"cluster", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "cluster", "REDIS_URL": strings.Join(cl.Addrs(), ",")}},
 		{"sentinel", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_AUTH": "s3cret",
 			"REDIS_URL": sent.Name() + "," + strings.Join(sa, ",")}},
-		{"memory", map[string]string{"BACKEND_TYPE": "memory"}},
+		{"memory", map[string]string{"BACKEND_TYPE": "memory", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:0",
+			"STATS_FLUSH_INTERVAL": "50ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true",
@@ -189,6 +203,33 @@ func TestEnvoyRatelimit(t *testing.T) {
 			if code, body := httpDo(t, "GET", "http://"+p.debug+"/metrics", ""); code != 200 || !strings.Contains(body, `sluice_envoy_ratelimit_hits_total{domain="api",result="over_limit",rule="client"} 2`) {
 				t.Fatalf("/metrics on the debug port: %d, no over_limit hits of the rule", code)
 			}
+			if p.prometheus == "" {
+				return
+			}
+			// Three /json and one gRPC request of the rule client (2 an
+			// hour): 2 within (the second near), 2 over.
+			series := []string{
+				`ratelimit_service_rate_limit_total_hits{domain="api",key1="client"} 4`,
+				`ratelimit_service_rate_limit_within_limit{domain="api",key1="client"} 2`,
+				`ratelimit_service_rate_limit_near_limit{domain="api",key1="client"} 1`,
+				`ratelimit_service_rate_limit_over_limit{domain="api",key1="client"} 2`,
+				`ratelimit_service_config_load_success 1`,
+			}
+			var body string
+			defer func() {
+				if t.Failed() {
+					t.Logf("the last scrape of PROMETHEUS_ADDR:\n%s", body)
+				}
+			}()
+			testutil.Eventually(t, 10*time.Second, "upstream's series on PROMETHEUS_ADDR", func() bool {
+				var code int
+				code, body = httpDo(t, "GET", "http://"+p.prometheus+"/metrics", "")
+				lines := strings.Split(body, "\n")
+				return code == 200 && !slices.ContainsFunc(series, func(w string) bool { return !slices.Contains(lines, w) })
+			})
+			if !strings.Contains(body, `ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} `) || !strings.Contains(body, "go_goroutines ") {
+				t.Fatalf("PROMETHEUS_ADDR's /metrics: no total_requests or Go collector:\n%s", body)
+			}
 		})
 	}
 }
@@ -207,6 +248,9 @@ func TestEnvoyRatelimitRefuses(t *testing.T) {
 		{map[string]string{"REDIS_TYPE": "ring"}, `REDIS_TYPE: "ring", want single, cluster or sentinel`},
 		{map[string]string{"NEAR_LIMIT_RATIO": "lots"}, "NEAR_LIMIT_RATIO"},
 		{map[string]string{"CONFIG_TYPE": "CONSUL"}, `CONFIG_TYPE: "CONSUL", want FILE or GRPC_XDS_SOTW`},
+		{map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "true"}, "USE_PROMETHEUS: set with USE_STATSD"},
+		{map[string]string{"BACKEND_TYPE": "memory", "USE_PROMETHEUS": "true", "PROMETHEUS_MAPPER_YAML": "/nonexistent/conf.yaml"},
+			"PROMETHEUS_MAPPER_YAML: /nonexistent/conf.yaml: open /nonexistent/conf.yaml: no such file"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			cmd := exec.Command(binary, "envoy-ratelimit")

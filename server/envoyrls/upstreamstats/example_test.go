@@ -3,6 +3,7 @@ package upstreamstats_test
 import (
 	"fmt"
 	"net"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"time"
@@ -50,4 +51,35 @@ func Example() {
 	// ratelimit.service.rate_limit.edge.key_value.within_limit:3|c
 	// ratelimit_server.ShouldRateLimit.response_time:2|ms
 	// ratelimit_server.ShouldRateLimit.total_requests:1|c
+}
+
+// With Prometheus (upstream's USE_PROMETHEUS), the sink hands the same
+// statistics to statsd_exporter's exporter, which names them by
+// upstream's default mapping; PrometheusHandler serves them.
+func Example_prometheus() {
+	sink, err := upstreamstats.New(upstreamstats.Options{Prometheus: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sink.Close()
+	sink.Descriptor(envoyrls.DescriptorStats{Domain: "edge", Key: "key_value", Result: envoyrls.ResultNear, Hits: 3,
+		Counts: envoyrls.Counts{TotalHits: 3, WithinLimit: 3, NearLimit: 1}})
+	sink.Descriptor(envoyrls.DescriptorStats{Domain: "edge", Key: "message_type_marketing.to_number", Result: envoyrls.ResultWithin, Hits: 1,
+		Counts: envoyrls.Counts{TotalHits: 1, WithinLimit: 1}})
+	sink.Flush() // (the exporter has them when Flush returns)
+
+	rec := httptest.NewRecorder()
+	sink.PrometheusHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for l := range strings.SplitSeq(rec.Body.String(), "\n") {
+		if strings.HasPrefix(l, "ratelimit_service_rate_limit_") {
+			fmt.Println(l)
+		}
+	}
+	// Output:
+	// ratelimit_service_rate_limit_near_limit{domain="edge",key1="key_value"} 1
+	// ratelimit_service_rate_limit_total_hits{domain="edge",key1="key_value"} 3
+	// ratelimit_service_rate_limit_total_hits{domain="edge",key1="message_type_marketing",key2="to_number"} 1
+	// ratelimit_service_rate_limit_within_limit{domain="edge",key1="key_value"} 3
+	// ratelimit_service_rate_limit_within_limit{domain="edge",key1="message_type_marketing",key2="to_number"} 1
 }

@@ -61,8 +61,20 @@ type Options struct {
 	// DataDog's client (upstream's USE_DOG_STATSD; its mogrifiers are not
 	// supported).
 	DogStatsd bool
+	// Prometheus exposes the statistics to Prometheus instead of sending
+	// them to statsd (upstream's USE_PROMETHEUS): every flush hands them
+	// to statsd_exporter's exporter, which names them by the mapping
+	// (PrometheusMapper) into a registry of the sink's own, served by
+	// Sink.PrometheusHandler. Address and DogStatsd must then be unset
+	// (upstream takes one sink at a time); Protocol is not read.
+	Prometheus bool
+	// PrometheusMapper is a statsd_exporter mapping file (upstream's
+	// PROMETHEUS_MAPPER_YAML), read once by New; "": upstream's default
+	// mapping. Only with Prometheus.
+	PrometheusMapper string
 	// Logger logs what the statsd client reports (a connection refused,
-	// statistics dropped) (nil: slog.Default()).
+	// statistics dropped), and what statsd_exporter's exporter reports
+	// (at debug: a name of two types) (nil: slog.Default()).
 	Logger *slog.Logger
 }
 
@@ -77,6 +89,7 @@ type OptionError = names.FieldError
 type Sink struct {
 	store  gostats.Store
 	dog    *statsd.Client // with DogStatsd
+	prom   *promSink      // with Prometheus
 	cancel context.CancelFunc
 	done   chan struct{}
 	closed atomic.Bool
@@ -114,7 +127,9 @@ var _ envoyrls.StatsSink = (*Sink)(nil)
 // environment variables gostats reads that it cannot parse (STATSD_PORT,
 // USE_STATSD, GOSTATS_FLUSH_INTERVAL_SECONDS,
 // GOSTATS_LOGGING_SINK_DISABLED; their values are otherwise ignored);
-// DataDog's client's own. An unreachable statsd is no error: the sink
+// DataDog's client's own; with Prometheus, PrometheusMapper's file
+// unreadable or refused by statsd_exporter (CheckMapper), or Address or
+// DogStatsd set as well. An unreachable statsd is no error: the sink
 // retries (every 3 s) and logs.
 func New(opts Options) (*Sink, error) {
 	if err := opts.check(); err != nil {
@@ -132,7 +147,14 @@ func New(opts Options) (*Sink, error) {
 	}
 	s := &Sink{rules: map[ruleKey]*ruleCounters{}, domains: map[string]gostats.Counter{}, made: map[string]gostats.Counter{}}
 	var sink gostats.Sink
-	if opts.DogStatsd {
+	switch {
+	case opts.Prometheus:
+		prom, err := newPromSink(opts.PrometheusMapper, log)
+		if err != nil {
+			return nil, fmt.Errorf("upstreamstats: Options.%w", &OptionError{Field: "PrometheusMapper", Err: err})
+		}
+		s.prom, sink = prom, prom
+	case opts.DogStatsd:
 		dog, err := statsd.New(opts.Address, statsd.WithoutClientSideAggregation(), statsd.WithErrorHandler(func(err error) {
 			log.Warn("dogstatsd", "err", err)
 		}))
@@ -141,7 +163,7 @@ func New(opts Options) (*Sink, error) {
 		}
 		s.dog = dog
 		sink = &dogSink{client: dog}
-	} else {
+	default:
 		host, port, _ := net.SplitHostPort(opts.Address) // (checked)
 		p, _ := strconv.Atoi(port)
 		protocol := opts.Protocol
@@ -192,6 +214,12 @@ func (o Options) check() *OptionError {
 		}
 	}
 	switch {
+	case o.Prometheus && o.Address != "":
+		return names.FieldErr("Prometheus", "with Address %q: one sink at a time, as upstream (USE_PROMETHEUS with USE_STATSD)", o.Address)
+	case o.Prometheus && o.DogStatsd:
+		return names.FieldErr("Prometheus", "with DogStatsd: one sink at a time, as upstream (USE_PROMETHEUS with USE_DOG_STATSD)")
+	case !o.Prometheus && o.PrometheusMapper != "":
+		return names.FieldErr("PrometheusMapper", "%q without Prometheus", o.PrometheusMapper)
 	case o.Protocol != "" && o.Protocol != "udp" && o.Protocol != "tcp":
 		return names.FieldErr("Protocol", "%q, want udp or tcp", o.Protocol)
 	case o.DogStatsd && o.Protocol == "tcp":
@@ -367,7 +395,8 @@ func (s *Sink) ConfigLoad(err error) {
 
 // Flush sends what changed now, and waits until it is written (or,
 // statsd unreachable, dropped: up to two reconnection attempts, 3 s
-// apart).
+// apart); with Prometheus, until the exporter has it, so that the next
+// scrape of PrometheusHandler sees it.
 func (s *Sink) Flush() { s.store.Flush() }
 
 // Close stops the flushing, sends what changed and closes the DogStatsD
@@ -375,8 +404,10 @@ func (s *Sink) Flush() { s.store.Flush() }
 // refuses, the last send waits for two reconnection attempts (about 6 s)
 // before it drops. gostats' own network sink has no Close: its goroutine
 // and connection stay until the process ends (make one Sink per process),
-// and a Request after Close still sends its timer there. Calls after the
-// first do nothing and return nil.
+// and a Request after Close still sends its timer there. With
+// Prometheus, Close stops statsd_exporter's goroutine after the last
+// flush (PrometheusHandler still serves what it had; what comes after is
+// dropped). Calls after the first do nothing and return nil.
 func (s *Sink) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
@@ -384,10 +415,29 @@ func (s *Sink) Close() error {
 	s.cancel()
 	<-s.done
 	s.store.Flush()
+	if s.prom != nil {
+		s.prom.close()
+	}
 	if s.dog != nil {
 		return s.dog.Close()
 	}
 	return nil
+}
+
+// PrometheusHandler returns upstream's Prometheus endpoint
+// (USE_PROMETHEUS; upstream serves it at PROMETHEUS_PATH on
+// PROMETHEUS_ADDR, ":9090" and "/metrics" by default), or nil without
+// Options.Prometheus: the statistics as statsd_exporter's mapping names
+// them, as of the last flush, with the Go runtime's and the process'
+// collectors, statsd_exporter's own counts (statsd_exporter_events_total,
+// …) and the handler's (promhttp_metric_handler_requests_total), in
+// Prometheus' text format (or what the scraper negotiates). Safe for
+// concurrent use.
+func (s *Sink) PrometheusHandler() http.Handler {
+	if s.prom == nil {
+		return nil
+	}
+	return s.prom.handler
 }
 
 // Handler returns upstream's debug endpoint GET /stats: as upstream,
