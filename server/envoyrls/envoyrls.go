@@ -141,7 +141,15 @@ type Service struct {
 	cfg     atomic.Pointer[rls.Config]
 	metrics *metrics
 	log     *slog.Logger
+	// loggedStoreError is when (Unix ns, by Options.Now) a store error
+	// was last logged: at most one a second (storeErrorLogEvery).
+	loggedStoreError atomic.Int64
 }
+
+// storeErrorLogEvery paces the store errors' log lines: while the store
+// is down every request fails alike; sluice_envoy_ratelimit_store_errors_total
+// counts them all.
+const storeErrorLogEvery = time.Second
 
 // OptionError is an Options value Check refuses: the field (its name in
 // Options) and why.
@@ -393,7 +401,10 @@ func (s *Service) storeError(ctx context.Context, domain string, err error) erro
 	}
 	s.metrics.storeErrors.Inc()
 	if s.opts.OnStoreError != limits.FailOpen {
-		s.log.Warn("envoy rate limit: store error", "domain", domain, "err", err)
+		now, last := s.opts.Now().UnixNano(), s.loggedStoreError.Load()
+		if now-last >= int64(storeErrorLogEvery) && s.loggedStoreError.CompareAndSwap(last, now) {
+			s.log.Warn("envoy rate limit: store error (logged at most once a second; sluice_envoy_ratelimit_store_errors_total counts them)", "domain", domain, "err", err)
+		}
 		return status.Errorf(codes.Unavailable, "rate limit store: %v", err)
 	}
 	return nil

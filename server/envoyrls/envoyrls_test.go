@@ -3,6 +3,7 @@ package envoyrls_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -39,7 +40,10 @@ func start(t *testing.T, opts envoyrls.Options, yamls ...string) *rig {
 	if opts.Store == nil {
 		opts.Store = rls.NewMemoryStore()
 	}
-	opts.Now, opts.Registry, opts.Logger = r.clock.Now, r.reg, testutil.Logger()
+	opts.Now, opts.Registry = r.clock.Now, r.reg
+	if opts.Logger == nil {
+		opts.Logger = testutil.Logger()
+	}
 	svc, err := envoyrls.New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -410,6 +414,18 @@ func TestStoreError(t *testing.T) {
 	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "x")}}
 	if _, err := r.client.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.Unavailable {
 		t.Fatalf("closed: %v, want Unavailable", err)
+	}
+	// A store down fails every request alike: the log says so once a
+	// second (by the service's clock), the metric counts them all.
+	var logs testutil.LogBuffer
+	r = start(t, envoyrls.Options{Store: failing{}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, y)
+	for range 50 {
+		_, _ = r.client.ShouldRateLimit(context.Background(), req)
+	}
+	r.clock.Advance(2 * time.Second)
+	_, _ = r.client.ShouldRateLimit(context.Background(), req)
+	if n := strings.Count(logs.String(), "store error"); n != 2 {
+		t.Fatalf("51 store errors over 2 s logged %d times, want 2:\n%s", n, logs.String())
 	}
 	r = start(t, envoyrls.Options{Store: failing{}, OnStoreError: limits.FailOpen}, y)
 	if resp, err := r.client.ShouldRateLimit(context.Background(), req); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
