@@ -120,6 +120,7 @@ func egRequest(matched bool) *rlsv3.RateLimitRequest {
 // restarted and serving again is followed; statsd receives upstream's
 // names; /healthcheck, /json and /rlconfig answer.
 func TestEnvoyGatewayEnvironment(t *testing.T) {
+	t.Parallel() // its own Redis and processes, mostly waiting
 	certs := testutil.MakeCerts(t)
 	cpTLS, err := tlsutil.Server(certs.RedisCert, certs.RedisKey, certs.CA) // mTLS, as Envoy Gateway's
 	if err != nil {

@@ -151,6 +151,7 @@ func httpDo(t *testing.T, method, url, body string) (int, string) {
 // memory, with USE_PROMETHEUS, upstream's statistics on PROMETHEUS_ADDR's
 // /metrics as upstream's default mapping names them.
 func TestEnvoyRatelimit(t *testing.T) {
+	t.Parallel() // its own Redis and processes, mostly waiting
 	root := upstreamRules(t)
 	single := redistest.StartT(t)
 	cl := redistest.StartClusterT(t, 3)
@@ -238,6 +239,7 @@ func TestEnvoyRatelimit(t *testing.T) {
 // naming the variable; one it reads but does not honour is named once in
 // the log.
 func TestEnvoyRatelimitRefuses(t *testing.T) {
+	t.Parallel() // its own Redis and processes, mostly waiting
 	for _, tc := range []struct {
 		env  map[string]string
 		want string

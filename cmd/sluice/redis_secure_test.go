@@ -50,6 +50,7 @@ func securedRedis(t *testing.T) (*redistest.Server, *testutil.Certs, string, str
 // copy-limited resource's hold and its fleet's learning) writes keys, and
 // every key in Redis starts with the prefix.
 func TestRedisSecuredKeyPrefix(t *testing.T) {
+	t.Parallel() // its own Redis and processes, mostly waiting
 	srv, certs, url, pw := securedRedis(t)
 	etcd := etcdtest.StartEtcd(t)
 	cfg := writeConfig(t, prefixConfig)
@@ -101,6 +102,7 @@ func TestRedisSecuredKeyPrefix(t *testing.T) {
 // handshake (a missing client certificate); it does so well before a
 // generous deadline (its first PING is bounded by 5 s).
 func TestRedisRefusedAtStart(t *testing.T) {
+	t.Parallel() // its own Redis and processes, mostly waiting
 	_, certs, url, pw := securedRedis(t)
 	wrong := filepath.Join(t.TempDir(), "wrong")
 	if err := os.WriteFile(wrong, []byte("nope"), 0o600); err != nil {

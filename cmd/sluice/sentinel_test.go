@@ -47,6 +47,7 @@ func sentinelURL(s *redistest.Sentinel, password string) string {
 // Redis again within a generous bound, and afterwards they share the new
 // master exactly (40 requests on a bucket of 20 grant 20).
 func TestSentinelFailover(t *testing.T) {
+	t.Parallel() // its own Redis and processes, mostly waiting
 	sent := redistest.StartSentinelT(t, redistest.Security{Password: "s3cret"})
 	cfg := writeConfig(t, sentinelConfig)
 	var clients []v1.LimitsClient

@@ -95,9 +95,10 @@ func TestFaults(t *testing.T) {
 		// outage (seconds) refills the bucket: writes the dead master
 		// took with it cannot show.
 		{mode: "bucket-sentinel", fault: "sentinel-kill-master", errors: true, recover: 6 * time.Second},
-		// TLS with client certificates, a password from a file, a key
-		// prefix: the replica takes over after the node timeout (2 s).
-		{mode: "rls-cluster-tls", fault: "cluster-kill-master", errors: true, recover: 6 * time.Second},
+		// (rls-cluster-tls under cluster-kill-master, the secured
+		// cluster's row, is measured by sluice-chaos, docs/accuracy.md;
+		// the suite checks that cluster's sharing in cmd/sluice's
+		// TestEnvoyServersShareRedis, within the suite's time.)
 	} {
 		t.Run(tc.mode+"/"+tc.fault, func(t *testing.T) {
 			rep := run(t, tc.mode, tc.fault, tc.recover)

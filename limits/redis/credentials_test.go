@@ -46,6 +46,7 @@ func writeFile(t *testing.T, path, s string) {
 // configuration error at Open, naming the Dial field at fault and Redis's
 // refusal; the right password, from the URL or a file, opens.
 func TestOpenRefused(t *testing.T) {
+	t.Parallel() // its own Redis and processes, mostly waiting
 	srv := redistest.StartT(t)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer admin.Close()
@@ -91,6 +92,7 @@ func TestOpenRefused(t *testing.T) {
 // Health and on the collector, and logged once, however many calls fail,
 // until the file has the new password too.
 func TestPasswordRotation(t *testing.T) {
+	t.Parallel() // its own Redis and processes, mostly waiting
 	srv := redistest.StartT(t)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer admin.Close()
@@ -153,6 +155,7 @@ func TestPasswordRotation(t *testing.T) {
 // without any request), Reconfigure does not fail meanwhile, and the
 // store then decides.
 func TestOpenAway(t *testing.T) {
+	t.Parallel() // its own Redis and processes, mostly waiting
 	srv := redistest.StartT(t)
 	srv.Stop()
 	st, err := Open(t.Context(), Dial{URL: "redis://" + srv.Addr, Logger: tu.Logger()})
@@ -202,6 +205,7 @@ func TestRefusalKinds(t *testing.T) {
 // rediss:// URL say; a missing client certificate, an unknown CA and a
 // disabled default user are refusals at Open naming the field.
 func TestOpenTLS(t *testing.T) {
+	t.Parallel() // its own Redis and processes, mostly waiting
 	certs := tu.MakeCerts(t)
 	srv := redistest.StartSecureT(t, redistest.Security{
 		Users: []string{"sluice on >s3cret ~* &* +@all"}, DisableDefault: true, User: "sluice", UserPassword: "s3cret",
@@ -250,6 +254,7 @@ func TestOpenTLS(t *testing.T) {
 // the failover URL or a file: the store decides on the master the
 // sentinels name; a refused master password names the field holding it.
 func TestOpenSentinel(t *testing.T) {
+	t.Parallel() // its own Redis and processes, mostly waiting
 	sent := redistest.StartSentinelT(t, redistest.Security{Password: "s3cret"})
 	addrs := sent.SentinelAddrs()
 	url := func(password string) string {

@@ -12,6 +12,7 @@ import (
 // TestStartCluster: three masters owning all 16384 slots; Stop kills
 // them and removes their directory.
 func TestStartCluster(t *testing.T) {
+	t.Parallel() // real processes that mostly wait: beside the others
 	c, err := StartCluster(3)
 	if errors.Is(err, ErrSkip) {
 		t.Skip(err)

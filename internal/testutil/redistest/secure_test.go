@@ -52,6 +52,7 @@ func ping(t *testing.T, addr string, o redis.Options) error {
 // TestStartSecure: a TLS-only server with an ACL user answers alice over
 // TLS with a client certificate, and no one else; Restart keeps that.
 func TestStartSecure(t *testing.T) {
+	t.Parallel() // real processes that mostly wait: beside the others
 	sec, certs := aliceTLS(t)
 	s := redistest.StartSecureT(t, sec)
 	c := s.Client()
@@ -101,6 +102,7 @@ func TestStartSecure(t *testing.T) {
 
 // TestStartSecurePassword: requirepass alone, on plain TCP.
 func TestStartSecurePassword(t *testing.T) {
+	t.Parallel() // real processes that mostly wait: beside the others
 	s := redistest.StartSecureT(t, redistest.Security{Password: `pa ss"w\rd`})
 	if err := ping(t, s.Addr, redis.Options{}); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
 		t.Errorf("PING without password: %v", err)
@@ -141,6 +143,7 @@ func TestSecurityErrors(t *testing.T) {
 // read keys in every master's slots through Client; MasterOf reports TLS
 // ports; a client without the password or without TLS is refused.
 func TestStartClusterSecure(t *testing.T) {
+	t.Parallel() // real processes that mostly wait: beside the others
 	certs := testutil.MakeCerts(t)
 	sec := redistest.Security{Password: "s3cret",
 		TLSCert: certs.RedisCert, TLSKey: certs.RedisKey, TLSCA: certs.CA, TLSAuthClients: true,
@@ -187,6 +190,7 @@ func TestStartClusterSecure(t *testing.T) {
 // TestStartClusterSecureReplicas: replicas sync with their masters over
 // TLS as an ACL user (masteruser), the default user off.
 func TestStartClusterSecureReplicas(t *testing.T) {
+	t.Parallel() // real processes that mostly wait: beside the others
 	sec, _ := aliceTLS(t)
 	c := redistest.StartClusterSecureT(t, 3, 1, sec)
 	ctx := t.Context()
@@ -215,6 +219,7 @@ func TestStartClusterSecureReplicas(t *testing.T) {
 // TestSentinelFailover: over TLS as alice, Failover moves the master to
 // the replica, and a FailoverClient follows.
 func TestSentinelFailover(t *testing.T) {
+	t.Parallel() // real processes that mostly wait: beside the others
 	sec, _ := aliceTLS(t)
 	s := redistest.StartSentinelT(t, sec)
 	ctx := t.Context()
@@ -260,6 +265,7 @@ func TestSentinelFailover(t *testing.T) {
 // TestSentinelKillMaster: with a password on plain TCP, the sentinels
 // promote the replica after KillMaster.
 func TestSentinelKillMaster(t *testing.T) {
+	t.Parallel() // real processes that mostly wait: beside the others
 	s := redistest.StartSentinelT(t, redistest.Security{Password: "s3cret"})
 	ctx := t.Context()
 	c := s.Client()
