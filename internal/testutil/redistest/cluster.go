@@ -66,23 +66,11 @@ func StartClusterSecure(masters, replicas int, sec Security) (*Cluster, error) {
 	if masters < 3 {
 		return nil, fmt.Errorf("redistest: a Redis Cluster needs at least 3 masters, not %d", masters)
 	}
-	server, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, missing("redis-server")
-	}
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
 		return nil, missing("redis-cli")
 	}
-	sec, err = sec.check()
-	if err != nil {
-		return nil, err
-	}
-	opts, err := sec.Options("")
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "redistest-cluster-")
+	server, sec, opts, dir, err := prepare(sec, "redistest-cluster-")
 	if err != nil {
 		return nil, err
 	}
@@ -416,4 +404,27 @@ func (c *Cluster) Stop() {
 		_ = os.RemoveAll(c.dir)
 		c.dir = ""
 	}
+}
+
+// prepare is what a group of servers needs before it starts:
+// redis-server's path (missing: an error, or ErrSkip), sec checked and
+// made absolute, the helper's client options for it, and a temporary
+// directory named from pattern (os.MkdirTemp's) that the caller removes.
+func prepare(sec Security, pattern string) (bin string, _ Security, _ *redis.Options, dir string, _ error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", sec, nil, "", missing("redis-server")
+	}
+	if sec, err = sec.check(); err != nil {
+		return "", sec, nil, "", err
+	}
+	opts, err := sec.Options("")
+	if err != nil {
+		return "", sec, nil, "", err
+	}
+	dir, err = os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", sec, nil, "", err
+	}
+	return bin, sec, opts, dir, nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -64,19 +63,7 @@ type Sentinel struct {
 // unreadable certificates; without redis-server an error, or ErrSkip
 // with SLUICE_SKIP_REDIS=1. Stop it with Stop.
 func StartSentinel(sec Security) (*Sentinel, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, missing("redis-server")
-	}
-	sec, err = sec.check()
-	if err != nil {
-		return nil, err
-	}
-	opts, err := sec.Options("")
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "redistest-sentinel-")
+	bin, sec, opts, dir, err := prepare(sec, "redistest-sentinel-")
 	if err != nil {
 		return nil, err
 	}

@@ -269,15 +269,9 @@ func TestPrometheusOptionErrors(t *testing.T) {
 		{"bad name", upstreamstats.Options{Prometheus: true, PrometheusMapper: write("name.yaml", "mappings:\n  - {match: \"a.*\", name: \"not a name\"}\n")}, "Options.PrometheusMapper: ", false},
 	}
 	for _, c := range cases {
-		s, err := upstreamstats.New(c.opts)
+		err := refused(t, c.name, c.opts, c.want)
 		if err == nil {
-			s.Close()
-			t.Errorf("%s: no error", c.name)
 			continue
-		}
-		var fe *upstreamstats.OptionError
-		if !errors.As(err, &fe) || !strings.HasPrefix(err.Error(), "upstreamstats: "+c.want) {
-			t.Errorf("%s: %v, want an OptionError starting %q", c.name, err, c.want)
 		}
 		if c.notExist && !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s: %v, want fs.ErrNotExist", c.name, err)

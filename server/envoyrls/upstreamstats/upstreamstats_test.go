@@ -532,16 +532,7 @@ func TestOptionErrors(t *testing.T) {
 		{"tag value with a comma", upstreamstats.Options{ExtraTags: map[string]string{"k": "a,b"}}, `Options.ExtraTags["k"]: `},
 	}
 	for _, c := range cases {
-		s, err := upstreamstats.New(c.opts)
-		if err == nil {
-			s.Close()
-			t.Errorf("%s: no error", c.name)
-			continue
-		}
-		var fe *upstreamstats.OptionError
-		if !errors.As(err, &fe) || !strings.HasPrefix(err.Error(), "upstreamstats: "+c.want) {
-			t.Errorf("%s: %v, want an OptionError starting %q", c.name, err, c.want)
-		}
+		refused(t, c.name, c.opts, c.want)
 	}
 }
 
@@ -629,4 +620,22 @@ func TestConcurrent(t *testing.T) {
 		}
 		return total == 100 && names == 20 && s["ratelimit_server.ShouldRateLimit.total_requests|c"] == 100
 	})
+}
+
+// refused reports whether New refuses opts with an OptionError whose text
+// starts with "upstreamstats: " and want (the test fails otherwise,
+// naming the case), and returns New's error.
+func refused(t *testing.T, name string, opts upstreamstats.Options, want string) error {
+	t.Helper()
+	s, err := upstreamstats.New(opts)
+	if err == nil {
+		s.Close()
+		t.Errorf("%s: no error", name)
+		return nil
+	}
+	var fe *upstreamstats.OptionError
+	if !errors.As(err, &fe) || !strings.HasPrefix(err.Error(), "upstreamstats: "+want) {
+		t.Errorf("%s: %v, want an OptionError starting %q", name, err, want)
+	}
+	return err
 }
