@@ -34,7 +34,7 @@ import (
 const upstreamName = "ratelimit"
 
 func newEnvoyRatelimitCmd() *cobra.Command {
-	rf := &ratelimitFlags{}
+	sf := &serverFlags{}
 	cmd := &cobra.Command{
 		Use:   "envoy-ratelimit",
 		Short: "Run as envoyproxy/ratelimit does: configured by its environment variables, on its ports",
@@ -58,18 +58,11 @@ a value it cannot honour (BACKEND_TYPE=memcache, a second Redis for per-second
 limits, GRPC_UDS) refuses to start, naming the variable. docs/envoy.md has the
 table of every variable.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return rf.run(cmd) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return sf.runEnvoyRatelimit(cmd) },
 	}
-	rf.register(cmd.Flags())
+	sf.register(cmd.Flags())
 	cmd.SetUsageFunc(groupedUsage)
 	return cmd
-}
-
-// ratelimitFlags are sluice server's flags, set from envoyproxy/ratelimit's
-// environment where neither a flag nor SLUICE_* gave them, and the two
-// listeners sluice server does not have.
-type ratelimitFlags struct {
-	serverFlags
 }
 
 // upstreamEnv is envoyproxy/ratelimit's environment, the variables
@@ -524,10 +517,11 @@ func upstreamLevel(l string) string {
 	return l
 }
 
-// run is sluice envoy-ratelimit: flags, then SLUICE_*, then
+// runEnvoyRatelimit is sluice envoy-ratelimit, on sluice server's flags:
+// flags, then SLUICE_*, then
 // envoyproxy/ratelimit's variables, into a server.Config; the server run
 // as sluice server runs, with the HTTP and debug listeners beside it.
-func (rf *ratelimitFlags) run(cmd *cobra.Command) error {
+func (sf *serverFlags) runEnvoyRatelimit(cmd *cobra.Command) error {
 	if err := flagsFromEnv(cmd); err != nil {
 		return err
 	}
@@ -549,7 +543,7 @@ func (rf *ratelimitFlags) run(cmd *cobra.Command) error {
 	if env.TracingEnabled && !isSet("OTEL_SERVICE_NAME") {
 		_ = os.Setenv("OTEL_SERVICE_NAME", env.TracingName)
 	}
-	log, err := newLogger(cmd.ErrOrStderr(), rf.logFormat, rf.logLevel)
+	log, err := newLogger(cmd.ErrOrStderr(), sf.logFormat, sf.logLevel)
 	if err != nil {
 		return err
 	}
@@ -557,7 +551,7 @@ func (rf *ratelimitFlags) run(cmd *cobra.Command) error {
 	for _, n := range notes {
 		log.Warn(n)
 	}
-	cfg, err := rf.config(log)
+	cfg, err := sf.config(log)
 	if err != nil {
 		return err
 	}

@@ -287,33 +287,26 @@ func requestKey(path []*rls.Rule, entries []rls.Entry) string {
 	return b.String()
 }
 
-// valuesPath names a request descriptor by its keys and values (key_value,
-// joined by '.'), as a detailed_metric rule's statistics do.
-func valuesPath(entries []rls.Entry) string {
-	var b strings.Builder
-	for i, e := range entries {
-		if i > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(e.Key)
-		b.WriteByte('_')
-		b.WriteString(e.Value)
-	}
-	return b.String()
-}
+// valuesPath names a request descriptor by its keys and values
+// (key_value, joined by '.'), as a detailed_metric rule's statistics do.
+func valuesPath(entries []rls.Entry) string { return entriesPath(entries, false) }
 
 // overridePath names a descriptor with its own limit by its keys and
 // values (key_value, or the key alone for an empty value, joined by '.'),
 // as envoyproxy/ratelimit names an override's statistics (its
 // src/config/config_impl.go, descriptorKey).
-func overridePath(entries []rls.Entry) string {
+func overridePath(entries []rls.Entry) string { return entriesPath(entries, true) }
+
+// entriesPath joins entries' key_value by '.', the key alone for an
+// empty value when keyAlone.
+func entriesPath(entries []rls.Entry, keyAlone bool) string {
 	var b strings.Builder
 	for i, e := range entries {
 		if i > 0 {
 			b.WriteByte('.')
 		}
 		b.WriteString(e.Key)
-		if e.Value != "" {
+		if e.Value != "" || !keyAlone {
 			b.WriteByte('_')
 			b.WriteString(e.Value)
 		}

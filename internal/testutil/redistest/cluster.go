@@ -393,17 +393,9 @@ func (c *Cluster) Client() *redis.ClusterClient {
 
 // Stop kills the nodes, waits for them and removes their directory.
 func (c *Cluster) Stop() {
-	for _, p := range c.procs {
-		_ = p.cmd.Process.Kill()
-	}
-	for _, p := range c.procs {
-		<-p.done
-	}
+	killAll(c.procs)
 	c.procs = nil
-	if c.dir != "" {
-		_ = os.RemoveAll(c.dir)
-		c.dir = ""
-	}
+	removeDir(&c.dir)
 }
 
 // prepare is what a group of servers needs before it starts:

@@ -79,3 +79,22 @@ func (t *tail) String() string {
 	defer t.mu.Unlock()
 	return strings.TrimSpace(string(t.buf))
 }
+
+// killAll kills procs (SIGKILL) at once, then waits for every one: a
+// group stops in one wait, not one after another.
+func killAll(procs []*proc) {
+	for _, p := range procs {
+		_ = p.cmd.Process.Kill()
+	}
+	for _, p := range procs {
+		<-p.done
+	}
+}
+
+// removeDir removes *dir and everything in it, if set, and clears it.
+func removeDir(dir *string) {
+	if *dir != "" {
+		_ = os.RemoveAll(*dir)
+		*dir = ""
+	}
+}

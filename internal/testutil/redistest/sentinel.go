@@ -407,18 +407,10 @@ func (s *Sentinel) synced(ctx context.Context) error {
 // Stop kills the sentinels and the servers (SIGKILL), waits for them and
 // removes the sentinels' directory.
 func (s *Sentinel) Stop() {
-	for _, p := range s.sentinels {
-		_ = p.cmd.Process.Kill()
-	}
-	for _, p := range s.sentinels {
-		<-p.done
-	}
+	killAll(s.sentinels)
 	s.sentinels = nil
 	for _, srv := range s.servers {
 		srv.Stop()
 	}
-	if s.dir != "" {
-		_ = os.RemoveAll(s.dir)
-		s.dir = ""
-	}
+	removeDir(&s.dir)
 }
