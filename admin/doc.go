@@ -5,7 +5,7 @@
 // before it is stored, versioned with compare-and-swap, kept in a
 // history, and audited.
 //
-// Source: issue 16 ("Live configuration"); charon-paper.md §4.1 (a
+// Source: charon-paper.md §4.1 (a
 // configuration API that normalizes what it stores); quotaservice-wire.md,
 // "Admin REST API" (the version and its 409); doorman-design.md (servers
 // watch a central store).

@@ -50,7 +50,8 @@ type Options struct {
 	// through their watchers. An error is logged; the change, stored,
 	// still answers (the watcher applies it when it sees it).
 	//
-	// Source: issue 26, "Read-your-writes".
+	// Source: quotaservice-wire.md, "Admin REST API" (a write answered
+// with the configuration it made, which the next read returns).
 	Sync func(context.Context) error
 }
 

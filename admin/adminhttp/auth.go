@@ -53,7 +53,9 @@ func (a *Auth) setting(path string) string {
 
 // AuthOptions says how the HTTP API establishes who makes a request.
 //
-// Source: issue 16, "Who changed what".
+// Source: docs/admin.md ("Who may write"): bearer tokens, client
+// certificates or a trusted proxy's header, each change audited with its
+// user, as quotaservice-wire.md's "Admin REST API" leaves to the caller.
 type AuthOptions struct {
 	// TokenFile is the file of bearer tokens (--admin-token-file): one
 	// "USER TOKEN" pair per line, '#' starting a comment, blank lines

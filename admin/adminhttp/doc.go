@@ -2,7 +2,7 @@
 // document as JSON under /admin/v1/ on the server's port (Handler, over
 // an admin.Service), and decides who may use it (Auth).
 //
-// Source: issue 16 ("Live configuration", "Who changed what");
+// Source: doorman-design.md (servers watch a central configuration);
 // quotaservice-wire.md, "Admin REST API" (the version and its 409).
 //
 // # Routes

@@ -18,6 +18,7 @@
 // converted is edited in its own format; Check is its admin.Service's
 // Check.
 //
-// Source: issue 16, "Compatible with quotaservice's admin tools"; issue
-// 26, "The quota service's admin API on Square's own file".
+// Source: quotaservice-wire.md, "Admin REST API" and "Configuration"
+// (its routes and bodies, so its admin tools work unchanged, on its own
+// file).
 package quotaapi

@@ -30,8 +30,7 @@ import (
 // cannot say is refused before it is stored. Safe for concurrent use; one
 // process writes the file (as admin.FileStore).
 //
-// Source: issue 26, "The quota service's admin API on Square's own file";
-// quotaservice-wire.md, "Admin REST API" and "Configuration".
+// Source: quotaservice-wire.md, "Admin REST API" and "Configuration".
 type File struct {
 	file *admin.FileStore
 }

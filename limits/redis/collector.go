@@ -14,9 +14,9 @@ import (
 // (limits.StoreLatencyBounds). Register it once per registry; each call
 // returns a new collector.
 //
-// Source: issue 15, "Redis trouble" ("The status page and metrics show the
-// Redis state, script latency and degraded answers"; the degraded answers
-// are sluice_limits_events_total{event="degraded"}, by resource).
+// Source: docs/redis.md, "Watching it" (the status page and the metrics
+// show the Redis state, script latency and degraded answers; the degraded
+// answers are sluice_limits_events_total{event="degraded"}, by resource).
 func (s *Store) Collector() prometheus.Collector { return newCollector(s) }
 
 // collector exports a store's Health (see Store.Collector).

@@ -21,7 +21,8 @@ import (
 // wraps gobreaker.ErrOpenState, and comes at once). Check it with
 // errors.Is.
 //
-// Source: issue 15, "Redis trouble" (short timeouts, a circuit breaker).
+// Source: docs/redis.md, "When Redis fails" (short timeouts, a circuit
+// breaker).
 var ErrUnavailable = errors.New("limits/redis: Redis unavailable")
 
 // Defaults of Options.

@@ -272,8 +272,8 @@ type AllowResponse struct {
 	Unlimited bool `protobuf:"varint,18,opt,name=unlimited,proto3" json:"unlimited,omitempty"`
 	// OK granted without a decision: the server's shared store (Redis) is
 	// failing and the resource is configured on_store_error: open. The
-	// tokens asked were granted and nothing was recorded (issue 15, "Redis
-	// trouble"). A resource that fails closed answers Unavailable instead.
+	// tokens asked were granted and nothing was recorded (charon-paper.md,
+	// fail-open clients). A resource that fails closed answers Unavailable instead.
 	Degraded      bool `protobuf:"varint,19,opt,name=degraded,proto3" json:"degraded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

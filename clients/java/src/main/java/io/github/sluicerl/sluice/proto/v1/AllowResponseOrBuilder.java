@@ -236,8 +236,8 @@ public interface AllowResponseOrBuilder extends
    * <pre>
    * OK granted without a decision: the server's shared store (Redis) is
    * failing and the resource is configured on_store_error: open. The
-   * tokens asked were granted and nothing was recorded (issue 15, "Redis
-   * trouble"). A resource that fails closed answers Unavailable instead.
+   * tokens asked were granted and nothing was recorded (charon-paper.md,
+   * fail-open clients). A resource that fails closed answers Unavailable instead.
    * </pre>
    *
    * <code>bool degraded = 19;</code>
