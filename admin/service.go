@@ -51,7 +51,7 @@ type Options struct {
 	// still answers (the watcher applies it when it sees it).
 	//
 	// Source: quotaservice-wire.md, "Admin REST API" (a write answered
-// with the configuration it made, which the next read returns).
+	// with the configuration it made, which the next read returns).
 	Sync func(context.Context) error
 }
 
