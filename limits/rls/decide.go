@@ -56,8 +56,27 @@ type Policy struct {
 	// Limit is the requests allowed per Period (≥ 1: a limit of 0 never
 	// reaches a store; every request is over it).
 	Limit uint32
-	// Period is the limit's unit in microseconds (≥ 1).
+	// Period is the limit's unit in microseconds (≥ 1): a token bucket
+	// refills Limit tokens per Period; a fixed window is Period long,
+	// aligned to the Unix epoch, unless Calendar is set.
 	Period int64
+	// Burst is a token bucket's depth in tokens (0: Limit): it refills at
+	// Limit per Period up to Burst, and a hit of more than Burst never
+	// fits. Ignored by a fixed window.
+	Burst uint32
+	// Calendar, when set, makes a fixed window the calendar's (Period
+	// then only names the unit): the window holding now, as
+	// Calendar.Window gives it. Ignored by a token bucket.
+	Calendar Calendar
+}
+
+// depth returns the most a counter under p holds: a token bucket's Burst
+// (else Limit), a fixed window's Limit.
+func (p *Policy) depth() uint32 {
+	if p.Algorithm == TokenBucket && p.Burst != 0 {
+		return p.Burst
+	}
+	return p.Limit
 }
 
 // Hit is one request descriptor's part of a decision.
@@ -67,7 +86,8 @@ type Hit struct {
 	// Policy is the counter's limit.
 	Policy Policy
 	// Hits is what the descriptor adds (0: check only, charge nothing).
-	// Hits above Policy.Limit never fit.
+	// Hits above Policy.Limit (a token bucket's Burst, when set) never
+	// fit.
 	Hits uint64
 	// Refund gives Hits back instead of taking them (never over limit).
 	Refund bool
@@ -82,10 +102,12 @@ type State struct {
 	// Set is false for a counter the store does not hold.
 	Set bool
 	// A is, for a token bucket, the instant (Unix µs) of its Level; for
-	// a fixed window, the window's index (now ÷ Period).
+	// a fixed window, the window's index (now ÷ Period), or, for a
+	// calendar's, the window's start (Unix µs).
 	A int64
 	// Level is, for a token bucket, the tokens it held at A (it holds
-	// min(Limit, Level + (now − A) × Limit ÷ Period) at now).
+	// min(depth, Level + (now − A) × Limit ÷ Period) at now, its depth
+	// Burst, else Limit).
 	Level float64
 	// N is, for a fixed window, the hits counted in window A.
 	N int64
@@ -170,51 +192,76 @@ func step(h Hit, s State, now int64) (State, Result) {
 
 // bucketStep is a token bucket's step. The bucket is kept as its level
 // (tokens, fractional) at an instant (A, Unix µs); it fills at Limit per
-// Period, continuously, up to Limit. A hit of n fits when the level is
-// at least n. The arithmetic is float64 in an order a Lua mirror on
-// doubles repeats exactly (no fused multiply-add: every product is
-// converted before it is added).
+// Period, continuously, up to its depth (Burst, else Limit). A hit of n
+// fits when the level is at least n. The arithmetic is float64 in an
+// order a Lua mirror on doubles repeats exactly (no fused multiply-add:
+// every product is converted before it is added).
 func bucketStep(h Hit, s State, now int64) (State, Result) {
-	lim, period := float64(h.Policy.Limit), float64(h.Policy.Period)
-	level := lim // a bucket the store does not hold is full
+	lim, period, top := float64(h.Policy.Limit), float64(h.Policy.Period), float64(h.Policy.depth())
+	level := top // a bucket the store does not hold is full
 	if s.Set {
-		level = min(lim, s.Level+float64(float64(max(0, now-s.A))*lim)/period)
+		level = min(top, s.Level+float64(float64(max(0, now-s.A))*lim)/period)
 	}
-	n := float64(min(h.Hits, uint64(h.Policy.Limit)+1))
+	n := float64(min(h.Hits, uint64(h.Policy.depth())+1))
 	switch {
 	case h.Refund:
-		level = min(lim, level+n)
-	case n > lim:
-		return s, Result{Over: true, Remaining: uint32(level), Reset: untilFull(level, lim, period), RetryAfter: -1}
+		level = min(top, level+n)
+	case n > top:
+		return s, Result{Over: true, Remaining: uint32(level), Reset: untilFull(level, top, lim, period), RetryAfter: -1}
 	case n > level:
-		return s, Result{Over: true, Remaining: uint32(level), Reset: untilFull(level, lim, period),
+		return s, Result{Over: true, Remaining: uint32(level), Reset: untilFull(level, top, lim, period),
 			RetryAfter: int64(math.Ceil(float64((n-level)*period) / lim))}
 	case n == 0:
-		return s, Result{Remaining: uint32(level), Reset: untilFull(level, lim, period)}
+		return s, Result{Remaining: uint32(level), Reset: untilFull(level, top, lim, period)}
 	default:
 		level -= n
 	}
-	reset := untilFull(level, lim, period)
+	reset := untilFull(level, top, lim, period)
 	return State{Set: true, A: now, Level: level, Until: now + reset}, Result{Remaining: uint32(level), Reset: reset}
 }
 
-// untilFull returns the microseconds a bucket at level takes to fill,
-// rounded up.
-func untilFull(level, lim, period float64) int64 {
-	return int64(math.Ceil(float64((lim-level)*period) / lim))
+// untilFull returns the microseconds a bucket of depth top at level takes
+// to fill at lim per period, rounded up.
+func untilFull(level, top, lim, period float64) int64 {
+	return int64(math.Ceil(float64((top-level)*period) / lim))
 }
 
 // windowStep is a fixed window's step: windows of Period aligned to the
-// epoch; a hit is over when the window's count plus it exceeds Limit.
+// epoch, or the Calendar's; a hit is over when the window's count plus it
+// exceeds Limit.
 func windowStep(h Hit, s State, now int64) (State, Result) {
-	lim, period := int64(h.Policy.Limit), h.Policy.Period
+	if !h.Policy.Calendar.IsZero() {
+		start, end := h.Policy.Calendar.Window(now)
+		return calendarStep(h, s, now, start, end)
+	}
+	period := h.Policy.Period
 	w := floorDiv(now, period)
 	var count int64
 	if s.Set && s.A == w {
 		count = s.N
 	}
+	return countStep(h, s, now, w, count, (w+1)*period)
+}
+
+// calendarStep is a calendar window's step, the window [start, end) as
+// the caller's clock places it (Redis runs it on its own clock, on the
+// window the server computed): a window is counted from its start; a
+// state of a later window (a server whose clock is ahead has begun it)
+// is counted in, so that no clock's lag loses another's count.
+func calendarStep(h Hit, s State, now, start, end int64) (State, Result) {
+	var count int64
+	w := start
+	if s.Set && s.A >= start {
+		w, count = s.A, s.N
+	}
+	return countStep(h, s, now, w, count, max(end, now+1))
+}
+
+// countStep is a fixed window's step in window w (ending at end, Unix
+// µs), which holds count.
+func countStep(h Hit, s State, now, w, count, end int64) (State, Result) {
+	lim := int64(h.Policy.Limit)
 	n := int64(min(h.Hits, uint64(lim)+1))
-	end := (w + 1) * period
 	switch {
 	case h.Refund:
 		count = max(0, count-n)

@@ -43,7 +43,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"iter"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -86,8 +88,9 @@ func ParseUnit(s string) (Unit, error) {
 	return UnitUnknown, fmt.Errorf("%q is not a unit (want second, minute, hour, day, week, month or year)", s)
 }
 
-// Duration returns the unit's length: a month is 30 days and a year 365
-// (envoyproxy/ratelimit's lengths), UnitUnknown 0.
+// Duration returns the unit's length: a week is 7 days, a month 30 days
+// and a year 365 (envoyproxy/ratelimit's lengths; a Calendar's windows
+// follow the calendar instead), UnitUnknown 0.
 func (u Unit) Duration() time.Duration {
 	switch u {
 	case Second:
@@ -132,6 +135,44 @@ type Limit struct {
 	//
 	// Source: charon-paper.md, section 2.1, "Rate-Limited Resources".
 	BurstTiers string
+	// UnitMultiplier makes the limit's unit UnitMultiplier units long: a
+	// token bucket refilled at RequestsPerUnit per UnitMultiplier × Unit,
+	// a fixed window UnitMultiplier × Unit long (0 and 1: one unit).
+	// Envoy's field name (RateLimitResponse.RateLimit's and the request
+	// override's unit_multiplier); in rule files a Sluice extension.
+	UnitMultiplier uint32
+	// Burst is a token bucket's depth, in requests, apart from its rate
+	// (0: RequestsPerUnit, the format's meaning): "60 a minute, at most
+	// 5 at once" is RequestsPerUnit 60, Unit Minute, Burst 5. Never with
+	// a fixed window or a calendar. A Sluice extension (the field burst;
+	// gubernator's leaky bucket has the same).
+	Burst uint32
+	// Calendar, when set, counts the limit in fixed windows aligned to
+	// the calendar of this zone (Unit Day, Week, Month or Year; an ISO
+	// 8601 week starts on Monday): months of 28 to 31 days, days of 23
+	// or 25 hours across daylight saving. nil: the unit's fixed length
+	// (Duration). A Sluice extension (the field calendar).
+	Calendar *time.Location
+}
+
+// Period returns the limit's period: Unit's length times UnitMultiplier
+// (for a calendar limit, the unit's nominal length: the windows are the
+// calendar's).
+func (l *Limit) Period() time.Duration {
+	return l.Unit.Duration() * time.Duration(max(1, l.UnitMultiplier))
+}
+
+// Policy returns the limit's policy under algorithm alg (TokenBucket or
+// FixedWindow; a calendar limit is always a calendar's fixed window).
+func (l *Limit) Policy(alg Algorithm) Policy {
+	p := Policy{Algorithm: alg, Limit: l.RequestsPerUnit, Period: l.Period().Microseconds()}
+	switch {
+	case l.Calendar != nil:
+		p.Algorithm, p.Calendar = FixedWindow, Calendar{Unit: l.Unit, Location: l.Calendar}
+	case alg == TokenBucket && l.Burst != 0:
+		p.Burst = l.Burst
+	}
+	return p
 }
 
 // Rule is one descriptor rule of a domain's tree.
@@ -141,9 +182,16 @@ type Rule struct {
 	// Value is the entry's value: "" matches any value (a key-only rule);
 	// with '*' it is a wildcard pattern.
 	Value string
-	// Limit is the rule's rate limit; nil: the rule limits nothing (it is
-	// whitelisted, or only leads to nested rules).
+	// Limit is the rule's rate limit (rate_limit, or the first of
+	// rate_limits); nil: the rule limits nothing (it is whitelisted, or
+	// only leads to nested rules).
 	Limit *Limit
+	// MoreLimits are rate_limits' limits after the first (Limit): every
+	// one must hold, each with a counter of its own (LimitBucket), decided
+	// and charged together. A Sluice extension of the format (the field
+	// rate_limits, in place of rate_limit); none is Unlimited or has
+	// BurstTiers.
+	MoreLimits []*Limit
 	// ShadowMode decides and counts as usual, but answers OK.
 	ShadowMode bool
 	// DetailedMetric and ValueToMetric ask for the request's values in the
@@ -157,6 +205,33 @@ type Rule struct {
 	Algorithm Algorithm
 	// Descriptors are the nested rules, one level further.
 	Descriptors []*Rule
+}
+
+// AllLimits yields the rule's limits: Limit, then MoreLimits (none when
+// Limit is nil).
+func (r *Rule) AllLimits() iter.Seq[*Limit] {
+	return func(yield func(*Limit) bool) {
+		if r.Limit == nil || !yield(r.Limit) {
+			return
+		}
+		for _, l := range r.MoreLimits {
+			if !yield(l) {
+				return
+			}
+		}
+	}
+}
+
+// LimitBucket returns the counter of a rule's i-th limit (0: Limit, i:
+// MoreLimits[i-1]) on a descriptor whose counter is bucket (Match.Bucket):
+// bucket itself for the first, so that a rule turned from rate_limit into
+// rate_limits keeps its counter; else bucket tagged "rate_limits[i]"
+// (ParseBucket reads it back).
+func LimitBucket(bucket string, i int) string {
+	if i == 0 {
+		return bucket
+	}
+	return string(appendString([]byte(bucket), "rate_limits["+strconv.Itoa(i)+"]"))
 }
 
 // Wildcard reports whether the rule's value is a pattern.
@@ -221,8 +296,11 @@ func NewConfig(domains ...*Domain) (*Config, error) {
 func hashRules(h io.Writer, rules []*Rule, depth int) {
 	for _, r := range rules {
 		fmt.Fprintf(h, "%d %q %q %t %t %t %t %d", depth, r.Key, r.Value, r.ShadowMode, r.DetailedMetric, r.ValueToMetric, r.ShareThreshold, r.Algorithm)
-		if l := r.Limit; l != nil {
-			fmt.Fprintf(h, " limit %d %d %t %q %q %q", l.RequestsPerUnit, l.Unit, l.Unlimited, l.Name, l.Replaces, l.BurstTiers)
+		for l := range r.AllLimits() {
+			fmt.Fprintf(h, " limit %d %d %t %q %q %q %d %d", l.RequestsPerUnit, l.Unit, l.Unlimited, l.Name, l.Replaces, l.BurstTiers, l.UnitMultiplier, l.Burst)
+			if l.Calendar != nil {
+				fmt.Fprintf(h, " calendar %q", l.Calendar)
+			}
 		}
 		fmt.Fprintln(h)
 		hashRules(h, r.Descriptors, depth+1)
@@ -465,11 +543,13 @@ func (c *Config) ResolveInto(out []Match, domain string, descriptors [][]Entry) 
 	for i, d := range descriptors {
 		out[i] = c.Match(domain, d)
 		if m := out[i]; m.Rule != nil {
-			for _, name := range m.Rule.Limit.Replaces {
-				if replaced == nil {
-					replaced = map[string]bool{}
+			for l := range m.Rule.AllLimits() {
+				for _, name := range l.Replaces {
+					if replaced == nil {
+						replaced = map[string]bool{}
+					}
+					replaced[name] = true
 				}
-				replaced[name] = true
 			}
 		}
 	}
@@ -477,8 +557,14 @@ func (c *Config) ResolveInto(out []Match, domain string, descriptors [][]Entry) 
 		return out
 	}
 	for i, m := range out {
-		if m.Rule != nil && m.Rule.Limit.Name != "" && replaced[m.Rule.Limit.Name] {
-			out[i] = Match{}
+		if m.Rule == nil {
+			continue
+		}
+		for l := range m.Rule.AllLimits() {
+			if l.Name != "" && replaced[l.Name] {
+				out[i] = Match{}
+				break
+			}
 		}
 	}
 	return out
