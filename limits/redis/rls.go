@@ -39,11 +39,14 @@ func NewRLS(s *Store) *RLS { return &RLS{s: s} }
 
 // rlsHit is one hit of an RLS request as rls.lua takes it: its counter
 // (an index in the call's rkeys), the algorithm (1 token bucket, 2 fixed
-// window), the limit, the period (µs), the hits (at most limit + 1),
-// and refund + 2 × soft (each 0/1).
+// window, 3 token bucket with a depth of its own, 4 calendar window), the
+// limit, the period (µs), the hits (at most the depth + 1), refund + 2 ×
+// soft (each 0/1), and x and y: for 3 the depth, for 4 the window's start
+// and end (Unix µs, from the caller's now: Redis has no time zones).
 type rlsHit struct {
 	key                          int
 	alg, limit, period, n, flags float64
+	x, y                         float64
 }
 
 // rlsReply is the length of a request's reply with n hits: granted, then
@@ -78,9 +81,17 @@ func (r *RLS) call(now int64, domain string, hits []rls.Hit) *call {
 	c.base = r.s.prefix + "{e" + escape(domain) + "}"
 	c.nowNs = now // (µs; read when the store's callerTime is set)
 	for _, h := range hits {
-		alg, letter := 1.0, "t"
-		if h.Policy.Algorithm == rls.FixedWindow {
+		alg, letter, depth := 1.0, "t", h.Policy.Limit
+		var x, y float64
+		switch {
+		case h.Policy.Algorithm == rls.FixedWindow && !h.Policy.Calendar.IsZero():
+			start, end := h.Policy.Calendar.Window(now)
+			alg, letter, x, y = 4, "w", float64(start), float64(end)
+		case h.Policy.Algorithm == rls.FixedWindow:
 			alg, letter = 2, "w"
+		case h.Policy.Burst != 0:
+			alg, depth = 3, h.Policy.Burst
+			x = float64(depth)
 		}
 		key := c.base + letter + escape(h.Bucket)
 		ki := slices.Index(c.rkeys, key)
@@ -89,7 +100,7 @@ func (r *RLS) call(now int64, domain string, hits []rls.Hit) *call {
 			c.rkeys = append(c.rkeys, key)
 		}
 		c.rhits = append(c.rhits, rlsHit{key: ki, alg: alg, limit: float64(h.Policy.Limit), period: float64(h.Policy.Period),
-			n: float64(min(h.Hits, uint64(h.Policy.Limit)+1)), flags: float64(b2i(h.Refund) + 2*b2i(h.Soft))})
+			n: float64(min(h.Hits, uint64(depth)+1)), flags: float64(b2i(h.Refund) + 2*b2i(h.Soft)), x: x, y: y})
 	}
 	return c
 }
@@ -136,7 +147,7 @@ func (b *batcher) rlsArgs(m *command) []any {
 		// Redis's clock before the tests' clock says they may.
 		extra = 3600000
 	}
-	nums := make([]byte, 0, 8*(2+2*len(m.calls)+6*nh))
+	nums := make([]byte, 0, 8*(2+2*len(m.calls)+8*nh))
 	nums = appendDoubles(nums, extra, float64(b2i(callerTime)))
 	for _, c := range m.calls {
 		nums = appendDoubles(nums, float64(len(c.rhits)))
@@ -145,6 +156,12 @@ func (b *batcher) rlsArgs(m *command) []any {
 		}
 		for _, h := range c.rhits {
 			nums = appendDoubles(nums, float64(b.keyIx[c.rkeys[h.key]]), h.alg, h.limit, h.period, h.n, h.flags)
+			switch h.alg {
+			case 3:
+				nums = appendDoubles(nums, h.x)
+			case 4:
+				nums = appendDoubles(nums, h.x, h.y)
+			}
 		}
 	}
 	return append(args, nums)

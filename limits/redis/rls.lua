@@ -3,8 +3,9 @@
 -- of its own; each request's hits decided together, mirroring
 -- limits/rls's Decide (decide.go) exactly: a token bucket kept as its
 -- level (tokens, fractional) at an instant (Unix µs), or an
--- epoch-aligned fixed window kept as its index and count; when a hit that
--- is not soft is over its limit, the request writes nothing.
+-- epoch-aligned fixed window kept as its index and count, or a calendar's
+-- window kept as its start (Unix µs) and count; when a hit that is not
+-- soft is over its limit, the request writes nothing.
 -- KEYS: the requests' counters, each once, all under the domain's hash
 -- tag. Each is a string of three little-endian doubles, A, B and X: a
 -- token bucket's instant and level, or a fixed window's index and count,
@@ -15,9 +16,12 @@
 -- TTL (0; the package's tests, whose clock is not Redis's, keep keys
 -- longer), whether the requests bring their now (1; 0 for Redis TIME,
 -- read once); then per request: its number of hits H, its now (Unix µs)
--- if they bring it, then H hits of 6: its key's index in KEYS, the
--- algorithm (1 token bucket, 2 fixed window), the limit, the period (µs),
--- the hits (at most limit + 1), and refund + 2 × soft (each 0/1).
+-- if they bring it, then H hits of 6 to 8: its key's index in KEYS, the
+-- algorithm (1 token bucket, 2 fixed window, 3 token bucket with a depth
+-- of its own, 4 calendar window), the limit, the period (µs), the hits (at
+-- most the depth + 1), and refund + 2 × soft (each 0/1); then, for 3, the
+-- depth (tokens), for 4, the window's start and end (Unix µs, as the
+-- server's clock places them: Redis has no time zones).
 -- Returns one string of little-endian doubles, per request in order:
 -- granted (0/1), then 4 per hit: over (0/1), remaining, reset (µs), retry
 -- after (µs; -1 never; 0 when not over).
@@ -106,33 +110,38 @@ local function up(x)
   return f
 end
 
+-- width is the number of a hit's numbers, by algorithm.
+local width = {6, 6, 7, 8}
+
 -- step is one hit of k on a counter held as a (false: not held) and b, at
 -- now: over, remaining, reset, retry after, then, when the hit changes
 -- the counter, true and its new A, B and the instant (µs) it is the same
--- as none.
-local function step(a, b, now, alg, lim, period, k, refund)
-  if alg == 1 then
-    local level = lim
+-- as none. x and y are a hit's extra numbers (see ARGV).
+local function step(a, b, now, alg, lim, period, k, refund, x, y)
+  if alg == 1 or alg == 3 then
+    local top = lim -- the depth
+    if alg == 3 then top = x end
+    local level = top
     if a then
       local d = now - a
       if not (d > 0) then d = 0 end
       level = b + (d * lim) / period
-      if not (level < lim) then level = lim end
+      if not (level < top) then level = top end
     end
     if refund then
       level = level + k
-      if not (level < lim) then level = lim end
-    elseif k > lim then
-      return 1, level >= 0 and level - level % 1 or floor(level), up(((lim - level) * period) / lim), -1
+      if not (level < top) then level = top end
+    elseif k > top then
+      return 1, level >= 0 and level - level % 1 or floor(level), up(((top - level) * period) / lim), -1
     elseif k > level then
-      return 1, level >= 0 and level - level % 1 or floor(level), up(((lim - level) * period) / lim), up(((k - level) * period) / lim)
+      return 1, level >= 0 and level - level % 1 or floor(level), up(((top - level) * period) / lim), up(((k - level) * period) / lim)
     elseif k == 0 then
-      return 0, level >= 0 and level - level % 1 or floor(level), up(((lim - level) * period) / lim), 0
+      return 0, level >= 0 and level - level % 1 or floor(level), up(((top - level) * period) / lim), 0
     else
       level = level - k
     end
     -- untilfull, inline: the common case.
-    local reset = ((lim - level) * period) / lim
+    local reset = ((top - level) * period) / lim
     if reset >= 0 then
       local f = reset - reset % 1
       if f < reset then f = f + 1 end
@@ -142,11 +151,20 @@ local function step(a, b, now, alg, lim, period, k, refund)
     end
     return 0, level >= 0 and level - level % 1 or floor(level), reset, 0, true, now, level, now + reset
   end
-  local w = now / period
-  if w >= 0 then w = w - w % 1 else w = floor(w) end
+  local w, wend
   local count = 0
-  if a and a == w then count = b end
-  local wend = (w + 1) * period
+  if alg == 4 then
+    -- A calendar's window, from its start; a later window's state (begun
+    -- by a server whose clock is ahead) is counted in.
+    w, wend = x, y
+    if a and a >= w then w, count = a, b end
+    if not (wend > now) then wend = now + 1 end
+  else
+    w = now / period
+    if w >= 0 then w = w - w % 1 else w = floor(w) end
+    if a and a == w then count = b end
+    wend = (w + 1) * period
+  end
   if refund then
     count = count - k
     if not (count > 0) then count = 0 end
@@ -195,10 +213,11 @@ while p <= total do
     ki = N[p]
     local over, rem, reset, retry
     local flags = N[p + 5]
-    over, rem, reset, retry, changed, a, b, u = step(ca[ki], cb[ki], now, N[p + 1], N[p + 2], N[p + 3], N[p + 4], flags % 2 == 1)
+    local alg = N[p + 1]
+    over, rem, reset, retry, changed, a, b, u = step(ca[ki], cb[ki], now, alg, N[p + 2], N[p + 3], N[p + 4], flags % 2 == 1, N[p + 6], N[p + 7])
     if over == 0 or flags >= 2 then out[no + 1] = 1 else out[no + 1] = 0 end
     out[no + 2], out[no + 3], out[no + 4], out[no + 5] = over, rem, reset, retry
-    no, p = no + 5, p + 6
+    no, p = no + 5, p + width[alg]
     if changed then
       local ttl = up((u - now) / 1000)
       if ttl > 0 then
@@ -221,13 +240,14 @@ while p <= total do
       end
       local over, rem, reset, retry
       local flags = N[p + 5]
-      over, rem, reset, retry, changed, a, b, u = step(wa[ki], wb[ki], now, N[p + 1], N[p + 2], N[p + 3], N[p + 4], flags % 2 == 1)
+      local alg = N[p + 1]
+      over, rem, reset, retry, changed, a, b, u = step(wa[ki], wb[ki], now, alg, N[p + 2], N[p + 3], N[p + 4], flags % 2 == 1, N[p + 6], N[p + 7])
       if changed then
         wa[ki], wb[ki], wu[ki], wdirty[ki] = a, b, u, true
       end
       if over == 1 and flags < 2 then granted = 0 end
       out[no + 2], out[no + 3], out[no + 4], out[no + 5] = over, rem, reset, retry
-      no, p = no + 4, p + 6
+      no, p = no + 4, p + width[alg]
     end
     out[o] = granted
     no = no + 1
@@ -251,9 +271,9 @@ while p <= total do
         if out[x] == 0 then
           ki = N[q]
           local _
-          _, out[x + 1], out[x + 2], out[x + 3] = step(ca[ki], cb[ki], now, N[q + 1], N[q + 2], N[q + 3], 0, false)
+          _, out[x + 1], out[x + 2], out[x + 3] = step(ca[ki], cb[ki], now, N[q + 1], N[q + 2], N[q + 3], 0, false, N[q + 6], N[q + 7])
         end
-        q = q + 6
+        q = q + width[N[q + 1]]
       end
     end
   end

@@ -88,13 +88,9 @@ func TestRLSBatchMatchesAlone(t *testing.T) {
 		mem := rls.NewMemoryStore()
 		policies := make([]rls.Policy, 3)
 		for i := range policies {
-			policies[i] = rls.Policy{
-				Algorithm: rapid.SampledFrom([]rls.Algorithm{rls.TokenBucket, rls.FixedWindow}).Draw(rt, "alg"),
-				Limit:     rapid.SampledFrom([]uint32{1, 2, 3, 7, 1000}).Draw(rt, "limit"),
-				Period:    rapid.SampledFrom([]int64{1e6, 60e6, 3600e6}).Draw(rt, "period"),
-			}
+			policies[i] = drawPolicy(rt, []uint32{1, 2, 3, 7, 1000}, []int64{1e6, 60e6, 3600e6})
 		}
-		now := int64(1_790_000_000_000_000) + rapid.Int64Range(0, 1e12).Draw(rt, "start")
+		now := drawStart(rt)
 		for range rapid.IntRange(1, 8).Draw(rt, "batches") {
 			reqs := make([]rlsReq, rapid.IntRange(1, 10).Draw(rt, "requests"))
 			for i := range reqs {

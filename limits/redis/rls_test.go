@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -14,7 +15,8 @@ import (
 // and on the Redis script, at the same instants: every answer and every
 // grant must be the same (the script mirrors rls.Decide), over periods up
 // to a year and limits up to 2³²−1, where the float products are
-// inexact.
+// inexact; with token buckets of a depth of their own and calendar
+// windows (starting a minute before a month's end in a zone).
 func TestRLSMatchesMemory(t *testing.T) {
 	c := client(t)
 	n := 0
@@ -25,13 +27,9 @@ func TestRLSMatchesMemory(t *testing.T) {
 		mem := rls.NewMemoryStore()
 		policies := make([]rls.Policy, 3)
 		for i := range policies {
-			policies[i] = rls.Policy{
-				Algorithm: rapid.SampledFrom([]rls.Algorithm{rls.TokenBucket, rls.FixedWindow}).Draw(rt, "alg"),
-				Limit:     rapid.SampledFrom([]uint32{1, 3, 7, 10, 1000, 4294967295}).Draw(rt, "limit"),
-				Period:    rapid.SampledFrom([]int64{1e6, 60e6, 3600e6, 86400e6, 365 * 86400e6}).Draw(rt, "period"),
-			}
+			policies[i] = drawPolicy(rt, []uint32{1, 3, 7, 10, 1000, 4294967295}, []int64{1e6, 60e6, 3600e6, 86400e6, 365 * 86400e6})
 		}
-		now := int64(1_790_000_000_000_000) + rapid.Int64Range(0, 1e12).Draw(rt, "start")
+		now := drawStart(rt)
 		ctx := context.Background()
 		for step := range rapid.IntRange(1, 30).Draw(rt, "steps") {
 			now += rapid.Int64Range(0, 2e6).Draw(rt, "dt")
@@ -62,6 +60,45 @@ func TestRLSMatchesMemory(t *testing.T) {
 		// Walk reads back what the script wrote: the memory store's counters.
 		compareCounters(rt, red, mem, now)
 	})
+}
+
+// drawPolicy draws a policy of one of limits and periods: a token bucket
+// (a third of them with a depth of their own, below or above the limit),
+// a fixed window, or a calendar's window (a day, week, month or year in
+// UTC or Europe/Paris).
+func drawPolicy(rt *rapid.T, limits []uint32, periods []int64) rls.Policy {
+	p := rls.Policy{
+		Algorithm: rapid.SampledFrom([]rls.Algorithm{rls.TokenBucket, rls.FixedWindow}).Draw(rt, "alg"),
+		Limit:     rapid.SampledFrom(limits).Draw(rt, "limit"),
+		Period:    rapid.SampledFrom(periods).Draw(rt, "period"),
+	}
+	switch rapid.IntRange(0, 2).Draw(rt, "shape") {
+	case 1:
+		if p.Algorithm == rls.TokenBucket {
+			p.Burst = rapid.SampledFrom([]uint32{1, 2, 5, 100, 4294967295}).Draw(rt, "burst")
+		} else {
+			paris, err := time.LoadLocation("Europe/Paris")
+			if err != nil {
+				rt.Fatal(err)
+			}
+			p.Calendar = rls.Calendar{Unit: rapid.SampledFrom([]rls.Unit{rls.Day, rls.Week, rls.Month, rls.Year}).Draw(rt, "unit"),
+				Location: rapid.SampledFrom([]*time.Location{time.UTC, paris}).Draw(rt, "zone")}
+		}
+	}
+	return p
+}
+
+// drawStart draws a test's first instant (Unix µs): in 2026 or 2027,
+// half the time within a minute before a month ends in UTC or Paris.
+func drawStart(rt *rapid.T) int64 {
+	now := int64(1_790_000_000_000_000) + rapid.Int64Range(0, 1e12).Draw(rt, "start")
+	if rapid.Bool().Draw(rt, "edge") {
+		paris, _ := time.LoadLocation("Europe/Paris")
+		loc := rapid.SampledFrom([]*time.Location{time.UTC, paris}).Draw(rt, "edgezone")
+		end := time.Date(2026, time.Month(rapid.IntRange(1, 24).Draw(rt, "month")), 1, 0, 0, 0, 0, loc)
+		now = end.UnixMicro() - rapid.Int64Range(0, 60e6).Draw(rt, "before")
+	}
+	return now
 }
 
 // compareCounters fails t unless every counter red holds is mem's (which
