@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -16,8 +17,8 @@ import (
 
 var (
 	envoyDomainFields     = []string{"domain", "descriptors", "algorithm"}
-	envoyDescriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "algorithm"}
-	envoyLimitFields      = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "burst_tiers"}
+	envoyDescriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "algorithm"}
+	envoyLimitFields      = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "burst_tiers", "unit_multiplier", "burst", "calendar"}
 	envoyReplacesFields   = []string{"name"}
 )
 
@@ -256,7 +257,23 @@ func (w *walker) envoyDomain(n *yaml.Node) *rls.Domain {
 	if !hasDomain {
 		w.bad("domain", n, "missing")
 	}
+	if d.Algorithm == rls.FixedWindow {
+		w.noBurstBelow(d.Descriptors, n, "descriptors")
+	}
 	return d
+}
+
+// noBurstBelow refuses a burst on the rules of a fixed-window domain that
+// do not choose an algorithm for themselves (a rule's is its own, else
+// its domain's), at every level.
+func (w *walker) noBurstBelow(rules []*rls.Rule, n *yaml.Node, path string) {
+	for i, r := range rules {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if r.Algorithm == rls.AlgorithmDefault {
+			w.noBurst(r, n, p, "the domain's algorithm is fixed_window")
+		}
+		w.noBurstBelow(r.Descriptors, n, join(p, "descriptors"))
+	}
 }
 
 // envoyRules reads a list of descriptor rules at path.
@@ -305,7 +322,17 @@ func (w *walker) envoyRule(n *yaml.Node, path string) *rls.Rule {
 				r.Value = *s
 			}
 		case "rate_limit":
+			if r.Limit != nil {
+				w.bad(fp, p.value, "given with rate_limits (a rule has one or the other)")
+				continue
+			}
 			r.Limit = w.envoyLimit(p.value, fp)
+		case "rate_limits":
+			if r.Limit != nil {
+				w.bad(fp, p.value, "given with rate_limit (a rule has one or the other)")
+				continue
+			}
+			r.Limit, r.MoreLimits = w.envoyLimits(p.value, fp)
 		case "descriptors":
 			r.Descriptors = w.envoyRules(p.value, fp)
 		case "shadow_mode":
@@ -324,7 +351,78 @@ func (w *walker) envoyRule(n *yaml.Node, path string) *rls.Rule {
 		w.bad(join(path, "key"), n, "missing or empty")
 		return nil
 	}
+	if r.Algorithm == rls.FixedWindow {
+		w.noBurst(r, n, path, "the rule's algorithm is fixed_window")
+	}
 	return r
+}
+
+// noBurst refuses a burst on any of r's limits (path names r) under a
+// fixed window: why says where the window comes from.
+func (w *walker) noBurst(r *rls.Rule, n *yaml.Node, path, why string) {
+	i := 0
+	for l := range r.AllLimits() {
+		if l.Burst != 0 {
+			field := join(path, "rate_limit.burst")
+			if r.MoreLimits != nil {
+				field = fmt.Sprintf("%s[%d].burst", join(path, "rate_limits"), i)
+			}
+			w.bad(field, n, "a burst is a token bucket's depth, and %s", why)
+		}
+		i++
+	}
+}
+
+// envoyLimits reads a rate_limits list (Sluice's extension: several
+// limits on one descriptor, every one must hold): its first limit and
+// the others. None may be unlimited or burst tiers, and two may not be
+// the same unit, multiplier and calendar (their counters would be
+// redundant, and a mistake).
+func (w *walker) envoyLimits(n *yaml.Node, path string) (*rls.Limit, []*rls.Limit) {
+	items, _ := w.sequence(n, path)
+	if len(items) == 0 {
+		if n != nil && (n.Kind == yaml.SequenceNode || isNull(n)) {
+			w.bad(path, n, "empty (want one limit or more)")
+		}
+		return nil, nil
+	}
+	type shape struct {
+		unit     rls.Unit
+		mult     uint32
+		calendar string
+	}
+	seen := map[shape]int{}
+	var all []*rls.Limit
+	for i, item := range items {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		l := w.envoyLimit(item, ip)
+		if l == nil {
+			continue
+		}
+		switch {
+		case l.Unlimited:
+			w.bad(join(ip, "unlimited"), item, "not in rate_limits (an unlimited rule has rate_limit: {unlimited: true})")
+		case l.BurstTiers != "":
+			w.bad(join(ip, "burst_tiers"), item, "not in rate_limits (burst tiers are a rule's one limit)")
+		}
+		k := shape{unit: l.Unit, mult: max(1, l.UnitMultiplier)}
+		if l.Calendar != nil {
+			k.calendar = l.Calendar.String()
+		}
+		if j, dup := seen[k]; dup {
+			w.bad(ip, item, "the same unit, unit_multiplier and calendar as %s[%d]", path, j)
+		}
+		seen[k] = i
+		all = append(all, l)
+	}
+	if len(all) == 0 {
+		return nil, nil
+	}
+	more := all[1:]
+	if len(more) == 0 {
+		more = nil
+	}
+	return all[0], more
 }
 
 // envoyLimit reads a rate_limit block.
@@ -335,7 +433,7 @@ func (w *walker) envoyLimit(n *yaml.Node, path string) *rls.Limit {
 	}
 	l := &rls.Limit{}
 	var unit *string
-	var unitNode, rpuNode *yaml.Node
+	var unitNode, rpuNode, multNode, burstNode, calNode *yaml.Node
 	for _, p := range pairs {
 		fp := join(path, p.key)
 		switch p.key {
@@ -352,6 +450,37 @@ func (w *walker) envoyLimit(n *yaml.Node, path string) *rls.Limit {
 			}
 		case "unlimited":
 			l.Unlimited = w.flag(p.value, fp)
+		case "unit_multiplier":
+			if v := w.int64(p.value, fp, "units"); v != nil {
+				if *v < 1 || *v > math.MaxUint32 {
+					w.bad(fp, p.value, "%d is outside 1 … %d", *v, uint32(math.MaxUint32))
+				} else {
+					l.UnitMultiplier = uint32(*v)
+				}
+			}
+			multNode = p.value
+		case "burst":
+			if v := w.int64(p.value, fp, "requests"); v != nil {
+				if *v < 1 || *v > math.MaxUint32 {
+					w.bad(fp, p.value, "%d is outside 1 … %d", *v, uint32(math.MaxUint32))
+				} else {
+					l.Burst = uint32(*v)
+				}
+			}
+			burstNode = p.value
+		case "calendar":
+			calNode = p.value
+			if s := w.str(p.value, fp); s != nil {
+				loc, err := time.LoadLocation(*s)
+				switch {
+				case *s == "" || *s == "Local":
+					w.bad(fp, p.value, "%q is not a zone (want UTC or an IANA zone name, as Europe/Paris)", *s)
+				case err != nil:
+					w.bad(fp, p.value, "%q is not a zone (want UTC or an IANA zone name, as Europe/Paris): %v", *s, err)
+				default:
+					l.Calendar = loc
+				}
+			}
 		case "burst_tiers":
 			if !w.sluice {
 				w.bad(fp, p.value, "only in Sluice's own configuration (its envoy_ratelimit section, beside the limits section whose resource it names)")
@@ -387,6 +516,20 @@ func (w *walker) envoyLimit(n *yaml.Node, path string) *rls.Limit {
 			w.bad(fmt.Sprintf("%s[%d].name", join(path, "replaces"), i), n, "%q is this limit's own name", name)
 		}
 	}
+	if l.BurstTiers != "" || l.Unlimited {
+		what := "burst_tiers (the resource's tiers are the limit)"
+		if l.BurstTiers == "" {
+			what = "unlimited: true (an unlimited limit counts nothing)"
+		}
+		for _, f := range []struct {
+			name string
+			node *yaml.Node
+		}{{"unit_multiplier", multNode}, {"burst", burstNode}, {"calendar", calNode}} {
+			if f.node != nil {
+				w.bad(join(path, f.name), f.node, "given with %s", what)
+			}
+		}
+	}
 	switch {
 	case l.BurstTiers != "":
 		for _, f := range []struct {
@@ -411,6 +554,14 @@ func (w *walker) envoyLimit(n *yaml.Node, path string) *rls.Limit {
 			w.bad(join(path, "unit"), unitNode, "%v", err)
 		}
 		l.Unit = u
+		switch {
+		case l.Calendar != nil && err == nil && !rls.CalendarUnit(u):
+			w.bad(join(path, "calendar"), calNode, "with unit %s (a calendar counts days, weeks, months or years)", u)
+		case l.Calendar != nil && l.UnitMultiplier > 1:
+			w.bad(join(path, "unit_multiplier"), multNode, "given with calendar (a calendar's window is one %s)", u)
+		case l.Calendar != nil && l.Burst != 0:
+			w.bad(join(path, "burst"), burstNode, "given with calendar (a calendar counts in fixed windows; a burst is a token bucket's depth)")
+		}
 	}
 	return l
 }

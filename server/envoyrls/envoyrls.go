@@ -99,6 +99,12 @@ type Options struct {
 	// ShadowMode answers every request OK, deciding and counting as
 	// usual (would-be rejections count as shadow_mode).
 	ShadowMode bool
+	// CalendarMonths counts every limit of unit month (a rule's without
+	// a calendar or unit_multiplier of its own, and a request override's)
+	// in calendar months in UTC, fixed windows from the first of the
+	// month, as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT does.
+	// false (the zero value): a month is 30 days (rls.Unit.Duration).
+	CalendarMonths bool
 	// Headers are the response headers to add.
 	Headers Headers
 	// OnStoreError is the answer when the store fails: FailClosed (the
@@ -222,12 +228,14 @@ func (s *Service) Config() *rls.Config { return s.cfg.Load() }
 type descriptor struct {
 	match   rls.Match
 	limit   *rls.Limit    // the limit in force (the rule's or the override's)
-	period  time.Duration // the limit's unit (times an override's multiplier)
+	bound   *rls.Limit    // once answered, the binding one of the rule's limits
+	period  time.Duration // the binding limit's period (unit × unit_multiplier)
 	hits    uint64        // what it adds
 	entries []rls.Entry   // the request's
 	domain  string
 	info    *ruleInfo        // the matched rule's, or nil
 	hit     int              // its index in hits, or -1 (no store decision)
+	nhits   int              // its hits: 1, or a rule's rate_limits' number
 	bucket  string           // a burst-tier rule's counter (TierDomain's)
 	tiers   *limits.Decision // a burst-tier rule's decision, once taken
 	limited bool             // answered with a limit: in the headers
@@ -630,18 +638,62 @@ func (s *Service) plan(req *rlsv3.RateLimitRequest, domain *rls.Domain, d *ratel
 		ds.bucket = bucket // decided by the limits engine, after the others
 		return ds
 	}
-	ds.period = l.Unit.Duration()
-	if o := d.Limit; o != nil && o.UnitMultiplier != nil && o.UnitMultiplier.Value > 1 {
-		ds.period *= time.Duration(o.UnitMultiplier.Value)
-	}
+	ds.period = l.Period()
 	if l.RequestsPerUnit == 0 {
 		return ds // always over: no counter
 	}
 	ds.hit = len(*hits)
-	policy := rls.Policy{Algorithm: domain.AlgorithmOf(m.Rule, s.opts.Algorithm), Limit: l.RequestsPerUnit, Period: ds.period.Microseconds()}
+	alg := domain.AlgorithmOf(m.Rule, s.opts.Algorithm)
 	ds.refund = d.IsNegativeHits
-	*hits = append(*hits, rls.Hit{Bucket: bucket, Policy: policy, Hits: ds.hits, Refund: d.IsNegativeHits, Soft: ds.shadow})
+	*hits = append(*hits, rls.Hit{Bucket: bucket, Policy: s.policy(l, alg), Hits: ds.hits, Refund: d.IsNegativeHits, Soft: ds.shadow})
+	ds.nhits = 1
+	if m.Rule != nil && l == m.Rule.Limit {
+		for i, more := range m.Rule.MoreLimits {
+			*hits = append(*hits, rls.Hit{Bucket: rls.LimitBucket(bucket, i+1), Policy: s.policy(more, alg), Hits: ds.hits, Refund: d.IsNegativeHits, Soft: ds.shadow})
+		}
+		ds.nhits += len(m.Rule.MoreLimits)
+	}
 	return ds
+}
+
+// policy returns limit l's policy under algorithm alg: a month is the
+// calendar's in UTC under Options.CalendarMonths.
+func (s *Service) policy(l *rls.Limit, alg rls.Algorithm) rls.Policy {
+	p := l.Policy(alg)
+	if s.opts.CalendarMonths && l.Unit == rls.Month && l.Calendar == nil && l.UnitMultiplier <= 1 {
+		p.Algorithm, p.Burst, p.Calendar = rls.FixedWindow, 0, rls.Calendar{Unit: rls.Month, Location: time.UTC}
+	}
+	return p
+}
+
+// limitAt returns d's i-th limit: its limit in force, then its rule's
+// MoreLimits.
+func (d *descriptor) limitAt(i int) *rls.Limit {
+	if i == 0 {
+		return d.limit
+	}
+	return d.match.Rule.MoreLimits[i-1]
+}
+
+// binding returns the index, among d's results, of the limit that binds:
+// of those over (not fitting), the one whose retry is furthest (never
+// first); else the one with the least remaining (the first of equals).
+func binding(results []rls.Result) int {
+	b := 0
+	for i, r := range results[1:] {
+		i++
+		switch rb := results[b]; {
+		case r.Over && !rb.Over:
+			b = i
+		case r.Over && rb.Over:
+			if rb.RetryAfter >= 0 && (r.RetryAfter < 0 || r.RetryAfter > rb.RetryAfter) {
+				b = i
+			}
+		case !r.Over && !rb.Over && r.Remaining < rb.Remaining:
+			b = i
+		}
+	}
+	return b
 }
 
 // override returns the limit of a descriptor's override and its own
@@ -649,6 +701,9 @@ func (s *Service) plan(req *rlsv3.RateLimitRequest, domain *rls.Domain, d *ratel
 // any rule's).
 func override(domain string, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, entries []rls.Entry) (*rls.Limit, string) {
 	l := &rls.Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: rls.Unit(o.Unit)}
+	if o.UnitMultiplier != nil && o.UnitMultiplier.Value > 1 {
+		l.UnitMultiplier = o.UnitMultiplier.Value
+	}
 	tag := overrideTag + strconv.FormatUint(uint64(o.RequestsPerUnit), 10) + "/" + l.Unit.String()
 	if o.UnitMultiplier != nil {
 		tag += "*" + strconv.FormatUint(uint64(o.UnitMultiplier.Value), 10)
@@ -674,6 +729,18 @@ func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool) {
 		s.answerTiers(d)
 		return
 	}
+	var r rls.Result
+	if d.hit >= 0 && !degraded {
+		mine := results[d.hit : d.hit+d.nhits]
+		b := 0
+		if d.nhits > 1 {
+			b = binding(mine)
+			s.metrics.recordLimits(d, mine, s.opts.NearLimitRatio)
+		}
+		r, l = mine[b], d.limitAt(b)
+		d.period = l.Period()
+	}
+	d.bound = l
 	d.limited, d.quota = true, l.RequestsPerUnit
 	a := d.answer
 	a.limit.Name, a.limit.RequestsPerUnit, a.limit.Unit = l.Name, l.RequestsPerUnit, rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)
@@ -686,7 +753,6 @@ func (s *Service) answer(d *descriptor, results []rls.Result, degraded bool) {
 		st.LimitRemaining = l.RequestsPerUnit
 		s.metrics.record(d, ResultDegraded)
 	default:
-		r := results[d.hit]
 		st.LimitRemaining = r.Remaining
 		st.DurationUntilReset = a.setReset(time.Duration(r.Reset) * time.Microsecond)
 		d.retry = r.RetryAfter

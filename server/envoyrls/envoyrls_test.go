@@ -405,6 +405,7 @@ func (failing) Decide(context.Context, int64, string, []rls.Hit, []rls.Result) (
 }
 
 func (failing) Walk(context.Context, func(rls.Counter) bool) error { return limits.ErrStaleConfig }
+func (failing) Reset(context.Context, string, []string) (int, error) { return 0, limits.ErrStaleConfig }
 
 // TestStoreError: closed answers Unavailable (Envoy's failure_mode_deny
 // decides), open answers OK.

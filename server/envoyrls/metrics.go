@@ -87,6 +87,10 @@ type ruleInfo struct {
 	// detailed_metric, or a rule of its path value_to_metric).
 	path    []*rls.Rule
 	dynamic bool
+	// limits are, for a rule with several limits (rate_limits), each
+	// limit's series: the rule's label then "/" and the limit's name (or
+	// rate_limits[i]).
+	limits []*[nResults]prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -131,10 +135,51 @@ func (m *metrics) setConfig(c *rls.Config) {
 					info.policy = sfString(r.Limit.Name)
 				}
 			}
+			if r.MoreLimits != nil {
+				i := 0
+				for l := range r.AllLimits() {
+					ll := label + "/" + limitName(l, i)
+					info.limits = append(info.limits, m.counters(name+"\x00"+ll, name, ll, false))
+					i++
+				}
+			}
 			rules[r] = info
 		})
 	}
 	m.rules.Store(&rules)
+}
+
+// limitName names a rule's i-th limit in its metrics: its name, else
+// rate_limits[i].
+func limitName(l *rls.Limit, i int) string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return "rate_limits[" + strconv.Itoa(i) + "]"
+}
+
+// recordLimits counts, for a descriptor whose rule has several limits,
+// its hits under each limit's own series with that limit's result (over,
+// or shadow mode, when it did not fit; else near or within by what it
+// has left), beside the descriptor's own (record).
+func (m *metrics) recordLimits(d *descriptor, results []rls.Result, nearRatio float64) {
+	info := d.info
+	if info == nil || len(info.limits) != len(results) {
+		return // a rule of a configuration just replaced
+	}
+	for i, r := range results {
+		res := ResultWithin
+		l := d.limitAt(i)
+		switch {
+		case r.Over && d.shadow:
+			res = ResultShadow
+		case r.Over:
+			res = ResultOver
+		case float64(l.RequestsPerUnit-min(r.Remaining, l.RequestsPerUnit)) > nearRatio*float64(l.RequestsPerUnit):
+			res = ResultNear
+		}
+		info.limits[i][res].Add(float64(d.hits))
+	}
 }
 
 // rule returns a configured rule's resolved information (nil for a rule

@@ -167,7 +167,7 @@ func (s *Service) counts(d *descriptor, charged, ruleShadow bool) Counts {
 		}
 		return c
 	}
-	limit := uint64(d.limit.RequestsPerUnit)
+	limit := uint64(d.bound.RequestsPerUnit)
 	used := limit - min(uint64(d.answer.status.LimitRemaining), limit)
 	var before, after uint64
 	if charged && !over { // the answer's remaining is after the hits
