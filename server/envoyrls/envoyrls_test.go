@@ -404,7 +404,7 @@ func (failing) Decide(context.Context, int64, string, []rls.Hit, []rls.Result) (
 	return false, limits.ErrStaleConfig // any error of the store's own
 }
 
-func (failing) Walk(context.Context, func(rls.Counter) bool) error { return limits.ErrStaleConfig }
+func (failing) Walk(context.Context, func(rls.Counter) bool) error   { return limits.ErrStaleConfig }
 func (failing) Reset(context.Context, string, []string) (int, error) { return 0, limits.ErrStaleConfig }
 
 // TestStoreError: closed answers Unavailable (Envoy's failure_mode_deny

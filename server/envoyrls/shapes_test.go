@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
-	"github.com/sluice-rl/sluice/limits/rls"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
+	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/server/envoyrls"
 )
 
