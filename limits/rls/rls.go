@@ -155,6 +155,29 @@ type Limit struct {
 	Calendar *time.Location
 }
 
+// String describes the limit as the status pages show it: "5/second",
+// "3/second*10" (a unit_multiplier), "60/minute burst 5",
+// "10000/month calendar Europe/Paris", "unlimited", "burst_tiers api".
+func (l *Limit) String() string {
+	switch {
+	case l.BurstTiers != "":
+		return "burst_tiers " + l.BurstTiers
+	case l.Unlimited:
+		return "unlimited"
+	}
+	s := strconv.FormatUint(uint64(l.RequestsPerUnit), 10) + "/" + l.Unit.String()
+	if l.UnitMultiplier > 1 {
+		s += "*" + strconv.FormatUint(uint64(l.UnitMultiplier), 10)
+	}
+	if l.Burst != 0 {
+		s += " burst " + strconv.FormatUint(uint64(l.Burst), 10)
+	}
+	if l.Calendar != nil {
+		s += " calendar " + l.Calendar.String()
+	}
+	return s
+}
+
 // Period returns the limit's period: Unit's length times UnitMultiplier
 // (for a calendar limit, the unit's nominal length: the windows are the
 // calendar's).

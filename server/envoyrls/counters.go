@@ -111,30 +111,36 @@ func (s *Service) counterRow(cfg *rls.Config, now int64, c rls.Counter, key, dom
 		kv[i] = e.Key + "=" + e.Value
 	}
 	row.Entries = strings.Join(kv, ", ")
-	var limit uint32
-	var period time.Duration
+	var policy rls.Policy
 	if o, ok := strings.CutPrefix(tag, overrideTag); ok {
 		row.Override, row.Limit = o, o
-		limit, period, ok = parseOverride(o)
+		limit, period, ok := parseOverride(o)
 		if !ok {
 			return row
 		}
+		policy = rls.Policy{Limit: limit, Period: period.Microseconds()}
 	} else if m := cfg.Match(domain, entries); m.Rule != nil && m.Rule.Limit.BurstTiers == "" && !m.Rule.Limit.Unlimited {
 		l := m.Rule.Limit
+		for i, more := range m.Rule.MoreLimits {
+			if rls.LimitBucket(m.Bucket, i+1) == c.Bucket {
+				l = more
+			}
+		}
 		row.Rule = m.Rule.Key
 		if info := s.metrics.rule(m.Rule); info != nil {
 			row.Rule = info.label
 		}
-		limit, period = l.RequestsPerUnit, l.Unit.Duration()
-		row.Limit = strconv.FormatUint(uint64(limit), 10) + "/" + l.Unit.String()
+		row.Limit = l.String()
+		policy = s.policy(l, c.Algorithm)
 	} else {
 		return row
 	}
-	if limit == 0 || period <= 0 {
+	if policy.Limit == 0 || policy.Period <= 0 {
 		return row
 	}
+	policy.Algorithm = c.Algorithm
 	var res [1]rls.Result
-	rls.Decide(now, []rls.Hit{{Bucket: c.Bucket, Policy: rls.Policy{Algorithm: c.Algorithm, Limit: limit, Period: period.Microseconds()}}}, []rls.State{c.State}, res[:])
+	rls.Decide(now, []rls.Hit{{Bucket: c.Bucket, Policy: policy}}, []rls.State{c.State}, res[:])
 	row.Remaining, row.ResetSeconds = res[0].Remaining, float64(res[0].Reset)/1e6
 	return row
 }

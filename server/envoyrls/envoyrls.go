@@ -1025,7 +1025,11 @@ func (s *Service) Rules() []RuleRow {
 			case l.BurstTiers != "":
 				row.Algorithm, row.Limit = limits.BurstTiers.String(), l.BurstTiers
 			case !l.Unlimited:
-				row.Limit = strconv.FormatUint(uint64(l.RequestsPerUnit), 10) + "/" + l.Unit.String()
+				var all []string
+				for l := range r.AllLimits() {
+					all = append(all, l.String())
+				}
+				row.Limit = strings.Join(all, " and ")
 			}
 			for _, f := range []struct {
 				on   bool

@@ -100,7 +100,9 @@ func Healthcheck(ready func() (bool, string)) http.Handler {
 // false" (its full key, the unit in upper case, UNKNOWN and 0 for an
 // unlimited rule), domains in name order and rules in file order (upstream
 // prints domains in map order). A burst-tier rule (Sluice's extension)
-// prints its resource: "…: burst_tiers=RESOURCE, shadow_mode: false".
+// prints its resource: "…: burst_tiers=RESOURCE, shadow_mode: false";
+// Sluice's other extensions follow requests_per_unit (extensions), and a
+// rule with several limits has a line per limit.
 func RLConfig(rules func() *rls.Config) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -113,21 +115,36 @@ func RLConfig(rules func() *rls.Config) http.Handler {
 			d := cfg.Domain(name)
 			d.Each(func(p []*rls.Rule) {
 				r := p[len(p)-1]
-				l := r.Limit
-				if l == nil {
-					return
-				}
 				key := d.Name + "." + rls.RulePath(p)
-				switch {
-				case l.BurstTiers != "":
-					fmt.Fprintf(&b, "%s: burst_tiers=%s, shadow_mode: %t\n", key, l.BurstTiers, r.ShadowMode)
-				case l.Unlimited:
-					fmt.Fprintf(&b, "%s: unit=UNKNOWN requests_per_unit=0, shadow_mode: %t\n", key, r.ShadowMode)
-				default:
-					fmt.Fprintf(&b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t\n", key, strings.ToUpper(l.Unit.String()), l.RequestsPerUnit, r.ShadowMode)
+				for l := range r.AllLimits() {
+					switch {
+					case l.BurstTiers != "":
+						fmt.Fprintf(&b, "%s: burst_tiers=%s, shadow_mode: %t\n", key, l.BurstTiers, r.ShadowMode)
+					case l.Unlimited:
+						fmt.Fprintf(&b, "%s: unit=UNKNOWN requests_per_unit=0, shadow_mode: %t\n", key, r.ShadowMode)
+					default:
+						fmt.Fprintf(&b, "%s: unit=%s requests_per_unit=%d%s, shadow_mode: %t\n", key, strings.ToUpper(l.Unit.String()), l.RequestsPerUnit, extensions(l), r.ShadowMode)
+					}
 				}
 			})
 		}
 		_, _ = io.WriteString(w, b.String())
 	})
+}
+
+// extensions prints a limit's Sluice extensions after its
+// requests_per_unit, each as " name=value" ("" when none): a rule with
+// several limits (rate_limits) has a line per limit.
+func extensions(l *rls.Limit) string {
+	var b strings.Builder
+	if l.UnitMultiplier > 1 {
+		fmt.Fprintf(&b, " unit_multiplier=%d", l.UnitMultiplier)
+	}
+	if l.Burst != 0 {
+		fmt.Fprintf(&b, " burst=%d", l.Burst)
+	}
+	if l.Calendar != nil {
+		fmt.Fprintf(&b, " calendar=%s", l.Calendar)
+	}
+	return b.String()
 }
