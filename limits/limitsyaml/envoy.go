@@ -404,6 +404,8 @@ func (w *walker) envoyLimits(n *yaml.Node, path string) (*rls.Limit, []*rls.Limi
 			w.bad(join(ip, "unlimited"), item, "not in rate_limits (an unlimited rule has rate_limit: {unlimited: true})")
 		case l.BurstTiers != "":
 			w.bad(join(ip, "burst_tiers"), item, "not in rate_limits (burst tiers are a rule's one limit)")
+		case l.RequestsPerUnit == 0:
+			w.bad(join(ip, "requests_per_unit"), item, "0 in rate_limits (a rule that refuses everything has rate_limit: {requests_per_unit: 0})")
 		}
 		k := shape{unit: l.Unit, mult: max(1, l.UnitMultiplier)}
 		if l.Calendar != nil {

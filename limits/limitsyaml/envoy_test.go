@@ -127,6 +127,22 @@ func TestParseEnvoyRateLimitErrors(t *testing.T) {
 		{"not a mapping", "- domain: d\n", "want a mapping"},
 		{"bad YAML", "domain: [\n", "(document)"},
 		{"burst tiers", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {burst_tiers: api/t}\n", "descriptors[0].rate_limit.burst_tiers: only in Sluice's own configuration"},
+		// Sluice's extensions.
+		{"multiplier 0", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: 0}\n", "descriptors[0].rate_limit.unit_multiplier: 0 is outside 1 … 4294967295 (line 4)"},
+		{"burst 0", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 0}\n", "descriptors[0].rate_limit.burst: 0 is outside"},
+		{"burst of a fixed window", "domain: d\ndescriptors:\n  - key: a\n    algorithm: fixed_window\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 3}\n", "descriptors[0].rate_limit.burst: a burst is a token bucket's depth, and the rule's algorithm is fixed_window"},
+		{"burst in a fixed-window domain", "domain: d\nalgorithm: fixed_window\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limits: [{unit: second, requests_per_unit: 1}, {unit: minute, requests_per_unit: 9, burst: 3}]\n", "descriptors[0].descriptors[0].rate_limits[1].burst: a burst is a token bucket's depth, and the domain's algorithm is fixed_window"},
+		{"unknown zone", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: month, requests_per_unit: 1, calendar: Mars/Olympus}\n", `descriptors[0].rate_limit.calendar: "Mars/Olympus" is not a zone (want UTC or an IANA zone name`},
+		{"local zone", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: month, requests_per_unit: 1, calendar: Local}\n", `calendar: "Local" is not a zone`},
+		{"calendar seconds", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, calendar: UTC}\n", "descriptors[0].rate_limit.calendar: with unit second (a calendar counts days, weeks, months or years)"},
+		{"calendar multiplier", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: month, requests_per_unit: 1, calendar: UTC, unit_multiplier: 3}\n", "rate_limit.unit_multiplier: given with calendar"},
+		{"calendar burst", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 1, calendar: UTC, burst: 2}\n", "rate_limit.burst: given with calendar"},
+		{"unlimited calendar", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, calendar: UTC}\n", "rate_limit.calendar: given with unlimited: true"},
+		{"both", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n    rate_limits: [{unit: day, requests_per_unit: 9}]\n", "descriptors[0].rate_limits: given with rate_limit (a rule has one or the other) (line 5)"},
+		{"empty list", "domain: d\ndescriptors:\n  - key: a\n    rate_limits: []\n", "descriptors[0].rate_limits: empty (want one limit or more)"},
+		{"unlimited in a list", "domain: d\ndescriptors:\n  - key: a\n    rate_limits: [{unlimited: true}]\n", "descriptors[0].rate_limits[0].unlimited: not in rate_limits"},
+		{"0 in a list", "domain: d\ndescriptors:\n  - key: a\n    rate_limits: [{unit: second, requests_per_unit: 0}]\n", "descriptors[0].rate_limits[0].requests_per_unit: 0 in rate_limits"},
+		{"the same shape twice", "domain: d\ndescriptors:\n  - key: a\n    rate_limits:\n      - {unit: day, requests_per_unit: 9}\n      - {unit: day, requests_per_unit: 5}\n", "descriptors[0].rate_limits[1]: the same unit, unit_multiplier and calendar as descriptors[0].rate_limits[0] (line 6)"},
 	} {
 		_, err := ParseEnvoyRateLimit("bad.yaml", []byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "bad.yaml") {
@@ -157,6 +173,47 @@ domain: b
 	if len(ds) != 2 || ds[0].Descriptors[0].Value != "8080" || ds[0].Descriptors[0].Limit.Unit != rls.Minute ||
 		ds[0].Descriptors[1].Value != "true" || ds[1].Name != "b" || ds[1].Source != "f.yaml (document 2)" {
 		t.Fatalf("%+v", ds)
+	}
+}
+
+// TestParseEnvoyExtensions: Sluice's extensions of the format read into
+// the rule's limits.
+func TestParseEnvoyExtensions(t *testing.T) {
+	ds, err := ParseEnvoyRateLimit("f.yaml", []byte(`
+domain: llm
+descriptors:
+  - key: tenant
+    rate_limits:
+      - {unit: month, requests_per_unit: 100000, calendar: Europe/Paris, name: monthly}
+      - {unit: second, requests_per_unit: 50, burst: 200}
+      - {unit: minute, unit_multiplier: 5, requests_per_unit: 1000}
+  - key: week
+    rate_limit: {unit: week, requests_per_unit: 7, calendar: UTC}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := ds[0].Descriptors[0]
+	if r.Limit == nil || len(r.MoreLimits) != 2 {
+		t.Fatalf("rate_limits: %+v %+v", r.Limit, r.MoreLimits)
+	}
+	var got []string
+	for l := range r.AllLimits() {
+		got = append(got, l.String())
+	}
+	want := "100000/month calendar Europe/Paris, 50/second burst 200, 1000/minute*5"
+	if strings.Join(got, ", ") != want || r.Limit.Name != "monthly" || r.MoreLimits[1].Period().Minutes() != 5 {
+		t.Fatalf("limits %q, want %q", got, want)
+	}
+	if w := ds[0].Descriptors[1].Limit; w.Unit != rls.Week || w.Calendar.String() != "UTC" {
+		t.Fatalf("week: %+v", w)
+	}
+	// A rule's hash changes with its extensions.
+	c1, _ := rls.NewConfig(ds...)
+	r.MoreLimits[0].Burst = 201
+	c2, _ := rls.NewConfig(ds...)
+	if c1.Hash() == c2.Hash() {
+		t.Fatal("a burst's change leaves the rules' hash")
 	}
 }
 
@@ -195,6 +252,8 @@ func FuzzParseEnvoyRateLimit(f *testing.F) {
 	}
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: a\n    value: '*x*'\n    share_threshold: true\n    rate_limit: {unit: year, requests_per_unit: 9}\n"))
 	f.Add([]byte("domain: &a d\ndescriptors: [{key: *a, <<: {value: v}}]\n---\n---\ndomain: e\n"))
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: t\n    rate_limits:\n      - {unit: month, requests_per_unit: 9, calendar: Europe/Paris}\n      - {unit: second, requests_per_unit: 5, burst: 7, unit_multiplier: 3}\n"))
+	f.Add([]byte("domain: d\nalgorithm: fixed_window\ndescriptors:\n  - {key: w, rate_limit: {unit: week, requests_per_unit: 1, calendar: UTC}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ds, err := ParseEnvoyRateLimit("fuzz.yaml", data)
 		if err != nil {
@@ -212,6 +271,14 @@ func FuzzParseEnvoyRateLimit(f *testing.F) {
 				for _, r := range rules {
 					if r.Key == "" {
 						t.Fatalf("a rule with an empty key parsed: %+v", r)
+					}
+					for l := range r.AllLimits() {
+						if p := l.Policy(rls.TokenBucket); !l.Unlimited && l.BurstTiers == "" && p.Period <= 0 {
+							t.Fatalf("a limit of no period parsed: %+v", l)
+						}
+						if l.Calendar != nil && !rls.CalendarUnit(l.Unit) {
+							t.Fatalf("a calendar of unit %v parsed", l.Unit)
+						}
 					}
 					e := append(entries[:len(entries):len(entries)], rls.Entry{Key: r.Key, Value: strings.ReplaceAll(r.Value, "*", "z")})
 					exact := exact && r.Value != "" && !r.Wildcard()
