@@ -168,7 +168,9 @@ func validateEnvoy(cmd *cobra.Command, paths []string) error {
 			bad++
 			fmt.Fprintf(out, "%s: invalid:\n", p)
 			for _, e := range flatten(err) {
-				fmt.Fprintf(out, "  %v\n", e)
+				for line := range strings.SplitSeq(e.Error(), "\n") { // (a file's errors, one a line)
+					fmt.Fprintf(out, "  %s\n", line)
+				}
 			}
 			continue
 		}

@@ -235,7 +235,6 @@ func TestHelmChart(t *testing.T) {
 			{"envoy-ratelimit on memcache", erl("envoyRatelimit.env.BACKEND_TYPE=memcache"), "envoyRatelimit.env.BACKEND_TYPE"},
 			{"envoy-ratelimit with a per-second Redis", erl("envoyRatelimit.env.REDIS_PERSECOND=true"), "envoyRatelimit.env.REDIS_PERSECOND"},
 			{"envoy-ratelimit on a Unix socket", erl("envoyRatelimit.env.GRPC_UDS=/tmp/rl.sock"), "envoyRatelimit.env.GRPC_UDS"},
-			{"envoy-ratelimit with calendar months", erl("envoyRatelimit.env.USE_CALENDAR_MONTH_RATE_LIMIT=true"), "envoyRatelimit.env.USE_CALENDAR_MONTH_RATE_LIMIT"},
 			{"envoy-ratelimit with two listeners on one port", erl("envoyRatelimit.env.PORT=8081"), "envoyRatelimit.env.PORT"},
 			{"envoy-ratelimit with a port that is none", erl("envoyRatelimit.env.DEBUG_PORT=debug"), "envoyRatelimit.env.DEBUG_PORT"},
 			{"envoy-ratelimit on loopback", erl("envoyRatelimit.env.GRPC_HOST=127.0.0.1"), "envoyRatelimit.env.GRPC_HOST"},

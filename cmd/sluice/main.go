@@ -40,6 +40,8 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
+
+	_ "time/tzdata" // the zones of calendar limits, in images without /usr/share/zoneinfo
 )
 
 func main() {

@@ -228,8 +228,6 @@ func (e upstreamEnv) settings(isSet func(string) bool) ([]setting, ratelimitConf
 		return nil, rc, nil, errors.New("GRPC_UDS: a Unix socket for gRPC is not supported: use GRPC_HOST and GRPC_PORT")
 	case e.RedisPerSecond:
 		return nil, rc, nil, errors.New("REDIS_PERSECOND: a second Redis for per-second limits is not supported: Sluice keeps every limit in one Redis (or Redis Cluster)")
-	case e.CalendarMonth:
-		return nil, rc, nil, errors.New("USE_CALENDAR_MONTH_RATE_LIMIT: calendar months are not supported yet: a month is 30 days")
 	}
 	add("listen", net.JoinHostPort(e.GrpcHost, strconv.Itoa(e.GrpcPort)), "GRPC_HOST, GRPC_PORT")
 	add("log-level", upstreamLevel(e.LogLevel), "LOG_LEVEL")
@@ -287,6 +285,7 @@ func (e upstreamEnv) settings(isSet func(string) bool) ([]setting, ratelimitConf
 	}
 	add("envoy-near-limit-ratio", strconv.FormatFloat(e.NearLimitRatio, 'g', -1, 64), "NEAR_LIMIT_RATIO")
 	add("envoy-shadow-mode", strconv.FormatBool(e.ShadowMode), "SHADOW_MODE")
+	add("envoy-calendar-months", strconv.FormatBool(e.CalendarMonth), "USE_CALENDAR_MONTH_RATE_LIMIT")
 	// Upstream adds no header unless asked; then RateLimit-Limit,
 	// -Remaining and -Reset of the descriptor with the least remaining.
 	add("envoy-ratelimit-headers", "false", "LIMIT_RESPONSE_HEADERS_ENABLED")

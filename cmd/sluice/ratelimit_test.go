@@ -274,3 +274,29 @@ func TestEnvoyRatelimitRefuses(t *testing.T) {
 		}
 	})
 }
+
+// TestUpstreamCalendarMonths: envoyproxy/ratelimit's
+// USE_CALENDAR_MONTH_RATE_LIMIT becomes --envoy-calendar-months (months
+// counted as calendar months in UTC), off unless set.
+func TestUpstreamCalendarMonths(t *testing.T) {
+	for _, v := range []string{"true", "false"} {
+		t.Setenv("USE_CALENDAR_MONTH_RATE_LIMIT", v)
+		e, err := readUpstreamEnv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, _, _, err := e.settings(func(name string) bool { return name == "USE_CALENDAR_MONTH_RATE_LIMIT" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		for _, s := range set {
+			if s.flag == "envoy-calendar-months" {
+				got = s.value
+			}
+		}
+		if got != v {
+			t.Errorf("USE_CALENDAR_MONTH_RATE_LIMIT=%s: --envoy-calendar-months %q", v, got)
+		}
+	}
+}

@@ -169,6 +169,7 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 	in(f, groupEnvoy, func() {
 		f.StringVar(&sf.envoyAlgorithm, "envoy-algorithm", "token_bucket", "where a rule names none: token_bucket or fixed_window")
 		f.BoolVar(&c.Envoy.ShadowMode, "envoy-shadow-mode", false, "answer every ShouldRateLimit OK, deciding and counting as usual")
+		f.BoolVar(&c.Envoy.CalendarMonths, "envoy-calendar-months", false, "count unit month as calendar months in UTC, not 30 days")
 		f.BoolVar(&c.Envoy.Headers.Draft, "envoy-ratelimit-headers", true, "add the IETF draft's RateLimit headers (and Retry-After)")
 		f.BoolVar(&c.Envoy.Headers.XRateLimit, "envoy-x-ratelimit-headers", false, "also add X-RateLimit-Limit, -Remaining and -Reset")
 		f.StringVar(&sf.envoyOnStoreError, "envoy-on-store-error", "closed", "the answer when Redis fails: closed (Unavailable) or open (OK)")

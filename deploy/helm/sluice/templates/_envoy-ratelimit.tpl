@@ -34,7 +34,7 @@ sluice.envoyRatelimit renders the shape: the rules' ConfigMap (with
 CONFIG_TYPE FILE), the Deployment, its Service (grpc, http, debug) and
 PodDisruptionBudget. It fails, naming the value to change, for what
 `sluice envoy-ratelimit` would refuse at start (BACKEND_TYPE memcache,
-REDIS_PERSECOND, GRPC_UDS, USE_CALENDAR_MONTH_RATE_LIMIT, a CONFIG_TYPE
+REDIS_PERSECOND, GRPC_UDS, a CONFIG_TYPE
 other than FILE and GRPC_XDS_SOTW), and for what could not work in a pod:
 ports that clash or are not ports, listeners on loopback (neither probes
 nor the Service reach them), rules from files without files (or with
@@ -97,9 +97,6 @@ than one replica, and a password as a value in the Deployment.
 {{- end }}
 {{- if get $str "GRPC_UDS" }}
 {{- fail "envoyRatelimit.env.GRPC_UDS: gRPC on a Unix socket is not supported (nor reachable through the Service): use GRPC_PORT" }}
-{{- end }}
-{{- if has (get $str "USE_CALENDAR_MONTH_RATE_LIMIT") $truthy }}
-{{- fail "envoyRatelimit.env.USE_CALENDAR_MONTH_RATE_LIMIT: calendar months are not supported yet: a month is 30 days" }}
 {{- end }}
 {{- $configType := upper $var.CONFIG_TYPE -}}
 {{- if not (has $configType (list "FILE" "GRPC_XDS_SOTW")) }}
