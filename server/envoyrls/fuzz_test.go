@@ -33,14 +33,16 @@ func FuzzShouldRateLimit(f *testing.F) {
 			HitsAddend: wrapperspb.UInt64(1 << 63), IsNegativeHits: true,
 			Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_YEAR, UnitMultiplier: wrapperspb.UInt32(3)}}}})
 	seed(&rlsv3.RateLimitRequest{Domain: "", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}})
-	cfg := rulesOf(f, examples)
+	seed(&rlsv3.RateLimitRequest{Domain: "shapes", HitsAddend: 3, Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		desc("user", "u"), desc("tenant", "t"), desc("bucket", "b"), {Entries: desc("window", "w").Entries, IsNegativeHits: true}}})
+	cfg := rulesOf(f, examples, shapes)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var req rlsv3.RateLimitRequest
 		if proto.Unmarshal(b, &req) != nil {
 			return
 		}
 		store := rls.NewMemoryStore()
-		svc, _ := envoyrls.New(envoyrls.Options{Store: store, Headers: envoyrls.Headers{Draft: true, XRateLimit: true}})
+		svc, _ := envoyrls.New(envoyrls.Options{Store: store, Headers: envoyrls.Headers{Draft: true, XRateLimit: true}, CalendarMonths: len(b)%2 == 0})
 		svc.SetConfig(cfg)
 		resp, err := svc.ShouldRateLimit(context.Background(), &req)
 		switch {
