@@ -175,4 +175,21 @@ type Store interface {
 	// buckets so cheaply says what its number counts (limits/redis: the
 	// keys of its Redis databases, DBSIZE).
 	EstimateLen(ctx context.Context) (int, error)
+
+	// Reset forgets bucket k (the key a request resolves to: Engine.Reset
+	// finds it), whatever its algorithm: a token bucket is full again, a
+	// burst-tier domain fresh (its TierState, its one-second log and its
+	// tiers' windows gone; the resource's global log, which its other
+	// domains share, stays). Its counts (grants, rejections, last use)
+	// go with it, and a dynamic bucket no longer counts against
+	// MaxDynamic; the next request on k creates it again (Created), as
+	// for a bucket the store never held. It reports whether the store
+	// held k (false: it was full or fresh already, or never used). It is
+	// atomic with the decisions on k: one decided after it sees the
+	// bucket anew. Errors: an error wrapping ctx.Err() (see above), or
+	// the store's own (a Redis outage).
+	//
+	// Source: envoyproxy/ratelimit issue #191 (reset one key);
+	// gubernator's Behavior RESET_REMAINING.
+	Reset(ctx context.Context, k Key) (bool, error)
 }

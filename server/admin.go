@@ -115,6 +115,7 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(adminhttp.Prefix, adminhttp.Handler(svc, auth, s.log))
+	mux.Handle(adminhttp.ResetPath, adminhttp.ResetHandler(s.resetter(), auth, s.log)) // (a write, audited; no document needed)
 	// The quota service's admin REST API at /api, with the same
 	// authentication, and the limits engine for /api/stats.
 	//

@@ -142,7 +142,7 @@ for one with --tls-client-ca, or a loopback connection to one with
 	pf.BoolVar(&f.dryRun, "dry-run", false, "validate and show the normalized result and the diff; store nothing")
 	pf.BoolVar(&f.asJSON, "json", false, "print the API's JSON answers")
 	pf.DurationVar(&f.timeout, "timeout", 30*time.Second, "give up on a request after this long")
-	cmd.AddCommand(adminGetCmd(f), adminSetCmd(f), adminDeleteCmd(f), adminHistoryCmd(f), adminDiffCmd(f), adminRollbackCmd(f))
+	cmd.AddCommand(adminGetCmd(f), adminSetCmd(f), adminDeleteCmd(f), adminHistoryCmd(f), adminDiffCmd(f), adminRollbackCmd(f), adminResetCmd(f))
 	return cmd
 }
 
@@ -676,4 +676,122 @@ func adminRollbackCmd(f *adminCLIFlags) *cobra.Command {
 			return printResult(cmd, f, res)
 		},
 	}
+}
+
+// resetFlags are `sluice admin reset`'s: one group names what to reset.
+type resetFlags struct {
+	envoyDomain       string
+	descriptors       []string
+	resource, domain  string
+	namespace, bucket string
+}
+
+// request returns the reset the flags name, or an error naming the
+// flags: exactly one group (--envoy-domain with --descriptor, --resource
+// with --domain, --namespace with --bucket), each complete.
+func (r *resetFlags) request() (adminhttp.ResetRequest, error) {
+	var req adminhttp.ResetRequest
+	groups := 0
+	if r.envoyDomain != "" || len(r.descriptors) > 0 {
+		groups++
+		if r.envoyDomain == "" || len(r.descriptors) == 0 {
+			return req, errors.New("--envoy-domain and --descriptor go together")
+		}
+		e := &adminhttp.EnvoyReset{Domain: r.envoyDomain}
+		for _, d := range r.descriptors {
+			for _, pair := range strings.Split(d, ",") {
+				k, v, ok := strings.Cut(pair, "=")
+				if !ok || k == "" {
+					return req, fmt.Errorf("--descriptor %s: %q: want KEY=VALUE[,KEY=VALUE...]", d, pair)
+				}
+				e.Descriptor = append(e.Descriptor, adminhttp.EnvoyEntry{Key: k, Value: v})
+			}
+		}
+		req.Envoy = e
+	}
+	if r.resource != "" || r.domain != "" {
+		groups++
+		if r.resource == "" || r.domain == "" {
+			return req, errors.New("--resource and --domain go together")
+		}
+		req.Limits = &adminhttp.LimitsReset{Resource: r.resource, Domain: r.domain}
+	}
+	if r.namespace != "" || r.bucket != "" {
+		groups++
+		if r.namespace == "" || r.bucket == "" {
+			return req, errors.New("--namespace and --bucket go together")
+		}
+		req.Quota = &adminhttp.QuotaReset{Namespace: r.namespace, Bucket: r.bucket}
+	}
+	if groups != 1 {
+		return req, errors.New("name one thing to reset: --envoy-domain D --descriptor KEY=VALUE[,KEY=VALUE...], --resource R --domain D, or --namespace N --bucket B")
+	}
+	return req, nil
+}
+
+func adminResetCmd(f *adminCLIFlags) *cobra.Command {
+	r := &resetFlags{}
+	cmd := &cobra.Command{
+		Use:   "reset (--envoy-domain D --descriptor KEY=VALUE[,...] | --resource R --domain D | --namespace N --bucket B)",
+		Short: "Restore one bucket to full: an Envoy rule's counters, a limits bucket or burst-tier domain, a quota service bucket",
+		Long: `reset restores one bucket to full, at once (after a good login, from a support
+desk): the next request finds it as a new one would. It names the bucket the way
+a request does:
+
+  --envoy-domain D --descriptor KEY=VALUE[,KEY=VALUE...]
+      the counters of the Envoy rate limit rule this descriptor matches, as
+      ShouldRateLimit matches it (each of the rule's limits; a burst_tiers rule's
+      tier domain); --descriptor may be repeated, its entries joined in order
+  --resource R --domain D
+      the bucket of the limits engine a request for R and D draws from: the
+      domain's own (named, below a prefix, from the template) or the resource's
+      shared default; a burst-tier domain is made fresh (the resource's global
+      limit keeps counting the hits it had)
+  --namespace N --bucket B
+      a bucket of the quota service (the same engine: namespace N is resource N)
+
+It prints how many counters the server held and forgot: 0 is no error (the bucket
+was full already). An unknown resource or a descriptor matching no rule with a
+limit fails, naming it. A reset is a write: it needs the same credentials as
+set, and the server audits it (user, authentication, what was reset), but it
+changes no configuration: no version, no history, no --dry-run.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.dryRun {
+				return errors.New("--dry-run: a reset changes no configuration and has no dry run")
+			}
+			req, err := r.request()
+			if err != nil {
+				return err
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			n, err := c.Reset(cmd.Context(), req)
+			if err != nil {
+				return explain(cmd, err)
+			}
+			if f.asJSON {
+				return printJSON(cmd.OutOrStdout(), adminhttp.ResetBody{Reset: n})
+			}
+			note := ""
+			switch {
+			case n == 0:
+				note = "s (full already)"
+			case n > 1:
+				note = "s"
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "reset %s: %d counter%s\n", req.String(), n, note)
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&r.envoyDomain, "envoy-domain", "", "the Envoy rate limit domain of --descriptor")
+	fl.StringArrayVar(&r.descriptors, "descriptor", nil, "a request descriptor's entries, KEY=VALUE[,KEY=VALUE...] in order (repeatable: appended)")
+	fl.StringVar(&r.resource, "resource", "", "the limits resource (with --domain)")
+	fl.StringVar(&r.domain, "domain", "", "the limits domain (with --resource)")
+	fl.StringVar(&r.namespace, "namespace", "", "the quota service namespace (with --bucket)")
+	fl.StringVar(&r.bucket, "bucket", "", "the quota service bucket name (with --namespace)")
+	return cmd
 }

@@ -306,6 +306,21 @@ type Store interface {
 	// limits.ErrWalkBudget when it stopped at its budget (limits/redis:
 	// WalkScanCalls SCANs a node).
 	Walk(ctx context.Context, fn func(Counter) bool) error
+	// Reset forgets the counters of buckets (Match.Bucket, LimitBucket's)
+	// in domain, under every algorithm (a token bucket's level, a fixed
+	// window's count), so that each is as a counter the store does not
+	// hold: a full bucket, an empty window. It returns how many counters
+	// it held and removed (0: every one was full already; a bucket
+	// counted under both algorithms counts twice). At most MaxHits
+	// buckets (more: an error, nothing done); none is no work. It is
+	// atomic with the decisions on those buckets: one decided after it
+	// sees them full. Errors: an error wrapping ctx.Err() when ctx ended
+	// (nothing done, or, in flight, outcome unknown); any other is the
+	// store's own (Redis unreachable).
+	//
+	// Source: envoyproxy/ratelimit issue #191 (reset one key);
+	// gubernator's Behavior RESET_REMAINING.
+	Reset(ctx context.Context, domain string, buckets []string) (int, error)
 }
 
 // Counter is one counter a store holds.
