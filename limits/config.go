@@ -43,6 +43,16 @@ type Bucket struct {
 	// whole token (the design's default, "= fill rate"; rounded up so that
 	// a bucket filling slower than one token per second still serves one).
 	MaxTokensPerRequest int64
+	// Budgets are more limits every grant of the bucket must also fit —
+	// tokens per minute, per calendar day or month — each with a counter
+	// of its own per bucket, decided before the token bucket and given
+	// back when the bucket refuses (at most MaxBudgets; see Budget and
+	// Engine.Allow). nil: none. Only on token-bucket resources (a
+	// burst-tier resource has no Bucket).
+	//
+	// Source: envoyproxy/ratelimit's requests_per_unit and calendar
+	// month (docs/references.md), counted by package limits/rls.
+	Budgets []Budget
 }
 
 // The design's bucket defaults, which the parsers apply to absent fields.
@@ -535,6 +545,7 @@ func validateBucket(b Bucket, path string, v vocab, bad func(path, format string
 	case b.MaxTokensPerRequest > MaxTokens:
 		bad(path+"."+v.maxPerRequest, "%d exceeds %d (2^53)", b.MaxTokensPerRequest, int64(MaxTokens))
 	}
+	validateBudgets(b.Budgets, path+".budgets", bad)
 }
 
 // NameChars describes the characters allowed in names, for messages.
@@ -578,7 +589,12 @@ func (c *Config) Clone() *Config {
 				out.Resources[name] = nil
 				continue
 			}
-			out.Resources[name] = cloneResource(r)
+			rc := cloneResource(r)
+			for d, b := range rc.Buckets {
+				b.Budgets = slices.Clone(b.Budgets)
+				rc.Buckets[d] = b
+			}
+			out.Resources[name] = rc
 		}
 	}
 	out.Namespaces = maps.Clone(c.Namespaces)
@@ -590,6 +606,7 @@ func cloneBucket(b *Bucket) *Bucket {
 		return nil
 	}
 	c := *b
+	c.Budgets = slices.Clone(b.Budgets)
 	return &c
 }
 
@@ -599,6 +616,17 @@ func (b Bucket) String() string {
 	fmt.Fprintf(&sb, "size=%d fill_rate=%v wait_timeout=%v max_debt=%v max_tokens_per_request=%d", b.Size, b.FillRate, b.WaitTimeout, b.MaxDebt, b.maxPerRequest())
 	if b.MaxIdle > 0 {
 		fmt.Fprintf(&sb, " max_idle=%v", b.MaxIdle)
+	}
+	for i, bg := range b.Budgets {
+		if i == 0 {
+			sb.WriteString(" budgets=[")
+		} else {
+			sb.WriteString(", ")
+		}
+		sb.WriteString(bg.String())
+	}
+	if len(b.Budgets) > 0 {
+		sb.WriteByte(']')
 	}
 	return sb.String()
 }

@@ -5,8 +5,10 @@
 // no. It is the engine behind the quota service's Allow
 // (quotaservice-design.md), Sluice's own Limits API, the keyed limiter of
 // ratelimiting-in-150-lines.md, and Charon's rate-limited resources
-// (charon-paper.md, section 2.1: Algorithm BurstTiers). Charon's
-// copy-limited resources are package limits/copies.
+// (charon-paper.md, section 2.1: Algorithm BurstTiers). A token bucket
+// may also carry budgets (Bucket.Budgets: "100 000 tokens a calendar
+// month"), counted with the arithmetic and stores of package limits/rls.
+// Charon's copy-limited resources are package limits/copies.
 //
 // Like package lease, it is deterministic: every method takes the current
 // time, and nothing here reads a clock, starts a goroutine or does I/O.

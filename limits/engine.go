@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/names"
+	"github.com/sluice-rl/sluice/limits/rls"
 )
 
 // Status is the outcome of a decision. The zero value is
@@ -106,9 +107,11 @@ type Decision struct {
 	RetryAfter time.Duration
 	RetryNever bool
 	// Remaining is the tokens left in the bucket after the decision, at
-	// now (fractional, in [0, Limit]; 0 while the bucket is in debt). For
-	// a burst-tier resource: the most hits a request could be granted
-	// now, after the decision (TierResult.Available).
+	// now (fractional, in [0, Limit]; 0 while the bucket is in debt); for
+	// a bucket with budgets, the least of that and what its budgets have
+	// left (only the budgets' when a budget refused). For a burst-tier
+	// resource: the most hits a request could be granted now, after the
+	// decision (TierResult.Available).
 	Remaining float64
 	// Limit is the bucket's size (0 when no bucket answered). For a
 	// burst-tier resource: the most hits one request can ever be granted,
@@ -160,6 +163,13 @@ type Options struct {
 	Store Store
 	// Listener receives events (nil: none, at no cost).
 	Listener Listener
+	// Budgets holds the counters of the buckets' budgets (Bucket.Budgets):
+	// Envoy's rate limit service's counters (rls.Store), which it may
+	// share, the two never colliding (BudgetCounter). nil: a new
+	// rls.MemoryStore, this process's alone. Servers that share the
+	// buckets (a limits/redis Store) share the budgets too
+	// (limits/redis.NewRLS on the same Store).
+	Budgets rls.Store
 }
 
 // Engine decides requests for tokens against a configuration of
@@ -173,7 +183,11 @@ type Engine struct {
 	cfg      atomic.Pointer[compiled]
 	store    Store
 	listener Listener
-	mu       sync.Mutex // serialises SetConfig
+	budgets  rls.Store
+	// budgetsExact: the budgets' store decides on the engine's now (the
+	// memory store), so that a refund always lands in its charge's window.
+	budgetsExact bool
+	mu           sync.Mutex // serialises SetConfig
 }
 
 // New returns an engine with configuration cfg (validated: the error is
@@ -184,10 +198,14 @@ func New(cfg *Config, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{store: o.Store, listener: o.Listener}
+	e := &Engine{store: o.Store, listener: o.Listener, budgets: o.Budgets}
 	if e.store == nil {
 		e.store = NewMemoryStore()
 	}
+	if e.budgets == nil {
+		e.budgets = rls.NewMemoryStore()
+	}
+	_, e.budgetsExact = e.budgets.(*rls.MemoryStore)
 	e.cfg.Store(c)
 	return e, nil
 }
@@ -197,6 +215,9 @@ func (e *Engine) Config() *Config { return e.cfg.Load().cfg.Clone() }
 
 // Store returns the engine's store.
 func (e *Engine) Store() Store { return e.store }
+
+// Budgets returns the store of the budgets' counters (Options.Budgets).
+func (e *Engine) Budgets() rls.Store { return e.budgets }
 
 // SetConfig replaces the configuration at now. On error (Config.Validate's)
 // the old configuration stays. Otherwise every bucket is looked up again
@@ -246,10 +267,18 @@ func (e *Engine) removed(r Removed) {
 // it removed. Call it periodically (the server does), with the context
 // of the loop that calls it; it costs one pass over the buckets.
 //
+// The same pass drops the budgets' counters that are over (a window
+// ended, a token bucket full again) from a budgets' store that has a
+// Reap(now µs) method (rls.MemoryStore; Redis expires them itself); they
+// are not counted in the result.
+//
 // Source: quotaservice-design.md, "Deleting buckets" ("If a bucket is
 // removed and subsequently accessed, it is recreated and filled");
 // ratelimiting-in-150-lines.md discards full buckets.
 func (e *Engine) Reap(ctx context.Context, now time.Time) (int, error) {
+	if r, ok := e.budgets.(interface{ Reap(now int64) int }); ok {
+		r.Reap(now.UnixMicro())
+	}
 	return e.store.Reap(ctx, now.UnixNano(), e.removed)
 }
 
@@ -261,8 +290,9 @@ func (e *Engine) EstimateLen(ctx context.Context) (int, error) { return e.store.
 
 // Allow decides req at now. It never blocks beyond the store's per-bucket
 // lock (and, for a resource with a global limit, the resource's) and, on
-// the memory store, does not allocate (except to create a bucket). A
-// rejected request changes no bucket and creates none.
+// the memory store, does not allocate (except to create a bucket, and
+// for a bucket with budgets). A rejected request changes no bucket and
+// creates none.
 //
 // ctx is the request's: its deadline and cancellation reach the store
 // (on Redis, the round trip; see Store). When it ends before the store
@@ -289,14 +319,42 @@ func (e *Engine) EstimateLen(ctx context.Context) (int, error) { return e.store.
 // would succeed if no other hit came, or RetryNever when MinTokens is
 // above min(H, G, Σ Lᵢ). Decision.Tiers holds the paper's context.
 //
+// A bucket with budgets (Bucket.Budgets) decides them first, in one
+// atomic step of the budgets' store (rls.Store.Decide, all or nothing)
+// at now, for the tokens the request would get: Tokens (lowered to the
+// bucket's max tokens per request and to the least budget's depth when
+// MinTokens stays within it) or, when that does not fit and MinTokens is
+// lower, the least any budget has left, if at least MinTokens (a second
+// step). Then the token bucket decides as above, for at most what the
+// budgets granted and at least MinTokens, and may make the caller wait
+// (its debt); budgets never wait. When the token bucket grants less
+// than the budgets took, or refuses, or its store fails, the difference
+// is given back to the budgets (refund hits), so that they count only
+// what was granted. No budget ever admits more than its limit (it is
+// charged before the bucket grants); a concurrent request may find a
+// budget spent a moment early, before a refund (conservative). On a store that decides on its own
+// clock (Redis), a fixed window's tokens are not given back when its
+// window ends within a second of the charge (the refund could land in
+// the next window), nor after a store's error: they stay spent. A
+// budget that refuses is StatusTimeout (as a token bucket without wait)
+// with RetryAfter the time until MinTokens fit every budget (a window's
+// end; a token bucket's refill), or RetryNever when MinTokens exceed a
+// budget's Limit (a token bucket's Burst). Decision.Remaining is then
+// the least any budget has left, and after a grant the least of that and
+// the bucket's tokens. A budgets' store that fails is the resource's
+// OnStoreError, as the bucket's store. The budgets count at the
+// decision's instant, even for tokens granted after a wait.
+//
 // Under a namespace that ignores configured limits, or for an
 // unconfigured resource under one that allows them, every request is
 // granted its Tokens at once, and Decision.Unlimited is set (see
-// Namespace for what is recorded).
+// Namespace for what is recorded; a bucket's budgets count what they
+// have room for and refuse nothing).
 //
 // Source: quotaservice-design.md, "Tokens and Token Buckets",
 // "Hierarchies and bucket search order", "Filling tokens";
-// charon-paper.md, sections 2.1, 3.1 and 4.3.
+// charon-paper.md, sections 2.1, 3.1 and 4.3; budgets: envoyproxy/ratelimit's
+// limits and calendar month (docs/references.md), limits/rls.
 func (e *Engine) Allow(ctx context.Context, now time.Time, req Request) Decision {
 	tokens, lo, maxWait, rerr := check(&req)
 	if rerr != nil {
@@ -304,6 +362,7 @@ func (e *Engine) Allow(ctx context.Context, now time.Time, req Request) Decision
 		return Decision{Status: StatusInvalidRequest, RetryNever: true, Err: rerr}
 	}
 	ns := now.UnixNano()
+	var br *budgetRun // a bucket's budgets, built once
 	for range 8 {
 		c := e.cfg.Load()
 		k, l := c.resolve(req.Resource, req.Domain)
@@ -312,7 +371,7 @@ func (e *Engine) Allow(ctx context.Context, now time.Time, req Request) Decision
 			return Decision{Status: StatusNoBucket, RetryNever: true}
 		}
 		if l.slow {
-			d, again := e.allowSlow(ctx, ns, &req, tokens, lo, k, l)
+			d, again := e.allowSlow(ctx, now, &req, tokens, lo, k, l)
 			if again {
 				continue
 			}
@@ -326,6 +385,16 @@ func (e *Engine) Allow(ctx context.Context, now time.Time, req Request) Decision
 		a := Ask{Tokens: min(tokens, l.maxPerRequest), Min: lo, MaxWait: l.maxWait}
 		if maxWait >= 0 {
 			a.MaxWait = min(a.MaxWait, maxWait)
+		}
+		if len(l.Bucket.Budgets) > 0 {
+			if br == nil {
+				br = new(budgetRun)
+			}
+			d, again := e.allowBudgets(ctx, now, &req, tokens, k, l, a, br)
+			if again {
+				continue
+			}
+			return d
 		}
 		out, err := e.store.Take(ctx, ns, k, l, a)
 		if err == nil && out.Granted > 0 {
@@ -349,7 +418,8 @@ func (e *Engine) Allow(ctx context.Context, now time.Time, req Request) Decision
 // allowSlow decides req on a burst-tier resource, or on a resource under
 // a namespace that ignores configured limits; again reports a stale
 // configuration (look it up again).
-func (e *Engine) allowSlow(ctx context.Context, ns int64, req *Request, tokens, lo int64, k Key, l *Limit) (d Decision, again bool) {
+func (e *Engine) allowSlow(ctx context.Context, now time.Time, req *Request, tokens, lo int64, k Key, l *Limit) (d Decision, again bool) {
+	ns := now.UnixNano()
 	ref := l.Ref(req.Domain)
 	if l.Tiers == nil { // an unlimited token bucket
 		out, err := e.store.Take(ctx, ns, k, l, Ask{Tokens: min(tokens, l.maxPerRequest), Min: 1})
@@ -358,6 +428,11 @@ func (e *Engine) allowSlow(ctx context.Context, ns int64, req *Request, tokens, 
 		}
 		if err != nil {
 			return e.reject(ctx, req, tokens, l, ref, &out, err), false
+		}
+		if len(l.Bucket.Budgets) > 0 {
+			var br budgetRun
+			br.init(k, l.Bucket.Budgets)
+			e.recordBudgets(ctx, now.UnixMicro(), k, &br, tokens)
 		}
 		d = Decision{Status: StatusOK, Granted: tokens, Remaining: out.Tokens, Limit: l.Params.Size, Bucket: ref, Unlimited: true}
 		if e.listener != nil {
@@ -394,6 +469,58 @@ func (e *Engine) allowSlow(ctx context.Context, ns int64, req *Request, tokens, 
 	default:
 		d.Remaining, d.Tiers = float64(out.Available), out.TierContext
 		e.timeout(req, tokens, l, &d, out.RetryAfter)
+	}
+	return d, false
+}
+
+// allowBudgets decides req on token bucket k, l, which has budgets,
+// with a (Tokens and MaxWait lowered as Allow says); again reports a
+// stale configuration (look it up again). br is the request's scratch
+// space. See Allow.
+func (e *Engine) allowBudgets(ctx context.Context, now time.Time, req *Request, tokens int64, k Key, l *Limit, a Ask, br *budgetRun) (d Decision, again bool) {
+	ref := l.Ref(req.Domain)
+	us := now.UnixMicro()
+	bs := l.Bucket.Budgets
+	br.init(k, bs)
+	g := a.Tokens
+	if most := leastDepth(bs); most >= a.Min {
+		g = min(g, most)
+	}
+	ok, err := e.decideBudgets(ctx, us, k, br, g)
+	if err == nil && !ok && a.Min < g {
+		if fit := br.least(); fit >= a.Min && fit < g {
+			g = fit
+			ok, err = e.decideBudgets(ctx, us, k, br, g)
+		}
+	}
+	switch {
+	case err != nil:
+		return e.reject(ctx, req, tokens, l, ref, &Outcome{}, err), false
+	case !ok:
+		d = Decision{Limit: l.Params.Size, Bucket: ref, Remaining: float64(br.least())}
+		e.timeout(req, tokens, l, &d, br.retryAfter(bs, a.Min))
+		return d, false
+	}
+	a.Tokens = g
+	out, err := e.store.Take(ctx, now.UnixNano(), k, l, a)
+	if err == nil && out.Granted > 0 {
+		back := g - out.Granted
+		if back > 0 {
+			e.refundBudgets(ctx, us, k, l, br, back)
+		}
+		d = Decision{Status: StatusOK, Granted: out.Granted, Wait: time.Duration(out.Wait), Remaining: min(out.Tokens, float64(br.least()+back)), Limit: l.Params.Size, Bucket: ref}
+		if e.listener != nil {
+			e.served(req, k, l, &d, out.Created)
+		}
+		return d, false
+	}
+	e.refundBudgets(ctx, us, k, l, br, g)
+	if err != nil && errors.Is(err, ErrStaleConfig) {
+		return d, true
+	}
+	d = e.reject(ctx, req, tokens, l, ref, &out, err)
+	if d.Status == StatusTimeout {
+		d.Remaining = min(d.Remaining, float64(br.least()+g))
 	}
 	return d, false
 }

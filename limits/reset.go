@@ -33,9 +33,9 @@ func notConfigured(field, format string, args ...any) error {
 // domain has none, the resource's shared default bucket (then every
 // domain sharing it is reset with it); for a resource not configured
 // under a namespace that allows it, the (resource, domain) state. A token
-// bucket is full again, a burst-tier domain fresh (its tiers and hits
-// forgotten; the resource's global log, shared by its domains, stays):
-// see Store.Reset. It reports whether the store held the bucket (false:
+// bucket is full again, with its budgets (Bucket.Budgets) whole, a
+// burst-tier domain fresh (its tiers and hits forgotten; the resource's
+// global log, shared by its domains, stays): see Store.Reset. It reports whether the store held the bucket (false:
 // it was full or fresh already, which is no error). The quota service's
 // buckets are the same: namespace = resource, bucket name = domain.
 //
@@ -63,7 +63,12 @@ func (e *Engine) Reset(ctx context.Context, resource, domain string) (bool, erro
 	c := e.cfg.Load()
 	k, l := c.resolve(resource, domain)
 	if l != nil && l.Kind != KindGlobal {
-		return e.store.Reset(ctx, k)
+		held, err := e.store.Reset(ctx, k)
+		if err != nil {
+			return held, err
+		}
+		spent, err := e.resetBudgets(ctx, k, l) // (the bucket's budgets, Bucket.Budgets)
+		return held || spent, err
 	}
 	why := " (no bucket answers its requests)"
 	if l != nil {

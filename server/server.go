@@ -380,7 +380,9 @@ func (s *Server) newServices(id string) error {
 			return fmt.Errorf("shared store: %w", err)
 		}
 	}
-	s.limits, err = limitsvc.New(limitsvc.Options{Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Limits(), Store: s.shared.Limits, Authorizer: s.auth})
+	// The budgets' counters live beside Envoy's in the shared store's
+	// Redis (s.shared.RLS), else in this process's memory.
+	s.limits, err = limitsvc.New(limitsvc.Options{Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Limits(), Store: s.shared.Limits, Budgets: s.shared.RLS, Authorizer: s.auth})
 	if err != nil {
 		return err
 	}

@@ -668,7 +668,11 @@ func (h *handler) bucket(w http.ResponseWriter, r *http.Request, id adminhttp.Id
 				}
 				return admin.Change{}, fmt.Errorf("bucket %s of namespace %s: %w", bucket, ns, admin.ErrExists)
 			}
-			return putChange(create, o, limitsyaml.BucketNode(b)), nil
+			nb := b
+			if old := bucketOf(l.repo.Limits(), res, o); old != nil {
+				nb.Budgets = old.Budgets // (Square's format has none: an update keeps Sluice's)
+			}
+			return putChange(create, o, limitsyaml.BucketNode(nb)), nil
 		}, id)
 	case http.MethodDelete:
 		h.write(w, r, func(l loaded) (admin.Change, error) {

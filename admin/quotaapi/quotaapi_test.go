@@ -365,3 +365,38 @@ func TestQuotaServiceRESTAuth(t *testing.T) {
 		t.Errorf("after a admintest.Token's write: %+v", sc)
 	}
 }
+
+// TestQuotaServiceRESTKeepsBudgets: an update of a bucket through
+// Square's REST API, whose format has no budgets, keeps the budgets
+// Sluice's configuration gave it.
+func TestQuotaServiceRESTKeepsBudgets(t *testing.T) {
+	ts := admintest.Start(t, `limits:
+  resources:
+    api:
+      domains:
+        big:
+          size: 100
+          fill_rate: 50
+          budgets:
+            - {limit: 3, unit: day, calendar: UTC}
+`, adminhttp.AuthOptions{Insecure: true}, nil)
+	mustOK(t, qsDo(t, "PUT", ts.URL+"/api/api/big", `{"name": "big", "namespace": "api", "size": 200, "fill_rate": 100}`, "1", "alice"), 2)
+	resp, err := http.Get(ts.URL + "/admin/v1/config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(doc), "size: 200") || !strings.Contains(string(doc), "budgets:") {
+		t.Fatalf("the document after the update:\n%s\nwant size 200 and the budgets kept", doc)
+	}
+	granted := 0
+	for range 5 {
+		if st, _ := qsAllow(t, ts.URL, "api", "big", 1); st == "OK" {
+			granted++
+		}
+	}
+	if granted != 3 {
+		t.Fatalf("after the update, %d of 5 granted; want the day's budget, 3", granted)
+	}
+}

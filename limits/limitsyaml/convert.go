@@ -65,7 +65,8 @@ func QuotaServiceSection(data []byte) (*yaml.Node, error) {
 // token buckets or failing open, a fill rate that is not a whole number of
 // tokens per second or a size below 1, durations that are not whole
 // milliseconds, a wait timeout or max debt of 0 (the format reads 0 as
-// the default).
+// the default), a bucket's budgets (limits.Bucket.Budgets: the format
+// has no such field, and a file written without them would lose them).
 func MarshalQuotaService(cfg *limits.Config, from *yaml.Node) ([]byte, error) {
 	if cfg == nil {
 		cfg = &limits.Config{}
@@ -103,6 +104,9 @@ func MarshalQuotaService(cfg *limits.Config, from *yaml.Node) ([]byte, error) {
 		}
 		if b.MaxTokensPerRequest != 0 && b.MaxTokensPerRequest != roundUpTokens(b.FillRate) {
 			m.Content = append(m.Content, keyNode("max_tokens_per_request"), intNode(b.MaxTokensPerRequest))
+		}
+		if len(b.Budgets) > 0 {
+			bad(join(path, "budgets"), "%d budgets", len(b.Budgets))
 		}
 		return m
 	}

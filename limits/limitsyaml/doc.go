@@ -64,6 +64,26 @@
 //	max_idle                Go duration > 0, or "never"      default never
 //	max_debt                Go duration                      default 10s
 //	max_tokens_per_request  tokens, ≥ 1                      default fill_rate, rounded up
+//	budgets                 a list of budgets (below)        default none
+//
+// A budget (limits.Budget) is a limit per window every grant of the
+// bucket must also fit, counted per bucket (per domain for a template):
+//
+//	budgets:
+//	  - {limit: 100000, unit: month, calendar: UTC}
+//	  - {limit: 20000, unit: day, calendar: Europe/Paris}
+//	  - {limit: 60, unit: minute, algorithm: token_bucket, burst: 5}
+//
+// Its fields: limit (tokens per window, 1 to 2³² − 1; required), unit
+// (second, minute, hour, day, week, month or year, any case; required),
+// unit_multiplier (a window of N units, aligned to the Unix epoch;
+// default 1), calendar (UTC or an IANA zone name: windows of a day, an
+// ISO week, a month or a year from that zone's midnight; not with
+// unit_multiplier), algorithm (fixed_window, the default, or
+// token_bucket, not with a calendar) and burst (a token_bucket's depth;
+// default the limit). An empty list is none. The quota service's format
+// has no budgets (MarshalQuotaService refuses a configuration with
+// some).
 //
 // Charon's rate-limited resources (charon-paper.md, section 2.1) have
 // algorithm burst_tiers, and hard_limit (H: hits per second per domain),

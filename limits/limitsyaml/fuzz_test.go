@@ -54,6 +54,10 @@ func FuzzSluiceSection(f *testing.F) {
 		"resources:\n  r:\n    algorithm: burst_tiers\n    tiers: [{limit: 2, window: 5s, active: 3s}, {limit: 1, window: 1s, active: 0s}]\n    domains:\n      a: {hard_limit: none}\n      b: {tiers: []}\n      c:\n",
 		"resources:\n  r:\n    algorithm: burst_tiers\n    tiers: &t [{limit: 1, window: 1s, active: 1s}]\n    domains:\n      a: {tiers: *t, hard_limit: 0}\n",
 		"resources:\n  r:\n    hard_limit: 1\n    tiers: []\n",
+		"resources:\n  r:\n    template:\n      size: 10\n      budgets:\n        - {limit: 100000, unit: month, calendar: UTC}\n        - {limit: 20000, unit: day, calendar: Europe/Paris}\n",
+		"global_default: {budgets: [{limit: 60, unit: minute, unit_multiplier: 2, algorithm: token_bucket, burst: 5}, {limit: 3, unit: WEEK, algorithm: fixed_window}]}\n",
+		"resources:\n  r:\n    default: {budgets: []}\n    domains:\n      a: {budgets: [{limit: 1, unit: year, calendar: America/New_York}]}\n",
+		"global_default: {budgets: [{limit: 0, unit: day, calendar: Local, burst: 2}, ~, {unit: fortnight}]}\n",
 	} {
 		f.Add([]byte(s))
 	}

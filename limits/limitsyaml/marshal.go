@@ -8,13 +8,14 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/rls"
 )
 
 // MarshalSection writes cfg as Sluice's limits section: a YAML document
 // holding the section's fields at its top level (global_default,
 // namespaces, resources), indented by two spaces, names in order, every
-// bucket and tier in flow style with all its fields (BucketNode,
-// ResourceNode). ParseSection reads it back to cfg, exactly for a
+// bucket (but one with budgets) and tier in flow style with all its
+// fields (BucketNode, ResourceNode). ParseSection reads it back to cfg, exactly for a
 // configuration ParseSection returned. A configuration built in Go reads
 // back to an equivalent one: a nil resource comes back empty, a bucket's
 // MaxIdle ≤ 0 comes back as limits.DefaultMaxIdle and its
@@ -138,6 +139,14 @@ func ResourceNode(r *limits.Resource) *yaml.Node {
 // max_tokens_per_request: 50}. Durations are Go duration strings, a
 // MaxIdle ≤ 0 is "never", a whole fill rate an integer;
 // max_tokens_per_request is left out when 0 (the fill rate, rounded up).
+// A bucket with budgets is written in block style instead, its budgets
+// last, one a line, each in flow style with limit, unit and the fields it
+// sets (BudgetNode):
+//
+//	size: 10
+//	...
+//	budgets:
+//	  - {limit: 100000, unit: month, calendar: UTC}
 func BucketNode(b limits.Bucket) *yaml.Node {
 	rate := scalarNode("!!float", strconv.FormatFloat(b.FillRate, 'g', -1, 64))
 	if b.FillRate == math.Trunc(b.FillRate) && math.Abs(b.FillRate) < 1<<53 {
@@ -158,6 +167,37 @@ func BucketNode(b limits.Bucket) *yaml.Node {
 	}
 	if b.MaxTokensPerRequest != 0 {
 		m.Content = append(m.Content, keyNode("max_tokens_per_request"), intNode(b.MaxTokensPerRequest))
+	}
+	if len(b.Budgets) > 0 {
+		s := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		for _, bg := range b.Budgets {
+			s.Content = append(s.Content, BudgetNode(bg))
+		}
+		m.Content = append(m.Content, keyNode("budgets"), s)
+		m.Style = 0
+	}
+	return m
+}
+
+// BudgetNode writes b as a budget of a bucket of Sluice's limits
+// section, a new mapping in flow style: limit and unit, then
+// unit_multiplier, calendar (the zone's name), algorithm and burst when
+// set: {limit: 100000, unit: month, calendar: Europe/Paris}.
+func BudgetNode(b limits.Budget) *yaml.Node {
+	m := mappingNode()
+	m.Style = yaml.FlowStyle
+	m.Content = []*yaml.Node{keyNode("limit"), intNode(b.Limit), keyNode("unit"), scalarNode("!!str", b.Unit.String())}
+	if b.UnitMultiplier != 0 {
+		m.Content = append(m.Content, keyNode("unit_multiplier"), intNode(b.UnitMultiplier))
+	}
+	if b.Calendar != nil {
+		m.Content = append(m.Content, keyNode("calendar"), scalarNode("!!str", b.Calendar.String()))
+	}
+	if b.Algorithm != rls.AlgorithmDefault {
+		m.Content = append(m.Content, keyNode("algorithm"), scalarNode("!!str", b.Algorithm.String()))
+	}
+	if b.Burst != 0 {
+		m.Content = append(m.Content, keyNode("burst"), intNode(b.Burst))
 	}
 	return m
 }

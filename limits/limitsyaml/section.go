@@ -3,11 +3,13 @@ package limitsyaml
 import (
 	"errors"
 	"math"
+	"strconv"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/rls"
 )
 
 // rawSection is Sluice's limits section as written: nil fields are
@@ -49,6 +51,7 @@ type rawBucket struct {
 	maxIdle             *time.Duration // neverIdle: "never"
 	maxDebt             *time.Duration
 	maxTokensPerRequest *int64
+	budgets             []limits.Budget // nil: none (also for [])
 }
 
 // neverIdle is the max_idle "never" in a rawBucket.
@@ -58,7 +61,8 @@ const neverIdle = time.Duration(math.MinInt64)
 var (
 	sectionFields    = []string{"global_default", "namespaces", "resources"}
 	resourceFields   = []string{"algorithm", "domains", "template", "max_dynamic_buckets", "default", "hard_limit", "global_limit", "tiers", "on_store_error"}
-	bucketFields     = []string{"size", "fill_rate", "wait_timeout", "max_idle", "max_debt", "max_tokens_per_request"}
+	bucketFields     = []string{"size", "fill_rate", "wait_timeout", "max_idle", "max_debt", "max_tokens_per_request", "budgets"}
+	budgetFields     = []string{"limit", "unit", "unit_multiplier", "calendar", "algorithm", "burst"}
 	namespaceFields  = []string{"ignore_configured", "allow_unconfigured"}
 	tierDomainFields = []string{"hard_limit", "tiers"}
 	tierFields       = []string{"limit", "window", "active", "cooldown", "skippable"}
@@ -182,9 +186,104 @@ func (w *walker) sectionBucket(n *yaml.Node, path string) *rawBucket {
 			b.maxDebt = dur(p.value, fp, false)
 		case "max_tokens_per_request":
 			b.maxTokensPerRequest = w.int64(p.value, fp, "tokens")
+		case "budgets":
+			b.budgets = w.sectionBudgets(p.value, fp)
 		}
 	}
 	return b
+}
+
+// sectionBudgets reads a bucket's budgets, a sequence of mappings (each
+// with limit and unit required; see the package documentation); nil when
+// null or empty. Units, algorithms and zones are checked here, where
+// errors can name their line; the rest is limits.Config.ValidateIn's.
+func (w *walker) sectionBudgets(n *yaml.Node, path string) []limits.Budget {
+	items, ok := w.sequence(n, path)
+	if !ok || len(items) == 0 {
+		return nil
+	}
+	out := make([]limits.Budget, 0, len(items))
+	for i, item := range items {
+		ip := path + "[" + strconv.Itoa(i) + "]"
+		pairs, ok := w.mapping(item, ip, budgetFields)
+		if !ok {
+			if isNull(w.deref(item)) {
+				w.bad(ip, item, "want a budget ({limit: N, unit: U, ...}), got null")
+			}
+			out = append(out, placeholderBudget) // reported
+			continue
+		}
+		var b limits.Budget
+		var hasLimit, hasUnit bool
+		for _, p := range pairs {
+			fp := join(ip, p.key)
+			switch p.key {
+			case "limit":
+				hasLimit, b.Limit = true, placeholderBudget.Limit
+				if v := w.int64(p.value, fp, "tokens per window"); v != nil {
+					b.Limit = *v
+				}
+			case "unit":
+				hasUnit, b.Unit = true, placeholderBudget.Unit
+				if v := w.str(p.value, fp); v != nil {
+					if u, err := rls.ParseUnit(*v); err != nil {
+						w.bad(fp, w.deref(p.value), "%v", err)
+					} else {
+						b.Unit = u
+					}
+				}
+			case "unit_multiplier":
+				if v := w.int64(p.value, fp, "units per window"); v != nil {
+					b.UnitMultiplier = *v
+				}
+			case "calendar":
+				if v := w.str(p.value, fp); v != nil {
+					b.Calendar = w.zone(*v, fp, w.deref(p.value))
+				}
+			case "algorithm":
+				if v := w.str(p.value, fp); v != nil {
+					a, err := rls.ParseAlgorithm(*v)
+					if err != nil {
+						w.bad(fp, w.deref(p.value), "%q is not a budget's algorithm (want fixed_window or token_bucket)", *v)
+					}
+					b.Algorithm = a
+				}
+			case "burst":
+				if v := w.int64(p.value, fp, "tokens"); v != nil {
+					b.Burst = *v
+				}
+			}
+		}
+		if !hasLimit {
+			w.bad(join(ip, "limit"), w.deref(item), "required (tokens per window, ≥ 1)")
+			b.Limit = placeholderBudget.Limit
+		}
+		if !hasUnit {
+			w.bad(join(ip, "unit"), w.deref(item), "required (second, minute, hour, day, week, month or year)")
+			b.Unit = placeholderBudget.Unit
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// placeholderBudget stands for a budget, or a field of one, that reading
+// reported: valid, so that validation does not report it again.
+var placeholderBudget = limits.Budget{Limit: 1, Unit: rls.Day}
+
+// zone loads the time zone name (UTC, or an IANA name), reporting under
+// path a name that is none, or Local (each server's own).
+func (w *walker) zone(name, path string, n *yaml.Node) *time.Location {
+	if name == "" || name == "Local" {
+		w.bad(path, n, "%q: name the zone (UTC, or an IANA name such as Europe/Paris); a server's own zone is not allowed", name)
+		return nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		w.bad(path, n, "%q is not a time zone (want UTC or an IANA name such as Europe/Paris): %v", name, err)
+		return nil
+	}
+	return loc
 }
 
 // validate applies the defaults and checks s, returning the configuration
@@ -291,6 +390,7 @@ func (b *rawBucket) bucket(w *walker, path string) limits.Bucket {
 		}
 		out.MaxTokensPerRequest = *b.maxTokensPerRequest
 	}
+	out.Budgets = b.budgets
 	return out
 }
 

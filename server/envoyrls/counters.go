@@ -50,6 +50,8 @@ type CounterPage struct {
 
 // Counters returns the counters whose Key starts with prefix, ordered by
 // Key, from offset, at most limit of them, described at the clock's now.
+// The limits engine's budgets (limits.Budget), which share a Redis store
+// with the rules' counters under the empty domain, are not among them.
 // It is one walk of the store (rls.Store.Walk, never on a request's path)
 // over at most budget counters (≤ 0: all), keeping only offset + limit
 // rows.
@@ -64,7 +66,7 @@ func (s *Service) Counters(ctx context.Context, prefix string, offset, limit, bu
 		}
 		p.Total++
 		domain, entries, tag, ok := rls.ParseBucket(c.Bucket)
-		if !ok {
+		if !ok || domain == "" { // (domain "": the limits engine's budgets, in the same store)
 			return true
 		}
 		key := counterKey(domain, entries)

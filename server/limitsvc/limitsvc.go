@@ -30,6 +30,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/server/internal/promreg"
 )
 
@@ -48,6 +49,11 @@ type Options struct {
 	// Store holds the buckets (nil: a new limits.MemoryStore, this
 	// process's alone).
 	Store limits.Store
+	// Budgets holds the counters of the buckets' budgets
+	// (limits.Options.Budgets; nil: a new rls.MemoryStore, this
+	// process's alone). With a shared Store, the same Redis's
+	// (limits/redis.NewRLS).
+	Budgets rls.Store
 	// Authorizer, when set, lets a client Allow only on the resources
 	// (quota service: namespaces) the policy grants its identity allow
 	// for: PermissionDenied otherwise, on both APIs. nil: any client may.
@@ -84,7 +90,7 @@ func New(opts Options) (*Service, error) {
 	if s.metrics, err = newLimitsMetrics(reg); err != nil {
 		return nil, fmt.Errorf("limits: %w", err)
 	}
-	eng, err := limits.New(nil, limits.Options{Listener: s.metrics, Store: opts.Store})
+	eng, err := limits.New(nil, limits.Options{Listener: s.metrics, Store: opts.Store, Budgets: opts.Budgets})
 	if err != nil {
 		return nil, fmt.Errorf("limits: %w", err)
 	}
