@@ -121,6 +121,11 @@ retry). An invalid change prints every error, one per line, each naming its
 field. --dry-run validates and shows the normalized result and the diff,
 storing nothing.
 
+admin reset restores one counter to full, outside the document: an Envoy rule's
+(--envoy-domain, --descriptor key=value,...), a limits bucket or burst-tier
+domain (--resource, --domain), a quota service bucket (--namespace, --bucket);
+audited like a change, with no version.
+
 Writes need credentials: --token (or --token-file, or $SLUICE_ADMIN_TOKEN) for a
 server with --admin-token-file, a client certificate (--tls-cert, --tls-key)
 for one with --tls-client-ca, or a loopback connection to one with
