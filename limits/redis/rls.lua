@@ -63,6 +63,17 @@ local function doubles(s, pos, n)
   return t
 end
 
+-- copy returns a copy of t's first n elements: unpack's, which makes the
+-- table at its size at once, up to unpack's bound (the C stack, about
+-- 8 000 values: a script of many requests of many hits has more), else
+-- element by element.
+local function copy(t, n)
+  if n <= 4000 then return {unpack(t, 1, n)} end
+  local c = {}
+  for i = 1, n do c[i] = t[i] end
+  return c
+end
+
 local nk = #KEYS
 local vals
 if nk <= 1000 then
@@ -80,7 +91,12 @@ end
 -- written) and need (the instant, ms, it must live until). (Tables made
 -- as copies of vals have their nk slots at once: filled one by one, a
 -- table grows, and is rehashed, five times for 15 keys.)
-local ca, cb, cx, cttl, cneed = {unpack(vals)}, {unpack(vals)}, {unpack(vals)}, {unpack(vals)}, {unpack(vals)}
+local ca, cb, cx, cttl, cneed
+if nk <= 4000 then
+  ca, cb, cx, cttl, cneed = {unpack(vals)}, {unpack(vals)}, {unpack(vals)}, {unpack(vals)}, {unpack(vals)}
+else
+  ca, cb, cx, cttl, cneed = copy(vals, nk), copy(vals, nk), copy(vals, nk), copy(vals, nk), copy(vals, nk)
+end
 for i = 1, nk do
   local v, a, b, x = vals[i], false, 0, 0
   if v then
@@ -109,9 +125,6 @@ local function up(x)
   if f < x then return f + 1 end
   return f
 end
-
--- width is the number of a hit's numbers, by algorithm.
-local width = {6, 6, 7, 8}
 
 -- step is one hit of k on a counter held as a (false: not held) and b, at
 -- now: over, remaining, reset, retry after, then, when the hit changes
@@ -187,7 +200,8 @@ local extra, callerNow = N[1], N[2] == 1
 local p = 3 -- the next number in N
 local redisNow
 -- The reply's numbers: fewer than N's, so a copy of N has room.
-local out, no = {unpack(N, 1, total)}, 0
+local out, no
+if total <= 4000 then out, no = {unpack(N, 1, total)}, 0 else out, no = copy(N, total), 0 end
 -- A request of several hits: its counters as it changes them (valid
 -- where wreq is the request's number): A, B, the instant they are the
 -- same as none, changed; and its counters, each once.
@@ -214,10 +228,16 @@ while p <= total do
     local over, rem, reset, retry
     local flags = N[p + 5]
     local alg = N[p + 1]
-    over, rem, reset, retry, changed, a, b, u = step(ca[ki], cb[ki], now, alg, N[p + 2], N[p + 3], N[p + 4], flags % 2 == 1, N[p + 6], N[p + 7])
+    if alg < 3 then
+      over, rem, reset, retry, changed, a, b, u = step(ca[ki], cb[ki], now, alg, N[p + 2], N[p + 3], N[p + 4], flags % 2 == 1)
+      p = p + 6
+    else
+      over, rem, reset, retry, changed, a, b, u = step(ca[ki], cb[ki], now, alg, N[p + 2], N[p + 3], N[p + 4], flags % 2 == 1, N[p + 6], N[p + 7])
+      p = p + alg + 4 -- (7 numbers for 3, 8 for 4)
+    end
     if over == 0 or flags >= 2 then out[no + 1] = 1 else out[no + 1] = 0 end
     out[no + 2], out[no + 3], out[no + 4], out[no + 5] = over, rem, reset, retry
-    no, p = no + 5, p + width[alg]
+    no = no + 5
     if changed then
       local ttl = up((u - now) / 1000)
       if ttl > 0 then
@@ -247,7 +267,8 @@ while p <= total do
       end
       if over == 1 and flags < 2 then granted = 0 end
       out[no + 2], out[no + 3], out[no + 4], out[no + 5] = over, rem, reset, retry
-      no, p = no + 4, p + width[alg]
+      no = no + 4
+      if alg < 3 then p = p + 6 else p = p + alg + 4 end
     end
     out[o] = granted
     no = no + 1
@@ -273,7 +294,7 @@ while p <= total do
           local _
           _, out[x + 1], out[x + 2], out[x + 3] = step(ca[ki], cb[ki], now, N[q + 1], N[q + 2], N[q + 3], 0, false, N[q + 6], N[q + 7])
         end
-        q = q + width[N[q + 1]]
+        if N[q + 1] < 3 then q = q + 6 else q = q + N[q + 1] + 4 end
       end
     end
   end

@@ -325,3 +325,37 @@ func TestRLSKeyLife(t *testing.T) {
 		t.Errorf("old value: %d SET, want 1", set1-set0)
 	}
 }
+
+// TestRLSBatchLarge: the largest script a server sends — MaxBatch
+// (DefaultMaxBatch) requests of 64 descriptors (envoyrls.MaxDescriptors)
+// of two limits each, one a calendar's — runs (Lua's unpack has a bound of
+// about 8 000 values, which its numbers and keys are past) and answers
+// as the requests decided alone.
+func TestRLSBatchLarge(t *testing.T) {
+	st := New(client(t), Options{Prefix: prefix(t), callerTime: true})
+	mem := rls.NewMemoryStore()
+	tb := rls.Policy{Algorithm: rls.TokenBucket, Limit: 1000, Period: 60e6, Burst: 2000}
+	month := rls.Policy{Algorithm: rls.FixedWindow, Limit: 3, Period: 30 * 86400e6, Calendar: rls.Calendar{Unit: rls.Month}}
+	now := int64(1_790_000_000_000_000)
+	reqs := make([]rlsReq, DefaultMaxBatch)
+	for i := range reqs {
+		q := &reqs[i]
+		q.domain, q.now = "d", now+int64(i)
+		for j := range 64 {
+			b := fmt.Sprint("d/", (i*64+j)%5000) // 8 192 descriptors on 5 000 counters: some used twice
+			q.hits = append(q.hits, rls.Hit{Bucket: b, Policy: tb, Hits: 1}, rls.Hit{Bucket: rls.LimitBucket(b, 1), Policy: month, Hits: 1})
+		}
+	}
+	gok, got := decideBatch(t, st, reqs)
+	wok, want := decideAlone(t, mem, reqs)
+	for i := range reqs {
+		if gok[i] != wok[i] {
+			t.Fatalf("request %d: batched granted %v, alone %v", i, gok[i], wok[i])
+		}
+		for j := range want[i] {
+			if got[i][j] != want[i][j] {
+				t.Fatalf("request %d, hit %d: batched %+v, alone %+v", i, j, got[i][j], want[i][j])
+			}
+		}
+	}
+}

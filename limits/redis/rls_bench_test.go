@@ -73,29 +73,46 @@ func BenchmarkRLSRedisCPU(b *testing.B) {
 // process, its timers too: key expiry). Skipped without valgrind.
 //
 //	go test -run '^$' -bench RLSInstructions -benchtime 500x ./limits/redis
+//
+// limits=2 is a descriptor of two limits (rate_limits): that token
+// bucket and a calendar month's budget, each its own counter, decided
+// together in the request's one script.
 func BenchmarkRLSInstructions(b *testing.B) {
 	skipWithoutCallgrind(b)
 	for _, perScript := range []int{1, 15} {
-		b.Run("requests="+strconv.Itoa(perScript), func(b *testing.B) { rlsInstructions(b, perScript) })
+		for _, limits := range []int{1, 2} {
+			name := "requests=" + strconv.Itoa(perScript)
+			if limits > 1 {
+				name += "/limits=" + strconv.Itoa(limits)
+			}
+			b.Run(name, func(b *testing.B) { rlsInstructions(b, perScript, limits) })
+		}
 	}
 }
 
 // rlsInstructions writes callgrind_annotate's output to
 // $RLS_CALLGRIND_OUT.<requests> if that is set.
-func rlsInstructions(b *testing.B, perScript int) {
+func rlsInstructions(b *testing.B, perScript, limits int) {
 	callgrindInstructions(b, 10000, perScript, os.Getenv("RLS_CALLGRIND_OUT"), func(c *redis.Client) func([]int) {
 		st := New(c, Options{Prefix: "b:", Timeout: time.Minute})
 		red := NewRLS(st)
 		policy := rls.Policy{Algorithm: rls.TokenBucket, Limit: 1e6, Period: 3600e9}
+		month := rls.Policy{Algorithm: rls.FixedWindow, Limit: 4e9, Period: rls.Month.Duration().Microseconds(), Calendar: rls.Calendar{Unit: rls.Month}}
+		now := time.Now().UnixMicro() // (the calendar's window; Redis decides on its own clock)
 		return func(vs []int) {
 			batch := make([]*call, len(vs))
 			for i, v := range vs {
-				batch[i] = red.call(0, "bench", []rls.Hit{{Bucket: "bench_k_v" + strconv.Itoa(v), Policy: policy, Hits: 1}})
+				bucket := "bench_k_v" + strconv.Itoa(v)
+				hits := []rls.Hit{{Bucket: bucket, Policy: policy, Hits: 1}}
+				if limits > 1 {
+					hits = append(hits, rls.Hit{Bucket: rls.LimitBucket(bucket, 1), Policy: month, Hits: 1})
+				}
+				batch[i] = red.call(now, "bench", hits)
 			}
 			if err := st.single.sendNow(b.Context(), batch); err != nil {
 				b.Fatal(err)
 			}
-			res := make([]rls.Result, 1)
+			res := make([]rls.Result, limits)
 			for _, c := range batch {
 				if c.err != nil || !parseRLS(c.res, res) {
 					b.Fatalf("%+v %v", res, c.err)
