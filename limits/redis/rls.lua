@@ -247,7 +247,15 @@ while p <= total do
       end
     end
   else
-    if not wreq then wreq, wa, wb, wu, wdirty, touched = {}, {}, {}, {}, {}, {} end
+    if not wreq then
+      -- Made at their size at once, as ca and the others (a request's
+      -- marks, vals' strings and falses, are never a request's number).
+      if nk <= 4000 then
+        wreq, wa, wb, wu, wdirty, touched = {unpack(vals)}, {unpack(vals)}, {unpack(vals)}, {unpack(vals)}, {unpack(vals)}, {unpack(vals)}
+      else
+        wreq, wa, wb, wu, wdirty, touched = copy(vals, nk), copy(vals, nk), copy(vals, nk), copy(vals, nk), copy(vals, nk), copy(vals, nk)
+      end
+    end
     local first, nt = p, 0
     local o = no + 1 -- granted's place in out
     local granted = 1
