@@ -13,16 +13,6 @@ import (
 	"github.com/sluice-rl/sluice/limits/rls"
 )
 
-// loadZone returns the IANA zone name, failing t if the system has none.
-func loadZone(t *testing.T, name string) *time.Location {
-	t.Helper()
-	loc, err := time.LoadLocation(name)
-	if err != nil {
-		t.Skipf("no time zone %s here: %v", name, err)
-	}
-	return loc
-}
-
 // budgeted returns a bucket that never limits (a million tokens, a
 // million a second, no wait) with budgets bs.
 func budgeted(bs ...Budget) Bucket {
@@ -71,7 +61,7 @@ func runSteps(t *testing.T, e *Engine, start time.Time, steps []budgetStep) {
 }
 
 func TestBudgets(t *testing.T) {
-	paris := loadZone(t, "Europe/Paris")
+	paris := testutil.Zone(t, "Europe/Paris")
 	utc := time.UTC
 	date := func(loc *time.Location, y int, m time.Month, d, h, min int) time.Time {
 		return time.Date(y, m, d, h, min, 0, 0, loc)
@@ -368,7 +358,7 @@ func TestBudgetReap(t *testing.T) {
 }
 
 func TestBudgetValidate(t *testing.T) {
-	paris := loadZone(t, "Europe/Paris")
+	paris := testutil.Zone(t, "Europe/Paris")
 	tests := []struct {
 		name   string
 		budget Budget

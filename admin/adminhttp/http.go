@@ -113,16 +113,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	write := r.Method != http.MethodGet && r.Method != http.MethodHead
 	id, err := h.auth.Identify(r, write)
 	if err != nil {
-		var ae *AuthError
-		if errors.As(err, &ae) {
-			h.log.Warn("admin: request refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "status", ae.Status, "why", ae.Msg)
-			code := "unauthorized"
-			if ae.Status == http.StatusForbidden {
-				code = "forbidden"
-			} else {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
-			}
-			writeError(w, ae.Status, ErrorBody{Error: ae.Msg, Code: code})
+		if ae := (*AuthError)(nil); errors.As(err, &ae) {
+			refuse(w, r, h.log, ae)
 			return
 		}
 		h.fail(w, err)

@@ -232,7 +232,12 @@ func (h *resetHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	id, err := h.auth.Identify(r, true)
 	if err != nil {
-		refuse(w, r, h.log, err)
+		if ae := (*AuthError)(nil); errors.As(err, &ae) {
+			refuse(w, r, h.log, ae)
+			return
+		}
+		h.log.Error("admin: request failed", "err", err)
+		writeError(w, http.StatusInternalServerError, ErrorBody{Error: err.Error(), Code: "internal"})
 		return
 	}
 	if h.r == nil {
@@ -287,15 +292,9 @@ func (h *resetHandler) fail(w http.ResponseWriter, req *ResetRequest, id Identit
 	}
 }
 
-// refuse answers an Identify error: an *AuthError with its status (and,
-// for 401, WWW-Authenticate), logged as Handler logs them; else 500.
-func refuse(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
-	var ae *AuthError
-	if !errors.As(err, &ae) {
-		log.Error("admin: request failed", "err", err)
-		writeError(w, http.StatusInternalServerError, ErrorBody{Error: err.Error(), Code: "internal"})
-		return
-	}
+// refuse answers an Identify error, ae: its status (and, for 401,
+// WWW-Authenticate), logged, as every admin handler answers them.
+func refuse(w http.ResponseWriter, r *http.Request, log *slog.Logger, ae *AuthError) {
 	log.Warn("admin: request refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "status", ae.Status, "why", ae.Msg)
 	code := "unauthorized"
 	if ae.Status == http.StatusForbidden {

@@ -1,16 +1,13 @@
 package adminhttp_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,48 +38,15 @@ envoy_ratelimit:
         rate_limit: {unit: hour, requests_per_unit: 1}
 `
 
-// logLines collects a JSON slog handler's lines.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// with returns the lines whose msg is msg.
-func (l *logLines) with(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(l.buf.String(), "\n") {
-		var m map[string]any
-		if line == "" {
-			continue
-		}
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // startResetServer runs a server (server.New and Run, in this process)
 // over resetDoc with admin options a, its log in lines.
-func startResetServer(t *testing.T, a server.Admin) (*server.Server, string, *logLines) {
+func startResetServer(t *testing.T, a server.Admin) (*server.Server, string, *admintest.AuditLog) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(resetDoc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	lines := &logLines{}
+	lines := &admintest.AuditLog{}
 	s, err := server.New(context.Background(), server.Config{ID: "reset-test", Listen: server.Listen{Address: "127.0.0.1:0"},
 		Document: server.Document{Path: path}, Admin: a, Runtime: server.Runtime{Logger: slog.New(slog.NewJSONHandler(lines, nil))}})
 	if err != nil {
@@ -132,7 +96,7 @@ func TestResetAPI(t *testing.T) {
 	if got := allow("api", "small"); got != limits.StatusTimeout {
 		t.Fatalf("after refused resets: %v, want TIMEOUT (nothing reset)", got)
 	}
-	if got := lines.with(t, "counters reset"); len(got) != 0 {
+	if got := lines.Lines(t, "counters reset"); len(got) != 0 {
 		t.Fatalf("refused resets audited: %v", got)
 	}
 
@@ -144,7 +108,7 @@ func TestResetAPI(t *testing.T) {
 	if got := allow("api", "small"); got != limits.StatusOK {
 		t.Fatalf("after the reset: %v", got)
 	}
-	audit := lines.with(t, "counters reset")
+	audit := lines.Lines(t, "counters reset")
 	if len(audit) != 1 {
 		t.Fatalf("%d audit lines, want 1", len(audit))
 	}
@@ -199,7 +163,7 @@ func TestResetAPI(t *testing.T) {
 	if n, err := c.Reset(ctx, er); err != nil || n != 0 {
 		t.Fatalf("a reset of a full counter: %d, %v; want 0 (no error)", n, err)
 	}
-	audit = lines.with(t, "counters reset")
+	audit = lines.Lines(t, "counters reset")
 	if len(audit) != 5 || audit[1]["api"] != "quota" || audit[1]["namespace"] != "api" || audit[1]["bucket"] != "small" ||
 		audit[3]["api"] != "envoy" || audit[3]["domain"] != "edge" || audit[3]["descriptor"] != "route=/login" || audit[3]["counters"] != 1.0 ||
 		audit[4]["descriptor"] != "route=/other" || audit[4]["counters"] != 0.0 {
@@ -256,7 +220,7 @@ func TestResetAPIErrors(t *testing.T) {
 	if code := call(t, nil, "POST", base+adminhttp.ResetPath, `{"limits": {"resource": "api", "domain": "small"}}`, map[string]string{"Content-Type": "application/yaml"}, &eb); code != 400 || !strings.HasPrefix(eb.Error, "Content-Type: ") {
 		t.Errorf("a YAML body: %d %+v", code, eb)
 	}
-	if got := lines.with(t, "counters reset"); len(got) != 0 {
+	if got := lines.Lines(t, "counters reset"); len(got) != 0 {
 		t.Errorf("refused resets audited: %v", got)
 	}
 }
@@ -277,7 +241,7 @@ func TestResetAPIWritesDisabled(t *testing.T) {
 	if d := eng.Allow(context.Background(), time.Now(), limits.Request{Resource: "api", Domain: "small", HasMaxWait: true}); d.Status != limits.StatusTimeout {
 		t.Fatalf("after a refused reset: %v", d.Status)
 	}
-	if got := lines.with(t, "counters reset"); len(got) != 0 {
+	if got := lines.Lines(t, "counters reset"); len(got) != 0 {
 		t.Errorf("a refused reset audited: %v", got)
 	}
 }

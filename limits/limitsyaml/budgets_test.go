@@ -9,6 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/rls"
 )
@@ -34,10 +35,7 @@ resources:
 `
 
 func TestSectionBudgets(t *testing.T) {
-	paris, err := time.LoadLocation("Europe/Paris")
-	if err != nil {
-		t.Skipf("no Europe/Paris here: %v", err)
-	}
+	paris := testutil.Zone(t, "Europe/Paris")
 	cfg, err := ParseSection([]byte(budgetsDoc))
 	if err != nil {
 		t.Fatal(err)

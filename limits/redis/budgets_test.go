@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/rls"
 )
@@ -30,10 +31,7 @@ func budgetEngine(t *testing.T, st *Store, b limits.Bucket) *limits.Engine {
 // of 23 hours in Paris, a burst, and a refund after the token bucket
 // refused.
 func TestBudgetsRedis(t *testing.T) {
-	paris, err := time.LoadLocation("Europe/Paris")
-	if err != nil {
-		t.Skipf("no Europe/Paris here: %v", err)
-	}
+	paris := testutil.Zone(t, "Europe/Paris")
 	big := func(bs ...limits.Budget) limits.Bucket {
 		return limits.Bucket{Size: 1 << 20, FillRate: 1 << 20, Budgets: bs}
 	}

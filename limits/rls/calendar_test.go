@@ -4,23 +4,16 @@ import (
 	"context"
 	"testing"
 	"time"
-)
 
-func mustZone(t *testing.T, name string) *time.Location {
-	t.Helper()
-	loc, err := time.LoadLocation(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return loc
-}
+	"github.com/sluice-rl/sluice/internal/testutil"
+)
 
 // TestCalendarWindow: the window holding an instant, for each calendar
 // unit, across month ends of 28 to 31 days, leap years, year ends, ISO
 // weeks across a year's end, and the daylight saving days of Paris and
 // New York (23 and 25 hours).
 func TestCalendarWindow(t *testing.T) {
-	utc, paris, ny := time.UTC, mustZone(t, "Europe/Paris"), mustZone(t, "America/New_York")
+	utc, paris, ny := time.UTC, testutil.Zone(t, "Europe/Paris"), testutil.Zone(t, "America/New_York")
 	at := func(loc *time.Location, y int, m time.Month, d, h, min int) time.Time {
 		return time.Date(y, m, d, h, min, 0, 0, loc)
 	}

@@ -11,6 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/limits/rls"
@@ -141,21 +142,12 @@ func counter(t *testing.T, r *rig, domain, rule, result string) float64 {
 	return 0
 }
 
-func mustZone(t *testing.T, name string) *time.Location {
-	t.Helper()
-	loc, err := time.LoadLocation(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return loc
-}
-
 // TestCalendarMonth: a tenant's monthly budget in Paris, with 4 a second,
 // spent by hits_addend and refunded with is_negative_hits; whole again at
 // midnight on the first in Paris (23:00 UTC), not before; and a plain
 // month's 30 days become a calendar month in UTC with CalendarMonths.
 func TestCalendarMonth(t *testing.T) {
-	paris := mustZone(t, "Europe/Paris")
+	paris := testutil.Zone(t, "Europe/Paris")
 	r := start(t, envoyrls.Options{}, shapes)
 	r.clock.Advance(time.Date(2026, 11, 30, 22, 0, 0, 0, time.UTC).Sub(r.clock.Now())) // 23:00 in Paris
 	ten := func(n uint64, refund bool) *ratelimitv3.RateLimitDescriptor {
@@ -275,7 +267,7 @@ func TestShapesRedis(t *testing.T) {
 	// The month's counter lives until the month's end in Paris (and the
 	// three seconds every counter is kept past its end): the month the
 	// servers' clock is in, its end counted down by Redis's clock.
-	_, monthEnd := rls.Calendar{Unit: rls.Month, Location: mustZone(t, "Europe/Paris")}.Window(rigs[0].clock.Now().UnixMicro())
+	_, monthEnd := rls.Calendar{Unit: rls.Month, Location: testutil.Zone(t, "Europe/Paris")}.Window(rigs[0].clock.Now().UnixMicro())
 	ctx := context.Background()
 	redisNow := srv.Client().Time(ctx).Val()
 	keys := srv.Client().Keys(ctx, "shapes:{eshapes}w*").Val()

@@ -44,6 +44,13 @@ func (l *AuditLog) Write(p []byte) (int, error) {
 // Changes returns the audit lines ("configuration changed").
 func (l *AuditLog) Changes(t *testing.T) []map[string]any {
 	t.Helper()
+	return l.Lines(t, "configuration changed")
+}
+
+// Lines returns the log lines whose msg is msg (the audit of a reset is
+// "counters reset"), each decoded.
+func (l *AuditLog) Lines(t *testing.T, msg string) []map[string]any {
+	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []map[string]any
@@ -55,7 +62,7 @@ func (l *AuditLog) Changes(t *testing.T) []map[string]any {
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
 		}
-		if m["msg"] == "configuration changed" {
+		if m["msg"] == msg {
 			out = append(out, m)
 		}
 	}
