@@ -443,33 +443,13 @@ func (w *walker) envoyLimit(n *yaml.Node, path string) *rls.Limit {
 			unit, unitNode = w.str(p.value, fp), p.value
 		case "requests_per_unit":
 			rpuNode = p.value
-			if v := w.int64(p.value, fp, "requests"); v != nil {
-				if *v < 0 || *v > math.MaxUint32 {
-					w.bad(fp, p.value, "%d is outside 0 … %d", *v, uint32(math.MaxUint32))
-				} else {
-					l.RequestsPerUnit = uint32(*v)
-				}
-			}
+			l.RequestsPerUnit = w.uint32In(p.value, fp, "requests", 0)
 		case "unlimited":
 			l.Unlimited = w.flag(p.value, fp)
 		case "unit_multiplier":
-			if v := w.int64(p.value, fp, "units"); v != nil {
-				if *v < 1 || *v > math.MaxUint32 {
-					w.bad(fp, p.value, "%d is outside 1 … %d", *v, uint32(math.MaxUint32))
-				} else {
-					l.UnitMultiplier = uint32(*v)
-				}
-			}
-			multNode = p.value
+			l.UnitMultiplier, multNode = w.uint32In(p.value, fp, "units", 1), p.value
 		case "burst":
-			if v := w.int64(p.value, fp, "requests"); v != nil {
-				if *v < 1 || *v > math.MaxUint32 {
-					w.bad(fp, p.value, "%d is outside 1 … %d", *v, uint32(math.MaxUint32))
-				} else {
-					l.Burst = uint32(*v)
-				}
-			}
-			burstNode = p.value
+			l.Burst, burstNode = w.uint32In(p.value, fp, "requests", 1), p.value
 		case "calendar":
 			calNode = p.value
 			if s := w.str(p.value, fp); s != nil {
@@ -566,6 +546,20 @@ func (w *walker) envoyLimit(n *yaml.Node, path string) *rls.Limit {
 		}
 	}
 	return l
+}
+
+// uint32In reads an integer field of unit in [least, 2³² − 1]; 0 when
+// absent or out of range (an error named).
+func (w *walker) uint32In(n *yaml.Node, path, unit string, least int64) uint32 {
+	v := w.int64(n, path, unit)
+	switch {
+	case v == nil:
+		return 0
+	case *v < least || *v > math.MaxUint32:
+		w.bad(path, n, "%d is outside %d … %d", *v, least, uint32(math.MaxUint32))
+		return 0
+	}
+	return uint32(*v)
 }
 
 // envoyText reads a scalar as its text (a string, or a number or boolean
