@@ -22,6 +22,12 @@ func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for 20 s")
 	}
+	// Its own server, target and clients on loopback, mostly waiting
+	// out the run, and outcomes that a slow machine does not change: it
+	// runs beside TestTiersDemo. (Not beside TestQuotaDemo: its naive client
+	// falls back to a local limiter when an answer takes over 50 ms, so
+	// its bound wants the CPU.)
+	t.Parallel()
 	// Four rounds of Doorman's 5 s minimum between requests: by the third
 	// every client that stays holds its share.
 	var out bytes.Buffer

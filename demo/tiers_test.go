@@ -13,6 +13,12 @@ import (
 // bob get calls through, and the sandbox holders never hold more than the
 // domain limit (2) each nor the global limit (3) together.
 func TestTiersDemo(t *testing.T) {
+	// Its own server, target and clients on loopback, mostly waiting
+	// out the run, and outcomes that a slow machine does not change: it
+	// runs beside TestDemo. (Not beside TestQuotaDemo: its naive client
+	// falls back to a local limiter when an answer takes over 50 ms, so
+	// its bound wants the CPU.)
+	t.Parallel()
 	var out bytes.Buffer
 	sum, err := RunTiers(t.Context(), TiersOptions{Duration: 12 * time.Second, Out: &out})
 	if err != nil {

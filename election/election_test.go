@@ -178,6 +178,7 @@ func TestEtcdOptions(t *testing.T) {
 }
 
 func TestEtcdOneMasterResignAndCrash(t *testing.T) {
+	t.Parallel() // its own etcd; it mostly waits for a session to expire
 	etcd := etcdtest.StartEtcd(t)
 	// Long enough that "a resignation hands over before the session could
 	// have expired" tells resignation from expiry on a loaded machine.
@@ -308,6 +309,7 @@ func (p *proxy) setCut(cut bool) {
 }
 
 func TestEtcdHiccupKeepsMastership(t *testing.T) {
+	t.Parallel() // its own etcd; it mostly waits out TTLs
 	etcd := etcdtest.StartEtcd(t)
 	// Ten times the hiccup, so that renewals have time to resume on a
 	// loaded machine (gRPC's reconnect backoff is 1 s and up).
@@ -353,6 +355,7 @@ func TestEtcdHiccupKeepsMastership(t *testing.T) {
 // horizon it found lapse. Once the horizon has lapsed (here: deleted, as
 // its etcd lease would), a new master learns that every lease has ended.
 func TestLeaseHorizon(t *testing.T) {
+	t.Parallel() // its own etcd; it mostly waits for renewals
 	etcd := etcdtest.StartEtcd(t)
 	cli := etcd.Client(t)
 	longest := func() time.Duration { return 2 * time.Second }
@@ -455,6 +458,7 @@ func TestLeaseHorizon(t *testing.T) {
 // it has not noticed yet), KeepHorizon fails and puts nothing, since a
 // successor may already have read the horizon.
 func TestKeepHorizonNeedsMastership(t *testing.T) {
+	t.Parallel() // its own etcd
 	etcd := etcdtest.StartEtcd(t)
 	cli := etcd.Client(t)
 	a := startWith(t, etcd.Endpoint, election.EtcdOptions{Key: "/kh", Address: "a:1", TTL: 10 * time.Second,

@@ -11,6 +11,7 @@ import (
 // part of it, the next all of it: demand.ObserveCount follows a step at
 // once).
 func TestRLQSScenario(t *testing.T) {
+	t.Parallel() // virtual time: the simulations' outcomes do not depend on the machine
 	sc := RLQSBuiltin()
 	sc.Duration = 300
 	for seed := int64(1); seed <= 3; seed++ {

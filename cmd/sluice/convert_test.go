@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,9 +68,22 @@ func TestConvertQuotaServiceSameAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	statuses := map[qs.AllowResponse_Status]int{}
-	for _, path := range []string{qsTestdata, other} {
-		sameQuotaAnswers(t, path, statuses)
-	}
+	var mu sync.Mutex
+	// Each file on servers and a clock of its own: the two side by side.
+	t.Run("files", func(t *testing.T) {
+		for _, tc := range []struct{ name, path string }{{"shared example", qsTestdata}, {"no global default", other}} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				got := map[qs.AllowResponse_Status]int{}
+				sameQuotaAnswers(t, tc.path, got)
+				mu.Lock()
+				defer mu.Unlock()
+				for st, n := range got {
+					statuses[st] += n
+				}
+			})
+		}
+	})
 	// The sequence exercises the buckets: grants, waits run out, missing
 	// buckets, too many tokens, too many dynamic buckets.
 	for _, st := range []qs.AllowResponse_Status{qs.AllowResponse_OK, qs.AllowResponse_REJECTED_TIMEOUT, qs.AllowResponse_REJECTED_NO_BUCKET,

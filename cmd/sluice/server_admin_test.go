@@ -357,6 +357,9 @@ func TestAdminReadYourWrites(t *testing.T) {
 	etcdServer := startAdminProc(t, "etcd", "server", "--config", "etcd:"+key, "--etcd-endpoints", e.Endpoint, "--admin-insecure")
 	for _, tc := range []struct{ mode, addr string }{{"file", fileAddr}, {"etcd", etcdServer.addr}} {
 		t.Run(tc.mode, func(t *testing.T) {
+			// Two servers of their own, each waiting on its own store's
+			// writes: the two run side by side.
+			t.Parallel()
 			c := v1.NewLimitsClient(testutil.Dial(t, tc.addr))
 			testutil.Eventually(t, 30*time.Second, "the server answers", func() bool {
 				_, err := c.Allow(t.Context(), &v1.AllowRequest{Resource: "api", Domain: "small"})

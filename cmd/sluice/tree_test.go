@@ -251,6 +251,9 @@ func TestTreeFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process failover test")
 	}
+	// Its own etcd, processes and clients, mostly waiting out learning
+	// modes and leases: it runs beside the other parallel tests.
+	t.Parallel()
 	const ttl = 2 * time.Second
 	const learning = 6 * time.Second // learning_mode_duration: every requester of the root refreshes within 5 s
 	tr := startTree(t, ttl, 20)
@@ -323,6 +326,9 @@ func TestTreeRootCutOff(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
+	// Its own etcd, processes and clients, mostly waiting out learning
+	// modes and leases: it runs beside the other parallel tests.
+	t.Parallel()
 	const ttl = 2 * time.Second
 	tr := startTree(t, ttl, 8)
 	worst := math.Inf(-1)

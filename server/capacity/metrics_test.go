@@ -33,6 +33,7 @@ func askMany(t *testing.T, s *Service, client string, ids []string) {
 // 100 000 distinct resource ids (configured templates, unmatched, and at an
 // intermediate server) leave the number of series bounded.
 func TestMetricsCardinalityBounded(t *testing.T) {
+	t.Parallel() // its own services and registries; the longest test here, beside the trees that wait
 	s := newTestServer(t)
 	const n = 100_000
 	batch := make([]string, 0, 1000)

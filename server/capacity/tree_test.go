@@ -105,6 +105,7 @@ resources:
 // up; the refresh interval grows by 1/decay_factor per level away from the
 // root; no lease outlives the lease of the server that grants it.
 func TestTreeThreeLevels(t *testing.T) {
+	t.Parallel() // its own nodes on loopback, mostly waiting for refreshes
 	root := startNode(t, "root", treeConfig)
 	mid := startNode(t, "mid", "", root.addr)
 	leaf := startNode(t, "leaf", "", mid.addr)
@@ -206,6 +207,7 @@ type leaseInfo struct {
 // expires, then grants 0 with expired leases (clients fall back to their
 // modes); when the root returns, capacity flows again.
 func TestTreeParentLost(t *testing.T) {
+	t.Parallel() // its own nodes on loopback, mostly waiting for a lease to expire
 	root := startNode(t, "root", treeConfig)
 	mid := startNode(t, "mid", "", root.addr)
 	g := ask(t, mid.addr, "c", "r", 30)
