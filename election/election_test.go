@@ -2,8 +2,6 @@ package election_test
 
 import (
 	"context"
-	"io"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -190,10 +188,10 @@ func TestEtcdOneMasterResignAndCrash(t *testing.T) {
 	}
 	// b and c reach etcd through proxies, so that a crash can be made
 	// exact: cutting the proxy stops all traffic, as kill -9 would.
-	pb, pc := newProxy(t, etcd.Addr), newProxy(t, etcd.Addr)
-	b := start(t, "http://"+pb.lis.Addr().String(), "/sluice/test", "b:1", ttl)
-	c := start(t, "http://"+pc.lis.Addr().String(), "/sluice/test", "c:1", ttl)
-	proxyOf := map[*candidate]*proxy{b: pb, c: pc}
+	pb, pc := testutil.NewTCPProxy(t, etcd.Addr), testutil.NewTCPProxy(t, etcd.Addr)
+	b := start(t, "http://"+pb.Addr, "/sluice/test", "b:1", ttl)
+	c := start(t, "http://"+pc.Addr, "/sluice/test", "c:1", ttl)
+	proxyOf := map[*candidate]*testutil.TCPProxy{b: pb, c: pc}
 	if m := oneMaster(t, 10*time.Second, a, b, c); m != a {
 		t.Fatalf("newcomer %s took mastership from the incumbent", m.addr)
 	}
@@ -223,7 +221,7 @@ func TestEtcdOneMasterResignAndCrash(t *testing.T) {
 		other = c
 	}
 	began = time.Now()
-	proxyOf[m].setCut(true)
+	proxyOf[m].Cut(true)
 	testutil.Eventually(t, ttl+30*time.Second, "takeover after crash", func() bool { return other.status().IsMaster })
 	took = time.Since(began)
 	t.Logf("crash: %s master after %v (TTL %v)", other.addr, took, ttl)
@@ -233,89 +231,14 @@ func TestEtcdOneMasterResignAndCrash(t *testing.T) {
 	testutil.Eventually(t, ttl+30*time.Second, "crashed task reports the loss", func() bool { return !m.status().IsMaster })
 }
 
-// proxy is a TCP proxy to etcd that can cut every connection (a network
-// hiccup) for a while.
-type proxy struct {
-	lis    net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{lis: lis, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(func() {
-		lis.Close()
-		p.setCut(true)
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *proxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.lis.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.cut {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		u, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns[c], p.conns[u] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(c, u)
-		go p.pipe(u, c)
-	}
-}
-
-func (p *proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-}
-
-// setCut cuts (closing every open connection and refusing new ones) or
-// restores the network.
-func (p *proxy) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for c := range p.conns {
-			c.Close()
-		}
-		clear(p.conns)
-	}
-}
-
 func TestEtcdHiccupKeepsMastership(t *testing.T) {
 	t.Parallel() // its own etcd; it mostly waits out TTLs
 	etcd := etcdtest.StartEtcd(t)
 	// Ten times the hiccup, so that renewals have time to resume on a
 	// loaded machine (gRPC's reconnect backoff is 1 s and up).
 	const ttl = 10 * time.Second
-	px := newProxy(t, etcd.Addr)
-	a := start(t, "http://"+px.lis.Addr().String(), "/sluice/hiccup", "a:1", ttl)
+	px := testutil.NewTCPProxy(t, etcd.Addr)
+	a := start(t, "http://"+px.Addr, "/sluice/hiccup", "a:1", ttl)
 	oneMaster(t, 10*time.Second, a)
 	b := start(t, etcd.Endpoint, "/sluice/hiccup", "b:1", ttl)
 	if m := oneMaster(t, 10*time.Second, a, b); m != a {
@@ -325,9 +248,9 @@ func TestEtcdHiccupKeepsMastership(t *testing.T) {
 
 	// A hiccup shorter than the TTL: every connection drops, renewals
 	// fail, and the master stays master.
-	px.setCut(true)
+	px.Cut(true)
 	time.Sleep(time.Second)
-	px.setCut(false)
+	px.Cut(false)
 	time.Sleep(ttl + time.Second)
 	if a.lostSince(mark) {
 		t.Fatalf("a 1 s network hiccup cost mastership (TTL %v); reports %v", ttl, a.history[mark:])
@@ -338,10 +261,10 @@ func TestEtcdHiccupKeepsMastership(t *testing.T) {
 
 	// A partition longer than the TTL: the session is truly gone, the
 	// master steps down, the other takes over.
-	px.setCut(true)
+	px.Cut(true)
 	testutil.Eventually(t, 3*ttl, "master steps down when its session expires", func() bool { return !a.status().IsMaster })
 	testutil.Eventually(t, 3*ttl, "other takes over", func() bool { return b.status().IsMaster })
-	px.setCut(false)
+	px.Cut(false)
 	if m := oneMaster(t, 5*ttl, a, b); m != b {
 		t.Fatal("after the partition heals the old master came back")
 	}

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -135,10 +133,10 @@ func TestDrainWithoutEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	etcd := newEtcdKillProxy(t, etcdtest.StartEtcd(t))
+	etcd := testutil.NewTCPProxy(t, etcdtest.StartEtcd(t).Addr) // (killed at once: etcdtest's Stop drains its clients for up to 7 s)
 	const grace = 3 * time.Second
 	args := func(name string) []string {
-		return []string{"server", "--id", name, "--election", "etcd", "--etcd-endpoints", etcd.Endpoint,
+		return []string{"server", "--id", name, "--election", "etcd", "--etcd-endpoints", "http://" + etcd.Addr,
 			"--election-key", "/sluice/test/drain-no-etcd", "--election-ttl", "5s", "--grace", grace.String()}
 	}
 	a := startProc(t, "a", args("a")...)
@@ -170,8 +168,8 @@ func TestSecondSignalExits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	etcd := newEtcdKillProxy(t, etcdtest.StartEtcd(t))
-	p := startProc(t, "a", "server", "--election", "etcd", "--etcd-endpoints", etcd.Endpoint,
+	etcd := testutil.NewTCPProxy(t, etcdtest.StartEtcd(t).Addr) // (killed at once: etcdtest's Stop drains its clients for up to 7 s)
+	p := startProc(t, "a", "server", "--election", "etcd", "--etcd-endpoints", "http://"+etcd.Addr,
 		"--election-key", "/sluice/test/second-signal", "--election-ttl", "5s", "--grace", "60s")
 	testutil.Eventually(t, 30*time.Second, "a is master", func() bool { _, is, _ := discover(p.addr); return is })
 	etcd.Kill()
@@ -189,90 +187,4 @@ func TestSecondSignalExits(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("still running 20 s after a second signal (grace 60 s)")
 	}
-}
-
-// etcdKillProxy is a TCP proxy in front of an embedded etcd, for the
-// servers of a test that kills etcd: Kill closes every connection through
-// it and refuses new ones (its listener closed), as a killed etcd process
-// would, at once. etcdtest's Stop is no such kill: embed.Etcd.Close drains
-// its clients' streams (the servers' lease keep-alives and watches) for up
-// to etcd's request timeout, 7 s, before it closes them.
-type etcdKillProxy struct {
-	// Endpoint is the proxy's client URL, for --etcd-endpoints.
-	Endpoint string
-	lis      net.Listener
-	target   string
-	mu       sync.Mutex
-	killed   bool
-	conns    map[net.Conn]struct{}
-	wg       sync.WaitGroup
-}
-
-// newEtcdKillProxy proxies to etcd on a loopback port the kernel picks;
-// it is killed, and its goroutines waited for, at the end of the test.
-func newEtcdKillProxy(t *testing.T, etcd *etcdtest.Etcd) *etcdKillProxy {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &etcdKillProxy{Endpoint: "http://" + lis.Addr().String(), lis: lis, target: etcd.Addr, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(func() {
-		p.Kill()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *etcdKillProxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.lis.Accept()
-		if err != nil {
-			return
-		}
-		u, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.killed {
-			p.mu.Unlock()
-			c.Close()
-			u.Close()
-			continue
-		}
-		p.conns[c], p.conns[u] = struct{}{}, struct{}{}
-		p.wg.Add(2)
-		p.mu.Unlock()
-		go p.pipe(c, u)
-		go p.pipe(u, c)
-	}
-}
-
-func (p *etcdKillProxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-}
-
-// Kill closes the listener and every open connection: from then on etcd's
-// clients see their streams broken and connections refused. Safe to call
-// more than once.
-func (p *etcdKillProxy) Kill() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.killed {
-		return
-	}
-	p.killed = true
-	p.lis.Close()
-	for c := range p.conns {
-		c.Close()
-	}
-	clear(p.conns)
 }
