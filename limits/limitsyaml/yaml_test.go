@@ -263,17 +263,7 @@ func TestQuotaServiceErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := ParseQuotaService([]byte(tc.doc))
-			if err == nil {
-				t.Fatalf("accepted: %+v", cfg)
-			}
-			if !errors.Is(err, limits.ErrInvalidConfig) {
-				t.Errorf("%v does not wrap limits.ErrInvalidConfig", err)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error\n%v\ndoes not say\n%s", err, w)
-				}
-			}
+			wantInvalid(t, cfg, err, tc.want...)
 		})
 	}
 }
@@ -309,17 +299,7 @@ func TestSectionErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := ParseSection([]byte(tc.doc))
-			if err == nil {
-				t.Fatalf("accepted: %+v", cfg)
-			}
-			if !errors.Is(err, limits.ErrInvalidConfig) {
-				t.Errorf("%v does not wrap limits.ErrInvalidConfig", err)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error\n%v\ndoes not say\n%s", err, w)
-				}
-			}
+			wantInvalid(t, cfg, err, tc.want...)
 			// The same through an outer decoder, under limits:.
 			indented := "limits:\n  " + strings.ReplaceAll(strings.TrimSuffix(tc.doc, "\n"), "\n", "\n  ") + "\n"
 			if _, err := decodeFile(t, []byte(indented)); err == nil {
@@ -401,5 +381,23 @@ func TestDurationYAML(t *testing.T) {
 	out, err := yaml.Marshal(BucketNode(b))
 	if err != nil || string(out) != "{size: 100, fill_rate: 50, wait_timeout: 1s, max_idle: never, max_debt: 2s, max_tokens_per_request: 50}\n" {
 		t.Fatalf("%q %v", out, err)
+	}
+}
+
+// wantInvalid fails t unless err is a configuration error (it wraps
+// limits.ErrInvalidConfig; cfg is what was parsed, shown when accepted)
+// that says every one of want.
+func wantInvalid(t *testing.T, cfg any, err error, want ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("accepted: %+v", cfg)
+	}
+	if !errors.Is(err, limits.ErrInvalidConfig) {
+		t.Errorf("%v does not wrap limits.ErrInvalidConfig", err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error\n%v\ndoes not say\n%s", err, w)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package limitsyaml
 
 import (
-	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -201,17 +200,7 @@ func TestTierSectionErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := ParseSection([]byte(tc.doc))
-			if err == nil {
-				t.Fatalf("accepted: %+v", cfg)
-			}
-			if !errors.Is(err, limits.ErrInvalidConfig) {
-				t.Errorf("%v does not wrap limits.ErrInvalidConfig", err)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error\n%v\ndoes not say\n%s", err, w)
-				}
-			}
+			wantInvalid(t, cfg, err, tc.want...)
 		})
 	}
 }
