@@ -28,7 +28,7 @@
 //
 // Source: charon-paper.md, section 4.3.2 (server failures: a leader
 // removes a failed server's contributions; a server that loses its
-// session resigns); the issue "Cluster mode on Redis", item 3.
+// session resigns); docs/charon.md, "The fleet".
 package fleet
 
 import (

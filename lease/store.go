@@ -12,8 +12,9 @@ import (
 // them: entries and tree nodes live in chunked arenas and refer to each
 // other by index (int32, 1-based: 0 is none), the requesters' ids are
 // bytes in one arena, and the index from id to entry is an open-addressing
-// table of integers. (Issue 36: 690 B of RSS per lease at 1 000 000
-// clients, half of it the collector's headroom over pointer-rich objects.)
+// table of integers. (docs/performance.md, "A million lease holders":
+// 690 B of RSS per lease at 1 000 000 clients, half of it the collector's
+// headroom over pointer-rich objects.)
 
 // arena is a growable array of T whose elements never move: it grows by
 // chunks (the first small, each next twice as long up to 2^last elements),

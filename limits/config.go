@@ -210,7 +210,7 @@ type Resource struct {
 // of Store.Take or Store.TakeHits but ErrStaleConfig (on Redis, an outage:
 // a timeout, a refused connection, the store's circuit breaker open).
 //
-// Source: issue 15, "Redis trouble" (a per-resource choice of fail-open,
+// Source: docs/redis.md, "When Redis fails" (a per-resource choice of fail-open,
 // flagged degraded in the answer and counted, or fail-closed);
 // quotaservice-design.md, "Failure scenarios" (clients fail open or
 // closed as configured). Copy-limited resources have the same choice

@@ -35,7 +35,7 @@ const (
 	EventServerError
 	// EventDegraded: the store failed and the resource fails open: the
 	// request was granted without a decision (Event.Tokens granted;
-	// Status StatusOK). Source: issue 15, "Redis trouble".
+	// Status StatusOK). Source: docs/redis.md, "When Redis fails".
 	EventDegraded
 )
 

@@ -8,8 +8,8 @@ import "time"
 // show it without depending on the store's package. Counters count from
 // the store's creation.
 //
-// Source: issue 15, "Redis trouble" ("The status page and metrics show the
-// Redis state, script latency and degraded answers").
+// Source: docs/redis.md, "Watching it" (the status page and metrics show
+// the Redis state, script latency and degraded answers).
 type StoreHealth struct {
 	// State is "up" (no breaker open), "down" (a node's breaker is open:
 	// its calls fail at once) or "half-open" (the node's probe is testing

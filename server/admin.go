@@ -88,8 +88,7 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	// edits that file in Square's format (and so does /admin/v1 when there
 	// is no Document.Path).
 	//
-	// Source: issue 26, "The quota service's admin API on Square's own
-	// file".
+	// Source: docs/admin.md, "The quota service's admin API".
 	if quotaPath != "" {
 		qs, err := quotaapi.OpenFile(quotaPath, admin.FileOptions{Keep: a.Keep})
 		if err != nil {
@@ -119,8 +118,8 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	// The quota service's admin REST API at /api, with the same
 	// authentication, and the limits engine for /api/stats.
 	//
-	// Source: issue 16, "Compatible with quotaservice's admin tools";
-	// quotaservice-wire.md, "Admin REST API".
+	// Source: quotaservice-wire.md, "Admin REST API"; docs/admin.md,
+	// "The quota service's admin API".
 	opts := quotaapi.Options{Stats: quotaapi.EngineStats(s.limits.Engine(), s.now), Logger: s.log}
 	qh := quotaapi.Handler(qsSvc, auth, opts)
 	mux.Handle(quotaapi.Prefix, qh)

@@ -41,7 +41,7 @@ func startAdminServer(t *testing.T, id string, a Admin) (*Server, string) {
 	return s, "http://" + s.Addr()
 }
 
-// The admin page in a real browser (issue 16, item 7): create a quota
+// The admin page in a real browser (docs/admin.md, "The page"): create a quota
 // bucket through the page (an invalid value first: its errors shown,
 // naming the field; then the dry run's diff), change its fill rate, see
 // the change on the buckets page and in an Allow answer; a stale edit is

@@ -49,7 +49,7 @@ func TestScenariosKeepInvariants(t *testing.T) {
 	}
 }
 
-// The goals on the full scenarios (issue 24: seven and eight at 99 % or
+// The goals on the full scenarios (docs/simulate.md: seven and eight at 99 % or
 // more on seeds 1-3, zero overshoot), as regression guards at or a little
 // below what the code achieves (Doorman's 5-second rule on the servers and
 // in the client, refresh 2 s at the root, Sluice's direction of the decay,
@@ -180,8 +180,8 @@ func TestLeaseHorizonShortensLearning(t *testing.T) {
 	}
 }
 
-// A root master that granted nothing keeps no lease horizon (Sluice's
-// issue 24): the first master, lost at 40 s while learning, holds its
+// A root master that granted nothing keeps no lease horizon
+// (docs/departures.md, "Doorman"): the first master, lost at 40 s while learning, holds its
 // successor (elected at 60 s) in learning mode only until the horizon it
 // wrote for an unknown predecessor lapses (HorizonTTL = 79 s after it
 // won), not until 40 + 79 s, nor for 60 s as without the horizon. A master

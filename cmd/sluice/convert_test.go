@@ -45,7 +45,7 @@ func convertWithCLI(t *testing.T, from, path string) *resources.Repository {
 	return r
 }
 
-// Acceptance (issue 26): Square's quota service file and its conversion,
+// docs/migrate/quotaservice.md: Square's quota service file and its conversion,
 // each served by a limits service on real gRPC with one fake clock, answer
 // every request of a sequence identically — named buckets, default
 // buckets, dynamic buckets up to max_dynamic_buckets, the global default,

@@ -23,7 +23,7 @@ import (
 )
 
 // What can be checked of the deployment files without a container runtime
-// or a cluster (issue 26): every Kubernetes document is well-formed with
+// or a cluster (docs/running.md, "Deploying"): every Kubernetes document is well-formed with
 // the fields its kind needs; each Sluice workload has readiness and
 // liveness probes on /readyz and /healthz, resource requests, a non-root
 // security context, Prometheus's scrape annotations and a

@@ -23,7 +23,7 @@ namespaces:
       charge: {size: 10, fill_rate: 5} # per second, per merchant
 `
 
-// Acceptance (issue 26): on a server started with only
+// docs/admin.md, "The quota service's admin API": on a server started with only
 // --quotaservice-config, quotaservice-cli's REST calls add, show, update
 // and remove namespaces and buckets in that file, in Square's format
 // (comments kept, versions, history, a stale version's 409); each change

@@ -143,7 +143,7 @@ limits:
         tenant: {size: 100, fill_rate: 10} # the tenant under watch
 `
 
-// Acceptance (issue 16): two servers watch one etcd key; a change through
+// docs/admin.md, "Where the configuration lives": two servers watch one etcd key; a change through
 // the admin API of either is applied by both. The time from the accepted
 // write to both applying it (their status pages showing the new
 // document's hash) is measured over 20 changes. Writes without a token
@@ -341,7 +341,7 @@ func TestAdminWritePathFlags(t *testing.T) {
 	}
 }
 
-// Read-your-writes (issue 26): a change the admin API answered 2xx for
+// Read-your-writes (docs/admin.md): a change the admin API answered 2xx for
 // has been applied by the server that accepted it. 100 times in a row, on
 // a file and on an etcd key: quotaservice-cli's add of a namespace with a
 // dynamic bucket template, then at once an Allow on it, granted; its

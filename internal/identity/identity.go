@@ -19,7 +19,7 @@
 //		return nil, err // PermissionDenied: the policy file refuses it
 //	}
 //
-// Source: issue 41, item 4 (client identities bound to certificates);
+// Source: docs/identity.md (client identities bound to certificates);
 // docs/identity.md (configuration, the policy file, the threat model).
 package identity
 

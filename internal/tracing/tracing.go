@@ -10,7 +10,7 @@
 // The SDK, its exporters and the instrumentation of the port live in
 // server/internal/telemetry; docs/tracing.md says what a trace holds.
 //
-// Source: issue 41, item 1 (OpenTelemetry tracing).
+// Source: docs/tracing.md.
 package tracing
 
 import (

@@ -69,7 +69,7 @@ type Resource struct {
 	Ignore bool
 	// OnStoreError says what a reserve answers when the shared copy log
 	// (Options.Log, Redis) fails: FailClosed (the zero value) or FailOpen.
-	// Source: the issue "Cluster mode on Redis", item 4.
+	// Source: docs/redis.md, "Copy-limited resources".
 	OnStoreError OnStoreError
 }
 

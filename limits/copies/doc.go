@@ -107,5 +107,5 @@
 // Snapshot and Resource describe it all for a status page.
 //
 // Source: charon-paper.md, sections 2.2, 2.3 (Bulkheads), 3.1, 4.1, 4.2,
-// 4.3 and 4.3.1; the issue "Charon's limits", items 2 to 4.
+// 4.3 and 4.3.1; docs/charon.md.
 package copies

@@ -90,8 +90,8 @@ type Log interface {
 	// of every configured resource this way (Engine.Reconcile), so that
 	// a new fleet, whose records Redis never had, is not refused at all.
 	//
-	// Source: doorman-design.md, "learning mode"; issue 41, item 5
-	// (readiness that tells the truth).
+	// Source: doorman-design.md, "learning mode"; docs/charon.md,
+	// "Readiness".
 	Learn(ctx context.Context, checks []LearnCheck) ([]time.Duration, error)
 	// Epoch returns this server's epoch ("" while it has none). The
 	// engine names its sessions after it, EPOCH-ID, so that any server of
@@ -170,7 +170,8 @@ var ErrFenced = errors.New("fenced: this server's membership ended")
 //
 // Source: doorman-design.md, "learning mode" (a server that lost its
 // state grants nothing new until its clients have told it what they
-// hold), applied to the copy log; the issue "Accuracy under faults".
+// hold), applied to the copy log; docs/accuracy.md, "Learning mode for
+// copies".
 var ErrLearning = errors.New("learning mode")
 
 // OnStoreError is what a copy-limited resource answers when its shared

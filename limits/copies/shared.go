@@ -27,8 +27,8 @@ import (
 // Doorman learning-mode idea applied to holds, the servers' memory being
 // the truth about what their sessions hold.
 //
-// Source: charon-paper.md, sections 4.2 and 4.3.2; the issue "Cluster
-// mode on Redis", items 3 and 4.
+// Source: charon-paper.md, sections 4.2 and 4.3.2; docs/charon.md, "The
+// fleet".
 
 // errFenced answers every session operation while the engine is fenced.
 var errFenced = fmt.Errorf("copies: %w: this server is rejoining its fleet (its membership ended); retry, here or through another server", ErrUnavailable)
@@ -255,8 +255,7 @@ func (e *Engine) seizeShared(ctx context.Context, s *session, id string) (Seized
 // counted (the paper's server that "resigns"). Fencing twice is fencing
 // once; it returns the number of sessions dropped.
 //
-// Source: charon-paper.md, section 4.3.2; the issue "Cluster mode on
-// Redis", item 3.
+// Source: charon-paper.md, section 4.3.2; docs/charon.md, "The fleet".
 func (e *Engine) Fence() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -323,8 +322,8 @@ func (e *Engine) Fenced() bool {
 // wrong after Redis loses its data, and how long a learning period waits
 // for this server (call it more often while Learning lists anything).
 //
-// Source: the issue "Cluster mode on Redis", item 4 (live holds are
-// written back from the servers' in-memory hold sets).
+// Source: docs/charon.md, "The fleet" (live holds are written back from
+// the servers' in-memory hold sets).
 func (e *Engine) Reconcile(ctx context.Context) ([]string, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -458,7 +457,7 @@ func (e *Engine) learn(ctx context.Context) error {
 // reserves fail closed or are granted fail-open, as configured). Safe for
 // concurrent use.
 //
-// Source: issue 41, item 5 (readiness that tells the truth).
+// Source: docs/charon.md, "Readiness".
 func (e *Engine) Learning() (learning, unchecked []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -19,7 +19,7 @@ import (
 // Conversions between the peers' formats and Sluice's own, for `sluice
 // config convert` and the admin API over the quota service's file.
 //
-// Source: issue 26, "Adopting Sluice".
+// Source: docs/migrate/quotaservice.md.
 
 // QuotaServiceSection converts the quota service's configuration (Square's
 // YAML, as ParseQuotaService reads it) into Sluice's limits section, with

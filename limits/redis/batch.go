@@ -74,9 +74,9 @@ import (
 // want of Redis fail with it (they are not sent in another one): so while
 // Redis hangs, no call waits longer than Options.Timeout.
 //
-// Source: issue 15, "Redis trouble" (short timeouts, a circuit breaker;
-// "fail-open answers during an outage of Redis are flagged and arrive
-// within 50 ms"); issue 22, "Stores say what they cost" (the request's
+// Source: docs/redis.md, "When Redis fails" (short timeouts, a circuit
+// breaker; fail-open answers during an outage of Redis are flagged and
+// arrive within 50 ms) and "Failures and what they mean" (the request's
 // deadline and cancellation reach Redis).
 
 // gatherYields bounds the leader's yields (see above).

@@ -71,8 +71,8 @@ const FenceTTL = 7 * 24 * time.Hour
 // reach Redis for longer than the period while Redis loses its data has
 // its holds written back late, and uncounted meanwhile.
 //
-// Source: doorman-design.md, "learning mode"; the issue "Accuracy under
-// faults"; issue 41, item 5.
+// Source: doorman-design.md, "learning mode"; docs/accuracy.md,
+// "Learning mode for copies"; docs/charon.md, "Readiness".
 const LearningPeriod = 3 * time.Second
 
 // CopyLog is a copies.Log on Redis or Redis Cluster: the copy log of
@@ -748,7 +748,7 @@ func (l *CopyLog) Lost(ctx context.Context, resources []string) ([]string, error
 // copies.ErrFenced.
 //
 // Source: charon-paper.md, section 4.3.2 (the leader removes a failed
-// server's contributions); the issue "Cluster mode on Redis", item 3.
+// server's contributions); docs/charon.md, "The fleet".
 func (l *CopyLog) Bury(ctx context.Context, epoch string) (map[string]int64, error) {
 	s := l.prefix + "{s" + epoch + "}"
 	cmd, err := l.s.eval(ctx, buryScript, []string{s + "x", s + "r"}, FenceTTL.Milliseconds())

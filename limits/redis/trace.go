@@ -26,8 +26,8 @@ import (
 // own background work, an untraced request) makes no span, and a round
 // trip with no traced call makes none.
 //
-// Source: issue 41, item 1 ("a batched round trip links the spans of the
-// requests it carries").
+// Source: docs/tracing.md, "What a trace holds" (a batched round trip
+// links the spans of the requests it carries).
 
 // startCall starts c's span under ctx's recording span, and returns the
 // context carrying it (span nil, ctx as is, when ctx's span does not

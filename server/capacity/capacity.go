@@ -120,8 +120,8 @@ type Options struct {
 	// nil keeps none (a standalone node, an intermediate server, which
 	// learns the same from its parent).
 	//
-	// Source: issue 24 (a master that never granted anything holds its
-	// successor in learning mode for nothing).
+	// Source: docs/departures.md, "Doorman" (a master that never granted
+	// anything holds its successor in learning mode for nothing).
 	Horizon Horizon
 	// Hooks are the simulator's and the tests' knobs. Its type is
 	// internal: only Sluice's own packages can set it; nil means none.
@@ -348,8 +348,9 @@ func (s *Service) LongestLease() time.Duration {
 // node down for longer than a lease). A zero by changes nothing. Winning
 // mastership forgets the previous term's value. Safe for concurrent use.
 //
-// Source: doorman-design.md, "Learning mode" (its purpose); issue 24 (a
-// root has no parent to tell it when its predecessor's leases end).
+// Source: doorman-design.md, "Learning mode" (its purpose);
+// docs/departures.md, "Doorman" (a root has no parent to tell it when its
+// predecessor's leases end).
 func (s *Service) SetLeasesEndBy(by time.Time) {
 	if by.IsZero() {
 		return

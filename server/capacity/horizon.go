@@ -13,7 +13,8 @@ import (
 // election.LeaseHorizon implements it with etcd; the simulator keeps one
 // of its own.
 //
-// Source: issue 24 (a master that never granted anything holds its
+// Source: docs/departures.md, "Doorman" (how long a new master of a root
+// stays in learning mode: a master that never granted anything holds its
 // successor in learning mode for nothing).
 type Horizon interface {
 	// KeepHorizon makes the horizon cover every lease this master grants

@@ -42,7 +42,7 @@
 //
 // Source: Envoy's api/envoy/service/rate_limit_quota/v3/rlqs.proto and
 // api/envoy/extensions/filters/http/rate_limit_quota/v3/rate_limit_quota.proto;
-// issue 40; docs/rlqs.md.
+// docs/rlqs.md.
 package rlqs
 
 import (

@@ -34,8 +34,8 @@ import (
 // request is refused.
 //
 // Source: charon-paper.md, section 4.2 (a limiting server keeps the hold
-// sets of its clients' sessions); the issue "Cluster mode on Redis", item
-// 1 (any server answers any request); issue 41, item 4.
+// sets of its clients' sessions); docs/charon.md, "The fleet" (any server
+// answers any request); docs/identity.md, "A fleet's forwarded requests".
 
 // SessionRouter finds the home of a session (package fleet's Member).
 type SessionRouter interface {

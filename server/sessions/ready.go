@@ -36,7 +36,7 @@ func (s *Service) reconcileAfter() time.Duration {
 // Reserve of the resources named would answer Unavailable; why says what
 // is missing, naming them. Safe for concurrent use.
 //
-// Source: issue 41, item 5 (readiness that tells the truth).
+// Source: docs/charon.md, "Readiness".
 func (s *Service) Ready() (ready bool, why string) {
 	if s.opts.Log == nil {
 		return true, ""

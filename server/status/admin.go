@@ -17,7 +17,7 @@ import "net/http"
 // 409 ("configuration changed since you read it: version N now"); "show
 // the diff" is the API's dry_run; every validation error is listed.
 //
-// Source: issue 16, item 7 (an admin web page on the status site).
+// Source: docs/admin.md, "The page".
 func (s *Site) handleAdmin(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := pages.ExecuteTemplate(w, "admin.html", nil); err != nil {

@@ -6,7 +6,7 @@
 // caller's W3C traceparent. Sluice's own attributes are package
 // internal/tracing's.
 //
-// Source: issue 41, item 1 (OpenTelemetry tracing); the OpenTelemetry
+// Source: docs/tracing.md; the OpenTelemetry
 // specification's "Environment Variable Specification" (the names and
 // values of OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_*,
 // OTEL_TRACES_SAMPLER).

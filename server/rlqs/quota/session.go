@@ -6,7 +6,7 @@
 // package rlqs runs it on a gRPC stream, the simulator (package sim) on
 // virtual time. See package rlqs for the rules.
 //
-// Source: issue 40; docs/rlqs.md.
+// Source: docs/rlqs.md.
 package quota
 
 import (

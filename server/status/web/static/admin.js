@@ -3,7 +3,7 @@
 // /admin/v1/ (admin/http.go documents its paths and answers). The page
 // holds no state of its own but the version it read: a save sends it as
 // If-Match, and the API refuses it with 409 when another change came
-// first. Source: issue 16, item 7.
+// first. Source: docs/admin.md, "The page".
 "use strict";
 
 const api = "/admin/v1/";
