@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluice-rl/sluice/client/quota"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/server"
@@ -41,15 +43,23 @@ type QuotaOptions struct {
 // QuotaBucket is one bucket's outcome: what the target saw granted,
 // against its configured rate.
 type QuotaBucket struct {
-	Name       string  `json:"name"`   // "target/naive", "target/smart", "logins/* (per user)"
-	Client     string  `json:"client"` // naive, smart
-	Size       int64   `json:"size"`
-	FillRate   float64 `json:"fill_rate"` // tokens per second
-	Demand     float64 `json:"demand"`    // calls attempted per second
-	MeanRate   float64 `json:"mean_rate"` // granted calls per second that reached the target
-	Granted    int64   `json:"granted"`   // calls that reached the target over the run (logins: the busiest user's)
-	Rejected   int64   `json:"rejected"`  // calls refused
+	Name     string  `json:"name"`   // "target/naive", "target/smart", "logins/* (per user)"
+	Client   string  `json:"client"` // naive, smart
+	Size     int64   `json:"size"`
+	FillRate float64 `json:"fill_rate"` // tokens per second
+	Demand   float64 `json:"demand"`    // calls attempted per second
+	MeanRate float64 `json:"mean_rate"` // granted calls per second that reached the target
+	Granted  int64   `json:"granted"`   // calls that reached the target over the run (logins: the busiest user's)
+	Rejected int64   `json:"rejected"`  // calls refused
+	// MaxAllowed is the most the bucket can grant over the run: full at
+	// the start, its fill rate over the run, and the fill a grant's wait
+	// (at most the bucket's wait timeout) takes from after its end.
 	MaxAllowed float64 `json:"max_allowed"`
+	// Fallback is the calls the client's fallback limiter let through
+	// when the service did not answer in time (quotaservice-design.md,
+	// "Naïve clients": a loaded machine's slow answers): calls the bucket
+	// never saw (for logins/<user>, every user's together).
+	Fallback int64 `json:"fallback"`
 	// PerSecond is the calls that reached the target each second.
 	PerSecond []int64 `json:"per_second"`
 }
@@ -70,6 +80,7 @@ type QuotaSummary struct {
 type caller struct {
 	name, domain string
 	c            *quota.Client
+	reg          *prometheus.Registry // c's metrics
 	http         *http.Client
 	demand       float64 // calls per second attempted
 	granted      atomic.Int64
@@ -125,12 +136,13 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 		{"naive", 150, nil},
 		{"smart", 300, []quota.Option{quota.WithSmart(quota.Smart{Batch: 20, LowWater: 10, TTL: time.Second})}},
 	} {
-		c, err := quota.New(addr, append([]quota.Option{quota.WithLogger(opts.Logger)}, spec.opts...)...)
+		reg := prometheus.NewRegistry()
+		c, err := quota.New(addr, append([]quota.Option{quota.WithLogger(opts.Logger), quota.WithRegisterer(reg)}, spec.opts...)...)
 		if err != nil {
 			return nil, err
 		}
 		defer c.Close()
-		cl := &caller{name: spec.name, domain: spec.name, c: c, demand: spec.demand, perSecond: make([]atomic.Int64, seconds+2)}
+		cl := &caller{name: spec.name, domain: spec.name, c: c, reg: reg, demand: spec.demand, perSecond: make([]atomic.Int64, seconds+2)}
 		cl.http = &http.Client{Transport: c.RoundTripper(http.DefaultTransport, func(*http.Request) quota.Target {
 			return quota.Target{Resource: "target", Domain: cl.domain}
 		})}
@@ -159,7 +171,8 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 	defer stopTarget()
 	targetURL := "http://" + taddr
 
-	logins1, err := quota.New(addr, quota.WithLogger(opts.Logger))
+	loginsReg := prometheus.NewRegistry()
+	logins1, err := quota.New(addr, quota.WithLogger(opts.Logger), quota.WithRegisterer(loginsReg))
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +223,7 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 		cl := callers[name]
 		b := cfg.Resources["target"].Buckets[name]
 		qb := QuotaBucket{Name: "target/" + name, Client: name, Size: b.Size, FillRate: b.FillRate, Demand: cl.demand,
-			Granted: cl.granted.Load(), Rejected: cl.rejected.Load()}
+			Granted: cl.granted.Load(), Rejected: cl.rejected.Load(), Fallback: fallbackAllowed(cl.reg)}
 		var n int64
 		for s := range seconds {
 			v := cl.perSecond[s].Load()
@@ -218,16 +231,14 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 			n += v
 		}
 		qb.MeanRate = float64(n) / float64(seconds)
-		// What a bucket can grant over the run: full at the start, then its
-		// fill rate.
-		qb.MaxAllowed = float64(b.Size) + b.FillRate*opts.Duration.Seconds()
+		qb.MaxAllowed = float64(b.Size) + b.FillRate*(opts.Duration+b.WaitTimeout).Seconds()
 		sum.Buckets = append(sum.Buckets, qb)
 	}
 	tmpl := cfg.Resources["logins"].Template
 	// One row for every user's bucket: the mean rate, and the busiest
 	// user's logins against what one bucket allows.
 	lb := QuotaBucket{Name: "logins/<user>", Client: "naive", Size: tmpl.Size, FillRate: tmpl.FillRate, Demand: opts.LoginsPerUser,
-		MaxAllowed: float64(tmpl.Size) + tmpl.FillRate*opts.Duration.Seconds()}
+		MaxAllowed: float64(tmpl.Size) + tmpl.FillRate*(opts.Duration+tmpl.WaitTimeout).Seconds(), Fallback: fallbackAllowed(loginsReg)}
 	usersMu.Lock()
 	for _, n := range logins {
 		sum.LoginRates = append(sum.LoginRates, float64(n)/float64(seconds))
@@ -331,4 +342,25 @@ func PrintQuotaSummary(w io.Writer, s *QuotaSummary) {
 func buckets(ctx context.Context, srv *server.Server) int {
 	n, _ := srv.Limits().Engine().EstimateLen(ctx)
 	return n
+}
+
+// fallbackAllowed returns the calls a quota client's fallback limiter
+// allowed, from its metrics in reg (sluice_quota_client_decisions_total,
+// outcome fallback_allowed).
+func fallbackAllowed(reg *prometheus.Registry) int64 {
+	mfs, _ := reg.Gather()
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_quota_client_decisions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == "fallback_allowed" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return int64(n)
 }
