@@ -65,6 +65,32 @@ def test_allow(server):
         assert "domain" in e.value.message
 
 
+def test_a_zero_timeout_is_zero(server):
+    """timeout=0 is no time at all, not "the default": the call fails at
+    once (a deadline already passed), in every call that takes one."""
+    with sluice.Client(server, call_timeout=30) as c:
+        assert c.allow("api", "zero", timeout=None).status == "REJECTED_NO_BUCKET"  # the call timeout
+        with pytest.raises(sluice.DeadlineExceeded):
+            c.allow("api", "zero", timeout=0)
+        with pytest.raises(sluice.DeadlineExceeded):
+            c.quota_allow("api", "zero", timeout=0)
+        with c.reserve_copies("sandboxes", "zero") as h:
+            with pytest.raises(sluice.DeadlineExceeded):
+                h.release(timeout=0)
+            assert h.copies == 1  # nothing released
+            with pytest.raises(sluice.DeadlineExceeded):
+                h.transfer(1, timeout=-1)
+            assert h.copies == 1
+
+
+def test_a_resource_is_a_context_manager(server):
+    with sluice.Client(server) as c:
+        with c.resource("fair/py-with", 10) as r:
+            eventually(lambda: r.capacity == 10)
+        assert r.capacity == 0  # released when the block ended
+        r.release()  # twice: nothing
+
+
 def test_quota_service_allow(server):
     with sluice.Client(server) as c:
         q = c.quota_allow("api", "quota", tokens=1)

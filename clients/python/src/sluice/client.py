@@ -17,7 +17,7 @@ from ._proto.quotaservice import quota_service_pb2_grpc as qs_grpc
 from ._proto.sluice.v1 import limits_pb2 as v1
 from ._proto.sluice.v1 import limits_pb2_grpc as v1_grpc
 from ._transport import TLS, Channels, parse_addresses
-from .copies import Hold, _Sessions, duration
+from .copies import Hold, _Sessions, call_timeout, duration
 from .errors import Closed, InvalidArgument, SluiceError, from_rpc_error
 from .leases import Mode, Resource, _Leases
 
@@ -204,7 +204,7 @@ class Client:
                 raise InvalidArgument(f"max_wait {max_wait} is negative")
             req.max_wait.CopyFrom(duration(max_wait))
         try:
-            r = v1_grpc.LimitsStub(self._channels.get(self.server)).Allow(req, timeout=timeout or self._call_timeout)
+            r = v1_grpc.LimitsStub(self._channels.get(self.server)).Allow(req, timeout=call_timeout(timeout, self._call_timeout))
         except grpc.RpcError as e:
             raise from_rpc_error(e, f"Allow {resource}/{domain}") from None
         return Allowance(
@@ -238,7 +238,7 @@ class Client:
             req.max_wait_time_override = True
             req.max_wait_millis_override = int(max_wait * 1000)
         try:
-            r = qs_grpc.QuotaServiceStub(self._channels.get(self.server)).Allow(req, timeout=timeout or self._call_timeout)
+            r = qs_grpc.QuotaServiceStub(self._channels.get(self.server)).Allow(req, timeout=call_timeout(timeout, self._call_timeout))
         except grpc.RpcError as e:
             raise from_rpc_error(e, f"QuotaService.Allow {namespace}/{bucket}") from None
         return QuotaAllowance(

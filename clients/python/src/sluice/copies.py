@@ -73,6 +73,17 @@ _CLIENT_CODES = {
 }
 
 
+def call_timeout(timeout: Optional[float], default: float) -> float:
+    """A call's timeout in seconds: ``default`` (the client's call timeout)
+    for None; 0 or less is no time at all: :class:`sluice.DeadlineExceeded`
+    at once, as the Go client's context whose deadline has passed."""
+    if timeout is None:
+        return default
+    if not timeout > 0:
+        raise DeadlineExceeded(f"timeout {timeout} s: no time to ask")
+    return timeout
+
+
 def duration(seconds: float) -> duration_pb2.Duration:
     """A protobuf Duration of ``seconds``."""
     d = duration_pb2.Duration()
@@ -584,7 +595,7 @@ class Hold:
                 session_id=self._session.id, resource=self.resource, domain=self.domain, copies=n, groups=self.groups
             )
             try:
-                self._sessions.stub().Release(req, timeout=timeout or self._sessions.call_timeout)
+                self._sessions.stub().Release(req, timeout=call_timeout(timeout, self._sessions.call_timeout))
             except grpc.RpcError as e:
                 raise self._failed("release", e) from None
             self._copies -= n
@@ -608,7 +619,7 @@ class Hold:
             if ttl:
                 req.ttl.CopyFrom(duration(ttl))
             try:
-                r = self._sessions.stub().Transfer(req, timeout=timeout or self._sessions.call_timeout)
+                r = self._sessions.stub().Transfer(req, timeout=call_timeout(timeout, self._sessions.call_timeout))
             except grpc.RpcError as e:
                 raise self._failed("transfer", e) from None
             if not r.transfer_id:

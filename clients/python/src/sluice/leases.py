@@ -460,6 +460,14 @@ class Resource:
             self._closed = True
         self._state.leases.release_handle(self, timeout)
 
+    def __enter__(self) -> "Resource":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Releases the handle (:meth:`release`) when the ``with`` block
+        ends, as Java's try-with-resources and C++'s destructor do."""
+        self.release()
+
 
 class _Leases:
     """The lease side of a :class:`sluice.Client`: its resources, the
