@@ -214,7 +214,11 @@ func leastDepth(bs []Budget) int64 {
 // the old and new windows start; one whose algorithm changes has another
 // counter; one that moves to another index takes that index's counter.
 func BudgetCounter(k Key, i int) string {
-	return rls.TaggedBucket("", []rls.Entry{{Key: k.Resource, Value: k.Domain}}, "budgets["+strconv.Itoa(i)+"]")
+	tag := "budgets[" + strconv.Itoa(i) + "]"
+	if i >= 0 && i < MaxBudgets {
+		tag = budgetTags[i] // (made once)
+	}
+	return rls.TaggedBucket("", []rls.Entry{{Key: k.Resource, Value: k.Domain}}, tag)
 }
 
 // budgetRun is one request's hits on a bucket's budgets.
@@ -228,9 +232,8 @@ type budgetRun struct {
 // init sets r up for bucket k with (valid) budgets bs.
 func (r *budgetRun) init(k Key, bs []Budget) {
 	r.hits, r.res = r.hbuf[:0], r.rbuf[:0]
-	entries := []rls.Entry{{Key: k.Resource, Value: k.Domain}}
 	for i, b := range bs {
-		r.hits = append(r.hits, rls.Hit{Bucket: rls.TaggedBucket("", entries, budgetTags[i]), Policy: b.Policy()})
+		r.hits = append(r.hits, rls.Hit{Bucket: BudgetCounter(k, i), Policy: b.Policy()})
 		r.res = append(r.res, rls.Result{})
 	}
 }
@@ -327,12 +330,10 @@ func (e *Engine) resetBudgets(ctx context.Context, k Key, l *Limit) (bool, error
 	if l == nil || l.Tiers != nil || len(l.Bucket.Budgets) == 0 {
 		return false, nil
 	}
-	var buf [MaxBudgets]string
-	buckets := buf[:0]
-	entries := []rls.Entry{{Key: k.Resource, Value: k.Domain}}
-	for _, tag := range budgetTags {
-		buckets = append(buckets, rls.TaggedBucket("", entries, tag))
+	var buckets [MaxBudgets]string
+	for i := range buckets {
+		buckets[i] = BudgetCounter(k, i)
 	}
-	n, err := e.budgets.Reset(ctx, k.Resource, buckets)
+	n, err := e.budgets.Reset(ctx, k.Resource, buckets[:])
 	return n > 0, err
 }

@@ -113,11 +113,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	write := r.Method != http.MethodGet && r.Method != http.MethodHead
 	id, err := h.auth.Identify(r, write)
 	if err != nil {
-		if ae := (*AuthError)(nil); errors.As(err, &ae) {
-			refuse(w, r, h.log, ae)
-			return
+		if !refuse(w, r, h.log, err) {
+			h.fail(w, err)
 		}
-		h.fail(w, err)
 		return
 	}
 	head, rest, _ := strings.Cut(path, "/")

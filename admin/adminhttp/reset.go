@@ -232,12 +232,10 @@ func (h *resetHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	id, err := h.auth.Identify(r, true)
 	if err != nil {
-		if ae := (*AuthError)(nil); errors.As(err, &ae) {
-			refuse(w, r, h.log, ae)
-			return
+		if !refuse(w, r, h.log, err) {
+			h.log.Error("admin: request failed", "err", err)
+			writeError(w, http.StatusInternalServerError, ErrorBody{Error: err.Error(), Code: "internal"})
 		}
-		h.log.Error("admin: request failed", "err", err)
-		writeError(w, http.StatusInternalServerError, ErrorBody{Error: err.Error(), Code: "internal"})
 		return
 	}
 	if h.r == nil {
@@ -292,9 +290,14 @@ func (h *resetHandler) fail(w http.ResponseWriter, req *ResetRequest, id Identit
 	}
 }
 
-// refuse answers an Identify error, ae: its status (and, for 401,
-// WWW-Authenticate), logged, as every admin handler answers them.
-func refuse(w http.ResponseWriter, r *http.Request, log *slog.Logger, ae *AuthError) {
+// refuse answers an Identify error that is an *AuthError: its status
+// (and, for 401, WWW-Authenticate), logged, as every admin handler
+// answers them; false (nothing written) for any other error.
+func refuse(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) bool {
+	var ae *AuthError
+	if !errors.As(err, &ae) {
+		return false
+	}
 	log.Warn("admin: request refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "status", ae.Status, "why", ae.Msg)
 	code := "unauthorized"
 	if ae.Status == http.StatusForbidden {
@@ -303,4 +306,5 @@ func refuse(w http.ResponseWriter, r *http.Request, log *slog.Logger, ae *AuthEr
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
 	}
 	writeError(w, ae.Status, ErrorBody{Error: ae.Msg, Code: code})
+	return true
 }
