@@ -16,24 +16,11 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/xdstest"
-	"github.com/sluice-rl/sluice/internal/tlsutil"
 	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/resources"
 )
 
 const xdsTestNode = "envoy-ratelimit"
-
-// startXdsControlPlane starts a control plane as Envoy Gateway serves
-// envoyproxy/ratelimit's rules, mTLS required, stopped at the end of the
-// test.
-func startXdsControlPlane(t *testing.T, certs *testutil.Certs) *xdstest.ControlPlane {
-	t.Helper()
-	tc, err := tlsutil.Server(certs.ServerCert, certs.ServerKey, certs.CA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return xdstest.Start(t, tc)
-}
 
 // xdsEdge is the rules of a version: domain edge, remote_address limited
 // to n a minute (no unit when bad: a version the server must refuse).
@@ -54,7 +41,7 @@ func xdsEdge(n uint32, bad bool) *rlsconfv3.RateLimitConfig {
 // the resource document leaves the rules from xDS alone.
 func TestEnvoyRulesOverXds(t *testing.T) {
 	certs := testutil.MakeCerts(t)
-	cp := startXdsControlPlane(t, certs)
+	cp := xdstest.StartMTLS(t, certs.ServerCert, certs.ServerKey, certs.CA)
 	doc := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(doc, []byte("resources: []\n"), 0o644); err != nil {
 		t.Fatal(err)

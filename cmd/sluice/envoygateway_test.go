@@ -122,11 +122,7 @@ func egRequest(matched bool) *rlsv3.RateLimitRequest {
 func TestEnvoyGatewayEnvironment(t *testing.T) {
 	t.Parallel() // its own Redis and processes, mostly waiting
 	certs := testutil.MakeCerts(t)
-	cpTLS, err := tlsutil.Server(certs.RedisCert, certs.RedisKey, certs.CA) // mTLS, as Envoy Gateway's
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := xdstest.Start(t, cpTLS)
+	cp := xdstest.StartMTLS(t, certs.RedisCert, certs.RedisKey, certs.CA) // as Envoy Gateway's
 	const node = "envoy-ratelimit" // CONFIG_GRPC_XDS_NODE_ID
 	cp.Set(t, node, "1", egRule(2, false))
 	rs := redistest.StartT(t)

@@ -23,18 +23,6 @@ import (
 
 const testNode = "sluice-test"
 
-// startControlPlane starts a control plane as Envoy Gateway runs one for
-// envoyproxy/ratelimit, over mTLS (client certificates required), and
-// stopped at the end of the test.
-func startControlPlane(t *testing.T, certs *testutil.Certs) *xdstest.ControlPlane {
-	t.Helper()
-	tc, err := tlsutil.Server(certs.ServerCert, certs.ServerKey, certs.CA) // mTLS: client certificates required
-	if err != nil {
-		t.Fatal(err)
-	}
-	return xdstest.Start(t, tc)
-}
-
 // edge is a resource limiting remote_address to n per second, and unit
 // SECOND unless bad (then no unit: a rule the reading refuses).
 func edge(n uint32, bad bool) *rlsconfv3.RateLimitConfig {
@@ -76,7 +64,7 @@ func (a *applied) limit() uint32 {
 func TestSourceFollowsControlPlane(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	certs := testutil.MakeCerts(t)
-	cp := startControlPlane(t, certs)
+	cp := xdstest.StartMTLS(t, certs.ServerCert, certs.ServerKey, certs.CA)
 	defer cp.Stop() // before goleak looks
 	cp.Set(t, testNode, "1", edge(10, false))
 
@@ -189,7 +177,7 @@ func TestSourceFollowsControlPlane(t *testing.T) {
 func TestSourceStartsBeforeControlPlane(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	certs := testutil.MakeCerts(t)
-	cp := startControlPlane(t, certs)
+	cp := xdstest.StartMTLS(t, certs.ServerCert, certs.ServerKey, certs.CA)
 	cp.Stop() // not there yet: nothing listens on its port
 	defer cp.Stop()
 	cp.Set(t, testNode, "a", edge(7, false))
@@ -238,7 +226,7 @@ func TestSourceStartsBeforeControlPlane(t *testing.T) {
 func TestSourceApplyRefuses(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	certs := testutil.MakeCerts(t)
-	cp := startControlPlane(t, certs)
+	cp := xdstest.StartMTLS(t, certs.ServerCert, certs.ServerKey, certs.CA)
 	defer cp.Stop()
 	cp.Set(t, testNode, "1", edge(1, false))
 	client, err := tlsutil.Client(certs.CA, certs.ClientCert, certs.ClientKey)

@@ -31,6 +31,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-rl/sluice/internal/tlsutil"
 )
 
 // ControlPlane is a real xDS control plane as Envoy Gateway serves
@@ -83,6 +85,18 @@ func Start(t testing.TB, tlsConfig *tls.Config) *ControlPlane {
 	cp.run.Unlock()
 	t.Cleanup(cp.Stop)
 	return cp
+}
+
+// StartMTLS is Start over mTLS as Envoy Gateway serves its control plane:
+// the server certificate and key, client certificates required, signed
+// by ca (PEM files; tlsutil.Server).
+func StartMTLS(t testing.TB, cert, key, ca string) *ControlPlane {
+	t.Helper()
+	tc, err := tlsutil.Server(cert, key, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Start(t, tc)
 }
 
 // Addr is the control plane's address, host:port, the same after a
