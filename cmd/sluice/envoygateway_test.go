@@ -122,8 +122,9 @@ func egRequest(matched bool) *rlsv3.RateLimitRequest {
 func TestEnvoyGatewayEnvironment(t *testing.T) {
 	t.Parallel() // its own Redis and processes, mostly waiting
 	certs := testutil.MakeCerts(t)
-	cp := xdstest.StartMTLS(t, certs.RedisCert, certs.RedisKey, certs.CA) // as Envoy Gateway's
-	const node = "envoy-ratelimit"                                        // CONFIG_GRPC_XDS_NODE_ID
+	// mTLS, as Envoy Gateway's control plane.
+	cp := xdstest.StartMTLS(t, certs.RedisCert, certs.RedisKey, certs.CA)
+	const node = "envoy-ratelimit" // CONFIG_GRPC_XDS_NODE_ID
 	cp.Set(t, node, "1", egRule(2, false))
 	rs := redistest.StartT(t)
 	statsd, lines := statsdSink(t)
