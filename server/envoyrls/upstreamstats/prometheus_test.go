@@ -201,16 +201,7 @@ func TestPrometheusConcurrent(t *testing.T) {
 	}
 	client := service(t, sink, nil)
 	var wg sync.WaitGroup
-	for g := range 4 {
-		wg.Go(func() {
-			for i := range 25 {
-				c := call{"edge", 1, []string{"client_ip", fmt.Sprintf("10.0.%d.%d", g, i%5)}}
-				if _, err := client.ShouldRateLimit(context.Background(), c.request()); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
+	concurrentCalls(t, &wg, client)
 	wg.Go(func() {
 		for range 10 {
 			rec := httptest.NewRecorder()

@@ -597,16 +597,7 @@ func TestConcurrent(t *testing.T) {
 	defer sink.Close()
 	client := service(t, sink, nil)
 	var wg sync.WaitGroup
-	for g := range 4 {
-		wg.Go(func() {
-			for i := range 25 {
-				c := call{"edge", 1, []string{"client_ip", fmt.Sprintf("10.0.%d.%d", g, i%5)}}
-				if _, err := client.ShouldRateLimit(context.Background(), c.request()); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
+	concurrentCalls(t, &wg, client)
 	wg.Wait()
 	// 4 × 5 detailed names, 5 hits each; 100 requests.
 	got.waitFor(t, "100 hits over 20 names", func(l []string) bool {
@@ -638,4 +629,20 @@ func refused(t *testing.T, name string, opts upstreamstats.Options, want string)
 		t.Errorf("%s: %v, want an OptionError starting %q", name, err, want)
 	}
 	return err
+}
+
+// concurrentCalls starts, in wg, 4 goroutines of 25 requests each on
+// domain edge, 5 client_ip values per goroutine (20 detailed names, 5
+// hits each).
+func concurrentCalls(t *testing.T, wg *sync.WaitGroup, client rlsv3.RateLimitServiceClient) {
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 25 {
+				c := call{"edge", 1, []string{"client_ip", fmt.Sprintf("10.0.%d.%d", g, i%5)}}
+				if _, err := client.ShouldRateLimit(context.Background(), c.request()); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
 }
