@@ -64,12 +64,7 @@ func (s *MemoryStore) Decide(ctx context.Context, now int64, _ string, hits []Hi
 	for _, h := range hits {
 		idx = append(idx, uint8(maphash.String(s.seed, h.Bucket)%memShards))
 	}
-	order := append(obuf[:0], idx...)
-	slices.Sort(order)
-	order = slices.Compact(order)
-	for _, i := range order {
-		s.shards[i].mu.Lock()
-	}
+	order := s.lock(idx, obuf[:0])
 	for i, h := range hits {
 		states = append(states, s.shards[idx[i]].m[memKey{h.Bucket, h.Policy.Algorithm}])
 	}
@@ -81,10 +76,28 @@ func (s *MemoryStore) Decide(ctx context.Context, now int64, _ string, hits []Hi
 			}
 		}
 	}
+	s.unlock(order)
+	return granted, nil
+}
+
+// lock locks the shards idx names, each once, in index order (so that two
+// decisions never wait on each other in a cycle), and returns that order
+// (appended to buf) for unlock.
+func (s *MemoryStore) lock(idx, buf []uint8) []uint8 {
+	order := append(buf, idx...)
+	slices.Sort(order)
+	order = slices.Compact(order)
+	for _, i := range order {
+		s.shards[i].mu.Lock()
+	}
+	return order
+}
+
+// unlock unlocks the shards lock locked.
+func (s *MemoryStore) unlock(order []uint8) {
 	for _, i := range order {
 		s.shards[i].mu.Unlock()
 	}
-	return granted, nil
 }
 
 // Reap removes the counters whose state is, at now (Unix µs), the same as

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
-	"slices"
 )
 
 // resetAlgorithms are the algorithms a counter may be held under (a
@@ -34,12 +33,7 @@ func (s *MemoryStore) Reset(ctx context.Context, _ string, buckets []string) (in
 	for _, b := range buckets {
 		idx = append(idx, uint8(maphash.String(s.seed, b)%memShards))
 	}
-	order := append(obuf[:0], idx...)
-	slices.Sort(order)
-	order = slices.Compact(order)
-	for _, i := range order {
-		s.shards[i].mu.Lock()
-	}
+	order := s.lock(idx, obuf[:0])
 	n := 0
 	for i, b := range buckets {
 		m := s.shards[idx[i]].m
@@ -51,8 +45,6 @@ func (s *MemoryStore) Reset(ctx context.Context, _ string, buckets []string) (in
 			}
 		}
 	}
-	for _, i := range order {
-		s.shards[i].mu.Unlock()
-	}
+	s.unlock(order)
 	return n, nil
 }
