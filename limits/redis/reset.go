@@ -34,7 +34,7 @@ func (r *RLS) Reset(ctx context.Context, domain string, buckets []string) (int, 
 	if len(buckets) > rls.MaxHits {
 		return 0, fmt.Errorf("limits/redis: reset: %d buckets, at most %d", len(buckets), rls.MaxHits)
 	}
-	base := r.s.prefix + "{e" + escape(domain) + "}"
+	base := r.domainBase(domain)
 	keys := make([]string, 0, 2*len(buckets))
 	for _, b := range buckets {
 		eb := escape(b)

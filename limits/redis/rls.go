@@ -78,7 +78,7 @@ func (r *RLS) Decide(ctx context.Context, now int64, domain string, hits []rls.H
 func (r *RLS) call(now int64, domain string, hits []rls.Hit) *call {
 	c := getCall(rlsScript)
 	c.rls = true
-	c.base = r.s.prefix + "{e" + escape(domain) + "}"
+	c.base = r.domainBase(domain)
 	c.nowNs = now // (µs; read when the store's callerTime is set)
 	for _, h := range hits {
 		alg, letter, depth := 1.0, "t", h.Policy.Limit
@@ -104,6 +104,11 @@ func (r *RLS) call(now int64, domain string, hits []rls.Hit) *call {
 	}
 	return c
 }
+
+// domainBase begins the keys of domain's counters: the prefix and the
+// domain's hash tag, "{e<domain>}"; then "t" (a token bucket) or "w" (a
+// fixed window) and the escaped bucket.
+func (r *RLS) domainBase(domain string) string { return r.s.prefix + "{e" + escape(domain) + "}" }
 
 // parseRLS decodes a request's reply (rlsReply(len(results)) bytes: see
 // rls.lua) into results and returns whether it was granted.
