@@ -589,12 +589,7 @@ func (c *Config) Clone() *Config {
 				out.Resources[name] = nil
 				continue
 			}
-			rc := cloneResource(r)
-			for d, b := range rc.Buckets {
-				b.Budgets = slices.Clone(b.Budgets)
-				rc.Buckets[d] = b
-			}
-			out.Resources[name] = rc
+			out.Resources[name] = cloneResource(r)
 		}
 	}
 	out.Namespaces = maps.Clone(c.Namespaces)

@@ -157,6 +157,9 @@ func cloneResource(r *Resource) *Resource {
 	rc := *r
 	rc.Template, rc.Default = cloneBucket(r.Template), cloneBucket(r.Default)
 	rc.Buckets = maps.Clone(r.Buckets)
+	for d, b := range rc.Buckets {
+		rc.Buckets[d] = *cloneBucket(&b) // (its budgets too)
+	}
 	rc.Tiers = slices.Clone(r.Tiers)
 	if r.TierDomains != nil {
 		rc.TierDomains = make(map[string]TierDomain, len(r.TierDomains))
