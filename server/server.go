@@ -216,6 +216,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		Name: "sluice_server_config_reloads_total",
 		Help: "Configuration reloads, by result (ok, failed).",
 	}, []string{"result"})
+	for _, r := range []string{"ok", "failed"} {
+		s.reloads.WithLabelValues(r) // at 0 from the start, so a dashboard's panel has data before the first reload
+	}
 	if err := promreg.Register(s.reg, s.reloads); err != nil {
 		return nil, err
 	}

@@ -73,8 +73,10 @@ limits:
 // histogram_quantile over _bucket grouped by le, each label matched or
 // grouped by present on the metrics (job and instance are Prometheus's),
 // each value matched exactly present. The dashboards must have the
-// Prometheus datasource as a variable used by every panel and query. And
-// the check must bite: every metric name and matched value of every query,
+// Prometheus datasource as a variable used by every panel and query. A
+// charted counter whose labels are a fixed set (eventLabels) must be
+// exported at 0 before its first event (seriesBeforeEvents, on a scrape
+// taken as soon as the server answers). And the check must bite: every metric name and matched value of every query,
 // changed by one letter, is reported.
 func TestDashboards(t *testing.T) {
 	dashboards := map[string]grafanaDashboard{}
@@ -84,7 +86,7 @@ func TestDashboards(t *testing.T) {
 	if files, _ := filepath.Glob(filepath.Join(dashboardDir, "*.json")); len(files) != len(dashboardFiles) {
 		t.Errorf("%s has %d dashboards, the test knows %d: add the new one to dashboardFiles", dashboardDir, len(files), len(dashboardFiles))
 	}
-	families := scrapeEveryService(t)
+	first, families := scrapeEveryService(t)
 
 	used := map[string]bool{}
 	for _, f := range dashboardFiles {
@@ -114,6 +116,9 @@ func TestDashboards(t *testing.T) {
 	sort.Strings(missing)
 	for _, name := range missing {
 		t.Errorf("%s is on no dashboard: add a panel (deploy/grafana) or list it in dashboardOmitted with the reason", name)
+	}
+	for _, p := range seriesBeforeEvents(first, families, used) {
+		t.Error(p)
 	}
 
 	t.Run("typos are caught", func(t *testing.T) {
@@ -180,9 +185,66 @@ func typo(s string) string {
 	return string(r)
 }
 
+// eventLabels are the labels whose values form a fixed set the server
+// knows before anything happens (a result, a change, an outcome), as
+// opposed to values that name what the traffic brought (a resource, a
+// method, a domain).
+var eventLabels = map[string]bool{"result": true, "change": true, "outcome": true}
+
+// seriesBeforeEvents reports every series of a charted counter whose labels
+// are all eventLabels (or none) that the server exported after traffic
+// (after) but not before the first event (first): such a series must exist
+// from the start at 0, or its panel shows "No data" until the first event
+// (Prometheus's instrumentation guidance, "Avoid missing metrics";
+// docs/metrics.md).
+func seriesBeforeEvents(first, after map[string]*dto.MetricFamily, charted map[string]bool) []string {
+	var problems []string
+	for name, f := range after {
+		if !charted[name] || f.GetType() != dto.MetricType_COUNTER {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			fixed := true
+			for _, l := range m.GetLabel() {
+				fixed = fixed && eventLabels[l.GetName()]
+			}
+			if !fixed {
+				continue
+			}
+			found := false
+			for _, m0 := range first[name].GetMetric() {
+				found = found || sameLabels(m0.GetLabel(), m.GetLabel())
+			}
+			if !found {
+				problems = append(problems, fmt.Sprintf("%s%s is charted but absent from /metrics before its first event: create it at 0 when the server starts", name, labelString(m.GetLabel())))
+			}
+		}
+	}
+	sort.Strings(problems)
+	return problems
+}
+
+// sameLabels reports whether a and b are the same label pairs (in the
+// exposition's order, which is sorted).
+func sameLabels(a, b []*dto.LabelPair) bool {
+	return slices.EqualFunc(a, b, func(x, y *dto.LabelPair) bool { return x.GetName() == y.GetName() && x.GetValue() == y.GetValue() })
+}
+
+// labelString is {a="x",b="y"}, or "" without labels.
+func labelString(ls []*dto.LabelPair) string {
+	if len(ls) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, l := range ls {
+		parts = append(parts, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
 // scrapeEveryService runs a server with every service on a real Redis and
 // etcd, sends it traffic on each API, and returns its /metrics, parsed.
-func scrapeEveryService(t *testing.T) map[string]*dto.MetricFamily {
+func scrapeEveryService(t *testing.T) (first, after map[string]*dto.MetricFamily) {
 	t.Helper()
 	rs := redistest.StartT(t)
 	etcd := etcdtest.StartEtcd(t)
@@ -190,6 +252,11 @@ func scrapeEveryService(t *testing.T) map[string]*dto.MetricFamily {
 	s := startFleetServer(t, "sluice", cfg, etcd.Endpoint,
 		"--redis", "redis://"+rs.Addr+"/0", "--envoy-ratelimit-config", envoyRules(t),
 		"--election", "etcd", "--election-key", "/"+t.Name()+"/election")
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	first, err := parser.TextToMetricFamilies(strings.NewReader(metricsPage(s.addr)))
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
 	conn := testutil.Dial(t, s.addr)
 	ctx := t.Context()
 	testutil.Learnt(t, s.c, "sandboxes")
@@ -215,8 +282,8 @@ func scrapeEveryService(t *testing.T) map[string]*dto.MetricFamily {
 		}
 	}
 	// A changed configuration, then a bad one, each reloaded on SIGHUP (an
-	// unchanged one is not counted): the reloads' counter has both results.
-	// The reload's and the election's counters appear once counted.
+	// unchanged one is not counted): the reloads' counter counts both
+	// results.
 	var families map[string]*dto.MetricFamily
 	for _, reload := range []struct{ config, result string }{
 		{strings.Replace(dashboardConfig, "capacity: 100", "capacity: 120", 1), "ok"},
@@ -241,7 +308,7 @@ func scrapeEveryService(t *testing.T) map[string]*dto.MetricFamily {
 					lacking = want
 				}
 			}
-			if !hasLabelValue(families["sluice_server_config_reloads_total"], "result", reload.result) {
+			if !countedWith(families["sluice_server_config_reloads_total"], "result", reload.result) {
 				lacking = "sluice_server_config_reloads_total{result=" + reload.result + "}"
 			}
 			if lacking == "" {
@@ -258,7 +325,7 @@ func scrapeEveryService(t *testing.T) map[string]*dto.MetricFamily {
 			t.Errorf("/metrics: no requests of %s counted", m)
 		}
 	}
-	return families
+	return first, families
 }
 
 // familyOf returns the family that metric (a series name) belongs to:
@@ -298,6 +365,19 @@ func labelValues(f *dto.MetricFamily, label string) []string {
 
 func hasLabelValue(f *dto.MetricFamily, label, value string) bool {
 	return slices.Contains(labelValues(f, label), value)
+}
+
+// countedWith reports whether counter family f has a series with label =
+// value above 0.
+func countedWith(f *dto.MetricFamily, label, value string) bool {
+	for _, m := range f.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label && l.GetValue() == value && m.GetCounter().GetValue() > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkQuery returns what is wrong with a dashboard's query against the

@@ -70,6 +70,9 @@ func newMetrics(reg prometheus.Registerer, s *Service) *metrics {
 		Name: "sluice_server_uptime_seconds",
 		Help: "Seconds since the server started.",
 	}, func() float64 { return time.Since(s.started).Seconds() })
+	for _, c := range []string{"won", "lost"} {
+		m.elections.WithLabelValues(c) // at 0 from the start, so a dashboard's panel has data before the first election
+	}
 	reg.MustRegister(m.unmatched, m.elections, m.early, m.unrecorded, m.emptyReleaseIDs, m.algoFallbacks, m.pushes, watchers, master, uptime,
 		&resourceCollector{s: s, admitted: map[string]bool{}})
 	return m
