@@ -223,9 +223,9 @@ func level(e int64, p Params, now int64) float64 {
 // its debt in tokens (callers are waiting for them), converted at the new
 // rate and rounded up. Equal parameters return s unchanged.
 //
-// Source: the "A changed bucket keeps its fill fraction"; the
-// reference resets every bucket on any change (quotaservice-wire.md,
-// "Known weaknesses").
+// Source: docs/departures.md, "The quota service" (a configuration
+// change keeps each changed bucket's fill fraction); the reference resets
+// every bucket on any change (quotaservice-wire.md, "Known weaknesses").
 func Rescale(s State, old, p Params, now int64) State {
 	if old == p {
 		return s

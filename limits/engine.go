@@ -233,9 +233,10 @@ func (e *Engine) Budgets() rls.Store { return e.budgets }
 // store bounds each of its round trips by its Options.Timeout); its error
 // is returned, the new configuration applied nonetheless.
 //
-// Source: the issue's "A changed bucket keeps its fill fraction; unchanged
-// buckets are untouched" (the reference resets every bucket on any
-// change: quotaservice-wire.md, "Known weaknesses").
+// Source: docs/departures.md, "The quota service" (a configuration change
+// keeps every unchanged bucket untouched and each changed bucket's fill
+// fraction; the reference resets every bucket on any change:
+// quotaservice-wire.md, "Known weaknesses").
 func (e *Engine) SetConfig(now time.Time, cfg *Config) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

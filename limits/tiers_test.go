@@ -29,8 +29,9 @@ func tiered(h, g int64, tiers ...Tier) *Config {
 	return &Config{Resources: map[string]*Resource{"r": {Algorithm: BurstTiers, HardLimit: h, GlobalLimit: g, Tiers: tiers}}}
 }
 
-// cookbookTiers is the cookbook/tiers: tier 1 (L=3, Tʷ=2 s, Tᵃ=6 s,
-// Tᶜ=0), tier 2 (L=4, Tʷ=2 s, Tᵃ=2 s, Tᶜ=4 s), neither skippable.
+// cookbookTiers is cookbook/tiers of examples/charon.yaml: tier 1 (L=3,
+// Tʷ=2 s, Tᵃ=6 s, Tᶜ=0), tier 2 (L=4, Tʷ=2 s, Tᵃ=2 s, Tᶜ=4 s), neither
+// skippable.
 var cookbookTiers = []Tier{tier(3, 2*sec, 6*sec, 0), tier(4, 2*sec, 2*sec, 4*sec)}
 
 // hit is one request of a sequence and what it must get. A rejection has

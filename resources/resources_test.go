@@ -471,9 +471,9 @@ func TestLoadQuotaService(t *testing.T) {
 	}
 }
 
-// examples/charon.yaml holds exactly the resources: the
-// rate-limited ones for package limits, cookbook/sandboxes for
-// limits/copies, and the namespaces for both.
+// examples/charon.yaml holds exactly the resources its comments and
+// docs/charon.md describe: the rate-limited ones for package limits,
+// cookbook/sandboxes for limits/copies, and the namespaces for both.
 func TestExampleCharon(t *testing.T) {
 	r, err := Load("../examples/charon.yaml")
 	if err != nil {

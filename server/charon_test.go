@@ -39,10 +39,10 @@ func open(t *testing.T, c v1.LimitsClient) string {
 	return resp.GetSessionId()
 }
 
-// Reserve, Release, Transfer and Seize over real gRPC on the issue's
-// cookbook/sandboxes, with each error class of the paper, the limits and
-// sessions services each refusing the other's kind of resource. (The
-// sessions service's own tests are in server/sessions.)
+// Reserve, Release, Transfer and Seize over real gRPC on cookbook/sandboxes
+// of examples/charon.yaml (fixture.Sandboxes), with each error class of the
+// paper, the limits and sessions services each refusing the other's kind of
+// resource. (The sessions service's own tests are in server/sessions.)
 func TestCharonHolds(t *testing.T) {
 	s, c := charonServer(t)
 	ctx := t.Context()

@@ -23,8 +23,9 @@ import (
 // copiesConfig is the copy-limited resources of the tests.
 func copiesConfig() *copies.Config {
 	return &copies.Config{Resources: map[string]copies.Resource{
-		// the cookbook/sandboxes: domain limit 3 (acme: 4), global
-		// limit 5, group trusted = {acme, initech} with limit 4.
+		// cookbook/sandboxes of examples/charon.yaml (docs/charon.md):
+		// domain limit 3 (acme: 4), global limit 5, group trusted =
+		// {acme, initech} with limit 4.
 		"sandboxes": {DomainLimit: 3, DomainLimits: map[string]int64{"acme": 4}, GlobalLimit: 5,
 			Groups: []copies.Group{{Name: "trusted", Limit: 4, Domains: []string{"acme", "initech"}}}},
 		// plenty per domain, 8 in all.

@@ -14,10 +14,10 @@ import (
 	"github.com/sluice-rl/sluice/server"
 )
 
-// exampleCharon starts a Sluice server on loopback with the issue's
-// cookbook/sandboxes (copy-limited: domain limit 3, acme 4, global limit
-// 5, group trusted = {acme, initech} with limit 4), a few gpus, and a
-// rate-limited "api" whose every domain gets 3 tokens.
+// exampleCharon starts a Sluice server on loopback with
+// examples/charon.yaml's cookbook/sandboxes (copy-limited: domain limit 3,
+// acme 4, global limit 5, group trusted = {acme, initech} with limit 4), a
+// few gpus, and a rate-limited "api" whose every domain gets 3 tokens.
 func exampleCharon() (addr string, stop func()) {
 	s, err := server.New(context.Background(), server.Config{ID: "example", Listen: server.Listen{Address: "127.0.0.1:0"}, Runtime: server.Runtime{Logger: quiet}, Document: server.Document{Fixed: resources.Compose(nil, &limits.Config{Resources: map[string]*limits.Resource{
 		"api": {Default: &limits.Bucket{Size: 3, FillRate: 0.01, MaxTokensPerRequest: 10}},

@@ -164,12 +164,12 @@ func startHelper(t *testing.T, addr, do string) (*exec.Cmd, helperReport) {
 	return cmd, r
 }
 
-// TestRealProcesses: the real-process test, client side, against
-// the real server (package server, in process, on loopback): a process
-// holding copies through this client is killed with SIGKILL, and its
-// holds are released within its session's ttl (2 s; its keep-alive stream
-// breaks first); another process seizes a transfer a third staged, and
-// releases it.
+// TestRealProcesses: the client side of TestCharonProcesses (package
+// server), against the real server (package server, in process, on
+// loopback): a process holding copies through this client is killed with
+// SIGKILL, and its holds are released within its session's ttl (2 s; its
+// keep-alive stream breaks first); another process seizes a transfer a
+// third staged, and releases it.
 func TestRealProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")

@@ -59,10 +59,10 @@ func testConfig() *limits.Config {
 		// service shares its prefix's configuration, a bucket each.
 		"grpc": {Buckets: map[string]limits.Bucket{"grpc.health.v1.Health": b(2, 0.01, 0, 0, 1)}},
 		"http": {Default: &limits.Bucket{Size: 2, FillRate: 0.01, MaxTokensPerRequest: 1}},
-		// Charon's rate-limited resources, as the issue's
-		// examples/charon.yaml has them: cookbook/tiers has two tiers,
-		// cookbook/hard a hard limit of 2 per domain and a global limit of
-		// 3 per second over one large tier.
+		// Charon's rate-limited resources, as examples/charon.yaml has
+		// them: cookbook/tiers has two tiers, cookbook/hard a hard limit
+		// of 2 per domain and a global limit of 3 per second over one
+		// large tier.
 		"cookbook/tiers": {Algorithm: limits.BurstTiers, Tiers: []limits.Tier{
 			{Limit: 3, Window: 2 * time.Second, Active: 6 * time.Second},
 			{Limit: 4, Window: 2 * time.Second, Active: 2 * time.Second, Cooldown: 4 * time.Second},

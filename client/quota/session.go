@@ -23,7 +23,8 @@ import (
 // or cut off holds its copies at most that long (less when the service
 // sees its keep-alive stream break). d ≤ 0 keeps the default.
 //
-// Source: charon-paper.md, section 4.3.1; the OpenSession.
+// Source: charon-paper.md, section 4.3.1; OpenSessionRequest's ttl in
+// api/sluice/v1/limits.proto.
 func WithSessionTTL(d time.Duration) Option {
 	return func(c *Client) {
 		if d > 0 {

@@ -144,11 +144,13 @@ func sameQuotaAnswers(t *testing.T, path string, statuses map[qs.AllowResponse_S
 	t.Logf("%s: %d requests, every answer equal", path, compared)
 }
 
-// Acceptance (issue 26): envoyproxy/ratelimit's directory and its
-// conversion, each served by Envoy's rate limit service on real gRPC with
-// one fake clock, answer every request of a sequence identically (every
-// domain's rules: keys with and without values, wildcards, nested rules,
-// replaces, shadow mode, unlimited, the block list, hits_addend).
+// The acceptance test of `sluice config convert --from envoy-ratelimit`
+// (docs/envoy.md, "In Sluice's own configuration"): envoyproxy/ratelimit's
+// directory and its conversion, each served by Envoy's rate limit service
+// on real gRPC with one fake clock, answer every request of a sequence
+// identically (every domain's rules: keys with and without values,
+// wildcards, nested rules, replaces, shadow mode, unlimited, the block
+// list, hits_addend).
 func TestConvertEnvoyRateLimitSameAnswers(t *testing.T) {
 	orig, err := limitsyaml.LoadEnvoyRateLimit(envoyTestdata)
 	if err != nil {

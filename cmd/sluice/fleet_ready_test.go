@@ -25,13 +25,14 @@ import (
 // its readiness (/readyz and gRPC health) and, once all three are members
 // of the fleet (traffic arriving at a fleet that is up: the first Reserves
 // then find no record of the resource while other servers could hold
-// copies), a Reserve of a copy-limited resource. The acceptance of issue
-// 41, item 5: no server says ready (on either probe, before and after the
-// Reserve) while the Reserve fails (Unavailable while the copy log learns,
-// or any other error), so each server's Reserve succeeds once it says
-// ready; and every server gets there. It logs, per server, the time from
-// its start until it said ready and until its first Reserve was granted
-// (docs/charon.md, "Readiness", quotes the figures).
+// copies), a Reserve of a copy-limited resource. It asserts what
+// docs/charon.md ("Readiness") promises: no server says ready (on either
+// probe, before and after the Reserve) while the Reserve fails
+// (Unavailable while the copy log learns, or any other error), so each
+// server's Reserve succeeds once it says ready; and every server gets
+// there. It logs, per server, the time from its start until it said ready
+// and until its first Reserve was granted (docs/charon.md, "Readiness",
+// quotes the figures).
 func TestFleetReadiness(t *testing.T) {
 	rs := redistest.StartT(t)
 	etcd := etcdtest.StartEtcd(t)

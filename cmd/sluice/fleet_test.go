@@ -104,8 +104,9 @@ func countOf(t *testing.T, rc redis.UniversalClient, resource string) int64 {
 }
 
 // TestFleetCopies runs three `sluice server --redis` processes with a
-// fleet on etcd and checks the issue's acceptance for copy-limited
-// resources: the global limit holds over 1 000 concurrent reserve/release
+// fleet on etcd and checks the fleet's guarantees for copy-limited
+// resources (docs/charon.md, "The fleet"; docs/redis.md, "When Redis
+// fails"): the global limit holds over 1 000 concurrent reserve/release
 // operations across the servers; a SIGKILLed server's contributions are
 // subtracted by the leader within its session TTL (plus slack), the
 // others' untouched, and the restarted server cannot release what it held;
@@ -326,7 +327,8 @@ func TestFleetOnRedisCluster(t *testing.T) {
 // --redis-timeout 40ms: the round trips that open the breaker wait at
 // most that) and at once once the breaker is open; a fail-closed one is
 // refused (SERVER_ERROR, Unavailable). The answers' latency is logged
-// (the issue asks for 50 ms), not asserted: CI is a loaded 2-core machine.
+// (a target of 50 ms: docs/redis.md, "When Redis fails"), not asserted:
+// CI is a loaded 2-core machine.
 func TestFleetRedisDown(t *testing.T) {
 	rs, err := redistest.Start()
 	if errors.Is(err, redistest.ErrSkip) {

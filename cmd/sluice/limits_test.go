@@ -103,8 +103,8 @@ func TestServerQuotaServiceConfig(t *testing.T) {
 	}
 }
 
-// `sluice server --config examples/charon.yaml` serves the issue's
-// resources: burst tiers through Allow, sandboxes through sessions.
+// `sluice server --config examples/charon.yaml` serves its resources
+// (docs/charon.md): burst tiers through Allow, sandboxes through sessions.
 func TestServerCharonExample(t *testing.T) {
 	data, err := os.ReadFile("../../examples/charon.yaml")
 	if err != nil {

@@ -67,7 +67,8 @@
 //     so a process may stage copies, hand the id over and exit, as in the
 //     paper's Figure 6; once the ttl passes unseized, Expire releases it.
 //     (The paper: staged copies "can no longer be explicitly released by
-//     the client"; the issue's real-process test has the stager killed.)
+//     the client"; TestCharonProcesses in package server has the stager
+//     killed.)
 //   - Seize moves a staged transfer into a session, once; an unknown,
 //     seized or expired id is ErrUnknownTransfer (§3.1 seize). The answer
 //     names the groups the copies are counted in — what Release needs —

@@ -15,9 +15,9 @@ import (
 
 // Session ttl and transfer ttl bounds, the defaults of Options.
 //
-// Source: the issue's OpenSession ("unset: the server's default (10 s).
-// Bounded by the server (1 s to 1 h)") and TransferRequest ("unset: the
-// server's default (30 s)").
+// Source: api/sluice/v1/limits.proto, OpenSessionRequest's ttl ("unset:
+// the server's default (10 s). Bounded by the server (1 s to 1 h)") and
+// TransferRequest's ("unset: the server's default (30 s)").
 const (
 	DefaultSessionTTL  = 10 * time.Second
 	MinSessionTTL      = time.Second

@@ -32,8 +32,8 @@ func seeded(seed uint64) *rand.ChaCha8 {
 	return rand.NewChaCha8(s)
 }
 
-// sandboxes is the cookbook/sandboxes: domain limit 3 (acme: 4),
-// global limit 5, group trusted = {acme, initech} with limit 4.
+// sandboxes is cookbook/sandboxes of examples/charon.yaml: domain limit 3
+// (acme: 4), global limit 5, group trusted = {acme, initech} with limit 4.
 func sandboxes() *Config {
 	return &Config{Resources: map[string]Resource{
 		"cookbook/sandboxes": {
@@ -222,8 +222,8 @@ func trusted(holds int64) []GroupHolds {
 	return []GroupHolds{{Name: "trusted", Limit: 4, Holds: holds}}
 }
 
-// The Bulkheads pattern (charon-paper.md, section 2.3) on the issue's
-// cookbook/sandboxes, and the other uses of groups the paper names.
+// The Bulkheads pattern (charon-paper.md, section 2.3) on cookbook/sandboxes
+// of examples/charon.yaml, and the other uses of groups the paper names.
 func TestBulkheads(t *testing.T) {
 	tr := []string{"trusted"}
 	tests := []struct {

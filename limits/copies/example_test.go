@@ -9,9 +9,9 @@ import (
 	"github.com/sluice-rl/sluice/limits/copies"
 )
 
-// The cookbook/sandboxes, a bulkhead: acme and initech share the
-// trusted pool of 4, so acme's 4 sandboxes leave initech none, while the
-// global limit of 5 leaves one for everybody else.
+// The cookbook/sandboxes of examples/charon.yaml, a bulkhead: acme and
+// initech share the trusted pool of 4, so acme's 4 sandboxes leave
+// initech none, while the global limit of 5 leaves one for everybody else.
 func Example() {
 	e, err := copies.New(&copies.Config{Resources: map[string]copies.Resource{
 		"cookbook/sandboxes": {

@@ -223,8 +223,8 @@ func (e *Engine) Close(ctx context.Context, now time.Time, id string) (Ended, er
 // shared Log, it bounds the Log's calls).
 //
 // Source: charon-paper.md, sections 3.1 (transfer: "released implicitly
-// after ttl seconds") and 4.3.1; the issue (a session ends when its ttl
-// passes without a keep-alive).
+// after ttl seconds") and 4.3.1; OpenSession in api/sluice/v1/limits.proto
+// (a session ends when its ttl passes without a keep-alive).
 func (e *Engine) Expire(ctx context.Context, now time.Time) []Ended {
 	ns := now.UnixNano()
 	e.mu.Lock()

@@ -25,8 +25,9 @@ func charon() *limits.Config {
 	}
 }
 
-// testdata/charon.yaml holds exactly the issue's rate-limited resources,
-// and each behaves as the issue says.
+// testdata/charon.yaml holds exactly the rate-limited resources of
+// examples/charon.yaml, and each behaves as that file's comments and
+// docs/charon.md say.
 func TestCharonExample(t *testing.T) {
 	got, err := decodeFile(t, readFile(t, "testdata/charon.yaml"))
 	if err != nil {

@@ -128,9 +128,9 @@ func FuzzQuotaServiceAllow(f *testing.F) {
 	})
 }
 
-// Allow on a burst-tier resource answers with the paper's context: the
-// issue's cookbook/tiers bursts into tier 2 on its fourth hit, and
-// cookbook/hard's hard limit cuts a bulk request.
+// Allow on a burst-tier resource answers with the paper's context:
+// examples/charon.yaml's cookbook/tiers bursts into tier 2 on its fourth
+// hit, and cookbook/hard's hard limit cuts a bulk request.
 func TestAllowBurstTiers(t *testing.T) {
 	repo, err := resources.Load("../../examples/charon.yaml")
 	if err != nil {
