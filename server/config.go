@@ -60,7 +60,7 @@ type Config struct {
 	Store Store
 	// Envoy configures Envoy's rate limit service: its algorithm, shadow
 	// mode, headers and answer on store errors (its Store, Now, Registry,
-	// Logger, Tiers and Authorizer are the server's).
+	// Logger and Tiers are the server's).
 	Envoy envoyrls.Options
 	// Admin configures the admin API at /admin/v1/ (and the quota
 	// service's at /api).

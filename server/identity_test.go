@@ -323,10 +323,12 @@ func TestIdentityPolicy(t *testing.T) {
 	if r, err := lim.Reserve(ctx, &v1.ReserveRequest{SessionId: sa, Resource: "cookbook/sandboxes", Domain: "acme", Copies: 1}); err != nil || r.GetGranted() != 1 {
 		t.Errorf("alice reserving cookbook/sandboxes: %v, %v", r, err)
 	}
+	_, err = lim.Reserve(ctx, &v1.ReserveRequest{SessionId: sa, Resource: "sandboxes", Domain: "acme", Copies: 1})
+	denied(t, "alice reserving sandboxes", err, `may not reserve copies of "sandboxes"`)
+	// An identity granted no reserve pattern opens no session.
 	bl := v1.NewLimitsClient(bobConn)
-	sb := open(t, bl)
-	_, err = bl.Reserve(ctx, &v1.ReserveRequest{SessionId: sb, Resource: "cookbook/sandboxes", Domain: "acme", Copies: 1})
-	denied(t, "bob reserving cookbook/sandboxes", err, `may not reserve copies of "cookbook/sandboxes"`)
+	_, err = bl.OpenSession(ctx, &v1.OpenSessionRequest{})
+	denied(t, "bob opening a session", err, `may not reserve copies of anything`)
 	// ratelimit: Envoy's domain
 	rl := func(conn *grpc.ClientConn, domain string) error {
 		_, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain,

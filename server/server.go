@@ -73,6 +73,7 @@ import (
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/envoyrls"
 	"github.com/sluice-rl/sluice/server/envoyrls/upstreamstats"
+	"github.com/sluice-rl/sluice/server/internal/authz"
 	"github.com/sluice-rl/sluice/server/internal/promreg"
 	"github.com/sluice-rl/sluice/server/internal/rpc"
 	"github.com/sluice-rl/sluice/server/internal/slogzap"
@@ -143,6 +144,8 @@ type Server struct {
 	// auth binds clients to their certificates' identities
 	// (Config.Listen.Identity; nil: off), for every service.
 	auth *identity.Authorizer
+	// authz authorizes every RPC (authzRules) on both transports.
+	authz *authz.Interceptor
 	// statsd sends Envoy's rate limit service's statistics under
 	// envoyproxy/ratelimit's names (Config.Runtime.Statsd; nil: off).
 	statsd *upstreamstats.Sink
@@ -239,6 +242,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := s.newServices(id); err != nil {
 		return nil, err
 	}
+	s.authz = s.newAuthz()
 	if err := s.newElection(); err != nil {
 		return nil, err
 	}
@@ -367,7 +371,7 @@ func (s *Server) newServices(id string) error {
 	s.capacity = capacity.New(capacity.Options{ID: id, Address: s.addr, Config: cfg.Document.Fixed, Now: s.now, Logger: s.log,
 		Registry: reg, Parent: cfg.Parent.Addresses, ParentTLS: s.tls.parent,
 		RequireConfig: cfg.Document.Path != "" && len(cfg.Parent.Addresses) == 0, NoPush: cfg.Leases.DisablePush,
-		Setting: cfg.Runtime.Setting, Election: s.describeElection(), Horizon: horizon, Authorizer: s.auth})
+		Setting: cfg.Runtime.Setting, Election: s.describeElection(), Horizon: horizon})
 	if err := reg.Err(); err != nil {
 		return fmt.Errorf("capacity: %w", err)
 	}
@@ -385,7 +389,7 @@ func (s *Server) newServices(id string) error {
 	}
 	// The budgets' counters live beside Envoy's in the shared store's
 	// Redis (s.shared.RLS), else in this process's memory.
-	s.limits, err = limitsvc.New(limitsvc.Options{Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Limits(), Store: s.shared.Limits, Budgets: s.shared.RLS, Authorizer: s.auth})
+	s.limits, err = limitsvc.New(limitsvc.Options{Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Limits(), Store: s.shared.Limits, Budgets: s.shared.RLS})
 	if err != nil {
 		return err
 	}
@@ -394,8 +398,7 @@ func (s *Server) newServices(id string) error {
 		log = s.shared.Copies
 	}
 	so := sessions.Options{Address: s.addr, Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Copies(),
-		Log: log, MaxSessions: cfg.Sessions.Max, Setting: cfg.Runtime.Setting, ForwardDialOptions: s.grpcClientTracing(),
-		Authorizer: s.auth}
+		Log: log, MaxSessions: cfg.Sessions.Max, Setting: cfg.Runtime.Setting, ForwardDialOptions: s.grpcClientTracing()}
 	if log != nil {
 		// The fleet sharing the copy log: the membership fences the
 		// engine until it has an epoch; requests for sessions homed on
@@ -418,7 +421,7 @@ func (s *Server) newServices(id string) error {
 		return err
 	}
 	eo := cfg.Envoy
-	eo.Now, eo.Logger, eo.Registry, eo.Store, eo.Tiers, eo.Authorizer = s.now, s.log, s.reg, rls.NewMemoryStore(), s.limits.Engine(), s.auth
+	eo.Now, eo.Logger, eo.Registry, eo.Store, eo.Tiers = s.now, s.log, s.reg, rls.NewMemoryStore(), s.limits.Engine()
 	if st := cfg.Runtime.Statsd; st.Address != "" || st.Prometheus {
 		sink, err := upstreamstats.New(upstreamstats.Options{Address: st.Address, Protocol: st.Protocol, FlushInterval: st.FlushInterval,
 			ExtraTags: st.ExtraTags, DogStatsd: st.DogStatsd, Prometheus: st.Prometheus, PrometheusMapper: st.PrometheusMapper, Logger: s.log})
@@ -847,15 +850,9 @@ func (s *Server) redisStatus() *status.RedisStatus {
 // enabled so gRPC clients can connect without TLS.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes), connect.WithInterceptors(s.rpc.interceptor())}
-	// The services' handlers, written in grpc-go's shape, served to Connect
-	// by package rpc's adapters.
-	mux.Handle(s.traced(doormanconnect.NewCapacityHandler(grpcconnect.Capacity{S: s.capacity}, opts...)))
-	mux.Handle(s.traced(sluicev1connect.NewLimitsHandler(rpc.LimitsConnect{L: s.limitsAPI()}, opts...)))
-	mux.Handle(s.traced(quotaserviceconnect.NewQuotaServiceHandler(rpc.QuotaService{S: s.limits.QuotaService()}, opts...)))
-	mux.Handle(s.traced(rpc.NewRateLimitServiceHandler(s.envoy, opts...)))
-	mux.Handle(s.traced(sluicev1connect.NewLeasesHandler(rpc.Leases{W: s.leases}, opts...)))
-	mux.Handle(s.traced(rpc.NewRateLimitQuotaServiceHandler(s.rlqs, opts...)))
+	for _, h := range s.connectHandlers() {
+		mux.Handle(s.traced(h.path, h.handler))
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	s.status.Register(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -867,6 +864,30 @@ func (s *Server) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux
+}
+
+// connectHandler is one service's Connect handler and its path
+// ("/doorman.Capacity/").
+type connectHandler struct {
+	path    string
+	handler http.Handler
+}
+
+// connectHandlers are every service's Connect handlers (gRPC, gRPC-Web
+// and JSON), with the RPC metrics and the authorization of every RPC: the
+// services' handlers, written in grpc-go's shape, served to Connect by
+// package rpc's adapters.
+func (s *Server) connectHandlers() []connectHandler {
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes), connect.WithInterceptors(s.rpc.interceptor(), s.authz.Connect())}
+	var hs []connectHandler
+	add := func(path string, h http.Handler) { hs = append(hs, connectHandler{path, h}) }
+	add(doormanconnect.NewCapacityHandler(grpcconnect.Capacity{S: s.capacity}, opts...))
+	add(sluicev1connect.NewLimitsHandler(rpc.LimitsConnect{L: s.limitsAPI()}, opts...))
+	add(quotaserviceconnect.NewQuotaServiceHandler(rpc.QuotaService{S: s.limits.QuotaService()}, opts...))
+	add(rpc.NewRateLimitServiceHandler(s.envoy, opts...))
+	add(sluicev1connect.NewLeasesHandler(rpc.Leases{W: s.leases}, opts...))
+	add(rpc.NewRateLimitQuotaServiceHandler(s.rlqs, opts...))
+	return hs
 }
 
 // limitsAPI is sluice.v1.Limits: Allow from the limits service, the

@@ -10,13 +10,17 @@
 // it on every request; a nil *Authorizer (identities off) answers every
 // question with nil at the cost of a nil check.
 //
-// Example, in a handler:
+// The server asks it in one place, its authorization interceptors
+// (package server/internal/authz), from one table of the RPCs; the
+// refusals are this package's *Refusal, which the transport's edge turns
+// into gRPC or Connect codes. Example:
 //
-//	if _, err := s.auth.Client(ctx, "client_id", req.GetClientId()); err != nil {
-//		return nil, err // PermissionDenied naming both ids
+//	who, err := a.Caller(ctx)
+//	if err == nil {
+//		err = a.CheckClient(who, "client_id", req.GetClientId()) // claimed id not the caller's
 //	}
-//	if err := s.auth.Use(ctx, identity.Lease, resource); err != nil {
-//		return nil, err // PermissionDenied: the policy file refuses it
+//	if err == nil {
+//		err = a.UseAs(who, identity.Lease, resource) // the policy file refuses it
 //	}
 //
 // Source: docs/identity.md (client identities bound to certificates);
@@ -30,9 +34,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/sluice-rl/sluice/internal/names"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
@@ -140,12 +141,31 @@ type Options struct {
 	Setting func(path string) string
 }
 
+// Refusal is the error of a request the Authorizer refuses: the client
+// presented no certificate (Unauthenticated), or its identity may not do
+// what it asked. Msg names the identity, what it asked and the setting or
+// file that decides it. The server's edge maps it to a status code
+// (gRPC's and Connect's Unauthenticated or PermissionDenied).
+type Refusal struct {
+	// Unauthenticated: no client certificate; else the identity is known
+	// and refused (permission denied).
+	Unauthenticated bool
+	// Msg is the message for the client.
+	Msg string
+}
+
+func (r *Refusal) Error() string { return r.Msg }
+
+// denied returns a *Refusal of a known identity with the formatted message.
+func denied(format string, args ...any) error {
+	return &Refusal{Msg: fmt.Sprintf(format, args...)}
+}
+
 // Authorizer answers, for each request, who the client is (the identity
 // its certificate names), whether the ids it claims are its own, and
 // whether the policy lets it use a resource. A nil *Authorizer
 // (identities off) allows everything. Its methods are safe for concurrent
-// use; every refusal is a gRPC status error, PermissionDenied (a client
-// without a certificate: Unauthenticated).
+// use; every refusal is a *Refusal.
 type Authorizer struct {
 	o Options
 }
@@ -163,31 +183,27 @@ func (a *Authorizer) policy() *Policy {
 
 // Caller returns the identity of the client of ctx's request (the leaf
 // certificate its TLS connection presented: tlsutil.PeerCertificates, on
-// either transport). A nil a returns "" and nil. Errors: Unauthenticated
-// when the connection presented no certificate, PermissionDenied when the
-// certificate names no identity (Of's error).
+// either transport). A nil a returns "" and nil. Errors (*Refusal):
+// Unauthenticated when the connection presented no certificate, denied
+// when the certificate names no identity (Of's error).
 func (a *Authorizer) Caller(ctx context.Context) (string, error) {
 	if a == nil {
 		return "", nil
 	}
 	certs := tlsutil.PeerCertificates(ctx)
 	if len(certs) == 0 {
-		return "", status.Errorf(codes.Unauthenticated, "no client certificate: this server takes each client's identity from its certificate (%s cert)", a.setting("Listen.Identity.Source"))
+		return "", &Refusal{Unauthenticated: true, Msg: fmt.Sprintf("no client certificate: this server takes each client's identity from its certificate (%s cert)", a.setting("Listen.Identity.Source"))}
 	}
 	id, err := Of(certs[0])
 	if err != nil {
-		return "", status.Error(codes.PermissionDenied, err.Error())
+		return "", &Refusal{Msg: err.Error()}
 	}
 	return id, nil
 }
 
-// Client checks that id, the client id a request claims in field
-// ("client_id", "server_id", "holder_id"), is the caller's identity or
-// the identity, "/" and a suffix (processes sharing a certificate); with
-// a policy, not an id under a longer identity the policy names (that
-// identity's own). It returns the caller's identity. A nil a returns ""
-// and nil. Errors: Caller's; PermissionDenied naming both the claimed id
-// and the identity.
+// Client checks that id, the client id a request claims in field, is the
+// caller's (CheckClient). It returns the caller's identity. A nil a
+// returns "" and nil. Errors: Caller's, CheckClient's.
 func (a *Authorizer) Client(ctx context.Context, field, id string) (string, error) {
 	if a == nil {
 		return "", nil
@@ -196,17 +212,30 @@ func (a *Authorizer) Client(ctx context.Context, field, id string) (string, erro
 	if err != nil {
 		return "", err
 	}
+	return who, a.CheckClient(who, field, id)
+}
+
+// CheckClient checks that id, the client id a request claims in field
+// ("client_id", "server_id", "holder_id"), is identity who's: who itself
+// or who, "/" and a suffix (processes sharing a certificate); with a
+// policy, not an id under a longer identity the policy names (that
+// identity's own). A nil a returns nil. Errors: a *Refusal naming both
+// the claimed id and the identity.
+func (a *Authorizer) CheckClient(who, field, id string) error {
+	if a == nil {
+		return nil
+	}
 	if !Owns(who, id) {
-		return who, status.Errorf(codes.PermissionDenied, "%s %q is not this client's: its certificate names identity %q (%s cert); use %q, or %q and a suffix",
+		return denied("%s %q is not this client's: its certificate names identity %q (%s cert); use %q, or %q and a suffix",
 			field, id, who, a.setting("Listen.Identity.Source"), who, who+"/")
 	}
 	if p := a.policy(); p != nil {
 		if other := p.longerOwner(who, id); other != "" {
-			return who, status.Errorf(codes.PermissionDenied, "%s %q belongs to identity %q, which the policy file names, not to this client's identity %q",
+			return denied("%s %q belongs to identity %q, which the policy file names, not to this client's identity %q",
 				field, id, other, who)
 		}
 	}
-	return who, nil
+	return nil
 }
 
 // Owns reports whether identity may use id as its client id: id is
@@ -217,9 +246,8 @@ func Owns(identity, id string) bool {
 }
 
 // Use checks that the policy in force lets the caller use resource
-// through api (a nil a, or no policy: it does). Errors: Caller's;
-// PermissionDenied naming the identity, what it asked and the policy
-// file.
+// through api (a nil a, or no policy: it does). Errors: Caller's; a
+// *Refusal naming the identity, what it asked and the policy file.
 func (a *Authorizer) Use(ctx context.Context, api API, resource string) error {
 	if a == nil {
 		return nil
@@ -252,17 +280,34 @@ func (a *Authorizer) allowed(p *Policy, who string, api API, resource string) er
 	if p.Allows(who, api, resource) {
 		return nil
 	}
-	return status.Errorf(codes.PermissionDenied, "identity %q may not %s %q: the policy file %s (%s) grants it no %s pattern matching it",
+	return denied("identity %q may not %s %q: the policy file %s (%s) grants it no %s pattern matching it",
 		who, verbs[api], resource, p.Path(), a.setting("Listen.Identity.PolicyPath"), api)
+}
+
+// UsesAny checks that the policy in force grants identity who at least one
+// pattern for api (a nil a, or no policy: it does): the check of an RPC
+// that names no resource of its own but serves only clients of api (a
+// session's RPCs: reserve; a lease stream: lease). Errors: a *Refusal
+// naming the identity, the API and the policy file.
+func (a *Authorizer) UsesAny(who string, api API) error {
+	if a == nil {
+		return nil
+	}
+	p := a.policy()
+	if p == nil || p.GrantsAny(who, api) {
+		return nil
+	}
+	return denied("identity %q may not %s anything: the policy file %s (%s) grants it no %s pattern",
+		who, verbs[api], p.Path(), a.setting("Listen.Identity.PolicyPath"), api)
 }
 
 // Forwarded returns the identity a session request acts for: claimed,
 // the identity a fleet server forwarding the request says its client has,
 // when the caller is a fleet server (Options.Fleet or the policy's
 // fleet); the caller's own identity when claimed is "" (a request not
-// forwarded). A nil a returns "" and nil. Errors: Caller's;
-// PermissionDenied when a caller that is no fleet server claims to act
-// for another identity.
+// forwarded). A nil a returns "" and nil. Errors: Caller's; a *Refusal
+// when a caller that is no fleet server claims to act for another
+// identity.
 func (a *Authorizer) Forwarded(ctx context.Context, claimed string) (string, error) {
 	if a == nil {
 		return "", nil
@@ -272,7 +317,7 @@ func (a *Authorizer) Forwarded(ctx context.Context, claimed string) (string, err
 		return who, err
 	}
 	if !a.isFleet(who) {
-		return "", status.Errorf(codes.PermissionDenied, "identity %q forwarded a request for identity %q, but is not a server of this fleet (the policy file's fleet, or this server's own certificate)", who, claimed)
+		return "", denied("identity %q forwarded a request for identity %q, but is not a server of this fleet (the policy file's fleet, or this server's own certificate)", who, claimed)
 	}
 	return claimed, nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,7 +15,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 )
 
 func cert(cn string, uris ...string) *x509.Certificate {
@@ -201,7 +201,19 @@ func TestAuthorizer(t *testing.T) {
 			return map[string]string{"Listen.Identity.Source": "--client-identity"}[path]
 		}})
 	alice := withPeer(cert("alice"))
-	code := func(err error) codes.Code { return status.Code(err) }
+	// The codes the server's edge gives a *Refusal (server/internal/authz).
+	code := func(err error) codes.Code {
+		var r *Refusal
+		switch {
+		case err == nil:
+			return codes.OK
+		case !errors.As(err, &r):
+			return codes.Unknown
+		case r.Unauthenticated:
+			return codes.Unauthenticated
+		}
+		return codes.PermissionDenied
+	}
 
 	if who, err := a.Client(alice, "client_id", "alice/worker-1"); who != "alice" || err != nil {
 		t.Errorf("alice as alice/worker-1: %q, %v", who, err)
@@ -219,6 +231,12 @@ func TestAuthorizer(t *testing.T) {
 	}
 	if err := a.Use(alice, Reserve, "sandboxes"); code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `identity "alice" may not reserve copies of "sandboxes"`) {
 		t.Errorf("alice reserving: %v, want PermissionDenied", err)
+	}
+	if err := a.UsesAny("alice", Lease); err != nil {
+		t.Errorf("alice leasing anything: %v", err)
+	}
+	if err := a.UsesAny("alice", Reserve); code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `identity "alice" may not reserve copies of anything`) {
+		t.Errorf("alice reserving anything: %v, want PermissionDenied", err)
 	}
 	if _, err := a.Caller(withPeer(nil)); code(err) != codes.Unauthenticated {
 		t.Errorf("no certificate: %v, want Unauthenticated", err)

@@ -231,6 +231,16 @@ func (p *Policy) Allows(identity string, api API, resource string) bool {
 	return false
 }
 
+// GrantsAny reports whether identity has at least one pattern for api
+// (its entry's, else the default entry's): whether it may use api at all.
+func (p *Policy) GrantsAny(identity string, api API) bool {
+	g := p.identities[identity]
+	if g == nil {
+		g = p.def
+	}
+	return g != nil && api >= 0 && api < numAPIs && len(g[api]) > 0
+}
+
 // fleet reports whether identity is one of the fleet's servers.
 func (p *Policy) fleet(identity string) bool {
 	for _, pat := range p.fleetOf {

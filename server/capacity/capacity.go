@@ -36,7 +36,6 @@ import (
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/hooks"
-	"github.com/sluice-rl/sluice/internal/identity"
 	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/resources"
@@ -126,14 +125,6 @@ type Options struct {
 	// Hooks are the simulator's and the tests' knobs. Its type is
 	// internal: only Sluice's own packages can set it; nil means none.
 	Hooks *hooks.Server
-	// Authorizer, when set, binds client ids to the identities of the
-	// clients' certificates: GetCapacity's and ReleaseCapacity's
-	// client_id, GetServerCapacity's server_id and sluice.v1.Leases'
-	// holder_id must be the caller's identity or the identity, "/" and a
-	// suffix (else PermissionDenied naming both), and the policy must
-	// grant it lease on every resource it asks for (else
-	// PermissionDenied). nil: ids are whatever clients say.
-	Authorizer *identity.Authorizer
 }
 
 // Service is Doorman's capacity service. It is safe for concurrent use: a

@@ -13,7 +13,6 @@ import (
 
 	"github.com/sluice-rl/sluice/algorithm"
 	pb "github.com/sluice-rl/sluice/api/doorman"
-	"github.com/sluice-rl/sluice/internal/identity"
 	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/lease"
 )
@@ -44,9 +43,9 @@ func (s *Service) Discovery(ctx context.Context, _ *pb.DiscoveryRequest) (*pb.Di
 }
 
 // GetCapacity implements doorman.Capacity/GetCapacity: a bulk request for
-// capacity from one client. With identities (Options.Authorizer), a
-// client_id not the caller's, or a resource the policy does not let it
-// lease, is PermissionDenied.
+// capacity from one client. (With client identities, the server's
+// authorization has checked the client_id and the resources before:
+// docs/identity.md.)
 //
 // Source: doorman-design.md, "Processing the GetCapacity RPC".
 func (s *Service) GetCapacity(ctx context.Context, req *pb.GetCapacityRequest) (*pb.GetCapacityResponse, error) {
@@ -67,9 +66,6 @@ func (s *Service) GetCapacityPaced(ctx context.Context, req *pb.GetCapacityReque
 func (s *Service) getCapacity(ctx context.Context, req *pb.GetCapacityRequest, paced bool) (*pb.GetCapacityResponse, error) {
 	if err := ValidateGetCapacity(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if err := s.authorize(ctx, "client_id", req.GetClientId(), resourceIDs(s, req.GetResource())); err != nil {
-		return nil, err
 	}
 	if m := s.mastership(); m != nil {
 		return &pb.GetCapacityResponse{Mastership: m}, nil
@@ -116,9 +112,6 @@ func (s *Service) getCapacity(ctx context.Context, req *pb.GetCapacityRequest, p
 func (s *Service) GetServerCapacity(ctx context.Context, req *pb.GetServerCapacityRequest) (*pb.GetServerCapacityResponse, error) {
 	if err := ValidateGetServerCapacity(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if err := s.authorize(ctx, "server_id", req.GetServerId(), resourceIDs(s, req.GetResource())); err != nil {
-		return nil, err
 	}
 	if m := s.mastership(); m != nil {
 		return &pb.GetServerCapacityResponse{Mastership: m}, nil
@@ -185,48 +178,6 @@ func annotate(ctx context.Context, ids []string, granted bool) {
 	span.SetAttributes(tracing.ResourceKey.StringSlice(ids), tracing.DecisionKey.String(decision), tracing.DegradedKey.Bool(false))
 }
 
-// authorize checks, with Options.Authorizer, that id (in field) is the
-// caller's and that the policy grants it lease on each of the request's
-// resources (ids: the request's resource list).
-func (s *Service) authorize(ctx context.Context, field, id string, ids []string) error {
-	a := s.opts.Authorizer
-	if a == nil {
-		return nil
-	}
-	who, err := a.Client(ctx, field, id)
-	if err != nil {
-		return err
-	}
-	for _, r := range ids {
-		if err := a.UseAs(who, identity.Lease, r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// resourceIDs returns the resource ids of a request's resources, with
-// identities on (nil without: nothing to check).
-func resourceIDs[R interface{ GetResourceId() string }](s *Service, rs []R) []string {
-	if s.opts.Authorizer == nil {
-		return nil
-	}
-	ids := make([]string, len(rs))
-	for i, r := range rs {
-		ids[i] = r.GetResourceId()
-	}
-	return ids
-}
-
-// CheckHolder checks, with Options.Authorizer, that holder (a client or
-// server id, sluice.v1.Leases' holder_id) is the caller's identity or
-// under it: PermissionDenied naming both otherwise. nil without an
-// Authorizer.
-func (s *Service) CheckHolder(ctx context.Context, holder string) error {
-	_, err := s.opts.Authorizer.Client(ctx, "holder_id", holder)
-	return err
-}
-
 // previousExpiry returns g.PreviousExpiry for the wire, or nil when it is
 // not known (learning mode) or under Doorman's allocation.
 func previousExpiry(g lease.Grant, doorman bool) *int64 {
@@ -237,14 +188,10 @@ func previousExpiry(g lease.Grant, doorman bool) *int64 {
 }
 
 // ReleaseCapacity implements doorman.Capacity/ReleaseCapacity: it drops
-// the client's leases on the listed resources (with identities, only the
-// caller's own: PermissionDenied for another's client_id).
+// the client's leases on the listed resources.
 func (s *Service) ReleaseCapacity(ctx context.Context, req *pb.ReleaseCapacityRequest) (*pb.ReleaseCapacityResponse, error) {
 	if err := ValidateReleaseCapacity(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if _, err := s.opts.Authorizer.Client(ctx, "client_id", req.GetClientId()); err != nil {
-		return nil, err
 	}
 	if m := s.mastership(); m != nil {
 		return &pb.ReleaseCapacityResponse{Mastership: m}, nil

@@ -46,7 +46,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/sluice-rl/sluice/internal/identity"
 	"github.com/sluice-rl/sluice/internal/names"
 	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/internal/tracing"
@@ -123,10 +122,6 @@ type Options struct {
 	Registry prometheus.Registerer
 	// Logger logs store errors (nil: slog.Default()).
 	Logger *slog.Logger
-	// Authorizer, when set, lets a caller (Envoy, by its certificate's
-	// identity) ask only for the domains the identity policy grants it
-	// ratelimit for: PermissionDenied otherwise. nil: any caller may.
-	Authorizer *identity.Authorizer
 	// Stats, when set, receives envoyproxy/ratelimit's statistics of
 	// every call, on the call's goroutine (StatsSink's rules):
 	// server/envoyrls/upstreamstats emits them over statsd by upstream's
@@ -256,9 +251,7 @@ type descriptor struct {
 // InvalidArgument naming the field for an empty domain, no descriptors, a
 // descriptor with no entries, an entry with an empty key, more than
 // MaxDescriptors or MaxEntries, a name longer than MaxNameBytes, or an
-// override with no unit (nothing is counted); PermissionDenied for a
-// domain the identity policy does not grant the caller (Options.Authorizer,
-// nothing counted); Unavailable when the store
+// override with no unit (nothing is counted); Unavailable when the store
 // fails and OnStoreError is FailClosed; the context's error when the
 // request's context ends.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (_ *rlsv3.RateLimitResponse, err error) {
@@ -269,9 +262,6 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	if err := validate(req); err != nil {
 		s.metrics.invalid.Inc()
-		return nil, err
-	}
-	if err := s.opts.Authorizer.Use(ctx, identity.RateLimit, req.Domain); err != nil {
 		return nil, err
 	}
 	cfg := s.cfg.Load()

@@ -45,8 +45,8 @@ type TierResetter interface {
 // name longer than MaxNameBytes (ShouldRateLimit's bounds); an error
 // wrapping ErrNoRule, naming the descriptor, when it matches no rule
 // with a limit; the store's or the limits engine's error (wrapping
-// ctx.Err() when ctx ended). Options.Authorizer is not consulted: the
-// caller (the admin API) authenticates its own. Safe for concurrent use.
+// ctx.Err() when ctx ended). No client identity is consulted: the caller
+// (the admin API) authenticates its own. Safe for concurrent use.
 //
 // Source: envoyproxy/ratelimit issue #191 (reset one key); gubernator's
 // Behavior RESET_REMAINING.

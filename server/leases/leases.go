@@ -48,19 +48,14 @@ func (s *Service) Watch(req *v1.WatchRequest, stream grpc.ServerStreamingServer[
 
 // Stream serves one Watch on any transport, sending each message with
 // send, until ctx ends (nil) or the watch ends: the holder id is invalid
-// (InvalidArgument) or, with identities, not the caller's
-// (PermissionDenied: capacity.Service.CheckHolder), the server is not the
-// master or pushes no leases (FailedPrecondition), it lost mastership,
-// another Watch for the holder
+// (InvalidArgument), the server is not the master or pushes no leases
+// (FailedPrecondition), it lost mastership, another Watch for the holder
 // replaced this one, or the holder fell Buffer leases behind
 // (Unavailable); or send failed (its error).
 func (s *Service) Stream(ctx context.Context, req *v1.WatchRequest, send func(*v1.WatchResponse) error) error {
 	holder := req.GetHolderId()
 	if err := capacity.CheckID("holder_id", holder); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
-	}
-	if err := s.c.CheckHolder(ctx, holder); err != nil {
-		return err
 	}
 	leases := make(chan *v1.PushedLease, Buffer)
 	ended := make(chan struct{})

@@ -26,7 +26,6 @@ import (
 
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
-	"github.com/sluice-rl/sluice/internal/identity"
 	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limits"
@@ -54,10 +53,6 @@ type Options struct {
 	// process's alone). With a shared Store, the same Redis's
 	// (limits/redis.NewRLS).
 	Budgets rls.Store
-	// Authorizer, when set, lets a client Allow only on the resources
-	// (quota service: namespaces) the policy grants its identity allow
-	// for: PermissionDenied otherwise, on both APIs. nil: any client may.
-	Authorizer *identity.Authorizer
 }
 
 // Service serves sluice.v1.Limits/Allow and quotaservice.QuotaService/Allow
@@ -162,16 +157,11 @@ func (s *Service) reap(ctx context.Context) {
 
 // Allow decides one request for tokens. Over-limit answers are statuses in
 // the response; an invalid request is InvalidArgument naming the field; a
-// resource the identity policy does not grant the caller is
-// PermissionDenied (Options.Authorizer); a
 // failed store is Unavailable, or, for a resource configured
 // on_store_error: open, OK with degraded set; a request whose context
 // ended first (the caller's deadline or cancellation, which reaches the
 // store) is DeadlineExceeded or Canceled.
 func (s *Service) Allow(ctx context.Context, req *v1.AllowRequest) (*v1.AllowResponse, error) {
-	if err := s.opts.Authorizer.Use(ctx, identity.Allow, req.GetResource()); err != nil {
-		return nil, err
-	}
 	r := limits.Request{Resource: req.GetResource(), Domain: req.GetDomain(), Tokens: req.GetTokens(), MinTokens: req.GetMinTokens()}
 	if mw := req.GetMaxWait(); mw != nil {
 		if err := mw.CheckValid(); err != nil {
@@ -248,8 +238,9 @@ type QuotaService struct {
 
 // Allow decides one request as Square's quota service does: every answer,
 // invalid requests included (REJECTED_INVALID_REQUEST), is a status in a
-// normal response, never an RPC error, but for a namespace the identity
-// policy refuses the caller (PermissionDenied, Options.Authorizer). tokens_requested 0 means 1 (proto3
+// normal response, never an RPC error (a namespace the identity policy
+// refuses the caller is refused before, by the server's authorization:
+// PermissionDenied). tokens_requested 0 means 1 (proto3
 // cannot tell it from absent); max_wait_millis_override applies only with
 // max_wait_time_override, and never beyond the bucket's own maximum wait;
 // wait_millis is rounded up, so a caller that waits it never uses its
@@ -258,9 +249,6 @@ type QuotaService struct {
 //
 // Source: quotaservice-wire.md, "Service quotaservice.QuotaService".
 func (a QuotaService) Allow(ctx context.Context, req *qs.AllowRequest) (*qs.AllowResponse, error) {
-	if err := a.s.opts.Authorizer.Use(ctx, identity.Allow, req.GetNamespace()); err != nil {
-		return nil, err // authorization is the transport's, not a quota answer
-	}
 	r := limits.Request{Resource: req.GetNamespace(), Domain: req.GetBucketName(), Tokens: req.GetTokensRequested()}
 	if req.GetMaxWaitTimeOverride() {
 		ms := req.GetMaxWaitMillisOverride()

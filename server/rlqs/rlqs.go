@@ -64,10 +64,12 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/internal/demand"
 	"github.com/sluice-rl/sluice/internal/identity"
 	"github.com/sluice-rl/sluice/internal/names"
 	"github.com/sluice-rl/sluice/server/capacity"
+	"github.com/sluice-rl/sluice/server/internal/authz"
 	"github.com/sluice-rl/sluice/server/rlqs/quota"
 )
 
@@ -112,10 +114,13 @@ type Options struct {
 	Logger   *slog.Logger          `json:"-"`
 	Registry prometheus.Registerer `json:"-"`
 	// Authorizer, when set (sluice server --client-identity cert), makes
-	// each stream the client of its certificate's identity: its capacity
-	// client id is "IDENTITY/rlqs/N" rather than "rlqs/PEER/N", so that
-	// the capacity service's id check and the policy's lease grants apply
-	// to its buckets (docs/identity.md). nil: identities are off.
+	// each stream the client of its caller's identity (authz.Who, which
+	// the server's authorization put on the stream's context): its
+	// capacity client id is "IDENTITY/rlqs/N" rather than "rlqs/PEER/N",
+	// and the policy's lease grants apply to its buckets' resources, each
+	// checked before it is first leased (a bucket the policy does not
+	// grant ends the stream with PermissionDenied; docs/identity.md).
+	// nil: identities are off.
 	Authorizer *identity.Authorizer `json:"-"`
 }
 
@@ -216,14 +221,13 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 	if len(client) > capacity.MaxIDLength {
 		client = client[len(client)-capacity.MaxIDLength:]
 	}
+	var leaser quota.Leaser = s.c
 	if s.opts.Authorizer != nil {
-		who, err := s.opts.Authorizer.Caller(ctx)
-		if err != nil {
-			return err
-		}
+		who := authz.Who(ctx)
 		client = fmt.Sprintf("%s/rlqs/%d", who, n)
+		leaser = grantedLeaser{Leaser: s.c, auth: s.opts.Authorizer, who: who}
 	}
-	ss := &stream{client: client, peer: peer, Session: quota.New(client, s.c, quota.Options{
+	ss := &stream{client: client, peer: peer, Session: quota.New(client, leaser, quota.Options{
 		DenyUnconfigured: s.opts.Unconfigured == DenyAll, UnconfiguredTTL: s.opts.UnconfiguredTTL, Smoothing: s.opts.Smoothing,
 		Values: ctx,
 	}, quota.Discard)}
@@ -416,4 +420,22 @@ func (s *Service) Streams() []StreamStatus {
 	}
 	slices.SortFunc(out, func(a, b StreamStatus) int { return strings.Compare(a.Client, b.Client) })
 	return out
+}
+
+// grantedLeaser is the capacity service as a stream of identity who sees
+// it: each resource a request asks for must be granted lease by the
+// policy (a *identity.Refusal, as PermissionDenied, otherwise).
+type grantedLeaser struct {
+	quota.Leaser
+	auth *identity.Authorizer
+	who  string
+}
+
+func (g grantedLeaser) GetCapacityPaced(ctx context.Context, req *pb.GetCapacityRequest) (*pb.GetCapacityResponse, error) {
+	for _, r := range req.GetResource() {
+		if err := g.auth.UseAs(g.who, identity.Lease, r.GetResourceId()); err != nil {
+			return nil, authz.GRPCStatus(err)
+		}
+	}
+	return g.Leaser.GetCapacityPaced(ctx, req)
 }

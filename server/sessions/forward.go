@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/server/internal/authz"
 )
 
 // Sessions of a fleet (copy-limited resources shared on Redis) live in the
@@ -25,10 +26,12 @@ import (
 // client's stream, so a broken client stream still ends its sessions on
 // their home.
 //
-// With identities (Options.Authorizer), a session belongs to the identity
-// that opened it, which its home records (copies.Engine.OpenOwned) and
-// checks on every request for it: a forwarding server says whose request
-// it forwards (identityKey, the identity its client's certificate names),
+// With identities, a session belongs to the identity that opened it,
+// which its home records (copies.Engine.OpenOwned) and the server's
+// authorization checks on every request for it (package
+// server/internal/authz, from Service.Owner): a forwarding server says
+// whose request it forwards (authz.ForwardedIdentityKey, the identity its
+// client's certificate names),
 // and the home believes it only from a caller whose own certificate names
 // a fleet server (identity.Authorizer.Forwarded); from anyone else the
 // request is refused.
@@ -49,11 +52,6 @@ type SessionRouter interface {
 
 // forwardedKey marks a forwarded request (gRPC metadata).
 const forwardedKey = "sluice-forwarded"
-
-// identityKey carries, on a forwarded request, the identity of the client
-// the forwarding server acts for (with identities on: Options.Authorizer),
-// which the home believes only from a fleet server.
-const identityKey = "sluice-forwarded-identity"
 
 // router forwards requests to sessions' homes.
 type router struct {
@@ -100,15 +98,11 @@ func (s *Service) home(ctx context.Context, id string) (v1.LimitsClient, string,
 		return nil, "", nil, nil
 	}
 	kv := []string{forwardedKey, s.opts.Address}
-	if s.opts.Authorizer != nil {
+	if who := authz.Who(ctx); who != "" {
 		// The home checks that the session is the client's: it trusts the
 		// identity said here because this server's own certificate is a
 		// fleet server's (identity.Authorizer.Forwarded).
-		who, err := s.caller(ctx)
-		if err != nil {
-			return nil, "", nil, err
-		}
-		kv = append(kv, identityKey, who)
+		kv = append(kv, authz.ForwardedIdentityKey, who)
 	}
 	c, err := rt.client(addr)
 	if err != nil {

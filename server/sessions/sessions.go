@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,15 +23,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
-	"github.com/sluice-rl/sluice/internal/identity"
 	"github.com/sluice-rl/sluice/internal/names"
 	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limits/copies"
+	"github.com/sluice-rl/sluice/server/internal/authz"
 )
 
 // Options configures a Service.
@@ -85,13 +83,6 @@ type Options struct {
 	// sessions' homes (the server's tracing: a forwarded request
 	// continues the request's trace); nil: none.
 	ForwardDialOptions []grpc.DialOption
-	// Authorizer, when set, binds sessions to the identities of their
-	// clients' certificates: a session belongs to the identity that opened
-	// it, and a request of another identity for it (KeepAlive, Reserve,
-	// Release, Transfer, Seize, CloseSession) is PermissionDenied; Reserve
-	// also needs the policy's reserve grant for the resource. nil: any
-	// client that knows a session's id may use it.
-	Authorizer *identity.Authorizer
 }
 
 // Service serves the copy-limited RPCs of sluice.v1.Limits. It is safe
@@ -327,10 +318,7 @@ func (s *Service) OpenSession(ctx context.Context, req *v1.OpenSessionRequest) (
 	if err != nil {
 		return nil, err
 	}
-	owner, err := s.caller(ctx)
-	if err != nil {
-		return nil, err
-	}
+	owner := authz.Who(ctx)
 	if n := s.maxSessions(); n > 0 {
 		// Only opens add sessions: serializing them makes the check and
 		// the open one step, while sessions that end only free slots.
@@ -354,9 +342,6 @@ func (s *Service) OpenSession(ctx context.Context, req *v1.OpenSessionRequest) (
 func (s *Service) CloseSession(ctx context.Context, req *v1.CloseSessionRequest) (*v1.CloseSessionResponse, error) {
 	if resp, done, err := forward(s, ctx, req.GetSessionId(), req, v1.LimitsClient.CloseSession); done {
 		return resp, err
-	}
-	if _, err := s.own(ctx, req.GetSessionId()); err != nil {
-		return nil, err
 	}
 	if _, err := s.copies.Close(ctx, s.now(), req.GetSessionId()); err != nil {
 		return nil, copiesError(err)
@@ -406,9 +391,6 @@ func (s *Service) KeepAliveStream(ctx context.Context, recv func() (*v1.KeepAliv
 			}
 			continue
 		}
-		if _, err := s.own(ctx, req.GetSessionId()); err != nil {
-			return err
-		}
 		sess, err := s.copies.KeepAlive(s.now(), req.GetSessionId())
 		if err != nil {
 			return copiesError(err)
@@ -429,13 +411,6 @@ func (s *Service) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.Rese
 		return resp, err
 	}
 	if _, err := duration("max_wait", req.GetMaxWait()); err != nil {
-		return nil, err
-	}
-	who, err := s.own(ctx, req.GetSessionId())
-	if err != nil {
-		return nil, err
-	}
-	if err := s.opts.Authorizer.UseAs(who, identity.Reserve, req.GetResource()); err != nil {
 		return nil, err
 	}
 	n, lo := req.GetCopies(), req.GetMinCopies()
@@ -477,9 +452,6 @@ func (s *Service) Release(ctx context.Context, req *v1.ReleaseRequest) (*v1.Rele
 	if resp, done, err := forward(s, ctx, req.GetSessionId(), req, v1.LimitsClient.Release); done {
 		return resp, err
 	}
-	if _, err := s.own(ctx, req.GetSessionId()); err != nil {
-		return nil, err
-	}
 	if err := s.copies.Release(ctx, s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups()); err != nil {
 		return nil, copiesError(err)
 	}
@@ -495,9 +467,6 @@ func (s *Service) Transfer(ctx context.Context, req *v1.TransferRequest) (*v1.Tr
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.own(ctx, req.GetSessionId()); err != nil {
-		return nil, err
-	}
 	st, err := s.copies.Transfer(ctx, s.now(), req.GetSessionId(), req.GetResource(), req.GetDomain(), req.GetCopies(), req.GetGroups(), ttl)
 	if err != nil {
 		return nil, copiesError(err)
@@ -510,9 +479,6 @@ func (s *Service) Seize(ctx context.Context, req *v1.SeizeRequest) (*v1.SeizeRes
 	if resp, done, err := forward(s, ctx, req.GetSessionId(), req, v1.LimitsClient.Seize); done {
 		return resp, err
 	}
-	if _, err := s.own(ctx, req.GetSessionId()); err != nil {
-		return nil, err
-	}
 	sz, err := s.copies.Seize(ctx, s.now(), req.GetSessionId(), req.GetTransferId())
 	if err != nil {
 		return nil, copiesError(err)
@@ -520,54 +486,11 @@ func (s *Service) Seize(ctx context.Context, req *v1.SeizeRequest) (*v1.SeizeRes
 	return &v1.SeizeResponse{Resource: sz.Resource, Domain: sz.Domain, Groups: sz.Groups, Copies: sz.Copies}, nil
 }
 
-// caller returns the identity a session request acts for: the client's
-// (its certificate's), or, on a request a fleet server forwarded, the
-// identity that server says its client has (identityKey; believed only
-// from a fleet server: identity.Authorizer.Forwarded). "" without an
-// Authorizer.
-func (s *Service) caller(ctx context.Context) (string, error) {
-	a := s.opts.Authorizer
-	if a == nil {
-		return "", nil
-	}
-	var claimed string
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(identityKey); len(v) > 0 {
-			claimed = v[0]
-		}
-	}
-	return a.Forwarded(ctx, claimed)
-}
-
-// own returns the caller's identity (caller) after checking that session
-// id, if it is open here, is the caller's: PermissionDenied if another
-// identity opened it. A session not open here is left to the engine's
-// answer (NotFound). Without an Authorizer it checks nothing.
-func (s *Service) own(ctx context.Context, id string) (string, error) {
-	if s.opts.Authorizer == nil {
-		return "", nil
-	}
-	who, err := s.caller(ctx)
-	if err != nil {
-		return "", err
-	}
-	if owner, ok := s.copies.Owner(id); ok && owner != who {
-		return "", status.Errorf(codes.PermissionDenied, "session_id: session %s belongs to the identity that opened it; identity %q may not use, transfer or close it", shortID(id), who)
-	}
-	return who, nil
-}
-
-// shortID returns a session id's first 8 characters after its epoch, for
-// messages: enough to tell sessions apart, not enough to use one.
-func shortID(id string) string {
-	if _, rest, ok := strings.Cut(id, "-"); ok {
-		id = rest
-	}
-	if len(id) > 8 {
-		return id[:8] + "…"
-	}
-	return id
-}
+// Owner returns the identity that opened session id if it is open on
+// this server ("" when identities were off), for the server's
+// authorization (a session belongs to the identity that opened it:
+// docs/identity.md). Safe for concurrent use.
+func (s *Service) Owner(id string) (string, bool) { return s.copies.Owner(id) }
 
 // namesOf is a set of resource names, replaced whole on reconfiguration.
 type namesOf = atomic.Pointer[map[string]bool]
