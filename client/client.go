@@ -113,7 +113,8 @@ func ParseMode(s string) (Mode, error) {
 }
 
 // Backoff limits for failed RPCs: the delay starts at MinBackoff, doubles
-// per failure up to MaxBackoff, with full jitter.
+// per failure up to MaxBackoff, with equal jitter (uniform in [d/2, d]; the
+// same in every client: clients/vectors/retry.json).
 const (
 	MinBackoff = 100 * time.Millisecond
 	MaxBackoff = 10 * time.Second

@@ -217,7 +217,8 @@ func (c *Client) SetKillSwitch(on bool) { c.killSwitch.Store(on) }
 func (c *Client) KillSwitch() bool { return c.killSwitch.Load() }
 
 // retryDelay is the paper's jitter(2^i) in backoff units: uniform in
-// [v − v/4, v + v/4) for v = 2^i units.
+// [v − v/4, v + v/4] for v = 2^i units (the upper end reached when the
+// draw just under 1 rounds up; clients/vectors/retry.json).
 func (c *Client) retryDelay(i int) time.Duration {
 	var x uint64
 	if c.jitter == nil {
