@@ -1,27 +1,41 @@
 package io.github.sluicerl.sluice;
 
+import io.grpc.ChannelCredentials;
+import io.grpc.Grpc;
+import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
-import io.grpc.netty.NegotiationType;
-import io.grpc.netty.NettyChannelBuilder;
-import io.netty.handler.ssl.SslContext;
+import io.grpc.ManagedChannelBuilder;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
-/** The client's channels, one per server address, made on first use and closed together. Thread-safe. */
+/**
+ * The client's channels, one per server address, made on first use and
+ * closed together, over whichever transport grpc-java finds (grpc-netty or
+ * grpc-netty-shaded) with grpc-java's own credentials: TLS ({@link Tls}) or
+ * plaintext. Thread-safe.
+ */
 final class Channels {
   private final Map<String, ManagedChannel> channels = new HashMap<>();
-  private final SslContext ssl;
+  private final ChannelCredentials credentials;
   private final String serverName;
 
-  Channels(Tls tls) throws InvalidArgumentException {
-    ssl = tls == null ? null : tls.sslContext();
+  Channels(Tls tls) {
+    credentials = tls == null ? InsecureChannelCredentials.create() : tls.credentials();
     serverName = tls == null ? null : tls.serverName();
   }
 
-  /** The channel to addr (host:port; a scheme such as http:// is dropped). */
+  /**
+   * The channel to addr (host:port; a scheme such as http:// is dropped).
+   * Making one connects nothing yet.
+   *
+   * @throws InvalidArgumentException when the address or the TLS settings
+   *     do not load (a certificate or key grpc-java cannot read)
+   * @throws FailedPreconditionException when the transport cannot speak
+   *     TLS with HTTP/2 (no ALPN: see docs/java.md)
+   */
   synchronized ManagedChannel get(String addr) {
     int i = addr.indexOf("://");
     if (i >= 0) {
@@ -29,14 +43,18 @@ final class Channels {
     }
     ManagedChannel ch = channels.get(addr);
     if (ch == null) {
-      NettyChannelBuilder b = NettyChannelBuilder.forTarget(addr).disableRetry();
-      if (ssl != null) {
-        b.sslContext(ssl).negotiationType(NegotiationType.TLS);
-        if (serverName != null) {
-          b.overrideAuthority(serverName);
-        }
-      } else {
-        b.usePlaintext();
+      ManagedChannelBuilder<?> b;
+      try {
+        b = Grpc.newChannelBuilder(addr, credentials);
+      } catch (IllegalArgumentException | io.grpc.ManagedChannelRegistry.ProviderNotFoundException e) {
+        throw new InvalidArgumentException("a channel to " + addr + ": " + e.getMessage(), e);
+      } catch (UnsupportedOperationException | IllegalStateException e) {
+        throw new FailedPreconditionException("TLS: the gRPC transport cannot negotiate HTTP/2 (ALPN): "
+            + e.getMessage(), e);
+      }
+      b.disableRetry();
+      if (serverName != null) {
+        b.overrideAuthority(serverName);
       }
       ch = b.build();
       channels.put(addr, ch);
@@ -44,7 +62,7 @@ final class Channels {
     return ch;
   }
 
-  /** Closes every channel. */
+  /** Closes every channel, waiting up to 2 s for each. */
   void close() {
     List<ManagedChannel> all;
     synchronized (this) {

@@ -29,7 +29,7 @@ public final class Gauge {
   private long inUse;
   private final ArrayDeque<CountDownLatch> waiters = new ArrayDeque<>();
 
-  /** A gauge of {@code capacity} slots. */
+  /** A gauge of {@code capacity} slots (fractions round down; negative or NaN: 0; infinity: unlimited). */
   public Gauge(double capacity) {
     setLocked(capacity);
   }
@@ -42,7 +42,10 @@ public final class Gauge {
     slots = Double.isInfinite(c) ? Double.POSITIVE_INFINITY : Math.floor(c);
   }
 
-  /** The capacity, in slots (fractional capacities round down). */
+  /**
+   * The capacity set, in slots (0 for a negative or NaN one; a fraction is
+   * kept here, and rounds down when admitting).
+   */
   public double capacity() {
     synchronized (lock) {
       return capacity;
@@ -56,7 +59,7 @@ public final class Gauge {
     }
   }
 
-  /** Sets the capacity; waiters that now fit are admitted in order. */
+  /** Sets the capacity, as the constructor reads it; waiters that now fit are admitted in order. */
   public void setCapacity(double c) {
     synchronized (lock) {
       setLocked(c);
@@ -84,12 +87,13 @@ public final class Gauge {
 
   /**
    * Blocks until a slot is free and takes it, at most {@code timeout}
-   * ({@code null}: no bound). Release it with {@link #release()}.
+   * ({@code null}: no bound; zero or negative: only if one is free now and
+   * nobody waits). Release it with {@link #release()}.
    *
    * @throws DeadlineExceededException when no slot came within the timeout
    * @throws InterruptedException when interrupted while waiting (nothing held)
    */
-  public void acquire(Duration timeout) throws DeadlineExceededException, InterruptedException {
+  public void acquire(Duration timeout) throws InterruptedException {
     CountDownLatch me;
     synchronized (lock) {
       if (inUse < slots && waiters.isEmpty()) {
@@ -145,13 +149,16 @@ public final class Gauge {
   /**
    * Acquires a slot ({@link #acquire(Duration)}) and returns it as an
    * {@link AutoCloseable}: try-with-resources releases it.
+   *
+   * @throws DeadlineExceededException when no slot came within the timeout
+   * @throws InterruptedException when interrupted while waiting (nothing held)
    */
-  public Slot hold(Duration timeout) throws DeadlineExceededException, InterruptedException {
+  public Slot hold(Duration timeout) throws InterruptedException {
     acquire(timeout);
     return new Slot(this);
   }
 
-  /** A slot held; {@link #close()} releases it (once). */
+  /** A slot held; {@link #close()} releases it (once). Thread-safe. */
   public static final class Slot implements AutoCloseable {
     private final Gauge gauge;
     private boolean closed;
@@ -160,7 +167,7 @@ public final class Gauge {
       gauge = g;
     }
 
-    /** Releases the slot; twice does nothing. */
+    /** Releases the slot; twice does nothing. Throws nothing. */
     @Override
     public synchronized void close() {
       if (!closed) {

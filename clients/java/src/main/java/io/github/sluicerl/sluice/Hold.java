@@ -6,6 +6,7 @@ import io.github.sluicerl.sluice.proto.v1.TransferResponse;
 import io.grpc.StatusRuntimeException;
 import java.time.Duration;
 import java.util.List;
+import java.util.logging.Logger;
 
 /**
  * Copies of a copy-limited resource held for a domain in the client's
@@ -14,26 +15,29 @@ import java.util.List;
  * ({@link #degraded()}: the server holds nothing for it).
  *
  * <p>Release what you no longer use; {@link #close()} releases what is
- * still held, so try-with-resources gives copies back when the block ends,
- * as Charon's client did with a {@code with} block; whatever is not
+ * still held, throwing nothing, so try-with-resources gives copies back
+ * when the block ends, as Charon's client did with a {@code with} block,
+ * and needs no catch; whatever is not
  * released, the server releases when the session ends (the client closes,
  * or the process dies). Thread-safe; release and transfer are serialised.
  *
  * <p>Source: charon-paper.md, sections 3.1 and 3.2 (implicit release).
  */
 public final class Hold implements AutoCloseable {
+  private static final Logger log = Logger.getLogger("io.github.sluicerl.sluice");
+
   private final Sessions sessions;
   private final Sessions.Session session;
   private final String resource;
   private final String domain;
   private final List<String> groups;
   private final Reservation reservation;
-  private final double waited;
+  private final Duration waited;
   private final int attempts;
   private long copies; // guarded by this
 
   Hold(Sessions sessions, Sessions.Session session, String resource, String domain, List<String> groups, long copies,
-      Reservation reservation, double waited, int attempts) {
+      Reservation reservation, Duration waited, int attempts) {
     this.sessions = sessions;
     this.session = session;
     this.resource = resource;
@@ -60,17 +64,17 @@ public final class Hold implements AutoCloseable {
     return groups;
   }
 
-  /** The context of the server's answer (limits and holds). */
+  /** The context of the server's answer (limits and holds; none for a seized or degraded hold). */
   public Reservation reservation() {
     return reservation;
   }
 
-  /** How long the reserve took, in seconds. */
-  public double waited() {
+  /** How long the reserve took, retries included ({@link Duration#ZERO} for a seized hold). */
+  public Duration waited() {
     return waited;
   }
 
-  /** How many reserves were sent. */
+  /** How many reserves were sent (1 for a seized hold). */
   public int attempts() {
     return attempts;
   }
@@ -99,7 +103,7 @@ public final class Hold implements AutoCloseable {
     return session == null ? null : session.err();
   }
 
-  private void check(String op, long n) throws SluiceException {
+  private void check(String op, long n) {
     if (n < 1) {
       throw new InvalidArgumentException(op + " of " + n + " copies of " + resource + "/" + domain + "; at least 1");
     }
@@ -127,8 +131,11 @@ public final class Hold implements AutoCloseable {
     return SluiceException.of(e, op + " of " + resource + "/" + domain);
   }
 
-  /** Gives back every copy still held; see {@link #release(long)}. Nothing held does nothing. */
-  public synchronized void release() throws SluiceException {
+  /**
+   * Gives back every copy still held; see {@link #release(long)}, whose
+   * exceptions it throws. Nothing held does nothing.
+   */
+  public synchronized void release() {
     if (copies == 0) {
       return;
     }
@@ -145,7 +152,7 @@ public final class Hold implements AutoCloseable {
    *     ({@link UnavailableException}) the copies stay counted here and the
    *     server releases them at the latest when the session ends
    */
-  public synchronized void release(long n) throws SluiceException {
+  public synchronized void release(long n) {
     check("release", n);
     if (session == null) {
       copies -= n;
@@ -166,11 +173,12 @@ public final class Hold implements AutoCloseable {
    * ({@link SluiceClient#seize}, usually in another process: send it the
    * id) and returns the transfer id. The copies leave this hold; the server
    * releases them if nobody seizes them within {@code ttl} (null: the
-   * server's default, 30 s).
+   * server's default, 30 s; zero too).
    *
+   * @throws InvalidArgumentException for a negative {@code ttl}, or as {@link #release(long)}
    * @throws FailedPreconditionException for a degraded hold; otherwise as {@link #release(long)}
    */
-  public synchronized String transfer(long n, Duration ttl) throws SluiceException {
+  public synchronized String transfer(long n, Duration ttl) {
     if (ttl != null && ttl.isNegative()) {
       throw new InvalidArgumentException("transfer ttl " + ttl + " is negative");
     }
@@ -182,7 +190,7 @@ public final class Hold implements AutoCloseable {
     TransferRequest.Builder req = TransferRequest.newBuilder().setSessionId(session.id).setResource(resource)
         .setDomain(domain).setCopies(n).addAllGroups(groups);
     if (ttl != null && !ttl.isZero()) {
-      req.setTtl(Sessions.duration(ttl.toNanos() / 1e9));
+      req.setTtl(Durations.proto(ttl));
     }
     TransferResponse r;
     try {
@@ -198,13 +206,23 @@ public final class Hold implements AutoCloseable {
   }
 
   /**
-   * Releases every copy still held ({@link #release()}); for
-   * try-with-resources. Throws the session's error when the copies were
-   * lost meanwhile (Java adds it as suppressed when the block threw).
+   * Releases every copy still held ({@link #release()}), for
+   * try-with-resources, throwing nothing: when the session has ended the
+   * copies are gone already ({@link #err()} says why), and a release the
+   * server did not answer is logged (it releases them at the latest when
+   * the session ends).
    */
   @Override
-  public void close() throws SluiceException {
-    release();
+  public void close() {
+    if (err() != null) {
+      return;
+    }
+    try {
+      release();
+    } catch (SluiceException e) {
+      log.warning("sluice: releasing " + this + " on close failed (the server releases the copies when the"
+          + " session ends): " + e);
+    }
   }
 
   @Override

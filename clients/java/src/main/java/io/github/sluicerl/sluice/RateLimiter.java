@@ -2,6 +2,7 @@ package io.github.sluicerl.sluice;
 
 import java.time.Duration;
 import java.util.ArrayDeque;
+import java.util.Objects;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
@@ -20,14 +21,14 @@ import java.util.concurrent.locks.ReentrantLock;
  * starts with nothing stored, at its first use. Unlike Guava's, a rate of
  * 0 is allowed and admits nothing ({@link #acquire()} waits for a rate
  * change), and {@link Double#POSITIVE_INFINITY} admits everything: a
- * limiter bound to a lease ({@link Resource#rateLimiter(double)}) follows
+ * limiter bound to a lease ({@link Resource#rateLimiter(Duration)}) follows
  * the lease's capacity from the moment it changes. A rate change re-times
  * the permits paid ahead, and the blocked callers' turns, at the new rate.
  *
- * <p>Thread-safe. Time is an input: the {@link Ticker} is injectable, and
- * the non-blocking methods have {@code ...At(nowNanos)} twins. Blocking
- * methods are uninterruptible, as Guava's (an interrupt is kept for the
- * caller).
+ * <p>Thread-safe. Time is read only through a {@link Ticker}, which {@link
+ * #create(double, Duration, Ticker)} takes, so a test can move it by hand.
+ * Blocking methods are uninterruptible, as Guava's (an interrupt is kept for
+ * the caller). Nothing it does throws a checked exception.
  *
  * <p>Source: guava-ratelimiter.md ("SmoothRateLimiter", "SmoothBursty",
  * "setRate"); the Go {@code ratelimit} package is the model.
@@ -38,7 +39,8 @@ public final class RateLimiter {
   private static final int KEEP_CHANGES = 64;
 
   private final Ticker ticker;
-  private final double burst;
+  private final Duration maxBurst;
+  private final double burst; // maxBurst in seconds
   private final ReentrantLock lock = new ReentrantLock();
   private final Condition changed = lock.newCondition();
   // Guarded by lock; times in seconds of the ticker.
@@ -51,28 +53,43 @@ public final class RateLimiter {
   private long gen;
   private final ArrayDeque<double[]> changes = new ArrayDeque<>(); // {gen, when, factor}
 
-  private RateLimiter(double rate, double maxBurstSeconds, Ticker ticker) {
+  private RateLimiter(double rate, Duration maxBurst, Ticker ticker) {
     this.ticker = ticker;
-    this.burst = maxBurstSeconds > 0 && !Double.isNaN(maxBurstSeconds) ? maxBurstSeconds : 0;
+    this.maxBurst = maxBurst.isNegative() ? Duration.ZERO : maxBurst;
+    this.burst = Durations.seconds(this.maxBurst);
     setParams(sanitize(rate));
   }
 
-  /** A limiter of {@code permitsPerSecond} storing up to 1 s of unused permits (Guava's default). */
+  /**
+   * A limiter of {@code permitsPerSecond} (0, negative or NaN: admits
+   * nothing; {@link Double#POSITIVE_INFINITY}: everything) storing up to
+   * 1 s of unused permits (Guava's default), on {@link System#nanoTime()}.
+   */
   public static RateLimiter create(double permitsPerSecond) {
-    return create(permitsPerSecond, 1.0);
+    return create(permitsPerSecond, Duration.ofSeconds(1));
   }
 
-  /** A limiter of {@code permitsPerSecond} storing up to {@code maxBurstSeconds} of unused permits. */
-  public static RateLimiter create(double permitsPerSecond, double maxBurstSeconds) {
-    return create(permitsPerSecond, maxBurstSeconds, Ticker.SYSTEM);
+  /**
+   * A limiter of {@code permitsPerSecond} (as {@link #create(double)})
+   * storing up to {@code maxBurst}'s worth of unused permits (zero or
+   * negative: none), on {@link System#nanoTime()}.
+   *
+   * @throws NullPointerException if {@code maxBurst} is null
+   */
+  public static RateLimiter create(double permitsPerSecond, Duration maxBurst) {
+    return create(permitsPerSecond, maxBurst, Ticker.SYSTEM);
   }
 
-  /** {@link #create(double, double)} on {@code ticker}'s time. */
-  public static RateLimiter create(double permitsPerSecond, double maxBurstSeconds, Ticker ticker) {
-    if (ticker == null) {
-      throw new NullPointerException("ticker");
-    }
-    return new RateLimiter(permitsPerSecond, maxBurstSeconds, ticker);
+  /**
+   * {@link #create(double, Duration)} on {@code ticker}'s time: a test's
+   * hand-moved ticker makes every non-blocking method deterministic.
+   *
+   * @throws NullPointerException if {@code maxBurst} or {@code ticker} is null
+   */
+  public static RateLimiter create(double permitsPerSecond, Duration maxBurst, Ticker ticker) {
+    Objects.requireNonNull(maxBurst, "maxBurst");
+    Objects.requireNonNull(ticker, "ticker");
+    return new RateLimiter(permitsPerSecond, maxBurst, ticker);
   }
 
   private static double sanitize(double r) {
@@ -176,7 +193,7 @@ public final class RateLimiter {
     }
   }
 
-  /** The rate, in permits per second. */
+  /** The rate, in permits per second (0: admits nothing; {@link Double#POSITIVE_INFINITY}: everything). */
   public double getRate() {
     lock.lock();
     try {
@@ -186,26 +203,28 @@ public final class RateLimiter {
     }
   }
 
-  /** How many seconds of unused permits may be stored. */
-  public double getMaxBurstSeconds() {
-    return burst;
+  /** How much time's worth of unused permits may be stored ({@link Duration#ZERO}: none). */
+  public Duration getMaxBurst() {
+    return maxBurst;
   }
 
-  /** Sets the rate (permits per second) from now on; see {@link #setRateAt}. */
+  /**
+   * Sets the rate, in permits per second, from now on: permits accrued
+   * until now count at the old rate, stored permits keep the time they
+   * stand for, permits paid ahead and blocked callers' turns are re-timed
+   * at the new rate. Leaving rate 0 starts with nothing stored; leaving
+   * infinity with a full store. The same rate does nothing; negative or NaN
+   * count as 0. Wakes the callers blocked in {@link #acquire} and {@link
+   * #tryAcquire(int, Duration)}.
+   *
+   * <p>Source: guava-ratelimiter.md, "setRate" (doSetRate).
+   */
   public void setRate(double permitsPerSecond) {
     setRateAt(ticker.read(), permitsPerSecond);
   }
 
-  /**
-   * Sets the rate from {@code nowNanos} on: permits accrued until then
-   * count at the old rate, stored permits keep the time they stand for,
-   * permits paid ahead and blocked callers' turns are re-timed at the new
-   * rate. Leaving rate 0 starts with nothing stored; leaving infinity with
-   * a full store. The same rate does nothing; negative or NaN count as 0.
-   *
-   * <p>Source: guava-ratelimiter.md, "setRate" (doSetRate).
-   */
-  public void setRateAt(long nowNanos, double permitsPerSecond) {
+  /** {@link #setRate} at {@code nowNanos} on the ticker's scale (tests). */
+  void setRateAt(long nowNanos, double permitsPerSecond) {
     double r = sanitize(permitsPerSecond);
     double now = seconds(nowNanos);
     lock.lock();
@@ -248,20 +267,21 @@ public final class RateLimiter {
   }
 
   /** {@link #acquire(int)} of one permit. */
-  public double acquire() {
+  public Duration acquire() {
     return acquire(1);
   }
 
   /**
-   * Blocks until {@code permits} are free and takes them; returns the
-   * seconds spent waiting (0 when free at once), as Guava's. At rate 0 it
-   * waits for a rate change. {@code permits} must be at least 1.
+   * Blocks until {@code permits} are free and takes them; returns how long
+   * it waited ({@link Duration#ZERO} when they were free at once), as
+   * Guava's returns the seconds. At rate 0 it waits for a rate change.
+   * Uninterruptible: an interrupt is kept for the caller.
    *
    * @throws IllegalArgumentException for fewer than 1 permit
    */
-  public double acquire(int permits) {
+  public Duration acquire(int permits) {
     checkPermits(permits);
-    return waitFor(permits, Double.POSITIVE_INFINITY);
+    return Durations.of(waitFor(permits, Double.POSITIVE_INFINITY));
   }
 
   /** Takes one permit if it is free now; never blocks. */
@@ -269,22 +289,39 @@ public final class RateLimiter {
     return tryAcquire(1);
   }
 
-  /** Takes {@code permits} if they are free now; never blocks. */
+  /**
+   * Takes {@code permits} if they are free now; never blocks.
+   *
+   * @throws IllegalArgumentException for fewer than 1 permit
+   */
   public boolean tryAcquire(int permits) {
     return tryAcquireAt(ticker.read(), permits);
   }
 
-  /** {@link #tryAcquire(int, Duration)} of one permit. */
+  /**
+   * {@link #tryAcquire(int, Duration)} of one permit.
+   *
+   * @throws NullPointerException if {@code timeout} is null
+   */
   public boolean tryAcquire(Duration timeout) {
     return tryAcquire(1, timeout);
   }
 
-  /** {@link #tryAcquire(int, Duration)} of one permit. */
+  /**
+   * {@link #tryAcquire(int, Duration)} of one permit, with the timeout in {@code unit}.
+   *
+   * @throws NullPointerException if {@code unit} is null
+   */
   public boolean tryAcquire(long timeout, TimeUnit unit) {
     return tryAcquire(1, timeout, unit);
   }
 
-  /** {@link #tryAcquire(int, Duration)} with the timeout in {@code unit}. */
+  /**
+   * {@link #tryAcquire(int, Duration)} with the timeout in {@code unit}.
+   *
+   * @throws IllegalArgumentException for fewer than 1 permit
+   * @throws NullPointerException if {@code unit} is null
+   */
   public boolean tryAcquire(int permits, long timeout, TimeUnit unit) {
     return tryAcquire(permits, Duration.ofNanos(unit.toNanos(timeout)));
   }
@@ -293,21 +330,23 @@ public final class RateLimiter {
    * Takes {@code permits} if they are free within {@code timeout}, waiting
    * for them; returns false at once, taking nothing, if they would not be
    * (Guava's {@code tryAcquire(permits, timeout)}). A zero or negative
-   * timeout never waits.
+   * timeout never waits. Uninterruptible: an interrupt is kept for the
+   * caller.
    *
    * @throws IllegalArgumentException for fewer than 1 permit
+   * @throws NullPointerException if {@code timeout} is null
    */
   public boolean tryAcquire(int permits, Duration timeout) {
     checkPermits(permits);
-    double t = timeout.isNegative() ? 0 : timeout.toNanos() / 1e9;
+    double t = timeout.isNegative() ? 0 : Durations.seconds(timeout);
     if (t <= 0) {
       return tryAcquireAt(ticker.read(), permits);
     }
     return waitFor(permits, t) >= 0;
   }
 
-  /** {@link #tryAcquire(int)} at time {@code nowNanos}: takes the permits if free then. */
-  public boolean tryAcquireAt(long nowNanos, int permits) {
+  /** {@link #tryAcquire(int)} at {@code nowNanos} on the ticker's scale (tests). */
+  boolean tryAcquireAt(long nowNanos, int permits) {
     checkPermits(permits);
     double now = seconds(nowNanos);
     lock.lock();
@@ -320,12 +359,12 @@ public final class RateLimiter {
   }
 
   /**
-   * Takes {@code permits} at {@code nowNanos}, paying ahead, and returns
-   * how many seconds after then the caller may act ({@link
+   * Tests: takes {@code permits} at {@code nowNanos}, paying ahead, and
+   * returns how many seconds after then the caller may act ({@link
    * Double#POSITIVE_INFINITY} at rate 0, when nothing is taken). Never
    * blocks.
    */
-  public double reserveAt(long nowNanos, int permits) {
+  double reserveAt(long nowNanos, int permits) {
     checkPermits(permits);
     double now = seconds(nowNanos);
     lock.lock();
@@ -340,13 +379,17 @@ public final class RateLimiter {
     }
   }
 
-  /** The permits available now: stored ones, or minus those paid ahead. */
+  /**
+   * The permits available now: those stored, or minus those paid ahead
+   * (0 at rate 0 and before the first use; {@link Double#POSITIVE_INFINITY}
+   * at an infinite rate). Changes nothing.
+   */
   public double tokens() {
     return tokensAt(ticker.read());
   }
 
-  /** {@link #tokens()} at {@code nowNanos}; changes nothing. */
-  public double tokensAt(long nowNanos) {
+  /** {@link #tokens()} at {@code nowNanos} on the ticker's scale (tests). */
+  double tokensAt(long nowNanos) {
     double now = seconds(nowNanos);
     lock.lock();
     try {
@@ -371,9 +414,13 @@ public final class RateLimiter {
     }
   }
 
-  /** Waits for permits at most timeout seconds; the seconds waited, or -1 for none. */
+  /**
+   * Waits for permits at most timeout seconds; the seconds waited (0 when
+   * they were free at once, as Guava's), or -1 for none.
+   */
   private double waitFor(int permits, double timeout) {
     boolean interrupted = false;
+    boolean slept = false;
     double start = now();
     double deadline = start + timeout;
     lock.lock();
@@ -382,7 +429,7 @@ public final class RateLimiter {
         double now = now();
         Claim c = reserve(now, permits, deadline);
         if (c.outcome == FREE) {
-          return now - start;
+          return slept ? now - start : 0;
         }
         if (c.outcome == LATE) {
           return -1;
@@ -393,6 +440,7 @@ public final class RateLimiter {
           }
           long g = gen;
           while (gen == g && now < deadline) {
+            slept = true;
             try {
               if (Double.isInfinite(deadline)) {
                 changed.await();
@@ -411,13 +459,14 @@ public final class RateLimiter {
         while (true) {
           now = now();
           if (at <= now) {
-            return now - start;
+            return slept ? now - start : 0;
           }
           if (now >= deadline) {
             refund(c);
             return -1;
           }
           double w = Math.min(at, deadline) - now;
+          slept = true;
           try {
             if (Double.isInfinite(w)) {
               changed.await();

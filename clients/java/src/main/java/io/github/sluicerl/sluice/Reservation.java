@@ -5,9 +5,13 @@ import java.util.List;
 import java.util.stream.Collectors;
 
 /**
- * The context of the server's answer to a reserve: the domain's limit and
- * the global limit (-1: unbounded), the copies held by the domain and by
- * every domain after the answer, and the domain's groups.
+ * The context of the server's answer to a reserve, in copies: the domain's
+ * limit and the global limit (-1: unbounded), the copies held by the domain
+ * and by every domain after the answer, the domain's groups, and whether
+ * the resource is unlimited. Immutable as the client makes it (its group
+ * list is unmodifiable).
+ * A seized or degraded hold has none: limits 0 and -1, nothing held, no
+ * groups.
  */
 public record Reservation(
     long domainLimit, long globalLimit, long domainHolds, long globalHolds, List<GroupHolds> groups, boolean unlimited) {

@@ -1,22 +1,27 @@
 package io.github.sluicerl.sluice;
 
+import java.time.Duration;
 import java.util.Optional;
 import java.util.function.DoubleConsumer;
+import java.util.logging.Logger;
 
 /**
  * A handle on one resource of a client: what this handle wants, the lease
  * the client holds for the resource, and the capacity it may use now.
  * Handles of one id in one process share one lease: their wants add up,
  * and the lease is given back when the last handle is released ({@link
- * #close()} releases, so try-with-resources works). Thread-safe.
+ * #close()} releases too, throwing nothing, so try-with-resources needs no
+ * catch). Thread-safe.
  *
  * <p>Get one with {@link SluiceClient#resource}; enforce it with {@link
- * #rateLimiter(double)} (a rate resource, permits per second) or {@link
+ * #rateLimiter(Duration)} (a rate resource, permits per second) or {@link
  * #gauge()} (an in-flight limit).
  *
  * <p>Source: doorman-design.md, "Client library".
  */
 public final class Resource implements AutoCloseable {
+  private static final Logger log = Logger.getLogger("io.github.sluicerl.sluice");
+
   final LeaseState state;
   private double wants; // guarded by this
   private boolean closed; // guarded by this
@@ -36,7 +41,7 @@ public final class Resource implements AutoCloseable {
     return state.priority;
   }
 
-  /** What this handle asks for. */
+  /** What this handle asks for, in the resource's unit (at least 0). */
   public synchronized double wants() {
     return wants;
   }
@@ -66,11 +71,12 @@ public final class Resource implements AutoCloseable {
       if (!state.hasLease || !(state.expiry > state.leases.now())) {
         return Optional.empty();
       }
-      return Optional.of(new Lease(state.capacity, state.expiry, state.refresh));
+      return Optional.of(
+          new Lease(state.capacity, Durations.instant(state.expiry), Durations.of(state.refresh)));
     }
   }
 
-  /** The last safe capacity the server sent, or empty before any. */
+  /** The last safe capacity the server sent (negative: no limit), or empty before any. */
   public Optional<Double> safeCapacity() {
     synchronized (state) {
       return state.safeKnown ? Optional.of(state.safe) : Optional.empty();
@@ -85,7 +91,7 @@ public final class Resource implements AutoCloseable {
    * @throws InvalidArgumentException unless wants is finite and at least 0
    * @throws ClosedException once released
    */
-  public void setWants(double w) throws InvalidArgumentException, ClosedException {
+  public void setWants(double w) {
     Leases.checkWants(w);
     synchronized (this) {
       if (closed) {
@@ -101,29 +107,34 @@ public final class Resource implements AutoCloseable {
    * (a new lease, an expiry and its fallback, a release). It runs on the
    * thread that made the change (the client's refresh thread for leases),
    * never under the client's locks, one call at a time per resource, newest
-   * value last; it should return promptly.
+   * value last; it should return promptly. A listener that throws is logged
+   * and called again on the next change.
+   *
+   * @throws NullPointerException if {@code listener} is null
    */
   public void onChange(DoubleConsumer listener) {
-    state.addListener(listener);
+    state.addListener(java.util.Objects.requireNonNull(listener, "listener"));
     state.deliver();
   }
 
   /**
    * A SmoothBursty {@link RateLimiter} whose rate, in permits per second,
    * follows this resource's capacity from the moment it changes. {@code
-   * maxBurstSeconds} is how many seconds of unused permits it may store:
-   * 1 is Guava's default; smaller values keep every one-second window
-   * closer to the lease.
+   * maxBurst} is how much time's worth of unused permits it may store: 1 s
+   * is Guava's default; less keeps every one-second window closer to the
+   * lease; zero or negative stores none.
+   *
+   * @throws NullPointerException if {@code maxBurst} is null
    */
-  public RateLimiter rateLimiter(double maxBurstSeconds) {
-    RateLimiter lim = RateLimiter.create(0, maxBurstSeconds);
+  public RateLimiter rateLimiter(Duration maxBurst) {
+    RateLimiter lim = RateLimiter.create(0, maxBurst);
     onChange(lim::setRate);
     return lim;
   }
 
-  /** {@link #rateLimiter(double)} with Guava's 1 s of burst. */
+  /** {@link #rateLimiter(Duration)} with Guava's 1 s of burst. */
   public RateLimiter rateLimiter() {
-    return rateLimiter(1.0);
+    return rateLimiter(Duration.ofSeconds(1));
   }
 
   /** A {@link Gauge} whose capacity follows this resource's: at most floor(capacity) in flight. */
@@ -137,12 +148,12 @@ public final class Resource implements AutoCloseable {
    * Releases this handle. When it is the resource's last, the lease is
    * given back to the server ({@code ReleaseCapacity}) and the capacity
    * becomes 0; otherwise the client asks for the remaining handles' wants.
-   * Releasing twice does nothing.
+   * Releasing twice does nothing. Blocks for the request (up to 2 s).
    *
    * @throws SluiceException of a failed {@code ReleaseCapacity} (the lease
    *     is dropped here all the same; the server lets it expire)
    */
-  public void release() throws SluiceException {
+  public void release() {
     synchronized (this) {
       if (closed) {
         return;
@@ -152,10 +163,18 @@ public final class Resource implements AutoCloseable {
     state.leases.releaseHandle(this);
   }
 
-  /** {@link #release()}. */
+  /**
+   * {@link #release()}, throwing nothing: a failed {@code ReleaseCapacity}
+   * is logged (the lease is dropped here all the same; the server lets it
+   * expire).
+   */
   @Override
-  public void close() throws SluiceException {
-    release();
+  public void close() {
+    try {
+      release();
+    } catch (SluiceException e) {
+      log.fine("sluice: releasing " + id() + " on close: " + e);
+    }
   }
 
   @Override

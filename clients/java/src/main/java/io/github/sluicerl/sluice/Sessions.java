@@ -1,6 +1,5 @@
 package io.github.sluicerl.sluice;
 
-import com.google.protobuf.Duration;
 import io.github.sluicerl.sluice.proto.v1.CloseSessionRequest;
 import io.github.sluicerl.sluice.proto.v1.KeepAliveRequest;
 import io.github.sluicerl.sluice.proto.v1.KeepAliveResponse;
@@ -69,16 +68,6 @@ final class Sessions {
     this.backoffUnit = backoffUnit;
     this.onSessionLost = onSessionLost;
     this.scheduler = scheduler;
-  }
-
-  static Duration duration(double seconds) {
-    long n = Math.round(seconds * 1e9);
-    return Duration.newBuilder().setSeconds(Math.floorDiv(n, 1_000_000_000L))
-        .setNanos((int) Math.floorMod(n, 1_000_000_000L)).build();
-  }
-
-  static double seconds(Duration d) {
-    return d.getSeconds() + d.getNanos() / 1e9;
   }
 
   LimitsGrpc.LimitsBlockingStub stub(double timeout) {
@@ -162,8 +151,8 @@ final class Sessions {
       StreamObserver<KeepAliveResponse> answers = new StreamObserver<>() {
         @Override
         public void onNext(KeepAliveResponse r) {
-          if (r.hasTtl() && seconds(r.getTtl()) > 0) {
-            ttl = seconds(r.getTtl());
+          if (r.hasTtl() && Durations.seconds(r.getTtl()) > 0) {
+            ttl = Durations.seconds(r.getTtl());
           }
           acked = mono();
           confirmed[0] = true;
@@ -318,14 +307,15 @@ final class Sessions {
   private Session open(double deadline) throws SluiceException {
     OpenSessionResponse r;
     try {
-      r = stub(timeout(deadline)).openSession(OpenSessionRequest.newBuilder().setTtl(duration(sessionTtl)).build());
+      r = stub(timeout(deadline))
+          .openSession(OpenSessionRequest.newBuilder().setTtl(Durations.proto(sessionTtl)).build());
     } catch (StatusRuntimeException e) {
       throw SluiceException.of(e, "OpenSession");
     }
     if (r.getSessionId().isEmpty()) {
       throw new UnavailableException("OpenSession: an answer without a session_id");
     }
-    double ttl = r.hasTtl() ? seconds(r.getTtl()) : 0;
+    double ttl = r.hasTtl() ? Durations.seconds(r.getTtl()) : 0;
     return new Session(r.getSessionId(), ttl > 0 ? ttl : sessionTtl);
   }
 
@@ -414,7 +404,7 @@ final class Sessions {
         return failOpen(resource, domain, least, start, i, e);
       }
       ReserveRequest req = ReserveRequest.newBuilder().setSessionId(s.id).setResource(resource).setDomain(domain)
-          .setCopies(copies).setMinCopies(least).setMaxWait(duration(0)).build();
+          .setCopies(copies).setMinCopies(least).setMaxWait(Durations.proto(0)).build();
       ReserveResponse m;
       try {
         m = stub(timeout(deadline)).reserve(req);
@@ -440,7 +430,8 @@ final class Sessions {
       Reservation res = Reservation.of(m);
       if (ok) {
         return new Hold(this, s, resource, domain,
-            res.groups().stream().map(Reservation.GroupHolds::name).toList(), m.getGranted(), res, waited, i);
+            res.groups().stream().map(Reservation.GroupHolds::name).toList(), m.getGranted(), res,
+            Durations.of(waited), i);
       }
       StringBuilder msg = new StringBuilder(resource + "/" + domain + " over limit: not even " + least
           + " copies fit (domain holds " + res.domainHolds() + " of " + res.domainLimit());
@@ -451,7 +442,7 @@ final class Sessions {
         msg.append(", group ").append(g.name()).append(' ').append(g.holds()).append(" of ").append(g.limit());
       }
       msg.append("); ").append(i).append(" attempts in ").append(String.format("%.3f", waited)).append(" s");
-      OverLimitException rej = new OverLimitException(msg.toString(), res, i, waited);
+      OverLimitException rej = new OverLimitException(msg.toString(), res, i, Durations.of(waited));
       double d = Math.min(maxWait - waited, retryDelay(i));
       if (d <= 0 || (!Double.isNaN(deadline) && mono() + d > deadline)) {
         throw rej;
@@ -473,7 +464,8 @@ final class Sessions {
     }
     log.warning("sluice: limits service unreachable or failing (" + cause + "); granting " + least + " copies of "
         + resource + "/" + domain + " by itself");
-    return new Hold(this, null, resource, domain, java.util.List.of(), least, Reservation.NONE, mono() - start, i);
+    return new Hold(this, null, resource, domain, java.util.List.of(), least, Reservation.NONE,
+        Durations.of(mono() - start), i);
   }
 
   Hold seize(String transferId, double timeout) throws SluiceException {
@@ -498,7 +490,8 @@ final class Sessions {
       if (m.getCopies() < 1) {
         throw new UnavailableException("Seize: an answer seizing " + m.getCopies() + " copies");
       }
-      return new Hold(this, s, m.getResource(), m.getDomain(), m.getGroupsList(), m.getCopies(), Reservation.NONE, 0, 1);
+      return new Hold(this, s, m.getResource(), m.getDomain(), m.getGroupsList(), m.getCopies(), Reservation.NONE,
+          java.time.Duration.ZERO, 1);
     }
   }
 }

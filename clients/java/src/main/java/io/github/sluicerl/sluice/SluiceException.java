@@ -7,8 +7,8 @@ import io.grpc.Status;
  * message (the server's, or the client's own for errors found before
  * anything is sent, carrying the code the server would have answered).
  *
- * <p>Sluice's Java client reports failures as this small checked hierarchy:
- * catch the subclass of the code you care about ({@link InvalidArgumentException},
+ * <p>Sluice's Java client reports failures as this small hierarchy of
+ * unchecked exceptions: catch the subclass of the code you care about ({@link InvalidArgumentException},
  * {@link NotFoundException}, {@link AlreadyExistsException},
  * {@link FailedPreconditionException} and its {@link ClosedException},
  * {@link UnavailableException}, {@link DeadlineExceededException},
@@ -17,25 +17,38 @@ import io.grpc.Status;
  * codes arrive as a plain {@code SluiceException} whose {@link #code()}
  * names them. A rejection over a limit is not an error on the wire:
  * {@link SluiceClient#allow} returns it as a status.
+ *
+ * <p>Unchecked, as grpc-java's own {@code StatusRuntimeException}: a caller
+ * decides where a failure is handled, and {@code close()} methods throw
+ * nothing, so try-with-resources needs no catch. Immutable, hence safe to
+ * share between threads.
  */
-public class SluiceException extends Exception {
+public class SluiceException extends RuntimeException {
   private static final long serialVersionUID = 1L;
 
   private final Status.Code code;
 
-  /** An error with code {@code code} and {@code message}. */
+  /**
+   * An error with code {@code code} and {@code message}.
+   *
+   * @throws NullPointerException if {@code code} is null
+   */
   public SluiceException(Status.Code code, String message) {
     super(message);
-    this.code = code;
+    this.code = java.util.Objects.requireNonNull(code, "code");
   }
 
-  /** An error with code {@code code}, {@code message} and its cause. */
+  /**
+   * An error with code {@code code}, {@code message} and its cause (null: none).
+   *
+   * @throws NullPointerException if {@code code} is null
+   */
   public SluiceException(Status.Code code, String message, Throwable cause) {
     super(message, cause);
-    this.code = code;
+    this.code = java.util.Objects.requireNonNull(code, "code");
   }
 
-  /** The gRPC status code. */
+  /** The gRPC status code; never null. */
   public Status.Code code() {
     return code;
   }

@@ -41,7 +41,7 @@ public final class AcquireBenchmark {
       System.out.printf("tryAcquire() admitted:            %6.1f ns%n", perCall(lim::tryAcquire, n));
       System.out.printf("tryAcquire(1, 1 ms) admitted:     %6.1f ns%n",
           perCall(() -> lim.tryAcquire(1, Duration.ofMillis(1)), n));
-      RateLimiter slow = RateLimiter.create(1, 0);
+      RateLimiter slow = RateLimiter.create(1, Duration.ZERO);
       slow.tryAcquire();
       System.out.printf("tryAcquire() refused:             %6.1f ns%n", perCall(slow::tryAcquire, n));
     } finally {

@@ -5,6 +5,8 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.github.sluicerl.sluice.proto.v1.PushedLease;
+import java.time.Duration;
+import java.time.Instant;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
@@ -74,6 +76,8 @@ class LeasesTest {
       for (Resource r : rs) {
         assertEquals(1, r.capacity());
       }
+      Lease l = rs.get(0).lease().orElseThrow();
+      assertEquals(new Lease(1, Instant.ofEpochSecond((long) clock.now() + 20), Duration.ofSeconds(5)), l);
       run(c, 50); // ten refresh intervals of 5 s
       List<Integer> got = srv.counts().subList(1, srv.counts().size());
       assertEquals(Collections.nCopies(10, 1000), got);
@@ -205,6 +209,22 @@ class LeasesTest {
     }
     assertEquals(0, lim.getRate());
     assertThrows(ClosedException.class, () -> c.resource("r9", 1));
+  }
+
+  @Test
+  void closeThrowsNothingWhenTheServerIsGoneAndReleaseSaysWhy() throws Exception {
+    try (SluiceClient c = manual(srv.addr, Mode.SAFE)) {
+      Resource a = c.resource("a", 1);
+      Resource b = c.resource("b", 1);
+      c.leases().step();
+      assertEquals(1, a.capacity());
+      srv.stop();
+      UnavailableException e = assertThrows(UnavailableException.class, a::release);
+      assertEquals("UNAVAILABLE", e.codeName());
+      assertEquals(0, a.capacity()); // dropped here all the same
+      b.close(); // nothing thrown
+      assertEquals(0, b.capacity());
+    }
   }
 
   @Test

@@ -30,7 +30,7 @@ class RateLimiterTest {
   @Test
   void firstPermitAtOnceThenOneEveryInterval() {
     FakeTicker t = new FakeTicker();
-    RateLimiter lim = RateLimiter.create(5, 1, t);
+    RateLimiter lim = RateLimiter.create(5, Duration.ofSeconds(1), t);
     assertEquals(0, lim.reserveAt(t.read(), 1), 1e-9);
     assertEquals(0.2, lim.reserveAt(t.read(), 1), 1e-9);
     assertEquals(0.4, lim.reserveAt(t.read(), 1), 1e-9);
@@ -39,7 +39,7 @@ class RateLimiterTest {
   @Test
   void unusedPermitsAreStoredUpToTheBurst() {
     FakeTicker t = new FakeTicker();
-    RateLimiter lim = RateLimiter.create(10, 0.5, t);
+    RateLimiter lim = RateLimiter.create(10, Duration.ofMillis(500), t);
     assertTrue(lim.tryAcquireAt(t.read(), 1));
     t.advance(10); // far more than the burst
     assertEquals(5, lim.tokensAt(t.read()), 1e-9);
@@ -53,7 +53,7 @@ class RateLimiterTest {
   @Test
   void aBigRequestPaysAheadAndTheNextWaits() {
     FakeTicker t = new FakeTicker();
-    RateLimiter lim = RateLimiter.create(2, 0, t);
+    RateLimiter lim = RateLimiter.create(2, Duration.ZERO, t);
     assertEquals(0, lim.reserveAt(t.read(), 10), 1e-9); // granted at once
     assertEquals(5, lim.reserveAt(t.read(), 1), 1e-9); // the next pays for it
     assertFalse(lim.tryAcquireAt(t.read(), 1));
@@ -63,7 +63,7 @@ class RateLimiterTest {
   @Test
   void rateZeroAdmitsNothingAndInfinityEverything() {
     FakeTicker t = new FakeTicker();
-    RateLimiter lim = RateLimiter.create(0, 1, t);
+    RateLimiter lim = RateLimiter.create(0, Duration.ofSeconds(1), t);
     assertFalse(lim.tryAcquireAt(t.read(), 1));
     assertEquals(Double.POSITIVE_INFINITY, lim.reserveAt(t.read(), 1));
     assertFalse(RateLimiter.create(0).tryAcquire(1, Duration.ofMillis(20))); // on the real clock
@@ -76,7 +76,7 @@ class RateLimiterTest {
   @Test
   void setRateRetimesPermitsPaidAhead() {
     FakeTicker t = new FakeTicker();
-    RateLimiter lim = RateLimiter.create(1, 0, t);
+    RateLimiter lim = RateLimiter.create(1, Duration.ZERO, t);
     lim.reserveAt(t.read(), 4); // next free in 4 s at 1/s
     lim.setRateAt(t.read(), 4); // the 4 s owed become 1 s
     assertEquals(1, lim.reserveAt(t.read(), 1), 1e-9);
@@ -85,7 +85,7 @@ class RateLimiterTest {
   @Test
   void storedPermitsKeepTheTimeTheyStandFor() {
     FakeTicker t = new FakeTicker();
-    RateLimiter lim = RateLimiter.create(10, 1, t);
+    RateLimiter lim = RateLimiter.create(10, Duration.ofSeconds(1), t);
     lim.tryAcquireAt(t.read(), 1); // the first is free; the next is due in 0.1 s
     t.advance(0.5);
     assertEquals(4, lim.tokensAt(t.read()), 1e-9);
@@ -96,7 +96,7 @@ class RateLimiterTest {
   @Test
   void tryAcquireWithATimeoutTakesNothingWhenTooLate() {
     FakeTicker t = new FakeTicker();
-    RateLimiter lim = RateLimiter.create(1, 0, t);
+    RateLimiter lim = RateLimiter.create(1, Duration.ZERO, t);
     assertTrue(lim.tryAcquireAt(t.read(), 1));
     // The next is 1 s away on the fake ticker, which never moves: a 10 ms timeout fails at once.
     long start = System.nanoTime();
@@ -107,7 +107,7 @@ class RateLimiterTest {
 
   @Test
   void blockingAcquireOnTheRealClock() {
-    RateLimiter lim = RateLimiter.create(50, 0);
+    RateLimiter lim = RateLimiter.create(50, Duration.ZERO);
     long start = System.nanoTime();
     for (int i = 0; i < 11; i++) {
       lim.acquire();
@@ -118,7 +118,7 @@ class RateLimiterTest {
 
   @Test
   void aWaiterWakesWhenTheRateLeavesZero() throws Exception {
-    RateLimiter lim = RateLimiter.create(0, 0);
+    RateLimiter lim = RateLimiter.create(0, Duration.ZERO);
     Thread th = new Thread(() -> lim.setRate(1000));
     long start = System.nanoTime();
     new Thread(() -> {
@@ -129,13 +129,18 @@ class RateLimiterTest {
       }
       th.start();
     }).start();
-    lim.acquire();
-    assertTrue(System.nanoTime() - start >= 90_000_000L);
+    Duration waited = lim.acquire();
+    long elapsed = System.nanoTime() - start;
+    assertTrue(elapsed >= 90_000_000L);
+    assertTrue(!waited.isZero() && waited.toNanos() <= elapsed, "acquire says it waited " + waited);
   }
 
   @Test
   void badPermitsAreRefused() {
     RateLimiter lim = RateLimiter.create(1);
+    assertEquals(Duration.ofSeconds(1), lim.getMaxBurst()); // Guava's default
+    assertEquals(Duration.ZERO, RateLimiter.create(1, Duration.ofSeconds(-1)).getMaxBurst());
+    assertEquals(Duration.ZERO, lim.acquire()); // the first permit is free at once
     assertThrows(IllegalArgumentException.class, () -> lim.acquire(0));
     assertThrows(IllegalArgumentException.class, () -> lim.tryAcquire(-1, Duration.ZERO));
   }

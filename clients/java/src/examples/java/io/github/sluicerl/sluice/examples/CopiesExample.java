@@ -7,10 +7,12 @@ import java.time.Duration;
 
 /** Copy-limited sessions: hold sandboxes while using them (Charon). Args: [HOST:PORT]. */
 public final class CopiesExample {
-  public static void main(String[] args) throws Exception {
+  public static void main(String[] args) { // SluiceException is unchecked
     String addr = args.length > 0 ? args[0] : "127.0.0.1:15000";
     // Closing the client ends the session: the server releases what is left.
-    try (SluiceClient client = SluiceClient.builder(addr).build()) {
+    // A generous call timeout (the default is 1 s): the first call also connects, and the
+    // test command runs this on a loaded machine.
+    try (SluiceClient client = SluiceClient.builder(addr).callTimeout(Duration.ofSeconds(30)).build()) {
       // Up to 3 sandboxes for tenant acme, at least 1, retrying up to 5 s.
       try (Hold hold = client.reserveCopies("sandboxes", "acme", 3, 1, Duration.ofSeconds(5))) {
         System.out.printf("holding %d sandboxes (acme's limit %d)%n", hold.copies(), hold.reservation().domainLimit());

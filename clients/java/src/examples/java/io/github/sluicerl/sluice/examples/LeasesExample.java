@@ -8,13 +8,13 @@ import java.time.Duration;
 
 /** Leases: a share of db/replica's 100 queries per second, enforced locally. Args: [HOST:PORT]. */
 public final class LeasesExample {
-  public static void main(String[] args) throws Exception {
+  public static void main(String[] args) throws InterruptedException { // Thread.sleep, Gauge.hold
     String addr = args.length > 0 ? args[0] : "127.0.0.1:15000";
     try (SluiceClient client = SluiceClient.builder(addr).build()) { // one per process; close() releases every lease
       Resource replica = client.resource("db/replica", 20); // 20 queries per second
-      RateLimiter limiter = replica.rateLimiter(0.1); // follows the lease; 0.1 s of burst
+      RateLimiter limiter = replica.rateLimiter(Duration.ofMillis(100)); // follows the lease; 0.1 s of burst
 
-      long deadline = System.nanoTime() + 10_000_000_000L;
+      long deadline = System.nanoTime() + 30_000_000_000L; // generous: a loaded machine
       while (replica.lease().isEmpty()) { // the first lease comes within a round trip
         if (System.nanoTime() > deadline) {
           throw new AssertionError("no lease");
@@ -35,7 +35,7 @@ public final class LeasesExample {
 
       // An in-flight limit: at most floor(capacity) at once.
       Gauge slots = client.resource("db/tx-slots", 3).gauge();
-      deadline = System.nanoTime() + 10_000_000_000L;
+      deadline = System.nanoTime() + 30_000_000_000L;
       while (slots.capacity() < 3) {
         if (System.nanoTime() > deadline) {
           throw new AssertionError("no lease for db/tx-slots");

@@ -9,9 +9,11 @@ import java.util.List;
 
 /** Server-side limits: ask before each login (a token bucket per user). Args: [HOST:PORT]. */
 public final class LimitsExample {
-  public static void main(String[] args) throws Exception {
+  public static void main(String[] args) { // SluiceException is unchecked
     String addr = args.length > 0 ? args[0] : "127.0.0.1:15000";
-    try (SluiceClient client = SluiceClient.builder(addr).build()) {
+    // A generous call timeout (the default is 1 s): the first call also connects, and the
+    // test command runs this on a loaded machine.
+    try (SluiceClient client = SluiceClient.builder(addr).callTimeout(Duration.ofSeconds(30)).build()) {
       List<String> statuses = new ArrayList<>();
       for (int attempt = 1; attempt <= 6; attempt++) {
         Allowance a = client.allow("logins", "user-42", 1, 0, Duration.ZERO);
@@ -19,7 +21,8 @@ public final class LimitsExample {
         if (a.ok()) {
           System.out.printf("login %d: allowed (%.0f left of %d)%n", attempt, a.remaining(), a.limit());
         } else {
-          System.out.printf("login %d: %s, retry after %.2f s%n", attempt, a.status(), a.retryAfter());
+          System.out.printf("login %d: %s, retry after %s%n", attempt, a.status(),
+              a.retryAfter().map(d -> d.toMillis() + " ms").orElse("never"));
         }
       }
       if (!statuses.equals(List.of("OK", "OK", "OK", "OK", "OK", "REJECTED_TIMEOUT"))) {

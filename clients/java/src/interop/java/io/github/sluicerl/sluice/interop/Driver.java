@@ -16,6 +16,7 @@ import io.github.sluicerl.sluice.SluiceClient;
 import io.github.sluicerl.sluice.SluiceException;
 import io.github.sluicerl.sluice.Tls;
 import java.io.BufferedReader;
+import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
@@ -37,8 +38,8 @@ import java.util.Map;
  * closes the client and exits 0, as does the end of standard input.
  */
 public final class Driver {
-  /** The burst of every rate limiter bound to a lease, in seconds. */
-  static final double BURST_SECONDS = 0.1;
+  /** The burst of every rate limiter bound to a lease. */
+  static final Duration BURST = Duration.ofMillis(100);
 
   /** An error answer: a gRPC code's name and a message. */
   static final class Failure extends Exception {
@@ -112,7 +113,8 @@ public final class Driver {
     return o;
   }
 
-  JsonObject handle(JsonObject c, String op) throws Exception {
+  /** Answers one command; the library's failures are its unchecked SluiceException. */
+  JsonObject handle(JsonObject c, String op) throws Failure {
     JsonObject out = new JsonObject();
     switch (op) {
       case "resource": {
@@ -122,7 +124,7 @@ public final class Driver {
         }
         Resource r = client.resource(id, num(c, "wants", "resource"));
         res.put(id, r);
-        limiters.put(id, r.rateLimiter(BURST_SECONDS));
+        limiters.put(id, r.rateLimiter(BURST));
         return ok();
       }
       case "set_wants":
@@ -213,7 +215,7 @@ public final class Driver {
     return o;
   }
 
-  public static void main(String[] args) throws Exception {
+  public static void main(String[] args) throws IOException {
     String server = null, id = null, ca = null, cert = null, key = null;
     for (int i = 0; i + 1 < args.length; i += 2) {
       switch (args[i]) {
