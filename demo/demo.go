@@ -167,68 +167,86 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		return nil, err
 	}
 	defer stopTarget()
-	targetURL := "http://" + taddr + "/"
 
 	// The clients.
-	runs := make([]*clientRun, opts.Clients)
-	var wg sync.WaitGroup
-	for i := range runs {
-		p := profiles[i%len(profiles)]
-		cr, err := startClient(ctx, i, p, addr, targetURL, opts)
-		if err != nil {
-			return nil, err
-		}
-		runs[i] = cr
-		wg.Add(1)
-		go func() { defer wg.Done(); cr.run(ctx, start, opts.Duration) }()
+	runs, wg, err := startClients(ctx, start, addr, "http://"+taddr+"/", opts)
+	if err != nil {
+		return nil, err
 	}
 
 	sum := &Summary{Capacity: capacity, DurationSeconds: seconds}
 	fairTotals := make([]float64, len(runs))
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
 	fmt.Fprintf(opts.Out, "sluice demo: server %s, target %s, %d clients, capacity %.0f req/s on %q, %v\n",
 		addr, taddr, len(runs), capacity, ResourceID, opts.Duration)
 	fmt.Fprintf(opts.Out, "%4s %9s %10s %9s %9s %7s\n", "sec", "capacity", "Σ leases", "demand", "target", "util")
-	for s := 0; s < seconds; s++ {
-		select {
-		case <-ctx.Done():
-			cancel()
-			wg.Wait()
-			return nil, ctx.Err()
-		case <-tick.C:
-		}
+	err = eachSecond(ctx, seconds, func(s int) {
 		// Second s is complete (requests arriving a little late still
 		// land in their own second's counter).
-		sec := Second{Second: s, Capacity: capacity, Requests: counts[s].Load(), Counted: s >= warmup}
-		reqs := make([]algorithm.Requester, len(runs))
-		for i, cr := range runs {
-			w := cr.wantsAt(s)
-			sec.Demand += w
-			reqs[i] = algorithm.Requester{Wants: w, Subclients: 1}
-			sec.SumLeases += cr.leased()
-		}
-		fair := algorithm.Allocate(algorithm.FairShare, capacity, reqs)
+		sec, fair := measureSecond(s, capacity, counts[s].Load(), runs)
 		if sec.Counted {
 			for i := range fair {
 				fairTotals[i] += fair[i]
 			}
 		}
-		if want := math.Min(capacity, sec.Demand); want > 0 {
-			sec.Utilization = float64(sec.Requests) / want
-		} else {
-			sec.Utilization = 1
-		}
-		sec.Overshoot = math.Max(0, (float64(sec.Requests)-capacity)/capacity*100)
 		sum.Seconds = append(sum.Seconds, sec)
 		fmt.Fprintf(opts.Out, "%4d %9.0f %10.1f %9.0f %9d %6.1f%%\n", s, capacity, sec.SumLeases, sec.Demand, sec.Requests, sec.Utilization*100)
-	}
+	})
 	cancel()
 	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
 	for _, cr := range runs {
 		cr.close()
 	}
+	summarize(sum, runs, fairTotals)
+	return sum, nil
+}
 
+// startClients starts opts.Clients clients, each on its profile, sending
+// requests to url until ctx is done or the run ends; the WaitGroup waits
+// for them.
+func startClients(ctx context.Context, start time.Time, serverAddr, url string, opts Options) ([]*clientRun, *sync.WaitGroup, error) {
+	runs := make([]*clientRun, opts.Clients)
+	wg := new(sync.WaitGroup)
+	for i := range runs {
+		p := profiles[i%len(profiles)]
+		cr, err := startClient(ctx, i, p, serverAddr, url, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		runs[i] = cr
+		wg.Add(1)
+		go func() { defer wg.Done(); cr.run(ctx, start, opts.Duration) }()
+	}
+	return runs, wg, nil
+}
+
+// measureSecond returns second s of the run, in which the target saw
+// requests: the clients' demand and leases against capacity, and each
+// client's max-min fair share of capacity at that demand.
+func measureSecond(s int, capacity float64, requests int64, runs []*clientRun) (Second, []float64) {
+	sec := Second{Second: s, Capacity: capacity, Requests: requests, Counted: s >= warmup}
+	reqs := make([]algorithm.Requester, len(runs))
+	for i, cr := range runs {
+		w := cr.wantsAt(s)
+		sec.Demand += w
+		reqs[i] = algorithm.Requester{Wants: w, Subclients: 1}
+		sec.SumLeases += cr.leased()
+	}
+	fair := algorithm.Allocate(algorithm.FairShare, capacity, reqs)
+	if want := math.Min(capacity, sec.Demand); want > 0 {
+		sec.Utilization = float64(sec.Requests) / want
+	} else {
+		sec.Utilization = 1
+	}
+	sec.Overshoot = math.Max(0, (float64(sec.Requests)-capacity)/capacity*100)
+	return sec, fair
+}
+
+// summarize fills sum's figures over its counted seconds and a row per
+// client; fairTotals is each client's fair share summed over those seconds.
+func summarize(sum *Summary, runs []*clientRun, fairTotals []float64) {
 	counted := 0
 	for _, sec := range sum.Seconds {
 		if !sec.Counted {
@@ -237,7 +255,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		counted++
 		sum.UtilizationMean += sec.Utilization
 		sum.OvershootMaxPercent = math.Max(sum.OvershootMaxPercent, sec.Overshoot)
-		if float64(sec.Requests) > 1.02*capacity {
+		if float64(sec.Requests) > 1.02*sum.Capacity {
 			sum.SecondsOver102++
 		}
 	}
@@ -247,7 +265,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	for i, cr := range runs {
 		cs := ClientSummary{Name: fmt.Sprintf("client-%d", i+1), ID: cr.c.ID(), Profile: cr.p.name}
 		var n int64
-		for s := warmup; s < seconds && s < len(cr.sent); s++ {
+		for s := warmup; s < sum.DurationSeconds && s < len(cr.sent); s++ {
 			n += cr.sent[s].Load()
 		}
 		cs.Requests = cr.total.Load()
@@ -257,7 +275,6 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		}
 		sum.Clients = append(sum.Clients, cs)
 	}
-	return sum, nil
 }
 
 // PrintSummary writes the summary as a table.
@@ -450,4 +467,20 @@ func prepare(out *io.Writer, logger **slog.Logger, yaml []byte) (*resources.Repo
 		return nil, fmt.Errorf("demo: embedded configuration: %w", err)
 	}
 	return repo, nil
+}
+
+// eachSecond calls row(s) as each second s of a run of seconds seconds
+// ends, and returns ctx's error if ctx is done first.
+func eachSecond(ctx context.Context, seconds int, row func(s int)) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for s := 0; s < seconds; s++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		row(s)
+	}
+	return nil
 }

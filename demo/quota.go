@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -127,7 +128,66 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 	second := func() int { return int(time.Since(start) / time.Second) }
 
 	// The two services: the same workload, a different client mode.
-	callers := map[string]*caller{}
+	callers, closeCallers, err := newCallers(addr, opts.Logger, seconds)
+	if err != nil {
+		return nil, err
+	}
+	defer closeCallers()
+	// The target: counts calls per second, by service and by user.
+	logins := &loginCounts{n: map[string]int64{}}
+	taddr, stopTarget, err := startTarget(quotaTarget(callers, logins, second))
+	if err != nil {
+		return nil, err
+	}
+	defer stopTarget()
+	targetURL := "http://" + taddr
+
+	loginsReg := prometheus.NewRegistry()
+	loginsClient, err := quota.New(addr, quota.WithLogger(opts.Logger), quota.WithRegisterer(loginsReg))
+	if err != nil {
+		return nil, err
+	}
+	defer loginsClient.Close()
+	wg := startQuotaCalls(ctx, callers, loginsClient, targetURL, opts)
+
+	fmt.Fprintf(opts.Out, "sluice demo quota: server %s, target %s, %d users logging in %.0f times a second, %v\n",
+		addr, taddr, opts.Users, opts.LoginsPerUser, opts.Duration)
+	fmt.Fprintf(opts.Out, "%4s %18s %18s %14s %8s\n", "sec", "naive (100/s)", "smart (200/s)", "logins/s/user", "buckets")
+	var lastLogins int64
+	err = eachSecond(ctx, seconds, func(s int) {
+		total := logins.total()
+		fmt.Fprintf(opts.Out, "%4d %18d %18d %14.2f %8d\n", s, callers["naive"].perSecond[s].Load(), callers["smart"].perSecond[s].Load(),
+			float64(total-lastLogins)/float64(opts.Users), buckets(ctx, srv))
+		lastLogins = total
+	})
+	cancel()
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+
+	sum := &QuotaSummary{DurationSeconds: seconds}
+	for _, name := range []string{"naive", "smart"} {
+		sum.Buckets = append(sum.Buckets, callers[name].bucket(cfg.Resources["target"].Buckets[name], opts.Duration, seconds))
+	}
+	logins.summarize(sum, *cfg.Resources["logins"].Template, opts, fallbackAllowed(loginsReg))
+	// (ctx is cancelled by now, to stop the callers: the walk is the run's
+	// last step, on the demo's memory store.)
+	sum.DynamicBuckets = dynamicBuckets(context.WithoutCancel(ctx), srv, "logins")
+	return sum, nil
+}
+
+// newCallers makes the two services' quota clients on the server at addr,
+// each counting over seconds seconds; closeAll closes them, last made
+// first.
+func newCallers(addr string, logger *slog.Logger, seconds int) (callers map[string]*caller, closeAll func(), err error) {
+	callers = map[string]*caller{}
+	var made []*quota.Client
+	closeAll = func() {
+		for _, c := range slices.Backward(made) {
+			_ = c.Close()
+		}
+	}
 	for _, spec := range []struct {
 		name   string
 		demand float64
@@ -137,126 +197,132 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 		{"smart", 300, []quota.Option{quota.WithSmart(quota.Smart{Batch: 20, LowWater: 10, TTL: time.Second})}},
 	} {
 		reg := prometheus.NewRegistry()
-		c, err := quota.New(addr, append([]quota.Option{quota.WithLogger(opts.Logger), quota.WithRegisterer(reg)}, spec.opts...)...)
+		c, err := quota.New(addr, append([]quota.Option{quota.WithLogger(logger), quota.WithRegisterer(reg)}, spec.opts...)...)
 		if err != nil {
-			return nil, err
+			closeAll()
+			return nil, nil, err
 		}
-		defer c.Close()
+		made = append(made, c)
 		cl := &caller{name: spec.name, domain: spec.name, c: c, reg: reg, demand: spec.demand, perSecond: make([]atomic.Int64, seconds+2)}
 		cl.http = &http.Client{Transport: c.RoundTripper(http.DefaultTransport, func(*http.Request) quota.Target {
 			return quota.Target{Resource: "target", Domain: cl.domain}
 		})}
 		callers[spec.name] = cl
 	}
-	// The target: counts calls per second, by service and by user.
-	var (
-		usersMu sync.Mutex
-		logins  = map[string]int64{}
-	)
-	taddr, stopTarget, err := startTarget(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return callers, closeAll, nil
+}
+
+// loginCounts is the logins the quota demo's target saw, by user.
+type loginCounts struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+// add counts one login of user.
+func (l *loginCounts) add(user string) {
+	l.mu.Lock()
+	l.n[user]++
+	l.mu.Unlock()
+}
+
+// total returns every user's logins together.
+func (l *loginCounts) total() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var total int64
+	for _, n := range l.n {
+		total += n
+	}
+	return total
+}
+
+// quotaTarget is the quota demo's target: it counts each service's calls
+// per second (second returns the current one) and each user's logins.
+func quotaTarget(callers map[string]*caller, logins *loginCounts, second func() int) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if u := r.URL.Query().Get("user"); u != "" {
-			usersMu.Lock()
-			logins[u]++
-			usersMu.Unlock()
+			logins.add(u)
 		} else if c := callers[r.Header.Get("X-Service")]; c != nil {
 			if s := second(); s < len(c.perSecond) {
 				c.perSecond[s].Add(1)
 			}
 		}
 		w.WriteHeader(http.StatusNoContent)
-	}))
-	if err != nil {
-		return nil, err
-	}
-	defer stopTarget()
-	targetURL := "http://" + taddr
+	})
+}
 
-	loginsReg := prometheus.NewRegistry()
-	logins1, err := quota.New(addr, quota.WithLogger(opts.Logger), quota.WithRegisterer(loginsReg))
-	if err != nil {
-		return nil, err
-	}
-	defer logins1.Close()
-
-	var wg sync.WaitGroup
+// startQuotaCalls starts the services calling the target at url and the
+// users logging in there through loginsClient, until ctx is done; the
+// WaitGroup waits for them.
+func startQuotaCalls(ctx context.Context, callers map[string]*caller, loginsClient *quota.Client, url string, opts QuotaOptions) *sync.WaitGroup {
+	wg := new(sync.WaitGroup)
 	for _, cl := range callers {
 		wg.Add(1)
-		go func() { defer wg.Done(); cl.run(ctx, targetURL) }()
+		go func() { defer wg.Done(); cl.run(ctx, url) }()
 	}
 	for u := range opts.Users {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			loginLoop(ctx, logins1, fmt.Sprintf("user-%03d", u), targetURL, opts.LoginsPerUser)
+			loginLoop(ctx, loginsClient, fmt.Sprintf("user-%03d", u), url, opts.LoginsPerUser)
 		}()
 	}
+	return wg
+}
 
-	fmt.Fprintf(opts.Out, "sluice demo quota: server %s, target %s, %d users logging in %.0f times a second, %v\n",
-		addr, taddr, opts.Users, opts.LoginsPerUser, opts.Duration)
-	fmt.Fprintf(opts.Out, "%4s %18s %18s %14s %8s\n", "sec", "naive (100/s)", "smart (200/s)", "logins/s/user", "buckets")
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	var lastLogins int64
-	for s := 0; s < seconds; s++ {
-		select {
-		case <-ctx.Done():
-			cancel()
-			wg.Wait()
-			return nil, ctx.Err()
-		case <-tick.C:
-		}
-		usersMu.Lock()
-		var total int64
-		for _, n := range logins {
-			total += n
-		}
-		usersMu.Unlock()
-		fmt.Fprintf(opts.Out, "%4d %18d %18d %14.2f %8d\n", s, callers["naive"].perSecond[s].Load(), callers["smart"].perSecond[s].Load(),
-			float64(total-lastLogins)/float64(opts.Users), buckets(ctx, srv))
-		lastLogins = total
+// bucket returns the caller's row of the summary: what reached the target
+// over seconds seconds against b, its bucket, over a run of d.
+func (cl *caller) bucket(b limits.Bucket, d time.Duration, seconds int) QuotaBucket {
+	qb := QuotaBucket{Name: "target/" + cl.name, Client: cl.name, Size: b.Size, FillRate: b.FillRate, Demand: cl.demand,
+		Granted: cl.granted.Load(), Rejected: cl.rejected.Load(), Fallback: fallbackAllowed(cl.reg)}
+	var n int64
+	for s := range seconds {
+		v := cl.perSecond[s].Load()
+		qb.PerSecond = append(qb.PerSecond, v)
+		n += v
 	}
-	cancel()
-	wg.Wait()
+	qb.MeanRate = float64(n) / float64(seconds)
+	qb.MaxAllowed = maxAllowed(b, d)
+	return qb
+}
 
-	sum := &QuotaSummary{DurationSeconds: seconds}
-	for _, name := range []string{"naive", "smart"} {
-		cl := callers[name]
-		b := cfg.Resources["target"].Buckets[name]
-		qb := QuotaBucket{Name: "target/" + name, Client: name, Size: b.Size, FillRate: b.FillRate, Demand: cl.demand,
-			Granted: cl.granted.Load(), Rejected: cl.rejected.Load(), Fallback: fallbackAllowed(cl.reg)}
-		var n int64
-		for s := range seconds {
-			v := cl.perSecond[s].Load()
-			qb.PerSecond = append(qb.PerSecond, v)
-			n += v
-		}
-		qb.MeanRate = float64(n) / float64(seconds)
-		qb.MaxAllowed = float64(b.Size) + b.FillRate*(opts.Duration+b.WaitTimeout).Seconds()
-		sum.Buckets = append(sum.Buckets, qb)
-	}
-	tmpl := cfg.Resources["logins"].Template
-	// One row for every user's bucket: the mean rate, and the busiest
-	// user's logins against what one bucket allows.
+// summarize adds to sum each user's login rate and one row for every
+// user's bucket (made from tmpl): the mean rate, and the busiest user's
+// logins against what one bucket allows; fallback is the logins the
+// client's fallback limiter let through.
+func (l *loginCounts) summarize(sum *QuotaSummary, tmpl limits.Bucket, opts QuotaOptions, fallback int64) {
+	seconds := sum.DurationSeconds
 	lb := QuotaBucket{Name: "logins/<user>", Client: "naive", Size: tmpl.Size, FillRate: tmpl.FillRate, Demand: opts.LoginsPerUser,
-		MaxAllowed: float64(tmpl.Size) + tmpl.FillRate*(opts.Duration+tmpl.WaitTimeout).Seconds(), Fallback: fallbackAllowed(loginsReg)}
-	usersMu.Lock()
-	for _, n := range logins {
+		MaxAllowed: maxAllowed(tmpl, opts.Duration), Fallback: fallback}
+	l.mu.Lock()
+	for _, n := range l.n {
 		sum.LoginRates = append(sum.LoginRates, float64(n)/float64(seconds))
 		lb.Granted = max(lb.Granted, n)
 		lb.MeanRate += float64(n) / float64(seconds) / float64(opts.Users)
 	}
-	usersMu.Unlock()
+	l.mu.Unlock()
 	sort.Float64s(sum.LoginRates)
 	sum.Buckets = append(sum.Buckets, lb)
-	// (ctx is cancelled by now, to stop the callers: the walk is the run's
-	// last step, on the demo's memory store.)
-	srv.Limits().Engine().Walk(context.WithoutCancel(ctx), time.Now(), func(b limits.BucketInfo) bool {
-		if b.Resource == "logins" {
-			sum.DynamicBuckets++
+}
+
+// maxAllowed is the most bucket b can grant over a run of d: full at the
+// start, its fill rate over the run, and the fill a grant's wait (at most
+// its wait timeout) takes from after its end.
+func maxAllowed(b limits.Bucket, d time.Duration) float64 {
+	return float64(b.Size) + b.FillRate*(d+b.WaitTimeout).Seconds()
+}
+
+// dynamicBuckets returns how many buckets of resource srv's limits
+// engine holds.
+func dynamicBuckets(ctx context.Context, srv *server.Server, resource string) int {
+	n := 0
+	srv.Limits().Engine().Walk(ctx, time.Now(), func(b limits.BucketInfo) bool {
+		if b.Resource == resource {
+			n++
 		}
 		return true
 	})
-	return sum, nil
+	return n
 }
 
 // run calls the target at the caller's demand through its quota client

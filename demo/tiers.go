@@ -90,35 +90,10 @@ func RunTiers(ctx context.Context, opts TiersOptions) (*TiersSummary, error) {
 	seconds := int(math.Ceil(opts.Duration.Seconds()))
 	start := time.Now()
 	second := func() int { return int(time.Since(start) / time.Second) }
-	tenants := []*tenantRun{
-		{name: "alice", pattern: "steady 15/s", rate: func(int) float64 { return 15 }},
-		{name: "bob", pattern: "10/s, bursts of 60/s for 5 s every 10 s", rate: func(s int) float64 {
-			if s%10 >= 5 {
-				return 60
-			}
-			return 10
-		}},
-		{name: "mallory", pattern: "40/s (abusive)", rate: func(int) float64 { return 40 }},
-		{name: "carol", pattern: "holds 2 sandboxes for 2 s, again and again", holds: true},
-		{name: "dave", pattern: "holds 2 sandboxes for 2 s, again and again", holds: true},
-	}
-	for _, t := range tenants {
-		t.granted, t.held, t.tiers = make([]atomic.Int64, seconds+2), make([]atomic.Int64, seconds+2), make([]atomic.Int32, seconds+2)
-	}
+	tenants := newTenants(seconds)
 
 	// The target counts calls per tenant per second.
-	byName := map[string]*tenantRun{}
-	for _, t := range tenants {
-		byName[t.name] = t
-	}
-	taddr, stopTarget, err := startTarget(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if t := byName[r.URL.Query().Get("tenant")]; t != nil {
-			if s := second(); s < len(t.granted) {
-				t.granted[s].Add(1)
-			}
-		}
-		w.WriteHeader(http.StatusNoContent)
-	}))
+	taddr, stopTarget, err := startTarget(tiersTarget(tenants, second))
 	if err != nil {
 		return nil, err
 	}
@@ -144,39 +119,86 @@ func RunTiers(ctx context.Context, opts TiersOptions) (*TiersSummary, error) {
 	}
 
 	fmt.Fprintf(opts.Out, "sluice demo tiers: server %s, target %s, %v\n", addr, taddr, opts.Duration)
-	fmt.Fprintf(opts.Out, "%4s", "sec")
-	for _, t := range tenants {
-		if t.holds {
-			fmt.Fprintf(opts.Out, " %14s", t.name+" holds")
-		} else {
-			fmt.Fprintf(opts.Out, " %14s", t.name+" (tier)")
-		}
-	}
-	fmt.Fprintln(opts.Out)
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for s := 0; s < seconds; s++ {
-		select {
-		case <-ctx.Done():
-			cancel()
-			wg.Wait()
-			return nil, ctx.Err()
-		case <-tick.C:
-		}
-		fmt.Fprintf(opts.Out, "%4d", s)
-		for _, t := range tenants {
-			t.tiers[s].Store(t.tier.Load())
-			t.held[s].Store(t.heldNow.Load())
-			if t.holds {
-				fmt.Fprintf(opts.Out, " %14d", t.held[s].Load())
-			} else {
-				fmt.Fprintf(opts.Out, " %9d (%d) ", t.granted[s].Load(), t.tiers[s].Load())
-			}
-		}
-		fmt.Fprintln(opts.Out)
-	}
+	printTiersHeader(opts.Out, tenants)
+	err = eachSecond(ctx, seconds, func(s int) { recordTiersSecond(opts.Out, s, tenants) })
 	cancel()
 	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	return tiersSummary(tenants, seconds), nil
+}
+
+// newTenants returns the demo's tenants, each counting over seconds
+// seconds.
+func newTenants(seconds int) []*tenantRun {
+	tenants := []*tenantRun{
+		{name: "alice", pattern: "steady 15/s", rate: func(int) float64 { return 15 }},
+		{name: "bob", pattern: "10/s, bursts of 60/s for 5 s every 10 s", rate: func(s int) float64 {
+			if s%10 >= 5 {
+				return 60
+			}
+			return 10
+		}},
+		{name: "mallory", pattern: "40/s (abusive)", rate: func(int) float64 { return 40 }},
+		{name: "carol", pattern: "holds 2 sandboxes for 2 s, again and again", holds: true},
+		{name: "dave", pattern: "holds 2 sandboxes for 2 s, again and again", holds: true},
+	}
+	for _, t := range tenants {
+		t.granted, t.held, t.tiers = make([]atomic.Int64, seconds+2), make([]atomic.Int64, seconds+2), make([]atomic.Int32, seconds+2)
+	}
+	return tenants
+}
+
+// tiersTarget is the tiers demo's target: it counts each tenant's calls
+// per second (second returns the current one).
+func tiersTarget(tenants []*tenantRun, second func() int) http.Handler {
+	byName := map[string]*tenantRun{}
+	for _, t := range tenants {
+		byName[t.name] = t
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if t := byName[r.URL.Query().Get("tenant")]; t != nil {
+			if s := second(); s < len(t.granted) {
+				t.granted[s].Add(1)
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// printTiersHeader writes the per-second table's header: a column per
+// tenant.
+func printTiersHeader(w io.Writer, tenants []*tenantRun) {
+	fmt.Fprintf(w, "%4s", "sec")
+	for _, t := range tenants {
+		if t.holds {
+			fmt.Fprintf(w, " %14s", t.name+" holds")
+		} else {
+			fmt.Fprintf(w, " %14s", t.name+" (tier)")
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// recordTiersSecond records each tenant's tier and holds at the end of
+// second s and writes the second's line.
+func recordTiersSecond(w io.Writer, s int, tenants []*tenantRun) {
+	fmt.Fprintf(w, "%4d", s)
+	for _, t := range tenants {
+		t.tiers[s].Store(t.tier.Load())
+		t.held[s].Store(t.heldNow.Load())
+		if t.holds {
+			fmt.Fprintf(w, " %14d", t.held[s].Load())
+		} else {
+			fmt.Fprintf(w, " %9d (%d) ", t.granted[s].Load(), t.tiers[s].Load())
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// tiersSummary returns each tenant's outcome over seconds seconds.
+func tiersSummary(tenants []*tenantRun, seconds int) *TiersSummary {
 	sum := &TiersSummary{DurationSeconds: seconds}
 	for _, t := range tenants {
 		out := Tenant{Name: t.name, Pattern: t.pattern, Rejected: t.rejected.Load()}
@@ -190,7 +212,7 @@ func RunTiers(ctx context.Context, opts TiersOptions) (*TiersSummary, error) {
 		}
 		sum.Tenants = append(sum.Tenants, out)
 	}
-	return sum, nil
+	return sum
 }
 
 // callLoop calls the target at the tenant's rate, each call asking the
