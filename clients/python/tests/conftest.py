@@ -18,8 +18,8 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "src"))
 
-from sluice._proto.doorman import doorman_pb2 as pb  # noqa: E402
-from sluice._proto.doorman import doorman_pb2_grpc as pb_grpc  # noqa: E402
+from sluice import _proto  # noqa: E402
+from sluice._proto import doorman as pb  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -96,7 +96,21 @@ class FakeClock:
             self.t += seconds
 
 
-class CapacityServer(pb_grpc.CapacityServicer):
+def _handler(service: str, methods: dict) -> grpc.GenericRpcHandler:
+    """A generic handler of unary methods (name -> (sluice._proto.Method,
+    function)): no generated servicer."""
+    return grpc.method_handlers_generic_handler(
+        service,
+        {
+            name: grpc.unary_unary_rpc_method_handler(
+                f, request_deserializer=m.request.FromString, response_serializer=m.response.SerializeToString
+            )
+            for name, (m, f) in methods.items()
+        },
+    )
+
+
+class CapacityServer:
     """A doorman.Capacity test server on loopback: it grants what is
     wanted (at most ``capacity`` per resource) for ``lease_length`` seconds
     of the fake clock, and records every request. ``master`` set makes it
@@ -109,10 +123,22 @@ class CapacityServer(pb_grpc.CapacityServicer):
         self.refresh = refresh
         self.master: Optional[str] = None
         self.requests: List[pb.GetCapacityRequest] = []
+        self.times: List[float] = []  # the fake clock at each request
         self.released: List[List[str]] = []
         self.lock = threading.Lock()
         self.srv = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        pb_grpc.add_CapacityServicer_to_server(self, self.srv)
+        self.srv.add_generic_rpc_handlers(
+            (
+                _handler(
+                    "doorman.Capacity",
+                    {
+                        "GetCapacity": (_proto.GET_CAPACITY, self.GetCapacity),
+                        "ReleaseCapacity": (_proto.RELEASE_CAPACITY, self.ReleaseCapacity),
+                        "Discovery": (_proto.DISCOVERY, self.Discovery),
+                    },
+                ),
+            )
+        )
         port = self.srv.add_insecure_port("127.0.0.1:0")
         self.addr = f"127.0.0.1:{port}"
         self.srv.start()
@@ -120,6 +146,7 @@ class CapacityServer(pb_grpc.CapacityServicer):
     def GetCapacity(self, request: pb.GetCapacityRequest, context: grpc.ServicerContext) -> pb.GetCapacityResponse:
         with self.lock:
             self.requests.append(request)
+            self.times.append(self.clock())
         resp = pb.GetCapacityResponse()
         if self.master is not None:
             resp.mastership.master_address = self.master

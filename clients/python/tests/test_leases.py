@@ -9,12 +9,13 @@ import math
 import pytest
 
 import sluice
-from sluice._proto.sluice.v1 import leases_pb2 as v1
+from sluice import _testing
+from sluice._proto import leases as v1
 from conftest import CapacityServer, FakeClock, counts
 
 
 def manual(addrs, clock, **kw) -> sluice.Client:
-    return sluice.Client(addrs, "test-client", clock=clock, _manual=True, push=False, **kw)
+    return _testing.client(addrs, "test-client", clock=clock, manual=True, push=False, **kw)
 
 
 def run(c: sluice.Client, clock: FakeClock, seconds: float) -> None:
@@ -22,7 +23,7 @@ def run(c: sluice.Client, clock: FakeClock, seconds: float) -> None:
     thread would: a step, then the clock moved to the next one."""
     end = clock() + seconds
     while True:
-        wait = c._leases.step()
+        wait = c._leases.step_now()
         if clock() + wait > end:
             clock.advance(end - clock())
             return
@@ -32,7 +33,7 @@ def run(c: sluice.Client, clock: FakeClock, seconds: float) -> None:
 def test_one_bulk_request_per_refresh_interval_for_1000_resources(capacity_server, clock):
     c = manual(capacity_server.addr, clock)
     rs = [c.resource(f"bulk/{i}", 1) for i in range(1000)]
-    c._leases.step()
+    c._leases.step_now()
     assert counts(capacity_server) == [1000]  # added before the first step: one request
     assert all(r.capacity == 1 for r in rs)
     run(c, clock, 50)  # ten refresh intervals of 5 s
@@ -45,10 +46,10 @@ def test_a_resource_added_later_rejoins_the_bulk_request(capacity_server, clock)
     c = manual(capacity_server.addr, clock)
     c.resource("a", 1)
     c.resource("b", 1)
-    c._leases.step()
+    c._leases.step_now()
     clock.advance(2)
     c.resource("c", 1)  # new: sent at once, alone (a and b are in their window)
-    c._leases.step()
+    c._leases.step_now()
     assert counts(capacity_server) == [2, 1]
     run(c, clock, 30)
     assert counts(capacity_server)[2:] and all(n == 3 for n in counts(capacity_server)[2:])
@@ -58,14 +59,14 @@ def test_a_resource_added_later_rejoins_the_bulk_request(capacity_server, clock)
 def test_the_5_second_rule_holds_back_a_change_of_wants(capacity_server, clock):
     c = manual(capacity_server.addr, clock)
     r = c.resource("a", 10)
-    c._leases.step()
+    c._leases.step_now()
     clock.advance(1)
     r.set_wants(20)
-    wait = c._leases.step()
+    wait = c._leases.step_now()
     assert counts(capacity_server) == [1]  # not within 5 s of the last
     assert wait == pytest.approx(4)
     clock.advance(wait)
-    c._leases.step()
+    c._leases.step_now()
     assert len(capacity_server.requests) == 2 and capacity_server.requests[1].resource[0].wants == 20
     assert capacity_server.requests[1].resource[0].HasField("has")
     assert r.capacity == 20
@@ -76,7 +77,7 @@ def test_safe_capacity_after_the_lease_expires(clock):
     s = CapacityServer(clock, lease_length=10)
     c = manual(s.addr, clock)
     r = c.resource("a", 5)
-    c._leases.step()
+    c._leases.step_now()
     assert r.capacity == 5 and r.lease() is not None and r.safe_capacity == 1.5
     s.stop()  # unreachable from now on
     run(c, clock, 12)
@@ -90,7 +91,7 @@ def test_fallback_modes(clock, mode, want):
     s = CapacityServer(clock, lease_length=10)
     c = manual(s.addr, clock, mode=mode)
     r = c.resource("a", 5)
-    c._leases.step()
+    c._leases.step_now()
     s.stop()
     run(c, clock, 12)
     assert r.capacity == want
@@ -103,7 +104,7 @@ def test_mastership_redirect_is_followed(clock):
     other.master = master.addr
     c = manual(other.addr, clock)
     r = c.resource("a", 3)
-    c._leases.step()
+    c._leases.step_now()
     assert r.capacity == 3
     assert c.server == master.addr
     assert len(other.requests) == 1 and len(master.requests) == 1
@@ -127,7 +128,7 @@ def test_failover_to_the_next_address(clock):
 def test_pushed_leases_apply_when_newer(capacity_server, clock):
     c = manual(capacity_server.addr, clock)
     r = c.resource("a", 50)
-    c._leases.step()
+    c._leases.step_now()
     exp = int(clock()) + 30
     c._leases.apply_pushed([v1.PushedLease(resource_id="a", capacity=40, expiry_time=exp, refresh_interval=5, sequence=7)])
     assert r.capacity == 40
@@ -137,13 +138,13 @@ def test_pushed_leases_apply_when_newer(capacity_server, clock):
 
 
 def test_handles_share_a_lease_and_release_it_with_the_last(capacity_server, clock):
-    c = sluice.Client(capacity_server.addr, "test-client", clock=clock, _manual=True, push=False)
+    c = manual(capacity_server.addr, clock)
     a = c.resource("x", 2)
     b = c.resource("x", 3)
     assert a.total_wants == 5
     seen = []
     a.on_change(seen.append)
-    c._leases.step()
+    c._leases.step_now()
     assert a.capacity == b.capacity == 5
     b.release()
     assert a.total_wants == 2 and capacity_server.released == []

@@ -9,6 +9,11 @@ import time
 import pytest
 
 import sluice
+import sluice.aio
+
+# The arithmetic is one (sluice.ratelimit.BurstyCore): the time-as-input
+# tests run on both APIs' limiters.
+both = pytest.mark.parametrize("cls", [sluice.RateLimiter, sluice.aio.RateLimiter], ids=["threaded", "aio"])
 
 
 class Clock:
@@ -32,8 +37,9 @@ class Clock:
         ("paying ahead makes the next caller wait", 10, 1.0, [(0, 5), (0.1, 1), (0.4, 1)], [True, False, True]),
     ],
 )
-def test_try_acquire_at(name, rate, burst, steps, want):
-    lim = sluice.RateLimiter(rate, burst)
+@both
+def test_try_acquire_at(cls, name, rate, burst, steps, want):
+    lim = cls(rate, burst)
     now = 0.0
     got = []
     for advance, permits in steps:
@@ -42,40 +48,45 @@ def test_try_acquire_at(name, rate, burst, steps, want):
     assert got == want, name
 
 
-def test_reserve_at_pays_ahead():
-    lim = sluice.RateLimiter(2, 1.0)
+@both
+def test_reserve_at_pays_ahead(cls):
+    lim = cls(2, 1.0)
     assert lim.reserve_at(0, 1) == 0  # free
     assert lim.reserve_at(0, 4) == pytest.approx(0.5)  # after the first's interval
     assert lim.reserve_at(0, 1) == pytest.approx(2.5)  # after the four
     assert lim.tokens_at(0) == pytest.approx(-6.0)  # 6 permits at 2/s: 3 s paid ahead
 
 
-def test_set_rate_retimes_the_time_paid_ahead():
-    lim = sluice.RateLimiter(10, 1.0)
+@both
+def test_set_rate_retimes_the_time_paid_ahead(cls):
+    lim = cls(10, 1.0)
     lim.reserve_at(0, 1)
     lim.reserve_at(0, 10)  # paid ahead until 1.1
     lim.set_rate_at(0.1, 20)  # 1.0 s still owed at 10/s is 0.5 s at 20/s
     assert lim.reserve_at(0.1, 1) == pytest.approx(0.5)
 
 
-def test_set_rate_keeps_the_time_stored():
-    lim = sluice.RateLimiter(10, 1.0)
+@both
+def test_set_rate_keeps_the_time_stored(cls):
+    lim = cls(10, 1.0)
     lim.try_acquire_at(0, 1)
     assert lim.tokens_at(10) == pytest.approx(10)  # a full store: 1 s
     lim.set_rate_at(10, 20)
     assert lim.tokens_at(10) == pytest.approx(20)  # still 1 s, at 20/s
 
 
-def test_leaving_rate_0_stores_nothing():
-    lim = sluice.RateLimiter(0, 1.0)
+@both
+def test_leaving_rate_0_stores_nothing(cls):
+    lim = cls(0, 1.0)
     lim.set_rate_at(50, 10)
     assert lim.try_acquire_at(50, 1)
     assert not lim.try_acquire_at(50, 1)
 
 
-def test_invalid_rates_count_as_0():
+@both
+def test_invalid_rates_count_as_0(cls):
     for r in (-1, float("nan")):
-        lim = sluice.RateLimiter(r)
+        lim = cls(r)
         assert lim.rate == 0
         assert not lim.try_acquire()
 

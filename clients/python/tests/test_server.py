@@ -75,13 +75,29 @@ def test_a_zero_timeout_is_zero(server):
             c.allow("api", "zero", timeout=0)
         with pytest.raises(sluice.DeadlineExceeded):
             c.quota_allow("api", "zero", timeout=0)
+        with pytest.raises(sluice.DeadlineExceeded):
+            c.reserve_copies("sandboxes", "zero", timeout=0)  # no session yet: none opened
+        with pytest.raises(sluice.DeadlineExceeded):
+            c.seize("no-such-transfer", timeout=0)
         with c.reserve_copies("sandboxes", "zero") as h:
+            with pytest.raises(sluice.DeadlineExceeded):
+                c.reserve_copies("sandboxes", "zero", timeout=0)  # a live session: still no time
             with pytest.raises(sluice.DeadlineExceeded):
                 h.release(timeout=0)
             assert h.copies == 1  # nothing released
             with pytest.raises(sluice.DeadlineExceeded):
                 h.transfer(1, timeout=-1)
             assert h.copies == 1
+        lim = sluice.RateLimiter(0)
+        with pytest.raises(sluice.DeadlineExceeded):
+            lim.acquire(timeout=0)
+        assert not lim.try_acquire(timeout=0)
+        with pytest.raises(sluice.DeadlineExceeded):
+            sluice.Gauge(0).acquire(timeout=0)
+        r = c.resource("fair/py-zero", 1)
+        with pytest.raises(sluice.DeadlineExceeded):
+            r.release(timeout=0)  # nothing sent; released here all the same
+        assert r.capacity == 0
 
 
 def test_a_resource_is_a_context_manager(server):

@@ -11,8 +11,9 @@ sessions, with the Go client's behaviour.
   client.reserve_copies(resource, domain, copies) as hold:`` holds copies in
   a session kept alive in the background, released when the block ends.
 
-Errors are :class:`SluiceError` subclasses carrying the gRPC code. The guide
-is docs/python.md.
+Errors are :class:`SluiceError` subclasses carrying the gRPC code. For
+asyncio, ``import sluice.aio``: the same client on grpc.aio, awaitable
+(:class:`sluice.aio.Client`). The guide is docs/python.md.
 """
 
 from .client import Allowance, Client, QuotaAllowance, new_client_id

@@ -12,12 +12,13 @@ from typing import Callable, List, Optional, Sequence, Type, Union
 
 import grpc
 
-from ._proto.quotaservice import quota_service_pb2 as qs
-from ._proto.quotaservice import quota_service_pb2_grpc as qs_grpc
-from ._proto.sluice.v1 import limits_pb2 as v1
-from ._proto.sluice.v1 import limits_pb2_grpc as v1_grpc
+from . import _proto
+from ._ops import Call, Proc, call_timeout, drive
+from ._proto import duration, enum_name
+from ._proto import limits as v1
+from ._proto import quota_service as qs
 from ._transport import TLS, Channels, parse_addresses
-from .copies import Hold, _Sessions, call_timeout, duration
+from .copies import Hold, _Sessions
 from .errors import Closed, InvalidArgument, SluiceError, from_rpc_error
 from .leases import Mode, Resource, _Leases
 
@@ -76,10 +77,90 @@ class QuotaAllowance:
         return self.status == "OK"
 
 
+class _Settings:
+    """A client's settings, checked: what both APIs' clients take."""
+
+    def __init__(
+        self,
+        addresses: Union[str, Sequence[str]],
+        client_id: Optional[str],
+        mode: Mode,
+        call_timeout: float,
+        session_ttl: float,
+        backoff_unit: float,
+    ) -> None:
+        self.addrs: List[str] = parse_addresses(addresses)
+        if client_id is not None and not client_id:
+            raise InvalidArgument("empty client id")
+        if not isinstance(mode, Mode):
+            raise InvalidArgument(f"mode {mode!r} is not a sluice.Mode")
+        if not call_timeout > 0 or not session_ttl > 0 or not backoff_unit > 0:
+            raise InvalidArgument("call_timeout, session_ttl and backoff_unit must be > 0")
+        self.id = client_id or new_client_id()
+
+
+def allow_proc(
+    server: str,
+    resource: str,
+    domain: str,
+    tokens: int,
+    min_tokens: int,
+    max_wait: Optional[float],
+    timeout: Optional[float],
+    default_timeout: float,
+) -> Proc[Allowance]:
+    """:meth:`Client.allow`, as a procedure of ``sluice._ops``."""
+    req = v1.AllowRequest(resource=resource, domain=domain, tokens=tokens, min_tokens=min_tokens)
+    if max_wait is not None:
+        if max_wait < 0:
+            raise InvalidArgument(f"max_wait {max_wait} is negative")
+        req.max_wait.CopyFrom(duration(max_wait))
+    t = call_timeout(timeout, default_timeout)
+    try:
+        r = yield Call(server, _proto.ALLOW, req, t)
+    except grpc.RpcError as e:
+        raise from_rpc_error(e, f"Allow {resource}/{domain}") from None
+    return Allowance(
+        status=enum_name(r, "status"),
+        granted=r.granted,
+        wait=r.wait.ToNanoseconds() / 1e9,
+        retry_after=r.retry_after.ToNanoseconds() / 1e9 if r.HasField("retry_after") else None,
+        remaining=r.remaining,
+        limit=r.limit,
+        bucket=r.bucket,
+        response=r,
+    )
+
+
+def quota_allow_proc(
+    server: str,
+    namespace: str,
+    bucket: str,
+    tokens: int,
+    max_wait: Optional[float],
+    timeout: Optional[float],
+    default_timeout: float,
+) -> Proc[QuotaAllowance]:
+    """:meth:`Client.quota_allow`, as a procedure of ``sluice._ops``."""
+    req = qs.AllowRequest(namespace=namespace, bucket_name=bucket, tokens_requested=tokens)
+    if max_wait is not None:
+        if max_wait < 0:
+            raise InvalidArgument(f"max_wait {max_wait} is negative")
+        req.max_wait_time_override = True
+        req.max_wait_millis_override = int(max_wait * 1000)
+    t = call_timeout(timeout, default_timeout)
+    try:
+        r = yield Call(server, _proto.QUOTA_ALLOW, req, t)
+    except grpc.RpcError as e:
+        raise from_rpc_error(e, f"QuotaService.Allow {namespace}/{bucket}") from None
+    return QuotaAllowance(status=enum_name(r, "status"), granted=r.tokens_granted, wait=r.wait_millis / 1000)
+
+
 class Client:
     """A client of Sluice servers: leases, server-side limits and
     copy-limited sessions. One per process; thread-safe; a context manager
-    (``with sluice.Client("127.0.0.1:15000") as client:``).
+    (``with sluice.Client("127.0.0.1:15000") as client:``). For asyncio,
+    :class:`sluice.aio.Client` is the same client with awaitable calls.
 
     ``addresses`` is "host:port" or several ("a:15000,b:15000", or a list):
     the client talks to the first and moves on (to the master that
@@ -101,6 +182,8 @@ class Client:
     alone (a degraded :class:`sluice.Hold`); ``backoff_unit`` is the unit of
     the retry policy's sleeps, in seconds; ``on_session_lost(session_id,
     error)`` is called when a session ends without the client closing it.
+    ``call_timeout``, ``session_ttl`` and ``backoff_unit`` must be > 0
+    (:class:`sluice.InvalidArgument`).
 
     Nothing is sent until used: the refresh thread starts with the first
     :meth:`resource`, the session with the first :meth:`reserve_copies`.
@@ -119,21 +202,35 @@ class Client:
         fail_open: bool = True,
         backoff_unit: float = 1.0,
         on_session_lost: Optional[Callable[[str, SluiceError], None]] = None,
-        clock: Optional[Callable[[], float]] = None,
-        _manual: bool = False,
     ) -> None:
-        addrs: List[str] = parse_addresses(addresses)
-        if client_id is not None and not client_id:
-            raise InvalidArgument("empty client id")
-        if not isinstance(mode, Mode):
-            raise InvalidArgument(f"mode {mode!r} is not a sluice.Mode")
-        if not call_timeout > 0 or not session_ttl > 0 or not backoff_unit > 0:
-            raise InvalidArgument("call_timeout, session_ttl and backoff_unit must be > 0")
-        self._id = client_id or new_client_id()
+        self._setup(
+            addresses, client_id, tls, mode, push, call_timeout, session_ttl, fail_open, backoff_unit, on_session_lost
+        )
+
+    def _setup(
+        self,
+        addresses: Union[str, Sequence[str]],
+        client_id: Optional[str],
+        tls: Optional[TLS],
+        mode: Mode,
+        push: bool,
+        call_timeout: float,
+        session_ttl: float,
+        fail_open: bool,
+        backoff_unit: float,
+        on_session_lost: Optional[Callable[[str, SluiceError], None]],
+        clock: Optional[Callable[[], float]] = None,
+        manual: bool = False,
+    ) -> None:
+        """The constructor's work; the test hooks (a fake Unix-seconds
+        ``clock``, ``manual``: no background threads, the refresh stepped by
+        hand) come only through ``sluice._testing``."""
+        cfg = _Settings(addresses, client_id, mode, call_timeout, session_ttl, backoff_unit)
+        self._id = cfg.id
         self._channels = Channels(tls)
         self._call_timeout = call_timeout
         self._closed = threading.Event()
-        self._leases = _Leases(self._id, addrs, self._channels, mode=mode, push=push, clock=clock, manual=_manual)
+        self._leases = _Leases(self._id, cfg.addrs, self._channels, mode=mode, push=push, clock=clock, manual=manual)
         self._sessions = _Sessions(
             self._leases.server, self._channels, call_timeout, session_ttl, fail_open, backoff_unit, on_session_lost
         )
@@ -196,27 +293,11 @@ class Client:
         tokens after :attr:`Allowance.wait`. Raises the server's
         :class:`sluice.SluiceError` (``InvalidArgument`` naming the field for
         a malformed request, ``Unavailable`` when it cannot decide or be
-        reached) within ``timeout`` seconds (default: the call timeout)."""
+        reached) within ``timeout`` seconds (None: the call timeout; 0 or
+        less: :class:`sluice.DeadlineExceeded` at once, nothing sent)."""
         self._check_open()
-        req = v1.AllowRequest(resource=resource, domain=domain, tokens=tokens, min_tokens=min_tokens)
-        if max_wait is not None:
-            if max_wait < 0:
-                raise InvalidArgument(f"max_wait {max_wait} is negative")
-            req.max_wait.CopyFrom(duration(max_wait))
-        try:
-            r = v1_grpc.LimitsStub(self._channels.get(self.server)).Allow(req, timeout=call_timeout(timeout, self._call_timeout))
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, f"Allow {resource}/{domain}") from None
-        return Allowance(
-            status=v1.AllowResponse.Status.Name(r.status),
-            granted=r.granted,
-            wait=r.wait.ToNanoseconds() / 1e9,
-            retry_after=r.retry_after.ToNanoseconds() / 1e9 if r.HasField("retry_after") else None,
-            remaining=r.remaining,
-            limit=r.limit,
-            bucket=r.bucket,
-            response=r,
-        )
+        proc = allow_proc(self.server, resource, domain, tokens, min_tokens, max_wait, timeout, self._call_timeout)
+        return drive(proc, self._channels.call)
 
     def quota_allow(
         self,
@@ -231,19 +312,12 @@ class Client:
         protocol), waiting at most ``max_wait`` seconds (None: the bucket's
         own maximum wait; it may lower it, never raise it). Every answer is
         a status (``REJECTED_INVALID_REQUEST`` for a malformed request);
-        RPC failures raise :class:`sluice.SluiceError`."""
+        RPC failures raise :class:`sluice.SluiceError`, within ``timeout``
+        seconds (None: the call timeout; 0 or less:
+        :class:`sluice.DeadlineExceeded` at once, nothing sent)."""
         self._check_open()
-        req = qs.AllowRequest(namespace=namespace, bucket_name=bucket, tokens_requested=tokens)
-        if max_wait is not None:
-            req.max_wait_time_override = True
-            req.max_wait_millis_override = int(max_wait * 1000)
-        try:
-            r = qs_grpc.QuotaServiceStub(self._channels.get(self.server)).Allow(req, timeout=call_timeout(timeout, self._call_timeout))
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, f"QuotaService.Allow {namespace}/{bucket}") from None
-        return QuotaAllowance(
-            status=qs.AllowResponse.Status.Name(r.status), granted=r.tokens_granted, wait=r.wait_millis / 1000
-        )
+        proc = quota_allow_proc(self.server, namespace, bucket, tokens, max_wait, timeout, self._call_timeout)
+        return drive(proc, self._channels.call)
 
     # --- copies --------------------------------------------------------------------
 
@@ -264,7 +338,8 @@ class Client:
         policy — after the i-th, sleep min(max_wait − elapsed, jitter(2^i))
         backoff units — until ``max_wait`` seconds have passed (0: ask
         once), then raises :class:`sluice.OverLimit`. ``timeout`` (seconds,
-        None: none) bounds the whole call (:class:`sluice.DeadlineExceeded`).
+        None: none) bounds the whole call (:class:`sluice.DeadlineExceeded`;
+        0 or less: at once, nothing sent).
 
         Use the hold as a context manager: leaving the block releases what
         is still held. With ``fail_open``, a server that cannot be reached
@@ -278,9 +353,11 @@ class Client:
 
     def seize(self, transfer_id: str, timeout: Optional[float] = None) -> Hold:
         """Takes the copies of a transfer staged by :meth:`sluice.Hold.transfer`
-        (usually in another process) into the client's session, once. Raises
-        :class:`sluice.NotFound` for a transfer that does not exist, was
-        seized already or expired."""
+        (usually in another process) into the client's session, once, within
+        ``timeout`` seconds (None: no bound but each request's call timeout;
+        0 or less: :class:`sluice.DeadlineExceeded` at once, nothing sent).
+        Raises :class:`sluice.NotFound` for a transfer that does not exist,
+        was seized already or expired."""
         self._check_open()
         return self._sessions.seize(transfer_id, timeout)
 
@@ -288,10 +365,11 @@ class Client:
 
     def close(self, timeout: float = 2.0) -> None:
         """Closes the client: releases every lease (one ``ReleaseCapacity``,
-        best effort, within ``timeout`` seconds; every resource's capacity
-        becomes 0), closes the session (the server releases every copy it
-        held), stops the background threads and closes the channels.
-        Closing twice does nothing."""
+        best effort, within ``timeout`` seconds — 0 or less sends none, and
+        the server lets the leases expire; every resource's capacity becomes
+        0), closes the session (the server releases every copy it held),
+        stops the background threads and closes the channels. Closing twice
+        does nothing. Never raises for what the servers answer."""
         if self._closed.is_set():
             return
         self._closed.set()

@@ -27,6 +27,9 @@ back reaches it at once; against a server without the stream (Doorman,
 minutes.
 
 This is the Go client's behaviour (``client`` package; docs/client.md).
+The refresh step and releases are procedures (``sluice._ops``) of
+:class:`_Book`, run on threads by :class:`sluice.Client` and as asyncio
+tasks by :class:`sluice.aio.Client`: one behaviour, one code path.
 
 Source: doorman-design.md, "Client operation", "Client library",
 "Optimistic, pessimistic and safe mode operation".
@@ -45,10 +48,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import grpc
 
-from ._proto.doorman import doorman_pb2 as pb
-from ._proto.doorman import doorman_pb2_grpc as pb_grpc
-from ._proto.sluice.v1 import leases_pb2 as v1
-from ._proto.sluice.v1 import leases_pb2_grpc as v1_grpc
+from . import _proto
+from ._ops import Call, Proc, call_timeout, drive
+from ._proto import doorman as pb
+from ._proto import leases as v1
 from ._transport import Channels
 from .errors import Closed, InvalidArgument, SluiceError, Unavailable, from_rpc_error
 from .ratelimit import Gauge, RateLimiter
@@ -150,7 +153,7 @@ class _State:
     """One resource's lease, shared by its handles. Its fields are guarded
     by ``mu``."""
 
-    def __init__(self, leases: "_Leases", rid: str, wants: float, priority: int, now: float) -> None:
+    def __init__(self, leases: "_Book", rid: str, wants: float, priority: int, now: float) -> None:
         self.leases = leases
         self.id = rid
         self.priority = priority
@@ -165,7 +168,7 @@ class _State:
         self.safe = 0.0
         self.safe_known = False
         self.released = False
-        self.handles: Set["Resource"] = set()
+        self.handles: Set["_Handle"] = set()
         self.ask_mu = threading.Lock()
         # Notifications.
         self.current = 0.0
@@ -339,19 +342,9 @@ def plan(states: Sequence[_State], now: float) -> Tuple[List[_State], float]:
     return send, 0.0
 
 
-class Resource:
-    """A handle on one resource of a client: what this handle wants, the
-    lease the client holds for the resource, and the capacity it may use
-    now. Handles of one id in one process share one lease: their wants add
-    up, and the lease is given back when the last handle is released.
-    Thread-safe.
-
-    Get one with :meth:`sluice.Client.resource`; enforce it with
-    :meth:`rate_limiter` (a rate resource, permits per second) or
-    :meth:`gauge` (an in-flight limit).
-
-    Source: doorman-design.md, "Client library".
-    """
+class _Handle:
+    """What the lease handles of both APIs share: the resource's state,
+    this handle's wants, and reading them. Thread-safe."""
 
     def __init__(self, state: _State, wants: float) -> None:
         self._state = state
@@ -371,7 +364,7 @@ class Resource:
 
     @property
     def wants(self) -> float:
-        """What this handle asks for."""
+        """What this handle asks for (the resource's unit)."""
         with self._lock:
             return self._wants
 
@@ -422,13 +415,38 @@ class Resource:
         """Calls ``listener(capacity)`` now and whenever the capacity
         changes (a new lease, an expiry and its fallback, a release). It
         runs on the thread that made the change (the client's refresh
-        thread for leases), never under the client's locks, one call at a
-        time per resource, newest value last; it should return promptly."""
+        thread, or its event loop, for leases), never under the client's
+        locks, one call at a time per resource, newest value last; it
+        should return promptly."""
         s = self._state
         with s.mu:
             s.change_locked(s.leases.clock())
             s.listeners.append([listener, 0])
         s.deliver()
+
+    def _close_handle(self) -> bool:
+        """Marks this handle released; False if it was already."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._closed = True
+            return True
+
+
+class Resource(_Handle):
+    """A handle on one resource of a client: what this handle wants, the
+    lease the client holds for the resource, and the capacity it may use
+    now. Handles of one id in one process share one lease: their wants add
+    up, and the lease is given back when the last handle is released.
+    Thread-safe; a context manager (leaving ``with client.resource(...) as
+    r:`` releases it).
+
+    Get one with :meth:`sluice.Client.resource`; enforce it with
+    :meth:`rate_limiter` (a rate resource, permits per second) or
+    :meth:`gauge` (an in-flight limit).
+
+    Source: doorman-design.md, "Client library".
+    """
 
     def rate_limiter(self, max_burst_seconds: float = 1.0) -> RateLimiter:
         """A SmoothBursty :class:`sluice.RateLimiter` whose rate, in
@@ -453,12 +471,15 @@ class Resource:
         seconds) and the capacity becomes 0; otherwise the client asks for
         the remaining handles' wants. Releasing twice does nothing. Raises
         the :class:`sluice.SluiceError` of a failed ``ReleaseCapacity`` (the
-        lease is dropped here all the same; the server lets it expire)."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._state.leases.release_handle(self, timeout)
+        lease is dropped here all the same; the server lets it expire);
+        a ``timeout`` of 0 or less sends nothing and raises
+        :class:`sluice.DeadlineExceeded`."""
+        if not self._close_handle():
+            return
+        leases = self._state.leases
+        s = leases.unregister(self)
+        if s is not None:
+            drive(leases.release_proc([s.id], timeout), leases.perform)  # type: ignore[attr-defined]
 
     def __enter__(self) -> "Resource":
         return self
@@ -469,15 +490,30 @@ class Resource:
         self.release()
 
 
-class _Leases:
-    """The lease side of a :class:`sluice.Client`: its resources, the
-    refresh thread and the watch thread."""
+def watch_wait(retry: _Retry, opened: bool, code: Optional[grpc.StatusCode]) -> float:
+    """How long to wait before opening the Watch stream again, after one
+    that ended (``opened``: it delivered at least one answer) with ``code``:
+    the backoff, or :data:`WATCH_UNSUPPORTED` when the server does not offer
+    it."""
+    if opened:
+        retry.succeeded(MIN_BACKOFF)
+    wait = retry.failed()
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        wait = WATCH_UNSUPPORTED
+    return wait
+
+
+class _Book:
+    """The lease side of a client, without its I/O: the resources, the
+    server in use, the backoff, and the procedures (``sluice._ops``) of the
+    refresh step and of releases. :class:`_Leases` runs them on threads,
+    ``sluice.aio``'s leases on an event loop. Its state is guarded by
+    ``mu``."""
 
     def __init__(
         self,
         client_id: str,
         addresses: List[str],
-        channels: Channels,
         mode: Mode = Mode.SAFE,
         push: bool = True,
         clock: Optional[Callable[[], float]] = None,
@@ -485,7 +521,6 @@ class _Leases:
     ) -> None:
         self.id = client_id
         self.addrs = addresses
-        self.channels = channels
         self.mode = mode
         self.push = push
         self.clock: Callable[[], float] = clock or time.time
@@ -496,71 +531,17 @@ class _Leases:
         self.addr = addresses[0]
         self.resources: Dict[str, _State] = {}
         self.closed = False
-        self.wake = threading.Event()
-        self.stop = threading.Event()
-        self.threads: List[threading.Thread] = []
-        self.watch_call: Optional[grpc.Future] = None
         self.requests = 0  # GetCapacity requests answered (for tests and measurements)
 
-    # --- threads ----------------------------------------------------------
-
-    def _start(self) -> None:
-        """Starts the refresh (and watch) threads once (mu held)."""
-        if self.threads or self.manual:
-            return
-        t = threading.Thread(target=self._refresh_loop, name="sluice-refresh", daemon=True)
-        self.threads.append(t)
-        if self.push:
-            self.threads.append(threading.Thread(target=self._watch_loop, name="sluice-watch", daemon=True))
-        for t in self.threads:
-            t.start()
+    # --- what the runners provide -----------------------------------------
 
     def poke(self) -> None:
-        self.wake.set()
+        """Wakes the refresh loop (a resource is new, or its wants changed)."""
+        raise NotImplementedError
 
-    def _refresh_loop(self) -> None:
-        wait = 0.0
-        while not self.stop.is_set():
-            if wait > 0:
-                self.wake.wait(wait)
-            self.wake.clear()
-            if self.stop.is_set():
-                return
-            try:
-                wait = self.step()
-            except Exception:  # never let the thread die
-                log.exception("sluice: refresh step failed")
-                wait = MAX_BACKOFF
-
-    def _watch_loop(self) -> None:
-        retry = _Retry()
-        while not self.stop.is_set():
-            opened = False
-            code: Optional[grpc.StatusCode] = None
-            try:
-                stub = v1_grpc.LeasesStub(self.channels.get(self.server()))
-                call = stub.Watch(v1.WatchRequest(holder_id=self.id))
-                with self.mu:
-                    if self.closed:
-                        call.cancel()
-                        return
-                    self.watch_call = call
-                for resp in call:
-                    opened = True
-                    if resp.leases:
-                        self.apply_pushed(resp.leases)
-            except grpc.RpcError as e:
-                code = e.code() if hasattr(e, "code") else None
-            except Exception:
-                log.exception("sluice: watch stream failed")
-            if self.stop.is_set():
-                return
-            if opened:
-                retry.succeeded(MIN_BACKOFF)
-            wait = retry.failed()
-            if code == grpc.StatusCode.UNIMPLEMENTED:
-                wait = WATCH_UNSUPPORTED
-            self.stop.wait(wait)
+    def _start(self) -> None:
+        """Starts the background refresh (and watch) once; mu held."""
+        raise NotImplementedError
 
     # --- resources --------------------------------------------------------
 
@@ -568,7 +549,14 @@ class _Leases:
         with self.mu:
             return self.addr
 
-    def resource(self, rid: str, wants: float, priority: int) -> Resource:
+    def _use(self, addr: str) -> None:
+        with self.mu:
+            self.addr = addr
+
+    def register(self, rid: str, wants: float, priority: int, make: Callable[[_State, float], _Handle]) -> _Handle:
+        """A new handle (made by ``make``) on resource ``rid``: the first
+        registers the resource and wakes the refresh loop; others add their
+        wants to the resource's."""
         if not isinstance(rid, str) or rid == "":
             raise InvalidArgument("empty resource id")
         w = check_wants(wants)
@@ -581,15 +569,14 @@ class _Leases:
             if s is not None:
                 if s.priority != priority:
                     raise InvalidArgument(f"resource {rid!r} is held at priority {s.priority}, not {priority}")
-                h = Resource(s, w)
-                s.handles.add(h)
                 new = False
             else:
                 s = _State(self, rid, w, priority, self.clock())
-                h = Resource(s, w)
-                s.handles.add(h)
                 self.resources[rid] = s
                 new = True
+            h = make(s, w)
+            s.handles.add(h)
+            if new and not self.manual:
                 self._start()
         if new:
             self.poke()
@@ -602,7 +589,11 @@ class _Leases:
             hs = list(s.handles)
         return sum(h.wants for h in hs)
 
-    def release_handle(self, h: Resource, timeout: float) -> None:
+    def unregister(self, h: _Handle) -> Optional[_State]:
+        """Drops handle h. Returns its resource when h was the last handle
+        (the resource is then released here: capacity 0), for the caller to
+        give its lease back (:meth:`release_proc`); else None, after asking
+        for the remaining handles' wants."""
         s = h._state
         with self.mu:
             s.handles.discard(h)
@@ -611,15 +602,19 @@ class _Leases:
                 del self.resources[s.id]
         if not last:
             s.ask_total()
-            return
+            return None
         if not s.mark_released():
-            return
-        self._release([s.id], timeout)
+            return None
+        return s
 
-    def _release(self, ids: List[str], timeout: float) -> None:
-        stub = pb_grpc.CapacityStub(self.channels.get(self.server()))
+    def release_proc(self, ids: List[str], timeout: float) -> Proc[None]:
+        """Gives the leases of ``ids`` back in one ``ReleaseCapacity``
+        within ``timeout`` seconds (0 or less: sends nothing,
+        :class:`sluice.DeadlineExceeded`)."""
+        t = call_timeout(timeout, timeout)
+        req = pb.ReleaseCapacityRequest(client_id=self.id, resource_id=ids)
         try:
-            stub.ReleaseCapacity(pb.ReleaseCapacityRequest(client_id=self.id, resource_id=ids), timeout=timeout)
+            yield Call(self.server(), _proto.RELEASE_CAPACITY, req, t)
         except grpc.RpcError as e:
             raise from_rpc_error(e, "ReleaseCapacity") from None
 
@@ -635,30 +630,19 @@ class _Leases:
                 s.change_locked(now)
             s.deliver()
 
-    def close(self, timeout: float = 2.0) -> None:
-        """Releases every lease (one ReleaseCapacity, best effort, within
-        timeout seconds) and stops the threads."""
+    def begin_close(self) -> Optional[List[_State]]:
+        """Marks the book closed and every resource released (capacity 0).
+        Returns the resources whose leases to give back, or None if it was
+        closed already."""
         with self.mu:
             if self.closed:
-                return
+                return None
             self.closed = True
             states = list(self.resources.values())
             self.resources = {}
-            call = self.watch_call
         for s in states:
             s.mark_released()
-        self.stop.set()
-        self.wake.set()
-        if call is not None:
-            call.cancel()
-        for t in self.threads:
-            if t is not threading.current_thread():
-                t.join(REQUEST_TIMEOUT + 1)
-        if states and not self.manual:
-            try:
-                self._release([s.id for s in states], timeout)
-            except SluiceError as e:
-                log.debug("sluice: releasing on close: %s", e)
+        return states
 
     # --- the refresh step ---------------------------------------------------
 
@@ -666,17 +650,17 @@ class _Leases:
         with self.mu:
             return list(self.resources.values())
 
-    def step(self) -> float:
+    def step(self) -> Proc[float]:
         """One turn of the refresh loop: applies the fallback to expired
         leases, sends one bulk GetCapacity if one is due, and returns how
         many seconds until the next turn (never past the earliest expiry)."""
-        nxt, interval, sent, err = self._refresh()
-        if self.stop.is_set():
+        nxt, interval, sent, err = yield from self._refresh()
+        if self.closed:
             return 0.0
         if err is not None:
             nxt = self.retry.failed()
             log.debug("sluice: refresh failed (%s); retrying in %.2f s", err, nxt)
-            self._rotate()
+            yield from self._rotate()
         elif sent:
             self.retry.succeeded(interval)
         exp = self._next_expiry()
@@ -684,7 +668,7 @@ class _Leases:
             nxt = max(min(nxt, exp - self.clock()), 0.0)
         return nxt
 
-    def _refresh(self) -> Tuple[float, float, bool, Optional[SluiceError]]:
+    def _refresh(self) -> Proc[Tuple[float, float, bool, Optional[SluiceError]]]:
         now = self.clock()
         states = self.states()
         for s in states:
@@ -699,7 +683,7 @@ class _Leases:
             req.resource.append(rr)
             gens.append(gen)
         try:
-            resp = self._follow(req)
+            resp = yield from self._follow(req)
         except SluiceError as e:
             return 0.0, 0.0, False, e
         now = self.clock()
@@ -709,11 +693,7 @@ class _Leases:
         _, nxt = plan(self.states(), now)
         return nxt, interval, True, None
 
-    def _use(self, addr: str) -> None:
-        with self.mu:
-            self.addr = addr
-
-    def _follow(self, req: pb.GetCapacityRequest) -> pb.GetCapacityResponse:
+    def _follow(self, req: pb.GetCapacityRequest) -> Proc[pb.GetCapacityResponse]:
         """Sends req to the current server, following mastership redirects
         (at most MAX_REDIRECTS)."""
         addr = self.server()
@@ -721,7 +701,7 @@ class _Leases:
         while True:
             self._use(addr)
             try:
-                resp = pb_grpc.CapacityStub(self.channels.get(addr)).GetCapacity(req, timeout=REQUEST_TIMEOUT)
+                resp = yield Call(addr, _proto.GET_CAPACITY, req, REQUEST_TIMEOUT)
             except grpc.RpcError as e:
                 raise from_rpc_error(e, f"GetCapacity to {addr}") from None
             if not resp.HasField("mastership"):
@@ -762,7 +742,7 @@ class _Leases:
             ri = float(pl.refresh_interval) if pl.refresh_interval > 0 else DEFAULT_REFRESH_INTERVAL
             s.grant(pl.capacity, float(pl.expiry_time), ri, None, pl.sequence, True, now)
 
-    def _rotate(self) -> None:
+    def _rotate(self) -> Proc[None]:
         """After a failure: moves to the master named by Discovery on the
         configured addresses, or else to the next address."""
         if len(self.addrs) < 2:
@@ -775,13 +755,13 @@ class _Leases:
         for k in range(len(self.addrs)):
             a = self.addrs[(start + k) % len(self.addrs)]
             try:
-                d = pb_grpc.CapacityStub(self.channels.get(a)).Discovery(pb.DiscoveryRequest(), timeout=1.0)
+                d = yield Call(a, _proto.DISCOVERY, pb.DiscoveryRequest(), 1.0)
             except grpc.RpcError:
                 continue
             if d.mastership.master_address:
                 self._use(d.mastership.master_address)
                 return
-            if self.stop.is_set():
+            if self.closed:
                 break
         self._use(self.addrs[start % len(self.addrs)])
 
@@ -794,3 +774,109 @@ class _Leases:
                     exp = s.expiry
         return exp
 
+
+class _Leases(_Book):
+    """The lease side of a :class:`sluice.Client`: its book run on the
+    refresh thread and the watch thread, with blocking gRPC."""
+
+    def __init__(
+        self,
+        client_id: str,
+        addresses: List[str],
+        channels: Channels,
+        mode: Mode = Mode.SAFE,
+        push: bool = True,
+        clock: Optional[Callable[[], float]] = None,
+        manual: bool = False,
+    ) -> None:
+        super().__init__(client_id, addresses, mode, push, clock, manual)
+        self.channels = channels
+        self.wake = threading.Event()
+        self.stop = threading.Event()
+        self.threads: List[threading.Thread] = []
+        self.watch_call: Optional[grpc.Future] = None
+
+    def perform(self, op: Call) -> object:
+        return self.channels.call(op)
+
+    def step_now(self) -> float:
+        """Runs one refresh step (:meth:`_Book.step`) on this thread."""
+        return drive(self.step(), self.perform)
+
+    # --- threads ----------------------------------------------------------
+
+    def _start(self) -> None:
+        if self.threads:
+            return
+        self.threads.append(threading.Thread(target=self._refresh_loop, name="sluice-refresh", daemon=True))
+        if self.push:
+            self.threads.append(threading.Thread(target=self._watch_loop, name="sluice-watch", daemon=True))
+        for t in self.threads:
+            t.start()
+
+    def poke(self) -> None:
+        self.wake.set()
+
+    def _refresh_loop(self) -> None:
+        wait = 0.0
+        while not self.stop.is_set():
+            if wait > 0:
+                self.wake.wait(wait)
+            self.wake.clear()
+            if self.stop.is_set():
+                return
+            try:
+                wait = self.step_now()
+            except Exception:  # never let the thread die
+                log.exception("sluice: refresh step failed")
+                wait = MAX_BACKOFF
+
+    def _watch_loop(self) -> None:
+        retry = _Retry()
+        while not self.stop.is_set():
+            opened = False
+            code: Optional[grpc.StatusCode] = None
+            try:
+                call = self.channels.stream(self.server(), _proto.WATCH)(v1.WatchRequest(holder_id=self.id))
+                with self.mu:
+                    if self.closed:
+                        call.cancel()
+                        return
+                    self.watch_call = call
+                for resp in call:
+                    opened = True
+                    if resp.leases:
+                        self.apply_pushed(resp.leases)
+            except grpc.RpcError as e:
+                code = e.code() if hasattr(e, "code") else None
+            except Exception:
+                log.exception("sluice: watch stream failed")
+            if self.stop.is_set():
+                return
+            self.stop.wait(watch_wait(retry, opened, code))
+
+    # --- resources --------------------------------------------------------
+
+    def resource(self, rid: str, wants: float, priority: int) -> Resource:
+        return self.register(rid, wants, priority, Resource)  # type: ignore[return-value]
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Releases every lease (one ReleaseCapacity, best effort, within
+        timeout seconds) and stops the threads."""
+        states = self.begin_close()
+        if states is None:
+            return
+        with self.mu:
+            call = self.watch_call
+        self.stop.set()
+        self.wake.set()
+        if call is not None:
+            call.cancel()
+        for t in self.threads:
+            if t is not threading.current_thread():
+                t.join(REQUEST_TIMEOUT + 1)
+        if states and not self.manual:
+            try:
+                drive(self.release_proc([s.id for s in states], timeout), self.perform)
+            except SluiceError as e:
+                log.debug("sluice: releasing on close: %s", e)
