@@ -28,6 +28,7 @@ func javaClasspath(t *testing.T, jars ...string) string {
 func TestJavaUnitTests(t *testing.T) {
 	t.Parallel()
 	cmd := exec.Command("java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+		"-Dsluice.vectors="+filepath.Join(root, "clients", "vectors"), // the *VectorsTest classes' data
 		"-jar", "/usr/share/java/junit-platform-console-standalone.jar",
 		"-cp", javaClasspath(t, "tests.jar"), "--select-package", "io.github.sluicerl.sluice",
 		"--disable-banner", "--details=summary", "--fail-if-no-tests")

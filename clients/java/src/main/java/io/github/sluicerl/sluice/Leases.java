@@ -119,9 +119,14 @@ final class Leases {
     double interval;
 
     synchronized double failed() {
+      return failed(ThreadLocalRandom.current().nextDouble());
+    }
+
+    /** {@link #failed()} with the jitter draw u in [0, 1] (tests: retry.json's leases). */
+    synchronized double failed(double u) {
       failures++;
       double d = Math.min(MIN_BACKOFF * Math.pow(2, Math.min(failures - 1, 20)), MAX_BACKOFF);
-      d = d / 2 + ThreadLocalRandom.current().nextDouble() * d / 2;
+      d = d / 2 + u * d / 2;
       if (interval > 0) {
         d = Math.min(d, interval);
       }

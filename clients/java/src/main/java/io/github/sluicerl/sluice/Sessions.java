@@ -22,6 +22,7 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BiConsumer;
+import java.util.function.DoubleSupplier;
 import java.util.function.Supplier;
 import java.util.logging.Logger;
 
@@ -54,6 +55,21 @@ final class Sessions {
   final double backoffUnit;
   final BiConsumer<String, SluiceException> onSessionLost;
   final ScheduledExecutorService scheduler;
+  /**
+   * Tests (clients/vectors/retry.json): the retry policy's jitter draw in
+   * [0, 1), and the clock (seconds) and sleep of the calls' timeouts and
+   * retries; set before the first call. The sessions' keep-alives run on
+   * the real clock.
+   */
+  DoubleSupplier jitter = () -> ThreadLocalRandom.current().nextDouble();
+  DoubleSupplier clock = Sessions::mono;
+  Sleeper sleeper = s -> Thread.sleep((long) (s * 1e3));
+
+  /** A sleep of seconds. */
+  interface Sleeper {
+    void sleep(double seconds) throws InterruptedException;
+  }
+
   private Session cur; // guarded by this
   private CountDownLatch opening; // guarded by this
   private volatile boolean closed;
@@ -72,7 +88,18 @@ final class Sessions {
 
   LimitsGrpc.LimitsBlockingStub stub(double timeout) {
     return LimitsGrpc.newBlockingStub(channels.get(server.get()))
-        .withDeadlineAfter(Math.max(1, (long) (timeout * 1e6)), TimeUnit.MICROSECONDS);
+        .withDeadlineAfter(Math.max(1, (long) Math.ceil(timeout * 1e6)), TimeUnit.MICROSECONDS);
+  }
+
+  /**
+   * Whether the call's own timeout (deadline, on clock; NaN: none) has
+   * passed: a request that failed then is the caller's to hear, never
+   * failed open (a request's own call timeout, DEADLINE_EXCEEDED before it,
+   * is the service's). The stub's timeout is rounded up so that it never
+   * ends before deadline.
+   */
+  private boolean expired(double deadline) {
+    return !Double.isNaN(deadline) && clock.getAsDouble() >= deadline;
   }
 
   /** The timeout of one request: the call timeout, within deadline (monotonic seconds; NaN: none). */
@@ -80,7 +107,7 @@ final class Sessions {
     if (Double.isNaN(deadline)) {
       return callTimeout;
     }
-    double left = deadline - mono();
+    double left = deadline - clock.getAsDouble();
     if (left <= 0) {
       throw new DeadlineExceededException("the call's timeout passed");
     }
@@ -243,8 +270,13 @@ final class Sessions {
 
   /** The paper's jitter(2^i) in backoff units: uniform in [v - v/4, v + v/4) for v = 2^i units. */
   double retryDelay(int i) {
-    double v = backoffUnit * Math.pow(2, Math.min(Math.max(i, 0), 100));
-    return v * 0.75 + ThreadLocalRandom.current().nextDouble() * v * 0.5;
+    return retryDelay(backoffUnit, i, jitter.getAsDouble());
+  }
+
+  /** The sleep after the i-th rejection for the draw u in [0, 1): v × (0.75 + 0.5 × u), v = unit × 2^min(i, 100). */
+  static double retryDelay(double unit, int i, double u) {
+    double v = unit * Math.pow(2, Math.min(Math.max(i, 0), 100));
+    return v * 0.75 + u * v * 0.5;
   }
 
   /** The live session, opening one if there is none (one OpenSession at a time). */
@@ -270,7 +302,7 @@ final class Sessions {
         try {
           if (Double.isNaN(deadline)) {
             w.await();
-          } else if (!w.await(Math.max(0, (long) ((deadline - mono()) * 1e9)), TimeUnit.NANOSECONDS)) {
+          } else if (!w.await(Math.max(0, (long) ((deadline - clock.getAsDouble()) * 1e9)), TimeUnit.NANOSECONDS)) {
             throw new DeadlineExceededException("the call's timeout passed");
           }
         } catch (InterruptedException e) {
@@ -384,7 +416,7 @@ final class Sessions {
     if (resource == null || domain == null) {
       throw new InvalidArgumentException("resource and domain must not be null");
     }
-    double start = mono();
+    double start = clock.getAsDouble();
     double deadline = Double.isNaN(timeout) ? Double.NaN : start + timeout;
     boolean reopened = false;
     int i = 1;
@@ -395,13 +427,13 @@ final class Sessions {
       Session s;
       try {
         s = session(deadline);
-      } catch (DeadlineExceededException | ClosedException e) {
+      } catch (ClosedException e) {
         throw e;
       } catch (SluiceException e) {
-        if (CLIENT_CODES.contains(e.code())) {
+        if (CLIENT_CODES.contains(e.code()) || expired(deadline)) {
           throw e;
         }
-        return failOpen(resource, domain, least, start, i, e);
+        return failOpen(resource, domain, least, start, i, e); // DEADLINE_EXCEEDED too: the call timeout's
       }
       ReserveRequest req = ReserveRequest.newBuilder().setSessionId(s.id).setResource(resource).setDomain(domain)
           .setCopies(copies).setMinCopies(least).setMaxWait(Durations.proto(0)).build();
@@ -409,6 +441,9 @@ final class Sessions {
       try {
         m = stub(timeout(deadline)).reserve(req);
       } catch (StatusRuntimeException e) {
+        if (expired(deadline)) {
+          throw SluiceException.of(e, "Reserve " + resource + "/" + domain);
+        }
         if (CLIENT_CODES.contains(e.getStatus().getCode())) {
           if (sessionGone(e) && !reopened) {
             lose(s, "the server no longer knows it");
@@ -426,7 +461,7 @@ final class Sessions {
         return failOpen(resource, domain, least, start, i, new UnavailableException(
             "Reserve: an answer with status " + m.getStatus() + " granting " + m.getGranted()));
       }
-      double waited = mono() - start;
+      double waited = clock.getAsDouble() - start;
       Reservation res = Reservation.of(m);
       if (ok) {
         return new Hold(this, s, resource, domain,
@@ -444,11 +479,11 @@ final class Sessions {
       msg.append("); ").append(i).append(" attempts in ").append(String.format("%.3f", waited)).append(" s");
       OverLimitException rej = new OverLimitException(msg.toString(), res, i, Durations.of(waited));
       double d = Math.min(maxWait - waited, retryDelay(i));
-      if (d <= 0 || (!Double.isNaN(deadline) && mono() + d > deadline)) {
+      if (d <= 0 || (!Double.isNaN(deadline) && clock.getAsDouble() + d > deadline)) {
         throw rej;
       }
       try {
-        Thread.sleep((long) (d * 1e3));
+        sleeper.sleep(d);
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();
         throw new SluiceException(Status.Code.CANCELLED, "interrupted");
@@ -465,14 +500,14 @@ final class Sessions {
     log.warning("sluice: limits service unreachable or failing (" + cause + "); granting " + least + " copies of "
         + resource + "/" + domain + " by itself");
     return new Hold(this, null, resource, domain, java.util.List.of(), least, Reservation.NONE,
-        Durations.of(mono() - start), i);
+        Durations.of(clock.getAsDouble() - start), i);
   }
 
   Hold seize(String transferId, double timeout) throws SluiceException {
     if (transferId == null || transferId.isEmpty()) {
       throw new InvalidArgumentException("empty transfer id");
     }
-    double deadline = Double.isNaN(timeout) ? Double.NaN : mono() + timeout;
+    double deadline = Double.isNaN(timeout) ? Double.NaN : clock.getAsDouble() + timeout;
     boolean reopened = false;
     while (true) {
       Session s = session(deadline);
