@@ -213,4 +213,3 @@ func grpcStream(ctx context.Context, conn *grpc.ClientConn, m string, req, resp 
 	_ = st.CloseSend()
 	return st.RecvMsg(resp)
 }
-

@@ -28,7 +28,6 @@ import (
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/resources"
-	"github.com/sluice-rl/sluice/server/envoyrls"
 )
 
 // The composition root's tests: each mode of `sluice server` assembled
@@ -438,7 +437,7 @@ limits:
 		{"Redis TLS without Redis", Config{Store: Store{TLS: TLS{CAFile: "ca.pem"}}}, "Store.TLS: set without a Redis"},
 		{"a key prefix without Redis", Config{Store: Store{KeyPrefix: "a:"}}, "Store.KeyPrefix: set without a Redis"},
 		{"a password file without Redis", Config{Store: Store{PasswordFile: "pw"}}, "Store.PasswordFile: set without a Redis"},
-		{"a near-limit ratio above 1", Config{Envoy: envoyrls.Options{NearLimitRatio: 1.5}}, "Envoy.NearLimitRatio: 1.5, want a fraction in (0, 1]"},
+		{"a near-limit ratio above 1", Config{Envoy: EnvoyRateLimit{NearLimitRatio: 1.5}}, "Envoy.NearLimitRatio: 1.5, want a fraction in (0, 1]"},
 		{"a bad address", Config{Listen: Listen{Address: "127.0.0.1:http-nope"}}, "http-nope"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/envoyrls"
+	"github.com/sluice-rl/sluice/server/envoyrls/upstreamstats"
 	"github.com/sluice-rl/sluice/server/rlqs"
 )
 
@@ -58,10 +59,16 @@ type Config struct {
 	// Cluster or a Redis watched by Sentinel, and how to reach it
 	// (credentials, TLS, the keys' prefix).
 	Store Store
-	// Envoy configures Envoy's rate limit service: its algorithm, shadow
-	// mode, headers and answer on store errors (its Store, Now, Registry,
-	// Logger and Tiers are the server's).
-	Envoy envoyrls.Options
+	// Envoy configures Envoy's rate limit service (ShouldRateLimit): its
+	// algorithm, shadow mode, headers, answer on store errors and
+	// near-limit ratio. Its rules come from Document, its counters from
+	// Store, its statistics' sinks from Runtime.
+	Envoy EnvoyRateLimit
+	// RLQS configures Envoy's Rate Limit Quota Service, whose buckets are
+	// resources leased like any other (Document's templates, Leases,
+	// Parent): the answer to a bucket no template matches, its time to
+	// live, the smoothing of the reported demand, the assignments' burst.
+	RLQS RLQS
 	// Admin configures the admin API at /admin/v1/ (and the quota
 	// service's at /api).
 	Admin Admin
@@ -143,7 +150,10 @@ type Runtime struct {
 // (server/envoyrls/upstreamstats, on envoyproxy/ratelimit's statsd
 // library, lyft/gostats), so that Envoy Gateway's statsd_exporter and
 // dashboards read Sluice's unchanged. The fields are upstream's
-// variables'.
+// variables', and upstreamstats.Options' fields of the same names: this
+// is that type without its Logger, which is the server's
+// (Runtime.Logger); TestOptionsMirrored holds the two to the same
+// fields.
 type Statsd struct {
 	// Address is statsd's host:port (STATSD_HOST, STATSD_PORT); "": off
 	// (unless Prometheus).
@@ -166,6 +176,15 @@ type Statsd struct {
 	// PrometheusMapper is a statsd_exporter mapping file
 	// (PROMETHEUS_MAPPER_YAML; "": upstream's default mapping).
 	PrometheusMapper string
+}
+
+// enabled reports whether s sends the statistics anywhere.
+func (s Statsd) enabled() bool { return s.Address != "" || s.Prometheus }
+
+// options returns s as upstreamstats.Options logging to log.
+func (s Statsd) options(log *slog.Logger) upstreamstats.Options {
+	return upstreamstats.Options{Address: s.Address, Protocol: s.Protocol, FlushInterval: s.FlushInterval, ExtraTags: s.ExtraTags,
+		DogStatsd: s.DogStatsd, Prometheus: s.Prometheus, PrometheusMapper: s.PrometheusMapper, Logger: log}
 }
 
 // Tracing configures OpenTelemetry traces: a server span for every RPC on
@@ -297,11 +316,79 @@ type Leases struct {
 	// capacity that becomes free waits for its takers' next requests, as
 	// in Doorman (capacity.Options.NoPush). The zero value pushes.
 	DisablePush bool
-	// RLQS configures Envoy's Rate Limit Quota Service over these leases:
-	// the answer to a bucket no template matches, its time to live, the
-	// smoothing of the reported demand (its Now, Logger and Registry are
-	// the server's).
-	RLQS rlqs.Options
+}
+
+// EnvoyRateLimit configures Envoy's rate limit service
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, package
+// server/envoyrls): what a user chooses of it, each field
+// envoyrls.Options' field of the same name. The rest of envoyrls.Options
+// (its Store, clock, logger, registry, burst-tier engine and statistics'
+// sink) is the server's: New sets it from Store, Runtime and the limits
+// service. The zero value: token buckets, no shadow mode, months of 30
+// days, no headers, store errors answered as errors (fail closed),
+// near_limit above 0.8 of a limit.
+type EnvoyRateLimit struct {
+	// Algorithm counts the limits of domains and rules that name none
+	// (rls.AlgorithmDefault, the zero value: token buckets).
+	Algorithm rls.Algorithm
+	// ShadowMode answers every request OK, deciding and counting as
+	// usual (would-be rejections count as shadow_mode): upstream's
+	// SHADOW_MODE.
+	ShadowMode bool
+	// CalendarMonths counts a limit of unit month in calendar months in
+	// UTC (upstream's USE_CALENDAR_MONTH_RATE_LIMIT); false: 30 days.
+	CalendarMonths bool
+	// Headers are the response headers to add (the zero value: none).
+	Headers envoyrls.Headers
+	// OnStoreError is the answer when the store fails: limits.FailClosed
+	// (the zero value: the error, Unavailable, and Envoy's
+	// failure_mode_deny decides) or limits.FailOpen (OK).
+	OnStoreError limits.OnStoreError
+	// NearLimitRatio is the fraction of a limit above which a granted hit
+	// counts as near_limit, in (0, 1] (0: 0.8, upstream's
+	// NEAR_LIMIT_RATIO); New refuses another (FieldError
+	// "Envoy.NearLimitRatio").
+	NearLimitRatio float64
+}
+
+// options returns e as envoyrls.Options, without the server's part of
+// them (newServices sets it).
+func (e EnvoyRateLimit) options() envoyrls.Options {
+	return envoyrls.Options{Algorithm: e.Algorithm, ShadowMode: e.ShadowMode, CalendarMonths: e.CalendarMonths, Headers: e.Headers,
+		OnStoreError: e.OnStoreError, NearLimitRatio: e.NearLimitRatio}
+}
+
+// RLQS configures Envoy's Rate Limit Quota Service
+// (envoy.service.rate_limit_quota.v3.RateLimitQuotaService, package
+// server/rlqs; docs/rlqs.md): what a user chooses of it, each field
+// rlqs.Options' field of the same name. The rest of rlqs.Options (its
+// clock, logger, registry and the identities' authorizer) is the
+// server's: New sets it from Runtime and Listen.Identity. The zero value
+// is the default: ALLOW_ALL for DefaultUnconfiguredTTL, smoothing 0.5,
+// a burst of one second.
+type RLQS struct {
+	// Unconfigured is the answer to a bucket no template matches:
+	// rlqs.AllowAll (the default when empty: its proxies are not
+	// limited) or rlqs.DenyAll, a blanket rule sent with UnconfiguredTTL
+	// and renewed (and the template looked up again) every half of it.
+	Unconfigured string
+	// UnconfiguredTTL is the unconfigured answer's time to live (0:
+	// rlqs.DefaultUnconfiguredTTL; else at least 2 s), and how long such
+	// a bucket may count no request before it is abandoned.
+	UnconfiguredTTL time.Duration
+	// Smoothing is the weight of a report's demand in a bucket's smoothed
+	// demand, in (0, 1] (0: 0.5, the Go client's adaptive demand's).
+	Smoothing float64
+	// Burst is an assignment's max_tokens as this long's worth of its
+	// rate (at least one token), from 1 ms to a minute (0:
+	// rlqs.DefaultBurst, one second).
+	Burst time.Duration
+}
+
+// options returns r as rlqs.Options, without the server's part of them
+// (newServices sets it).
+func (r RLQS) options() rlqs.Options {
+	return rlqs.Options{Unconfigured: r.Unconfigured, UnconfiguredTTL: r.UnconfiguredTTL, Smoothing: r.Smoothing, Burst: r.Burst}
 }
 
 // Election says how the tasks of a node elect their master.
@@ -542,9 +629,9 @@ var FieldNames = []string{
 	"Store.PasswordFile", "Store.KeyPrefix", "Store.Timeout", "Store.Shared",
 	"Sessions.Max", "Envoy.NearLimitRatio", "Admin.TrustForwarded", "Admin.TokenFile", "Admin.Insecure",
 	"Admin.AuthReads",
-	"Runtime.Tracing.Exporter", "Runtime.Tracing.Protocol", "Runtime.Tracing.Endpoint", "Runtime.Tracing.Sampler",
-	"Runtime.Tracing.SamplerArg", "Runtime.Statsd",
-	"Leases.RLQS.Unconfigured", "Leases.RLQS.UnconfiguredTTL", "Leases.RLQS.Smoothing", "Leases.RLQS.Burst",
+	"Runtime.Tracing.Exporter", "Runtime.Tracing.Protocol", "Runtime.Tracing.Endpoint", "Runtime.Tracing.SamplerArg",
+	"Runtime.Tracing.Sampler", "Runtime.Statsd",
+	"RLQS.UnconfiguredTTL", "RLQS.Unconfigured", "RLQS.Smoothing", "RLQS.Burst",
 }
 
 // validate checks what needs no I/O, returning the first problem.
@@ -565,11 +652,13 @@ func (c *Config) validate() error {
 	if err := c.Listen.validateIdentity(); err != nil {
 		return err
 	}
-	if err := c.Envoy.Check(); err != nil {
+	// The services' own rules, on the fields of the same names: one rule
+	// each, their errors naming the Config path.
+	if err := c.Envoy.options().Check(); err != nil {
 		return err.Under("Envoy")
 	}
-	if err := c.Leases.RLQS.Check(); err != nil {
-		return err.Under("Leases.RLQS")
+	if err := c.RLQS.options().Check(); err != nil {
+		return err.Under("RLQS")
 	}
 	if len(c.Etcd.Endpoints) == 0 {
 		if c.Election.Kind == "etcd" {

@@ -39,7 +39,7 @@ resources:
 // DENY_ALL; the options are validated naming their Config field.
 func TestRLQSOnThePort(t *testing.T) {
 	s, _ := startServer(t, Config{Document: Document{Fixed: parseDoorman(t, rlqsDoc)}, Runtime: Runtime{Logger: testutil.Logger()},
-		Leases: Leases{RLQS: rlqs.Options{Unconfigured: rlqs.DenyAll, UnconfiguredTTL: 4 * time.Second}}})
+		RLQS: RLQS{Unconfigured: rlqs.DenyAll, UnconfiguredTTL: 4 * time.Second}})
 	conn := testutil.Dial(t, s.Addr())
 	bucket := map[string]string{"name": "api"}
 	var ps []*rlqsproxy.Proxy
@@ -75,7 +75,7 @@ func TestRLQSOnThePort(t *testing.T) {
 	}
 
 	// Connect's protocol over HTTP/2 without TLS: a bucket no template
-	// matches is answered DENY_ALL (Leases.RLQS.Unconfigured).
+	// matches is answered DENY_ALL (RLQS.Unconfigured).
 	tr := &http.Transport{Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	c := connect.NewClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse](&http.Client{Transport: tr},
@@ -99,9 +99,9 @@ func TestRLQSOnThePort(t *testing.T) {
 	_ = st.CloseRequest()
 	_ = st.CloseResponse()
 
-	_, err = New(t.Context(), Config{Listen: Listen{Address: "127.0.0.1:0"}, Leases: Leases{RLQS: rlqs.Options{Unconfigured: "MAYBE"}}})
-	if fe, ok := errors.AsType[*FieldError](err); !ok || fe.Field != "Leases.RLQS.Unconfigured" {
-		t.Errorf("New with a bad RLQS answer: %v, want a FieldError naming Leases.RLQS.Unconfigured", err)
+	_, err = New(t.Context(), Config{Listen: Listen{Address: "127.0.0.1:0"}, RLQS: RLQS{Unconfigured: "MAYBE"}})
+	if fe, ok := errors.AsType[*FieldError](err); !ok || fe.Field != "RLQS.Unconfigured" {
+		t.Errorf("New with a bad RLQS answer: %v, want a FieldError naming RLQS.Unconfigured", err)
 	}
 }
 

@@ -1,22 +1,3 @@
-// Package server is Sluice's server: one port serving every service —
-// Doorman's capacity service (package server/capacity), the limits service
-// of sluice.v1.Limits/Allow and Square's quota service (server/limitsvc),
-// Charon's copy-limited sessions (server/sessions), the status site
-// (server/status), the admin API, /metrics, /healthz and /readyz — and the
-// composition root that assembles them from a Config.
-//
-// New assembles the services, the stores, the configuration sources, the
-// election, the fleet and the endpoint from a Config and returns every
-// error; Run serves until its context ends, then drains. `sluice server`
-// is flag parsing around these two calls.
-//
-// The endpoint (endpoint.go) serves gRPC on grpc-go's own transport and
-// gRPC-Web, JSON over HTTP (POST /<service>/<Method>, Content-Type:
-// application/json), the pages and /metrics on net/http with Connect. The
-// services' handlers have grpc-go's shape; rpc.go adapts them to Connect.
-//
-// Source: doorman-design.md, "Server operation"; doorman-wire.md;
-// quotaservice-wire.md; charon-paper.md.
 package server
 
 import (
@@ -377,7 +358,7 @@ func (s *Server) newServices(id string) error {
 	}
 	s.leases = leases.New(s.capacity)
 	var err error
-	ro := cfg.Leases.RLQS
+	ro := cfg.RLQS.options()
 	ro.Now, ro.Logger, ro.Registry, ro.Authorizer = s.now, s.log, s.reg, s.auth
 	if s.rlqs, err = rlqs.New(s.capacity, ro); err != nil {
 		return err
@@ -420,11 +401,10 @@ func (s *Server) newServices(id string) error {
 	if err != nil {
 		return err
 	}
-	eo := cfg.Envoy
+	eo := cfg.Envoy.options()
 	eo.Now, eo.Logger, eo.Registry, eo.Store, eo.Tiers = s.now, s.log, s.reg, rls.NewMemoryStore(), s.limits.Engine()
-	if st := cfg.Runtime.Statsd; st.Address != "" || st.Prometheus {
-		sink, err := upstreamstats.New(upstreamstats.Options{Address: st.Address, Protocol: st.Protocol, FlushInterval: st.FlushInterval,
-			ExtraTags: st.ExtraTags, DogStatsd: st.DogStatsd, Prometheus: st.Prometheus, PrometheusMapper: st.PrometheusMapper, Logger: s.log})
+	if st := cfg.Runtime.Statsd; st.enabled() {
+		sink, err := upstreamstats.New(st.options(s.log))
 		var fe *FieldError
 		switch {
 		case errors.As(err, &fe):

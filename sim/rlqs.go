@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/hooks"
+	"github.com/sluice-rl/sluice/internal/rlqsfilter"
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/rlqs/quota"
@@ -20,8 +21,12 @@ import (
 // service (server/rlqs's state machine, quota.Session, over a real
 // capacity.Service on virtual time): Proxies proxies each report Buckets
 // buckets every ReportInterval, enforce the assignments they receive as
-// token buckets (starting full, max_tokens one second's worth, replaced
-// only when the rate changes) and fall back to DENY_ALL without one. The
+// Envoy's filter does (internal/rlqsfilter, the model the tests' emulated
+// Envoy runs too): the token bucket put on the wire (max_tokens,
+// tokens_per_fill, fill_interval, as the filter reads them), starting
+// full, kept when a new one is the same on the wire, for the whole
+// seconds of the time to live; DENY_ALL without one. Requests are a
+// fluid (rlqsfilter.Bucket.Admit). The
 // demand of each (proxy, bucket) is drawn at random so that a bucket's
 // total is Load × its capacity, and every ShiftEvery seconds half of each
 // bucket's proxies trade their demand with the other half (the total
@@ -46,7 +51,7 @@ type RLQSScenario struct {
 	// Smoothing is the demand's smoothing (0: the default).
 	Smoothing float64
 	// Burst is the token buckets' max_tokens in seconds of their rate
-	// (0: 1 s, rlqs.Options.BurstSeconds' default).
+	// (0: 1 s, rlqs.Options.Burst's default).
 	Burst float64
 }
 
@@ -73,7 +78,8 @@ type RLQSResult struct {
 	// the capacity is overshoot (AdmittedOvershoot), not use.
 	Utilization float64 `json:"utilization"`
 	// AssignedOvershoot is the largest (Σ rates assigned − capacity) ÷
-	// capacity of a bucket at any step (0: never above the capacity).
+	// capacity of a bucket at any step (0: never above the capacity),
+	// the rates those the proxies' token buckets fill at.
 	AssignedOvershoot float64 `json:"assigned_overshoot"`
 	// AdmittedOvershoot is the largest (admitted − capacity) ÷ capacity
 	// of a bucket over a second (the token buckets' bursts).
@@ -99,15 +105,23 @@ type rlqsProxy struct {
 	b          []rlqsBucket
 }
 
-// rlqsBucket is one proxy's bucket: its demand, its counts since the
-// last report and its assignment.
+// rlqsBucket is one proxy's bucket: its demand, its requests since the
+// last report, and Envoy's filter's bucket enforcing its assignment.
 type rlqsBucket struct {
-	demand          float64
-	allowed, denied float64
-	assigned        bool    // an active token bucket (else DENY_ALL)
-	rate, tokens    float64 // the token bucket
-	maxTokens       float64
-	expires         float64 // seconds
+	demand float64
+	// requests is what the next report counts (allowed + denied, as
+	// Envoy's): the demand, summed as it arrives rather than as allowed
+	// plus denied, so that the reports — and the server's decisions — do
+	// not depend on the admission's floating-point rounding.
+	requests float64
+	f        rlqsfilter.Bucket // fallbacks DENY_ALL (its zero value)
+}
+
+// rate returns the rate b's active assignment admits at now (requests per
+// second; 0: none, or DENY_ALL).
+func (b *rlqsBucket) rate(now time.Time) float64 {
+	a, _ := b.f.Active(now)
+	return a.Rate
 }
 
 // RunRLQS runs sc with seed and returns what it measured. Deterministic
@@ -162,31 +176,22 @@ func RunRLQS(sc RLQSScenario, seed int64) (RLQSResult, error) {
 		}
 	}
 	draw()
-	burst := sc.Burst
+	burst := time.Duration(sc.Burst * float64(time.Second))
 	if burst <= 0 {
-		burst = 1
+		burst = time.Second
 	}
-	apply := func(p *rlqsProxy, t float64, as []quota.Action) {
+	// apply gives p's filter the actions as the wire carries them.
+	apply := func(p *rlqsProxy, now time.Time, as []quota.Action) {
 		for _, a := range as {
 			j := slices.Index(ids, a.Resource)
 			if j < 0 {
 				continue
 			}
 			b := &p.b[j]
-			switch a.Kind {
-			case quota.Assign:
-				exp := t + a.TTL.Seconds()
-				if b.assigned && b.rate == a.Rate && t < b.expires {
-					b.expires = exp // the same strategy: extended
-					continue
-				}
-				b.assigned, b.rate, b.expires = a.Rate > 0, a.Rate, exp
-				b.maxTokens = math.Max(1, math.Ceil(a.Rate*burst))
-				b.tokens = b.maxTokens // a new token bucket starts full
-			case quota.Abandon:
-				b.assigned = false
-			default:
-				b.assigned = false // no blanket rules here: every bucket is configured
+			if st, ok := a.Strategy(burst); ok {
+				b.f.Assign(now, st, a.TTL)
+			} else {
+				b.f.Abandon()
 			}
 		}
 	}
@@ -213,14 +218,8 @@ func RunRLQS(sc RLQSScenario, seed int64) (RLQSResult, error) {
 			for j := range p.b {
 				b := &p.b[j]
 				want := b.demand * dt
-				var got float64
-				if b.assigned && t < b.expires {
-					b.tokens = math.Min(b.maxTokens, b.tokens+b.rate*dt)
-					got = math.Min(want, b.tokens)
-					b.tokens -= got
-				}
-				b.allowed += got
-				b.denied += want - got
+				got := b.f.Admit(now, want)
+				b.requests += want
 				second[j] += got
 			}
 		}
@@ -231,23 +230,23 @@ func RunRLQS(sc RLQSScenario, seed int64) (RLQSResult, error) {
 				elapsed := t - p.lastReport
 				for j := range p.b {
 					b := &p.b[j]
-					us[j] = quota.Usage{Resource: ids[j], Requests: b.allowed + b.denied, Elapsed: elapsed}
-					b.allowed, b.denied = 0, 0
+					us[j] = quota.Usage{Resource: ids[j], Requests: b.requests, Elapsed: elapsed}
+					b.requests = 0
 				}
 				p.lastReport, p.nextReport = t, p.nextReport+sc.ReportInterval
-				as, err := p.s.Report(ctx, now, us)
+				as, err := quota.Perform(ctx, c, p.s, p.s.Report(now, us))
 				if err != nil {
 					return res, err
 				}
-				apply(p, t, as)
+				apply(p, now, as)
 				res.Reports++
 			}
 			if next := p.s.Next(); !next.IsZero() && !now.Before(next) {
-				as, err := p.s.Tick(ctx, now)
+				as, err := quota.Perform(ctx, c, p.s, p.s.Tick(now))
 				if err != nil {
 					return res, err
 				}
-				apply(p, t, as)
+				apply(p, now, as)
 			}
 		}
 		if t >= nextSweep {
@@ -257,7 +256,7 @@ func RunRLQS(sc RLQSScenario, seed int64) (RLQSResult, error) {
 		for _, p := range ps {
 			select {
 			case <-p.s.Pushes():
-				apply(p, t, p.s.ApplyPushes(now))
+				apply(p, now, p.s.ApplyPushes(now))
 			default:
 			}
 		}
@@ -265,9 +264,7 @@ func RunRLQS(sc RLQSScenario, seed int64) (RLQSResult, error) {
 		for j := range sc.Buckets {
 			var sum float64
 			for _, p := range ps {
-				if b := p.b[j]; b.assigned && t < b.expires {
-					sum += b.rate
-				}
+				sum += p.b[j].rate(now)
 			}
 			res.AssignedOvershoot = math.Max(res.AssignedOvershoot, (sum-sc.Capacity)/sc.Capacity)
 		}
@@ -287,11 +284,7 @@ func RunRLQS(sc RLQSScenario, seed int64) (RLQSResult, error) {
 			fair := maxMin(sc.Capacity, demands)
 			var dev float64
 			for i, p := range ps {
-				var got float64
-				if b := p.b[j]; b.assigned && t < b.expires {
-					got = b.rate
-				}
-				dev += math.Abs(got - fair[i])
+				dev += math.Abs(p.b[j].rate(now) - fair[i])
 			}
 			dev /= 2 * sc.Capacity
 			if t > sc.ShiftEvery {

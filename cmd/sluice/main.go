@@ -1,7 +1,8 @@
 // Command sluice is Sluice's one binary. Its subcommands:
 //
 //	sluice server [--config FILE|etcd:/KEY] [--listen ADDR] [--parent ADDRS] [--election etcd ...]
-//	    a capacity server: a root, or with --parent an intermediate
+//	    the server: leases (a root, or with --parent an intermediate), limits, Charon's sessions,
+//	    Envoy's rate limit service and RLQS, on one port
 //	sluice demo [--duration D] [--clients N] [--json]
 //	    the main job end to end on loopback, on an embedded configuration
 //	sluice demo quota|tiers [--duration D] [--json]

@@ -30,39 +30,47 @@ func newServerCmd() *cobra.Command {
 	var sf serverFlags
 	cmd := &cobra.Command{
 		Use:   "server",
-		Short: "Run a capacity server (a root, or with --parent an intermediate)",
-		Long: `server runs a Sluice capacity server: the Doorman service doorman.Capacity over
-gRPC, gRPC-Web and JSON over HTTP (POST /doorman.Capacity/<Method>) on one port,
-plus Prometheus metrics at /metrics. On the same port it serves server-side
-limits (token buckets per resource and domain): sluice.v1.Limits/Allow and,
-wire-compatible with Square's quota service, quotaservice.QuotaService/Allow.
-Their buckets come from the limits section of --config, or from
---quotaservice-config FILE in the quota service's own YAML format. The limits
-section also holds Charon's resources (examples/charon.yaml): rate-limited ones
-with burst tiers (Allow), and copy-limited ones held in sessions
-(OpenSession, KeepAlive, Reserve, Release, Transfer, Seize, CloseSession),
-at most --max-sessions of them open at once. Also on the port: Envoy's rate
-limit service (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit)
-over envoyproxy/ratelimit's configuration as it is (--envoy-ratelimit-config
-FILE|DIR; docs/envoy.md), for Envoy, Istio, Envoy Gateway and Contour; gRPC
-health (grpc.health.v1, following /readyz) and server reflection.
+		Short: "Run a server: leases, limits, Charon's sessions, Envoy's rate limit service and RLQS",
+		Long: `server runs a Sluice server: every API below on one port, over gRPC, gRPC-Web
+and JSON over HTTP (POST /<service>/<Method>); each has its group of flags.
 
-The configuration file is reloaded when it changes and on SIGHUP; a bad new file
-is logged and counted (sluice_server_config_reloads_total{result="failed"}) and
-the last good configuration keeps serving. --config etcd:/KEY reads it from an
-etcd key instead (needs --etcd-endpoints) and follows its changes the same way.
-
-Each node of the tree may run several tasks (server processes) that elect one
+Leases: Doorman's capacity service doorman.Capacity leases the resources that
+--config's templates describe, and sluice.v1.Leases/Watch pushes leases to their
+holders when capacity frees up (--push-leases). With --parent this is an
+intermediate server, leasing from its parent. The tasks of a node elect one
 master with --election etcd; the others redirect every capacity RPC to it. The
 default, standalone, makes this process the master.
 
-SIGTERM or SIGINT stop the server gracefully: /readyz turns 503, the election is
-resigned so that another task takes over at once (every RPC is answered with a
-redirect to it), then the listener closes and in-flight RPCs finish, all within
---grace.
+Limits: server-side token buckets per resource and domain, sluice.v1.Limits/Allow
+and, wire-compatible with Square's quota service, quotaservice.QuotaService/Allow.
+Their buckets come from the limits section of --config, or from
+--quotaservice-config FILE in the quota service's own YAML format; they live in
+this process, or in Redis shared by every server using it (--redis,
+--redis-cluster, --redis-sentinel).
 
-HTTP on the same port: /debug/status (status pages, also as JSON), /metrics
-(Prometheus), /healthz, /readyz, and with --pprof /debug/pprof/.
+Charon's sessions: the limits section also holds Charon's resources
+(examples/charon.yaml): rate-limited ones with burst tiers (Allow), and
+copy-limited ones held in sessions (OpenSession, KeepAlive, Reserve, Release,
+Transfer, Seize, CloseSession), at most --max-sessions of them open at once,
+shared by a fleet of servers through Redis and etcd.
+
+Envoy's rate limit service: envoy.service.ratelimit.v3.RateLimitService/
+ShouldRateLimit over envoyproxy/ratelimit's configuration as it is
+(--envoy-ratelimit-config FILE|DIR, or --envoy-ratelimit-xds from an xDS control
+plane; docs/envoy.md), for Envoy, Istio, Envoy Gateway and Contour; upstream's
+statistics by upstream's names on statsd (--envoy-statsd).
+
+RLQS: Envoy's Rate Limit Quota Service
+(envoy.service.rate_limit_quota.v3.RateLimitQuotaService): each bucket a resource
+leased by --config's templates like any other, its token-bucket assignment pushed
+to the proxies (--rlqs-*; docs/rlqs.md).
+
+Client identities: with mTLS, --client-identity cert binds each client's ids and
+sessions to the identity its certificate names, and --client-policy says which
+resources each identity may use, for every RPC of every API (docs/identity.md).
+
+Tracing: --otel-traces-exporter otlp sends a span of every RPC, with its calls to
+Redis and etcd, to an OpenTelemetry collector (docs/tracing.md).
 
 The admin API at /admin/v1/ (JSON) reads and changes the configuration of
 --config object by object (templates, limits resources, buckets, namespaces),
@@ -72,7 +80,21 @@ each change validated by the loader, versioned (If-Match; a stale change gets
 servers apply the change as any other through their watch. Writes need
 --admin-token-file, --tls-client-ca (the certificate's CN is the user),
 --admin-trust-forwarded-user or --admin-insecure; reads are open unless
---admin-auth-reads.
+--admin-auth-reads. With --quotaservice-config, Square's REST API is at /api.
+
+Also on the port: the status site /debug/status (its pages also as JSON),
+Prometheus metrics at /metrics, /healthz, /readyz, gRPC health (grpc.health.v1,
+following /readyz), server reflection, and with --pprof /debug/pprof/.
+
+The configuration file is reloaded when it changes and on SIGHUP; a bad new file
+is logged and counted (sluice_server_config_reloads_total{result="failed"}) and
+the last good configuration keeps serving. --config etcd:/KEY reads it from an
+etcd key instead (needs --etcd-endpoints) and follows its changes the same way.
+
+SIGTERM or SIGINT stop the server gracefully: /readyz turns 503, the election is
+resigned so that another task takes over at once (every RPC is answered with a
+redirect to it), then the listener closes and in-flight RPCs finish, all within
+--grace.
 
 Every flag can also be set in the environment as SLUICE_<FLAG>, upper case with
 dashes as underscores (SLUICE_LISTEN, SLUICE_ETCD_ENDPOINTS, …); a flag on the
@@ -135,10 +157,6 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 		f.StringVar(&c.Parent.TLS.CertFile, "parent-tls-cert", "", "client certificate (PEM) to present to the parent (mTLS)")
 		f.StringVar(&c.Parent.TLS.KeyFile, "parent-tls-key", "", "the private key of --parent-tls-cert (PEM)")
 		f.BoolVar(&sf.leasePush, "push-leases", true, "push leases to watching holders when capacity frees up")
-		f.StringVar(&c.Leases.RLQS.Unconfigured, "rlqs-unconfigured", rlqs.AllowAll, "RLQS answer to a bucket no template matches: ALLOW_ALL or DENY_ALL")
-		f.DurationVar(&c.Leases.RLQS.UnconfiguredTTL, "rlqs-unconfigured-ttl", rlqs.DefaultUnconfiguredTTL, "time to live of that answer (renewed at half of it)")
-		f.Float64Var(&c.Leases.RLQS.Smoothing, "rlqs-smoothing", demand.DefaultSmoothing, "weight of a report's demand in an RLQS bucket's smoothed demand, in (0, 1]")
-		f.DurationVar(&c.Leases.RLQS.Burst, "rlqs-burst", rlqs.DefaultBurst, "RLQS token buckets' max_tokens, as this long's worth of their rate")
 	})
 	in(f, groupEtcd, func() {
 		f.StringSliceVar(&c.Etcd.Endpoints, "etcd-endpoints", nil, "etcd endpoints (URLs, comma-separated)")
@@ -180,6 +198,12 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 		f.DurationVar(&st.FlushInterval, "envoy-statsd-flush", 10*time.Second, "how often the counters are sent to statsd")
 		f.StringToStringVar(&st.ExtraTags, "envoy-statsd-tags", nil, "tags added to every statistic (key=value,...)")
 		f.BoolVar(&st.DogStatsd, "envoy-statsd-dogstatsd", false, "send DogStatsD lines (tags after |#; udp)")
+	})
+	in(f, groupRLQS, func() {
+		f.StringVar(&c.RLQS.Unconfigured, "rlqs-unconfigured", rlqs.AllowAll, "RLQS answer to a bucket no template matches: ALLOW_ALL or DENY_ALL")
+		f.DurationVar(&c.RLQS.UnconfiguredTTL, "rlqs-unconfigured-ttl", rlqs.DefaultUnconfiguredTTL, "time to live of that answer (renewed at half of it)")
+		f.Float64Var(&c.RLQS.Smoothing, "rlqs-smoothing", demand.DefaultSmoothing, "weight of a report's demand in an RLQS bucket's smoothed demand, in (0, 1]")
+		f.DurationVar(&c.RLQS.Burst, "rlqs-burst", rlqs.DefaultBurst, "RLQS token buckets' max_tokens, as this long's worth of their rate")
 	})
 	in(f, groupAdmin, func() {
 		a := &c.Admin
@@ -246,9 +270,9 @@ var flagOf = map[string]string{
 	"Runtime.Tracing.Protocol": "--otel-exporter-otlp-protocol", "Runtime.Tracing.Endpoint": "--otel-exporter-otlp-endpoint",
 	"Runtime.Tracing.Sampler": "--otel-traces-sampler", "Runtime.Tracing.SamplerArg": "--otel-traces-sampler-arg",
 	"Listen.Identity.Source": "--client-identity", "Listen.Identity.PolicyPath": "--client-policy",
-	"Leases.RLQS.Unconfigured":    "--rlqs-unconfigured",
-	"Leases.RLQS.UnconfiguredTTL": "--rlqs-unconfigured-ttl", "Leases.RLQS.Smoothing": "--rlqs-smoothing",
-	"Leases.RLQS.Burst": "--rlqs-burst", "Runtime.Statsd": "--envoy-statsd, --envoy-statsd-protocol, --envoy-statsd-flush, --envoy-statsd-tags",
+	"RLQS.Unconfigured": "--rlqs-unconfigured", "RLQS.UnconfiguredTTL": "--rlqs-unconfigured-ttl",
+	"RLQS.Smoothing": "--rlqs-smoothing", "RLQS.Burst": "--rlqs-burst",
+	"Runtime.Statsd": "--envoy-statsd, --envoy-statsd-protocol, --envoy-statsd-flush, --envoy-statsd-tags",
 }
 
 // flagNames rewrites the Config field names in a server error's text as

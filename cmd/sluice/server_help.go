@@ -17,13 +17,14 @@ const (
 	groupStore    = "Shared store (Redis)"
 	groupSessions = "Copy-limited sessions and their fleet"
 	groupEnvoy    = "Envoy's rate limit service"
+	groupRLQS     = "Envoy's Rate Limit Quota Service (RLQS)"
 	groupAdmin    = "Admin API (/admin/v1/)"
 	groupLogs     = "Logs and debugging"
 	groupOther    = "Other flags"
 )
 
 // flagGroups is every group, in order.
-var flagGroups = []string{groupListen, groupConfig, groupLeases, groupEtcd, groupStore, groupSessions, groupEnvoy, groupAdmin, groupLogs, groupOther}
+var flagGroups = []string{groupListen, groupConfig, groupLeases, groupEtcd, groupStore, groupSessions, groupEnvoy, groupRLQS, groupAdmin, groupLogs, groupOther}
 
 // helpWidth is the widest line of a flag group's help: longer
 // explanations wrap.

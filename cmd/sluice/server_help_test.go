@@ -59,3 +59,27 @@ func TestServerHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestServerHelpNamesEveryAPI: `sluice server --help`'s long text names
+// every API the server serves and every concern across them, each by
+// what a user would look for.
+func TestServerHelpNamesEveryAPI(t *testing.T) {
+	long := newServerCmd().Long
+	for _, want := range []string{
+		"doorman.Capacity", "sluice.v1.Leases", // leases
+		"sluice.v1.Limits/Allow", "quotaservice.QuotaService/Allow", // limits, Square's quota service
+		"OpenSession", "--max-sessions", // Charon's sessions
+		"ShouldRateLimit", "--envoy-ratelimit-config", // Envoy's rate limit service
+		"RateLimitQuotaService", "--rlqs-", // RLQS
+		"--client-identity", "--client-policy", // client identities
+		"--otel-traces-exporter",                // tracing
+		"/admin/v1/",                            // the admin API
+		"/debug/status",                         // the status site
+		"/metrics", "/readyz", "grpc.health.v1", // metrics, readiness, health
+		"--redis", "--election", "--parent", "--grace", "SLUICE_", // the store, the tree, the drain, the environment
+	} {
+		if !strings.Contains(long, want) {
+			t.Errorf("sluice server --help does not name %q", want)
+		}
+	}
+}

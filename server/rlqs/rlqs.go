@@ -68,6 +68,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/demand"
 	"github.com/sluice-rl/sluice/internal/identity"
 	"github.com/sluice-rl/sluice/internal/names"
+	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/internal/authz"
 	"github.com/sluice-rl/sluice/server/rlqs/quota"
@@ -227,15 +228,14 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 		client = fmt.Sprintf("%s/rlqs/%d", who, n)
 		leaser = grantedLeaser{Leaser: s.c, auth: s.opts.Authorizer, who: who}
 	}
-	ss := &stream{client: client, peer: peer, Session: quota.New(client, leaser, quota.Options{
-		DenyUnconfigured: s.opts.Unconfigured == DenyAll, UnconfiguredTTL: s.opts.UnconfiguredTTL, Smoothing: s.opts.Smoothing,
-		Values: ctx,
-	}, quota.Discard)}
+	// The stream's session comes with its first valid message, which
+	// names the domain its metrics count under (report).
+	ss := &stream{client: client, peer: peer, leaser: leaser, ended: make(chan struct{})}
 	if !s.add(ss) {
 		return status.Error(codes.Unavailable, "the server drains: reconnect to another task")
 	}
 	defer s.remove(ss)
-	cancel, err := s.c.Watch(client, &capacity.Watcher{Deliver: ss.Deliver, Stop: ss.Stop})
+	cancel, err := s.c.Watch(client, &capacity.Watcher{Deliver: ss.deliver, Stop: ss.stop})
 	switch {
 	case errors.Is(err, capacity.ErrNotMaster):
 		return status.Error(codes.Unavailable, quota.ErrNotMaster.Error())
@@ -244,7 +244,11 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 	}
 	// Otherwise the server pushes no leases (--push-leases=false): the
 	// stream gets its leases on its reports and renewals only.
-	defer ss.Release()
+	defer func() {
+		if sess := ss.session(); sess != nil {
+			_, _ = quota.Perform(ctx, ss.leaser, sess, sess.Release())
+		}
+	}()
 
 	msgs := make(chan *rlqspb.RateLimitQuotaUsageReports)
 	recvErr := make(chan error, 1)
@@ -267,6 +271,14 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		// The session's state changes under its lock; the capacity calls
+		// its Ready asks for are made here, outside it (quota.Perform), so
+		// that the status page never waits on them.
+		sess := ss.session()
+		var pushes <-chan struct{}
+		if sess != nil {
+			pushes = sess.Pushes()
+		}
 		var out []quota.Action
 		var err error
 		select {
@@ -277,14 +289,17 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 				return nil
 			}
 			return err
-		case <-ss.Ended():
+		case <-ss.ended:
 			return status.Error(codes.Unavailable, "mastership lost or the server drains: reconnect")
 		case m := <-msgs:
 			out, err = s.report(ctx, ss, m)
-		case <-ss.Pushes():
-			out = ss.ApplyPushes(s.now())
+		case <-pushes:
+			out = sess.ApplyPushes(s.now())
 		case <-timer.C:
-			if out, err = ss.Tick(ctx, s.now()); err != nil {
+			if sess == nil {
+				break
+			}
+			if out, err = quota.Perform(ctx, ss.leaser, sess, sess.Tick(s.now())); err != nil {
 				err = s.leaseErr(err)
 			}
 		}
@@ -297,18 +312,22 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 			}
 		}
 		d := time.Hour
-		if next := ss.Next(); !next.IsZero() {
-			d = max(next.Sub(s.now()), time.Millisecond)
+		if sess := ss.session(); sess != nil {
+			if next := sess.Next(); !next.IsZero() {
+				d = max(next.Sub(s.now()), time.Millisecond)
+			}
 		}
 		timer.Reset(d)
 	}
 }
 
-// report validates and applies one message of ss.
+// report validates and applies one message of ss: the first valid one
+// creates its session, counting under its domain.
 func (s *Service) report(ctx context.Context, ss *stream, m *rlqspb.RateLimitQuotaUsageReports) ([]quota.Action, error) {
 	domain, us, err := parse(ss.domain, m)
+	sess := ss.session()
 	if err == nil {
-		err = ss.Conflict(us)
+		err = sess.Conflict(us) // a nil session checks us alone
 	}
 	if err != nil {
 		dm := ss.m
@@ -318,16 +337,19 @@ func (s *Service) report(ctx context.Context, ss *stream, m *rlqspb.RateLimitQuo
 		dm.badMsgs.Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if ss.m == nil {
+	if sess == nil {
 		ss.m = s.m.domain(domain)
 		ss.m.streams.Inc()
-		ss.SetMetrics(quota.Metrics{Buckets: ss.m.buckets, Sent: ss.m.sent, Pushed: ss.m.pushed, Abandoned: ss.m.abandoned, Unconfigured: ss.m.unconfigured})
+		sess = quota.New(ss.client, s.c, quota.Options{
+			DenyUnconfigured: s.opts.Unconfigured == DenyAll, UnconfiguredTTL: s.opts.UnconfiguredTTL, Smoothing: s.opts.Smoothing,
+		}, quota.Metrics{Buckets: ss.m.buckets, Sent: ss.m.sent, Pushed: ss.m.pushed, Abandoned: ss.m.abandoned, Unconfigured: ss.m.unconfigured})
+		ss.sess.Store(sess)
 		s.mu.Lock()
 		ss.domain = domain // under s.mu: the status page reads it
 		s.mu.Unlock()
 	}
 	ss.m.reports.Inc()
-	out, err := ss.Report(ctx, s.now(), us)
+	out, err := quota.Perform(ctx, ss.leaser, sess, sess.Report(s.now(), us))
 	if err != nil {
 		return nil, s.leaseErr(err)
 	}
@@ -347,10 +369,37 @@ func (s *Service) leaseErr(err error) error {
 
 // stream is one stream: its session, and what the service knows of it.
 type stream struct {
-	*quota.Session
 	client, peer string
-	domain       string         // under Service.mu once set
-	m            *domainMetrics // nil until the domain is known
+	leaser       quota.Leaser                  // the capacity service, as the stream's identity sees it
+	sess         atomic.Pointer[quota.Session] // nil until its first valid message
+	domain       string                        // under Service.mu once set
+	m            *domainMetrics                // nil until the domain is known
+
+	ended chan struct{} // closed by stop
+	once  sync.Once
+}
+
+// session returns the stream's session (nil before its first valid
+// message).
+func (ss *stream) session() *quota.Session { return ss.sess.Load() }
+
+// deliver takes a lease the capacity service pushed
+// (capacity.Watcher.Deliver): refused before the stream has a session,
+// which holds no lease then.
+func (ss *stream) deliver(resource string, g lease.Grant) bool {
+	if sess := ss.session(); sess != nil {
+		return sess.Deliver(resource, g)
+	}
+	return false
+}
+
+// stop ends the stream (capacity.Watcher.Stop, Drain): mastership lost,
+// or the server drains.
+func (ss *stream) stop() {
+	ss.once.Do(func() { close(ss.ended) })
+	if sess := ss.session(); sess != nil {
+		sess.Stop()
+	}
 }
 
 // add registers ss, unless the service drains.
@@ -387,7 +436,7 @@ func (s *Service) Drain() {
 	}
 	s.mu.Unlock()
 	for _, x := range ss {
-		x.Stop()
+		x.stop()
 	}
 }
 
@@ -416,7 +465,11 @@ func (s *Service) Streams() []StreamStatus {
 	s.mu.Unlock()
 	out := make([]StreamStatus, len(ss))
 	for i, x := range ss {
-		out[i] = StreamStatus{Client: x.client, Peer: x.peer, Domain: domains[i], Buckets: x.Buckets()}
+		bs := []BucketStatus{}
+		if sess := x.session(); sess != nil {
+			bs = sess.Buckets() // never waits on a capacity call (quota.Session)
+		}
+		out[i] = StreamStatus{Client: x.client, Peer: x.peer, Domain: domains[i], Buckets: bs}
 	}
 	slices.SortFunc(out, func(a, b StreamStatus) int { return strings.Compare(a.Client, b.Client) })
 	return out

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-rl/sluice/internal/rlqsfilter"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/rlqs/quota"
 )
@@ -33,7 +34,7 @@ const PriorityKey = "priority"
 // as a token bucket: one request an hour. A lease of less is sent as a
 // DENY_ALL blanket rule, since a token bucket's fill interval cannot be
 // longer and a bucket that fills faster would exceed the lease.
-const MinRate = 1.0 / 3600
+const MinRate = rlqsfilter.MinRate
 
 // ResourceID returns the resource a bucket of domain with pairs is
 // leased as: domain, "/", then the pairs key=value sorted by key and
@@ -200,48 +201,42 @@ func parse(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []quota
 }
 
 // tokenBucket returns the token bucket that fills at rate (requests per
-// second, ≥ MinRate) as Envoy's filter reads one: it takes the fill rate
-// as tokens_per_fill ÷ fill_interval's whole seconds (a fill interval
-// under a second would fill without limit), and it keeps a bucket, tokens
-// and all, when a new assignment's max_tokens, tokens_per_fill and
-// fill_interval's nanos are the old one's (it compares nothing else). So
-// the fill interval is k whole seconds, k in [1, 3600] the least with
-// rate × k ≥ 1000 (a thousandth's precision) or 3600, tokens_per_fill
-// ⌊rate × k⌋ (never faster than rate), and the nanos carry k too, so
-// that two buckets of different rates never look the same to Envoy.
-// max_tokens is burst's worth, max(1, ⌈rate × burst⌉): a bucket starts
-// full, so a proxy may admit up to max_tokens at once on top of the rate,
-// once per new assignment (see docs/rlqs.md, "The bound").
-//
-// Source: Envoy's rate_limit_quota filter (global_client_impl.cc,
-// createTokenBucketFromAction and protoTokenBucketsEq).
+// second, ≥ MinRate) as Envoy's filter reads one, holding burst's worth:
+// rlqsfilter.Encode's, on the wire.
 func tokenBucket(rate float64, burst time.Duration) *typev3.TokenBucket {
-	k := math.Min(3600, math.Max(1, math.Ceil(1000/rate)))
-	per := math.Min(math.Max(1, math.Floor(rate*k)), math.MaxUint32)
+	return tokenBucketProto(rlqsfilter.Encode(rate, burst))
+}
+
+// tokenBucketProto returns tb on the wire: its fill interval's seconds
+// and nanos as FillInterval holds them.
+func tokenBucketProto(tb rlqsfilter.TokenBucket) *typev3.TokenBucket {
 	return &typev3.TokenBucket{
-		MaxTokens:     uint32(math.Min(math.Max(1, math.Ceil(rate*burst.Seconds())), math.MaxUint32)),
-		TokensPerFill: wrapperspb.UInt32(uint32(per)),
-		FillInterval:  &durationpb.Duration{Seconds: int64(k), Nanos: int32(k)},
+		MaxTokens:     tb.MaxTokens,
+		TokensPerFill: wrapperspb.UInt32(tb.TokensPerFill),
+		FillInterval:  durationpb.New(tb.FillInterval),
 	}
 }
 
 // FillRate returns the rate (requests per second) at which Envoy's filter
 // fills tb: tokens_per_fill ÷ fill_interval's whole seconds, +Inf when
-// they are 0 (as Envoy's division does).
+// they are 0 (as Envoy's division does). See rlqsfilter.TokenBucket.Rate.
 func FillRate(tb *typev3.TokenBucket) float64 {
-	return float64(tb.GetTokensPerFill().GetValue()) / float64(tb.GetFillInterval().GetSeconds())
+	return rlqsfilter.TokenBucket{TokensPerFill: tb.GetTokensPerFill().GetValue(), FillInterval: tb.GetFillInterval().AsDuration()}.Rate()
 }
 
-// strategy returns a's rate limit strategy: a token bucket at a.rate,
-// DENY_ALL below MinRate, or a's blanket rule.
+// strategy returns a's rate limit strategy on the wire (a.Strategy): a
+// token bucket at a.Rate holding burst's worth, DENY_ALL below MinRate,
+// or a's blanket rule.
 func strategy(a quota.Action, burst time.Duration) *typev3.RateLimitStrategy {
-	switch {
-	case a.Kind == quota.AllowAll:
-		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}
-	case a.Kind == quota.DenyAll || a.Rate < MinRate:
-		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	s, _ := a.Strategy(burst)
+	if s.TokenBucket != nil {
+		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tokenBucketProto(*s.TokenBucket)}}
 	}
-	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tokenBucket(a.Rate, burst)}}
+	rule := typev3.RateLimitStrategy_DENY_ALL
+	if s.Blanket == rlqsfilter.AllowAll {
+		rule = typev3.RateLimitStrategy_ALLOW_ALL
+	}
+	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}
 }
 
 // response returns actions as one message for the stream, token buckets

@@ -6,6 +6,15 @@
 // package rlqs runs it on a gRPC stream, the simulator (package sim) on
 // virtual time. See package rlqs for the rules.
 //
+// It has the shape of etcd's raft package (its Ready): a Session makes no
+// capacity call. Report and Tick update the session's state under its
+// lock and return a Ready, the capacity work to do — leases to release,
+// the one GetCapacity to make — and what to send; the caller makes the
+// calls outside the lock with its stream's context and feeds the answer
+// back with Apply, which returns what to send for it. Perform is that
+// loop. So the status page's reads (Buckets) never wait on a capacity
+// decision, which on an intermediate server may wait on its parent.
+//
 // Source: docs/rlqs.md.
 package quota
 
@@ -23,18 +32,27 @@ import (
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/internal/demand"
+	"github.com/sluice-rl/sluice/internal/rlqsfilter"
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/server/capacity"
 )
 
-// Leaser is what a Session needs of the capacity service
-// (*capacity.Service). A session paces its requests itself (a bucket's
-// lease is asked for at most once per report of it, when its demand moved
-// or its refresh is due), so it asks with GetCapacityPaced, which
-// Doorman's minimum time between two requests does not hold back.
+// Leaser is what Perform needs of the capacity service
+// (*capacity.Service) to do a Session's work. A session paces its
+// requests itself (a bucket's lease is asked for at most once per report
+// of it, when its demand moved or its refresh is due), so its requests
+// go to GetCapacityPaced, which Doorman's minimum time between two
+// requests does not hold back.
 type Leaser interface {
 	GetCapacityPaced(context.Context, *pb.GetCapacityRequest) (*pb.GetCapacityResponse, error)
 	ReleaseCapacity(context.Context, *pb.ReleaseCapacityRequest) (*pb.ReleaseCapacityResponse, error)
+}
+
+// Config is what a Session reads of the capacity service's configuration
+// (*capacity.Service): whether a template matches resource id, and
+// whether the resource is in learning mode. A Session calls it outside
+// its lock. It must be safe for concurrent use.
+type Config interface {
 	Configured(id string) (configured, learning bool)
 }
 
@@ -62,6 +80,25 @@ type Action struct {
 	Pushed   bool          // Assign: a lease the server pushed, not an answer to a report
 }
 
+// Strategy returns the rate limit strategy a puts on the wire, as Envoy's
+// filter reads it, its token bucket holding burst's worth of its rate:
+// for an Assign, a token bucket filling at Rate (rlqsfilter.Encode), or
+// DENY_ALL below rlqsfilter.MinRate (a token bucket cannot fill more
+// slowly); for AllowAll and DenyAll, their blanket rule. An Abandon has
+// none: ok is false.
+func (a Action) Strategy(burst time.Duration) (s rlqsfilter.Strategy, ok bool) {
+	switch {
+	case a.Kind == Abandon:
+		return rlqsfilter.Strategy{}, false
+	case a.Kind == AllowAll:
+		return rlqsfilter.Strategy{Blanket: rlqsfilter.AllowAll}, true
+	case a.Kind == DenyAll || a.Rate < rlqsfilter.MinRate:
+		return rlqsfilter.Strategy{Blanket: rlqsfilter.DenyAll}, true
+	}
+	tb := rlqsfilter.Encode(a.Rate, burst)
+	return rlqsfilter.Strategy{TokenBucket: &tb}, true
+}
+
 // Usage is one validated bucket report.
 type Usage struct {
 	Resource string  // the bucket's resource (D/k1=v1,k2=v2)
@@ -86,12 +123,6 @@ type Options struct {
 	// Smoothing is the weight of a report's demand in the smoothed demand
 	// (see package demand).
 	Smoothing float64
-	// Values is the context whose values (never its deadline or
-	// cancellation) the releases carry, which happen outside a report or
-	// a tick: the stream's, whose peer certificate is the client's
-	// identity to a capacity service that binds ids to certificates
-	// (identity.Authorizer). nil: context.Background().
-	Values context.Context
 }
 
 // Gauge and Counter are what a Session counts with (Prometheus's types,
@@ -107,6 +138,7 @@ type (
 
 // Metrics are a Session's counts: its (stream, bucket) pairs, the
 // assignments sent and pushed, the buckets abandoned and unconfigured.
+// A nil field counts nothing (the zero Metrics is Discard).
 type Metrics struct {
 	Buckets                               Gauge
 	Sent, Pushed, Abandoned, Unconfigured Counter
@@ -164,16 +196,20 @@ const Hysteresis = 0.05
 const MinWindow = time.Second
 
 // Session is the state of one stream: its client id in the lease tree
-// and its buckets by resource. Report, ApplyPushes, Tick, Next and
-// Release are called by one goroutine (the stream's), with the time;
-// Deliver, Stop and Buckets are safe for concurrent use.
+// and its buckets by resource. Report, Tick, Apply, ApplyPushes, Next and
+// Release are called by one goroutine (the stream's), with the time, and
+// make no capacity call (they return a Ready); Deliver, Stop, Ended,
+// Pushes, Conflict and Buckets are safe for concurrent use.
 type Session struct {
 	client string
-	c      Leaser
+	cfg    Config
 	opts   Options
 	m      Metrics
 
-	mu      sync.Mutex // guards buckets for the status page's reads
+	// mu guards buckets, for the status page's reads (Buckets): it is
+	// held only while the state changes, never across a call to the
+	// capacity service (Leaser or Config).
+	mu      sync.Mutex
 	buckets map[string]*bucket
 
 	pmu    sync.Mutex
@@ -185,10 +221,22 @@ type Session struct {
 }
 
 // New returns the session of a stream whose client id in the lease tree
-// is client, leasing from c, counting in m (Discard: nothing).
-func New(client string, c Leaser, opts Options, m Metrics) *Session {
+// is client, whose resources' templates cfg reads, counting in m
+// (Discard, or a nil field: nothing). Its metrics are fixed here: a
+// stream whose metrics depend on its first message (its domain) creates
+// its session once that message arrived.
+func New(client string, cfg Config, opts Options, m Metrics) *Session {
+	var d discard
+	if m.Buckets == nil {
+		m.Buckets = d
+	}
+	for _, c := range []*Counter{&m.Sent, &m.Pushed, &m.Abandoned, &m.Unconfigured} {
+		if *c == nil {
+			*c = d
+		}
+	}
 	return &Session{
-		client: client, c: c, opts: opts, m: m,
+		client: client, cfg: cfg, opts: opts, m: m,
 		buckets: make(map[string]*bucket),
 		leased:  make(map[string]bool),
 		pushed:  make(map[string]lease.Grant),
@@ -225,14 +273,90 @@ func (s *Session) Deliver(resource string, g lease.Grant) bool {
 // server drains.
 func (s *Session) Stop() { s.once.Do(func() { close(s.ended) }) }
 
+// Ready is what a Report, Tick, Apply or Release leaves to its caller:
+// the capacity calls to make, outside the session's lock and in this
+// order, and what to send the proxy. Perform makes them.
+type Ready struct {
+	// Release are the leases to give back, first (ReleaseCapacity). Their
+	// answers are not needed: a release that fails leaves the lease to
+	// end at its expiry.
+	Release []*pb.ReleaseCapacityRequest
+	// Ask is the one GetCapacity to make then (GetCapacityPaced), nil
+	// for none: its answer goes back with Apply(this Ready, answer).
+	Ask *pb.GetCapacityRequest
+	// Send is what to send the proxy whatever the answer (unconfigured
+	// buckets' answers, abandons); Apply's Ready adds the assignments the
+	// answer brings.
+	Send []Action
+
+	at    time.Time // the report's or tick's time
+	asked []*bucket // Ask's buckets, in its order
+}
+
+// Perform does rd's work for s with c: the releases (with ctx's values
+// but not its cancellation, so that a stream that ended still gives its
+// leases back), then the GetCapacity with ctx, whose answer it gives
+// s.Apply, and the releases that leaves. It returns what to send: rd.Send
+// and the assignments the answer brought. It errs with the GetCapacity's
+// error, or ErrNotMaster. No lock of s is held during the calls. Call it
+// from the goroutine of s's Report and Tick.
+func Perform(ctx context.Context, c Leaser, s *Session, rd Ready) ([]Action, error) {
+	for {
+		for _, r := range rd.Release {
+			_, _ = c.ReleaseCapacity(context.WithoutCancel(ctx), r)
+		}
+		if rd.Ask == nil {
+			return rd.Send, nil
+		}
+		resp, err := c.GetCapacityPaced(ctx, rd.Ask)
+		if err != nil {
+			return nil, err
+		}
+		if rd, err = s.Apply(rd, resp); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// configured is what Config said of a resource.
+type configured struct{ ok, learning bool }
+
+// lookup asks s's Config about each of ids (outside s.mu).
+func (s *Session) lookup(ids []string) map[string]configured {
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make(map[string]configured, len(ids))
+	for _, id := range ids {
+		if _, done := out[id]; !done {
+			ok, learning := s.cfg.Configured(id)
+			out[id] = configured{ok, learning}
+		}
+	}
+	return out
+}
+
 // Report applies one validated message's usages at now and returns the
-// actions to send: first assignments, renewals, changed leases and
-// unconfigured buckets' answers.
-func (s *Session) Report(ctx context.Context, now time.Time, us []Usage) ([]Action, error) {
+// work it leaves: the lease requests of the buckets due (first
+// assignments, renewals, changed demand) and, to send whatever their
+// answer, unconfigured buckets' answers.
+func (s *Session) Report(now time.Time, us []Usage) Ready {
+	// The templates of the buckets this report subscribes, looked up
+	// before the lock is taken (the stream's goroutine is the only one
+	// that adds buckets).
+	var fresh []string
+	s.mu.Lock()
+	for _, u := range us {
+		if s.buckets[u.Resource] == nil && u.Requests > 0 {
+			fresh = append(fresh, u.Resource)
+		}
+	}
+	s.mu.Unlock()
+	cfg := s.lookup(fresh)
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []Action
-	var ask []*bucket
+	rd := Ready{at: now}
 	for _, u := range us {
 		b := s.buckets[u.Resource]
 		active := u.Requests > 0
@@ -246,8 +370,8 @@ func (s *Session) Report(ctx context.Context, now time.Time, us []Usage) ([]Acti
 			b = &bucket{resource: u.Resource, prio: u.Prio, priority: u.Priority, asked: -1, lastActive: now, idle: capacity.FallbackLeaseLength}
 			s.buckets[u.Resource] = b
 			s.m.Buckets.Inc()
-			if configured, _ := s.c.Configured(b.resource); !configured {
-				out = append(out, s.unconfigured(now, b))
+			if !cfg[b.resource].ok {
+				rd.Send = append(rd.Send, s.unconfigured(now, b))
 				continue
 			}
 		}
@@ -269,27 +393,35 @@ func (s *Session) Report(ctx context.Context, now time.Time, us []Usage) ([]Acti
 		if active {
 			b.lastActive = now
 		}
-		if !b.unconfigured && b.measured && (b.asked < 0 || !now.Before(b.due) || changed(b.asked, b.wants)) && !contains(ask, b) {
-			ask = append(ask, b)
+		if !b.unconfigured && b.measured && (b.asked < 0 || !now.Before(b.due) || changed(b.asked, b.wants)) && !contains(rd.asked, b) {
+			rd.asked = append(rd.asked, b)
 		}
 	}
-	got, err := s.request(ctx, now, ask)
-	return append(out, got...), err
+	s.ask(&rd)
+	return rd
 }
 
 // Conflict returns an error naming the first usage whose resource the
 // stream already reports (or reports earlier in us) with another priority
-// band: one stream holds one lease of a resource, in one band.
+// band: one stream holds one lease of a resource, in one band. On a nil
+// Session (a stream before its first message) it checks us alone.
 func (s *Session) Conflict(us []Usage) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	held := func(string) (string, bool) { return "", false }
+	if s != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		held = func(res string) (string, bool) {
+			if b := s.buckets[res]; b != nil {
+				return b.prio, true
+			}
+			return "", false
+		}
+	}
 	seen := make(map[string]string, len(us))
 	for i, u := range us {
 		prio, ok := seen[u.Resource]
 		if !ok {
-			if b := s.buckets[u.Resource]; b != nil {
-				prio, ok = b.prio, true
-			}
+			prio, ok = held(u.Resource)
 		}
 		if ok && prio != u.Prio {
 			return fmt.Errorf("bucket_quota_usages[%d].bucket_id: priority %q, but the stream reports the bucket's resource %q with priority %q: one stream, one band per resource", i, u.Prio, u.Resource, prio)
@@ -331,43 +463,65 @@ func (s *Session) unconfigured(now time.Time, b *bucket) Action {
 	return Action{Resource: b.resource, Prio: b.prio, Kind: kind, TTL: s.opts.UnconfiguredTTL}
 }
 
-// request asks the capacity service for the leases of bs (one
-// GetCapacity) and returns the assignments to send.
-func (s *Session) request(ctx context.Context, now time.Time, bs []*bucket) ([]Action, error) {
-	if len(bs) == 0 {
-		return nil, nil
+// ask sets rd.Ask to the request of the leases of rd.asked (one
+// GetCapacity), under s.mu. Their resources take pushed leases from now
+// on, so that a lease pushed while the request is in flight is kept.
+func (s *Session) ask(rd *Ready) {
+	if len(rd.asked) == 0 {
+		return
 	}
-	req := &pb.GetCapacityRequest{ClientId: proto.String(s.client), Resource: make([]*pb.ResourceRequest, len(bs))}
+	req := &pb.GetCapacityRequest{ClientId: proto.String(s.client), Resource: make([]*pb.ResourceRequest, len(rd.asked))}
 	s.pmu.Lock()
-	for i, b := range bs {
+	for i, b := range rd.asked {
 		rr := &pb.ResourceRequest{ResourceId: proto.String(b.resource), Priority: proto.Int64(b.priority), Wants: proto.Float64(b.wants)}
-		if b.expiry.After(now) {
+		if b.expiry.After(rd.at) {
 			rr.Has = &pb.Lease{Capacity: proto.Float64(b.has), ExpiryTime: proto.Int64(b.expiry.Unix()), RefreshInterval: proto.Int64(1)}
 		}
 		req.Resource[i] = rr
 		s.leased[b.resource] = true
 	}
 	s.pmu.Unlock()
-	resp, err := s.c.GetCapacityPaced(ctx, req)
-	if err != nil {
-		return nil, err
+	rd.Ask = req
+}
+
+// Apply takes the capacity service's answer to rd.Ask (rd from Report or
+// Tick, answered before the stream's goroutine calls anything else of s)
+// and returns the rest of the work: rd.Send with the assignments the
+// answer brings, and the leases to release (of buckets whose template
+// went away). With rd.Ask nil it returns rd's Send alone. It errs with
+// ErrNotMaster when the answer is a redirect (it holds no lease per
+// resource asked).
+func (s *Session) Apply(rd Ready, resp *pb.GetCapacityResponse) (Ready, error) {
+	out := Ready{Send: rd.Send, at: rd.at}
+	if rd.Ask == nil {
+		return out, nil
 	}
-	if len(resp.GetResponse()) != len(bs) {
-		return nil, ErrNotMaster
+	if len(resp.GetResponse()) != len(rd.asked) {
+		return Ready{}, ErrNotMaster
 	}
-	var out []Action
+	ids := make([]string, len(rd.asked))
+	for i, b := range rd.asked {
+		ids[i] = b.resource
+	}
+	cfg := s.lookup(ids)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for i, rr := range resp.GetResponse() {
-		b := bs[i]
-		if a, ok := s.apply(now, b, rr.GetGets(), false); ok {
-			out = append(out, a)
+		b := rd.asked[i]
+		if s.buckets[b.resource] != b {
+			continue // abandoned since (a Ready applied out of turn)
+		}
+		if a, ok := s.apply(&out, rd.at, b, rr.GetGets(), false, cfg[b.resource]); ok {
+			out.Send = append(out.Send, a)
 		}
 	}
 	return out, nil
 }
 
-// apply takes a lease for b, decided (pushed false) or pushed, at now and
-// returns the assignment to send, if any.
-func (s *Session) apply(now time.Time, b *bucket, l *pb.Lease, pushed bool) (Action, bool) {
+// apply takes a lease for b, decided (pushed false, cfg what Config says
+// of b's resource) or pushed, at now and returns the assignment to send,
+// if any; a lease to release goes to rd.
+func (s *Session) apply(rd *Ready, now time.Time, b *bucket, l *pb.Lease, pushed bool, cfg configured) (Action, bool) {
 	refresh := time.Duration(l.GetRefreshInterval()) * time.Second
 	if l.Sequence == nil {
 		// An early request (Doorman's 5-second rule): the current lease,
@@ -391,10 +545,10 @@ func (s *Session) apply(now time.Time, b *bucket, l *pb.Lease, pushed bool) (Act
 		left := expiry.Sub(now)
 		b.due = now.Add(max(min(refresh, left/2), time.Second))
 		b.idle = max((left + time.Second - 1).Truncate(time.Second), refresh, time.Second)
-		if configured, learning := s.c.Configured(b.resource); !configured {
-			s.releaseOne(b)
+		if !cfg.ok {
+			s.releaseOne(rd, b)
 			return s.unconfigured(now, b), true
-		} else if learning && b.has == 0 && !b.sent {
+		} else if cfg.learning && b.has == 0 && !b.sent {
 			// A new master learning what its predecessor granted: the
 			// proxy keeps the assignment it has until its time to live
 			// ends, which is within the predecessor's leases.
@@ -428,7 +582,8 @@ func assignedRate(wasSent bool, sent, has float64) float64 {
 	return has * (1 - lease.MinGrowth/2)
 }
 
-// ApplyPushes applies the leases pushed since the last call.
+// ApplyPushes applies the leases pushed since the last call and returns
+// the assignments to send for them. It makes no capacity call.
 func (s *Session) ApplyPushes(now time.Time) []Action {
 	s.pmu.Lock()
 	ps := s.pushed
@@ -448,43 +603,56 @@ func (s *Session) ApplyPushes(now time.Time) []Action {
 		}
 		l := &pb.Lease{Capacity: proto.Float64(g.Capacity), ExpiryTime: proto.Int64(g.Expiry.Unix()),
 			RefreshInterval: proto.Int64(int64(g.RefreshInterval / time.Second)), Sequence: proto.Int64(g.Sequence)}
-		if a, ok := s.apply(now, b, l, true); ok {
+		// A pushed lease neither reads the configuration nor releases.
+		if a, ok := s.apply(nil, now, b, l, true, configured{}); ok {
 			out = append(out, a)
 		}
 	}
 	return out
 }
 
-// Tick renews the leases due at now (asking with the buckets' smoothed
-// demand), re-checks unconfigured buckets, and abandons the buckets that
-// counted no request for their lease length.
-func (s *Session) Tick(ctx context.Context, now time.Time) ([]Action, error) {
+// Tick returns the work due at now: the renewals of the leases due
+// (asking with the buckets' smoothed demand), unconfigured buckets looked
+// up again (leased if a template now matches, else their answer renewed),
+// and the buckets that counted no request for their lease length
+// abandoned (their leases released, an Abandon sent).
+func (s *Session) Tick(now time.Time) Ready {
+	// Unconfigured buckets due are looked up before the lock is taken.
+	var recheck []string
+	s.mu.Lock()
+	for res, b := range s.buckets {
+		if b.unconfigured && now.Before(b.lastActive.Add(b.idle)) && !now.Before(b.due) {
+			recheck = append(recheck, res)
+		}
+	}
+	s.mu.Unlock()
+	cfg := s.lookup(recheck)
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []Action
-	var ask []*bucket
+	rd := Ready{at: now}
 	for res, b := range s.buckets {
 		switch {
 		case !now.Before(b.lastActive.Add(b.idle)):
 			delete(s.buckets, res)
 			s.m.Buckets.Dec()
 			s.m.Abandoned.Inc()
-			s.releaseOne(b)
-			out = append(out, Action{Resource: b.resource, Prio: b.prio, Kind: Abandon})
+			s.releaseOne(&rd, b)
+			rd.Send = append(rd.Send, Action{Resource: b.resource, Prio: b.prio, Kind: Abandon})
 		case now.Before(b.due), !b.measured && !b.unconfigured:
 			// Not due, or a watch whose demand no report measured yet.
 		case b.unconfigured:
-			if configured, _ := s.c.Configured(res); configured {
-				ask = append(ask, b)
+			if cfg[res].ok {
+				rd.asked = append(rd.asked, b)
 			} else {
-				out = append(out, s.unconfigured(now, b))
+				rd.Send = append(rd.Send, s.unconfigured(now, b))
 			}
 		default:
-			ask = append(ask, b)
+			rd.asked = append(rd.asked, b)
 		}
 	}
-	got, err := s.request(ctx, now, ask)
-	return append(out, got...), err
+	s.ask(&rd)
+	return rd
 }
 
 // Next returns when Tick is due (zero: no bucket).
@@ -502,31 +670,25 @@ func (s *Session) Next() time.Time {
 	return t
 }
 
-// releaseContext is the context of a release: Options.Values without its
-// cancellation (a stream that ended still gives its leases back).
-func (s *Session) releaseContext() context.Context {
-	if s.opts.Values == nil {
-		return context.Background()
-	}
-	return context.WithoutCancel(s.opts.Values)
-}
-
-// releaseOne gives b's lease back, if it holds one.
-func (s *Session) releaseOne(b *bucket) {
+// releaseOne forgets b's lease, under s.mu, and adds its release to rd
+// if it holds one.
+func (s *Session) releaseOne(rd *Ready, b *bucket) {
 	s.pmu.Lock()
 	held := s.leased[b.resource]
 	delete(s.leased, b.resource)
 	delete(s.pushed, b.resource)
 	s.pmu.Unlock()
 	if held {
-		_, _ = s.c.ReleaseCapacity(s.releaseContext(), &pb.ReleaseCapacityRequest{ClientId: proto.String(s.client), ResourceId: []string{b.resource}})
+		rd.Release = append(rd.Release, &pb.ReleaseCapacityRequest{ClientId: proto.String(s.client), ResourceId: []string{b.resource}})
 	}
 	b.has, b.expiry, b.sent = 0, time.Time{}, false
 }
 
-// Release gives back every lease of the stream (its end), so that their
-// capacity goes to the other streams at once.
-func (s *Session) Release() {
+// Release ends the session (Stop) and forgets its buckets, and returns
+// the releases of every lease of the stream (its end), so that their
+// capacity goes to the other streams at once: in parts of
+// capacity.MaxResourcesPerRequest resources.
+func (s *Session) Release() Ready {
 	s.Stop()
 	s.pmu.Lock()
 	ids := make([]string, 0, len(s.leased))
@@ -535,14 +697,16 @@ func (s *Session) Release() {
 	}
 	s.leased = map[string]bool{}
 	s.pmu.Unlock()
+	var rd Ready
 	for i := 0; i < len(ids); i += capacity.MaxResourcesPerRequest {
 		part := ids[i:min(len(ids), i+capacity.MaxResourcesPerRequest)]
-		_, _ = s.c.ReleaseCapacity(s.releaseContext(), &pb.ReleaseCapacityRequest{ClientId: proto.String(s.client), ResourceId: part})
+		rd.Release = append(rd.Release, &pb.ReleaseCapacityRequest{ClientId: proto.String(s.client), ResourceId: part})
 	}
 	s.mu.Lock()
 	s.m.Buckets.Sub(float64(len(s.buckets)))
 	s.buckets = map[string]*bucket{}
 	s.mu.Unlock()
+	return rd
 }
 
 // Ended is closed once Stop was called: the stream must end.
@@ -551,10 +715,6 @@ func (s *Session) Ended() <-chan struct{} { return s.ended }
 // Pushes receives (one signal at most held) when a lease was pushed:
 // ApplyPushes returns what to send for it.
 func (s *Session) Pushes() <-chan struct{} { return s.signal }
-
-// SetMetrics replaces the session's counts (once its domain is known),
-// before the first Report.
-func (s *Session) SetMetrics(m Metrics) { s.m = m }
 
 // BucketStatus is one of a stream's buckets, for the status page. Rates
 // are requests per second.

@@ -2,10 +2,12 @@ package quota_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
@@ -51,7 +53,7 @@ func TestLifecycle(t *testing.T) {
 	ctx := context.Background()
 	report := func(demand float64) []quota.Action {
 		t.Helper()
-		as, err := s.Report(ctx, clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: demand, Elapsed: 1}})
+		as, err := quota.Perform(ctx, c, s, s.Report(clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: demand, Elapsed: 1}}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +74,7 @@ func TestLifecycle(t *testing.T) {
 	// Due at 4 s: decided then, though within Doorman's 5-second rule
 	// (the session paces its requests itself).
 	clock.Advance(3 * time.Second)
-	as, err := s.Tick(ctx, clock.Now())
+	as, err := quota.Perform(ctx, c, s, s.Tick(clock.Now()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,12 +87,12 @@ func TestLifecycle(t *testing.T) {
 	for range 2 { // at 7 s and 9 s
 		clock.Advance(2 * time.Second)
 		report(0)
-		if as, err := s.Tick(ctx, clock.Now()); err != nil || len(as) > 0 && as[0].Kind == quota.Abandon {
+		if as, err := quota.Perform(ctx, c, s, s.Tick(clock.Now())); err != nil || len(as) > 0 && as[0].Kind == quota.Abandon {
 			t.Fatalf("%v %+v before the lease length ran out", err, as)
 		}
 	}
 	clock.Advance(2 * time.Second) // 11 s: 1 s + the lease length
-	as, err = s.Tick(ctx, clock.Now())
+	as, err = quota.Perform(ctx, c, s, s.Tick(clock.Now()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +113,7 @@ func TestUnconfigured(t *testing.T) {
 	clock := testutil.NewClock(time.Unix(1_000_000, 0))
 	c := leaser(t, clock, "resources: []\n")
 	s := quota.New("envoy", c, quota.Options{DenyUnconfigured: true, UnconfiguredTTL: 10 * time.Second}, quota.Discard)
-	as, err := s.Report(context.Background(), clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: 1, Elapsed: 1}})
+	as, err := quota.Perform(context.Background(), c, s, s.Report(clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: 1, Elapsed: 1}}))
 	if err != nil || len(as) != 1 || as[0].Kind != quota.DenyAll || as[0].TTL != 10*time.Second {
 		t.Fatalf("%+v %v, want DENY_ALL for 10 s", as, err)
 	}
@@ -134,15 +136,15 @@ func TestLiveReload(t *testing.T) {
 	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: 10 * time.Second}, quota.Discard)
 	ctx := context.Background()
 	usage := []quota.Usage{{Resource: "d/name=a", Requests: 30, Elapsed: 1}}
-	if as, err := s.Report(ctx, clock.Now(), usage); err != nil || len(as) != 1 || as[0].Kind != quota.AllowAll {
+	if as, err := quota.Perform(ctx, c, s, s.Report(clock.Now(), usage)); err != nil || len(as) != 1 || as[0].Kind != quota.AllowAll {
 		t.Fatalf("%+v %v, want ALLOW_ALL", as, err)
 	}
 	c.SetConfig(withTemplate)
 	clock.Advance(5 * time.Second) // half the unconfigured answer's time to live
-	if _, err := s.Report(ctx, clock.Now(), usage); err != nil {
+	if _, err := quota.Perform(ctx, c, s, s.Report(clock.Now(), usage)); err != nil {
 		t.Fatal(err)
 	}
-	as, err := s.Tick(ctx, clock.Now())
+	as, err := quota.Perform(ctx, c, s, s.Tick(clock.Now()))
 	if err != nil || len(as) != 1 || as[0].Kind != quota.Assign || as[0].Rate < 29 || as[0].Rate > 30 {
 		t.Fatalf("after the template was added: %+v %v, want an assignment of about 30", as, err)
 	}
@@ -151,7 +153,7 @@ func TestLiveReload(t *testing.T) {
 	}
 	c.SetConfig(parse(t, empty))
 	clock.Advance(4 * time.Second) // the refresh
-	as, err = s.Report(ctx, clock.Now(), usage)
+	as, err = quota.Perform(ctx, c, s, s.Report(clock.Now(), usage))
 	if err != nil || len(as) != 1 || as[0].Kind != quota.AllowAll {
 		t.Fatalf("after the template was removed: %+v %v, want ALLOW_ALL", as, err)
 	}
@@ -167,7 +169,7 @@ func TestRenewBeforeExpiry(t *testing.T) {
 	clock := testutil.NewClock(time.Unix(1_000_000, 0))
 	c := leaser(t, clock, fairShare(4, 4))
 	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: time.Minute}, quota.Discard)
-	as, err := s.Report(context.Background(), clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: 40, Elapsed: 1}})
+	as, err := quota.Perform(context.Background(), c, s, s.Report(clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: 40, Elapsed: 1}}))
 	if err != nil || len(as) != 1 || as[0].TTL != 4*time.Second {
 		t.Fatalf("first report: %+v, %v; want an assignment for 4 s", as, err)
 	}
@@ -175,3 +177,138 @@ func TestRenewBeforeExpiry(t *testing.T) {
 		t.Fatalf("renewal due at %v, want halfway to the lease's end (2 s)", next)
 	}
 }
+
+// generous bounds a wait for an outcome that, when the code is right, is
+// immediate: it fails a test that would otherwise hang, and is no timing
+// claim.
+const generous = 20 * time.Second
+
+// heldLeaser is the capacity service with its GetCapacityPaced held:
+// entered receives when a call starts, which then waits until release is
+// closed.
+type heldLeaser struct {
+	*capacity.Service
+	entered, release chan struct{}
+}
+
+func (l heldLeaser) GetCapacityPaced(ctx context.Context, req *pb.GetCapacityRequest) (*pb.GetCapacityResponse, error) {
+	l.entered <- struct{}{}
+	<-l.release
+	return l.Service.GetCapacityPaced(ctx, req)
+}
+
+// TestStatusReadDuringCapacityCall: while a report's GetCapacity is in
+// flight (held until the test releases it, as an intermediate's may wait
+// on its parent), the status page's read of the session (Buckets), Next
+// and Conflict return at once with the state the report left; the
+// answer, once it comes, is applied.
+func TestStatusReadDuringCapacityCall(t *testing.T) {
+	clock := testutil.NewClock(time.Unix(1_000_000, 0))
+	c := leaser(t, clock, fairShare(10, 4))
+	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: time.Minute, Smoothing: 0.5}, quota.Discard)
+	held := heldLeaser{Service: c, entered: make(chan struct{}), release: make(chan struct{})}
+	type result struct {
+		as  []quota.Action
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		as, err := quota.Perform(t.Context(), held, s, s.Report(clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: 40, Elapsed: 1}}))
+		done <- result{as, err}
+	}()
+	select {
+	case <-held.entered:
+	case <-time.After(generous):
+		t.Fatal("the report asked for no lease")
+	}
+	read := make(chan []quota.BucketStatus, 1)
+	go func() {
+		_ = s.Next()
+		_ = s.Conflict([]quota.Usage{{Resource: "d/name=a"}})
+		read <- s.Buckets()
+	}()
+	select {
+	case bs := <-read:
+		if len(bs) != 1 || bs[0].Wants != 40 || bs[0].Sent {
+			t.Errorf("during the call: %+v, want the bucket wanting 40, nothing sent yet", bs)
+		}
+	case <-time.After(generous):
+		t.Fatal("the status read waited on the capacity call in flight")
+	}
+	close(held.release)
+	r := <-done
+	if r.err != nil || len(r.as) != 1 || r.as[0].Kind != quota.Assign {
+		t.Fatalf("after the call: %+v %v, want an assignment", r.as, r.err)
+	}
+	if bs := s.Buckets(); len(bs) != 1 || !bs[0].Sent || bs[0].Assigned != r.as[0].Rate {
+		t.Errorf("after the call: %+v, want the assignment sent", bs)
+	}
+}
+
+// TestReady: a session makes no capacity call itself. A report returns
+// the one request to make; a redirect for an answer is ErrNotMaster; the
+// end of the session returns the release of every lease it held, which
+// gives the capacity back.
+func TestReady(t *testing.T) {
+	clock := testutil.NewClock(time.Unix(1_000_000, 0))
+	c := leaser(t, clock, fairShare(10, 4))
+	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: time.Minute}, quota.Discard)
+	us := []quota.Usage{{Resource: "d/name=a", Requests: 40, Elapsed: 1}, {Resource: "d/name=b", Requests: 20, Elapsed: 1}}
+	rd := s.Report(clock.Now(), us)
+	if rd.Ask == nil || len(rd.Ask.GetResource()) != 2 || rd.Ask.GetClientId() != "envoy" || len(rd.Release) != 0 || len(rd.Send) != 0 {
+		t.Fatalf("first report: %+v, want one request for both buckets", rd)
+	}
+	if _, err := c.Status("d/name=a"); err == nil {
+		t.Fatal("a lease was asked for before the caller asked")
+	}
+	if _, err := s.Apply(rd, &pb.GetCapacityResponse{Mastership: &pb.Mastership{}}); !errors.Is(err, quota.ErrNotMaster) {
+		t.Fatalf("a redirect: %v, want ErrNotMaster", err)
+	}
+	if _, err := quota.Perform(t.Context(), c, s, rd); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Status("d/name=a"); err != nil || st.Clients != 1 {
+		t.Fatalf("after the request: %+v %v, want the lease held", st, err)
+	}
+	end := s.Release()
+	if len(end.Release) != 1 || len(end.Release[0].GetResourceId()) != 2 || end.Ask != nil {
+		t.Fatalf("the end: %+v, want one release of both leases", end)
+	}
+	if len(s.Buckets()) != 0 {
+		t.Errorf("buckets after the end: %+v", s.Buckets())
+	}
+	if _, err := quota.Perform(t.Context(), c, s, end); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d/name=a", "d/name=b"} {
+		if st, err := c.Status(id); err == nil && st.Clients != 0 {
+			t.Errorf("%s after the end: %+v, want no lease", id, st)
+		}
+	}
+}
+
+// TestMetricsAtConstruction: a session counts in the metrics it was
+// built with from its first report; a nil field counts nothing.
+func TestMetricsAtConstruction(t *testing.T) {
+	clock := testutil.NewClock(time.Unix(1_000_000, 0))
+	c := leaser(t, clock, fairShare(10, 4))
+	var buckets gauge
+	var sent counter
+	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: time.Minute}, quota.Metrics{Buckets: &buckets, Sent: &sent})
+	if _, err := quota.Perform(t.Context(), c, s, s.Report(clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: 40, Elapsed: 1}})); err != nil {
+		t.Fatal(err)
+	}
+	if buckets != 1 || sent != 1 {
+		t.Errorf("buckets %v, sent %v; want 1 and 1", buckets, sent)
+	}
+}
+
+type gauge float64
+
+func (g *gauge) Inc()          { *g++ }
+func (g *gauge) Dec()          { *g-- }
+func (g *gauge) Sub(v float64) { *g -= gauge(v) }
+
+type counter int
+
+func (c *counter) Inc() { *c++ }
