@@ -5,15 +5,18 @@
 
 namespace sluice {
 
-Client::Client(const std::string& addresses, Options options) : options_(std::move(options)) {
+Client::Client(const std::string& addresses, Options options)
+    : Client(addresses, std::move(options), detail::Hooks{}) {}
+
+Client::Client(const std::string& addresses, Options options, detail::Hooks hooks) : options_(std::move(options)) {
+  detail::reap();  // threads left by clients closed from their own callbacks
   auto addrs = detail::split_addresses(addresses);
   if (options_.call_timeout.count() <= 0 || options_.session_ttl.count() <= 0 || options_.backoff_unit.count() <= 0) {
     throw InvalidArgument("call_timeout, session_ttl and backoff_unit must be > 0");
   }
   id_ = options_.client_id.empty() ? new_client_id() : options_.client_id;
   channels_ = std::make_shared<detail::Channels>(options_.tls);
-  leases_ = std::make_shared<detail::Leases>(id_, addrs, channels_, options_.mode, options_.push, options_.wall_clock,
-                                             options_.manual);
+  leases_ = std::make_shared<detail::Leases>(id_, addrs, channels_, options_.mode, options_.push, hooks);
   std::weak_ptr<detail::Leases> w = leases_;
   std::string first = addrs.front();
   sessions_ = std::make_shared<detail::Sessions>(
@@ -58,7 +61,7 @@ double seconds_of(const google::protobuf::Duration& d) { return static_cast<doub
 
 Allowance Client::allow(const AllowRequest& r) {
   check_open();
-  sluice::v1::AllowRequest req;
+  pb::v1::AllowRequest req;
   req.set_resource(r.resource);
   req.set_domain(r.domain);
   req.set_tokens(r.tokens);
@@ -67,13 +70,13 @@ Allowance Client::allow(const AllowRequest& r) {
     if (r.max_wait->count() < 0) throw InvalidArgument("max_wait is negative");
     *req.mutable_max_wait() = to_duration(r.max_wait->count());
   }
-  sluice::v1::AllowResponse resp;
+  pb::v1::AllowResponse resp;
   grpc::ClientContext ctx;
   detail::set_deadline(ctx, r.timeout ? r.timeout->count() : options_.call_timeout.count());
-  grpc::Status st = sluice::v1::Limits::NewStub(channels_->get(server()))->Allow(&ctx, req, &resp);
+  grpc::Status st = pb::v1::Limits::NewStub(channels_->get(server()))->Allow(&ctx, req, &resp);
   if (!st.ok()) throw_status(st, "Allow " + r.resource + "/" + r.domain);
   Allowance a;
-  a.status = sluice::v1::AllowResponse::Status_Name(resp.status());
+  a.status = pb::v1::AllowResponse::Status_Name(resp.status());
   a.granted = resp.granted();
   a.wait = Seconds(seconds_of(resp.wait()));
   if (resp.has_retry_after()) a.retry_after = Seconds(seconds_of(resp.retry_after()));
@@ -94,7 +97,7 @@ Allowance Client::allow(const std::string& resource, const std::string& domain, 
 QuotaAllowance Client::quota_allow(const std::string& ns, const std::string& bucket, int64_t tokens,
                                    std::optional<Seconds> max_wait) {
   check_open();
-  quotaservice::AllowRequest req;
+  pb::quotaservice::AllowRequest req;
   req.set_namespace_(ns);
   req.set_bucket_name(bucket);
   req.set_tokens_requested(tokens);
@@ -102,13 +105,13 @@ QuotaAllowance Client::quota_allow(const std::string& ns, const std::string& buc
     req.set_max_wait_time_override(true);
     req.set_max_wait_millis_override(static_cast<int64_t>(max_wait->count() * 1000));
   }
-  quotaservice::AllowResponse resp;
+  pb::quotaservice::AllowResponse resp;
   grpc::ClientContext ctx;
   detail::set_deadline(ctx, options_.call_timeout.count());
-  grpc::Status st = quotaservice::QuotaService::NewStub(channels_->get(server()))->Allow(&ctx, req, &resp);
+  grpc::Status st = pb::quotaservice::QuotaService::NewStub(channels_->get(server()))->Allow(&ctx, req, &resp);
   if (!st.ok()) throw_status(st, "QuotaService.Allow " + ns + "/" + bucket);
   QuotaAllowance q;
-  q.status = quotaservice::AllowResponse::Status_Name(resp.status());
+  q.status = pb::quotaservice::AllowResponse::Status_Name(resp.status());
   q.granted = resp.tokens_granted();
   q.wait = Seconds(resp.wait_millis() / 1000.0);
   return q;
@@ -138,10 +141,12 @@ void Client::close(Seconds timeout) {
   if (closed_.exchange(true)) return;
   leases_->close(timeout.count());
   sessions_->close();
+  detail::reap();
 }
 
-Seconds Client::refresh_step() { return Seconds(leases_->step()); }
-
-int64_t Client::capacity_requests() const { return leases_->requests(); }
+namespace detail {
+Seconds Access::refresh_step(Client& c) { return Seconds(c.leases_->step()); }
+int64_t Access::capacity_requests(Client& c) { return c.leases_->requests(); }
+}  // namespace detail
 
 }  // namespace sluice

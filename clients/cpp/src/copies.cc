@@ -17,6 +17,7 @@
 // session cleanup).
 #include <google/protobuf/duration.pb.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -153,13 +154,7 @@ Sessions::Sessions(std::function<std::string()> server, std::shared_ptr<Channels
       fail_open_(o.fail_open),
       on_session_lost_(o.on_session_lost) {}
 
-Sessions::~Sessions() {
-  for (auto& t : threads_) {
-    if (t.joinable()) t.detach();
-  }
-}
-
-std::unique_ptr<sluice::v1::Limits::Stub> Sessions::stub() { return sluice::v1::Limits::NewStub(channels_->get(server_())); }
+std::unique_ptr<pb::v1::Limits::Stub> Sessions::stub() { return pb::v1::Limits::NewStub(channels_->get(server_())); }
 
 double Sessions::timeout(std::optional<double> deadline) const {
   if (!deadline) return call_timeout_;
@@ -207,6 +202,10 @@ std::shared_ptr<Session> Sessions::session(std::optional<double> deadline) {
     closed = closed_;
     if (!closed) {
       cur_ = s;
+      // The keep-alive threads of sessions that ended before have
+      // finished, or are finishing: join those (at once), keep the rest.
+      threads_.erase(std::remove_if(threads_.begin(), threads_.end(), [](const Worker& w) { return w.done(); }),
+                     threads_.end());
       auto self = shared_from_this();
       threads_.emplace_back([self, s] { self->keepalive(s); });
     }
@@ -220,9 +219,9 @@ std::shared_ptr<Session> Sessions::session(std::optional<double> deadline) {
 }
 
 std::shared_ptr<Session> Sessions::open(std::optional<double> deadline) {
-  sluice::v1::OpenSessionRequest req;
+  pb::v1::OpenSessionRequest req;
   *req.mutable_ttl() = duration(session_ttl_);
-  sluice::v1::OpenSessionResponse resp;
+  pb::v1::OpenSessionResponse resp;
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout(deadline));
   grpc::Status st = stub()->OpenSession(&ctx, req, &resp);
@@ -253,9 +252,9 @@ void Sessions::lose(const std::shared_ptr<Session>& s, const std::string& cause)
 // effort, within 2 s).
 void Sessions::end(const std::shared_ptr<Session>& s) {
   if (!s->finish(false, "client closed: the session's copies were released", false)) return;
-  sluice::v1::CloseSessionRequest req;
+  pb::v1::CloseSessionRequest req;
   req.set_session_id(s->id);
-  sluice::v1::CloseSessionResponse resp;
+  pb::v1::CloseSessionResponse resp;
   grpc::ClientContext ctx;
   set_deadline(ctx, 2.0);
   (void)stub()->CloseSession(&ctx, req, &resp);
@@ -264,7 +263,7 @@ void Sessions::end(const std::shared_ptr<Session>& s) {
 
 void Sessions::close() {
   std::shared_ptr<Session> s;
-  std::vector<std::thread> threads;
+  std::vector<Worker> threads;
   {
     std::lock_guard<std::mutex> l(mu_);
     closed_ = true;
@@ -273,14 +272,10 @@ void Sessions::close() {
     threads.swap(threads_);
   }
   cv_.notify_all();
-  if (s) end(s);
-  for (auto& t : threads) {
-    if (t.get_id() == std::this_thread::get_id()) {
-      t.detach();
-    } else if (t.joinable()) {
-      t.join();
-    }
-  }
+  if (s) end(s);  // cancels its keep-alive stream; the threads of ended sessions are returning already
+  // Joined at once, or, on the thread itself (closed from on_session_lost),
+  // by the reaper once it returns (Worker).
+  for (auto& t : threads) t.join();
 }
 
 bool Sessions::sleep_closed(double seconds) {
@@ -340,7 +335,7 @@ Sessions::StreamEnd Sessions::stream(const std::shared_ptr<Session>& s, bool* ac
   std::condition_variable cv;
   bool stop = false, expired = false;
   std::thread writer([&] {
-    sluice::v1::KeepAliveRequest req;
+    pb::v1::KeepAliveRequest req;
     req.set_session_id(s->id);
     if (!rw->Write(req)) return;
     std::unique_lock<std::mutex> l(m);
@@ -358,7 +353,7 @@ Sessions::StreamEnd Sessions::stream(const std::shared_ptr<Session>& s, bool* ac
       if (!ok) return;
     }
   });
-  sluice::v1::KeepAliveResponse resp;
+  pb::v1::KeepAliveResponse resp;
   while (rw->Read(&resp)) {
     if (resp.has_ttl() && seconds_of(resp.ttl()) > 0) s->set_ttl(seconds_of(resp.ttl()));
     s->set_acked(steady_now());
@@ -369,7 +364,11 @@ Sessions::StreamEnd Sessions::stream(const std::shared_ptr<Session>& s, bool* ac
     stop = true;
   }
   cv.notify_all();
-  ctx.TryCancel();  // the reading side is done: end the writer's Write too
+  // Read returned false: the call is over (the server's status arrived, or
+  // the call failed or was cancelled), so a Write in progress fails at
+  // once. No TryCancel here: it would replace the server's status
+  // (NOT_FOUND: the session is gone) with CANCELLED, and the loss would be
+  // found only when the ttl passed.
   writer.join();
   grpc::Status status = rw->Finish();
   s->set_call(nullptr);
@@ -416,14 +415,14 @@ Hold Sessions::reserve(const ReserveRequest& r) {
       if (client_code(e.code())) throw;
       return fail_open(r, least, start, i, e);
     }
-    sluice::v1::ReserveRequest req;
+    pb::v1::ReserveRequest req;
     req.set_session_id(s->id);
     req.set_resource(r.resource);
     req.set_domain(r.domain);
     req.set_copies(r.copies);
     req.set_min_copies(least);
     *req.mutable_max_wait() = duration(0);
-    sluice::v1::ReserveResponse m;
+    pb::v1::ReserveResponse m;
     grpc::ClientContext ctx;
     set_deadline(ctx, timeout(deadline));
     grpc::Status st = stub()->Reserve(&ctx, req, &m);
@@ -439,9 +438,9 @@ Hold Sessions::reserve(const ReserveRequest& r) {
       std::string msg = st.error_message().empty() ? code_name(st.error_code()) : st.error_message();
       return fail_open(r, least, start, i, Error(st.error_code(), "Reserve: " + msg));
     }
-    bool ok = m.status() == sluice::v1::ReserveResponse::OK;
+    bool ok = m.status() == pb::v1::ReserveResponse::OK;
     if ((ok && !(least <= m.granted() && m.granted() <= r.copies)) ||
-        m.status() == sluice::v1::ReserveResponse::STATUS_UNSPECIFIED) {
+        m.status() == pb::v1::ReserveResponse::STATUS_UNSPECIFIED) {
       std::ostringstream msg;
       msg << "Reserve: an answer with status " << m.status() << " granting " << m.granted() << " of [" << least
           << ", " << r.copies << "]";
@@ -489,10 +488,10 @@ Hold Sessions::seize(const std::string& transfer_id, std::optional<Seconds> to) 
   bool reopened = false;
   for (;;) {
     auto s = session(deadline);
-    sluice::v1::SeizeRequest req;
+    pb::v1::SeizeRequest req;
     req.set_session_id(s->id);
     req.set_transfer_id(transfer_id);
-    sluice::v1::SeizeResponse m;
+    pb::v1::SeizeResponse m;
     grpc::ClientContext ctx;
     set_deadline(ctx, timeout(deadline));
     grpc::Status st = stub()->Seize(&ctx, req, &m);
@@ -597,13 +596,13 @@ void Hold::release(std::optional<int64_t> copies, std::optional<Seconds> timeout
     d_->copies -= n;
     return;
   }
-  sluice::v1::ReleaseRequest req;
+  pb::v1::ReleaseRequest req;
   req.set_session_id(d_->session->id);
   req.set_resource(d_->resource);
   req.set_domain(d_->domain);
   req.set_copies(n);
   for (auto& g : d_->groups) req.add_groups(g);
-  sluice::v1::ReleaseResponse resp;
+  pb::v1::ReleaseResponse resp;
   grpc::ClientContext ctx;
   detail::set_deadline(ctx, timeout ? timeout->count() : d_->sessions->call_timeout());
   grpc::Status st = d_->sessions->stub()->Release(&ctx, req, &resp);
@@ -619,14 +618,14 @@ std::string Hold::transfer(int64_t copies, std::optional<Seconds> ttl, std::opti
     throw FailedPrecondition("transfer of " + d_->resource + "/" + d_->domain + ": a degraded hold; the server holds nothing");
   }
   check_op(*d_, "transfer", copies);
-  sluice::v1::TransferRequest req;
+  pb::v1::TransferRequest req;
   req.set_session_id(d_->session->id);
   req.set_resource(d_->resource);
   req.set_domain(d_->domain);
   req.set_copies(copies);
   for (auto& g : d_->groups) req.add_groups(g);
   if (ttl && ttl->count() > 0) *req.mutable_ttl() = detail::duration(ttl->count());
-  sluice::v1::TransferResponse resp;
+  pb::v1::TransferResponse resp;
   grpc::ClientContext ctx;
   detail::set_deadline(ctx, timeout ? timeout->count() : d_->sessions->call_timeout());
   grpc::Status st = d_->sessions->stub()->Transfer(&ctx, req, &resp);

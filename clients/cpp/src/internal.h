@@ -1,5 +1,7 @@
-// The client's internals: channels, the lease engine and the sessions.
-// Not installed; the tests include it.
+// The client's internals: the generated stubs, channels, the lease engine,
+// the sessions, the background threads and the tests' hooks. Not installed
+// (CMakeLists.txt installs include/sluice only); the tests and the
+// benchmark include it.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -16,14 +18,78 @@
 #include <utility>
 #include <vector>
 
-#include "doorman/doorman.grpc.pb.h"
-#include "quotaservice/quota_service.grpc.pb.h"
 #include "sluice/client.h"
-#include "sluice/v1/leases.grpc.pb.h"
-#include "sluice/v1/limits.grpc.pb.h"
+#include "sluice_internal/doorman/doorman.grpc.pb.h"
+#include "sluice_internal/quotaservice/quota_service.grpc.pb.h"
+#include "sluice_internal/sluice/v1/leases.grpc.pb.h"
+#include "sluice_internal/sluice/v1/limits.grpc.pb.h"
 
 namespace sluice {
+
+// pb names the generated messages and stubs. They are compiled under
+// Sluice's private proto packages (sluice_internal.doorman, …; see
+// cmake/SluiceProtoc.cmake), so that an application's own copies of the
+// same .proto files link and load beside them; their gRPC method paths are
+// the wire's ("/doorman.Capacity/GetCapacity").
+namespace pb {
+namespace doorman = ::sluice_internal::doorman;
+namespace quotaservice = ::sluice_internal::quotaservice;
+namespace v1 = ::sluice_internal::sluice::v1;
+}  // namespace pb
+
 namespace detail {
+
+// Worker is one of the client's background threads: always joined, never
+// detached. join() (and the destructor) joins the thread, except on the
+// thread itself — the client closed or destroyed from a callback running
+// on it (Resource::on_change, Options::on_session_lost) — where a join
+// would deadlock: the thread is then handed to the reaper, which joins it
+// once it has finished (reap(), from the next Client constructed or
+// closed), or when the process exits. The function's captures (the
+// thread's strong reference to its owner) are destroyed on the thread
+// before it counts as finished. Movable, not copyable; not thread-safe (one
+// owner, under the owner's lock).
+class Worker {
+ public:
+  Worker() = default;
+  template <class F>
+  explicit Worker(F f);
+  Worker(Worker&&) noexcept = default;
+  Worker& operator=(Worker&& o) noexcept;
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+  ~Worker() { join(); }
+
+  // join joins the thread (at once if it has finished), or, called on the
+  // thread itself, hands it to the reaper. Does nothing without a thread.
+  void join() noexcept;
+  // done reports whether the thread's function has returned (true without
+  // a thread).
+  bool done() const { return !done_ || done_->load(); }
+  bool joinable() const { return t_.joinable(); }
+
+ private:
+  std::thread t_;
+  std::shared_ptr<std::atomic<bool>> done_;
+};
+
+template <class F>
+Worker::Worker(F f) : done_(std::make_shared<std::atomic<bool>>(false)) {
+  t_ = std::thread([f = std::move(f), done = done_]() mutable {
+    {
+      F run = std::move(f);
+      run();
+    }
+    done->store(true);
+  });
+}
+
+// reap joins the threads handed to the reaper that have finished; it never
+// waits for one still running, nor joins the calling thread. Thread-safe.
+void reap() noexcept;
+// reaper_pending is the number of threads the reaper holds, not yet joined
+// (for the tests).
+size_t reaper_pending();
 
 // steady_now is the steady clock in seconds.
 double steady_now();
@@ -63,6 +129,17 @@ class Retry {
   double interval_ = 0;
 };
 
+// Hooks are the tests' controls of a Client, kept out of the public
+// headers. wall_clock returns Unix seconds (empty: the system clock);
+// manual: no refresh thread, the owner calls Access::refresh_step;
+// request_timeout bounds each GetCapacity and Discovery of the refresh
+// loop, in seconds (0: 5 s for a GetCapacity, 1 s for a Discovery).
+struct Hooks {
+  std::function<double()> wall_clock;
+  bool manual = false;
+  double request_timeout = 0;
+};
+
 // HandleData is one Resource handle's own state.
 struct HandleData {
   std::mutex mu;
@@ -89,7 +166,7 @@ class ResourceState {
   double effective(double now) const;  // mu held
   void change_locked(double now);
   void deliver();
-  doorman::ResourceRequest request(double now, uint64_t* gen);
+  pb::doorman::ResourceRequest request(double now, uint64_t* gen);
   void sent(double at, uint64_t gen);
   Schedule schedule(double now);
   void grant(double capacity, double expiry, double refresh, std::optional<double> safe, int64_t seq, bool pushed,
@@ -136,12 +213,13 @@ std::pair<std::vector<std::shared_ptr<ResourceState>>, double> plan(
     const std::vector<std::shared_ptr<ResourceState>>& states, double now);
 
 // Leases is the lease side of a Client: its resources, the refresh thread
-// and the watch thread.
+// and the watch thread. The threads hold a strong reference to it while
+// they run; close() stops them (cancelling the call in flight) and joins
+// them (Worker).
 class Leases : public std::enable_shared_from_this<Leases> {
  public:
   Leases(std::string client_id, std::vector<std::string> addrs, std::shared_ptr<Channels> channels, Mode mode,
-         bool push, std::function<double()> clock, bool manual);
-  ~Leases();
+         bool push, const Hooks& hooks);
 
   double clock() const { return clock_ ? clock_() : system_now(); }
   std::string server() const;
@@ -153,7 +231,7 @@ class Leases : public std::enable_shared_from_this<Leases> {
   void set_kill_switch(bool on);
   void close(double timeout);
   double step();
-  void apply_pushed(const google::protobuf::RepeatedPtrField<sluice::v1::PushedLease>& leases);
+  void apply_pushed(const google::protobuf::RepeatedPtrField<pb::v1::PushedLease>& leases);
   int64_t requests() const;
 
   const std::string id;
@@ -164,13 +242,17 @@ class Leases : public std::enable_shared_from_this<Leases> {
   void watch_loop();
   std::vector<std::shared_ptr<ResourceState>> states();
   void release_ids(const std::vector<std::string>& ids, double timeout);
-  bool follow(const doorman::GetCapacityRequest& req, doorman::GetCapacityResponse* resp, grpc::Status* err);
-  double apply(const doorman::GetCapacityResponse& resp, const std::vector<std::shared_ptr<ResourceState>>& sent,
+  bool follow(const pb::doorman::GetCapacityRequest& req, pb::doorman::GetCapacityResponse* resp, grpc::Status* err);
+  double apply(const pb::doorman::GetCapacityResponse& resp, const std::vector<std::shared_ptr<ResourceState>>& sent,
                double now);
   void use(const std::string& addr);
   void rotate();
   std::optional<double> next_expiry();
   bool wait_stop(double seconds);
+  // begin_call registers ctx as the refresh loop's call in flight, for
+  // close() to cancel; false (nothing registered) once closing.
+  bool begin_call(grpc::ClientContext* ctx);
+  void end_call();
 
   const std::vector<std::string> addrs_;
   std::shared_ptr<Channels> channels_;
@@ -178,6 +260,7 @@ class Leases : public std::enable_shared_from_this<Leases> {
   const bool push_;
   std::function<double()> clock_;
   const bool manual_;
+  const double request_timeout_;  // 0: the defaults
   std::atomic<bool> killed_{false};
   Retry retry_;
 
@@ -188,8 +271,9 @@ class Leases : public std::enable_shared_from_this<Leases> {
   bool woken_ = false;
   bool stop_ = false;
   std::condition_variable cv_;
-  std::thread refresh_thread_, watch_thread_;
+  Worker refresh_thread_, watch_thread_;
   grpc::ClientContext* watch_ctx_ = nullptr;
+  grpc::ClientContext* call_ctx_ = nullptr;  // the refresh loop's call in flight
   int64_t requests_ = 0;
 
   friend class ResourceState;
@@ -228,12 +312,13 @@ class Session {
 };
 
 // Sessions is the copy side of a Client: its session, kept alive in the
-// background, and the calls on copies.
+// background by a keep-alive thread per session (holding a strong
+// reference to it), and the calls on copies. close() ends the session
+// (cancelling its stream) and joins the threads (Worker).
 class Sessions : public std::enable_shared_from_this<Sessions> {
  public:
   Sessions(std::function<std::string()> server, std::shared_ptr<Channels> channels, const Options& o);
-  ~Sessions();
-  std::unique_ptr<sluice::v1::Limits::Stub> stub();
+  std::unique_ptr<pb::v1::Limits::Stub> stub();
   double call_timeout() const { return call_timeout_; }
   Hold reserve(const ReserveRequest& r);
   Hold seize(const std::string& transfer_id, std::optional<Seconds> timeout);
@@ -265,12 +350,24 @@ class Sessions : public std::enable_shared_from_this<Sessions> {
   std::shared_ptr<Session> cur_;
   bool opening_ = false;
   bool closed_ = false;
-  std::vector<std::thread> threads_;
+  std::vector<Worker> threads_;  // the keep-alive threads; finished ones are joined as sessions open
 };
 
-// Access opens a Client's internals to the tests.
+
+// Access opens a Client's internals to the tests (the attorney of
+// Client's private constructor and members).
 struct Access {
+  // client is a Client built with hooks.
+  static std::unique_ptr<Client> client(const std::string& addresses, Options options, Hooks hooks) {
+    return std::unique_ptr<Client>(new Client(addresses, std::move(options), std::move(hooks)));
+  }
   static Leases& leases(Client& c) { return *c.leases_; }
+  // refresh_step is one turn of the refresh loop: applies fallbacks to
+  // expired leases, sends one bulk GetCapacity if one is due, and returns
+  // the seconds until the next turn.
+  static Seconds refresh_step(Client& c);
+  // capacity_requests is the number of GetCapacity requests answered.
+  static int64_t capacity_requests(Client& c);
 };
 
 }  // namespace detail

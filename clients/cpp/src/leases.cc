@@ -44,6 +44,7 @@ constexpr double kMargin = 0.5;             // kExpiryMargin
 constexpr double kDefaultRefresh = 5.0;     // a lease without a refresh interval; the idle wait
 constexpr double kMaxBackoff = 10.0;
 constexpr double kRequestTimeout = 5.0;     // a GetCapacity
+constexpr double kDiscoveryTimeout = 1.0;   // a Discovery, after a failure
 constexpr double kWatchUnsupported = 300.0; // before trying a Watch the server lacks again
 constexpr int kMaxRedirects = 3;
 
@@ -118,9 +119,9 @@ void ResourceState::deliver() {
   }
 }
 
-doorman::ResourceRequest ResourceState::request(double now, uint64_t* gen) {
+pb::doorman::ResourceRequest ResourceState::request(double now, uint64_t* gen) {
   std::lock_guard<std::mutex> l(mu);
-  doorman::ResourceRequest r;
+  pb::doorman::ResourceRequest r;
   r.set_resource_id(id);
   r.set_priority(priority);
   r.set_wants(wants);
@@ -245,21 +246,16 @@ std::pair<std::vector<std::shared_ptr<ResourceState>>, double> plan(
 // --- Leases ---------------------------------------------------------------------------
 
 Leases::Leases(std::string client_id, std::vector<std::string> addrs, std::shared_ptr<Channels> channels, Mode mode,
-               bool push, std::function<double()> clock, bool manual)
+               bool push, const Hooks& hooks)
     : id(std::move(client_id)),
       addrs_(std::move(addrs)),
       channels_(std::move(channels)),
       mode_(mode),
       push_(push),
-      clock_(std::move(clock)),
-      manual_(manual),
+      clock_(hooks.wall_clock),
+      manual_(hooks.manual),
+      request_timeout_(hooks.request_timeout),
       addr_(addrs_.front()) {}
-
-Leases::~Leases() {
-  // close() joined the threads; a Client always closes.
-  if (refresh_thread_.joinable()) refresh_thread_.detach();
-  if (watch_thread_.joinable()) watch_thread_.detach();
-}
 
 std::string Leases::server() const {
   std::lock_guard<std::mutex> l(mu_);
@@ -279,10 +275,26 @@ void Leases::poke() {
   cv_.notify_all();
 }
 
+// start_locked starts the threads, each holding a strong reference: the
+// Leases outlives them even when the Client is destroyed from a listener
+// running on one of them.
 void Leases::start_locked() {
   if (manual_ || refresh_thread_.joinable()) return;
-  refresh_thread_ = std::thread([this] { refresh_loop(); });
-  if (push_) watch_thread_ = std::thread([this] { watch_loop(); });
+  auto self = shared_from_this();
+  refresh_thread_ = Worker([self] { self->refresh_loop(); });
+  if (push_) watch_thread_ = Worker([self] { self->watch_loop(); });
+}
+
+bool Leases::begin_call(grpc::ClientContext* ctx) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (stop_) return false;
+  call_ctx_ = ctx;
+  return true;
+}
+
+void Leases::end_call() {
+  std::lock_guard<std::mutex> l(mu_);
+  call_ctx_ = nullptr;
 }
 
 bool Leases::wait_stop(double seconds) {
@@ -325,11 +337,11 @@ void Leases::watch_loop() {
       if (stop_) return;
       watch_ctx_ = &ctx;
     }
-    auto stub = sluice::v1::Leases::NewStub(channels_->get(server()));
-    sluice::v1::WatchRequest req;
+    auto stub = pb::v1::Leases::NewStub(channels_->get(server()));
+    pb::v1::WatchRequest req;
     req.set_holder_id(id);
     auto reader = stub->Watch(&ctx, req);
-    sluice::v1::WatchResponse resp;
+    pb::v1::WatchResponse resp;
     while (reader->Read(&resp)) {
       opened = true;
       if (resp.leases_size() > 0) apply_pushed(resp.leases());
@@ -413,13 +425,13 @@ void Leases::release_handle(const std::shared_ptr<ResourceState>& s, const std::
 }
 
 void Leases::release_ids(const std::vector<std::string>& ids, double timeout) {
-  doorman::ReleaseCapacityRequest req;
+  pb::doorman::ReleaseCapacityRequest req;
   req.set_client_id(id);
   for (auto& i : ids) req.add_resource_id(i);
-  doorman::ReleaseCapacityResponse resp;
+  pb::doorman::ReleaseCapacityResponse resp;
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout);
-  grpc::Status st = doorman::Capacity::NewStub(channels_->get(server()))->ReleaseCapacity(&ctx, req, &resp);
+  grpc::Status st = pb::doorman::Capacity::NewStub(channels_->get(server()))->ReleaseCapacity(&ctx, req, &resp);
   if (!st.ok()) throw_status(st, "ReleaseCapacity");
 }
 
@@ -445,11 +457,15 @@ void Leases::close(double timeout) {
     resources_.clear();
     stop_ = true;
     if (watch_ctx_ != nullptr) watch_ctx_->TryCancel();
+    if (call_ctx_ != nullptr) call_ctx_->TryCancel();
   }
   cv_.notify_all();
   for (auto& s : all) s->mark_released();
-  if (refresh_thread_.joinable() && refresh_thread_.get_id() != std::this_thread::get_id()) refresh_thread_.join();
-  if (watch_thread_.joinable() && watch_thread_.get_id() != std::this_thread::get_id()) watch_thread_.join();
+  // Joined at once, or, on the thread itself (closed from a listener), by
+  // the reaper once it returns (Worker). start_locked cannot run again:
+  // closed_ is set.
+  refresh_thread_.join();
+  watch_thread_.join();
   if (!all.empty()) {
     std::vector<std::string> ids;
     for (auto& s : all) ids.push_back(s->id);
@@ -476,7 +492,7 @@ double Leases::step() {
   auto [send, wait] = plan(all, now);
   double nxt = wait;
   if (wait <= 0) {
-    doorman::GetCapacityRequest req;
+    pb::doorman::GetCapacityRequest req;
     req.set_client_id(id);
     std::vector<uint64_t> gens;
     gens.reserve(send.size());
@@ -485,7 +501,7 @@ double Leases::step() {
       *req.add_resource() = s->request(now, &gen);
       gens.push_back(gen);
     }
-    doorman::GetCapacityResponse resp;
+    pb::doorman::GetCapacityResponse resp;
     grpc::Status err;
     if (!follow(req, &resp, &err)) {
       {
@@ -513,14 +529,19 @@ void Leases::use(const std::string& addr) {
 
 // follow sends req to the current server, following mastership redirects
 // (at most kMaxRedirects).
-bool Leases::follow(const doorman::GetCapacityRequest& req, doorman::GetCapacityResponse* resp, grpc::Status* err) {
+bool Leases::follow(const pb::doorman::GetCapacityRequest& req, pb::doorman::GetCapacityResponse* resp, grpc::Status* err) {
   std::string addr = server();
   for (int redirects = 0;; ++redirects) {
     use(addr);
     grpc::ClientContext ctx;
-    set_deadline(ctx, kRequestTimeout);
+    set_deadline(ctx, request_timeout_ > 0 ? request_timeout_ : kRequestTimeout);
     resp->Clear();
-    grpc::Status st = doorman::Capacity::NewStub(channels_->get(addr))->GetCapacity(&ctx, req, resp);
+    if (!begin_call(&ctx)) {
+      *err = grpc::Status(grpc::StatusCode::CANCELLED, "client closed");
+      return false;
+    }
+    grpc::Status st = pb::doorman::Capacity::NewStub(channels_->get(addr))->GetCapacity(&ctx, req, resp);
+    end_call();
     if (!st.ok()) {
       *err = st;
       return false;
@@ -539,7 +560,7 @@ bool Leases::follow(const doorman::GetCapacityRequest& req, doorman::GetCapacity
   }
 }
 
-double Leases::apply(const doorman::GetCapacityResponse& resp, const std::vector<std::shared_ptr<ResourceState>>& sent,
+double Leases::apply(const pb::doorman::GetCapacityResponse& resp, const std::vector<std::shared_ptr<ResourceState>>& sent,
                      double now) {
   std::map<std::string, ResourceState*> by_id;
   for (auto& s : sent) by_id[s->id] = s.get();
@@ -558,7 +579,7 @@ double Leases::apply(const doorman::GetCapacityResponse& resp, const std::vector
   return nxt > 0 ? nxt : kDefaultRefresh;
 }
 
-void Leases::apply_pushed(const google::protobuf::RepeatedPtrField<sluice::v1::PushedLease>& leases) {
+void Leases::apply_pushed(const google::protobuf::RepeatedPtrField<pb::v1::PushedLease>& leases) {
   double now = clock();
   for (const auto& pl : leases) {
     std::shared_ptr<ResourceState> s;
@@ -585,16 +606,17 @@ void Leases::rotate() {
   for (size_t k = 0; k < addrs_.size(); ++k) {
     const std::string& a = addrs_[(start + k) % addrs_.size()];
     grpc::ClientContext ctx;
-    set_deadline(ctx, 1.0);
-    doorman::DiscoveryResponse d;
-    grpc::Status st = doorman::Capacity::NewStub(channels_->get(a))->Discovery(&ctx, doorman::DiscoveryRequest(), &d);
+    set_deadline(ctx, request_timeout_ > 0 ? request_timeout_ : kDiscoveryTimeout);
+    pb::doorman::DiscoveryResponse d;
+    if (!begin_call(&ctx)) return;  // closing
+    grpc::Status st =
+        pb::doorman::Capacity::NewStub(channels_->get(a))->Discovery(&ctx, pb::doorman::DiscoveryRequest(), &d);
+    end_call();
     if (!st.ok()) continue;
     if (!d.mastership().master_address().empty()) {
       use(d.mastership().master_address());
       return;
     }
-    std::lock_guard<std::mutex> l(mu_);
-    if (stop_) break;
   }
   use(addrs_[start % addrs_.size()]);
 }

@@ -5,11 +5,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "doorman/doorman.grpc.pb.h"
+#include "internal.h"  // sluice::pb::doorman
 
 namespace sluice {
 namespace test {
@@ -32,7 +33,7 @@ struct FakeClock {
 // what is wanted (at most capacity per resource) for lease_length seconds of
 // the fake clock, and records every request. A master address set makes it
 // answer as a non-master naming that address.
-class CapacityServer final : public doorman::Capacity::Service {
+class CapacityServer final : public sluice::pb::doorman::Capacity::Service {
  public:
   explicit CapacityServer(FakeClock& clock, double capacity = 100, int lease_length = 20, int refresh = 5)
       : clock_(clock), capacity_(capacity), lease_length_(lease_length), refresh_(refresh) {
@@ -45,8 +46,9 @@ class CapacityServer final : public doorman::Capacity::Service {
   }
   ~CapacityServer() override { stop(); }
 
-  grpc::Status GetCapacity(grpc::ServerContext*, const doorman::GetCapacityRequest* req,
-                           doorman::GetCapacityResponse* resp) override {
+  grpc::Status GetCapacity(grpc::ServerContext* ctx, const sluice::pb::doorman::GetCapacityRequest* req,
+                           sluice::pb::doorman::GetCapacityResponse* resp) override {
+    if (hook) hook(ctx);
     std::lock_guard<std::mutex> l(mu);
     requests.push_back(*req);
     if (!master.empty()) {
@@ -64,14 +66,14 @@ class CapacityServer final : public doorman::Capacity::Service {
     }
     return grpc::Status::OK;
   }
-  grpc::Status ReleaseCapacity(grpc::ServerContext*, const doorman::ReleaseCapacityRequest* req,
-                               doorman::ReleaseCapacityResponse*) override {
+  grpc::Status ReleaseCapacity(grpc::ServerContext*, const sluice::pb::doorman::ReleaseCapacityRequest* req,
+                               sluice::pb::doorman::ReleaseCapacityResponse*) override {
     std::lock_guard<std::mutex> l(mu);
     released.emplace_back(req->resource_id().begin(), req->resource_id().end());
     return grpc::Status::OK;
   }
-  grpc::Status Discovery(grpc::ServerContext*, const doorman::DiscoveryRequest*,
-                         doorman::DiscoveryResponse* resp) override {
+  grpc::Status Discovery(grpc::ServerContext*, const sluice::pb::doorman::DiscoveryRequest*,
+                         sluice::pb::doorman::DiscoveryResponse* resp) override {
     std::lock_guard<std::mutex> l(mu);
     resp->set_is_master(master.empty());
     resp->mutable_mastership()->set_master_address(master.empty() ? addr : master);
@@ -94,8 +96,11 @@ class CapacityServer final : public doorman::Capacity::Service {
 
   std::string addr;
   std::string master;
+  // hook, when set (before the first request), runs at the start of each
+  // GetCapacity, outside mu: a test's way to hold a call in flight.
+  std::function<void(grpc::ServerContext*)> hook;
   std::mutex mu;
-  std::vector<doorman::GetCapacityRequest> requests;
+  std::vector<sluice::pb::doorman::GetCapacityRequest> requests;
   std::vector<std::vector<std::string>> released;
 
  private:

@@ -17,22 +17,29 @@ namespace {
 using sluice::test::CapacityServer;
 using sluice::test::FakeClock;
 
-sluice::Options manual(FakeClock& clock, sluice::Mode mode = sluice::Mode::kSafe) {
+// manual_client is a client on the fake clock with no refresh thread: the
+// test steps its refresh loop (step, run) through the internal hooks.
+std::unique_ptr<sluice::Client> manual_client(const std::string& addresses, FakeClock& clock,
+                                              sluice::Mode mode = sluice::Mode::kSafe) {
   sluice::Options o;
   o.client_id = "test-client";
-  o.wall_clock = [&clock] { return clock.now(); };
-  o.manual = true;
   o.push = false;
   o.mode = mode;
-  return o;
+  sluice::detail::Hooks h;
+  h.wall_clock = [&clock] { return clock.now(); };
+  h.manual = true;
+  return sluice::detail::Access::client(addresses, o, h);
 }
+
+// step is one turn of c's refresh loop; it returns the seconds until the next.
+double step(sluice::Client& c) { return sluice::detail::Access::refresh_step(c).count(); }
 
 // run runs the refresh loop for seconds of the fake clock, as the refresh
 // thread would: a step, then the clock moved to the next one.
 void run(sluice::Client& c, FakeClock& clock, double seconds) {
   double end = clock.now() + seconds;
   for (;;) {
-    double wait = c.refresh_step().count();
+    double wait = step(c);
     if (clock.now() + wait > end) {
       clock.advance(end - clock.now());
       return;
@@ -46,16 +53,17 @@ void run(sluice::Client& c, FakeClock& clock, double seconds) {
 TEST(Leases, OneBulkRequestPerRefreshIntervalFor1000Resources) {
   FakeClock clock;
   CapacityServer s(clock);
-  sluice::Client c(s.addr, manual(clock));
+  auto client = manual_client(s.addr, clock);
+  sluice::Client& c = *client;
   std::vector<sluice::Resource> rs;
   for (int i = 0; i < 1000; ++i) rs.push_back(c.resource("bulk/" + std::to_string(i), 1));
-  c.refresh_step();
+  step(c);
   EXPECT_EQ(s.counts(), std::vector<int>{1000});  // added before the first step: one request
   for (auto& r : rs) ASSERT_EQ(r.capacity(), 1);
   run(c, clock, 50);  // ten refresh intervals of 5 s
   auto got = s.counts();
   EXPECT_EQ(std::vector<int>(got.begin() + 1, got.end()), std::vector<int>(10, 1000));
-  EXPECT_EQ(c.capacity_requests(), 11);
+  EXPECT_EQ(sluice::detail::Access::capacity_requests(c), 11);
   c.close();
   ASSERT_FALSE(s.released.empty());
   EXPECT_EQ(s.released.back().size(), 1000u);  // every lease given back in one request
@@ -64,13 +72,14 @@ TEST(Leases, OneBulkRequestPerRefreshIntervalFor1000Resources) {
 TEST(Leases, AResourceAddedLaterRejoinsTheBulkRequest) {
   FakeClock clock;
   CapacityServer s(clock);
-  sluice::Client c(s.addr, manual(clock));
+  auto client = manual_client(s.addr, clock);
+  sluice::Client& c = *client;
   auto a = c.resource("a", 1);
   auto b = c.resource("b", 1);
-  c.refresh_step();
+  step(c);
   clock.advance(2);
   auto cc = c.resource("c", 1);  // new: sent at once, alone (a and b are in their window)
-  c.refresh_step();
+  step(c);
   EXPECT_EQ(s.counts(), (std::vector<int>{2, 1}));
   run(c, clock, 30);
   auto got = s.counts();
@@ -81,16 +90,17 @@ TEST(Leases, AResourceAddedLaterRejoinsTheBulkRequest) {
 TEST(Leases, The5SecondRuleHoldsBackAChangeOfWants) {
   FakeClock clock;
   CapacityServer s(clock);
-  sluice::Client c(s.addr, manual(clock));
+  auto client = manual_client(s.addr, clock);
+  sluice::Client& c = *client;
   auto r = c.resource("a", 10);
-  c.refresh_step();
+  step(c);
   clock.advance(1);
   r.set_wants(20);
-  double wait = c.refresh_step().count();
+  double wait = step(c);
   EXPECT_EQ(s.counts().size(), 1u);  // not within 5 s of the last
   EXPECT_NEAR(wait, 4, 1e-6);
   clock.advance(wait);
-  c.refresh_step();
+  step(c);
   ASSERT_EQ(s.requests.size(), 2u);
   EXPECT_EQ(s.requests[1].resource(0).wants(), 20);
   EXPECT_TRUE(s.requests[1].resource(0).has_has());
@@ -100,9 +110,10 @@ TEST(Leases, The5SecondRuleHoldsBackAChangeOfWants) {
 TEST(Leases, SafeCapacityAfterTheLeaseExpires) {
   FakeClock clock;
   CapacityServer s(clock, 100, 10);
-  sluice::Client c(s.addr, manual(clock));
+  auto client = manual_client(s.addr, clock);
+  sluice::Client& c = *client;
   auto r = c.resource("a", 5);
-  c.refresh_step();
+  step(c);
   EXPECT_EQ(r.capacity(), 5);
   EXPECT_TRUE(r.lease().has_value());
   EXPECT_EQ(r.safe_capacity().value_or(-1), 1.5);
@@ -120,9 +131,10 @@ TEST(Leases, FallbackModes) {
   for (auto& tc : cases) {
     FakeClock clock;
     CapacityServer s(clock, 100, 10);
-    sluice::Client c(s.addr, manual(clock, tc.mode));
+    auto client = manual_client(s.addr, clock, tc.mode);
+    sluice::Client& c = *client;
     auto r = c.resource("a", 5);
-    c.refresh_step();
+    step(c);
     s.stop();
     run(c, clock, 12);
     EXPECT_EQ(r.capacity(), tc.want);
@@ -133,9 +145,10 @@ TEST(Leases, AMastershipRedirectIsFollowed) {
   FakeClock clock;
   CapacityServer master(clock), other(clock);
   other.master = master.addr;
-  sluice::Client c(other.addr, manual(clock));
+  auto client = manual_client(other.addr, clock);
+  sluice::Client& c = *client;
   auto r = c.resource("a", 3);
-  c.refresh_step();
+  step(c);
   EXPECT_EQ(r.capacity(), 3);
   EXPECT_EQ(c.server(), master.addr);
   EXPECT_EQ(other.requests.size(), 1u);
@@ -150,7 +163,8 @@ TEST(Leases, FailoverToTheNextAddress) {
     dead_addr = dead.addr;
   }
   CapacityServer alive(clock);
-  sluice::Client c(dead_addr + "," + alive.addr, manual(clock));
+  auto client = manual_client(dead_addr + "," + alive.addr, clock);
+  sluice::Client& c = *client;
   auto r = c.resource("a", 3);
   run(c, clock, 5);
   EXPECT_EQ(r.capacity(), 3);
@@ -160,11 +174,12 @@ TEST(Leases, FailoverToTheNextAddress) {
 TEST(Leases, PushedLeasesApplyWhenNewer) {
   FakeClock clock;
   CapacityServer s(clock);
-  sluice::Client c(s.addr, manual(clock));
+  auto client = manual_client(s.addr, clock);
+  sluice::Client& c = *client;
   auto r = c.resource("a", 50);
-  c.refresh_step();
+  step(c);
   auto push = [&](double capacity, int64_t seq) {
-    google::protobuf::RepeatedPtrField<sluice::v1::PushedLease> ls;
+    google::protobuf::RepeatedPtrField<sluice::pb::v1::PushedLease> ls;
     auto* pl = ls.Add();
     pl->set_resource_id("a");
     pl->set_capacity(capacity);
@@ -182,13 +197,14 @@ TEST(Leases, PushedLeasesApplyWhenNewer) {
 TEST(Leases, HandlesShareALeaseAndReleaseItWithTheLast) {
   FakeClock clock;
   CapacityServer s(clock);
-  sluice::Client c(s.addr, manual(clock));
+  auto client = manual_client(s.addr, clock);
+  sluice::Client& c = *client;
   auto a = c.resource("x", 2);
   auto b = c.resource("x", 3);
   EXPECT_EQ(a.total_wants(), 5);
   std::vector<double> seen;
   a.on_change([&](double v) { seen.push_back(v); });
-  c.refresh_step();
+  step(c);
   EXPECT_EQ(a.capacity(), 5);
   EXPECT_EQ(b.capacity(), 5);
   b.release();
@@ -205,10 +221,11 @@ TEST(Leases, HandlesShareALeaseAndReleaseItWithTheLast) {
 TEST(Leases, AHandleGoingOutOfScopeReleasesIt) {
   FakeClock clock;
   CapacityServer s(clock);
-  sluice::Client c(s.addr, manual(clock));
+  auto client = manual_client(s.addr, clock);
+  sluice::Client& c = *client;
   {
     auto r = c.resource("scoped", 1);
-    c.refresh_step();
+    step(c);
   }
   ASSERT_EQ(s.released.size(), 1u);
   EXPECT_EQ(s.released[0], std::vector<std::string>{"scoped"});
@@ -236,7 +253,8 @@ TEST(Leases, CloseReleasesEveryLease) {
 TEST(Leases, ClosedClientRefuses) {
   FakeClock clock;
   CapacityServer s(clock);
-  sluice::Client c(s.addr, manual(clock));
+  auto client = manual_client(s.addr, clock);
+  sluice::Client& c = *client;
   c.close();
   EXPECT_THROW(c.resource("r9", 1), sluice::Closed);
 }
@@ -244,7 +262,8 @@ TEST(Leases, ClosedClientRefuses) {
 TEST(Leases, KillSwitch) {
   FakeClock clock;
   CapacityServer s(clock);
-  sluice::Client c(s.addr, manual(clock));
+  auto client = manual_client(s.addr, clock);
+  sluice::Client& c = *client;
   auto r = c.resource("a", 1);
   auto lim = r.rate_limiter();
   c.set_kill_switch(true);
@@ -257,7 +276,8 @@ TEST(Leases, KillSwitch) {
 TEST(Leases, BadWants) {
   FakeClock clock;
   CapacityServer s(clock);
-  sluice::Client c(s.addr, manual(clock));
+  auto client = manual_client(s.addr, clock);
+  sluice::Client& c = *client;
   for (double w : {-1.0, std::nan(""), sluice::kUnlimited}) {
     try {
       c.resource("a", w);

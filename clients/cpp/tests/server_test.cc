@@ -7,12 +7,16 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <thread>
 
+#include "internal.h"
 #include "sluice/sluice.h"
 
 using namespace std::chrono_literals;
@@ -302,4 +306,59 @@ TEST(Server, UnreachableServer) {
   o.fail_open = false;
   sluice::Client c("127.0.0.1:1", o);
   EXPECT_THROW(c.reserve_copies("sandboxes", "d"), sluice::Unavailable);
+}
+
+// A client destroyed by its on_session_lost, which runs on the session's
+// keep-alive thread: that thread cannot join itself; the reaper joins it
+// once it returns. The session is lost by closing it from outside (whoever
+// knows its id may), so that the server answers its next keep-alive
+// NOT_FOUND.
+TEST(Server, AClientDestroyedInOnSessionLost) {
+  NEED_SERVER();
+  sluice::detail::reap();
+  ASSERT_TRUE(eventually([] {
+    sluice::detail::reap();
+    return sluice::detail::reaper_pending() == 0;
+  }));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool lost = false;
+  std::thread::id where;
+  std::string why;
+  std::unique_ptr<sluice::Client> c;
+  sluice::Options o;
+  o.session_ttl = 1s;  // a keep-alive every third of a second
+  o.on_session_lost = [&](const std::string&, const sluice::Error& e) {
+    std::lock_guard<std::mutex> l(mu);
+    where = std::this_thread::get_id();
+    why = e.message();
+    c.reset();  // closed and gone, on its own keep-alive thread
+    lost = true;
+    cv.notify_all();
+  };
+  c = std::make_unique<sluice::Client>(Server::addr, o);
+  sluice::Hold h = c->reserve_copies("sandboxes", "lost", 1);
+  ASSERT_EQ(h.copies(), 1);
+  {
+    auto stub = sluice::pb::v1::Limits::NewStub(grpc::CreateChannel(Server::addr, grpc::InsecureChannelCredentials()));
+    sluice::pb::v1::CloseSessionRequest req;
+    req.set_session_id(h.session_id());
+    sluice::pb::v1::CloseSessionResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+    grpc::Status st = stub->CloseSession(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, 30s, [&] { return lost; }));
+  }
+  EXPECT_NE(where, std::this_thread::get_id());
+  EXPECT_NE(why.find("no longer knows it"), std::string::npos) << why;  // NOT_FOUND, not the ttl passing
+  EXPECT_EQ(h.copies(), 0);
+  EXPECT_THROW(h.release(), sluice::SessionLost);
+  EXPECT_TRUE(eventually([] {
+    sluice::detail::reap();
+    return sluice::detail::reaper_pending() == 0;
+  }));
 }

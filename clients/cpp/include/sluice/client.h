@@ -34,6 +34,7 @@ class ResourceState;
 struct HandleData;
 class Sessions;
 class Session;
+struct Hooks;
 struct Access;
 }  // namespace detail
 
@@ -93,14 +94,10 @@ struct Options {
   bool fail_open = true;
   // backoff_unit is the unit of the copies retry policy's sleeps.
   Seconds backoff_unit{1.0};
-  // on_session_lost(session_id, error) is called (on a background thread)
-  // when a session ends without the client closing it.
+  // on_session_lost(session_id, error) is called (on a keep-alive thread,
+  // or the thread of the call that found the loss) when a session ends
+  // without the client closing it. It may close or destroy the Client.
   std::function<void(const std::string&, const Error&)> on_session_lost;
-  // wall_clock returns Unix seconds (empty: the system clock); for tests.
-  std::function<double()> wall_clock;
-  // manual: no background refresh thread; the owner calls
-  // Client::refresh_step (tests and simulations).
-  bool manual = false;
 };
 
 // Lease is a lease held: capacity (the resource's unit) valid until expiry
@@ -152,7 +149,8 @@ class Resource {
   // on_change calls listener(capacity) now and whenever the capacity
   // changes. It runs on the thread that made the change (the refresh thread
   // for leases), never under the client's locks, one call at a time per
-  // resource, newest value last; it should return promptly.
+  // resource, newest value last; it should return promptly. It may
+  // release handles, and close or destroy the Client (see Client::close).
   void on_change(std::function<void(double)> listener);
 
   // rate_limiter is a SmoothBursty RateLimiter whose rate (permits per
@@ -316,6 +314,9 @@ std::string new_client_id();
 // first reserve_copies().
 class Client {
  public:
+  // Client makes a client of addresses with options. Throws
+  // InvalidArgument for no address, or a call_timeout, session_ttl or
+  // backoff_unit that is not > 0.
   explicit Client(const std::string& addresses, Options options = {});
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -369,19 +370,16 @@ class Client {
 
   // close releases every lease (one ReleaseCapacity, best effort, within
   // timeout; every resource's capacity becomes 0), closes the session (the
-  // server releases every copy it held), and stops the background threads.
-  // Closing twice does nothing.
+  // server releases every copy it held), stops the background threads —
+  // cancelling their calls in flight — and joins them. Closing twice does
+  // nothing. It may be called from a callback the client runs (a listener,
+  // on_session_lost): the thread running it is then joined once it
+  // returns, by the next Client constructed or closed, or at the process's
+  // exit.
   void close(Seconds timeout = Seconds(2.0));
 
-  // refresh_step is one turn of the refresh loop (for Options::manual):
-  // applies fallbacks to expired leases, sends one bulk GetCapacity if one
-  // is due, and returns the time until the next turn.
-  Seconds refresh_step();
-  // capacity_requests is the number of GetCapacity requests answered (for
-  // tests and measurements).
-  int64_t capacity_requests() const;
-
  private:
+  Client(const std::string& addresses, Options options, detail::Hooks hooks);
   void check_open() const;
   std::string id_;
   Options options_;
