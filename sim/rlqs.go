@@ -124,199 +124,286 @@ func (b *rlqsBucket) rate(now time.Time) float64 {
 	return a.Rate
 }
 
+// rlqsStep is the virtual time a step of an RLQS run advances (seconds).
+const rlqsStep = 0.05
+
+// rlqsRun is one run of an RLQSScenario: the RLQS service on virtual
+// time, its proxies, and what is measured so far.
+type rlqsRun struct {
+	sc    RLQSScenario
+	rng   *rand.Rand
+	now   time.Time
+	c     *capacity.Service
+	ctx   context.Context
+	ids   []string // the buckets' resources, by bucket
+	ps    []*rlqsProxy
+	burst time.Duration // the token buckets' max_tokens, as time at their rate
+
+	res                               RLQSResult
+	admittedSum, wantedSum, unfairSum float64
+	unfairN                           int
+	second                            []float64 // admitted in the current second, by bucket
+	shiftAt                           float64   // the last demand shift
+	reacted                           bool      // the shares within 5 % since shiftAt
+	reactions                         []float64
+}
+
 // RunRLQS runs sc with seed and returns what it measured. Deterministic
 // for a scenario and seed.
 func RunRLQS(sc RLQSScenario, seed int64) (RLQSResult, error) {
-	if sc.Proxies < 1 || sc.Buckets < 1 || sc.Capacity <= 0 || len(sc.Loads) == 0 || sc.ReportInterval <= 0 || sc.Duration <= 0 || sc.ShiftEvery <= 0 {
-		return RLQSResult{}, fmt.Errorf("rlqs scenario %q: proxies, buckets, capacity, loads, report interval, duration and shift period must be positive", sc.Name)
-	}
-	repo, err := resources.Parse(fmt.Appendf(nil, "resources:\n  - identifier_glob: \"sim/*\"\n    capacity: %g\n    algorithm: {kind: FAIR_SHARE, lease_length: %g, refresh_interval: %g, learning_mode_duration: 0}\n",
-		sc.Capacity, sc.LeaseLength, sc.RefreshInterval))
+	r, err := newRLQSRun(sc, seed)
 	if err != nil {
 		return RLQSResult{}, err
 	}
-	rng := rand.New(rand.NewPCG(uint64(seed), 0x71a5))
-	now := epoch
-	c := capacity.New(capacity.Options{ID: "root", Config: repo, Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler), Hooks: &hooks.Server{}})
-	ctx := context.Background()
-	ids := make([]string, sc.Buckets)
-	for j := range ids {
-		ids[j] = fmt.Sprintf("sim/name=b%d", j)
-	}
-	ps := make([]*rlqsProxy, sc.Proxies)
-	for i := range ps {
-		s := quota.New(fmt.Sprintf("envoy-%d", i), c, quota.Options{UnconfiguredTTL: time.Minute, Smoothing: sc.Smoothing}, quota.Discard)
-		if _, err := c.Watch(fmt.Sprintf("envoy-%d", i), &capacity.Watcher{Deliver: s.Deliver, Stop: s.Stop}); err != nil {
-			return RLQSResult{}, err
-		}
-		// Reports start staggered over the first interval, as proxies do.
-		ps[i] = &rlqsProxy{s: s, nextReport: rng.Float64() * sc.ReportInterval, b: make([]rlqsBucket, sc.Buckets)}
-	}
-	draw := func() {
-		for j := range sc.Buckets {
-			total := sc.Loads[j%len(sc.Loads)] * sc.Capacity
-			ws := make([]float64, sc.Proxies)
-			var sum float64
-			for i := range ws {
-				ws[i] = 0.2 + rng.Float64()
-				sum += ws[i]
-			}
-			for i, p := range ps {
-				p.b[j].demand = total * ws[i] / sum
-			}
-		}
-	}
-	shift := func() {
-		for j := range sc.Buckets {
-			order := rng.Perm(sc.Proxies)
-			for k := 0; k+1 < len(order); k += 2 {
-				a, b := &ps[order[k]].b[j], &ps[order[k+1]].b[j]
-				a.demand, b.demand = b.demand, a.demand
-			}
-		}
-	}
-	draw()
-	burst := time.Duration(sc.Burst * float64(time.Second))
-	if burst <= 0 {
-		burst = time.Second
-	}
-	// apply gives p's filter the actions as the wire carries them.
-	apply := func(p *rlqsProxy, now time.Time, as []quota.Action) {
-		for _, a := range as {
-			j := slices.Index(ids, a.Resource)
-			if j < 0 {
-				continue
-			}
-			b := &p.b[j]
-			if st, ok := a.Strategy(burst); ok {
-				b.f.Assign(now, st, a.TTL)
-			} else {
-				b.f.Abandon()
-			}
-		}
-	}
-	const dt = 0.05
-	res := RLQSResult{Scenario: sc.Name, Seed: seed}
-	var admittedSum, wantedSum, unfairSum float64
-	var unfairN int
-	second := make([]float64, sc.Buckets) // admitted in the current second
-	var shiftAt float64
-	reacted := true
-	var reactions []float64
+	const dt = rlqsStep
 	nextSweep, nextSample, nextShift := 1.0, 1.0, sc.ShiftEvery
 	steps := int(math.Round(sc.Duration / dt))
 	for step := 1; step <= steps; step++ {
 		t := float64(step) * dt
-		now = epoch.Add(time.Duration(t * float64(time.Second)))
+		r.now = epoch.Add(seconds(t))
 		if t >= nextShift {
-			shift()
+			r.shift()
 			nextShift += sc.ShiftEvery
-			shiftAt, reacted = t, false
+			r.shiftAt, r.reacted = t, false
 		}
-		// Requests: each bucket admits what its token bucket holds.
-		for _, p := range ps {
-			for j := range p.b {
-				b := &p.b[j]
-				want := b.demand * dt
-				got := b.f.Admit(now, want)
-				b.requests += want
-				second[j] += got
-			}
-		}
+		r.admit()
 		// Reports, ticks and pushes, at once (no latency).
-		for _, p := range ps {
-			if t >= p.nextReport {
-				us := make([]quota.Usage, len(p.b))
-				elapsed := t - p.lastReport
-				for j := range p.b {
-					b := &p.b[j]
-					us[j] = quota.Usage{Resource: ids[j], Requests: b.requests, Elapsed: elapsed}
-					b.requests = 0
-				}
-				p.lastReport, p.nextReport = t, p.nextReport+sc.ReportInterval
-				as, err := quota.Perform(ctx, c, p.s, p.s.Report(now, us))
-				if err != nil {
-					return res, err
-				}
-				apply(p, now, as)
-				res.Reports++
-			}
-			if next := p.s.Next(); !next.IsZero() && !now.Before(next) {
-				as, err := quota.Perform(ctx, c, p.s, p.s.Tick(now))
-				if err != nil {
-					return res, err
-				}
-				apply(p, now, as)
-			}
+		if err := r.exchange(t); err != nil {
+			return r.res, err
 		}
 		if t >= nextSweep {
-			c.Sweep()
+			r.c.Sweep()
 			nextSweep++
 		}
-		for _, p := range ps {
-			select {
-			case <-p.s.Pushes():
-				apply(p, now, p.s.ApplyPushes(now))
-			default:
-			}
-		}
-		// Σ assigned never above the capacity, at every step.
-		for j := range sc.Buckets {
-			var sum float64
-			for _, p := range ps {
-				sum += p.b[j].rate(now)
-			}
-			res.AssignedOvershoot = math.Max(res.AssignedOvershoot, (sum-sc.Capacity)/sc.Capacity)
-		}
+		r.applyPushes()
+		r.checkAssigned()
 		if t+dt/2 < nextSample {
 			continue
 		}
 		nextSample++
-		// Every second: utilization, bursts, fairness, reaction.
-		all := true
-		for j := range sc.Buckets {
-			demands := make([]float64, len(ps))
-			var total float64
-			for i, p := range ps {
-				demands[i] = p.b[j].demand
-				total += demands[i]
-			}
-			fair := maxMin(sc.Capacity, demands)
-			var dev float64
-			for i, p := range ps {
-				dev += math.Abs(p.b[j].rate(now) - fair[i])
-			}
-			dev /= 2 * sc.Capacity
-			if t > sc.ShiftEvery {
-				unfairSum += dev
-				unfairN++
-			}
-			if dev > 0.05 {
-				all = false
-			}
-			if t > sc.ShiftEvery {
-				admittedSum += math.Min(second[j], sc.Capacity)
-				wantedSum += math.Min(sc.Capacity, total)
-			}
-			res.AdmittedOvershoot = math.Max(res.AdmittedOvershoot, (second[j]-sc.Capacity)/sc.Capacity)
-			second[j] = 0
+		r.sample(t)
+	}
+	return r.result(), nil
+}
+
+// newRLQSRun checks sc and sets up its run with seed: the service over
+// one FAIR_SHARE resource per bucket, the proxies watching it, reports
+// staggered, and the demand drawn.
+func newRLQSRun(sc RLQSScenario, seed int64) (*rlqsRun, error) {
+	if sc.Proxies < 1 || sc.Buckets < 1 || sc.Capacity <= 0 || len(sc.Loads) == 0 || sc.ReportInterval <= 0 || sc.Duration <= 0 || sc.ShiftEvery <= 0 {
+		return nil, fmt.Errorf("rlqs scenario %q: proxies, buckets, capacity, loads, report interval, duration and shift period must be positive", sc.Name)
+	}
+	repo, err := resources.Parse(fmt.Appendf(nil, "resources:\n  - identifier_glob: \"sim/*\"\n    capacity: %g\n    algorithm: {kind: FAIR_SHARE, lease_length: %g, refresh_interval: %g, learning_mode_duration: 0}\n",
+		sc.Capacity, sc.LeaseLength, sc.RefreshInterval))
+	if err != nil {
+		return nil, err
+	}
+	r := &rlqsRun{
+		sc:      sc,
+		rng:     rand.New(rand.NewPCG(uint64(seed), 0x71a5)),
+		now:     epoch,
+		ctx:     context.Background(),
+		ids:     make([]string, sc.Buckets),
+		ps:      make([]*rlqsProxy, sc.Proxies),
+		res:     RLQSResult{Scenario: sc.Name, Seed: seed},
+		second:  make([]float64, sc.Buckets),
+		reacted: true,
+	}
+	r.c = capacity.New(capacity.Options{ID: "root", Config: repo, Now: func() time.Time { return r.now }, Logger: slog.New(slog.DiscardHandler), Hooks: &hooks.Server{}})
+	for j := range r.ids {
+		r.ids[j] = fmt.Sprintf("sim/name=b%d", j)
+	}
+	for i := range r.ps {
+		s := quota.New(fmt.Sprintf("envoy-%d", i), r.c, quota.Options{UnconfiguredTTL: time.Minute, Smoothing: sc.Smoothing}, quota.Discard)
+		if _, err := r.c.Watch(fmt.Sprintf("envoy-%d", i), &capacity.Watcher{Deliver: s.Deliver, Stop: s.Stop}); err != nil {
+			return nil, err
 		}
-		if !reacted && all {
-			reacted = true
-			reactions = append(reactions, t-shiftAt)
+		// Reports start staggered over the first interval, as proxies do.
+		r.ps[i] = &rlqsProxy{s: s, nextReport: r.rng.Float64() * sc.ReportInterval, b: make([]rlqsBucket, sc.Buckets)}
+	}
+	r.draw()
+	r.burst = seconds(sc.Burst)
+	if r.burst <= 0 {
+		r.burst = time.Second
+	}
+	return r, nil
+}
+
+// draw gives each (proxy, bucket) a random share of its bucket's total
+// demand, Load × capacity.
+func (r *rlqsRun) draw() {
+	for j := range r.sc.Buckets {
+		total := r.sc.Loads[j%len(r.sc.Loads)] * r.sc.Capacity
+		ws := make([]float64, r.sc.Proxies)
+		var sum float64
+		for i := range ws {
+			ws[i] = 0.2 + r.rng.Float64()
+			sum += ws[i]
+		}
+		for i, p := range r.ps {
+			p.b[j].demand = total * ws[i] / sum
 		}
 	}
-	if !reacted {
-		reactions = append(reactions, sc.Duration-shiftAt) // never within 5 %: counted to the end
+}
+
+// shift has half of each bucket's proxies, at random, trade their demand
+// with the other half.
+func (r *rlqsRun) shift() {
+	for j := range r.sc.Buckets {
+		order := r.rng.Perm(r.sc.Proxies)
+		for k := 0; k+1 < len(order); k += 2 {
+			a, b := &r.ps[order[k]].b[j], &r.ps[order[k+1]].b[j]
+			a.demand, b.demand = b.demand, a.demand
+		}
 	}
-	res.Utilization = admittedSum / wantedSum
-	res.Unfairness = unfairSum / float64(max(unfairN, 1))
+}
+
+// apply gives p's filter the actions as the wire carries them.
+func (r *rlqsRun) apply(p *rlqsProxy, as []quota.Action) {
+	for _, a := range as {
+		j := slices.Index(r.ids, a.Resource)
+		if j < 0 {
+			continue
+		}
+		b := &p.b[j]
+		if st, ok := a.Strategy(r.burst); ok {
+			b.f.Assign(r.now, st, a.TTL)
+		} else {
+			b.f.Abandon()
+		}
+	}
+}
+
+// admit has the requests of a step arrive: each bucket admits what its
+// token bucket holds.
+func (r *rlqsRun) admit() {
+	for _, p := range r.ps {
+		for j := range p.b {
+			b := &p.b[j]
+			want := b.demand * rlqsStep
+			got := b.f.Admit(r.now, want)
+			b.requests += want
+			r.second[j] += got
+		}
+	}
+}
+
+// exchange has each proxy report when its interval is up, and tick when
+// its session asks, applying the answers at once.
+func (r *rlqsRun) exchange(t float64) error {
+	for _, p := range r.ps {
+		if t >= p.nextReport {
+			if err := r.report(p, t); err != nil {
+				return err
+			}
+		}
+		if next := p.s.Next(); !next.IsZero() && !r.now.Before(next) {
+			as, err := quota.Perform(r.ctx, r.c, p.s, p.s.Tick(r.now))
+			if err != nil {
+				return err
+			}
+			r.apply(p, as)
+		}
+	}
+	return nil
+}
+
+// report sends p's usage since its last report, at t, and applies the
+// answer.
+func (r *rlqsRun) report(p *rlqsProxy, t float64) error {
+	us := make([]quota.Usage, len(p.b))
+	elapsed := t - p.lastReport
+	for j := range p.b {
+		b := &p.b[j]
+		us[j] = quota.Usage{Resource: r.ids[j], Requests: b.requests, Elapsed: elapsed}
+		b.requests = 0
+	}
+	p.lastReport, p.nextReport = t, p.nextReport+r.sc.ReportInterval
+	as, err := quota.Perform(r.ctx, r.c, p.s, p.s.Report(r.now, us))
+	if err != nil {
+		return err
+	}
+	r.apply(p, as)
+	r.res.Reports++
+	return nil
+}
+
+// applyPushes applies the assignments the service pushed to each proxy.
+func (r *rlqsRun) applyPushes() {
+	for _, p := range r.ps {
+		select {
+		case <-p.s.Pushes():
+			r.apply(p, p.s.ApplyPushes(r.now))
+		default:
+		}
+	}
+}
+
+// checkAssigned measures Σ assigned against the capacity, at every step
+// (AssignedOvershoot).
+func (r *rlqsRun) checkAssigned() {
+	for j := range r.sc.Buckets {
+		var sum float64
+		for _, p := range r.ps {
+			sum += p.b[j].rate(r.now)
+		}
+		r.res.AssignedOvershoot = math.Max(r.res.AssignedOvershoot, (sum-r.sc.Capacity)/r.sc.Capacity)
+	}
+}
+
+// sample measures the second ending at t: utilization, bursts, fairness,
+// reaction.
+func (r *rlqsRun) sample(t float64) {
+	sc := r.sc
+	all := true
+	for j := range sc.Buckets {
+		demands := make([]float64, len(r.ps))
+		var total float64
+		for i, p := range r.ps {
+			demands[i] = p.b[j].demand
+			total += demands[i]
+		}
+		fair := maxMin(sc.Capacity, demands)
+		var dev float64
+		for i, p := range r.ps {
+			dev += math.Abs(p.b[j].rate(r.now) - fair[i])
+		}
+		dev /= 2 * sc.Capacity
+		if t > sc.ShiftEvery {
+			r.unfairSum += dev
+			r.unfairN++
+		}
+		if dev > 0.05 {
+			all = false
+		}
+		if t > sc.ShiftEvery {
+			r.admittedSum += math.Min(r.second[j], sc.Capacity)
+			r.wantedSum += math.Min(sc.Capacity, total)
+		}
+		r.res.AdmittedOvershoot = math.Max(r.res.AdmittedOvershoot, (r.second[j]-sc.Capacity)/sc.Capacity)
+		r.second[j] = 0
+	}
+	if !r.reacted && all {
+		r.reacted = true
+		r.reactions = append(r.reactions, t-r.shiftAt)
+	}
+}
+
+// result is what the run measured, at its end.
+func (r *rlqsRun) result() RLQSResult {
+	res := r.res
+	reactions := r.reactions
+	if !r.reacted {
+		reactions = append(reactions, r.sc.Duration-r.shiftAt) // never within 5 %: counted to the end
+	}
+	res.Utilization = r.admittedSum / r.wantedSum
+	res.Unfairness = r.unfairSum / float64(max(r.unfairN, 1))
 	if len(reactions) > 0 {
 		slices.Sort(reactions)
 		res.ReactionMedian = reactions[len(reactions)/2]
 		res.ReactionMax = reactions[len(reactions)-1]
 	}
-	return res, nil
+	return res
 }
 
 // maxMin returns the max-min fair shares of capacity among demands

@@ -217,56 +217,112 @@ func (e upstreamEnv) settings(isSet func(string) bool) ([]setting, ratelimitConf
 	var s []setting
 	add := func(flag, value, from string) { s = append(s, setting{flag, value, from}) }
 	rc := ratelimitConfig{httpAddr: net.JoinHostPort(e.Host, strconv.Itoa(e.Port)), debugAddr: net.JoinHostPort(e.DebugHost, strconv.Itoa(e.DebugPort))}
+	notes := ignoredNotes(isSet)
+	if err := e.unsupported(); err != nil {
+		return nil, rc, nil, err
+	}
+	add("listen", net.JoinHostPort(e.GrpcHost, strconv.Itoa(e.GrpcPort)), "GRPC_HOST, GRPC_PORT")
+	if err := e.logging(add); err != nil {
+		return nil, rc, nil, err
+	}
+	if err := e.grpcTLS(add, &rc); err != nil {
+		return nil, rc, nil, err
+	}
+	if err := e.rules(add); err != nil {
+		return nil, rc, nil, err
+	}
+	notes = append(notes, e.rulesNotes(isSet)...)
+	if err := e.redis(add, &rc); err != nil {
+		return nil, rc, nil, err
+	}
+	e.answers(add, &rc)
+	if err := e.stats(add, &rc, isSet); err != nil {
+		return nil, rc, nil, err
+	}
+	if err := e.tracing(add); err != nil {
+		return nil, rc, nil, err
+	}
+	return s, rc, notes, nil
+}
+
+// ignoredNotes are the notes of the ignored variables set, by name.
+func ignoredNotes(isSet func(string) bool) []string {
 	var notes []string
 	for _, name := range slices.Sorted(maps.Keys(ignored)) {
 		if isSet(name) {
 			notes = append(notes, name+": not honoured: "+ignored[name])
 		}
 	}
+	return notes
+}
+
+// unsupported refuses the variables whose values Sluice cannot honour at
+// all (GRPC_UDS, REDIS_PERSECOND).
+func (e upstreamEnv) unsupported() error {
 	switch {
 	case e.GrpcUds != "":
-		return nil, rc, nil, errors.New("GRPC_UDS: a Unix socket for gRPC is not supported: use GRPC_HOST and GRPC_PORT")
+		return errors.New("GRPC_UDS: a Unix socket for gRPC is not supported: use GRPC_HOST and GRPC_PORT")
 	case e.RedisPerSecond:
-		return nil, rc, nil, errors.New("REDIS_PERSECOND: a second Redis for per-second limits is not supported: Sluice keeps every limit in one Redis (or Redis Cluster)")
+		return errors.New("REDIS_PERSECOND: a second Redis for per-second limits is not supported: Sluice keeps every limit in one Redis (or Redis Cluster)")
 	}
-	add("listen", net.JoinHostPort(e.GrpcHost, strconv.Itoa(e.GrpcPort)), "GRPC_HOST, GRPC_PORT")
+	return nil
+}
+
+// logging adds the log flags (LOG_LEVEL, LOG_FORMAT).
+func (e upstreamEnv) logging(add func(flag, value, from string)) error {
 	add("log-level", upstreamLevel(e.LogLevel), "LOG_LEVEL")
 	switch f := strings.ToLower(e.LogFormat); f {
 	case "text", "json":
 		add("log-format", f, "LOG_FORMAT")
+		return nil
 	default:
-		return nil, rc, nil, fmt.Errorf("LOG_FORMAT: %q, want text or json", e.LogFormat)
+		return fmt.Errorf("LOG_FORMAT: %q, want text or json", e.LogFormat)
 	}
+}
 
-	if e.GrpcServerUseTLS {
-		ca := e.GrpcClientTLSCA
+// grpcTLS adds the gRPC listener's TLS flags (GRPC_SERVER_USE_TLS) and
+// puts the client certificate's SAN to check into rc.
+func (e upstreamEnv) grpcTLS(add func(flag, value, from string), rc *ratelimitConfig) error {
+	if !e.GrpcServerUseTLS {
+		return nil
+	}
+	ca := e.GrpcClientTLSCA
+	if ca == "" {
+		ca = e.GrpcServerTLSCA
+	}
+	add("tls-cert", e.GrpcServerTLSCrt, "GRPC_SERVER_TLS_CERT")
+	add("tls-key", e.GrpcServerTLSKey, "GRPC_SERVER_TLS_KEY")
+	if ca != "" {
+		add("tls-client-ca", ca, "GRPC_CLIENT_TLS_CACERT, GRPC_SERVER_TLS_CA_CERT")
+	}
+	if e.GrpcClientTLSSAN != "" {
 		if ca == "" {
-			ca = e.GrpcServerTLSCA
+			return errors.New("GRPC_CLIENT_TLS_SAN: set without a client CA (GRPC_CLIENT_TLS_CACERT or GRPC_SERVER_TLS_CA_CERT): no client certificate to check")
 		}
-		add("tls-cert", e.GrpcServerTLSCrt, "GRPC_SERVER_TLS_CERT")
-		add("tls-key", e.GrpcServerTLSKey, "GRPC_SERVER_TLS_KEY")
-		if ca != "" {
-			add("tls-client-ca", ca, "GRPC_CLIENT_TLS_CACERT, GRPC_SERVER_TLS_CA_CERT")
-		}
-		if e.GrpcClientTLSSAN != "" {
-			if ca == "" {
-				return nil, rc, nil, errors.New("GRPC_CLIENT_TLS_SAN: set without a client CA (GRPC_CLIENT_TLS_CACERT or GRPC_SERVER_TLS_CA_CERT): no client certificate to check")
-			}
-			rc.clientSAN = e.GrpcClientTLSSAN
-		}
+		rc.clientSAN = e.GrpcClientTLSSAN
 	}
+	return nil
+}
 
+// rules adds the flags of where the rules come from (CONFIG_TYPE): a
+// directory or xDS.
+func (e upstreamEnv) rules(add func(flag, value, from string)) error {
 	switch t := strings.ToUpper(e.ConfigType); t {
 	case "FILE":
 		dir := filepath.Join(e.RuntimeRoot, e.RuntimeSubdirectory, e.RuntimeAppDirectory)
 		add("envoy-ratelimit-config", dir, "RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY")
+		return nil
 	case "GRPC_XDS_SOTW":
-		if err := e.xds(add); err != nil {
-			return nil, rc, nil, err
-		}
+		return e.xds(add)
 	default:
-		return nil, rc, nil, fmt.Errorf("CONFIG_TYPE: %q, want FILE or GRPC_XDS_SOTW", e.ConfigType)
+		return fmt.Errorf("CONFIG_TYPE: %q, want FILE or GRPC_XDS_SOTW", e.ConfigType)
 	}
+}
+
+// rulesNotes are the notes of the rules' variables set to what Sluice
+// does not honour.
+func (e upstreamEnv) rulesNotes(isSet func(string) bool) []string {
+	var notes []string
 	// Sluice reads the directory's *.yaml and *.yml files, never a dot
 	// file (Kubernetes' ..data), and watches that directory (a file
 	// changed, added or removed, or a symlink swapped over it).
@@ -279,10 +335,12 @@ func (e upstreamEnv) settings(isSet func(string) bool) ([]setting, ratelimitConf
 	if e.MergeDomainConfig && strings.EqualFold(e.ConfigType, "FILE") {
 		notes = append(notes, "MERGE_DOMAIN_CONFIG: not honoured for files: two files naming the same domain are refused, not merged")
 	}
+	return notes
+}
 
-	if err := e.redis(add, &rc); err != nil {
-		return nil, rc, nil, err
-	}
+// answers adds the flags of what the answers carry: the near-limit
+// ratio, shadow mode, calendar months and the response headers.
+func (e upstreamEnv) answers(add func(flag, value, from string), rc *ratelimitConfig) {
 	add("envoy-near-limit-ratio", strconv.FormatFloat(e.NearLimitRatio, 'g', -1, 64), "NEAR_LIMIT_RATIO")
 	add("envoy-shadow-mode", strconv.FormatBool(e.ShadowMode), "SHADOW_MODE")
 	add("envoy-calendar-months", strconv.FormatBool(e.CalendarMonth), "USE_CALENDAR_MONTH_RATE_LIMIT")
@@ -293,54 +351,65 @@ func (e upstreamEnv) settings(isSet func(string) bool) ([]setting, ratelimitConf
 	if e.HeadersEnabled {
 		rc.headerNames = [3]string{e.HeaderLimit, e.HeaderRemaining, e.HeaderReset}
 	}
+}
 
-	// The flush interval and tags of either sink, statsd or Prometheus.
-	flushAndTags := func() {
-		flush := e.StatsFlush
-		if isSet("GOSTATS_FLUSH_INTERVAL_SECONDS") && !isSet("STATS_FLUSH_INTERVAL") {
-			flush = time.Duration(e.GostatsFlush) * time.Second
-		}
-		add("envoy-statsd-flush", flush.String(), "STATS_FLUSH_INTERVAL, GOSTATS_FLUSH_INTERVAL_SECONDS")
-		if len(e.ExtraTags) > 0 {
-			add("envoy-statsd-tags", flagPairs(e.ExtraTags), "EXTRA_TAGS")
-		}
-	}
+// stats adds the flags of upstream's statistics sink, statsd, or puts
+// Prometheus's address into rc.
+func (e upstreamEnv) stats(add func(flag, value, from string), rc *ratelimitConfig, isSet func(string) bool) error {
 	// Upstream takes one sink, and refuses two (DISABLE_STATS wins).
 	if e.UsePrometheus && !e.DisableStats {
 		switch {
 		case e.UseStatsd:
-			return nil, rc, nil, errors.New("USE_PROMETHEUS: set with USE_STATSD (true unless set false): one stats sink at a time, as envoyproxy/ratelimit; set USE_STATSD=false")
+			return errors.New("USE_PROMETHEUS: set with USE_STATSD (true unless set false): one stats sink at a time, as envoyproxy/ratelimit; set USE_STATSD=false")
 		case e.UseDogStatsd:
-			return nil, rc, nil, errors.New("USE_PROMETHEUS: set with USE_DOG_STATSD: one stats sink at a time, as envoyproxy/ratelimit")
+			return errors.New("USE_PROMETHEUS: set with USE_DOG_STATSD: one stats sink at a time, as envoyproxy/ratelimit")
 		case !strings.HasPrefix(e.PromPath, "/") || strings.ContainsAny(e.PromPath, "{} \t\r\n"):
-			return nil, rc, nil, fmt.Errorf("PROMETHEUS_PATH: %q, want a path starting with /", e.PromPath)
+			return fmt.Errorf("PROMETHEUS_PATH: %q, want a path starting with /", e.PromPath)
 		}
-		flushAndTags()
+		e.flushAndTags(add, isSet)
 		rc.promAddr, rc.promPath, rc.promMapper = e.PromAddr, e.PromPath, e.PromMapper
 	}
 	if e.UseStatsd && !e.DisableStats {
 		add("envoy-statsd", net.JoinHostPort(e.StatsdHost, strconv.Itoa(e.StatsdPort)), "STATSD_HOST, STATSD_PORT")
 		add("envoy-statsd-protocol", strings.ToLower(e.StatsdProto), "STATSD_PROTOCOL")
-		flushAndTags()
+		e.flushAndTags(add, isSet)
 		add("envoy-statsd-dogstatsd", strconv.FormatBool(e.UseDogStatsd), "USE_DOG_STATSD")
 	}
+	return nil
+}
 
-	if e.TracingEnabled {
-		add("otel-traces-exporter", "otlp", "TRACING_ENABLED")
-		switch p := strings.ToLower(e.TracingProtocol); p {
-		case "http":
-			add("otel-exporter-otlp-protocol", "http/protobuf", "TRACING_EXPORTER_PROTOCOL")
-		case "grpc":
-			add("otel-exporter-otlp-protocol", "grpc", "TRACING_EXPORTER_PROTOCOL")
-		default:
-			return nil, rc, nil, fmt.Errorf("TRACING_EXPORTER_PROTOCOL: %q, want http or grpc", e.TracingProtocol)
-		}
-		if e.TracingRate < 1 {
-			add("otel-traces-sampler", "parentbased_traceidratio", "TRACING_SAMPLING_RATE")
-			add("otel-traces-sampler-arg", strconv.FormatFloat(e.TracingRate, 'g', -1, 64), "TRACING_SAMPLING_RATE")
-		}
+// flushAndTags adds the flush interval and tags of either sink, statsd or
+// Prometheus.
+func (e upstreamEnv) flushAndTags(add func(flag, value, from string), isSet func(string) bool) {
+	flush := e.StatsFlush
+	if isSet("GOSTATS_FLUSH_INTERVAL_SECONDS") && !isSet("STATS_FLUSH_INTERVAL") {
+		flush = time.Duration(e.GostatsFlush) * time.Second
 	}
-	return s, rc, notes, nil
+	add("envoy-statsd-flush", flush.String(), "STATS_FLUSH_INTERVAL, GOSTATS_FLUSH_INTERVAL_SECONDS")
+	if len(e.ExtraTags) > 0 {
+		add("envoy-statsd-tags", flagPairs(e.ExtraTags), "EXTRA_TAGS")
+	}
+}
+
+// tracing adds the OpenTelemetry flags of TRACING_*.
+func (e upstreamEnv) tracing(add func(flag, value, from string)) error {
+	if !e.TracingEnabled {
+		return nil
+	}
+	add("otel-traces-exporter", "otlp", "TRACING_ENABLED")
+	switch p := strings.ToLower(e.TracingProtocol); p {
+	case "http":
+		add("otel-exporter-otlp-protocol", "http/protobuf", "TRACING_EXPORTER_PROTOCOL")
+	case "grpc":
+		add("otel-exporter-otlp-protocol", "grpc", "TRACING_EXPORTER_PROTOCOL")
+	default:
+		return fmt.Errorf("TRACING_EXPORTER_PROTOCOL: %q, want http or grpc", e.TracingProtocol)
+	}
+	if e.TracingRate < 1 {
+		add("otel-traces-sampler", "parentbased_traceidratio", "TRACING_SAMPLING_RATE")
+		add("otel-traces-sampler-arg", strconv.FormatFloat(e.TracingRate, 'g', -1, 64), "TRACING_SAMPLING_RATE")
+	}
+	return nil
 }
 
 // xds adds the flags of the rules over xDS (CONFIG_TYPE=GRPC_XDS_SOTW).
