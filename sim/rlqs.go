@@ -14,11 +14,11 @@ import (
 	"github.com/sluice-rl/sluice/internal/rlqsfilter"
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
-	"github.com/sluice-rl/sluice/server/rlqs/quota"
+	"github.com/sluice-rl/sluice/server/rlqs/state"
 )
 
 // RLQSScenario is a simulation of Envoy proxies streaming to the RLQS
-// service (server/rlqs's state machine, quota.Session, over a real
+// service (server/rlqs's state machine, state.Stream, over a real
 // capacity.Service on virtual time): Proxies proxies each report Buckets
 // buckets every ReportInterval, enforce the assignments they receive as
 // Envoy's filter does (internal/rlqsfilter, the model the tests' emulated
@@ -97,9 +97,9 @@ type RLQSResult struct {
 	Reports int `json:"reports"`
 }
 
-// rlqsProxy is one simulated Envoy: its session and its buckets.
+// rlqsProxy is one simulated Envoy: its stream state and its buckets.
 type rlqsProxy struct {
-	s          *quota.Session
+	s          *state.Stream
 	nextReport float64
 	lastReport float64
 	b          []rlqsBucket
@@ -214,7 +214,7 @@ func newRLQSRun(sc RLQSScenario, seed int64) (*rlqsRun, error) {
 		r.ids[j] = fmt.Sprintf("sim/name=b%d", j)
 	}
 	for i := range r.ps {
-		s := quota.New(fmt.Sprintf("envoy-%d", i), r.c, quota.Options{UnconfiguredTTL: time.Minute, Smoothing: sc.Smoothing}, quota.Discard)
+		s := state.New(fmt.Sprintf("envoy-%d", i), r.c, state.Options{UnconfiguredTTL: time.Minute, Smoothing: sc.Smoothing}, state.Discard)
 		if _, err := r.c.Watch(fmt.Sprintf("envoy-%d", i), &capacity.Watcher{Deliver: s.Deliver, Stop: s.Stop}); err != nil {
 			return nil, err
 		}
@@ -259,7 +259,7 @@ func (r *rlqsRun) shift() {
 }
 
 // apply gives p's filter the actions as the wire carries them.
-func (r *rlqsRun) apply(p *rlqsProxy, as []quota.Action) {
+func (r *rlqsRun) apply(p *rlqsProxy, as []state.Action) {
 	for _, a := range as {
 		j := slices.Index(r.ids, a.Resource)
 		if j < 0 {
@@ -289,7 +289,7 @@ func (r *rlqsRun) admit() {
 }
 
 // exchange has each proxy report when its interval is up, and tick when
-// its session asks, applying the answers at once.
+// its stream state asks, applying the answers at once.
 func (r *rlqsRun) exchange(t float64) error {
 	for _, p := range r.ps {
 		if t >= p.nextReport {
@@ -298,7 +298,7 @@ func (r *rlqsRun) exchange(t float64) error {
 			}
 		}
 		if next := p.s.Next(); !next.IsZero() && !r.now.Before(next) {
-			as, err := quota.Perform(r.ctx, r.c, p.s, p.s.Tick(r.now))
+			as, err := state.Perform(r.ctx, r.c, p.s, p.s.Tick(r.now))
 			if err != nil {
 				return err
 			}
@@ -311,15 +311,15 @@ func (r *rlqsRun) exchange(t float64) error {
 // report sends p's usage since its last report, at t, and applies the
 // answer.
 func (r *rlqsRun) report(p *rlqsProxy, t float64) error {
-	us := make([]quota.Usage, len(p.b))
+	us := make([]state.Usage, len(p.b))
 	elapsed := t - p.lastReport
 	for j := range p.b {
 		b := &p.b[j]
-		us[j] = quota.Usage{Resource: r.ids[j], Requests: b.requests, Elapsed: elapsed}
+		us[j] = state.Usage{Resource: r.ids[j], Requests: b.requests, Elapsed: elapsed}
 		b.requests = 0
 	}
 	p.lastReport, p.nextReport = t, p.nextReport+r.sc.ReportInterval
-	as, err := quota.Perform(r.ctx, r.c, p.s, p.s.Report(r.now, us))
+	as, err := state.Perform(r.ctx, r.c, p.s, p.s.Report(r.now, us))
 	if err != nil {
 		return err
 	}

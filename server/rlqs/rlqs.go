@@ -71,7 +71,7 @@ import (
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/internal/authz"
-	"github.com/sluice-rl/sluice/server/rlqs/quota"
+	"github.com/sluice-rl/sluice/server/rlqs/state"
 )
 
 // The answers to a bucket no template matches (Options.Unconfigured).
@@ -162,7 +162,7 @@ type Service struct {
 
 	n        atomic.Uint64 // streams opened
 	mu       sync.Mutex
-	sessions map[*stream]struct{}
+	streams  map[*stream]struct{}
 	draining bool
 }
 
@@ -189,7 +189,7 @@ func New(c *capacity.Service, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rlqs: %w", err)
 	}
-	s := &Service{c: c, opts: opts, now: opts.Now, log: opts.Logger, m: m, sessions: make(map[*stream]struct{})}
+	s := &Service{c: c, opts: opts, now: opts.Now, log: opts.Logger, m: m, streams: make(map[*stream]struct{})}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -222,13 +222,13 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 	if len(client) > capacity.MaxIDLength {
 		client = client[len(client)-capacity.MaxIDLength:]
 	}
-	var leaser quota.Leaser = s.c
+	var leaser state.Leaser = s.c
 	if s.opts.Authorizer != nil {
 		who := authz.Who(ctx)
 		client = fmt.Sprintf("%s/rlqs/%d", who, n)
 		leaser = grantedLeaser{Leaser: s.c, auth: s.opts.Authorizer, who: who}
 	}
-	// The stream's session comes with its first valid message, which
+	// The stream's state comes with its first valid message, which
 	// names the domain its metrics count under (report).
 	ss := &stream{client: client, peer: peer, leaser: leaser, ended: make(chan struct{})}
 	if !s.add(ss) {
@@ -238,15 +238,15 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 	cancel, err := s.c.Watch(client, &capacity.Watcher{Deliver: ss.deliver, Stop: ss.stop})
 	switch {
 	case errors.Is(err, capacity.ErrNotMaster):
-		return status.Error(codes.Unavailable, quota.ErrNotMaster.Error())
+		return status.Error(codes.Unavailable, state.ErrNotMaster.Error())
 	case err == nil:
 		defer cancel()
 	}
 	// Otherwise the server pushes no leases (--push-leases=false): the
 	// stream gets its leases on its reports and renewals only.
 	defer func() {
-		if sess := ss.session(); sess != nil {
-			_, _ = quota.Perform(ctx, ss.leaser, sess, sess.Release())
+		if st := ss.state(); st != nil {
+			_, _ = state.Perform(ctx, ss.leaser, st, st.Release())
 		}
 	}()
 
@@ -271,15 +271,15 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		// The session's state changes under its lock; the capacity calls
-		// its Ready asks for are made here, outside it (quota.Perform), so
+		// The stream's state changes under its lock; the capacity calls
+		// its Ready asks for are made here, outside it (state.Perform), so
 		// that the status page never waits on them.
-		sess := ss.session()
+		st := ss.state()
 		var pushes <-chan struct{}
-		if sess != nil {
-			pushes = sess.Pushes()
+		if st != nil {
+			pushes = st.Pushes()
 		}
-		var out []quota.Action
+		var out []state.Action
 		var err error
 		select {
 		case <-ctx.Done():
@@ -294,12 +294,12 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 		case m := <-msgs:
 			out, err = s.report(ctx, ss, m)
 		case <-pushes:
-			out = sess.ApplyPushes(s.now())
+			out = st.ApplyPushes(s.now())
 		case <-timer.C:
-			if sess == nil {
+			if st == nil {
 				break
 			}
-			if out, err = quota.Perform(ctx, ss.leaser, sess, sess.Tick(s.now())); err != nil {
+			if out, err = state.Perform(ctx, ss.leaser, st, st.Tick(s.now())); err != nil {
 				err = s.leaseErr(err)
 			}
 		}
@@ -312,8 +312,8 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 			}
 		}
 		d := time.Hour
-		if sess := ss.session(); sess != nil {
-			if next := sess.Next(); !next.IsZero() {
+		if st := ss.state(); st != nil {
+			if next := st.Next(); !next.IsZero() {
 				d = max(next.Sub(s.now()), time.Millisecond)
 			}
 		}
@@ -322,12 +322,12 @@ func (s *Service) Stream(ctx context.Context, peer string, recv func() (*rlqspb.
 }
 
 // report validates and applies one message of ss: the first valid one
-// creates its session, counting under its domain.
-func (s *Service) report(ctx context.Context, ss *stream, m *rlqspb.RateLimitQuotaUsageReports) ([]quota.Action, error) {
+// creates its state, counting under its domain.
+func (s *Service) report(ctx context.Context, ss *stream, m *rlqspb.RateLimitQuotaUsageReports) ([]state.Action, error) {
 	domain, us, err := parse(ss.domain, m)
-	sess := ss.session()
+	st := ss.state()
 	if err == nil {
-		err = sess.Conflict(us) // a nil session checks us alone
+		err = st.Conflict(us) // a nil state checks us alone
 	}
 	if err != nil {
 		dm := ss.m
@@ -337,19 +337,19 @@ func (s *Service) report(ctx context.Context, ss *stream, m *rlqspb.RateLimitQuo
 		dm.badMsgs.Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if sess == nil {
+	if st == nil {
 		ss.m = s.m.domain(domain)
 		ss.m.streams.Inc()
-		sess = quota.New(ss.client, s.c, quota.Options{
+		st = state.New(ss.client, s.c, state.Options{
 			DenyUnconfigured: s.opts.Unconfigured == DenyAll, UnconfiguredTTL: s.opts.UnconfiguredTTL, Smoothing: s.opts.Smoothing,
-		}, quota.Metrics{Buckets: ss.m.buckets, Sent: ss.m.sent, Pushed: ss.m.pushed, Abandoned: ss.m.abandoned, Unconfigured: ss.m.unconfigured})
-		ss.sess.Store(sess)
+		}, state.Metrics{Buckets: ss.m.buckets, Sent: ss.m.sent, Pushed: ss.m.pushed, Abandoned: ss.m.abandoned, Unconfigured: ss.m.unconfigured})
+		ss.st.Store(st)
 		s.mu.Lock()
 		ss.domain = domain // under s.mu: the status page reads it
 		s.mu.Unlock()
 	}
 	ss.m.reports.Inc()
-	out, err := quota.Perform(ctx, ss.leaser, sess, sess.Report(s.now(), us))
+	out, err := state.Perform(ctx, ss.leaser, st, st.Report(s.now(), us))
 	if err != nil {
 		return nil, s.leaseErr(err)
 	}
@@ -358,7 +358,7 @@ func (s *Service) report(ctx context.Context, ss *stream, m *rlqspb.RateLimitQuo
 
 // leaseErr returns err, from the capacity service, as the stream's end.
 func (s *Service) leaseErr(err error) error {
-	if errors.Is(err, quota.ErrNotMaster) {
+	if errors.Is(err, state.ErrNotMaster) {
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	if _, ok := status.FromError(err); ok {
@@ -367,28 +367,28 @@ func (s *Service) leaseErr(err error) error {
 	return status.Error(codes.Unavailable, err.Error())
 }
 
-// stream is one stream: its session, and what the service knows of it.
+// stream is one stream: its state machine, and what the service knows of it.
 type stream struct {
 	client, peer string
-	leaser       quota.Leaser                  // the capacity service, as the stream's identity sees it
-	sess         atomic.Pointer[quota.Session] // nil until its first valid message
-	domain       string                        // under Service.mu once set
-	m            *domainMetrics                // nil until the domain is known
+	leaser       state.Leaser                 // the capacity service, as the stream's identity sees it
+	st           atomic.Pointer[state.Stream] // nil until its first valid message
+	domain       string                       // under Service.mu once set
+	m            *domainMetrics               // nil until the domain is known
 
 	ended chan struct{} // closed by stop
 	once  sync.Once
 }
 
-// session returns the stream's session (nil before its first valid
+// state returns the stream's state machine (nil before its first valid
 // message).
-func (ss *stream) session() *quota.Session { return ss.sess.Load() }
+func (ss *stream) state() *state.Stream { return ss.st.Load() }
 
 // deliver takes a lease the capacity service pushed
-// (capacity.Watcher.Deliver): refused before the stream has a session,
+// (capacity.Watcher.Deliver): refused before the stream has a state machine,
 // which holds no lease then.
 func (ss *stream) deliver(resource string, g lease.Grant) bool {
-	if sess := ss.session(); sess != nil {
-		return sess.Deliver(resource, g)
+	if st := ss.state(); st != nil {
+		return st.Deliver(resource, g)
 	}
 	return false
 }
@@ -397,8 +397,8 @@ func (ss *stream) deliver(resource string, g lease.Grant) bool {
 // or the server drains.
 func (ss *stream) stop() {
 	ss.once.Do(func() { close(ss.ended) })
-	if sess := ss.session(); sess != nil {
-		sess.Stop()
+	if st := ss.state(); st != nil {
+		st.Stop()
 	}
 }
 
@@ -409,14 +409,14 @@ func (s *Service) add(ss *stream) bool {
 	if s.draining {
 		return false
 	}
-	s.sessions[ss] = struct{}{}
+	s.streams[ss] = struct{}{}
 	return true
 }
 
 // remove unregisters ss and counts its stream out.
 func (s *Service) remove(ss *stream) {
 	s.mu.Lock()
-	delete(s.sessions, ss)
+	delete(s.streams, ss)
 	s.mu.Unlock()
 	if ss.m != nil {
 		ss.m.streams.Dec()
@@ -430,8 +430,8 @@ func (s *Service) remove(ss *stream) {
 func (s *Service) Drain() {
 	s.mu.Lock()
 	s.draining = true
-	ss := make([]*stream, 0, len(s.sessions))
-	for x := range s.sessions {
+	ss := make([]*stream, 0, len(s.streams))
+	for x := range s.streams {
 		ss = append(ss, x)
 	}
 	s.mu.Unlock()
@@ -449,16 +449,16 @@ type StreamStatus struct {
 }
 
 // BucketStatus is one (stream, bucket) pair, for the status page.
-type BucketStatus = quota.BucketStatus
+type BucketStatus = state.BucketStatus
 
 // Streams returns a snapshot of the open streams and their buckets, in
 // the order of their client ids, buckets by resource. O(streams ×
 // buckets); safe for concurrent use.
 func (s *Service) Streams() []StreamStatus {
 	s.mu.Lock()
-	ss := make([]*stream, 0, len(s.sessions))
-	domains := make([]string, 0, len(s.sessions))
-	for x := range s.sessions {
+	ss := make([]*stream, 0, len(s.streams))
+	domains := make([]string, 0, len(s.streams))
+	for x := range s.streams {
 		ss = append(ss, x)
 		domains = append(domains, x.domain)
 	}
@@ -466,8 +466,8 @@ func (s *Service) Streams() []StreamStatus {
 	out := make([]StreamStatus, len(ss))
 	for i, x := range ss {
 		bs := []BucketStatus{}
-		if sess := x.session(); sess != nil {
-			bs = sess.Buckets() // never waits on a capacity call (quota.Session)
+		if st := x.state(); st != nil {
+			bs = st.Buckets() // never waits on a capacity call (state.Stream)
 		}
 		out[i] = StreamStatus{Client: x.client, Peer: x.peer, Domain: domains[i], Buckets: bs}
 	}
@@ -479,7 +479,7 @@ func (s *Service) Streams() []StreamStatus {
 // it: each resource a request asks for must be granted lease by the
 // policy (a *identity.Refusal, as PermissionDenied, otherwise).
 type grantedLeaser struct {
-	quota.Leaser
+	state.Leaser
 	auth *identity.Authorizer
 	who  string
 }

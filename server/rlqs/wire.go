@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/rlqsfilter"
 	"github.com/sluice-rl/sluice/server/capacity"
-	"github.com/sluice-rl/sluice/server/rlqs/quota"
+	"github.com/sluice-rl/sluice/server/rlqs/state"
 )
 
 // PriorityKey is the BucketId key that sets a bucket's priority band
@@ -129,11 +129,11 @@ func escape(b *strings.Builder, s string) {
 // error naming the field at fault: a first message without a domain, a
 // later one changing it, a usage without a bucket_id or with an empty
 // one, an empty key, a priority that is not an integer, a time_elapsed
-// invalid or negative (absent or 0 is a watch: see quota.Usage), counts
+// invalid or negative (absent or 0 is a watch: see state.Usage), counts
 // whose sum overflows, a resource
 // id longer than capacity.MaxIDLength, more than
 // capacity.MaxResourcesPerRequest usages.
-func parse(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []quota.Usage, error) {
+func parse(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []state.Usage, error) {
 	switch d := m.GetDomain(); {
 	case domain == "" && d == "":
 		return "", nil, fmt.Errorf("domain: required in the stream's first message")
@@ -146,7 +146,7 @@ func parse(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []quota
 	if len(us) > capacity.MaxResourcesPerRequest {
 		return "", nil, fmt.Errorf("bucket_quota_usages: %d, at most %d allowed", len(us), capacity.MaxResourcesPerRequest)
 	}
-	out := make([]quota.Usage, len(us))
+	out := make([]state.Usage, len(us))
 	for i, u := range us {
 		field := func(f string) string { return fmt.Sprintf("bucket_quota_usages[%d].%s", i, f) }
 		pairs := u.GetBucketId().GetBucket()
@@ -189,7 +189,7 @@ func parse(domain string, m *rlqspb.RateLimitQuotaUsageReports) (string, []quota
 		if err := capacity.CheckID(field("bucket_id"), res); err != nil {
 			return "", nil, fmt.Errorf("%w (as resource %.40q…)", err, res)
 		}
-		out[i] = quota.Usage{
+		out[i] = state.Usage{
 			Resource: res,
 			Prio:     raw,
 			Priority: prio,
@@ -227,7 +227,7 @@ func FillRate(tb *typev3.TokenBucket) float64 {
 // strategy returns a's rate limit strategy on the wire (a.Strategy): a
 // token bucket at a.Rate holding burst's worth, DENY_ALL below MinRate,
 // or a's blanket rule.
-func strategy(a quota.Action, burst time.Duration) *typev3.RateLimitStrategy {
+func strategy(a state.Action, burst time.Duration) *typev3.RateLimitStrategy {
 	s, _ := a.Strategy(burst)
 	if s.TokenBucket != nil {
 		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tokenBucketProto(*s.TokenBucket)}}
@@ -241,11 +241,11 @@ func strategy(a quota.Action, burst time.Duration) *typev3.RateLimitStrategy {
 
 // response returns actions as one message for the stream, token buckets
 // holding burst's worth of their rate.
-func response(actions []quota.Action, burst time.Duration) *rlqspb.RateLimitQuotaResponse {
+func response(actions []state.Action, burst time.Duration) *rlqspb.RateLimitQuotaResponse {
 	out := &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*rlqspb.RateLimitQuotaResponse_BucketAction, len(actions))}
 	for i, a := range actions {
 		ba := &rlqspb.RateLimitQuotaResponse_BucketAction{BucketId: &rlqspb.BucketId{Bucket: pairsOf(a.Resource, a.Prio)}}
-		if a.Kind == quota.Abandon {
+		if a.Kind == state.Abandon {
 			ba.BucketAction = &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{
 				AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{},
 			}

@@ -1,4 +1,4 @@
-// Package quota is the RLQS service's state machine of one stream (one
+// Package state is the RLQS service's state machine of one stream (one
 // Envoy proxy's rate_limit_quota filter, one domain) over the capacity
 // service, without a transport: its buckets, their smoothed demand, their
 // leases and what to send for them — assignments, renewals, pushed
@@ -6,8 +6,8 @@
 // package rlqs runs it on a gRPC stream, the simulator (package sim) on
 // virtual time. See package rlqs for the rules.
 //
-// It has the shape of etcd's raft package (its Ready): a Session makes no
-// capacity call. Report and Tick update the session's state under its
+// It has the shape of etcd's raft package (its Ready): a Stream makes no
+// capacity call. Report and Tick update the stream's state under its
 // lock and return a Ready, the capacity work to do — leases to release,
 // the one GetCapacity to make — and what to send; the caller makes the
 // calls outside the lock with its stream's context and feeds the answer
@@ -16,7 +16,7 @@
 // decision, which on an intermediate server may wait on its parent.
 //
 // Source: docs/rlqs.md.
-package quota
+package state
 
 import (
 	"context"
@@ -38,7 +38,7 @@ import (
 )
 
 // Leaser is what Perform needs of the capacity service
-// (*capacity.Service) to do a Session's work. A session paces its
+// (*capacity.Service) to do a Stream's work. A stream paces its
 // requests itself (a bucket's lease is asked for at most once per report
 // of it, when its demand moved or its refresh is due), so its requests
 // go to GetCapacityPaced, which Doorman's minimum time between two
@@ -48,9 +48,9 @@ type Leaser interface {
 	ReleaseCapacity(context.Context, *pb.ReleaseCapacityRequest) (*pb.ReleaseCapacityResponse, error)
 }
 
-// Config is what a Session reads of the capacity service's configuration
+// Config is what a Stream reads of the capacity service's configuration
 // (*capacity.Service): whether a template matches resource id, and
-// whether the resource is in learning mode. A Session calls it outside
+// whether the resource is in learning mode. A Stream calls it outside
 // its lock. It must be safe for concurrent use.
 type Config interface {
 	Configured(id string) (configured, learning bool)
@@ -114,7 +114,7 @@ type Usage struct {
 	Elapsed float64
 }
 
-// Options configure a Session.
+// Options configure a Stream.
 type Options struct {
 	// DenyUnconfigured answers a bucket no template matches with DENY_ALL
 	// (else ALLOW_ALL), for UnconfiguredTTL (> 0).
@@ -125,7 +125,7 @@ type Options struct {
 	Smoothing float64
 }
 
-// Gauge and Counter are what a Session counts with (Prometheus's types,
+// Gauge and Counter are what a Stream counts with (Prometheus's types,
 // or none: Discard).
 type (
 	Gauge interface {
@@ -136,7 +136,7 @@ type (
 	Counter interface{ Inc() }
 )
 
-// Metrics are a Session's counts: its (stream, bucket) pairs, the
+// Metrics are a Stream's counts: its (stream, bucket) pairs, the
 // assignments sent and pushed, the buckets abandoned and unconfigured.
 // A nil field counts nothing (the zero Metrics is Discard).
 type Metrics struct {
@@ -195,12 +195,12 @@ const Hysteresis = 0.05
 // over a few milliseconds is not taken for a rate.
 const MinWindow = time.Second
 
-// Session is the state of one stream: its client id in the lease tree
+// Stream is the state of one stream: its client id in the lease tree
 // and its buckets by resource. Report, Tick, Apply, ApplyPushes, Next and
 // Release are called by one goroutine (the stream's), with the time, and
 // make no capacity call (they return a Ready); Deliver, Stop, Ended,
 // Pushes, Conflict and Buckets are safe for concurrent use.
-type Session struct {
+type Stream struct {
 	client string
 	cfg    Config
 	opts   Options
@@ -220,12 +220,12 @@ type Session struct {
 	once   sync.Once
 }
 
-// New returns the session of a stream whose client id in the lease tree
+// New returns the state of a stream whose client id in the lease tree
 // is client, whose resources' templates cfg reads, counting in m
 // (Discard, or a nil field: nothing). Its metrics are fixed here: a
 // stream whose metrics depend on its first message (its domain) creates
-// its session once that message arrived.
-func New(client string, cfg Config, opts Options, m Metrics) *Session {
+// its state once that message arrived.
+func New(client string, cfg Config, opts Options, m Metrics) *Stream {
 	var d discard
 	if m.Buckets == nil {
 		m.Buckets = d
@@ -235,7 +235,7 @@ func New(client string, cfg Config, opts Options, m Metrics) *Session {
 			*c = d
 		}
 	}
-	return &Session{
+	return &Stream{
 		client: client, cfg: cfg, opts: opts, m: m,
 		buckets: make(map[string]*bucket),
 		leased:  make(map[string]bool),
@@ -248,7 +248,7 @@ func New(client string, cfg Config, opts Options, m Metrics) *Session {
 // Deliver takes a lease the capacity service pushed for resource
 // (capacity.Watcher.Deliver): it never blocks, and refuses leases for
 // resources the stream no longer holds.
-func (s *Session) Deliver(resource string, g lease.Grant) bool {
+func (s *Stream) Deliver(resource string, g lease.Grant) bool {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
 	select {
@@ -271,10 +271,10 @@ func (s *Session) Deliver(resource string, g lease.Grant) bool {
 
 // Stop ends the stream (capacity.Watcher.Stop): mastership lost, or the
 // server drains.
-func (s *Session) Stop() { s.once.Do(func() { close(s.ended) }) }
+func (s *Stream) Stop() { s.once.Do(func() { close(s.ended) }) }
 
 // Ready is what a Report, Tick, Apply or Release leaves to its caller:
-// the capacity calls to make, outside the session's lock and in this
+// the capacity calls to make, outside the stream's lock and in this
 // order, and what to send the proxy. Perform makes them.
 type Ready struct {
 	// Release are the leases to give back, first (ReleaseCapacity). Their
@@ -300,7 +300,7 @@ type Ready struct {
 // and the assignments the answer brought. It errs with the GetCapacity's
 // error, or ErrNotMaster. No lock of s is held during the calls. Call it
 // from the goroutine of s's Report and Tick.
-func Perform(ctx context.Context, c Leaser, s *Session, rd Ready) ([]Action, error) {
+func Perform(ctx context.Context, c Leaser, s *Stream, rd Ready) ([]Action, error) {
 	for {
 		for _, r := range rd.Release {
 			_, _ = c.ReleaseCapacity(context.WithoutCancel(ctx), r)
@@ -322,7 +322,7 @@ func Perform(ctx context.Context, c Leaser, s *Session, rd Ready) ([]Action, err
 type configured struct{ ok, learning bool }
 
 // lookup asks s's Config about each of ids (outside s.mu).
-func (s *Session) lookup(ids []string) map[string]configured {
+func (s *Stream) lookup(ids []string) map[string]configured {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -340,7 +340,7 @@ func (s *Session) lookup(ids []string) map[string]configured {
 // work it leaves: the lease requests of the buckets due (first
 // assignments, renewals, changed demand) and, to send whatever their
 // answer, unconfigured buckets' answers.
-func (s *Session) Report(now time.Time, us []Usage) Ready {
+func (s *Stream) Report(now time.Time, us []Usage) Ready {
 	// The templates of the buckets this report subscribes, looked up
 	// before the lock is taken (the stream's goroutine is the only one
 	// that adds buckets).
@@ -404,8 +404,8 @@ func (s *Session) Report(now time.Time, us []Usage) Ready {
 // Conflict returns an error naming the first usage whose resource the
 // stream already reports (or reports earlier in us) with another priority
 // band: one stream holds one lease of a resource, in one band. On a nil
-// Session (a stream before its first message) it checks us alone.
-func (s *Session) Conflict(us []Usage) error {
+// Stream (a stream before its first message) it checks us alone.
+func (s *Stream) Conflict(us []Usage) error {
 	held := func(string) (string, bool) { return "", false }
 	if s != nil {
 		s.mu.Lock()
@@ -448,7 +448,7 @@ func contains(bs []*bucket, b *bucket) bool {
 
 // unconfigured marks b as matching no template and returns its answer,
 // good for Options.UnconfiguredTTL (re-checked at half of it).
-func (s *Session) unconfigured(now time.Time, b *bucket) Action {
+func (s *Stream) unconfigured(now time.Time, b *bucket) Action {
 	if !b.unconfigured {
 		b.unconfigured = true
 		s.m.Unconfigured.Inc()
@@ -466,7 +466,7 @@ func (s *Session) unconfigured(now time.Time, b *bucket) Action {
 // ask sets rd.Ask to the request of the leases of rd.asked (one
 // GetCapacity), under s.mu. Their resources take pushed leases from now
 // on, so that a lease pushed while the request is in flight is kept.
-func (s *Session) ask(rd *Ready) {
+func (s *Stream) ask(rd *Ready) {
 	if len(rd.asked) == 0 {
 		return
 	}
@@ -491,7 +491,7 @@ func (s *Session) ask(rd *Ready) {
 // went away). With rd.Ask nil it returns rd's Send alone. It errs with
 // ErrNotMaster when the answer is a redirect (it holds no lease per
 // resource asked).
-func (s *Session) Apply(rd Ready, resp *pb.GetCapacityResponse) (Ready, error) {
+func (s *Stream) Apply(rd Ready, resp *pb.GetCapacityResponse) (Ready, error) {
 	out := Ready{Send: rd.Send, at: rd.at}
 	if rd.Ask == nil {
 		return out, nil
@@ -521,7 +521,7 @@ func (s *Session) Apply(rd Ready, resp *pb.GetCapacityResponse) (Ready, error) {
 // apply takes a lease for b, decided (pushed false, cfg what Config says
 // of b's resource) or pushed, at now and returns the assignment to send,
 // if any; a lease to release goes to rd.
-func (s *Session) apply(rd *Ready, now time.Time, b *bucket, l *pb.Lease, pushed bool, cfg configured) (Action, bool) {
+func (s *Stream) apply(rd *Ready, now time.Time, b *bucket, l *pb.Lease, pushed bool, cfg configured) (Action, bool) {
 	refresh := time.Duration(l.GetRefreshInterval()) * time.Second
 	if l.Sequence == nil {
 		// An early request (Doorman's 5-second rule): the current lease,
@@ -584,7 +584,7 @@ func assignedRate(wasSent bool, sent, has float64) float64 {
 
 // ApplyPushes applies the leases pushed since the last call and returns
 // the assignments to send for them. It makes no capacity call.
-func (s *Session) ApplyPushes(now time.Time) []Action {
+func (s *Stream) ApplyPushes(now time.Time) []Action {
 	s.pmu.Lock()
 	ps := s.pushed
 	if len(ps) == 0 {
@@ -616,7 +616,7 @@ func (s *Session) ApplyPushes(now time.Time) []Action {
 // up again (leased if a template now matches, else their answer renewed),
 // and the buckets that counted no request for their lease length
 // abandoned (their leases released, an Abandon sent).
-func (s *Session) Tick(now time.Time) Ready {
+func (s *Stream) Tick(now time.Time) Ready {
 	// Unconfigured buckets due are looked up before the lock is taken.
 	var recheck []string
 	s.mu.Lock()
@@ -656,7 +656,7 @@ func (s *Session) Tick(now time.Time) Ready {
 }
 
 // Next returns when Tick is due (zero: no bucket).
-func (s *Session) Next() time.Time {
+func (s *Stream) Next() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var t time.Time
@@ -672,7 +672,7 @@ func (s *Session) Next() time.Time {
 
 // releaseOne forgets b's lease, under s.mu, and adds its release to rd
 // if it holds one.
-func (s *Session) releaseOne(rd *Ready, b *bucket) {
+func (s *Stream) releaseOne(rd *Ready, b *bucket) {
 	s.pmu.Lock()
 	held := s.leased[b.resource]
 	delete(s.leased, b.resource)
@@ -684,11 +684,11 @@ func (s *Session) releaseOne(rd *Ready, b *bucket) {
 	b.has, b.expiry, b.sent = 0, time.Time{}, false
 }
 
-// Release ends the session (Stop) and forgets its buckets, and returns
+// Release ends the stream (Stop) and forgets its buckets, and returns
 // the releases of every lease of the stream (its end), so that their
 // capacity goes to the other streams at once: in parts of
 // capacity.MaxResourcesPerRequest resources.
-func (s *Session) Release() Ready {
+func (s *Stream) Release() Ready {
 	s.Stop()
 	s.pmu.Lock()
 	ids := make([]string, 0, len(s.leased))
@@ -710,11 +710,11 @@ func (s *Session) Release() Ready {
 }
 
 // Ended is closed once Stop was called: the stream must end.
-func (s *Session) Ended() <-chan struct{} { return s.ended }
+func (s *Stream) Ended() <-chan struct{} { return s.ended }
 
 // Pushes receives (one signal at most held) when a lease was pushed:
 // ApplyPushes returns what to send for it.
-func (s *Session) Pushes() <-chan struct{} { return s.signal }
+func (s *Stream) Pushes() <-chan struct{} { return s.signal }
 
 // BucketStatus is one of a stream's buckets, for the status page. Rates
 // are requests per second.
@@ -729,8 +729,8 @@ type BucketStatus struct {
 	Unconfigured bool      `json:"unconfigured"`
 }
 
-// Buckets returns a snapshot of the session's buckets, by resource.
-func (s *Session) Buckets() []BucketStatus {
+// Buckets returns a snapshot of the stream's buckets, by resource.
+func (s *Stream) Buckets() []BucketStatus {
 	s.mu.Lock()
 	out := make([]BucketStatus, 0, len(s.buckets))
 	for _, b := range s.buckets {

@@ -1,4 +1,4 @@
-package quota_test
+package state_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
-	"github.com/sluice-rl/sluice/server/rlqs/quota"
+	"github.com/sluice-rl/sluice/server/rlqs/state"
 )
 
 // fairShare is a configuration of one FAIR_SHARE template "d/*" of
@@ -41,7 +41,7 @@ func leaser(t *testing.T, clock *testutil.Clock, config string) *capacity.Servic
 	return capacity.New(capacity.Options{ID: "root", Config: parse(t, config), Now: clock.Now, Logger: testutil.Logger()})
 }
 
-// TestLifecycle drives one session on a hand-moved clock: the first
+// TestLifecycle drives one stream on a hand-moved clock: the first
 // report gets an assignment whose time to live is the lease's; reports
 // with the same demand send nothing until the refresh is due, and then
 // the same rate (which the proxy extends); a bucket counting no request
@@ -49,18 +49,18 @@ func leaser(t *testing.T, clock *testutil.Clock, config string) *capacity.Servic
 func TestLifecycle(t *testing.T) {
 	clock := testutil.NewClock(time.Unix(1_000_000, 0))
 	c := leaser(t, clock, fairShare(10, 4))
-	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: time.Minute, Smoothing: 0.5}, quota.Discard)
+	s := state.New("envoy", c, state.Options{UnconfiguredTTL: time.Minute, Smoothing: 0.5}, state.Discard)
 	ctx := context.Background()
-	report := func(demand float64) []quota.Action {
+	report := func(demand float64) []state.Action {
 		t.Helper()
-		as, err := quota.Perform(ctx, c, s, s.Report(clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: demand, Elapsed: 1}}))
+		as, err := state.Perform(ctx, c, s, s.Report(clock.Now(), []state.Usage{{Resource: "d/name=a", Requests: demand, Elapsed: 1}}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return as
 	}
 	as := report(40)
-	if len(as) != 1 || as[0].Kind != quota.Assign || as[0].Rate > 40 || as[0].Rate < 39 || as[0].TTL != 10*time.Second {
+	if len(as) != 1 || as[0].Kind != state.Assign || as[0].Rate > 40 || as[0].Rate < 39 || as[0].TTL != 10*time.Second {
 		t.Fatalf("first report: %+v, want an assignment of about 40 for 10 s", as)
 	}
 	rate := as[0].Rate
@@ -72,9 +72,9 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("next due at %v, want the refresh 4 s after the decision", next)
 	}
 	// Due at 4 s: decided then, though within Doorman's 5-second rule
-	// (the session paces its requests itself).
+	// (the stream paces its requests itself).
 	clock.Advance(3 * time.Second)
-	as, err := quota.Perform(ctx, c, s, s.Tick(clock.Now()))
+	as, err := state.Perform(ctx, c, s, s.Tick(clock.Now()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,16 +87,16 @@ func TestLifecycle(t *testing.T) {
 	for range 2 { // at 7 s and 9 s
 		clock.Advance(2 * time.Second)
 		report(0)
-		if as, err := quota.Perform(ctx, c, s, s.Tick(clock.Now())); err != nil || len(as) > 0 && as[0].Kind == quota.Abandon {
+		if as, err := state.Perform(ctx, c, s, s.Tick(clock.Now())); err != nil || len(as) > 0 && as[0].Kind == state.Abandon {
 			t.Fatalf("%v %+v before the lease length ran out", err, as)
 		}
 	}
 	clock.Advance(2 * time.Second) // 11 s: 1 s + the lease length
-	as, err = quota.Perform(ctx, c, s, s.Tick(clock.Now()))
+	as, err = state.Perform(ctx, c, s, s.Tick(clock.Now()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(as) != 1 || as[0].Kind != quota.Abandon {
+	if len(as) != 1 || as[0].Kind != state.Abandon {
 		t.Fatalf("after a lease length without requests: %+v, want an abandon", as)
 	}
 	if st, err := c.Status("d/name=a"); err == nil && st.Clients != 0 {
@@ -112,9 +112,9 @@ func TestLifecycle(t *testing.T) {
 func TestUnconfigured(t *testing.T) {
 	clock := testutil.NewClock(time.Unix(1_000_000, 0))
 	c := leaser(t, clock, "resources: []\n")
-	s := quota.New("envoy", c, quota.Options{DenyUnconfigured: true, UnconfiguredTTL: 10 * time.Second}, quota.Discard)
-	as, err := quota.Perform(context.Background(), c, s, s.Report(clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: 1, Elapsed: 1}}))
-	if err != nil || len(as) != 1 || as[0].Kind != quota.DenyAll || as[0].TTL != 10*time.Second {
+	s := state.New("envoy", c, state.Options{DenyUnconfigured: true, UnconfiguredTTL: 10 * time.Second}, state.Discard)
+	as, err := state.Perform(context.Background(), c, s, s.Report(clock.Now(), []state.Usage{{Resource: "d/name=a", Requests: 1, Elapsed: 1}}))
+	if err != nil || len(as) != 1 || as[0].Kind != state.DenyAll || as[0].TTL != 10*time.Second {
 		t.Fatalf("%+v %v, want DENY_ALL for 10 s", as, err)
 	}
 	if next := s.Next(); !next.Equal(clock.Now().Add(5 * time.Second)) {
@@ -133,19 +133,19 @@ func TestLiveReload(t *testing.T) {
 	const empty = "resources: []\n"
 	c := leaser(t, clock, empty)
 	withTemplate := parse(t, fairShare(10, 4))
-	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: 10 * time.Second}, quota.Discard)
+	s := state.New("envoy", c, state.Options{UnconfiguredTTL: 10 * time.Second}, state.Discard)
 	ctx := context.Background()
-	usage := []quota.Usage{{Resource: "d/name=a", Requests: 30, Elapsed: 1}}
-	if as, err := quota.Perform(ctx, c, s, s.Report(clock.Now(), usage)); err != nil || len(as) != 1 || as[0].Kind != quota.AllowAll {
+	usage := []state.Usage{{Resource: "d/name=a", Requests: 30, Elapsed: 1}}
+	if as, err := state.Perform(ctx, c, s, s.Report(clock.Now(), usage)); err != nil || len(as) != 1 || as[0].Kind != state.AllowAll {
 		t.Fatalf("%+v %v, want ALLOW_ALL", as, err)
 	}
 	c.SetConfig(withTemplate)
 	clock.Advance(5 * time.Second) // half the unconfigured answer's time to live
-	if _, err := quota.Perform(ctx, c, s, s.Report(clock.Now(), usage)); err != nil {
+	if _, err := state.Perform(ctx, c, s, s.Report(clock.Now(), usage)); err != nil {
 		t.Fatal(err)
 	}
-	as, err := quota.Perform(ctx, c, s, s.Tick(clock.Now()))
-	if err != nil || len(as) != 1 || as[0].Kind != quota.Assign || as[0].Rate < 29 || as[0].Rate > 30 {
+	as, err := state.Perform(ctx, c, s, s.Tick(clock.Now()))
+	if err != nil || len(as) != 1 || as[0].Kind != state.Assign || as[0].Rate < 29 || as[0].Rate > 30 {
 		t.Fatalf("after the template was added: %+v %v, want an assignment of about 30", as, err)
 	}
 	if st, err := c.Status("d/name=a"); err != nil || st.Clients != 1 {
@@ -153,8 +153,8 @@ func TestLiveReload(t *testing.T) {
 	}
 	c.SetConfig(parse(t, empty))
 	clock.Advance(4 * time.Second) // the refresh
-	as, err = quota.Perform(ctx, c, s, s.Report(clock.Now(), usage))
-	if err != nil || len(as) != 1 || as[0].Kind != quota.AllowAll {
+	as, err = state.Perform(ctx, c, s, s.Report(clock.Now(), usage))
+	if err != nil || len(as) != 1 || as[0].Kind != state.AllowAll {
 		t.Fatalf("after the template was removed: %+v %v, want ALLOW_ALL", as, err)
 	}
 	if st, err := c.Status("d/name=a"); err == nil && st.Clients != 0 {
@@ -168,8 +168,8 @@ func TestLiveReload(t *testing.T) {
 func TestRenewBeforeExpiry(t *testing.T) {
 	clock := testutil.NewClock(time.Unix(1_000_000, 0))
 	c := leaser(t, clock, fairShare(4, 4))
-	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: time.Minute}, quota.Discard)
-	as, err := quota.Perform(context.Background(), c, s, s.Report(clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: 40, Elapsed: 1}}))
+	s := state.New("envoy", c, state.Options{UnconfiguredTTL: time.Minute}, state.Discard)
+	as, err := state.Perform(context.Background(), c, s, s.Report(clock.Now(), []state.Usage{{Resource: "d/name=a", Requests: 40, Elapsed: 1}}))
 	if err != nil || len(as) != 1 || as[0].TTL != 4*time.Second {
 		t.Fatalf("first report: %+v, %v; want an assignment for 4 s", as, err)
 	}
@@ -199,21 +199,21 @@ func (l heldLeaser) GetCapacityPaced(ctx context.Context, req *pb.GetCapacityReq
 
 // TestStatusReadDuringCapacityCall: while a report's GetCapacity is in
 // flight (held until the test releases it, as an intermediate's may wait
-// on its parent), the status page's read of the session (Buckets), Next
+// on its parent), the status page's read of the stream (Buckets), Next
 // and Conflict return at once with the state the report left; the
 // answer, once it comes, is applied.
 func TestStatusReadDuringCapacityCall(t *testing.T) {
 	clock := testutil.NewClock(time.Unix(1_000_000, 0))
 	c := leaser(t, clock, fairShare(10, 4))
-	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: time.Minute, Smoothing: 0.5}, quota.Discard)
+	s := state.New("envoy", c, state.Options{UnconfiguredTTL: time.Minute, Smoothing: 0.5}, state.Discard)
 	held := heldLeaser{Service: c, entered: make(chan struct{}), release: make(chan struct{})}
 	type result struct {
-		as  []quota.Action
+		as  []state.Action
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		as, err := quota.Perform(t.Context(), held, s, s.Report(clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: 40, Elapsed: 1}}))
+		as, err := state.Perform(t.Context(), held, s, s.Report(clock.Now(), []state.Usage{{Resource: "d/name=a", Requests: 40, Elapsed: 1}}))
 		done <- result{as, err}
 	}()
 	select {
@@ -221,10 +221,10 @@ func TestStatusReadDuringCapacityCall(t *testing.T) {
 	case <-time.After(generous):
 		t.Fatal("the report asked for no lease")
 	}
-	read := make(chan []quota.BucketStatus, 1)
+	read := make(chan []state.BucketStatus, 1)
 	go func() {
 		_ = s.Next()
-		_ = s.Conflict([]quota.Usage{{Resource: "d/name=a"}})
+		_ = s.Conflict([]state.Usage{{Resource: "d/name=a"}})
 		read <- s.Buckets()
 	}()
 	select {
@@ -237,7 +237,7 @@ func TestStatusReadDuringCapacityCall(t *testing.T) {
 	}
 	close(held.release)
 	r := <-done
-	if r.err != nil || len(r.as) != 1 || r.as[0].Kind != quota.Assign {
+	if r.err != nil || len(r.as) != 1 || r.as[0].Kind != state.Assign {
 		t.Fatalf("after the call: %+v %v, want an assignment", r.as, r.err)
 	}
 	if bs := s.Buckets(); len(bs) != 1 || !bs[0].Sent || bs[0].Assigned != r.as[0].Rate {
@@ -245,15 +245,15 @@ func TestStatusReadDuringCapacityCall(t *testing.T) {
 	}
 }
 
-// TestReady: a session makes no capacity call itself. A report returns
+// TestReady: a stream makes no capacity call itself. A report returns
 // the one request to make; a redirect for an answer is ErrNotMaster; the
-// end of the session returns the release of every lease it held, which
+// end of the stream returns the release of every lease it held, which
 // gives the capacity back.
 func TestReady(t *testing.T) {
 	clock := testutil.NewClock(time.Unix(1_000_000, 0))
 	c := leaser(t, clock, fairShare(10, 4))
-	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: time.Minute}, quota.Discard)
-	us := []quota.Usage{{Resource: "d/name=a", Requests: 40, Elapsed: 1}, {Resource: "d/name=b", Requests: 20, Elapsed: 1}}
+	s := state.New("envoy", c, state.Options{UnconfiguredTTL: time.Minute}, state.Discard)
+	us := []state.Usage{{Resource: "d/name=a", Requests: 40, Elapsed: 1}, {Resource: "d/name=b", Requests: 20, Elapsed: 1}}
 	rd := s.Report(clock.Now(), us)
 	if rd.Ask == nil || len(rd.Ask.GetResource()) != 2 || rd.Ask.GetClientId() != "envoy" || len(rd.Release) != 0 || len(rd.Send) != 0 {
 		t.Fatalf("first report: %+v, want one request for both buckets", rd)
@@ -261,10 +261,10 @@ func TestReady(t *testing.T) {
 	if _, err := c.Status("d/name=a"); err == nil {
 		t.Fatal("a lease was asked for before the caller asked")
 	}
-	if _, err := s.Apply(rd, &pb.GetCapacityResponse{Mastership: &pb.Mastership{}}); !errors.Is(err, quota.ErrNotMaster) {
+	if _, err := s.Apply(rd, &pb.GetCapacityResponse{Mastership: &pb.Mastership{}}); !errors.Is(err, state.ErrNotMaster) {
 		t.Fatalf("a redirect: %v, want ErrNotMaster", err)
 	}
-	if _, err := quota.Perform(t.Context(), c, s, rd); err != nil {
+	if _, err := state.Perform(t.Context(), c, s, rd); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := c.Status("d/name=a"); err != nil || st.Clients != 1 {
@@ -277,7 +277,7 @@ func TestReady(t *testing.T) {
 	if len(s.Buckets()) != 0 {
 		t.Errorf("buckets after the end: %+v", s.Buckets())
 	}
-	if _, err := quota.Perform(t.Context(), c, s, end); err != nil {
+	if _, err := state.Perform(t.Context(), c, s, end); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"d/name=a", "d/name=b"} {
@@ -287,15 +287,15 @@ func TestReady(t *testing.T) {
 	}
 }
 
-// TestMetricsAtConstruction: a session counts in the metrics it was
+// TestMetricsAtConstruction: a stream counts in the metrics it was
 // built with from its first report; a nil field counts nothing.
 func TestMetricsAtConstruction(t *testing.T) {
 	clock := testutil.NewClock(time.Unix(1_000_000, 0))
 	c := leaser(t, clock, fairShare(10, 4))
 	var buckets gauge
 	var sent counter
-	s := quota.New("envoy", c, quota.Options{UnconfiguredTTL: time.Minute}, quota.Metrics{Buckets: &buckets, Sent: &sent})
-	if _, err := quota.Perform(t.Context(), c, s, s.Report(clock.Now(), []quota.Usage{{Resource: "d/name=a", Requests: 40, Elapsed: 1}})); err != nil {
+	s := state.New("envoy", c, state.Options{UnconfiguredTTL: time.Minute}, state.Metrics{Buckets: &buckets, Sent: &sent})
+	if _, err := state.Perform(t.Context(), c, s, s.Report(clock.Now(), []state.Usage{{Resource: "d/name=a", Requests: 40, Elapsed: 1}})); err != nil {
 		t.Fatal(err)
 	}
 	if buckets != 1 || sent != 1 {
