@@ -1,15 +1,22 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/admin/adminhttp"
 	"github.com/sluice-rl/sluice/admin/etcdstore"
 	"github.com/sluice-rl/sluice/admin/quotaapi"
 	"github.com/sluice-rl/sluice/resources"
+	"github.com/sluice-rl/sluice/server/envoyrls"
+	"github.com/sluice-rl/sluice/server/limitsvc"
 )
 
 // Admin configures the admin API at /admin/v1/ (JSON: the configuration
@@ -34,7 +41,36 @@ type Admin struct {
 	Keep int
 }
 
-// adminHandler returns handler with the admin API mounted at /admin/v1/
+// adminAPI is the wiring of the admin APIs into the server: the admin
+// API at /admin/v1/ (and its reset), and the quota service's REST API at
+// /api. It holds the user's Admin group, where the configuration it edits
+// lives (Document, an etcd client for a key), and the server's parts the
+// APIs reach: the configuration sources' syncs (read-your-writes), the
+// limits engine (/api/stats) and the services a reset resets. New builds
+// it and mounts its handler; it is not changed after, and its handlers
+// are safe for concurrent use.
+type adminAPI struct {
+	cfg Admin
+	doc Document
+	// intermediate: Parent.Addresses is set; the configuration is the
+	// parent's, and there is nothing to edit here.
+	intermediate bool
+	// clientCerts: Listen.TLS verifies client certificates, whose CN is
+	// the user.
+	clientCerts bool
+	setting     func(string) string // Config.Runtime.Setting
+	log         *slog.Logger
+	now         func() time.Time
+	etcd        *clientv3.Client // for Document.Path etcd:KEY
+	// syncConfig and syncQuota bring the configuration of Document.Path
+	// and of Document.QuotaServicePath up to date now (configSources);
+	// nil without them.
+	syncConfig, syncQuota func(context.Context) error
+	limits                *limitsvc.Service
+	envoy                 *envoyrls.Service
+}
+
+// handler returns handler with the admin API mounted at /admin/v1/
 // (and the quota service's at /api): over the configuration of
 // Config.Document.Path (a file, or an etcd key), the quota service's REST
 // API over Config.Document.QuotaServicePath when it is set (in Square's
@@ -43,8 +79,8 @@ type Admin struct {
 // nothing to edit. Changes take effect the one way configuration changes
 // do: the servers' watchers of the file or key; this server's watcher
 // applies a change before the change answers (read-your-writes).
-func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
-	a := s.cfg.Admin
+func (api adminAPI) handler(handler http.Handler) (http.Handler, error) {
+	a := api.cfg
 	if a.Keep == 0 {
 		a.Keep = admin.DefaultKeep
 	}
@@ -52,37 +88,36 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	if err != nil {
 		return nil, &FieldError{Field: "Admin.TrustForwarded", Err: err}
 	}
-	clientCerts := s.tls.endpoint != nil && s.tls.endpoint.ClientCAs != nil
-	auth, err := adminhttp.NewAuth(adminhttp.AuthOptions{TokenFile: a.TokenFile, ClientCerts: clientCerts, TrustForwarded: prefixes,
-		Insecure: a.Insecure, AuthReads: a.AuthReads, Logger: s.log, Setting: s.cfg.Runtime.Setting})
+	auth, err := adminhttp.NewAuth(adminhttp.AuthOptions{TokenFile: a.TokenFile, ClientCerts: api.clientCerts, TrustForwarded: prefixes,
+		Insecure: a.Insecure, AuthReads: a.AuthReads, Logger: api.log, Setting: api.setting})
 	if err != nil {
 		return nil, &FieldError{Field: "Admin.TokenFile", Err: err}
 	}
-	cfgPath, quotaPath := s.cfg.Document.Path, s.cfg.Document.QuotaServicePath
-	if len(s.cfg.Parent.Addresses) > 0 {
+	cfgPath, quotaPath := api.doc.Path, api.doc.QuotaServicePath
+	if api.intermediate {
 		cfgPath = "" // the parent's configuration: nothing to edit here
 	}
 	var store admin.Store
 	switch {
 	case cfgPath == "":
 	case strings.HasPrefix(cfgPath, "etcd:"):
-		store = etcdstore.New(s.etcd, strings.TrimPrefix(cfgPath, "etcd:"), etcdstore.Options{Keep: a.Keep})
+		store = etcdstore.New(api.etcd, strings.TrimPrefix(cfgPath, "etcd:"), etcdstore.Options{Keep: a.Keep})
 	default:
 		fs, err := admin.OpenFile(cfgPath, admin.FileOptions{Keep: a.Keep})
 		if err != nil {
-			s.log.Warn("admin API disabled", "err", err)
+			api.log.Warn("admin API disabled", "err", err)
 		} else {
 			store = fs
 		}
 	}
 	var svc, qsSvc *admin.Service
 	if store != nil {
-		svc = admin.New(store, admin.Options{Logger: s.log, Check: func(r *resources.Repository) error {
+		svc = admin.New(store, admin.Options{Logger: api.log, Check: func(r *resources.Repository) error {
 			if quotaPath != "" && r.Limits() != nil {
 				return fmt.Errorf("limits: this server reads its limits from Document.QuotaServicePath %s, and refuses a limits section in Document.Path; edit them through /api, or /admin/v1 on a server without Document.Path", quotaPath)
 			}
 			return nil
-		}, Sync: s.syncConfig})
+		}, Sync: api.syncConfig})
 	}
 	// With Document.QuotaServicePath, the quota service's REST API at /api
 	// edits that file in Square's format (and so does /admin/v1 when there
@@ -92,9 +127,9 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	if quotaPath != "" {
 		qs, err := quotaapi.OpenFile(quotaPath, admin.FileOptions{Keep: a.Keep})
 		if err != nil {
-			s.log.Warn("quota service admin API disabled", "err", err)
+			api.log.Warn("quota service admin API disabled", "err", err)
 		} else {
-			qsSvc = admin.New(qs, admin.Options{Logger: s.log, Check: quotaapi.Check, Sync: s.syncQuota})
+			qsSvc = admin.New(qs, admin.Options{Logger: api.log, Check: quotaapi.Check, Sync: api.syncQuota})
 			if svc == nil {
 				svc, store = qsSvc, qs
 			}
@@ -105,22 +140,22 @@ func (s *Server) adminHandler(handler http.Handler) (http.Handler, error) {
 	if store != nil {
 		switch {
 		case a.Insecure:
-			s.log.Warn("Admin.Insecure: anyone on this host may change the configuration through /admin/v1/ without credentials", "store", store.String())
+			api.log.Warn("Admin.Insecure: anyone on this host may change the configuration through /admin/v1/ without credentials", "store", store.String())
 		case !auth.WritesEnabled():
-			s.log.Info("admin API read-only: " + auth.DisabledMessage())
+			api.log.Info("admin API read-only: " + auth.DisabledMessage())
 		default:
-			s.log.Info("admin API", "store", store.String(), "authentication", strings.Join(auth.Methods(), ","), "history", a.Keep)
+			api.log.Info("admin API", "store", store.String(), "authentication", strings.Join(auth.Methods(), ","), "history", a.Keep)
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle(adminhttp.Prefix, adminhttp.Handler(svc, auth, s.log))
-	mux.Handle(adminhttp.ResetPath, adminhttp.ResetHandler(s.resetter(), auth, s.log)) // (a write, audited; no document needed)
+	mux.Handle(adminhttp.Prefix, adminhttp.Handler(svc, auth, api.log))
+	mux.Handle(adminhttp.ResetPath, adminhttp.ResetHandler(api.resetter(), auth, api.log)) // (a write, audited; no document needed)
 	// The quota service's admin REST API at /api, with the same
 	// authentication, and the limits engine for /api/stats.
 	//
 	// Source: quotaservice-wire.md, "Admin REST API"; docs/admin.md,
 	// "The quota service's admin API".
-	opts := quotaapi.Options{Stats: quotaapi.EngineStats(s.limits.Engine(), s.now), Logger: s.log}
+	opts := quotaapi.Options{Stats: quotaapi.EngineStats(api.limits.Engine(), api.now), Logger: api.log}
 	qh := quotaapi.Handler(qsSvc, auth, opts)
 	mux.Handle(quotaapi.Prefix, qh)
 	mux.Handle(quotaapi.Prefix+"/", qh)

@@ -26,8 +26,8 @@
 //     envoy.service.rate_limit_quota.v3.RateLimitQuotaService, its
 //     buckets leased as resources of the capacity service (server/rlqs);
 //     Config.RLQS;
-//   - gRPC health (grpc.health.v1, following Ready) and server
-//     reflection.
+//   - gRPC health (grpc.health.v1, following Ready; readiness.go) and
+//     server reflection.
 //
 // Across them: client identities (Config.Listen.Identity: each client's
 // identity from its certificate, and every RPC authorized by one table,
@@ -38,8 +38,9 @@
 // metrics at /metrics (Config.Runtime.Registry); /healthz and /readyz
 // (Ready); Go's profiler at /debug/pprof/ (Config.Listen.Pprof).
 //
-// New assembles the services, the stores, the configuration sources, the
-// election, the fleet and the endpoint from a Config and returns every
+// New assembles the services, the stores, the configuration sources
+// (sources.go), the election (elector.go), the fleet and the endpoint
+// from a Config and returns every
 // error (a field at fault as a *FieldError naming it, "RLQS.Burst: …");
 // Run serves until its context ends, then drains.
 // `sluice server` is flag parsing around these two calls. Config holds

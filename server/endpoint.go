@@ -77,7 +77,7 @@ func (s *Server) Serve(lis net.Listener, handler http.Handler, tlsConfig *tls.Co
 	grpcL := e.m.MatchWithWriters(cmux.HTTP2MatchHeaderFieldSendSettings("content-type", "application/grpc"))
 	httpL := ackFilterListener{e.m.Match(cmux.Any())}
 
-	gopts := append(s.grpcTracing(), grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.ChainUnaryInterceptor(s.rpc.grpcInterceptor, s.authz.Unary), grpc.StreamInterceptor(s.authz.Stream),
+	gopts := append(s.tracer.grpcServer(), grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.ChainUnaryInterceptor(s.rpc.grpcInterceptor, s.authz.Unary), grpc.StreamInterceptor(s.authz.Stream),
 		grpc.NumStreamWorkers(uint32(streamWorkersPerCPU*runtime.GOMAXPROCS(0))))
 	if tlsConfig != nil {
 		gopts = append(gopts, grpc.Creds(terminatedTLS{}))

@@ -1,40 +1,40 @@
 package server
 
 import (
+	"crypto/tls"
 	"fmt"
 
 	"github.com/sluice-rl/sluice/internal/filewatch"
 	"github.com/sluice-rl/sluice/internal/identity"
 )
 
-// openIdentity builds the Authorizer of Config.Listen.Identity (nil
+// openIdentity builds the Authorizer of id (Config.Listen.Identity; nil
 // without a source) and loads its policy file, whose watcher Run starts
 // (a bad new file is logged and counted, and the last good one keeps
 // serving). The servers trusted to forward session requests are the
 // policy's fleet and this server itself, by the identity of the client
-// certificate it forwards with (Parent.TLS).
-func (s *Server) openIdentity() error {
-	id := s.cfg.Listen.Identity
+// certificate it forwards with (parentTLS: Parent.TLS). setting is
+// Config.Runtime.Setting.
+func (c *configSources) openIdentity(id Identity, setting func(string) string, parentTLS *tls.Config) (*identity.Authorizer, error) {
 	if id.Source == "" {
-		return nil
+		return nil, nil
 	}
-	opts := identity.Options{Setting: s.cfg.Runtime.Setting, Fleet: []string{identity.OfConfig(s.tls.parent)}}
+	opts := identity.Options{Setting: setting, Fleet: []string{identity.OfConfig(parentTLS)}}
 	if path := id.PolicyPath; path != "" {
 		w, err := filewatch.New(path, identity.LoadPolicy, func(p *identity.Policy) {
-			s.configReloaded(nil)
-			s.log.Info("identity policy loaded", "path", path, "identities", p.Len(), "hash", p.Hash())
+			c.reloaded(nil)
+			c.log.Info("identity policy loaded", "path", path, "identities", p.Len(), "hash", p.Hash())
 		}, func(err error) {
-			s.configReloaded(err)
-			s.log.Error("identity policy reload failed; keeping the last good policy", "path", path, "err", err)
+			c.reloaded(err)
+			c.log.Error("identity policy reload failed; keeping the last good policy", "path", path, "err", err)
 		})
 		if err != nil {
-			return &FieldError{Field: "Listen.Identity.PolicyPath", Err: fmt.Errorf("loading %s: %w", path, err)}
+			return nil, &FieldError{Field: "Listen.Identity.PolicyPath", Err: fmt.Errorf("loading %s: %w", path, err)}
 		}
-		s.log.Info("identity policy loaded", "path", path, "identities", w.Current().Len(), "hash", w.Current().Hash())
+		c.log.Info("identity policy loaded", "path", path, "identities", w.Current().Len(), "hash", w.Current().Hash())
 		opts.Policy = w.Current
-		s.watchers = append(s.watchers, w.Run)
-		s.files = append(s.files, fileWatcher{path, w})
+		c.watchers = append(c.watchers, w.Run)
+		c.files = append(c.files, fileWatcher{path, w})
 	}
-	s.auth = identity.New(opts)
-	return nil
+	return identity.New(opts), nil
 }

@@ -21,7 +21,7 @@ import (
 //
 // Source: envoyproxy/ratelimit issue #191 (reset one key); gubernator's
 // Behavior RESET_REMAINING.
-func (s *Server) resetter() adminhttp.Resetter {
+func (api adminAPI) resetter() adminhttp.Resetter {
 	return adminhttp.ResetterFunc(func(ctx context.Context, req adminhttp.ResetRequest) (int, error) {
 		switch {
 		case req.Envoy != nil:
@@ -29,13 +29,13 @@ func (s *Server) resetter() adminhttp.Resetter {
 			for i, e := range req.Envoy.Descriptor {
 				entries[i] = rls.Entry{Key: e.Key, Value: e.Value}
 			}
-			n, err := s.envoy.Reset(ctx, req.Envoy.Domain, entries)
+			n, err := api.envoy.Reset(ctx, req.Envoy.Domain, entries)
 			return n, resetError(err, func(f string) string { return "envoy." + f })
 		case req.Limits != nil:
-			held, err := s.limits.Engine().Reset(ctx, req.Limits.Resource, req.Limits.Domain)
+			held, err := api.limits.Engine().Reset(ctx, req.Limits.Resource, req.Limits.Domain)
 			return heldCount(held), resetError(err, func(f string) string { return "limits." + f })
 		case req.Quota != nil:
-			held, err := s.limits.Engine().Reset(ctx, req.Quota.Namespace, req.Quota.Bucket)
+			held, err := api.limits.Engine().Reset(ctx, req.Quota.Namespace, req.Quota.Bucket)
 			quotaField := map[string]string{"resource": "quota.namespace", "domain": "quota.bucket"}
 			return heldCount(held), resetError(err, func(f string) string { return quotaField[f] })
 		}

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -23,33 +22,25 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/sluice-rl/sluice/admin/etcdstore"
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	qs "github.com/sluice-rl/sluice/api/quotaservice"
 	"github.com/sluice-rl/sluice/api/quotaservice/quotaserviceconnect"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/api/sluice/v1/sluicev1connect"
-	"github.com/sluice-rl/sluice/election"
 	"github.com/sluice-rl/sluice/fleet"
-	"github.com/sluice-rl/sluice/internal/filewatch"
 	"github.com/sluice-rl/sluice/internal/grpcconnect"
 	"github.com/sluice-rl/sluice/internal/identity"
-	"github.com/sluice-rl/sluice/internal/refresh"
 	"github.com/sluice-rl/sluice/limits/copies"
-	"github.com/sluice-rl/sluice/limits/limitsyaml"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/limits/rls"
-	"github.com/sluice-rl/sluice/limits/rlsxds"
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/envoyrls"
@@ -73,10 +64,6 @@ const MaxRequestBytes = 8 << 20
 // is 0 (sessions.DefaultMaxSessions).
 const DefaultMaxSessions = sessions.DefaultMaxSessions
 
-// Drain timing: a resignation etcd does not answer within resignTimeout is
-// given up (the session's TTL ends the candidacy).
-const resignTimeout = 2 * time.Second
-
 // Server is an assembled server: its services, configuration sources,
 // election, fleet and endpoint. Run serves it once.
 type Server struct {
@@ -87,7 +74,7 @@ type Server struct {
 	lis     net.Listener
 	addr    string
 	rpc     *rpcMetrics
-	reloads *prometheus.CounterVec
+	reloads *prometheus.CounterVec // sluice_server_config_reloads_total (configReloaded)
 
 	capacity *capacity.Service
 	limits   *limitsvc.Service
@@ -100,28 +87,15 @@ type Server struct {
 
 	etcd      *clientv3.Client
 	closeEtcd func()
-	election  election.Election
 	member    *fleet.Member
-	watchers  []func(context.Context) error // configuration watchers, started by Run
-	files     []fileWatcher                 // reloaded by Reload
-	// syncConfig brings the --config file's or key's configuration up to
-	// date now (the admin API's read-your-writes); nil without --config.
-	syncConfig func(context.Context) error
-	// syncQuota is syncConfig for --quotaservice-config.
-	syncQuota func(context.Context) error
 	draining  atomic.Bool
 	shared    Shared                                       // the open store (Config.Store); its zero value: memory
 	tls       struct{ endpoint, parent, etcd *tls.Config } // loaded by openTLS
-	health    *health.Server                               // grpc.health.v1.Health, following Ready
+	health    *healthFollower                              // grpc.health.v1.Health, following Ready
 
-	// tracer is Config.Runtime.Tracing's provider (nil: off), and
-	// closeTracing flushes and shuts down the one New built.
-	tracer       trace.TracerProvider
-	closeTracing func()
-
-	// horizon is a root's lease horizon under an etcd election (nil:
-	// none): the capacity service keeps it, the election opens its terms.
-	horizon *election.LeaseHorizon
+	tracer tracer         // Config.Runtime.Tracing (zero: off)
+	config *configSources // the configuration sources, their watchers and reloads
+	elect  *elector       // the election (Config.Election) and a root's lease horizon
 	// auth binds clients to their certificates' identities
 	// (Config.Listen.Identity; nil: off), for every service.
 	auth *identity.Authorizer
@@ -130,9 +104,6 @@ type Server struct {
 	// statsd sends Envoy's rate limit service's statistics under
 	// envoyproxy/ratelimit's names (Config.Runtime.Statsd; nil: off).
 	statsd *upstreamstats.Sink
-	// xds follows the xDS control plane serving Envoy's rate limit rules
-	// (Config.Document.EnvoyRateLimitXDS; nil: none); its Run is a watcher.
-	xds *rlsxds.Source
 }
 
 // New assembles a server from cfg: it listens, builds the services over
@@ -147,7 +118,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Runtime.Logger, reg: cfg.Runtime.Registry, now: cfg.Runtime.Now, closeEtcd: func() {}, closeTracing: func() {}}
+	s := &Server{cfg: cfg, log: cfg.Runtime.Logger, reg: cfg.Runtime.Registry, now: cfg.Runtime.Now, closeEtcd: func() {}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -195,7 +166,6 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.rpc, err = newRPCMetrics(s.reg); err != nil {
 		return nil, err
 	}
-	s.health = health.NewServer()
 	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_server_config_reloads_total",
 		Help: "Configuration reloads, by result (ok, failed).",
@@ -207,34 +177,41 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 
-	if err := s.openTracing(ctx); err != nil {
+	s.config = &configSources{doc: cfg.Document, parent: cfg.Parent.Addresses, log: s.log, reg: s.reg, reloaded: s.configReloaded}
+
+	if s.tracer, err = openTracer(ctx, cfg.Runtime.Tracing, s.log); err != nil {
 		return nil, err
 	}
-	s.rpc.traced = s.tracer != nil
+	s.rpc.traced = s.tracer.on()
 	if err := s.openStore(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.openEtcd(); err != nil {
 		return nil, err
 	}
-	if err := s.openIdentity(); err != nil {
+	if s.auth, err = s.config.openIdentity(cfg.Listen.Identity, cfg.Runtime.Setting, s.tls.parent); err != nil {
 		return nil, err
 	}
+	s.elect = newElector(cfg, s.addr, s.log)
 	if err := s.newServices(id); err != nil {
 		return nil, err
 	}
+	s.health = &healthFollower{server: health.NewServer(), ready: s.Ready, isMaster: s.capacity.IsMaster}
 	s.authz = s.newAuthz()
-	if err := s.newElection(); err != nil {
+	if err := s.elect.open(s.etcd, s.capacity); err != nil {
 		return nil, err
 	}
-	if err := s.loadConfig(ctx); err != nil {
+	if err := s.config.load(ctx, s.etcd, configTargets{capacity: s.capacity, limits: s.limits, sessions: s.sessions, envoy: s.envoy, statsd: s.statsd}); err != nil {
 		return nil, err
 	}
 	s.status = status.New(status.Views{
 		Capacity: s.capacity.View(), Limits: s.limits.Engine(), Sessions: s.sessions, Envoy: s.envoy, RLQS: s.rlqs,
-		Ready: s.Ready, Draining: s.draining.Load, Redis: s.redisStatus, Now: s.now, Logger: s.log,
+		Ready: s.Ready, Draining: s.draining.Load, Redis: s.shared.redisStatus, Now: s.now, Logger: s.log,
 	})
-	if s.handler, err = s.adminHandler(s.Handler()); err != nil {
+	admin := adminAPI{cfg: cfg.Admin, doc: cfg.Document, intermediate: len(cfg.Parent.Addresses) > 0,
+		clientCerts: s.tls.endpoint != nil && s.tls.endpoint.ClientCAs != nil, setting: cfg.Runtime.Setting, log: s.log, now: s.now,
+		etcd: s.etcd, syncConfig: s.config.syncConfig, syncQuota: s.config.syncQuota, limits: s.limits, envoy: s.envoy}
+	if s.handler, err = admin.handler(s.Handler()); err != nil {
 		return nil, err
 	}
 	if cfg.Listen.Pprof {
@@ -259,7 +236,7 @@ func (s *Server) openEtcd() error {
 		return nil
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd.Endpoints, DialTimeout: 5 * time.Second, TLS: s.tls.etcd, Logger: etcdLogger(s.log),
-		DialOptions: s.grpcClientTracing()})
+		DialOptions: s.tracer.grpcClient()})
 	if err != nil {
 		return &FieldError{Field: "Etcd.Endpoints", Err: err}
 	}
@@ -301,7 +278,7 @@ func (s *Server) openStore(ctx context.Context) error {
 			timeout = redisstore.DefaultTimeout
 		}
 		rs, err := redisstore.Open(ctx, redisstore.Dial{URL: st.Redis, Cluster: st.Cluster, Sentinel: st.Sentinel, TLS: tc,
-			PasswordFile: st.PasswordFile, Prefix: st.KeyPrefix, Timeout: timeout, Logger: s.log, TracerProvider: s.tracer})
+			PasswordFile: st.PasswordFile, Prefix: st.KeyPrefix, Timeout: timeout, Logger: s.log, TracerProvider: s.tracer.provider})
 		if err != nil {
 			return storeFieldError(err)
 		}
@@ -332,16 +309,6 @@ func storeFieldError(err error) error {
 // newServices builds the capacity, limits and sessions services.
 func (s *Server) newServices(id string) error {
 	cfg := s.cfg
-	// A root elected in etcd keeps a lease horizon, so that a successor
-	// elected after every lease lapsed does not learn for nothing (an
-	// intermediate learns the same from its parent): the capacity service
-	// is built with it, and the election (newElection) with the service's
-	// longest lease and it.
-	var horizon capacity.Horizon
-	if cfg.Election.Kind == "etcd" && len(cfg.Parent.Addresses) == 0 {
-		s.horizon = new(election.LeaseHorizon)
-		horizon = s.horizon
-	}
 	// capacity.New returns no error: its registration errors are
 	// recorded instead of panicking, and checked here.
 	reg := promreg.NewRecorder(s.reg)
@@ -352,7 +319,7 @@ func (s *Server) newServices(id string) error {
 	s.capacity = capacity.New(capacity.Options{ID: id, Address: s.addr, Config: cfg.Document.Fixed, Now: s.now, Logger: s.log,
 		Registry: reg, Parent: cfg.Parent.Addresses, ParentTLS: s.tls.parent,
 		RequireConfig: cfg.Document.Path != "" && len(cfg.Parent.Addresses) == 0, NoPush: cfg.Leases.DisablePush,
-		Setting: cfg.Runtime.Setting, Election: s.describeElection(), Horizon: horizon})
+		Setting: cfg.Runtime.Setting, Election: s.elect.describe(), Horizon: s.elect.capacityHorizon()})
 	if err := reg.Err(); err != nil {
 		return fmt.Errorf("capacity: %w", err)
 	}
@@ -379,7 +346,7 @@ func (s *Server) newServices(id string) error {
 		log = s.shared.Copies
 	}
 	so := sessions.Options{Address: s.addr, Now: s.now, Logger: s.log, Registry: s.reg, Config: fixed.Copies(),
-		Log: log, MaxSessions: cfg.Sessions.Max, Setting: cfg.Runtime.Setting, ForwardDialOptions: s.grpcClientTracing()}
+		Log: log, MaxSessions: cfg.Sessions.Max, Setting: cfg.Runtime.Setting, ForwardDialOptions: s.tracer.grpcClient()}
 	if log != nil {
 		// The fleet sharing the copy log: the membership fences the
 		// engine until it has an epoch; requests for sessions homed on
@@ -426,269 +393,6 @@ func (s *Server) newServices(id string) error {
 	return nil
 }
 
-// newElection creates the election of cfg.Election, after newServices.
-func (s *Server) newElection() error {
-	el := s.cfg.Election
-	switch el.Kind {
-	case "", "standalone":
-		s.election = election.Standalone(s.addr)
-	case "etcd": // its key and etcd's endpoints checked by Config.validate
-		opts := election.EtcdOptions{Key: el.Key, Address: s.addr, TTL: s.electionTTL(), Logger: s.log}
-		if s.horizon != nil { // a root (newServices)
-			opts.LongestLease, opts.Horizon = s.capacity.LongestLease, s.horizon
-		}
-		e, err := election.Etcd(s.etcd, opts)
-		if err != nil {
-			return err
-		}
-		s.election = e
-		s.capacity.SetMastership(false, "") // until the election says otherwise
-	}
-	return nil
-}
-
-// electionTTL is the etcd election's session TTL: cfg.Election.TTL, 10 s
-// when zero.
-func (s *Server) electionTTL() time.Duration {
-	if ttl := s.cfg.Election.TTL; ttl != 0 {
-		return ttl
-	}
-	return 10 * time.Second
-}
-
-// describeElection describes cfg.Election for the status page
-// (capacity.Options.Election).
-func (s *Server) describeElection() string {
-	el := s.cfg.Election
-	if el.Kind != "etcd" {
-		return "standalone"
-	}
-	return fmt.Sprintf("etcd %s at %s (session TTL %v)", el.Key, strings.Join(s.cfg.Etcd.Endpoints, ","), s.electionTTL())
-}
-
-// loadConfig loads the configuration sources (their watchers start with
-// Run) and installs what they hold.
-func (s *Server) loadConfig(ctx context.Context) error {
-	cfg := s.cfg
-	if err := s.openXDS(); err != nil {
-		return err
-	}
-	switch {
-	case len(cfg.Parent.Addresses) > 0:
-		if cfg.Document.Path != "" {
-			s.log.Warn("Document.Path is ignored with Parent.Addresses: the parent pushes the configuration down")
-		}
-		s.log.Info("intermediate server", "parent", cfg.Parent.Addresses)
-	case cfg.Document.Path != "":
-		// The file or etcd key: installed now, and on every change (a bad
-		// one is logged and counted; the last good one stays).
-		key, inEtcd := strings.CutPrefix(cfg.Document.Path, "etcd:")
-		where := []any{"path", cfg.Document.Path}
-		if inEtcd {
-			where = []any{"etcd_key", key}
-		}
-		onLoad := func(r *resources.Repository) {
-			s.applyConfig(r)
-			s.configReloaded(nil)
-			s.log.Info("configuration loaded", append(where, "templates", r.Len(), "hash", r.Hash())...)
-		}
-		onError := func(err error) {
-			s.configReloaded(err)
-			s.log.Error("configuration reload failed; keeping the last good configuration", append(where, "err", err)...)
-		}
-		var current *resources.Repository
-		if inEtcd {
-			gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			w, err := etcdstore.NewWatcher(gctx, s.etcd, key, onLoad, onError)
-			cancel()
-			if err != nil {
-				return err
-			}
-			current = w.Current()
-			s.watchers = append(s.watchers, w.Run)
-			s.syncConfig = w.Sync
-		} else {
-			w, err := resources.NewWatcher(cfg.Document.Path, onLoad, onError)
-			if err != nil {
-				return fmt.Errorf("loading %s: %w", cfg.Document.Path, err)
-			}
-			current = w.Current()
-			s.watchers = append(s.watchers, w.Run)
-			s.files = append(s.files, fileWatcher{cfg.Document.Path, w})
-			s.syncConfig = func(context.Context) error { return w.Reload() }
-		}
-		if err := s.checkLimitsOnce(current); err != nil {
-			return err
-		}
-		if err := s.checkXDSOnce(current); err != nil {
-			return err
-		}
-		s.applyConfig(current)
-	case cfg.Document.Fixed != nil:
-		if err := s.checkLimitsOnce(cfg.Document.Fixed); err != nil {
-			return err
-		}
-		if err := s.checkXDSOnce(cfg.Document.Fixed); err != nil {
-			return err
-		}
-	case cfg.Document.QuotaServicePath == "" && cfg.Document.EnvoyRateLimitPath == "" && s.xds == nil:
-		s.log.Warn("no resource document (Document.Path): every resource is granted what it asks (NO_ALGORITHM)")
-	}
-	if path := cfg.Document.QuotaServicePath; path != "" {
-		w, err := resources.NewWatcherFunc(path, resources.LoadQuotaService, func(r *resources.Repository) {
-			err := s.limits.SetConfig(r.Limits())
-			s.configReloaded(err)
-			s.log.Info("quota service configuration loaded", "path", path, "namespaces", len(r.Limits().Resources), "hash", r.Hash(), "err", err)
-		}, func(err error) {
-			s.configReloaded(err)
-			s.log.Error("quota service configuration reload failed; keeping the last good configuration", "path", path, "err", err)
-		})
-		if err != nil {
-			return fmt.Errorf("loading %s: %w", path, err)
-		}
-		if err := s.limits.SetConfig(w.Current().Limits()); err != nil {
-			return fmt.Errorf("loading %s: %w", path, err)
-		}
-		s.watchers = append(s.watchers, w.Run)
-		s.files = append(s.files, fileWatcher{path, w})
-		s.syncQuota = func(context.Context) error { return w.Reload() }
-	}
-	if path := cfg.Document.EnvoyRateLimitPath; path != "" {
-		w, err := filewatch.New(path, limitsyaml.LoadEnvoyRateLimit, func(c *rls.Config) {
-			s.envoy.SetConfig(c)
-			s.envoyLoaded(nil)
-			s.log.Info("envoy rate limit configuration loaded", "path", path, "domains", c.Len(), "hash", c.Hash())
-		}, func(err error) {
-			s.envoyLoaded(err)
-			s.log.Error("envoy rate limit configuration reload failed; keeping the last good configuration", "path", path, "err", err)
-		})
-		if err != nil {
-			return fmt.Errorf("loading %s: %w", path, err)
-		}
-		s.envoy.SetConfig(w.Current())
-		s.envoyLoaded(nil)
-		s.log.Info("envoy rate limit configuration loaded", "path", path, "domains", w.Current().Len(), "hash", w.Current().Hash())
-		s.watchers = append(s.watchers, w.Run)
-		s.files = append(s.files, fileWatcher{path, w})
-	}
-	return nil
-}
-
-// openXDS checks Config.Document.EnvoyRateLimitXDS and, when it names a
-// control plane, makes the source that follows it (its Run a watcher, so
-// that Run starts it): each version's rules go to Envoy's rate limit
-// service whole, each version refused is logged (by the source) and
-// counted in sluice_server_config_reloads_total; the source's metrics
-// (sluice_envoy_xds_*) join the registry. Errors (*FieldError):
-// fields set without ServerURL, the control plane with
-// Document.EnvoyRateLimitPath, ServerName without TLS, TLS files that
-// cannot be loaded, and the source's own refusals (RetryInterval,
-// Headers).
-func (s *Server) openXDS() error {
-	const field = "Document.EnvoyRateLimitXDS"
-	x := s.cfg.Document.EnvoyRateLimitXDS
-	switch {
-	case !x.enabled() && (x.NodeID != "" || len(x.NodeMetadata) > 0 || !x.TLS.IsZero() || x.ServerName != "" ||
-		len(x.Headers) > 0 || x.RetryInterval != 0 || x.MergeDomains || x.ForceStart):
-		return fieldErr(field+".ServerURL", "empty, but other %s fields are set; give the control plane's host:port", field)
-	case !x.enabled():
-		return nil
-	case s.cfg.Document.EnvoyRateLimitPath != "":
-		return fieldErr(field, "envoy rate limit rules configured twice: by %s (%s) and by Document.EnvoyRateLimitPath %s; keep one",
-			field, x.ServerURL, s.cfg.Document.EnvoyRateLimitPath)
-	case x.ServerName != "" && x.TLS.IsZero():
-		return fieldErr(field+".ServerName", "set without %s.TLS: the name is checked on TLS connections only", field)
-	}
-	tc, err := x.TLS.client(field + ".TLS")
-	if err != nil {
-		return err
-	}
-	if tc != nil && x.ServerName != "" {
-		tc = tc.Clone()
-		tc.ServerName = x.ServerName
-	}
-	src, err := rlsxds.New(rlsxds.Options{ServerURL: x.ServerURL, NodeID: x.NodeID, NodeMetadata: x.NodeMetadata, TLS: tc,
-		Headers: x.Headers, RetryInterval: x.RetryInterval, MergeDomains: x.MergeDomains, Logger: s.log,
-		Apply: func(c *rls.Config) error {
-			s.envoy.SetConfig(c)
-			s.envoyLoaded(nil)
-			return nil
-		},
-		Rejected: func(_ string, err error) { s.envoyLoaded(err) }})
-	var fe *FieldError
-	if errors.As(err, &fe) {
-		return fe.Under(field)
-	}
-	if err != nil {
-		return err
-	}
-	if err := promreg.Register(s.reg, src.Collectors()...); err != nil {
-		return err
-	}
-	s.xds = src
-	s.watchers = append(s.watchers, src.Run)
-	s.log.Info("envoy rate limit rules from an xDS control plane", "server", x.ServerURL, "node_id", cmp.Or(x.NodeID, rlsxds.DefaultNodeID),
-		"tls", tc != nil, "force_start", x.ForceStart)
-	return nil
-}
-
-// checkXDSOnce refuses Envoy's rules from both the xDS control plane and
-// the document's envoy_ratelimit section.
-func (s *Server) checkXDSOnce(r *resources.Repository) error {
-	doc := s.cfg.Document
-	if s.xds == nil || r.EnvoyRateLimit() == nil {
-		return nil
-	}
-	where := "Document.Fixed"
-	if doc.Path != "" {
-		where = "Document.Path " + doc.Path
-	}
-	return fieldErr("Document.EnvoyRateLimitXDS", "envoy rate limit rules configured twice: in the envoy_ratelimit section of %s and by Document.EnvoyRateLimitXDS (%s); keep one",
-		where, doc.EnvoyRateLimitXDS.ServerURL)
-}
-
-// fileWatcher is a configuration file's watcher.
-type fileWatcher struct {
-	path string
-	w    interface{ Reload() error }
-}
-
-// applyConfig installs a repository: its templates, and its limits
-// section unless --quotaservice-config gives the limits.
-func (s *Server) applyConfig(r *resources.Repository) {
-	s.capacity.SetConfig(r)
-	if s.cfg.Document.QuotaServicePath == "" {
-		if err := s.limits.SetConfig(r.Limits()); err != nil {
-			s.log.Error("limits section refused", "err", err)
-		}
-	}
-	if err := s.sessions.SetConfig(r.Copies()); err != nil {
-		s.log.Error("copy-limited resources refused", "err", err)
-	}
-	if s.cfg.Document.EnvoyRateLimitPath == "" && s.xds == nil {
-		s.envoy.SetConfig(r.EnvoyRateLimit())
-	}
-	for _, note := range r.Notes() {
-		s.log.Info("configuration normalized", "note", note)
-	}
-}
-
-// checkLimitsOnce refuses limits, or Envoy's rules, from two sources.
-func (s *Server) checkLimitsOnce(r *resources.Repository) error {
-	doc := s.cfg.Document
-	where := "Document.Fixed"
-	if doc.Path != "" {
-		where = "Document.Path " + doc.Path
-	}
-	if doc.QuotaServicePath != "" && r.Limits() != nil {
-		return fieldErr("Document.QuotaServicePath", "limits configured twice: in the limits section of %s and by Document.QuotaServicePath %s; keep one", where, doc.QuotaServicePath)
-	}
-	if doc.EnvoyRateLimitPath != "" && r.EnvoyRateLimit() != nil {
-		return fieldErr("Document.EnvoyRateLimitPath", "envoy rate limit rules configured twice: in the envoy_ratelimit section of %s and by Document.EnvoyRateLimitPath %s; keep one", where, doc.EnvoyRateLimitPath)
-	}
-	return nil
-}
-
 // configReloaded records the outcome of a configuration reload (err nil:
 // ok) in sluice_server_config_reloads_total.
 func (s *Server) configReloaded(err error) {
@@ -699,32 +403,26 @@ func (s *Server) configReloaded(err error) {
 	s.reloads.WithLabelValues("ok").Inc()
 }
 
-// envoyLoaded records a load of Envoy's rate limit rules (err nil: good):
-// as every configuration reload (configReloaded), and in upstream's
-// statistics (config_load_success, config_load_error) when statsd is on.
-func (s *Server) envoyLoaded(err error) {
-	s.configReloaded(err)
-	if s.statsd != nil {
-		s.statsd.ConfigLoad(err)
-	}
-}
-
 // Reload rereads the configuration files (--config,
 // --quotaservice-config, --envoy-ratelimit-config, --client-policy) at
 // once, as on SIGHUP; a bad file is logged and counted, and the last good
 // configuration keeps serving.
-func (s *Server) Reload() {
-	for _, f := range s.files {
-		s.log.Info("reloading configuration", "path", f.path)
-		_ = f.w.Reload()
-	}
-}
+func (s *Server) Reload() { s.config.reload() }
 
 // redisShared is the shared store on rs: its buckets, Envoy's counters,
 // its copy log, its collector (sluice_redis_* on /metrics) and its health
 // (the status page); closing it closes rs.
 func redisShared(rs *redisstore.Store) Shared {
 	return Shared{Limits: rs, Copies: redisstore.NewCopyLog(rs), RLS: redisstore.NewRLS(rs), Metrics: rs.Collector(), Health: rs.Health, Close: rs.Close}
+}
+
+// redisStatus is the status page's view of the store: its health, nil
+// without one (this process's memory).
+func (sh Shared) redisStatus() *status.RedisStatus {
+	if sh.Health != nil {
+		return status.RedisStatusOf(sh.Health())
+	}
+	return nil
 }
 
 // fleetMember is a fleet membership as the sessions service sees it.
@@ -766,11 +464,6 @@ func (s *Server) EnvoyPrometheus() http.Handler {
 	return s.statsd.PrometheusHandler()
 }
 
-// upstreamHealthName is the gRPC health service envoyproxy/ratelimit
-// reports (its src/server/health.go: "ratelimit"), so that a probe
-// written for it asks Sluice the same.
-const upstreamHealthName = "ratelimit"
-
 // Envoy returns Envoy's rate limit service.
 func (s *Server) Envoy() *envoyrls.Service { return s.envoy }
 
@@ -792,12 +485,7 @@ func (s *Server) Ready() (ready bool, why string) {
 	if s.draining.Load() {
 		return false, "draining"
 	}
-	if s.xds != nil && !s.xds.Ready() && !s.cfg.Document.EnvoyRateLimitXDS.ForceStart {
-		why := "no Envoy rate limit rules yet from the xDS control plane at " + s.cfg.Document.EnvoyRateLimitXDS.ServerURL +
-			" (Document.EnvoyRateLimitXDS; Document.EnvoyRateLimitXDS.ForceStart serves before them)"
-		if err := s.xds.Err(); err != nil {
-			why += ": " + err.Error()
-		}
+	if ok, why := s.config.xdsReady(); !ok {
 		return false, why
 	}
 	if s.shared.Health != nil {
@@ -816,14 +504,6 @@ func (s *Server) Ready() (ready bool, why string) {
 	return s.capacity.Ready()
 }
 
-// redisStatus is the status page's view of the shared store.
-func (s *Server) redisStatus() *status.RedisStatus {
-	if s.shared.Health != nil {
-		return status.RedisStatusOf(s.shared.Health())
-	}
-	return nil
-}
-
 // Handler returns the net/http side of the endpoint without the admin API:
 // every service over Connect (gRPC, gRPC-Web and JSON), the status site,
 // /metrics, /healthz and /readyz. Serve it with unencrypted HTTP/2
@@ -831,7 +511,7 @@ func (s *Server) redisStatus() *status.RedisStatus {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	for _, h := range s.connectHandlers() {
-		mux.Handle(s.traced(h.path, h.handler))
+		mux.Handle(s.tracer.http(h.path, h.handler))
 	}
 	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	s.status.Register(mux)
@@ -876,7 +556,7 @@ func (s *Server) limitsAPI() *rpc.Limits { return rpc.NewLimits(s.limits, s.sess
 
 // registerGRPC registers every service with grpc-go's server, and
 // beside them the standard grpc.health.v1.Health (following Ready, see
-// followReadiness) and gRPC server reflection (v1 and v1alpha), so that
+// healthFollower) and gRPC server reflection (v1 and v1alpha), so that
 // Envoy's and Kubernetes' health checks, grpcurl and ghz need no proto
 // files.
 func (s *Server) registerGRPC(gs *grpc.Server) {
@@ -886,47 +566,8 @@ func (s *Server) registerGRPC(gs *grpc.Server) {
 	gs.RegisterService(&rlsv3.RateLimitService_ServiceDesc, s.envoy)
 	gs.RegisterService(&v1.Leases_ServiceDesc, s.leases)
 	gs.RegisterService(&rlqsv3.RateLimitQuotaService_ServiceDesc, s.rlqs)
-	healthpb.RegisterHealthServer(gs, s.health)
+	s.health.register(gs)
 	reflection.Register(gs)
-}
-
-// readinessEvery is how often the health service's statuses follow
-// Ready (a change of mastership or configuration shows within it;
-// draining shows at once).
-const readinessEvery = 250 * time.Millisecond
-
-// followReadiness sets the health service's status of the server ("")
-// and of each of its services to SERVING while Ready, else NOT_SERVING,
-// every readinessEvery until ctx ends: the answers /readyz gives, for
-// gRPC health checks (Envoy's cluster health checks, Kubernetes' grpc
-// probes). Envoy's RLQS service is SERVING only while Ready on the
-// node's master, where its streams must go.
-func (s *Server) followReadiness(ctx context.Context) {
-	last, lastRLQS := healthpb.HealthCheckResponse_UNKNOWN, healthpb.HealthCheckResponse_UNKNOWN
-	refresh.Run(ctx, nil, func(context.Context) time.Duration {
-		st, rlqsSt := healthpb.HealthCheckResponse_NOT_SERVING, healthpb.HealthCheckResponse_NOT_SERVING
-		if ok, _ := s.Ready(); ok {
-			st = healthpb.HealthCheckResponse_SERVING
-			// RLQS streams stay on the task they reach, which must be its
-			// node's master (a standby ends them): Envoy's health checks
-			// of the service send them there.
-			if master, _ := s.capacity.IsMaster(); master {
-				rlqsSt = st
-			}
-		}
-		if st != last {
-			for _, name := range []string{"", pb.Capacity_ServiceDesc.ServiceName, v1.Limits_ServiceDesc.ServiceName, qs.QuotaService_ServiceDesc.ServiceName,
-				rlsv3.RateLimitService_ServiceDesc.ServiceName, v1.Leases_ServiceDesc.ServiceName, upstreamHealthName} {
-				s.health.SetServingStatus(name, st)
-			}
-			last = st
-		}
-		if rlqsSt != lastRLQS {
-			s.health.SetServingStatus(rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName, rlqsSt)
-			lastRLQS = rlqsSt
-		}
-		return readinessEvery
-	})
 }
 
 // Run serves until ctx ends, then drains: /readyz turns 503, the election
@@ -952,12 +593,12 @@ func (s *Server) Run(ctx context.Context) error {
 		func(ctx context.Context) { s.capacity.Run(ctx, time.Second) },
 		func(ctx context.Context) { s.limits.Run(ctx, time.Second) },
 		s.sessions.Run,
-		s.followReadiness,
+		s.health.follow,
 		func(ctx context.Context) { s.envoy.Run(ctx, 10*time.Second) },
 	} {
 		wg.Go(func() { run(bg) })
 	}
-	for _, w := range s.watchers {
+	for _, w := range s.config.watchers {
 		wg.Go(func() {
 			if err := w(bg); err != nil && bg.Err() == nil {
 				s.log.Error("configuration watcher stopped; the configuration in force stays", "err", err)
@@ -982,16 +623,7 @@ func (s *Server) Run(ctx context.Context) error {
 	electionDone := make(chan struct{})
 	go func() {
 		defer close(electionDone)
-		err := s.election.Run(ectx, func(st election.Status) {
-			s.capacity.SetMastership(st.IsMaster, st.Master)
-			if st.IsMaster {
-				s.capacity.SetLeasesEndBy(st.LeasesEndBy)
-			}
-			s.log.Info("mastership", "is_master", st.IsMaster, "master", st.Master, "previous_leases_end_by", st.LeasesEndBy)
-		})
-		if err != nil {
-			s.log.Error("the election stopped: this task no longer campaigns", "err", err)
-		}
+		s.elect.run(ectx, s.capacity)
 	}()
 	ep := s.Serve(s.lis, s.handler, s.tls.endpoint)
 	s.log.Info("sluice server listening", "addr", s.lis.Addr().String(), "id", s.capacity.View().Node().ID)
@@ -1011,18 +643,11 @@ func (s *Server) drain(ep *Endpoint, fleetDone, electionDone <-chan struct{}, st
 	start := s.now()
 	s.log.Info("draining: not ready, resigning mastership, finishing in-flight RPCs", "grace", grace)
 	s.draining.Store(true)
-	s.health.Shutdown() // every status NOT_SERVING at once, and for good
+	s.health.shutdown()
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	wasMaster, _ := s.capacity.IsMaster()
-	// An etcd that does not answer at once is gone: the session's TTL
-	// ends the candidacy then.
-	rctx, rcancel := context.WithTimeout(sctx, min(grace/4, resignTimeout))
-	resignErr := s.election.Resign(rctx)
-	rcancel()
-	if resignErr != nil {
-		s.log.Warn("resigning the election failed; the etcd session's TTL will end the candidacy", "err", resignErr)
-	}
+	resignErr := s.elect.resign(sctx, grace)
 	// A successor is elected at once after a resignation etcd took;
 	// without one, it takes the session's TTL: do not wait for it.
 	if wasMaster && s.cfg.Election.Kind == "etcd" && resignErr == nil {
@@ -1099,5 +724,5 @@ func (s *Server) close() {
 	if s.statsd != nil {
 		_ = s.statsd.Close()
 	}
-	s.closeTracing()
+	s.tracer.close()
 }

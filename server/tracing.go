@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/sluice-rl/sluice/internal/tracing"
@@ -19,71 +21,88 @@ import (
 // add Sluice's attributes. Without one, none of it is installed: the
 // services' tracing.Span is an atomic load.
 
-// openTracing builds the TracerProvider of Config.Runtime.Tracing (nil:
-// off), before the stores that use it.
-func (s *Server) openTracing(ctx context.Context) error {
-	t := s.cfg.Runtime.Tracing
+// tracer owns the server's TracerProvider (Config.Runtime.Tracing; nil:
+// off) and what ends it, and makes the instrumentation of the port's two
+// sides and of the gRPC clients on a request's path from it. The zero
+// value is tracing off. Set once in New and only read after: safe for
+// concurrent use.
+type tracer struct {
+	provider trace.TracerProvider
+	// end flushes and shuts down the provider New built, or releases
+	// one Config.Runtime.Tracing.Provider gave (nil: nothing to end).
+	end func()
+}
+
+// openTracer builds the TracerProvider of t (off: the zero tracer),
+// before the stores that use it.
+func openTracer(ctx context.Context, t Tracing, log *slog.Logger) (tracer, error) {
 	o := telemetry.Options{Exporter: t.Exporter, Protocol: t.Protocol, Endpoint: t.Endpoint, Sampler: t.Sampler, SamplerArg: t.SamplerArg}
 	if t.Provider != nil {
 		if !o.Off() {
-			return fieldErr("Runtime.Tracing.Exporter", "%q set with Runtime.Tracing.Provider; give one or the other", t.Exporter)
+			return tracer{}, fieldErr("Runtime.Tracing.Exporter", "%q set with Runtime.Tracing.Provider; give one or the other", t.Exporter)
 		}
-		s.tracer = t.Provider
-		s.closeTracing = tracing.Hold()
-		return nil
+		return tracer{provider: t.Provider, end: tracing.Hold()}, nil
 	}
 	tp, err := telemetry.New(ctx, o)
 	if oe := new(telemetry.OptionError); errors.As(err, &oe) {
-		return oe.Under("Runtime.Tracing")
+		return tracer{}, oe.Under("Runtime.Tracing")
 	} else if err != nil {
-		return err
+		return tracer{}, err
 	}
 	if tp == nil {
-		return nil
+		return tracer{}, nil
 	}
-	s.tracer = tp
 	release := tracing.Hold()
-	s.closeTracing = func() {
+	end := func() {
 		release()
 		// Export what is left (the batch processor's queue).
 		sctx, cancel := context.WithTimeout(context.Background(), tracingFlush)
 		defer cancel()
 		if err := tp.Shutdown(sctx); err != nil {
-			s.log.Warn("tracing: exporting the last spans failed", "err", err)
+			log.Warn("tracing: exporting the last spans failed", "err", err)
 		}
 	}
-	s.log.Info("tracing on", "exporter", t.Exporter, "protocol", t.Protocol, "endpoint", t.Endpoint, "sampler", t.Sampler)
-	return nil
+	log.Info("tracing on", "exporter", t.Exporter, "protocol", t.Protocol, "endpoint", t.Endpoint, "sampler", t.Sampler)
+	return tracer{provider: tp, end: end}, nil
 }
 
 // tracingFlush bounds the export of the last spans when the server stops.
 const tracingFlush = 5 * time.Second
 
-// traced wraps a service's Connect handler (as mux.Handle takes it) in
-// its server spans when tracing is on.
-func (s *Server) traced(path string, h http.Handler) (string, http.Handler) {
-	if s.tracer == nil {
+// on reports whether tracing is on.
+func (t tracer) on() bool { return t.provider != nil }
+
+// close ends the provider: the last spans of one New built exported.
+func (t tracer) close() {
+	if t.end != nil {
+		t.end()
+	}
+}
+
+// http wraps a service's Connect handler (as mux.Handle takes it) in its
+// server spans when tracing is on.
+func (t tracer) http(path string, h http.Handler) (string, http.Handler) {
+	if t.provider == nil {
 		return path, h
 	}
-	return path, telemetry.HTTP(s.tracer, h)
+	return path, telemetry.HTTP(t.provider, h)
 }
 
-// grpcTracing is the option of grpc-go's server that makes its server
+// grpcServer is the option of grpc-go's server that makes its server
 // spans, none when tracing is off.
-func (s *Server) grpcTracing() []grpc.ServerOption {
-	if s.tracer == nil {
+func (t tracer) grpcServer() []grpc.ServerOption {
+	if t.provider == nil {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.StatsHandler(telemetry.GRPCServer(s.tracer))}
+	return []grpc.ServerOption{grpc.StatsHandler(telemetry.GRPCServer(t.provider))}
 }
 
-// grpcClientTracing are the dial options of the gRPC clients on a
-// request's path (etcd's; the forwarding of sessions to their homes):
-// their calls become children of the request's span, none when tracing
-// is off.
-func (s *Server) grpcClientTracing() []grpc.DialOption {
-	if s.tracer == nil {
+// grpcClient are the dial options of the gRPC clients on a request's path
+// (etcd's; the forwarding of sessions to their homes): their calls become
+// children of the request's span, none when tracing is off.
+func (t tracer) grpcClient() []grpc.DialOption {
+	if t.provider == nil {
 		return nil
 	}
-	return []grpc.DialOption{grpc.WithStatsHandler(telemetry.GRPCClient(s.tracer))}
+	return []grpc.DialOption{grpc.WithStatsHandler(telemetry.GRPCClient(t.provider))}
 }

@@ -9,6 +9,7 @@
 //
 // The files, by job: capacity.go (options, the resource map, sweeping),
 // handlers.go (the RPCs and their wire conversion), mastership.go,
+// configured.go (the templates in force, and what matches them),
 // horizon.go (the lease horizon a root master keeps), push.go (the
 // watchers of pushed leases), intermediate.go (an intermediate's side of
 // the link to its parent, package parentlink), validate.go, metrics.go,
@@ -142,12 +143,10 @@ type Service struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	mu          sync.RWMutex
-	cfg         *resources.Repository
-	resources   map[string]*resource
-	isMaster    bool
-	masterAddr  string
-	masterSince time.Time
+	mu        sync.RWMutex
+	cfg       templates // the configuration in force (under mu)
+	resources map[string]*resource
+	master    masterState // under mu
 	// leasesEndBy (Unix nanoseconds; 0: unknown) is when every lease of
 	// this node's previous master has ended (SetLeasesEndBy).
 	leasesEndBy atomic.Int64
@@ -189,7 +188,7 @@ func New(opts Options) *Service {
 		opts:      opts,
 		now:       opts.Now,
 		log:       opts.Logger,
-		cfg:       opts.Config,
+		cfg:       templates{opts.Config},
 		resources: make(map[string]*resource),
 	}
 	s.minRequest = pb.MinRequestInterval
@@ -214,9 +213,7 @@ func New(opts Options) *Service {
 	s.push = newPushes(s.now, s.horizon) // before the metrics: their gauge reads it
 	s.metrics = newMetrics(reg, s)
 	s.push.pushed = s.metrics.pushes
-	s.isMaster = true
-	s.masterAddr = opts.Address
-	s.masterSince = s.now()
+	s.master = masterState{isMaster: true, addr: opts.Address, since: s.now()}
 	if len(opts.Parent) > 0 {
 		s.parent = newIntermediate(s)
 	}
@@ -248,13 +245,13 @@ func (s *Service) Parent() (st parentlink.Status, ok bool) {
 func (s *Service) SetConfig(repo *resources.Repository) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cfg = repo
+	s.cfg = templates{repo}
 	if s.parent != nil {
 		return // the parent pushes the parameters down
 	}
 	for id, r := range s.resources {
 		r.mu.Lock()
-		t, ok := s.find(id)
+		t, ok := s.cfg.find(id)
 		if ok {
 			r.template = &t
 		} else {
@@ -270,14 +267,7 @@ func (s *Service) SetConfig(repo *resources.Repository) {
 func (s *Service) Config() *resources.Repository {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.cfg
-}
-
-func (s *Service) find(id string) (resources.Template, bool) {
-	if s.cfg == nil {
-		return resources.Template{}, false
-	}
-	return s.cfg.Find(id)
+	return s.cfg.repo
 }
 
 // paramsFor resolves a template (nil: no template) into lease parameters.
@@ -322,13 +312,7 @@ func (s *Service) params(p lease.Params) lease.Params {
 func (s *Service) LongestLease() time.Duration {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	longest := FallbackLeaseLength
-	if s.cfg != nil {
-		for _, t := range s.cfg.Templates() {
-			longest = max(longest, t.Algorithm.LeaseLength)
-		}
-	}
-	return longest
+	return s.cfg.longestLease()
 }
 
 // SetLeasesEndBy tells a master when every lease its node's previous
@@ -361,14 +345,14 @@ func (s *Service) SetLeasesEndBy(by time.Time) {
 func (s *Service) resource(id string) *resource {
 	s.mu.RLock()
 	r, ok := s.resources[id]
-	master := s.isMaster
+	master := s.master.isMaster
 	s.mu.RUnlock()
 	if ok || !master {
 		return r
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.isMaster {
+	if !s.master.isMaster {
 		return nil
 	}
 	if r, ok := s.resources[id]; ok {
@@ -377,9 +361,9 @@ func (s *Service) resource(id string) *resource {
 	r = &resource{}
 	switch {
 	case s.parent != nil:
-		r.store = lease.NewResource(id, s.params(r.parent.Params(fallback)), s.masterSince)
+		r.store = lease.NewResource(id, s.params(r.parent.Params(fallback)), s.master.since)
 	default:
-		if t, ok := s.find(id); ok {
+		if t, ok := s.cfg.find(id); ok {
 			r.template = &t
 		} else {
 			s.metrics.unmatched.Inc()
@@ -387,7 +371,7 @@ func (s *Service) resource(id string) *resource {
 				s.log.Warn("resource matches no template; granting what clients ask (NO_ALGORITHM)", "resource", id)
 			}
 		}
-		r.store = lease.NewResource(id, s.params(paramsFor(r.template)), s.masterSince)
+		r.store = lease.NewResource(id, s.params(paramsFor(r.template)), s.master.since)
 	}
 	s.resources[id] = r
 	return r

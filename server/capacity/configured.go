@@ -1,6 +1,40 @@
 package capacity
 
-import "github.com/sluice-rl/sluice/algorithm"
+import (
+	"time"
+
+	"github.com/sluice-rl/sluice/algorithm"
+	"github.com/sluice-rl/sluice/resources"
+)
+
+// templates is the resource configuration in force at a root (Options.
+// Config, SetConfig), as resources are matched against it: the repository
+// (nil: none, every resource is granted what it asks) and what the
+// service reads of it. It is a value, replaced whole by SetConfig: the
+// Service's mu guards the field holding it, and a repository does not
+// change once loaded, so a copy taken under the lock may be read after.
+type templates struct{ repo *resources.Repository }
+
+// find returns the template matching resource id (resources.Repository's
+// Find); ok is false when none does, or there is no configuration.
+func (t templates) find(id string) (_ resources.Template, ok bool) {
+	if t.repo == nil {
+		return resources.Template{}, false
+	}
+	return t.repo.Find(id)
+}
+
+// longestLease is the configuration's longest lease_length, and at least
+// FallbackLeaseLength (a resource no template matches).
+func (t templates) longestLease() time.Duration {
+	longest := FallbackLeaseLength
+	if t.repo != nil {
+		for _, tp := range t.repo.Templates() {
+			longest = max(longest, tp.Algorithm.LeaseLength)
+		}
+	}
+	return longest
+}
 
 // Configured reports what a service leasing on behalf of its own clients
 // (package rlqs) needs to know of resource id besides a lease: whether it
@@ -15,9 +49,10 @@ func (s *Service) Configured(id string) (configured, learning bool) {
 	s.mu.RLock()
 	r := s.resources[id]
 	intermediate := s.parent != nil
+	cfg := s.cfg
 	s.mu.RUnlock()
 	if !intermediate {
-		configured = s.matches(id)
+		_, configured = cfg.find(id)
 	}
 	if r == nil {
 		return configured || intermediate, false
@@ -28,13 +63,4 @@ func (s *Service) Configured(id string) (configured, learning bool) {
 		configured = !r.parent.OK || r.store.Params().Kind != algorithm.NoAlgorithm
 	}
 	return configured, r.store.Learning(s.now())
-}
-
-// matches reports whether a template matches resource id (find, under
-// the service's read lock).
-func (s *Service) matches(id string) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	_, ok := s.find(id)
-	return ok
 }

@@ -67,7 +67,7 @@ func (s *Service) getCapacity(ctx context.Context, req *pb.GetCapacityRequest, p
 	if err := ValidateGetCapacity(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if m := s.mastership(); m != nil {
+	if m := s.masterNow().redirect(); m != nil {
 		return &pb.GetCapacityResponse{Mastership: m}, nil
 	}
 	client := req.GetClientId()
@@ -88,7 +88,7 @@ func (s *Service) getCapacity(ctx context.Context, req *pb.GetCapacityRequest, p
 	grants, ok := s.decideAll(ctx, ids, lrs)
 	annotate(ctx, ids, ok)
 	if !ok {
-		return &pb.GetCapacityResponse{Mastership: s.mastershipOrUnknown()}, nil
+		return &pb.GetCapacityResponse{Mastership: s.masterNow().redirectOrUnknown()}, nil
 	}
 	if err := s.horizon.keep(ctx, grants); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "keeping the lease horizon: %v", err)
@@ -113,7 +113,7 @@ func (s *Service) GetServerCapacity(ctx context.Context, req *pb.GetServerCapaci
 	if err := ValidateGetServerCapacity(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if m := s.mastership(); m != nil {
+	if m := s.masterNow().redirect(); m != nil {
 		return &pb.GetServerCapacityResponse{Mastership: m}, nil
 	}
 	server := req.GetServerId()
@@ -135,7 +135,7 @@ func (s *Service) GetServerCapacity(ctx context.Context, req *pb.GetServerCapaci
 	grants, ok := s.decideAll(ctx, ids, lrs)
 	annotate(ctx, ids, ok)
 	if !ok {
-		return &pb.GetServerCapacityResponse{Mastership: s.mastershipOrUnknown()}, nil
+		return &pb.GetServerCapacityResponse{Mastership: s.masterNow().redirectOrUnknown()}, nil
 	}
 	if err := s.horizon.keep(ctx, grants); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "keeping the lease horizon: %v", err)
@@ -193,7 +193,7 @@ func (s *Service) ReleaseCapacity(ctx context.Context, req *pb.ReleaseCapacityRe
 	if err := ValidateReleaseCapacity(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if m := s.mastership(); m != nil {
+	if m := s.masterNow().redirect(); m != nil {
 		return &pb.ReleaseCapacityResponse{Mastership: m}, nil
 	}
 	for _, id := range req.GetResourceId() {

@@ -47,7 +47,7 @@ func (s *Service) Watch(holder string, w *Watcher) (cancel func(), err error) {
 	// Under the read lock: a loss of mastership (which stops every
 	// watcher under the write lock) comes before or after, not during.
 	s.mu.RLock()
-	if !s.isMaster {
+	if !s.master.isMaster {
 		s.mu.RUnlock()
 		return nil, ErrNotMaster
 	}

@@ -95,9 +95,9 @@ func (s *Service) Ready() (ready bool, why string) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	switch {
-	case s.parent == nil && s.cfg == nil && s.opts.RequireConfig:
+	case s.parent == nil && s.cfg.repo == nil && s.opts.RequireConfig:
 		return false, "no configuration loaded"
-	case !s.isMaster && s.masterAddr == "":
+	case !s.master.isMaster && s.master.addr == "":
 		return false, "mastership unknown"
 	}
 	return true, "ok"
@@ -131,7 +131,7 @@ type Node struct {
 func (v View) Node() Node {
 	s := v.s
 	s.mu.RLock()
-	n := Node{ID: s.opts.ID, Address: s.opts.Address, Started: s.started, IsMaster: s.isMaster, Master: s.masterAddr, Election: s.opts.Election}
+	n := Node{ID: s.opts.ID, Address: s.opts.Address, Started: s.started, IsMaster: s.master.isMaster, Master: s.master.addr, Election: s.opts.Election}
 	s.mu.RUnlock()
 	if n.Election == "" {
 		n.Election = "standalone"
