@@ -26,9 +26,6 @@
 
 namespace sluice {
 namespace detail {
-
-double jitter01();
-
 namespace {
 
 // CallTimeout: the caller's timeout passed (not the server's slowness).
@@ -158,7 +155,7 @@ std::unique_ptr<pb::v1::Limits::Stub> Sessions::stub() { return pb::v1::Limits::
 
 double Sessions::timeout(std::optional<double> deadline) const {
   if (!deadline) return call_timeout_;
-  double left = *deadline - steady_now();
+  double left = *deadline - now();
   if (left <= 0) throw CallTimeout();
   return std::min(call_timeout_, left);
 }
@@ -173,9 +170,9 @@ std::shared_ptr<Session> Sessions::session(std::optional<double> deadline) {
       if (cur_ && !cur_->ended()) return cur_;
       if (!opening_) break;
       if (deadline) {
-        if (cv_.wait_for(l, std::chrono::duration<double>(std::max(0.0, *deadline - steady_now()))) ==
+        if (cv_.wait_for(l, std::chrono::duration<double>(std::max(0.0, *deadline - now()))) ==
                 std::cv_status::timeout &&
-            steady_now() >= *deadline) {
+            now() >= *deadline) {
           throw CallTimeout();
         }
       } else {
@@ -286,10 +283,12 @@ bool Sessions::sleep_closed(double seconds) {
 
 // retry_delay is the paper's jitter(2^i) in backoff units: uniform in
 // [v - v/4, v + v/4) for v = 2^i units.
-double Sessions::retry_delay(int i) {
-  double v = backoff_unit_ * std::pow(2.0, std::min(std::max(i, 0), 100));
-  return v * 0.75 + jitter01() * v * 0.5;
+double Sessions::retry_delay(double unit, int i, double u) {
+  double v = unit * std::pow(2.0, std::min(std::max(i, 0), 100));
+  return v * 0.75 + u * v * 0.5;
 }
+
+double Sessions::retry_delay(int i) { return retry_delay(backoff_unit_, i, test_jitter ? test_jitter() : jitter01()); }
 
 // keepalive keeps s alive until it ends or the client closes: one stream at
 // a time, renewing every third of the ttl; a broken stream is reopened at
@@ -389,14 +388,14 @@ Hold Sessions::fail_open(const ReserveRequest& r, int64_t least, double start, i
   d->resource = r.resource;
   d->domain = r.domain;
   d->copies = least;
-  d->waited = steady_now() - start;
+  d->waited = now() - start;
   d->attempts = attempts;
   return Hold(std::move(d));
 }
 
 Hold Sessions::reserve(const ReserveRequest& r) {
   const int64_t least = check_range(r.copies, r.min_copies);
-  const double start = steady_now();
+  const double start = now();
   std::optional<double> deadline;
   if (r.timeout) deadline = start + r.timeout->count();
   const double max_wait = r.max_wait.count();
@@ -446,7 +445,7 @@ Hold Sessions::reserve(const ReserveRequest& r) {
           << ", " << r.copies << "]";
       return fail_open(r, least, start, i, Unavailable(msg.str()));
     }
-    double waited = steady_now() - start;
+    double waited = now() - start;
     Reservation res;
     res.domain_limit = m.domain_limit();
     if (m.has_global_limit()) res.global_limit = m.global_limit();
@@ -475,8 +474,12 @@ Hold Sessions::reserve(const ReserveRequest& r) {
     msg << "); " << i << " attempts in " << waited << " s";
     double d = std::min(max_wait - waited, retry_delay(i));
     if (d <= 0) throw OverLimit(msg.str());
-    if (deadline && steady_now() + d > *deadline) throw OverLimit(msg.str());
-    if (sleep_closed(d)) throw Closed("client closed");
+    if (deadline && now() + d > *deadline) throw OverLimit(msg.str());
+    if (test_sleep) {
+      test_sleep(d);
+    } else if (sleep_closed(d)) {
+      throw Closed("client closed");
+    }
     ++i;
   }
 }
@@ -484,7 +487,7 @@ Hold Sessions::reserve(const ReserveRequest& r) {
 Hold Sessions::seize(const std::string& transfer_id, std::optional<Seconds> to) {
   if (transfer_id.empty()) throw InvalidArgument("empty transfer id");
   std::optional<double> deadline;
-  if (to) deadline = steady_now() + to->count();
+  if (to) deadline = now() + to->count();
   bool reopened = false;
   for (;;) {
     auto s = session(deadline);

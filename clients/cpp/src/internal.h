@@ -115,13 +115,30 @@ class Channels {
   grpc::ChannelArguments args_;
 };
 
+// jitter01 is the uniform draw in [0, 1) of every jittered delay: the
+// lease backoff (Retry) and Charon's retry policy (Sessions::retry_delay).
+double jitter01();
+
+// The lease client's constants kept in src/leases.cc
+// (clients/vectors/constants.json names them there), declared here for the
+// tests.
+extern const double kDefaultRefresh;    // a lease without a refresh interval; the idle wait
+extern const double kMaxBackoff;        // the most the lease backoff grows to (Retry's hi)
+extern const double kRequestTimeout;    // a GetCapacity
+extern const double kWatchUnsupported;  // before trying a Watch the server lacks again
+extern const int kMaxRedirects;         // mastership redirects one request follows
+
 // Retry is capped exponential backoff with jitter, never longer than the
 // last refresh interval.
 class Retry {
  public:
-  Retry(double lo = 0.1, double hi = 10.0) : lo_(lo), hi_(hi) {}
-  double failed();
+  Retry(double lo = 0.1, double hi = kMaxBackoff) : lo_(lo), hi_(hi) {}
+  double failed() { return failed(jitter01()); }
+  // failed with the jitter draw u in [0, 1] (the tests fix it).
+  double failed(double u);
   void succeeded(double interval);
+  double lo() const { return lo_; }
+  double hi() const { return hi_; }
 
  private:
   double lo_, hi_;
@@ -324,13 +341,24 @@ class Sessions : public std::enable_shared_from_this<Sessions> {
   Hold seize(const std::string& transfer_id, std::optional<Seconds> timeout);
   void lose(const std::shared_ptr<Session>& s, const std::string& cause);
   void close();
+  // retry_delay is the sleep after the i-th rejection: the paper's
+  // jitter(2^i) in backoff units, with the draw u in [0, 1).
+  static double retry_delay(double unit, int i, double u);
+  double retry_delay(int i);
+
+  // The tests' hooks (clients/vectors/retry.json), set before the first
+  // call: the retry policy's jitter draw (empty: jitter01), and reserve's
+  // clock and its sleep between attempts (empty: steady_now, and a wait
+  // that ends early when the client closes).
+  std::function<double()> test_jitter, test_clock;
+  std::function<void(double)> test_sleep;
 
  private:
   std::shared_ptr<Session> session(std::optional<double> deadline);
   std::shared_ptr<Session> open(std::optional<double> deadline);
   void end(const std::shared_ptr<Session>& s);
   double timeout(std::optional<double> deadline) const;
-  double retry_delay(int i);
+  double now() const { return test_clock ? test_clock() : steady_now(); }
   void keepalive(std::shared_ptr<Session> s);
   // stream runs one keep-alive stream; returns whether a renewal was
   // confirmed and how it ended.
@@ -362,6 +390,7 @@ struct Access {
     return std::unique_ptr<Client>(new Client(addresses, std::move(options), std::move(hooks)));
   }
   static Leases& leases(Client& c) { return *c.leases_; }
+  static Sessions& sessions(Client& c) { return *c.sessions_; }
   // refresh_step is one turn of the refresh loop: applies fallbacks to
   // expired leases, sends one bulk GetCapacity if one is due, and returns
   // the seconds until the next turn.

@@ -41,12 +41,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kMinInterval = 5.0;        // kMinRequestInterval
 constexpr double kMargin = 0.5;             // kExpiryMargin
-constexpr double kDefaultRefresh = 5.0;     // a lease without a refresh interval; the idle wait
-constexpr double kMaxBackoff = 10.0;
-constexpr double kRequestTimeout = 5.0;     // a GetCapacity
 constexpr double kDiscoveryTimeout = 1.0;   // a Discovery, after a failure
-constexpr double kWatchUnsupported = 300.0; // before trying a Watch the server lacks again
-constexpr int kMaxRedirects = 3;
 
 void check_wants(double wants) {
   if (std::isnan(wants) || std::isinf(wants) || wants < 0) {
@@ -57,6 +52,13 @@ void check_wants(double wants) {
 }
 
 }  // namespace
+
+// Declared in internal.h (the tests read them).
+const double kDefaultRefresh = 5.0;     // a lease without a refresh interval; the idle wait
+const double kMaxBackoff = 10.0;
+const double kRequestTimeout = 5.0;     // a GetCapacity
+const double kWatchUnsupported = 300.0; // before trying a Watch the server lacks again
+const int kMaxRedirects = 3;
 
 // --- ResourceState ----------------------------------------------------------------
 

@@ -75,10 +75,10 @@ thread_local std::mt19937_64 rng{std::random_device{}()};
 
 double jitter01() { return std::uniform_real_distribution<double>(0, 1)(rng); }
 
-double Retry::failed() {
+double Retry::failed(double u) {
   ++failures_;
   double d = std::min(lo_ * std::pow(2.0, std::min(failures_ - 1, 20)), hi_);
-  d = d / 2 + jitter01() * d / 2;
+  d = d / 2 + u * d / 2;
   if (interval_ > 0) d = std::min(d, interval_);
   return d;
 }
