@@ -15,9 +15,7 @@
 package lease
 
 import (
-	"cmp"
 	"math"
-	"slices"
 	"sort"
 	"time"
 
@@ -177,7 +175,7 @@ type Lease struct {
 // entry is one requester's state and its part in its (highest) priority
 // band's tree; a requester asking in several bands (a downstream server)
 // has one more entry per further band, owned by the first (see
-// Resource.more). Entries live in the resource's arena (store.go) and hold
+// requesterParts). Entries live in the resource's arena (store.go) and hold
 // no pointers. What every decision reads is in its first 64 bytes (one or
 // two cache lines: entries are 88 bytes, packed): a decision on a
 // resource with many clients is bound by memory latency, not arithmetic.
@@ -191,7 +189,7 @@ type entry struct {
 	gen        uint32  // changes when the entry is dropped (see expiries)
 	filed      bool    // filed in the expiry index under expSec
 	expired    bool    // the last grant was an expired lease (MaxExpiry had passed)
-	hasMore    bool    // on the first entry: it has further bands' entries (Resource.more)
+	hasMore    bool    // on the first entry: it has further bands' entries (requesterParts)
 
 	priority    int64   // the band
 	gets        float64 // the capacity of the requester's current lease
@@ -203,24 +201,21 @@ type entry struct {
 	idOff     int64 // on the first entry: where its id is in Resource.ids
 }
 
-// band is the requesters of one priority, in a tree of their own.
-type band struct {
-	priority int64
-	tree     tree
-}
-
 // Resource is the lease store of one resource. It is not safe for
 // concurrent use: the server serialises access with a lock.
 type Resource struct {
+	// The lock that serialises the Resource's methods guards every part
+	// below (bandSet, requesterParts, the expiry index included). parts
+	// and bands point to ents: a Resource is used through the pointer
+	// NewResource returns, never copied.
 	id          string
 	params      Params
 	masterSince time.Time
 	learningEnd time.Time
-	ents        entries
-	ids         ids               // the requesters' first entries, by id
-	more        map[int32][]int32 // further bands' entries, by first entry (see entry.hasMore)
-	bands       []*band           // by descending priority; never empty bands
-	fanout      int               // tree fanout for new bands (tests); 0: default
+	ents        entries        // every requester's entries (store.go)
+	ids         ids            // the requesters' first entries, by id
+	parts       requesterParts // the requesters' further entries (parts.go)
+	bands       bandSet        // the entries by priority band (bands.go)
 	expiries    expiries
 
 	// The watched requesters granted less than they want, served in turn
@@ -243,13 +238,16 @@ type waiter struct {
 //
 // Source: doorman-design.md, "On learning mode".
 func NewResource(id string, p Params, masterSince time.Time) *Resource {
-	return &Resource{
+	r := &Resource{
 		id:          id,
 		params:      p,
 		masterSince: masterSince,
 		learningEnd: learningEnd(masterSince, p),
 		ents:        newEntries(),
 	}
+	r.parts = requesterParts{ents: &r.ents}
+	r.bands = bandSet{ents: &r.ents}
+	return r
 }
 
 // learningEnd returns when learning mode ends for a master since
@@ -298,182 +296,11 @@ func (r *Resource) Cleanup(now time.Time) {
 func (r *Resource) drop(ei int32) {
 	e := r.ents.at(ei)
 	e.waiting = 0
-	r.unplace(ei)
+	r.bands.unplace(ei, r.parts.further(ei))
 	r.expiries.remove(e)
 	r.ids.remove(&r.ents, ei)
-	r.releaseFurther(ei)
+	r.parts.release(ei)
 	r.ents.release(ei)
-}
-
-// band returns the band of priority p, creating it if create is set (nil
-// otherwise when it does not exist).
-func (r *Resource) band(p int64, create bool) *band {
-	i := 0
-	for i < len(r.bands) && r.bands[i].priority > p {
-		i++
-	}
-	if i < len(r.bands) && r.bands[i].priority == p {
-		return r.bands[i]
-	}
-	if !create {
-		return nil
-	}
-	b := &band{priority: p, tree: newTree(&r.ents, r.fanout)}
-	r.bands = append(r.bands, nil)
-	copy(r.bands[i+1:], r.bands[i:])
-	r.bands[i] = b
-	return b
-}
-
-// place puts requester ei's entries (its first and its further ones) into
-// their bands' trees.
-func (r *Resource) place(ei int32) {
-	r.band(r.ents.at(ei).priority, true).tree.insert(ei)
-	for _, m := range r.further(ei) {
-		r.band(r.ents.at(m).priority, true).tree.insert(m)
-	}
-}
-
-// unplace takes requester ei's entries out of their trees, dropping bands
-// left empty.
-func (r *Resource) unplace(ei int32) {
-	r.removeFromBand(ei)
-	for _, m := range r.further(ei) {
-		r.removeFromBand(m)
-	}
-}
-
-func (r *Resource) removeFromBand(ei int32) {
-	b := r.band(r.ents.at(ei).priority, false)
-	b.tree.remove(ei)
-	if b.tree.root == 0 {
-		for i, x := range r.bands {
-			if x == b {
-				r.bands = append(r.bands[:i], r.bands[i+1:]...)
-				break
-			}
-		}
-	}
-}
-
-// parts returns the request's demand as bands sorted by descending
-// priority, with equal priorities merged and subclients at least 1.
-// buf is scratch space the result may use.
-func parts(req Request, buf []Band) []Band {
-	out := buf[:0]
-	if len(req.Bands) == 0 {
-		return append(out, Band{Priority: req.Priority, Clients: max(req.Subclients, 1), Wants: req.Wants})
-	}
-	for _, b := range req.Bands {
-		b.Clients = max(b.Clients, 1)
-		merged := false
-		for i := range out {
-			if out[i].Priority == b.Priority {
-				out[i].Clients += b.Clients
-				out[i].Wants += b.Wants
-				merged = true
-			}
-		}
-		if !merged {
-			out = append(out, b)
-		}
-	}
-	slices.SortFunc(out, func(a, b Band) int { return cmp.Compare(b.Priority, a.Priority) })
-	return out
-}
-
-// sameParts reports whether requester ei's entries hold exactly ps.
-func (r *Resource) sameParts(ei int32, ps []Band) bool {
-	more := r.further(ei)
-	if len(ps) != 1+len(more) {
-		return false
-	}
-	for i, p := range ps {
-		x := r.ents.at(ei)
-		if i > 0 {
-			x = r.ents.at(more[i-1])
-		}
-		if x.priority != p.Priority || x.wants != p.Wants || x.subclients != float64(p.Clients) {
-			return false
-		}
-	}
-	return true
-}
-
-// fewerClients reports whether ps stands for fewer clients than
-// requester ei does.
-func (r *Resource) fewerClients(ps []Band, ei int32) bool {
-	var n float64
-	for _, p := range ps {
-		n += float64(p.Clients)
-	}
-	return n < r.total(ei).Subclients
-}
-
-// currentParts returns requester ei's bands, highest priority first.
-func (r *Resource) currentParts(ei int32, out []Band) []Band {
-	e := r.ents.at(ei)
-	out = append(out, Band{Priority: e.priority, Clients: int64(e.subclients), Wants: e.wants})
-	for _, mi := range r.further(ei) {
-		m := r.ents.at(mi)
-		out = append(out, Band{Priority: m.priority, Clients: int64(m.subclients), Wants: m.wants})
-	}
-	return out
-}
-
-// setParts makes requester ei's entries, out of their trees, hold ps (the
-// first entry takes the first band; further ones are made anew).
-func (r *Resource) setParts(ei int32, ps []Band) {
-	e := r.ents.at(ei)
-	e.priority, e.wants, e.subclients = ps[0].Priority, ps[0].Wants, float64(ps[0].Clients)
-	if !e.hasMore && len(ps) == 1 {
-		return
-	}
-	more := r.releaseFurther(ei)
-	if len(ps) == 1 {
-		return
-	}
-	for _, p := range ps[1:] {
-		mi := r.ents.add()
-		m := r.ents.at(mi)
-		m.priority, m.wants, m.subclients = p.Priority, p.Wants, float64(p.Clients)
-		more = append(more, mi)
-	}
-	if r.more == nil {
-		r.more = make(map[int32][]int32)
-	}
-	r.more[ei] = more
-	r.ents.at(ei).hasMore = true
-}
-
-// releaseFurther returns requester ei's further entries, out of their
-// trees, to the arena, and returns their list emptied for reuse.
-func (r *Resource) releaseFurther(ei int32) []int32 {
-	more := r.further(ei)
-	for _, mi := range more {
-		r.ents.release(mi)
-	}
-	delete(r.more, ei)
-	r.ents.at(ei).hasMore = false
-	return more[:0]
-}
-
-// further returns the entries of requester ei's further bands (ei is its
-// first entry).
-func (r *Resource) further(ei int32) []int32 {
-	if !r.ents.at(ei).hasMore {
-		return nil
-	}
-	return r.more[ei]
-}
-
-// sumHas returns Σ has over every band.
-func (r *Resource) sumHas() float64 {
-	var h float64
-	for _, b := range r.bands {
-		h += b.tree.sumHas()
-	}
-	return h
 }
 
 // Decide records req and returns the requester's new lease. It runs the
@@ -578,13 +405,13 @@ func (r *Resource) early(now time.Time, e *entry, repeat bool) bool {
 // Source: docs/departures.md, "What Sluice changes in the allocation across the
 // tree", rule 2; doorman-design.md, "On learning mode".
 func (r *Resource) floorLearningChild(ei int32, keepOutstanding bool, has *float64, ps []Band) (_ []Band, ceiling float64) {
-	if ei == 0 || !keepOutstanding || has != nil || !r.fewerClients(ps, ei) {
+	if ei == 0 || !keepOutstanding || has != nil || !r.parts.fewerClients(ps, ei) {
 		return ps, math.Inf(1)
 	}
 	for _, p := range ps {
 		ceiling += p.Wants
 	}
-	return r.currentParts(ei, ps[:0]), ceiling
+	return r.parts.current(ei, ps[:0]), ceiling
 }
 
 // insert records the requester's demand ps (highest priority first) in its
@@ -601,26 +428,18 @@ func (r *Resource) insert(ei int32, client string, ps []Band) (_ int32, othersHa
 	case ei == 0:
 		ei = r.ents.add()
 		r.ids.add(&r.ents, client, ei)
-		r.setParts(ei, ps)
-		r.place(ei)
-		othersHas = r.sumHas()
-	case !r.sameParts(ei, ps):
+		r.parts.set(ei, ps)
+		r.bands.place(ei, r.parts.further(ei))
+		othersHas = r.bands.sumHas()
+	case !r.parts.same(ei, ps):
 		// The requester's place in the order changes.
-		r.unplace(ei)
+		r.bands.unplace(ei, r.parts.further(ei))
 		r.ents.at(ei).has = 0
-		r.setParts(ei, ps)
-		r.place(ei)
-		othersHas = r.sumHas()
+		r.parts.set(ei, ps)
+		r.bands.place(ei, r.parts.further(ei))
+		othersHas = r.bands.sumHas()
 	default:
-		// Only the first entry holds has.
-		p := r.ents.at(ei).priority
-		for _, b := range r.bands {
-			if b.priority == p {
-				othersHas += b.tree.hasExcept(ei)
-			} else {
-				othersHas += b.tree.sumHas()
-			}
-		}
+		othersHas = r.bands.othersHas(ei)
 	}
 	return ei, othersHas
 }
@@ -640,7 +459,7 @@ func (r *Resource) allot(learning bool, ei int32, has *float64, othersHas float6
 	case sharing(p.Kind):
 		return algorithm.Clamp(r.target(ei), p.Capacity-othersHas)
 	default:
-		return algorithm.Decide(p.Kind, p.Capacity, r.total(ei), r.pooled(), othersHas)
+		return algorithm.Decide(p.Kind, p.Capacity, r.parts.total(ei), r.bands.pooled(), othersHas)
 	}
 }
 
@@ -652,12 +471,12 @@ func (r *Resource) allot(learning bool, ei int32, has *float64, othersHas float6
 func (r *Resource) target(ei int32) float64 {
 	p := r.params
 	switch {
-	case p.Kind == algorithm.FairShare && len(r.bands) > 1:
-		return algorithm.PriorityFairTarget(p.Capacity, r.algoParts(ei), r.algoBands())
+	case p.Kind == algorithm.FairShare && len(r.bands.list) > 1:
+		return algorithm.PriorityFairTarget(p.Capacity, r.parts.algo(ei), r.bands.algo())
 	case p.Kind == algorithm.FairShare:
-		return algorithm.FairTarget(p.Capacity, r.total(ei), r.pooled())
+		return algorithm.FairTarget(p.Capacity, r.parts.total(ei), r.bands.pooled())
 	default:
-		return algorithm.ProportionalTarget(p.Capacity, r.total(ei), r.pooled())
+		return algorithm.ProportionalTarget(p.Capacity, r.parts.total(ei), r.bands.pooled())
 	}
 }
 
@@ -755,7 +574,7 @@ func (r *Resource) record(now time.Time, ei int32, d decision, booked float64) {
 // pushed to it (Offer).
 func (r *Resource) book(now time.Time, ei int32, d decision, booked float64) {
 	e := r.ents.at(ei)
-	r.band(e.priority, false).tree.setHas(ei, booked)
+	r.bands.setHas(ei, booked)
 	e.gets = d.gets
 	e.expired = !d.expiry.After(now)
 	if d.gets > 0 {
@@ -821,7 +640,7 @@ func (r *Resource) SafeCapacity() float64 {
 		// Nothing is limited, so there is no share to compute.
 		return math.Inf(1)
 	}
-	_, sub := r.pooled().Totals()
+	_, sub := r.bands.pooled().Totals()
 	if sub < 1 {
 		return r.params.Capacity
 	}
@@ -830,12 +649,8 @@ func (r *Resource) SafeCapacity() float64 {
 
 // Totals returns Σ wants, Σ has, Σ subclients and the number of leases.
 func (r *Resource) Totals() (wants, has, subclients float64, leases int) {
-	for _, b := range r.bands {
-		w, s := b.tree.Totals()
-		wants += w
-		subclients += s
-	}
-	return wants, r.sumHas(), subclients, r.ids.count
+	wants, subclients = pooledDemand(r.bands.list).Totals()
+	return wants, r.bands.sumHas(), subclients, r.ids.count
 }
 
 // Has returns client's current lease, if it holds one.
@@ -861,14 +676,7 @@ func (r *Resource) Leases() []Lease {
 
 // Bands returns the store's demand summarised per priority band, highest
 // first: the shape a server sends its parent in GetServerCapacity. O(bands).
-func (r *Resource) Bands() []Band {
-	out := make([]Band, 0, len(r.bands))
-	for _, b := range r.bands {
-		w, s := b.tree.Totals()
-		out = append(out, Band{Priority: b.priority, Clients: int64(math.Round(s)), Wants: w})
-	}
-	return out
-}
+func (r *Resource) Bands() []Band { return r.bands.summary() }
 
 // Band is the demand of one priority band: Clients requesters (subclients)
 // wanting Wants in all.
@@ -878,99 +686,9 @@ type Band struct {
 	Wants    float64
 }
 
-// algoParts returns requester ei's parts for the algorithms.
-func (r *Resource) algoParts(ei int32) []algorithm.Part {
-	e, more := r.ents.at(ei), r.further(ei)
-	out := make([]algorithm.Part, 0, 1+len(more))
-	out = append(out, algorithm.Part{Priority: e.priority, Requester: algorithm.Requester{Wants: e.wants, Subclients: e.subclients}})
-	for _, mi := range more {
-		m := r.ents.at(mi)
-		out = append(out, algorithm.Part{Priority: m.priority, Requester: algorithm.Requester{Wants: m.wants, Subclients: m.subclients}})
-	}
-	return out
-}
-
-// algoBands returns the bands for the algorithms, highest first.
-func (r *Resource) algoBands() []algorithm.PriorityBand {
-	out := make([]algorithm.PriorityBand, len(r.bands))
-	for i, b := range r.bands {
-		out[i] = algorithm.PriorityBand{Priority: b.priority, Demand: &b.tree}
-	}
-	return out
-}
-
-// total returns requester ei's demand over all its bands.
-func (r *Resource) total(ei int32) algorithm.Requester {
-	e := r.ents.at(ei)
-	t := algorithm.Requester{Wants: e.wants, Subclients: e.subclients}
-	for _, mi := range r.further(ei) {
-		m := r.ents.at(mi)
-		t.Wants += m.wants
-		t.Subclients += m.subclients
-	}
-	return t
-}
-
-// pooled is the demand of every band together (for the algorithms that
-// ignore priority).
-func (r *Resource) pooled() algorithm.Demand {
-	if len(r.bands) == 1 {
-		return &r.bands[0].tree
-	}
-	return pooledDemand(r.bands)
-}
-
-// pooledDemand is the union of several bands' trees.
-type pooledDemand []*band
-
-func (d pooledDemand) Totals() (wants, subclients float64) {
-	for _, b := range d {
-		w, s := b.tree.Totals()
-		wants += w
-		subclients += s
-	}
-	return wants, subclients
-}
-
-func (d pooledDemand) Below(level float64) (wants, subclients float64) {
-	for _, b := range d {
-		w, s := b.tree.Below(level)
-		wants += w
-		subclients += s
-	}
-	return wants, subclients
-}
-
-// WaterLevel finds the level by bisection over the bands' Below sums: the
-// capacity used at level L, Σ min(wants_i, subclients_i × L), grows with L.
-// O(bands × log n × 100); no algorithm in use needs it on pooled bands.
-func (d pooledDemand) WaterLevel(capacity float64) float64 {
-	totalWants, totalSub := d.Totals()
-	if totalWants <= capacity {
-		return math.Inf(1)
-	}
-	used := func(level float64) float64 {
-		w, s := d.Below(level)
-		return w + level*(totalSub-s)
-	}
-	lo, hi := 0.0, 1.0
-	for used(hi) < capacity {
-		hi *= 2
-	}
-	for range 100 {
-		mid := (lo + hi) / 2
-		if used(mid) < capacity {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return lo
-}
-
 // lease describes requester ei's lease.
 func (r *Resource) lease(ei int32) Lease {
-	e, t := r.ents.at(ei), r.total(ei)
+	e, t := r.ents.at(ei), r.parts.total(ei)
 	return Lease{
 		Client: r.client(ei), Priority: e.priority, Wants: t.Wants, Has: e.has,
 		Subclients: int64(t.Subclients), Expiry: time.Unix(e.expSec, 0), RefreshInterval: r.params.RefreshInterval,

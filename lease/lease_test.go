@@ -224,7 +224,7 @@ func TestPropertyTreeMatchesSlice(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		r := pastLearning(algorithm.FairShare, 1e9)
 		// Small nodes, so that splits, merges and deep trees happen.
-		r.fanout = rapid.IntRange(3, 8).Draw(t, "fanout")
+		r.bands.fanout = rapid.IntRange(3, 8).Draw(t, "fanout")
 		now := t0
 		ids := make([]string, rapid.IntRange(1, 60).Draw(t, "clients"))
 		for i := range ids {
@@ -244,7 +244,7 @@ func TestPropertyTreeMatchesSlice(t *testing.T) {
 					Wants:      float64(rapid.IntRange(0, 100).Draw(t, "wants")),
 					Subclients: int64(rapid.IntRange(1, 4).Draw(t, "sub"))})
 			}
-			if b := r.band(0, false); b != nil {
+			if b := r.bands.get(0, false); b != nil {
 				if msg := b.tree.check(); msg != "" {
 					t.Fatalf("after step %d: %s", i, msg)
 				}
@@ -255,7 +255,7 @@ func TestPropertyTreeMatchesSlice(t *testing.T) {
 			ref = append(ref, algorithm.Requester{Wants: l.Wants, Subclients: float64(l.Subclients)})
 		}
 		tr := &tree{}
-		if b := r.band(0, false); b != nil {
+		if b := r.bands.get(0, false); b != nil {
 			tr = &b.tree
 		}
 		tw, ts := tr.Totals()
@@ -410,7 +410,7 @@ func TestTreeLarge(t *testing.T) {
 		r.Decide(t0, Request{Client: id, Wants: w})
 		wants[id] = w
 	}
-	if msg := r.band(0, false).tree.check(); msg != "" {
+	if msg := r.bands.get(0, false).tree.check(); msg != "" {
 		t.Fatal(msg)
 	}
 	var sum float64
@@ -422,7 +422,7 @@ func TestTreeLarge(t *testing.T) {
 		t.Fatalf("totals: %v wants over %d leases, want %v over %d", got, leases, sum, len(wants))
 	}
 	depth := 0
-	tr := &r.band(0, false).tree
+	tr := &r.bands.get(0, false).tree
 	for x := tr.node(tr.root); !x.leaf; x = tr.node(x.kids[0]) {
 		depth++
 	}
@@ -432,7 +432,7 @@ func TestTreeLarge(t *testing.T) {
 	for id := range wants {
 		r.Release(id)
 	}
-	if len(r.bands) != 0 || r.ids.count != 0 || len(r.more) != 0 {
+	if len(r.bands.list) != 0 || r.ids.count != 0 || len(r.parts.more) != 0 {
 		t.Fatal("tree not empty after releasing every lease")
 	}
 }
@@ -496,8 +496,8 @@ func TestDecidePriorityBands(t *testing.T) {
 	r.Release("s")
 	r.Release("a")
 	r.Release("b")
-	if len(r.bands) != 0 {
-		t.Fatalf("%d bands left after every release", len(r.bands))
+	if len(r.bands.list) != 0 {
+		t.Fatalf("%d bands left after every release", len(r.bands.list))
 	}
 }
 

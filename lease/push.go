@@ -41,7 +41,7 @@ func (r *Resource) wait(ei int32, on bool) {
 // short reports whether requester ei is granted more than MinGrowth less
 // than it wants.
 func (r *Resource) short(ei int32) bool {
-	w := r.total(ei).Wants
+	w := r.parts.total(ei).Wants
 	return w-r.ents.at(ei).gets > MinGrowth*w
 }
 
@@ -90,7 +90,7 @@ func (r *Resource) Offer(now time.Time, send func(client string, g Grant) bool) 
 		return 0
 	}
 	for looked := 0; looked < OfferBudget && len(r.waiting) > 0; {
-		sumHas := r.sumHas()
+		sumHas := r.bands.sumHas()
 		if r.params.Capacity-sumHas <= 0 {
 			break
 		}

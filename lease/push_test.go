@@ -140,7 +140,7 @@ func TestOfferNeverOvercommits(t *testing.T) {
 			if _, h, _, _ := r.Totals(); h > capacity*(1+1e-9)+1e-9 {
 				t.Fatalf("step %d: Σ has %v > capacity %v", i, h, capacity)
 			}
-			if math.IsNaN(r.sumHas()) {
+			if math.IsNaN(r.bands.sumHas()) {
 				t.Fatal("NaN")
 			}
 		}

@@ -97,7 +97,7 @@ type Engine struct {
 	mu        sync.Mutex
 	o         Options
 	cfg       *Config // normalized, private
-	res       map[string]*resState
+	counts    counts  // the copy log: counts per resource
 	sessions  map[string]*session
 	transfers map[string]*transfer
 	stimers   timers // sessions by deadline
@@ -113,15 +113,20 @@ type Engine struct {
 	dirty    map[string]bool
 	inflight map[string]int // resources with a Log call in flight (unlocked)
 
-	// With a Log: learning holds the resources the Log last said are in
-	// learning mode (Learn, or a Reserve refused with ErrLearning), and
-	// unchecked the configured resources it has not been asked about
-	// since the engine was unfenced or they were configured; fences
-	// counts Fence calls, so that a Learn answered across one is
-	// dropped. See Learning.
-	learning  map[string]bool
-	unchecked map[string]bool
-	fences    uint64
+	// With a Log: what the engine knows of the Log's learning mode.
+	learning learningState
+}
+
+// counts is the engine's copy log: the counts of every resource that is
+// configured or holds copies, by name. It keeps them in step with the
+// sessions' hold sets (every count is the sum of the copies held under it
+// and staged in transfers): resState.hold and restore count copies into a
+// hold set and the counts together, and drop takes copies out of the
+// counts once they have left a hold set or a staged transfer. With a
+// shared Log, the counts are this server's contributions to the Log's. It
+// is not safe for concurrent use: the Engine's mu guards it.
+type counts struct {
+	res map[string]*resState
 }
 
 // resState is the copy log of one resource.
@@ -205,8 +210,8 @@ func New(cfg *Config, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{o: o, res: map[string]*resState{}, sessions: map[string]*session{}, transfers: map[string]*transfer{}, dirty: map[string]bool{}, inflight: map[string]int{},
-		learning: map[string]bool{}, unchecked: map[string]bool{}}
+	e := &Engine{o: o, counts: counts{res: map[string]*resState{}}, sessions: map[string]*session{}, transfers: map[string]*transfer{}, dirty: map[string]bool{}, inflight: map[string]int{},
+		learning: learningState{resources: map[string]bool{}, unchecked: map[string]bool{}}}
 	if err := e.SetConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -244,16 +249,7 @@ func (e *Engine) SetConfig(cfg *Config) error {
 	defer e.mu.Unlock()
 	old := e.cfg
 	e.cfg = cfg
-	for name := range e.unchecked {
-		if _, ok := confs[name]; !ok {
-			delete(e.unchecked, name)
-		}
-	}
-	for name := range e.learning {
-		if _, ok := confs[name]; !ok {
-			delete(e.learning, name)
-		}
-	}
+	e.learning.keepConfigured(confs)
 	if e.o.Log != nil && !e.fenced {
 		for name, c := range confs {
 			had := false
@@ -261,11 +257,11 @@ func (e *Engine) SetConfig(cfg *Config) error {
 				_, had = old.Resources[name]
 			}
 			if !had && !c.ignore {
-				e.unchecked[name] = true // its learning mode unknown until Reconcile
+				e.learning.unchecked[name] = true // its learning mode unknown until Reconcile
 			}
 		}
 	}
-	for name, st := range e.res {
+	for name, st := range e.counts.res {
 		if _, ok := confs[name]; ok {
 			continue
 		}
@@ -274,14 +270,14 @@ func (e *Engine) SetConfig(cfg *Config) error {
 			st.c = unlimitedConf
 		}
 		if st.global == 0 {
-			delete(e.res, name)
+			delete(e.counts.res, name)
 		}
 	}
 	for name, c := range confs {
-		if st := e.res[name]; st != nil {
+		if st := e.counts.res[name]; st != nil {
 			st.c = c
 		} else {
-			e.res[name] = &resState{c: c, domains: map[string]int64{}, groups: map[string]int64{}}
+			e.counts.res[name] = &resState{c: c, domains: map[string]int64{}, groups: map[string]int64{}}
 		}
 	}
 	return nil
@@ -384,15 +380,12 @@ func (e *Engine) Reserve(ctx context.Context, now time.Time, session, resource, 
 	if err != nil {
 		return Reservation{}, err
 	}
-	st := e.res[resource]
+	st := e.counts.res[resource]
 	if st == nil || st.c == nil {
 		if !e.cfg.allowsUnconfigured(resource) {
 			return Reservation{}, unknownResource(resource)
 		}
-		if st == nil {
-			st = &resState{domains: map[string]int64{}, groups: map[string]int64{}}
-			e.res[resource] = st
-		}
+		st = e.counts.state(resource)
 		st.c = unlimitedConf
 	}
 	c := st.c
@@ -423,11 +416,11 @@ func (e *Engine) Reserve(ctx context.Context, now time.Time, session, resource, 
 		n = 0
 		e.stats.Rejected++
 		if st.global == 0 && c.unlimited {
-			delete(e.res, resource)
+			delete(e.counts.res, resource)
 		}
 	} else {
 		e.stats.Granted++
-		e.hold(s, st, resource, domain, m, n)
+		st.hold(s, resource, domain, m, n)
 		dh = st.domains[domain]
 	}
 	r := Reservation{Granted: n, DomainLimit: dl, GlobalLimit: c.global, DomainHolds: dh, GlobalHolds: st.global, Unlimited: c.ignore || c.unlimited}
@@ -440,9 +433,10 @@ func (e *Engine) Reserve(ctx context.Context, now time.Time, session, resource, 
 	return r, nil
 }
 
-// hold adds n copies of resource for domain, in the groups of m, to
-// session s and to st's counts (with a Log: this server's contributions).
-func (e *Engine) hold(s *session, st *resState, resource, domain string, m *membership, n int64) {
+// hold adds n copies of resource (st's) for domain, in the groups of m,
+// to session s and to st's counts (with a Log: this server's
+// contributions).
+func (st *resState) hold(s *session, resource, domain string, m *membership, n int64) {
 	st.domains[domain] += n
 	st.global += n
 	k := holdKey{res: resource, dom: domain}
@@ -481,11 +475,11 @@ func (e *Engine) Release(ctx context.Context, now time.Time, session, resource, 
 	if err != nil {
 		return err
 	}
-	k.groups = e.groupsKey(resource, domain, groups)
-	if err := e.take(s, k, copies, "release"); err != nil {
-		return err
+	k.groups = e.counts.groupsKey(resource, domain, groups)
+	if !s.take(k, copies) {
+		return e.notHeld(s, k, copies, "release")
 	}
-	e.drop(k, copies)
+	e.counts.drop(k, copies)
 	e.stats.Released += uint64(copies)
 	if e.o.Log != nil {
 		e.release(ctx, []Hold{{Resource: resource, Domain: domain, Groups: splitGroups(k.groups), Copies: copies}})
@@ -539,7 +533,7 @@ func (e *Engine) Transfer(ctx context.Context, now time.Time, session, resource,
 	if err != nil {
 		return Staged{}, err
 	}
-	k.groups = e.groupsKey(resource, domain, groups)
+	k.groups = e.counts.groupsKey(resource, domain, groups)
 	if s.holds[k] < copies {
 		return Staged{}, e.notHeld(s, k, copies, "transfer")
 	}
@@ -550,7 +544,7 @@ func (e *Engine) Transfer(ctx context.Context, now time.Time, session, resource,
 	if e.o.Log != nil {
 		return e.stageShared(ctx, s, k, copies, id, ttl)
 	}
-	_ = e.take(s, k, copies, "transfer")
+	s.take(k, copies)
 	t := &transfer{timer: timer{deadline: ns + int64(ttl), id: id}, from: s.id, k: k, copies: copies}
 	e.transfers[id] = t
 	e.ttimers.push(&t.timer)
@@ -613,24 +607,10 @@ func (e *Engine) Seize(ctx context.Context, now time.Time, session, id string) (
 	return Seized{Resource: t.k.res, Domain: t.k.dom, Groups: splitGroups(t.k.groups), Copies: t.copies}, nil
 }
 
-// take removes copies from s's hold k, or says what s holds.
-func (e *Engine) take(s *session, k holdKey, copies int64, op string) error {
-	h := s.holds[k]
-	if h < copies {
-		return e.notHeld(s, k, copies, op)
-	}
-	if h == copies {
-		delete(s.holds, k)
-	} else {
-		s.holds[k] = h - copies
-	}
-	return nil
-}
-
 // notHeld is the error for an op of copies under k that s does not hold.
 func (e *Engine) notHeld(s *session, k holdKey, copies int64, op string) error {
 	if s.holds[k] == 0 {
-		if st := e.res[k.res]; (st == nil || st.c == nil) && !e.cfg.allowsUnconfigured(k.res) {
+		if st := e.counts.res[k.res]; (st == nil || st.c == nil) && !e.cfg.allowsUnconfigured(k.res) {
 			return unknownResource(k.res)
 		}
 	}
@@ -655,16 +635,53 @@ func (e *Engine) notHeld(s *session, k holdKey, copies int64, op string) error {
 }
 
 // drop subtracts n released copies held under k from the counts.
-func (e *Engine) drop(k holdKey, n int64) {
-	st := e.res[k.res]
+func (c *counts) drop(k holdKey, n int64) {
+	st := c.res[k.res]
 	st.global -= n
 	dec(st.domains, k.dom, n)
 	for g := range eachGroup(k.groups) {
 		dec(st.groups, g, n)
 	}
 	if st.global == 0 && (st.c == nil || st.c.unlimited) {
-		delete(e.res, k.res)
+		delete(c.res, k.res)
 	}
+}
+
+// restore puts copies of k back into session s and the counts (creating
+// k's resource state if it is gone).
+func (c *counts) restore(s *session, k holdKey, copies int64) {
+	st := c.state(k.res)
+	st.domains[k.dom] += copies
+	st.global += copies
+	for g := range eachGroup(k.groups) {
+		st.groups[g] += copies
+	}
+	s.holds[k] += copies
+}
+
+// zero forgets every count, as when every hold is dropped at once (Fence):
+// configured resources keep a copy log with nothing held, others have
+// none.
+func (c *counts) zero() {
+	for name, st := range c.res {
+		if st.c == nil || st.c.unlimited {
+			delete(c.res, name)
+			continue
+		}
+		clear(st.domains)
+		clear(st.groups)
+		st.global = 0
+	}
+}
+
+// state returns resource's copy log, creating it.
+func (c *counts) state(resource string) *resState {
+	st := c.res[resource]
+	if st == nil {
+		st = &resState{domains: map[string]int64{}, groups: map[string]int64{}}
+		c.res[resource] = st
+	}
+	return st
 }
 
 // dec subtracts n from m[k], deleting it at zero.
@@ -704,14 +721,14 @@ func splitGroups(key string) []string {
 // groupsKey returns the canonical key of groups (valid, without
 // duplicates: checkHold checked), without allocating when they are the
 // domain's current groups (in any order), or fewer than two.
-func (e *Engine) groupsKey(resource, domain string, groups []string) string {
+func (c *counts) groupsKey(resource, domain string, groups []string) string {
 	switch len(groups) {
 	case 0:
 		return ""
 	case 1:
 		return groups[0]
 	}
-	if st := e.res[resource]; st != nil && st.c != nil {
+	if st := c.res[resource]; st != nil && st.c != nil {
 		if m := st.c.member[domain]; m != nil && len(m.names) == len(groups) && len(groups) <= 16 && subset(groups, m.names) {
 			return m.key
 		}

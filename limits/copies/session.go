@@ -37,6 +37,21 @@ type session struct {
 	owner string // OpenOwned's
 }
 
+// take removes copies from the session's hold k, and reports whether it
+// held that many (when it did not, nothing changes).
+func (s *session) take(k holdKey, copies int64) bool {
+	h := s.holds[k]
+	if h < copies {
+		return false
+	}
+	if h == copies {
+		delete(s.holds, k)
+	} else {
+		s.holds[k] = h - copies
+	}
+	return true
+}
+
 // transfer is a staged transfer.
 type transfer struct {
 	timer
@@ -237,7 +252,7 @@ func (e *Engine) Expire(ctx context.Context, now time.Time) []Ended {
 	for len(e.ttimers) > 0 && e.ttimers[0].deadline <= ns {
 		t := e.transfers[heap.Pop(&e.ttimers).(*timer).id]
 		delete(e.transfers, t.id)
-		e.drop(t.k, t.copies)
+		e.counts.drop(t.k, t.copies)
 		e.stats.TransfersExpired++
 		e.stats.Released += uint64(t.copies)
 		out = append(out, Ended{Session: t.from, Transfer: t.id, Reason: Expired, Released: []Hold{{Resource: t.k.res, Domain: t.k.dom, Groups: splitGroups(t.k.groups), Copies: t.copies}}})
@@ -272,7 +287,7 @@ func (e *Engine) end(ctx context.Context, s *session, why EndReason) Ended {
 	}
 	held := sortedHolds(s.holds)
 	for k, n := range s.holds {
-		e.drop(k, n)
+		e.counts.drop(k, n)
 		e.stats.Released += uint64(n)
 	}
 	s.holds = nil

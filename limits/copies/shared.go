@@ -83,16 +83,6 @@ func (e *Engine) after(s *session, resource string, changed bool) error {
 	return nil
 }
 
-// resState returns resource's copy log, creating it.
-func (e *Engine) resState(resource string) *resState {
-	st := e.res[resource]
-	if st == nil {
-		st = &resState{domains: map[string]int64{}, groups: map[string]int64{}}
-		e.res[resource] = st
-	}
-	return st
-}
-
 // reserveShared is Reserve's decision on the Log, for session s; the Log
 // is called outside the engine's lock.
 func (e *Engine) reserveShared(ctx context.Context, s *session, st *resState, resource, domain string, copies, minCopies int64) (Reservation, error) {
@@ -112,7 +102,7 @@ func (e *Engine) reserveShared(ctx context.Context, s *session, st *resState, re
 			return Reservation{}, err
 		}
 	}
-	st = e.resState(resource)
+	st = e.counts.state(resource)
 	switch {
 	case err != nil && (!c.failOpen || errors.Is(err, ErrFenced) || errors.Is(err, ErrLearning) || ctx.Err() != nil):
 		// (A request whose ctx ended is no outage, nor is a Log that
@@ -121,11 +111,11 @@ func (e *Engine) reserveShared(ctx context.Context, s *session, st *resState, re
 		if !e.fenced {
 			e.dirty[resource] = true // the outcome is unknown
 			if errors.Is(err, ErrLearning) {
-				e.learning[resource] = true
+				e.learning.resources[resource] = true
 			}
 		}
 		if st.global == 0 && c.unlimited {
-			delete(e.res, resource)
+			delete(e.counts.res, resource)
 		}
 		return Reservation{}, unavailable("reserve", err)
 	case err != nil:
@@ -133,7 +123,7 @@ func (e *Engine) reserveShared(ctx context.Context, s *session, st *resState, re
 		e.dirty[resource] = true
 		e.stats.Granted++
 		e.stats.Degraded++
-		e.hold(s, st, resource, domain, m, copies)
+		st.hold(s, resource, domain, m, copies)
 		r.Granted, r.Degraded = copies, true
 		r.DomainHolds, r.GlobalHolds = st.domains[domain], st.global
 		got.GroupHolds = make([]int64, len(q.Groups))
@@ -141,16 +131,16 @@ func (e *Engine) reserveShared(ctx context.Context, s *session, st *resState, re
 			got.GroupHolds[i] = st.groups[g]
 		}
 	case got.Granted == 0:
-		e.learnt(resource, q.Ignore)
+		e.learning.answered(resource, q.Ignore)
 		e.stats.Rejected++
 		if st.global == 0 && c.unlimited {
-			delete(e.res, resource)
+			delete(e.counts.res, resource)
 		}
 		r.DomainHolds, r.GlobalHolds = got.DomainHolds, got.GlobalHolds
 	default:
-		e.learnt(resource, q.Ignore)
+		e.learning.answered(resource, q.Ignore)
 		e.stats.Granted++
-		e.hold(s, st, resource, domain, m, got.Granted)
+		st.hold(s, resource, domain, m, got.Granted)
 		r.Granted, r.DomainHolds, r.GlobalHolds = got.Granted, got.DomainHolds, got.GlobalHolds
 	}
 	if m != nil {
@@ -196,8 +186,8 @@ func (e *Engine) release(ctx context.Context, holds []Hold) {
 // operation uses them meanwhile) and come back if the Log fails.
 func (e *Engine) stageShared(ctx context.Context, s *session, k holdKey, copies int64, id string, ttl time.Duration) (Staged, error) {
 	h := Hold{Resource: k.res, Domain: k.dom, Groups: splitGroups(k.groups), Copies: copies}
-	_ = e.take(s, k, copies, "transfer")
-	e.drop(k, copies)
+	s.take(k, copies)
+	e.counts.drop(k, copies)
 	var deadline time.Time
 	var err error
 	e.unlocked([]string{k.res}, func() { deadline, err = e.o.Log.Stage(ctx, id, s.id, h, ttl) })
@@ -205,24 +195,13 @@ func (e *Engine) stageShared(ctx context.Context, s *session, k holdKey, copies 
 		if e.logFailed(err); !e.fenced {
 			e.dirty[k.res] = true // staged or not: Restore counts the hold
 			if e.sessions[s.id] == s {
-				e.restoreHold(s, k, copies)
+				e.counts.restore(s, k, copies)
 			}
 		}
 		return Staged{}, unavailable("transfer", err)
 	}
 	e.stats.Staged++
 	return Staged{ID: id, TTL: ttl, Expires: deadline}, nil
-}
-
-// restoreHold puts copies of k back into session s and the counts.
-func (e *Engine) restoreHold(s *session, k holdKey, copies int64) {
-	st := e.resState(k.res)
-	st.domains[k.dom] += copies
-	st.global += copies
-	for g := range eachGroup(k.groups) {
-		st.groups[g] += copies
-	}
-	s.holds[k] += copies
 }
 
 // seizeShared is Seize on the Log: staged transfer id joins session s.
@@ -240,8 +219,8 @@ func (e *Engine) seizeShared(ctx context.Context, s *session, id string) (Seized
 	if err := e.after(s, h.Resource, true); err != nil {
 		return Seized{}, err
 	}
-	k := holdKey{res: h.Resource, dom: h.Domain, groups: e.groupsKey(h.Resource, h.Domain, h.Groups)}
-	e.restoreHold(s, k, h.Copies)
+	k := holdKey{res: h.Resource, dom: h.Domain, groups: e.counts.groupsKey(h.Resource, h.Domain, h.Groups)}
+	e.counts.restore(s, k, h.Copies)
 	e.stats.Seized++
 	return Seized{Resource: h.Resource, Domain: h.Domain, Groups: splitGroups(k.groups), Copies: h.Copies}, nil
 }
@@ -267,19 +246,10 @@ func (e *Engine) fenceLocked() int {
 	e.fenced = true
 	e.sessions = map[string]*session{}
 	e.stimers = nil
-	for name, st := range e.res {
-		if st.c == nil || st.c.unlimited {
-			delete(e.res, name)
-			continue
-		}
-		clear(st.domains)
-		clear(st.groups)
-		st.global = 0
-	}
+	e.counts.zero()
 	clear(e.dirty)
-	clear(e.learning)
-	clear(e.unchecked)
-	e.fences++
+	e.learning.forget()
+	e.learning.fences++
 	e.stats.Fenced++
 	return n
 }
@@ -291,9 +261,9 @@ func (e *Engine) Unfence() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.fenced && e.o.Log != nil {
-		for name, st := range e.res {
+		for name, st := range e.counts.res {
 			if watched(st) {
-				e.unchecked[name] = true
+				e.learning.unchecked[name] = true
 			}
 		}
 	}
@@ -331,7 +301,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]string, error) {
 		return nil, nil
 	}
 	var held []string
-	for name, st := range e.res {
+	for name, st := range e.counts.res {
 		if st.global > 0 {
 			held = append(held, name)
 		}
@@ -341,7 +311,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]string, error) {
 	lost, err := e.o.Log.Lost(ctx, held) // also when nothing is held: the Log checks its own records
 	if err != nil {
 		e.logFailed(err)
-		e.unknownLearning()
+		e.learning.forget()
 		return nil, unavailable("reconcile", err)
 	}
 	for _, r := range lost {
@@ -369,7 +339,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]string, error) {
 	for _, r := range slices.Sorted(maps.Keys(todo)) {
 		if err := e.o.Log.Restore(ctx, r, by[r]); err != nil {
 			e.logFailed(err)
-			e.unknownLearning()
+			e.learning.forget()
 			return done, unavailable("reconcile", err)
 		}
 		delete(e.dirty, r)
@@ -383,24 +353,6 @@ func (e *Engine) Reconcile(ctx context.Context) ([]string, error) {
 // resource that ignores them does not wait for the learning period).
 func watched(st *resState) bool { return st.c != nil && !st.c.unlimited && !st.c.ignore }
 
-// unknownLearning forgets what the engine knew of learning mode when the
-// Log cannot be reached: readiness does not wait for Redis (while it is
-// down, reserves fail closed or are granted fail-open, as configured,
-// learning or not), and the next look that reaches it tells again.
-func (e *Engine) unknownLearning() {
-	clear(e.learning)
-	clear(e.unchecked)
-}
-
-// learnt records that a Reserve of resource was answered (not refused as
-// learning): unless it ignored the limits, the resource is not learning.
-func (e *Engine) learnt(resource string, ignore bool) {
-	if !ignore {
-		delete(e.learning, resource)
-		delete(e.unchecked, resource)
-	}
-}
-
 // learn is Reconcile's last step (the lock held, the engine unfenced):
 // Log.Learn, outside the lock, for every configured resource that keeps
 // its limits and every resource this server holds copies of, but those
@@ -408,8 +360,8 @@ func (e *Engine) learnt(resource string, ignore bool) {
 // the next call checks; then it records which are learning.
 func (e *Engine) learn(ctx context.Context) error {
 	var checks []LearnCheck
-	for _, name := range slices.Sorted(maps.Keys(e.res)) {
-		st := e.res[name]
+	for _, name := range slices.Sorted(maps.Keys(e.counts.res)) {
+		st := e.counts.res[name]
 		if (watched(st) || st.global > 0) && !e.dirty[name] && e.inflight[name] == 0 {
 			checks = append(checks, LearnCheck{Resource: name, Holding: st.global > 0})
 		}
@@ -417,11 +369,11 @@ func (e *Engine) learn(ctx context.Context) error {
 	if len(checks) == 0 {
 		return nil
 	}
-	fences := e.fences
+	fences := e.learning.fences
 	var left []time.Duration
 	var err error
 	e.unlocked(nil, func() { left, err = e.o.Log.Learn(ctx, checks) })
-	if e.fenced || e.fences != fences { // an answer for an epoch gone
+	if e.fenced || e.learning.fences != fences { // an answer for an epoch gone
 		return nil
 	}
 	if err == nil && len(left) != len(checks) {
@@ -429,15 +381,15 @@ func (e *Engine) learn(ctx context.Context) error {
 	}
 	if err != nil {
 		e.logFailed(err)
-		e.unknownLearning()
+		e.learning.forget()
 		return unavailable("learn", err)
 	}
 	for i, c := range checks {
-		delete(e.unchecked, c.Resource)
-		if st := e.res[c.Resource]; left[i] > 0 && st != nil && watched(st) {
-			e.learning[c.Resource] = true
+		delete(e.learning.unchecked, c.Resource)
+		if st := e.counts.res[c.Resource]; left[i] > 0 && st != nil && watched(st) {
+			e.learning.resources[c.Resource] = true
 		} else {
-			delete(e.learning, c.Resource)
+			delete(e.learning.resources, c.Resource)
 		}
 	}
 	return nil
@@ -461,5 +413,57 @@ func (e *Engine) learn(ctx context.Context) error {
 func (e *Engine) Learning() (learning, unchecked []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return slices.Sorted(maps.Keys(e.learning)), slices.Sorted(maps.Keys(e.unchecked))
+	return slices.Sorted(maps.Keys(e.learning.resources)), slices.Sorted(maps.Keys(e.learning.unchecked))
+}
+
+// learningState is what an engine with a shared Log knows of the Log's
+// learning mode: resources, the resources the Log last said are learning
+// (Log.Learn, or a Reserve refused with ErrLearning); unchecked, the
+// configured resources it has not been asked about since the engine was
+// unfenced or they were configured; fences, the Fence calls so far, so
+// that a Learn answered across one is dropped. See Engine.Learning. It is
+// not safe for concurrent use: the Engine's mu guards it (Reconcile's
+// learn reads fences before its Log call and again after, the lock
+// released in between).
+//
+// Source: docs/charon.md, "Readiness".
+type learningState struct {
+	resources map[string]bool
+	unchecked map[string]bool
+	fences    uint64
+}
+
+// forget forgets what the engine knew of learning mode: when the engine
+// is fenced, and when the Log cannot be reached (readiness does not wait
+// for Redis: while it is down, reserves fail closed or are granted
+// fail-open, as configured, learning or not; the next look that reaches
+// it tells again).
+func (l *learningState) forget() {
+	clear(l.resources)
+	clear(l.unchecked)
+}
+
+// answered records that a Reserve of resource was answered (not refused
+// as learning): unless it ignored the limits, the resource is not
+// learning.
+func (l *learningState) answered(resource string, ignore bool) {
+	if !ignore {
+		delete(l.resources, resource)
+		delete(l.unchecked, resource)
+	}
+}
+
+// keepConfigured forgets the resources no longer configured (confs is
+// the new configuration's).
+func (l *learningState) keepConfigured(confs map[string]*rconf) {
+	for name := range l.unchecked {
+		if _, ok := confs[name]; !ok {
+			delete(l.unchecked, name)
+		}
+	}
+	for name := range l.resources {
+		if _, ok := confs[name]; !ok {
+			delete(l.resources, name)
+		}
+	}
 }

@@ -33,7 +33,7 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := e.stats
-	s.Sessions, s.Transfers, s.Resources = len(e.sessions), len(e.transfers), len(e.res)
+	s.Sessions, s.Transfers, s.Resources = len(e.sessions), len(e.transfers), len(e.counts.res)
 	return s
 }
 
@@ -123,8 +123,8 @@ func (e *Engine) Snapshot() Snapshot {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var s Snapshot
-	for _, name := range slices.Sorted(maps.Keys(e.res)) {
-		s.Resources = append(s.Resources, e.resourceHolds(name, e.res[name]))
+	for _, name := range slices.Sorted(maps.Keys(e.counts.res)) {
+		s.Resources = append(s.Resources, e.counts.res[name].holds(name))
 	}
 	for _, id := range slices.Sorted(maps.Keys(e.sessions)) {
 		ss := e.sessions[id]
@@ -143,14 +143,15 @@ func (e *Engine) Snapshot() Snapshot {
 func (e *Engine) Resource(name string) (ResourceHolds, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	st := e.res[name]
+	st := e.counts.res[name]
 	if st == nil {
 		return ResourceHolds{}, false
 	}
-	return e.resourceHolds(name, st), true
+	return st.holds(name), true
 }
 
-func (e *Engine) resourceHolds(name string, st *resState) ResourceHolds {
+// holds describes st, the copy log of resource name.
+func (st *resState) holds(name string) ResourceHolds {
 	r := ResourceHolds{Resource: name, GlobalHolds: st.global}
 	c := st.c
 	if c != nil {
