@@ -190,10 +190,18 @@ func (s Statsd) options(log *slog.Logger) upstreamstats.Options {
 // Tracing configures OpenTelemetry traces: a server span for every RPC on
 // the port (gRPC and JSON alike, continuing the caller's W3C
 // traceparent), with child spans for the round trips to Redis and the
-// calls to etcd a request makes (docs/tracing.md). The fields are the
-// OpenTelemetry environment variables' values (sluice server takes them
-// from its --otel-* flags, else from the variables); the zero value is
+// calls to etcd a request makes (docs/tracing.md). The zero value is
 // off: no exporter, no instrumentation, nothing recorded.
+//
+// This is the one definition of the settings: sluice server's --otel-*
+// flags set these fields, and server/internal/telemetry builds the SDK
+// from them. Their values are the OpenTelemetry environment variables';
+// a field set here overrides its variable, and one left empty is the
+// SDK's (or the OTLP exporter's) to read from the environment itself, as
+// the field says. Exporter and Protocol are the exceptions: New reads
+// no variable for them, since the SDK does not choose an exporter
+// (sluice server reads OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_PROTOCOL
+// and OTEL_SDK_DISABLED into its flags).
 type Tracing struct {
 	// Exporter is OTEL_TRACES_EXPORTER: "" or "none" (off) or "otlp".
 	Exporter string
@@ -201,12 +209,18 @@ type Tracing struct {
 	// "http/protobuf".
 	Protocol string
 	// Endpoint is OTEL_EXPORTER_OTLP_ENDPOINT: the collector's base URL
-	// (http://host:port, https for TLS). Empty: the exporter's own
-	// variables (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+	// (http://host:port, https for TLS; with http/protobuf, /v1/traces is
+	// appended to its path). Empty: the exporter's own variables
+	// (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, then
 	// OTEL_EXPORTER_OTLP_ENDPOINT), else localhost:4317 or :4318.
 	Endpoint string
 	// Sampler and SamplerArg are OTEL_TRACES_SAMPLER and
-	// OTEL_TRACES_SAMPLER_ARG (empty: parentbased_always_on).
+	// OTEL_TRACES_SAMPLER_ARG: always_on, always_off, traceidratio,
+	// parentbased_always_on, parentbased_always_off or
+	// parentbased_traceidratio, and the ratio of the two ratio samplers
+	// (0 to 1; empty: 1). The two are one setting: a Sampler replaces
+	// both variables, and a SamplerArg without a Sampler is an error.
+	// Empty: the SDK's own variables, else parentbased_always_on.
 	Sampler, SamplerArg string
 	// Provider, when set, is used as is instead (a program embedding
 	// Sluice, with its own SDK): New neither builds nor shuts one down.

@@ -1,12 +1,14 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
 	"net/http"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
@@ -34,23 +36,33 @@ type tracer struct {
 }
 
 // openTracer builds the TracerProvider of t (off: the zero tracer),
-// before the stores that use it.
+// before the stores that use it: the exporter is Sluice's to choose (the
+// SDK reads no OTEL_TRACES_EXPORTER), the rest telemetry.New's, which
+// leaves what t leaves empty to the SDK's own variables.
 func openTracer(ctx context.Context, t Tracing, log *slog.Logger) (tracer, error) {
-	o := telemetry.Options{Exporter: t.Exporter, Protocol: t.Protocol, Endpoint: t.Endpoint, Sampler: t.Sampler, SamplerArg: t.SamplerArg}
-	if t.Provider != nil {
-		if !o.Off() {
-			return tracer{}, fieldErr("Runtime.Tracing.Exporter", "%q set with Runtime.Tracing.Provider; give one or the other", t.Exporter)
-		}
+	off := t.Exporter == "" || t.Exporter == "none"
+	switch {
+	case t.Provider != nil && !off:
+		return tracer{}, fieldErr("Runtime.Tracing.Exporter", "%q set with Runtime.Tracing.Provider; give one or the other", t.Exporter)
+	case t.Provider != nil:
 		return tracer{provider: t.Provider, end: tracing.Hold()}, nil
+	case off:
+		return tracer{}, nil
+	case t.Exporter != "otlp":
+		return tracer{}, fieldErr("Runtime.Tracing.Exporter", "%q, want otlp or none", t.Exporter)
 	}
-	tp, err := telemetry.New(ctx, o)
-	if oe := new(telemetry.OptionError); errors.As(err, &oe) {
-		return tracer{}, oe.Under("Runtime.Tracing")
+	if t.Sampler == "" && t.SamplerArg != "" { // the SDK reads its ratio with its name: one alone overrides nothing
+		return tracer{}, fieldErr("Runtime.Tracing.SamplerArg", "%q without Runtime.Tracing.Sampler: give the sampler it is the ratio of", t.SamplerArg)
+	}
+	sampler, err := telemetry.Sampler(t.Sampler, t.SamplerArg)
+	var tp *sdktrace.TracerProvider
+	if err == nil {
+		tp, err = telemetry.New(ctx, t.Protocol, t.Endpoint, sampler)
+	}
+	if fe := new(telemetry.FieldError); errors.As(err, &fe) {
+		return tracer{}, fe.Under("Runtime.Tracing")
 	} else if err != nil {
 		return tracer{}, err
-	}
-	if tp == nil {
-		return tracer{}, nil
 	}
 	release := tracing.Hold()
 	end := func() {
@@ -62,7 +74,9 @@ func openTracer(ctx context.Context, t Tracing, log *slog.Logger) (tracer, error
 			log.Warn("tracing: exporting the last spans failed", "err", err)
 		}
 	}
-	log.Info("tracing on", "exporter", t.Exporter, "protocol", t.Protocol, "endpoint", t.Endpoint, "sampler", t.Sampler)
+	log.Info("tracing on", "exporter", t.Exporter, "protocol", cmp.Or(t.Protocol, "grpc"),
+		"endpoint", cmp.Or(t.Endpoint, "OTEL_EXPORTER_OTLP_*, else localhost"),
+		"sampler", cmp.Or(t.Sampler, "OTEL_TRACES_SAMPLER, else parentbased_always_on"))
 	return tracer{provider: tp, end: end}, nil
 }
 

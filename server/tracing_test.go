@@ -257,6 +257,7 @@ func TestTracingConfigErrors(t *testing.T) {
 		{Tracing{Exporter: "otlp", Endpoint: "localhost:4317"}, "Runtime.Tracing.Endpoint"},
 		{Tracing{Exporter: "otlp", Sampler: "sometimes"}, "Runtime.Tracing.Sampler"},
 		{Tracing{Exporter: "otlp", Sampler: "traceidratio", SamplerArg: "2"}, "Runtime.Tracing.SamplerArg"},
+		{Tracing{Exporter: "otlp", SamplerArg: "0.5"}, "Runtime.Tracing.SamplerArg"}, // without its Sampler
 		{Tracing{Exporter: "otlp", Provider: sdktrace.NewTracerProvider()}, "Runtime.Tracing.Exporter"},
 	} {
 		_, err := New(t.Context(), Config{Listen: Listen{Address: "127.0.0.1:0"}, Runtime: Runtime{Tracing: tc.tracing}})

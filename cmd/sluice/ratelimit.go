@@ -391,7 +391,9 @@ func (e upstreamEnv) flushAndTags(add func(flag, value, from string), isSet func
 	}
 }
 
-// tracing adds the OpenTelemetry flags of TRACING_*.
+// tracing adds the OpenTelemetry flags of TRACING_* that stand for
+// variables no OpenTelemetry package reads (the exporter and its
+// protocol), and checks the sampling rate, which otelVars passes on.
 func (e upstreamEnv) tracing(add func(flag, value, from string)) error {
 	if !e.TracingEnabled {
 		return nil
@@ -405,11 +407,26 @@ func (e upstreamEnv) tracing(add func(flag, value, from string)) error {
 	default:
 		return fmt.Errorf("TRACING_EXPORTER_PROTOCOL: %q, want http or grpc", e.TracingProtocol)
 	}
-	if e.TracingRate < 1 {
-		add("otel-traces-sampler", "parentbased_traceidratio", "TRACING_SAMPLING_RATE")
-		add("otel-traces-sampler-arg", strconv.FormatFloat(e.TracingRate, 'g', -1, 64), "TRACING_SAMPLING_RATE")
+	if !(e.TracingRate >= 0) {
+		return fmt.Errorf("TRACING_SAMPLING_RATE: %v, want a ratio from 0 to 1", e.TracingRate)
 	}
 	return nil
+}
+
+// otelVars are the standard OpenTelemetry variables TRACING_* stand for
+// that the SDK reads itself (its service name and sampler), each set
+// only where the environment does not set it: --otel-traces-sampler
+// (or SLUICE_OTEL_TRACES_SAMPLER), then OTEL_*, win over TRACING_*.
+func (e upstreamEnv) otelVars() map[string]string {
+	if !e.TracingEnabled {
+		return nil
+	}
+	v := map[string]string{"OTEL_SERVICE_NAME": e.TracingName}
+	if e.TracingRate < 1 {
+		v["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+		v["OTEL_TRACES_SAMPLER_ARG"] = strconv.FormatFloat(e.TracingRate, 'g', -1, 64)
+	}
+	return v
 }
 
 // xds adds the flags of the rules over xDS (CONFIG_TYPE=GRPC_XDS_SOTW).
@@ -608,8 +625,10 @@ func (sf *serverFlags) runEnvoyRatelimit(cmd *cobra.Command) error {
 	if err := applySettings(cmd.Flags(), set); err != nil {
 		return err
 	}
-	if env.TracingEnabled && !isSet("OTEL_SERVICE_NAME") {
-		_ = os.Setenv("OTEL_SERVICE_NAME", env.TracingName)
+	for name, v := range env.otelVars() {
+		if !isSet(name) {
+			_ = os.Setenv(name, v)
+		}
 	}
 	log, err := newLogger(cmd.ErrOrStderr(), sf.logFormat, sf.logLevel)
 	if err != nil {

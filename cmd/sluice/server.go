@@ -221,8 +221,8 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 		f.StringVar(&t.Exporter, "otel-traces-exporter", "none", "OpenTelemetry traces: otlp or none (OTEL_TRACES_EXPORTER)")
 		f.StringVar(&t.Endpoint, "otel-exporter-otlp-endpoint", "", "the OTLP collector's URL (default: OTEL_EXPORTER_OTLP_ENDPOINT, else localhost)")
 		f.StringVar(&t.Protocol, "otel-exporter-otlp-protocol", "grpc", "OTLP protocol: grpc or http/protobuf (OTEL_EXPORTER_OTLP_PROTOCOL)")
-		f.StringVar(&t.Sampler, "otel-traces-sampler", "parentbased_always_on", "trace sampler, as OTEL_TRACES_SAMPLER")
-		f.StringVar(&t.SamplerArg, "otel-traces-sampler-arg", "", "the sampler's ratio, as OTEL_TRACES_SAMPLER_ARG")
+		f.StringVar(&t.Sampler, "otel-traces-sampler", "", "trace sampler (default: OTEL_TRACES_SAMPLER, else parentbased_always_on)")
+		f.StringVar(&t.SamplerArg, "otel-traces-sampler-arg", "", "the ratio of --otel-traces-sampler *traceidratio, 0 to 1 (default 1)")
 	})
 }
 
@@ -419,22 +419,26 @@ func flagsFromEnv(cmd *cobra.Command) error {
 	return errors.Join(errs...)
 }
 
-// otelEnv are the standard OpenTelemetry variables of the --otel-* flags,
-// the signal's own first. The exporter reads the endpoint's
-// (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT) and
-// its other variables itself when --otel-exporter-otlp-endpoint is not
-// given, the SDK OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
+// otelEnv are the standard OpenTelemetry variables of the --otel-* flags
+// that no OpenTelemetry package reads, the signal's own first: which
+// exporter, and which of the OTLP exporters (the HTTP one reads the
+// protocol too, but only as its payload's encoding). The others are the
+// SDK's to read when their flags are not given, as it does: the
+// exporter, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT and
+// OTEL_EXPORTER_OTLP_ENDPOINT (and its headers, timeout, certificates,
+// compression); NewTracerProvider, OTEL_TRACES_SAMPLER and
+// OTEL_TRACES_SAMPLER_ARG; the resource, OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES.
 var otelEnv = map[string][]string{
 	"otel-traces-exporter":        {"OTEL_TRACES_EXPORTER"},
 	"otel-exporter-otlp-protocol": {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"},
-	"otel-traces-sampler":         {"OTEL_TRACES_SAMPLER"},
-	"otel-traces-sampler-arg":     {"OTEL_TRACES_SAMPLER_ARG"},
 }
 
-// otelFromEnv sets the --otel-* flags given neither on the command line
-// nor as SLUICE_OTEL_* from the standard OpenTelemetry variables
-// (otelEnv), and turns traces off when OTEL_SDK_DISABLED is true: a flag
-// wins over SLUICE_OTEL_*, which wins over OTEL_*.
+// otelFromEnv sets the --otel-* flags of otelEnv given neither on the
+// command line nor as SLUICE_OTEL_* from their standard OpenTelemetry
+// variables, and turns traces off when OTEL_SDK_DISABLED is true (the Go
+// SDK does not read it): a flag wins over SLUICE_OTEL_*, which wins over
+// OTEL_*.
 func otelFromEnv(cmd *cobra.Command) error {
 	fs := cmd.Flags()
 	exporterGiven := fs.Changed("otel-traces-exporter")

@@ -6,10 +6,16 @@
 // caller's W3C traceparent. Sluice's own attributes are package
 // internal/tracing's.
 //
+// The settings are server.Tracing's, defined there once; what they leave
+// empty, the SDK and the OTLP exporter read from the environment
+// themselves (New).
+//
 // Source: docs/tracing.md; the OpenTelemetry
 // specification's "Environment Variable Specification" (the names and
 // values of OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_*,
-// OTEL_TRACES_SAMPLER).
+// OTEL_TRACES_SAMPLER); the SDK's own reading of them, in
+// go.opentelemetry.io/otel/sdk/trace (sampler_env.go) and the OTLP
+// exporters' package documentation.
 package telemetry
 
 import (
@@ -39,69 +45,39 @@ import (
 	"github.com/sluice-rl/sluice/internal/tracing"
 )
 
-// Options say where spans go and which are kept, in the words of the
-// OpenTelemetry environment variables (sluice server fills them from its
-// --otel-* flags, or else from the variables).
-type Options struct {
-	// Exporter is OTEL_TRACES_EXPORTER's value: "" or "none" (no traces:
-	// New returns nil) or "otlp".
-	Exporter string
-	// Protocol is OTEL_EXPORTER_OTLP_PROTOCOL's: "grpc" (the default when
-	// empty) or "http/protobuf".
-	Protocol string
-	// Endpoint is OTEL_EXPORTER_OTLP_ENDPOINT's: the collector's base URL
-	// (http://host:port; https for TLS); with http/protobuf, /v1/traces is
-	// appended to its path. Empty: the exporter reads the variables
-	// itself (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, then
-	// OTEL_EXPORTER_OTLP_ENDPOINT), else localhost:4317 (gRPC) or
-	// localhost:4318 (HTTP). The exporter also reads its other variables
-	// (headers, timeout, certificates, compression) itself.
-	Endpoint string
-	// Sampler and SamplerArg are OTEL_TRACES_SAMPLER's and
-	// OTEL_TRACES_SAMPLER_ARG's: always_on, always_off, traceidratio,
-	// parentbased_always_on (the default when empty), parentbased_always_off
-	// or parentbased_traceidratio; the ratio (0 to 1; empty: 1) for the
-	// two ratio samplers.
-	Sampler, SamplerArg string
-}
-
-// OptionError is an Options field New refuses ("Exporter", "Protocol",
-// "Endpoint", "Sampler" or "SamplerArg"), and why.
-type OptionError = names.FieldError
-
-func optErr(field, format string, args ...any) error {
-	return names.FieldErr(field, format, args...)
-}
-
-// Off reports whether o turns tracing off (no exporter).
-func (o Options) Off() bool { return o.Exporter == "" || o.Exporter == "none" }
-
-// New returns the TracerProvider o describes, or nil when o is off: the
-// SDK's, with a batch span processor (its OTEL_BSP_* variables apply) over
-// an OTLP exporter, the sampler, and a resource naming the service
-// "sluice" (OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override it).
-// The caller shuts it down (which flushes the spans not yet exported).
-// Errors are *OptionError naming the field; no connection is made yet
-// (the exporter connects when it first exports, and keeps retrying).
-func New(ctx context.Context, o Options) (*sdktrace.TracerProvider, error) {
-	if o.Off() {
-		return nil, nil
-	}
-	if o.Exporter != "otlp" {
-		return nil, optErr("Exporter", "%q, want otlp or none", o.Exporter)
-	}
-	sampler, err := Sampler(o.Sampler, o.SamplerArg)
-	if err != nil {
-		return nil, err
-	}
+// New returns the SDK's TracerProvider exporting over OTLP: a batch span
+// processor (its OTEL_BSP_* variables apply) over the exporter of
+// protocol, "grpc" (also when empty) or "http/protobuf", sending to
+// endpoint, the collector's base URL (http://host:port; https for TLS;
+// with http/protobuf, /v1/traces is appended to its path); sampler; and
+// a resource naming the service "sluice" (OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES override it). The caller shuts it down (which
+// flushes the spans not yet exported).
+//
+// What is empty or nil is the SDK's to find in the environment, as its
+// packages document: endpoint "", the exporter's
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, then OTEL_EXPORTER_OTLP_ENDPOINT,
+// else localhost:4317 (gRPC) or localhost:4318 (HTTP); sampler nil,
+// NewTracerProvider's OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG,
+// else parentbased_always_on. The exporter also reads its other
+// variables (headers, timeout, certificates, compression) itself.
+//
+// The parameters are server.Tracing's fields of the same names (the one
+// definition of the settings), and errors are *FieldError naming them:
+// "Protocol", "Endpoint", or "Exporter" when the exporter cannot be
+// made. No connection is made yet (the exporter connects when it first
+// exports, and keeps retrying).
+func New(ctx context.Context, protocol, endpoint string, sampler sdktrace.Sampler) (*sdktrace.TracerProvider, error) {
 	var u *url.URL
-	if o.Endpoint != "" {
-		if u, err = url.Parse(o.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, optErr("Endpoint", "%q, want a URL http://host:port or https://host:port", o.Endpoint)
+	if endpoint != "" {
+		var err error
+		if u, err = url.Parse(endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fieldErr("Endpoint", "%q, want a URL http://host:port or https://host:port", endpoint)
 		}
 	}
 	var exp sdktrace.SpanExporter
-	switch o.Protocol {
+	var err error
+	switch protocol {
 	case "", "grpc":
 		var opts []otlptracegrpc.Option
 		if u != nil {
@@ -109,7 +85,9 @@ func New(ctx context.Context, o Options) (*sdktrace.TracerProvider, error) {
 		}
 		exp, err = otlptracegrpc.New(ctx, opts...)
 	case "http/protobuf":
-		var opts []otlptracehttp.Option
+		// Protobuf whatever OTEL_EXPORTER_OTLP_PROTOCOL says, which the
+		// HTTP exporter reads too (http/json: JSON): protocol decides.
+		opts := []otlptracehttp.Option{otlptracehttp.WithEncoding(otlptracehttp.EncodingProtobuf)}
 		if u != nil {
 			t := *u
 			t.Path = strings.TrimSuffix(t.Path, "/") + "/v1/traces"
@@ -117,10 +95,10 @@ func New(ctx context.Context, o Options) (*sdktrace.TracerProvider, error) {
 		}
 		exp, err = otlptracehttp.New(ctx, opts...)
 	default:
-		return nil, optErr("Protocol", "%q, want grpc or http/protobuf", o.Protocol)
+		return nil, fieldErr("Protocol", "%q, want grpc or http/protobuf", protocol)
 	}
 	if err != nil {
-		return nil, optErr("Exporter", "%v", err)
+		return nil, fieldErr("Exporter", "%v", err)
 	}
 	// Later detectors win: the variables override the default name.
 	res, err := resource.New(ctx, resource.WithAttributes(semconv.ServiceName("sluice")),
@@ -129,13 +107,32 @@ func New(ctx context.Context, o Options) (*sdktrace.TracerProvider, error) {
 		_ = exp.Shutdown(ctx)
 		return nil, fmt.Errorf("tracing: resource: %w", err)
 	}
-	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithSampler(sampler), sdktrace.WithResource(res)), nil
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
+	if sampler != nil { // else the SDK's, from its variables
+		opts = append(opts, sdktrace.WithSampler(sampler))
+	}
+	return sdktrace.NewTracerProvider(opts...), nil
 }
 
-// Sampler returns the sampler OTEL_TRACES_SAMPLER name and
-// OTEL_TRACES_SAMPLER_ARG arg stand for (name empty:
-// parentbased_always_on). Errors are *OptionError naming Sampler or
-// SamplerArg.
+// FieldError is a parameter of New or Sampler they refuse, by its name
+// ("Protocol", "SamplerArg", …: server.Tracing's fields), and why.
+type FieldError = names.FieldError
+
+func fieldErr(field, format string, args ...any) error {
+	return names.FieldErr(field, format, args...)
+}
+
+// Sampler returns the sampler a front end's explicit name and arg stand
+// for, in the words of OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG
+// (the flags and Config fields that override those variables), or nil
+// when name is empty: then New leaves the sampler to the SDK, which
+// reads the variables itself (an arg without a name is the caller's to
+// refuse). The SDK exports no parser of these names, so the explicit
+// ones are parsed here, as it parses the variables, but strictly: an
+// unknown name or a ratio outside 0 to 1 is an error (the SDK warns
+// about a bad variable and goes on with its default). The ratio of the
+// two ratio samplers is 1 when arg is empty; the others ignore it.
+// Errors are *FieldError naming Sampler or SamplerArg.
 func Sampler(name, arg string) (sdktrace.Sampler, error) {
 	ratio := func() (float64, error) {
 		if arg == "" {
@@ -143,12 +140,14 @@ func Sampler(name, arg string) (sdktrace.Sampler, error) {
 		}
 		r, err := strconv.ParseFloat(arg, 64)
 		if err != nil || !(r >= 0 && r <= 1) {
-			return 0, optErr("SamplerArg", "%q, want a ratio from 0 to 1", arg)
+			return 0, fieldErr("SamplerArg", "%q, want a ratio from 0 to 1", arg)
 		}
 		return r, nil
 	}
 	switch name {
-	case "", "parentbased_always_on":
+	case "":
+		return nil, nil
+	case "parentbased_always_on":
 		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
 	case "parentbased_always_off":
 		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
@@ -166,7 +165,7 @@ func Sampler(name, arg string) (sdktrace.Sampler, error) {
 		}
 		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(r)), nil
 	}
-	return nil, optErr("Sampler", "%q, want always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio", name)
+	return nil, fieldErr("Sampler", "%q, want always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio", name)
 }
 
 // Propagator is the propagation the port continues and etcd's client

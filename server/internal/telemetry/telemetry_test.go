@@ -10,16 +10,20 @@ import (
 	"sync"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 )
 
-// TestSampler: each OTEL_TRACES_SAMPLER name gives its sampler; an unknown
-// name or a bad ratio is an error naming its field.
+// TestSampler: each OTEL_TRACES_SAMPLER name gives its sampler, and no
+// name none (the SDK's, from the variables); an unknown name or a bad
+// ratio is an error naming its field.
 func TestSampler(t *testing.T) {
+	if s, err := Sampler("", ""); s != nil || err != nil {
+		t.Errorf("none: %v %v, want nil (the SDK's)", s, err)
+	}
 	for _, tc := range []struct{ name, arg, want, field string }{
-		{"", "", "ParentBased{root:AlwaysOnSampler", ""},
 		{"parentbased_always_on", "", "ParentBased{root:AlwaysOnSampler", ""},
 		{"parentbased_always_off", "", "ParentBased{root:AlwaysOffSampler", ""},
 		{"always_on", "", "AlwaysOnSampler", ""},
@@ -33,7 +37,7 @@ func TestSampler(t *testing.T) {
 	} {
 		s, err := Sampler(tc.name, tc.arg)
 		if tc.field != "" {
-			if oe := new(OptionError); !errors.As(err, &oe) || oe.Field != tc.field {
+			if oe := new(FieldError); !errors.As(err, &oe) || oe.Field != tc.field {
 				t.Errorf("%q %q: %v, want an error naming %s", tc.name, tc.arg, err, tc.field)
 			}
 			continue
@@ -44,9 +48,45 @@ func TestSampler(t *testing.T) {
 	}
 }
 
+// TestSamplerFromEnv: without a sampler of its own, New leaves it to the
+// SDK, which reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG
+// itself (else parentbased_always_on); an explicit sampler wins over
+// them.
+func TestSamplerFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		sampler, arg string
+		explicit     sdktrace.Sampler
+		sampled      bool
+	}{
+		{"", "", nil, true}, // parentbased_always_on, no parent
+		{"always_off", "", nil, false},
+		{"traceidratio", "0", nil, false},
+		{"parentbased_traceidratio", "1", nil, true},
+		{"always_off", "", sdktrace.AlwaysSample(), true},
+	} {
+		t.Setenv("OTEL_TRACES_SAMPLER", tc.sampler)
+		t.Setenv("OTEL_TRACES_SAMPLER_ARG", tc.arg)
+		tp, err := New(t.Context(), "grpc", "http://127.0.0.1:1", tc.explicit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, span := tp.Tracer("t").Start(t.Context(), "request") // not ended: nothing to export
+		if got := span.SpanContext().IsSampled(); got != tc.sampled {
+			t.Errorf("OTEL_TRACES_SAMPLER=%q OTEL_TRACES_SAMPLER_ARG=%q, explicit %v: sampled %v, want %v",
+				tc.sampler, tc.arg, tc.explicit, got, tc.sampled)
+		}
+		if err := tp.Shutdown(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestHTTPExporter: with http/protobuf, spans go to the endpoint's
-// /v1/traces as OTLP protobuf, with the service named sluice.
+// /v1/traces as OTLP protobuf (whatever OTEL_EXPORTER_OTLP_PROTOCOL,
+// which the HTTP exporter also reads, says), with the service named
+// sluice.
 func TestHTTPExporter(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
 	var mu sync.Mutex
 	var paths []string
 	var names []string
@@ -71,10 +111,7 @@ func TestHTTPExporter(t *testing.T) {
 	}))
 	defer srv.Close()
 	ctx := context.Background()
-	if tp, err := New(ctx, Options{Exporter: "none"}); tp != nil || err != nil {
-		t.Fatalf("none: %v %v", tp, err)
-	}
-	tp, err := New(ctx, Options{Exporter: "otlp", Protocol: "http/protobuf", Endpoint: srv.URL})
+	tp, err := New(ctx, "http/protobuf", srv.URL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
