@@ -54,6 +54,7 @@ import (
 	"github.com/sluice-rl/sluice/server/rlqs"
 	"github.com/sluice-rl/sluice/server/sessions"
 	"github.com/sluice-rl/sluice/server/status"
+	"github.com/sluice-rl/sluice/server/status/view"
 )
 
 // MaxRequestBytes bounds the size of one request message on either
@@ -428,7 +429,7 @@ func (sh Shared) redisStatus() *status.RedisStatus {
 // fleetMember is a fleet membership as the sessions service sees it.
 type fleetMember struct{ *fleet.Member }
 
-func (m fleetMember) FleetStatus() sessions.FleetStatus { return sessions.FleetStatus(m.Status()) }
+func (m fleetMember) FleetStatus() view.FleetStatus { return view.FleetStatus(m.Status()) }
 
 // Addr returns the advertised address (the listener's, unless
 // Config.Advertise).

@@ -8,8 +8,15 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/internal/testutil"
+	"github.com/sluice-rl/sluice/limits/limitsyaml"
+	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/status"
 )
@@ -183,5 +190,41 @@ func TestStatusEnvoyRules(t *testing.T) {
 	}
 	if _, body, _ := get(t, h, "/debug/status"); !strings.Contains(body, `id="envoy-rules"`) || !strings.Contains(body, "remote_address_50.0.0.5") {
 		t.Fatal("the HTML status page lacks the rules")
+	}
+}
+
+// TestStatusBucketsEnvoyCounters: the buckets page shows the counters of
+// Envoy's rate limit service with the prefix, in JSON and in HTML.
+func TestStatusBucketsEnvoyCounters(t *testing.T) {
+	domains, err := limitsyaml.ParseEnvoyRateLimit("edge.yaml", []byte("domain: edge\ndescriptors: [{key: ip, rate_limit: {unit: minute, requests_per_unit: 10}}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := rls.NewConfig(domains...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
+	s := assemble(t, Config{ID: "envoy", Runtime: Runtime{Now: clock.Now}, Document: Document{Fixed: resources.Compose(nil, nil, nil, rules)}})
+	for _, ip := range []string{"10.0.0.1", "10.0.0.1", "10.0.0.1", "192.168.0.1"} {
+		req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "ip", Value: ip}}}}}
+		if _, err := s.Envoy().ShouldRateLimit(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := s.Handler()
+	code, body, _ := get(t, h, "/debug/status/buckets?prefix=edge/10.&format=json")
+	var p status.BucketsPage
+	if err := json.Unmarshal([]byte(body), &p); code != 200 || err != nil {
+		t.Fatalf("%d %v: %s", code, err, body)
+	}
+	if p.Envoy == nil || p.Envoy.Total != 2 || p.Envoy.Matched != 1 || len(p.Envoy.Rows) != 1 || p.Envoy.Rows[0].Key != "edge/10.0.0.1" || p.Envoy.Rows[0].Remaining != 7 {
+		t.Fatalf("envoy counters: %+v", p.Envoy)
+	}
+	_, html, _ := get(t, h, "/debug/status/buckets?prefix=edge/")
+	for _, want := range []string{`id="envoy-counters"`, `<td class="id">edge/10.0.0.1</td>`, `<td class="id">edge/192.168.0.1</td>`, `<td class="n remaining">9</td>`, `2 of 2 counters`} {
+		if !strings.Contains(html, want) {
+			t.Errorf("the page has no %s", want)
+		}
 	}
 }

@@ -3,6 +3,8 @@ package capacity
 import (
 	"sync"
 	"time"
+
+	"github.com/sluice-rl/sluice/server/status/view"
 )
 
 // History bounds: samples per resource (one per Sweep, normally a second)
@@ -22,11 +24,11 @@ type history struct {
 // ring is one resource's samples, oldest first from next once it is full:
 // adding costs O(1), not a shift of every sample.
 type ring struct {
-	ps   []Point // at most HistoryLength
-	next int     // where the next sample goes once ps is full
+	ps   []view.Point // at most HistoryLength
+	next int          // where the next sample goes once ps is full
 }
 
-func (h *history) add(id string, p Point) {
+func (h *history) add(id string, p view.Point) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.byID == nil {
@@ -49,14 +51,14 @@ func (h *history) add(id string, p Point) {
 }
 
 // get returns a copy of id's samples, oldest first.
-func (h *history) get(id string) []Point {
+func (h *history) get(id string) []view.Point {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r := h.byID[id]
 	if r == nil {
 		return nil
 	}
-	out := make([]Point, 0, len(r.ps))
+	out := make([]view.Point, 0, len(r.ps))
 	out = append(out, r.ps[r.next:]...)
 	return append(out, r.ps[:r.next]...)
 }
@@ -75,6 +77,6 @@ func (h *history) sample(now time.Time, ids []string, rs []*resource) {
 		p := r.store.Params()
 		w, has, _, _ := r.store.Totals()
 		r.mu.Unlock()
-		h.add(ids[i], Point{T: now.Unix(), Capacity: finite(p.Capacity), Has: has, Wants: w})
+		h.add(ids[i], view.Point{T: now.Unix(), Capacity: finite(p.Capacity), Has: has, Wants: w})
 	}
 }

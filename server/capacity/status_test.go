@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluice-rl/sluice/resources"
+	"github.com/sluice-rl/sluice/server/status/view"
 )
 
 // The views the status pages show (package status renders them; package
@@ -27,7 +28,7 @@ func TestStatusViews(t *testing.T) {
 		t.Fatalf("configuration %+v", cs)
 	}
 	rows, total := s.View().ResourceRows(nil)
-	byID := map[string]ResourceRow{}
+	byID := map[string]view.ResourceRow{}
 	for _, r := range rows {
 		byID[r.ID] = r
 	}
@@ -124,7 +125,7 @@ resources:
 func TestHistoryRing(t *testing.T) {
 	var h history
 	for i := range HistoryLength + 5 {
-		h.add("r", Point{T: int64(i)})
+		h.add("r", view.Point{T: int64(i)})
 	}
 	got := h.get("r")
 	if len(got) != HistoryLength || got[0].T != 5 || got[len(got)-1].T != HistoryLength+4 {

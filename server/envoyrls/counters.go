@@ -10,43 +10,8 @@ import (
 
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/rls"
+	"github.com/sluice-rl/sluice/server/status/view"
 )
-
-// CounterRow is one counter of the service's store, for the buckets page.
-type CounterRow struct {
-	// Key is the domain and the entries' values, joined by '/'
-	// ("edge/10.0.0.1"): what the page's prefix filter reads.
-	Key    string `json:"key"`
-	Domain string `json:"domain"`
-	// Entries are the descriptor's, "key=value, key=value" (a shared
-	// wildcard's pattern as its value).
-	Entries string `json:"entries"`
-	// Rule names the rule that counts it now, as the metrics do
-	// (key_value.key); "" for an override's counter, or when no rule
-	// matches it any more (the configuration changed).
-	Rule string `json:"rule,omitempty"`
-	// Override is a descriptor's own limit ("5/minute", "5/minute*2").
-	Override  string `json:"override,omitempty"`
-	Algorithm string `json:"algorithm"`
-	// Limit is the limit it counts for ("10/second"; "" when none).
-	Limit string `json:"limit,omitempty"`
-	// Remaining and ResetSeconds are what a request would be told now:
-	// whole hits left, and the time until the bucket is full again or the
-	// window ends (both 0 when no limit applies).
-	Remaining    uint32  `json:"remaining"`
-	ResetSeconds float64 `json:"reset_seconds"`
-}
-
-// CounterPage is one page of counters.
-type CounterPage struct {
-	// Total is every counter looked at; Matched those with the prefix.
-	// Complete is false when the walk's budget stopped it before the
-	// last counter.
-	Total    int          `json:"total"`
-	Matched  int          `json:"matched"`
-	Complete bool         `json:"complete"`
-	Rows     []CounterRow `json:"rows"`
-}
 
 // Counters returns the counters whose Key starts with prefix, ordered by
 // Key, from offset, at most limit of them, described at the clock's now.
@@ -55,10 +20,10 @@ type CounterPage struct {
 // It is one walk of the store (rls.Store.Walk, never on a request's path)
 // over at most budget counters (≤ 0: all), keeping only offset + limit
 // rows.
-func (s *Service) Counters(ctx context.Context, prefix string, offset, limit, budget int) (CounterPage, error) {
+func (s *Service) Counters(ctx context.Context, prefix string, offset, limit, budget int) (view.CounterPage, error) {
 	cfg, now := s.cfg.Load(), s.opts.Now().UnixMicro()
 	keep := max(offset, 0) + max(limit, 0)
-	p := CounterPage{Complete: true}
+	p := view.CounterPage{Complete: true}
 	err := s.opts.Store.Walk(ctx, func(c rls.Counter) bool {
 		if budget > 0 && p.Total == budget {
 			p.Complete = false
@@ -77,7 +42,7 @@ func (s *Service) Counters(ctx context.Context, prefix string, offset, limit, bu
 		if keep == 0 {
 			return true
 		}
-		i, _ := slices.BinarySearchFunc(p.Rows, key, func(r CounterRow, k string) int { return strings.Compare(r.Key, k) })
+		i, _ := slices.BinarySearchFunc(p.Rows, key, func(r view.CounterRow, k string) int { return strings.Compare(r.Key, k) })
 		if i >= keep {
 			return true
 		}
@@ -106,8 +71,8 @@ func counterKey(domain string, entries []rls.Entry) string {
 }
 
 // counterRow describes counter c at now under cfg.
-func (s *Service) counterRow(cfg *rls.Config, now int64, c rls.Counter, key, domain string, entries []rls.Entry, tag string) CounterRow {
-	row := CounterRow{Key: key, Domain: domain, Algorithm: c.Algorithm.String()}
+func (s *Service) counterRow(cfg *rls.Config, now int64, c rls.Counter, key, domain string, entries []rls.Entry, tag string) view.CounterRow {
+	row := view.CounterRow{Key: key, Domain: domain, Algorithm: c.Algorithm.String()}
 	kv := make([]string, len(entries))
 	for i, e := range entries {
 		kv[i] = e.Key + "=" + e.Value

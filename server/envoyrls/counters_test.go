@@ -11,6 +11,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/sluice-rl/sluice/server/envoyrls"
+	"github.com/sluice-rl/sluice/server/status/view"
 )
 
 // The counters, for the buckets page: filtered by key prefix, by key,
@@ -51,13 +52,13 @@ descriptors:
 	if p, _ := r.svc.Counters(context.Background(), "edge/", 0, 100, 5); p.Total != 5 || p.Complete || len(p.Rows) != 5 {
 		t.Fatalf("budget 5: total %d, complete %v, %d rows", p.Total, p.Complete, len(p.Rows))
 	}
-	want := envoyrls.CounterRow{Key: "edge/10.0.0.02", Domain: "edge", Entries: "remote_address=10.0.0.02", Rule: "remote_address",
+	want := view.CounterRow{Key: "edge/10.0.0.02", Domain: "edge", Entries: "remote_address=10.0.0.02", Rule: "remote_address",
 		Algorithm: "token_bucket", Limit: "10/minute", Remaining: 9, ResetSeconds: 3}
 	if p.Rows[0] != want || p.Rows[1].Key != "edge/10.0.0.03" || p.Rows[1].Remaining != 8 || p.Rows[2].Key != "edge/10.0.0.04" {
 		t.Fatalf("rows %+v, want from %+v", p.Rows, want)
 	}
 	p, _ = r.svc.Counters(context.Background(), "edge/", 0, 100, 14)
-	byKey := map[string]envoyrls.CounterRow{}
+	byKey := map[string]view.CounterRow{}
 	for _, row := range p.Rows {
 		byKey[row.Key] = row
 	}

@@ -51,6 +51,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/rls"
+	"github.com/sluice-rl/sluice/server/status/view"
 )
 
 // The bounds of a request, beyond which it is InvalidArgument: at most
@@ -976,31 +977,11 @@ func validate(req *rlsv3.RateLimitRequest) error {
 	return nil
 }
 
-// RuleRow is one configured rule with a limit, for the status page.
-type RuleRow struct {
-	Domain string `json:"domain"`
-	// Rule names the rule as the metrics do (key_value.key).
-	Rule string `json:"rule"`
-	// Name is the limit's name; Replaces the names it replaces.
-	Name     string   `json:"name,omitempty"`
-	Replaces []string `json:"replaces,omitempty"`
-	// Limit is "10/second", "unlimited", "0/minute" (always over), or
-	// for a burst-tier rule the resource of the limits section whose
-	// tiers decide it.
-	Limit string `json:"limit"`
-	// Algorithm is the one counting it (the rule's, the domain's or the
-	// server's).
-	Algorithm string `json:"algorithm"`
-	// Flags lists shadow_mode, detailed_metric, value_to_metric and
-	// share_threshold when set.
-	Flags []string `json:"flags,omitempty"`
-}
-
 // Rules returns the rules in force that have a limit, by domain and in
 // file order: O(configured rules), never O(counters).
-func (s *Service) Rules() []RuleRow {
+func (s *Service) Rules() []view.RuleRow {
 	cfg := s.cfg.Load()
-	var rows []RuleRow
+	var rows []view.RuleRow
 	for _, name := range cfg.Names() {
 		d := cfg.Domain(name)
 		d.Each(func(p []*rls.Rule) {
@@ -1009,7 +990,7 @@ func (s *Service) Rules() []RuleRow {
 			if l == nil {
 				return
 			}
-			row := RuleRow{Domain: d.Name, Rule: rls.RulePath(p), Name: l.Name, Replaces: l.Replaces,
+			row := view.RuleRow{Domain: d.Name, Rule: rls.RulePath(p), Name: l.Name, Replaces: l.Replaces,
 				Algorithm: d.AlgorithmOf(r, s.opts.Algorithm).String(), Limit: "unlimited"}
 			switch {
 			case l.BurstTiers != "":

@@ -72,6 +72,7 @@ import (
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/internal/authz"
 	"github.com/sluice-rl/sluice/server/rlqs/state"
+	"github.com/sluice-rl/sluice/server/status/view"
 )
 
 // The answers to a bucket no template matches (Options.Unconfigured).
@@ -440,21 +441,10 @@ func (s *Service) Drain() {
 	}
 }
 
-// StreamStatus is one stream, for the status page.
-type StreamStatus struct {
-	Client  string         `json:"client"` // its client id in the lease tree
-	Peer    string         `json:"peer"`
-	Domain  string         `json:"domain"`
-	Buckets []BucketStatus `json:"buckets"`
-}
-
-// BucketStatus is one (stream, bucket) pair, for the status page.
-type BucketStatus = state.BucketStatus
-
 // Streams returns a snapshot of the open streams and their buckets, in
 // the order of their client ids, buckets by resource. O(streams ×
 // buckets); safe for concurrent use.
-func (s *Service) Streams() []StreamStatus {
+func (s *Service) Streams() []view.StreamStatus {
 	s.mu.Lock()
 	ss := make([]*stream, 0, len(s.streams))
 	domains := make([]string, 0, len(s.streams))
@@ -463,15 +453,15 @@ func (s *Service) Streams() []StreamStatus {
 		domains = append(domains, x.domain)
 	}
 	s.mu.Unlock()
-	out := make([]StreamStatus, len(ss))
+	out := make([]view.StreamStatus, len(ss))
 	for i, x := range ss {
-		bs := []BucketStatus{}
+		bs := []view.BucketStatus{}
 		if st := x.state(); st != nil {
 			bs = st.Buckets() // never waits on a capacity call (state.Stream)
 		}
-		out[i] = StreamStatus{Client: x.client, Peer: x.peer, Domain: domains[i], Buckets: bs}
+		out[i] = view.StreamStatus{Client: x.client, Peer: x.peer, Domain: domains[i], Buckets: bs}
 	}
-	slices.SortFunc(out, func(a, b StreamStatus) int { return strings.Compare(a.Client, b.Client) })
+	slices.SortFunc(out, func(a, b view.StreamStatus) int { return strings.Compare(a.Client, b.Client) })
 	return out
 }
 

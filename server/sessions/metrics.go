@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/names"
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/server/internal/promreg"
+	"github.com/sluice-rl/sluice/server/status/view"
 )
 
 // registerMetrics exports the copy-limited resources' counters
@@ -67,18 +68,18 @@ func (s *Service) registerMetrics(reg prometheus.Registerer) error {
 }
 
 // fleetStatus returns the fleet membership's status (zero without one).
-func (s *Service) fleetStatus() FleetStatus {
+func (s *Service) fleetStatus() view.FleetStatus {
 	st, _ := s.Fleet()
 	return st
 }
 
 // Fleet returns the fleet membership's status; ok is false when the
 // service has no fleet (its copy log is this server's own).
-func (s *Service) Fleet() (st FleetStatus, ok bool) {
+func (s *Service) Fleet() (st view.FleetStatus, ok bool) {
 	if s.fleet != nil {
 		return s.fleet.FleetStatus(), true
 	}
-	return FleetStatus{}, false
+	return view.FleetStatus{}, false
 }
 
 func b2f(b bool) float64 {

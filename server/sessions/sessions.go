@@ -31,6 +31,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/server/internal/authz"
+	"github.com/sluice-rl/sluice/server/status/view"
 )
 
 // Options configures a Service.
@@ -232,23 +233,13 @@ func (s *Service) SetConfig(cfg *copies.Config) error {
 // CopyLimited reports whether resource is configured as copy-limited.
 func (s *Service) CopyLimited(resource string) bool { return (*s.copyNames.Load())[resource] }
 
-// FleetStatus is this server's membership of the fleet sharing
-// copy-limited resources on Redis (package fleet's Status): its epoch (""
-// while it has none), whether it leads the fleet, and how many dead
-// epochs it buried as leader.
-type FleetStatus struct {
-	Epoch  string
-	Leader bool
-	Buried int
-}
-
 // FleetMember is this server's membership of the fleet sharing
 // copy-limited resources (package fleet's Member, through the server): its
 // status, and the homes of sessions.
 type FleetMember interface {
 	SessionRouter
 	// FleetStatus returns the membership's status now.
-	FleetStatus() FleetStatus
+	FleetStatus() view.FleetStatus
 }
 
 // reconcileEvery is how often Run, with a shared copy log, checks that

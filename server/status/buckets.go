@@ -13,8 +13,7 @@ import (
 
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
-	"github.com/sluice-rl/sluice/server/envoyrls"
-	"github.com/sluice-rl/sluice/server/sessions"
+	"github.com/sluice-rl/sluice/server/status/view"
 )
 
 // The buckets page: the limits engine's token buckets, one row each,
@@ -114,13 +113,13 @@ type BucketsPage struct {
 	// domain/value/value, starts with Prefix: the same page of them, by
 	// key (Where and Sort apply to the token buckets only). Nil when the
 	// server has no such service.
-	Envoy *envoyrls.CounterPage `json:"envoy,omitempty"`
-	Took  float64               `json:"took_seconds"`
+	Envoy *view.CounterPage `json:"envoy,omitempty"`
+	Took  float64           `json:"took_seconds"`
 }
 
 // FleetState is the fleet membership's state on the buckets page.
 type FleetState struct {
-	sessions.FleetStatus
+	view.FleetStatus
 	// Fenced: the engine serves no holds (no epoch yet, or its etcd
 	// session ended: rejoining).
 	Fenced bool

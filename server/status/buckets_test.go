@@ -12,39 +12,50 @@ import (
 	"testing"
 	"time"
 
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
-
-	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/internal/testutil/fixture"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
-	"github.com/sluice-rl/sluice/limits/limitsyaml"
-	"github.com/sluice-rl/sluice/limits/rls"
 	"github.com/sluice-rl/sluice/resources"
-	"github.com/sluice-rl/sluice/server/capacity"
-	"github.com/sluice-rl/sluice/server/envoyrls"
-	"github.com/sluice-rl/sluice/server/limitsvc"
-	"github.com/sluice-rl/sluice/server/sessions"
+	"github.com/sluice-rl/sluice/server/status/view"
 )
 
-// site is the status site over a capacity service, and the limits
-// service's engine and the sessions service with these configurations,
-// at clock; it returns the site, the engine and the sessions service.
-func site(tb testing.TB, clock *testutil.Clock, lim *limits.Config, cp *copies.Config) (*Site, *limits.Engine, *sessions.Service) {
+// site is the status site over a limits engine and a copy-limited
+// resources' engine with these configurations, at clock (the services'
+// engines, without the services: package status imports none; package
+// server's tests show the pages over the services themselves); it
+// returns the site and the engines.
+func site(tb testing.TB, clock *testutil.Clock, lim *limits.Config, cp *copies.Config) (*Site, *limits.Engine, *copies.Engine) {
 	tb.Helper()
-	ls, err := limitsvc.New(limitsvc.Options{Now: clock.Now, Config: lim})
+	le, err := limits.New(lim, limits.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ss, err := sessions.New(sessions.Options{Now: clock.Now, Config: cp})
+	ce, err := copies.New(cp, copies.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return New(Views{Capacity: capacity.New(capacity.Options{ID: "b", Now: clock.Now}).View(), Limits: ls.Engine(), Sessions: ss, Now: clock.Now}), ls.Engine(), ss
+	return New(Views{Capacity: noCapacity{}, Limits: le, Sessions: copiesView{ce}, Now: clock.Now}), le, ce
 }
+
+// noCapacity is a CapacityView of a node with no resources.
+type noCapacity struct{}
+
+func (noCapacity) Node() view.Node                { return view.Node{ID: "b", Election: "standalone"} }
+func (noCapacity) ConfigView() *view.ConfigStatus { return nil }
+func (noCapacity) ResourceRows(func(string) bool) ([]view.ResourceRow, int) {
+	return []view.ResourceRow{}, 0
+}
+func (noCapacity) ResourcePage(id string) (view.ResourcePage, error) {
+	return view.ResourcePage{}, fmt.Errorf("resource %q: unknown", id)
+}
+func (noCapacity) Ready() (bool, string) { return true, "ok" }
+
+// copiesView is a SessionsView of a copy-limited resources' engine of
+// this server's own (no fleet), as the sessions service shows its engine.
+type copiesView struct{ *copies.Engine }
+
+func (copiesView) Fleet() (view.FleetStatus, bool) { return view.FleetStatus{}, false }
 
 // pageOf returns the body of the site's page at path, served over HTTP.
 func pageOf(tb testing.TB, s *Site, path string) string {
@@ -244,16 +255,17 @@ func TestBucketsPageShowsTiers(t *testing.T) {
 // and session (ids cut short), in HTML and JSON.
 func TestBucketsPageShowsHolds(t *testing.T) {
 	rate := &limits.Config{Resources: map[string]*limits.Resource{"api": {Default: &limits.Bucket{Size: 10, FillRate: 1, MaxTokensPerRequest: 10}}}}
-	s, _, ss := site(t, testutil.NewClock(time.Unix(1_700_000_000, 0)), rate, fixture.Sandboxes())
-	open, err := ss.OpenSession(t.Context(), &v1.OpenSessionRequest{Ttl: durationpb.New(5 * time.Second)})
+	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
+	s, _, ce := site(t, clock, rate, fixture.Sandboxes())
+	open, err := ce.Open(clock.Now(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := open.GetSessionId()
+	a := open.ID
 	if len(a) <= idShown {
 		t.Fatalf("session id %q: no longer than the %d digits shown", a, idShown)
 	}
-	if _, err := ss.Reserve(t.Context(), &v1.ReserveRequest{SessionId: a, Resource: "cookbook/sandboxes", Domain: "acme", Copies: 3}); err != nil {
+	if _, err := ce.Reserve(t.Context(), clock.Now(), a, "cookbook/sandboxes", "acme", 3, 3); err != nil {
 		t.Fatal(err)
 	}
 	p, err := s.BucketsPage(context.Background(), url.Values{"prefix": {"cookbook/"}})
@@ -278,45 +290,5 @@ func TestBucketsPageShowsHolds(t *testing.T) {
 	}
 	if strings.Contains(body, a) {
 		t.Error("the page shows a whole session id")
-	}
-}
-
-// The buckets page shows the counters of Envoy's rate limit service with
-// the prefix.
-func TestBucketsPageShowsEnvoyCounters(t *testing.T) {
-	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
-	svc, err := envoyrls.New(envoyrls.Options{Store: rls.NewMemoryStore(), Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	domains, err := limitsyaml.ParseEnvoyRateLimit("edge.yaml", []byte("domain: edge\ndescriptors: [{key: ip, rate_limit: {unit: minute, requests_per_unit: 10}}]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := rls.NewConfig(domains...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc.SetConfig(cfg)
-	for _, ip := range []string{"10.0.0.1", "10.0.0.1", "10.0.0.1", "192.168.0.1"} {
-		req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "ip", Value: ip}}}}}
-		if _, err := svc.ShouldRateLimit(context.Background(), req); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s, _, _ := site(t, clock, nil, nil)
-	s.v.Envoy = svc
-	p, err := s.BucketsPage(context.Background(), url.Values{"prefix": {"edge/10."}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Envoy == nil || p.Envoy.Total != 2 || p.Envoy.Matched != 1 || len(p.Envoy.Rows) != 1 || p.Envoy.Rows[0].Key != "edge/10.0.0.1" || p.Envoy.Rows[0].Remaining != 7 {
-		t.Fatalf("envoy counters: %+v", p.Envoy)
-	}
-	html := pageOf(t, s, "/debug/status/buckets?prefix=edge/")
-	for _, want := range []string{`id="envoy-counters"`, `<td class="id">edge/10.0.0.1</td>`, `<td class="id">edge/192.168.0.1</td>`, `<td class="n remaining">9</td>`, `2 of 2 counters`} {
-		if !strings.Contains(html, want) {
-			t.Errorf("the page has no %s", want)
-		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sluice-rl/sluice/server/capacity"
+	"github.com/sluice-rl/sluice/server/status/view"
 )
 
 func parseFilter(q url.Values) (Filter, error) {
@@ -61,7 +61,7 @@ func ptrNum(p *float64) float64 {
 	return *p
 }
 
-func resourceKey(r capacity.ResourceRow, col string) (float64, string, bool) {
+func resourceKey(r view.ResourceRow, col string) (float64, string, bool) {
 	switch col {
 	case "template":
 		return 0, r.Template, false
@@ -83,7 +83,7 @@ func resourceKey(r capacity.ResourceRow, col string) (float64, string, bool) {
 	return 0, r.ID, false
 }
 
-func leaseKey(l capacity.LeaseRow, col string) (float64, string, bool) {
+func leaseKey(l view.LeaseRow, col string) (float64, string, bool) {
 	switch col {
 	case "priority":
 		return float64(l.Priority), "", true

@@ -5,16 +5,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-rl/sluice/server/rlqs"
+	"github.com/sluice-rl/sluice/server/status/view"
 )
 
 // RLQSView is what the site reads of Envoy's Rate Limit Quota Service
 // (rlqs.Service): its streams and their buckets.
 type RLQSView interface {
-	Streams() []rlqs.StreamStatus
+	Streams() []view.StreamStatus
 }
-
-var _ RLQSView = (*rlqs.Service)(nil)
 
 // MaxRLQSRows bounds the (stream, bucket) rows of one /debug/status/rlqs
 // page; the counts cover them all.
@@ -36,7 +34,7 @@ type RLQSRow struct {
 	Client string `json:"client"`
 	Peer   string `json:"peer"`
 	Domain string `json:"domain"`
-	rlqs.BucketStatus
+	view.BucketStatus
 	ExpiresIn float64 `json:"expires_in"`
 }
 

@@ -24,9 +24,7 @@ import (
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/copies"
 	"github.com/sluice-rl/sluice/resources"
-	"github.com/sluice-rl/sluice/server/capacity"
-	"github.com/sluice-rl/sluice/server/envoyrls"
-	"github.com/sluice-rl/sluice/server/sessions"
+	"github.com/sluice-rl/sluice/server/status/view"
 )
 
 // The status pages (doorman-design.md's introspection; the keyed-limiter
@@ -96,10 +94,10 @@ var Version = func() string {
 // (capacity.View satisfies it): the node, its configuration, its
 // resources and their leases, and its readiness. Safe for concurrent use.
 type CapacityView interface {
-	Node() capacity.Node
-	ConfigView() *capacity.ConfigStatus
-	ResourceRows(match func(id string) bool) (rows []capacity.ResourceRow, total int)
-	ResourcePage(id string) (capacity.ResourcePage, error)
+	Node() view.Node
+	ConfigView() *view.ConfigStatus
+	ResourceRows(match func(id string) bool) (rows []view.ResourceRow, total int)
+	ResourcePage(id string) (view.ResourcePage, error)
 	Ready() (ready bool, why string)
 }
 
@@ -114,7 +112,7 @@ type BucketsView interface {
 // service (sessions.Service): its holds, its fleet and its state.
 type SessionsView interface {
 	Snapshot() copies.Snapshot
-	Fleet() (st sessions.FleetStatus, ok bool)
+	Fleet() (st view.FleetStatus, ok bool)
 	Stats() copies.Stats
 	Fenced() bool
 }
@@ -122,16 +120,9 @@ type SessionsView interface {
 // EnvoyView is what the site reads of Envoy's rate limit service
 // (envoyrls.Service): its rules in force and a page of its counters.
 type EnvoyView interface {
-	Rules() []envoyrls.RuleRow
-	Counters(ctx context.Context, prefix string, offset, limit, budget int) (envoyrls.CounterPage, error)
+	Rules() []view.RuleRow
+	Counters(ctx context.Context, prefix string, offset, limit, budget int) (view.CounterPage, error)
 }
-
-var (
-	_ CapacityView = capacity.View{}
-	_ BucketsView  = (*limits.Engine)(nil)
-	_ SessionsView = (*sessions.Service)(nil)
-	_ EnvoyView    = (*envoyrls.Service)(nil)
-)
 
 // Views are what the site shows: read-only views of the services. A view
 // left nil (an interface holding no value: not a nil pointer) shows
@@ -204,24 +195,24 @@ func (s *Site) Register(mux *http.ServeMux) {
 // ServerStatus is the /debug/status page's data: the capacity service's
 // node, and the server's.
 type ServerStatus struct {
-	capacity.Node
-	Version       string                 `json:"version"`
-	UptimeSeconds float64                `json:"uptime_seconds"`
-	MasterURL     string                 `json:"master_url"` // the master's status page
-	Ready         bool                   `json:"ready"`
-	Draining      bool                   `json:"draining"`
-	Redis         *RedisStatus           `json:"redis,omitempty"`       // the limits store on Redis (--redis, --redis-cluster)
-	Config        *capacity.ConfigStatus `json:"config,omitempty"`      // the root's configuration
-	EnvoyRules    []envoyrls.RuleRow     `json:"envoy_rules,omitempty"` // Envoy's rate limit service's rules in force
-	Resources     []capacity.ResourceRow `json:"resources"`
-	Filter        Filter                 `json:"filter"`
-	Total         int                    `json:"total"` // resources before filtering
+	view.Node
+	Version       string             `json:"version"`
+	UptimeSeconds float64            `json:"uptime_seconds"`
+	MasterURL     string             `json:"master_url"` // the master's status page
+	Ready         bool               `json:"ready"`
+	Draining      bool               `json:"draining"`
+	Redis         *RedisStatus       `json:"redis,omitempty"`       // the limits store on Redis (--redis, --redis-cluster)
+	Config        *view.ConfigStatus `json:"config,omitempty"`      // the root's configuration
+	EnvoyRules    []view.RuleRow     `json:"envoy_rules,omitempty"` // Envoy's rate limit service's rules in force
+	Resources     []view.ResourceRow `json:"resources"`
+	Filter        Filter             `json:"filter"`
+	Total         int                `json:"total"` // resources before filtering
 }
 
 // ResourcePage is the /debug/status/resource page's data: the capacity
 // service's page of the resource, its leases filtered and sorted.
 type ResourcePage struct {
-	capacity.ResourcePage
+	view.ResourcePage
 	Total  int    `json:"total"` // leases before filtering
 	Filter Filter `json:"filter"`
 }
@@ -264,7 +255,7 @@ func (s *Site) ResourceStatusPage(id string, f Filter) (ResourcePage, error) {
 		return ResourcePage{}, err
 	}
 	page := ResourcePage{ResourcePage: p, Filter: f, Total: len(p.Leases)}
-	page.Leases = slices.DeleteFunc(p.Leases, func(l capacity.LeaseRow) bool { return !f.match(l.Client) })
+	page.Leases = slices.DeleteFunc(p.Leases, func(l view.LeaseRow) bool { return !f.match(l.Client) })
 	sortRows(page.Leases, f.Sort, f.Desc, leaseKey)
 	return page, nil
 }

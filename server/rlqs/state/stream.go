@@ -35,6 +35,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/rlqsfilter"
 	"github.com/sluice-rl/sluice/lease"
 	"github.com/sluice-rl/sluice/server/capacity"
+	"github.com/sluice-rl/sluice/server/status/view"
 )
 
 // Leaser is what Perform needs of the capacity service
@@ -716,28 +717,16 @@ func (s *Stream) Ended() <-chan struct{} { return s.ended }
 // ApplyPushes returns what to send for it.
 func (s *Stream) Pushes() <-chan struct{} { return s.signal }
 
-// BucketStatus is one of a stream's buckets, for the status page. Rates
-// are requests per second.
-type BucketStatus struct {
-	Resource     string    `json:"resource"`
-	Priority     int64     `json:"priority"`
-	Wants        float64   `json:"wants"`    // the smoothed demand
-	Has          float64   `json:"has"`      // the lease's capacity
-	Sent         bool      `json:"sent"`     // an assignment was sent
-	Assigned     float64   `json:"assigned"` // the rate sent (when Sent; 0: DENY_ALL)
-	Expiry       time.Time `json:"expiry"`   // the lease's end (zero: none)
-	Unconfigured bool      `json:"unconfigured"`
-}
-
-// Buckets returns a snapshot of the stream's buckets, by resource.
-func (s *Stream) Buckets() []BucketStatus {
+// Buckets returns a snapshot of the stream's buckets, by resource, for
+// the status page (rates in requests per second).
+func (s *Stream) Buckets() []view.BucketStatus {
 	s.mu.Lock()
-	out := make([]BucketStatus, 0, len(s.buckets))
+	out := make([]view.BucketStatus, 0, len(s.buckets))
 	for _, b := range s.buckets {
-		out = append(out, BucketStatus{Resource: b.resource, Priority: b.priority, Wants: b.wants, Has: b.has, Sent: b.sent,
+		out = append(out, view.BucketStatus{Resource: b.resource, Priority: b.priority, Wants: b.wants, Has: b.has, Sent: b.sent,
 			Assigned: b.sentRate, Expiry: b.expiry, Unconfigured: b.unconfigured})
 	}
 	s.mu.Unlock()
-	slices.SortFunc(out, func(a, b BucketStatus) int { return strings.Compare(a.Resource, b.Resource) })
+	slices.SortFunc(out, func(a, b view.BucketStatus) int { return strings.Compare(a.Resource, b.Resource) })
 	return out
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/rlqs/state"
+	"github.com/sluice-rl/sluice/server/status/view"
 )
 
 // fairShare is a configuration of one FAIR_SHARE template "d/*" of
@@ -221,7 +222,7 @@ func TestStatusReadDuringCapacityCall(t *testing.T) {
 	case <-time.After(generous):
 		t.Fatal("the report asked for no lease")
 	}
-	read := make(chan []state.BucketStatus, 1)
+	read := make(chan []view.BucketStatus, 1)
 	go func() {
 		_ = s.Next()
 		_ = s.Conflict([]state.Usage{{Resource: "d/name=a"}})
