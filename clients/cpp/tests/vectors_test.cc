@@ -571,6 +571,7 @@ Rejected reserve_rejected(pb::v1::ReserveResponse::Status status, double unit, d
   srv.status = status;
   sluice::Options o;
   o.backoff_unit = sluice::Seconds(unit);
+  o.call_timeout = sluice::Seconds(30);  // real time: a slow loopback call must not fail open
   sluice::Client c(srv.addr, o);
   auto& s = Access::sessions(c);
   s.test_jitter = [u] { return u; };
@@ -828,6 +829,7 @@ TEST(Vectors, ErrorCharon) {
   for (bool fail_open : {true, false}) {
     sluice::Options o;
     o.fail_open = fail_open;
+    o.call_timeout = sluice::Seconds(30);  // real time: only the server's answer decides
     sluice::Client c(srv.addr, o);
     for (const auto& k : v.at("codes")) {
       const std::string code = k.at("code").get<std::string>(), cls = k.at("cpp").get<std::string>();

@@ -592,7 +592,9 @@ def test_charon_schedule_vectors(s, api, limits_server, monkeypatch):
     monkeypatch.setattr(copies, "random", Fixed(s["u"]))
     limits_server.clock = mono.monotonic
     limits_server.reserve = v1.ReserveResponse.REJECTED_OVER_LIMIT
-    kw = dict(backoff_unit=s["unit"], session_ttl=3600.0)
+    # A call timeout of 30 s (real time): the schedule is on fake time, and a
+    # slow loopback call on a loaded machine must not fail open.
+    kw = dict(backoff_unit=s["unit"], session_ttl=3600.0, call_timeout=30.0)
 
     async def main() -> "tuple[float, Optional[BaseException]]":
         if api == "aio":
@@ -679,9 +681,9 @@ async def _reserve(api: str, addr: str, fail_open: bool) -> Any:
     """reserve_copies of 2 copies, at least 1, on a new client of ``api``:
     the hold, or the exception raised."""
     if api == "aio":
-        c: Any = sluice.aio.Client(addr, fail_open=fail_open)
+        c: Any = sluice.aio.Client(addr, fail_open=fail_open, call_timeout=30.0)
     else:
-        c = sluice.Client(addr, fail_open=fail_open)
+        c = sluice.Client(addr, fail_open=fail_open, call_timeout=30.0)
     try:
         if api == "aio":
             return await c.reserve_copies("sandboxes", "acme", copies=2, min_copies=1, timeout=10)

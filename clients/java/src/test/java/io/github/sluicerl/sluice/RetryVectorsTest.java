@@ -87,7 +87,10 @@ class RetryVectorsTest {
 
   /** A Sessions of the client's, against addr on ch, with backoff unit and fail-open on. */
   static Sessions sessions(String addr, Channels ch, double unit, ScheduledThreadPoolExecutor ex) {
-    return new Sessions(() -> addr, ch, 1.0, 10.0, true, unit, null, ex);
+    // A call timeout of 30 s (real time): the schedules are on fake time,
+    // and a loaded machine must not turn a slow loopback call into a
+    // DEADLINE_EXCEEDED that fails open.
+    return new Sessions(() -> addr, ch, 30.0, 10.0, true, unit, null, ex);
   }
 
   static ScheduledThreadPoolExecutor executor() {
