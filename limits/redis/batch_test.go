@@ -44,7 +44,9 @@ func concurrently(e *limits.Engine, n int, req limits.Request) []limits.Decision
 func TestBatchExact(t *testing.T) {
 	for name, c := range map[string]redis.UniversalClient{"single": client(t), "cluster": clusterClient(t)} {
 		t.Run(name, func(t *testing.T) {
-			st := New(c, Options{Prefix: prefix(t)})
+			// A round trip may take long on a loaded machine: exactness is
+			// tested here, not the timeout (probe_test.go, ctx_test.go).
+			st := New(c, Options{Prefix: prefix(t), Timeout: 30 * time.Second})
 			cfg := &limits.Config{Resources: map[string]*limits.Resource{"r": {Default: &limits.Bucket{Size: 10, FillRate: 0.001}}}}
 			e, err := limits.New(cfg, limits.Options{Store: st})
 			if err != nil {
@@ -554,7 +556,7 @@ func TestBatchTooManyBuckets(t *testing.T) {
 // the memory store answers it, in order.
 func TestTakeLargeBatch(t *testing.T) {
 	const buckets, n = 8500, 17000
-	st := New(client(t), Options{Prefix: prefix(t), callerTime: true, MaxBatch: n})
+	st := New(client(t), Options{Prefix: prefix(t), callerTime: true, MaxBatch: n, Timeout: 30 * time.Second}) // one long script: not a timeout test
 	mem := limits.NewMemoryStore()
 	l := &limits.Limit{Resource: "r", Kind: limits.KindTemplate, Algorithm: limits.TokenBucket,
 		Bucket: limits.Bucket{Size: 3, FillRate: 1}, Params: limits.Bucket{Size: 3, FillRate: 1}.Params(), Gen: 1}
