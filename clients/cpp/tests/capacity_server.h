@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -15,13 +16,18 @@
 namespace sluice {
 namespace test {
 
-// FakeClock is a hand-moved clock, in Unix seconds.
+// FakeClock is a hand-moved clock, in Unix seconds (from start).
 struct FakeClock {
+  explicit FakeClock(double start = 1800000000.0) : t(start) {}
   std::mutex mu;
-  double t = 1800000000.0;
+  double t;
   double now() {
     std::lock_guard<std::mutex> l(mu);
     return t;
+  }
+  void set(double v) {
+    std::lock_guard<std::mutex> l(mu);
+    t = v;
   }
   void advance(double s) {
     std::lock_guard<std::mutex> l(mu);
@@ -109,6 +115,21 @@ class CapacityServer final : public sluice::pb::doorman::Capacity::Service {
   int lease_length_, refresh_;
   std::unique_ptr<grpc::Server> server_;
 };
+
+// manual_client is a client on the fake clock with no refresh thread: the
+// test steps its refresh loop (step, run) through the internal hooks.
+inline std::unique_ptr<sluice::Client> manual_client(const std::string& addresses, FakeClock& clock,
+                                                     sluice::Mode mode = sluice::Mode::kSafe,
+                                                     const std::string& client_id = "test-client") {
+  sluice::Options o;
+  o.client_id = client_id;
+  o.push = false;
+  o.mode = mode;
+  sluice::detail::Hooks h;
+  h.wall_clock = [&clock] { return clock.now(); };
+  h.manual = true;
+  return sluice::detail::Access::client(addresses, o, h);
+}
 
 }  // namespace test
 }  // namespace sluice

@@ -16,20 +16,8 @@ namespace {
 
 using sluice::test::CapacityServer;
 using sluice::test::FakeClock;
+using sluice::test::manual_client;
 
-// manual_client is a client on the fake clock with no refresh thread: the
-// test steps its refresh loop (step, run) through the internal hooks.
-std::unique_ptr<sluice::Client> manual_client(const std::string& addresses, FakeClock& clock,
-                                              sluice::Mode mode = sluice::Mode::kSafe) {
-  sluice::Options o;
-  o.client_id = "test-client";
-  o.push = false;
-  o.mode = mode;
-  sluice::detail::Hooks h;
-  h.wall_clock = [&clock] { return clock.now(); };
-  h.manual = true;
-  return sluice::detail::Access::client(addresses, o, h);
-}
 
 // step is one turn of c's refresh loop; it returns the seconds until the next.
 double step(sluice::Client& c) { return sluice::detail::Access::refresh_step(c).count(); }

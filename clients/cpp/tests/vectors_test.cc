@@ -48,6 +48,7 @@
 #include <typeindex>
 #include <vector>
 
+#include "capacity_server.h"
 #include "internal.h"
 #include "sluice/sluice.h"
 
@@ -118,35 +119,15 @@ std::string dead_address() {
   return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
 }
 
-// Clock is a clock only the test moves (the fake wall clock of a manual
-// client, in Unix seconds; the fake time of a reserve).
-struct TestClock {
-  std::mutex mu;
-  double t = 0;
-  double now() {
-    std::lock_guard<std::mutex> l(mu);
-    return t;
-  }
-  void set(double v) {
-    std::lock_guard<std::mutex> l(mu);
-    t = v;
-  }
-  void advance(double s) {
-    std::lock_guard<std::mutex> l(mu);
-    t += s;
-  }
-};
+// A test's clock starts at 0 (FakeClock{0}): the fake wall clock of a
+// manual client, in Unix seconds, or the fake time of a reserve.
+using sluice::test::FakeClock;
 
-std::unique_ptr<sluice::Client> manual_client(const std::string& addr, TestClock& clock,
+// vectors_client is the tests' manual_client (capacity_server.h), as
+// client "vectors".
+std::unique_ptr<sluice::Client> vectors_client(const std::string& addr, FakeClock& clock,
                                               sluice::Mode mode = sluice::Mode::kSafe) {
-  sluice::Options o;
-  o.client_id = "vectors";
-  o.push = false;
-  o.mode = mode;
-  sluice::detail::Hooks h;
-  h.wall_clock = [&clock] { return clock.now(); };
-  h.manual = true;
-  return Access::client(addr, o, h);
+  return sluice::test::manual_client(addr, clock, mode, "vectors");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -159,7 +140,7 @@ std::unique_ptr<sluice::Client> manual_client(const std::string& addr, TestClock
 // reserve_at(clock(), n) where the case waits, since a blocking acquire
 // would sleep for real).
 void run_limiter(const json& c, double tol, bool through_clock) {
-  TestClock clock;
+  FakeClock clock{0};
   sluice::Clock fake = [&clock] { return clock.now(); };
   sluice::RateLimiter lim(num(c.at("rate")), num(c.at("max_burst_seconds")), through_clock ? fake : nullptr);
   int k = 0;
@@ -252,7 +233,7 @@ class ScriptedCapacity final : public pb::doorman::Capacity::Service {
     bool operator==(const Recorded& o) const { return at == o.at && wants == o.wants; }
   };
 
-  ScriptedCapacity(TestClock& clock, double epoch, json script) : clock_(clock), epoch_(epoch), script_(std::move(script)) {
+  ScriptedCapacity(FakeClock& clock, double epoch, json script) : clock_(clock), epoch_(epoch), script_(std::move(script)) {
     grpc::ServerBuilder b;
     int port = 0;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -302,7 +283,7 @@ class ScriptedCapacity final : public pb::doorman::Capacity::Service {
   std::string addr;
 
  private:
-  TestClock& clock_;
+  FakeClock& clock_;
   const double epoch_;
   const json script_;
   std::mutex mu_;
@@ -332,10 +313,10 @@ sluice::Mode mode_of(const std::string& m) {
 // the earliest of t + the step's wait, the next event and the next check;
 // stop once it would pass 'until'.
 void run_refresh(const json& c, double epoch) {
-  TestClock clock;
+  FakeClock clock{0};
   clock.set(epoch);
   ScriptedCapacity srv(clock, epoch, c.at("server"));
-  auto client = manual_client(srv.addr, clock, mode_of(c.at("mode").get<std::string>()));
+  auto client = vectors_client(srv.addr, clock, mode_of(c.at("mode").get<std::string>()));
   std::deque<sluice::Resource> all;                  // every handle made, alive until the end
   std::map<std::string, sluice::Resource*> handles;  // each resource's latest
   const json& events = c.at("events");
@@ -414,7 +395,7 @@ TEST(Vectors, Refresh) {
 // succeeds; CloseSession succeeds.
 class ScriptedLimits final : public pb::v1::Limits::Service {
  public:
-  explicit ScriptedLimits(TestClock& clock) : clock_(clock) {
+  explicit ScriptedLimits(FakeClock& clock) : clock_(clock) {
     grpc::ServerBuilder b;
     int port = 0;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -473,7 +454,7 @@ class ScriptedLimits final : public pb::v1::Limits::Service {
   std::vector<double> reserves;
 
  private:
-  TestClock& clock_;
+  FakeClock& clock_;
   std::unique_ptr<grpc::Server> server_;
 };
 
@@ -565,7 +546,7 @@ struct Rejected {
 // wait max_wait, on fake time (the Sessions' clock and sleep); it must end
 // with OverLimit, or a Hold when status is OK.
 Rejected reserve_rejected(pb::v1::ReserveResponse::Status status, double unit, double u, double max_wait) {
-  TestClock time;
+  FakeClock time{0};
   time.set(5000);
   ScriptedLimits srv(time);
   srv.status = status;
@@ -724,7 +705,7 @@ TEST(Vectors, LeaseBackoffThroughTheClient) {
     if (interval != 0 && (interval < min_interval || interval != std::floor(interval))) continue;
     SCOPED_TRACE(std::to_string(failures) + " failed requests, interval " + std::to_string(interval) + " s");
     ++ran;
-    TestClock clock;
+    FakeClock clock{0};
     clock.set(1800000000.0);
     std::unique_ptr<ScriptedCapacity> srv;
     std::string addr;
@@ -735,7 +716,7 @@ TEST(Vectors, LeaseBackoffThroughTheClient) {
     } else {
       addr = dead_address();
     }
-    auto client = manual_client(addr, clock);
+    auto client = vectors_client(addr, clock);
     auto r = client->resource("a", 1);
     if (srv) {
       double wait = Access::refresh_step(*client).count();
@@ -823,7 +804,7 @@ TEST(Vectors, ErrorClasses) {
 // code is raised as its type.
 TEST(Vectors, ErrorCharon) {
   json v = read("errors.json");
-  TestClock time;
+  FakeClock time{0};
   ScriptedLimits srv(time);
   Quiet q;
   for (bool fail_open : {true, false}) {
@@ -862,7 +843,7 @@ TEST(Vectors, ErrorConditions) {
     const std::string code = k.at("code").get<std::string>();
     SCOPED_TRACE(cond);
     seen.insert(cond);
-    TestClock time;
+    FakeClock time{0};
     ScriptedLimits srv(time);
     Quiet q;
     sluice::Client c(srv.addr);
@@ -923,8 +904,8 @@ TEST(Vectors, Constants) {
   const sluice::detail::Retry retry;  // the lease client's and the push stream's
   const sluice::RateLimiter limiter;
   // Resource::rate_limiter's default burst is the RateLimiter's.
-  TestClock clock;
-  auto client = manual_client(dead_address(), clock);
+  FakeClock clock{0};
+  auto client = vectors_client(dead_address(), clock);
   auto r = client->resource("a", 1);
   const double bound_burst = r.rate_limiter()->max_burst_seconds();
   EXPECT_EQ(bound_burst, limiter.max_burst_seconds()) << "Resource::rate_limiter()'s default burst";

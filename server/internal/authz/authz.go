@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
@@ -171,11 +172,8 @@ func (i *Interceptor) check(r Rule, who string, req proto.Message) error {
 // ShortID returns a session id's first 8 characters after its epoch, for
 // messages: enough to tell sessions apart, not enough to use one.
 func ShortID(id string) string {
-	for j := 0; j < len(id); j++ {
-		if id[j] == '-' {
-			id = id[j+1:]
-			break
-		}
+	if _, rest, ok := strings.Cut(id, "-"); ok {
+		id = rest
 	}
 	if len(id) > 8 {
 		return id[:8] + "…"

@@ -15,7 +15,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.Callable;
 import java.util.logging.Level;
-import java.util.logging.Logger;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.DynamicTest;
@@ -49,14 +48,12 @@ class ErrorVectorsTest {
   static void read() {
     v = Vectors.read("errors.json");
     ns = v.getAsJsonObject("namespaces").get("java").getAsString();
-    Logger log = Logger.getLogger("io.github.sluicerl.sluice");
-    level = log.getLevel();
-    log.setLevel(Level.SEVERE); // failing open warns
+    level = Vectors.quietLog();
   }
 
   @AfterAll
   static void restore() {
-    Logger.getLogger("io.github.sluicerl.sluice").setLevel(level);
+    Vectors.restoreLog(level);
   }
 
   /** The Java class the file names. */

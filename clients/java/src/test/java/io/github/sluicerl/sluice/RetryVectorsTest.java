@@ -19,7 +19,6 @@ import java.util.Random;
 import java.util.Set;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.logging.Level;
-import java.util.logging.Logger;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.DynamicTest;
@@ -61,14 +60,12 @@ class RetryVectorsTest {
     JsonObject v = Vectors.read("retry.json");
     charon = v.getAsJsonObject("charon");
     leases = v.getAsJsonObject("leases");
-    Logger log = Logger.getLogger("io.github.sluicerl.sluice");
-    level = log.getLevel();
-    log.setLevel(Level.SEVERE); // failing open warns
+    level = Vectors.quietLog();
   }
 
   @AfterAll
   static void restore() {
-    Logger.getLogger("io.github.sluicerl.sluice").setLevel(level);
+    Vectors.restoreLog(level);
   }
 
   /** A clock and sleep the test owns: sleeping moves the clock. */

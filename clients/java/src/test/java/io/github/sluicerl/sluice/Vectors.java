@@ -11,6 +11,8 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.logging.Level;
+import java.util.logging.Logger;
 
 /**
  * clients/vectors/*.json, the behaviour the four clients share as data
@@ -54,6 +56,22 @@ final class Vectors {
   }
 
   /** The file {@code name} ("limiter.json") as a JSON object. */
+  /**
+   * Quiets the client's logger to SEVERE (failing open warns) and returns
+   * the level it had, for {@link #restoreLog}.
+   */
+  static Level quietLog() {
+    Logger log = Logger.getLogger("io.github.sluicerl.sluice");
+    Level was = log.getLevel();
+    log.setLevel(Level.SEVERE);
+    return was;
+  }
+
+  /** Gives the client's logger back the level {@link #quietLog} returned. */
+  static void restoreLog(Level was) {
+    Logger.getLogger("io.github.sluicerl.sluice").setLevel(was);
+  }
+
   static JsonObject read(String name) {
     Path f = dir().resolve(name);
     try {
