@@ -114,6 +114,20 @@ type Request struct {
 	// request decided again at once (an intermediate server that recorded
 	// it, then waited for its first lease from its parent).
 	Repeat bool
+	// Fallback leaves a requester that claims nothing (Has nil; not a
+	// KeepOutstanding one) in its fallback mode while the store is in
+	// learning mode: it gets 0 with an expired lease rather than a lease
+	// of 0, so that it goes on using its safe capacity (a client in safe
+	// mode, the default) as it did while it could not reach a master, and
+	// min(its wants, safe capacity × its subclients) stays booked for it
+	// until it asks again, so that what it may use is not granted to
+	// others when learning mode ends. False (Doorman's allocation): it gets
+	// a lease of 0, and stops using the resource until learning mode ends.
+	//
+	// Source: doorman-design.md, "Optimistic, pessimistic and safe mode
+	// operation" and "On learning mode"; docs/departures.md, "What Sluice
+	// changes in the allocation across the tree", rule 5.
+	Fallback bool
 	// Watched reports that the requester receives pushed leases (it has a
 	// sluice.v1.Leases Watch stream open to this server): when the
 	// decision grants it less than it wants, the store offers it what
@@ -356,16 +370,24 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 	ei, othersHas := r.insert(ei, req.Client, ps)
 	gets := math.Min(r.allot(learning, ei, req.Has, othersHas), ceiling)
 	d, ok := r.handBackUnextended(now, learning, req.Has, req.HasExpiry, gets)
-	if !ok {
+	book := 0.0
+	switch {
+	case ok:
+	case learning && sharing(r.params.Kind) && req.Fallback && req.Has == nil && !req.KeepOutstanding:
+		d, book = r.leftInFallback(now, ei, othersHas)
+	default:
 		d = r.withinOwnLease(now, gets)
 	}
-	r.record(now, ei, d, booked(d.gets, req.KeepOutstanding, req.Has, wasBooked))
+	if book == 0 {
+		book = booked(d.gets, req.KeepOutstanding, req.Has, wasBooked)
+	}
+	r.record(now, ei, d, book)
 	r.wait(ei, req.Watched && sharing(r.params.Kind) && !learning && !ok && d.expiry.After(now) && ceiling > d.gets && r.short(ei))
 	return Grant{
 		Capacity:        d.gets,
 		Expiry:          d.expiry,
 		RefreshInterval: r.params.RefreshInterval,
-		SafeCapacity:    r.SafeCapacity(),
+		SafeCapacity:    r.safeToSend(learning, req.Fallback),
 		Learning:        learning,
 		Unrecorded:      unrecorded,
 		Sequence:        r.sequence(now),
@@ -518,6 +540,34 @@ func (r *Resource) handBackUnextended(now time.Time, learning bool, has *float64
 		return decision{gets: *has, expiry: expiry, keep: expiry}, true
 	}
 	return decision{}, false
+}
+
+// leftInFallback is the decision for a requester that claims nothing
+// while the store is in learning mode (Request.Fallback): 0 with an expired
+// lease, the record kept for a lease length, and what it may use in safe
+// mode to book for it: min(wants, safe capacity × subclients), within what
+// is free (capacity − othersHas: the store books no more than it has). The
+// dynamic safe capacity counts only the clients heard from so far, so
+// while learning it books at least the safe capacity the requester was
+// last sent, whose master knew every client.
+func (r *Resource) leftInFallback(now time.Time, ei int32, othersHas float64) (decision, float64) {
+	t := r.parts.total(ei)
+	book := algorithm.Clamp(math.Min(t.Wants, r.SafeCapacity()*math.Max(t.Subclients, 1)), r.params.Capacity-othersHas)
+	d := decision{gets: 0, expiry: now.Truncate(time.Second), keep: now.Add(r.params.LeaseLength).Truncate(time.Second)}
+	return d, book
+}
+
+// safeToSend returns the safe capacity to send with a decision: the
+// template's, or the dynamic one (SafeCapacity) once learning mode has
+// ended. While learning, the store has heard from only some clients and
+// the dynamic one would overstate each one's share: +Inf (left off the
+// wire), so that the requester keeps the one it was last sent (fallback:
+// Request.Fallback; false keeps Doorman's behaviour of always sending it).
+func (r *Resource) safeToSend(learning, fallback bool) float64 {
+	if learning && fallback && !r.params.HasSafeCapacity {
+		return math.Inf(1)
+	}
+	return r.SafeCapacity()
 }
 
 // withinOwnLease returns the lease of gets granted at now: it ends a lease

@@ -87,6 +87,61 @@ func TestLearningMode(t *testing.T) {
 	}
 }
 
+// In learning mode a client that claims nothing (Fallback) is left in its
+// fallback mode: 0 with an expired lease, no dynamic safe capacity (the
+// store knows only some clients), and min(wants, safe capacity) booked
+// within what is free, so that when learning mode ends nobody is granted
+// what the clients in safe mode may still use.
+func TestLearningLeavesClaimlessClientsInFallback(t *testing.T) {
+	p := params(algorithm.FairShare, 100)
+	p.SafeCapacity, p.HasSafeCapacity = 30, true
+	r := NewResource("r", p, t0)
+	now := t0.Add(10 * time.Second)
+	g := r.Decide(now, Request{Client: "a", Wants: 90, Fallback: true})
+	if g.Capacity != 0 || g.Expiry.After(now) || g.SafeCapacity != 30 {
+		t.Fatalf("a: %+v, want 0 with an expired lease and the template's safe capacity", g)
+	}
+	if g := r.Decide(now, Request{Client: "b", Wants: 20, Fallback: true}); g.Capacity != 0 || g.Expiry.After(now) {
+		t.Fatalf("b: %+v", g)
+	}
+	if _, has, _, _ := r.Totals(); has != 30+20 {
+		t.Fatalf("booked %v, want min(wants, 30) each: 50", has)
+	}
+	// A claim is handed back as before.
+	if g := r.Decide(now, Request{Client: "c", Wants: 90, Has: f(40), HasExpiry: now.Add(30 * time.Second), Fallback: true}); g.Capacity != 40 {
+		t.Fatalf("c: %+v, want its claim", g)
+	}
+	// Booked only within what is free: 10 is left.
+	r.Decide(now, Request{Client: "d", Wants: 90, Fallback: true})
+	if _, has, _, _ := r.Totals(); has != 100 {
+		t.Fatalf("booked %v, want the capacity, no more", has)
+	}
+	// Learning over: what the others may use is not free.
+	after := t0.Add(61 * time.Second)
+	if g := r.Decide(after, Request{Client: "e", Wants: 50, Fallback: true}); g.Capacity != 0 {
+		t.Fatalf("e gets %v while the others' safe capacity is booked", g.Capacity)
+	}
+	// a asks again: its booking is free for it, and it gets a lease of its
+	// fair share (100 over a, b, c, d, e: 20 each).
+	if g := r.Decide(after, Request{Client: "a", Wants: 90, Fallback: true}); g.Capacity != 20 || !g.Expiry.After(after) {
+		t.Fatalf("a after learning: %+v, want a lease of 20", g)
+	}
+
+	// Dynamic safe capacity: not sent while learning.
+	d := NewResource("r", params(algorithm.FairShare, 100), t0)
+	if g := d.Decide(now, Request{Client: "a", Wants: 90, Fallback: true}); !math.IsInf(g.SafeCapacity, 1) {
+		t.Fatalf("dynamic safe capacity %v sent while learning", g.SafeCapacity)
+	}
+	// Without Fallback (Doorman's allocation): a lease of 0, nothing booked.
+	o := NewResource("r", params(algorithm.FairShare, 100), t0)
+	if g := o.Decide(now, Request{Client: "a", Wants: 90}); g.Capacity != 0 || !g.Expiry.After(now) || g.SafeCapacity != 100 {
+		t.Fatalf("Doorman: %+v, want a lease of 0 and the dynamic safe capacity", g)
+	}
+	if _, has, _, _ := o.Totals(); has != 0 {
+		t.Fatalf("Doorman books %v", has)
+	}
+}
+
 // A downstream server that must take capacity back from its clients keeps
 // it booked until it says they gave it back: its siblings grow only then.
 func TestKeepOutstandingChildShrinksBeforeOthersGrow(t *testing.T) {

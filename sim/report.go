@@ -22,8 +22,10 @@ type Summary struct {
 	RefreshDecay     string    `json:"refresh_decay"`
 	RefreshIntervals []float64 `json:"refresh_intervals_seconds"`
 	// UtilizationMean is the mean, over the samples after the initial
-	// learning period, of the clients' Σ has ÷ min(capacity, Σ wants)
-	// (0.985 is 98.5 %); samples with nothing to hand out are skipped.
+	// learning period, of what the clients may use (Sample.Uses: their
+	// leases, or their safe capacity while they hold none) ÷ min(capacity,
+	// Σ wants) (0.985 is 98.5 %); samples with nothing to hand out are
+	// skipped.
 	UtilizationMean float64 `json:"utilization_mean"`
 	// UnfairMean is the mean, over the same samples, of the clients'
 	// distance from their max-min fair shares (Sample.Unfair) ÷
@@ -32,8 +34,15 @@ type Summary struct {
 	// clients or by none.
 	UnfairMean float64 `json:"unfair_mean"`
 	// OvershootMaxPercent is the worst of 100·(Σ has − capacity)/capacity
-	// over all samples; 0 if Σ has never exceeded the capacity.
+	// over all samples, has being the clients' unexpired leases; 0 if Σ
+	// has never exceeded the capacity. This is the bound the servers keep.
 	OvershootMaxPercent float64 `json:"overshoot_max_percent"`
+	// SafeModeOvershootMaxPercent is the same over what the clients may
+	// use (Sample.Uses), their safe capacity counted while they hold no
+	// lease, after the initial learning period (as UtilizationMean): safe mode is the clients' own fallback, which a server cannot
+	// book for clients it cannot hear from (doorman-design.md, "Optimistic,
+	// pessimistic and safe mode operation").
+	SafeModeOvershootMaxPercent float64 `json:"safe_mode_overshoot_max_percent"`
 	// OvershootMeanPercent is its mean over the samples above capacity.
 	OvershootMeanPercent float64 `json:"overshoot_mean_percent"`
 	// ShortfallEpisodes counts the runs of consecutive samples in which
@@ -77,10 +86,13 @@ func Summarize(s *Series) Summary {
 		c := smp.Levels[0]
 		if smp.T >= s.LearningEnd {
 			if steady := math.Min(s.Capacity, c.Wants); steady > 0 {
-				util += c.Has / steady
+				util += smp.Uses / steady
 				unfair += smp.Unfair / steady
 				nUtil++
 			}
+		}
+		if smp.T >= s.LearningEnd && s.Capacity > 0 && smp.Uses > s.Capacity*(1+1e-9) {
+			sum.SafeModeOvershootMaxPercent = math.Max(sum.SafeModeOvershootMaxPercent, 100*(smp.Uses-s.Capacity)/s.Capacity)
 		}
 		if s.Capacity > 0 && c.Has > s.Capacity*(1+1e-9) {
 			pct := 100 * (c.Has - s.Capacity) / s.Capacity
@@ -192,10 +204,10 @@ func WriteJSON(w io.Writer, sums []Summary) error {
 // WriteTable writes the summaries as an aligned text table.
 func WriteTable(w io.Writer, sums []Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\trefresh (root → leaf)\tutilization\tfairness distance\tovershoot max\tovershoot mean\tshortfall episodes\treconverge max\trun time\t")
+	fmt.Fprintln(tw, "scenario\trefresh (root → leaf)\tutilization\tfairness distance\tovershoot max\tovershoot mean\tshortfall episodes\tin safe mode, overshoot max\treconverge max\trun time\t")
 	for _, s := range sums {
-		fmt.Fprintf(tw, "%s\t%s\t%.2f %%\t%.2f %%\t%.2f %%\t%.2f %%\t%d\t%.0f s\t%.2f s\t\n", s.Scenario, refreshLabel(s), 100*s.UtilizationMean,
-			100*s.UnfairMean, s.OvershootMaxPercent, s.OvershootMeanPercent, s.ShortfallEpisodes, s.ReconvergeMaxSeconds, s.RunSeconds)
+		fmt.Fprintf(tw, "%s\t%s\t%.2f %%\t%.2f %%\t%.2f %%\t%.2f %%\t%d\t%.2f %%\t%.0f s\t%.2f s\t\n", s.Scenario, refreshLabel(s), 100*s.UtilizationMean,
+			100*s.UnfairMean, s.OvershootMaxPercent, s.OvershootMeanPercent, s.ShortfallEpisodes, s.SafeModeOvershootMaxPercent, s.ReconvergeMaxSeconds, s.RunSeconds)
 	}
 	return tw.Flush()
 }

@@ -11,7 +11,7 @@ import (
 func series(capacity, learningEnd float64, pts [][2]float64, mishaps ...float64) *Series {
 	s := &Series{Scenario: "t", Capacity: capacity, LearningEnd: learningEnd, Levels: []string{"clients", "root"}}
 	for i, p := range pts {
-		s.Samples = append(s.Samples, Sample{T: float64(i), Levels: []Level{
+		s.Samples = append(s.Samples, Sample{T: float64(i), Uses: p[1], Levels: []Level{
 			{Wants: p[0], Has: p[1], Capacity: capacity, Leases: 1},
 			{Wants: p[0], Has: p[1], Capacity: capacity, Leases: 1},
 		}})

@@ -20,9 +20,15 @@ type Series struct {
 type Sample struct {
 	T      float64 // seconds since the start
 	Levels []Level // per level, index-aligned with Series.Levels
-	// Unfair is Σ over the clients of |lease − max-min fair share of the
-	// root's capacity given every client's wants| (permits/s): 0 when every
-	// client holds exactly its fair share.
+	// Uses is Σ over the clients of what each may use (permits/s): its
+	// lease while it holds an unexpired one, else what its mode falls back
+	// to (the client library's Resource.Capacity: the safe capacity the
+	// server last sent, in safe mode, the default). It differs from the
+	// clients' Levels[0].Has only while some client has no lease.
+	Uses float64
+	// Unfair is Σ over the clients of |what it may use − max-min fair share
+	// of the root's capacity given every client's wants| (permits/s): 0
+	// when every client uses exactly its fair share.
 	Unfair float64
 }
 

@@ -697,15 +697,17 @@ func (s *sim) sample() {
 	now := s.now
 	levels := make([]Level, len(s.series.Levels))
 	wants := make([]float64, len(s.clients))
-	has := make([]float64, len(s.clients))
+	has := make([]float64, len(s.clients)) // what each client may use
+	var uses float64
 	for i, c := range s.clients {
 		wants[i] = c.res.Wants()
 		levels[0].Wants += wants[i]
 		if capacity, _, _, ok := c.res.Lease(); ok {
-			has[i] = capacity
 			levels[0].Has += capacity
 			levels[0].Leases++
 		}
+		has[i] = c.res.Capacity()
+		uses += has[i]
 	}
 	var unfair float64
 	d := make(algorithm.Slice, len(wants))
@@ -757,7 +759,7 @@ func (s *sim) sample() {
 		l.Leases += st.Clients
 	}
 	levels[0].Capacity = s.sc.Capacity
-	s.series.Samples = append(s.series.Samples, Sample{T: s.elapsed(), Levels: levels, Unfair: unfair})
+	s.series.Samples = append(s.series.Samples, Sample{T: s.elapsed(), Levels: levels, Uses: uses, Unfair: unfair})
 	if s.onSample != nil {
 		s.onSample(s)
 	}

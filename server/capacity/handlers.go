@@ -81,6 +81,7 @@ func (s *Service) getCapacity(ctx context.Context, req *pb.GetCapacityRequest, p
 			Wants:      rr.GetWants(),
 			Subclients: 1,
 			Repeat:     paced,
+			Fallback:   !s.hooks.DoormanAllocation,
 		}
 		claim(&lr, rr.GetHas(), s.hooks.DoormanAllocation)
 		ids[i], lrs[i] = rr.GetResourceId(), lr
