@@ -107,7 +107,14 @@ func FairTarget(capacity float64, r Requester, d Demand) float64 {
 	if capacity <= 0 {
 		return 0
 	}
-	level := d.WaterLevel(capacity)
+	return fairAt(capacity, d.WaterLevel(capacity), r)
+}
+
+// fairAt is FairTarget at a known water level.
+func fairAt(capacity, level float64, r Requester) float64 {
+	if capacity <= 0 {
+		return 0
+	}
 	if math.IsInf(level, 1) {
 		return nonNegative(r.Wants)
 	}

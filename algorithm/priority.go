@@ -42,10 +42,15 @@ func PriorityFairTarget(capacity float64, parts []Part, bands []PriorityBand) fl
 	var total float64
 	avail := math.Max(capacity, 0)
 	for _, b := range bands {
+		level := math.NaN() // the band's water level, found once
 		for _, p := range parts {
-			if p.Priority == b.Priority {
-				total += FairTarget(avail, p.Requester, b.Demand)
+			if p.Priority != b.Priority {
+				continue
 			}
+			if math.IsNaN(level) {
+				level = b.Demand.WaterLevel(avail)
+			}
+			total += fairAt(avail, level, p.Requester)
 		}
 		w, _ := b.Demand.Totals()
 		avail = math.Max(avail-w, 0)

@@ -111,12 +111,17 @@ func (s *bandSet) othersHas(ei int32) float64 {
 	return h
 }
 
-// summary returns the demand per band, highest first (Resource.Bands).
+// summary returns the demand per band, highest first, each with its
+// demand curve when it takes more than one group (Resource.Bands).
 func (s *bandSet) summary() []Band {
 	out := make([]Band, 0, len(s.list))
 	for _, b := range s.list {
 		w, sub := b.tree.Totals()
-		out = append(out, Band{Priority: b.priority, Clients: int64(math.Round(sub)), Wants: w})
+		band := Band{Priority: b.priority, Clients: int64(math.Round(sub)), Wants: w}
+		if gs := b.tree.groups(MaxGroups, nil); len(gs) > 1 {
+			band.Groups = gs
+		}
+		out = append(out, band)
 	}
 	return out
 }

@@ -490,13 +490,26 @@ func (r *Resource) allot(learning bool, ei int32, has *float64, othersHas float6
 // the higher bands first. O(log n).
 //
 // Source: doorman-design.md, "Algorithms".
+//
+// A requester of several entries (a downstream server: one per band, or
+// per group of a band's demand curve) gets the sum of its entries' shares,
+// each entry a requester of its own at the same water level: so the level
+// runs across the clients beneath it (Band.Groups).
 func (r *Resource) target(ei int32) float64 {
 	p := r.params
+	several := r.ents.at(ei).hasMore
 	switch {
-	case p.Kind == algorithm.FairShare && len(r.bands.list) > 1:
+	case p.Kind == algorithm.FairShare && (several || len(r.bands.list) > 1):
 		return algorithm.PriorityFairTarget(p.Capacity, r.parts.algo(ei), r.bands.algo())
 	case p.Kind == algorithm.FairShare:
 		return algorithm.FairTarget(p.Capacity, r.parts.total(ei), r.bands.pooled())
+	case several:
+		var t float64
+		pooled := r.bands.pooled()
+		for _, part := range r.parts.algo(ei) {
+			t += algorithm.ProportionalTarget(p.Capacity, part.Requester, pooled)
+		}
+		return t
 	default:
 		return algorithm.ProportionalTarget(p.Capacity, r.parts.total(ei), r.bands.pooled())
 	}
@@ -725,7 +738,10 @@ func (r *Resource) Leases() []Lease {
 }
 
 // Bands returns the store's demand summarised per priority band, highest
-// first: the shape a server sends its parent in GetServerCapacity. O(bands).
+// first: the shape a server sends its parent in GetServerCapacity, each
+// band with its demand curve (Band.Groups, at most MaxGroups groups; nil
+// when one group says it all). O(bands × MaxGroups × log n) once
+// requesters are grouped, O(n) at most.
 func (r *Resource) Bands() []Band { return r.bands.summary() }
 
 // Band is the demand of one priority band: Clients requesters (subclients)
@@ -734,6 +750,35 @@ type Band struct {
 	Priority int64
 	Clients  int64
 	Wants    float64
+	// Groups, when not empty, is the band's demand curve: its clients in
+	// groups by ascending wants per subclient, each group's Wants and
+	// Subclients (≥ 1) their sums, Σ over the groups being the band's
+	// Wants and Clients. A store places one entry per group in the band's
+	// order, so that its water level runs across the clients beneath a
+	// downstream server rather than stopping at it: the server gets Σ
+	// min(wants, subclients × L) over its groups, its clients' max-min
+	// fair shares of the whole tree. Empty: one group of the whole band.
+	// At most MaxGroups (more are taken as empty).
+	//
+	// Source: doorman-design.md, "The FairShare algorithm" (max-min
+	// fairness, here across the tree); docs/departures.md, "What Sluice
+	// changes in the allocation across the tree".
+	Groups []algorithm.Requester
+}
+
+// groupsOf returns b's groups: b.Groups, or b as one group when it has
+// none or they are unusable (too many, or a group of less than one
+// subclient or of wants that are not finite and ≥ 0).
+func groupsOf(b Band) []algorithm.Requester {
+	if len(b.Groups) == 0 || len(b.Groups) > MaxGroups {
+		return []algorithm.Requester{{Wants: b.Wants, Subclients: float64(max(b.Clients, 1))}}
+	}
+	for _, g := range b.Groups {
+		if !(g.Subclients >= 1) || !(g.Wants >= 0) || math.IsInf(g.Wants+g.Subclients, 0) {
+			return []algorithm.Requester{{Wants: b.Wants, Subclients: float64(max(b.Clients, 1))}}
+		}
+	}
+	return b.Groups
 }
 
 // lease describes requester ei's lease.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 	"unsafe"
@@ -266,7 +267,8 @@ func TestBands(t *testing.T) {
 	r.Decide(t0, Request{Client: "b", Wants: 20, Priority: 1, Subclients: 4})
 	r.Decide(t0, Request{Client: "c", Wants: 5, Priority: 0})
 	got := r.Bands()
-	want := []Band{{Priority: 1, Clients: 5, Wants: 30}, {Priority: 0, Clients: 1, Wants: 5}}
+	// Band 1's curve: b's 4 subclients want 5 each, a 10.
+	want := []Band{{Priority: 1, Clients: 5, Wants: 30, Groups: []algorithm.Requester{{Wants: 20, Subclients: 4}, {Wants: 10, Subclients: 1}}}, {Priority: 0, Clients: 1, Wants: 5}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("bands %v, want %v", got, want)
 	}
@@ -540,7 +542,12 @@ func TestDecidePriorityBands(t *testing.T) {
 		}
 	}
 	bands := r.Bands()
-	if len(bands) != 2 || bands[0] != (Band{Priority: 1, Clients: 2, Wants: 70}) || bands[1] != (Band{Priority: 0, Clients: 5, Wants: 150}) {
+	// With their demand curves: s's 4 subclients want 25 each, b 50.
+	wantBands := []Band{
+		{Priority: 1, Clients: 2, Wants: 70, Groups: []algorithm.Requester{{Wants: 10, Subclients: 1}, {Wants: 60, Subclients: 1}}},
+		{Priority: 0, Clients: 5, Wants: 150, Groups: []algorithm.Requester{{Wants: 100, Subclients: 4}, {Wants: 50, Subclients: 1}}},
+	}
+	if !reflect.DeepEqual(bands, wantBands) {
 		t.Fatalf("bands %+v", bands)
 	}
 	// The server drops its high band: its entry moves, nothing leaks.

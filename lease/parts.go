@@ -2,6 +2,7 @@ package lease
 
 import (
 	"cmp"
+	"math"
 	"slices"
 
 	"github.com/sluice-rl/sluice/algorithm"
@@ -35,22 +36,27 @@ func (q *requesterParts) further(ei int32) []int32 {
 	return q.more[ei]
 }
 
-// same reports whether requester ei's entries hold exactly ps.
+// same reports whether requester ei's entries hold exactly ps (one entry
+// per group of each band: groupsOf).
 func (q *requesterParts) same(ei int32, ps []Band) bool {
 	more := q.further(ei)
-	if len(ps) != 1+len(more) {
-		return false
-	}
-	for i, p := range ps {
-		x := q.ents.at(ei)
-		if i > 0 {
-			x = q.ents.at(more[i-1])
+	i := 0
+	for _, p := range ps {
+		for _, g := range groupsOf(p) {
+			if i > len(more) {
+				return false
+			}
+			x := q.ents.at(ei)
+			if i > 0 {
+				x = q.ents.at(more[i-1])
+			}
+			if x.priority != p.Priority || x.wants != g.Wants || x.subclients != g.Subclients {
+				return false
+			}
+			i++
 		}
-		if x.priority != p.Priority || x.wants != p.Wants || x.subclients != float64(p.Clients) {
-			return false
-		}
 	}
-	return true
+	return i == 1+len(more)
 }
 
 // fewerClients reports whether ps stands for fewer clients than
@@ -64,34 +70,59 @@ func (q *requesterParts) fewerClients(ps []Band, ei int32) bool {
 }
 
 // current returns requester ei's bands, highest priority first, appended
-// to out.
+// to out: one band per priority, with its entries as Groups when it has
+// several (set makes the same entries from them).
 func (q *requesterParts) current(ei int32, out []Band) []Band {
-	e := q.ents.at(ei)
-	out = append(out, Band{Priority: e.priority, Clients: int64(e.subclients), Wants: e.wants})
+	add := func(m *entry) {
+		g := algorithm.Requester{Wants: m.wants, Subclients: m.subclients}
+		if n := len(out); n > 0 && out[n-1].Priority == m.priority {
+			b := &out[n-1]
+			if len(b.Groups) == 0 {
+				b.Groups = []algorithm.Requester{{Wants: b.Wants, Subclients: float64(b.Clients)}}
+			}
+			b.Groups = append(b.Groups, g)
+			b.Wants += g.Wants
+			b.Clients = int64(math.Round(float64(b.Clients) + g.Subclients))
+			return
+		}
+		b := Band{Priority: m.priority, Clients: int64(math.Round(g.Subclients)), Wants: g.Wants}
+		if float64(b.Clients) != g.Subclients {
+			b.Groups = []algorithm.Requester{g}
+		}
+		out = append(out, b)
+	}
+	add(q.ents.at(ei))
 	for _, mi := range q.further(ei) {
-		m := q.ents.at(mi)
-		out = append(out, Band{Priority: m.priority, Clients: int64(m.subclients), Wants: m.wants})
+		add(q.ents.at(mi))
 	}
 	return out
 }
 
-// set makes requester ei's entries, out of their trees, hold ps (the
-// first entry takes the first band; further ones are made anew).
+// set makes requester ei's entries, out of their trees, hold ps: one
+// entry per group of each band (groupsOf), the first entry the first
+// band's first group, further ones made anew.
 func (q *requesterParts) set(ei int32, ps []Band) {
 	e := q.ents.at(ei)
-	e.priority, e.wants, e.subclients = ps[0].Priority, ps[0].Wants, float64(ps[0].Clients)
-	if !e.hasMore && len(ps) == 1 {
+	first := groupsOf(ps[0])
+	e.priority, e.wants, e.subclients = ps[0].Priority, first[0].Wants, first[0].Subclients
+	if !e.hasMore && len(ps) == 1 && len(first) == 1 {
 		return
 	}
 	more := q.release(ei)
-	if len(ps) == 1 {
-		return
+	for i, p := range ps {
+		gs := groupsOf(p)
+		if i == 0 {
+			gs = gs[1:]
+		}
+		for _, g := range gs {
+			mi := q.ents.add()
+			m := q.ents.at(mi)
+			m.priority, m.wants, m.subclients = p.Priority, g.Wants, g.Subclients
+			more = append(more, mi)
+		}
 	}
-	for _, p := range ps[1:] {
-		mi := q.ents.add()
-		m := q.ents.at(mi)
-		m.priority, m.wants, m.subclients = p.Priority, p.Wants, float64(p.Clients)
-		more = append(more, mi)
+	if len(more) == 0 {
+		return
 	}
 	if q.more == nil {
 		q.more = make(map[int32][]int32)
@@ -137,8 +168,8 @@ func (q *requesterParts) algo(ei int32) []algorithm.Part {
 }
 
 // parts returns the request's demand as bands sorted by descending
-// priority, with equal priorities merged and subclients at least 1.
-// buf is scratch space the result may use.
+// priority, with equal priorities merged (their groups joined) and
+// subclients at least 1. buf is scratch space the result may use.
 func parts(req Request, buf []Band) []Band {
 	out := buf[:0]
 	if len(req.Bands) == 0 {
@@ -149,6 +180,11 @@ func parts(req Request, buf []Band) []Band {
 		merged := false
 		for i := range out {
 			if out[i].Priority == b.Priority {
+				if len(out[i].Groups) > 0 || len(b.Groups) > 0 {
+					// A fresh slice: the request's own are not written.
+					gs := append([]algorithm.Requester(nil), groupsOf(out[i])...)
+					out[i].Groups = append(gs, groupsOf(b)...)
+				}
 				out[i].Clients += b.Clients
 				out[i].Wants += b.Wants
 				merged = true

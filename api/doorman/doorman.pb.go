@@ -90,7 +90,7 @@ func (x *Algorithm_Kind) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use Algorithm_Kind.Descriptor instead.
 func (Algorithm_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_doorman_proto_rawDescGZIP(), []int{16, 0}
+	return file_doorman_proto_rawDescGZIP(), []int{17, 0}
 }
 
 // Lease is a lease on capacity: capacity is valid until expiry_time (Unix
@@ -451,10 +451,21 @@ func (x *GetCapacityResponse) GetMastership() *Mastership {
 
 // PriorityBandAggregate summarises a server's clients in one priority band.
 type PriorityBandAggregate struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Priority      *int64                 `protobuf:"varint,1,req,name=priority" json:"priority,omitempty"`
-	NumClients    *int64                 `protobuf:"varint,2,req,name=num_clients,json=numClients" json:"num_clients,omitempty"`
-	Wants         *float64               `protobuf:"fixed64,3,req,name=wants" json:"wants,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Priority   *int64                 `protobuf:"varint,1,req,name=priority" json:"priority,omitempty"`
+	NumClients *int64                 `protobuf:"varint,2,req,name=num_clients,json=numClients" json:"num_clients,omitempty"`
+	Wants      *float64               `protobuf:"fixed64,3,req,name=wants" json:"wants,omitempty"`
+	// Sluice's extension (Doorman neither sends nor reads it): the band's
+	// demand curve, so that the parent can place one water level across all
+	// the clients beneath it (global max-min fairness) rather than one per
+	// downstream server. The band's clients in groups of near-equal wants
+	// per client, by ascending wants per client; together the groups stand
+	// for the whole band (Σ wants = wants, Σ num_clients = num_clients). At
+	// a level L a group takes min(wants, num_clients × L), as if each of its
+	// clients wanted wants ÷ num_clients; exact when every group's clients
+	// want the same, else a little more than its clients would take. At
+	// most 32 groups; none: one group of the whole band (Doorman's view).
+	Groups        []*ClientGroup `protobuf:"bytes,100,rep,name=groups" json:"groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -510,6 +521,68 @@ func (x *PriorityBandAggregate) GetWants() float64 {
 	return 0
 }
 
+func (x *PriorityBandAggregate) GetGroups() []*ClientGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// ClientGroup is a group of a band's clients (Sluice's extension; see
+// PriorityBandAggregate.groups): num_clients of them (a fraction when
+// downstream servers' groups were merged), wanting wants in all.
+type ClientGroup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Wants         *float64               `protobuf:"fixed64,1,req,name=wants" json:"wants,omitempty"`
+	NumClients    *float64               `protobuf:"fixed64,2,req,name=num_clients,json=numClients" json:"num_clients,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientGroup) Reset() {
+	*x = ClientGroup{}
+	mi := &file_doorman_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientGroup) ProtoMessage() {}
+
+func (x *ClientGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_doorman_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientGroup.ProtoReflect.Descriptor instead.
+func (*ClientGroup) Descriptor() ([]byte, []int) {
+	return file_doorman_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ClientGroup) GetWants() float64 {
+	if x != nil && x.Wants != nil {
+		return *x.Wants
+	}
+	return 0
+}
+
+func (x *ClientGroup) GetNumClients() float64 {
+	if x != nil && x.NumClients != nil {
+		return *x.NumClients
+	}
+	return 0
+}
+
 type ServerCapacityResourceRequest struct {
 	state         protoimpl.MessageState   `protogen:"open.v1"`
 	ResourceId    *string                  `protobuf:"bytes,1,req,name=resource_id,json=resourceId" json:"resource_id,omitempty"`
@@ -521,7 +594,7 @@ type ServerCapacityResourceRequest struct {
 
 func (x *ServerCapacityResourceRequest) Reset() {
 	*x = ServerCapacityResourceRequest{}
-	mi := &file_doorman_proto_msgTypes[7]
+	mi := &file_doorman_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +606,7 @@ func (x *ServerCapacityResourceRequest) String() string {
 func (*ServerCapacityResourceRequest) ProtoMessage() {}
 
 func (x *ServerCapacityResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_doorman_proto_msgTypes[7]
+	mi := &file_doorman_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +619,7 @@ func (x *ServerCapacityResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerCapacityResourceRequest.ProtoReflect.Descriptor instead.
 func (*ServerCapacityResourceRequest) Descriptor() ([]byte, []int) {
-	return file_doorman_proto_rawDescGZIP(), []int{7}
+	return file_doorman_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ServerCapacityResourceRequest) GetResourceId() string {
@@ -580,7 +653,7 @@ type GetServerCapacityRequest struct {
 
 func (x *GetServerCapacityRequest) Reset() {
 	*x = GetServerCapacityRequest{}
-	mi := &file_doorman_proto_msgTypes[8]
+	mi := &file_doorman_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +665,7 @@ func (x *GetServerCapacityRequest) String() string {
 func (*GetServerCapacityRequest) ProtoMessage() {}
 
 func (x *GetServerCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_doorman_proto_msgTypes[8]
+	mi := &file_doorman_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +678,7 @@ func (x *GetServerCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerCapacityRequest.ProtoReflect.Descriptor instead.
 func (*GetServerCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_doorman_proto_rawDescGZIP(), []int{8}
+	return file_doorman_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetServerCapacityRequest) GetServerId() string {
@@ -641,7 +714,7 @@ type ServerCapacityResourceResponse struct {
 
 func (x *ServerCapacityResourceResponse) Reset() {
 	*x = ServerCapacityResourceResponse{}
-	mi := &file_doorman_proto_msgTypes[9]
+	mi := &file_doorman_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +726,7 @@ func (x *ServerCapacityResourceResponse) String() string {
 func (*ServerCapacityResourceResponse) ProtoMessage() {}
 
 func (x *ServerCapacityResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_doorman_proto_msgTypes[9]
+	mi := &file_doorman_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +739,7 @@ func (x *ServerCapacityResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerCapacityResourceResponse.ProtoReflect.Descriptor instead.
 func (*ServerCapacityResourceResponse) Descriptor() ([]byte, []int) {
-	return file_doorman_proto_rawDescGZIP(), []int{9}
+	return file_doorman_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ServerCapacityResourceResponse) GetResourceId() string {
@@ -714,7 +787,7 @@ type GetServerCapacityResponse struct {
 
 func (x *GetServerCapacityResponse) Reset() {
 	*x = GetServerCapacityResponse{}
-	mi := &file_doorman_proto_msgTypes[10]
+	mi := &file_doorman_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +799,7 @@ func (x *GetServerCapacityResponse) String() string {
 func (*GetServerCapacityResponse) ProtoMessage() {}
 
 func (x *GetServerCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_doorman_proto_msgTypes[10]
+	mi := &file_doorman_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +812,7 @@ func (x *GetServerCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerCapacityResponse.ProtoReflect.Descriptor instead.
 func (*GetServerCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_doorman_proto_rawDescGZIP(), []int{10}
+	return file_doorman_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetServerCapacityResponse) GetResponse() []*ServerCapacityResourceResponse {
@@ -766,7 +839,7 @@ type ReleaseCapacityRequest struct {
 
 func (x *ReleaseCapacityRequest) Reset() {
 	*x = ReleaseCapacityRequest{}
-	mi := &file_doorman_proto_msgTypes[11]
+	mi := &file_doorman_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +851,7 @@ func (x *ReleaseCapacityRequest) String() string {
 func (*ReleaseCapacityRequest) ProtoMessage() {}
 
 func (x *ReleaseCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_doorman_proto_msgTypes[11]
+	mi := &file_doorman_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +864,7 @@ func (x *ReleaseCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCapacityRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_doorman_proto_rawDescGZIP(), []int{11}
+	return file_doorman_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReleaseCapacityRequest) GetClientId() string {
@@ -817,7 +890,7 @@ type ReleaseCapacityResponse struct {
 
 func (x *ReleaseCapacityResponse) Reset() {
 	*x = ReleaseCapacityResponse{}
-	mi := &file_doorman_proto_msgTypes[12]
+	mi := &file_doorman_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +902,7 @@ func (x *ReleaseCapacityResponse) String() string {
 func (*ReleaseCapacityResponse) ProtoMessage() {}
 
 func (x *ReleaseCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_doorman_proto_msgTypes[12]
+	mi := &file_doorman_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +915,7 @@ func (x *ReleaseCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCapacityResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_doorman_proto_rawDescGZIP(), []int{12}
+	return file_doorman_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReleaseCapacityResponse) GetMastership() *Mastership {
@@ -860,7 +933,7 @@ type DiscoveryRequest struct {
 
 func (x *DiscoveryRequest) Reset() {
 	*x = DiscoveryRequest{}
-	mi := &file_doorman_proto_msgTypes[13]
+	mi := &file_doorman_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +945,7 @@ func (x *DiscoveryRequest) String() string {
 func (*DiscoveryRequest) ProtoMessage() {}
 
 func (x *DiscoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_doorman_proto_msgTypes[13]
+	mi := &file_doorman_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +958,7 @@ func (x *DiscoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveryRequest.ProtoReflect.Descriptor instead.
 func (*DiscoveryRequest) Descriptor() ([]byte, []int) {
-	return file_doorman_proto_rawDescGZIP(), []int{13}
+	return file_doorman_proto_rawDescGZIP(), []int{14}
 }
 
 type DiscoveryResponse struct {
@@ -898,7 +971,7 @@ type DiscoveryResponse struct {
 
 func (x *DiscoveryResponse) Reset() {
 	*x = DiscoveryResponse{}
-	mi := &file_doorman_proto_msgTypes[14]
+	mi := &file_doorman_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +983,7 @@ func (x *DiscoveryResponse) String() string {
 func (*DiscoveryResponse) ProtoMessage() {}
 
 func (x *DiscoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_doorman_proto_msgTypes[14]
+	mi := &file_doorman_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +996,7 @@ func (x *DiscoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveryResponse.ProtoReflect.Descriptor instead.
 func (*DiscoveryResponse) Descriptor() ([]byte, []int) {
-	return file_doorman_proto_rawDescGZIP(), []int{14}
+	return file_doorman_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DiscoveryResponse) GetMastership() *Mastership {
@@ -950,7 +1023,7 @@ type NamedParameter struct {
 
 func (x *NamedParameter) Reset() {
 	*x = NamedParameter{}
-	mi := &file_doorman_proto_msgTypes[15]
+	mi := &file_doorman_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1035,7 @@ func (x *NamedParameter) String() string {
 func (*NamedParameter) ProtoMessage() {}
 
 func (x *NamedParameter) ProtoReflect() protoreflect.Message {
-	mi := &file_doorman_proto_msgTypes[15]
+	mi := &file_doorman_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1048,7 @@ func (x *NamedParameter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamedParameter.ProtoReflect.Descriptor instead.
 func (*NamedParameter) Descriptor() ([]byte, []int) {
-	return file_doorman_proto_rawDescGZIP(), []int{15}
+	return file_doorman_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NamedParameter) GetName() string {
@@ -1005,7 +1078,7 @@ type Algorithm struct {
 
 func (x *Algorithm) Reset() {
 	*x = Algorithm{}
-	mi := &file_doorman_proto_msgTypes[16]
+	mi := &file_doorman_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1017,7 +1090,7 @@ func (x *Algorithm) String() string {
 func (*Algorithm) ProtoMessage() {}
 
 func (x *Algorithm) ProtoReflect() protoreflect.Message {
-	mi := &file_doorman_proto_msgTypes[16]
+	mi := &file_doorman_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1030,7 +1103,7 @@ func (x *Algorithm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Algorithm.ProtoReflect.Descriptor instead.
 func (*Algorithm) Descriptor() ([]byte, []int) {
-	return file_doorman_proto_rawDescGZIP(), []int{16}
+	return file_doorman_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Algorithm) GetKind() Algorithm_Kind {
@@ -1081,7 +1154,7 @@ type ResourceTemplate struct {
 
 func (x *ResourceTemplate) Reset() {
 	*x = ResourceTemplate{}
-	mi := &file_doorman_proto_msgTypes[17]
+	mi := &file_doorman_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1166,7 @@ func (x *ResourceTemplate) String() string {
 func (*ResourceTemplate) ProtoMessage() {}
 
 func (x *ResourceTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_doorman_proto_msgTypes[17]
+	mi := &file_doorman_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1179,7 @@ func (x *ResourceTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceTemplate.ProtoReflect.Descriptor instead.
 func (*ResourceTemplate) Descriptor() ([]byte, []int) {
-	return file_doorman_proto_rawDescGZIP(), []int{17}
+	return file_doorman_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResourceTemplate) GetIdentifierGlob() string {
@@ -1153,7 +1226,7 @@ type ResourceRepository struct {
 
 func (x *ResourceRepository) Reset() {
 	*x = ResourceRepository{}
-	mi := &file_doorman_proto_msgTypes[18]
+	mi := &file_doorman_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1238,7 @@ func (x *ResourceRepository) String() string {
 func (*ResourceRepository) ProtoMessage() {}
 
 func (x *ResourceRepository) ProtoReflect() protoreflect.Message {
-	mi := &file_doorman_proto_msgTypes[18]
+	mi := &file_doorman_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1251,7 @@ func (x *ResourceRepository) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRepository.ProtoReflect.Descriptor instead.
 func (*ResourceRepository) Descriptor() ([]byte, []int) {
-	return file_doorman_proto_rawDescGZIP(), []int{18}
+	return file_doorman_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResourceRepository) GetResources() []*ResourceTemplate {
@@ -1220,12 +1293,17 @@ const file_doorman_proto_rawDesc = "" +
 	"\bresponse\x18\x01 \x03(\v2\x19.doorman.ResourceResponseR\bresponse\x123\n" +
 	"\n" +
 	"mastership\x18\x02 \x01(\v2\x13.doorman.MastershipR\n" +
-	"mastership\"j\n" +
+	"mastership\"\x98\x01\n" +
 	"\x15PriorityBandAggregate\x12\x1a\n" +
 	"\bpriority\x18\x01 \x02(\x03R\bpriority\x12\x1f\n" +
 	"\vnum_clients\x18\x02 \x02(\x03R\n" +
 	"numClients\x12\x14\n" +
-	"\x05wants\x18\x03 \x02(\x01R\x05wants\"\x98\x01\n" +
+	"\x05wants\x18\x03 \x02(\x01R\x05wants\x12,\n" +
+	"\x06groups\x18d \x03(\v2\x14.doorman.ClientGroupR\x06groups\"D\n" +
+	"\vClientGroup\x12\x14\n" +
+	"\x05wants\x18\x01 \x02(\x01R\x05wants\x12\x1f\n" +
+	"\vnum_clients\x18\x02 \x02(\x01R\n" +
+	"numClients\"\x98\x01\n" +
 	"\x1dServerCapacityResourceRequest\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x02(\tR\n" +
 	"resourceId\x12 \n" +
@@ -1305,7 +1383,7 @@ func file_doorman_proto_rawDescGZIP() []byte {
 }
 
 var file_doorman_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_doorman_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_doorman_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_doorman_proto_goTypes = []any{
 	(Algorithm_Kind)(0),                    // 0: doorman.Algorithm.Kind
 	(*Lease)(nil),                          // 1: doorman.Lease
@@ -1315,18 +1393,19 @@ var file_doorman_proto_goTypes = []any{
 	(*Mastership)(nil),                     // 5: doorman.Mastership
 	(*GetCapacityResponse)(nil),            // 6: doorman.GetCapacityResponse
 	(*PriorityBandAggregate)(nil),          // 7: doorman.PriorityBandAggregate
-	(*ServerCapacityResourceRequest)(nil),  // 8: doorman.ServerCapacityResourceRequest
-	(*GetServerCapacityRequest)(nil),       // 9: doorman.GetServerCapacityRequest
-	(*ServerCapacityResourceResponse)(nil), // 10: doorman.ServerCapacityResourceResponse
-	(*GetServerCapacityResponse)(nil),      // 11: doorman.GetServerCapacityResponse
-	(*ReleaseCapacityRequest)(nil),         // 12: doorman.ReleaseCapacityRequest
-	(*ReleaseCapacityResponse)(nil),        // 13: doorman.ReleaseCapacityResponse
-	(*DiscoveryRequest)(nil),               // 14: doorman.DiscoveryRequest
-	(*DiscoveryResponse)(nil),              // 15: doorman.DiscoveryResponse
-	(*NamedParameter)(nil),                 // 16: doorman.NamedParameter
-	(*Algorithm)(nil),                      // 17: doorman.Algorithm
-	(*ResourceTemplate)(nil),               // 18: doorman.ResourceTemplate
-	(*ResourceRepository)(nil),             // 19: doorman.ResourceRepository
+	(*ClientGroup)(nil),                    // 8: doorman.ClientGroup
+	(*ServerCapacityResourceRequest)(nil),  // 9: doorman.ServerCapacityResourceRequest
+	(*GetServerCapacityRequest)(nil),       // 10: doorman.GetServerCapacityRequest
+	(*ServerCapacityResourceResponse)(nil), // 11: doorman.ServerCapacityResourceResponse
+	(*GetServerCapacityResponse)(nil),      // 12: doorman.GetServerCapacityResponse
+	(*ReleaseCapacityRequest)(nil),         // 13: doorman.ReleaseCapacityRequest
+	(*ReleaseCapacityResponse)(nil),        // 14: doorman.ReleaseCapacityResponse
+	(*DiscoveryRequest)(nil),               // 15: doorman.DiscoveryRequest
+	(*DiscoveryResponse)(nil),              // 16: doorman.DiscoveryResponse
+	(*NamedParameter)(nil),                 // 17: doorman.NamedParameter
+	(*Algorithm)(nil),                      // 18: doorman.Algorithm
+	(*ResourceTemplate)(nil),               // 19: doorman.ResourceTemplate
+	(*ResourceRepository)(nil),             // 20: doorman.ResourceRepository
 }
 var file_doorman_proto_depIdxs = []int32{
 	1,  // 0: doorman.ResourceRequest.has:type_name -> doorman.Lease
@@ -1334,32 +1413,33 @@ var file_doorman_proto_depIdxs = []int32{
 	1,  // 2: doorman.ResourceResponse.gets:type_name -> doorman.Lease
 	4,  // 3: doorman.GetCapacityResponse.response:type_name -> doorman.ResourceResponse
 	5,  // 4: doorman.GetCapacityResponse.mastership:type_name -> doorman.Mastership
-	1,  // 5: doorman.ServerCapacityResourceRequest.has:type_name -> doorman.Lease
-	7,  // 6: doorman.ServerCapacityResourceRequest.wants:type_name -> doorman.PriorityBandAggregate
-	8,  // 7: doorman.GetServerCapacityRequest.resource:type_name -> doorman.ServerCapacityResourceRequest
-	1,  // 8: doorman.ServerCapacityResourceResponse.gets:type_name -> doorman.Lease
-	17, // 9: doorman.ServerCapacityResourceResponse.algorithm:type_name -> doorman.Algorithm
-	10, // 10: doorman.GetServerCapacityResponse.response:type_name -> doorman.ServerCapacityResourceResponse
-	5,  // 11: doorman.GetServerCapacityResponse.mastership:type_name -> doorman.Mastership
-	5,  // 12: doorman.ReleaseCapacityResponse.mastership:type_name -> doorman.Mastership
-	5,  // 13: doorman.DiscoveryResponse.mastership:type_name -> doorman.Mastership
-	0,  // 14: doorman.Algorithm.kind:type_name -> doorman.Algorithm.Kind
-	16, // 15: doorman.Algorithm.parameters:type_name -> doorman.NamedParameter
-	17, // 16: doorman.ResourceTemplate.algorithm:type_name -> doorman.Algorithm
-	18, // 17: doorman.ResourceRepository.resources:type_name -> doorman.ResourceTemplate
-	14, // 18: doorman.Capacity.Discovery:input_type -> doorman.DiscoveryRequest
-	3,  // 19: doorman.Capacity.GetCapacity:input_type -> doorman.GetCapacityRequest
-	9,  // 20: doorman.Capacity.GetServerCapacity:input_type -> doorman.GetServerCapacityRequest
-	12, // 21: doorman.Capacity.ReleaseCapacity:input_type -> doorman.ReleaseCapacityRequest
-	15, // 22: doorman.Capacity.Discovery:output_type -> doorman.DiscoveryResponse
-	6,  // 23: doorman.Capacity.GetCapacity:output_type -> doorman.GetCapacityResponse
-	11, // 24: doorman.Capacity.GetServerCapacity:output_type -> doorman.GetServerCapacityResponse
-	13, // 25: doorman.Capacity.ReleaseCapacity:output_type -> doorman.ReleaseCapacityResponse
-	22, // [22:26] is the sub-list for method output_type
-	18, // [18:22] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	8,  // 5: doorman.PriorityBandAggregate.groups:type_name -> doorman.ClientGroup
+	1,  // 6: doorman.ServerCapacityResourceRequest.has:type_name -> doorman.Lease
+	7,  // 7: doorman.ServerCapacityResourceRequest.wants:type_name -> doorman.PriorityBandAggregate
+	9,  // 8: doorman.GetServerCapacityRequest.resource:type_name -> doorman.ServerCapacityResourceRequest
+	1,  // 9: doorman.ServerCapacityResourceResponse.gets:type_name -> doorman.Lease
+	18, // 10: doorman.ServerCapacityResourceResponse.algorithm:type_name -> doorman.Algorithm
+	11, // 11: doorman.GetServerCapacityResponse.response:type_name -> doorman.ServerCapacityResourceResponse
+	5,  // 12: doorman.GetServerCapacityResponse.mastership:type_name -> doorman.Mastership
+	5,  // 13: doorman.ReleaseCapacityResponse.mastership:type_name -> doorman.Mastership
+	5,  // 14: doorman.DiscoveryResponse.mastership:type_name -> doorman.Mastership
+	0,  // 15: doorman.Algorithm.kind:type_name -> doorman.Algorithm.Kind
+	17, // 16: doorman.Algorithm.parameters:type_name -> doorman.NamedParameter
+	18, // 17: doorman.ResourceTemplate.algorithm:type_name -> doorman.Algorithm
+	19, // 18: doorman.ResourceRepository.resources:type_name -> doorman.ResourceTemplate
+	15, // 19: doorman.Capacity.Discovery:input_type -> doorman.DiscoveryRequest
+	3,  // 20: doorman.Capacity.GetCapacity:input_type -> doorman.GetCapacityRequest
+	10, // 21: doorman.Capacity.GetServerCapacity:input_type -> doorman.GetServerCapacityRequest
+	13, // 22: doorman.Capacity.ReleaseCapacity:input_type -> doorman.ReleaseCapacityRequest
+	16, // 23: doorman.Capacity.Discovery:output_type -> doorman.DiscoveryResponse
+	6,  // 24: doorman.Capacity.GetCapacity:output_type -> doorman.GetCapacityResponse
+	12, // 25: doorman.Capacity.GetServerCapacity:output_type -> doorman.GetServerCapacityResponse
+	14, // 26: doorman.Capacity.ReleaseCapacity:output_type -> doorman.ReleaseCapacityResponse
+	23, // [23:27] is the sub-list for method output_type
+	19, // [19:23] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_doorman_proto_init() }
@@ -1373,7 +1453,7 @@ func file_doorman_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_doorman_proto_rawDesc), len(file_doorman_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -122,10 +122,15 @@ func (s *Service) GetServerCapacity(ctx context.Context, req *pb.GetServerCapaci
 	ids := make([]string, len(req.GetResource()))
 	lrs := make([]lease.Request, len(ids))
 	for i, rr := range req.GetResource() {
-		// Each band counts as that many subclients at its priority.
+		// Each band counts as that many subclients at its priority, in
+		// groups when it sends its demand curve (lease.Band.Groups).
 		lr := lease.Request{Client: server, Subclients: 1}
 		for _, b := range rr.GetWants() {
-			lr.Bands = append(lr.Bands, lease.Band{Priority: b.GetPriority(), Clients: b.GetNumClients(), Wants: b.GetWants()})
+			lb := lease.Band{Priority: b.GetPriority(), Clients: b.GetNumClients(), Wants: b.GetWants()}
+			for _, g := range b.GetGroups() {
+				lb.Groups = append(lb.Groups, algorithm.Requester{Wants: g.GetWants(), Subclients: g.GetNumClients()})
+			}
+			lr.Bands = append(lr.Bands, lb)
 		}
 		// A downstream server's has is what it has handed out and that
 		// still runs: it stays booked until its clients give it back.

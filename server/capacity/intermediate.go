@@ -53,9 +53,17 @@ func (in *intermediate) Request() (*pb.GetServerCapacityRequest, []*resource) {
 		r.store.Cleanup(now)
 		rr := &pb.ServerCapacityResourceRequest{ResourceId: proto.String(ids[i])}
 		for _, b := range r.store.Bands() {
-			rr.Wants = append(rr.Wants, &pb.PriorityBandAggregate{
+			agg := &pb.PriorityBandAggregate{
 				Priority: proto.Int64(b.Priority), NumClients: proto.Int64(b.Clients), Wants: proto.Float64(b.Wants),
-			})
+			}
+			if !s.hooks.DoormanAllocation {
+				// The demand curve: the parent's water level runs across
+				// this server's clients (lease.Band.Groups).
+				for _, g := range b.Groups {
+					agg.Groups = append(agg.Groups, &pb.ClientGroup{Wants: proto.Float64(g.Wants), NumClients: proto.Float64(g.Subclients)})
+				}
+			}
+			rr.Wants = append(rr.Wants, agg)
 		}
 		// has is what this server has handed out and that still runs: its
 		// parent keeps that booked until it is given back (see

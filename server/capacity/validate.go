@@ -5,6 +5,7 @@ import (
 	"math"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/lease"
 )
 
 // ValidateGetCapacity checks a GetCapacity request and returns an error
@@ -42,7 +43,8 @@ func ValidateGetCapacity(m *pb.GetCapacityRequest) error {
 
 // ValidateGetServerCapacity checks a GetServerCapacity request like
 // ValidateGetCapacity, and also every priority band: num_clients ≥ 1 and
-// wants finite and ≥ 0, at most MaxBandsPerResource bands.
+// wants finite and ≥ 0, at most MaxBandsPerResource bands, and its demand
+// curve if it sends one (checkGroups).
 func ValidateGetServerCapacity(m *pb.GetServerCapacityRequest) error {
 	if err := CheckID("server_id", m.GetServerId()); err != nil {
 		return err
@@ -75,7 +77,44 @@ func ValidateGetServerCapacity(m *pb.GetServerCapacityRequest) error {
 			if err := checkAmount(bf+".wants", b.GetWants()); err != nil {
 				return err
 			}
+			if err := checkGroups(bf, b); err != nil {
+				return err
+			}
 		}
+	}
+	return nil
+}
+
+// checkGroups checks a band's demand curve (PriorityBandAggregate.groups,
+// Sluice's extension): at most lease.MaxGroups groups, each with wants
+// finite and ≥ 0 and num_clients finite and ≥ 1, summing to the band's
+// wants and num_clients (within rounding: 10⁻⁶ of the wants, and half a
+// client, as num_clients is a whole number on the wire).
+func checkGroups(bf string, b *pb.PriorityBandAggregate) error {
+	gs := b.GetGroups()
+	if len(gs) > lease.MaxGroups {
+		return fmt.Errorf("%s.groups: %d groups, at most %d allowed", bf, len(gs), lease.MaxGroups)
+	}
+	if len(gs) == 0 {
+		return nil
+	}
+	var wants, clients float64
+	for k, g := range gs {
+		gf := fmt.Sprintf("%s.groups[%d]", bf, k)
+		if err := checkAmount(gf+".wants", g.GetWants()); err != nil {
+			return err
+		}
+		if n := g.GetNumClients(); !(n >= 1) || math.IsInf(n, 1) {
+			return fmt.Errorf("%s.num_clients: %v, must be finite and at least 1", gf, n)
+		}
+		wants += g.GetWants()
+		clients += g.GetNumClients()
+	}
+	if math.Abs(wants-b.GetWants()) > 1e-6*math.Max(1, b.GetWants()) {
+		return fmt.Errorf("%s.groups: wants sum to %v, the band's wants are %v", bf, wants, b.GetWants())
+	}
+	if math.Abs(clients-float64(b.GetNumClients())) > 0.5 {
+		return fmt.Errorf("%s.groups: num_clients sum to %v, the band's num_clients is %d", bf, clients, b.GetNumClients())
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/lease"
 )
 
 func TestValidateGetCapacity(t *testing.T) {
@@ -65,6 +66,19 @@ func TestValidateServerAndRelease(t *testing.T) {
 	if err := ValidateGetServerCapacity(req(band(3, 10))); err != nil {
 		t.Fatal(err)
 	}
+	curve := func(b *pb.PriorityBandAggregate, gs ...float64) *pb.PriorityBandAggregate {
+		for i := 0; i+1 < len(gs); i += 2 {
+			b.Groups = append(b.Groups, &pb.ClientGroup{Wants: proto.Float64(gs[i]), NumClients: proto.Float64(gs[i+1])})
+		}
+		return b
+	}
+	if err := ValidateGetServerCapacity(req(curve(band(3, 10), 1, 1, 9, 2))); err != nil {
+		t.Fatalf("a curve that sums to its band: %v", err)
+	}
+	many := band(lease.MaxGroups+1, float64(lease.MaxGroups+1))
+	for range lease.MaxGroups + 1 {
+		many = curve(many, 1, 1)
+	}
 	for name, tt := range map[string]struct {
 		r     *pb.GetServerCapacityRequest
 		field string
@@ -72,6 +86,12 @@ func TestValidateServerAndRelease(t *testing.T) {
 		"num_clients 0":  {req(band(0, 10)), "resource[0].wants[0].num_clients"},
 		"num_clients -1": {req(band(3, 1), band(-1, 10)), "resource[0].wants[1].num_clients"},
 		"NaN band":       {req(band(1, math.NaN())), "resource[0].wants[0].wants"},
+		"NaN group":      {req(curve(band(3, 10), math.NaN(), 1, 9, 2)), "resource[0].wants[0].groups[0].wants"},
+		"group of 0.5":   {req(curve(band(3, 10), 1, 2.5, 9, 0.5)), "resource[0].wants[0].groups[1].num_clients"},
+		"group of Inf":   {req(curve(band(3, 10), 1, math.Inf(1))), "resource[0].wants[0].groups[0].num_clients"},
+		"wants differ":   {req(curve(band(3, 10), 1, 1, 8, 2)), "resource[0].wants[0].groups: wants"},
+		"clients differ": {req(curve(band(3, 10), 1, 1, 9, 1)), "resource[0].wants[0].groups: num_clients"},
+		"too many":       {req(many), "resource[0].wants[0].groups: 33 groups"},
 		"empty server":   {&pb.GetServerCapacityRequest{ServerId: proto.String("")}, "server_id"},
 	} {
 		if err := ValidateGetServerCapacity(tt.r); err == nil || !strings.Contains(err.Error(), tt.field) {

@@ -27,6 +27,14 @@ class Algorithm(_message.Message):
     refresh_interval: int
     def __init__(self, kind: _Optional[_Union[Algorithm.Kind, str]] = ..., lease_length: _Optional[int] = ..., refresh_interval: _Optional[int] = ..., parameters: _Optional[_Iterable[_Union[NamedParameter, _Mapping]]] = ..., learning_mode_duration: _Optional[int] = ...) -> None: ...
 
+class ClientGroup(_message.Message):
+    __slots__ = ["num_clients", "wants"]
+    NUM_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    WANTS_FIELD_NUMBER: _ClassVar[int]
+    num_clients: float
+    wants: float
+    def __init__(self, wants: _Optional[float] = ..., num_clients: _Optional[float] = ...) -> None: ...
+
 class DiscoveryRequest(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
@@ -98,14 +106,16 @@ class NamedParameter(_message.Message):
     def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class PriorityBandAggregate(_message.Message):
-    __slots__ = ["num_clients", "priority", "wants"]
+    __slots__ = ["groups", "num_clients", "priority", "wants"]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     NUM_CLIENTS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     WANTS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[ClientGroup]
     num_clients: int
     priority: int
     wants: float
-    def __init__(self, priority: _Optional[int] = ..., num_clients: _Optional[int] = ..., wants: _Optional[float] = ...) -> None: ...
+    def __init__(self, priority: _Optional[int] = ..., num_clients: _Optional[int] = ..., wants: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[ClientGroup, _Mapping]]] = ...) -> None: ...
 
 class ReleaseCapacityRequest(_message.Message):
     __slots__ = ["client_id", "resource_id"]
