@@ -21,8 +21,8 @@ import (
 // with 413).
 const MaxBodyBytes = 4 << 20
 
-// MaxDepth bounds the nesting of a request body's mappings and lists.
-const MaxDepth = 32
+// maxDepth bounds the nesting of a request body's mappings and lists.
+const maxDepth = 32
 
 // DecodeError is one problem of a request body, naming the field by its
 // dotted path from the body's top ("domains.x.size", "tiers[1]"; "" for the
@@ -43,8 +43,8 @@ func (e *DecodeError) Error() string {
 	return "body." + e.Field + ": " + e.Msg
 }
 
-// ErrBadBody is wrapped by every error of DecodeBody, DecodeJSON and
-// DecodeYAML (each a *DecodeError, or several joined).
+// ErrBadBody is wrapped by every error of DecodeBody (each a
+// *DecodeError, or several joined).
 var ErrBadBody = errors.New("bad request body")
 
 // Unwrap returns ErrBadBody.
@@ -53,9 +53,9 @@ func (e *DecodeError) Unwrap() error { return ErrBadBody }
 // DecodeBody reads the value of an object (a YAML or JSON document) from
 // a request body into a node tree, strictly: one document, nothing after
 // it, keys unique strings, no anchors, aliases, merge keys or tags other
-// than the core ones (str, int, float, bool, null, map, seq), at most
-// MaxDepth levels and MaxBodyBytes bytes. contentType application/json
-// (or +json) reads JSON (numbers: integers as !!int, others as !!float;
+// than the core ones (str, int, float, bool, null, map, seq), nested at
+// most 32 levels deep, at most MaxBodyBytes bytes. contentType
+// application/json (or +json) reads JSON (numbers: integers as !!int, others as !!float;
 // strings stay strings, so "10" is not the number 10); anything else,
 // YAML comments included, reads YAML (of which JSON is a part). Every
 // problem is returned, joined, each a *DecodeError naming the field. It
@@ -64,13 +64,13 @@ func (e *DecodeError) Unwrap() error { return ErrBadBody }
 func DecodeBody(data []byte, contentType string) (*yaml.Node, error) {
 	mt, _, _ := mime.ParseMediaType(contentType)
 	if mt == "application/json" || strings.HasSuffix(mt, "+json") {
-		return DecodeJSON(data)
+		return decodeJSON(data)
 	}
-	return DecodeYAML(data)
+	return decodeYAML(data)
 }
 
-// DecodeJSON is DecodeBody for a JSON body.
-func DecodeJSON(data []byte) (*yaml.Node, error) {
+// decodeJSON is DecodeBody for a JSON body.
+func decodeJSON(data []byte) (*yaml.Node, error) {
 	if len(data) > MaxBodyBytes {
 		return nil, &DecodeError{Msg: fmt.Sprintf("%d bytes; at most %d", len(data), MaxBodyBytes)}
 	}
@@ -115,8 +115,8 @@ func (d *jsonDecoder) value(path string, depth int) (*yaml.Node, error) {
 	}
 	switch t := tok.(type) {
 	case json.Delim:
-		if depth >= MaxDepth {
-			return nil, &DecodeError{Field: path, Msg: fmt.Sprintf("nested more than %d levels deep", MaxDepth)}
+		if depth >= maxDepth {
+			return nil, &DecodeError{Field: path, Msg: fmt.Sprintf("nested more than %d levels deep", maxDepth)}
 		}
 		if t == '[' {
 			seq := yamlnode.NewSequence()
@@ -210,9 +210,9 @@ func fieldPath(path, key string) string {
 // coreTags are the tags a body's nodes may carry.
 var coreTags = map[string]bool{"!!str": true, "!!int": true, "!!float": true, "!!bool": true, "!!null": true, "!!map": true, "!!seq": true}
 
-// DecodeYAML is DecodeBody for a YAML body. Comments are kept on the
+// decodeYAML is DecodeBody for a YAML body. Comments are kept on the
 // nodes (and so in the document).
-func DecodeYAML(data []byte) (n *yaml.Node, err error) {
+func decodeYAML(data []byte) (n *yaml.Node, err error) {
 	if len(data) > MaxBodyBytes {
 		return nil, &DecodeError{Msg: fmt.Sprintf("%d bytes; at most %d", len(data), MaxBodyBytes)}
 	}
@@ -257,8 +257,8 @@ func checkYAML(n *yaml.Node, path string, depth int, errs *[]error) {
 		}
 		*errs = append(*errs, &DecodeError{Field: p, Msg: msg})
 	}
-	if depth > MaxDepth {
-		bad(path, "nested more than %d levels deep", MaxDepth)
+	if depth > maxDepth {
+		bad(path, "nested more than %d levels deep", maxDepth)
 		return
 	}
 	if n.Kind == yaml.AliasNode {

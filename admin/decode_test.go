@@ -68,8 +68,8 @@ func TestDecodeBodyErrors(t *testing.T) {
 		{"custom tag", "a: !secret x\n", "", []string{"body.a: tag !secret is not allowed"}},
 		{"infinite float", "a: .inf\n", "", []string{`body.a: ".inf" is not a finite number`}},
 		{"huge JSON integer", `{"size": 123456789012345678901234567890}`, "application/json", []string{"body.size: 123456789012345678901234567890 is not a 64-bit integer"}},
-		{"JSON too deep", strings.Repeat("[", MaxDepth+2) + strings.Repeat("]", MaxDepth+2), "application/json", []string{"nested more than"}},
-		{"YAML too deep", strings.Repeat("[", MaxDepth+2) + strings.Repeat("]", MaxDepth+2), "", []string{"nested more than"}},
+		{"JSON too deep", strings.Repeat("[", maxDepth+2) + strings.Repeat("]", maxDepth+2), "application/json", []string{"nested more than"}},
+		{"YAML too deep", strings.Repeat("[", maxDepth+2) + strings.Repeat("]", maxDepth+2), "", []string{"nested more than"}},
 		{"non-string YAML key", "{[1]: 2}\n", "", []string{"a key must be a plain string"}},
 		{"odd key", `{"a.b": {"x": [1, {"y": {"y": 1, "y": 2}}]}}`, "application/json", []string{`body["a.b"].x[1].y.y: given more than once`}},
 		{"bad YAML", "a: [1, 2\n", "", []string{"body: bad YAML"}},
@@ -91,11 +91,11 @@ func TestDecodeBodyErrors(t *testing.T) {
 // JSON and YAML bodies of the same value give the same tree; strings stay
 // strings whatever they look like.
 func TestDecodeBodyValues(t *testing.T) {
-	j, err := DecodeJSON([]byte(`{"size": 10, "fill_rate": 0.5, "wait_timeout": "1s", "name": "10", "on": "true", "x": null, "big": 1e3, "list": [true, false]}`))
+	j, err := decodeJSON([]byte(`{"size": 10, "fill_rate": 0.5, "wait_timeout": "1s", "name": "10", "on": "true", "x": null, "big": 1e3, "list": [true, false]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, err := DecodeYAML([]byte("size: 10\nfill_rate: 0.5\nwait_timeout: 1s\nname: \"10\"\non: \"true\"\nx: null\nbig: 1000.0\nlist: [true, false]\n"))
+	y, err := decodeYAML([]byte("size: 10\nfill_rate: 0.5\nwait_timeout: 1s\nname: \"10\"\non: \"true\"\nx: null\nbig: 1000.0\nlist: [true, false]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func FuzzDecodeJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		n, err := DecodeJSON(data)
+		n, err := decodeJSON(data)
 		if err != nil {
 			if !errors.Is(err, ErrBadBody) {
 				t.Fatalf("error %v does not wrap ErrBadBody", err)
@@ -172,7 +172,7 @@ func FuzzDecodeYAML(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		n, err := DecodeYAML(data)
+		n, err := decodeYAML(data)
 		if err != nil {
 			if !errors.Is(err, ErrBadBody) {
 				t.Fatalf("error %v does not wrap ErrBadBody", err)

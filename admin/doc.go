@@ -1,9 +1,10 @@
-// Package admin changes Sluice's configuration at runtime: the document
-// that `sluice server --config FILE` or `--config etcd:/KEY` serves
-// (Document), edited object by object through a Service, every change
-// validated and normalized by the servers' own loader (resources.Parse)
-// before it is stored, versioned with compare-and-swap, kept in a
-// history, and audited.
+// Package admin changes Sluice's resource repository at runtime: its
+// document, the YAML that `sluice server --config FILE` or `--config
+// etcd:/KEY` serves (server.Config.Repository.Path), edited object by
+// object through a Service, every change validated and normalized by the
+// servers' own loader (resources.Parse, which reads the document into a
+// resources.Repository) before it is stored, versioned with
+// compare-and-swap, kept in a history, and audited.
 //
 // Source: charon-paper.md §4.1 (a
 // configuration API that normalizes what it stores); quotaservice-wire.md,
@@ -31,7 +32,7 @@
 // Names are path-escaped in paths ("templates/db%2F*"). Each object can
 // be listed (its collection), read (ObjectView: as written, as YAML with
 // its comments, and as the loader sees it, defaults applied and
-// normalized), created (fails with ErrExists if it exists), updated
+// normalized, in the shapes of package admin/effective), created (fails with ErrExists if it exists), updated
 // (ErrNotFound if it does not; Change.Upsert creates it) and deleted.
 //
 // # Changes
@@ -48,8 +49,8 @@
 //
 // # Stores
 //
-// A Store keeps the document, its version and its history: FileStore (the
-// file, written atomically, with FILE.history/ beside it; one process
+// A Store keeps the document, its version and its history: filestore.Store
+// (the file, written atomically, with FILE.history/ beside it; one process
 // writes it) and etcdstore.Store (the etcd key, with a transaction on its
 // version, and KEY/history/; any number of servers). A Store only stores:
 // the servers apply a change the one way they apply any change to their
@@ -57,13 +58,16 @@
 //
 // # Around it
 //
-// This package is the document, its Service and its stores. Each way in
-// is a package of its own:
+// This package is the document, its objects, its Service and the Store
+// they are kept in. Each store, each way in, and the shapes of what the
+// loader sees are packages of their own:
 //
+//	admin/filestore     the document in a file: the admin's Store
+//	admin/etcdstore     the document in an etcd key: the servers' Watcher and the admin's Store
+//	admin/effective     the objects as the loader sees them (ObjectView.Effective)
 //	admin/adminhttp     the HTTP API /admin/v1/ over a Service, and its authentication (Auth)
 //	admin/adminclient   the client of that API: `sluice admin`, and tests
 //	admin/quotaapi      Square's quota service REST API /api over a Service, and its file as a Store
-//	admin/etcdstore     the document in an etcd key: the servers' Watcher and the admin's Store
 //
 // Every accepted change is logged (slog, "configuration changed": user,
 // time, version, object, diff) and kept in its history entry (Audit).

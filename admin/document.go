@@ -20,11 +20,14 @@ var ErrNotFound = errors.New("not found")
 // ErrExists is wrapped by the error of a create whose object exists.
 var ErrExists = errors.New("already exists")
 
-// Document is a configuration document as a YAML node tree: edits change
-// nodes in place, so comments and the order of keys survive them. The
-// Service edits one per change; the quota service's API (admin/quotaapi)
-// edits one for its whole-configuration writes. A Document is not safe
-// for concurrent use.
+// Document is the resource repository as written: its document, the YAML
+// a Store keeps (what `sluice server --config` reads), as a node tree.
+// It is the repository's text, where resources.Repository is its meaning
+// (resources.Parse reads the same bytes into one; ObjectView shows an
+// object both ways): edits change nodes in place, so comments and the
+// order of keys survive them. The Service edits one per change; the quota
+// service's API (admin/quotaapi) edits one for its whole-configuration
+// writes. A Document is not safe for concurrent use.
 type Document struct {
 	root *yaml.Node // a DocumentNode whose Content[0] is the top mapping
 }
@@ -38,11 +41,11 @@ func ParseDocument(data []byte) (*Document, error) {
 		if errors.Is(err, io.EOF) {
 			return &Document{root: &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{yamlnode.NewMapping()}}}, nil
 		}
-		return nil, fmt.Errorf("the configuration document: %w", err)
+		return nil, fmt.Errorf("the resource repository: %w", err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, errors.New("the configuration document: more than one YAML document; want one")
+		return nil, errors.New("the resource repository: more than one YAML document; want one")
 	}
 	if len(root.Content) == 0 {
 		root.Content = []*yaml.Node{yamlnode.NewMapping()}
@@ -53,7 +56,7 @@ func ParseDocument(data []byte) (*Document, error) {
 		m.HeadComment, m.LineComment, m.FootComment = top.HeadComment, top.LineComment, top.FootComment
 		root.Content[0] = m
 	} else if top.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("the configuration document: want a mapping (resources:, limits:), got %s", yamlnode.KindName(top))
+		return nil, fmt.Errorf("the resource repository: want a mapping (resources:, limits:), got %s", yamlnode.KindName(top))
 	}
 	keepStrings(&root)
 	return &Document{root: &root}, nil

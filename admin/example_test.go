@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/admin/filestore"
 )
 
 // Change one bucket of a configuration file: the change is validated by
@@ -24,7 +25,7 @@ func Example() {
         small: {size: 10, fill_rate: 1} # the small tenant
 `), 0o644)
 
-	store, err := admin.OpenFile(path, admin.FileOptions{})
+	store, err := filestore.Open(path, filestore.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return

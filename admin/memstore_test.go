@@ -6,7 +6,9 @@ import (
 	"sync"
 )
 
-// memStore is a Store in memory, for the fuzz targets (no files).
+// memStore is a Store in memory, for the Service's tests and fuzz
+// targets: the file store (admin/filestore) and the etcd store
+// (admin/etcdstore) have tests of their own, under a Service.
 type memStore struct {
 	mu      sync.Mutex
 	entries []Entry // version i+1 at i
@@ -16,6 +18,13 @@ type memStore struct {
 func newMemService(doc string) (*Service, *memStore) {
 	m := &memStore{doc: []byte(doc), entries: []Entry{{Audit: Audit{Version: 1, Op: OpImport}, Document: []byte(doc)}}}
 	return New(m, Options{}), m
+}
+
+// stored returns the stored document (as a file store's file holds it).
+func (m *memStore) stored() ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.doc, nil
 }
 
 func (m *memStore) Read(context.Context) (Snapshot, error) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Kind is the kind of an Object of the configuration document.
+// Kind is the kind of an Object of the resource repository.
 type Kind int
 
 // The kinds of objects, with their paths (names URL path-escaped, so that
@@ -86,10 +86,10 @@ func (k *Kind) UnmarshalText(b []byte) error {
 	return fmt.Errorf("admin: unknown kind %q", b)
 }
 
-// Object addresses one object of the configuration document. Name is the
-// template's identifier_glob, the resource's name or the namespace's
-// prefix; Domain the domain of a KindDomain. The zero Object is the whole
-// document.
+// Object addresses one object of the resource repository, in its
+// Document. Name is the template's identifier_glob, the resource's name
+// or the namespace's prefix; Domain the domain of a KindDomain. The zero
+// Object is the whole document.
 //
 // A collection (what List lists) is an Object whose last name is empty:
 // Object{Kind: KindTemplate} lists the templates, Object{Kind:

@@ -3,11 +3,10 @@ package admin
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/sluice-rl/sluice/admin/effective"
 	"github.com/sluice-rl/sluice/resources"
 )
 
@@ -44,22 +43,9 @@ limits:
       global_limit: 5
 `
 
-func newFileService(t *testing.T, doc string) (*Service, string) {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fs, err := OpenFile(p, FileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return New(fs, Options{}), p
-}
-
 func yamlBody(t *testing.T, s string) Change {
 	t.Helper()
-	n, err := DecodeYAML([]byte(s))
+	n, err := decodeYAML([]byte(s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +54,7 @@ func yamlBody(t *testing.T, s string) Change {
 
 func jsonBody(t *testing.T, s string) Change {
 	t.Helper()
-	n, err := DecodeJSON([]byte(s))
+	n, err := decodeJSON([]byte(s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +66,7 @@ func jsonBody(t *testing.T, s string) Change {
 // remove, and diffs as just the change.
 func TestServiceObjects(t *testing.T) {
 	ctx := context.Background()
-	s, path := newFileService(t, testDoc)
+	s, store := newMemService(testDoc)
 
 	// Reads: the value as written and as the loader sees it.
 	v, ver, err := s.Get(ctx, Domain("api", "big"))
@@ -90,7 +76,7 @@ func TestServiceObjects(t *testing.T) {
 	if m := v.Value.(map[string]any); m["size"] != int64(100) || m["fill_rate"] != int64(50) {
 		t.Errorf("value as written: %v", v.Value)
 	}
-	if b := v.Effective.(*BucketView); b.WaitTimeout != "1s" || b.MaxIdle != "never" || b.MaxTokensPerRequest != 50 {
+	if b := v.Effective.(*effective.Bucket); b.WaitTimeout != "1s" || b.MaxIdle != "never" || b.MaxTokensPerRequest != 50 {
 		t.Errorf("effective: %+v, want the defaults applied", b)
 	}
 	if !strings.Contains(v.YAML, "# a hundred") {
@@ -104,7 +90,7 @@ func TestServiceObjects(t *testing.T) {
 	if err != nil || len(list.Objects) != 3 {
 		t.Fatalf("List resources: %+v %v", list, err)
 	}
-	if rv := list.Objects[2].Effective.(*ResourceView); rv.Algorithm != "copies" || *rv.DomainLimit != 3 || rv.Domains["acme"] != int64(4) {
+	if rv := list.Objects[2].Effective.(*effective.Resource); rv.Algorithm != "copies" || *rv.DomainLimit != 3 || rv.Domains["acme"] != int64(4) {
 		t.Errorf("copies resource: %+v", rv)
 	}
 
@@ -161,7 +147,7 @@ func TestServiceObjects(t *testing.T) {
 		if res.Reformatted {
 			t.Errorf("%s: reformatted a document written in the API's style", st.name)
 		}
-		data, _ := os.ReadFile(path)
+		data, _ := store.stored()
 		if _, err := resources.Parse(data); err != nil {
 			t.Fatalf("%s: the stored document does not load: %v", st.name, err)
 		}
@@ -190,7 +176,7 @@ func TestServiceObjects(t *testing.T) {
 		t.Errorf("a template body naming another glob: %v", err)
 	}
 	v, _, err = s.Get(ctx, EnvoyDomain("edge"))
-	if err != nil || v.Effective.(EnvoyDomainView) != (EnvoyDomainView{Domain: "edge", Algorithm: "fixed_window", Rules: 1}) {
+	if err != nil || v.Effective.(effective.EnvoyDomain) != (effective.EnvoyDomain{Domain: "edge", Algorithm: "fixed_window", Rules: 1}) {
 		t.Errorf("Envoy domain as the loader sees it: %+v %v", v.Effective, err)
 	}
 	if _, err := s.Apply(ctx, with(yamlBody(t, "descriptors: [{key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}]\n"), OpUpdate, EnvoyDomain("edge"))); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "envoy_ratelimit[0]: descriptors[0].rate_limit.unit") {
@@ -224,8 +210,8 @@ func containsLine(text, line string) bool {
 // and stores nothing.
 func TestServiceInvalid(t *testing.T) {
 	ctx := context.Background()
-	s, path := newFileService(t, testDoc)
-	before, _ := os.ReadFile(path)
+	s, store := newMemService(testDoc)
+	before, _ := store.stored()
 	cases := []struct {
 		name   string
 		change Change
@@ -265,7 +251,7 @@ func TestServiceInvalid(t *testing.T) {
 			}
 		}
 	}
-	after, _ := os.ReadFile(path)
+	after, _ := store.stored()
 	if string(after) != string(before) {
 		t.Error("an invalid change changed the file")
 	}
@@ -278,8 +264,8 @@ func TestServiceInvalid(t *testing.T) {
 // new document, and stores nothing.
 func TestServiceDryRun(t *testing.T) {
 	ctx := context.Background()
-	s, path := newFileService(t, testDoc)
-	before, _ := os.ReadFile(path)
+	s, store := newMemService(testDoc)
+	before, _ := store.stored()
 	c := with(yamlBody(t, "algorithm: burst_tiers\nhard_limit: 5\ntiers:\n  - {limit: 10, window: 1h, active: 30m}\n  - {limit: 20, window: 1m, active: 0s}\n"), OpUpdate, Resource("search"))
 	c.DryRun, c.IfVersion = true, 1
 	res, err := s.Apply(ctx, c)
@@ -289,7 +275,7 @@ func TestServiceDryRun(t *testing.T) {
 	if !res.DryRun || res.Version != 1 || res.Audit != nil || res.Document == "" || res.Hash != Hash([]byte(res.Document)) {
 		t.Errorf("dry run result: %+v", res)
 	}
-	rv := res.View.Effective.(*ResourceView)
+	rv := res.View.Effective.(*effective.Resource)
 	if len(*rv.Tiers) != 1 || (*rv.Tiers)[0].Window != "30m0s" {
 		t.Errorf("normalized tiers: %+v, want one tier with its window shortened to the active time", *rv.Tiers)
 	}
@@ -304,7 +290,7 @@ func TestServiceDryRun(t *testing.T) {
 	if res.View.Value.(map[string]any)["hard_limit"] != int64(5) {
 		t.Errorf("value as written: %v", res.View.Value)
 	}
-	after, _ := os.ReadFile(path)
+	after, _ := store.stored()
 	if string(after) != string(before) {
 		t.Error("a dry run changed the file")
 	}
@@ -319,7 +305,7 @@ func TestServiceDryRun(t *testing.T) {
 // change builds on the current document.
 func TestServiceConflict(t *testing.T) {
 	ctx := context.Background()
-	s, _ := newFileService(t, testDoc)
+	s, _ := newMemService(testDoc)
 	if _, err := s.Apply(ctx, with(jsonBody(t, `{"size": 1}`), OpUpdate, Domain("api", "big"))); err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +339,7 @@ func TestDocumentLineComment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := DecodeJSON([]byte(`{"domains": {"x": {"size": 2}}}`))
+	v, err := decodeJSON([]byte(`{"domains": {"x": {"size": 2}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,15 +356,8 @@ func TestDocumentLineComment(t *testing.T) {
 // Options.Check refuses what only the server knows to be wrong: the
 // change is invalid, with the check's error, and nothing is stored.
 func TestServiceCheck(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(p, []byte("resources: []\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fs, err := OpenFile(p, FileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(fs, Options{Check: func(r *resources.Repository) error {
+	_, store := newMemService("resources: []\n")
+	s := New(store, Options{Check: func(r *resources.Repository) error {
 		if r.Limits() != nil {
 			return errors.New("limits: this server reads its limits from --quotaservice-config q.yaml")
 		}
@@ -386,12 +365,12 @@ func TestServiceCheck(t *testing.T) {
 	}})
 	c := yamlBody(t, "{domains: {d: {size: 1, fill_rate: 1}}}")
 	c.Op, c.Object = OpCreate, Resource("api")
-	_, err = s.Apply(context.Background(), c)
+	_, err := s.Apply(context.Background(), c)
 	var ie *InvalidError
 	if !errors.As(err, &ie) || len(ie.Errors) != 1 || !strings.Contains(ie.Errors[0], "--quotaservice-config") {
 		t.Fatalf("a change the check refuses: %v", err)
 	}
-	if got, _ := os.ReadFile(p); string(got) != "resources: []\n" {
+	if got, _ := store.stored(); string(got) != "resources: []\n" {
 		t.Fatalf("the refused change was stored: %q", got)
 	}
 }

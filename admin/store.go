@@ -11,15 +11,17 @@ import (
 	"unicode/utf8"
 )
 
-// Store keeps the configuration document, its version and its history.
-// The servers read the same document (the file, or the etcd key) through
-// their watcher and apply it: a Store only stores.
+// Store keeps the resource repository's document (a Document's bytes),
+// its version and its history. The servers read the same document (the
+// file, or the etcd key) through their watcher and apply it: a Store only
+// stores.
 //
 // Versions are positive and increase by one with every write; version 0
 // is a document that does not exist yet (an absent etcd key). Write is a
-// compare-and-swap on the version. Implementations: FileStore (a file and
-// its FILE.history directory) and etcdstore.Store (an etcd key and
-// KEY/history/). They are safe for concurrent use.
+// compare-and-swap on the version. Implementations: filestore.Store (a
+// file and its FILE.history directory), etcdstore.Store (an etcd key and
+// KEY/history/) and quotaapi.File (Square's quota service file). They are
+// safe for concurrent use.
 type Store interface {
 	// Read returns the current document and its version.
 	Read(ctx context.Context) (Snapshot, error)

@@ -59,7 +59,7 @@ func startServer(t *testing.T) *testServer {
 		t.Fatal(err)
 	}
 	ts := &testServer{addr: lis.Addr().String()}
-	srv, err := server.New(context.Background(), server.Config{Listen: server.Listen{Advertise: ts.addr}, Document: server.Document{Fixed: repo}, Runtime: server.Runtime{Logger: quiet}})
+	srv, err := server.New(context.Background(), server.Config{Listen: server.Listen{Advertise: ts.addr}, Repository: server.Repository{Fixed: repo}, Runtime: server.Runtime{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ resources:
 	}
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
-	srv, err := server.New(context.Background(), server.Config{Listen: server.Listen{Advertise: lis.Addr().String()}, Document: server.Document{Fixed: repo}, Runtime: server.Runtime{Logger: slog.New(slog.DiscardHandler)}})
+	srv, err := server.New(context.Background(), server.Config{Listen: server.Listen{Advertise: lis.Addr().String()}, Repository: server.Repository{Fixed: repo}, Runtime: server.Runtime{Logger: slog.New(slog.DiscardHandler)}})
 	if err != nil {
 		panic(err)
 	}

@@ -17,7 +17,7 @@ import (
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/client/quota"
+	"github.com/sluice-rl/sluice/client/limits"
 	"github.com/sluice-rl/sluice/clients/vectors"
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/internal/refresh"
@@ -297,10 +297,10 @@ func TestConstantVectors(t *testing.T) {
 		"watch.MaxBackoff":              watch.MaxBackoff.Seconds(),
 		"watch.Unsupported":             watch.Unsupported.Seconds(),
 		"refresh.MaxRedirects":          refresh.MaxRedirects,
-		"quota.DefaultBackoffUnit":      quota.DefaultBackoffUnit.Seconds(),
-		"quota.DefaultSessionTTL":       quota.DefaultSessionTTL.Seconds(),
-		"quota.DefaultCallTimeout":      quota.DefaultCallTimeout.Seconds(),
-		"quota.MaxTokens":               quota.MaxTokens,
+		"limits.DefaultBackoffUnit":     limits.DefaultBackoffUnit.Seconds(),
+		"limits.DefaultSessionTTL":      limits.DefaultSessionTTL.Seconds(),
+		"limits.DefaultCallTimeout":     limits.DefaultCallTimeout.Seconds(),
+		"limits.MaxTokens":              limits.MaxTokens,
 	}
 	used := map[string]bool{}
 	for _, c := range v.Constants {

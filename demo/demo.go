@@ -147,7 +147,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	defer cancel()
 
 	// The capacity server.
-	_, addr, stopServer, err := startServer(ctx, server.Config{Document: server.Document{Fixed: repo}, Runtime: server.Runtime{Logger: opts.Logger}, Leases: server.Leases{DisablePush: opts.NoPush}})
+	_, addr, stopServer, err := startServer(ctx, server.Config{Repository: server.Repository{Fixed: repo}, Runtime: server.Runtime{Logger: opts.Logger}, Leases: server.Leases{DisablePush: opts.NoPush}})
 	if err != nil {
 		return nil, err
 	}

@@ -17,8 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rl/sluice/client/quota"
-	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/client/limits"
+	limitsengine "github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -76,11 +76,11 @@ type QuotaSummary struct {
 	DynamicBuckets int `json:"dynamic_buckets"`
 }
 
-// caller is one calling service: its quota client, how it calls, and what
+// caller is one calling service: its limits client, how it calls, and what
 // it got.
 type caller struct {
 	name, domain string
-	c            *quota.Client
+	c            *limits.Client
 	reg          *prometheus.Registry // c's metrics
 	http         *http.Client
 	demand       float64 // calls per second attempted
@@ -117,7 +117,7 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 	defer cancel()
 
 	// The Sluice server, on its production endpoint.
-	srv, addr, stopServer, err := startServer(ctx, server.Config{ID: "quota-demo", Runtime: server.Runtime{Logger: opts.Logger}, Document: server.Document{Fixed: repo}})
+	srv, addr, stopServer, err := startServer(ctx, server.Config{ID: "quota-demo", Runtime: server.Runtime{Logger: opts.Logger}, Repository: server.Repository{Fixed: repo}})
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +143,7 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 	targetURL := "http://" + taddr
 
 	loginsReg := prometheus.NewRegistry()
-	loginsClient, err := quota.New(addr, quota.WithLogger(opts.Logger), quota.WithRegisterer(loginsReg))
+	loginsClient, err := limits.New(addr, limits.WithLogger(opts.Logger), limits.WithRegisterer(loginsReg))
 	if err != nil {
 		return nil, err
 	}
@@ -177,12 +177,12 @@ func RunQuota(ctx context.Context, opts QuotaOptions) (*QuotaSummary, error) {
 	return sum, nil
 }
 
-// newCallers makes the two services' quota clients on the server at addr,
+// newCallers makes the two services' limits clients on the server at addr,
 // each counting over seconds seconds; closeAll closes them, last made
 // first.
 func newCallers(addr string, logger *slog.Logger, seconds int) (callers map[string]*caller, closeAll func(), err error) {
 	callers = map[string]*caller{}
-	var made []*quota.Client
+	var made []*limits.Client
 	closeAll = func() {
 		for _, c := range slices.Backward(made) {
 			_ = c.Close()
@@ -191,21 +191,21 @@ func newCallers(addr string, logger *slog.Logger, seconds int) (callers map[stri
 	for _, spec := range []struct {
 		name   string
 		demand float64
-		opts   []quota.Option
+		opts   []limits.Option
 	}{
 		{"naive", 150, nil},
-		{"smart", 300, []quota.Option{quota.WithSmart(quota.Smart{Batch: 20, LowWater: 10, TTL: time.Second})}},
+		{"smart", 300, []limits.Option{limits.WithSmart(limits.Smart{Batch: 20, LowWater: 10, TTL: time.Second})}},
 	} {
 		reg := prometheus.NewRegistry()
-		c, err := quota.New(addr, append([]quota.Option{quota.WithLogger(logger), quota.WithRegisterer(reg)}, spec.opts...)...)
+		c, err := limits.New(addr, append([]limits.Option{limits.WithLogger(logger), limits.WithRegisterer(reg)}, spec.opts...)...)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
 		}
 		made = append(made, c)
 		cl := &caller{name: spec.name, domain: spec.name, c: c, reg: reg, demand: spec.demand, perSecond: make([]atomic.Int64, seconds+2)}
-		cl.http = &http.Client{Transport: c.RoundTripper(http.DefaultTransport, func(*http.Request) quota.Target {
-			return quota.Target{Resource: "target", Domain: cl.domain}
+		cl.http = &http.Client{Transport: c.RoundTripper(http.DefaultTransport, func(*http.Request) limits.Target {
+			return limits.Target{Resource: "target", Domain: cl.domain}
 		})}
 		callers[spec.name] = cl
 	}
@@ -254,7 +254,7 @@ func quotaTarget(callers map[string]*caller, logins *loginCounts, second func() 
 // startQuotaCalls starts the services calling the target at url and the
 // users logging in there through loginsClient, until ctx is done; the
 // WaitGroup waits for them.
-func startQuotaCalls(ctx context.Context, callers map[string]*caller, loginsClient *quota.Client, url string, opts QuotaOptions) *sync.WaitGroup {
+func startQuotaCalls(ctx context.Context, callers map[string]*caller, loginsClient *limits.Client, url string, opts QuotaOptions) *sync.WaitGroup {
 	wg := new(sync.WaitGroup)
 	for _, cl := range callers {
 		wg.Add(1)
@@ -272,7 +272,7 @@ func startQuotaCalls(ctx context.Context, callers map[string]*caller, loginsClie
 
 // bucket returns the caller's row of the summary: what reached the target
 // over seconds seconds against b, its bucket, over a run of d.
-func (cl *caller) bucket(b limits.Bucket, d time.Duration, seconds int) QuotaBucket {
+func (cl *caller) bucket(b limitsengine.Bucket, d time.Duration, seconds int) QuotaBucket {
 	qb := QuotaBucket{Name: "target/" + cl.name, Client: cl.name, Size: b.Size, FillRate: b.FillRate, Demand: cl.demand,
 		Granted: cl.granted.Load(), Rejected: cl.rejected.Load(), Fallback: fallbackAllowed(cl.reg)}
 	var n int64
@@ -290,7 +290,7 @@ func (cl *caller) bucket(b limits.Bucket, d time.Duration, seconds int) QuotaBuc
 // user's bucket (made from tmpl): the mean rate, and the busiest user's
 // logins against what one bucket allows; fallback is the logins the
 // client's fallback limiter let through.
-func (l *loginCounts) summarize(sum *QuotaSummary, tmpl limits.Bucket, opts QuotaOptions, fallback int64) {
+func (l *loginCounts) summarize(sum *QuotaSummary, tmpl limitsengine.Bucket, opts QuotaOptions, fallback int64) {
 	seconds := sum.DurationSeconds
 	lb := QuotaBucket{Name: "logins/<user>", Client: "naive", Size: tmpl.Size, FillRate: tmpl.FillRate, Demand: opts.LoginsPerUser,
 		MaxAllowed: maxAllowed(tmpl, opts.Duration), Fallback: fallback}
@@ -308,7 +308,7 @@ func (l *loginCounts) summarize(sum *QuotaSummary, tmpl limits.Bucket, opts Quot
 // maxAllowed is the most bucket b can grant over a run of d: full at the
 // start, its fill rate over the run, and the fill a grant's wait (at most
 // its wait timeout) takes from after its end.
-func maxAllowed(b limits.Bucket, d time.Duration) float64 {
+func maxAllowed(b limitsengine.Bucket, d time.Duration) float64 {
 	return float64(b.Size) + b.FillRate*(d+b.WaitTimeout).Seconds()
 }
 
@@ -316,7 +316,7 @@ func maxAllowed(b limits.Bucket, d time.Duration) float64 {
 // engine holds.
 func dynamicBuckets(ctx context.Context, srv *server.Server, resource string) int {
 	n := 0
-	srv.Limits().Engine().Walk(ctx, time.Now(), func(b limits.BucketInfo) bool {
+	srv.Limits().Engine().Walk(ctx, time.Now(), func(b limitsengine.BucketInfo) bool {
 		if b.Resource == resource {
 			n++
 		}
@@ -325,7 +325,7 @@ func dynamicBuckets(ctx context.Context, srv *server.Server, resource string) in
 	return n
 }
 
-// run calls the target at the caller's demand through its quota client
+// run calls the target at the caller's demand through its limits client
 // (in its RoundTripper), until ctx is done.
 func (cl *caller) run(ctx context.Context, url string) {
 	const workers = 4
@@ -365,7 +365,7 @@ func (cl *caller) run(ctx context.Context, url string) {
 // loginLoop is one user trying to log in rate times a second: each attempt
 // asks the user's login bucket (made on the fly from the template) and, if
 // granted, logs in at the target.
-func loginLoop(ctx context.Context, c *quota.Client, user, url string, rate float64) {
+func loginLoop(ctx context.Context, c *limits.Client, user, url string, rate float64) {
 	t := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer t.Stop()
 	for {
@@ -375,7 +375,7 @@ func loginLoop(ctx context.Context, c *quota.Client, user, url string, rate floa
 		case <-t.C:
 		}
 		if _, err := c.Acquire(ctx, "logins", user, 1); err != nil {
-			var rej *quota.RejectedError
+			var rej *limits.RejectedError
 			if !errors.As(err, &rej) && ctx.Err() == nil {
 				slog.Debug("demo: login", "user", user, "err", err)
 			}
@@ -410,7 +410,7 @@ func buckets(ctx context.Context, srv *server.Server) int {
 	return n
 }
 
-// fallbackAllowed returns the calls a quota client's fallback limiter
+// fallbackAllowed returns the calls a limits client's fallback limiter
 // allowed, from its metrics in reg (sluice_quota_client_decisions_total,
 // outcome fallback_allowed).
 func fallbackAllowed(reg *prometheus.Registry) int64 {

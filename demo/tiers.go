@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-rl/sluice/client/quota"
+	"github.com/sluice-rl/sluice/client/limits"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -81,7 +81,7 @@ func RunTiers(ctx context.Context, opts TiersOptions) (*TiersSummary, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	_, addr, stopServer, err := startServer(ctx, server.Config{ID: "tiers-demo", Runtime: server.Runtime{Logger: opts.Logger}, Document: server.Document{Fixed: repo}})
+	_, addr, stopServer, err := startServer(ctx, server.Config{ID: "tiers-demo", Runtime: server.Runtime{Logger: opts.Logger}, Repository: server.Repository{Fixed: repo}})
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func RunTiers(ctx context.Context, opts TiersOptions) (*TiersSummary, error) {
 	defer stopTarget()
 	targetURL := "http://" + taddr + "/?tenant="
 
-	c, err := quota.New(addr, quota.WithLogger(opts.Logger), quota.WithCallTimeout(10*time.Second))
+	c, err := limits.New(addr, limits.WithLogger(opts.Logger), limits.WithCallTimeout(10*time.Second))
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func tiersSummary(tenants []*tenantRun, seconds int) *TiersSummary {
 
 // callLoop calls the target at the tenant's rate, each call asking the
 // api resource for a hit first (no retry: a refused call is dropped).
-func (t *tenantRun) callLoop(ctx context.Context, c *quota.Client, url string, second func() int) {
+func (t *tenantRun) callLoop(ctx context.Context, c *limits.Client, url string, second func() int) {
 	next := time.Now()
 	for ctx.Err() == nil {
 		next = next.Add(time.Duration(float64(time.Second) / t.rate(second())))
@@ -227,7 +227,7 @@ func (t *tenantRun) callLoop(ctx context.Context, c *quota.Client, url string, s
 		case <-time.After(time.Until(next)):
 		}
 		g, err := c.Request(ctx, "api", t.name, 1, 1, 0)
-		var rej *quota.RejectedError
+		var rej *limits.RejectedError
 		switch {
 		case errors.As(err, &rej):
 			t.rejected.Add(1)
@@ -247,7 +247,7 @@ func (t *tenantRun) callLoop(ctx context.Context, c *quota.Client, url string, s
 
 // holdLoop holds up to 2 sandboxes (at least 1) for 2 s at a time,
 // releasing them after, and tries again half a second later.
-func (t *tenantRun) holdLoop(ctx context.Context, c *quota.Client, second func() int) {
+func (t *tenantRun) holdLoop(ctx context.Context, c *limits.Client, second func() int) {
 	for ctx.Err() == nil {
 		h, err := c.ReserveCopies(ctx, "sandboxes", t.name, 2, 1, 0)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/admin/adminhttp"
 	"github.com/sluice-rl/sluice/admin/etcdstore"
+	"github.com/sluice-rl/sluice/admin/filestore"
 	"github.com/sluice-rl/sluice/admin/quotaapi"
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/envoyrls"
@@ -20,7 +21,7 @@ import (
 )
 
 // Admin configures the admin API at /admin/v1/ (JSON: the configuration
-// of Config.Document.Path, object by object, versioned, audited) and the
+// of Config.Repository.Path, object by object, versioned, audited) and the
 // quota service's admin REST API at /api. Writes need TokenFile, client
 // certificates (Config.Listen.TLS with client CAs: the certificate's CN is the
 // user), TrustForwarded or Insecure; reads are open unless AuthReads.
@@ -44,14 +45,14 @@ type Admin struct {
 // adminAPI is the wiring of the admin APIs into the server: the admin
 // API at /admin/v1/ (and its reset), and the quota service's REST API at
 // /api. It holds the user's Admin group, where the configuration it edits
-// lives (Document, an etcd client for a key), and the server's parts the
+// lives (Repository, an etcd client for a key), and the server's parts the
 // APIs reach: the configuration sources' syncs (read-your-writes), the
 // limits engine (/api/stats) and the services a reset resets. New builds
 // it and mounts its handler; it is not changed after, and its handlers
 // are safe for concurrent use.
 type adminAPI struct {
-	cfg Admin
-	doc Document
+	cfg  Admin
+	repo Repository
 	// intermediate: Parent.Addresses is set; the configuration is the
 	// parent's, and there is nothing to edit here.
 	intermediate bool
@@ -61,9 +62,9 @@ type adminAPI struct {
 	setting     func(string) string // Config.Runtime.Setting
 	log         *slog.Logger
 	now         func() time.Time
-	etcd        *clientv3.Client // for Document.Path etcd:KEY
-	// syncConfig and syncQuota bring the configuration of Document.Path
-	// and of Document.QuotaServicePath up to date now (configSources);
+	etcd        *clientv3.Client // for Repository.Path etcd:KEY
+	// syncConfig and syncQuota bring the configuration of Repository.Path
+	// and of Repository.QuotaServicePath up to date now (configSources);
 	// nil without them.
 	syncConfig, syncQuota func(context.Context) error
 	limits                *limitsvc.Service
@@ -72,9 +73,9 @@ type adminAPI struct {
 
 // handler returns handler with the admin API mounted at /admin/v1/
 // (and the quota service's at /api): over the configuration of
-// Config.Document.Path (a file, or an etcd key), the quota service's REST
-// API over Config.Document.QuotaServicePath when it is set (in Square's
-// format; /admin/v1 too when there is no Document.Path), or, with neither (no
+// Config.Repository.Path (a file, or an etcd key), the quota service's REST
+// API over Config.Repository.QuotaServicePath when it is set (in Square's
+// format; /admin/v1 too when there is no Repository.Path), or, with neither (no
 // configuration path, or an intermediate server), answering that there is
 // nothing to edit. Changes take effect the one way configuration changes
 // do: the servers' watchers of the file or key; this server's watcher
@@ -93,7 +94,7 @@ func (api adminAPI) handler(handler http.Handler) (http.Handler, error) {
 	if err != nil {
 		return nil, &FieldError{Field: "Admin.TokenFile", Err: err}
 	}
-	cfgPath, quotaPath := api.doc.Path, api.doc.QuotaServicePath
+	cfgPath, quotaPath := api.repo.Path, api.repo.QuotaServicePath
 	if api.intermediate {
 		cfgPath = "" // the parent's configuration: nothing to edit here
 	}
@@ -103,7 +104,7 @@ func (api adminAPI) handler(handler http.Handler) (http.Handler, error) {
 	case strings.HasPrefix(cfgPath, "etcd:"):
 		store = etcdstore.New(api.etcd, strings.TrimPrefix(cfgPath, "etcd:"), etcdstore.Options{Keep: a.Keep})
 	default:
-		fs, err := admin.OpenFile(cfgPath, admin.FileOptions{Keep: a.Keep})
+		fs, err := filestore.Open(cfgPath, filestore.Options{Keep: a.Keep})
 		if err != nil {
 			api.log.Warn("admin API disabled", "err", err)
 		} else {
@@ -114,18 +115,18 @@ func (api adminAPI) handler(handler http.Handler) (http.Handler, error) {
 	if store != nil {
 		svc = admin.New(store, admin.Options{Logger: api.log, Check: func(r *resources.Repository) error {
 			if quotaPath != "" && r.Limits() != nil {
-				return fmt.Errorf("limits: this server reads its limits from Document.QuotaServicePath %s, and refuses a limits section in Document.Path; edit them through /api, or /admin/v1 on a server without Document.Path", quotaPath)
+				return fmt.Errorf("limits: this server reads its limits from Repository.QuotaServicePath %s, and refuses a limits section in Repository.Path; edit them through /api, or /admin/v1 on a server without Repository.Path", quotaPath)
 			}
 			return nil
 		}, Sync: api.syncConfig})
 	}
-	// With Document.QuotaServicePath, the quota service's REST API at /api
+	// With Repository.QuotaServicePath, the quota service's REST API at /api
 	// edits that file in Square's format (and so does /admin/v1 when there
-	// is no Document.Path).
+	// is no Repository.Path).
 	//
 	// Source: docs/admin.md, "The quota service's admin API".
 	if quotaPath != "" {
-		qs, err := quotaapi.OpenFile(quotaPath, admin.FileOptions{Keep: a.Keep})
+		qs, err := quotaapi.OpenFile(quotaPath, filestore.Options{Keep: a.Keep})
 		if err != nil {
 			api.log.Warn("quota service admin API disabled", "err", err)
 		} else {
@@ -149,7 +150,7 @@ func (api adminAPI) handler(handler http.Handler) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(adminhttp.Prefix, adminhttp.Handler(svc, auth, api.log))
-	mux.Handle(adminhttp.ResetPath, adminhttp.ResetHandler(api.resetter(), auth, api.log)) // (a write, audited; no document needed)
+	mux.Handle(adminhttp.ResetPath, adminhttp.ResetHandler(api.resetter(), auth, api.log)) // (a write, audited; no repository needed)
 	// The quota service's admin REST API at /api, with the same
 	// authentication, and the limits engine for /api/stats.
 	//

@@ -37,7 +37,7 @@ func startAdminServer(t *testing.T, id string, a Admin) (*Server, string) {
 	if err := os.WriteFile(path, []byte(adminPageDoc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := startServer(t, Config{ID: id, Admin: a, Document: Document{Path: path}})
+	s, _ := startServer(t, Config{ID: id, Admin: a, Repository: Repository{Path: path}})
 	return s, "http://" + s.Addr()
 }
 

@@ -32,7 +32,7 @@ resources:
 				b.Fatal(err)
 			}
 			// A whole server, as `sluice server` runs one.
-			srv, _ := startServer(b, Config{Document: Document{Fixed: repo}})
+			srv, _ := startServer(b, Config{Repository: Repository{Fixed: repo}})
 
 			const conns = 8
 			stubs := make([]pb.CapacityClient, conns)

@@ -70,7 +70,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// Token buckets for the buckets page: user-00 … user-29, user-<i>
 	// granted i%10 + 1 tokens of 10, every third one rejected once. Run
 	// sweeps every second, so the chart gets samples.
-	s, _ := startServer(t, Config{ID: "test", Document: Document{Fixed: resources.Compose(doormanRepo(t), &limits.Config{Resources: map[string]*limits.Resource{"users": {Template: &limits.Bucket{
+	s, _ := startServer(t, Config{ID: "test", Repository: Repository{Fixed: resources.Compose(doormanRepo(t), &limits.Config{Resources: map[string]*limits.Resource{"users": {Template: &limits.Bucket{
 		Size: 10, FillRate: 0.001, MaxIdle: -1, MaxTokensPerRequest: 10}}}}, nil, nil)}})
 	for i, w := range []float64{30, 90, 50} {
 		getCap(t, s, fmt.Sprintf("client-%d", i), "fair", w)

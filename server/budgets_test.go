@@ -39,7 +39,7 @@ func TestBudgetsAllow(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := testutil.NewClock(time.Date(2024, 1, 31, 23, 59, 30, 0, time.UTC))
-	s, _ := startServer(t, Config{ID: "budgets", Runtime: Runtime{Now: clock.Now}, Document: Document{Fixed: resources.Compose(nil, cfg, nil, nil)}})
+	s, _ := startServer(t, Config{ID: "budgets", Runtime: Runtime{Now: clock.Now}, Repository: Repository{Fixed: resources.Compose(nil, cfg, nil, nil)}})
 	conn := testutil.Dial(t, s.Addr())
 	limitsAPI, quota := v1.NewLimitsClient(conn), qs.NewQuotaServiceClient(conn)
 	ctx := t.Context()
@@ -102,7 +102,7 @@ resources:
 		st := redisstore.New(c, redisstore.Options{Prefix: "t:" + t.Name() + ":"})
 		sh := sharedOn(st, c)
 		sh.Copies = nil // no fleet: no etcd
-		s := assemble(t, Config{ID: id, Document: Document{Fixed: resources.Compose(nil, cfg, nil, nil)}, Store: Store{Shared: sh}})
+		s := assemble(t, Config{ID: id, Repository: Repository{Fixed: resources.Compose(nil, cfg, nil, nil)}, Store: Store{Shared: sh}})
 		t.Cleanup(func() { _ = s.shared.Close() })
 		servers = append(servers, s)
 	}

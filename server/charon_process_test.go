@@ -148,7 +148,7 @@ func startChild(t *testing.T, addr, do string) (*exec.Cmd, childReport) {
 // ttl passes); another process seizes a transfer staged by a third and
 // releases it.
 func TestCharonProcesses(t *testing.T) {
-	s, _ := startServer(t, Config{ID: "charon", Document: Document{Fixed: resources.Compose(nil, nil, fixture.Sandboxes(), nil)}})
+	s, _ := startServer(t, Config{ID: "charon", Repository: Repository{Fixed: resources.Compose(nil, nil, fixture.Sandboxes(), nil)}})
 	addr := s.Addr()
 	held := func() int64 { return globalHolds(s.Sessions().Snapshot()) }
 

@@ -23,7 +23,7 @@ func charonServer(t *testing.T) (*Server, v1.LimitsClient) {
 	t.Helper()
 	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
 	rate := &limits.Config{Resources: map[string]*limits.Resource{"api": {Default: &limits.Bucket{Size: 10, FillRate: 1, MaxTokensPerRequest: 10}}}}
-	s, _ := startServer(t, Config{ID: "charon", Runtime: Runtime{Now: clock.Now}, Document: Document{Fixed: resources.Compose(nil, rate, fixture.Sandboxes(), nil)}})
+	s, _ := startServer(t, Config{ID: "charon", Runtime: Runtime{Now: clock.Now}, Repository: Repository{Fixed: resources.Compose(nil, rate, fixture.Sandboxes(), nil)}})
 	return s, v1.NewLimitsClient(testutil.Dial(t, s.Addr()))
 }
 

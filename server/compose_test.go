@@ -62,7 +62,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 // the configuration is loaded; Run returns nil when its context ends, and
 // the port is closed then.
 func TestComposeStandalone(t *testing.T) {
-	s, stop := startServer(t, Config{ID: "standalone", Document: Document{Path: writeFile(t, "config.yaml", fixture.Doorman)}})
+	s, stop := startServer(t, Config{ID: "standalone", Repository: Repository{Path: writeFile(t, "config.yaml", fixture.Doorman)}})
 	ctx := t.Context()
 	c := pb.NewCapacityClient(testutil.Dial(t, s.Addr()))
 	resp, err := c.GetCapacity(ctx, capacityRequest("alice", "fixed/a", 5))
@@ -114,7 +114,7 @@ func TestComposeTree(t *testing.T) {
 	ctx := t.Context()
 	repo := parseDoorman(t, treeYAML)
 	root := func() (*Server, func() error) {
-		return startServer(t, Config{Election: Election{Kind: "etcd", Key: "/" + t.Name() + "/root"}, Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, Document: Document{Fixed: repo}})
+		return startServer(t, Config{Election: Election{Kind: "etcd", Key: "/" + t.Name() + "/root"}, Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, Repository: Repository{Fixed: repo}})
 	}
 	a, stopA := root()
 	b, stopB := root()
@@ -238,7 +238,7 @@ func redisServer(t *testing.T, c redis.UniversalClient, prefix string, closed *a
 	sh.Copies = nil
 	closeStore := sh.Close
 	sh.Close = func() error { closed.Add(1); return closeStore() }
-	return startServer(t, Config{Document: Document{Fixed: resources.Compose(nil, cfg, nil, nil)}, Store: Store{Shared: sh}})
+	return startServer(t, Config{Repository: Repository{Fixed: resources.Compose(nil, cfg, nil, nil)}, Store: Store{Shared: sh}})
 }
 
 // Redis, as `sluice server --redis`: two servers on one redis-server
@@ -301,7 +301,7 @@ func TestComposeFleet(t *testing.T) {
 	srv := redistest.StartT(t)
 	fleetServer := func() (*Server, v1.LimitsClient) {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		s, _ := startServer(t, Config{Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, Document: Document{Fixed: resources.Compose(nil, nil, fixture.Sandboxes(), nil)}, Store: Store{Shared: sharedOn(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c)}, Sessions: Sessions{Fleet: Fleet{Prefix: "/" + t.Name()}}})
+		s, _ := startServer(t, Config{Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, Repository: Repository{Fixed: resources.Compose(nil, nil, fixture.Sandboxes(), nil)}, Store: Store{Shared: sharedOn(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c)}, Sessions: Sessions{Fleet: Fleet{Prefix: "/" + t.Name()}}})
 		lc := v1.NewLimitsClient(testutil.Dial(t, s.Addr()))
 		// A member serves holds once it has its epoch.
 		testutil.Eventually(t, 30*time.Second, s.Addr()+" to serve holds", func() bool {
@@ -318,8 +318,8 @@ func TestComposeFleet(t *testing.T) {
 	// answer Unavailable, so it is not ready.
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	joining := assemble(t, Config{Listen: Listen{Address: "127.0.0.1:0"}, Etcd: Etcd{Endpoints: []string{etcd.Endpoint}},
-		Document: Document{Fixed: resources.Compose(nil, nil, fixture.Sandboxes(), nil)},
-		Store:    Store{Shared: sharedOn(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c)}, Sessions: Sessions{Fleet: Fleet{Prefix: "/" + t.Name()}}})
+		Repository: Repository{Fixed: resources.Compose(nil, nil, fixture.Sandboxes(), nil)},
+		Store:      Store{Shared: sharedOn(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c)}, Sessions: Sessions{Fleet: Fleet{Prefix: "/" + t.Name()}}})
 	if ok, why := joining.Ready(); ok || !strings.Contains(why, "not a member of the fleet") {
 		t.Errorf("a member without its epoch: Ready %v %q, want not ready, not a member of the fleet", ok, why)
 	}
@@ -409,17 +409,17 @@ limits:
 		cfg  Config
 		want string // in the error
 	}{
-		{"invalid limits", Config{Document: Document{Fixed: resources.Compose(nil, badBucket, nil, nil)}}, "fill_rate"},
-		{"invalid limits in the configuration file", Config{Document: Document{Path: badFile}}, "fill_rate"},
-		{"invalid copy-limited resources", Config{Document: Document{Fixed: resources.Compose(nil, nil, &copies.Config{Resources: map[string]copies.Resource{"no spaces": {DomainLimit: 1}}}, nil)}}, "resource name"},
-		{"limits configured twice", Config{Document: Document{Path: withLimits, QuotaServicePath: quota}}, "configured twice"},
-		{"a missing configuration file", Config{Document: Document{Path: filepath.Join(t.TempDir(), "none.yaml")}}, "none.yaml"},
+		{"invalid limits", Config{Repository: Repository{Fixed: resources.Compose(nil, badBucket, nil, nil)}}, "fill_rate"},
+		{"invalid limits in the configuration file", Config{Repository: Repository{Path: badFile}}, "fill_rate"},
+		{"invalid copy-limited resources", Config{Repository: Repository{Fixed: resources.Compose(nil, nil, &copies.Config{Resources: map[string]copies.Resource{"no spaces": {DomainLimit: 1}}}, nil)}}, "resource name"},
+		{"limits configured twice", Config{Repository: Repository{Path: withLimits, QuotaServicePath: quota}}, "configured twice"},
+		{"a missing configuration file", Config{Repository: Repository{Path: filepath.Join(t.TempDir(), "none.yaml")}}, "none.yaml"},
 		{"election etcd without endpoints", Config{Election: Election{Kind: "etcd", Key: "/k"}}, "Etcd.Endpoints: required with Election.Kind etcd"},
 		{"election etcd without a key", Config{Election: Election{Kind: "etcd"}, Etcd: Etcd{Endpoints: []string{"127.0.0.1:1"}}}, "Election.Key: required"},
-		{"configuration on etcd without endpoints", Config{Document: Document{Path: "etcd:/config"}}, "Etcd.Endpoints: required with Document.Path etcd:/KEY"},
+		{"configuration on etcd without endpoints", Config{Repository: Repository{Path: "etcd:/config"}}, "Etcd.Endpoints: required with Repository.Path etcd:/KEY"},
 		{"a bad election kind", Config{Election: Election{Kind: "zookeeper"}}, `Election.Kind: "zookeeper"`},
-		{"a path and a fixed document", Config{Document: Document{Path: withLimits, Fixed: resources.Compose(nil, nil, nil, nil)}}, "Document.Fixed: set with Document.Path"},
-		{"limits twice, fixed", Config{Document: Document{QuotaServicePath: quota, Fixed: resources.Compose(nil, &limits.Config{}, nil, nil)}}, "Document.QuotaServicePath: limits configured twice: in the limits section of Document.Fixed"},
+		{"a path and a fixed document", Config{Repository: Repository{Path: withLimits, Fixed: resources.Compose(nil, nil, nil, nil)}}, "Repository.Fixed: set with Repository.Path"},
+		{"limits twice, fixed", Config{Repository: Repository{QuotaServicePath: quota, Fixed: resources.Compose(nil, &limits.Config{}, nil, nil)}}, "Repository.QuotaServicePath: limits configured twice: in the limits section of Repository.Fixed"},
 		{"a negative grace", Config{Listen: Listen{Grace: -time.Second}}, "Listen.Grace: -1s"},
 		{"a missing certificate", Config{Listen: Listen{TLS: TLS{CertFile: filepath.Join(t.TempDir(), "none.pem"), KeyFile: "k.pem"}}}, "Listen.TLS: tls: loading"},
 		{"a certificate without its key", Config{Parent: Parent{TLS: TLS{CertFile: "c.pem"}}}, "Parent.TLS: tls: a client certificate needs both"},

@@ -39,17 +39,18 @@ type Config struct {
 	Listen Listen
 	// Runtime is the logger, the metrics registry and the clock.
 	Runtime Runtime
-	// Document is the resource document: Doorman's templates, the limits,
-	// the copy-limited resources and Envoy's rules.
-	Document Document
+	// Repository is where the resource repository comes from: Doorman's
+	// templates, the limits, the copy-limited resources and Envoy's rules
+	// (resources.Repository).
+	Repository Repository
 	// Parent, when it names addresses, makes this an intermediate server.
 	Parent Parent
 	// Leases configures the leases this server hands out.
 	Leases Leases
 	// Election is how the tasks of this node elect their master.
 	Election Election
-	// Etcd is the etcd cluster of the election, of an etcd:/KEY document
-	// and of the fleet (no endpoints: none).
+	// Etcd is the etcd cluster of the election, of a repository in an
+	// etcd:/KEY and of the fleet (no endpoints: none).
 	Etcd Etcd
 	// Sessions configures Charon's copy-limited sessions and the fleet
 	// of servers sharing them.
@@ -61,11 +62,11 @@ type Config struct {
 	Store Store
 	// Envoy configures Envoy's rate limit service (ShouldRateLimit): its
 	// algorithm, shadow mode, headers, answer on store errors and
-	// near-limit ratio. Its rules come from Document, its counters from
+	// near-limit ratio. Its rules come from Repository, its counters from
 	// Store, its statistics' sinks from Runtime.
 	Envoy EnvoyRateLimit
 	// RLQS configures Envoy's Rate Limit Quota Service, whose buckets are
-	// resources leased like any other (Document's templates, Leases,
+	// resources leased like any other (Repository's templates, Leases,
 	// Parent): the answer to a bucket no template matches, its time to
 	// live, the smoothing of the reported demand, the assignments' burst.
 	RLQS RLQS
@@ -228,38 +229,49 @@ type Tracing struct {
 	Provider trace.TracerProvider
 }
 
-// Document is where the resource document comes from: a file or an etcd
-// key (reloaded when it changes), Square's quota service file for the
-// limits, envoyproxy/ratelimit's files for Envoy's rules, or a fixed
-// document given in code.
-type Document struct {
-	// Path is the document: a YAML file, or etcd:/KEY for an etcd key's
-	// value (needs Etcd.Endpoints); reloaded when it changes (Reload
-	// reloads a file at once). Ignored by an intermediate server, whose
-	// parent pushes the configuration down.
+// Repository is where the resource repository comes from: the one
+// configuration of every API's resources (resources.Repository: Doorman's
+// templates, the limits, the copy-limited resources, Envoy's rules). It is
+// read from its document, YAML in a file or an etcd key (Path, `sluice
+// server --config`, reloaded when it changes), or given whole in code
+// (Fixed); two of its sections may come from sources of their own, in
+// their own formats: the limits from Square's quota service file, Envoy's
+// rules from envoyproxy/ratelimit's files or an xDS control plane. The
+// zero value: no repository (every resource granted what it asks, no
+// limits, no copies, no Envoy rules).
+//
+// Source: doorman-design.md, "Root server configuration" (the resource
+// configuration is a ResourceRepository, the root's to load);
+// doorman-wire.md, ResourceRepository.
+type Repository struct {
+	// Path is the repository's document: a YAML file, or etcd:/KEY for an
+	// etcd key's value (needs Etcd.Endpoints); reloaded when it changes
+	// (Reload reloads a file at once; a bad one is logged and counted, the
+	// last good one keeps serving). Ignored by an intermediate server,
+	// whose parent pushes the configuration down. Empty: none.
 	Path string
 	// QuotaServicePath is a file in Square's quota service format giving
-	// the limits instead of the document's limits section (both is an
+	// the limits instead of the repository's limits section (both is an
 	// error).
 	QuotaServicePath string
 	// EnvoyRateLimitPath is envoyproxy/ratelimit's configuration for
 	// Envoy's rate limit service: one YAML file, or a directory of them
 	// (limitsyaml.LoadEnvoyRateLimit), reloaded when one changes and by
 	// Reload (a bad one is logged and counted; the last good one keeps
-	// serving), instead of the document's envoy_ratelimit section.
+	// serving), instead of the repository's envoy_ratelimit section.
 	EnvoyRateLimitPath string
 	// EnvoyRateLimitXDS takes Envoy's rate limit rules from an xDS
 	// control plane (envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW, as
 	// Envoy Gateway serves them) instead of EnvoyRateLimitPath or the
-	// document's envoy_ratelimit section (either with it is an error);
+	// repository's envoy_ratelimit section (either with it is an error);
 	// the zero value (no ServerURL): off.
 	EnvoyRateLimitXDS EnvoyRateLimitXDS
-	// Fixed is the whole document when Path is empty (resources.Compose
-	// builds one in code): its templates, limits, copy-limited resources
-	// and Envoy rules, each section validated by the service that serves
-	// it. Nil with no Path: no templates (every resource granted what it
-	// asks), no limits, no copies. Setting both Path and Fixed is an
-	// error.
+	// Fixed is the whole repository when Path is empty (resources.Compose
+	// builds one in code, resources.Parse reads one): its templates,
+	// limits, copy-limited resources and Envoy rules, each section
+	// validated by the service that serves it; never reloaded. Nil with no
+	// Path: no templates (every resource granted what it asks), no limits,
+	// no copies. Setting both Path and Fixed is an error.
 	Fixed *resources.Repository
 }
 
@@ -634,11 +646,11 @@ func fieldErr(field, format string, args ...any) error { return names.FieldErr(f
 // first where one extends another): what a front end (sluice server's flags) maps to its own names.
 var FieldNames = []string{
 	"Listen.TLS.CAFile", "Listen.TLS", "Listen.Grace", "Listen.Identity.Source", "Listen.Identity.PolicyPath",
-	"Document.Path", "Document.QuotaServicePath", "Document.EnvoyRateLimitPath",
-	"Document.EnvoyRateLimitXDS.ServerURL", "Document.EnvoyRateLimitXDS.TLS", "Document.EnvoyRateLimitXDS.ServerName",
-	"Document.EnvoyRateLimitXDS.Headers", "Document.EnvoyRateLimitXDS.RetryInterval", "Document.EnvoyRateLimitXDS.ForceStart",
-	"Document.EnvoyRateLimitXDS",
-	"Document.Fixed", "Parent.Addresses", "Parent.TLS", "Leases.DisablePush", "Election.Kind", "Election.Key",
+	"Repository.Path", "Repository.QuotaServicePath", "Repository.EnvoyRateLimitPath",
+	"Repository.EnvoyRateLimitXDS.ServerURL", "Repository.EnvoyRateLimitXDS.TLS", "Repository.EnvoyRateLimitXDS.ServerName",
+	"Repository.EnvoyRateLimitXDS.Headers", "Repository.EnvoyRateLimitXDS.RetryInterval", "Repository.EnvoyRateLimitXDS.ForceStart",
+	"Repository.EnvoyRateLimitXDS",
+	"Repository.Fixed", "Parent.Addresses", "Parent.TLS", "Leases.DisablePush", "Election.Kind", "Election.Key",
 	"Etcd.Endpoints", "Etcd.TLS", "Store.Redis", "Store.Cluster", "Store.Sentinel", "Store.TLSServerName", "Store.TLS",
 	"Store.PasswordFile", "Store.KeyPrefix", "Store.Timeout", "Store.Shared",
 	"Sessions.Max", "Envoy.NearLimitRatio", "Admin.TrustForwarded", "Admin.TokenFile", "Admin.Insecure",
@@ -653,8 +665,8 @@ func (c *Config) validate() error {
 	switch {
 	case c.Listen.Grace < 0:
 		return fieldErr("Listen.Grace", "%v, want a positive duration (0: 10 s)", c.Listen.Grace)
-	case c.Document.Path != "" && c.Document.Fixed != nil:
-		return fieldErr("Document.Fixed", "set with Document.Path; give one or the other")
+	case c.Repository.Path != "" && c.Repository.Fixed != nil:
+		return fieldErr("Repository.Fixed", "set with Repository.Path; give one or the other")
 	case c.Election.Kind != "" && c.Election.Kind != "standalone" && c.Election.Kind != "etcd":
 		return fieldErr("Election.Kind", "%q, want standalone or etcd", c.Election.Kind)
 	case c.Election.Kind == "etcd" && c.Election.Key == "":
@@ -678,8 +690,8 @@ func (c *Config) validate() error {
 		if c.Election.Kind == "etcd" {
 			return fieldErr("Etcd.Endpoints", "required with Election.Kind etcd")
 		}
-		if strings.HasPrefix(c.Document.Path, "etcd:") {
-			return fieldErr("Etcd.Endpoints", "required with Document.Path etcd:/KEY")
+		if strings.HasPrefix(c.Repository.Path, "etcd:") {
+			return fieldErr("Etcd.Endpoints", "required with Repository.Path etcd:/KEY")
 		}
 	}
 	return nil

@@ -20,7 +20,7 @@ var usersOwn = map[string]string{
 	"Runtime.Now":      "the clock (nil: time.Now); the simulator and tests move their own",
 	"Runtime.Setting":  "the front end's names of Config's fields (sluice server's flags)",
 	"Tracing.Provider": "a program's own OpenTelemetry SDK, used as is",
-	"Document.Fixed":   "a document built in code (resources.Compose)",
+	"Repository.Fixed": "a repository built in code (resources.Compose, resources.Parse)",
 	"Store.Shared":     "a store the caller opened, used as is (its fields are the store's, not the server's)",
 }
 

@@ -55,7 +55,7 @@ namespaces:
 	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte("domain: bench\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1000000000}}]\n"), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	srv, _ := startServer(b, Config{Document: Document{EnvoyRateLimitPath: dir, Fixed: resources.Compose(nil, quota, nil, nil)}, Store: Store{Shared: shared}})
+	srv, _ := startServer(b, Config{Repository: Repository{EnvoyRateLimitPath: dir, Fixed: resources.Compose(nil, quota, nil, nil)}, Store: Store{Shared: shared}})
 	const conns, keys = 4, 10_000
 	ccs := make([]*grpc.ClientConn, conns)
 	for i := range ccs {

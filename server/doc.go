@@ -20,7 +20,7 @@
 //     envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit over
 //     envoyproxy/ratelimit's rules (server/envoyrls), its statistics
 //     also under upstream's names on statsd or Prometheus
-//     (server/envoyrls/upstreamstats); Config.Envoy, Document's
+//     (server/envoyrls/upstreamstats); Config.Envoy, Repository's
 //     EnvoyRateLimit* fields, Runtime.Statsd;
 //   - RLQS, Envoy's Rate Limit Quota Service
 //     envoy.service.rate_limit_quota.v3.RateLimitQuotaService, its
@@ -32,8 +32,8 @@
 // Across them: client identities (Config.Listen.Identity: each client's
 // identity from its certificate, and every RPC authorized by one table,
 // authz.go); OpenTelemetry tracing (Config.Runtime.Tracing, tracing.go);
-// the admin API at /admin/v1/ and Square's /api over the configuration
-// document (Config.Admin, admin.go); the status site /debug/status over
+// the admin API at /admin/v1/ and Square's /api over the resource
+// repository (Config.Admin, admin.go); the status site /debug/status over
 // read-only views the services export (server/status); Prometheus
 // metrics at /metrics (Config.Runtime.Registry); /healthz and /readyz
 // (Ready); Go's profiler at /debug/pprof/ (Config.Listen.Pprof).

@@ -24,7 +24,7 @@ func TestEnvoyRulesInSluiceConfig(t *testing.T) {
 	if err := os.WriteFile(path, []byte("resources: []\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := startServer(t, Config{Admin: Admin{Insecure: true}, Document: Document{Path: path}})
+	s, _ := startServer(t, Config{Admin: Admin{Insecure: true}, Repository: Repository{Path: path}})
 	c := rlsv3.NewRateLimitServiceClient(testutil.Dial(t, s.Addr()))
 	limit := func() uint32 {
 		resp, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
@@ -58,7 +58,7 @@ func TestEnvoyRulesInSluiceConfig(t *testing.T) {
 		t.Fatalf("the file lacks the section:\n%s", data)
 	}
 
-	_, err := New(t.Context(), Config{Document: Document{Path: path, EnvoyRateLimitPath: "../limits/limitsyaml/testdata/envoy"}, Listen: Listen{Address: "127.0.0.1:0"}})
+	_, err := New(t.Context(), Config{Repository: Repository{Path: path, EnvoyRateLimitPath: "../limits/limitsyaml/testdata/envoy"}, Listen: Listen{Address: "127.0.0.1:0"}})
 	if err == nil || !strings.Contains(err.Error(), "envoy rate limit rules configured twice") {
 		t.Fatalf("both sources: %v", err)
 	}

@@ -19,10 +19,10 @@ func ExampleNew() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	srv, err := server.New(ctx, server.Config{
-		Listen:   server.Listen{Address: "127.0.0.1:0", Grace: time.Second},
-		Runtime:  server.Runtime{Logger: slog.New(slog.DiscardHandler)},
-		Document: server.Document{Fixed: resources.Compose(nil, nil, nil, nil)},
-		RLQS:     server.RLQS{Unconfigured: rlqs.DenyAll},
+		Listen:     server.Listen{Address: "127.0.0.1:0", Grace: time.Second},
+		Runtime:    server.Runtime{Logger: slog.New(slog.DiscardHandler)},
+		Repository: server.Repository{Fixed: resources.Compose(nil, nil, nil, nil)},
+		RLQS:       server.RLQS{Unconfigured: rlqs.DenyAll},
 	})
 	if err != nil {
 		fmt.Println(err)

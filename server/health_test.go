@@ -17,7 +17,7 @@ import (
 // answer 200, and NOT_SERVING while it would not (here: mastership
 // unknown), over real gRPC on the one port.
 func TestHealthFollowsReadiness(t *testing.T) {
-	s, _ := startServer(t, Config{Document: Document{Fixed: doormanRepo(t)}, Runtime: Runtime{Logger: testutil.Logger()}})
+	s, _ := startServer(t, Config{Repository: Repository{Fixed: doormanRepo(t)}, Runtime: Runtime{Logger: testutil.Logger()}})
 	hc := healthpb.NewHealthClient(testutil.Dial(t, s.Addr()))
 	status := func(service string) healthpb.HealthCheckResponse_ServingStatus {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

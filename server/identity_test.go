@@ -71,8 +71,8 @@ func identityServer(t *testing.T, p peers, policy string, cfg Config) *Server {
 	cfg.ID = "identity"
 	cfg.Listen.TLS = TLS{CertFile: p.certs.ServerCert, KeyFile: p.certs.ServerKey, CAFile: p.certs.CA}
 	cfg.Listen.Identity = Identity{Source: "cert", PolicyPath: policy}
-	if cfg.Document.Fixed == nil {
-		cfg.Document.Fixed = resources.Compose(doormanRepo(t), &limits.Config{Resources: map[string]*limits.Resource{
+	if cfg.Repository.Fixed == nil {
+		cfg.Repository.Fixed = resources.Compose(doormanRepo(t), &limits.Config{Resources: map[string]*limits.Resource{
 			"users": {Template: &limits.Bucket{Size: 1000, FillRate: 1, MaxTokensPerRequest: 10}},
 			"admin": {Template: &limits.Bucket{Size: 1000, FillRate: 1, MaxTokensPerRequest: 10}},
 		}}, fixture.Sandboxes(), nil)
@@ -412,7 +412,7 @@ func TestIdentityFleet(t *testing.T) {
 	fleetCert, fleetKey := p.certs.Client(t, "sluice-fleet")
 	member := func() (*Server, v1.LimitsClient, v1.LimitsClient) {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		s := identityServer(t, p, "", Config{Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, Document: Document{Fixed: resources.Compose(nil, nil, fixture.Sandboxes(), nil)},
+		s := identityServer(t, p, "", Config{Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, Repository: Repository{Fixed: resources.Compose(nil, nil, fixture.Sandboxes(), nil)},
 			Store: Store{Shared: sharedOn(redisstore.New(c, redisstore.Options{Prefix: "fleet:"}), c)}, Sessions: Sessions{Fleet: Fleet{Prefix: "/" + t.Name()}},
 			Parent: Parent{TLS: TLS{CAFile: p.certs.CA, CertFile: fleetCert, KeyFile: fleetKey}}})
 		alice, bobc := v1.NewLimitsClient(dialTLS(t, s.Addr(), p.alice)), v1.NewLimitsClient(dialTLS(t, s.Addr(), p.bob))

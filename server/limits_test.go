@@ -32,7 +32,7 @@ func limitsServer(t *testing.T) (*Server, *testutil.Clock, *grpc.ClientConn, str
 		t.Fatal(err)
 	}
 	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
-	s, _ := startServer(t, Config{ID: "limits", Runtime: Runtime{Now: clock.Now}, Document: Document{Fixed: resources.Compose(nil, cfg, nil, nil)}})
+	s, _ := startServer(t, Config{ID: "limits", Runtime: Runtime{Now: clock.Now}, Repository: Repository{Fixed: resources.Compose(nil, cfg, nil, nil)}})
 	return s, clock, testutil.Dial(t, s.Addr()), s.Addr()
 }
 
@@ -201,7 +201,7 @@ func TestLimitsStoreFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ := startServer(t, Config{ID: "failing", Document: Document{Fixed: resources.Compose(nil, cfg, nil, nil)}, Store: Store{Shared: &Shared{Limits: failingStore{limits.NewMemoryStore()}}}})
+	s, _ := startServer(t, Config{ID: "failing", Repository: Repository{Fixed: resources.Compose(nil, cfg, nil, nil)}, Store: Store{Shared: &Shared{Limits: failingStore{limits.NewMemoryStore()}}}})
 	conn := testutil.Dial(t, s.Addr())
 	resp, err := qs.NewQuotaServiceClient(conn).Allow(t.Context(), &qs.AllowRequest{Namespace: "api", BucketName: "small"})
 	if err != nil || resp.GetStatus() != qs.AllowResponse_REJECTED_SERVER_ERROR {

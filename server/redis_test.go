@@ -54,7 +54,7 @@ resources:
 	t.Cleanup(func() { _ = st.Close() })
 	sh := sharedOn(st, nil)
 	sh.Copies = nil // no fleet: no etcd
-	s := assemble(t, Config{ID: "redis", Document: Document{Fixed: resources.Compose(nil, cfg, nil, nil)}, Store: Store{Shared: sh}})
+	s := assemble(t, Config{ID: "redis", Repository: Repository{Fixed: resources.Compose(nil, cfg, nil, nil)}, Store: Store{Shared: sh}})
 	h := s.Handler()
 	api := s.Limits()
 	for _, res := range []string{"open", "closed"} {
@@ -167,7 +167,7 @@ resources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := assemble(t, Config{ID: "away", Document: Document{Fixed: resources.Compose(nil, cfg, nil, nil)},
+	s := assemble(t, Config{ID: "away", Repository: Repository{Fixed: resources.Compose(nil, cfg, nil, nil)},
 		Store: Store{Redis: "redis://" + srv.Addr + "/0", KeyPrefix: "t:" + t.Name() + ":"}})
 	t.Cleanup(func() { _ = s.shared.Close() })
 	h := s.Handler()
@@ -254,7 +254,7 @@ func TestRedisRefusedAfterStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := assemble(t, Config{ID: "refused", Document: Document{Fixed: resources.Compose(nil, cfg, nil, nil)},
+	s := assemble(t, Config{ID: "refused", Repository: Repository{Fixed: resources.Compose(nil, cfg, nil, nil)},
 		Store: Store{Redis: "redis://" + srv.Addr + "/0", PasswordFile: pw, KeyPrefix: "t:" + t.Name() + ":"}})
 	t.Cleanup(func() { _ = s.shared.Close() })
 	h := s.Handler()

@@ -17,8 +17,8 @@ import (
 // AlreadyRegisteredError underneath), and does not panic.
 func TestNewTwiceOnOneRegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	startServer(t, Config{ID: "first", Document: Document{Fixed: doormanRepo(t)}, Runtime: Runtime{Registry: reg}})
-	s, err := New(context.Background(), Config{ID: "second", Listen: Listen{Address: "127.0.0.1:0"}, Document: Document{Fixed: doormanRepo(t)}, Runtime: Runtime{Registry: reg}})
+	startServer(t, Config{ID: "first", Repository: Repository{Fixed: doormanRepo(t)}, Runtime: Runtime{Registry: reg}})
+	s, err := New(context.Background(), Config{ID: "second", Listen: Listen{Address: "127.0.0.1:0"}, Repository: Repository{Fixed: doormanRepo(t)}, Runtime: Runtime{Registry: reg}})
 	if err == nil {
 		s.close()
 		t.Fatal("the second New on one Registry: nil error, want one naming a metric")
@@ -65,7 +65,7 @@ func TestServersOnSeparateRegistries(t *testing.T) {
 	regs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
 	var servers []*Server
 	for i, reg := range regs {
-		s, _ := startServer(t, Config{ID: []string{"a", "b"}[i], Document: Document{Fixed: doormanRepo(t)}, Runtime: Runtime{Registry: reg}})
+		s, _ := startServer(t, Config{ID: []string{"a", "b"}[i], Repository: Repository{Fixed: doormanRepo(t)}, Runtime: Runtime{Registry: reg}})
 		servers = append(servers, s)
 	}
 	for i, s := range servers {

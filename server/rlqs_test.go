@@ -38,7 +38,7 @@ resources:
 // assigned their fair shares; an unmatched bucket gets the configured
 // DENY_ALL; the options are validated naming their Config field.
 func TestRLQSOnThePort(t *testing.T) {
-	s, _ := startServer(t, Config{Document: Document{Fixed: parseDoorman(t, rlqsDoc)}, Runtime: Runtime{Logger: testutil.Logger()},
+	s, _ := startServer(t, Config{Repository: Repository{Fixed: parseDoorman(t, rlqsDoc)}, Runtime: Runtime{Logger: testutil.Logger()},
 		RLQS: RLQS{Unconfigured: rlqs.DenyAll, UnconfiguredTTL: 4 * time.Second}})
 	conn := testutil.Dial(t, s.Addr())
 	bucket := map[string]string{"name": "api"}
@@ -126,7 +126,7 @@ func TestRLQSFailover(t *testing.T) {
 	repo := parseDoorman(t, rlqsFailoverDoc)
 	task := func() (*Server, func() error) {
 		return startServer(t, Config{Election: Election{Kind: "etcd", Key: "/" + t.Name()}, Etcd: Etcd{Endpoints: []string{etcd.Endpoint}},
-			Document: Document{Fixed: repo}, Runtime: Runtime{Logger: testutil.Logger()}})
+			Repository: Repository{Fixed: repo}, Runtime: Runtime{Logger: testutil.Logger()}})
 	}
 	a, stopA := task()
 	b, stopB := task()

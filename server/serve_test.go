@@ -44,7 +44,7 @@ func startEndpoint(t *testing.T, s *Server, handler http.Handler, cfg *tls.Confi
 // the endpoint tests serve it themselves.
 func endpointServer(t *testing.T) *Server {
 	t.Helper()
-	return assemble(t, Config{ID: "test", Document: Document{Fixed: doormanRepo(t)}})
+	return assemble(t, Config{ID: "test", Repository: Repository{Fixed: doormanRepo(t)}})
 }
 
 // gRPC goes to grpc-go's server, not to the HTTP handler: with a handler
@@ -100,7 +100,7 @@ func TestEndpointAllProtocols(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// As `sluice server --tls-*` serves: New and Run with
 			// Config.TLS.
-			s, _ := startServer(t, Config{ID: "test", Document: Document{Fixed: doormanRepo(t)}, Listen: Listen{TLS: TLS{Config: tc.server}}})
+			s, _ := startServer(t, Config{ID: "test", Repository: Repository{Fixed: doormanRepo(t)}, Listen: Listen{TLS: TLS{Config: tc.server}}})
 			addr := s.Addr()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -155,7 +155,7 @@ func TestEndpointAllProtocols(t *testing.T) {
 		})
 	}
 	// Without a client certificate the mTLS endpoint refuses.
-	s, _ := startServer(t, Config{ID: "test", Document: Document{Fixed: doormanRepo(t)}, Listen: Listen{TLS: TLS{Config: serverTLS}}})
+	s, _ := startServer(t, Config{ID: "test", Repository: Repository{Fixed: doormanRepo(t)}, Listen: Listen{TLS: TLS{Config: serverTLS}}})
 	addr := s.Addr()
 	noCert, err := tlsutil.Client(certs.CA, "", "")
 	if err != nil {

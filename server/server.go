@@ -178,7 +178,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 
-	s.config = &configSources{doc: cfg.Document, parent: cfg.Parent.Addresses, log: s.log, reg: s.reg, reloaded: s.configReloaded}
+	s.config = &configSources{repo: cfg.Repository, parent: cfg.Parent.Addresses, log: s.log, reg: s.reg, reloaded: s.configReloaded}
 
 	if s.tracer, err = openTracer(ctx, cfg.Runtime.Tracing, s.log); err != nil {
 		return nil, err
@@ -209,7 +209,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		Capacity: s.capacity.View(), Limits: s.limits.Engine(), Sessions: s.sessions, Envoy: s.envoy, RLQS: s.rlqs,
 		Ready: s.Ready, Draining: s.draining.Load, Redis: s.shared.redisStatus, Now: s.now, Logger: s.log,
 	})
-	admin := adminAPI{cfg: cfg.Admin, doc: cfg.Document, intermediate: len(cfg.Parent.Addresses) > 0,
+	admin := adminAPI{cfg: cfg.Admin, repo: cfg.Repository, intermediate: len(cfg.Parent.Addresses) > 0,
 		clientCerts: s.tls.endpoint != nil && s.tls.endpoint.ClientCAs != nil, setting: cfg.Runtime.Setting, log: s.log, now: s.now,
 		etcd: s.etcd, syncConfig: s.config.syncConfig, syncQuota: s.config.syncQuota, limits: s.limits, envoy: s.envoy}
 	if s.handler, err = admin.handler(s.Handler()); err != nil {
@@ -228,12 +228,12 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	return s, nil
 }
 
-// openEtcd connects to etcd when the election, the document or the fleet
+// openEtcd connects to etcd when the election, the repository or the fleet
 // needs it (validate has checked that Etcd.Endpoints is given where it
 // is required).
 func (s *Server) openEtcd() error {
 	cfg := s.cfg
-	if cfg.Election.Kind != "etcd" && !strings.HasPrefix(cfg.Document.Path, "etcd:") && s.shared.Copies == nil {
+	if cfg.Election.Kind != "etcd" && !strings.HasPrefix(cfg.Repository.Path, "etcd:") && s.shared.Copies == nil {
 		return nil
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd.Endpoints, DialTimeout: 5 * time.Second, TLS: s.tls.etcd, Logger: etcdLogger(s.log),
@@ -313,13 +313,13 @@ func (s *Server) newServices(id string) error {
 	// capacity.New returns no error: its registration errors are
 	// recorded instead of panicking, and checked here.
 	reg := promreg.NewRecorder(s.reg)
-	fixed := cfg.Document.Fixed
+	fixed := cfg.Repository.Fixed
 	if fixed == nil {
 		fixed = resources.Compose(nil, nil, nil, nil)
 	}
-	s.capacity = capacity.New(capacity.Options{ID: id, Address: s.addr, Config: cfg.Document.Fixed, Now: s.now, Logger: s.log,
+	s.capacity = capacity.New(capacity.Options{ID: id, Address: s.addr, Config: cfg.Repository.Fixed, Now: s.now, Logger: s.log,
 		Registry: reg, Parent: cfg.Parent.Addresses, ParentTLS: s.tls.parent,
-		RequireConfig: cfg.Document.Path != "" && len(cfg.Parent.Addresses) == 0, NoPush: cfg.Leases.DisablePush,
+		RequireConfig: cfg.Repository.Path != "" && len(cfg.Parent.Addresses) == 0, NoPush: cfg.Leases.DisablePush,
 		Setting: cfg.Runtime.Setting, Election: s.elect.describe(), Horizon: s.elect.capacityHorizon()})
 	if err := reg.Err(); err != nil {
 		return fmt.Errorf("capacity: %w", err)
@@ -388,7 +388,7 @@ func (s *Server) newServices(id string) error {
 	if s.envoy, err = envoyrls.New(eo); err != nil {
 		return err
 	}
-	if cfg.Document.EnvoyRateLimitPath == "" {
+	if cfg.Repository.EnvoyRateLimitPath == "" {
 		s.envoy.SetConfig(fixed.EnvoyRateLimit())
 	}
 	return nil
@@ -479,7 +479,7 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 // fenced) whose copy-limited resources are known not to be in learning
 // mode (sessions.Service.Ready), a shared store that has answered since
 // it opened (a Redis away at start), Envoy's rate limit rules from the
-// xDS control plane applied once (Document.EnvoyRateLimitXDS, unless
+// xDS control plane applied once (Repository.EnvoyRateLimitXDS, unless
 // its ForceStart), and the capacity service ready (configured,
 // mastership known). why says what is missing.
 func (s *Server) Ready() (ready bool, why string) {

@@ -27,8 +27,9 @@ import (
 )
 
 // configSources are the server's configuration sources: the resource
-// document (Document.Path, a file or an etcd key; or Document.Fixed), the
-// quota service's file, Envoy's rules (a file or an xDS control plane)
+// repository (Repository.Path, a file or an etcd key; or
+// Repository.Fixed), the quota service's file, Envoy's rules (a file or an
+// xDS control plane)
 // and the identity policy (Listen.Identity.PolicyPath). New loads them
 // (openIdentity before the services, load after) and installs what they
 // hold in the services; Run starts their watchers, Reload rereads their
@@ -39,9 +40,9 @@ import (
 // callbacks run on the watchers' goroutines and touch only the services
 // (safe for concurrent use), the counters and the log.
 type configSources struct {
-	doc Document
+	repo Repository
 	// parent is Parent.Addresses: an intermediate server's parent pushes
-	// the configuration down (Document.Path is ignored).
+	// the configuration down (Repository.Path is ignored).
 	parent []string
 	log    *slog.Logger
 	reg    prometheus.Registerer // the xDS source's collectors
@@ -52,15 +53,15 @@ type configSources struct {
 	// to are the services the configuration goes to (set by load).
 	to configTargets
 	// xds follows the xDS control plane serving Envoy's rate limit rules
-	// (Document.EnvoyRateLimitXDS; nil: none); its Run is a watcher.
+	// (Repository.EnvoyRateLimitXDS; nil: none); its Run is a watcher.
 	xds      *rlsxds.Source
 	watchers []func(context.Context) error // started by Run
 	files    []fileWatcher                 // reloaded by reload
-	// syncConfig brings the document's configuration (a file or an etcd
-	// key) up to date now (the admin API's read-your-writes); nil
-	// without Document.Path.
+	// syncConfig brings the repository of Repository.Path (a file or an
+	// etcd key) up to date now (the admin API's read-your-writes); nil
+	// without Repository.Path.
 	syncConfig func(context.Context) error
-	// syncQuota is syncConfig for Document.QuotaServicePath.
+	// syncQuota is syncConfig for Repository.QuotaServicePath.
 	syncQuota func(context.Context) error
 }
 
@@ -83,21 +84,21 @@ type fileWatcher struct {
 // watchers start with Run), reading an etcd key through etcd.
 func (c *configSources) load(ctx context.Context, etcd *clientv3.Client, to configTargets) error {
 	c.to = to
-	doc := c.doc
+	repo := c.repo
 	if err := c.openXDS(); err != nil {
 		return err
 	}
 	switch {
 	case len(c.parent) > 0:
-		if doc.Path != "" {
-			c.log.Warn("Document.Path is ignored with Parent.Addresses: the parent pushes the configuration down")
+		if repo.Path != "" {
+			c.log.Warn("Repository.Path is ignored with Parent.Addresses: the parent pushes the configuration down")
 		}
 		c.log.Info("intermediate server", "parent", c.parent)
-	case doc.Path != "":
+	case repo.Path != "":
 		// The file or etcd key: installed now, and on every change (a bad
 		// one is logged and counted; the last good one stays).
-		key, inEtcd := strings.CutPrefix(doc.Path, "etcd:")
-		where := []any{"path", doc.Path}
+		key, inEtcd := strings.CutPrefix(repo.Path, "etcd:")
+		where := []any{"path", repo.Path}
 		if inEtcd {
 			where = []any{"etcd_key", key}
 		}
@@ -122,13 +123,13 @@ func (c *configSources) load(ctx context.Context, etcd *clientv3.Client, to conf
 			c.watchers = append(c.watchers, w.Run)
 			c.syncConfig = w.Sync
 		} else {
-			w, err := resources.NewWatcher(doc.Path, onLoad, onError)
+			w, err := resources.NewWatcher(repo.Path, onLoad, onError)
 			if err != nil {
-				return fmt.Errorf("loading %s: %w", doc.Path, err)
+				return fmt.Errorf("loading %s: %w", repo.Path, err)
 			}
 			current = w.Current()
 			c.watchers = append(c.watchers, w.Run)
-			c.files = append(c.files, fileWatcher{doc.Path, w})
+			c.files = append(c.files, fileWatcher{repo.Path, w})
 			c.syncConfig = func(context.Context) error { return w.Reload() }
 		}
 		if err := c.checkLimitsOnce(current); err != nil {
@@ -138,17 +139,17 @@ func (c *configSources) load(ctx context.Context, etcd *clientv3.Client, to conf
 			return err
 		}
 		c.apply(current)
-	case doc.Fixed != nil:
-		if err := c.checkLimitsOnce(doc.Fixed); err != nil {
+	case repo.Fixed != nil:
+		if err := c.checkLimitsOnce(repo.Fixed); err != nil {
 			return err
 		}
-		if err := c.checkXDSOnce(doc.Fixed); err != nil {
+		if err := c.checkXDSOnce(repo.Fixed); err != nil {
 			return err
 		}
-	case doc.QuotaServicePath == "" && doc.EnvoyRateLimitPath == "" && c.xds == nil:
-		c.log.Warn("no resource document (Document.Path): every resource is granted what it asks (NO_ALGORITHM)")
+	case repo.QuotaServicePath == "" && repo.EnvoyRateLimitPath == "" && c.xds == nil:
+		c.log.Warn("no resource repository (Repository.Path): every resource is granted what it asks (NO_ALGORITHM)")
 	}
-	if path := doc.QuotaServicePath; path != "" {
+	if path := repo.QuotaServicePath; path != "" {
 		w, err := resources.NewWatcherFunc(path, resources.LoadQuotaService, func(r *resources.Repository) {
 			err := c.to.limits.SetConfig(r.Limits())
 			c.reloaded(err)
@@ -167,7 +168,7 @@ func (c *configSources) load(ctx context.Context, etcd *clientv3.Client, to conf
 		c.files = append(c.files, fileWatcher{path, w})
 		c.syncQuota = func(context.Context) error { return w.Reload() }
 	}
-	if path := doc.EnvoyRateLimitPath; path != "" {
+	if path := repo.EnvoyRateLimitPath; path != "" {
 		w, err := filewatch.New(path, limitsyaml.LoadEnvoyRateLimit, func(r *rls.Config) {
 			c.to.envoy.SetConfig(r)
 			c.envoyLoaded(nil)
@@ -188,28 +189,28 @@ func (c *configSources) load(ctx context.Context, etcd *clientv3.Client, to conf
 	return nil
 }
 
-// openXDS checks Document.EnvoyRateLimitXDS and, when it names a control
+// openXDS checks Repository.EnvoyRateLimitXDS and, when it names a control
 // plane, makes the source that follows it (its Run a watcher, so that Run
 // starts it): each version's rules go to Envoy's rate limit service
 // whole, each version refused is logged (by the source) and counted in
 // sluice_server_config_reloads_total; the source's metrics
 // (sluice_envoy_xds_*) join the registry. Errors (*FieldError): fields
 // set without ServerURL, the control plane with
-// Document.EnvoyRateLimitPath, ServerName without TLS, TLS files that
+// Repository.EnvoyRateLimitPath, ServerName without TLS, TLS files that
 // cannot be loaded, and the source's own refusals (RetryInterval,
 // Headers).
 func (c *configSources) openXDS() error {
-	const field = "Document.EnvoyRateLimitXDS"
-	x := c.doc.EnvoyRateLimitXDS
+	const field = "Repository.EnvoyRateLimitXDS"
+	x := c.repo.EnvoyRateLimitXDS
 	switch {
 	case !x.enabled() && (x.NodeID != "" || len(x.NodeMetadata) > 0 || !x.TLS.IsZero() || x.ServerName != "" ||
 		len(x.Headers) > 0 || x.RetryInterval != 0 || x.MergeDomains || x.ForceStart):
 		return fieldErr(field+".ServerURL", "empty, but other %s fields are set; give the control plane's host:port", field)
 	case !x.enabled():
 		return nil
-	case c.doc.EnvoyRateLimitPath != "":
-		return fieldErr(field, "envoy rate limit rules configured twice: by %s (%s) and by Document.EnvoyRateLimitPath %s; keep one",
-			field, x.ServerURL, c.doc.EnvoyRateLimitPath)
+	case c.repo.EnvoyRateLimitPath != "":
+		return fieldErr(field, "envoy rate limit rules configured twice: by %s (%s) and by Repository.EnvoyRateLimitPath %s; keep one",
+			field, x.ServerURL, c.repo.EnvoyRateLimitPath)
 	case x.ServerName != "" && x.TLS.IsZero():
 		return fieldErr(field+".ServerName", "set without %s.TLS: the name is checked on TLS connections only", field)
 	}
@@ -250,12 +251,12 @@ func (c *configSources) openXDS() error {
 // plane have been applied once, or need not be (no control plane, or its
 // ForceStart); why says what is missing.
 func (c *configSources) xdsReady() (ready bool, why string) {
-	x := c.doc.EnvoyRateLimitXDS
+	x := c.repo.EnvoyRateLimitXDS
 	if c.xds == nil || c.xds.Ready() || x.ForceStart {
 		return true, ""
 	}
 	why = "no Envoy rate limit rules yet from the xDS control plane at " + x.ServerURL +
-		" (Document.EnvoyRateLimitXDS; Document.EnvoyRateLimitXDS.ForceStart serves before them)"
+		" (Repository.EnvoyRateLimitXDS; Repository.EnvoyRateLimitXDS.ForceStart serves before them)"
 	if err := c.xds.Err(); err != nil {
 		why += ": " + err.Error()
 	}
@@ -263,25 +264,25 @@ func (c *configSources) xdsReady() (ready bool, why string) {
 }
 
 // checkXDSOnce refuses Envoy's rules from both the xDS control plane and
-// the document's envoy_ratelimit section.
+// the repository's envoy_ratelimit section.
 func (c *configSources) checkXDSOnce(r *resources.Repository) error {
-	doc := c.doc
+	repo := c.repo
 	if c.xds == nil || r.EnvoyRateLimit() == nil {
 		return nil
 	}
-	where := "Document.Fixed"
-	if doc.Path != "" {
-		where = "Document.Path " + doc.Path
+	where := "Repository.Fixed"
+	if repo.Path != "" {
+		where = "Repository.Path " + repo.Path
 	}
-	return fieldErr("Document.EnvoyRateLimitXDS", "envoy rate limit rules configured twice: in the envoy_ratelimit section of %s and by Document.EnvoyRateLimitXDS (%s); keep one",
-		where, doc.EnvoyRateLimitXDS.ServerURL)
+	return fieldErr("Repository.EnvoyRateLimitXDS", "envoy rate limit rules configured twice: in the envoy_ratelimit section of %s and by Repository.EnvoyRateLimitXDS (%s); keep one",
+		where, repo.EnvoyRateLimitXDS.ServerURL)
 }
 
 // apply installs a repository: its templates, and its limits section
-// unless Document.QuotaServicePath gives the limits.
+// unless Repository.QuotaServicePath gives the limits.
 func (c *configSources) apply(r *resources.Repository) {
 	c.to.capacity.SetConfig(r)
-	if c.doc.QuotaServicePath == "" {
+	if c.repo.QuotaServicePath == "" {
 		if err := c.to.limits.SetConfig(r.Limits()); err != nil {
 			c.log.Error("limits section refused", "err", err)
 		}
@@ -289,7 +290,7 @@ func (c *configSources) apply(r *resources.Repository) {
 	if err := c.to.sessions.SetConfig(r.Copies()); err != nil {
 		c.log.Error("copy-limited resources refused", "err", err)
 	}
-	if c.doc.EnvoyRateLimitPath == "" && c.xds == nil {
+	if c.repo.EnvoyRateLimitPath == "" && c.xds == nil {
 		c.to.envoy.SetConfig(r.EnvoyRateLimit())
 	}
 	for _, note := range r.Notes() {
@@ -299,16 +300,16 @@ func (c *configSources) apply(r *resources.Repository) {
 
 // checkLimitsOnce refuses limits, or Envoy's rules, from two sources.
 func (c *configSources) checkLimitsOnce(r *resources.Repository) error {
-	doc := c.doc
-	where := "Document.Fixed"
-	if doc.Path != "" {
-		where = "Document.Path " + doc.Path
+	repo := c.repo
+	where := "Repository.Fixed"
+	if repo.Path != "" {
+		where = "Repository.Path " + repo.Path
 	}
-	if doc.QuotaServicePath != "" && r.Limits() != nil {
-		return fieldErr("Document.QuotaServicePath", "limits configured twice: in the limits section of %s and by Document.QuotaServicePath %s; keep one", where, doc.QuotaServicePath)
+	if repo.QuotaServicePath != "" && r.Limits() != nil {
+		return fieldErr("Repository.QuotaServicePath", "limits configured twice: in the limits section of %s and by Repository.QuotaServicePath %s; keep one", where, repo.QuotaServicePath)
 	}
-	if doc.EnvoyRateLimitPath != "" && r.EnvoyRateLimit() != nil {
-		return fieldErr("Document.EnvoyRateLimitPath", "envoy rate limit rules configured twice: in the envoy_ratelimit section of %s and by Document.EnvoyRateLimitPath %s; keep one", where, doc.EnvoyRateLimitPath)
+	if repo.EnvoyRateLimitPath != "" && r.EnvoyRateLimit() != nil {
+		return fieldErr("Repository.EnvoyRateLimitPath", "envoy rate limit rules configured twice: in the envoy_ratelimit section of %s and by Repository.EnvoyRateLimitPath %s; keep one", where, repo.EnvoyRateLimitPath)
 	}
 	return nil
 }

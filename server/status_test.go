@@ -37,7 +37,7 @@ func get(t *testing.T, h http.Handler, url string, header ...string) (int, strin
 // tests call its services and handler).
 func newDoormanServer(t *testing.T) *Server {
 	t.Helper()
-	return assemble(t, Config{ID: "test", Listen: Listen{Advertise: "127.0.0.1:1"}, Document: Document{Fixed: doormanRepo(t)}})
+	return assemble(t, Config{ID: "test", Listen: Listen{Advertise: "127.0.0.1:1"}, Repository: Repository{Fixed: doormanRepo(t)}})
 }
 
 // getCap asks s's capacity service for wants of resource for client.
@@ -156,7 +156,7 @@ resources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := assemble(t, Config{Listen: Listen{Advertise: "127.0.0.1:1"}, Document: Document{Fixed: repo}})
+	s := assemble(t, Config{Listen: Listen{Advertise: "127.0.0.1:1"}, Repository: Repository{Fixed: repo}})
 	if got := getCap(t, s, "a", "open", 5).GetResponse()[0].GetSafeCapacity(); got != -1 {
 		t.Fatalf("safe capacity on the wire %v, want -1", got)
 	}
@@ -170,7 +170,7 @@ resources:
 // TestStatusEnvoyRules: the status page lists Envoy's rate limit rules in
 // force, in JSON and in HTML.
 func TestStatusEnvoyRules(t *testing.T) {
-	s, _ := startServer(t, Config{Document: Document{EnvoyRateLimitPath: "../limits/limitsyaml/testdata/envoy", Fixed: doormanRepo(t)}})
+	s, _ := startServer(t, Config{Repository: Repository{EnvoyRateLimitPath: "../limits/limitsyaml/testdata/envoy", Fixed: doormanRepo(t)}})
 	h := s.Handler()
 	code, body, _ := get(t, h, "/debug/status?format=json")
 	var st struct {
@@ -205,7 +205,7 @@ func TestStatusBucketsEnvoyCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := testutil.NewClock(time.Unix(1_700_000_000, 0))
-	s := assemble(t, Config{ID: "envoy", Runtime: Runtime{Now: clock.Now}, Document: Document{Fixed: resources.Compose(nil, nil, nil, rules)}})
+	s := assemble(t, Config{ID: "envoy", Runtime: Runtime{Now: clock.Now}, Repository: Repository{Fixed: resources.Compose(nil, nil, nil, rules)}})
 	for _, ip := range []string{"10.0.0.1", "10.0.0.1", "10.0.0.1", "192.168.0.1"} {
 		req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "ip", Value: ip}}}}}
 		if _, err := s.Envoy().ShouldRateLimit(context.Background(), req); err != nil {

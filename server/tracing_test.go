@@ -67,7 +67,7 @@ func TestTracing(t *testing.T) {
 	}
 	tracing := Tracing{Exporter: "otlp", Endpoint: recv.Endpoint, Protocol: "grpc"}
 	start := func(id string) (*Server, func() error, v1.LimitsClient) {
-		s, stop := startServer(t, Config{ID: id, Runtime: Runtime{Tracing: tracing}, Document: Document{Fixed: doc},
+		s, stop := startServer(t, Config{ID: id, Runtime: Runtime{Tracing: tracing}, Repository: Repository{Fixed: doc},
 			Etcd: Etcd{Endpoints: []string{etcd.Endpoint}}, Store: Store{Redis: "redis://" + rsrv.Addr + "/0"},
 			Sessions: Sessions{Fleet: Fleet{Prefix: "/" + t.Name()}}})
 		lc := v1.NewLimitsClient(testutil.Dial(t, s.Addr()))
@@ -279,7 +279,7 @@ func TestTracingProvider(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, stop := startServer(t, Config{Runtime: Runtime{Tracing: Tracing{Provider: tp}}, Document: Document{Fixed: doc}})
+	s, stop := startServer(t, Config{Runtime: Runtime{Tracing: Tracing{Provider: tp}}, Repository: Repository{Fixed: doc}})
 	caller := otlptest.NewCaller(1)
 	req, _ := http.NewRequest("POST", "http://"+s.Addr()+"/sluice.v1.Limits/Allow", strings.NewReader(`{"resource":"nope"}`))
 	req.Header.Set("Content-Type", "application/json")

@@ -38,7 +38,7 @@ func xdsEdge(n uint32, bad bool) *rlsconfv3.RateLimitConfig {
 // and limits nothing, before the first version; then ShouldRateLimit
 // decides by the rules served; a bad version is refused (NACK, counted)
 // and the rules in force stay; a new version is served; and a reload of
-// the resource document leaves the rules from xDS alone.
+// the resource repository leaves the rules from xDS alone.
 func TestEnvoyRulesOverXds(t *testing.T) {
 	certs := testutil.MakeCerts(t)
 	cp := xdstest.StartMTLS(t, certs.ServerCert, certs.ServerKey, certs.CA)
@@ -46,7 +46,7 @@ func TestEnvoyRulesOverXds(t *testing.T) {
 	if err := os.WriteFile(doc, []byte("resources: []\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := startServer(t, Config{Document: Document{Path: doc, EnvoyRateLimitXDS: EnvoyRateLimitXDS{
+	s, _ := startServer(t, Config{Repository: Repository{Path: doc, EnvoyRateLimitXDS: EnvoyRateLimitXDS{
 		ServerURL: cp.Addr(), NodeID: xdsTestNode, NodeMetadata: map[string]string{"cluster": "test"},
 		TLS: TLS{CAFile: certs.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey}, ServerName: "localhost",
 		RetryInterval: 100 * time.Millisecond}}})
@@ -123,7 +123,7 @@ func TestEnvoyRulesOverXdsForceStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ := startServer(t, Config{Document: Document{EnvoyRateLimitXDS: EnvoyRateLimitXDS{
+	s, _ := startServer(t, Config{Repository: Repository{EnvoyRateLimitXDS: EnvoyRateLimitXDS{
 		ServerURL: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), RetryInterval: 100 * time.Millisecond, ForceStart: true}}})
 	testutil.Eventually(t, 10*time.Second, "ready", func() bool { ok, _ := s.Ready(); return ok })
 	c := rlsv3.NewRateLimitServiceClient(testutil.Dial(t, s.Addr()))
@@ -146,25 +146,25 @@ func TestEnvoyRulesOverXdsRefused(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		doc  Document
+		repo Repository
 		want string
 	}{
-		{"with the files", Document{EnvoyRateLimitPath: "../limits/limitsyaml/testdata/envoy", EnvoyRateLimitXDS: x},
-			"Document.EnvoyRateLimitXDS: envoy rate limit rules configured twice: by Document.EnvoyRateLimitXDS (127.0.0.1:1) and by Document.EnvoyRateLimitPath"},
-		{"with a section", Document{Fixed: resources.Compose(nil, nil, nil, section), EnvoyRateLimitXDS: x},
-			"Document.EnvoyRateLimitXDS: envoy rate limit rules configured twice: in the envoy_ratelimit section of Document.Fixed"},
-		{"no server", Document{EnvoyRateLimitXDS: EnvoyRateLimitXDS{NodeID: "n"}}, "Document.EnvoyRateLimitXDS.ServerURL: empty"},
-		{"server name without TLS", Document{EnvoyRateLimitXDS: EnvoyRateLimitXDS{ServerURL: "127.0.0.1:1", ServerName: "cp"}},
-			"Document.EnvoyRateLimitXDS.ServerName: set without Document.EnvoyRateLimitXDS.TLS"},
-		{"a missing file", Document{EnvoyRateLimitXDS: EnvoyRateLimitXDS{ServerURL: "127.0.0.1:1", TLS: TLS{CAFile: certs.CA + ".missing"}}},
-			"Document.EnvoyRateLimitXDS.TLS: "},
-		{"negative retry", Document{EnvoyRateLimitXDS: EnvoyRateLimitXDS{ServerURL: "127.0.0.1:1", RetryInterval: -time.Second}},
-			"Document.EnvoyRateLimitXDS.RetryInterval: "},
-		{"reserved header", Document{EnvoyRateLimitXDS: EnvoyRateLimitXDS{ServerURL: "127.0.0.1:1", Headers: map[string]string{"grpc-status": "0"}}},
-			"Document.EnvoyRateLimitXDS.Headers: "},
+		{"with the files", Repository{EnvoyRateLimitPath: "../limits/limitsyaml/testdata/envoy", EnvoyRateLimitXDS: x},
+			"Repository.EnvoyRateLimitXDS: envoy rate limit rules configured twice: by Repository.EnvoyRateLimitXDS (127.0.0.1:1) and by Repository.EnvoyRateLimitPath"},
+		{"with a section", Repository{Fixed: resources.Compose(nil, nil, nil, section), EnvoyRateLimitXDS: x},
+			"Repository.EnvoyRateLimitXDS: envoy rate limit rules configured twice: in the envoy_ratelimit section of Repository.Fixed"},
+		{"no server", Repository{EnvoyRateLimitXDS: EnvoyRateLimitXDS{NodeID: "n"}}, "Repository.EnvoyRateLimitXDS.ServerURL: empty"},
+		{"server name without TLS", Repository{EnvoyRateLimitXDS: EnvoyRateLimitXDS{ServerURL: "127.0.0.1:1", ServerName: "cp"}},
+			"Repository.EnvoyRateLimitXDS.ServerName: set without Repository.EnvoyRateLimitXDS.TLS"},
+		{"a missing file", Repository{EnvoyRateLimitXDS: EnvoyRateLimitXDS{ServerURL: "127.0.0.1:1", TLS: TLS{CAFile: certs.CA + ".missing"}}},
+			"Repository.EnvoyRateLimitXDS.TLS: "},
+		{"negative retry", Repository{EnvoyRateLimitXDS: EnvoyRateLimitXDS{ServerURL: "127.0.0.1:1", RetryInterval: -time.Second}},
+			"Repository.EnvoyRateLimitXDS.RetryInterval: "},
+		{"reserved header", Repository{EnvoyRateLimitXDS: EnvoyRateLimitXDS{ServerURL: "127.0.0.1:1", Headers: map[string]string{"grpc-status": "0"}}},
+			"Repository.EnvoyRateLimitXDS.Headers: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := New(t.Context(), Config{Document: tc.doc, Listen: Listen{Address: "127.0.0.1:0"}})
+			s, err := New(t.Context(), Config{Repository: tc.repo, Listen: Listen{Address: "127.0.0.1:0"}})
 			if err == nil {
 				s.close()
 				t.Fatal("accepted")

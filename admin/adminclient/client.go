@@ -101,8 +101,9 @@ func (c *Client) List(ctx context.Context, o admin.Object) (admin.Listing, error
 
 // Create creates o with value: YAML or JSON text ([]byte or string), a
 // *yaml.Node, or anything encoding/json encodes (map[string]any,
-// BucketView, …). The fields are written in the order the body gives
-// them: a map's are sorted by encoding/json, a struct's and text's kept.
+// admin/effective's Bucket, …). The fields are written in the order the
+// body gives them: a map's are sorted by encoding/json, a struct's and
+// text's kept.
 func (c *Client) Create(ctx context.Context, o admin.Object, value any, w WriteOptions) (admin.Result, error) {
 	return c.write(ctx, http.MethodPost, o, value, w)
 }

@@ -34,11 +34,11 @@ func (a *Auth) DisabledMessage() string {
 	return "the admin write path is disabled: start the server with " + strings.Join(fields[:last], ", ") + " or " + fields[last]
 }
 
-// NothingToEdit is the answer (404) of a server with no configuration to
-// edit: it has no Document.Path, or it has Parent.Addresses (each field as
-// AuthOptions.Setting names it).
+// NothingToEdit is the answer (404) of a server with no resource
+// repository to edit: it has no Repository.Path, or it has
+// Parent.Addresses (each field as AuthOptions.Setting names it).
 func (a *Auth) NothingToEdit() string {
-	return "no configuration to edit: the server runs without " + a.setting("Document.Path") +
+	return "no configuration to edit: the server runs without " + a.setting("Repository.Path") +
 		" (or with " + a.setting("Parent.Addresses") + ", whose configuration comes from the parent)"
 }
 

@@ -48,7 +48,7 @@ func startResetServer(t *testing.T, a server.Admin) (*server.Server, string, *ad
 	}
 	lines := &admintest.AuditLog{}
 	s, err := server.New(context.Background(), server.Config{ID: "reset-test", Listen: server.Listen{Address: "127.0.0.1:0"},
-		Document: server.Document{Path: path}, Admin: a, Runtime: server.Runtime{Logger: slog.New(slog.NewJSONHandler(lines, nil))}})
+		Repository: server.Repository{Path: path}, Admin: a, Runtime: server.Runtime{Logger: slog.New(slog.NewJSONHandler(lines, nil))}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,10 @@
-// Package etcdstore keeps Sluice's configuration document in an etcd key
+// Package etcdstore keeps Sluice's resource repository in an etcd key
 // (`sluice server --config etcd:/KEY`): its reader and its writer. The
 // servers load the key's value (the same YAML as a file, parsed by
 // resources.Parse) and follow its changes with an etcd watch (Watcher); the
 // admin API writes it (Store, an admin.Store), so that every server
-// watching it applies a change. It is apart from packages config and
-// admin so that what reads configurations, or uses the admin API over
+// watching it applies a change. It is apart from packages resources and
+// admin so that what reads repositories, or uses the admin API over
 // HTTP (admin/adminclient), does not link the etcd client.
 //
 // # Layout

@@ -35,7 +35,7 @@ func client(t *testing.T, e *etcdtest.Etcd) *clientv3.Client {
 
 func bucket(t *testing.T, size int) admin.Change {
 	t.Helper()
-	n, err := admin.DecodeJSON(fmt.Appendf(nil, `{"size": %d, "fill_rate": 1}`, size))
+	n, err := admin.DecodeBody(fmt.Appendf(nil, `{"size": %d, "fill_rate": 1}`, size), "application/json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestStoreNewKey(t *testing.T) {
 	if cur, err := s.Config(ctx); err != nil || cur.Version != 0 {
 		t.Fatalf("Config: %+v %v", cur, err)
 	}
-	n, _ := admin.DecodeJSON([]byte(`{"size": 1, "fill_rate": 1}`))
+	n, _ := admin.DecodeBody([]byte(`{"size": 1, "fill_rate": 1}`), "application/json")
 	res, err := s.Apply(ctx, admin.Change{Op: admin.OpCreate, Object: admin.GlobalDefault(), Value: n})
 	if err != nil || res.Version != 1 {
 		t.Fatalf("create: %+v %v", res, err)

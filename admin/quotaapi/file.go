@@ -8,6 +8,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/admin"
+	"github.com/sluice-rl/sluice/admin/filestore"
 	"github.com/sluice-rl/sluice/admin/internal/yamlnode"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/limits/limitsyaml"
@@ -24,21 +25,21 @@ import (
 // written back to the file in Square's format (limitsyaml.
 // MarshalQuotaService: comments kept with what they annotate, fields at the
 // quota service's defaults left out, version, user and date set to the
-// change's), atomically, with its history in FILE.history/ as admin.FileStore
-// keeps it (the entries are the file's content, byte for byte). Use
+// change's), atomically, with its history in FILE.history/ as
+// filestore.Store keeps it (the entries are the file's content, byte for byte). Use
 // Check as the admin.Service's Check, so that a change the format
 // cannot say is refused before it is stored. Safe for concurrent use; one
-// process writes the file (as admin.FileStore).
+// process writes the file (as filestore.Store).
 //
 // Source: quotaservice-wire.md, "Admin REST API" and "Configuration".
 type File struct {
-	file *admin.FileStore
+	file *filestore.Store
 }
 
 // OpenFile returns the store of the quota service file path
-// (admin.OpenFile's rules: a regular file, history in path.history/).
-func OpenFile(path string, o admin.FileOptions) (*File, error) {
-	fs, err := admin.OpenFile(path, o)
+// (filestore.Open's rules: a regular file, history in path.history/).
+func OpenFile(path string, o filestore.Options) (*File, error) {
+	fs, err := filestore.Open(path, o)
 	if err != nil {
 		return nil, err
 	}
@@ -60,8 +61,8 @@ func (s *File) Read(ctx context.Context) (admin.Snapshot, error) {
 }
 
 // Write converts doc, Sluice's document, to the quota service's format
-// and stores it as the next version (admin.FileStore.Write). Errors: as
-// admin.FileStore.Write, and an *admin.InvalidError for a document the format cannot
+// and stores it as the next version (filestore.Store.Write). Errors: as
+// filestore.Store.Write, and an *admin.InvalidError for a document the format cannot
 // say (Check refuses it earlier).
 func (s *File) Write(ctx context.Context, expected int64, doc []byte, a admin.Audit) (admin.Audit, error) {
 	r, err := resources.Parse(doc)
@@ -84,7 +85,7 @@ func (s *File) Write(ctx context.Context, expected int64, doc []byte, a admin.Au
 	return s.file.Write(ctx, expected, out, a)
 }
 
-// History returns the file's kept versions (admin.FileStore.History).
+// History returns the file's kept versions (filestore.Store.History).
 func (s *File) History(ctx context.Context) ([]admin.Audit, error) {
 	return s.file.History(ctx)
 }

@@ -253,7 +253,7 @@ func (s engineStats) Scores(ctx context.Context, ns, bucket string) (BucketScore
 // service.
 //
 // Bodies are JSON objects whose keys are the proto field names, decoded
-// strictly (admin.DecodeJSON, then limitsyaml.ParseQuotaService's reading and
+// strictly (admin.DecodeBody as JSON, then limitsyaml.ParseQuotaService's reading and
 // defaults: an unknown field, a wrong type, a duplicate key is refused,
 // naming the field); an empty body is {} (every default), but POST /api
 // refuses one. A body's name (and a bucket's namespace), when given, must
@@ -924,7 +924,7 @@ func qsServiceConfig(lc *limits.Config) ServiceConfig {
 	return sc
 }
 
-// The decoding of request bodies: strict JSON (DecodeJSON) placed where
+// The decoding of request bodies: strict JSON (admin.DecodeBody) placed where
 // it belongs in a quota service ServiceConfig and read by
 // limitsyaml.ParseQuotaService, the one reading of the quota service's
 // format (its fields, types and defaults), so that errors name the field
@@ -936,7 +936,7 @@ func qsBody(body []byte) (*yaml.Node, error) {
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return yamlnode.NewMapping(), nil
 	}
-	n, err := admin.DecodeJSON(body)
+	n, err := admin.DecodeBody(body, "application/json")
 	if err != nil {
 		return nil, admin.Invalid(err)
 	}

@@ -98,7 +98,8 @@ func newAdminCmd() *cobra.Command {
 		Use:   "admin",
 		Short: "Read and change a server's configuration at runtime (the admin API)",
 		Long: `admin reads and changes the configuration of a running server through its admin
-API (/admin/v1 on the server's port): the whole document, or one object of it:
+API (/admin/v1 on the server's port): its resource repository (--config) whole,
+or one object of it:
 
   config                                   the whole document
   templates/GLOB                           a Doorman resource template (templates/db/*)
@@ -257,8 +258,8 @@ func yamlOf(v any) string {
 func adminGetCmd(f *adminCLIFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "get [OBJECT]",
-		Short: "Print the configuration document, one object (as written), or a list",
-		Long: `get prints the whole configuration document (no OBJECT, or config), one object as
+		Short: "Print the resource repository, one object (as written), or a list",
+		Long: `get prints the whole resource repository (no OBJECT, or config), one object as
 written in it (comments included), or the objects of a list (templates,
 limits/resources, limits/resources/NAME/domains, limits/namespaces), one path a
 line. The version read goes to standard error. --json prints the API's answer

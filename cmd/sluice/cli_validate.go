@@ -16,7 +16,7 @@ import (
 )
 
 func newConfigCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "config", Short: "Work with resource configuration files"}
+	cmd := &cobra.Command{Use: "config", Short: "Work with resource repository files"}
 	var quota, envoy bool
 	validate := &cobra.Command{
 		Use:   "validate FILE...",

@@ -69,11 +69,11 @@ func newDemoQuotaCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "quota",
-		Short: "Run server-side limits on loopback: services calling a target through the naive and the smart quota client, users logging in through per-user buckets",
+		Short: "Run server-side limits on loopback: services calling a target through the naive and the smart limits client, users logging in through per-user buckets",
 		Long: `demo quota starts, on 127.0.0.1, a Sluice server with embedded limits
 (demo/quota.yaml), a real HTTP target, and:
 
-  - a service calling the target 150 times a second through the naive quota
+  - a service calling the target 150 times a second through the naive limits
     client (one Allow before each call) against a bucket of 100 a second;
   - a service calling it 300 times a second through the smart client (a local
     bucket topped up by batched requests: no network wait per call) against a
@@ -131,7 +131,7 @@ func newDemoTiersCmd() *cobra.Command {
 		Short: "Run Charon's burst tiers and counting semaphores on loopback: tenants bursting, cooling down, held in a prison tier, holding sandboxes",
 		Long: `demo tiers starts, on 127.0.0.1, a Sluice server with Charon's resources
 embedded (demo/tiers.yaml), a real HTTP target, and tenants calling it through
-the Go client (client/quota), each call asking for a hit first:
+the Go client (client/limits), each call asking for a hit first:
 
   - alice, well-behaved: 15 calls a second, within tier 1 (20 a second);
   - bob, 10 a second with bursts of 60 for 5 s every 10 s: he bursts into

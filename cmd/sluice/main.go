@@ -6,7 +6,7 @@
 //	sluice demo [--duration D] [--clients N] [--json]
 //	    the main job end to end on loopback, on an embedded configuration
 //	sluice demo quota|tiers [--duration D] [--json]
-//	    server-side limits (naive and smart quota clients), Charon's burst tiers and semaphores
+//	    server-side limits (naive and smart limits clients), Charon's burst tiers and semaphores
 //	sluice simulate [--scenario NAME|all|FILE] [--seed N] [--out DIR] [--json]
 //	    the tree on virtual time, the design's scenarios
 //	sluice envoy-ratelimit

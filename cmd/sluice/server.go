@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/internal/demand"
+	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/limits"
 	redisstore "github.com/sluice-rl/sluice/limits/redis"
 	"github.com/sluice-rl/sluice/limits/rls"
@@ -33,6 +34,10 @@ func newServerCmd() *cobra.Command {
 		Short: "Run a server: leases, limits, Charon's sessions, Envoy's rate limit service and RLQS",
 		Long: `server runs a Sluice server: every API below on one port, over gRPC, gRPC-Web
 and JSON over HTTP (POST /<service>/<Method>); each has its group of flags.
+
+The resource repository (--config: a YAML file, or an etcd key) configures the
+resources of every API below: Doorman's templates, the limits, Charon's
+copy-limited resources and Envoy's rules; it is reloaded when it changes.
 
 Leases: Doorman's capacity service doorman.Capacity leases the resources that
 --config's templates describe, and sluice.v1.Leases/Watch pushes leases to their
@@ -72,7 +77,7 @@ resources each identity may use, for every RPC of every API (docs/identity.md).
 Tracing: --otel-traces-exporter otlp sends a span of every RPC, with its calls to
 Redis and etcd, to an OpenTelemetry collector (docs/tracing.md).
 
-The admin API at /admin/v1/ (JSON) reads and changes the configuration of
+The admin API at /admin/v1/ (JSON) reads and changes the resource repository of
 --config object by object (templates, limits resources, buckets, namespaces),
 each change validated by the loader, versioned (If-Match; a stale change gets
 409), kept in a history (--admin-history) and audited. It writes the file
@@ -133,11 +138,11 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 		f.StringVar(&c.Listen.Identity.PolicyPath, "client-policy", "", "identity policy file (YAML): the resources each identity may use")
 		f.DurationVar(&c.Listen.Grace, "grace", 10*time.Second, "how long SIGTERM waits for in-flight RPCs")
 	})
-	in(f, groupConfig, func() {
-		f.StringVar(&c.Document.Path, "config", "", "resource configuration: a YAML file or etcd:/KEY; empty: none")
-		f.StringVar(&c.Document.QuotaServicePath, "quotaservice-config", "", "limits in Square's quota service format (a YAML file)")
-		f.StringVar(&c.Document.EnvoyRateLimitPath, "envoy-ratelimit-config", "", "envoyproxy/ratelimit's rules: a YAML file or a directory")
-		x := &c.Document.EnvoyRateLimitXDS
+	in(f, groupRepository, func() {
+		f.StringVar(&c.Repository.Path, "config", "", "the resource repository: a YAML file or etcd:/KEY; empty: none")
+		f.StringVar(&c.Repository.QuotaServicePath, "quotaservice-config", "", "limits in Square's quota service format (a YAML file)")
+		f.StringVar(&c.Repository.EnvoyRateLimitPath, "envoy-ratelimit-config", "", "envoyproxy/ratelimit's rules: a YAML file or a directory")
+		x := &c.Repository.EnvoyRateLimitXDS
 		f.StringVar(&x.ServerURL, "envoy-ratelimit-xds", "", "... or from this xDS control plane (host:port; RateLimitConfig resources)")
 		f.StringVar(&x.NodeID, "envoy-ratelimit-xds-node-id", "", "the node id asked of it (default: default)")
 		f.StringToStringVar(&x.NodeMetadata, "envoy-ratelimit-xds-node-metadata", nil, "the node's metadata (key=value,...)")
@@ -233,6 +238,10 @@ func (sf *serverFlags) config(log *slog.Logger) (server.Config, error) {
 	cfg := sf.cfg
 	cfg.Runtime.Logger = log
 	cfg.Runtime.Setting = func(path string) string { return flagOf[path] }
+	if now, file := hooks.SkewedClock(); now != nil { // the fault harness's clock-skew faults
+		cfg.Runtime.Now = now
+		log.Warn("this server's clock is skewed by a test hook", "env", hooks.ClockSkewEnv, "file", file)
+	}
 	cfg.Leases.DisablePush = !sf.leasePush
 	var err error
 	if cfg.Envoy.Algorithm, err = rls.ParseAlgorithm(sf.envoyAlgorithm); err != nil {
@@ -249,13 +258,13 @@ func (sf *serverFlags) config(log *slog.Logger) (server.Config, error) {
 // speaks of its flags for the server's messages.
 var flagOf = map[string]string{
 	"Listen.TLS": "--tls-cert, --tls-key, --tls-client-ca", "Listen.Grace": "--grace",
-	"Document.Path": "--config", "Document.QuotaServicePath": "--quotaservice-config",
-	"Document.EnvoyRateLimitPath": "--envoy-ratelimit-config", "Document.Fixed": "--config",
-	"Document.EnvoyRateLimitXDS.ServerURL": "--envoy-ratelimit-xds", "Document.EnvoyRateLimitXDS": "--envoy-ratelimit-xds",
-	"Document.EnvoyRateLimitXDS.TLS":           "--envoy-ratelimit-xds-tls-ca, --envoy-ratelimit-xds-tls-cert, --envoy-ratelimit-xds-tls-key",
-	"Document.EnvoyRateLimitXDS.ServerName":    "--envoy-ratelimit-xds-server-name",
-	"Document.EnvoyRateLimitXDS.Headers":       "--envoy-ratelimit-xds-header",
-	"Document.EnvoyRateLimitXDS.RetryInterval": "--envoy-ratelimit-xds-retry", "Document.EnvoyRateLimitXDS.ForceStart": "--envoy-ratelimit-xds-force-start",
+	"Repository.Path": "--config", "Repository.QuotaServicePath": "--quotaservice-config",
+	"Repository.EnvoyRateLimitPath": "--envoy-ratelimit-config", "Repository.Fixed": "--config",
+	"Repository.EnvoyRateLimitXDS.ServerURL": "--envoy-ratelimit-xds", "Repository.EnvoyRateLimitXDS": "--envoy-ratelimit-xds",
+	"Repository.EnvoyRateLimitXDS.TLS":           "--envoy-ratelimit-xds-tls-ca, --envoy-ratelimit-xds-tls-cert, --envoy-ratelimit-xds-tls-key",
+	"Repository.EnvoyRateLimitXDS.ServerName":    "--envoy-ratelimit-xds-server-name",
+	"Repository.EnvoyRateLimitXDS.Headers":       "--envoy-ratelimit-xds-header",
+	"Repository.EnvoyRateLimitXDS.RetryInterval": "--envoy-ratelimit-xds-retry", "Repository.EnvoyRateLimitXDS.ForceStart": "--envoy-ratelimit-xds-force-start",
 	"Parent.Addresses": "--parent", "Parent.TLS": "--parent-tls-ca, --parent-tls-cert, --parent-tls-key",
 	"Leases.DisablePush": "--push-leases=false", "Election.Kind": "--election", "Election.Key": "--election-key",
 	"Etcd.Endpoints": "--etcd-endpoints", "Etcd.TLS": "--etcd-tls-ca, --etcd-tls-cert, --etcd-tls-key",

@@ -10,21 +10,21 @@ import (
 // The titles of sluice server's flag groups, in the order --help lists
 // them: the order of the concerns of server.Config.
 const (
-	groupListen   = "Listening and TLS"
-	groupConfig   = "Configuration"
-	groupLeases   = "Leases: the server's id, its parent, pushed leases"
-	groupEtcd     = "etcd and the election"
-	groupStore    = "Shared store (Redis)"
-	groupSessions = "Copy-limited sessions and their fleet"
-	groupEnvoy    = "Envoy's rate limit service"
-	groupRLQS     = "Envoy's Rate Limit Quota Service (RLQS)"
-	groupAdmin    = "Admin API (/admin/v1/)"
-	groupLogs     = "Logs and debugging"
-	groupOther    = "Other flags"
+	groupListen     = "Listening and TLS"
+	groupRepository = "Resource repository: templates, limits, copies, Envoy's rules"
+	groupLeases     = "Leases: the server's id, its parent, pushed leases"
+	groupEtcd       = "etcd and the election"
+	groupStore      = "Shared store (Redis)"
+	groupSessions   = "Copy-limited sessions and their fleet"
+	groupEnvoy      = "Envoy's rate limit service"
+	groupRLQS       = "Envoy's Rate Limit Quota Service (RLQS)"
+	groupAdmin      = "Admin API (/admin/v1/)"
+	groupLogs       = "Logs and debugging"
+	groupOther      = "Other flags"
 )
 
 // flagGroups is every group, in order.
-var flagGroups = []string{groupListen, groupConfig, groupLeases, groupEtcd, groupStore, groupSessions, groupEnvoy, groupRLQS, groupAdmin, groupLogs, groupOther}
+var flagGroups = []string{groupListen, groupRepository, groupLeases, groupEtcd, groupStore, groupSessions, groupEnvoy, groupRLQS, groupAdmin, groupLogs, groupOther}
 
 // helpWidth is the widest line of a flag group's help: longer
 // explanations wrap.

@@ -1,7 +1,7 @@
 // Command godriver is Go's interop driver: it serves the cross-language
 // interop suite's JSON-lines protocol (docs/python.md, "The interop
 // driver"; interop/doc.go) with Sluice's Go client packages — client for
-// leases and their rate limiters, client/quota for Allow and copies — so
+// leases and their rate limiters, client/limits for Allow and copies — so
 // that the suite drives Go clients exactly as it drives every other
 // language's.
 //
@@ -31,7 +31,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/client/quota"
+	"github.com/sluice-rl/sluice/client/limits"
 	"github.com/sluice-rl/sluice/internal/tlsutil"
 )
 
@@ -72,10 +72,10 @@ func codeName(c connect.Code) string { return strings.ToUpper(c.String()) }
 // it leases with their limiters, and the holds it was granted.
 type driver struct {
 	leases   *client.Client
-	quota    *quota.Client
+	limits   *limits.Client
 	res      map[string]*client.Resource
 	limiters map[string]*client.RateLimiter
-	holds    map[int64]*quota.Hold
+	holds    map[int64]*limits.Hold
 	nextHold int64
 }
 
@@ -92,8 +92,8 @@ func main() {
 		os.Exit(2)
 	}
 	lopts := []client.Option{client.WithID(*id), client.WithLogger(log)}
-	qopts := []quota.Option{quota.WithLogger(log), quota.WithCallTimeout(5 * time.Second), quota.WithSessionTTL(5 * time.Second),
-		quota.WithFailOpen(false)} // the suite checks the server's answers, not the clients' degraded grants
+	limOpts := []limits.Option{limits.WithLogger(log), limits.WithCallTimeout(5 * time.Second), limits.WithSessionTTL(5 * time.Second),
+		limits.WithFailOpen(false)} // the suite checks the server's answers, not the clients' degraded grants
 	if *ca != "" {
 		cfg, err := tlsutil.Client(*ca, *cert, *key)
 		if err != nil {
@@ -101,20 +101,20 @@ func main() {
 			os.Exit(2)
 		}
 		lopts = append(lopts, client.WithTLS(cfg))
-		qopts = append(qopts, quota.WithTLS(cfg))
+		limOpts = append(limOpts, limits.WithTLS(cfg))
 	}
 	lc, err := client.New(*server, lopts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "godriver:", err)
 		os.Exit(2)
 	}
-	qc, err := quota.New(*server, qopts...)
+	lim, err := limits.New(*server, limOpts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "godriver:", err)
 		os.Exit(2)
 	}
-	d := &driver{leases: lc, quota: qc, res: map[string]*client.Resource{},
-		limiters: map[string]*client.RateLimiter{}, holds: map[int64]*quota.Hold{}}
+	d := &driver{leases: lc, limits: lim, res: map[string]*client.Resource{},
+		limiters: map[string]*client.RateLimiter{}, holds: map[int64]*limits.Hold{}}
 	os.Exit(d.serve(os.Stdin, os.Stdout))
 }
 
@@ -162,17 +162,17 @@ func errorAnswer(err error) map[string]any {
 
 // codeOf is the gRPC code of an error of the Go clients.
 func codeOf(err error) string {
-	var ce *quota.ClientError
+	var ce *limits.ClientError
 	switch {
 	case errors.As(err, &ce):
 		return codeName(ce.Code)
-	case errors.Is(err, quota.ErrInvalidRequest):
+	case errors.Is(err, limits.ErrInvalidRequest):
 		return codeName(connect.CodeInvalidArgument)
-	case errors.Is(err, quota.ErrNotFound):
+	case errors.Is(err, limits.ErrNotFound):
 		return codeName(connect.CodeNotFound)
-	case errors.Is(err, quota.ErrFailedPrecondition), errors.Is(err, quota.ErrClosed), errors.Is(err, client.ErrClosed):
+	case errors.Is(err, limits.ErrFailedPrecondition), errors.Is(err, limits.ErrClosed), errors.Is(err, client.ErrClosed):
 		return codeName(connect.CodeFailedPrecondition)
-	case errors.Is(err, quota.ErrUnavailable):
+	case errors.Is(err, limits.ErrUnavailable):
 		return codeName(connect.CodeUnavailable)
 	case errors.Is(err, context.DeadlineExceeded):
 		return codeName(connect.CodeDeadlineExceeded)
@@ -264,8 +264,8 @@ func (d *driver) do(cmd command) (any, error) {
 		}
 		return ok{true}, nil
 	case "allow":
-		g, err := d.quota.Request(ctx, cmd.Resource, cmd.Domain, max(cmd.Tokens, 1), 0, 0)
-		var rej *quota.RejectedError
+		g, err := d.limits.Request(ctx, cmd.Resource, cmd.Domain, max(cmd.Tokens, 1), 0, 0)
+		var rej *limits.RejectedError
 		switch {
 		case errors.As(err, &rej):
 			return map[string]any{"status": rej.Status.String(), "granted": 0}, nil
@@ -274,8 +274,8 @@ func (d *driver) do(cmd command) (any, error) {
 		}
 		return map[string]any{"status": "OK", "granted": g.Granted}, nil
 	case "reserve":
-		h, err := d.quota.ReserveCopies(ctx, cmd.Resource, cmd.Domain, cmd.Copies, cmd.Min, 0)
-		var over *quota.OverLimitError
+		h, err := d.limits.ReserveCopies(ctx, cmd.Resource, cmd.Domain, cmd.Copies, cmd.Min, 0)
+		var over *limits.OverLimitError
 		switch {
 		case errors.As(err, &over):
 			return map[string]any{"granted": 0, "hold": nil}, nil
@@ -320,5 +320,5 @@ func run(lim *client.RateLimiter, seconds float64) int64 {
 
 // close closes both clients: the leases are released, the session closed.
 func (d *driver) close() error {
-	return errors.Join(d.leases.Close(), d.quota.Close())
+	return errors.Join(d.leases.Close(), d.limits.Close())
 }

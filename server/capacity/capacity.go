@@ -1,6 +1,6 @@
 // Package capacity is Doorman's capacity service, doorman.Capacity: the
 // RPC handlers over the lease core (package lease), with locking, the
-// resource configuration, mastership, the link of an intermediate server
+// resource repository, mastership, the link of an intermediate server
 // to its parent, validation and metrics, and the read-only views the
 // status pages show.
 //
@@ -71,8 +71,8 @@ type Options struct {
 	// (the listener's address), so that Discovery never names a master
 	// without its address (doorman-design.md, "Discovery").
 	Address string
-	// Config is the resource configuration; nil means no templates (every
-	// resource is granted what it asks).
+	// Config is the resource repository (its templates); nil means no
+	// templates (every resource is granted what it asks).
 	Config *resources.Repository
 	// Now returns the current time; nil means time.Now. Tests and the
 	// simulator pass a fake clock.
@@ -239,7 +239,7 @@ func (s *Service) Parent() (st parentlink.Status, ok bool) {
 	return s.parent.link.Status(), true
 }
 
-// SetConfig installs a new resource configuration. Existing resources take
+// SetConfig installs a new resource repository. Existing resources take
 // the new template's parameters at once; their outstanding leases are kept
 // and converge on the clients' next refreshes.
 func (s *Service) SetConfig(repo *resources.Repository) {

@@ -7,7 +7,7 @@ import (
 	"github.com/sluice-rl/sluice/resources"
 )
 
-// templates is the resource configuration in force at a root (Options.
+// templates is the resource repository in force at a root (Options.
 // Config, SetConfig), as resources are matched against it: the repository
 // (nil: none, every resource is granted what it asks) and what the
 // service reads of it. It is a value, replaced whole by SetConfig: the

@@ -1,6 +1,6 @@
 // Package yamlnode holds the small helpers over go.yaml.in/yaml/v3 node
-// trees that the admin packages' edits of the configuration document
-// share: building nodes, following aliases, looking up a mapping's keys,
+// trees that the admin packages' edits of the resource repository share:
+// building nodes, following aliases, looking up a mapping's keys,
 // and naming a node's kind in an error.
 package yamlnode
 

@@ -9,7 +9,7 @@
 // dies come back by themselves. A Hold releases what it still holds when it
 // is destroyed (RAII), as Charon's Python client did with a context manager.
 //
-// This is the Go client's behaviour (client/quota: ReserveCopies, Hold,
+// This is the Go client's behaviour (client/limits: ReserveCopies, Hold,
 // Seize; docs/charon.md), including the paper's retry policy and fail-open.
 //
 // Source: charon-paper.md, sections 3.1 (reserve, release, transfer,

@@ -526,7 +526,7 @@ TEST(Vectors, CharonBounds) {
   }
 }
 
-// The calls of retry.json that C++ does not have: Go's quota.Client.Request
+// The calls of retry.json that C++ does not have: Go's limits.Client.Request
 // (docs/clients.md: Charon's request of hits with retries is Go's alone).
 // has_request fails the test the day sluice::Client grows one, so that its
 // schedules run then.
@@ -607,7 +607,7 @@ TEST(Vectors, CharonSchedules) {
     EXPECT_NEAR(got.returned, want.back(), kExact) << "returned after";
   }
   EXPECT_GT(ran, 0) << "retry.json has no reserve_copies schedule";
-  std::cout << "[   NOTE   ] " << go_only << " schedules of Go's quota.Client.Request: C++ has no such call\n";
+  std::cout << "[   NOTE   ] " << go_only << " schedules of Go's limits.Client.Request: C++ has no such call\n";
 }
 
 TEST(Vectors, CharonStatuses) {

@@ -2,7 +2,7 @@
 vectors") run on the Python client: the behaviour all four clients share,
 pinned as data. Each file's "schema" says how to run it; the Go tests that
 run them are ratelimit/vectors_test.go, client/vectors_test.go,
-client/quota/vectors_test.go and vectors_internal_test.go.
+client/limits/vectors_test.go and vectors_internal_test.go.
 
 Where both APIs run the behaviour through their own code, both are run
 here: the refresh planner on the threaded client and on ``sluice.aio``

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-rl/sluice/admin"
 	"github.com/sluice-rl/sluice/admin/adminhttp"
+	"github.com/sluice-rl/sluice/admin/filestore"
 	"github.com/sluice-rl/sluice/admin/quotaapi"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/resources"
@@ -110,7 +111,7 @@ func Start(t *testing.T, doc string, ao adminhttp.AuthOptions, tlsCfg *tls.Confi
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = w.Run(ctx) }()
-	fs, err := admin.OpenFile(ts.Path, admin.FileOptions{})
+	fs, err := filestore.Open(ts.Path, filestore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

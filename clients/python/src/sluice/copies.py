@@ -15,7 +15,7 @@ when it ends::
     with client.reserve_copies("cookbook/sandboxes", "acme", copies=5, min_copies=2, max_wait=10) as hold:
         run(hold.copies)
 
-This is the Go client's behaviour (``client/quota``: ReserveCopies, Hold,
+This is the Go client's behaviour (``client/limits``: ReserveCopies, Hold,
 Seize; docs/charon.md), including the paper's retry policy and fail-open.
 Reserving, seizing, releasing, transferring and the keep-alive's give-up
 rule are procedures (``sluice._ops``) of :class:`_SessionBook` and

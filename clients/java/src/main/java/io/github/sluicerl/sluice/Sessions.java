@@ -31,7 +31,7 @@ import java.util.logging.Logger;
  * background over the {@code KeepAlive} stream (renewed every third of its
  * ttl), and the calls on copies.
  *
- * <p>This is the Go client's behaviour ({@code client/quota}; docs/charon.md),
+ * <p>This is the Go client's behaviour ({@code client/limits}; docs/charon.md),
  * with Charon's retry policy and fail-open. Source: charon-paper.md,
  * sections 3.1, 3.2 and 4.3.
  */

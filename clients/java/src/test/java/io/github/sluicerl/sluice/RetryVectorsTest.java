@@ -38,7 +38,7 @@ import org.junit.jupiter.api.TestFactory;
  * through a manually stepped client whose server is down.
  *
  * <p>The schedules and statuses of the call "request" are Go's {@code
- * quota.Client.Request} (retry.json's schema; docs/clients.md: Java has no
+ * limits.Client.Request} (retry.json's schema; docs/clients.md: Java has no
  * request of hits with retries, its {@code allow} asks once): for those
  * the test checks that Java still has no such call, so that one added
  * must run them.
