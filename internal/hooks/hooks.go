@@ -9,6 +9,10 @@
 // but their types are internal, so code outside Sluice can only pass nil.
 // The client and the service fill in the hooks' Step and StepParent
 // functions, with which the caller drives them on virtual time.
+//
+// SkewedClock is the one knob of a whole `sluice server` process: the
+// fault harness skews its clock through an environment variable
+// (ClockSkewEnv) that only this package reads.
 package hooks
 
 import (
