@@ -51,7 +51,8 @@ type RLQSScenario struct {
 	// Smoothing is the demand's smoothing (0: the default).
 	Smoothing float64
 	// Burst is the token buckets' max_tokens in seconds of their rate
-	// (0: 1 s, rlqs.Options.Burst's default).
+	// (0: 1 s, rlqs.Options.Burst's default; a stream granted less than
+	// it asked for gets at most state.LimitedBurst's worth).
 	Burst float64
 }
 
@@ -214,7 +215,7 @@ func newRLQSRun(sc RLQSScenario, seed int64) (*rlqsRun, error) {
 		r.ids[j] = fmt.Sprintf("sim/name=b%d", j)
 	}
 	for i := range r.ps {
-		s := state.New(fmt.Sprintf("envoy-%d", i), r.c, state.Options{UnconfiguredTTL: time.Minute, Smoothing: sc.Smoothing}, state.Discard)
+		s := state.New(fmt.Sprintf("envoy-%d", i), r.c, state.Options{UnconfiguredTTL: time.Minute, Smoothing: sc.Smoothing, Burst: seconds(sc.Burst)}, state.Discard)
 		if _, err := r.c.Watch(fmt.Sprintf("envoy-%d", i), &capacity.Watcher{Deliver: s.Deliver, Stop: s.Stop}); err != nil {
 			return nil, err
 		}

@@ -20,14 +20,21 @@
 //
 //   - on its first report, and whenever a decision or a pushed lease
 //     changes it, an assignment: a token bucket filling at the lease's
-//     capacity (requests per second), max_tokens one second's worth
-//     (tokenBucket), assignment_time_to_live the lease's remaining
-//     length (DENY_ALL for a lease of 0);
+//     capacity less state.RateMargin (requests per second), max_tokens
+//     Options.Burst's worth — a quarter of a second's
+//     (state.LimitedBurst) for a stream granted less than it asked for,
+//     whose bucket runs empty, so that the full bucket Envoy starts for a
+//     new assignment is a small burst — assignment_time_to_live the
+//     lease's remaining length (DENY_ALL for a lease of 0);
 //   - before the lease expires (every refresh interval), the assignment
-//     renewed; a rate within lease.MinGrowth above the one sent is sent
+//     renewed; a rate within 2 × state.RateMargin below the lease is sent
 //     unchanged, so that the proxy extends it and keeps its tokens;
 //   - when the capacity service pushes the stream a larger share (another
-//     stream gave capacity back or ended), the new assignment at once;
+//     stream gave capacity back or ended), the new assignment at once —
+//     for a stream granted less than it asked for, at most once a second,
+//     and for an increase of less than a tenth at most every 5 s
+//     (state.MinReplaceInterval, state.SmallIncreaseInterval): each new
+//     token bucket is a burst; a smaller share is sent at once;
 //   - after it counted no request for its lease length, an AbandonAction
 //     (its lease is released);
 //   - when no template matches its resource, Options.Unconfigured (an
@@ -86,7 +93,7 @@ const (
 const DefaultUnconfiguredTTL = capacity.FallbackLeaseLength
 
 // DefaultBurst is Options.Burst's default: max_tokens one second's worth.
-const DefaultBurst = time.Second
+const DefaultBurst = state.DefaultBurst
 
 // Options configures the service. The zero value is the default.
 type Options struct {
@@ -104,9 +111,11 @@ type Options struct {
 	Smoothing float64
 	// Burst is an assignment's max_tokens as this long's worth of its
 	// rate (at least one token), from 1 ms to a minute (0:
-	// DefaultBurst, one second). A new token bucket starts full: each
-	// changed assignment lets a proxy admit this much at once, on top of
-	// the rate (docs/rlqs.md, "The bound").
+	// DefaultBurst, one second); a stream granted less than it asked for
+	// gets at most state.LimitedBurst's worth (a quarter of a second). A
+	// new token bucket starts full: each changed assignment lets a proxy
+	// whose bucket was empty admit this much at once, on top of the rate
+	// (docs/rlqs.md, "The bound").
 	Burst time.Duration
 
 	// Now, Logger and Registry are the server's (package server sets
@@ -342,7 +351,7 @@ func (s *Service) report(ctx context.Context, ss *stream, m *rlqspb.RateLimitQuo
 		ss.m = s.m.domain(domain)
 		ss.m.streams.Inc()
 		st = state.New(ss.client, s.c, state.Options{
-			DenyUnconfigured: s.opts.Unconfigured == DenyAll, UnconfiguredTTL: s.opts.UnconfiguredTTL, Smoothing: s.opts.Smoothing,
+			DenyUnconfigured: s.opts.Unconfigured == DenyAll, UnconfiguredTTL: s.opts.UnconfiguredTTL, Smoothing: s.opts.Smoothing, Burst: s.opts.Burst,
 		}, state.Metrics{Buckets: ss.m.buckets, Sent: ss.m.sent, Pushed: ss.m.pushed, Abandoned: ss.m.abandoned, Unconfigured: ss.m.unconfigured})
 		ss.st.Store(st)
 		s.mu.Lock()

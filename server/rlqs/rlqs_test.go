@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
 	"github.com/sluice-rl/sluice/server/rlqs"
+	"github.com/sluice-rl/sluice/server/rlqs/state"
 )
 
 func TestMain(m *testing.M) {
@@ -160,8 +161,8 @@ func fairShares(small, demand float64, big []float64, capacity float64) bool {
 }
 
 // near: within 6 % (a stream may hold up to quota.Hysteresis more than its
-// demand while its demand falls, and is assigned half of lease.MinGrowth
-// less than its lease).
+// demand while its demand falls, and is assigned up to twice
+// state.RateMargin less than its lease).
 func near(got, want float64) bool { return math.Abs(got-want) <= 0.06*want+0.01 }
 
 func rates(n int, v ...float64) []*rate {
@@ -176,13 +177,26 @@ func rates(n int, v ...float64) []*rate {
 // of 1000 are assigned its max-min fair shares, 100, 450 and 450; the admitted
 // requests never exceed the capacity plus the bursts of the token buckets
 // they were sent; the assignments are token buckets whose time to live is
-// the lease's remaining length.
+// the lease's remaining length, holding one second's worth of their rate,
+// a quarter of a second's (state.LimitedBurst) for the two streams
+// wanting more than their share.
 func TestFairShares(t *testing.T) {
 	f := serve(t, templates, rlqs.Options{})
 	bucket := map[string]string{"name": "api"}
 	ps := []*rlqsproxy.Proxy{f.proxy(t, "web"), f.proxy(t, "web"), f.proxy(t, "web")}
-	start := time.Now()
 	drive(t, ps, bucket, rates(3, 100, 600, 600))
+	// Until its first assignment a proxy denies every request (its
+	// no_assignment_behavior), which comes with the first report that
+	// measures demand (state.MinWindow): the capacity is counted from it.
+	testutil.Eventually(t, generous, "a first assignment", func() bool {
+		for _, p := range ps {
+			if _, ok := p.Assignment(bucket); ok {
+				return true
+			}
+		}
+		return false
+	})
+	start := time.Now()
 	testutil.Eventually(t, generous, "max-min fair shares 100, 450, 450", func() bool {
 		small, a, b := assigned(ps[0], bucket), assigned(ps[1], bucket), assigned(ps[2], bucket)
 		return fairShares(small, 100, []float64{a, b}, 1000)
@@ -192,8 +206,12 @@ func TestFairShares(t *testing.T) {
 		if ttl := time.Until(a.Expires); ttl <= 0 || ttl > 2*time.Second+report {
 			t.Errorf("proxy %d: time to live %v, want within the lease length (2 s)", i, ttl)
 		}
-		if want := math.Ceil(a.Rate); float64(a.MaxTokens) < want || float64(a.MaxTokens) > want+1 {
-			t.Errorf("proxy %d: max_tokens %d at rate %v, want one second's worth", i, a.MaxTokens, a.Rate)
+		burst := time.Second
+		if i > 0 {
+			burst = state.LimitedBurst
+		}
+		if want := math.Ceil(a.Rate * burst.Seconds()); float64(a.MaxTokens) < want || float64(a.MaxTokens) > want+1 {
+			t.Errorf("proxy %d: max_tokens %d at rate %v, want %v's worth", i, a.MaxTokens, a.Rate, burst)
 		}
 	}
 	checkBound(t, ps, 1000, time.Since(start), stats(ps))

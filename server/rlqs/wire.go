@@ -225,8 +225,8 @@ func FillRate(tb *typev3.TokenBucket) float64 {
 }
 
 // strategy returns a's rate limit strategy on the wire (a.Strategy): a
-// token bucket at a.Rate holding burst's worth, DENY_ALL below MinRate,
-// or a's blanket rule.
+// token bucket at a.Rate holding a.Burst's worth (burst's if a.Burst is
+// 0), DENY_ALL below MinRate, or a's blanket rule.
 func strategy(a state.Action, burst time.Duration) *typev3.RateLimitStrategy {
 	s, _ := a.Strategy(burst)
 	if s.TokenBucket != nil {
@@ -240,7 +240,7 @@ func strategy(a state.Action, burst time.Duration) *typev3.RateLimitStrategy {
 }
 
 // response returns actions as one message for the stream, token buckets
-// holding burst's worth of their rate.
+// holding their Action.Burst's worth of their rate (burst's if 0).
 func response(actions []state.Action, burst time.Duration) *rlqspb.RateLimitQuotaResponse {
 	out := &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*rlqspb.RateLimitQuotaResponse_BucketAction, len(actions))}
 	for i, a := range actions {

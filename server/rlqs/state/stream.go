@@ -79,14 +79,17 @@ type Action struct {
 	Rate     float64       // Assign: requests per second
 	TTL      time.Duration // assignments: their time to live
 	Pushed   bool          // Assign: a lease the server pushed, not an answer to a report
+	// Burst is an Assign's max_tokens as this long's worth of Rate
+	// (bucketBurst; 0: the burst Strategy is given).
+	Burst time.Duration
 }
 
 // Strategy returns the rate limit strategy a puts on the wire, as Envoy's
-// filter reads it, its token bucket holding burst's worth of its rate:
-// for an Assign, a token bucket filling at Rate (rlqsfilter.Encode), or
-// DENY_ALL below rlqsfilter.MinRate (a token bucket cannot fill more
-// slowly); for AllowAll and DenyAll, their blanket rule. An Abandon has
-// none: ok is false.
+// filter reads it, its token bucket holding a.Burst's worth of its rate
+// (burst's when a.Burst is 0): for an Assign, a token bucket filling at
+// Rate (rlqsfilter.Encode), or DENY_ALL below rlqsfilter.MinRate (a token
+// bucket cannot fill more slowly); for AllowAll and DenyAll, their
+// blanket rule. An Abandon has none: ok is false.
 func (a Action) Strategy(burst time.Duration) (s rlqsfilter.Strategy, ok bool) {
 	switch {
 	case a.Kind == Abandon:
@@ -95,6 +98,9 @@ func (a Action) Strategy(burst time.Duration) (s rlqsfilter.Strategy, ok bool) {
 		return rlqsfilter.Strategy{Blanket: rlqsfilter.AllowAll}, true
 	case a.Kind == DenyAll || a.Rate < rlqsfilter.MinRate:
 		return rlqsfilter.Strategy{Blanket: rlqsfilter.DenyAll}, true
+	}
+	if a.Burst > 0 {
+		burst = a.Burst
 	}
 	tb := rlqsfilter.Encode(a.Rate, burst)
 	return rlqsfilter.Strategy{TokenBucket: &tb}, true
@@ -124,7 +130,14 @@ type Options struct {
 	// Smoothing is the weight of a report's demand in the smoothed demand
 	// (see package demand).
 	Smoothing float64
+	// Burst is a token bucket's max_tokens as this long's worth of its
+	// rate (0: DefaultBurst); a limited stream's holds at most
+	// LimitedBurst's worth (see bucketBurst).
+	Burst time.Duration
 }
+
+// DefaultBurst is Options.Burst's default: max_tokens one second's worth.
+const DefaultBurst = time.Second
 
 // Gauge and Counter are what a Stream counts with (Prometheus's types,
 // or none: Discard).
@@ -175,9 +188,19 @@ type bucket struct {
 	expiry       time.Time // the lease's end (zero: none)
 	seq          int64     // the lease's Grant.Sequence
 
-	sent     bool
-	sentRate float64
+	sent      bool
+	sentRate  float64
+	sentBurst time.Duration // the Action.Burst sent with sentRate
+	replaced  time.Time     // when the proxy's token bucket was last replaced (a new one sent)
+	held      time.Time     // when an increase held back is due (zero: none; see hold)
 }
+
+// limited reports whether the bucket's lease is more than lease.MinGrowth
+// below what its stream asked for (the test by which the capacity service
+// pushes a requester what becomes free): the stream's demand is above
+// its assignment, so its proxy's token bucket is empty, and every new
+// one — which Envoy starts full — is admitted at once on top of the rate.
+func (b *bucket) limited() bool { return b.wants-b.has > lease.MinGrowth*b.wants }
 
 // Hysteresis keeps a bucket's wants from following every wobble of its
 // measured demand down: wants rise with the smoothed demand at once, and
@@ -188,6 +211,56 @@ type bucket struct {
 // may hold up to this fraction more than its demand while its demand
 // drifts down.
 const Hysteresis = 0.05
+
+// RateMargin is how far below its lease a new rate is assigned, as a
+// fraction of the lease: a thousandth, rlqsfilter.Encode's precision. A
+// rate sent before is sent again while it is within twice this below the
+// lease (assignedRate), so that the proxy extends its token bucket
+// rather than starting a new one. Every request per second below the
+// lease is capacity a limited stream cannot use: with a margin of 0.5 %
+// (kept within 1 %) a saturated bucket's streams were assigned 0.7 % less
+// than its capacity for good.
+const RateMargin = 0.001
+
+// LimitedBurst is the most a limited stream's token bucket holds (see
+// bucket.limited), as time at its rate: a quarter of a second. Envoy
+// starts every token bucket full, with max_tokens, and replaces its
+// active one by any new assignment's that is not the same on the wire;
+// a limited stream's demand is above its rate, so its bucket runs empty
+// and each new one's max_tokens is admitted at once on top of the rate,
+// while a deeper bucket is of little use to it as long as it is limited.
+// A stream within its assignment keeps Options.Burst's worth, the room
+// for its own short bursts: its bucket is full, so a new one adds only
+// the change of depth. The cost: a limited stream whose requests come
+// in bursts of more than a quarter second's worth loses some of its
+// share to the shallower bucket.
+//
+// Source: Envoy's api/envoy/type/v3/token_bucket.proto (max_tokens is
+// also what a bucket holds at first) and its rate_limit_quota filter's
+// global_client_impl.cc (rlqsfilter.Bucket.Assign); docs/rlqs.md, "The
+// bound".
+const LimitedBurst = 250 * time.Millisecond
+
+// MinReplaceInterval, MinIncrease and SmallIncreaseInterval pace the
+// increases of a limited stream's assignment, each of which starts a new
+// token bucket — a burst of its max_tokens on top of the rate, since the
+// old one was empty: its token bucket is replaced by a faster one at
+// most once per MinReplaceInterval, and for an increase of less than
+// MinIncrease (a fraction of the rate sent) at most once per
+// SmallIncreaseInterval. An increase held back meanwhile is sent when it
+// is due, and the stream's renewals send the rate sent before, which
+// the proxy extends. Holding an increase back is safe — the lease only
+// grew, so the rates assigned stay within the capacity — and costs the
+// capacity it leaves unused meanwhile. A decrease is never held back, so
+// that it reaches its proxy before the capacity it frees, pushed to the
+// other streams, is spent.
+//
+// Source: docs/rlqs.md, "The bound" (as LimitedBurst's).
+const (
+	MinReplaceInterval    = time.Second
+	MinIncrease           = 0.1
+	SmallIncreaseInterval = 5 * time.Second
+)
 
 // MinWindow is the shortest window over which a bucket's demand is
 // measured: the requests of reports closer together (Envoy's filter
@@ -562,25 +635,80 @@ func (s *Stream) apply(rd *Ready, now time.Time, b *bucket, l *pb.Lease, pushed 
 		return Action{}, false // no lease (an intermediate without its parent's)
 	}
 	rate := assignedRate(b.sent, b.sentRate, b.has)
+	if s.hold(now, b, rate) {
+		if pushed {
+			return Action{}, false
+		}
+		// A renewal: the rate sent before, which the proxy extends.
+		rate = b.sentRate
+	}
+	return s.assign(now, b, rate, ttl, pushed), true
+}
+
+// hold reports whether the increase of b's assignment to rate, at now,
+// is held back, under s.mu, and if so sets b.held to when it is due (on
+// Tick): a limited stream's token bucket is replaced by a faster one at
+// most once per MinReplaceInterval, and for an increase of less than
+// MinIncrease at most once per SmallIncreaseInterval. Meanwhile its
+// renewals send the rate sent before (extended, not replaced).
+func (s *Stream) hold(now time.Time, b *bucket, rate float64) bool {
+	if !b.sent || rate <= b.sentRate || !b.limited() {
+		return false
+	}
+	wait := MinReplaceInterval
+	if rate < b.sentRate*(1+MinIncrease) {
+		wait = SmallIncreaseInterval
+	}
+	if until := b.replaced.Add(wait); now.Before(until) {
+		b.held = until
+		return true
+	}
+	return false
+}
+
+// assign returns the assignment of rate to b for ttl, at now, and
+// records it as sent, under s.mu: a rate other than the one sent before
+// is a new token bucket, holding bucketBurst's worth of it.
+func (s *Stream) assign(now time.Time, b *bucket, rate float64, ttl time.Duration, pushed bool) Action {
+	if !b.sent || rate != b.sentRate {
+		b.sentBurst, b.replaced, b.held = s.bucketBurst(b), now, time.Time{}
+	}
 	b.sent, b.sentRate = true, rate
 	s.m.Sent.Inc()
 	if pushed {
 		s.m.Pushed.Inc()
 	}
-	return Action{Resource: b.resource, Prio: b.prio, Kind: Assign, Rate: rate, TTL: ttl, Pushed: pushed}, true
+	return Action{Resource: b.resource, Prio: b.prio, Kind: Assign, Rate: rate, TTL: ttl, Pushed: pushed, Burst: b.sentBurst}
+}
+
+// bucketBurst returns the max_tokens of a new token bucket for b, as
+// time at its rate: Options.Burst's worth (DefaultBurst's if 0), at most
+// LimitedBurst's while b is limited. The proxy admits a new bucket's
+// max_tokens at once on top of the rate when its old one was empty, as
+// a limited stream's is; a stream within its rate replaces a full bucket.
+func (s *Stream) bucketBurst(b *bucket) time.Duration {
+	burst := s.opts.Burst
+	if burst <= 0 {
+		burst = DefaultBurst
+	}
+	if b.limited() {
+		burst = min(burst, LimitedBurst)
+	}
+	return burst
 }
 
 // assignedRate returns the rate to assign for a lease of capacity has,
 // when sent (if sent is true) was assigned before: sent again while it is
-// within lease.MinGrowth below has (never above it), so that the proxy
+// within 2 × RateMargin below has (never above it), so that the proxy
 // extends its token bucket and keeps its tokens (a new one starts full:
-// a burst of max_tokens); else has less half of lease.MinGrowth, so that
-// the next wobble of the lease, either way, keeps it too.
+// a burst of max_tokens); else has less RateMargin, so that a renewal of
+// the same lease, or a wobble of it by less than RateMargin either way,
+// keeps it too.
 func assignedRate(wasSent bool, sent, has float64) float64 {
-	if wasSent && sent <= has && sent >= has*(1-lease.MinGrowth) {
+	if wasSent && sent <= has && sent >= has*(1-2*RateMargin) {
 		return sent
 	}
-	return has * (1 - lease.MinGrowth/2)
+	return has * (1 - RateMargin)
 }
 
 // ApplyPushes applies the leases pushed since the last call and returns
@@ -641,7 +769,14 @@ func (s *Stream) Tick(now time.Time) Ready {
 			s.releaseOne(&rd, b)
 			rd.Send = append(rd.Send, Action{Resource: b.resource, Prio: b.prio, Kind: Abandon})
 		case now.Before(b.due), !b.measured && !b.unconfigured:
-			// Not due, or a watch whose demand no report measured yet.
+			// Not due, or a watch whose demand no report measured yet;
+			// an increase held back may be due (hold).
+			if !b.held.IsZero() && !now.Before(b.held) {
+				b.held = time.Time{}
+				if rate := assignedRate(b.sent, b.sentRate, b.has); b.sent && rate != b.sentRate && b.expiry.After(now) && !s.hold(now, b, rate) {
+					rd.Send = append(rd.Send, s.assign(now, b, rate, b.expiry.Sub(now), false))
+				}
+			}
 		case b.unconfigured:
 			if cfg[res].ok {
 				rd.asked = append(rd.asked, b)
@@ -649,6 +784,7 @@ func (s *Stream) Tick(now time.Time) Ready {
 				rd.Send = append(rd.Send, s.unconfigured(now, b))
 			}
 		default:
+			b.held = time.Time{} // the renewal's answer sends it
 			rd.asked = append(rd.asked, b)
 		}
 	}
@@ -662,7 +798,7 @@ func (s *Stream) Next() time.Time {
 	defer s.mu.Unlock()
 	var t time.Time
 	for _, b := range s.buckets {
-		for _, at := range []time.Time{b.due, b.lastActive.Add(b.idle)} {
+		for _, at := range []time.Time{b.due, b.lastActive.Add(b.idle), b.held} {
 			if !at.IsZero() && (t.IsZero() || at.Before(t)) {
 				t = at
 			}
@@ -682,7 +818,7 @@ func (s *Stream) releaseOne(rd *Ready, b *bucket) {
 	if held {
 		rd.Release = append(rd.Release, &pb.ReleaseCapacityRequest{ClientId: proto.String(s.client), ResourceId: []string{b.resource}})
 	}
-	b.has, b.expiry, b.sent = 0, time.Time{}, false
+	b.has, b.expiry, b.sent, b.held = 0, time.Time{}, false, time.Time{}
 }
 
 // Release ends the stream (Stop) and forgets its buckets, and returns

@@ -313,3 +313,99 @@ func (g *gauge) Sub(v float64) { *g -= gauge(v) }
 type counter int
 
 func (c *counter) Inc() { *c++ }
+
+// TestBurstsBounded: Envoy starts every new token bucket full, so the
+// bursts of a stream that wants more than its share (its bucket runs
+// empty) are bounded: its token buckets hold state.LimitedBurst's worth
+// of their rate, where a stream within its share keeps the default
+// burst; its increases replace its bucket at most once per
+// state.MinReplaceInterval, and for an increase of less than
+// state.MinIncrease at most once per state.SmallIncreaseInterval — its
+// renewals meanwhile send the rate sent before, which the proxy extends;
+// a decrease is sent at once. On a virtual clock, with leases pushed.
+func TestBurstsBounded(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clock := testutil.NewClock(t0)
+	c := leaser(t, clock, fairShare(20, 5))
+	ctx := context.Background()
+	a := state.New("a", c, state.Options{UnconfiguredTTL: time.Minute, Smoothing: 0.5}, state.Discard)
+	b := state.New("b", c, state.Options{UnconfiguredTTL: time.Minute, Smoothing: 0.5}, state.Discard)
+	if _, err := c.Watch("b", &capacity.Watcher{Deliver: b.Deliver, Stop: b.Stop}); err != nil {
+		t.Fatal(err)
+	}
+	const res = "d/name=x"
+	at := func(d time.Duration) { clock.Advance(t0.Add(d).Sub(clock.Now())) }
+	report := func(s *state.Stream, requests, elapsed float64) []state.Action {
+		t.Helper()
+		as, err := state.Perform(ctx, c, s, s.Report(clock.Now(), []state.Usage{{Resource: res, Requests: requests, Elapsed: elapsed}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return as
+	}
+	// pushed returns what b sends for the leases pushed to it so far.
+	pushed := func() []state.Action {
+		select {
+		case <-b.Pushes():
+			return b.ApplyPushes(clock.Now())
+		default:
+			return nil
+		}
+	}
+	tick := func() []state.Action {
+		t.Helper()
+		as, err := state.Perform(ctx, c, b, b.Tick(clock.Now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return as
+	}
+	one := func(what string, as []state.Action, rate float64, burst time.Duration) state.Action {
+		t.Helper()
+		if len(as) != 1 || as[0].Kind != state.Assign || as[0].Rate > rate || as[0].Rate < rate*(1-2*state.RateMargin) || as[0].Burst != burst {
+			t.Fatalf("%s: %+v, want an assignment of %v less at most %v %%, holding %v's worth", what, as, rate, 200*state.RateMargin, burst)
+		}
+		return as[0]
+	}
+
+	// a wants 40 of 100 and gets it: within its share, a full burst.
+	one("a's first report", report(a, 40, 1), 40, state.DefaultBurst)
+	// b wants 120 and gets the 60 left: limited, a quarter of a second's worth.
+	at(600 * time.Millisecond)
+	first := one("b's first report", report(b, 120, 1), 60, state.LimitedBurst)
+	if s, _ := first.Strategy(time.Second); s.TokenBucket == nil || s.TokenBucket.MaxTokens != 15 {
+		t.Fatalf("b's token bucket %+v, want max_tokens 15 (60 a second for 250 ms)", s.TokenBucket)
+	}
+	// a's demand halves: the 20 it frees are pushed to b at once, but b's
+	// bucket was replaced 0.4 s ago: the increase waits until a second
+	// after that.
+	at(time.Second)
+	one("a's drop", report(a, 20, 1), 20, state.DefaultBurst)
+	if as := pushed(); len(as) != 0 {
+		t.Fatalf("an increase 0.4 s after b's bucket was replaced: %+v, want it held back", as)
+	}
+	if next := b.Next(); !next.Equal(t0.Add(1600 * time.Millisecond)) {
+		t.Fatalf("b due at %v, want a second after its bucket was replaced", next.Sub(t0))
+	}
+	at(1600 * time.Millisecond)
+	inc := one("the increase held back", tick(), 80, state.LimitedBurst)
+	// a's demand drops by a tenth: b is pushed 2 more (2.5 %), which waits
+	// for SmallIncreaseInterval after the last replacement; b's renewal
+	// before then sends the rate it has, which the proxy extends.
+	at(2 * time.Second)
+	one("a's small drop", report(a, 16, 1), 18, state.DefaultBurst)
+	if as := pushed(); len(as) != 0 {
+		t.Fatalf("a small increase: %+v, want it held back", as)
+	}
+	at(5600 * time.Millisecond) // b's renewal: 5 s after its decision
+	renewal := one("b's renewal", tick(), 80, state.LimitedBurst)
+	if renewal.Rate != inc.Rate || renewal.TTL < 19*time.Second {
+		t.Fatalf("b's renewal %+v, want the rate sent before (%v) for what is left of its new lease (19.4 s)", renewal, inc.Rate)
+	}
+	at(1600*time.Millisecond + state.SmallIncreaseInterval)
+	one("the small increase held back", tick(), 82, state.LimitedBurst)
+	// b's demand drops below its share within a second of that: the
+	// decrease goes at once, with a full burst (b is within its share).
+	at(7 * time.Second)
+	one("b's drop", report(b, 70*(7-0.6), 7-0.6), 70, state.DefaultBurst)
+}
