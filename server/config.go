@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
@@ -393,11 +394,13 @@ func (e EnvoyRateLimit) options() envoyrls.Options {
 // is the default: ALLOW_ALL for DefaultUnconfiguredTTL, smoothing 0.5,
 // a burst of one second.
 type RLQS struct {
-	// Unconfigured is the answer to a bucket no template matches:
-	// rlqs.AllowAll (the default when empty: its proxies are not
-	// limited) or rlqs.DenyAll, a blanket rule sent with UnconfiguredTTL
-	// and renewed (and the template looked up again) every half of it.
-	Unconfigured string
+	// Unconfigured is the answer to a bucket no template matches, a
+	// blanket rule of Envoy's (api/envoy/type/v3/ratelimit_strategy.proto):
+	// typev3.RateLimitStrategy_ALLOW_ALL (the zero value, the default:
+	// its proxies are not limited) or RateLimitStrategy_DENY_ALL, sent
+	// with UnconfiguredTTL and renewed (and the template looked up again)
+	// every half of it.
+	Unconfigured typev3.RateLimitStrategy_BlanketRule
 	// UnconfiguredTTL is the unconfigured answer's time to live (0:
 	// rlqs.DefaultUnconfiguredTTL; else at least 2 s), and how long such
 	// a bucket may count no request before it is abandoned.

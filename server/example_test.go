@@ -7,9 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server"
-	"github.com/sluice-rl/sluice/server/rlqs"
 )
 
 // A standalone server on a free port of loopback, with Envoy's RLQS
@@ -22,7 +23,7 @@ func ExampleNew() {
 		Listen:     server.Listen{Address: "127.0.0.1:0", Grace: time.Second},
 		Runtime:    server.Runtime{Logger: slog.New(slog.DiscardHandler)},
 		Repository: server.Repository{Fixed: resources.Compose(nil, nil, nil, nil)},
-		RLQS:       server.RLQS{Unconfigured: rlqs.DenyAll},
+		RLQS:       server.RLQS{Unconfigured: typev3.RateLimitStrategy_DENY_ALL},
 	})
 	if err != nil {
 		fmt.Println(err)

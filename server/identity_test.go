@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -463,7 +464,8 @@ func TestIdentityRLQS(t *testing.T) {
 	s := identityServer(t, p, policy, Config{})
 	bucket := map[string]string{"name": "a"}
 	proxy := func(c *tls.Config) *rlqsproxy.Proxy {
-		px, err := rlqsproxy.New(t.Context(), dialTLS(t, s.Addr(), c), rlqsproxy.Options{Domain: "fixed", ReportInterval: 100 * time.Millisecond})
+		px, err := rlqsproxy.New(t.Context(), dialTLS(t, s.Addr(), c), rlqsproxy.Options{Domain: "fixed", ReportInterval: 100 * time.Millisecond,
+			NoAssignment: typev3.RateLimitStrategy_DENY_ALL, Expired: typev3.RateLimitStrategy_DENY_ALL})
 		if err != nil {
 			t.Fatal(err)
 		}

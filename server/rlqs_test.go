@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -19,7 +20,6 @@ import (
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 	"github.com/sluice-rl/sluice/internal/testutil/rlqsproxy"
 	"github.com/sluice-rl/sluice/server/internal/rpc"
-	"github.com/sluice-rl/sluice/server/rlqs"
 	"github.com/sluice-rl/sluice/server/status"
 )
 
@@ -39,12 +39,13 @@ resources:
 // DENY_ALL; the options are validated naming their Config field.
 func TestRLQSOnThePort(t *testing.T) {
 	s, _ := startServer(t, Config{Repository: Repository{Fixed: parseDoorman(t, rlqsDoc)}, Runtime: Runtime{Logger: testutil.Logger()},
-		RLQS: RLQS{Unconfigured: rlqs.DenyAll, UnconfiguredTTL: 4 * time.Second}})
+		RLQS: RLQS{Unconfigured: typev3.RateLimitStrategy_DENY_ALL, UnconfiguredTTL: 4 * time.Second}})
 	conn := testutil.Dial(t, s.Addr())
 	bucket := map[string]string{"name": "api"}
 	var ps []*rlqsproxy.Proxy
 	for range 2 {
-		p, err := rlqsproxy.New(context.Background(), conn, rlqsproxy.Options{Domain: "web", ReportInterval: 200 * time.Millisecond})
+		p, err := rlqsproxy.New(context.Background(), conn, rlqsproxy.Options{Domain: "web", ReportInterval: 200 * time.Millisecond,
+			NoAssignment: typev3.RateLimitStrategy_DENY_ALL, Expired: typev3.RateLimitStrategy_DENY_ALL})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +100,7 @@ func TestRLQSOnThePort(t *testing.T) {
 	_ = st.CloseRequest()
 	_ = st.CloseResponse()
 
-	_, err = New(t.Context(), Config{Listen: Listen{Address: "127.0.0.1:0"}, RLQS: RLQS{Unconfigured: "MAYBE"}})
+	_, err = New(t.Context(), Config{Listen: Listen{Address: "127.0.0.1:0"}, RLQS: RLQS{Unconfigured: typev3.RateLimitStrategy_BlanketRule(7)}})
 	if fe, ok := errors.AsType[*FieldError](err); !ok || fe.Field != "RLQS.Unconfigured" {
 		t.Errorf("New with a bad RLQS answer: %v, want a FieldError naming RLQS.Unconfigured", err)
 	}
@@ -154,7 +155,8 @@ func TestRLQSFailover(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	envoy := func(conn *grpc.ClientConn) *rlqsproxy.Proxy {
-		p, err := rlqsproxy.New(ctx, conn, rlqsproxy.Options{Domain: "web", ReportInterval: 500 * time.Millisecond})
+		p, err := rlqsproxy.New(ctx, conn, rlqsproxy.Options{Domain: "web", ReportInterval: 500 * time.Millisecond,
+			NoAssignment: typev3.RateLimitStrategy_DENY_ALL, Expired: typev3.RateLimitStrategy_DENY_ALL})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/internal/rlqsfilter"
 	"github.com/sluice-rl/sluice/resources"
@@ -115,7 +117,18 @@ type rlqsBucket struct {
 	// plus denied, so that the reports — and the server's decisions — do
 	// not depend on the admission's floating-point rounding.
 	requests float64
-	f        rlqsfilter.Bucket // fallbacks DENY_ALL (its zero value)
+	f        rlqsfilter.Bucket // fallbacks DENY_ALL (newRLQSBuckets)
+}
+
+// newRLQSBuckets returns n buckets of a proxy, their filter's fallbacks
+// DENY_ALL (no_assignment_behavior and expired_assignment_behavior):
+// nothing is admitted that the server did not assign.
+func newRLQSBuckets(n int) []rlqsBucket {
+	b := make([]rlqsBucket, n)
+	for j := range b {
+		b[j].f = rlqsfilter.Bucket{NoAssignment: typev3.RateLimitStrategy_DENY_ALL, Expired: typev3.RateLimitStrategy_DENY_ALL}
+	}
+	return b
 }
 
 // rate returns the rate b's active assignment admits at now (requests per
@@ -220,7 +233,7 @@ func newRLQSRun(sc RLQSScenario, seed int64) (*rlqsRun, error) {
 			return nil, err
 		}
 		// Reports start staggered over the first interval, as proxies do.
-		r.ps[i] = &rlqsProxy{s: s, nextReport: r.rng.Float64() * sc.ReportInterval, b: make([]rlqsBucket, sc.Buckets)}
+		r.ps[i] = &rlqsProxy{s: s, nextReport: r.rng.Float64() * sc.ReportInterval, b: newRLQSBuckets(sc.Buckets)}
 	}
 	r.draw()
 	r.burst = seconds(sc.Burst)

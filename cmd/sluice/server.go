@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -114,12 +115,13 @@ command line wins.`,
 
 // serverFlags are sluice server's flags: most bound straight to the
 // fields of the server.Config they parse into; the rest (the logger's,
-// and Envoy's two enumerations) parsed by config.
+// and Envoy's three enumerations) parsed by config.
 type serverFlags struct {
 	cfg                 server.Config
 	logLevel, logFormat string
 	envoyAlgorithm      string
 	envoyOnStoreError   string
+	rlqsUnconfigured    string
 	leasePush           bool
 }
 
@@ -205,7 +207,7 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 		f.BoolVar(&st.DogStatsd, "envoy-statsd-dogstatsd", false, "send DogStatsD lines (tags after |#; udp)")
 	})
 	in(f, groupRLQS, func() {
-		f.StringVar(&c.RLQS.Unconfigured, "rlqs-unconfigured", rlqs.AllowAll, "RLQS answer to a bucket no template matches: ALLOW_ALL or DENY_ALL")
+		f.StringVar(&sf.rlqsUnconfigured, "rlqs-unconfigured", typev3.RateLimitStrategy_ALLOW_ALL.String(), "RLQS answer to a bucket no template matches: ALLOW_ALL or DENY_ALL")
 		f.DurationVar(&c.RLQS.UnconfiguredTTL, "rlqs-unconfigured-ttl", rlqs.DefaultUnconfiguredTTL, "time to live of that answer (renewed at half of it)")
 		f.Float64Var(&c.RLQS.Smoothing, "rlqs-smoothing", demand.DefaultSmoothing, "weight of a report's demand in an RLQS bucket's smoothed demand, in (0, 1]")
 		f.DurationVar(&c.RLQS.Burst, "rlqs-burst", rlqs.DefaultBurst, "RLQS token buckets' max_tokens, as this long's worth of their rate")
@@ -232,7 +234,7 @@ func (sf *serverFlags) register(f *pflag.FlagSet) {
 }
 
 // config returns the server.Config the flags parsed into, with what
-// needs parsing beyond a flag's type: the logger and Envoy's two
+// needs parsing beyond a flag's type: the logger and Envoy's three
 // enumerations.
 func (sf *serverFlags) config(log *slog.Logger) (server.Config, error) {
 	cfg := sf.cfg
@@ -249,6 +251,13 @@ func (sf *serverFlags) config(log *slog.Logger) (server.Config, error) {
 	}
 	if cfg.Envoy.OnStoreError, err = limits.ParseOnStoreError(sf.envoyOnStoreError); err != nil {
 		return cfg, fmt.Errorf("--envoy-on-store-error: %w", err)
+	}
+	if sf.rlqsUnconfigured != "" { // empty: the default, ALLOW_ALL
+		rule, ok := typev3.RateLimitStrategy_BlanketRule_value[sf.rlqsUnconfigured]
+		if !ok {
+			return cfg, fmt.Errorf("--rlqs-unconfigured: %q, want ALLOW_ALL or DENY_ALL", sf.rlqsUnconfigured)
+		}
+		cfg.RLQS.Unconfigured = typev3.RateLimitStrategy_BlanketRule(rule)
 	}
 	return cfg, nil
 }

@@ -50,6 +50,7 @@ func TestServerFlagErrors(t *testing.T) {
 		{[]string{"--parent", "127.0.0.1:1", "--parent-tls-cert", "c.pem"}, "--parent-tls-ca, --parent-tls-cert, --parent-tls-key: tls: a client certificate needs both"},
 		{[]string{"--envoy-near-limit-ratio", "2"}, "--envoy-near-limit-ratio: 2, want a fraction in (0, 1]"},
 		{[]string{"--envoy-algorithm", "leaky"}, "--envoy-algorithm: "},
+		{[]string{"--rlqs-unconfigured", "allow_all"}, `--rlqs-unconfigured: "allow_all", want ALLOW_ALL or DENY_ALL`},
 		{[]string{"--grace", "-1s"}, "--grace: -1s, want a positive duration"},
 		{[]string{"--client-identity", "cert"}, "--client-identity: cert needs client certificates: set --tls-client-ca (mTLS)"},
 		{[]string{"--client-identity", "spiffe"}, `--client-identity: "spiffe", want cert`},

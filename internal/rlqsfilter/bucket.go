@@ -3,23 +3,14 @@ package rlqsfilter
 import (
 	"math"
 	"time"
+
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 )
 
 // MinRate is the lowest rate (requests per second) a token bucket can
 // carry to the filter: one request an hour, the longest fill interval
 // Encode writes. A server sends a lower rate as a DENY_ALL blanket rule.
 const MinRate = 1.0 / 3600
-
-// Behavior is a blanket rule: what a bucket does with every request while
-// it applies. The zero value is DenyAll.
-type Behavior uint8
-
-const (
-	// DenyAll denies every request.
-	DenyAll Behavior = iota
-	// AllowAll allows every request.
-	AllowAll
-)
 
 // TokenBucket is an envoy.type.v3.TokenBucket's fields: MaxTokens (the
 // most it holds, and what a new one starts with), TokensPerFill and
@@ -78,12 +69,15 @@ func Encode(rate float64, burst time.Duration) TokenBucket {
 }
 
 // Strategy is an assignment's rate_limit_strategy: a token bucket when
-// TokenBucket is not nil, else the blanket rule Blanket.
+// TokenBucket is not nil, else the blanket rule Blanket (ALLOW_ALL admits
+// every request; DENY_ALL, or any other value, none).
 // (requests_per_time_unit is not modelled: the filter does not enforce
 // it, and Sluice never sends it.)
+//
+// Source: Envoy's api/envoy/type/v3/ratelimit_strategy.proto.
 type Strategy struct {
 	TokenBucket *TokenBucket
-	Blanket     Behavior
+	Blanket     typev3.RateLimitStrategy_BlanketRule
 }
 
 // Assignment is a bucket's active assignment, as the filter enforces it.
@@ -99,15 +93,18 @@ type Assignment struct {
 
 // Bucket is one bucket of the filter: its fallbacks, its active
 // assignment and its token bucket. The zero value is a bucket without an
-// assignment whose fallbacks deny. Not safe for concurrent use; time is
-// passed in and must not go backwards.
+// assignment whose fallbacks allow (ALLOW_ALL, the blanket rule's zero
+// value): set them to DENY_ALL for a bucket that admits nothing the
+// server did not assign. Not safe for concurrent use; time is passed in
+// and must not go backwards.
 type Bucket struct {
-	// NoAssignment is the no_assignment_behavior: what the bucket does
-	// before its first assignment (or after an Abandon).
-	NoAssignment Behavior
-	// Expired is the expired_assignment_behavior's fallback: what it
-	// does once an assignment's time to live ended without a new one.
-	Expired Behavior
+	// NoAssignment is the no_assignment_behavior's blanket rule: what the
+	// bucket does before its first assignment (or after an Abandon).
+	NoAssignment typev3.RateLimitStrategy_BlanketRule
+	// Expired is the expired_assignment_behavior's fallback blanket
+	// rule: what it does once an assignment's time to live ended without
+	// a new one.
+	Expired typev3.RateLimitStrategy_BlanketRule
 
 	assigned bool
 	strategy Strategy  // the last assignment's (its token bucket is what a new one is compared with)
@@ -169,7 +166,7 @@ func (b *Bucket) Active(now time.Time) (a Assignment, ok bool) {
 	switch {
 	case b.strategy.TokenBucket != nil:
 		a.Rate, a.MaxTokens = b.rate, uint32(b.max)
-	case b.strategy.Blanket == AllowAll:
+	case b.strategy.Blanket == typev3.RateLimitStrategy_ALLOW_ALL:
 		a.Rate = math.Inf(1)
 	}
 	return a, true
@@ -211,7 +208,7 @@ func (b *Bucket) take(now time.Time, n float64, whole bool) float64 {
 		b.tokens -= got
 		return got
 	}
-	if rule == AllowAll {
+	if rule == typev3.RateLimitStrategy_ALLOW_ALL {
 		return n
 	}
 	return 0

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"pgregory.net/rapid"
 
 	"github.com/sluice-rl/sluice/internal/rlqsfilter"
@@ -13,6 +14,12 @@ import (
 )
 
 var t0 = time.Unix(1_000_000, 0)
+
+// denying returns a bucket whose fallbacks deny (DENY_ALL before an
+// assignment and after one expired): it admits only what is assigned.
+func denying() rlqsfilter.Bucket {
+	return rlqsfilter.Bucket{NoAssignment: typev3.RateLimitStrategy_DENY_ALL, Expired: typev3.RateLimitStrategy_DENY_ALL}
+}
 
 func bucketOf(maxTokens, perFill uint32, interval time.Duration) rlqsfilter.Strategy {
 	return rlqsfilter.Strategy{TokenBucket: &rlqsfilter.TokenBucket{MaxTokens: maxTokens, TokensPerFill: perFill, FillInterval: interval}}
@@ -99,7 +106,7 @@ func TestEncode(t *testing.T) {
 // half second, and holds no more than 3 however long it waits.
 func TestAllowTokenBucket(t *testing.T) {
 	clock := testutil.NewClock(t0)
-	var b rlqsfilter.Bucket
+	b := denying()
 	if !b.Assign(clock.Now(), bucketOf(3, 2, time.Second), time.Minute) {
 		t.Fatal("a first token bucket did not start")
 	}
@@ -142,7 +149,7 @@ func TestAllowProperty(t *testing.T) {
 		per := rapid.Uint32Range(1, 40).Draw(t, "tokens_per_fill")
 		k := rapid.SampledFrom([]int64{1, 2, 4, 8}).Draw(t, "fill_interval_s")
 		now := t0
-		var b rlqsfilter.Bucket
+		b := denying()
 		b.Assign(now, bucketOf(maxTokens, per, time.Duration(k)*time.Second+time.Duration(k)), time.Hour)
 		tokens := new(big.Rat).SetInt64(int64(maxTokens))
 		capRat := new(big.Rat).SetInt64(int64(maxTokens))
@@ -174,7 +181,7 @@ func TestAllowProperty(t *testing.T) {
 // TestAdmit: requests as a fluid take fractions of tokens.
 func TestAdmit(t *testing.T) {
 	clock := testutil.NewClock(t0)
-	var b rlqsfilter.Bucket
+	b := denying()
 	b.Assign(clock.Now(), bucketOf(3, 2, time.Second), time.Minute)
 	for i, step := range []struct {
 		advance time.Duration
@@ -199,7 +206,7 @@ func TestAssign(t *testing.T) {
 	tb := bucketOf(3, 2, time.Second+1)
 	t.Run("the same token bucket is kept", func(t *testing.T) {
 		clock := testutil.NewClock(t0)
-		var b rlqsfilter.Bucket
+		b := denying()
 		b.Assign(clock.Now(), tb, 10*time.Second)
 		for range 3 {
 			b.Allow(clock.Now())
@@ -217,7 +224,7 @@ func TestAssign(t *testing.T) {
 	})
 	t.Run("another token bucket starts full", func(t *testing.T) {
 		clock := testutil.NewClock(t0)
-		var b rlqsfilter.Bucket
+		b := denying()
 		b.Assign(clock.Now(), tb, 10*time.Second)
 		admitted(&b, clock.Now(), 10)
 		if !b.Assign(clock.Now(), bucketOf(4, 2, time.Second+1), 10*time.Second) {
@@ -229,7 +236,7 @@ func TestAssign(t *testing.T) {
 	})
 	t.Run("same on the wire, other seconds: the old rate kept", func(t *testing.T) {
 		clock := testutil.NewClock(t0)
-		var b rlqsfilter.Bucket
+		b := denying()
 		b.Assign(clock.Now(), tb, 10*time.Second)
 		b.Assign(clock.Now(), bucketOf(3, 2, 2*time.Second+1), 10*time.Second)
 		if a, _ := b.Active(clock.Now()); a.Rate != 2 {
@@ -238,7 +245,7 @@ func TestAssign(t *testing.T) {
 	})
 	t.Run("after the time to live, a new bucket", func(t *testing.T) {
 		clock := testutil.NewClock(t0)
-		var b rlqsfilter.Bucket
+		b := denying()
 		b.Assign(clock.Now(), tb, 2900*time.Millisecond) // whole seconds: 2 s
 		admitted(&b, clock.Now(), 10)
 		clock.Advance(2 * time.Second)
@@ -257,15 +264,15 @@ func TestAssign(t *testing.T) {
 	})
 	t.Run("fallbacks and blanket rules", func(t *testing.T) {
 		clock := testutil.NewClock(t0)
-		b := rlqsfilter.Bucket{NoAssignment: rlqsfilter.AllowAll, Expired: rlqsfilter.AllowAll}
+		b := rlqsfilter.Bucket{NoAssignment: typev3.RateLimitStrategy_ALLOW_ALL, Expired: typev3.RateLimitStrategy_ALLOW_ALL}
 		if _, ok := b.Active(clock.Now()); ok || admitted(&b, clock.Now(), 5) != 5 {
 			t.Error("no assignment: want none active, and ALLOW_ALL's 5 of 5")
 		}
-		b.Assign(clock.Now(), rlqsfilter.Strategy{Blanket: rlqsfilter.DenyAll}, time.Second)
+		b.Assign(clock.Now(), rlqsfilter.Strategy{Blanket: typev3.RateLimitStrategy_DENY_ALL}, time.Second)
 		if a, ok := b.Active(clock.Now()); !ok || a.Rate != 0 || admitted(&b, clock.Now(), 5) != 0 {
 			t.Errorf("DENY_ALL: %+v %v", a, ok)
 		}
-		b.Assign(clock.Now(), rlqsfilter.Strategy{Blanket: rlqsfilter.AllowAll}, time.Second)
+		b.Assign(clock.Now(), rlqsfilter.Strategy{Blanket: typev3.RateLimitStrategy_ALLOW_ALL}, time.Second)
 		if a, _ := b.Active(clock.Now()); !math.IsInf(a.Rate, 1) || admitted(&b, clock.Now(), 5) != 5 {
 			t.Errorf("ALLOW_ALL: %+v", a)
 		}

@@ -11,9 +11,12 @@
 // Time is passed in, so the same model runs on the wall clock (the tests'
 // emulated Envoy, internal/testutil/rlqsproxy, over a real gRPC stream)
 // and on virtual time (the simulator, package sim). It uses no Envoy
-// types: the simulator links none (internal/layout's sideways imports),
-// so the wire's fields come in as plain values (TokenBucket, Strategy)
-// and the callers convert the protos.
+// messages: the simulator links none of go-control-plane but envoy/type/v3
+// (internal/layout's sideways imports), so the wire's fields come in as
+// plain values (TokenBucket, Strategy) and the callers convert the protos.
+// A blanket rule is Envoy's own enum, typev3.RateLimitStrategy_BlanketRule
+// (ALLOW_ALL, its zero value, or DENY_ALL), the one type Sluice uses for
+// it.
 //
 // Bucket is one bucket's enforcement; Filter is one filter's buckets by
 // bucket id, with the counts its usage reports carry. Neither is safe for
@@ -23,6 +26,7 @@
 // global_client_impl.cc (createTokenBucketFromAction, protoTokenBucketsEq,
 // onQuotaResponseImpl, startActionExpirationTimer, getUsageFromBucket),
 // source/common/common/token_bucket_impl.cc (AtomicTokenBucketImpl, which
-// starts full and fills continuously), api/envoy/type/v3/token_bucket.proto;
+// starts full and fills continuously), api/envoy/type/v3/token_bucket.proto
+// and ratelimit_strategy.proto;
 // docs/rlqs.md, "What a stream is sent".
 package rlqsfilter

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
 	"github.com/sluice-rl/sluice/internal/rlqsfilter"
 )
 
@@ -15,7 +17,7 @@ func Example() {
 	fmt.Printf("on the wire: max_tokens %d, tokens_per_fill %d, fill_interval %v; fills at %v a second\n",
 		tb.MaxTokens, tb.TokensPerFill, tb.FillInterval, tb.Rate())
 
-	var b rlqsfilter.Bucket // no assignment yet: DENY_ALL
+	b := rlqsfilter.Bucket{NoAssignment: typev3.RateLimitStrategy_DENY_ALL, Expired: typev3.RateLimitStrategy_DENY_ALL} // no assignment yet: DENY_ALL
 	b.Assign(now, rlqsfilter.Strategy{TokenBucket: &tb}, 20*time.Second)
 	admitted := 0
 	for range 15 {

@@ -5,16 +5,18 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 )
 
-// Options configure a Filter: the fallbacks of its buckets.
+// Options configure a Filter: the fallbacks of its buckets (Bucket's).
 type Options struct {
 	// NoAssignment is the no_assignment_behavior's blanket rule (the
-	// zero value: DenyAll).
-	NoAssignment Behavior
+	// zero value: ALLOW_ALL).
+	NoAssignment typev3.RateLimitStrategy_BlanketRule
 	// Expired is the expired_assignment_behavior's fallback_rate_limit
-	// blanket rule (the zero value: DenyAll).
-	Expired Behavior
+	// blanket rule (the zero value: ALLOW_ALL).
+	Expired typev3.RateLimitStrategy_BlanketRule
 }
 
 // Stats are a Filter's counts since it started.

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
 	"github.com/sluice-rl/sluice/internal/rlqsfilter"
 	"github.com/sluice-rl/sluice/internal/testutil"
 )
@@ -13,7 +15,7 @@ import (
 // report; assignments go to tracked buckets only; an abandon forgets it.
 func TestFilter(t *testing.T) {
 	clock := testutil.NewClock(t0)
-	f := rlqsfilter.New(rlqsfilter.Options{})
+	f := rlqsfilter.New(rlqsfilter.Options{NoAssignment: typev3.RateLimitStrategy_DENY_ALL, Expired: typev3.RateLimitStrategy_DENY_ALL})
 	a, b := map[string]string{"name": "a"}, map[string]string{"name": "b"}
 	if ok, created := f.Allow(clock.Now(), a); ok || !created {
 		t.Fatalf("first request: allowed %v, created %v; want denied (DENY_ALL) and created", ok, created)

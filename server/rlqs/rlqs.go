@@ -65,6 +65,7 @@ import (
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -82,12 +83,6 @@ import (
 	"github.com/sluice-rl/sluice/server/status/view"
 )
 
-// The answers to a bucket no template matches (Options.Unconfigured).
-const (
-	AllowAll = "ALLOW_ALL"
-	DenyAll  = "DENY_ALL"
-)
-
 // DefaultUnconfiguredTTL is Options.UnconfiguredTTL's default: the lease
 // length of a resource no template matches (capacity.FallbackLeaseLength).
 const DefaultUnconfiguredTTL = capacity.FallbackLeaseLength
@@ -97,11 +92,13 @@ const DefaultBurst = state.DefaultBurst
 
 // Options configures the service. The zero value is the default.
 type Options struct {
-	// Unconfigured is the answer to a bucket no template matches:
-	// AllowAll (the default when empty: its proxies are not limited) or
-	// DenyAll, a blanket rule sent with UnconfiguredTTL and renewed
-	// (and the template looked up again) every half of it.
-	Unconfigured string
+	// Unconfigured is the answer to a bucket no template matches, a
+	// blanket rule of Envoy's (api/envoy/type/v3/ratelimit_strategy.proto):
+	// typev3.RateLimitStrategy_ALLOW_ALL (the zero value, the default:
+	// its proxies are not limited) or RateLimitStrategy_DENY_ALL, sent
+	// with UnconfiguredTTL and renewed (and the template looked up again)
+	// every half of it.
+	Unconfigured typev3.RateLimitStrategy_BlanketRule
 	// UnconfiguredTTL is the unconfigured answer's time to live (0:
 	// DefaultUnconfiguredTTL; at least 2 s), and how long such a bucket
 	// may count no request before it is abandoned.
@@ -140,13 +137,14 @@ type Options struct {
 type OptionError = names.FieldError
 
 // Check returns an *OptionError for the first configurable option New
-// would refuse: Unconfigured other than "", AllowAll or DenyAll,
+// would refuse: Unconfigured neither ALLOW_ALL nor DENY_ALL,
 // UnconfiguredTTL negative or below 2 s, Smoothing outside (0, 1], Burst
 // negative, below 1 ms or above a minute.
 func (o Options) Check() *OptionError {
 	switch {
-	case o.Unconfigured != "" && o.Unconfigured != AllowAll && o.Unconfigured != DenyAll:
-		return names.FieldErr("Unconfigured", "%q, want %s or %s", o.Unconfigured, AllowAll, DenyAll)
+	case o.Unconfigured != typev3.RateLimitStrategy_ALLOW_ALL && o.Unconfigured != typev3.RateLimitStrategy_DENY_ALL:
+		return names.FieldErr("Unconfigured", "%v, want %v (the default) or %v", o.Unconfigured,
+			typev3.RateLimitStrategy_ALLOW_ALL, typev3.RateLimitStrategy_DENY_ALL)
 	case o.UnconfiguredTTL != 0 && o.UnconfiguredTTL < 2*time.Second:
 		return names.FieldErr("UnconfiguredTTL", "%v, want at least 2s (0: %v)", o.UnconfiguredTTL, DefaultUnconfiguredTTL)
 	case o.Smoothing != 0 && !(o.Smoothing > 0 && o.Smoothing <= 1):
@@ -182,9 +180,6 @@ type Service struct {
 func New(c *capacity.Service, opts Options) (*Service, error) {
 	if err := opts.Check(); err != nil {
 		return nil, err
-	}
-	if opts.Unconfigured == "" {
-		opts.Unconfigured = AllowAll
 	}
 	if opts.UnconfiguredTTL == 0 {
 		opts.UnconfiguredTTL = DefaultUnconfiguredTTL
@@ -351,7 +346,7 @@ func (s *Service) report(ctx context.Context, ss *stream, m *rlqspb.RateLimitQuo
 		ss.m = s.m.domain(domain)
 		ss.m.streams.Inc()
 		st = state.New(ss.client, s.c, state.Options{
-			DenyUnconfigured: s.opts.Unconfigured == DenyAll, UnconfiguredTTL: s.opts.UnconfiguredTTL, Smoothing: s.opts.Smoothing, Burst: s.opts.Burst,
+			Unconfigured: s.opts.Unconfigured, UnconfiguredTTL: s.opts.UnconfiguredTTL, Smoothing: s.opts.Smoothing, Burst: s.opts.Burst,
 		}, state.Metrics{Buckets: ss.m.buckets, Sent: ss.m.sent, Pushed: ss.m.pushed, Abandoned: ss.m.abandoned, Unconfigured: ss.m.unconfigured})
 		ss.st.Store(st)
 		s.mu.Lock()

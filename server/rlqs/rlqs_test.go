@@ -12,6 +12,7 @@ import (
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -104,7 +105,8 @@ func serveOver(t *testing.T, c *capacity.Service, opts rlqs.Options) *fixture {
 
 func (f *fixture) proxy(t *testing.T, domain string) *rlqsproxy.Proxy {
 	t.Helper()
-	p, err := rlqsproxy.New(context.Background(), f.conn, rlqsproxy.Options{Domain: domain, ReportInterval: report})
+	p, err := rlqsproxy.New(context.Background(), f.conn, rlqsproxy.Options{Domain: domain, ReportInterval: report,
+		NoAssignment: typev3.RateLimitStrategy_DENY_ALL, Expired: typev3.RateLimitStrategy_DENY_ALL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +385,8 @@ func TestExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	lis, gs := listen(t, s)
-	p, err := rlqsproxy.New(context.Background(), testutil.Dial(t, lis), rlqsproxy.Options{Domain: "web", ReportInterval: report, Expired: rlqsproxy.DenyAll})
+	p, err := rlqsproxy.New(context.Background(), testutil.Dial(t, lis), rlqsproxy.Options{Domain: "web", ReportInterval: report,
+		NoAssignment: typev3.RateLimitStrategy_DENY_ALL, Expired: typev3.RateLimitStrategy_DENY_ALL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,11 +428,11 @@ func listen(t *testing.T, s *rlqs.Service) (string, *grpc.Server) {
 func TestUnconfigured(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
-		answer string
+		answer typev3.RateLimitStrategy_BlanketRule
 		want   float64
 	}{
-		{"default ALLOW_ALL", "", math.Inf(1)},
-		{"DENY_ALL", rlqs.DenyAll, 0},
+		{"default ALLOW_ALL", 0, math.Inf(1)},
+		{"DENY_ALL", typev3.RateLimitStrategy_DENY_ALL, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := serve(t, templates, rlqs.Options{Unconfigured: tt.answer, UnconfiguredTTL: 10 * time.Second})
@@ -617,7 +620,7 @@ func TestOptions(t *testing.T) {
 		opts  rlqs.Options
 		field string
 	}{
-		{rlqs.Options{Unconfigured: "MAYBE"}, "Unconfigured"},
+		{rlqs.Options{Unconfigured: typev3.RateLimitStrategy_BlanketRule(7)}, "Unconfigured"},
 		{rlqs.Options{UnconfiguredTTL: time.Second}, "UnconfiguredTTL"},
 		{rlqs.Options{Smoothing: 1.5}, "Smoothing"},
 		{rlqs.Options{Smoothing: math.NaN()}, "Smoothing"},

@@ -232,11 +232,7 @@ func strategy(a state.Action, burst time.Duration) *typev3.RateLimitStrategy {
 	if s.TokenBucket != nil {
 		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tokenBucketProto(*s.TokenBucket)}}
 	}
-	rule := typev3.RateLimitStrategy_DENY_ALL
-	if s.Blanket == rlqsfilter.AllowAll {
-		rule = typev3.RateLimitStrategy_ALLOW_ALL
-	}
-	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}
+	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: s.Blanket}}
 }
 
 // response returns actions as one message for the stream, token buckets

@@ -33,28 +33,21 @@ import (
 	"github.com/sluice-rl/sluice/internal/rlqsfilter"
 )
 
-// Behavior is what a bucket without an active assignment does.
-type Behavior = rlqsfilter.Behavior
-
-const (
-	// DenyAll denies every request (the tests' default: nothing is
-	// admitted that the server did not assign).
-	DenyAll = rlqsfilter.DenyAll
-	// AllowAll allows every request.
-	AllowAll = rlqsfilter.AllowAll
-)
-
 // Options configure a Proxy.
 type Options struct {
 	// Domain is the filter's domain, sent in its reports.
 	Domain string
 	// ReportInterval is the filter's reporting_interval (0: 1 s).
 	ReportInterval time.Duration
-	// NoAssignment is no_assignment_behavior's blanket rule.
-	NoAssignment Behavior
+	// NoAssignment is no_assignment_behavior's blanket rule: what a
+	// bucket without an active assignment does before its first (the
+	// zero value: ALLOW_ALL; DENY_ALL admits nothing the server did not
+	// assign).
+	NoAssignment typev3.RateLimitStrategy_BlanketRule
 	// Expired is expired_assignment_behavior's fallback_rate_limit
-	// blanket rule.
-	Expired Behavior
+	// blanket rule: what it does once an assignment expired (the zero
+	// value: ALLOW_ALL).
+	Expired typev3.RateLimitStrategy_BlanketRule
 }
 
 // Stats are a Proxy's counts since it started (rlqsfilter.Stats).
@@ -298,10 +291,7 @@ func strategy(s *typev3.RateLimitStrategy) (_ rlqsfilter.Strategy, ok bool) {
 	if !ok {
 		return rlqsfilter.Strategy{}, false
 	}
-	if r.BlanketRule == typev3.RateLimitStrategy_ALLOW_ALL {
-		return rlqsfilter.Strategy{Blanket: rlqsfilter.AllowAll}, true
-	}
-	return rlqsfilter.Strategy{Blanket: rlqsfilter.DenyAll}, true
+	return rlqsfilter.Strategy{Blanket: r.BlanketRule}, true
 }
 
 // Drive offers requests to the bucket with pairs at rate() requests per

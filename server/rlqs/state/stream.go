@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
@@ -65,10 +66,9 @@ var ErrNotMaster = errors.New("this server is not the master of the lease tree's
 type ActionKind uint8
 
 const (
-	Assign   ActionKind = iota // a token bucket at Rate (DENY_ALL at 0)
-	AllowAll                   // an ALLOW_ALL blanket rule (an unconfigured bucket)
-	DenyAll                    // a DENY_ALL blanket rule (an unconfigured bucket)
-	Abandon                    // forget the bucket
+	Assign  ActionKind = iota // a token bucket at Rate (DENY_ALL at 0)
+	Blanket                   // the blanket rule Rule (an unconfigured bucket: Options.Unconfigured)
+	Abandon                   // forget the bucket
 )
 
 // Action is one bucket's action for the stream.
@@ -76,9 +76,10 @@ type Action struct {
 	Resource string // the bucket's resource (its BucketId, with Prio)
 	Prio     string // its priority pair's value as received ("": none)
 	Kind     ActionKind
-	Rate     float64       // Assign: requests per second
-	TTL      time.Duration // assignments: their time to live
-	Pushed   bool          // Assign: a lease the server pushed, not an answer to a report
+	Rate     float64                              // Assign: requests per second
+	Rule     typev3.RateLimitStrategy_BlanketRule // Blanket: ALLOW_ALL or DENY_ALL
+	TTL      time.Duration                        // assignments: their time to live
+	Pushed   bool                                 // Assign: a lease the server pushed, not an answer to a report
 	// Burst is an Assign's max_tokens as this long's worth of Rate
 	// (bucketBurst; 0: the burst Strategy is given).
 	Burst time.Duration
@@ -88,16 +89,16 @@ type Action struct {
 // filter reads it, its token bucket holding a.Burst's worth of its rate
 // (burst's when a.Burst is 0): for an Assign, a token bucket filling at
 // Rate (rlqsfilter.Encode), or DENY_ALL below rlqsfilter.MinRate (a token
-// bucket cannot fill more slowly); for AllowAll and DenyAll, their
-// blanket rule. An Abandon has none: ok is false.
+// bucket cannot fill more slowly); for a Blanket, its Rule. An Abandon
+// has none: ok is false.
 func (a Action) Strategy(burst time.Duration) (s rlqsfilter.Strategy, ok bool) {
 	switch {
 	case a.Kind == Abandon:
 		return rlqsfilter.Strategy{}, false
-	case a.Kind == AllowAll:
-		return rlqsfilter.Strategy{Blanket: rlqsfilter.AllowAll}, true
-	case a.Kind == DenyAll || a.Rate < rlqsfilter.MinRate:
-		return rlqsfilter.Strategy{Blanket: rlqsfilter.DenyAll}, true
+	case a.Kind == Blanket:
+		return rlqsfilter.Strategy{Blanket: a.Rule}, true
+	case a.Rate < rlqsfilter.MinRate:
+		return rlqsfilter.Strategy{Blanket: typev3.RateLimitStrategy_DENY_ALL}, true
 	}
 	if a.Burst > 0 {
 		burst = a.Burst
@@ -123,10 +124,11 @@ type Usage struct {
 
 // Options configure a Stream.
 type Options struct {
-	// DenyUnconfigured answers a bucket no template matches with DENY_ALL
-	// (else ALLOW_ALL), for UnconfiguredTTL (> 0).
-	DenyUnconfigured bool
-	UnconfiguredTTL  time.Duration
+	// Unconfigured is the blanket rule that answers a bucket no template
+	// matches (the zero value: ALLOW_ALL; or DENY_ALL), for
+	// UnconfiguredTTL (> 0).
+	Unconfigured    typev3.RateLimitStrategy_BlanketRule
+	UnconfiguredTTL time.Duration
 	// Smoothing is the weight of a report's demand in the smoothed demand
 	// (see package demand).
 	Smoothing float64
@@ -529,12 +531,8 @@ func (s *Stream) unconfigured(now time.Time, b *bucket) Action {
 	}
 	b.due = now.Add(s.opts.UnconfiguredTTL / 2)
 	b.idle = s.opts.UnconfiguredTTL
-	kind := AllowAll
-	if s.opts.DenyUnconfigured {
-		kind = DenyAll
-	}
 	s.m.Sent.Inc()
-	return Action{Resource: b.resource, Prio: b.prio, Kind: kind, TTL: s.opts.UnconfiguredTTL}
+	return Action{Resource: b.resource, Prio: b.prio, Kind: Blanket, Rule: s.opts.Unconfigured, TTL: s.opts.UnconfiguredTTL}
 }
 
 // ask sets rd.Ask to the request of the leases of rd.asked (one

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
 	pb "github.com/sluice-rl/sluice/api/doorman"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/resources"
@@ -113,9 +115,9 @@ func TestLifecycle(t *testing.T) {
 func TestUnconfigured(t *testing.T) {
 	clock := testutil.NewClock(time.Unix(1_000_000, 0))
 	c := leaser(t, clock, "resources: []\n")
-	s := state.New("envoy", c, state.Options{DenyUnconfigured: true, UnconfiguredTTL: 10 * time.Second}, state.Discard)
+	s := state.New("envoy", c, state.Options{Unconfigured: typev3.RateLimitStrategy_DENY_ALL, UnconfiguredTTL: 10 * time.Second}, state.Discard)
 	as, err := state.Perform(context.Background(), c, s, s.Report(clock.Now(), []state.Usage{{Resource: "d/name=a", Requests: 1, Elapsed: 1}}))
-	if err != nil || len(as) != 1 || as[0].Kind != state.DenyAll || as[0].TTL != 10*time.Second {
+	if err != nil || len(as) != 1 || as[0].Kind != state.Blanket || as[0].Rule != typev3.RateLimitStrategy_DENY_ALL || as[0].TTL != 10*time.Second {
 		t.Fatalf("%+v %v, want DENY_ALL for 10 s", as, err)
 	}
 	if next := s.Next(); !next.Equal(clock.Now().Add(5 * time.Second)) {
@@ -137,7 +139,7 @@ func TestLiveReload(t *testing.T) {
 	s := state.New("envoy", c, state.Options{UnconfiguredTTL: 10 * time.Second}, state.Discard)
 	ctx := context.Background()
 	usage := []state.Usage{{Resource: "d/name=a", Requests: 30, Elapsed: 1}}
-	if as, err := state.Perform(ctx, c, s, s.Report(clock.Now(), usage)); err != nil || len(as) != 1 || as[0].Kind != state.AllowAll {
+	if as, err := state.Perform(ctx, c, s, s.Report(clock.Now(), usage)); err != nil || len(as) != 1 || as[0].Kind != state.Blanket || as[0].Rule != typev3.RateLimitStrategy_ALLOW_ALL {
 		t.Fatalf("%+v %v, want ALLOW_ALL", as, err)
 	}
 	c.SetConfig(withTemplate)
@@ -155,7 +157,7 @@ func TestLiveReload(t *testing.T) {
 	c.SetConfig(parse(t, empty))
 	clock.Advance(4 * time.Second) // the refresh
 	as, err = state.Perform(ctx, c, s, s.Report(clock.Now(), usage))
-	if err != nil || len(as) != 1 || as[0].Kind != state.AllowAll {
+	if err != nil || len(as) != 1 || as[0].Kind != state.Blanket || as[0].Rule != typev3.RateLimitStrategy_ALLOW_ALL {
 		t.Fatalf("after the template was removed: %+v %v, want ALLOW_ALL", as, err)
 	}
 	if st, err := c.Status("d/name=a"); err == nil && st.Clients != 0 {
