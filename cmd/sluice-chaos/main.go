@@ -57,7 +57,7 @@ func newRoot() *cobra.Command {
 --hold, heals it, goes on for --recover, and checks the history: a token
 bucket never grants more than size + rate × T over any window T (answers
 flagged fail-open apart), copies never exceed their limit, every hold is
-given back exactly once. It prints what was admitted over the limit,
+given back exactly once, Σ leases never exceed the capacity. It prints what was admitted over the limit,
 errors by code, answers flagged degraded and the time to recover.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -87,7 +87,7 @@ func TestFaults(t *testing.T) {
 		{mode: "quota-redis", fault: "server-kill", errors: true},
 		{mode: "copies-redis", fault: "client-kill"},
 		{mode: "copies-redis", fault: "redis-restart", errors: true},
-		// The new master learns for a lease length (4 s) after the
+		// The new master learns for a lease length (6 s) after the
 		// election TTL (2 s).
 		{mode: "leases", fault: "master-kill", errors: true, recover: 8 * time.Second},
 		// Sentinel promotes the replica after down-after (1 s) and an
@@ -137,6 +137,8 @@ func TestMatrix(t *testing.T) {
 	for mode, faults := range map[string][]string{
 		"bucket-sentinel": {"none", "sentinel-failover", "sentinel-kill-master", "server-kill", "server-stop"},
 		"rls-cluster-tls": {"none", "cluster-failover", "cluster-kill-master", "server-kill", "server-stop"},
+		"leases-tree":     {"none", "clock-skew-ahead", "clock-skew-behind", "parent-cut", "server-kill", "server-stop"},
+		"leases":          {"none", "clock-skew-ahead", "clock-skew-behind", "etcd-cut", "etcd-leader-kill", "master-kill", "server-kill", "server-stop"},
 	} {
 		n := 0
 		for run := range runs {
@@ -150,6 +152,15 @@ func TestMatrix(t *testing.T) {
 		for _, f := range faults {
 			if !runs[[2]string{mode, f}] {
 				t.Errorf("%s under %s: not in the matrix", mode, f)
+			}
+		}
+	}
+	// The Doorman faults: a parent only in a tree, clocks only where
+	// leases carry expiry times.
+	for name, m := range Modes {
+		for f, want := range map[string]bool{"parent-cut": m.Tree, "clock-skew-ahead": m.Kind == "leases", "clock-skew-behind": m.Kind == "leases"} {
+			if got := Faults[f].applies(m); got != want {
+				t.Errorf("%s applies to %s: %v, want %v", f, name, got, want)
 			}
 		}
 	}

@@ -292,3 +292,26 @@ func CheckCount(holds []Hold, end time.Duration) CountCheck {
 	}
 	return c
 }
+
+// MeanCount returns the mean over [from, to] of the total the holds
+// (Degraded ones apart) certainly held at each instant, as CheckCount
+// counts them; end closes the holds still held. 0 when to ≤ from.
+func MeanCount(holds []Hold, from, to, end time.Duration) float64 {
+	if to <= from {
+		return 0
+	}
+	var area float64 // N × seconds
+	for _, h := range holds {
+		if h.Degraded {
+			continue
+		}
+		rel := h.Released
+		if rel == 0 {
+			rel = end
+		}
+		if a, b := max(h.Acquired, from), min(rel, to); b > a {
+			area += float64(h.N) * (b - a).Seconds()
+		}
+	}
+	return area / (to - from).Seconds()
+}

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -126,5 +127,79 @@ func TestCheckCount(t *testing.T) {
 				t.Errorf("max %d at %v, want %d", c.Max, c.At, tc.max)
 			}
 		})
+	}
+}
+
+func TestMeanCount(t *testing.T) {
+	holds := []Hold{
+		{N: 2, Acquired: ms(0), Released: ms(1000)},
+		{N: 4, Acquired: ms(500)}, // held to the end
+		{N: 9, Acquired: ms(0), Released: ms(1000), Degraded: true},
+	}
+	for _, tc := range []struct {
+		from, to int
+		want     float64
+	}{
+		{0, 1000, 2 + 4*0.5},
+		{1000, 2000, 4},
+		{500, 1500, (2*0.5 + 4*1)},
+		{2000, 2000, 0},
+	} {
+		if got := MeanCount(holds, ms(tc.from), ms(tc.to), ms(2000)); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("[%d, %d] ms: mean %v, want %v", tc.from, tc.to, got, tc.want)
+		}
+	}
+}
+
+func TestCheckOutlived(t *testing.T) {
+	id := func(i int) string { return fmt.Sprintf("mid-%d", i) }
+	polls := []rootLease{
+		{At: ms(1000), Client: "mid-1", Expiry: 104},
+		{At: ms(1000), Client: "mid-2", Expiry: 110},
+		{At: ms(5000), Client: "mid-1", Expiry: 108},
+	}
+	for _, tc := range []struct {
+		name                string
+		answer              leaseAnswer
+		outlived, unchecked int
+	}{
+		{"within its parent's", leaseAnswer{Server: 1, At: ms(1200), Expiry: 104}, 0, 0},
+		{"beyond it", leaseAnswer{Server: 1, At: ms(1200), Expiry: 105}, 1, 0},
+		{"another intermediate's lease does not count", leaseAnswer{Server: 1, At: ms(1200), Expiry: 110}, 1, 0},
+		{"a renewal seen within the grace", leaseAnswer{Server: 1, At: ms(4500), Expiry: 108}, 0, 0},
+		{"a renewal seen too late", leaseAnswer{Server: 1, At: ms(3000), Expiry: 108}, 1, 0},
+		{"before any poll", leaseAnswer{Server: 2, At: ms(-2000), Expiry: 110}, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := CheckOutlived([]leaseAnswer{tc.answer}, polls, id)
+			if c.Outlived != tc.outlived || c.Unchecked != tc.unchecked {
+				t.Errorf("outlived %d, unchecked %d; want %d, %d", c.Outlived, c.Unchecked, tc.outlived, tc.unchecked)
+			}
+			if (c.First != nil) != (tc.outlived > 0) {
+				t.Errorf("first %v", c.First)
+			}
+		})
+	}
+}
+
+// TestClockSkewUntil: a client holds its lease until its own clock reads
+// the expiry, across the steps of its skew.
+func TestClockSkewUntil(t *testing.T) {
+	var c clockSkew
+	c.set(ms(3000), -3*time.Second) // 3 s behind from 3 s on
+	c.set(ms(8000), 0)              // healed at 8 s
+	for _, tc := range []struct {
+		from, e, want int
+	}{
+		{0, 2000, 2000},    // before the skew
+		{0, 4000, 7000},    // behind from 3 s: reads 4 s at 7 s
+		{0, 6000, 8000},    // would read 6 s at 9 s, but the clock steps forward at 8 s
+		{4000, 9000, 9000}, // after the heal
+		{4000, 1000, 4000}, // already ended
+		{9000, 8500, 9000}, // already ended, after the heal
+	} {
+		if got := c.until(ms(tc.from), ms(tc.e)); got != ms(tc.want) {
+			t.Errorf("from %d ms, expiry %d ms: held until %v, want %d ms", tc.from, tc.e, got, tc.want)
+		}
 	}
 }

@@ -34,6 +34,7 @@ type Server struct {
 	// Addr is its host:port on 127.0.0.1.
 	Addr string
 	args []string
+	env  []string // added to the harness's environment
 	bin  string
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -43,17 +44,26 @@ type Server struct {
 // startServer starts `bin server args… --listen 127.0.0.1:PORT` and waits,
 // up to 60 s, until /readyz answers 200.
 func startServer(bin, name string, logw io.Writer, args ...string) (*Server, error) {
+	return startServerEnv(bin, name, logw, nil, args...)
+}
+
+// startServerEnv is startServer with env (KEY=value) added to the
+// process's environment.
+func startServerEnv(bin, name string, logw io.Writer, env []string, args ...string) (*Server, error) {
 	port, err := testutil.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Name: name, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, logw: logw,
+	s := &Server{Name: name, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, logw: logw, env: env,
 		args: append([]string{"server", "--listen", "127.0.0.1:" + strconv.Itoa(port), "--log-level", "warn"}, args...)}
 	return s, s.start()
 }
 
 func (s *Server) start() error {
 	s.cmd = exec.Command(s.bin, s.args...)
+	if len(s.env) > 0 {
+		s.cmd.Env = append(os.Environ(), s.env...)
+	}
 	s.cmd.Stdout = io.Discard
 	s.cmd.Stderr = prefixed(s.logw, s.Name+": ")
 	if err := s.cmd.Start(); err != nil {
@@ -99,6 +109,23 @@ func (s *Server) Kill() {
 
 // Restart starts the process again, with the same arguments and port.
 func (s *Server) Restart() error { return s.start() }
+
+// skewFile returns the path of the file through which the process reads
+// its clock's skew (hooks.ClockSkewEnv) in dir.
+func skewFile(dir string, server int) string {
+	return filepath.Join(dir, "clock-skew-"+strconv.Itoa(server))
+}
+
+// setSkew sets the skew of the clock of a server started with file as its
+// hooks.ClockSkewEnv: the server reads it within hooks.ClockSkewPoll. The
+// file is replaced whole (a rename), never read half written.
+func setSkew(file string, d time.Duration) error {
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, []byte(d.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, file)
+}
 
 // prefixed writes each line to w with prefix.
 func prefixed(w io.Writer, prefix string) io.Writer {
@@ -205,7 +232,10 @@ type Env struct {
 	// of the store (none for a Redis Cluster, whose nodes advertise their
 	// own addresses).
 	RedisProxies, EtcdProxies *Proxies
-	Servers                   []*Server
+	// ParentProxies sit between each intermediate of a Doorman tree
+	// (Mode.Tree; servers 1 on) and its parent, the root (server 0).
+	ParentProxies *Proxies
+	Servers       []*Server
 }
 
 // Close stops everything and removes the env's directory.
@@ -215,7 +245,7 @@ func (e *Env) Close() {
 			s.Kill()
 		}
 	}
-	for _, p := range []*Proxies{e.RedisProxies, e.EtcdProxies} {
+	for _, p := range []*Proxies{e.RedisProxies, e.EtcdProxies, e.ParentProxies} {
 		if p != nil {
 			p.stop()
 		}

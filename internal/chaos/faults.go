@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"syscall"
 	"time"
 
@@ -28,15 +29,21 @@ type Fault struct {
 	applies func(m *Mode) bool
 	inject  func(r *runner) (heal func() error, err error)
 	// persistent: Redis runs with its append-only file; etcdMembers: how
-	// many members etcd runs (0: one).
+	// many members etcd runs (0: one); skew: how far the fault sets a
+	// server's and a client's clocks off (the servers then read their
+	// clocks' skew from a file, setSkew).
 	persistent  bool
 	etcdMembers int
+	skew        time.Duration
+	// hold, when longer than Options.Hold, is how long the fault lasts.
+	hold time.Duration
 }
 
 func onRedis(m *Mode) bool    { return m.Store == Redis }
 func onCluster(m *Mode) bool  { return m.Store == Cluster || m.Store == ClusterTLS }
 func onSentinel(m *Mode) bool { return m.Store == Sentinel }
 func always(*Mode) bool       { return true }
+func onLeases(m *Mode) bool   { return m.Kind == "leases" }
 
 // latency is a toxic adding d to every answer from the store.
 func latency(d time.Duration) func(r *runner) (func() error, error) {
@@ -170,6 +177,15 @@ var Faults = map[string]*Fault{
 			c.Kill(lead)
 			return func() error { return c.Restart(lead) }, nil
 		}},
+	"parent-cut": {Doc: "a Doorman intermediate (server 1) cut off from its parent, the root (the toxiproxy between them closed), its clients still reaching it; reopened when the fault heals, after 8 s at least (longer than a lease: the intermediate's runs out)",
+		applies: func(m *Mode) bool { return m.Tree }, hold: 8 * time.Second,
+		inject: func(r *runner) (func() error, error) {
+			r.env.ParentProxies.cut(1)
+			return r.env.ParentProxies.heal, nil
+		}},
+	"clock-skew-behind": {Doc: "the clocks of a Doorman server (leases-tree: an intermediate, server 1; leases: the master) and of one of its clients (worker 0) step 3 s back, and forward again when the fault heals",
+		applies: onLeases, skew: -3 * time.Second, inject: skewClocks},
+	"clock-skew-ahead": {Doc: "as clock-skew-behind, 3 s ahead", applies: onLeases, skew: 3 * time.Second, inject: skewClocks},
 	"client-kill": {Doc: "SIGKILL a client process while it holds copies: its session's ttl (2 s) releases them", applies: func(m *Mode) bool { return m.Kind == "copies" },
 		inject: func(r *runner) (func() error, error) {
 			h, err := startHolder(r.env.Servers[0].Addr, r.mode.resource, holderDomain, GlobalLimit-CopyLimit)
@@ -193,6 +209,30 @@ func init() {
 	for name, f := range Faults {
 		f.Name = name
 	}
+}
+
+// skewClocks sets the fault's skew on a server's clock — an intermediate's
+// (server 1) in a tree, else the master's — and on worker 0's (a client of
+// that server), and heals by setting both back.
+func skewClocks(r *runner) (func() error, error) {
+	i := 1
+	if !r.mode.Tree {
+		m, err := r.master()
+		if err != nil {
+			return nil, err
+		}
+		i = slices.Index(r.env.Servers, m)
+	}
+	file := skewFile(r.env.Dir, i)
+	r.logf("clocks of %s and worker 0: %v", r.env.Servers[i].Name, r.fault.skew)
+	r.skew.set(r.hist.Since(time.Now()), r.fault.skew)
+	if err := setSkew(file, r.fault.skew); err != nil {
+		return nil, err
+	}
+	return func() error {
+		r.skew.set(r.hist.Since(time.Now()), 0)
+		return setSkew(file, 0)
+	}, nil
 }
 
 // hashKey is a key in the slot of the mode's resource (limits/redis's

@@ -40,6 +40,10 @@ type Op struct {
 	// Degraded: granted without a decision because the shared store
 	// failed (the answer's degraded flag: a flagged fail-open).
 	Degraded bool
+	// Lapsed: a lease whose expiry had passed when it arrived, by the
+	// client's clock: the client holds no lease (it falls back to its
+	// safe capacity).
+	Lapsed bool
 }
 
 // History records a run's operations. It is safe for concurrent use; each

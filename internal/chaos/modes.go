@@ -441,20 +441,28 @@ func reserve(ctx context.Context, c v1.LimitsClient, id, resource, domain string
 // LeaseCapacity is the Doorman resource's capacity in the leases mode.
 const LeaseCapacity = 100
 
-// leaseConfig is the Doorman resource of the leases mode: leases of 4 s,
+// leaseConfig is the Doorman resource of the leases modes: leases of 6 s,
 // refreshed every second, learning mode as long as a lease (a new master
-// grants what its clients say they have for 4 s).
+// grants what its clients say they have for 6 s). The lease outlasts
+// Doorman's 5 s between two decisions for a requester
+// (doorman.MinRequestInterval): with leases of 4 s, an intermediate's
+// fresh decision from the root came only once its own lease had run out,
+// and so had its clients' leases (none outlives it) and with them their
+// demand, which it reports to the root — the tree settled at 0.
 const leaseConfig = `
 resources:
   - identifier_glob: leases
     capacity: 100
-    algorithm: {kind: FAIR_SHARE, lease_length: 4, refresh_interval: 1}
+    algorithm: {kind: FAIR_SHARE, lease_length: 6, refresh_interval: 1}
 `
 
 // leaseLoad is one Doorman client: it asks for its wants (10 + 5 × worker)
 // every refresh interval, sending the lease it has, follows the
 // mastership redirect, and records each lease as a hold from its answer
-// until the next answer's request or its expiry, in thousandths.
+// until the next answer's request or its expiry, in thousandths (rounded
+// down). The expiry is by the client's clock: worker 0's is skewed under
+// a clock-skew fault (r.skew), and it holds its lease until its own clock
+// reads the lease's expiry.
 func leaseLoad(ctx context.Context, r *runner, worker int, log Log) {
 	id := fmt.Sprintf("client-%d", worker)
 	wants := float64(10 + 5*worker)
@@ -465,15 +473,32 @@ func leaseLoad(ctx context.Context, r *runner, worker int, log Log) {
 	target := first + worker%(len(r.conns)-first)
 	var has *doorman.Lease
 	var cur *Hold
+	// expiry is the lease's (an offset of the run); held, when the client
+	// stops holding it.
 	var expiry time.Duration
+	held := func(from time.Duration) time.Duration {
+		if worker == 0 {
+			return r.skew.until(from, expiry)
+		}
+		return expiry
+	}
 	end := func(at time.Duration) {
 		if cur != nil {
-			cur.Released = min(at, expiry)
+			cur.Released = min(at, held(cur.Acquired))
 			r.addHold(*cur)
 			cur = nil
 		}
 	}
 	defer func() { end(r.hist.Since(time.Now())) }()
+	// Clients refresh each on its own phase, spread over the second, not
+	// all at once: a lease freed early (a server's clock ahead of its
+	// clients') goes to a client that asks while its holder still holds
+	// it, as it would among clients that are not in step.
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(time.Duration(worker) * time.Second / time.Duration(r.opts.Workers)):
+	}
 	every(ctx, time.Second, func() {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		op := Op{Worker: worker, Key: id, Start: r.hist.Since(time.Now())}
@@ -509,8 +534,14 @@ func leaseLoad(ctx context.Context, r *runner, worker int, log Log) {
 		end(op.Start)
 		has = gets
 		expiry = r.hist.Since(time.Unix(gets.GetExpiryTime(), 0))
-		cur = &Hold{Key: id, N: int64(math.Round(gets.GetCapacity() * 1000)), Acquired: op.End}
-		op.Outcome, op.N = Granted, cur.N
+		// Thousandths rounded down: a sum over the capacity is over it
+		// (three leases of 100/3 are not 100.001).
+		cur = &Hold{Key: id, N: int64(math.Floor(gets.GetCapacity() * 1000)), Acquired: op.End}
+		op.Outcome, op.N, op.Lapsed = Granted, cur.N, held(op.End) <= op.End
+		r.leased[worker].Store(!op.Lapsed)
+		if r.mode.Tree && cur.N > 0 {
+			r.addLeaseAnswer(leaseAnswer{Server: target, At: op.End, Expiry: gets.GetExpiryTime()})
+		}
 		log.Add(op)
 	})
 }

@@ -11,11 +11,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
 	"github.com/sluice-rl/sluice/internal/testutil/redistest"
 )
@@ -28,7 +30,9 @@ type Options struct {
 	Sluice string
 	// Warm is how long the load runs before the fault, Hold how long the
 	// fault lasts before it heals, Recover how long the load goes on
-	// after. Zero: 3 s, 5 s and 6 s.
+	// after. Zero: 3 s, 5 s and 6 s. A fault may last longer than Hold
+	// (parent-cut: longer than a lease); in the leases modes, Warm counts
+	// from when every client holds a lease.
 	Warm, Hold, Recover time.Duration
 	// Workers is how many clients send load (zero: 8), each through one
 	// server in turn, one request every 5 ms.
@@ -63,9 +67,18 @@ type Report struct {
 	Global      *CountCheck `json:",omitempty"`
 	GlobalLimit int64       `json:",omitempty"`
 	// Leases is Σ leases certainly held at once (in thousandths), and
-	// Capacity what they may be (the leases mode).
-	Leases   *CountCheck `json:",omitempty"`
-	Capacity float64     `json:",omitempty"`
+	// Capacity what they may be (the leases modes). LeaseMean is the mean
+	// of Σ leases certainly held from the fault to the end of the run.
+	// Lapsed counts the answers, from the fault on, whose lease had
+	// ended when it arrived, by the client's clock: the client is left
+	// without a lease, on its safe capacity (Doorman's "no capacity").
+	// Outlived is, in a tree, the check that no intermediate's lease
+	// outlives its own lease from the root.
+	Leases    *CountCheck    `json:",omitempty"`
+	Capacity  float64        `json:",omitempty"`
+	LeaseMean float64        `json:",omitempty"`
+	Lapsed    int64          `json:",omitempty"`
+	Outlived  *OutlivedCheck `json:",omitempty"`
 	// Lost counts copies never given back (still counted once every
 	// client closed and the session ttl passed), ReleasedTwice copies
 	// counted free while held (a reserve of the whole limit and one more
@@ -109,7 +122,7 @@ func (r *Report) OverLimit() float64 {
 func (r *Report) Violated() bool {
 	return (r.Bucket != nil && r.Bucket.Violated()) || (r.Count != nil && r.Count.Max > r.Limit) ||
 		(r.Global != nil && r.Global.Max > r.GlobalLimit) || (r.Leases != nil && float64(r.Leases.Max) > 1000*r.Capacity) ||
-		r.Lost > 0 || r.ReleasedTwice > 0
+		(r.Outlived != nil && r.Outlived.Outlived > 0) || r.Lost > 0 || r.ReleasedTwice > 0
 }
 
 // Print writes the report for a reader.
@@ -128,7 +141,14 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "  after the run: lost %d, released twice %d; the whole limit reservable again %v after the load stopped\n", r.Lost, r.ReleasedTwice, r.Settled.Round(time.Millisecond))
 	}
 	if c := r.Leases; c != nil {
-		fmt.Fprintf(w, "  leases: Σ certainly held at once at most %.1f of the capacity %g (at %v; %d leases)\n", float64(c.Max)/1000, r.Capacity, c.At.Round(time.Millisecond), c.Holds)
+		fmt.Fprintf(w, "  leases: Σ certainly held at once at most %.1f of the capacity %g (at %v; %d leases), mean %.1f from the fault on; %d answers without a lease (lapsed) from the fault on\n",
+			float64(c.Max)/1000, r.Capacity, c.At.Round(time.Millisecond), c.Holds, r.LeaseMean, r.Lapsed)
+	}
+	if o := r.Outlived; o != nil {
+		fmt.Fprintf(w, "  leases: %d intermediates' leases outlived their lease from the root (%d answers not checked: the root's status not read)\n", o.Outlived, o.Unchecked)
+		if o.First != nil {
+			fmt.Fprintf(w, "  VIOLATION: server %d answered at %v a lease ending %v after its own\n", o.First.Server, o.First.At.Round(time.Millisecond), o.By)
+		}
 	}
 	if r.Promoted != 0 {
 		fmt.Fprintf(w, "  sentinel: replica promoted %v after the fault, announced (+switch-master) %s, first script on it %s, old master demoted %s\n",
@@ -183,6 +203,13 @@ type runner struct {
 	holder *holder
 	// switchWatch follows a Sentinel group's servers through a fault.
 	switchWatch *switchWatch
+	// skew is worker 0's clock's skew (the clock-skew faults); answers
+	// the intermediates' leases (under holds.mu), for CheckOutlived.
+	skew    clockSkew
+	answers []leaseAnswer
+	// leased[w]: worker w's last answer gave it a lease that had not
+	// ended (the leases modes).
+	leased []atomic.Bool
 }
 
 // conn is worker's connection: to server worker mod servers.
@@ -204,7 +231,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, fmt.Errorf("fault %s does not apply to mode %s (store %s)", f.Name, m.Name, m.Store)
 	}
 	opts.Warm = cmp.Or(opts.Warm, 3*time.Second)
-	opts.Hold = cmp.Or(opts.Hold, 5*time.Second)
+	opts.Hold = max(cmp.Or(opts.Hold, 5*time.Second), f.hold)
 	opts.Recover = cmp.Or(opts.Recover, 6*time.Second)
 	if opts.Workers <= 0 {
 		opts.Workers = 8
@@ -344,11 +371,22 @@ func (r *runner) setup() (*Env, error) {
 			}
 		}
 	}
+	if r.mode.Tree {
+		e.ParentProxies = newProxies()
+	}
 	for i := range args {
-		if r.mode.Tree && i > 0 { // an intermediate: no configuration of its own
-			args[i] = []string{"--parent", e.Servers[0].Addr, "--id", "mid-" + strconv.Itoa(i)}
+		if r.mode.Tree && i > 0 { // an intermediate: no configuration of its own, its parent through a proxy
+			addr, err := e.ParentProxies.add(i, "parent-"+strconv.Itoa(i), e.Servers[0].Addr)
+			if err != nil {
+				return e, err
+			}
+			args[i] = []string{"--parent", addr, "--id", "mid-" + strconv.Itoa(i)}
 		}
-		s, err := startServer(r.opts.Sluice, "server-"+strconv.Itoa(i), r.opts.Log, args[i]...)
+		var env []string
+		if r.fault.skew != 0 { // its clock reads its skew file (setSkew)
+			env = []string{hooks.ClockSkewEnv + "=" + skewFile(dir, i)}
+		}
+		s, err := startServerEnv(r.opts.Sluice, "server-"+strconv.Itoa(i), r.opts.Log, env, args[i]...)
 		if err != nil {
 			return e, err
 		}
@@ -373,11 +411,16 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	}
 	rep := &Report{Mode: r.mode.Name, Fault: r.fault.Name, Errors: map[string]int64{}}
 	r.hist = NewHistory(time.Now())
+	r.leased = make([]atomic.Bool, r.opts.Workers)
 	lctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for w := range r.opts.Workers {
 		log := r.hist.Log()
 		wg.Go(func() { r.mode.load(lctx, r, w, log) })
+	}
+	var polls []rootLease
+	if r.mode.Tree {
+		wg.Go(func() { polls = r.pollRoot(lctx) })
 	}
 	stopLoad := sync.OnceFunc(func() {
 		stop()
@@ -391,6 +434,20 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		case <-time.After(d):
 			return nil
 		}
+	}
+	if r.mode.Kind == "leases" {
+		// Servers just started hand out no lease for a few seconds (a
+		// root learns for a lease length; an intermediate has nothing
+		// before its parent's first lease, and Doorman's 5 s between
+		// two decisions for a client repeats that answer): warm up
+		// from when every client holds one.
+		deadline := time.Now().Add(30 * time.Second)
+		for !r.allLeased() && time.Now().Before(deadline) {
+			if err := sleep(50 * time.Millisecond); err != nil {
+				return nil, err
+			}
+		}
+		r.logf("%s: every client holds a lease: %v", r.hist.Since(time.Now()).Round(time.Millisecond), r.allLeased())
 	}
 	if err := sleep(r.opts.Warm); err != nil {
 		return nil, err
@@ -446,7 +503,10 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		case Failed:
 			rep.Errors[op.Code]++
 		}
-		if (op.Outcome == Failed || op.Degraded) && op.End > rep.HealAt {
+		if op.Lapsed && op.Start >= rep.FaultAt {
+			rep.Lapsed++
+		}
+		if (op.Outcome == Failed || op.Degraded || op.Lapsed) && op.End > rep.HealAt {
 			rep.Recovery = max(rep.Recovery, op.End-rep.HealAt)
 		}
 	}
@@ -458,6 +518,11 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	case "leases":
 		c := CheckCount(r.holds.hs, rep.End)
 		rep.Leases, rep.Capacity = &c, LeaseCapacity
+		rep.LeaseMean = MeanCount(r.holds.hs, rep.FaultAt, rep.End, rep.End) / 1000
+		if r.mode.Tree {
+			o := CheckOutlived(r.answers, polls, func(i int) string { return "mid-" + strconv.Itoa(i) })
+			rep.Outlived = &o
+		}
 	case "copies":
 		hs := r.holds.hs
 		if h := r.holder; h != nil {
@@ -486,6 +551,17 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// allLeased reports whether every worker's last answer gave it a lease
+// that had not ended.
+func (r *runner) allLeased() bool {
+	for i := range r.leased {
+		if !r.leased[i].Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // waitCopies waits until every server serves holds (its fleet epoch) and

@@ -34,7 +34,10 @@ func (r *Report) TableRow() string {
 		w := r.Bucket.Worst
 		over = fmt.Sprintf("%.0f %% (%d granted in %v, bound %.0f)", 100*r.OverLimit(), w.Granted, (w.To - w.From).Round(time.Millisecond), w.Bound)
 	case r.Leases != nil:
-		over = fmt.Sprintf("%.0f %% (Σ leases at most %.1f of %g)", 100*r.OverLimit(), float64(r.Leases.Max)/1000, r.Capacity)
+		over = fmt.Sprintf("%.0f %% (Σ leases at most %.1f of %g, mean %.1f; %d lapsed)", 100*r.OverLimit(), float64(r.Leases.Max)/1000, r.Capacity, r.LeaseMean, r.Lapsed)
+		if o := r.Outlived; o != nil && o.Outlived > 0 {
+			over += fmt.Sprintf("; **%d outlived the parent's lease**", o.Outlived)
+		}
 	case r.Count != nil:
 		over = fmt.Sprintf("%.0f %% (most held %d of %d)", 100*r.OverLimit(), r.Count.Max, r.Limit)
 	}

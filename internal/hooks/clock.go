@@ -54,8 +54,10 @@ func skewedClock(file string, base func() time.Time) func() time.Time {
 		if d := due.Load(); el >= d && due.CompareAndSwap(d, el+int64(ClockSkewPoll)) {
 			read()
 		}
-		// Add keeps t's monotonic reading, shifted as the wall clock:
-		// intervals between two readings count a step of the skew.
+		// Add shifts t's monotonic reading with its wall clock, so an
+		// interval between two readings counts a step of the skew (a
+		// real step leaves Go's monotonic readings alone). The server's
+		// lease arithmetic is on the wall clock (Unix seconds) either way.
 		return t.Add(time.Duration(skew.Load()))
 	}
 }
