@@ -31,7 +31,8 @@ func TestBandGroups(t *testing.T) {
 				total += w
 			}
 			bands := r.Bands()
-			gs := groupsOf(bands[0])
+			var one [1]algorithm.Requester
+			gs := groupsOf(bands[0], &one)
 			if len(gs) > MaxGroups {
 				t.Fatalf("%d groups", len(gs))
 			}

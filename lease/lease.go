@@ -766,19 +766,28 @@ type Band struct {
 	Groups []algorithm.Requester
 }
 
-// groupsOf returns b's groups: b.Groups, or b as one group when it has
-// none or they are unusable (too many, or a group of less than one
-// subclient or of wants that are not finite and ≥ 0).
-func groupsOf(b Band) []algorithm.Requester {
-	if len(b.Groups) == 0 || len(b.Groups) > MaxGroups {
-		return []algorithm.Requester{{Wants: b.Wants, Subclients: float64(max(b.Clients, 1))}}
+// groupsOf returns b's groups: b.Groups, or b as one group in one (so
+// that the common case allocates nothing) when it has none or they are
+// unusable (too many, or a group of less than one subclient or of wants
+// that are not finite and ≥ 0).
+func groupsOf(b Band, one *[1]algorithm.Requester) []algorithm.Requester {
+	if usableGroups(b.Groups) {
+		return b.Groups
 	}
-	for _, g := range b.Groups {
+	one[0] = algorithm.Requester{Wants: b.Wants, Subclients: float64(max(b.Clients, 1))}
+	return one[:]
+}
+
+func usableGroups(gs []algorithm.Requester) bool {
+	if len(gs) == 0 || len(gs) > MaxGroups {
+		return false
+	}
+	for _, g := range gs {
 		if !(g.Subclients >= 1) || !(g.Wants >= 0) || math.IsInf(g.Wants+g.Subclients, 0) {
-			return []algorithm.Requester{{Wants: b.Wants, Subclients: float64(max(b.Clients, 1))}}
+			return false
 		}
 	}
-	return b.Groups
+	return true
 }
 
 // lease describes requester ei's lease.

@@ -39,10 +39,15 @@ func (q *requesterParts) further(ei int32) []int32 {
 // same reports whether requester ei's entries hold exactly ps (one entry
 // per group of each band: groupsOf).
 func (q *requesterParts) same(ei int32, ps []Band) bool {
+	if len(ps) == 1 && len(ps[0].Groups) == 0 { // a client: one entry
+		x, p := q.ents.at(ei), ps[0]
+		return !x.hasMore && x.priority == p.Priority && x.wants == p.Wants && x.subclients == float64(max(p.Clients, 1))
+	}
 	more := q.further(ei)
 	i := 0
 	for _, p := range ps {
-		for _, g := range groupsOf(p) {
+		var one [1]algorithm.Requester
+		for _, g := range groupsOf(p, &one) {
 			if i > len(more) {
 				return false
 			}
@@ -103,14 +108,19 @@ func (q *requesterParts) current(ei int32, out []Band) []Band {
 // band's first group, further ones made anew.
 func (q *requesterParts) set(ei int32, ps []Band) {
 	e := q.ents.at(ei)
-	first := groupsOf(ps[0])
+	if len(ps) == 1 && len(ps[0].Groups) == 0 && !e.hasMore { // a client: one entry
+		e.priority, e.wants, e.subclients = ps[0].Priority, ps[0].Wants, float64(max(ps[0].Clients, 1))
+		return
+	}
+	var one [1]algorithm.Requester
+	first := groupsOf(ps[0], &one)
 	e.priority, e.wants, e.subclients = ps[0].Priority, first[0].Wants, first[0].Subclients
 	if !e.hasMore && len(ps) == 1 && len(first) == 1 {
 		return
 	}
 	more := q.release(ei)
 	for i, p := range ps {
-		gs := groupsOf(p)
+		gs := groupsOf(p, &one)
 		if i == 0 {
 			gs = gs[1:]
 		}
@@ -182,8 +192,9 @@ func parts(req Request, buf []Band) []Band {
 			if out[i].Priority == b.Priority {
 				if len(out[i].Groups) > 0 || len(b.Groups) > 0 {
 					// A fresh slice: the request's own are not written.
-					gs := append([]algorithm.Requester(nil), groupsOf(out[i])...)
-					out[i].Groups = append(gs, groupsOf(b)...)
+					var one, other [1]algorithm.Requester
+					gs := append([]algorithm.Requester(nil), groupsOf(out[i], &one)...)
+					out[i].Groups = append(gs, groupsOf(b, &other)...)
 				}
 				out[i].Clients += b.Clients
 				out[i].Wants += b.Wants
