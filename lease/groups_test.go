@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -123,5 +124,64 @@ func TestGroupsGiveGlobalMaxMin(t *testing.T) {
 		if math.Abs(gx-10) > 1e-9 || math.Abs(gy-40) > 1e-9 {
 			t.Fatalf("without curves X gets %v, Y %v; want 10, 40", gx, gy)
 		}
+	}
+}
+
+// Under both sharing algorithms and with two priority bands, a downstream
+// server that sends its curve gets what its clients would get together as
+// clients of the root: the sum of their shares over the flat list.
+func TestGroupsMatchFlatClients(t *testing.T) {
+	under := []float64{90, 2, 30, 30} // the intermediate's clients
+	direct := []float64{10, 10, 10, 10, 10, 10, 10, 10}
+	for _, kind := range []algorithm.Kind{algorithm.FairShare, algorithm.ProportionalShare} {
+		x := pastLearning(kind, 1e9)
+		for i, w := range under {
+			x.Decide(t0, Request{Client: fmt.Sprint("u", i), Wants: w})
+		}
+		flat := make([]algorithm.Requester, 0, len(under)+len(direct))
+		for _, w := range under {
+			flat = append(flat, algorithm.Requester{Wants: w, Subclients: 1})
+		}
+		for _, w := range direct {
+			flat = append(flat, algorithm.Requester{Wants: w, Subclients: 1})
+		}
+		want := 0.0
+		for _, s := range algorithm.Allocate(kind, 100, flat)[:len(under)] {
+			want += s
+		}
+		root := pastLearning(kind, 100)
+		var got float64
+		for round := range 4 {
+			now := t0.Add(time.Duration(round) * 10 * time.Second)
+			for i, w := range direct {
+				root.Decide(now, Request{Client: fmt.Sprint("d", i), Wants: w})
+			}
+			got = root.Decide(now, Request{Client: "X", Bands: x.Bands(), KeepOutstanding: true, Has: f(got)}).Capacity
+		}
+		if math.Abs(got-want) > 1e-9 {
+			t.Errorf("%v: the intermediate gets %v, its clients as the root's would get %v", kind, got, want)
+		}
+	}
+
+	// Priority bands: the intermediate's high band (one client wanting 30)
+	// is served first; its low band's curve shares the rest with the
+	// direct clients, all in band 0.
+	x := pastLearning(algorithm.FairShare, 1e9)
+	x.Decide(t0, Request{Client: "hi", Priority: 1, Wants: 30})
+	x.Decide(t0, Request{Client: "lo1", Wants: 50})
+	x.Decide(t0, Request{Client: "lo2", Wants: 2})
+	root := pastLearning(algorithm.FairShare, 100)
+	var got float64
+	for round := range 4 {
+		now := t0.Add(time.Duration(round) * 10 * time.Second)
+		for i := range 4 {
+			root.Decide(now, Request{Client: fmt.Sprint("d", i), Wants: 40})
+		}
+		got = root.Decide(now, Request{Client: "X", Bands: x.Bands(), KeepOutstanding: true, Has: f(got)}).Capacity
+	}
+	// 30 to the high band; 70 in band 0 over lo1, lo2 and four clients
+	// wanting 40: lo2 takes 2, the five others 68/5 each.
+	if want := 30 + 2 + 68.0/5; math.Abs(got-want) > 1e-9 {
+		t.Errorf("with priority bands the intermediate gets %v, want %v", got, want)
 	}
 }
