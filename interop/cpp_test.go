@@ -36,7 +36,10 @@ func prepareCpp() error {
 func TestCppUnitTests(t *testing.T) {
 	t.Parallel()
 	cmd := exec.Command(filepath.Join(cppBuild, "sluice_tests"), "--gtest_brief=1")
-	cmd.Env = append(os.Environ(), "SLUICE_BIN="+sluice)
+	// The vectors of this checkout: the build is cached by a hash of the
+	// sources, not of their path, so the directory compiled in may be
+	// another checkout's, since removed.
+	cmd.Env = append(os.Environ(), "SLUICE_BIN="+sluice, "SLUICE_VECTORS_DIR="+filepath.Join(root, "clients", "vectors"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("sluice_tests: %v\n%s", err, out)
