@@ -149,7 +149,7 @@ func assigned(p *rlqsproxy.Proxy, bucket map[string]string) float64 {
 
 // fairShares: the small stream is assigned its demand (within the
 // rounding and the noise of its measured demand: up to 25 % more under a
-// loaded machine, see quota.Hysteresis), and the others equal shares of
+// loaded machine, see state.Hysteresis), and the others equal shares of
 // the rest, all of it used and never more.
 func fairShares(small, demand float64, big []float64, capacity float64) bool {
 	sum := small
@@ -162,7 +162,7 @@ func fairShares(small, demand float64, big []float64, capacity float64) bool {
 	return small >= 0.95*demand && small <= 1.25*demand && sum >= 0.97*capacity && sum <= capacity
 }
 
-// near: within 6 % (a stream may hold up to quota.Hysteresis more than its
+// near: within 6 % (a stream may hold up to state.Hysteresis more than its
 // demand while its demand falls, and is assigned up to twice
 // state.RateMargin less than its lease).
 func near(got, want float64) bool { return math.Abs(got-want) <= 0.06*want+0.01 }
@@ -510,7 +510,7 @@ func TestWatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// More than quota.MinWindow by the server's clock, whenever it read
+	// More than state.MinWindow by the server's clock, whenever it read
 	// the watch.
 	time.Sleep(1500 * time.Millisecond)
 	measured := time.Now()
