@@ -81,7 +81,7 @@ func (w *groupWalk) visit(x *node) bool {
 }
 
 func (w *groupWalk) fits(key float64) bool {
-	return key <= w.start*(1+w.eps) || key == w.start
+	return key <= w.start*(1+w.eps)
 }
 
 func (w *groupWalk) merge(wants, sub float64) {

@@ -370,15 +370,14 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 	ei, othersHas := r.insert(ei, req.Client, ps)
 	gets := math.Min(r.allot(learning, ei, req.Has, othersHas), ceiling)
 	d, ok := r.handBackUnextended(now, learning, req.Has, req.HasExpiry, gets)
-	book := 0.0
+	var book float64
 	switch {
-	case ok:
-	case learning && sharing(r.params.Kind) && req.Fallback && req.Has == nil && !req.KeepOutstanding:
+	case !ok && learning && sharing(r.params.Kind) && req.Fallback && req.Has == nil && !req.KeepOutstanding:
 		d, book = r.leftInFallback(now, ei, othersHas)
-	default:
+	case !ok:
 		d = r.withinOwnLease(now, gets)
-	}
-	if book == 0 {
+		fallthrough
+	default:
 		book = booked(d.gets, req.KeepOutstanding, req.Has, wasBooked)
 	}
 	r.record(now, ei, d, book)

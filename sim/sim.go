@@ -697,8 +697,8 @@ func (s *sim) sample() {
 	now := s.now
 	levels := make([]Level, len(s.series.Levels))
 	wants := make([]float64, len(s.clients))
-	has := make([]float64, len(s.clients)) // what each client may use
-	var uses float64
+	uses := make([]float64, len(s.clients)) // what each client may use
+	var sumUses float64
 	for i, c := range s.clients {
 		wants[i] = c.res.Wants()
 		levels[0].Wants += wants[i]
@@ -706,8 +706,8 @@ func (s *sim) sample() {
 			levels[0].Has += capacity
 			levels[0].Leases++
 		}
-		has[i] = c.res.Capacity()
-		uses += has[i]
+		uses[i] = c.res.Capacity()
+		sumUses += uses[i]
 	}
 	var unfair float64
 	d := make(algorithm.Slice, len(wants))
@@ -716,7 +716,7 @@ func (s *sim) sample() {
 	}
 	level := d.WaterLevel(s.sc.Capacity)
 	for i, w := range wants {
-		unfair += math.Abs(has[i] - math.Min(w, level))
+		unfair += math.Abs(uses[i] - math.Min(w, level))
 	}
 	window := int(s.sc.LeaseLength) + 1
 	for _, nd := range s.nodes {
@@ -759,7 +759,7 @@ func (s *sim) sample() {
 		l.Leases += st.Clients
 	}
 	levels[0].Capacity = s.sc.Capacity
-	s.series.Samples = append(s.series.Samples, Sample{T: s.elapsed(), Levels: levels, Uses: uses, Unfair: unfair})
+	s.series.Samples = append(s.series.Samples, Sample{T: s.elapsed(), Levels: levels, Uses: sumUses, Unfair: unfair})
 	if s.onSample != nil {
 		s.onSample(s)
 	}
