@@ -311,6 +311,9 @@ func New(client string, cfg Config, opts Options, m Metrics) *Stream {
 			*c = d
 		}
 	}
+	if opts.Burst <= 0 {
+		opts.Burst = DefaultBurst
+	}
 	return &Stream{
 		client: client, cfg: cfg, opts: opts, m: m,
 		buckets: make(map[string]*bucket),
@@ -680,19 +683,15 @@ func (s *Stream) assign(now time.Time, b *bucket, rate float64, ttl time.Duratio
 }
 
 // bucketBurst returns the max_tokens of a new token bucket for b, as
-// time at its rate: Options.Burst's worth (DefaultBurst's if 0), at most
+// time at its rate: Options.Burst's worth (New sets DefaultBurst for 0), at most
 // LimitedBurst's while b is limited. The proxy admits a new bucket's
 // max_tokens at once on top of the rate when its old one was empty, as
 // a limited stream's is; a stream within its rate replaces a full bucket.
 func (s *Stream) bucketBurst(b *bucket) time.Duration {
-	burst := s.opts.Burst
-	if burst <= 0 {
-		burst = DefaultBurst
-	}
 	if b.limited() {
-		burst = min(burst, LimitedBurst)
+		return min(s.opts.Burst, LimitedBurst)
 	}
-	return burst
+	return s.opts.Burst
 }
 
 // assignedRate returns the rate to assign for a lease of capacity has,
