@@ -402,15 +402,18 @@ type decision struct {
 }
 
 // early reports whether a request from requester e comes within
-// Params.MinRequestInterval of its last one: it is then not recorded and
-// runs no algorithm, and gets its current lease back (current). A Repeat
-// is never early.
+// Params.MinRequestInterval of its last one while the lease it was last
+// given still runs: it is then not recorded and runs no algorithm, and
+// gets that lease back (current). A Repeat is never early, nor is a
+// request whose last lease has ended (or was an expired one): its
+// requester holds nothing, and an answer of the same ended lease would
+// keep it holding nothing until the interval is over.
 //
 // Source: doorman-design.md, "Step 2: Insertion step" (which leaves the
 // resource out of the response instead; see docs/departures.md, "Where Sluice
 // departs from Doorman").
 func (r *Resource) early(now time.Time, e *entry, repeat bool) bool {
-	return !repeat && now.UnixNano()-e.lastRequest < int64(r.params.MinRequestInterval)
+	return !repeat && now.UnixNano()-e.lastRequest < int64(r.params.MinRequestInterval) && e.runs(now)
 }
 
 // floorLearningChild keeps the demand of a downstream server in learning
@@ -645,23 +648,28 @@ func (r *Resource) book(now time.Time, ei int32, d decision, booked float64) {
 	r.expiries.set(ei, e, d.keep.Unix())
 }
 
-// current returns requester e's current lease, for a request that came
-// within MinRequestInterval of its last one.
+// current returns requester e's current lease, which still runs, for a
+// request that came within MinRequestInterval of its last one (early).
 func (r *Resource) current(now time.Time, e *entry) Grant {
-	g := Grant{
+	return Grant{
 		Capacity:        e.gets,
-		Expiry:          time.Unix(e.expSec, 0),
+		Expiry:          e.expiry(),
 		RefreshInterval: r.params.RefreshInterval,
 		SafeCapacity:    r.SafeCapacity(),
 		Learning:        r.Learning(now),
 		Early:           true,
 	}
-	if e.expired {
-		// The store kept the demand longer than the (expired) lease.
-		g.Expiry = time.Unix(0, e.lastRequest).Truncate(time.Second)
-	}
-	return g
 }
+
+// expiry returns when the last lease granted to the requester of entry e
+// ends (whole seconds). For an expired grant (e.expired) the store keeps
+// the record longer than the lease: its end is then the record's.
+func (e *entry) expiry() time.Time { return time.Unix(e.expSec, 0) }
+
+// runs reports whether the last lease granted to the requester of entry e
+// still runs at now: it was not an expired grant and its expiry is after
+// now.
+func (e *entry) runs(now time.Time) bool { return !e.expired && e.expiry().After(now) }
 
 // expiryAt returns the expiry of a lease granted at now: now plus the
 // lease length, no later than MaxExpiry, rounded down to a whole second
@@ -794,7 +802,7 @@ func (r *Resource) lease(ei int32) Lease {
 	e, t := r.ents.at(ei), r.parts.total(ei)
 	return Lease{
 		Client: r.client(ei), Priority: e.priority, Wants: t.Wants, Has: e.has,
-		Subclients: int64(t.Subclients), Expiry: time.Unix(e.expSec, 0), RefreshInterval: r.params.RefreshInterval,
+		Subclients: int64(t.Subclients), Expiry: e.expiry(), RefreshInterval: r.params.RefreshInterval,
 		LastRequest: time.Unix(0, e.lastRequest),
 	}
 }

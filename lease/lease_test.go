@@ -600,9 +600,11 @@ func TestMinRequestInterval(t *testing.T) {
 	}
 }
 
-// An early request after an expired grant (the server's own lease was gone)
-// gets an expired lease back, not a live one.
-func TestMinRequestIntervalExpiredGrant(t *testing.T) {
+// A request within MinRequestInterval whose last lease has ended (an
+// expired grant: the server's own lease was gone; or a live lease that ran
+// out) is decided, not answered with the ended lease: its requester holds
+// nothing.
+func TestMinRequestIntervalEndedLease(t *testing.T) {
 	p := params(algorithm.FairShare, 100)
 	p.MinRequestInterval = 5 * time.Second
 	p.MaxExpiry = t0.Add(-time.Second)
@@ -610,8 +612,24 @@ func TestMinRequestIntervalExpiredGrant(t *testing.T) {
 	if g := r.Decide(t0, Request{Client: "a", Wants: 80}); g.Capacity != 0 || g.Expiry.After(t0) {
 		t.Fatalf("grant past MaxExpiry: %+v", g)
 	}
-	if g := r.Decide(t0.Add(2*time.Second), Request{Client: "a", Wants: 80}); !g.Early || g.Capacity != 0 || g.Expiry.After(t0.Add(2*time.Second)) {
-		t.Fatalf("early request after an expired grant: %+v", g)
+	if g := r.Decide(t0.Add(time.Second), Request{Client: "a", Wants: 80}); g.Early || g.Capacity != 0 || g.Expiry.After(t0.Add(time.Second)) {
+		t.Fatalf("request after an expired grant, own lease still gone: %+v", g)
+	}
+	// The server's own lease is renewed until t0+3 s: a's next request,
+	// 1 s later, gets a lease until then.
+	p.MaxExpiry = t0.Add(3 * time.Second)
+	r.SetParams(p)
+	g := r.Decide(t0.Add(2*time.Second), Request{Client: "a", Wants: 80})
+	if g.Early || g.Capacity != 80 || !g.Expiry.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("request after an expired grant, own lease renewed: %+v", g)
+	}
+	if g := r.Decide(t0.Add(2500*time.Millisecond), Request{Client: "a", Wants: 80}); !g.Early || g.Capacity != 80 {
+		t.Fatalf("request while the lease runs: %+v, want it back early", g)
+	}
+	// That lease ran out at t0+3 s; at t0+4 s a is decided again (0: the
+	// server's own lease is gone again).
+	if g := r.Decide(t0.Add(4*time.Second), Request{Client: "a", Wants: 80}); g.Early || g.Capacity != 0 {
+		t.Fatalf("request after the lease ran out: %+v, want decided", g)
 	}
 }
 
