@@ -552,7 +552,7 @@ func (r *Resource) handBackUnextended(now time.Time, learning bool, has *float64
 			expiry = lim
 		}
 		expiry = expiry.Truncate(time.Second)
-		return decision{gets: *has, expiry: expiry, keep: expiry}, true
+		return decision{gets: *has, expiry: expiry, keep: expiry.Add(ExpiryAllowance)}, true
 	}
 	return decision{}, false
 }
@@ -601,8 +601,18 @@ func (r *Resource) withinOwnLease(now time.Time, gets float64) decision {
 	if !expiry.After(now) {
 		return decision{gets: 0, expiry: expiry, keep: now.Add(r.params.LeaseLength).Truncate(time.Second)}
 	}
-	return decision{gets: gets, expiry: expiry, keep: expiry}
+	return decision{gets: gets, expiry: expiry, keep: expiry.Add(ExpiryAllowance)}
 }
+
+// ExpiryAllowance is how long a lease's capacity stays booked after its
+// expiry: the store hands out again what a lease held only once its
+// expiry has passed by this much on the server's clock, so that a server
+// whose clock steps forward by up to this much (or runs that much ahead
+// of its clients') never grants what clients still hold by theirs.
+// Doorman frees it at the expiry (doorman-design.md, "Step 1: Cleanup
+// step"); see docs/departures.md, "What Sluice changes in the allocation
+// across the tree", rule 7, and docs/accuracy.md's clock-skew rows.
+const ExpiryAllowance = 5 * time.Second
 
 // booked returns what the store books for a requester granted gets: gets,
 // or for one that keeps its outstanding leases booked
@@ -662,9 +672,15 @@ func (r *Resource) current(now time.Time, e *entry) Grant {
 }
 
 // expiry returns when the last lease granted to the requester of entry e
-// ends (whole seconds). For an expired grant (e.expired) the store keeps
-// the record longer than the lease: its end is then the record's.
-func (e *entry) expiry() time.Time { return time.Unix(e.expSec, 0) }
+// ends (whole seconds): ExpiryAllowance before the store drops its record.
+// For an expired grant (e.expired) the store keeps the record longer than
+// the lease: its end is then the record's.
+func (e *entry) expiry() time.Time {
+	if e.expired {
+		return time.Unix(e.expSec, 0)
+	}
+	return time.Unix(e.expSec, 0).Add(-ExpiryAllowance)
+}
 
 // runs reports whether the last lease granted to the requester of entry e
 // still runs at now: it was not an expired grant and its expiry is after

@@ -229,7 +229,17 @@ func TestCleanupAndRelease(t *testing.T) {
 	r := pastLearning(algorithm.FairShare, 100)
 	r.Decide(t0, Request{Client: "a", Wants: 60})
 	r.Decide(t0.Add(30*time.Second), Request{Client: "b", Wants: 60})
-	r.Cleanup(t0.Add(60 * time.Second)) // a's lease ends at t0+60
+	// a's lease ends at t0+60; its capacity stays booked ExpiryAllowance
+	// more (a server whose clock runs ahead must not hand it out again).
+	r.Cleanup(t0.Add(60 * time.Second))
+	if _, h, _, _ := r.Totals(); h != 100 {
+		t.Fatalf("Σ has %v at a's expiry, want a's 60 still booked", h)
+	}
+	if g := r.Decide(t0.Add(60*time.Second), Request{Client: "c", Wants: 60}); g.Capacity != 0 {
+		t.Fatalf("c gets %v of a's lease at its expiry", g.Capacity)
+	}
+	r.Release("c")
+	r.Cleanup(t0.Add(60*time.Second + ExpiryAllowance))
 	if _, ok := r.Has("a"); ok {
 		t.Fatal("expired lease of a not cleaned up")
 	}

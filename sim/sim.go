@@ -718,7 +718,7 @@ func (s *sim) sample() {
 	for i, w := range wants {
 		unfair += math.Abs(uses[i] - math.Min(w, level))
 	}
-	window := int(s.sc.LeaseLength) + 1
+	window := int(s.sc.LeaseLength+lease.ExpiryAllowance.Seconds()) + 1
 	for _, nd := range s.nodes {
 		var st capacity.ResourceStatus
 		capacity := 0.0

@@ -122,7 +122,8 @@ func TestSweepForgetsIdleResources(t *testing.T) {
 	if _, err := s.Status("fixed/x"); err != nil {
 		t.Fatal("resource with a live lease was swept")
 	}
-	clk.t = clk.t.Add(21 * time.Second)
+	// The lease (20 s) and the allowance after it (lease.ExpiryAllowance).
+	clk.t = clk.t.Add(21*time.Second + lease.ExpiryAllowance)
 	s.Sweep()
 	if _, err := s.Status("fixed/x"); err == nil {
 		t.Fatal("resource without leases kept after sweep")
