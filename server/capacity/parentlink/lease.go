@@ -155,20 +155,24 @@ func (pl *Lease) Push(l *v1.PushedLease) bool {
 // ask the parent again for it: its refresh interval, never less than
 // minRequest (Doorman's 5 s per resource: the parent would answer an
 // earlier request with the same lease), and, while the lease runs, no
-// later than 500 ms before it ends (as client.ExpiryMargin). ok is false
-// without a lease.
+// later than 500 ms before it ends (as client.ExpiryMargin). Once the
+// lease has ended, the refresh interval alone: a Sluice parent decides at
+// once a request whose last lease has ended (lease.Resource.Decide), so
+// waiting minRequest would leave the resource without a lease that much
+// longer. ok is false without a lease.
 func (pl *Lease) Due(now time.Time, minRequest time.Duration) (d time.Duration, ok bool) {
 	if !pl.OK {
 		return 0, false
 	}
-	d = max(pl.Refresh, minRequest)
-	if until := pl.Expiry.Sub(now); until > 0 {
-		if until > expiryMargin {
-			until -= expiryMargin
-		}
-		d = min(d, until)
+	until := pl.Expiry.Sub(now)
+	if until <= 0 {
+		return pl.Refresh, true
 	}
-	return d, true
+	d = max(pl.Refresh, minRequest)
+	if until > expiryMargin {
+		until -= expiryMargin
+	}
+	return min(d, until), true
 }
 
 // paramsFromWire converts the wire's named parameters; a nil entry becomes

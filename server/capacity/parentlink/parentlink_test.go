@@ -246,7 +246,8 @@ func TestLeaseSequenceAndPush(t *testing.T) {
 }
 
 // Due: the refresh interval, at least minRequest, and before expiry by
-// expiryMargin; nothing without a lease.
+// expiryMargin; once the lease has ended, the refresh interval alone;
+// nothing without a lease.
 func TestLeaseDue(t *testing.T) {
 	var pl Lease
 	if _, ok := pl.Due(time.Now(), 0); ok {
@@ -262,7 +263,9 @@ func TestLeaseDue(t *testing.T) {
 		{30 * time.Second, 5 * time.Second, 5 * time.Second},
 		{2 * time.Second, 0, 1500 * time.Millisecond},
 		{300 * time.Millisecond, 0, 300 * time.Millisecond},
-		{-time.Second, 0, 4 * time.Second}, // expired: the refresh interval
+		{-time.Second, 0, 4 * time.Second},               // expired: the refresh interval
+		{0, 5 * time.Second, 4 * time.Second},            // ended: minRequest does not apply
+		{-time.Second, 5 * time.Second, 4 * time.Second}, // the parent decides at once
 	} {
 		pl.Expiry = now.Add(c.expiry)
 		if d, _ := pl.Due(now, c.min); d != c.due {
