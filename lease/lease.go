@@ -356,7 +356,7 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 		}
 	}
 	if ei != 0 && r.early(now, r.ents.at(ei), req.Repeat) {
-		g := r.current(now, r.ents.at(ei))
+		g := r.current(now, ei)
 		g.PreviousExpiry = previous
 		return g
 	}
@@ -658,9 +658,32 @@ func (r *Resource) book(now time.Time, ei int32, d decision, booked float64) {
 	r.expiries.set(ei, e, d.keep.Unix())
 }
 
-// current returns requester e's current lease, which still runs, for a
+// current returns requester ei's current lease, which still runs, for a
 // request that came within MinRequestInterval of its last one (early).
-func (r *Resource) current(now time.Time, e *entry) Grant {
+// A lease cut short by the server's own lease from its parent
+// (Params.MaxExpiry) is first renewed as far as the server's own lease
+// now allows, to no later than a lease length after the decision that
+// granted it: its capacity is unchanged and still counted in what the
+// server reports it has handed out (its parent keeps that booked), so
+// renewing it grants nothing new; without the renewal, a lease capped at
+// a parent's lease that is renewed every 5 s ends before its requester
+// may be decided again, and its requester holds nothing meanwhile.
+func (r *Resource) current(now time.Time, ei int32) Grant {
+	e := r.ents.at(ei)
+	if m := r.params.MaxExpiry; !m.IsZero() {
+		full := time.Unix(0, e.lastRequest).Add(r.params.LeaseLength).Truncate(time.Second)
+		if exp := e.expiry(); exp.Before(full) {
+			if renewed := r.expiryAt(now); renewed.After(exp) {
+				if renewed.After(full) {
+					renewed = full
+				}
+				r.expiries.set(ei, e, renewed.Add(ExpiryAllowance).Unix())
+				if e.gets > 0 {
+					e.posExpSec = max(e.posExpSec, renewed.Unix())
+				}
+			}
+		}
+	}
 	return Grant{
 		Capacity:        e.gets,
 		Expiry:          e.expiry(),

@@ -643,6 +643,44 @@ func TestMinRequestIntervalEndedLease(t *testing.T) {
 	}
 }
 
+// An early request renews a lease cut short by the server's own lease
+// (MaxExpiry) as far as the server's renewed lease allows, to no later than
+// a lease length after the decision, its capacity unchanged.
+func TestEarlyRequestRenewsCappedLease(t *testing.T) {
+	p := params(algorithm.FairShare, 100)
+	p.LeaseLength = 10 * time.Second
+	p.MinRequestInterval = 5 * time.Second
+	p.MaxExpiry = t0.Add(2 * time.Second)
+	r := NewResource("r", p, t0.Add(-time.Hour))
+	if g := r.Decide(t0, Request{Client: "a", Wants: 80}); g.Capacity != 80 || !g.Expiry.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("capped grant: %+v", g)
+	}
+	// Not renewed while the server's own lease is not.
+	if g := r.Decide(t0.Add(time.Second), Request{Client: "a", Wants: 80}); !g.Early || !g.Expiry.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("early request, own lease as before: %+v", g)
+	}
+	p.MaxExpiry = t0.Add(7 * time.Second)
+	r.SetParams(p)
+	if g := r.Decide(t0.Add(1500*time.Millisecond), Request{Client: "a", Wants: 80}); !g.Early || g.Capacity != 80 || !g.Expiry.Equal(t0.Add(7*time.Second)) {
+		t.Fatalf("early request, own lease renewed to t0+7 s: %+v", g)
+	}
+	p.MaxExpiry = t0.Add(30 * time.Second)
+	r.SetParams(p)
+	if g := r.Decide(t0.Add(4*time.Second), Request{Client: "a", Wants: 80}); !g.Early || g.Capacity != 80 || !g.Expiry.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("early request, own lease renewed to t0+30 s: %+v, want until a lease length after the decision", g)
+	}
+	if l, _ := r.Has("a"); !l.Expiry.Equal(t0.Add(10*time.Second)) || l.Has != 80 {
+		t.Fatalf("record after the renewal: %+v", l)
+	}
+	r.Cleanup(t0.Add(9 * time.Second))
+	if _, ok := r.Has("a"); !ok {
+		t.Fatal("renewed lease dropped before its new expiry")
+	}
+	if g := r.Decide(t0.Add(9*time.Second), Request{Client: "a", Wants: 80}); g.Early || !g.PreviousExpiry.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("previous expiry %v, want the renewed lease's end", g.PreviousExpiry)
+	}
+}
+
 // A claim (Has) without a record outside learning mode is flagged; in
 // learning mode it is how the store learns, and not flagged.
 func TestUnrecordedHas(t *testing.T) {

@@ -456,7 +456,10 @@ resources:
     algorithm: {kind: FAIR_SHARE, lease_length: 6, refresh_interval: 1}
 `
 
-// leaseLoad is one Doorman client: it asks for its wants (10 + 5 × worker)
+// leaseWants is what worker asks for in the leases modes: 10 + 5 × worker.
+func leaseWants(worker int) float64 { return float64(10 + 5*worker) }
+
+// leaseLoad is one Doorman client: it asks for its wants (leaseWants)
 // every refresh interval, sending the lease it has, follows the
 // mastership redirect, and records each lease as a hold from its answer
 // until the next answer's request or its expiry, in thousandths (rounded
@@ -465,7 +468,7 @@ resources:
 // reads the lease's expiry.
 func leaseLoad(ctx context.Context, r *runner, worker int, log Log) {
 	id := fmt.Sprintf("client-%d", worker)
-	wants := float64(10 + 5*worker)
+	wants := leaseWants(worker)
 	first := 0 // the servers the client may ask: from first on
 	if r.mode.Tree {
 		first = 1
@@ -538,7 +541,11 @@ func leaseLoad(ctx context.Context, r *runner, worker int, log Log) {
 		// (three leases of 100/3 are not 100.001).
 		cur = &Hold{Key: id, N: int64(math.Floor(gets.GetCapacity() * 1000)), Acquired: op.End}
 		op.Outcome, op.N, op.Lapsed = Granted, cur.N, held(op.End) <= op.End
-		r.leased[worker].Store(!op.Lapsed)
+		if op.Lapsed {
+			r.leased[worker].Store(0)
+		} else {
+			r.leased[worker].Store(cur.N)
+		}
 		if r.mode.Tree && cur.N > 0 {
 			r.addLeaseAnswer(leaseAnswer{Server: target, At: op.End, Expiry: gets.GetExpiryTime()})
 		}

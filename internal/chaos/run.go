@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/sluice-rl/sluice/algorithm"
 	v1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/internal/testutil/etcdtest"
@@ -32,7 +34,7 @@ type Options struct {
 	// fault lasts before it heals, Recover how long the load goes on
 	// after. Zero: 3 s, 5 s and 6 s. A fault may last longer than Hold
 	// (parent-cut: longer than a lease); in the leases modes, Warm counts
-	// from when every client holds a lease.
+	// from when the division has settled (see settled).
 	Warm, Hold, Recover time.Duration
 	// Workers is how many clients send load (zero: 8), each through one
 	// server in turn, one request every 5 ms.
@@ -207,9 +209,9 @@ type runner struct {
 	// the intermediates' leases (under holds.mu), for CheckOutlived.
 	skew    clockSkew
 	answers []leaseAnswer
-	// leased[w]: worker w's last answer gave it a lease that had not
-	// ended (the leases modes).
-	leased []atomic.Bool
+	// leased[w]: the capacity of worker w's last answer, in thousandths,
+	// or 0 if that lease had ended (the leases modes).
+	leased []atomic.Int64
 }
 
 // conn is worker's connection: to server worker mod servers.
@@ -411,7 +413,7 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	}
 	rep := &Report{Mode: r.mode.Name, Fault: r.fault.Name, Errors: map[string]int64{}}
 	r.hist = NewHistory(time.Now())
-	r.leased = make([]atomic.Bool, r.opts.Workers)
+	r.leased = make([]atomic.Int64, r.opts.Workers)
 	lctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for w := range r.opts.Workers {
@@ -438,16 +440,18 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	if r.mode.Kind == "leases" {
 		// Servers just started hand out no lease for a few seconds (a
 		// root learns for a lease length; an intermediate has nothing
-		// before its parent's first lease, and Doorman's 5 s between
-		// two decisions for a client repeats that answer): warm up
-		// from when every client holds one.
-		deadline := time.Now().Add(30 * time.Second)
-		for !r.allLeased() && time.Now().Before(deadline) {
+		// before its parent's first lease), and a tree's first division
+		// goes to whichever intermediate asked first until the parent's
+		// next decisions (Doorman's 5 s between two, at each level):
+		// warm up from when the division has settled, so that a run
+		// measures it and not how fast the servers started.
+		deadline := time.Now().Add(40 * time.Second)
+		for !r.settled() && time.Now().Before(deadline) {
 			if err := sleep(50 * time.Millisecond); err != nil {
 				return nil, err
 			}
 		}
-		r.logf("%s: every client holds a lease: %v", r.hist.Since(time.Now()).Round(time.Millisecond), r.allLeased())
+		r.logf("%s: the division has settled: %v", r.hist.Since(time.Now()).Round(time.Millisecond), r.settled())
 	}
 	if err := sleep(r.opts.Warm); err != nil {
 		return nil, err
@@ -553,11 +557,19 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	return rep, nil
 }
 
-// allLeased reports whether every worker's last answer gave it a lease
+// settled reports whether every worker's last answer gave it a lease
+// within 5 % of the capacity of its max-min fair share (the division the
+// servers converge to, across the tree too: docs/departures.md, rule 6)
 // that had not ended.
-func (r *runner) allLeased() bool {
+func (r *runner) settled() bool {
+	d := make(algorithm.Slice, len(r.leased))
+	for i := range d {
+		d[i] = algorithm.Requester{Wants: leaseWants(i), Subclients: 1}
+	}
+	level := d.WaterLevel(LeaseCapacity)
 	for i := range r.leased {
-		if !r.leased[i].Load() {
+		n := float64(r.leased[i].Load()) / 1000
+		if n <= 0 || math.Abs(n-min(leaseWants(i), level)) > 0.05*LeaseCapacity {
 			return false
 		}
 	}
