@@ -394,11 +394,11 @@ func (r *Resource) Decide(now time.Time, req Request) Grant {
 	}
 }
 
-// decision is a decided lease and how long the store keeps its record.
+// decision is a decided lease; file derives how long the store keeps its
+// record.
 type decision struct {
 	gets   float64   // the capacity granted
 	expiry time.Time // when the lease ends (whole seconds)
-	keep   time.Time // when the store drops the requester's record
 }
 
 // early reports whether a request from requester e comes within
@@ -552,7 +552,7 @@ func (r *Resource) handBackUnextended(now time.Time, learning bool, has *float64
 			expiry = lim
 		}
 		expiry = expiry.Truncate(time.Second)
-		return decision{gets: *has, expiry: expiry, keep: expiry.Add(ExpiryAllowance)}, true
+		return decision{gets: *has, expiry: expiry}, true
 	}
 	return decision{}, false
 }
@@ -568,8 +568,7 @@ func (r *Resource) handBackUnextended(now time.Time, learning bool, has *float64
 func (r *Resource) leftInFallback(now time.Time, ei int32, othersHas float64) (decision, float64) {
 	t := r.parts.total(ei)
 	book := algorithm.Clamp(math.Min(t.Wants, r.SafeCapacity()*math.Max(t.Subclients, 1)), r.params.Capacity-othersHas)
-	d := decision{gets: 0, expiry: now.Truncate(time.Second), keep: now.Add(r.params.LeaseLength).Truncate(time.Second)}
-	return d, book
+	return decision{gets: 0, expiry: now.Truncate(time.Second)}, book
 }
 
 // safeToSend returns the safe capacity to send with a decision: the
@@ -599,9 +598,9 @@ func (r *Resource) safeToSend(learning, fallback bool) float64 {
 func (r *Resource) withinOwnLease(now time.Time, gets float64) decision {
 	expiry := r.expiryAt(now)
 	if !expiry.After(now) {
-		return decision{gets: 0, expiry: expiry, keep: now.Add(r.params.LeaseLength).Truncate(time.Second)}
+		return decision{gets: 0, expiry: expiry}
 	}
-	return decision{gets: gets, expiry: expiry, keep: expiry.Add(ExpiryAllowance)}
+	return decision{gets: gets, expiry: expiry}
 }
 
 // ExpiryAllowance is how long a lease's capacity stays booked after its
@@ -652,10 +651,24 @@ func (r *Resource) book(now time.Time, ei int32, d decision, booked float64) {
 	r.bands.setHas(ei, booked)
 	e.gets = d.gets
 	e.expired = !d.expiry.After(now)
-	if d.gets > 0 {
-		e.posExpSec = max(e.posExpSec, d.expiry.Unix())
+	r.file(now, ei, e, d.expiry)
+}
+
+// file files requester ei's entry e, whose last lease (e.gets, e.expired)
+// ends at expiry, in the expiry index: the store drops the record
+// ExpiryAllowance after a lease that ran, and a lease length after an
+// expired grant (it keeps the requester's demand, holding nothing, so that
+// a downstream server can still ask its parent on its behalf). A lease of
+// more than 0 moves the requester's latest such expiry (posExpSec).
+func (r *Resource) file(now time.Time, ei int32, e *entry, expiry time.Time) {
+	end := expiry.Add(ExpiryAllowance)
+	if e.expired {
+		end = now.Add(r.params.LeaseLength).Truncate(time.Second)
 	}
-	r.expiries.set(ei, e, d.keep.Unix())
+	if e.gets > 0 {
+		e.posExpSec = max(e.posExpSec, expiry.Unix())
+	}
+	r.expiries.set(ei, e, end.Unix())
 }
 
 // current returns requester ei's current lease, which still runs, for a
@@ -670,18 +683,15 @@ func (r *Resource) book(now time.Time, ei int32, d decision, booked float64) {
 // may be decided again, and its requester holds nothing meanwhile.
 func (r *Resource) current(now time.Time, ei int32) Grant {
 	e := r.ents.at(ei)
-	if m := r.params.MaxExpiry; !m.IsZero() {
-		full := time.Unix(0, e.lastRequest).Add(r.params.LeaseLength).Truncate(time.Second)
-		if exp := e.expiry(); exp.Before(full) {
-			if renewed := r.expiryAt(now); renewed.After(exp) {
-				if renewed.After(full) {
-					renewed = full
-				}
-				r.expiries.set(ei, e, renewed.Add(ExpiryAllowance).Unix())
-				if e.gets > 0 {
-					e.posExpSec = max(e.posExpSec, renewed.Unix())
-				}
-			}
+	if !r.params.MaxExpiry.IsZero() {
+		// What the decision would have granted under the server's own
+		// lease as it is now: expiryAt as of the decision, capped now.
+		renewed := r.expiryAt(now)
+		if full := time.Unix(0, e.lastRequest).Add(r.params.LeaseLength).Truncate(time.Second); renewed.After(full) {
+			renewed = full
+		}
+		if renewed.After(e.expiry()) {
+			r.file(now, ei, e, renewed)
 		}
 	}
 	return Grant{
