@@ -25,10 +25,12 @@
 //     (state.LimitedBurst) for a stream granted less than it asked for,
 //     whose bucket runs empty, so that the full bucket Envoy starts for a
 //     new assignment is a small burst — assignment_time_to_live the
-//     lease's remaining length (DENY_ALL for a lease of 0);
-//   - before the lease expires (every refresh interval), the assignment
-//     renewed; a rate within 2 × state.RateMargin below the lease is sent
-//     unchanged, so that the proxy extends it and keeps its tokens;
+//     lease's remaining length in whole seconds, at least one
+//     (DENY_ALL for a lease of 0);
+//   - before the assignment's time to live ends (every refresh interval,
+//     or halfway through it if sooner), the assignment renewed; a rate
+//     within 2 × state.RateMargin below the lease is sent unchanged, so
+//     that the proxy extends it and keeps its tokens;
 //   - when the capacity service pushes the stream a larger share (another
 //     stream gave capacity back or ended), the new assignment at once —
 //     for a stream granted less than it asked for, at most once a second,

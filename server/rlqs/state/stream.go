@@ -610,15 +610,16 @@ func (s *Stream) apply(rd *Ready, now time.Time, b *bucket, l *pb.Lease, pushed 
 	}
 	expiry := time.Unix(l.GetExpiryTime(), 0)
 	b.has, b.expiry, b.seq = l.GetCapacity(), expiry, l.GetSequence()
+	left := expiry.Sub(now)
 	if !pushed {
 		b.asked = b.wants // decided: the wants the lease answers
-		// Renewed at its refresh interval, or halfway to its expiry if
-		// sooner (an intermediate's leases end with its own, before their
-		// refresh interval), so that a lease is renewed before it ends.
-		// Idle for the lease length: the expiry is in whole seconds
-		// (Doorman's wire), so what is left of the lease is rounded up.
-		left := expiry.Sub(now)
-		b.due = now.Add(max(min(refresh, left/2), time.Second))
+		// Renewed at its refresh interval, or halfway through the
+		// assignment's time to live if sooner (an intermediate's leases
+		// end with its own, before their refresh interval), so that the
+		// proxy's assignment is renewed before it ends. Idle for the
+		// lease length: the expiry is in whole seconds (Doorman's wire),
+		// so what is left of the lease is rounded up.
+		b.due = now.Add(max(min(refresh, timeToLive(left)/2), MinRenewal))
 		b.idle = max((left + time.Second - 1).Truncate(time.Second), refresh, time.Second)
 		if !cfg.ok {
 			s.releaseOne(rd, b)
@@ -631,8 +632,7 @@ func (s *Stream) apply(rd *Ready, now time.Time, b *bucket, l *pb.Lease, pushed 
 		}
 		b.unconfigured = false
 	}
-	ttl := expiry.Sub(now)
-	if ttl <= 0 {
+	if left <= 0 {
 		return Action{}, false // no lease (an intermediate without its parent's)
 	}
 	rate := assignedRate(b.sent, b.sentRate, b.has)
@@ -643,7 +643,7 @@ func (s *Stream) apply(rd *Ready, now time.Time, b *bucket, l *pb.Lease, pushed 
 		// A renewal: the rate sent before, which the proxy extends.
 		rate = b.sentRate
 	}
-	return s.assign(now, b, rate, ttl, pushed), true
+	return s.assign(now, b, rate, left, pushed), true
 }
 
 // hold reports whether the increase of b's assignment to rate, at now,
@@ -667,10 +667,11 @@ func (s *Stream) hold(now time.Time, b *bucket, rate float64) bool {
 	return false
 }
 
-// assign returns the assignment of rate to b for ttl, at now, and
-// records it as sent, under s.mu: a rate other than the one sent before
-// is a new token bucket, holding bucketBurst's worth of it.
-func (s *Stream) assign(now time.Time, b *bucket, rate float64, ttl time.Duration, pushed bool) Action {
+// assign returns the assignment of rate to b for the lease's left (> 0)
+// to run, at now, and records it as sent, under s.mu: a rate other than
+// the one sent before is a new token bucket, holding bucketBurst's worth
+// of it. Its time to live is timeToLive(left).
+func (s *Stream) assign(now time.Time, b *bucket, rate float64, left time.Duration, pushed bool) Action {
 	if !b.sent || rate != b.sentRate {
 		b.sentBurst, b.replaced, b.held = s.bucketBurst(b), now, time.Time{}
 	}
@@ -679,7 +680,27 @@ func (s *Stream) assign(now time.Time, b *bucket, rate float64, ttl time.Duratio
 	if pushed {
 		s.m.Pushed.Inc()
 	}
-	return Action{Resource: b.resource, Prio: b.prio, Kind: Assign, Rate: rate, TTL: ttl, Pushed: pushed, Burst: b.sentBurst}
+	return Action{Resource: b.resource, Prio: b.prio, Kind: Assign, Rate: rate, TTL: timeToLive(left), Pushed: pushed, Burst: b.sentBurst}
+}
+
+// MinRenewal is the least time between a lease's renewals by a stream:
+// half the least time to live (timeToLive), which a renewal every
+// MinRenewal keeps from ending.
+const MinRenewal = time.Second / 2
+
+// timeToLive returns an assignment's assignment_time_to_live for a lease
+// with left to run: its whole seconds, all that Envoy reads of it
+// (its filter's startActionExpirationTimer; the assignment may end up to
+// a second before the lease), but at least a second. A lease with less
+// than a second left — an intermediate's, capped at its own lease from
+// its parent just before that is renewed — would otherwise be read as
+// none, and the proxy would fall back to its expired_assignment_behavior
+// until the next renewal. The proxy may then enforce it for less than a
+// second past its expiry, while the server that granted it keeps its
+// capacity booked for lease.ExpiryAllowance (docs/departures.md, "What
+// Sluice changes in the allocation across the tree", rule 7).
+func timeToLive(left time.Duration) time.Duration {
+	return max(left.Truncate(time.Second), time.Second)
 }
 
 // bucketBurst returns the max_tokens of a new token bucket for b, as

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	pb "github.com/sluice-rl/sluice/api/doorman"
+	"github.com/sluice-rl/sluice/api/doorman/doormanconnect"
+	"github.com/sluice-rl/sluice/internal/hooks"
 	"github.com/sluice-rl/sluice/internal/testutil"
 	"github.com/sluice-rl/sluice/resources"
 	"github.com/sluice-rl/sluice/server/capacity"
@@ -410,4 +414,86 @@ func TestBurstsBounded(t *testing.T) {
 	// decrease goes at once, with a full burst (b is within its share).
 	at(7 * time.Second)
 	one("b's drop", report(b, 70*(7-0.6), 7-0.6), 70, state.DefaultBurst)
+}
+
+// TestIntermediateLeaseStaysAssigned: on an intermediate, a stream's
+// leases end with the intermediate's own lease from its parent, less
+// than a second after they are granted when that lease is short and
+// about to be renewed. Whatever the phase of the stream's reports against
+// the intermediate's renewals, the proxy's assignment (its time to live
+// as Envoy reads it: whole seconds) never lapses once granted, with short
+// leases and under Doorman's 5-second rule with longer ones. (Leases of
+// 5 s or less under the 5-second rule lapse at the intermediate itself:
+// docs/rlqs.md.) A root and an intermediate in process, on virtual time
+// (testing/synctest).
+func TestIntermediateLeaseStaysAssigned(t *testing.T) {
+	for _, tt := range []struct {
+		name                 string
+		leaseLength, refresh int
+		minRequest           time.Duration // Doorman's 5-second rule (0: its default)
+	}{
+		{"2 s leases renewed every second", 2, 1, 200 * time.Millisecond},
+		{"8 s leases under the 5-second rule", 8, 4, 0},
+	} {
+		for _, phase := range []time.Duration{0, 250 * time.Millisecond, 500 * time.Millisecond, 750 * time.Millisecond} {
+			t.Run(fmt.Sprintf("%s, phase %v", tt.name, phase), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					first, lapses := intermediateLapses(t, fairShare(tt.leaseLength, tt.refresh), tt.minRequest, phase, 30*time.Second)
+					if first < 0 || first > 10*time.Second {
+						t.Fatalf("first assignment at %v, want one within 10 s", first)
+					}
+					if len(lapses) > 0 {
+						t.Errorf("the proxy's assignment lapsed %d times, first at %v", len(lapses), lapses[0])
+					}
+				})
+			})
+		}
+	}
+}
+
+// intermediateLapses runs a root of config and an intermediate under it
+// (in process, on the bubble's clock) and one stream on the intermediate
+// reporting a demand of 60 a second every 100 ms, starting phase after
+// the servers, for d; it returns when the stream's first assignment came
+// (-1: none) and when, after that, the proxy held none (its time to
+// live, in whole seconds, had ended), each since the stream's start.
+func intermediateLapses(t *testing.T, config string, minRequest, phase, d time.Duration) (first time.Duration, lapses []time.Duration) {
+	h := func() *hooks.Server { return &hooks.Server{MinRequestInterval: minRequest} }
+	root := capacity.New(capacity.Options{ID: "root", Config: parse(t, config), Logger: testutil.Logger(), Hooks: h()})
+	mh := h()
+	mh.ParentDial = func(string) doormanconnect.CapacityClient { return capacity.InProcessClient(root) }
+	mid := capacity.New(capacity.Options{ID: "mid", Parent: []string{"root"}, Logger: testutil.Logger(), Hooks: mh})
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for _, c := range []*capacity.Service{root, mid} {
+		wg.Go(func() { c.Run(ctx, 100*time.Millisecond) })
+	}
+	defer wg.Wait()
+	defer cancel()
+
+	time.Sleep(phase)
+	s := state.New("envoy", mid, state.Options{UnconfiguredTTL: time.Minute}, state.Discard)
+	start := time.Now()
+	var ends time.Time // the proxy's assignment's end (zero: none yet)
+	first = -1
+	for elapsed := 1.0; time.Since(start) < d; elapsed = 0.1 {
+		now := time.Now()
+		if !ends.IsZero() && !now.Before(ends) {
+			lapses = append(lapses, now.Sub(start))
+		}
+		as, err := state.Perform(ctx, mid, s, s.Report(now, []state.Usage{{Resource: "d/name=a", Requests: 60 * elapsed, Elapsed: elapsed}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range as {
+			if a.Kind == state.Assign {
+				if ends.IsZero() {
+					first = now.Sub(start)
+				}
+				ends = now.Add(a.TTL.Truncate(time.Second)) // as rlqsfilter.Bucket.Assign reads it
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return first, lapses
 }
