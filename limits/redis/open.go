@@ -5,15 +5,18 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/internal/names"
+	"github.com/sluice-rl/sluice/internal/retry"
 )
 
 // Dial says where Open connects and how: exactly one of URL, Cluster and
@@ -71,8 +74,19 @@ type Dial struct {
 	TracerProvider trace.TracerProvider
 }
 
-// openPing bounds Open's first PING.
-const openPing = 5 * time.Second
+// openPing bounds Open's first PING, and its repeats (openPings in all
+// at most) while Redis drops the connection it accepted (dropped).
+const (
+	openPing  = 5 * time.Second
+	openPings = 4
+)
+
+// dropped reports whether err is a connection that the peer reset or
+// closed after accepting it (ECONNRESET, an EOF), not one refused or
+// timed out.
+func dropped(err error) bool {
+	return err != nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF))
+}
 
 // Open makes a client of d's Redis, as sluice server's --redis,
 // --redis-cluster and --redis-sentinel do, and returns a store on it with
@@ -85,8 +99,10 @@ const openPing = 5 * time.Second
 // that refuses connections fails calls in microseconds rather than after
 // backoffs longer than the Timeout.
 //
-// Open PINGs Redis once, within ctx and 5 s, and tells a Redis that is
-// wrongly configured from one that is away:
+// Open PINGs Redis, within ctx and 5 s (again, up to 4 PINGs in all,
+// while Redis drops the connection it accepted: a TLS refusal of a
+// missing client certificate may read as a reset), and tells a Redis
+// that is wrongly configured from one that is away:
 //
 //   - Redis answers but refuses the credentials (WRONGPASS, NOAUTH) or
 //     the TLS handshake (an unknown CA, a name the certificate lacks, a
@@ -123,7 +139,20 @@ func Open(ctx context.Context, d Dial) (*Store, error) {
 	st.owned = c
 	pctx, cancel := context.WithTimeout(ctx, openPing)
 	defer cancel()
-	switch err = c.Ping(pctx).Err(); {
+	err = c.Ping(pctx).Err()
+	for n := 1; n < openPings && dropped(err); n++ {
+		// Redis accepted the connection and dropped it: a TLS 1.3 server
+		// refusing the client's certificate does so after the client's
+		// handshake is done, and the client reads either its alert (a
+		// Refusal) or, when the server closed first, a reset. Asked
+		// again, it most often reads the alert.
+		select {
+		case <-time.After(retry.Backoff(n, 50*time.Millisecond, time.Second, nil)):
+		case <-pctx.Done():
+		}
+		err = c.Ping(pctx).Err()
+	}
+	switch {
 	case err == nil:
 	case Refusal(err):
 		field := d.refusedField(pctx, err)
