@@ -627,7 +627,8 @@ func (s *Stream) apply(rd *Ready, now time.Time, b *bucket, l *pb.Lease, pushed 
 		} else if cfg.learning && b.has == 0 && !b.sent {
 			// A new master learning what its predecessor granted: the
 			// proxy keeps the assignment it has until its time to live
-			// ends, which is within the predecessor's leases.
+			// ends, which is within the predecessor's leases (or less
+			// than a second past one: timeToLive).
 			return Action{}, false
 		}
 		b.unconfigured = false
