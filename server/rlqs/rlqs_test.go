@@ -216,22 +216,20 @@ func TestFairShares(t *testing.T) {
 			t.Errorf("proxy %d: max_tokens %d at rate %v, want %v's worth", i, a.MaxTokens, a.Rate, burst)
 		}
 	}
-	checkBound(t, ps, 1000, time.Since(start), stats(ps))
+	whole := stats(ps)
+	checkBound(t, ps, 1000, time.Since(start), whole)
+	checkUsed(t, 1000, time.Since(start), whole)
 	// At the fair shares, over a window: what the proxies admit is within
 	// the capacity, plus what their buckets held at its start (≤ max_tokens
 	// each), plus the bursts of the buckets sent meanwhile (a new token
 	// bucket starts full); the assignments stay put, so there are few.
 	time.Sleep(time.Second) // settling: the small stream's wants take the noise's top
-	before, at := stats(ps), time.Now()
-	time.Sleep(1500 * time.Millisecond)
-	after := stats(ps)
 	var held int64
 	for _, p := range ps {
 		a, _ := p.Assignment(bucket)
 		held += int64(a.MaxTokens)
 	}
-	window := sub(after, before)
-	checkBound(t, ps, 1000, time.Since(at), window, held)
+	window := checkWindow(t, ps, bucket, 1000, 1500*time.Millisecond)
 	if window.Bursts > 2*held {
 		t.Errorf("%d tokens of bursts in 1.5 s at steady shares, want at most %d: assignments churn", window.Bursts, 2*held)
 	}
@@ -286,9 +284,33 @@ func checkBound(t *testing.T, ps []*rlqsproxy.Proxy, capacity float64, elapsed t
 	if float64(st.Allowed) > bound {
 		t.Errorf("admitted %d > bound %.0f", st.Allowed, bound)
 	}
+}
+
+// checkUsed: the proxies, each assigned its share, admitted (st) at
+// least half the capacity over elapsed.
+func checkUsed(t *testing.T, capacity float64, elapsed time.Duration, st rlqsproxy.Stats) {
+	t.Helper()
 	if st.Allowed < int64(0.5*capacity*elapsed.Seconds()) {
 		t.Errorf("admitted %d in %v: not even half the capacity used", st.Allowed, elapsed)
 	}
+}
+
+// checkWindow: over window after the proxies reached their shares, what
+// they admit is within the bound (their buckets holding at most
+// max_tokens each at its start) and uses at least half the capacity.
+func checkWindow(t *testing.T, ps []*rlqsproxy.Proxy, bucket map[string]string, capacity float64, window time.Duration) rlqsproxy.Stats {
+	t.Helper()
+	before, at := stats(ps), time.Now()
+	var held int64
+	for _, p := range ps {
+		a, _ := p.Assignment(bucket)
+		held += int64(a.MaxTokens)
+	}
+	time.Sleep(window)
+	st, elapsed := sub(stats(ps), before), time.Since(at)
+	checkBound(t, ps, capacity, elapsed, st, held)
+	checkUsed(t, capacity, elapsed, st)
+	return st
 }
 
 // TestProxyLeaves: when one of two proxies sharing a capacity leaves, its
@@ -664,7 +686,11 @@ func TestTree(t *testing.T) {
 		sum := xs[0] + xs[1] + xs[2]
 		return near(xs[1], xs[0]) && near(xs[2], xs[0]) && sum >= 970 && sum <= 1000
 	})
+	// Over the whole run (the first second without an assignment: the
+	// proxies deny until their first), the bound; at the shares, the
+	// capacity used too.
 	checkBound(t, ps, 1000, time.Since(start), stats(ps))
+	checkWindow(t, ps, bucket, 1000, 1500*time.Millisecond)
 	st, err := root.Status("web/name=api")
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import io.grpc.stub.StreamObserver;
 import java.net.InetSocketAddress;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 import java.util.function.DoubleSupplier;
 
 /**
@@ -132,7 +133,16 @@ final class LimitsServer extends LimitsGrpc.LimitsImplBase {
     return new ArrayList<>(reserves);
   }
 
+  /**
+   * Stops the server and waits until its listener and connections are closed, so that a call made
+   * after it finds no server (UNAVAILABLE), not a stream the shutting-down server cancels.
+   */
   void stop() {
     server.shutdownNow();
+    try {
+      server.awaitTermination(10, TimeUnit.SECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
   }
 }
