@@ -685,12 +685,8 @@ func (r *Resource) current(now time.Time, ei int32) Grant {
 	e := r.ents.at(ei)
 	if !r.params.MaxExpiry.IsZero() {
 		// What the decision would have granted under the server's own
-		// lease as it is now: expiryAt as of the decision, capped now.
-		renewed := r.expiryAt(now)
-		if full := time.Unix(0, e.lastRequest).Add(r.params.LeaseLength).Truncate(time.Second); renewed.After(full) {
-			renewed = full
-		}
-		if renewed.After(e.expiry()) {
+		// lease as it is now.
+		if renewed := r.expiryAt(time.Unix(0, e.lastRequest)); renewed.After(e.expiry()) {
 			r.file(now, ei, e, renewed)
 		}
 	}

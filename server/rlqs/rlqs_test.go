@@ -224,12 +224,7 @@ func TestFairShares(t *testing.T) {
 	// each), plus the bursts of the buckets sent meanwhile (a new token
 	// bucket starts full); the assignments stay put, so there are few.
 	time.Sleep(time.Second) // settling: the small stream's wants take the noise's top
-	var held int64
-	for _, p := range ps {
-		a, _ := p.Assignment(bucket)
-		held += int64(a.MaxTokens)
-	}
-	window := checkWindow(t, ps, bucket, 1000, 1500*time.Millisecond)
+	window, held := checkWindow(t, ps, bucket, 1000, 1500*time.Millisecond)
 	if window.Bursts > 2*held {
 		t.Errorf("%d tokens of bursts in 1.5 s at steady shares, want at most %d: assignments churn", window.Bursts, 2*held)
 	}
@@ -296,12 +291,11 @@ func checkUsed(t *testing.T, capacity float64, elapsed time.Duration, st rlqspro
 }
 
 // checkWindow: over window after the proxies reached their shares, what
-// they admit is within the bound (their buckets holding at most
-// max_tokens each at its start) and uses at least half the capacity.
-func checkWindow(t *testing.T, ps []*rlqsproxy.Proxy, bucket map[string]string, capacity float64, window time.Duration) rlqsproxy.Stats {
+// they admit (st) is within the bound (their buckets holding at most
+// held, Σ max_tokens, at its start) and uses at least half the capacity.
+func checkWindow(t *testing.T, ps []*rlqsproxy.Proxy, bucket map[string]string, capacity float64, window time.Duration) (st rlqsproxy.Stats, held int64) {
 	t.Helper()
 	before, at := stats(ps), time.Now()
-	var held int64
 	for _, p := range ps {
 		a, _ := p.Assignment(bucket)
 		held += int64(a.MaxTokens)
@@ -310,7 +304,7 @@ func checkWindow(t *testing.T, ps []*rlqsproxy.Proxy, bucket map[string]string, 
 	st, elapsed := sub(stats(ps), before), time.Since(at)
 	checkBound(t, ps, capacity, elapsed, st, held)
 	checkUsed(t, capacity, elapsed, st)
-	return st
+	return st, held
 }
 
 // TestProxyLeaves: when one of two proxies sharing a capacity leaves, its
